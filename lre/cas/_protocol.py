@@ -7,10 +7,13 @@ Stores compose by wrapping (``FastSlowStore(fast, slow)``,
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator, Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from lre.digest import Digest
+
+if TYPE_CHECKING:
+    from lre.cas._pins import Pin
 
 
 @runtime_checkable
@@ -40,3 +43,15 @@ class BlobStore(Protocol):
     ) -> AsyncIterator[bytes]: ...
 
     async def write(self, digest: Digest, chunks: AsyncIterable[bytes]) -> None: ...
+
+
+@runtime_checkable
+class PinnableStore(BlobStore, Protocol):
+    """A store whose blobs can be protected from eviction.
+
+    ``pin(digests)`` returns a handle (``release()`` or ``with``) that keeps
+    the named blobs from being evicted until released; pins are refcounted,
+    and pinning an absent blob protects it once it is written.
+    """
+
+    def pin(self, digests: Iterable[Digest]) -> Pin: ...
