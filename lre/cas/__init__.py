@@ -12,6 +12,7 @@ from lre.cas._blob_io import (
     write_bytes,
     write_message,
 )
+from lre.cas._filesystem import FilesystemStore
 from lre.cas._memory import MemoryStore
 from lre.cas._pins import Pin
 from lre.cas._protocol import BlobStore, PinnableStore
@@ -21,6 +22,7 @@ from lre.cas._verify import BlobVerifier, check_read_range
 __all__ = [
     "BlobStore",
     "BlobVerifier",
+    "FilesystemStore",
     "MemoryStore",
     "Pin",
     "PinnableStore",

@@ -34,14 +34,18 @@ class BlobVerifier:
         """Bytes seen so far."""
         return self._received
 
+    def check_total(self, total: int) -> None:
+        """Raise ``InvalidArgument`` if ``total`` bytes would exceed the size."""
+        if self.verify_size and total > self.digest.size_bytes:
+            raise InvalidArgument(
+                f"blob {self.digest}: received more than the expected "
+                f"{self.digest.size_bytes} bytes (at least {total})"
+            )
+
     def update(self, chunk: bytes | memoryview) -> None:
         """Account one chunk. Raises ``InvalidArgument`` on too many bytes."""
         self._received += len(chunk)
-        if self.verify_size and self._received > self.digest.size_bytes:
-            raise InvalidArgument(
-                f"blob {self.digest}: received more than the expected "
-                f"{self.digest.size_bytes} bytes (at least {self._received})"
-            )
+        self.check_total(self._received)
         if self._hasher is not None:
             self._hasher.update(chunk)
 

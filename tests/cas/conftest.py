@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from lre.cas import BlobStore, MemoryStore
+from lre.cas import BlobStore, FilesystemStore, MemoryStore
 
 StoreFactory = Callable[[int], Awaitable[BlobStore]]
 
-STORE_KINDS = ["memory"]
+STORE_KINDS = ["memory", "filesystem"]
 
 
 async def chunked(data: bytes, size: int = 3) -> AsyncIterator[bytes]:
@@ -28,6 +28,10 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreFactory:
     async def factory(max_bytes: int = 1 << 30) -> BlobStore:
         if kind == "memory":
             return MemoryStore(max_bytes)
+        if kind == "filesystem":
+            store = FilesystemStore(tmp_path / "cas", tmp_path / "tmp", max_bytes)
+            await store.open()
+            return store
         raise AssertionError(kind)
 
     return factory

@@ -1,0 +1,794 @@
+"""``FilesystemStore``: blobs as files on local disk, LRU-bounded.
+
+Layout under ``content_path``: ``<hash[:2]>/<hash>-<size>`` holds the plain
+variant of a blob (mode 0o444) and ``<hash[:2]>/<hash>-<size>.x`` the
+executable variant (mode 0o555), each its own inode, so a worker that
+hardlinks one variant into an action directory can never change the mode of
+the other. A blob is present when either variant is; the missing variant is
+created by copy when the worker asks for it, and its bytes count against
+``max_bytes``. ``temp_path`` holds uploads in progress and must be on the
+same filesystem (checked at ``open``).
+
+Crash safety: a blob is written to a fresh file in ``temp_path`` and moved
+into ``content_path`` with one ``rename`` only after its size and hash were
+verified, so a crash (or SIGKILL, or a cancelled writer) never leaves a
+partial blob visible. ``open`` deletes whatever is left in ``temp_path`` and
+any content file whose size differs from the size in its name.
+
+``fsync="always"`` fsyncs each file before the rename and its directory after
+it: a blob visible after a power loss is complete. ``fsync="never"`` skips
+both: a crash of lre is safe, a power loss may lose recent blobs (they are
+then either absent or detected at ``open`` by their size and removed, or, in
+the rare case of a same-size but zeroed file, reported on read by a
+``VerifyStore``-style hash check if configured).
+
+LRU: the order lives in memory and is rebuilt at ``open`` from file mtimes;
+uses since the last write are saved as mtimes by ``close()`` (and in batches
+while running), so a restart keeps the order up to the last flush.
+
+All blocking file I/O runs in threads through one ``trio.CapacityLimiter``
+(by default 4 threads, or the limiter passed in and shared by the process).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import os
+import secrets
+import shutil
+import stat
+from collections import OrderedDict
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal, TypeVar
+
+import trio
+
+from lre.cas._pins import Pin, PinTable
+from lre.cas._statistics import StoreStatistics
+from lre.cas._verify import BlobVerifier, check_read_range
+from lre.digest import EMPTY_DIGEST, Digest
+from lre.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
+
+T = TypeVar("T")
+
+_PLAIN = 1
+_EXEC = 2
+_MODES = {_PLAIN: 0o444, _EXEC: 0o555}
+_SUFFIX = {_PLAIN: "", _EXEC: ".x"}
+_HEX = frozenset("0123456789abcdef")
+_WRITE_BUFFER = 1 << 20
+#: Access times saved in the same thread call as a write once this many piled up.
+_TOUCH_BATCH = 4096
+
+
+@dataclass(slots=True)
+class _Entry:
+    size: int
+    variants: int  # bit set of _PLAIN / _EXEC
+
+    @property
+    def stored_bytes(self) -> int:
+        return self.size * ((self.variants & 1) + (self.variants >> 1 & 1))
+
+
+def _space_error(error: OSError, what: str) -> ResourceExhausted | None:
+    if error.errno == errno.ENOSPC:
+        return ResourceExhausted(
+            f"filesystem store: no space left on the CAS device while {what}; "
+            "free disk space or lower the store's max_bytes"
+        )
+    if error.errno == errno.EDQUOT:
+        return ResourceExhausted(
+            f"filesystem store: disk quota exceeded on the CAS device while {what}"
+        )
+    return None
+
+
+class FilesystemStore:
+    """A ``BlobStore`` on local disk with pins, exec variants and adoption.
+
+    Build it, then ``await open()`` (scans the content directory; blobs
+    become readable). ``max_bytes`` bounds the bytes of all variant files;
+    writes beyond it evict unpinned blobs, least recently used first, down
+    to ``max_bytes - evict_bytes``; when that is impossible the write raises
+    ``ResourceExhausted`` and stores nothing. Running out of disk space
+    (ENOSPC/EDQUOT) also raises ``ResourceExhausted``, leaves nothing
+    partial and keeps every present blob readable.
+
+    ``has_many`` answers from memory. A file that vanished behind the store's
+    back is noticed on ``read``/``path_for_link``: it is dropped from the
+    index and the call raises ``NotFound``.
+    """
+
+    def __init__(
+        self,
+        content_path: str | os.PathLike[str],
+        temp_path: str | os.PathLike[str],
+        max_bytes: int,
+        *,
+        evict_bytes: int = 0,
+        fsync: Literal["never", "always"] = "never",
+        read_chunk_size: int = 1 << 20,
+        thread_limiter: trio.CapacityLimiter | None = None,
+    ) -> None:
+        if max_bytes <= 0:
+            raise ValueError(f"max_bytes: {max_bytes} must be positive (no store is unbounded)")
+        if not 0 <= evict_bytes < max_bytes:
+            raise ValueError(f"evict_bytes: {evict_bytes} must be in [0, max_bytes)")
+        if fsync not in ("never", "always"):
+            raise ValueError(f'fsync: {fsync!r} is not "never" or "always"')
+        if read_chunk_size <= 0:
+            raise ValueError(f"read_chunk_size: {read_chunk_size} must be positive")
+        self.content_path = os.fspath(content_path)
+        self.temp_path = os.fspath(temp_path)
+        self.max_bytes = max_bytes
+        self.evict_bytes = evict_bytes
+        self.fsync = fsync == "always"
+        self.read_chunk_size = read_chunk_size
+        self._limiter = thread_limiter or trio.CapacityLimiter(4)
+        self._index: OrderedDict[str, _Entry] = OrderedDict()
+        self._stored_bytes = 0
+        self._reserved_bytes = 0
+        self._pins = PinTable()
+        self._busy: dict[str, int] = {}
+        self._deleting: dict[str, trio.Event] = {}
+        self._touched: set[str] = set()
+        self._opened = False
+        self._evicted_blobs = 0
+        self._evicted_bytes = 0
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def open(self) -> None:
+        """Create the directories, clear ``temp_path`` and rebuild the index.
+
+        Raises ``FailedPrecondition`` when the two directories are on
+        different filesystems. If the blobs found exceed ``max_bytes`` the
+        oldest are evicted.
+        """
+        entries = await self._run(self._scan)
+        self._index = OrderedDict(entries)
+        self._stored_bytes = sum(e.stored_bytes for e in self._index.values())
+        self._opened = True
+        if self._stored_bytes > self.max_bytes:
+            await self._make_room(Digest(EMPTY_DIGEST.hash, 0), 0)
+
+    async def close(self) -> None:
+        """Save the LRU order (access times) to disk. The store stays usable."""
+        await self._flush_touched()
+
+    async def flush_access_times(self) -> None:
+        """Write pending uses to the files' mtimes (what ``open`` orders by)."""
+        await self._flush_touched()
+
+    # ------------------------------------------------------------ protocol
+
+    async def has_many(self, digests: Sequence[Digest]) -> list[int | None]:
+        self._check_open()
+        await trio.lowlevel.checkpoint()
+        index = self._index
+        touch = index.move_to_end
+        touched = self._touched
+        result: list[int | None] = []
+        append = result.append
+        empty = EMPTY_DIGEST.hash
+        for d in digests:
+            entry = index.get(d.hash)
+            if entry is not None and entry.size == d.size_bytes:
+                touch(d.hash)
+                touched.add(d.hash)
+                append(d.size_bytes)
+            elif d.size_bytes == 0 and d.hash == empty:
+                append(0)
+            else:
+                append(None)
+        return result
+
+    async def read(
+        self, digest: Digest, offset: int = 0, limit: int | None = None
+    ) -> AsyncIterator[bytes]:
+        """Yield the requested range in chunks of ``read_chunk_size``.
+
+        Errors as in ``BlobStore`` (at the first iteration). The file is
+        opened before the first byte is yielded; an eviction after that does
+        not disturb this read. Close the iterator (``aclose``) when stopping
+        early.
+        """
+        self._check_open()
+        entry = self._index.get(digest.hash)
+        if entry is None or entry.size != digest.size_bytes:
+            if digest != EMPTY_DIGEST:
+                await trio.lowlevel.checkpoint()
+                raise NotFound(f"blob {digest} is not in the CAS")
+            check_read_range(digest, offset, limit)
+            await trio.lowlevel.checkpoint()
+            return
+        length = check_read_range(digest, offset, limit)
+        self._touch(digest.hash)
+        variant = _PLAIN if entry.variants & _PLAIN else _EXEC
+        path = self._path(digest, variant)
+        chunk = self.read_chunk_size
+        if length <= chunk:
+            try:
+                data = await self._run(_read_range, path, offset, length)
+            except (FileNotFoundError, _ShortRead):
+                self._forget(digest)
+                raise NotFound(f"blob {digest} is not in the CAS") from None
+            yield data
+            return
+        try:
+            fd = await self._run(_open_checked, path, digest.size_bytes)
+        except (FileNotFoundError, _ShortRead):
+            self._forget(digest)
+            raise NotFound(f"blob {digest} is not in the CAS") from None
+        try:
+            position, end = offset, offset + length
+            while position < end:
+                n = min(chunk, end - position)
+                data = await self._run(os.pread, fd, n, position)
+                if len(data) != n:
+                    self._forget(digest)
+                    raise NotFound(f"blob {digest} is not in the CAS (its file was truncated)")
+                position += n
+                yield data
+        finally:
+            os.close(fd)
+
+    async def write(self, digest: Digest, chunks: AsyncIterable[bytes]) -> None:
+        """Store ``chunks`` under ``digest`` once size and hash are verified.
+
+        Raises ``InvalidArgument`` (mismatch) or ``ResourceExhausted`` (over
+        ``max_bytes`` with everything else pinned, or the disk is full). On
+        any error or cancellation the temp file is removed and nothing
+        becomes visible. A present blob is not written again.
+        """
+        self._check_open()
+        if self._present(digest):
+            self._touch(digest.hash)
+            await trio.lowlevel.checkpoint()
+            return
+        self._check_fits(digest)
+        key = digest.hash
+        self._busy[key] = self._busy.get(key, 0) + 1
+        temp: _TempFile | None = None
+        reserved = False
+        try:
+            await self._make_room(digest, digest.size_bytes)
+            reserved = True
+            verifier = BlobVerifier(digest)
+            pending: list[bytes] = []
+            pending_bytes = 0
+            async for chunk in chunks:
+                verifier.check_total(verifier.received + pending_bytes + len(chunk))
+                pending.append(chunk)
+                pending_bytes += len(chunk)
+                if pending_bytes >= _WRITE_BUFFER:
+                    if temp is None:
+                        temp = await self._run(self._new_temp, digest)
+                    await self._run(temp.append, verifier, pending)
+                    pending, pending_bytes = [], 0
+            await self._wait_deleting(key)
+            touched = self._take_touched_batch()
+            final = self._path(digest, _PLAIN)
+            if temp is None:
+                await self._run(self._write_small, digest, verifier, pending, final, touched)
+            else:
+                await self._run(temp.append, verifier, pending)
+                await self._run(temp.commit, verifier, final, touched)
+                temp = None
+            self._reserved_bytes -= digest.size_bytes
+            reserved = False
+            self._added(digest, _PLAIN)
+        finally:
+            if reserved:
+                self._reserved_bytes -= digest.size_bytes
+            if temp is not None:
+                with trio.CancelScope(shield=True):
+                    await self._run(temp.discard)
+            self._unbusy(key)
+
+    # ------------------------------------------------------------ extras
+
+    def pin(self, digests: Iterable[Digest]) -> Pin:
+        """Keep ``digests`` (both variants) from eviction until released."""
+        return self._pins.pin(digests)
+
+    def statistics(self) -> StoreStatistics:
+        return StoreStatistics(
+            blob_count=len(self._index),
+            stored_bytes=self._stored_bytes,
+            max_bytes=self.max_bytes,
+            pinned_blobs=len(self._pins),
+            evicted_blobs=self._evicted_blobs,
+            evicted_bytes=self._evicted_bytes,
+        )
+
+    async def path_for_link(self, digest: Digest, executable: bool) -> str:
+        """Path of a file holding ``digest`` for the worker to hardlink.
+
+        The file's inode is dedicated to this content and mode (0o555 when
+        ``executable``, else 0o444); the missing variant is created by copy.
+        Pin the digest first so the file is not evicted before it is linked.
+        Raises ``NotFound`` when the blob is absent and ``ResourceExhausted``
+        when the new variant does not fit.
+        """
+        self._check_open()
+        want = _EXEC if executable else _PLAIN
+        entry = self._index.get(digest.hash)
+        if entry is None or entry.size != digest.size_bytes:
+            if digest != EMPTY_DIGEST:
+                await trio.lowlevel.checkpoint()
+                raise NotFound(f"blob {digest} is not in the CAS")
+            source = None
+        elif entry.variants & want:
+            self._touch(digest.hash)
+            await trio.lowlevel.checkpoint()
+            return self._path(digest, want)
+        else:
+            source = self._path(digest, _PLAIN if entry.variants & _PLAIN else _EXEC)
+        key = digest.hash
+        self._busy[key] = self._busy.get(key, 0) + 1
+        reserved = False
+        try:
+            await self._make_room(digest, digest.size_bytes)
+            reserved = True
+            await self._wait_deleting(key)
+            final = self._path(digest, want)
+            try:
+                await self._run(self._copy_variant, digest, source, final, _MODES[want])
+            except FileNotFoundError:
+                self._forget(digest)
+                raise NotFound(f"blob {digest} is not in the CAS") from None
+            self._reserved_bytes -= digest.size_bytes
+            reserved = False
+            self._added(digest, want)
+            return final
+        finally:
+            if reserved:
+                self._reserved_bytes -= digest.size_bytes
+            self._unbusy(key)
+
+    async def adopt_file(
+        self,
+        path: str | os.PathLike[str],
+        digest: Digest | None = None,
+        executable: bool = False,
+    ) -> Digest:
+        """Move the regular file at ``path`` into the store; return its digest.
+
+        The file is hashed first; when ``digest`` is given and differs,
+        ``InvalidArgument`` is raised and the file is left where it was.
+        Otherwise the file is renamed into the slot of its variant (copied
+        when ``path`` is on another filesystem) and on success ``path`` no
+        longer exists (it is deleted when the blob was already stored). The
+        caller must not modify the file while it is adopted. Raises
+        ``ResourceExhausted`` when it does not fit.
+        """
+        self._check_open()
+        source = os.fspath(path)
+        actual = await self._run(_hash_file, source)
+        if digest is not None and digest != actual:
+            raise InvalidArgument(f"output file {source!r} has digest {actual}, expected {digest}")
+        want = _EXEC if executable else _PLAIN
+        entry = self._index.get(actual.hash)
+        if entry is not None and entry.size == actual.size_bytes and entry.variants & want:
+            self._touch(actual.hash)
+            await self._run(os.unlink, source)
+            return actual
+        self._check_fits(actual)
+        key = actual.hash
+        self._busy[key] = self._busy.get(key, 0) + 1
+        reserved = False
+        try:
+            await self._make_room(actual, actual.size_bytes)
+            reserved = True
+            await self._wait_deleting(key)
+            final = self._path(actual, want)
+            await self._run(self._move_in, actual, source, final, _MODES[want])
+            self._reserved_bytes -= actual.size_bytes
+            reserved = False
+            self._added(actual, want)
+            return actual
+        finally:
+            if reserved:
+                self._reserved_bytes -= actual.size_bytes
+            self._unbusy(key)
+
+    # ------------------------------------------------------------ index
+
+    def _check_open(self) -> None:
+        if not self._opened:
+            raise RuntimeError("FilesystemStore used before open()")
+
+    def _path(self, digest: Digest, variant: int) -> str:
+        h = digest.hash
+        return f"{self.content_path}/{h[:2]}/{h}-{digest.size_bytes}{_SUFFIX[variant]}"
+
+    def _present(self, digest: Digest) -> bool:
+        entry = self._index.get(digest.hash)
+        return entry is not None and entry.size == digest.size_bytes
+
+    def _touch(self, key: str) -> None:
+        if key in self._index:
+            self._index.move_to_end(key)
+            self._touched.add(key)
+
+    def _added(self, digest: Digest, variant: int) -> None:
+        entry = self._index.get(digest.hash)
+        if entry is None:
+            self._index[digest.hash] = _Entry(digest.size_bytes, variant)
+            self._stored_bytes += digest.size_bytes
+        else:
+            if not entry.variants & variant:
+                entry.variants |= variant
+                self._stored_bytes += digest.size_bytes
+            self._index.move_to_end(digest.hash)
+        self._touched.discard(digest.hash)
+
+    def _forget(self, digest: Digest) -> None:
+        entry = self._index.pop(digest.hash, None)
+        if entry is not None:
+            self._stored_bytes -= entry.stored_bytes
+        self._touched.discard(digest.hash)
+
+    def _unbusy(self, key: str) -> None:
+        n = self._busy[key] - 1
+        if n:
+            self._busy[key] = n
+        else:
+            del self._busy[key]
+
+    def _check_fits(self, digest: Digest) -> None:
+        if digest.size_bytes > self.max_bytes:
+            raise ResourceExhausted(
+                f"blob {digest} is larger than the filesystem store's capacity "
+                f"of {self.max_bytes} bytes"
+            )
+
+    async def _make_room(self, digest: Digest, size: int) -> None:
+        """Reserve ``size`` bytes, evicting unpinned idle blobs if needed.
+
+        Raises ``ResourceExhausted`` (reserving nothing) when pinned or busy
+        blobs hold too much. Victims leave the index at once; their files
+        are unlinked in a shielded thread call.
+        """
+        used = self._stored_bytes + self._reserved_bytes
+        if used + size <= self.max_bytes:
+            self._reserved_bytes += size
+            return
+        excess = used + size - max(self.max_bytes - self.evict_bytes, 0)
+        victims: list[tuple[str, _Entry]] = []
+        freed = 0
+        for key, entry in self._index.items():
+            if freed >= excess:
+                break
+            if key in self._busy or self._pins.is_pinned(key):
+                continue
+            victims.append((key, entry))
+            freed += entry.stored_bytes
+        if used - freed + size > self.max_bytes:
+            raise ResourceExhausted(
+                f"filesystem store is full: blob {digest} needs {size} bytes and "
+                f"{used - freed} of {self.max_bytes} bytes are held by pinned or busy blobs"
+            )
+        self._reserved_bytes += size
+        paths: list[str] = []
+        done = trio.Event()
+        for key, entry in victims:
+            del self._index[key]
+            self._touched.discard(key)
+            self._stored_bytes -= entry.stored_bytes
+            self._evicted_blobs += 1
+            self._evicted_bytes += entry.stored_bytes
+            self._deleting[key] = done
+            d = Digest(key, entry.size)
+            paths.extend(self._path(d, v) for v in (_PLAIN, _EXEC) if entry.variants & v)
+        if not victims:
+            return
+        try:
+            with trio.CancelScope(shield=True):
+                await self._run(_unlink_all, paths)
+        except BaseException:
+            self._reserved_bytes -= size
+            raise
+        finally:
+            for key, _ in victims:
+                if self._deleting.get(key) is done:
+                    del self._deleting[key]
+            done.set()
+
+    async def _wait_deleting(self, key: str) -> None:
+        event = self._deleting.get(key)
+        while event is not None:
+            await event.wait()
+            event = self._deleting.get(key)
+
+    def _take_touched_batch(self) -> list[str]:
+        if len(self._touched) < _TOUCH_BATCH:
+            return []
+        return self._touched_paths()
+
+    def _touched_paths(self) -> list[str]:
+        paths: list[str] = []
+        for key in self._touched:
+            entry = self._index.get(key)
+            if entry is not None:
+                d = Digest(key, entry.size)
+                paths.extend(self._path(d, v) for v in (_PLAIN, _EXEC) if entry.variants & v)
+        self._touched.clear()
+        return paths
+
+    async def _flush_touched(self) -> None:
+        paths = self._touched_paths()
+        if paths:
+            await self._run(_touch_all, paths)
+        else:
+            await trio.lowlevel.checkpoint()
+
+    async def _run(self, fn: Callable[..., T], *args: object) -> T:
+        return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
+
+    # ------------------------------------------------------------ in threads
+
+    def _scan(self) -> list[tuple[str, _Entry]]:
+        os.makedirs(self.content_path, mode=0o700, exist_ok=True)
+        os.makedirs(self.temp_path, mode=0o700, exist_ok=True)
+        if os.stat(self.content_path).st_dev != os.stat(self.temp_path).st_dev:
+            raise FailedPrecondition(
+                "filesystem store: content_path and temp_path must be on the same "
+                f"filesystem ({self.content_path!r}, {self.temp_path!r})"
+            )
+        with os.scandir(self.temp_path) as leftovers:
+            for item in leftovers:
+                if item.is_dir(follow_symlinks=False):
+                    shutil.rmtree(item.path, ignore_errors=True)
+                else:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(item.path)
+        found: dict[str, tuple[int, int, int]] = {}  # hash -> (mtime_ns, size, variants)
+        for prefix in range(256):
+            shard = f"{self.content_path}/{prefix:02x}"
+            try:
+                items = os.scandir(shard)
+            except FileNotFoundError:
+                os.mkdir(shard, 0o700)
+                continue
+            with items:
+                for item in items:
+                    self._scan_one(shard, item, found)
+        ordered = sorted(found.items(), key=lambda kv: kv[1][0])
+        return [(h, _Entry(size, variants)) for h, (_, size, variants) in ordered]
+
+    @staticmethod
+    def _scan_one(
+        shard: str, item: os.DirEntry[str], found: dict[str, tuple[int, int, int]]
+    ) -> None:
+        name = item.name
+        variant = _PLAIN
+        if name.endswith(".x"):
+            variant, name = _EXEC, name[:-2]
+        h, _, size_text = name.partition("-")
+        try:
+            st = item.stat(follow_symlinks=False)
+            valid = (
+                len(h) == 64
+                and _HEX.issuperset(h)
+                and h[:2] == shard[-2:]
+                and size_text.isdigit()
+                and stat.S_ISREG(st.st_mode)
+                and st.st_size == int(size_text)
+            )
+        except FileNotFoundError:
+            return
+        if not valid:
+            # A partial file from a power loss without fsync, or junk: never serve it.
+            if item.is_dir(follow_symlinks=False):
+                shutil.rmtree(item.path, ignore_errors=True)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(item.path)
+            return
+        old = found.get(h)
+        if old is None:
+            found[h] = (st.st_mtime_ns, st.st_size, variant)
+        else:
+            found[h] = (max(old[0], st.st_mtime_ns), st.st_size, old[2] | variant)
+
+    def _new_temp(self, digest: Digest) -> _TempFile:
+        path = f"{self.temp_path}/{secrets.token_hex(12)}.tmp"
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        except OSError as error:
+            raise (_space_error(error, f"writing blob {digest}") or error) from None
+        return _TempFile(path, fd, digest, self.fsync)
+
+    def _write_small(
+        self,
+        digest: Digest,
+        verifier: BlobVerifier,
+        pending: list[bytes],
+        final: str,
+        touched: list[str],
+    ) -> None:
+        data = pending[0] if len(pending) == 1 else b"".join(pending)
+        verifier.update(data)
+        verifier.finish()
+        temp = self._new_temp(digest)
+        try:
+            temp.append_verified(data)
+            temp.commit_verified(final, _MODES[_PLAIN])
+        except BaseException:
+            temp.discard()
+            raise
+        _touch_all(touched)
+
+    def _copy_variant(self, digest: Digest, source: str | None, final: str, mode: int) -> None:
+        temp = self._new_temp(digest)
+        try:
+            if source is not None:
+                with open(source, "rb") as src:
+                    assert temp.fd is not None
+                    try:
+                        copied = 0
+                        while copied < digest.size_bytes:
+                            n = os.copy_file_range(
+                                src.fileno(), temp.fd, digest.size_bytes - copied
+                            )
+                            if n == 0:
+                                raise FileNotFoundError(source)  # truncated: treat as gone
+                            copied += n
+                    except OSError as error:
+                        if isinstance(error, FileNotFoundError):
+                            raise
+                        space = _space_error(error, f"copying blob {digest}")
+                        if space is not None:
+                            raise space from None
+                        if error.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL):
+                            raise
+                        src.seek(0)
+                        os.lseek(temp.fd, 0, os.SEEK_SET)
+                        os.ftruncate(temp.fd, 0)
+                        temp.append_verified(src.read())
+            temp.commit_verified(final, mode)
+        except BaseException:
+            temp.discard()
+            raise
+
+    def _move_in(self, digest: Digest, source: str, final: str, mode: int) -> None:
+        try:
+            os.chmod(source, mode)
+            if self.fsync:
+                fd = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            os.rename(source, final)
+        except OSError as error:
+            space = _space_error(error, f"storing output {digest}")
+            if space is not None:
+                raise space from None
+            if error.errno != errno.EXDEV:
+                raise
+            self._copy_variant(digest, source, final, mode)
+            os.unlink(source)
+            return
+        if self.fsync:
+            _fsync_dir(os.path.dirname(final))
+
+
+class _ShortRead(Exception):
+    """A content file is shorter than its digest says (lost or corrupted)."""
+
+
+class _TempFile:
+    """An upload in progress in ``temp_path`` (used from worker threads)."""
+
+    __slots__ = ("digest", "fd", "fsync", "path")
+
+    def __init__(self, path: str, fd: int, digest: Digest, fsync: bool) -> None:
+        self.path = path
+        self.fd: int | None = fd
+        self.digest = digest
+        self.fsync = fsync
+
+    def append(self, verifier: BlobVerifier, parts: list[bytes]) -> None:
+        for part in parts:
+            verifier.update(part)
+            self.append_verified(part)
+
+    def append_verified(self, data: bytes) -> None:
+        assert self.fd is not None
+        view = memoryview(data)
+        try:
+            while view:
+                written = os.write(self.fd, view)
+                view = view[written:]
+        except OSError as error:
+            raise (_space_error(error, f"writing blob {self.digest}") or error) from None
+
+    def commit(self, verifier: BlobVerifier, final: str, touched: list[str]) -> None:
+        verifier.finish()
+        self.commit_verified(final, _MODES[_PLAIN])
+        _touch_all(touched)
+
+    def commit_verified(self, final: str, mode: int) -> None:
+        assert self.fd is not None
+        try:
+            os.fchmod(self.fd, mode)
+            if self.fsync:
+                os.fsync(self.fd)
+            os.close(self.fd)
+            self.fd = None
+            os.rename(self.path, final)
+        except OSError as error:
+            raise (_space_error(error, f"writing blob {self.digest}") or error) from None
+        if self.fsync:
+            _fsync_dir(os.path.dirname(final))
+
+    def discard(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _read_range(path: str, offset: int, length: int) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = os.pread(fd, length, offset)
+    finally:
+        os.close(fd)
+    if len(data) != length:
+        raise _ShortRead(path)
+    return data
+
+
+def _open_checked(path: str, size: int) -> int:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    if os.fstat(fd).st_size != size:
+        os.close(fd)
+        raise _ShortRead(path)
+    return fd
+
+
+def _unlink_all(paths: list[str]) -> None:
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+def _touch_all(paths: list[str]) -> None:
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError, PermissionError):
+            os.utime(path)
+
+
+def _hash_file(path: str) -> Digest:
+    hasher = hashlib.sha256()
+    size = 0
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise InvalidArgument(f"output {path!r} is a symlink, not a regular file") from None
+        raise
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise InvalidArgument(f"output {path!r} is not a regular file")
+        while block := f.read(1 << 20):
+            hasher.update(block)
+            size += len(block)
+    return Digest(hasher.hexdigest(), size)
