@@ -98,7 +98,9 @@ class VerifyStoreSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TlsClientSpec:
-    ca_file: str = doc("PEM file of the CA that signed the server; empty = system roots.", default="")
+    ca_file: str = doc(
+        "PEM file of the CA that signed the server; empty = system roots.", default=""
+    )
     cert_file: str = doc("PEM client certificate for mutual TLS.", default="")
     key_file: str = doc("PEM key of cert_file.", default="")
 
@@ -120,7 +122,9 @@ class RetrySpec:
 class GrpcStoreSpec:
     endpoints: tuple[EndpointSpec, ...] = doc("Upstream endpoints, tried in order.")
     instance_name: str = doc("Instance name sent upstream.", default="")
-    store_type: Literal["cas", "ac"] = doc("Which upstream service this store reads.", default="cas")
+    store_type: Literal["cas", "ac"] = doc(
+        "Which upstream service this store reads.", default="cas"
+    )
     headers: dict[str, str] = doc(
         'Extra request headers, e.g. {"authorization": "Bearer ${TOKEN}"}.',
         default_factory=dict,
@@ -157,8 +161,13 @@ class SimpleSchedulerSpec:
         'How each platform key matches: "minimum" (numeric, reserved while running), '
         '"exact", "priority" (worker must have it) or "ignore". An action naming a key '
         "not listed here fails at once.",
-        default_factory=lambda: {"cpu_count": "minimum", "memory_kb": "minimum",
-                                 "OSFamily": "exact", "ISA": "exact", "pool": "exact"},
+        default_factory=lambda: {
+            "cpu_count": "minimum",
+            "memory_kb": "minimum",
+            "OSFamily": "exact",
+            "ISA": "exact",
+            "pool": "exact",
+        },
     )
     retain_completed_for_s: Seconds = doc(
         "How long a finished operation stays retrievable with WaitExecution.",
@@ -238,9 +247,7 @@ class SchedulerSpec:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PlatformPropertySpec:
     values: tuple[str, ...] = doc("Values this worker offers.", default=())
-    query_cmd: str = doc(
-        "Shell command run at start; each output line is one value.", default=""
-    )
+    query_cmd: str = doc("Shell command run at start; each output line is one value.", default="")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -259,8 +266,7 @@ class EnvironmentSource:
 class JobserverSpec:
     enabled: bool = doc("Give each action a private GNU make jobserver pool.", default=True)
     style: Literal["pipe", "fifo"] = doc(
-        '"pipe" works with make 3.8x-4.4, cargo and gcc; "fifo" for make >= 4.4 and '
-        "ninja 1.13.",
+        '"pipe" works with make 3.8x-4.4, cargo and gcc; "fifo" for make >= 4.4 and ninja 1.13.',
         default="pipe",
     )
 
@@ -283,8 +289,7 @@ class ResourceSpec:
         default=1.0,
     )
     memory_budget: ByteSize | Literal["auto"] = doc(
-        'Memory all running actions may reserve together; "auto" = 75% of RAM minus '
-        "memory_floor.",
+        'Memory all running actions may reserve together; "auto" = 75% of RAM minus memory_floor.',
         default="auto",
     )
     memory_floor: ByteSize = doc(
@@ -303,15 +308,12 @@ class ResourceSpec:
         "Memory reservations tried after successive kills.",
         default=(ByteSize(1 << 30), ByteSize(2 << 30), ByteSize(4 << 30), ByteSize(8 << 30)),
     )
-    max_steps: int = doc(
-        "Kills after which the action fails with RESOURCE_EXHAUSTED.", default=5
-    )
+    max_steps: int = doc("Kills after which the action fails with RESOURCE_EXHAUSTED.", default=5)
     sample_interval: Seconds = doc(
         "How often running actions' process trees are sampled.", default=Seconds(0.25)
     )
     live_memory_veto: bool = doc(
-        "Do not start an action while the host has less available memory than it "
-        "reserves.",
+        "Do not start an action while the host has less available memory than it reserves.",
         default=True,
     )
     learner: LearnerSpec = doc("Learned reservations.", default_factory=LearnerSpec)
@@ -343,15 +345,11 @@ class LocalWorkerSpec:
         "Longest timeout an action may ask for; longer requests are rejected.",
         default=Seconds(3600),
     )
-    default_timeout_s: Seconds = doc(
-        "Timeout of actions that set none.", default=Seconds(1200)
-    )
+    default_timeout_s: Seconds = doc("Timeout of actions that set none.", default=Seconds(1200))
     kill_grace_s: Seconds = doc(
         "Between SIGTERM and SIGKILL of an action's process group.", default=Seconds(2)
     )
-    entrypoint: tuple[str, ...] = doc(
-        "Command placed before each action's argv.", default=()
-    )
+    entrypoint: tuple[str, ...] = doc("Command placed before each action's argv.", default=())
     precondition_script: str = doc(
         "Run before each action; non-zero exit means backpressure (requeue).", default=""
     )
@@ -405,7 +403,9 @@ class ListenerSpec:
         '"host:port" to listen on, or "unix:/path" for a Unix socket (mode 0600).',
         default="127.0.0.1:50051",
     )
-    tls: TlsServerSpec | None = doc("TLS; required (or auth_token_file) off loopback.", default=None)
+    tls: TlsServerSpec | None = doc(
+        "TLS; required (or auth_token_file) off loopback.", default=None
+    )
     auth_token_file: str = doc(
         'File holding a bearer token clients must send as "authorization: Bearer <token>".',
         default="",

@@ -1,0 +1,15 @@
+"""lre's command line (typer). ``main`` is the ``lre`` console script.
+
+Command modules register on ``app`` (``lre.cli._app``) when imported here.
+"""
+
+from lre.cli import _config_cmd  # noqa: F401  (registers `lre config ...`)
+from lre.cli._app import app
+
+
+def main() -> None:
+    """Run the ``lre`` command line; exits the process with the command's status."""
+    app()
+
+
+__all__ = ["app", "main"]

@@ -1,0 +1,43 @@
+"""The root typer application; command modules register on ``app``.
+
+Each command module (``_config_cmd``, later ``_up``) imports ``app`` from here
+and adds its commands; ``lre/cli/__init__.py`` imports every command module so
+they are registered before ``main`` runs.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+import lre
+
+app = typer.Typer(
+    name="lre",
+    help="Local remote execution: a REAPI server, cache, scheduler and worker for one machine.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"lre {lre.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print the version and exit.",
+            callback=_print_version,
+            is_eager=True,
+        ),
+    ] = False,
+) -> None:
+    """Local remote execution for Bazel and Buck2."""

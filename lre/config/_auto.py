@@ -1,0 +1,145 @@
+"""Values written as ``"auto"``, worked out from the machine.
+
+The rules are small pure functions of measured facts (``HostFacts``), so they
+are easy to test and to document; ``resolve`` applies them to a config:
+
+- filesystem store ``max_bytes``: 25% of the free disk space at the nearest
+  existing parent of ``content_path``, at most 50 GiB, at least 64 MiB;
+- memory store ``max_bytes``: 1 GiB;
+- worker ``cpu_count``: the CPUs this process may run on
+  (``os.sched_getaffinity``, else ``os.cpu_count()``);
+- worker ``max_inflight_tasks``: the worker's (resolved) ``cpu_count``;
+- worker ``memory_budget``: 75% of physical RAM minus ``memory_floor``, at
+  least 1 GiB.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from lre.config._models import ByteSize, Config, EvictionPolicy, StoreSpec, WorkerSpec
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+FILESYSTEM_SHARE_OF_FREE_DISK = 0.25
+FILESYSTEM_MAX_BYTES_CAP = 50 * GIB
+FILESYSTEM_MAX_BYTES_FLOOR = 64 * MIB
+MEMORY_STORE_MAX_BYTES = 1 * GIB
+MEMORY_BUDGET_SHARE_OF_RAM = 0.75
+MEMORY_BUDGET_FLOOR = 1 * GIB
+
+
+@dataclass(frozen=True, slots=True)
+class HostFacts:
+    """What the ``"auto"`` rules need to know about the machine."""
+
+    cpu_count: int
+    total_memory: int
+    free_disk: Callable[[str], int]
+    """Free bytes on the filesystem holding a path (that may not exist yet)."""
+
+    @classmethod
+    def probe(cls) -> HostFacts:
+        """Measure this machine (CPU affinity, RAM via ``sysconf``, disk via ``shutil``)."""
+        affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        return cls(
+            cpu_count=auto_cpu_count(affinity, os.cpu_count()),
+            total_memory=physical_memory(),
+            free_disk=free_disk_at,
+        )
+
+
+def physical_memory() -> int:
+    """Bytes of RAM in the machine (``sysconf``; Linux and macOS)."""
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def auto_cpu_count(affinity: int | None, os_count: int | None) -> int:
+    """CPUs to use: the affinity mask's size if known, else the CPU count, else 1."""
+    return max(1, affinity or os_count or 1)
+
+
+def auto_filesystem_max_bytes(free_bytes: int) -> int:
+    """A filesystem store's cap: 25% of ``free_bytes``, within [64 MiB, 50 GiB]."""
+    share = int(free_bytes * FILESYSTEM_SHARE_OF_FREE_DISK)
+    return max(FILESYSTEM_MAX_BYTES_FLOOR, min(FILESYSTEM_MAX_BYTES_CAP, share))
+
+
+def auto_memory_budget(total_memory: int, memory_floor: int) -> int:
+    """Memory actions may reserve: 75% of RAM minus ``memory_floor``, at least 1 GiB."""
+    budget = int(total_memory * MEMORY_BUDGET_SHARE_OF_RAM) - memory_floor
+    return max(MEMORY_BUDGET_FLOOR, budget)
+
+
+def auto_max_inflight_tasks(cpu_count: int) -> int:
+    """Actions a worker runs at once: one per CPU it offers."""
+    return max(1, cpu_count)
+
+
+def nearest_existing_dir(path: str) -> str:
+    """``path`` or its nearest parent that exists (``"."``-relative paths too)."""
+    current = os.path.abspath(path)
+    while not os.path.isdir(current):
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    return current
+
+
+def free_disk_at(path: str) -> int:
+    """Free bytes on the filesystem that will hold ``path``."""
+    return shutil.disk_usage(nearest_existing_dir(path)).free
+
+
+def resolve(config: Config, host: HostFacts | None = None) -> Config:
+    """A copy of ``config`` with every ``"auto"`` replaced by its value.
+
+    ``host`` defaults to ``HostFacts.probe()``. Raises ``OSError`` only if the
+    machine cannot be measured (e.g. no parent of a content_path is readable).
+    """
+    facts = host if host is not None else HostFacts.probe()
+    return dataclasses.replace(
+        config,
+        stores=tuple(_resolve_store(store, facts) for store in config.stores),
+        workers=tuple(_resolve_worker(worker, facts) for worker in config.workers),
+    )
+
+
+def _resolve_store(store: StoreSpec, facts: HostFacts) -> StoreSpec:
+    if store.memory is not None and store.memory.eviction_policy.max_bytes == "auto":
+        policy = _with_max_bytes(store.memory.eviction_policy, MEMORY_STORE_MAX_BYTES)
+        memory = dataclasses.replace(store.memory, eviction_policy=policy)
+        return dataclasses.replace(store, memory=memory)
+    if store.filesystem is not None and store.filesystem.eviction_policy.max_bytes == "auto":
+        free = facts.free_disk(store.filesystem.content_path)
+        policy = _with_max_bytes(store.filesystem.eviction_policy, auto_filesystem_max_bytes(free))
+        filesystem = dataclasses.replace(store.filesystem, eviction_policy=policy)
+        return dataclasses.replace(store, filesystem=filesystem)
+    return store
+
+
+def _with_max_bytes(policy: EvictionPolicy, max_bytes: int) -> EvictionPolicy:
+    return dataclasses.replace(policy, max_bytes=ByteSize(max_bytes))
+
+
+def _resolve_worker(worker: WorkerSpec, facts: HostFacts) -> WorkerSpec:
+    local = worker.local
+    if local is None:
+        return worker
+    resources = local.resources
+    cpu_count = resources.cpu_count if resources.cpu_count != "auto" else facts.cpu_count
+    memory_budget = resources.memory_budget
+    if memory_budget == "auto":
+        memory_budget = ByteSize(auto_memory_budget(facts.total_memory, resources.memory_floor))
+    inflight = local.max_inflight_tasks
+    if inflight == "auto":
+        inflight = auto_max_inflight_tasks(cpu_count)
+    resources = dataclasses.replace(resources, cpu_count=cpu_count, memory_budget=memory_budget)
+    local = dataclasses.replace(local, resources=resources, max_inflight_tasks=inflight)
+    return dataclasses.replace(worker, local=local)
