@@ -1,0 +1,316 @@
+"""Periodic RSS and CPU sampling of every running action's whole process tree.
+
+Each action runs in its own session (``start_new_session=True``, so its leader's
+pid is also its session id and process group id). One *pass* lists ``/proc``
+once and reads ``/proc/<pid>/stat`` of processes that may belong to an action;
+a process whose session and process group are both unknown is remembered as
+foreign and not read again while its pid stays in the listing (a process can
+never move into another session, so it can never become a member; a new member
+always has a new pid). One stat read yields the session, process group, RSS
+and CPU times, so a pass costs one ``listdir`` plus one small read per member.
+
+Accounting per action:
+
+- RSS: sum of the members' resident pages (``stat`` field 24) times the page
+  size. Pages shared between members (fork, shared libraries) count once per
+  process, so the figure errs on the high side.
+- CPU: sum over live members of utime + stime + cutime + cstime, so children
+  already reaped by a member are included. The value never decreases (a member
+  that exited but is not yet reaped by its parent, or an orphan reparented
+  outside the tree, can make the sum dip; the dip is ignored), so CPU of
+  orphans is undercounted. Average CPU = CPU time / wall time since the leader
+  started (its ``stat`` start time).
+- A process that leaves both the session and the process group (``setsid``,
+  daemons) is no longer sampled.
+
+Call :meth:`ProcessTreeSampler.register` right after spawning (before the next
+pass): pids classified as foreign during the last two passes are re-checked on
+register, so a member seen just before its leader was registered is not lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import trio
+
+__all__ = ["ActionUsage", "ProcessTreeSampler", "SamplerStatistics"]
+
+log = logging.getLogger(__name__)
+
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True, slots=True)
+class ActionUsage:
+    """A frozen view of one action's sampled usage (for the TUI, results, learner).
+
+    ``average_millicpus`` is CPU time / wall time since the leader started, in thousandths
+    of a CPU (2000 = two cores busy on average). ``kill_line_bytes`` 0 = none.
+    """
+
+    action_id: str
+    leader_pid: int
+    rss_bytes: int
+    peak_rss_bytes: int
+    cpu_seconds: float
+    average_millicpus: int
+    processes: int
+    peak_processes: int
+    samples: int
+    wall_seconds: float
+    kill_line_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class SamplerStatistics:
+    """Cost of sampling: passes done and how long they took (seconds of CPU-bound work)."""
+
+    passes: int
+    actions: int
+    last_pass_seconds: float
+    max_pass_seconds: float
+    total_pass_seconds: float
+    last_pass_processes: int
+
+
+class _Tracked:
+    __slots__ = (
+        "action_id",
+        "cpu_ticks",
+        "kill_line",
+        "latched",
+        "leader",
+        "peak_processes",
+        "peak_rss_pages",
+        "processes",
+        "registered_at",
+        "rss_pages",
+        "samples",
+        "start_known",
+    )
+
+    def __init__(self, action_id: str, leader: int, kill_line: int) -> None:
+        self.action_id = action_id
+        self.leader = leader
+        self.kill_line = kill_line
+        self.latched = False
+        self.registered_at = time.monotonic()
+        self.rss_pages = 0
+        self.peak_rss_pages = 0
+        self.cpu_ticks = 0
+        self.processes = 0
+        self.peak_processes = 0
+        self.samples = 0
+        self.start_known = False
+
+    def start_from_boot_ticks(self, start_ticks: int) -> None:
+        """Date the action from its leader's start (stat field 22, ticks since boot),
+        so CPU burned before register is averaged over the right wall time."""
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - start_ticks / _CLOCK_TICKS
+        self.registered_at = min(self.registered_at, time.monotonic() - max(0.0, age))
+        self.start_known = True
+
+    def snapshot(self, now: float) -> ActionUsage:
+        wall = max(0.0, now - self.registered_at)
+        cpu = self.cpu_ticks / _CLOCK_TICKS
+        return ActionUsage(
+            action_id=self.action_id,
+            leader_pid=self.leader,
+            rss_bytes=self.rss_pages * _PAGE_SIZE,
+            peak_rss_bytes=self.peak_rss_pages * _PAGE_SIZE,
+            cpu_seconds=cpu,
+            average_millicpus=round(cpu / wall * 1000) if wall > 0 else 0,
+            processes=self.processes,
+            peak_processes=self.peak_processes,
+            samples=self.samples,
+            wall_seconds=wall,
+            kill_line_bytes=self.kill_line,
+        )
+
+
+OverLimitHook = Callable[[ActionUsage], object]
+
+
+class ProcessTreeSampler:
+    """Samples registered actions every ``interval`` seconds; start with ``nursery.start``.
+
+    ``on_over_limit`` is called (on the Trio thread, inside the pass) once when an
+    action's RSS first exceeds its kill line (reservation x kill factor, given to
+    :meth:`register` or :meth:`set_kill_line`); setting a new kill line re-arms
+    it. The hook should kill the action's process group and return quickly; an
+    exception it raises is logged and the pass goes on.
+    """
+
+    def __init__(
+        self, interval: float = 0.25, *, on_over_limit: OverLimitHook | None = None
+    ) -> None:
+        if interval <= 0:
+            raise ValueError(f"sample_interval must be > 0, got {interval}")
+        self.interval = interval
+        self._on_over_limit = on_over_limit
+        self._by_id: dict[str, _Tracked] = {}
+        self._by_leader: dict[int, _Tracked] = {}
+        # pid -> number of the pass that classified it as belonging to no action
+        self._foreign: dict[int, int] = {}
+        self._pass_no = 0
+        self._last_pass = 0.0
+        self._max_pass = 0.0
+        self._total_pass = 0.0
+        self._last_processes = 0
+
+    # ------------------------------------------------------------------ registration
+
+    def register(self, action_id: str, leader_pid: int, *, kill_line_bytes: int = 0) -> None:
+        """Start sampling the session/process group led by ``leader_pid``.
+
+        Raises ``ValueError`` if ``action_id`` or ``leader_pid`` is already registered.
+        """
+        if action_id in self._by_id:
+            raise ValueError(f"action {action_id!r} is already sampled")
+        if leader_pid in self._by_leader:
+            raise ValueError(f"process group {leader_pid} is already sampled")
+        tracked = _Tracked(action_id, leader_pid, kill_line_bytes)
+        self._by_id[action_id] = tracked
+        self._by_leader[leader_pid] = tracked
+        recent = self._pass_no - 1
+        self._foreign = {pid: n for pid, n in self._foreign.items() if n < recent}
+
+    def set_kill_line(self, action_id: str, kill_line_bytes: int) -> None:
+        """Change an action's kill line (0 = none) and re-arm the hook."""
+        tracked = self._by_id[action_id]
+        tracked.kill_line = kill_line_bytes
+        tracked.latched = False
+
+    def unregister(self, action_id: str) -> ActionUsage | None:
+        """Stop sampling; returns the last snapshot (None if not registered)."""
+        tracked = self._by_id.pop(action_id, None)
+        if tracked is None:
+            return None
+        self._by_leader.pop(tracked.leader, None)
+        return tracked.snapshot(time.monotonic())
+
+    # ------------------------------------------------------------------ reading
+
+    def snapshot(self, action_id: str) -> ActionUsage | None:
+        tracked = self._by_id.get(action_id)
+        return None if tracked is None else tracked.snapshot(time.monotonic())
+
+    def snapshots(self) -> tuple[ActionUsage, ...]:
+        now = time.monotonic()
+        return tuple(t.snapshot(now) for t in self._by_id.values())
+
+    def statistics(self) -> SamplerStatistics:
+        return SamplerStatistics(
+            passes=self._pass_no,
+            actions=len(self._by_id),
+            last_pass_seconds=self._last_pass,
+            max_pass_seconds=self._max_pass,
+            total_pass_seconds=self._total_pass,
+            last_pass_processes=self._last_processes,
+        )
+
+    # ------------------------------------------------------------------ sampling
+
+    def sample_once(self) -> float:
+        """Run one pass now; returns its duration in seconds. Never raises for
+        processes that vanish mid-pass (they are simply not counted)."""
+        started = time.perf_counter()
+        self._pass_no += 1
+        pass_no = self._pass_no
+        leaders = self._by_leader
+        old_foreign = self._foreign
+        foreign: dict[int, int] = {}
+        sums: dict[int, list[int]] = {leader: [0, 0, 0] for leader in leaders}
+        members = 0
+        try:
+            names = os.listdir("/proc")
+        except OSError:  # pragma: no cover - /proc unavailable
+            log.exception("sampler: cannot list /proc")
+            names = []
+        for name in names:
+            if not name.isdigit():
+                continue
+            pid = int(name)
+            seen = old_foreign.get(pid)
+            if seen is not None:
+                foreign[pid] = seen
+                continue
+            try:
+                fd = os.open(f"/proc/{name}/stat", os.O_RDONLY)
+            except OSError:
+                continue
+            try:
+                data = os.read(fd, 1024)
+            except OSError:
+                continue
+            finally:
+                os.close(fd)
+            fields = data[data.rfind(b")") + 2 :].split()
+            if len(fields) < 22:
+                continue
+            sid = int(fields[3])
+            acc = sums.get(sid)
+            if acc is None:
+                acc = sums.get(int(fields[2]))
+                if acc is None:
+                    foreign[pid] = pass_no
+                    continue
+            acc[1] += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
+            if fields[0] != b"Z":  # a zombie holds no memory and runs nothing
+                acc[0] += int(fields[21])
+                acc[2] += 1
+                members += 1
+            if pid in leaders:
+                tracked = leaders[pid]
+                if not tracked.start_known:
+                    tracked.start_from_boot_ticks(int(fields[19]))
+        self._foreign = foreign
+        over: list[ActionUsage] = []
+        now = time.monotonic()
+        for leader, (rss, ticks, count) in sums.items():
+            tracked = leaders[leader]
+            tracked.samples += 1
+            tracked.rss_pages = rss
+            tracked.processes = count
+            if rss > tracked.peak_rss_pages:
+                tracked.peak_rss_pages = rss
+            if count > tracked.peak_processes:
+                tracked.peak_processes = count
+            if ticks > tracked.cpu_ticks:
+                tracked.cpu_ticks = ticks
+            if tracked.kill_line and not tracked.latched and rss * _PAGE_SIZE > tracked.kill_line:
+                tracked.latched = True
+                over.append(tracked.snapshot(now))
+        elapsed = time.perf_counter() - started
+        self._last_pass = elapsed
+        self._max_pass = max(self._max_pass, elapsed)
+        self._total_pass += elapsed
+        self._last_processes = members
+        hook = self._on_over_limit
+        if hook is not None:
+            for usage in over:
+                try:
+                    hook(usage)
+                except Exception:
+                    log.exception("sampler: over-limit hook failed for %s", usage.action_id)
+        return elapsed
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Sample every ``interval`` until cancelled; passes are skipped while no
+        action is registered, and a late pass does not cause a burst of catch-up passes."""
+        task_status.started()
+        deadline = trio.current_time()
+        while True:
+            if self._by_id:
+                self.sample_once()
+            deadline += self.interval
+            now = trio.current_time()
+            if deadline < now:
+                deadline = now
+            await trio.sleep_until(deadline)

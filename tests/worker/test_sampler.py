@@ -1,0 +1,184 @@
+"""ProcessTreeSampler against real process trees."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+import trio
+
+from lre.worker._sampler import ActionUsage, ProcessTreeSampler
+
+MiB = 1 << 20
+
+# A parent that starts ``children`` copies of itself; each process holds ``mb`` MiB
+# of touched memory, optionally burns CPU for ``burn`` seconds, prints "ready", sleeps.
+TREE = r"""
+import os, subprocess, sys, time
+mb, children, burn = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+argv = [sys.executable, "-c", CODE, str(mb), "0", str(burn)]
+kids = [subprocess.Popen(argv, stdout=subprocess.PIPE) for _ in range(children)]
+for k in kids:
+    k.stdout.readline()
+block = bytearray(mb << 20)
+for i in range(0, len(block), 4096):
+    block[i] = 1
+end = time.monotonic() + burn
+while time.monotonic() < end:
+    pass
+print("ready", flush=True)
+time.sleep(60)
+"""
+CODE = "CODE = " + repr(TREE) + "\n" + TREE
+
+
+@contextmanager
+def process_tree(mb: int, children: int, burn: float = 0.0) -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CODE, str(mb), str(children), str(burn)],
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == b"ready"
+        yield proc
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=10)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def test_one_pass_sums_the_whole_tree() -> None:
+    sampler = ProcessTreeSampler()
+    with process_tree(mb=40, children=2) as proc:
+        sampler.register("a1", proc.pid)
+        sampler.sample_once()
+        usage = sampler.snapshot("a1")
+        assert usage is not None
+        assert usage.processes == 3
+        assert usage.rss_bytes >= 3 * 40 * MiB
+        assert usage.rss_bytes < 3 * 40 * MiB + 3 * 60 * MiB
+        assert usage.peak_rss_bytes == usage.rss_bytes
+        assert usage.samples == 1
+    # once the tree is gone the current values drop, the peak stays
+    sampler.sample_once()
+    after = sampler.unregister("a1")
+    assert after is not None
+    assert after.processes == 0 and after.rss_bytes == 0
+    assert after.peak_rss_bytes == usage.peak_rss_bytes
+    assert after.peak_processes == 3
+    assert sampler.unregister("a1") is None
+
+
+def test_cpu_time_and_average() -> None:
+    sampler = ProcessTreeSampler()
+    with process_tree(mb=1, children=1, burn=0.4) as proc:
+        sampler.register("busy", proc.pid)
+        sampler.sample_once()
+        usage = sampler.snapshot("busy")
+    assert usage is not None
+    # two processes each burned ~0.4 s before "ready" (plus interpreter start-up)
+    assert 0.6 <= usage.cpu_seconds <= 3.0
+    assert usage.average_millicpus > 0
+    assert sampler.statistics().passes == 1
+
+
+def test_actions_are_kept_apart_and_unrelated_processes_ignored() -> None:
+    sampler = ProcessTreeSampler()
+    with process_tree(mb=30, children=0) as a, process_tree(mb=5, children=1) as b:
+        sampler.register("a", a.pid)
+        sampler.register("b", b.pid)
+        sampler.sample_once()
+        ua, ub = sampler.snapshot("a"), sampler.snapshot("b")
+        assert ua is not None and ub is not None
+        assert (ua.processes, ub.processes) == (1, 2)
+        assert ua.rss_bytes > 30 * MiB
+        assert ub.rss_bytes < ua.rss_bytes
+        assert {u.action_id for u in sampler.snapshots()} == {"a", "b"}
+        with pytest.raises(ValueError, match="already"):
+            sampler.register("a", 1)
+
+
+def test_process_seen_before_register_is_still_sampled() -> None:
+    sampler = ProcessTreeSampler()
+    sampler.register("other", os.getpid())  # make passes run with something registered
+    with process_tree(mb=20, children=1) as proc:
+        sampler.sample_once()  # the new tree is classified foreign here
+        sampler.register("late", proc.pid)
+        sampler.sample_once()
+        usage = sampler.snapshot("late")
+        assert usage is not None and usage.processes == 2
+
+
+async def test_run_task_kills_over_the_line() -> None:
+    seen: list[ActionUsage] = []
+    killed = trio.Event()
+
+    def kill(usage: ActionUsage) -> None:
+        seen.append(usage)
+        os.killpg(usage.leader_pid, signal.SIGKILL)
+        killed.set()
+
+    sampler = ProcessTreeSampler(0.05, on_over_limit=kill)
+    with process_tree(mb=60, children=0) as proc:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(sampler.run)
+            sampler.register("fat", proc.pid, kill_line_bytes=300 * MiB)
+            await trio.sleep(0.2)
+            assert seen == []  # under the line
+            sampler.set_kill_line("fat", 30 * MiB)
+            with trio.fail_after(5):
+                await killed.wait()
+            await trio.to_thread.run_sync(proc.wait, 5)
+            nursery.cancel_scope.cancel()
+        assert proc.returncode == -signal.SIGKILL
+    assert len(seen) == 1
+    assert seen[0].rss_bytes > 30 * MiB
+    assert seen[0].kill_line_bytes == 30 * MiB
+    stats = sampler.statistics()
+    assert stats.passes >= 4
+    assert stats.max_pass_seconds < 0.25
+
+
+def test_hook_errors_do_not_stop_the_pass() -> None:
+    def broken(usage: ActionUsage) -> None:
+        raise RuntimeError("boom")
+
+    sampler = ProcessTreeSampler(on_over_limit=broken)
+    with process_tree(mb=10, children=0) as proc:
+        sampler.register("x", proc.pid, kill_line_bytes=1)
+        sampler.sample_once()
+        sampler.sample_once()
+        usage = sampler.snapshot("x")
+        assert usage is not None and usage.samples == 2
+
+
+def test_interval_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="sample_interval"):
+        ProcessTreeSampler(0)
+
+
+def test_foreign_cache_keeps_finding_members() -> None:
+    sampler = ProcessTreeSampler()
+    with process_tree(mb=5, children=1) as proc:
+        sampler.register("t", proc.pid)
+        sampler.sample_once()  # fills the foreign cache with every other process
+        started = time.perf_counter()
+        for _ in range(10):
+            sampler.sample_once()
+        elapsed = time.perf_counter() - started
+        usage = sampler.snapshot("t")
+        assert usage is not None and usage.samples == 11 and usage.processes == 2
+        assert sampler.statistics().last_pass_processes == 2
+    assert elapsed < 1.0
