@@ -1,0 +1,89 @@
+"""The scheduler: operations, queue, matching, reservations and dedup.
+
+Pure Trio, no gRPC. Clients (the Execution and Operations services) call
+``Scheduler.submit`` / ``watch`` / ``get_operation`` / ``list_operations`` /
+``cancel`` / ``delete``; in-process workers call ``register_worker`` /
+``lease`` / ``report`` / ``heartbeat`` / ``set_draining`` /
+``unregister_worker``; the TUI and /metrics read ``statistics()``.
+
+CPU is counted in thousandths ("millicpus") everywhere inside lre; the only
+conversion from the clients' whole-CPU ``cpu_count`` is in ``_units``.
+"""
+
+from lre.scheduler._kind import kind_key
+from lre.scheduler._lease import CancelSignal, Lease
+from lre.scheduler._matching import (
+    Requirements,
+    apply_modifications,
+    explain_unsatisfiable,
+    matches_statically,
+    platform_of,
+    requirements_of,
+)
+from lre.scheduler._model import (
+    ActionKey,
+    Backpressure,
+    Completed,
+    InfrastructureFailure,
+    MemoryExceeded,
+    OperationSnapshot,
+    Outcome,
+    RequestInfo,
+    Reservation,
+    ResourcePolicy,
+    Stage,
+    Usage,
+    WorkerInfo,
+)
+from lre.scheduler._names import new_operation_name, parse_operation_name
+from lre.scheduler._protocols import ActionResultReader, ReservationAdvisor
+from lre.scheduler._scheduler import OperationWatch, Scheduler
+from lre.scheduler._statistics import LeaseStatistics, SchedulerStatistics, WorkerStatistics
+from lre.scheduler._units import (
+    CPU_PROPERTY,
+    MEMORY_PROPERTY,
+    bytes_from_memory_kb,
+    cpu_count_text,
+    memory_text,
+    millicpus_from_cpu_count,
+)
+
+__all__ = [
+    "CPU_PROPERTY",
+    "MEMORY_PROPERTY",
+    "ActionKey",
+    "ActionResultReader",
+    "Backpressure",
+    "CancelSignal",
+    "Completed",
+    "InfrastructureFailure",
+    "Lease",
+    "LeaseStatistics",
+    "MemoryExceeded",
+    "OperationSnapshot",
+    "OperationWatch",
+    "Outcome",
+    "RequestInfo",
+    "Requirements",
+    "Reservation",
+    "ReservationAdvisor",
+    "ResourcePolicy",
+    "Scheduler",
+    "SchedulerStatistics",
+    "Stage",
+    "Usage",
+    "WorkerInfo",
+    "WorkerStatistics",
+    "apply_modifications",
+    "bytes_from_memory_kb",
+    "cpu_count_text",
+    "explain_unsatisfiable",
+    "kind_key",
+    "matches_statically",
+    "memory_text",
+    "millicpus_from_cpu_count",
+    "new_operation_name",
+    "parse_operation_name",
+    "platform_of",
+    "requirements_of",
+]
