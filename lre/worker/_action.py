@@ -1,0 +1,316 @@
+"""One leased action, end to end: stage, run, collect, cache, describe.
+
+``ActionRunner.run(lease)`` never raises for problems of the action or of
+lre; it returns the ``Outcome`` to report:
+
+- ``Completed`` when the action ran (any exit code; ``DeadlineExceeded``
+  with the partial result on timeout), and also when the request itself is
+  unusable (invalid names, missing blobs, a symlink the policy refuses):
+  those end the operation with that error and are not retried.
+- ``MemoryExceeded`` when the sampler killed it for outgrowing its reservation.
+- ``InfrastructureFailure`` when lre failed (disk full, unexpected errors)
+  or the lease was cancelled.
+
+Only ``trio.Cancelled`` from an enclosing scope (worker shutdown) propagates,
+after the process group is killed and reaped.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import trio
+
+from lre.cas._protocol import BlobStore
+from lre.config._models import LocalWorkerSpec
+from lre.digest import Digest
+from lre.errors import Cancelled, DeadlineExceeded, Internal, LreError
+from lre.proto import re_pb2
+from lre.scheduler._lease import Lease
+from lre.scheduler._model import Completed, InfrastructureFailure, Outcome, Usage
+from lre.worker._command import PreparedCommand, prepare_command
+from lre.worker._input_tree import fetch_input_tree
+from lre.worker._jobserver import JobserverPool, jobserver_tokens
+from lre.worker._metadata import Timeline, resource_usage_any
+from lre.worker._outputs import FoundFile, FoundOutputs, hash_file, scan_outputs
+from lre.worker._process import ProcessOutcome, run_process
+from lre.worker._staging import stage_inputs
+from lre.worker._upload import Adopter, upload_outputs
+from lre.worker._workdir import WorkDirectory
+
+log = logging.getLogger(__name__)
+
+#: Largest stdout/stderr/output file inlined into a result on request.
+INLINE_LIMIT = 1 << 20
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+class ActionResultWriter(Protocol):
+    """Where results are cached. ``update_result`` raises what its store raises."""
+
+    async def update_result(self, digest: Digest, result: re_pb2.ActionResult) -> object: ...
+
+
+@dataclass(slots=True)
+class RunStats:
+    """What the runner measured for one action (for the TUI and tests)."""
+
+    staged_files: int = 0
+    linked_files: int = 0
+    timeline: Timeline = field(default_factory=Timeline)
+
+
+class ActionRunner:
+    """Runs leased actions for one worker.
+
+    ``link_source`` (a filesystem store's ``path_for_link``) lets inputs be
+    hardlinked; ``adopt`` (its ``adopt_file``) lets outputs be moved into
+    the CAS. ``action_cache`` receives results per the worker's policy.
+    """
+
+    def __init__(
+        self,
+        spec: LocalWorkerSpec,
+        workdir: WorkDirectory,
+        store: BlobStore,
+        *,
+        action_cache: ActionResultWriter | None = None,
+        link_source: Callable[[Digest, bool], Path | None] | None = None,
+        adopt: Adopter | None = None,
+    ) -> None:
+        self.spec = spec
+        self.workdir = workdir
+        self.store = store
+        self.action_cache = action_cache
+        self.link_source = link_source
+        self.adopt = adopt
+        self.allow_escaping_symlinks = spec.symlink_policy == "allow"
+
+    async def run(self, lease: Lease) -> Outcome:
+        """Run one attempt of ``lease``'s action and return its outcome."""
+        timeline = Timeline(queued=lease.queued_at)
+        timeline.mark("worker_start")
+        action_dir = self.workdir.new_action_dir(_UNSAFE.sub("_", lease.lease_id) or "action")
+        try:
+            with trio.CancelScope() as scope:
+                lease.on_cancel(scope.cancel)
+                return await self._run(lease, action_dir, timeline)
+            return InfrastructureFailure(
+                Cancelled(
+                    f"operation {lease.operation_name}: cancelled "
+                    f"({lease.cancel_signal.reason or 'no reason given'})"
+                )
+            )
+        except LreError as error:
+            return self._failed(lease, timeline, error)
+        except OSError as error:
+            log.exception("worker %s: action %s failed", self.spec.name, lease.operation_name)
+            return InfrastructureFailure(
+                Internal(f"worker {self.spec.name}: {error.strerror or error}")
+            )
+        finally:
+            with trio.CancelScope(shield=True):
+                try:
+                    await trio.to_thread.run_sync(self.workdir.remove_action_dir, action_dir)
+                except OSError:
+                    log.exception("worker %s: could not remove %s", self.spec.name, action_dir)
+
+    def _failed(self, lease: Lease, timeline: Timeline, error: LreError) -> Outcome:
+        """A request lre cannot run: final, with a result carrying metadata."""
+        timeline.mark("worker_completed")
+        result = re_pb2.ActionResult(execution_metadata=timeline.to_proto(self.spec.name))
+        return Completed(result, error=error, message=error.message)
+
+    async def _run(self, lease: Lease, action_dir: Path, timeline: Timeline) -> Outcome:
+        root = action_dir / "root"
+        os.mkdir(root, 0o755)
+        timeline.mark("input_fetch_start")
+        prepared = prepare_command(
+            lease.command,
+            entrypoint=self.spec.entrypoint,
+            additional_environment=self.spec.additional_environment,
+            platform=lease.platform,
+            timeout_s=lease.timeout_s,
+            input_root=root,
+            default_path=self.spec.default_path,
+        )
+        input_root = Digest.from_proto(
+            lease.action.input_root_digest, field="Action.input_root_digest"
+        )
+        tree = await fetch_input_tree(
+            self.store, input_root, allow_escaping_symlinks=self.allow_escaping_symlinks
+        )
+        parents = [request.relative for request in prepared.outputs]
+        if prepared.working_directory:
+            parents.append(prepared.working_directory + "/.")
+        await stage_inputs(
+            self.store, tree, root, output_parents=parents, link_source=self.link_source
+        )
+        timeline.mark("input_fetch_completed")
+
+        stdout_path = action_dir / "stdout"
+        stderr_path = action_dir / "stderr"
+        process = await self._execute(lease, prepared, root, stdout_path, stderr_path, timeline)
+
+        timeline.mark("output_upload_start")
+        found = await trio.to_thread.run_sync(
+            lambda: scan_outputs(
+                root, prepared.outputs, allow_escaping_symlinks=self.allow_escaping_symlinks
+            )
+        )
+        stdout = await trio.to_thread.run_sync(hash_file, stdout_path)
+        stderr = await trio.to_thread.run_sync(hash_file, stderr_path)
+        logs = [
+            FoundFile(stdout_path, stdout[0], False, stdout[1]),
+            FoundFile(stderr_path, stderr[0], False, stderr[1]),
+        ]
+        inline = self._inline_files(lease, found)
+        all_files = [f for _, f in found.files] + found.tree_files + logs
+        await upload_outputs(self.store, all_files, found.blobs, adopt=self.adopt)
+        timeline.mark("output_upload_completed")
+
+        result = self._result(lease, found, logs, inline, process)
+        usage = Usage(
+            peak_rss_bytes=process.max_rss_bytes,
+            cpu_seconds=process.cpu_seconds,
+            wall_seconds=process.ended_at - process.started_at,
+        )
+        error: LreError | None = None
+        message = ""
+        if process.timed_out:
+            error = DeadlineExceeded(
+                f"action timed out after {lease.timeout_s:g} s (stdout/stderr are partial)"
+            )
+            message = error.message
+        elif process.signal is not None:
+            message = f"action {process.describe}"
+        timeline.mark("worker_completed")
+        result.execution_metadata.CopyFrom(timeline.to_proto(self.spec.name))
+        result.execution_metadata.auxiliary_metadata.append(
+            resource_usage_any(
+                peak_rss_bytes=process.max_rss_bytes,
+                cpu_seconds=process.cpu_seconds,
+                reserved_millicpus=lease.reservation.millicpus,
+                reserved_memory_bytes=lease.reservation.memory_bytes,
+                ladder_step=lease.ladder_step,
+                attempt=lease.attempt,
+                samples=0,
+            )
+        )
+        await self._cache(lease, result, error)
+        return Completed(result, error=error, message=message, usage=usage)
+
+    async def _execute(
+        self,
+        lease: Lease,
+        prepared: PreparedCommand,
+        root: Path,
+        stdout_path: Path,
+        stderr_path: Path,
+        timeline: Timeline,
+    ) -> ProcessOutcome:
+        env = prepared.env
+        pool: JobserverPool | None = None
+        if self.spec.jobserver.enabled:
+            pool = JobserverPool(
+                jobserver_tokens(lease.reservation.millicpus),
+                style=self.spec.jobserver.style,
+                fifo_dir=str(stdout_path.parent),
+                name=lease.operation_name,
+            )
+            env = pool.environment(env)
+        try:
+            timeline.mark("execution_start")
+            process = await run_process(
+                prepared.argv,
+                cwd=prepared.cwd(root),
+                env=env,
+                stdout_path=stdout_path,
+                stderr_path=stderr_path,
+                timeout=lease.timeout_s,
+                kill_grace=self.spec.kill_grace_s,
+                pass_fds=pool.pass_fds if pool is not None else (),
+            )
+            timeline.mark("execution_completed")
+        finally:
+            if pool is not None:
+                pool.close()
+        return process
+
+    def _inline_files(self, lease: Lease, found: FoundOutputs) -> set[str]:
+        wanted = set(lease.inline_output_files)
+        return {
+            name
+            for name, item in found.files
+            if name in wanted and item.data is not None and len(item.data) <= INLINE_LIMIT
+        }
+
+    def _result(
+        self,
+        lease: Lease,
+        found: FoundOutputs,
+        logs: list[FoundFile],
+        inline: set[str],
+        process: ProcessOutcome,
+    ) -> re_pb2.ActionResult:
+        result = re_pb2.ActionResult(exit_code=process.exit_code)
+        for name, item in found.files:
+            output = result.output_files.add(
+                path=name, digest=item.digest.to_proto(), is_executable=item.executable
+            )
+            if name in inline and item.data is not None:
+                output.contents = item.data
+        for name, tree_digest, root_digest in found.directories:
+            result.output_directories.add(
+                path=name,
+                tree_digest=tree_digest.to_proto(),
+                is_topologically_sorted=True,
+                root_directory_digest=root_digest.to_proto(),
+            )
+        for name, target, kind in found.symlinks:
+            result.output_symlinks.add(path=name, target=target)
+            legacy = (
+                result.output_directory_symlinks
+                if kind == "directory"
+                else result.output_file_symlinks
+            )
+            legacy.add(path=name, target=target)
+        stdout, stderr = logs
+        result.stdout_digest.CopyFrom(stdout.digest.to_proto())
+        result.stderr_digest.CopyFrom(stderr.digest.to_proto())
+        limit = self.spec.upload_action_result.max_inline_bytes
+        for item, asked, field_name in (
+            (stdout, lease.inline_stdout, "stdout_raw"),
+            (stderr, lease.inline_stderr, "stderr_raw"),
+        ):
+            size = item.digest.size_bytes
+            if (
+                item.data is not None
+                and size
+                and ((asked and size <= INLINE_LIMIT) or size <= limit)
+            ):
+                setattr(result, field_name, item.data)
+        return result
+
+    async def _cache(
+        self, lease: Lease, result: re_pb2.ActionResult, error: LreError | None
+    ) -> None:
+        strategy = self.spec.upload_action_result.upload_ac_results_strategy
+        if self.action_cache is None or lease.do_not_cache or strategy == "never":
+            return
+        if error is not None:
+            return
+        if strategy == "success_only" and result.exit_code != 0:
+            return
+        try:
+            await self.action_cache.update_result(lease.action_key.action_digest, result)
+        except LreError:
+            log.exception(
+                "worker %s: could not cache result of %s", self.spec.name, lease.operation_name
+            )

@@ -1,0 +1,187 @@
+"""Fetching and validating an action's input tree.
+
+``fetch_input_tree(store, root_digest)`` reads the root ``Directory`` and
+every directory below it from the CAS, one tree level at a time with all
+reads of a level in flight together, validates each one, and returns a flat
+``InputTree`` plan that staging turns into files on disk.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import trio
+from google.protobuf.message import DecodeError
+
+from lre.cas._protocol import BlobStore
+from lre.digest import Digest
+from lre.errors import InvalidArgument, MissingBlobs, NotFound
+from lre.proto import re_pb2
+
+
+@dataclass(frozen=True, slots=True)
+class InputFile:
+    path: str  # relative to the input root, "/"-separated
+    digest: Digest
+    executable: bool
+
+
+@dataclass(frozen=True, slots=True)
+class InputSymlink:
+    path: str
+    target: str
+
+
+@dataclass(slots=True)
+class InputTree:
+    """Everything below an input root, parents before children."""
+
+    directories: list[str] = field(default_factory=list)  # relative paths, root excluded
+    files: list[InputFile] = field(default_factory=list)
+    symlinks: list[InputSymlink] = field(default_factory=list)
+    directory_count: int = 0
+
+
+def check_directory(directory: re_pb2.Directory, digest: Digest) -> None:
+    """Validate the entry names of one ``Directory``.
+
+    Raises ``InvalidArgument`` naming ``digest`` and the entry when a name is
+    empty, ``.`` or ``..``, contains ``/`` or NUL, appears twice (across
+    files, directories and symlinks) or when a list is not sorted by name.
+    """
+    seen: set[str] = set()
+    for kind, nodes in (
+        ("files", directory.files),
+        ("directories", directory.directories),
+        ("symlinks", directory.symlinks),
+    ):
+        previous: str | None = None
+        for node in nodes:
+            name = node.name
+            if name in ("", ".", "..") or "/" in name or "\x00" in name:
+                raise InvalidArgument(
+                    f"input Directory {digest}: {kind} entry name {name!r} is not a valid "
+                    "file name (empty, '.', '..', or containing '/' or NUL)"
+                )
+            if name in seen:
+                raise InvalidArgument(
+                    f"input Directory {digest}: name {name!r} appears more than once"
+                )
+            if previous is not None and name < previous:
+                raise InvalidArgument(
+                    f"input Directory {digest}: {kind} are not sorted by name "
+                    f"({previous!r} before {name!r})"
+                )
+            seen.add(name)
+            previous = name
+
+
+def check_symlink_target(path: str, target: str, *, allow_escaping: bool) -> None:
+    """Refuse a symlink at ``path`` (relative to the root) whose target is
+    absolute or climbs out of the root, unless ``allow_escaping``.
+
+    Raises ``InvalidArgument`` naming the path and target.
+    """
+    if target == "" or "\x00" in target:
+        raise InvalidArgument(f"input symlink {path!r}: target {target!r} is empty or has NUL")
+    if allow_escaping:
+        return
+    if target.startswith("/"):
+        raise InvalidArgument(
+            f"input symlink {path!r}: absolute target {target!r} is refused "
+            "(symlink_policy is reject)"
+        )
+    joined = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
+    if joined == ".." or joined.startswith("../"):
+        raise InvalidArgument(
+            f"input symlink {path!r}: target {target!r} points outside the input root "
+            "(symlink_policy is reject)"
+        )
+
+
+async def read_blob(store: BlobStore, digest: Digest) -> bytes:
+    """The whole content of a (small) blob. Raises ``NotFound`` when absent."""
+    parts = [chunk async for chunk in store.read(digest)]
+    return b"".join(parts)
+
+
+async def fetch_directories(store: BlobStore, digests: Sequence[Digest]) -> dict[Digest, bytes]:
+    """Read several Directory blobs concurrently.
+
+    Raises ``MissingBlobs`` listing every digest that is absent.
+    """
+    found: dict[Digest, bytes] = {}
+    missing: list[Digest] = []
+
+    async def one(digest: Digest) -> None:
+        try:
+            found[digest] = await read_blob(store, digest)
+        except NotFound:
+            missing.append(digest)
+
+    if len(digests) == 1:
+        await one(digests[0])
+    else:
+        async with trio.open_nursery() as nursery:
+            for digest in digests:
+                nursery.start_soon(one, digest)
+    if missing:
+        raise MissingBlobs([d.subject for d in sorted(missing)])
+    return found
+
+
+async def fetch_input_tree(
+    store: BlobStore, root_digest: Digest, *, allow_escaping_symlinks: bool = False
+) -> InputTree:
+    """Read and validate the whole input tree under ``root_digest``.
+
+    Raises ``MissingBlobs`` when a Directory blob is absent,
+    ``InvalidArgument`` when a blob does not parse as a Directory, a name is
+    invalid (see ``check_directory``) or a symlink escapes the root (see
+    ``check_symlink_target``).
+    """
+    tree = InputTree()
+    parsed: dict[Digest, re_pb2.Directory] = {}
+    level: list[tuple[str, Digest]] = [("", root_digest)]
+    while level:
+        wanted = sorted({digest for _, digest in level if digest not in parsed})
+        if wanted:
+            blobs = await fetch_directories(store, wanted)
+            for digest in wanted:
+                directory = re_pb2.Directory()
+                try:
+                    directory.ParseFromString(blobs[digest])
+                except DecodeError:
+                    raise InvalidArgument(
+                        f"input Directory {digest}: blob does not parse as a Directory"
+                    ) from None
+                check_directory(directory, digest)
+                parsed[digest] = directory
+        next_level: list[tuple[str, Digest]] = []
+        for prefix, digest in level:
+            directory = parsed[digest]
+            tree.directory_count += 1
+            for file_node in directory.files:
+                tree.files.append(
+                    InputFile(
+                        prefix + file_node.name,
+                        Digest.from_proto(
+                            file_node.digest, field=f"input file {prefix + file_node.name!r}"
+                        ),
+                        file_node.is_executable,
+                    )
+                )
+            for link in directory.symlinks:
+                path = prefix + link.name
+                check_symlink_target(path, link.target, allow_escaping=allow_escaping_symlinks)
+                tree.symlinks.append(InputSymlink(path, link.target))
+            for dir_node in directory.directories:
+                path = prefix + dir_node.name
+                tree.directories.append(path)
+                next_level.append(
+                    (path + "/", Digest.from_proto(dir_node.digest, field=f"input dir {path!r}"))
+                )
+        level = next_level
+    return tree

@@ -1,0 +1,245 @@
+"""Running one action's process tree and making sure none of it survives.
+
+``run_process`` starts the command in a new session (so its own process
+group), with stdin from /dev/null and stdout/stderr written to files, and on
+Linux with a parent-death signal (SIGKILL) so the leader dies if lre dies.
+When the leader exits the whole group is SIGKILLed before the leader is
+reaped (its zombie keeps the group id reserved, so the signal cannot reach a
+stranger), which kills anything it left running in the background. On
+timeout or cancellation the group gets SIGTERM, then SIGKILL after
+``kill_grace`` seconds, and is reaped the same way.
+
+Processes that leave the group (``setsid``/``setpgid``) escape the group
+kill; the sampler's process-tree view is the place to catch those.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import trio
+
+from lre.errors import InvalidArgument
+from lre.worker._oom import OomCounters
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _load_prctl() -> Callable[[int, int, int, int, int], int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    return prctl
+
+
+_PRCTL = _load_prctl()
+
+
+def _death_signal_hook(parent_pid: int) -> Callable[[], None] | None:
+    """A preexec hook that asks for SIGKILL when the parent dies.
+
+    It only calls an already-resolved C function and ``os.getppid`` (no
+    imports, no allocation-heavy work), so it is safe in the forked child.
+    Exits at once if the parent already died before the request took hold.
+    """
+    prctl = _PRCTL
+    if prctl is None:
+        return None
+
+    def hook() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent_pid:
+            os._exit(127)
+
+    return hook
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessOutcome:
+    """How an action's process ended.
+
+    ``exit_code`` is the leader's exit status, or ``128 + signal`` when it
+    was killed by a signal (``signal`` then names it). ``timed_out`` is true
+    when lre killed it for exceeding its timeout; ``oom_killed`` when it died
+    of a SIGKILL lre did not send while the kernel's OOM-kill counter grew.
+    ``cpu_seconds`` and ``max_rss_bytes`` come from the leader's rusage
+    (including descendants it waited for).
+    """
+
+    exit_code: int
+    signal: int | None
+    timed_out: bool
+    oom_killed: bool
+    started_at: float
+    ended_at: float
+    cpu_seconds: float
+    max_rss_bytes: int
+
+    @property
+    def describe(self) -> str:
+        if self.timed_out:
+            return "killed after exceeding its timeout"
+        if self.oom_killed:
+            return "killed by the kernel's out-of-memory killer"
+        if self.signal is not None:
+            try:
+                name = signal.Signals(self.signal).name
+            except ValueError:
+                name = f"signal {self.signal}"
+            return f"killed by {name}"
+        return f"exited with code {self.exit_code}"
+
+
+_OOM = OomCounters()
+
+
+async def run_process(
+    argv: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    stdout_path: Path,
+    stderr_path: Path,
+    timeout: float,
+    kill_grace: float,
+    pass_fds: Sequence[int] = (),
+    on_started: Callable[[int], None] | None = None,
+) -> ProcessOutcome:
+    """Run ``argv`` to completion, timeout or cancellation.
+
+    ``on_started(pid)`` is called right after the fork (the pid is also the
+    process group id). Returns a ``ProcessOutcome`` for normal ends and
+    timeouts. On cancellation the group is terminated and reaped (shielded)
+    and ``trio.Cancelled`` propagates. Raises ``InvalidArgument`` when the
+    program cannot be executed (not found, not executable), naming argv[0].
+    """
+    stdout_fd = os.open(stdout_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        stderr_fd = os.open(
+            stderr_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600
+        )
+        try:
+            oom_before = _OOM.read()
+            # Started from the Trio thread itself: the parent-death signal is
+            # tied to the forking *thread*, and Trio's worker threads come and go.
+            try:
+                popen = subprocess.Popen(  # noqa: ASYNC220 (see the comment above)
+                    list(argv),
+                    cwd=cwd,
+                    env=dict(env),
+                    stdin=subprocess.DEVNULL,
+                    stdout=stdout_fd,
+                    stderr=stderr_fd,
+                    close_fds=True,
+                    pass_fds=tuple(pass_fds),
+                    start_new_session=True,
+                    preexec_fn=_death_signal_hook(os.getpid()),
+                )
+            except (FileNotFoundError, PermissionError, NotADirectoryError) as error:
+                raise InvalidArgument(
+                    f"Command.arguments[0]: {argv[0]!r} cannot be executed: {error.strerror}"
+                ) from None
+        finally:
+            os.close(stderr_fd)
+    finally:
+        os.close(stdout_fd)
+    started_at = trio.current_time()
+    return await _supervise(popen, started_at, timeout, kill_grace, oom_before, on_started)
+
+
+async def _supervise(
+    popen: subprocess.Popen[bytes],
+    started_at: float,
+    timeout: float,
+    kill_grace: float,
+    oom_before: tuple[int, ...],
+    on_started: Callable[[int], None] | None,
+) -> ProcessOutcome:
+    pid = popen.pid
+    pidfd = os.pidfd_open(pid)
+    timed_out = False
+    we_killed = False
+    status = 0
+    rusage = None
+    try:
+        if on_started is not None:
+            on_started(pid)
+        try:
+            with trio.move_on_after(timeout) as scope:
+                await trio.lowlevel.wait_readable(pidfd)
+            if scope.cancelled_caught:
+                timed_out = True
+                we_killed = True
+                await _terminate_group(pid, pidfd, kill_grace)
+        except BaseException:
+            we_killed = True
+            with trio.CancelScope(shield=True):
+                await _terminate_group(pid, pidfd, kill_grace)
+            raise
+    finally:
+        # The leader has exited (or is being killed) but is not reaped yet,
+        # so the group id still belongs to us: kill whatever is left in it.
+        _killpg(pid, signal.SIGKILL)
+        _, status, rusage = _reap(pid, pidfd)
+        popen.returncode = os.waitstatus_to_exitcode(status)
+    ended_at = trio.current_time()
+    term_signal = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+    exit_code = 128 + term_signal if term_signal is not None else os.WEXITSTATUS(status)
+    oom = (
+        term_signal == signal.SIGKILL
+        and not we_killed
+        and OomCounters.grew(oom_before, _OOM.read())
+    )
+    return ProcessOutcome(
+        exit_code=exit_code,
+        signal=term_signal,
+        timed_out=timed_out,
+        oom_killed=oom,
+        started_at=started_at,
+        ended_at=ended_at,
+        cpu_seconds=rusage.ru_utime + rusage.ru_stime,
+        max_rss_bytes=rusage.ru_maxrss * 1024,
+    )
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+async def _terminate_group(pid: int, pidfd: int, kill_grace: float) -> None:
+    """SIGTERM the group, wait up to ``kill_grace`` for the leader, SIGKILL it."""
+    _killpg(pid, signal.SIGTERM)
+    with trio.move_on_after(kill_grace):
+        await trio.lowlevel.wait_readable(pidfd)
+    _killpg(pid, signal.SIGKILL)
+
+
+def _reap(pid: int, pidfd: int) -> tuple[int, int, os.struct_rusage]:  # type: ignore[name-defined]
+    """Wait for the (killed or exited) leader and close its pidfd."""
+    try:
+        trio.lowlevel.notify_closing(pidfd)
+    except RuntimeError:
+        pass
+    os.close(pidfd)
+    while True:
+        try:
+            return os.wait4(pid, 0)
+        except InterruptedError:
+            continue

@@ -1,0 +1,76 @@
+"""What a worker offers: platform property values and resource capacity."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Mapping
+
+import trio
+
+from lre.config._models import LocalWorkerSpec, PlatformPropertySpec, ResourceSpec
+from lre.errors import FailedPrecondition
+
+
+async def resolve_properties(
+    properties: Mapping[str, PlatformPropertySpec], *, timeout: float = 30.0
+) -> dict[str, frozenset[str]]:
+    """Values of every property: its ``values``, plus one per non-empty output
+    line of its ``query_cmd`` (run once through ``/bin/sh -c``).
+
+    Raises ``FailedPrecondition`` naming the property when a query fails,
+    times out, or a property ends up with no value.
+    """
+    resolved: dict[str, frozenset[str]] = {}
+    for name, spec in properties.items():
+        values = set(spec.values)
+        if spec.query_cmd:
+            with trio.move_on_after(timeout) as scope:
+                completed = await trio.run_process(
+                    ["/bin/sh", "-c", spec.query_cmd],
+                    check=False,
+                    stdin=subprocess.DEVNULL,
+                    capture_stdout=True,
+                    capture_stderr=True,
+                )
+            if scope.cancelled_caught:
+                raise FailedPrecondition(
+                    f"platform_properties.{name}.query_cmd: still running after {timeout:g} s"
+                )
+            if completed.returncode != 0:
+                raise FailedPrecondition(
+                    f"platform_properties.{name}.query_cmd: exited with "
+                    f"{completed.returncode}: {completed.stderr.decode(errors='replace')[:200]}"
+                )
+            values.update(
+                line.strip() for line in completed.stdout.decode().splitlines() if line.strip()
+            )
+        if not values:
+            raise FailedPrecondition(f"platform_properties.{name}: no value offered")
+        resolved[name] = frozenset(values)
+    return resolved
+
+
+def cpu_count(resources: ResourceSpec) -> int:
+    """CPUs offered: the configured count, or the CPUs this process may use."""
+    if resources.cpu_count != "auto":
+        return resources.cpu_count
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def memory_budget(resources: ResourceSpec) -> int:
+    """Bytes all actions may reserve together (``auto``: 75% of RAM minus the floor)."""
+    if resources.memory_budget != "auto":
+        return int(resources.memory_budget)
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return max(256 << 20, int(total * 0.75) - int(resources.memory_floor))
+
+
+def max_inflight(spec: LocalWorkerSpec) -> int:
+    """Actions at once at most (0 = unlimited; ``auto`` = CPU count)."""
+    if spec.max_inflight_tasks == "auto":
+        return cpu_count(spec.resources)
+    return spec.max_inflight_tasks

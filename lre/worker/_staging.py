@@ -1,0 +1,201 @@
+"""Materialising an input tree on disk.
+
+``stage_inputs`` turns an ``InputTree`` into real files under an action's
+input root in one worker thread: directories first, then every file (a
+hardlink to the CAS copy when the store can offer one, otherwise a copy of
+the blob), then symlinks, then the parents of every output path. Inputs are
+read-only (0444, or 0555 when executable); directories are 0755 so actions
+can write next to their inputs.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import trio
+
+from lre.cas._protocol import BlobStore
+from lre.digest import EMPTY_DIGEST, Digest
+from lre.errors import InvalidArgument, MissingBlobs, NotFound
+from lre.worker._input_tree import InputFile, InputTree, read_blob
+
+#: Blobs up to this size are read into memory and written in the staging
+#: thread; larger ones are streamed from the store chunk by chunk.
+SMALL_BLOB = 1 << 20
+#: Concurrent blob reads while staging.
+READ_CONCURRENCY = 32
+
+
+@runtime_checkable
+class LinkableStore(Protocol):
+    """A store that keeps each blob as a file that may be hardlinked.
+
+    ``path_for_link(digest, executable)`` returns the path of a file holding
+    the blob with mode 0444 (0555 when ``executable``), or ``None`` when the
+    blob is absent; the file must stay valid while the action runs.
+    """
+
+    def path_for_link(self, digest: Digest, executable: bool) -> Path | None: ...
+
+
+@dataclass(slots=True)
+class StagingStats:
+    files: int = 0
+    linked: int = 0
+    copied: int = 0
+    bytes_copied: int = 0
+
+
+def _mode(executable: bool) -> int:
+    return 0o555 if executable else 0o444
+
+
+async def stage_inputs(
+    store: BlobStore,
+    tree: InputTree,
+    root: Path,
+    *,
+    output_parents: Iterable[str] = (),
+    link_source: Callable[[Digest, bool], Path | None] | None = None,
+) -> StagingStats:
+    """Create ``tree`` under ``root`` (which must exist and be empty).
+
+    ``link_source`` maps a digest and executable bit to a file that can be
+    hardlinked (usually a filesystem store's ``path_for_link``); when it gives
+    ``None`` or linking fails (EXDEV, EMLINK, EPERM, ...) the blob is copied
+    from ``store``. Raises ``MissingBlobs`` listing every absent file blob and
+    ``InvalidArgument`` when an output parent collides with an input file.
+    """
+    stats = StagingStats(files=len(tree.files))
+    sources: dict[tuple[Digest, bool], Path] = {}
+    if link_source is not None:
+        for item in tree.files:
+            key = (item.digest, item.executable)
+            if key in sources or item.digest == EMPTY_DIGEST:
+                continue
+            path = link_source(item.digest, item.executable)
+            if path is not None:
+                sources[key] = path
+    copy_digests = sorted(
+        {
+            f.digest
+            for f in tree.files
+            if (f.digest, f.executable) not in sources and f.digest != EMPTY_DIGEST
+        }
+    )
+    if copy_digests:
+        sizes = await store.has_many(copy_digests)
+        missing = [d for d, size in zip(copy_digests, sizes, strict=True) if size is None]
+        if missing:
+            raise MissingBlobs([d.subject for d in missing])
+    small = [d for d in copy_digests if d.size_bytes <= SMALL_BLOB]
+    contents = await _read_many(store, small)
+
+    def build() -> list[InputFile]:
+        for relative in tree.directories:
+            os.mkdir(root / relative, 0o755)
+        later: list[InputFile] = []
+        for item in tree.files:
+            target = root / item.path
+            source = sources.get((item.digest, item.executable))
+            if source is not None:
+                try:
+                    os.link(source, target)
+                    stats.linked += 1
+                    continue
+                except OSError as error:
+                    if error.errno not in (
+                        errno.EXDEV,
+                        errno.EMLINK,
+                        errno.EPERM,
+                        errno.EACCES,
+                        errno.ENOENT,
+                    ):
+                        raise
+            if item.digest == EMPTY_DIGEST:
+                data: bytes | None = b""
+            else:
+                data = contents.get(item.digest)
+            if data is None:
+                later.append(item)
+                continue
+            _write_file(target, data, item.executable)
+            stats.copied += 1
+            stats.bytes_copied += len(data)
+        return later
+
+    later = await trio.to_thread.run_sync(build)
+    for item in later:
+        await _stream_file(store, item, root / item.path)
+        stats.copied += 1
+        stats.bytes_copied += item.digest.size_bytes
+
+    def finish() -> None:
+        for link in tree.symlinks:
+            os.symlink(link.target, root / link.path)
+        for relative in output_parents:
+            parent = os.path.dirname(relative)
+            if not parent:
+                continue
+            try:
+                os.makedirs(root / parent, 0o755, exist_ok=True)
+            except (FileExistsError, NotADirectoryError):
+                raise InvalidArgument(
+                    f"output path {relative!r}: its parent {parent!r} is an input file"
+                ) from None
+
+    await trio.to_thread.run_sync(finish)
+    return stats
+
+
+def _write_file(target: Path, data: bytes, executable: bool) -> None:
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, _mode(executable))
+    try:
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+    finally:
+        os.close(fd)
+    os.chmod(target, _mode(executable))
+
+
+async def _stream_file(store: BlobStore, item: InputFile, target: Path) -> None:
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            async for chunk in store.read(item.digest):
+                await trio.to_thread.run_sync(os.write, fd, chunk)
+        except NotFound:
+            raise MissingBlobs([item.digest.subject]) from None
+    finally:
+        os.close(fd)
+    os.chmod(target, _mode(item.executable))
+
+
+async def _read_many(store: BlobStore, digests: Sequence[Digest]) -> dict[Digest, bytes]:
+    """Read small blobs with bounded concurrency; ``MissingBlobs`` if any vanished."""
+    found: dict[Digest, bytes] = {}
+    missing: list[Digest] = []
+    if not digests:
+        return found
+    limiter = trio.CapacityLimiter(READ_CONCURRENCY)
+
+    async def one(digest: Digest) -> None:
+        async with limiter:
+            try:
+                found[digest] = await read_blob(store, digest)
+            except NotFound:
+                missing.append(digest)
+
+    async with trio.open_nursery() as nursery:
+        for digest in digests:
+            nursery.start_soon(one, digest)
+    if missing:
+        raise MissingBlobs([d.subject for d in sorted(missing)])
+    return found

@@ -1,0 +1,183 @@
+"""A worker's own work directory: created private, locked, emptied at start.
+
+``WorkDirectory.open(root, worker_name)`` owns ``{root}/{worker_name}/`` for
+the lifetime of the object: the directory is created with mode 0700, an
+exclusive ``flock`` is taken on ``{dir}/.lock`` (which records the holder's
+pid), and everything a previous, crashed run of this worker left behind is
+removed. Nothing outside that directory is ever touched and symlinks found
+inside it are removed, never followed.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import re
+import shutil
+import stat
+from pathlib import Path
+
+from lre.errors import FailedPrecondition, InvalidArgument
+
+LOCK_NAME = ".lock"
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+class WorkDirectoryInUse(FailedPrecondition):
+    """Another live process holds the lock of a worker's work directory.
+
+    ``holder_pid`` is the pid recorded in the lock file (``None`` when it
+    could not be read).
+    """
+
+    def __init__(self, path: Path, holder_pid: int | None) -> None:
+        self.path = path
+        self.holder_pid = holder_pid
+        holder = f"pid {holder_pid}" if holder_pid is not None else "an unknown process"
+        super().__init__(
+            f"work_directory {str(path)!r} is in use by another lre ({holder}); "
+            "stop it or give this worker another work_directory"
+        )
+
+
+def remove_tree(path: Path) -> None:
+    """Delete ``path`` (file, symlink or directory) without following symlinks.
+
+    Directories an action made read-only are made writable first. A path that
+    does not exist is ignored. Raises ``OSError`` when something still cannot
+    be removed.
+    """
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(info.st_mode):
+        os.unlink(path)
+        return
+    try:
+        shutil.rmtree(path)
+        return
+    except PermissionError:
+        pass
+    # Some directory lost its write or search bit; restore them top down.
+    # os.walk with followlinks=False never enters symlinked directories, and
+    # chmod is only applied to entries lstat shows to be real directories.
+    for parent, dirnames, _files in os.walk(path, followlinks=False):
+        for name in dirnames:
+            child = os.path.join(parent, name)
+            if stat.S_ISDIR(os.lstat(child).st_mode):
+                os.chmod(child, 0o700)
+    os.chmod(path, 0o700)
+    shutil.rmtree(path)
+
+
+class WorkDirectory:
+    """The locked, private directory of one worker.
+
+    Use ``WorkDirectory.open``; call ``close`` (or use it as a context
+    manager) to release the lock. Action directories are created with
+    ``new_action_dir`` and removed with ``remove_action_dir``.
+    """
+
+    def __init__(self, path: Path, lock_fd: int) -> None:
+        self.path = path
+        self._lock_fd: int | None = lock_fd
+
+    @classmethod
+    def open(cls, root: str | os.PathLike[str], worker_name: str) -> WorkDirectory:
+        """Create, lock and empty ``{root}/{worker_name}/``.
+
+        Raises ``InvalidArgument`` when ``worker_name`` is not a plain file
+        name, ``WorkDirectoryInUse`` naming the holder's pid when another
+        process holds the lock, ``FailedPrecondition`` when the path exists but
+        is not a directory, and ``OSError`` for other filesystem failures.
+        """
+        if not _SAFE_NAME.match(worker_name) or worker_name in (".", ".."):
+            raise InvalidArgument(
+                f"workers[].name: {worker_name!r} cannot name a work directory "
+                "(use letters, digits, '.', '_' and '-')"
+            )
+        root_path = Path(root).absolute()
+        root_path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path = root_path / worker_name
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            info = os.lstat(path)
+            if not stat.S_ISDIR(info.st_mode):
+                raise FailedPrecondition(
+                    f"work_directory {str(path)!r} exists and is not a directory"
+                ) from None
+            if info.st_uid != os.getuid():
+                raise FailedPrecondition(
+                    f"work_directory {str(path)!r} belongs to uid {info.st_uid}, not to lre"
+                ) from None
+            os.chmod(path, 0o700)
+        lock_fd = os.open(
+            path / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+        )
+        try:
+            try:
+                fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as error:
+                if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise
+                raise WorkDirectoryInUse(path, _read_pid(lock_fd)) from None
+            os.ftruncate(lock_fd, 0)
+            os.pwrite(lock_fd, f"{os.getpid()}\n".encode(), 0)
+            directory = cls(path, lock_fd)
+            directory.remove_leftovers()
+        except BaseException:
+            os.close(lock_fd)
+            raise
+        return directory
+
+    def remove_leftovers(self) -> None:
+        """Delete every entry of the directory except the lock file."""
+        for entry in os.scandir(self.path):
+            if entry.name != LOCK_NAME:
+                remove_tree(Path(entry.path))
+
+    def new_action_dir(self, action_id: str) -> Path:
+        """Create an empty ``{dir}/{action_id}/`` (0700) and return its path.
+
+        A leftover directory of the same name is removed first. Raises
+        ``InvalidArgument`` when ``action_id`` is not a plain file name.
+        """
+        if not _SAFE_NAME.match(action_id) or action_id in (".", "..", LOCK_NAME):
+            raise InvalidArgument(f"action id {action_id!r} cannot name a directory")
+        path = self.path / action_id
+        remove_tree(path)
+        os.mkdir(path, 0o700)
+        return path
+
+    def remove_action_dir(self, path: Path) -> None:
+        """Delete an action directory made by ``new_action_dir``."""
+        if path.parent != self.path:
+            raise ValueError(f"{path} is not an action directory of {self.path}")
+        remove_tree(path)
+
+    @property
+    def locked(self) -> bool:
+        return self._lock_fd is not None
+
+    def close(self) -> None:
+        """Release the lock (the directory and its contents stay)."""
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def __enter__(self) -> WorkDirectory:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _read_pid(fd: int) -> int | None:
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        return int(text)
+    except (OSError, ValueError):
+        return None

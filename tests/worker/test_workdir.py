@@ -1,0 +1,82 @@
+"""The work directory: private, locked for the worker's lifetime, emptied at start."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lre.errors import InvalidArgument
+from lre.worker import WorkDirectory, WorkDirectoryInUse
+
+
+def test_created_private_with_pid_in_lock(tmp_path: Path) -> None:
+    with WorkDirectory.open(tmp_path / "root", "w1") as workdir:
+        assert workdir.path == tmp_path / "root" / "w1"
+        assert stat.S_IMODE(os.stat(workdir.path).st_mode) == 0o700
+        assert (workdir.path / ".lock").read_text().strip() == str(os.getpid())
+
+
+def test_second_open_in_same_process_is_refused_naming_pid(tmp_path: Path) -> None:
+    with WorkDirectory.open(tmp_path, "w1"):
+        with pytest.raises(WorkDirectoryInUse, match=f"pid {os.getpid()}") as caught:
+            WorkDirectory.open(tmp_path, "w1")
+        assert caught.value.holder_pid == os.getpid()
+    # Released on close: a new holder may take it.
+    WorkDirectory.open(tmp_path, "w1").close()
+
+
+def test_second_process_is_refused_naming_holder(tmp_path: Path) -> None:
+    code = (
+        "import sys\n"
+        "from lre.worker import WorkDirectory, WorkDirectoryInUse\n"
+        "try:\n"
+        f"    WorkDirectory.open({str(tmp_path)!r}, 'w1')\n"
+        "except WorkDirectoryInUse as e:\n"
+        "    print(e.message); sys.exit(3)\n"
+    )
+    with WorkDirectory.open(tmp_path, "w1") as workdir:
+        (workdir.path / "keep-me").write_text("live data")
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 3, done.stderr
+        assert f"pid {os.getpid()}" in done.stdout
+        # The refused process deleted nothing of the live holder.
+        assert (workdir.path / "keep-me").read_text() == "live data"
+
+
+def test_leftovers_removed_without_following_symlinks(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious").write_text("x")
+    stale = tmp_path / "root" / "w1"
+    (stale / "old-action" / "sub").mkdir(parents=True)
+    (stale / "old-action" / "sub" / "f").write_text("stale")
+    (stale / "old-action" / "escape").symlink_to(outside)
+    (stale / "toplink").symlink_to(outside)
+    os.chmod(stale / "old-action" / "sub", 0o500)  # an action made it read-only
+    with WorkDirectory.open(tmp_path / "root", "w1") as workdir:
+        assert sorted(os.listdir(workdir.path)) == [".lock"]
+    assert (outside / "precious").read_text() == "x"
+
+
+def test_action_dirs(tmp_path: Path) -> None:
+    with WorkDirectory.open(tmp_path, "w1") as workdir:
+        path = workdir.new_action_dir("lease-1")
+        (path / "f").write_text("x")
+        assert workdir.new_action_dir("lease-1") == path
+        assert os.listdir(path) == []
+        workdir.remove_action_dir(path)
+        assert not path.exists()
+        with pytest.raises(InvalidArgument):
+            workdir.new_action_dir("../escape")
+
+
+def test_bad_worker_name(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgument, match="workers"):
+        WorkDirectory.open(tmp_path, "../x")
