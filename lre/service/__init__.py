@@ -1,0 +1,74 @@
+"""The gRPC front: grpc.aio on its own thread, bridged into the Trio run.
+
+- ``TrioBridge``: the per-request hop (``call``, ``stream``,
+  ``call_with_requests``); start it with ``nursery.start(bridge.run)`` or
+  let ``GrpcServer`` own it.
+- ``GrpcServer`` / ``ServerOptions``: one listener; ``await
+  nursery.start(server.serve)`` returns the bound address.
+- ``Instances`` / ``InstanceBackends``: instance name -> stores, action
+  cache, scheduler.
+- ``cache_servicers``: Capabilities, CAS, ByteStream and ActionCache.
+- Status mapping (the only one in lre): ``rpc_status_of``, ``abort_with``,
+  ``unary_rpc`` / ``stream_rpc`` decorators for servicer methods.
+- ``RequestMetadata`` / ``request_metadata_from``: the client's
+  RequestMetadata header.
+"""
+
+from lre.service._bridge import BridgeStatistics, TrioBridge
+from lre.service._cache_servicers import (
+    ActionCacheServicer,
+    ByteStreamServicer,
+    CacheServiceOptions,
+    CapabilitiesServicer,
+    ContentAddressableStorageServicer,
+    cache_servicers,
+)
+from lre.service._instances import WILDCARD, ActionResultStore, InstanceBackends, Instances
+from lre.service._metadata import (
+    REQUEST_METADATA_KEY,
+    RequestMetadata,
+    request_metadata_from,
+)
+from lre.service._resource_names import BlobResource, parse_read_resource, parse_write_resource
+from lre.service._server import MAX_PENDING_REQUESTS, GrpcServer, ServerOptions, Servicer
+from lre.service._status import (
+    INTERNAL_MESSAGE,
+    STATUS_DETAILS_KEY,
+    abort_with,
+    log_exception,
+    rpc_status_of,
+    stream_rpc,
+    unary_rpc,
+)
+
+__all__ = [
+    "INTERNAL_MESSAGE",
+    "MAX_PENDING_REQUESTS",
+    "REQUEST_METADATA_KEY",
+    "STATUS_DETAILS_KEY",
+    "WILDCARD",
+    "ActionCacheServicer",
+    "ActionResultStore",
+    "BlobResource",
+    "BridgeStatistics",
+    "ByteStreamServicer",
+    "CacheServiceOptions",
+    "CapabilitiesServicer",
+    "ContentAddressableStorageServicer",
+    "GrpcServer",
+    "InstanceBackends",
+    "Instances",
+    "RequestMetadata",
+    "ServerOptions",
+    "Servicer",
+    "TrioBridge",
+    "abort_with",
+    "cache_servicers",
+    "log_exception",
+    "parse_read_resource",
+    "parse_write_resource",
+    "request_metadata_from",
+    "rpc_status_of",
+    "stream_rpc",
+    "unary_rpc",
+]

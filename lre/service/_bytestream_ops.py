@@ -1,0 +1,174 @@
+"""ByteStream Read, Write and QueryWriteStatus on a ``BlobStore`` (Trio side)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+
+from lre.cas import BlobStore
+from lre.errors import InvalidArgument, LreError, OutOfRange
+from lre.proto import bs_pb2
+from lre.service._resource_names import BlobResource, parse_write_resource
+from lre.service._uploads import PartialUpload, UploadKey, UploadRegistry
+from lre.service._zstd import CHUNK_BYTES, acompress, adecompress
+
+#: Slack allowed for compressed uploads over the raw size (zstd framing of
+#: incompressible data grows by well under 1%).
+_COMPRESSED_SLACK = 1 << 16
+
+
+async def read_blob(
+    store: BlobStore, resource: BlobResource, read_offset: int, read_limit: int
+) -> AsyncIterator[bs_pb2.ReadResponse]:
+    """Yield ``ReadResponse`` messages of at most ``CHUNK_BYTES`` each.
+
+    Raises ``OutOfRange`` for a negative offset or one past the end (offset ==
+    size yields nothing), ``InvalidArgument`` for a negative limit or a
+    non-zero limit on a compressed read, ``NotFound`` for an absent blob.
+    Offsets of compressed reads count compressed bytes.
+    """
+    digest = resource.digest
+    if read_offset < 0:
+        raise OutOfRange(f"read_offset: {read_offset} is negative")
+    if read_limit < 0:
+        raise InvalidArgument(f"read_limit: {read_limit} is negative")
+    if resource.compressed:
+        if read_limit != 0:
+            raise InvalidArgument(f"read_limit: {read_limit} must be 0 for compressed-blobs reads")
+        skip = read_offset
+        produced = 0
+        async for piece in acompress(store.read(digest)):
+            produced += len(piece)
+            if skip >= len(piece):
+                skip -= len(piece)
+                continue
+            yield bs_pb2.ReadResponse(data=piece[skip:])
+            skip = 0
+        if read_offset > produced:
+            raise OutOfRange(
+                f"read_offset: {read_offset} is past the end of the compressed blob "
+                f"({produced} bytes)"
+            )
+        return
+    if read_offset > digest.size_bytes:
+        raise OutOfRange(
+            f"read_offset: {read_offset} is past the end of blob {digest} "
+            f"({digest.size_bytes} bytes)"
+        )
+    async for chunk in store.read(digest, read_offset, read_limit or None):
+        if len(chunk) <= CHUNK_BYTES:
+            yield bs_pb2.ReadResponse(data=chunk)
+        else:
+            view = memoryview(chunk)
+            for start in range(0, len(chunk), CHUNK_BYTES):
+                yield bs_pb2.ReadResponse(data=bytes(view[start : start + CHUNK_BYTES]))
+
+
+async def _iterate(chunks: list[bytes]) -> AsyncIterator[bytes]:
+    for chunk in chunks:
+        yield chunk
+
+
+def _offset_error(offset: int, committed: int) -> InvalidArgument:
+    relation = "skips ahead of" if offset > committed else "overlaps"
+    return InvalidArgument(
+        f"write_offset: {offset} {relation} the {committed} bytes already committed; "
+        f"continue at write_offset {committed}"
+    )
+
+
+async def write_blob(
+    requests: AsyncIterator[bs_pb2.WriteRequest],
+    resolve_store: Callable[[str], BlobStore],
+    uploads: UploadRegistry,
+) -> bs_pb2.WriteResponse:
+    """Consume one Write stream and store the blob when ``finish_write`` arrives.
+
+    ``resolve_store`` maps an instance name to its CAS (raising for unknown
+    ones). Returns at once with the full size (or -1 when compressed) if the
+    blob is already stored. A first ``write_offset`` of 0 restarts a partial
+    upload; any other offset must equal the committed size. Errors discard
+    the partial upload; a broken stream (cancellation) keeps it.
+    """
+    try:
+        first = await anext(requests)
+    except StopAsyncIteration:
+        raise InvalidArgument("Write: the request stream was empty") from None
+    name = first.resource_name
+    resource = parse_write_resource(name)
+    store = resolve_store(resource.instance_name)
+    digest = resource.digest
+    done_size = -1 if resource.compressed else digest.size_bytes
+    if (await store.has_many([digest]))[0] is not None:
+        return bs_pb2.WriteResponse(committed_size=done_size)
+    key = UploadKey.of(resource)
+    upload = uploads.acquire(key)
+    try:
+        if first.write_offset == 0 and upload.committed:
+            upload.reset()
+        limit = digest.size_bytes
+        if resource.compressed:
+            limit += limit // 64 + _COMPRESSED_SLACK
+        await _receive(first, requests, name, upload, limit)
+        chunks = list(upload.chunks)
+        committed = upload.committed
+        uploads.discard(key)
+        if resource.compressed:
+            await store.write(digest, adecompress(chunks, digest))
+        else:
+            await store.write(digest, _iterate(chunks))
+        return bs_pb2.WriteResponse(committed_size=committed)
+    except LreError:
+        uploads.discard(key)
+        raise
+    finally:
+        uploads.release(key, upload)
+
+
+async def _receive(
+    request: bs_pb2.WriteRequest,
+    requests: AsyncIterator[bs_pb2.WriteRequest],
+    name: str,
+    upload: PartialUpload,
+    limit: int,
+) -> None:
+    """Append the data of ``request`` and its successors until ``finish_write``."""
+    while True:
+        if request.resource_name and request.resource_name != name:
+            raise InvalidArgument(
+                f"resource_name: {request.resource_name[:200]!r} differs from the "
+                f"stream's first name {name[:200]!r}"
+            )
+        if request.write_offset != upload.committed:
+            raise _offset_error(request.write_offset, upload.committed)
+        data = request.data
+        if data:
+            if upload.committed + len(data) > limit:
+                raise InvalidArgument(
+                    f"data: {upload.committed + len(data)} bytes written exceed the "
+                    f"blob's {limit} bytes ({name[:200]!r})"
+                )
+            upload.append(data)
+        if request.finish_write:
+            return
+        try:
+            request = await anext(requests)
+        except StopAsyncIteration:
+            raise InvalidArgument(
+                f"Write: the stream ended at offset {upload.committed} without "
+                f"finish_write; resume with write_offset {upload.committed}"
+            ) from None
+
+
+async def query_write_status(
+    request: bs_pb2.QueryWriteStatusRequest,
+    resolve_store: Callable[[str], BlobStore],
+    uploads: UploadRegistry,
+) -> bs_pb2.QueryWriteStatusResponse:
+    """Complete with the full size (-1 compressed) if stored, else the partial size."""
+    resource = parse_write_resource(request.resource_name)
+    store = resolve_store(resource.instance_name)
+    if (await store.has_many([resource.digest]))[0] is not None:
+        size = -1 if resource.compressed else resource.digest.size_bytes
+        return bs_pb2.QueryWriteStatusResponse(committed_size=size, complete=True)
+    committed = uploads.committed(UploadKey.of(resource))
+    return bs_pb2.QueryWriteStatusResponse(committed_size=committed, complete=False)
