@@ -61,7 +61,8 @@ class Lease:
       kills the action when its RSS passes ``reservation.memory_bytes`` x its
       kill factor and reports ``MemoryExceeded``. ``exclusive`` means the
       action reserved the whole worker (past the top of the memory ladder).
-    - ``attempt``: 1 for the first run; infrastructure retries increase it.
+    - ``attempt``: 1 for the first run; only infrastructure retries increase
+      it (backpressure and ladder requeues keep it).
     - ``ladder_step``: 0 = the initial reservation, n = ladder[n-1], and
       len(ladder)+1 = the whole worker.
     - ``timeout_s``: the Action's timeout, or the worker's default.

@@ -986,7 +986,8 @@ class Scheduler:
                     op,
                     error=outcome.error,
                     message=(
-                        f"gave up after {op.attempt} attempt(s); last error: {outcome.error.message}"
+                        f"gave up after {op.attempt} attempt(s); "
+                        f"last error: {outcome.error.message}"
                     ),
                 )
             else:
@@ -1020,6 +1021,7 @@ class Scheduler:
 
     def _ladder_kill(self, op: _Operation, lease: Lease, outcome: MemoryExceeded) -> None:
         self._counters["ladder_kills"] += 1
+        op.attempt -= 1  # not a retry: the next run keeps this attempt number
         op.kills += 1
         op.steps_tried.append(
             "whole worker" if lease.exclusive else memory_text(lease.reservation.memory_bytes)
