@@ -8,6 +8,9 @@ foreign and not read again while its pid stays in the listing (a process can
 never move into another session, so it can never become a member; a new member
 always has a new pid). One stat read yields the session, process group, RSS
 and CPU times, so a pass costs one ``listdir`` plus one small read per member.
+Members' stat files stay open between passes (``pread`` at offset 0 rereads
+them), which saves an open and a close per member and pass; up to
+``max_open_fds`` are kept, :meth:`ProcessTreeSampler.close` releases them.
 
 Accounting per action:
 
@@ -148,7 +151,11 @@ class ProcessTreeSampler:
     """
 
     def __init__(
-        self, interval: float = 0.25, *, on_over_limit: OverLimitHook | None = None
+        self,
+        interval: float = 0.25,
+        *,
+        on_over_limit: OverLimitHook | None = None,
+        max_open_fds: int = 2048,
     ) -> None:
         if interval <= 0:
             raise ValueError(f"sample_interval must be > 0, got {interval}")
@@ -163,6 +170,10 @@ class ProcessTreeSampler:
         self._max_pass = 0.0
         self._total_pass = 0.0
         self._last_processes = 0
+        # pid -> open fd of /proc/<pid>/stat for members (pread instead of
+        # open/read/close each pass; at most max_open_fds are kept)
+        self._member_fds: dict[int, int] = {}
+        self._max_open_fds = max_open_fds
 
     # ------------------------------------------------------------------ registration
 
@@ -205,6 +216,12 @@ class ProcessTreeSampler:
         now = time.monotonic()
         return tuple(t.snapshot(now) for t in self._by_id.values())
 
+    def close(self) -> None:
+        """Close the cached ``/proc`` file descriptors (the sampler stays usable)."""
+        fds, self._member_fds = self._member_fds, {}
+        for fd in fds.values():
+            os.close(fd)
+
     def statistics(self) -> SamplerStatistics:
         return SamplerStatistics(
             passes=self._pass_no,
@@ -233,43 +250,57 @@ class ProcessTreeSampler:
         except OSError:  # pragma: no cover - /proc unavailable
             log.exception("sampler: cannot list /proc")
             names = []
-        for name in names:
-            if not name.isdigit():
-                continue
-            pid = int(name)
-            seen = old_foreign.get(pid)
-            if seen is not None:
-                foreign[pid] = seen
-                continue
-            try:
-                fd = os.open(f"/proc/{name}/stat", os.O_RDONLY)
-            except OSError:
-                continue
-            try:
-                data = os.read(fd, 1024)
-            except OSError:
-                continue
-            finally:
-                os.close(fd)
-            fields = data[data.rfind(b")") + 2 :].split()
-            if len(fields) < 22:
-                continue
-            sid = int(fields[3])
-            acc = sums.get(sid)
-            if acc is None:
-                acc = sums.get(int(fields[2]))
-                if acc is None:
-                    foreign[pid] = pass_no
+        old_fds = self._member_fds
+        fds: dict[int, int] = {}
+        try:
+            for name in names:
+                if not name.isdigit():
                     continue
-            acc[1] += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
-            if fields[0] != b"Z":  # a zombie holds no memory and runs nothing
-                acc[0] += int(fields[21])
-                acc[2] += 1
-                members += 1
-            if pid in leaders:
-                tracked = leaders[pid]
-                if not tracked.start_known:
-                    tracked.start_from_boot_ticks(int(fields[19]))
+                pid = int(name)
+                seen = old_foreign.get(pid)
+                if seen is not None:
+                    foreign[pid] = seen
+                    continue
+                fd = old_fds.pop(pid, -1)
+                try:
+                    if fd < 0:
+                        fd = os.open(f"/proc/{name}/stat", os.O_RDONLY)
+                    # A stat fd stays bound to its process: after the process is
+                    # reaped the read fails (ESRCH), so a reused pid never aliases.
+                    data = os.pread(fd, 1024, 0)
+                except OSError:
+                    if fd >= 0:
+                        os.close(fd)
+                    continue
+                fields = data[data.rfind(b")") + 2 :].split(None, 22)
+                if len(fields) < 22:
+                    os.close(fd)
+                    continue
+                sid = int(fields[3])
+                acc = sums.get(sid)
+                if acc is None:
+                    acc = sums.get(int(fields[2]))
+                    if acc is None:
+                        os.close(fd)
+                        foreign[pid] = pass_no
+                        continue
+                if len(fds) < self._max_open_fds:
+                    fds[pid] = fd
+                else:
+                    os.close(fd)
+                acc[1] += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
+                if fields[0] not in (b"Z", b"X"):  # dead: no memory, runs nothing
+                    acc[0] += int(fields[21])
+                    acc[2] += 1
+                    members += 1
+                if pid in leaders:
+                    tracked = leaders[pid]
+                    if not tracked.start_known:
+                        tracked.start_from_boot_ticks(int(fields[19]))
+        finally:
+            for fd in old_fds.values():  # processes gone from the listing
+                os.close(fd)
+            self._member_fds = fds
         self._foreign = foreign
         over: list[ActionUsage] = []
         now = time.monotonic()
@@ -303,14 +334,20 @@ class ProcessTreeSampler:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Sample every ``interval`` until cancelled; passes are skipped while no
-        action is registered, and a late pass does not cause a burst of catch-up passes."""
+        action is registered, and a late pass does not cause a burst of catch-up
+        passes. Cached file descriptors are closed when the task ends."""
         task_status.started()
         deadline = trio.current_time()
-        while True:
-            if self._by_id:
-                self.sample_once()
-            deadline += self.interval
-            now = trio.current_time()
-            if deadline < now:
-                deadline = now
-            await trio.sleep_until(deadline)
+        try:
+            while True:
+                if self._by_id:
+                    self.sample_once()
+                elif self._member_fds:
+                    self.close()
+                deadline += self.interval
+                now = trio.current_time()
+                if deadline < now:
+                    deadline = now
+                await trio.sleep_until(deadline)
+        finally:
+            self.close()
