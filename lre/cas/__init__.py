@@ -17,17 +17,22 @@ from lre.cas._memory import MemoryStore
 from lre.cas._pins import Pin
 from lre.cas._protocol import BlobStore, PinnableStore
 from lre.cas._statistics import StoreStatistics
+from lre.cas._streams import closing_stream
 from lre.cas._verify import BlobVerifier, check_read_range
+from lre.cas._wrappers import FastSlowStore, VerifyStore
 
 __all__ = [
     "BlobStore",
     "BlobVerifier",
+    "FastSlowStore",
     "FilesystemStore",
     "MemoryStore",
     "Pin",
     "PinnableStore",
     "StoreStatistics",
+    "VerifyStore",
     "check_read_range",
+    "closing_stream",
     "missing_digests",
     "read_bytes",
     "read_message",

@@ -48,6 +48,7 @@ import trio
 
 from lre.cas._pins import Pin, PinTable
 from lre.cas._statistics import StoreStatistics
+from lre.cas._streams import closing_stream
 from lre.cas._verify import BlobVerifier, check_read_range
 from lre.digest import EMPTY_DIGEST, Digest
 from lre.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
@@ -261,15 +262,16 @@ class FilesystemStore:
             verifier = BlobVerifier(digest)
             pending: list[bytes] = []
             pending_bytes = 0
-            async for chunk in chunks:
-                verifier.check_total(verifier.received + pending_bytes + len(chunk))
-                pending.append(chunk)
-                pending_bytes += len(chunk)
-                if pending_bytes >= _WRITE_BUFFER:
-                    if temp is None:
-                        temp = await self._run(self._new_temp, digest)
-                    await self._run(temp.append, verifier, pending)
-                    pending, pending_bytes = [], 0
+            async with closing_stream(chunks):
+                async for chunk in chunks:
+                    verifier.check_total(verifier.received + pending_bytes + len(chunk))
+                    pending.append(chunk)
+                    pending_bytes += len(chunk)
+                    if pending_bytes >= _WRITE_BUFFER:
+                        if temp is None:
+                            temp = await self._run(self._new_temp, digest)
+                        await self._run(temp.append, verifier, pending)
+                        pending, pending_bytes = [], 0
             await self._wait_deleting(key)
             touched = self._take_touched_batch()
             final = self._path(digest, _PLAIN)

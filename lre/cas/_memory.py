@@ -9,6 +9,7 @@ import trio
 
 from lre.cas._pins import Pin, PinTable
 from lre.cas._statistics import StoreStatistics
+from lre.cas._streams import closing_stream
 from lre.cas._verify import BlobVerifier, check_read_range
 from lre.digest import EMPTY_DIGEST, Digest
 from lre.errors import NotFound, ResourceExhausted
@@ -93,9 +94,10 @@ class MemoryStore:
             )
         verifier = BlobVerifier(digest)
         parts: list[bytes] = []
-        async for chunk in chunks:
-            verifier.update(chunk)
-            parts.append(chunk)
+        async with closing_stream(chunks):
+            async for chunk in chunks:
+                verifier.update(chunk)
+                parts.append(chunk)
         verifier.finish()
         data = parts[0] if len(parts) == 1 else b"".join(parts)
         if digest.size_bytes == 0 or self._present(digest):

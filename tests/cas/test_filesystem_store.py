@@ -374,7 +374,7 @@ async def test_adopt_across_filesystems_copies(tmp_path: Path) -> None:
                 other.rmdir()
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(
     ops=st.lists(
         st.tuples(st.sampled_from(["write", "read", "pin", "unpin", "reopen"]), st.integers(0, 7)),

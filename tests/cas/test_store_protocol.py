@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lre.cas import BlobStore, MemoryStore, missing_digests, read_bytes, write_bytes
+from lre.cas import BlobStore, MemoryStore, closing_stream, missing_digests, read_bytes, write_bytes
 from lre.digest import EMPTY_DIGEST, Digest, digest_of
 from lre.errors import InvalidArgument, NotFound, OutOfRange, ResourceExhausted
 
@@ -16,7 +14,7 @@ from .conftest import StoreFactory, chunked
 
 
 async def read_range(store: BlobStore, digest: Digest, offset: int, limit: int | None) -> bytes:
-    async with contextlib.aclosing(store.read(digest, offset, limit)) as chunks:  # type: ignore[type-var]
+    async with closing_stream(store.read(digest, offset, limit)) as chunks:
         return b"".join([c async for c in chunks])
 
 
@@ -91,8 +89,8 @@ async def test_rewrite_of_present_blob_is_fine(make_store: StoreFactory) -> None
     assert await read_bytes(store, digest) == b"twice"
 
 
-async def test_eviction_keeps_pinned_and_recent(make_store: StoreFactory) -> None:
-    store = await make_store(1000)
+async def test_eviction_keeps_pinned_and_recent(make_bounded_store: StoreFactory) -> None:
+    store = await make_bounded_store(1000)
     blobs = [bytes([i]) * 300 for i in range(3)]
     digests = [await write_bytes(store, b) for b in blobs]
     pin = store.pin([digests[0]])  # type: ignore[attr-defined]
@@ -111,8 +109,8 @@ async def test_eviction_keeps_pinned_and_recent(make_store: StoreFactory) -> Non
     assert (await store.has_many(digests[:1])) == [None]
 
 
-async def test_blob_larger_than_store_is_refused(make_store: StoreFactory) -> None:
-    store = await make_store(100)
+async def test_blob_larger_than_store_is_refused(make_bounded_store: StoreFactory) -> None:
+    store = await make_bounded_store(100)
     with pytest.raises(ResourceExhausted):
         await write_bytes(store, b"x" * 101)
 
