@@ -10,9 +10,10 @@ a missing output.
 from __future__ import annotations
 
 from lre.cas import BlobStore, missing_digests, read_bytes, read_message
-from lre.digest import Digest, resolve_digest_function
+from lre.digest import Digest
 from lre.errors import InvalidArgument, MissingBlobs, NotFound, PermissionDenied
 from lre.proto import re_pb2
+from lre.service._digest_functions import check_digest_function
 from lre.service._instances import InstanceBackends
 
 #: Bytes of stdout, stderr and output files inlined into one GetActionResult.
@@ -93,7 +94,7 @@ async def get_action_result(
     max_inline_bytes: int = DEFAULT_MAX_INLINE_BYTES,
 ) -> re_pb2.ActionResult:
     """The cached result, complete and with requested inlining; else ``NotFound``."""
-    resolve_digest_function(request.digest_function, request.action_digest.hash)
+    check_digest_function(request.digest_function, request.action_digest.hash)
     action = _parse(request.action_digest, "action_digest")
     cache = backends.action_cache
     stored = await cache.get(action) if cache is not None else None
@@ -125,7 +126,7 @@ async def update_action_result(
     ``InvalidArgument`` naming a malformed digest, and ``MissingBlobs``
     (FAILED_PRECONDITION) listing referenced blobs not in the CAS.
     """
-    resolve_digest_function(request.digest_function, request.action_digest.hash)
+    check_digest_function(request.digest_function, request.action_digest.hash)
     action = _parse(request.action_digest, "action_digest")
     cache = backends.action_cache
     if cache is None or backends.ac_read_only:

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Callable
 from lre.cas import BlobStore
 from lre.errors import InvalidArgument, LreError, OutOfRange
 from lre.proto import bs_pb2
+from lre.service._closing import closing
 from lre.service._resource_names import BlobResource, parse_write_resource
 from lre.service._uploads import PartialUpload, UploadKey, UploadRegistry
 from lre.service._zstd import CHUNK_BYTES, acompress, adecompress
@@ -36,13 +37,14 @@ async def read_blob(
             raise InvalidArgument(f"read_limit: {read_limit} must be 0 for compressed-blobs reads")
         skip = read_offset
         produced = 0
-        async for piece in acompress(store.read(digest)):
-            produced += len(piece)
-            if skip >= len(piece):
-                skip -= len(piece)
-                continue
-            yield bs_pb2.ReadResponse(data=piece[skip:])
-            skip = 0
+        async with closing(store.read(digest)) as raw, closing(acompress(raw)) as pieces:
+            async for piece in pieces:
+                produced += len(piece)
+                if skip >= len(piece):
+                    skip -= len(piece)
+                    continue
+                yield bs_pb2.ReadResponse(data=piece[skip:])
+                skip = 0
         if read_offset > produced:
             raise OutOfRange(
                 f"read_offset: {read_offset} is past the end of the compressed blob "
@@ -54,13 +56,14 @@ async def read_blob(
             f"read_offset: {read_offset} is past the end of blob {digest} "
             f"({digest.size_bytes} bytes)"
         )
-    async for chunk in store.read(digest, read_offset, read_limit or None):
-        if len(chunk) <= CHUNK_BYTES:
-            yield bs_pb2.ReadResponse(data=chunk)
-        else:
-            view = memoryview(chunk)
-            for start in range(0, len(chunk), CHUNK_BYTES):
-                yield bs_pb2.ReadResponse(data=bytes(view[start : start + CHUNK_BYTES]))
+    async with closing(store.read(digest, read_offset, read_limit or None)) as chunks:
+        async for chunk in chunks:
+            if len(chunk) <= CHUNK_BYTES:
+                yield bs_pb2.ReadResponse(data=chunk)
+            else:
+                view = memoryview(chunk)
+                for start in range(0, len(chunk), CHUNK_BYTES):
+                    yield bs_pb2.ReadResponse(data=bytes(view[start : start + CHUNK_BYTES]))
 
 
 async def _iterate(chunks: list[bytes]) -> AsyncIterator[bytes]:
@@ -108,7 +111,14 @@ async def write_blob(
         limit = digest.size_bytes
         if resource.compressed:
             limit += limit // 64 + _COMPRESSED_SLACK
-        await _receive(first, requests, name, upload, limit)
+        if not await _receive(first, requests, name, upload, limit):
+            # A stream that stops without finish_write keeps its data (resumable).
+            unfinished = InvalidArgument(
+                f"Write: the stream ended at offset {upload.committed} without "
+                f"finish_write; resume with write_offset {upload.committed}"
+            )
+            uploads.release(key, upload)
+            raise unfinished
         chunks = list(upload.chunks)
         committed = upload.committed
         uploads.discard(key)
@@ -118,7 +128,8 @@ async def write_blob(
             await store.write(digest, _iterate(chunks))
         return bs_pb2.WriteResponse(committed_size=committed)
     except LreError:
-        uploads.discard(key)
+        if upload.busy:  # not the resumable case above
+            uploads.discard(key)
         raise
     finally:
         uploads.release(key, upload)
@@ -130,8 +141,8 @@ async def _receive(
     name: str,
     upload: PartialUpload,
     limit: int,
-) -> None:
-    """Append the data of ``request`` and its successors until ``finish_write``."""
+) -> bool:
+    """Append the data of ``request`` and its successors; False if ``finish_write`` never came."""
     while True:
         if request.resource_name and request.resource_name != name:
             raise InvalidArgument(
@@ -149,14 +160,11 @@ async def _receive(
                 )
             upload.append(data)
         if request.finish_write:
-            return
+            return True
         try:
             request = await anext(requests)
         except StopAsyncIteration:
-            raise InvalidArgument(
-                f"Write: the stream ended at offset {upload.committed} without "
-                f"finish_write; resume with write_offset {upload.committed}"
-            ) from None
+            return False
 
 
 async def query_write_status(

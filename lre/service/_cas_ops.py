@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 
 from lre.cas import BlobStore, read_bytes
-from lre.digest import Digest, resolve_digest_function
+from lre.digest import Digest
 from lre.errors import InvalidArgument, LreError
 from lre.proto import re_pb2, status_pb2
+from lre.service._digest_functions import check_digest_function as check_function
 from lre.service._status import rpc_status_of
 from lre.service._zstd import decompress_bytes
 
@@ -18,7 +19,7 @@ _ZSTD = re_pb2.Compressor.ZSTD
 
 def check_digest_function(value: int, digests: Sequence[re_pb2.Digest]) -> None:
     """Reject an unsupported ``digest_function`` (inferred from the first hash when 0)."""
-    resolve_digest_function(value, digests[0].hash if digests else None)
+    check_function(value, digests[0].hash if digests else None)
 
 
 def parse_digests(digests: Sequence[re_pb2.Digest], field: str) -> list[Digest]:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from lre.digest import Digest, DigestFunction, resolve_digest_function
 from lre.errors import InvalidArgument
+from lre.service._digest_functions import check_digest_function
 
 _FUNCTION_NAMES = {f.name.lower(): f for f in DigestFunction if f != DigestFunction.UNKNOWN}
 _COMPRESSORS = ("zstd",)
@@ -82,7 +83,10 @@ def _blob_tail(
         raise _bad(name, f"unexpected segments {extra!r} after the size")
     hash_hex, size_text = parts[index], parts[index + 1]
     if function == DigestFunction.UNKNOWN:
-        function = resolve_digest_function(0, hash_hex)
+        try:
+            function = check_digest_function(0, hash_hex)
+        except InvalidArgument as exc:
+            raise _bad(name, exc.message) from None
     if not (size_text.isascii() and size_text.isdigit()) or len(size_text) > 19:
         raise _bad(name, f"size {size_text!r} is not a non-negative decimal integer")
     try:

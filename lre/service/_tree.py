@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, AsyncIterator
 
 from lre.cas import BlobStore, read_message
-from lre.digest import Digest, resolve_digest_function
+from lre.digest import Digest
 from lre.errors import InvalidArgument, NotFound
 from lre.proto import re_pb2
+from lre.service._digest_functions import check_digest_function
 
 #: Directories per page when the request sets no page_size.
 DEFAULT_PAGE_SIZE = 1000
@@ -64,7 +65,7 @@ async def tree_pages(
     Raises ``InvalidArgument`` for a bad root digest, page size or token and
     ``NotFound`` when the root directory is absent.
     """
-    resolve_digest_function(request.digest_function, request.root_digest.hash)
+    check_digest_function(request.digest_function, request.root_digest.hash)
     root = Digest.from_proto(request.root_digest, field="root_digest")
     if request.page_size < 0:
         raise InvalidArgument(f"page_size: {request.page_size} is negative")
