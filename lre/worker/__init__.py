@@ -6,11 +6,19 @@
 """
 
 from lre.worker._action import ActionResultWriter, ActionRunner
+from lre.worker._process import ProcessOutcome, run_process
+from lre.worker._upload import Adopter
 from lre.worker._workdir import WorkDirectory, WorkDirectoryInUse
+from lre.worker._worker import LocalWorker, WorkerStatistics
 
 __all__ = [
     "ActionResultWriter",
     "ActionRunner",
+    "Adopter",
+    "LocalWorker",
+    "ProcessOutcome",
     "WorkDirectory",
     "WorkDirectoryInUse",
+    "WorkerStatistics",
+    "run_process",
 ]

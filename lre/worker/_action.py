@@ -32,14 +32,21 @@ from lre.config._models import LocalWorkerSpec
 from lre.digest import Digest
 from lre.errors import Cancelled, DeadlineExceeded, Internal, LreError
 from lre.proto import re_pb2
-from lre.scheduler._lease import Lease
-from lre.scheduler._model import Completed, InfrastructureFailure, Outcome, Usage
+from lre.scheduler import (
+    Completed,
+    InfrastructureFailure,
+    Lease,
+    MemoryExceeded,
+    Outcome,
+    Usage,
+)
 from lre.worker._command import PreparedCommand, prepare_command
 from lre.worker._input_tree import fetch_input_tree
 from lre.worker._jobserver import JobserverPool, jobserver_tokens
 from lre.worker._metadata import Timeline, resource_usage_any
 from lre.worker._outputs import FoundFile, FoundOutputs, hash_file, scan_outputs
-from lre.worker._process import ProcessOutcome, run_process
+from lre.worker._process import ProcessOutcome, kill_group, run_process
+from lre.worker._sampler import ActionUsage, ProcessTreeSampler
 from lre.worker._staging import stage_inputs
 from lre.worker._upload import Adopter, upload_outputs
 from lre.worker._workdir import WorkDirectory
@@ -83,6 +90,7 @@ class ActionRunner:
         action_cache: ActionResultWriter | None = None,
         link_source: Callable[[Digest, bool], Path | None] | None = None,
         adopt: Adopter | None = None,
+        sampler: ProcessTreeSampler | None = None,
     ) -> None:
         self.spec = spec
         self.workdir = workdir
@@ -91,6 +99,33 @@ class ActionRunner:
         self.link_source = link_source
         self.adopt = adopt
         self.allow_escaping_symlinks = spec.symlink_policy == "allow"
+        self.sampler = sampler
+        #: lease id -> process group of actions running now
+        self._groups: dict[str, int] = {}
+        #: lease id -> usage at the moment the sampler found it over its line
+        self._over_limit: dict[str, ActionUsage] = {}
+
+    def over_limit(self, usage: ActionUsage) -> None:
+        """Sampler hook: an action outgrew its memory line; kill its group now.
+
+        The run then ends with ``MemoryExceeded`` instead of a result.
+        """
+        group = self._groups.get(usage.action_id)
+        if group is None:
+            return
+        self._over_limit[usage.action_id] = usage
+        log.warning(
+            "worker %s: %s uses %d bytes, over its line of %d; killing it",
+            self.spec.name,
+            usage.action_id,
+            usage.rss_bytes,
+            usage.kill_line_bytes,
+        )
+        kill_group(group)
+
+    def _kill_line(self, lease: Lease) -> int:
+        memory = lease.reservation.memory_bytes
+        return int(memory * self.spec.resources.kill_factor) if memory > 0 else 0
 
     async def run(self, lease: Lease) -> Outcome:
         """Run one attempt of ``lease``'s action and return its outcome."""
@@ -156,7 +191,24 @@ class ActionRunner:
 
         stdout_path = action_dir / "stdout"
         stderr_path = action_dir / "stderr"
-        process = await self._execute(lease, prepared, root, stdout_path, stderr_path, timeline)
+        process, sampled = await self._execute(
+            lease, prepared, root, stdout_path, stderr_path, timeline
+        )
+        peak_rss = process.max_rss_bytes
+        cpu_seconds = process.cpu_seconds
+        samples = 0
+        if sampled is not None and sampled.samples:
+            peak_rss = sampled.peak_rss_bytes
+            cpu_seconds = max(cpu_seconds, sampled.cpu_seconds)
+            samples = sampled.samples
+        usage = Usage(
+            peak_rss_bytes=peak_rss,
+            cpu_seconds=cpu_seconds,
+            wall_seconds=process.ended_at - process.started_at,
+        )
+        over = self._over_limit.pop(lease.lease_id, None)
+        if over is not None:
+            return MemoryExceeded(max(over.peak_rss_bytes, peak_rss), usage=usage)
 
         timeline.mark("output_upload_start")
         found = await trio.to_thread.run_sync(
@@ -176,11 +228,6 @@ class ActionRunner:
         timeline.mark("output_upload_completed")
 
         result = self._result(lease, found, logs, inline, process)
-        usage = Usage(
-            peak_rss_bytes=process.max_rss_bytes,
-            cpu_seconds=process.cpu_seconds,
-            wall_seconds=process.ended_at - process.started_at,
-        )
         error: LreError | None = None
         message = ""
         if process.timed_out:
@@ -194,13 +241,13 @@ class ActionRunner:
         result.execution_metadata.CopyFrom(timeline.to_proto(self.spec.name))
         result.execution_metadata.auxiliary_metadata.append(
             resource_usage_any(
-                peak_rss_bytes=process.max_rss_bytes,
-                cpu_seconds=process.cpu_seconds,
+                peak_rss_bytes=peak_rss,
+                cpu_seconds=cpu_seconds,
                 reserved_millicpus=lease.reservation.millicpus,
                 reserved_memory_bytes=lease.reservation.memory_bytes,
                 ladder_step=lease.ladder_step,
                 attempt=lease.attempt,
-                samples=0,
+                samples=samples,
             )
         )
         await self._cache(lease, result, error)
@@ -214,7 +261,7 @@ class ActionRunner:
         stdout_path: Path,
         stderr_path: Path,
         timeline: Timeline,
-    ) -> ProcessOutcome:
+    ) -> tuple[ProcessOutcome, ActionUsage | None]:
         env = prepared.env
         pool: JobserverPool | None = None
         if self.spec.jobserver.enabled:
@@ -225,6 +272,13 @@ class ActionRunner:
                 name=lease.operation_name,
             )
             env = pool.environment(env)
+        lease_id = lease.lease_id
+
+        def started(pid: int) -> None:
+            self._groups[lease_id] = pid
+            if self.sampler is not None:
+                self.sampler.register(lease_id, pid, kill_line_bytes=self._kill_line(lease))
+
         try:
             timeline.mark("execution_start")
             process = await run_process(
@@ -236,12 +290,15 @@ class ActionRunner:
                 timeout=lease.timeout_s,
                 kill_grace=self.spec.kill_grace_s,
                 pass_fds=pool.pass_fds if pool is not None else (),
+                on_started=started,
             )
             timeline.mark("execution_completed")
         finally:
+            self._groups.pop(lease_id, None)
+            sampled = self.sampler.unregister(lease_id) if self.sampler is not None else None
             if pool is not None:
                 pool.close()
-        return process
+        return process, sampled
 
     def _inline_files(self, lease: Lease, found: FoundOutputs) -> set[str]:
         wanted = set(lease.inline_output_files)

@@ -38,6 +38,7 @@ def output_path(working_directory: str, value: str, *, field: str) -> str:
 
     Raises ``InvalidArgument`` as ``relative_inside`` does.
     """
-    relative_inside(value, field=field, allow_root=False)
+    if value.startswith("/") or not value:
+        raise InvalidArgument(f"{field}: {value!r} must be a non-empty relative path")
     joined = posixpath.join(working_directory, value) if working_directory else value
     return relative_inside(joined, field=field, allow_root=False)

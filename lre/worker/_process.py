@@ -216,6 +216,11 @@ async def _supervise(
     )
 
 
+def kill_group(pgid: int) -> None:
+    """SIGKILL a running action's process group (no error if it is gone)."""
+    _killpg(pgid, signal.SIGKILL)
+
+
 def _killpg(pgid: int, sig: int) -> None:
     try:
         os.killpg(pgid, sig)

@@ -1,0 +1,242 @@
+"""``LocalWorker``: the loop that leases actions from the scheduler and runs them.
+
+Lifecycle (``run``, started with ``nursery.start``):
+
+1. lock and empty the work directory ``{work_directory}/{name}/`` (raises
+   ``WorkDirectoryInUse`` naming the holder's pid before ``started()``);
+2. resolve platform properties (``query_cmd`` run once) and register with
+   the scheduler: properties, capacity (CPUs x overcommit in millicpus and
+   the memory budget), ``max_inflight``, timeouts;
+3. loop: ``lease`` -> precondition script -> run the action in its own task
+   (one cancel scope per action, tied to the lease's cancellation) ->
+   ``report``. When the precondition script says no, the lease is reported
+   as ``Backpressure`` and the worker pauses until one of its running
+   actions completes, or, when idle, for a growing backoff (0.25 s .. 5 s).
+
+Cancelling ``run`` (shutdown) cancels every running action: each process
+group gets SIGTERM, then SIGKILL after ``kill_grace_s``, and is reaped; the
+leases are reported as infrastructure failures, the worker is unregistered
+and the directory lock released.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import trio
+
+from lre.cas._protocol import BlobStore
+from lre.config._models import LocalWorkerSpec
+from lre.digest import Digest
+from lre.errors import LreError, Unavailable
+from lre.scheduler import (
+    Backpressure,
+    InfrastructureFailure,
+    Lease,
+    Outcome,
+    Reservation,
+    Scheduler,
+    WorkerInfo,
+)
+from lre.worker._action import ActionResultWriter, ActionRunner
+from lre.worker._precondition import precondition_allows
+from lre.worker._properties import cpu_count, max_inflight, memory_budget, resolve_properties
+from lre.worker._sampler import ActionUsage, ProcessTreeSampler
+from lre.worker._upload import Adopter
+from lre.worker._workdir import WorkDirectory
+
+log = logging.getLogger(__name__)
+
+BACKOFF_START_S = 0.25
+BACKOFF_MAX_S = 5.0
+HEARTBEAT_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerStatistics:
+    """A snapshot of one worker for the TUI and /metrics."""
+
+    name: str
+    running: int
+    completed: int
+    backpressured: int
+    draining: bool
+    usage: tuple[ActionUsage, ...]
+
+
+class LocalWorker:
+    """One local worker; see the module docstring.
+
+    - ``store``: the CAS inputs are read from and outputs written to.
+    - ``link_source``: ``path_for_link`` of a filesystem store (hardlinked
+      inputs); ``adopt``: its ``adopt_file`` (outputs moved, not copied).
+    - ``action_cache``: written per ``upload_action_result``.
+    - ``sampler``: a shared ``ProcessTreeSampler``; when None the worker runs
+      its own at ``resources.sample_interval``.
+    """
+
+    def __init__(
+        self,
+        spec: LocalWorkerSpec,
+        *,
+        scheduler: Scheduler,
+        store: BlobStore,
+        action_cache: ActionResultWriter | None = None,
+        link_source: Callable[[Digest, bool], Path | None] | None = None,
+        adopt: Adopter | None = None,
+    ) -> None:
+        self.spec = spec
+        self.scheduler = scheduler
+        self.store = store
+        self.action_cache = action_cache
+        self.link_source = link_source
+        self.adopt = adopt
+        self.sampler = ProcessTreeSampler(
+            float(spec.resources.sample_interval), on_over_limit=self._over_limit
+        )
+        self.runner: ActionRunner | None = None
+        self.workdir: WorkDirectory | None = None
+        self.info: WorkerInfo | None = None
+        self._running = 0
+        self._completed = 0
+        self._backpressured = 0
+        self._draining = False
+        self._finished = trio.Event()
+        self._idle = trio.Event()
+        self._idle.set()
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def _over_limit(self, usage: ActionUsage) -> None:
+        if self.runner is not None:
+            self.runner.over_limit(usage)
+
+    async def describe(self) -> WorkerInfo:
+        """What this worker offers (runs the ``query_cmd`` of its properties).
+
+        Raises ``FailedPrecondition`` naming a property whose query fails.
+        """
+        resources = self.spec.resources
+        cpus = cpu_count(resources)
+        capacity = Reservation(
+            millicpus=int(cpus * 1000 * resources.cpu_overcommit),
+            memory_bytes=memory_budget(resources),
+        )
+        properties = await resolve_properties(self.spec.platform_properties)
+        return WorkerInfo(
+            name=self.spec.name,
+            properties=properties,
+            capacity=capacity,
+            max_inflight=max_inflight(self.spec),
+            max_action_timeout_s=float(self.spec.max_action_timeout_s),
+            default_timeout_s=float(self.spec.default_timeout_s),
+        )
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until cancelled (see the module docstring)."""
+        workdir = await trio.to_thread.run_sync(
+            WorkDirectory.open, self.spec.work_directory, self.spec.name
+        )
+        self.workdir = workdir
+        try:
+            self.info = await self.describe()
+            self.runner = ActionRunner(
+                self.spec,
+                workdir,
+                self.store,
+                action_cache=self.action_cache,
+                link_source=self.link_source,
+                adopt=self.adopt,
+                sampler=self.sampler,
+            )
+            async with trio.open_nursery() as nursery:
+                await nursery.start(self.sampler.run)
+                nursery.start_soon(self._heartbeat)
+                self.scheduler.register_worker(self.info)
+                try:
+                    task_status.started()
+                    await self._loop(nursery)
+                finally:
+                    nursery.cancel_scope.cancel()
+                    with trio.CancelScope(shield=True):
+                        await self._idle.wait()
+                    self.scheduler.unregister_worker(self.spec.name)
+        finally:
+            workdir.close()
+
+    def set_draining(self, draining: bool = True) -> None:
+        """Stop (or resume) taking new actions; running ones finish."""
+        self._draining = draining
+        self.scheduler.set_draining(self.spec.name, draining)
+
+    async def wait_idle(self) -> None:
+        """Return once no action of this worker is running."""
+        await self._idle.wait()
+
+    def statistics(self) -> WorkerStatistics:
+        return WorkerStatistics(
+            name=self.spec.name,
+            running=self._running,
+            completed=self._completed,
+            backpressured=self._backpressured,
+            draining=self._draining,
+            usage=self.sampler.snapshots(),
+        )
+
+    async def _heartbeat(self) -> None:
+        while True:
+            self.scheduler.heartbeat(self.spec.name)
+            await trio.sleep(HEARTBEAT_S)
+
+    async def _loop(self, nursery: trio.Nursery) -> None:
+        backoff = BACKOFF_START_S
+        while True:
+            try:
+                lease = await self.scheduler.lease(self.spec.name)
+            except Unavailable:
+                return
+            if self.spec.precondition_script and not await precondition_allows(
+                self.spec.precondition_script
+            ):
+                self._backpressured += 1
+                self.scheduler.report(
+                    lease.lease_id, Backpressure("worker precondition script said no")
+                )
+                if self._running:
+                    await self._finished.wait()
+                else:
+                    await trio.sleep(backoff)
+                    backoff = min(backoff * 2, BACKOFF_MAX_S)
+                continue
+            backoff = BACKOFF_START_S
+            self._running += 1
+            self._idle = trio.Event() if self._idle.is_set() else self._idle
+            nursery.start_soon(self._run_one, lease, name=f"action {lease.operation_name}")
+
+    async def _run_one(self, lease: Lease) -> None:
+        assert self.runner is not None
+        outcome: Outcome = InfrastructureFailure(
+            Unavailable(f"worker {self.spec.name} is shutting down")
+        )
+        try:
+            outcome = await self.runner.run(lease)
+        except LreError as error:  # e.g. the action directory could not be made
+            outcome = InfrastructureFailure(error)
+        except OSError as error:
+            log.exception("worker %s: %s failed", self.spec.name, lease.operation_name)
+            outcome = InfrastructureFailure(
+                Unavailable(f"worker {self.spec.name}: {error.strerror or error}")
+            )
+        finally:
+            self.scheduler.report(lease.lease_id, outcome)
+            self._running -= 1
+            self._completed += 1
+            finished, self._finished = self._finished, trio.Event()
+            finished.set()
+            if self._running == 0:
+                self._idle.set()
