@@ -9,6 +9,7 @@ outlives the test. ``parse_process_summary`` reads Bazel's
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -19,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import pytest
 
@@ -86,6 +88,31 @@ class BuildResult:
         assert self.returncode == 0, f"bazel exited {self.returncode}:\n{tail}"
         assert self.summary is not None, f"no process summary in bazel output:\n{tail}"
         return self.summary
+
+
+def read_execution_log(path: Path) -> list[dict[str, Any]]:
+    """Spawns from ``--execution_log_json_file`` (a stream of JSON objects, one per spawn).
+
+    Each has ``mnemonic``, ``runner`` ("remote", "linux-sandbox", ...),
+    ``remoteCacheHit`` and ``platform.properties`` (the exec_properties sent).
+    """
+    text = path.read_text()
+    decoder = json.JSONDecoder()
+    spawns: list[dict[str, Any]] = []
+    pos = 0
+    while True:
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+        if pos >= len(text):
+            return spawns
+        obj, pos = decoder.raw_decode(text, pos)
+        spawns.append(obj)
+
+
+def platform_properties(spawn: dict[str, Any]) -> dict[str, str]:
+    """A logged spawn's platform properties as a dict."""
+    props = spawn.get("platform", {}).get("properties", [])
+    return {p["name"]: p.get("value", "") for p in props}
 
 
 def require_bazel() -> str:

@@ -19,10 +19,14 @@ Generation is deterministic for a given (modules, funcs, seed).
 from __future__ import annotations
 
 import random
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 MASK = 0xFFFFFFFF
+
+#: lre's Bazel platforms; copied into a workspace as //toolchains/bazel.
+TOOLCHAINS_BAZEL = Path(__file__).resolve().parents[2] / "toolchains" / "bazel"
 
 #: Rules that Bazel 4.2.3's own files load from @rules_cc//cc:defs.bzl.
 _CC_RULES = (
@@ -197,9 +201,20 @@ def _stub_repository(root: Path, name: str, package: str, rules: tuple[str, ...]
 
 
 def generate_workspace(
-    root: Path, *, modules: int = 24, funcs: int = 3, seed: int = 20260
+    root: Path,
+    *,
+    modules: int = 24,
+    funcs: int = 3,
+    seed: int = 20260,
+    first_module_exec_properties: dict[str, str] | None = None,
 ) -> Workspace:
-    """Write the workspace into ``root`` (created if needed) and return its model."""
+    """Write the workspace into ``root`` (created if needed) and return its model.
+
+    The workspace also gets lre's platforms as ``//toolchains/bazel`` (for
+    ``--extra_execution_platforms=//toolchains/bazel:lre``), and
+    ``first_module_exec_properties`` as per-target ``exec_properties`` of
+    ``mod_00`` (how a user marks a heavy target).
+    """
     if modules < 1 or funcs < 1:
         raise ValueError(f"modules={modules}, funcs={funcs}: both must be at least 1")
     rnd = random.Random(seed)
@@ -221,13 +236,18 @@ def generate_workspace(
         "# Debian's /etc/bazel/bazelrc turns on --sandbox_debug; it is far too noisy.\n"
         "build --nosandbox_debug\n",
     )
+    shutil.copytree(TOOLCHAINS_BAZEL, root / "toolchains" / "bazel", dirs_exist_ok=True)
     build = ['COPTS = ["-O2"]\n']
     for mod in mods:
         _write(root / "src" / f"{mod.name}.c", mod.c_source())
         _write(root / "src" / f"{mod.name}.h", mod.c_header())
+        extra = ""
+        if mod.index == 0 and first_module_exec_properties:
+            items = ", ".join(f'"{k}": "{v}"' for k, v in first_module_exec_properties.items())
+            extra = f"    exec_properties = {{{items}}},\n"
         build.append(
             f'cc_library(\n    name = "{mod.name}",\n    srcs = ["src/{mod.name}.c"],\n'
-            f'    hdrs = ["src/{mod.name}.h"],\n    copts = COPTS,\n)\n'
+            f'    hdrs = ["src/{mod.name}.h"],\n    copts = COPTS,\n{extra})\n'
         )
     deps = "".join(f'        ":{mod.name}",\n' for mod in mods)
     build.append(

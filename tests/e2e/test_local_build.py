@@ -13,7 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e._bazel import BazelSession, parse_process_summary
+from tests.e2e._bazel import (
+    BazelSession,
+    parse_process_summary,
+    platform_properties,
+    read_execution_log,
+)
 from tests.e2e._workspace import generate_workspace
 
 
@@ -83,18 +88,34 @@ def test_generation_is_deterministic(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.bazel
 def test_workspace_builds_locally_with_bazel(tmp_path: Path) -> None:
-    ws = generate_workspace(tmp_path / "ws")
+    """Also shows that lre's platform and a per-target exec_properties reach each spawn."""
+    heavy = {"memory_kb": "1048576"}
+    ws = generate_workspace(tmp_path / "ws", first_module_exec_properties=heavy)
     assert len(ws.modules) >= 20
+    log = tmp_path / "exec.json"
+    flags = [
+        "--extra_execution_platforms=//toolchains/bazel:lre",
+        f"--execution_log_json_file={log}",
+    ]
     with BazelSession(ws.root, tmp_path / "bazel-root") as bazel:
-        summary = bazel.build([ws.target]).check()
+        summary = bazel.build([ws.target], flags).check()
         assert summary.spawns == ws.spawn_count, summary
         assert summary.local == summary.spawns, summary
         out = subprocess.run(
             [ws.binary, "100"], capture_output=True, text=True, check=True, timeout=60
         )
         assert out.stdout.strip() == ws.expected_checksum(100)
+        spawns = read_execution_log(log)
+        assert len(spawns) == ws.spawn_count
+        base = {"OSFamily": "Linux", "cpu_count": "1"}
+        for spawn in spawns:
+            props = platform_properties(spawn)
+            if "src/mod_00.c" in " ".join(spawn.get("commandArgs", [])):
+                assert props == base | heavy, spawn
+            else:
+                assert props == base, spawn
         # A no-op rebuild runs nothing.
-        again = bazel.build([ws.target]).check()
+        again = bazel.build([ws.target], flags).check()
         assert again.spawns == 0, again
         assert len(bazel.server_pids()) == 1  # so the check after shutdown means something
     assert bazel.server_pids() == []
