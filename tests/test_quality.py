@@ -162,3 +162,29 @@ async def test_async_tests_need_no_marker() -> None:
 
     await trio.lowlevel.checkpoint()
     assert trio.lowlevel.current_task() is not None
+
+
+def _setup_commands() -> list[str]:
+    """The commands in the README's "Set up" section, one per bash block."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Set up", 1)[1].split("\n## ", 1)[0]
+    blocks = section.split("```bash\n")[1:]
+    return [block.split("```", 1)[0].strip() for block in blocks]
+
+
+def test_readme_has_exactly_two_setup_commands() -> None:
+    commands = _setup_commands()
+    assert len(commands) == 2, commands
+    assert all("\n" not in c for c in commands), commands
+    install, test = commands
+    assert install.endswith("lre up")
+    assert "pytest" in test and "[test]" in test
+
+
+def test_ci_runs_the_readme_test_command_verbatim() -> None:
+    script = ROOT / ".ci" / "run"
+    assert script.stat().st_mode & 0o111, ".ci/run must be executable"
+    lines = [line for line in script.read_text().splitlines() if line.strip()]
+    assert lines[0] == "#!/usr/bin/env bash"
+    assert "set -euo pipefail" in lines
+    assert lines[-1] == _setup_commands()[1]
