@@ -5,6 +5,8 @@ Trio-async; bounded stores also offer ``pin`` (``PinnableStore``) and
 ``statistics()``. Stores compose by wrapping.
 """
 
+from lre.cas._action_cache import ActionCache, FilesystemActionCache, MemoryActionCache
+from lre.cas._action_results import ActionResultCache
 from lre.cas._blob_io import (
     missing_digests,
     read_bytes,
@@ -18,14 +20,25 @@ from lre.cas._pins import Pin
 from lre.cas._protocol import BlobStore, PinnableStore
 from lre.cas._statistics import StoreStatistics
 from lre.cas._streams import closing_stream
+from lre.cas._tree import (
+    file_digests,
+    read_directory_tree,
+    tree_file_digests,
+    validate_directory,
+    validate_tree,
+)
 from lre.cas._verify import BlobVerifier, check_read_range
 from lre.cas._wrappers import FastSlowStore, VerifyStore
 
 __all__ = [
+    "ActionCache",
+    "ActionResultCache",
     "BlobStore",
     "BlobVerifier",
     "FastSlowStore",
+    "FilesystemActionCache",
     "FilesystemStore",
+    "MemoryActionCache",
     "MemoryStore",
     "Pin",
     "PinnableStore",
@@ -33,9 +46,14 @@ __all__ = [
     "VerifyStore",
     "check_read_range",
     "closing_stream",
+    "file_digests",
     "missing_digests",
     "read_bytes",
+    "read_directory_tree",
     "read_message",
+    "tree_file_digests",
+    "validate_directory",
+    "validate_tree",
     "write_bytes",
     "write_message",
 ]
