@@ -5,9 +5,7 @@ from __future__ import annotations
 from lre.digest import DigestFunction, resolve_digest_function
 
 _HEX = frozenset("0123456789abcdef")
-_OTHER_LENGTHS = frozenset(
-    f.hex_length for f in DigestFunction if f.hex_length not in (0, 64)
-)
+_OTHER_LENGTHS = frozenset(f.hex_length for f in DigestFunction if f.hex_length not in (0, 64))
 
 
 def check_digest_function(value: int, sample_hash: str | None) -> DigestFunction:

@@ -223,9 +223,7 @@ class RpcMetricsInterceptor(grpc.aio.ServerInterceptor[Any, Any]):
         ],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any]:
-        handler: grpc.RpcMethodHandler[Any, Any] | None = await continuation(
-            handler_call_details
-        )
+        handler: grpc.RpcMethodHandler[Any, Any] | None = await continuation(handler_call_details)
         if handler is None:  # grpc answers UNIMPLEMENTED; the path may be anything
             self.metrics.record(UNKNOWN_METHOD, grpc.StatusCode.UNIMPLEMENTED.name, 0.0)
             return None  # type: ignore[return-value]

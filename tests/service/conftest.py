@@ -106,3 +106,12 @@ async def cache_server(nursery: trio.Nursery) -> AsyncIterator[ServerHandle]:
         yield ServerHandle(address, store, bridge, instances, Client(address, channel))
     finally:
         channel.close()
+
+
+async def eventually(predicate: Callable[[], bool], seconds: float = 5.0) -> None:
+    """Wait until ``predicate()`` holds (polling), failing after ``seconds``."""
+    for _ in range(int(seconds / 0.01)):
+        if predicate():
+            return
+        await trio.sleep(0.01)
+    assert predicate(), f"condition did not hold within {seconds} s"

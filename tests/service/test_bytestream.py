@@ -13,7 +13,7 @@ import zstandard
 
 from lre.digest import digest_of
 from lre.proto import bs_pb2
-from tests.service.conftest import ServerHandle
+from tests.service.conftest import ServerHandle, eventually
 
 CHUNK = 64 << 10
 
@@ -157,7 +157,8 @@ async def test_write_of_present_blob_returns_early(cache_server: ServerHandle) -
 async def test_zstd_both_directions(cache_server: ServerHandle) -> None:
     data = b"compress me please " * 50_000
     packed = zstandard.ZstdCompressor(level=3).compress(data)
-    committed = await write(cache_server, write_requests(upload_name(data, compressed=True), packed))
+    name = upload_name(data, compressed=True)
+    committed = await write(cache_server, write_requests(name, packed))
     assert committed == len(packed)
     assert await read(cache_server, read_name(data)) == data
     compressed = await read(cache_server, read_name(data, compressed=True))
@@ -237,14 +238,13 @@ async def test_abandoned_read_cancels_trio_side(cache_server: ServerHandle) -> N
     await write(cache_server, write_requests(upload_name(data), data))
 
     def read_first_chunk() -> bytes:
-        call = cache_server.client.bytestream.Read(bs_pb2.ReadRequest(resource_name=read_name(data)))
+        request = bs_pb2.ReadRequest(resource_name=read_name(data))
+        call = cache_server.client.bytestream.Read(request)
         first = next(call)
         call.cancel()
         return bytes(first.data)
 
     first = await trio.to_thread.run_sync(read_first_chunk)
     assert first == data[: len(first)]
-    with trio.fail_after(5):
-        while cache_server.bridge.statistics().running:
-            await trio.sleep(0.01)
+    await eventually(lambda: cache_server.bridge.statistics().running == 0)
     assert cache_server.bridge.statistics().cancelled_total >= 1
