@@ -36,6 +36,8 @@ from lre.config._paths import Path, Problem
 
 _T = TypeVar("_T")
 
+_ROLE_NAMES = {"cas": "a CAS store", "ac": "an action cache store"}
+
 
 def check_config(config: Config) -> list[Problem]:
     """Every cross-reference and value problem in ``config`` (empty = valid)."""
@@ -271,7 +273,7 @@ class _Checker:
         if store.grpc is not None and store.grpc.store_type != role:
             return (
                 f"store {name!r} is a grpc {store.grpc.store_type} store; "
-                f"a {role} store is needed here"
+                f"{_ROLE_NAMES[role]} is needed here"
             )
         if store.verify is not None:
             if role == "ac":

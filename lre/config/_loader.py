@@ -10,6 +10,7 @@ found by a best-effort scan of the text, ``_positions``).
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping, Sequence
 from importlib import resources
@@ -49,10 +50,7 @@ def load_config_text(
 
     Raises ``ConfigError`` listing every problem found.
     """
-    try:
-        raw: Any = json5.loads(text, allow_duplicate_keys=False)
-    except ValueError as error:
-        raise ConfigError([f"{source}: not valid JSON5: {error}"]) from error
+    raw = parse_json5(text, source)
     decoder = Decoder(os.environ if env is None else env)
     config = decoder.decode(Config, raw, ())
     if decoder.problems or config is INVALID:
@@ -62,6 +60,32 @@ def load_config_text(
         raise ConfigError(_render(problems, text, source))
     assert isinstance(config, Config)
     return config
+
+
+def parse_json5(text: str, source: str) -> Any:
+    """Parse ``text``; duplicate keys are refused.
+
+    Plain JSON (a subset of JSON5) takes the fast standard-library parser;
+    anything else goes to json5, which is much slower. Raises ``ConfigError``
+    with the parser's message (it names line and column).
+    """
+    try:
+        return json.loads(text, object_pairs_hook=_refuse_duplicates)
+    except ValueError:
+        pass
+    try:
+        return json5.loads(text, allow_duplicate_keys=False)
+    except ValueError as error:
+        raise ConfigError([f"{source}: not valid JSON5: {error}"]) from error
+
+
+def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
 
 
 def default_config_text() -> str:

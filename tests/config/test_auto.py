@@ -1,0 +1,94 @@
+"""The "auto" rules and resolve()."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from lre.config import (
+    HostFacts,
+    auto_cpu_count,
+    auto_filesystem_max_bytes,
+    auto_max_inflight_tasks,
+    auto_memory_budget,
+    nearest_existing_dir,
+    resolve,
+)
+
+from .conftest import MINIMAL, load
+
+GIB = 1 << 30
+
+
+def test_cpu_count_prefers_affinity() -> None:
+    assert auto_cpu_count(4, 16) == 4
+    assert auto_cpu_count(None, 16) == 16
+    assert auto_cpu_count(None, None) == 1
+
+
+def test_filesystem_max_bytes_is_a_quarter_of_free_disk_capped() -> None:
+    assert auto_filesystem_max_bytes(100 * GIB) == 25 * GIB
+    assert auto_filesystem_max_bytes(1000 * GIB) == 50 * GIB
+    assert auto_filesystem_max_bytes(0) == 64 << 20
+
+
+def test_memory_budget() -> None:
+    assert auto_memory_budget(16 * GIB, 2 * GIB) == 10 * GIB
+    assert auto_memory_budget(2 * GIB, 2 * GIB) == 1 * GIB  # never below 1 GiB
+
+
+def test_max_inflight_tasks() -> None:
+    assert auto_max_inflight_tasks(8) == 8
+
+
+def test_nearest_existing_dir(tmp_path: Path) -> None:
+    assert nearest_existing_dir(str(tmp_path / "a" / "b" / "c")) == str(tmp_path)
+    assert nearest_existing_dir(str(tmp_path)) == str(tmp_path)
+
+
+def test_host_facts_probe_measures_this_machine() -> None:
+    facts = HostFacts.probe()
+    assert 1 <= facts.cpu_count <= (os.cpu_count() or 1)
+    assert facts.total_memory > 64 << 20
+    assert facts.free_disk("/definitely/not/here") > 0
+
+
+def test_resolve_replaces_every_auto(tmp_path: Path) -> None:
+    seen: list[str] = []
+
+    def free_disk(path: str) -> int:
+        seen.append(path)
+        return 40 * GIB
+
+    text = MINIMAL.replace(
+        'work_directory: "/data/work"',
+        'work_directory: "/data/work", resources: { memory_floor: "1GiB" }',
+    )
+    config = load(text)
+    resolved = resolve(config, HostFacts(cpu_count=6, total_memory=16 * GIB, free_disk=free_disk))
+    filesystem = resolved.stores[0].filesystem
+    memory = resolved.stores[1].memory
+    local = resolved.workers[0].local
+    assert filesystem is not None and memory is not None and local is not None
+    assert filesystem.eviction_policy.max_bytes == 10 * GIB
+    assert seen == ["/data/cas"]
+    assert memory.eviction_policy.max_bytes == 1 * GIB
+    assert local.resources.cpu_count == 6
+    assert local.max_inflight_tasks == 6
+    assert local.resources.memory_budget == 11 * GIB
+    # the input is untouched (frozen models, a copy comes back)
+    assert config.workers[0].local is not None
+    assert config.workers[0].local.max_inflight_tasks == "auto"
+
+
+def test_resolve_keeps_explicit_values_and_uses_worker_cpus() -> None:
+    text = MINIMAL.replace(
+        'work_directory: "/data/work"',
+        'work_directory: "/data/work", resources: { cpu_count: 3, memory_budget: "5GiB" }',
+    )
+    resolved = resolve(load(text), HostFacts(cpu_count=64, total_memory=GIB, free_disk=lambda p: 0))
+    local = resolved.workers[0].local
+    assert local is not None
+    assert local.resources.cpu_count == 3
+    assert local.max_inflight_tasks == 3
+    assert local.resources.memory_budget == 5 * GIB
