@@ -1,0 +1,150 @@
+"""Action caches and the completeness check of ActionResultCache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lre.cas import (
+    ActionCache,
+    ActionResultCache,
+    FilesystemActionCache,
+    FilesystemStore,
+    MemoryActionCache,
+    MemoryStore,
+    write_bytes,
+    write_message,
+)
+from lre.digest import Digest, digest_of
+from lre.errors import InvalidArgument, MissingBlobs, ResourceExhausted
+from lre.proto import re_pb2
+
+ACTION = digest_of(b"an action")
+
+
+@pytest.fixture(params=["memory", "filesystem"])
+async def action_cache(request: pytest.FixtureRequest, tmp_path: Path) -> ActionCache:
+    if request.param == "memory":
+        return MemoryActionCache(1 << 20)
+    cache = FilesystemActionCache(tmp_path / "ac")
+    await cache.open()
+    return cache
+
+
+async def test_get_put_replace(action_cache: ActionCache) -> None:
+    assert await action_cache.get(ACTION) is None
+    await action_cache.put(ACTION, b"first")
+    await action_cache.put(ACTION, b"second")
+    assert await action_cache.get(ACTION) == b"second"
+    assert await action_cache.get(digest_of(b"other")) is None
+
+
+async def test_filesystem_action_cache_survives_restart_and_cleans_temp(tmp_path: Path) -> None:
+    cache = FilesystemActionCache(tmp_path / "ac")
+    await cache.open()
+    await cache.put(ACTION, b"kept")
+    (tmp_path / "ac" / "tmp" / "leftover").write_bytes(b"partial")
+    reopened = FilesystemActionCache(tmp_path / "ac")
+    await reopened.open()
+    assert await reopened.get(ACTION) == b"kept"
+    assert list((tmp_path / "ac" / "tmp").iterdir()) == []
+
+
+async def test_memory_action_cache_is_bounded() -> None:
+    cache = MemoryActionCache(100)
+    for i in range(10):
+        await cache.put(digest_of(bytes([i])), b"x" * 30)
+    assert len(cache) == 3
+    assert await cache.get(digest_of(bytes([9]))) == b"x" * 30
+    with pytest.raises(ResourceExhausted):
+        await cache.put(ACTION, b"y" * 101)
+
+
+async def full_result(
+    cas: MemoryStore | FilesystemStore,
+) -> tuple[re_pb2.ActionResult, dict[str, Digest]]:
+    out = await write_bytes(cas, b"output file")
+    stdout = await write_bytes(cas, b"stdout text")
+    in_tree = await write_bytes(cas, b"file in a tree")
+    in_child = await write_bytes(cas, b"file in a child")
+    tree = re_pb2.Tree(
+        root=re_pb2.Directory(files=[re_pb2.FileNode(name="a", digest=in_tree.to_proto())]),
+        children=[re_pb2.Directory(files=[re_pb2.FileNode(name="b", digest=in_child.to_proto())])],
+    )
+    tree_digest = await write_message(cas, tree)
+    result = re_pb2.ActionResult(
+        output_files=[re_pb2.OutputFile(path="out", digest=out.to_proto())],
+        output_directories=[re_pb2.OutputDirectory(path="d", tree_digest=tree_digest.to_proto())],
+        stdout_digest=stdout.to_proto(),
+        exit_code=0,
+    )
+    return result, {
+        "out": out,
+        "stdout": stdout,
+        "in_tree": in_tree,
+        "in_child": in_child,
+        "tree": tree_digest,
+    }
+
+
+@pytest.mark.parametrize("evicted", ["out", "stdout", "in_tree", "in_child", "tree"])
+async def test_incomplete_results_are_not_served(tmp_path: Path, evicted: str) -> None:
+    cas = FilesystemStore(tmp_path / "cas", tmp_path / "tmp", 1 << 20)
+    await cas.open()
+    cache = ActionResultCache(MemoryActionCache(), cas)
+    result, digests = await full_result(cas)
+    assert await cache.put_result(ACTION, result) == result
+    assert await cache.get_result(ACTION) == result
+    # Evict one referenced blob behind the store's back, as a crash or a user might.
+    gone = digests[evicted]
+    for path in (tmp_path / "cas").rglob(f"{gone.hash}*"):
+        path.unlink()
+    cas._forget(gone)
+    assert await cache.get_result(ACTION) is None
+    with pytest.raises(MissingBlobs) as info:
+        await cache.put_result(ACTION, result)
+    assert info.value.subjects == (gone.subject,)
+
+
+async def test_eviction_makes_a_result_incomplete() -> None:
+    cas = MemoryStore(100)
+    cache = ActionResultCache(MemoryActionCache(), cas)
+    out = await write_bytes(cas, b"o" * 60)
+    result = re_pb2.ActionResult(output_files=[re_pb2.OutputFile(path="o", digest=out.to_proto())])
+    await cache.put_result(ACTION, result)
+    await write_bytes(cas, b"p" * 60)  # evicts the output
+    assert await cache.get_result(ACTION) is None
+
+
+async def test_put_result_names_every_missing_blob() -> None:
+    cas = MemoryStore(1 << 20)
+    cache = ActionResultCache(MemoryActionCache(), cas)
+    a, b = digest_of(b"a"), digest_of(b"b")
+    result = re_pb2.ActionResult(
+        output_files=[re_pb2.OutputFile(path="a", digest=a.to_proto())],
+        stderr_digest=b.to_proto(),
+    )
+    with pytest.raises(MissingBlobs) as info:
+        await cache.put_result(ACTION, result)
+    assert set(info.value.subjects) == {a.subject, b.subject}
+    assert info.value.code == 9
+    assert await cache.get_result(ACTION) is None
+
+
+async def test_malformed_results() -> None:
+    cas = MemoryStore(1 << 20)
+    ac = MemoryActionCache()
+    cache = ActionResultCache(ac, cas)
+    bad = re_pb2.ActionResult(
+        output_files=[
+            re_pb2.OutputFile(path="a", digest=re_pb2.Digest(hash="nothex", size_bytes=1))
+        ]
+    )
+    with pytest.raises(InvalidArgument, match=r"output_files\[0\].digest"):
+        await cache.put_result(ACTION, bad)
+    await ac.put(ACTION, b"\xff\xff not a proto")
+    assert await cache.get_result(ACTION) is None
+    empty_stdout = re_pb2.ActionResult(stdout_digest=digest_of(b"").to_proto(), exit_code=3)
+    assert await cache.put_result(ACTION, empty_stdout) == empty_stdout
+    assert await cache.get_result(ACTION) == empty_stdout
