@@ -23,7 +23,7 @@ from lre.service._cache_servicers import (
     ContentAddressableStorageServicer,
     cache_servicers,
 )
-from lre.service._instances import WILDCARD, ActionResultStore, InstanceBackends, Instances
+from lre.service._instances import WILDCARD, InstanceBackends, Instances
 from lre.service._metadata import (
     REQUEST_METADATA_KEY,
     RequestMetadata,
@@ -48,7 +48,6 @@ __all__ = [
     "STATUS_DETAILS_KEY",
     "WILDCARD",
     "ActionCacheServicer",
-    "ActionResultStore",
     "BlobResource",
     "BridgeStatistics",
     "ByteStreamServicer",

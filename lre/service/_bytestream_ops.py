@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 
-from lre.cas import BlobStore
+from lre.cas import BlobStore, closing_stream
 from lre.errors import InvalidArgument, LreError, OutOfRange
 from lre.proto import bs_pb2
-from lre.service._closing import closing
 from lre.service._resource_names import BlobResource, parse_write_resource
 from lre.service._uploads import PartialUpload, UploadKey, UploadRegistry
 from lre.service._zstd import CHUNK_BYTES, acompress, adecompress
@@ -37,7 +36,10 @@ async def read_blob(
             raise InvalidArgument(f"read_limit: {read_limit} must be 0 for compressed-blobs reads")
         skip = read_offset
         produced = 0
-        async with closing(store.read(digest)) as raw, closing(acompress(raw)) as pieces:
+        async with (
+            closing_stream(store.read(digest)) as raw,
+            closing_stream(acompress(raw)) as pieces,
+        ):
             async for piece in pieces:
                 produced += len(piece)
                 if skip >= len(piece):
@@ -56,7 +58,7 @@ async def read_blob(
             f"read_offset: {read_offset} is past the end of blob {digest} "
             f"({digest.size_bytes} bytes)"
         )
-    async with closing(store.read(digest, read_offset, read_limit or None)) as chunks:
+    async with closing_stream(store.read(digest, read_offset, read_limit or None)) as chunks:
         async for chunk in chunks:
             if len(chunk) <= CHUNK_BYTES:
                 yield bs_pb2.ReadResponse(data=chunk)

@@ -9,27 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
 
-from lre.cas import BlobStore
-from lre.digest import Digest
+from lre.cas import ActionResultCache, BlobStore
 from lre.errors import InvalidArgument
-from lre.proto import re_pb2
 
 WILDCARD = "*"
-
-
-class ActionResultStore(Protocol):
-    """What the ActionCache servicer needs from an action cache.
-
-    - ``get`` returns the stored result of ``action_digest`` or ``None``.
-    - ``put`` stores ``result`` under ``action_digest`` (replacing any).
-    Both may raise ``lre.errors.LreError`` (e.g. ``ResourceExhausted``).
-    """
-
-    async def get(self, action_digest: Digest) -> re_pb2.ActionResult | None: ...
-
-    async def put(self, action_digest: Digest, result: re_pb2.ActionResult) -> None: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,11 +23,11 @@ class InstanceBackends:
     ``scheduler`` is whatever the Execution servicer needs (it is typed
     there); ``None`` disables execution and ``exec_enabled`` in
     GetCapabilities. ``action_cache`` ``None`` makes the ActionCache service
-    answer NOT_FOUND for reads and refuse writes.
+    answer NOT_FOUND for reads and refuse writes; its CAS should be ``cas``.
     """
 
     cas: BlobStore
-    action_cache: ActionResultStore | None = None
+    action_cache: ActionResultCache | None = None
     scheduler: object | None = None
     ac_read_only: bool = False
 
@@ -52,8 +36,6 @@ class Instances:
     """Resolve request instance names to ``InstanceBackends``."""
 
     def __init__(self, backends: Mapping[str, InstanceBackends]) -> None:
-        if not backends:
-            raise ValueError("instances: at least one instance is required")
         self._exact = {name: b for name, b in backends.items() if name != WILDCARD}
         self._wildcard = backends.get(WILDCARD)
 

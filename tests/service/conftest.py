@@ -17,7 +17,7 @@ import grpc
 import pytest
 import trio
 
-from lre.cas import MemoryStore
+from lre.cas import ActionResultCache, MemoryActionCache, MemoryStore
 from lre.proto import bs_grpc, re_grpc
 from lre.service import (
     CacheServiceOptions,
@@ -32,7 +32,8 @@ from lre.service import (
 
 T = TypeVar("T")
 
-#: Instance names every test server serves (empty, nested, plain).
+#: Instance names the ``cache_server`` serves: "" (no action cache), "main"
+#: (action cache) and "team/linux/x86" (read-only action cache).
 SERVED_INSTANCES = ("", "main", "team/linux/x86")
 
 
@@ -99,7 +100,12 @@ async def start_server(
 @pytest.fixture
 async def cache_server(nursery: trio.Nursery) -> AsyncIterator[ServerHandle]:
     store = MemoryStore(max_bytes=512 << 20)
-    backends = {name: InstanceBackends(cas=store) for name in SERVED_INSTANCES}
+    results = ActionResultCache(MemoryActionCache(), store)
+    backends = {
+        "": InstanceBackends(cas=store),
+        "main": InstanceBackends(cas=store, action_cache=results),
+        "team/linux/x86": InstanceBackends(cas=store, action_cache=results, ac_read_only=True),
+    }
     address, bridge, instances = await start_server(nursery, backends)
     channel = open_channel(address)
     try:
