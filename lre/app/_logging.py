@@ -1,0 +1,142 @@
+"""Structured single-line logs: ``ts level logger msg key=value ...``.
+
+- ``configure_logging(level, file=..., stream=...)`` installs one handler on
+  the root logger (replacing one it installed before): to ``file`` (created
+  with its directory, rotated at 10 MiB, 3 kept) when given, else to
+  ``stream``. Use ``log_file(state_dir)`` for the file of a detached lre or
+  of ``lre up`` while the dashboard owns the terminal.
+- Fields: ``log.info("msg", extra={"kv": {"worker": "local"}})`` appends
+  ``worker=local``; values with spaces, quotes or ``=`` are double-quoted
+  with backslash escapes, so every record is one line, tracebacks included
+  (as an ``exc="..."`` field with ``\\n`` escapes).
+- ``log_rejected(logger, ...)`` logs one refused client request at INFO with
+  its status and reason, never a traceback (client errors are not bugs).
+"""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+__all__ = [
+    "LOG_FILE_NAME",
+    "LineFormatter",
+    "configure_logging",
+    "format_fields",
+    "log_file",
+    "log_rejected",
+    "parse_level",
+]
+
+LOG_FILE_NAME = "lre.log"
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
+_LEVELS["error"] = logging.ERROR
+_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:/@+,%")
+
+
+def parse_level(name: str) -> int:
+    """``"info"`` -> ``logging.INFO``; ``ValueError`` naming the value and the choices."""
+    level = _LEVELS.get(name.lower())
+    if level is None:
+        raise ValueError(f"log_level: {name!r} is not one of {', '.join(_LEVELS)}")
+    return level
+
+
+def _quote(value: object) -> str:
+    text = str(value)
+    if text and all(c in _SAFE for c in text):
+        return text
+    escaped = (
+        text.replace("\\", "\\\\")
+        .replace('"', '\\"')
+        .replace("\n", "\\n")
+        .replace("\r", "\\r")
+        .replace("\t", "\\t")
+    )
+    return f'"{escaped}"'
+
+
+def format_fields(fields: Mapping[str, object]) -> str:
+    """``{"a": 1, "b": "x y"}`` -> ``a=1 b="x y"`` (keys as given, in order)."""
+    return " ".join(f"{key}={_quote(value)}" for key, value in fields.items())
+
+
+class LineFormatter(logging.Formatter):
+    """Formats a record as one line; see the module docstring."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+        millis = int(record.msecs)
+        message = record.getMessage().replace("\\", "\\\\").replace("\n", "\\n")
+        parts = [f"{ts}.{millis:03d}Z", record.levelname, record.name, message]
+        fields: dict[str, object] = {}
+        extra = getattr(record, "kv", None)
+        if isinstance(extra, Mapping):
+            fields.update(extra)
+        if record.exc_info:
+            fields["exc"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            fields["exc"] = record.exc_text
+        if fields:
+            parts.append(format_fields(fields))
+        return " ".join(parts)
+
+
+_HANDLER_MARK = "_lre_handler"
+
+
+def log_file(state_dir: str | Path) -> Path:
+    """Where a detached lre logs: ``<state_dir>/lre.log``."""
+    return Path(state_dir) / LOG_FILE_NAME
+
+
+def configure_logging(
+    level: str,
+    *,
+    file: Path | None = None,
+    stream: TextIO | None = None,
+) -> logging.Handler:
+    """Send every log record at ``level`` or above through ``LineFormatter``.
+
+    Writes to ``file`` when given (``OSError`` if its directory cannot be
+    created or the file opened), else to ``stream`` (default stderr).
+    Calling it again replaces the handler installed before. Returns the
+    handler (tests and shutdown may ``flush``/``close`` it).
+    """
+    numeric = parse_level(level)
+    handler: logging.Handler
+    if file is not None:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.handlers.RotatingFileHandler(
+            file, maxBytes=10 << 20, backupCount=3, encoding="utf-8"
+        )
+    else:
+        handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    handler.setFormatter(LineFormatter())
+    setattr(handler, _HANDLER_MARK, True)
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        if getattr(old, _HANDLER_MARK, False):
+            root.removeHandler(old)
+            old.close()
+    root.addHandler(handler)
+    root.setLevel(numeric)
+    return handler
+
+
+def log_rejected(
+    logger: logging.Logger,
+    what: str,
+    *,
+    status: str,
+    reason: str,
+    **fields: Any,
+) -> None:
+    """Log one refused request once, at INFO, without a traceback:
+    ``rejected <what> status=<status> reason="..." <fields>``."""
+    logger.info("rejected %s", what, extra={"kv": {"status": status, "reason": reason, **fields}})

@@ -1,0 +1,261 @@
+"""Prometheus text exposition (format 0.0.4) of a ``ProcessSnapshot``.
+
+``render_metrics(snapshot, rpc)`` returns the whole ``/metrics`` body. Every
+label's values come from a bounded set (seed 003: a label per action digest
+made one series per action):
+
+- ``stage``: CACHE_CHECK, QUEUED, EXECUTING; ``outcome``: the scheduler's
+  completion outcomes; ``kind``: ``EventKind``; ``code``: gRPC code names;
+- ``worker``, ``store``: names from the config;
+- ``platform``: the *keys* of a queued requirement (``OSFamily,cpu,mem``),
+  never its values, so bounded by the configured property names;
+- ``method``: RPC methods lre registers (see ``lre.service._rpc_metrics``).
+
+Per-action data (RSS, elapsed, digests, operation names) is aggregated per
+worker or left to ``/api/v1/stats``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+
+from lre.app._snapshot import ProcessSnapshot, platform_key_set
+from lre.service._rpc_metrics import RpcStatistics
+
+__all__ = ["CONTENT_TYPE", "render_metrics"]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+Labels = Mapping[str, str]
+Sample = tuple[Labels, float]
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _number(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if float(value).is_integer() and abs(value) < 2**53:
+        return str(int(value))
+    return repr(float(value))
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def family(
+        self, name: str, kind: str, help_text: str, samples: Iterable[Sample], suffix: str = ""
+    ) -> None:
+        self.lines.append(f"# HELP {name} {help_text}")
+        self.lines.append(f"# TYPE {name} {kind}")
+        for labels, value in samples:
+            self.sample(name + suffix, labels, value)
+
+    def sample(self, name: str, labels: Labels, value: float) -> None:
+        if labels:
+            text = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
+            self.lines.append(f"{name}{{{text}}} {_number(value)}")
+        else:
+            self.lines.append(f"{name} {_number(value)}")
+
+
+def render_metrics(snapshot: ProcessSnapshot, rpc: RpcStatistics | None = None) -> str:
+    """The ``/metrics`` body for ``snapshot`` and the RPC recorder's statistics."""
+    w = _Writer()
+    w.family("lre_up", "gauge", "1 while lre serves.", [({}, 1)])
+    w.family(
+        "lre_healthy", "gauge", "1 when /status answers 200.", [({}, 1 if snapshot.healthy else 0)]
+    )
+    w.family("lre_uptime_seconds", "gauge", "Seconds since lre started.", [({}, snapshot.uptime_s)])
+
+    w.family(
+        "lre_operations",
+        "gauge",
+        "Live operations by stage.",
+        [({"stage": stage}, n) for stage, n in sorted(snapshot.by_stage.items())],
+    )
+    by_keys: dict[str, int] = defaultdict(int)
+    for label, n in snapshot.queued_by_platform.items():
+        by_keys[platform_key_set(label)] += n
+    w.family(
+        "lre_queued_operations",
+        "gauge",
+        "Queued operations by the keys of their platform requirements.",
+        [({"platform": keys}, n) for keys, n in sorted(by_keys.items())],
+    )
+    running: dict[str, int] = {row.name: 0 for row in snapshot.workers}
+    rss: dict[str, int] = {row.name: 0 for row in snapshot.workers}
+    for action in snapshot.inflight:
+        running[action.worker] = running.get(action.worker, 0) + 1
+        rss[action.worker] = rss.get(action.worker, 0) + (action.rss_bytes or 0)
+    w.family(
+        "lre_running_actions",
+        "gauge",
+        "Actions running now, per worker.",
+        [({"worker": name}, n) for name, n in sorted(running.items())],
+    )
+    w.family(
+        "lre_action_rss_bytes",
+        "gauge",
+        "Sampled RSS of all running actions' process trees, per worker.",
+        [({"worker": name}, n) for name, n in sorted(rss.items())],
+    )
+
+    w.family(
+        "lre_completed_total",
+        "counter",
+        "Finished operations by outcome.",
+        [({"outcome": outcome}, n) for outcome, n in sorted(snapshot.completions.items())],
+    )
+    for name, help_text, value in (
+        ("lre_submitted_total", "Operations submitted (Execute calls).", snapshot.submitted),
+        ("lre_cache_hits_total", "Executions answered from the action cache.", snapshot.cache_hits),
+        (
+            "lre_cache_misses_total",
+            "Executions that missed the action cache and had to run.",
+            snapshot.cache_misses,
+        ),
+        ("lre_dedup_hits_total", "Executions that joined a running twin.", snapshot.dedup_hits),
+        ("lre_retries_total", "Infrastructure retries.", snapshot.retries),
+        (
+            "lre_backpressure_requeues_total",
+            "Leases a worker's precondition declined.",
+            snapshot.backpressure_requeues,
+        ),
+        (
+            "lre_ladder_kills_total",
+            "Actions killed for outgrowing their memory reservation.",
+            snapshot.ladder_kills,
+        ),
+        (
+            "lre_lease_cancellations_total",
+            "Running actions cancelled.",
+            snapshot.lease_cancellations,
+        ),
+    ):
+        w.family(name, "counter", help_text, [({}, value)])
+    w.family(
+        "lre_events_total",
+        "counter",
+        "Events shown in the recent-events pane, by kind.",
+        [({"kind": kind}, n) for kind, n in sorted(snapshot.event_totals.items())],
+    )
+
+    workers = sorted(snapshot.workers, key=lambda row: row.name)
+    w.family(
+        "lre_cpu_reserved_cpus",
+        "gauge",
+        "CPUs reserved by running actions, per worker.",
+        [({"worker": r.name}, r.millicpus_reserved / 1000) for r in workers],
+    )
+    w.family(
+        "lre_cpu_capacity_cpus",
+        "gauge",
+        "CPUs a worker offers (cores x overcommit).",
+        [({"worker": r.name}, r.millicpus_capacity / 1000) for r in workers],
+    )
+    w.family(
+        "lre_memory_reserved_bytes",
+        "gauge",
+        "Memory reserved by running actions, per worker.",
+        [({"worker": r.name}, r.memory_reserved_bytes) for r in workers],
+    )
+    w.family(
+        "lre_memory_capacity_bytes",
+        "gauge",
+        "Memory a worker offers.",
+        [({"worker": r.name}, r.memory_capacity_bytes) for r in workers],
+    )
+    w.family(
+        "lre_memory_budget_bytes",
+        "gauge",
+        "Global memory budget of all running actions (absent when unbounded).",
+        [] if snapshot.memory_budget_bytes is None else [({}, snapshot.memory_budget_bytes)],
+    )
+    w.family(
+        "lre_worker_draining",
+        "gauge",
+        "1 while a worker takes no new actions.",
+        [({"worker": r.name}, 1 if r.draining else 0) for r in workers],
+    )
+
+    stores = sorted(snapshot.stores, key=lambda row: row.name)
+    w.family(
+        "lre_cas_bytes",
+        "gauge",
+        "Bytes held by a bounded store.",
+        [({"store": s.name}, s.used_bytes) for s in stores],
+    )
+    w.family(
+        "lre_cas_capacity_bytes",
+        "gauge",
+        "Byte limit of a bounded store (0 = unbounded).",
+        [({"store": s.name}, s.max_bytes) for s in stores],
+    )
+    w.family(
+        "lre_cas_blobs",
+        "gauge",
+        "Blobs held by a bounded store.",
+        [({"store": s.name}, s.blob_count) for s in stores],
+    )
+    w.family(
+        "lre_cas_evictions_total",
+        "counter",
+        "Blobs evicted to stay under the limit.",
+        [({"store": s.name}, s.evicted_blobs) for s in stores],
+    )
+    w.family(
+        "lre_cas_evicted_bytes_total",
+        "counter",
+        "Bytes evicted to stay under the limit.",
+        [({"store": s.name}, s.evicted_bytes) for s in stores],
+    )
+
+    jobserver = snapshot.jobserver
+    w.family(
+        "lre_jobserver_tokens_in_use",
+        "gauge",
+        "Jobserver tokens held by actions' child processes now.",
+        [] if jobserver is None else [({}, jobserver.in_use)],
+    )
+    w.family(
+        "lre_jobserver_tokens",
+        "gauge",
+        "Jobserver tokens in all live pools.",
+        [] if jobserver is None else [({}, jobserver.total)],
+    )
+
+    if rpc is not None:
+        _rpc_families(w, rpc)
+    return "\n".join(w.lines) + "\n"
+
+
+def _rpc_families(w: _Writer, rpc: RpcStatistics) -> None:
+    w.family(
+        "lre_rpc_requests_total",
+        "counter",
+        "Finished gRPC calls by method and status code.",
+        [
+            ({"method": m.method, "code": code}, n)
+            for m in rpc.methods
+            for code, n in sorted(m.codes.items())
+        ],
+    )
+    name = "lre_rpc_duration_seconds"
+    w.lines.append(f"# HELP {name} gRPC call latency by method (streams: whole call).")
+    w.lines.append(f"# TYPE {name} histogram")
+    for m in rpc.methods:
+        cumulative = 0
+        for bound, count in zip(rpc.buckets, m.bucket_counts, strict=True):
+            cumulative += count
+            w.sample(f"{name}_bucket", {"method": m.method, "le": _number(bound)}, cumulative)
+        w.sample(f"{name}_bucket", {"method": m.method, "le": "+Inf"}, m.count)
+        w.sample(f"{name}_count", {"method": m.method}, m.count)
+        w.sample(f"{name}_sum", {"method": m.method}, m.sum_seconds)

@@ -1,0 +1,235 @@
+"""The status listener: a small HTTP/1.1 server on Trio.
+
+Routes (GET or HEAD; one request per connection, ``Connection: close``):
+
+- ``/status``: ``200 {"status": "ok", ...}`` or ``503 {"status":
+  "unavailable", "problems": [...]}`` (what the ``HealthBoard`` holds);
+- ``/metrics``: Prometheus text format 0.0.4 (``render_metrics``);
+- ``/api/v1/stats``: the ``ProcessSnapshot`` as JSON (``lre top`` reads it).
+
+Robustness: the request head must arrive within ``request_timeout_s``
+(else 408) and fit in ``max_request_bytes`` (else 431); a malformed request
+line gets 400, another method 405, another path 404; each is logged once at
+INFO without a traceback. At most ``max_connections`` are served at once;
+more get 503 at once. A snapshot source that raises gives 500 and one
+logged traceback (a bug). The listener stops when its task is cancelled.
+
+Wiring: ``port = await nursery.start(StatusServer(address, source).serve)``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import Final
+
+import trio
+
+from lre.app._logging import log_rejected
+from lre.app._metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from lre.app._metrics import render_metrics
+from lre.app._snapshot import ProcessSnapshot, SnapshotSource
+from lre.service._rpc_metrics import RpcStatistics
+
+__all__ = ["StatusServer", "parse_listen_address"]
+
+log = logging.getLogger("lre.status")
+
+_REASONS: Final = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    408: "Request Timeout",
+    431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
+_JSON: Final = "application/json"
+_TEXT: Final = "text/plain; charset=utf-8"
+
+
+def parse_listen_address(address: str) -> tuple[str, int]:
+    """``"127.0.0.1:50061"`` / ``"[::1]:0"`` / ``"localhost:8080"`` -> (host, port).
+
+    Raises ``ValueError`` naming ``global.status.address`` and the value.
+    """
+    host, sep, port_text = address.rpartition(":")
+    if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:
+        raise ValueError(
+            f"global.status.address: {address!r} is not host:port (e.g. 127.0.0.1:50061)"
+        )
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, int(port_text)
+
+
+class _Rejected(Exception):
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+class StatusServer:
+    """Serves ``/status``, ``/metrics`` and ``/api/v1/stats`` from ``source``.
+
+    ``rpc`` returns the gRPC recorder's statistics for ``/metrics`` (None:
+    no RPC metrics). ``source`` is called on the Trio thread, once per
+    request that needs it.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        source: SnapshotSource,
+        *,
+        rpc: Callable[[], RpcStatistics] | None = None,
+        request_timeout_s: float = 5.0,
+        max_request_bytes: int = 8192,
+        max_connections: int = 64,
+    ) -> None:
+        self.host, self.port = parse_listen_address(address)
+        self.source = source
+        self.rpc = rpc
+        self.request_timeout_s = request_timeout_s
+        self.max_request_bytes = max_request_bytes
+        self.max_connections = max_connections
+        self.bound_address = ""
+        self._active = 0
+
+    async def serve(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        """Listen until cancelled; ``task_status.started`` gets the bound port
+        (``bound_address`` then holds ``host:port``). Raises ``OSError`` naming
+        the address when it cannot be bound."""
+        try:
+            listeners = await trio.open_tcp_listeners(self.port, host=self.host)
+        except OSError as exc:
+            raise OSError(
+                exc.errno, f"global.status.address: cannot listen on {self.host}:{self.port}: {exc}"
+            ) from None
+        sockname = listeners[0].socket.getsockname()
+        port = int(sockname[1])
+        host = self.host if ":" not in self.host else f"[{self.host}]"
+        self.bound_address = f"{host}:{port}"
+        log.info("status listener on http://%s/status", self.bound_address)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(trio.serve_listeners, self._connection, listeners)
+            task_status.started(port)
+
+    # ------------------------------------------------------------------ per connection
+
+    async def _connection(self, stream: trio.SocketStream) -> None:
+        async with stream:
+            if self._active >= self.max_connections:
+                await self._send_quietly(stream, 503, _TEXT, b"too many connections\n", False)
+                return
+            self._active += 1
+            try:
+                await self._handle(stream)
+            finally:
+                self._active -= 1
+
+    async def _handle(self, stream: trio.SocketStream) -> None:
+        peer = _peer(stream)
+        head_only = False
+        try:
+            with trio.fail_after(self.request_timeout_s):
+                method, path = await self._read_request(stream)
+            head_only = method == "HEAD"
+            status, content_type, body = self._respond(method, path)
+        except _Rejected as rejected:
+            log_rejected(
+                log, "HTTP request", status=str(rejected.status), reason=rejected.reason, peer=peer
+            )
+            status, content_type, body = rejected.status, _TEXT, (rejected.reason + "\n").encode()
+        except trio.TooSlowError:
+            log_rejected(
+                log, "HTTP request", status="408", reason="request head too slow", peer=peer
+            )
+            status, content_type, body = 408, _TEXT, b"request timeout\n"
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return  # the client went away; nothing to answer
+        await self._send_quietly(stream, status, content_type, body, head_only)
+
+    async def _read_request(self, stream: trio.SocketStream) -> tuple[str, str]:
+        buffer = bytearray()
+        while b"\r\n\r\n" not in buffer and b"\n\n" not in buffer:
+            if len(buffer) > self.max_request_bytes:
+                raise _Rejected(431, f"request head over {self.max_request_bytes} bytes")
+            chunk = await stream.receive_some(4096)
+            if not chunk:
+                if not buffer:
+                    raise trio.BrokenResourceError("closed before a request")
+                raise _Rejected(400, "connection closed mid-request")
+            buffer += chunk
+        head = bytes(buffer).split(b"\n", 1)[0].rstrip(b"\r")
+        try:
+            line = head.decode("ascii")
+        except UnicodeDecodeError:
+            raise _Rejected(400, "request line is not ASCII") from None
+        parts = line.split(" ")
+        if len(parts) != 3 or not parts[2].startswith("HTTP/1.") or not parts[1].startswith("/"):
+            raise _Rejected(400, f"malformed request line {line[:80]!r}")
+        return parts[0], parts[1].split("?", 1)[0]
+
+    def _respond(self, method: str, path: str) -> tuple[int, str, bytes]:
+        if method not in ("GET", "HEAD"):
+            raise _Rejected(405, f"method {method[:16]!r} not allowed (GET or HEAD)")
+        if path not in ("/status", "/metrics", "/api/v1/stats"):
+            raise _Rejected(404, f"no such path {path[:80]!r} (/status, /metrics, /api/v1/stats)")
+        try:
+            snapshot = self.source()
+            if path == "/status":
+                return _status_body(snapshot)
+            if path == "/metrics":
+                rpc = self.rpc() if self.rpc is not None else None
+                return 200, METRICS_CONTENT_TYPE, render_metrics(snapshot, rpc).encode()
+            return 200, _JSON, snapshot.dumps().encode()
+        except Exception:
+            log.exception("status listener: building the answer to %s failed", path)
+            return 500, _TEXT, b"internal error (see lre's log)\n"
+
+    async def _send_quietly(
+        self,
+        stream: trio.SocketStream,
+        status: int,
+        content_type: str,
+        body: bytes,
+        head_only: bool,
+    ) -> None:
+        head = (
+            f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n"
+            f"Content-Type: {content_type}\r\n"
+            f"Content-Length: {len(body)}\r\n"
+            "Cache-Control: no-store\r\n"
+            "Connection: close\r\n\r\n"
+        ).encode("ascii")
+        try:
+            with trio.move_on_after(self.request_timeout_s):
+                await stream.send_all(head if head_only else head + body)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+
+def _status_body(snapshot: ProcessSnapshot) -> tuple[int, str, bytes]:
+    if snapshot.healthy:
+        body = {
+            "status": "ok",
+            "address": snapshot.address,
+            "uptime_s": round(snapshot.uptime_s, 3),
+            "running": snapshot.running,
+            "queued": snapshot.queued,
+        }
+        return 200, _JSON, json.dumps(body).encode() + b"\n"
+    body = {"status": "unavailable", "problems": list(snapshot.problems)}
+    return 503, _JSON, json.dumps(body).encode() + b"\n"
+
+
+def _peer(stream: trio.SocketStream) -> str:
+    try:
+        name = stream.socket.getpeername()
+    except OSError:
+        return "?"
+    return f"{name[0]}:{name[1]}" if isinstance(name, tuple) else str(name)

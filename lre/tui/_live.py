@@ -1,0 +1,120 @@
+"""``run_dashboard``: keep the dashboard on the terminal, ~4 refreshes a second.
+
+Rich ``Live`` with ``auto_refresh=False``: the Trio task renders and
+refreshes, so snapshot sources that must run on the Trio thread (the
+in-process ``SnapshotAssembler``) are called there and no rich thread runs.
+In screen mode the alternate screen is redrawn in place (no flicker) and
+restored on exit.
+
+With ``quit_keys``, stdin (when a terminal) is put in cbreak mode and ``q``
+ends the dashboard; the terminal mode is restored on every exit path,
+including Ctrl-C (which stays a ``KeyboardInterrupt`` for the caller).
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+import termios
+import tty
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+
+import trio
+from rich.console import Console, RenderableType
+from rich.live import Live
+from rich.text import Text
+
+from lre.app._snapshot import ProcessSnapshot
+from lre.tui._render import render_dashboard
+
+__all__ = ["SnapshotGetter", "cbreak", "run_dashboard"]
+
+SnapshotGetter = Callable[[], ProcessSnapshot | Awaitable[ProcessSnapshot]]
+
+QUIT_KEYS = frozenset(b"qQ")
+
+
+@contextmanager
+def cbreak(fd: int) -> Iterator[None]:
+    """Put terminal ``fd`` in cbreak mode (keys arrive one by one, unechoed;
+    Ctrl-C still signals) and restore its previous mode on exit."""
+    saved = termios.tcgetattr(fd)
+    try:
+        tty.setcbreak(fd)
+        yield
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
+async def _watch_keys(fd: int, scope: trio.CancelScope) -> None:
+    while True:
+        await trio.lowlevel.wait_readable(fd)
+        data = os.read(fd, 64)
+        if not data or any(byte in QUIT_KEYS for byte in data):
+            scope.cancel()
+            return
+
+
+def _screen(
+    console: Console, snapshot: ProcessSnapshot | None, notice: str | None
+) -> RenderableType:
+    if snapshot is None:
+        return Text(notice or "waiting for the first snapshot…", style="bold red" if notice else "")
+    return render_dashboard(snapshot, width=console.width, height=console.height, notice=notice)
+
+
+async def run_dashboard(
+    get_snapshot: SnapshotGetter,
+    *,
+    console: Console | None = None,
+    refresh_per_second: float = 4.0,
+    quit_keys: bool = False,
+    screen: bool = True,
+    max_frames: int | None = None,
+) -> None:
+    """Show the dashboard of ``get_snapshot()`` until cancelled, ``q`` (with
+    ``quit_keys``) or ``max_frames`` refreshes (tests).
+
+    ``get_snapshot`` may be sync or async. ``OSError``/``ValueError`` from it
+    (lre unreachable, a bad answer) keep the last screen with a red notice
+    and retry at the next refresh; anything else propagates.
+    """
+    console = console if console is not None else Console()
+    interval = 1.0 / refresh_per_second
+    stdin_fd = sys.stdin.fileno() if quit_keys and sys.stdin.isatty() else None
+    last: ProcessSnapshot | None = None
+    with (
+        cbreak(stdin_fd) if stdin_fd is not None else _nothing(),
+        Live(
+            console=console,
+            auto_refresh=False,
+            screen=screen,
+            transient=not screen,
+            redirect_stdout=False,
+            redirect_stderr=False,
+        ) as live,
+    ):
+        async with trio.open_nursery() as nursery:
+            if stdin_fd is not None:
+                nursery.start_soon(_watch_keys, stdin_fd, nursery.cancel_scope)
+            frames = 0
+            while max_frames is None or frames < max_frames:
+                notice: str | None = None
+                try:
+                    result = get_snapshot()
+                    if inspect.isawaitable(result):
+                        result = await result
+                    last = result
+                except (OSError, ValueError) as exc:
+                    notice = str(exc)
+                live.update(_screen(console, last, notice), refresh=True)
+                frames += 1
+                await trio.sleep(interval)
+            nursery.cancel_scope.cancel()
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield

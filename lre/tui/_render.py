@@ -1,0 +1,342 @@
+"""Render one ``ProcessSnapshot`` as the dashboard (pure: same snapshot, same screen).
+
+Four parts, top to bottom: a header (address, uptime, health, CPU and memory
+reserved against the budget as bars, queue, running, completed/s, cache hit
+ratio, CAS use, jobserver tokens), the in-flight table (one row per running
+action, longest-running first, RSS bar red near the kill line), the queue by
+platform, and recent events. Columns are dropped by priority as the width
+shrinks and rows are cut to ``height`` (with a "... more" line); any width
+from 1 up renders without error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich import box
+from rich.console import Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from lre.app._snapshot import EventKind, InflightAction, ProcessSnapshot, RecentEvent
+from lre.tui._format import bar, cpus, short_bytes, short_duration, usage_style
+
+__all__ = ["render_dashboard", "rss_style"]
+
+#: An action whose RSS reaches this fraction of its kill line shows red.
+NEAR_KILL_LINE = 0.9
+
+_EVENT_STYLES = {
+    EventKind.KILL: "bold red",
+    EventKind.OOM: "bold red",
+    EventKind.ESCALATION: "yellow",
+    EventKind.FAILURE: "red",
+    EventKind.TIMEOUT: "magenta",
+    EventKind.UNMATCHABLE: "red",
+    EventKind.BACKPRESSURE: "yellow",
+    EventKind.WORKER: "bold red",
+    EventKind.UPSTREAM: "yellow",
+}
+
+
+def rss_style(action: InflightAction) -> str:
+    """Red at ``NEAR_KILL_LINE`` of the kill line, yellow above the reservation,
+    green below it; dim when there is no line or no sample yet."""
+    if action.rss_bytes is None or action.kill_line_bytes <= 0:
+        return "grey50"
+    if action.rss_bytes >= NEAR_KILL_LINE * action.kill_line_bytes:
+        return "bold red"
+    if action.rss_bytes > action.reserved_memory_bytes:
+        return "yellow"
+    return "green"
+
+
+# ---------------------------------------------------------------------- header
+
+
+def _header(snapshot: ProcessSnapshot, width: int) -> RenderableType:
+    bar_width = 20 if width >= 100 else 12 if width >= 70 else 6
+    lines: list[Text] = []
+
+    top = Text()
+    top.append("lre ", style="bold")
+    top.append(snapshot.address or "-", style="cyan")
+    top.append(f"  up {short_duration(snapshot.uptime_s)}  ")
+    if snapshot.healthy:
+        top.append("● ok", style="green")
+    else:
+        top.append("● UNHEALTHY", style="bold red")
+    lines.append(top)
+    for problem in snapshot.problems:
+        lines.append(Text(f"  {problem}", style="red"))
+
+    budget = Text()
+    cpu_cap = snapshot.millicpus_capacity
+    cpu_frac = snapshot.millicpus_reserved / cpu_cap if cpu_cap else None
+    budget.append("CPU ")
+    budget.append_text(bar(cpu_frac, bar_width, usage_style(cpu_frac)))
+    budget.append(f" {cpus(snapshot.millicpus_reserved)}/{cpus(cpu_cap)}   ")
+    mem_cap = snapshot.effective_memory_capacity_bytes
+    mem_frac = snapshot.memory_reserved_bytes / mem_cap if mem_cap else None
+    budget.append("MEM ")
+    budget.append_text(bar(mem_frac, bar_width, usage_style(mem_frac)))
+    budget.append(f" {short_bytes(snapshot.memory_reserved_bytes)}/{short_bytes(mem_cap)}")
+    lines.append(budget)
+
+    figures = Text()
+    ratio = snapshot.cache_hit_ratio
+    items = [
+        ("queued", str(snapshot.queued)),
+        ("running", str(snapshot.running)),
+        ("done/s", f"{snapshot.completed_per_second:.1f}"),
+        ("done", str(snapshot.completed)),
+        ("cache hits", "-" if ratio is None else f"{ratio * 100:.0f}%"),
+    ]
+    for store in snapshot.stores:
+        cap = short_bytes(store.max_bytes) if store.max_bytes else "∞"
+        items.append((f"CAS {store.name}", f"{short_bytes(store.used_bytes)}/{cap}"))
+    if snapshot.jobserver is not None:
+        items.append(("tokens", f"{snapshot.jobserver.in_use}/{snapshot.jobserver.total}"))
+    for index, (name, value) in enumerate(items):
+        if index:
+            figures.append("  ")
+        figures.append(f"{name} ", style="grey70")
+        figures.append(value, style="bold")
+    lines.append(figures)
+    return Panel(Group(*lines), box=box.ROUNDED, padding=(0, 1), width=width)
+
+
+# ---------------------------------------------------------------------- in flight
+
+
+@dataclass(frozen=True, slots=True)
+class _Column:
+    name: str
+    priority: int  # lower = kept longer
+    width: int
+    justify: str = "left"
+
+
+_BAR_WIDTH = 10
+_COLUMNS = (
+    _Column("action", 0, 14),
+    _Column("target", 5, 18),
+    _Column("worker", 4, 8),
+    _Column("elapsed", 0, 7, "right"),
+    _Column("rss", 1, 10, "right"),
+    _Column("bar", 2, _BAR_WIDTH),
+    _Column("peak", 3, 6, "right"),
+    _Column("cpu%", 1, 5, "right"),
+    _Column("cpus", 6, 4, "right"),
+    _Column("step", 7, 4, "right"),
+    _Column("try", 7, 3, "right"),
+)
+_TITLES = {
+    "action": "Action",
+    "target": "Target",
+    "worker": "Worker",
+    "elapsed": "Elapsed",
+    "rss": "RSS/resv",
+    "bar": "Kill line",
+    "peak": "Peak",
+    "cpu%": "CPU%",
+    "cpus": "CPUs",
+    "step": "Step",
+    "try": "Try",
+}
+
+
+def _fit_columns(width: int) -> list[_Column]:
+    """Columns kept at ``width`` (each costs its width plus 3 cells: padding
+    and divider, the outer edges excepted), in display order; the action
+    column widens into what is left (up to 40), then the target column."""
+    kept: set[str] = set()
+    used = 0
+    width += 3  # no padding or divider outside the first and last column
+    for column in sorted(_COLUMNS, key=lambda c: c.priority):
+        cost = column.width + 3
+        if used + cost <= width or not kept:
+            kept.add(column.name)
+            used += cost
+    spare = max(0, width - used)
+    result = []
+    for column in _COLUMNS:
+        if column.name not in kept:
+            continue
+        if column.name == "action" and spare:
+            grow = min(spare, 40 - column.width)
+            column = _Column(column.name, column.priority, column.width + grow, column.justify)
+            spare -= grow
+        if column.name == "target" and spare:
+            grow = min(spare, 24)
+            column = _Column(column.name, column.priority, column.width + grow, column.justify)
+            spare -= grow
+        result.append(column)
+    return result
+
+
+def _cell(action: InflightAction, name: str) -> Text:
+    if name == "action":
+        label = action.summary + (" ⊘" if action.cancelled else "")
+        return Text(label, style="bold" if not action.cancelled else "grey50")
+    if name == "target":
+        return Text(action.target or "-")
+    if name == "worker":
+        return Text(action.worker)
+    if name == "elapsed":
+        return Text(short_duration(action.elapsed_s))
+    if name == "rss":
+        resv = short_bytes(action.reserved_memory_bytes) if action.reserved_memory_bytes else "-"
+        return Text(f"{short_bytes(action.rss_bytes)}/{resv}", style=rss_style(action))
+    if name == "bar":
+        if action.rss_bytes is None or action.kill_line_bytes <= 0:
+            return bar(None, _BAR_WIDTH, "grey50")
+        return bar(action.rss_bytes / action.kill_line_bytes, _BAR_WIDTH, rss_style(action))
+    if name == "peak":
+        return Text(short_bytes(action.peak_rss_bytes))
+    if name == "cpu%":
+        if action.cpu_millicpus is None:
+            return Text("-")
+        return Text(f"{action.cpu_millicpus / 10:.0f}")
+    if name == "cpus":
+        return Text("all" if action.exclusive else cpus(action.reserved_millicpus))
+    if name == "step":
+        return Text(str(action.ladder_step), style="yellow" if action.ladder_step else "")
+    if name == "try":
+        return Text(str(action.attempt), style="yellow" if action.attempt > 1 else "")
+    raise KeyError(name)
+
+
+def _inflight(snapshot: ProcessSnapshot, width: int, max_rows: int | None) -> RenderableType:
+    actions = sorted(snapshot.inflight, key=lambda a: (-a.elapsed_s, a.operation))
+    columns = _fit_columns(width)
+    table = Table(
+        box=box.SIMPLE_HEAD,
+        padding=(0, 1),
+        pad_edge=False,
+        show_edge=False,
+        title=f"In flight ({len(actions)})",
+        title_justify="left",
+        title_style="bold",
+    )
+    for column in columns:
+        table.add_column(
+            _TITLES[column.name],
+            width=column.width,
+            justify=column.justify,  # type: ignore[arg-type]
+            no_wrap=True,
+            overflow="ellipsis",
+        )
+    shown = actions
+    hidden = 0
+    if max_rows is not None and len(actions) > max_rows:
+        keep = max(0, max_rows - 1)
+        shown, hidden = actions[:keep], len(actions) - keep
+    for action in shown:
+        table.add_row(*(_cell(action, column.name) for column in columns))
+    if hidden:
+        table.add_row(Text(f"… {hidden} more", style="grey50"))
+    if not actions:
+        table.add_row(Text("nothing running", style="grey50"))
+    return table
+
+
+# ---------------------------------------------------------------------- queue, events
+
+
+def _queued(snapshot: ProcessSnapshot, max_rows: int) -> RenderableType | None:
+    if not snapshot.queued_by_platform:
+        return None
+    items = sorted(snapshot.queued_by_platform.items(), key=lambda kv: (-kv[1], kv[0]))
+    table = Table(
+        box=None,
+        padding=(0, 1),
+        pad_edge=False,
+        show_header=False,
+        title=f"Queued by platform ({sum(n for _, n in items)})",
+        title_justify="left",
+        title_style="bold",
+    )
+    table.add_column("n", justify="right", no_wrap=True)
+    table.add_column("platform", no_wrap=True, overflow="ellipsis")
+    shown = items[:max_rows]
+    for label, count in shown:
+        table.add_row(str(count), label or "(no requirements)")
+    if len(items) > len(shown):
+        rest = sum(n for _, n in items[len(shown) :])
+        table.add_row(str(rest), Text(f"… {len(items) - len(shown)} more platforms", "grey50"))
+    return table
+
+
+def _event_detail(event: RecentEvent) -> str:
+    detail = event.message
+    if event.peak_rss_bytes is not None:
+        detail = f"peak {short_bytes(event.peak_rss_bytes)} · {detail}"
+    return detail
+
+
+def _events(snapshot: ProcessSnapshot, width: int, max_rows: int) -> RenderableType | None:
+    events = snapshot.events[:max_rows]
+    if not events:
+        return None
+    wide = width >= 80
+    table = Table(
+        box=None,
+        padding=(0, 1),
+        pad_edge=False,
+        show_header=False,
+        title="Recent events",
+        title_justify="left",
+        title_style="bold",
+    )
+    table.add_column("age", justify="right", no_wrap=True, min_width=6)
+    table.add_column("kind", no_wrap=True, min_width=12)
+    if wide:
+        table.add_column("action", no_wrap=True, overflow="ellipsis", max_width=16)
+        table.add_column("worker", no_wrap=True, overflow="ellipsis", max_width=10)
+    table.add_column("detail", no_wrap=True, overflow="ellipsis")
+    for event in events:
+        age = short_duration(snapshot.taken_at - event.at)
+        kind = Text(event.kind.value, style=_EVENT_STYLES.get(event.kind, ""))
+        cells: list[Text | str] = [age, kind]
+        if wide:
+            cells += [event.summary or "-", event.worker or "-"]
+        cells.append(_event_detail(event))
+        table.add_row(*cells)
+    return table
+
+
+def render_dashboard(
+    snapshot: ProcessSnapshot,
+    *,
+    width: int,
+    height: int | None = None,
+    notice: str | None = None,
+) -> RenderableType:
+    """The whole screen for ``snapshot`` at ``width`` columns. ``height`` (rows)
+    cuts the in-flight table so the queue and events stay visible; None keeps
+    every row. ``notice`` is a line shown on top in red (e.g. "cannot reach lre")."""
+    width = max(1, width)
+    parts: list[RenderableType] = []
+    if notice:
+        parts.append(Text(notice, style="bold red"))
+    parts.append(_header(snapshot, width))
+    events_rows = 6 if height is None or height >= 30 else 3
+    queue_rows = 4 if height is None or height >= 30 else 2
+    queued = _queued(snapshot, queue_rows)
+    events = _events(snapshot, width, events_rows)
+    max_rows: int | None = None
+    if height is not None:
+        reserved = 5 + len(snapshot.problems) + (1 if notice else 0) + 4  # header + table chrome
+        if queued is not None:
+            reserved += 2 + min(queue_rows + 1, len(snapshot.queued_by_platform))
+        if events is not None:
+            reserved += 2 + min(events_rows, len(snapshot.events))
+        max_rows = max(1, height - reserved)
+    parts.append(_inflight(snapshot, width, max_rows))
+    if queued is not None:
+        parts.append(queued)
+    if events is not None:
+        parts.append(events)
+    return Group(*parts)
