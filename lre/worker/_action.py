@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -47,7 +46,7 @@ from lre.worker._metadata import Timeline, resource_usage_any
 from lre.worker._outputs import FoundFile, FoundOutputs, hash_file, scan_outputs
 from lre.worker._process import ProcessOutcome, kill_group, run_process
 from lre.worker._sampler import ActionUsage, ProcessTreeSampler
-from lre.worker._staging import stage_inputs
+from lre.worker._staging import LinkSource, stage_inputs
 from lre.worker._upload import Adopter, upload_outputs
 from lre.worker._workdir import WorkDirectory
 
@@ -59,9 +58,12 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
 class ActionResultWriter(Protocol):
-    """Where results are cached. ``update_result`` raises what its store raises."""
+    """Where results are cached (``lre.cas.ActionResultCache``).
 
-    async def update_result(self, digest: Digest, result: re_pb2.ActionResult) -> object: ...
+    ``put_result`` raises ``LreError`` subclasses (missing blobs, full).
+    """
+
+    async def put_result(self, action_digest: Digest, result: re_pb2.ActionResult) -> object: ...
 
 
 @dataclass(slots=True)
@@ -88,7 +90,7 @@ class ActionRunner:
         store: BlobStore,
         *,
         action_cache: ActionResultWriter | None = None,
-        link_source: Callable[[Digest, bool], Path | None] | None = None,
+        link_source: LinkSource | None = None,
         adopt: Adopter | None = None,
         sampler: ProcessTreeSampler | None = None,
     ) -> None:
@@ -184,9 +186,15 @@ class ActionRunner:
         parents = [request.relative for request in prepared.outputs]
         if prepared.working_directory:
             parents.append(prepared.working_directory + "/.")
-        await stage_inputs(
-            self.store, tree, root, output_parents=parents, link_source=self.link_source
-        )
+        pin = getattr(self.store, "pin", None)
+        held = pin([f.digest for f in tree.files]) if pin is not None else None
+        try:
+            await stage_inputs(
+                self.store, tree, root, output_parents=parents, link_source=self.link_source
+            )
+        finally:
+            if held is not None:
+                held.release()
         timeline.mark("input_fetch_completed")
 
         stdout_path = action_dir / "stdout"
@@ -366,7 +374,7 @@ class ActionRunner:
         if strategy == "success_only" and result.exit_code != 0:
             return
         try:
-            await self.action_cache.update_result(lease.action_key.action_digest, result)
+            await self.action_cache.put_result(lease.action_key.action_digest, result)
         except LreError:
             log.exception(
                 "worker %s: could not cache result of %s", self.spec.name, lease.operation_name

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import trio
 from google.protobuf.message import DecodeError
 
-from lre.cas._protocol import BlobStore
+from lre.cas import BlobStore, validate_directory
 from lre.digest import Digest
 from lre.errors import InvalidArgument, MissingBlobs, NotFound
 from lre.proto import re_pb2
@@ -42,40 +42,6 @@ class InputTree:
     files: list[InputFile] = field(default_factory=list)
     symlinks: list[InputSymlink] = field(default_factory=list)
     directory_count: int = 0
-
-
-def check_directory(directory: re_pb2.Directory, digest: Digest) -> None:
-    """Validate the entry names of one ``Directory``.
-
-    Raises ``InvalidArgument`` naming ``digest`` and the entry when a name is
-    empty, ``.`` or ``..``, contains ``/`` or NUL, appears twice (across
-    files, directories and symlinks) or when a list is not sorted by name.
-    """
-    seen: set[str] = set()
-    for kind, nodes in (
-        ("files", directory.files),
-        ("directories", directory.directories),
-        ("symlinks", directory.symlinks),
-    ):
-        previous: str | None = None
-        for node in nodes:
-            name = node.name
-            if name in ("", ".", "..") or "/" in name or "\x00" in name:
-                raise InvalidArgument(
-                    f"input Directory {digest}: {kind} entry name {name!r} is not a valid "
-                    "file name (empty, '.', '..', or containing '/' or NUL)"
-                )
-            if name in seen:
-                raise InvalidArgument(
-                    f"input Directory {digest}: name {name!r} appears more than once"
-                )
-            if previous is not None and name < previous:
-                raise InvalidArgument(
-                    f"input Directory {digest}: {kind} are not sorted by name "
-                    f"({previous!r} before {name!r})"
-                )
-            seen.add(name)
-            previous = name
 
 
 def check_symlink_target(path: str, target: str, *, allow_escaping: bool) -> None:
@@ -139,7 +105,7 @@ async def fetch_input_tree(
 
     Raises ``MissingBlobs`` when a Directory blob is absent,
     ``InvalidArgument`` when a blob does not parse as a Directory, a name is
-    invalid (see ``check_directory``) or a symlink escapes the root (see
+    invalid (see ``lre.cas.validate_directory``) or a symlink escapes the root (see
     ``check_symlink_target``).
     """
     tree = InputTree()
@@ -157,7 +123,7 @@ async def fetch_input_tree(
                     raise InvalidArgument(
                         f"input Directory {digest}: blob does not parse as a Directory"
                     ) from None
-                check_directory(directory, digest)
+                validate_directory(directory, digest)
                 parsed[digest] = directory
         next_level: list[tuple[str, Digest]] = []
         for prefix, digest in level:

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
 
 import trio
 
@@ -31,16 +30,10 @@ SMALL_BLOB = 1 << 20
 READ_CONCURRENCY = 32
 
 
-@runtime_checkable
-class LinkableStore(Protocol):
-    """A store that keeps each blob as a file that may be hardlinked.
-
-    ``path_for_link(digest, executable)`` returns the path of a file holding
-    the blob with mode 0444 (0555 when ``executable``), or ``None`` when the
-    blob is absent; the file must stay valid while the action runs.
-    """
-
-    def path_for_link(self, digest: Digest, executable: bool) -> Path | None: ...
+#: ``link_source(digest, executable)`` returns the path of a CAS file holding
+#: the blob with the right mode that may be hardlinked (a filesystem store's
+#: ``path_for_link``); it raises ``NotFound`` when the blob is absent.
+LinkSource = Callable[[Digest, bool], Awaitable["str | os.PathLike[str]"]]
 
 
 @dataclass(slots=True)
@@ -61,26 +54,27 @@ async def stage_inputs(
     root: Path,
     *,
     output_parents: Iterable[str] = (),
-    link_source: Callable[[Digest, bool], Path | None] | None = None,
+    link_source: LinkSource | None = None,
 ) -> StagingStats:
     """Create ``tree`` under ``root`` (which must exist and be empty).
 
     ``link_source`` maps a digest and executable bit to a file that can be
-    hardlinked (usually a filesystem store's ``path_for_link``); when it gives
-    ``None`` or linking fails (EXDEV, EMLINK, EPERM, ...) the blob is copied
+    hardlinked (usually a filesystem store's ``path_for_link``); when it
+    raises ``NotFound`` or linking fails (EXDEV, EMLINK, EPERM, ...) the blob is copied
     from ``store``. Raises ``MissingBlobs`` listing every absent file blob and
     ``InvalidArgument`` when an output parent collides with an input file.
     """
     stats = StagingStats(files=len(tree.files))
-    sources: dict[tuple[Digest, bool], Path] = {}
+    sources: dict[tuple[Digest, bool], str | os.PathLike[str]] = {}
     if link_source is not None:
         for item in tree.files:
             key = (item.digest, item.executable)
             if key in sources or item.digest == EMPTY_DIGEST:
                 continue
-            path = link_source(item.digest, item.executable)
-            if path is not None:
-                sources[key] = path
+            try:
+                sources[key] = await link_source(item.digest, item.executable)
+            except NotFound:
+                continue  # copied below if the store can still produce it
     copy_digests = sorted(
         {
             f.digest

@@ -23,7 +23,7 @@ UPLOAD_CONCURRENCY = 16
 
 #: ``adopt(path, digest, executable)`` moves the file at ``path`` into the
 #: CAS as ``digest``; afterwards ``path`` may no longer exist.
-Adopter = Callable[[Path, Digest, bool], Awaitable[None]]
+Adopter = Callable[[Path, Digest, bool], Awaitable[object]]
 
 
 async def _single(data: bytes) -> AsyncIterator[bytes]:

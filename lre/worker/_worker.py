@@ -22,15 +22,12 @@ and the directory lock released.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import trio
 
 from lre.cas._protocol import BlobStore
 from lre.config._models import LocalWorkerSpec
-from lre.digest import Digest
 from lre.errors import LreError, Unavailable
 from lre.scheduler import (
     Backpressure,
@@ -45,6 +42,7 @@ from lre.worker._action import ActionResultWriter, ActionRunner
 from lre.worker._precondition import precondition_allows
 from lre.worker._properties import cpu_count, max_inflight, memory_budget, resolve_properties
 from lre.worker._sampler import ActionUsage, ProcessTreeSampler
+from lre.worker._staging import LinkSource
 from lre.worker._upload import Adopter
 from lre.worker._workdir import WorkDirectory
 
@@ -85,7 +83,7 @@ class LocalWorker:
         scheduler: Scheduler,
         store: BlobStore,
         action_cache: ActionResultWriter | None = None,
-        link_source: Callable[[Digest, bool], Path | None] | None = None,
+        link_source: LinkSource | None = None,
         adopt: Adopter | None = None,
     ) -> None:
         self.spec = spec
