@@ -3,7 +3,7 @@
 Command modules register on ``app`` (``lre.cli._app``) when imported here.
 """
 
-from lre.cli import _config_cmd  # noqa: F401  (registers `lre config ...`)
+from lre.cli import _config_cmd, _up  # noqa: F401  (register `lre config ...`, `lre up` ...)
 from lre.cli._app import app
 
 

@@ -1,0 +1,22 @@
+"""The composition root: builds every live object from a Config and runs them.
+
+``Application(config)`` builds; ``Application.serve`` runs (started with
+``nursery.start``, returns ``ReadyInfo``); ``run_server`` is the foreground
+entry used by ``lre up``.
+"""
+
+from lre.app._app import AppBuildError, Application, ReadyInfo, state_dir_of
+from lre.app._run import run_server, serve_until_signal
+from lre.app._stores import StoreBuildError, Stores, build_stores
+
+__all__ = [
+    "AppBuildError",
+    "Application",
+    "ReadyInfo",
+    "StoreBuildError",
+    "Stores",
+    "build_stores",
+    "run_server",
+    "serve_until_signal",
+    "state_dir_of",
+]

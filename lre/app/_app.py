@@ -1,0 +1,220 @@
+"""The composition root: every live object of lre is built here from a Config.
+
+``Application(config)`` builds stores, schedulers, workers and gRPC servers
+(nothing starts); ``Application.serve`` runs them in one nursery. Shutdown
+order, on cancellation: gRPC listeners stop first (clients see UNAVAILABLE),
+then workers (each running action's process group is killed and reaped), then
+schedulers, then stores are closed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import trio
+
+from lre.app._stores import Stores, build_stores
+from lre.config import Config, PropertyModification, SchedulerSpec, SimpleSchedulerSpec
+from lre.scheduler import ResourcePolicy, Scheduler
+from lre.service import (
+    CacheServiceOptions,
+    GrpcServer,
+    InstanceBackends,
+    Instances,
+    ServerOptions,
+    TrioBridge,
+    cache_servicers,
+)
+from lre.worker import LocalWorker
+
+log = logging.getLogger(__name__)
+
+
+class AppBuildError(Exception):
+    """The config is valid but its objects cannot be built (names the block)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadyInfo:
+    """Where a started lre listens."""
+
+    grpc_addresses: tuple[str, ...]
+    status_address: str
+
+
+def state_dir_of(config: Config) -> Path:
+    """lre's own state directory for ``config`` (pid file, logs, learned data)."""
+    return Path(config.global_.state_dir)
+
+
+def _simple_of(
+    config: Config, name: str
+) -> tuple[SimpleSchedulerSpec, str, tuple[PropertyModification, ...]]:
+    """Follow property_modifier chains down to a simple scheduler.
+
+    Returns its spec, its name and the modifications collected on the way.
+    """
+    specs: dict[str, SchedulerSpec] = {s.name: s for s in config.schedulers}
+    modifications: list[PropertyModification] = []
+    seen: set[str] = set()
+    while name not in seen:
+        seen.add(name)
+        spec = specs[name]
+        if spec.simple is not None:
+            return spec.simple, name, tuple(modifications)
+        if spec.property_modifier is not None:
+            modifications.extend(spec.property_modifier.modifications)
+            name = spec.property_modifier.scheduler
+            continue
+        raise AppBuildError(f"schedulers[{name}]: forward schedulers are not supported yet")
+    raise AppBuildError(f"schedulers[{name}]: property_modifier chain loops")
+
+
+class Application:
+    """Everything one lre process runs; see the module docstring."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self._stop = trio.Event()
+        #: Set once ``serve`` has shut everything down.
+        self.stopped = trio.Event()
+        self.stores: Stores = build_stores(config)
+        self.schedulers: dict[str, Scheduler] = {}
+        self._scheduler_by_simple: dict[str, Scheduler] = {}
+        for spec in config.schedulers:
+            self._scheduler(spec.name)
+        self.workers: list[LocalWorker] = []
+        for worker_spec in config.workers:
+            local = worker_spec.local
+            if local is None:
+                continue
+            filesystem = self.stores.filesystem_of(local.cas_store)
+            upload = local.upload_action_result
+            self.workers.append(
+                LocalWorker(
+                    local,
+                    scheduler=self._scheduler(local.scheduler),
+                    store=self.stores.blob(local.cas_store),
+                    action_cache=(
+                        self.stores.results(upload.ac_store, local.cas_store)
+                        if upload.ac_store and upload.upload_ac_results_strategy != "never"
+                        else None
+                    ),
+                    link_source=filesystem.path_for_link if filesystem is not None else None,
+                    adopt=filesystem.adopt_file if filesystem is not None else None,
+                )
+            )
+        self.bridge = TrioBridge()
+        self.servers: list[GrpcServer] = []
+        for server in config.servers:
+            backends: dict[str, InstanceBackends] = {}
+            for instance in server.instances:
+                backends[instance.instance_name] = InstanceBackends(
+                    cas=self.stores.blob(instance.cas_store),
+                    action_cache=(
+                        self.stores.results(instance.ac_store, instance.cas_store)
+                        if instance.ac_store
+                        else None
+                    ),
+                    scheduler=self._scheduler(instance.scheduler) if instance.scheduler else None,
+                    ac_read_only=instance.ac_read_only,
+                )
+            instances = Instances(backends)
+            options = CacheServiceOptions(
+                max_batch_total_size_bytes=int(server.max_batch_total_size_bytes)
+            )
+            servicers = [
+                *cache_servicers(self.bridge, instances, options),
+            ]
+            self.servers.append(
+                GrpcServer(
+                    ServerOptions.from_listener(server.listener),
+                    servicers,
+                    self.bridge,
+                    own_bridge=False,
+                    name=server.name,
+                )
+            )
+
+    def _scheduler(self, name: str) -> Scheduler:
+        if name in self.schedulers:
+            return self.schedulers[name]
+        simple, simple_name, modifications = _simple_of(self.config, name)
+        scheduler = self._scheduler_by_simple.get(simple_name)
+        if scheduler is None:
+            cas_name = simple.cas_store
+            if not cas_name:
+                raise AppBuildError(f"schedulers[{simple_name}].simple.cas_store: required")
+            scheduler = Scheduler(
+                simple,
+                cas=self.stores.blob(cas_name),
+                action_cache=(
+                    self.stores.results(simple.ac_store, cas_name) if simple.ac_store else None
+                ),
+                modifications=modifications,
+                resources=self._resource_policy(simple_name),
+            )
+            self._scheduler_by_simple[simple_name] = scheduler
+        self.schedulers[name] = scheduler
+        return scheduler
+
+    def _resource_policy(self, scheduler_name: str) -> ResourcePolicy:
+        """Cold memory and ladder of the (first) worker pulling from the scheduler."""
+        for worker in self.config.workers:
+            local = worker.local
+            if local is None:
+                continue
+            if _simple_of(self.config, local.scheduler)[1] == scheduler_name:
+                res = local.resources
+                return ResourcePolicy(
+                    cold_memory_bytes=int(res.cold_memory),
+                    ladder=tuple(int(step) for step in res.ladder),
+                    max_steps=res.max_steps,
+                )
+        return ResourcePolicy()
+
+    async def serve(
+        self,
+        *,
+        on_ready: Callable[[ReadyInfo], None] | None = None,
+        task_status: trio.TaskStatus[ReadyInfo] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Run until cancelled; ``task_status.started`` gets the bound addresses.
+
+        Raises what a part raises at start-up (a port in use, a locked work
+        directory) after stopping the parts already started.
+        """
+        os.makedirs(state_dir_of(self.config), mode=0o700, exist_ok=True)
+        await self.stores.open()
+        try:
+            async with trio.open_nursery() as core:
+                for scheduler in dict.fromkeys(self.schedulers.values()):
+                    await core.start(scheduler.run)
+                await core.start(self.bridge.run)
+                for worker in self.workers:
+                    await core.start(worker.run)
+                async with trio.open_nursery() as front:
+                    addresses: list[str] = []
+                    for server in self.servers:
+                        addresses.append(await front.start(server.serve))
+                    ready = ReadyInfo(grpc_addresses=tuple(addresses), status_address="")
+                    if on_ready is not None:
+                        on_ready(ready)
+                    task_status.started(ready)
+                    await self._stop.wait()
+                    log.info("stopping: gRPC listeners first")
+                    front.cancel_scope.cancel()
+                log.info("stopping: workers (running actions are killed), then schedulers")
+                core.cancel_scope.cancel()
+        finally:
+            await self.stores.close()
+            self.stopped.set()
+            log.info("stopped")
+
+    def request_stop(self) -> None:
+        """Begin the ordered shutdown of ``serve`` (safe to call repeatedly)."""
+        self._stop.set()

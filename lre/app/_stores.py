@@ -1,0 +1,171 @@
+"""Build the configured stores and action caches (part of the composition root).
+
+Each ``stores[]`` entry becomes either a blob store or an action cache,
+depending on how other blocks refer to it: a name used as an ``ac_store``
+anywhere is built as an action cache, every other name as a blob store.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import trio
+
+from lre.cas import (
+    ActionCache,
+    ActionResultCache,
+    BlobStore,
+    FastSlowStore,
+    FilesystemActionCache,
+    FilesystemStore,
+    MemoryActionCache,
+    MemoryStore,
+    VerifyStore,
+)
+from lre.config import Config, StoreSpec
+
+#: Threads the stores may use together for blocking file I/O.
+STORE_THREADS = 8
+
+
+class StoreBuildError(Exception):
+    """A store cannot be built (names the store and the reason)."""
+
+
+def action_cache_names(config: Config) -> set[str]:
+    """Names referred to as an action cache anywhere in ``config``."""
+    names: set[str] = set()
+    for server in config.servers:
+        names.update(i.ac_store for i in server.instances if i.ac_store)
+    for scheduler in config.schedulers:
+        if scheduler.simple is not None and scheduler.simple.ac_store:
+            names.add(scheduler.simple.ac_store)
+    for worker in config.workers:
+        if worker.local is not None and worker.local.upload_action_result.ac_store:
+            names.add(worker.local.upload_action_result.ac_store)
+    return names
+
+
+@dataclass
+class Stores:
+    """The live stores, by config name."""
+
+    blobs: dict[str, BlobStore] = field(default_factory=dict)
+    action_caches: dict[str, ActionCache] = field(default_factory=dict)
+    filesystems: list[FilesystemStore] = field(default_factory=list)
+
+    def blob(self, name: str) -> BlobStore:
+        try:
+            return self.blobs[name]
+        except KeyError:
+            raise StoreBuildError(f"store {name!r} is not a blob store") from None
+
+    def results(self, ac_name: str, cas_name: str) -> ActionResultCache:
+        """The action cache ``ac_name`` checked for completeness against ``cas_name``."""
+        try:
+            ac = self.action_caches[ac_name]
+        except KeyError:
+            raise StoreBuildError(f"store {ac_name!r} is not an action cache") from None
+        return ActionResultCache(ac, self.blob(cas_name))
+
+    def filesystem_of(self, name: str) -> FilesystemStore | None:
+        """The filesystem store behind ``name`` (itself, or the fast tier)."""
+        store = self.blob(name)
+        while True:
+            if isinstance(store, FilesystemStore):
+                return store
+            if isinstance(store, FastSlowStore):
+                store = store.fast
+            elif isinstance(store, VerifyStore):
+                store = store.inner
+            else:
+                return None
+
+    async def open(self) -> None:
+        """Open the filesystem stores (rebuilds their index from disk)."""
+        for store in self.filesystems:
+            await store.open()
+
+    async def close(self) -> None:
+        for store in self.filesystems:
+            with trio.CancelScope(shield=True):
+                await store.close()
+
+
+def _max_bytes(value: object, name: str) -> int:
+    if not isinstance(value, int):
+        raise StoreBuildError(f"stores[{name}].eviction_policy.max_bytes: {value!r} unresolved")
+    return value
+
+
+def build_stores(config: Config) -> Stores:
+    """Build every store of ``config`` (which must be ``resolve``d).
+
+    Raises ``StoreBuildError`` naming the store when one cannot be built.
+    """
+    specs = {spec.name: spec for spec in config.stores}
+    ac_names = action_cache_names(config)
+    stores = Stores()
+    limiter = trio.CapacityLimiter(STORE_THREADS)
+
+    def build(name: str, chain: Iterable[str] = ()) -> BlobStore:
+        if name in stores.blobs:
+            return stores.blobs[name]
+        spec: StoreSpec = specs[name]
+        store: BlobStore
+        if spec.memory is not None:
+            store = MemoryStore(_max_bytes(spec.memory.eviction_policy.max_bytes, name))
+        elif spec.filesystem is not None:
+            fs = spec.filesystem
+            temp = fs.temp_path or os.path.join(os.path.dirname(fs.content_path.rstrip("/")), "tmp")
+            filesystem = FilesystemStore(
+                fs.content_path,
+                temp,
+                _max_bytes(fs.eviction_policy.max_bytes, name),
+                evict_bytes=int(fs.eviction_policy.evict_bytes),
+                fsync=fs.fsync,
+                read_chunk_size=int(fs.read_buffer_size),
+                thread_limiter=limiter,
+            )
+            stores.filesystems.append(filesystem)
+            store = filesystem
+        elif spec.fast_slow is not None:
+            store = FastSlowStore(
+                build(spec.fast_slow.fast),
+                build(spec.fast_slow.slow),
+                write_policy=spec.fast_slow.write_policy,
+            )
+        elif spec.verify is not None:
+            store = VerifyStore(
+                build(spec.verify.backend),
+                verify_size=spec.verify.verify_size,
+                verify_hash=spec.verify.verify_hash,
+            )
+        else:
+            raise StoreBuildError(
+                f"stores[{name}]: grpc (upstream) stores are not supported by this build yet"
+            )
+        stores.blobs[name] = store
+        return store
+
+    for spec in config.stores:
+        if spec.name in ac_names:
+            if spec.filesystem is not None:
+                stores.action_caches[spec.name] = FilesystemActionCache(
+                    spec.filesystem.content_path,
+                    fsync=spec.filesystem.fsync,
+                    thread_limiter=limiter,
+                )
+            elif spec.memory is not None:
+                stores.action_caches[spec.name] = MemoryActionCache(
+                    _max_bytes(spec.memory.eviction_policy.max_bytes, spec.name)
+                )
+            else:
+                raise StoreBuildError(
+                    f"stores[{spec.name}]: an action cache must be a filesystem or memory store"
+                )
+        else:
+            build(spec.name)
+    return stores

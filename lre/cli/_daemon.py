@@ -1,0 +1,133 @@
+"""The pid file of a running lre, and starting/stopping a detached one.
+
+One pid file per state directory: ``{state_dir}/lre.json`` holding the pid,
+the bound gRPC and status addresses, the repo it wrote client config into and
+the log file. It is written by the server once it listens (so its presence
+means "ready") and removed when it stops.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import psutil
+
+PID_FILE = "lre.json"
+LOG_FILE = "lre.log"
+
+
+@dataclass(frozen=True, slots=True)
+class RunningServer:
+    """What a running lre wrote into its pid file."""
+
+    pid: int
+    grpc_address: str
+    status_address: str
+    repo: str
+    log_file: str
+    started: float
+
+    def alive(self) -> bool:
+        """True when the process still exists and is an lre (not a reused pid)."""
+        try:
+            proc = psutil.Process(self.pid)
+            return (
+                proc.is_running()
+                and proc.status() != psutil.STATUS_ZOMBIE
+                and (abs(proc.create_time() - self.started) < 5)
+            )
+        except psutil.Error:
+            return False
+
+
+def pid_file(state_dir: Path) -> Path:
+    return state_dir / PID_FILE
+
+
+def write_pid_file(state_dir: Path, server: RunningServer) -> None:
+    """Atomically write the pid file (0600)."""
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = state_dir / (PID_FILE + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(asdict(server), f)
+    os.replace(tmp, pid_file(state_dir))
+
+
+def read_pid_file(state_dir: Path) -> RunningServer | None:
+    """The recorded server, or None when there is no (readable) pid file."""
+    try:
+        data = json.loads(pid_file(state_dir).read_text(encoding="utf-8"))
+        return RunningServer(**data)
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def remove_pid_file(state_dir: Path, pid: int) -> None:
+    """Remove the pid file if it still names ``pid``."""
+    current = read_pid_file(state_dir)
+    if current is not None and current.pid == pid:
+        try:
+            pid_file(state_dir).unlink()
+        except FileNotFoundError:
+            pass
+
+
+def stop_server(server: RunningServer, *, timeout: float = 30.0) -> bool:
+    """SIGTERM the server and wait for it to exit; SIGKILL after ``timeout``.
+
+    Returns True when it exited by itself after SIGTERM.
+    """
+    try:
+        proc = psutil.Process(server.pid)
+        proc.send_signal(signal.SIGTERM)
+    except psutil.NoSuchProcess:
+        return True
+    try:
+        proc.wait(timeout)
+        return True
+    except psutil.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+        return False
+
+
+def holder_of_port(host: str, port: int) -> str | None:
+    """Describe the process listening on ``host:port`` ("pid 123 (python3)"), if any."""
+    try:
+        connections = psutil.net_connections(kind="tcp")
+    except (psutil.Error, OSError):
+        return None
+    for conn in connections:
+        if conn.status != psutil.CONN_LISTEN or not conn.laddr:
+            continue
+        if conn.laddr.port == port and conn.laddr.ip in (host, "0.0.0.0", "::", "::1"):
+            if conn.pid is None:
+                return "another process (its pid is not visible to this user)"
+            try:
+                name = psutil.Process(conn.pid).name()
+            except psutil.Error:
+                name = "?"
+            return f"pid {conn.pid} ({name})"
+    return None
+
+
+def wait_for_pid_file(state_dir: Path, child: psutil.Process, timeout: float) -> RunningServer:
+    """Wait until the detached child has written its pid file.
+
+    Raises RuntimeError when the child exits first or ``timeout`` passes.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        server = read_pid_file(state_dir)
+        if server is not None and server.pid == child.pid:
+            return server
+        if not child.is_running() or child.status() == psutil.STATUS_ZOMBIE:
+            raise RuntimeError(f"lre exited during start-up (status {child.wait(1)})")
+        time.sleep(0.05)
+    raise RuntimeError(f"lre did not become ready within {timeout:.0f} s")
