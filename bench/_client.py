@@ -1,0 +1,392 @@
+"""A small generic REAPI client for benchmarks, and a way to run ``lre up``.
+
+- :class:`LreProcess`: start ``python -m lre up --config FILE --no-tui
+  --no-client-config --port P`` with ``LRE_HOME`` set to a scratch directory,
+  wait until it listens, stop it with SIGTERM (SIGKILL after a grace period).
+- :class:`ReapiClient` (grpc.aio, asyncio): upload blobs (BatchUpdateBlobs),
+  build and upload a Command/Action with an empty input root, Execute and
+  wait for the final ``ExecuteResponse``.
+
+Benchmarks call ``asyncio.run(...)``; nothing here imports lre beyond
+``lre.proto``, so it works against any REAPI server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import grpc
+
+from lre.proto import operations_pb2, re_grpc, re_pb2
+
+MAX_BATCH_BYTES = 3 << 20
+
+
+def digest_of(data: bytes) -> re_pb2.Digest:
+    return re_pb2.Digest(hash=hashlib.sha256(data).hexdigest(), size_bytes=len(data))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class LreProcess:
+    """``lre up`` in a child process; use as a context manager.
+
+    Raises ``RuntimeError`` (with the tail of lre's output) if it exits or does
+    not listen within ``start_timeout`` seconds.
+    """
+
+    def __init__(self, config_text: str, home: Path, *, start_timeout: float = 60) -> None:
+        self.home = home
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        home.mkdir(parents=True, exist_ok=True)
+        self.config_path = home / "lre.json5"
+        self.config_path.write_text(config_text)
+        self.log_path = home / "lre-bench.log"
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        env = dict(os.environ) | {"LRE_HOME": str(home), "XDG_STATE_HOME": str(home / "state")}
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "lre",
+                "up",
+                "--config",
+                str(self.config_path),
+                "--no-tui",
+                "--no-client-config",
+                "--port",
+                str(self.port),
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=home,
+        )
+        deadline = time.monotonic() + start_timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"lre exited with {self.proc.returncode}:\n{self.tail()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"lre did not listen within {start_timeout}s:\n{self.tail()}")
+            time.sleep(0.1)
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self, grace: float = 20) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+
+    def __enter__(self) -> LreProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class ReapiClient:
+    """REAPI calls against ``address`` (plaintext, loopback). Use inside asyncio."""
+
+    def __init__(self, address: str, instance: str = "") -> None:
+        self.instance = instance
+        self.channel = grpc.aio.insecure_channel(
+            address,
+            options=[
+                ("grpc.max_receive_message_length", 64 << 20),
+                ("grpc.max_send_message_length", 64 << 20),
+            ],
+        )
+        self.cas = re_grpc.ContentAddressableStorageStub(self.channel)
+        self.execution = re_grpc.ExecutionStub(self.channel)
+        self.empty_dir = re_pb2.Directory().SerializeToString()
+
+    async def close(self) -> None:
+        await self.channel.close()
+
+    async def upload(self, blobs: Sequence[bytes]) -> list[re_pb2.Digest]:
+        """Upload ``blobs`` in batches; raises ``RuntimeError`` on a per-blob error."""
+        digests = [digest_of(b) for b in blobs]
+        batch: list[re_pb2.BatchUpdateBlobsRequest.Request] = []
+        size = 0
+
+        async def send() -> None:
+            if not batch:
+                return
+            response = await self.cas.BatchUpdateBlobs(
+                re_pb2.BatchUpdateBlobsRequest(instance_name=self.instance, requests=batch)
+            )
+            for r in response.responses:
+                if r.status.code != 0:
+                    raise RuntimeError(f"upload of {r.digest.hash} failed: {r.status.message}")
+
+        for data, digest in zip(blobs, digests, strict=True):
+            if size + len(data) > MAX_BATCH_BYTES and batch:
+                await send()
+                batch, size = [], 0
+            batch.append(re_pb2.BatchUpdateBlobsRequest.Request(digest=digest, data=data))
+            size += len(data)
+        await send()
+        return digests
+
+    async def prepare(
+        self,
+        arguments: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        platform: Mapping[str, str] | None = None,
+        timeout_s: float = 0,
+        do_not_cache: bool = True,
+    ) -> re_pb2.Digest:
+        """Upload the Command, an empty input root and the Action; returns the action digest."""
+        props = sorted((platform or {}).items())
+        command = re_pb2.Command(
+            arguments=list(arguments),
+            environment_variables=[
+                re_pb2.Command.EnvironmentVariable(name=k, value=v)
+                for k, v in sorted((env or {}).items())
+            ],
+            platform=re_pb2.Platform(
+                properties=[re_pb2.Platform.Property(name=k, value=v) for k, v in props]
+            ),
+        )
+        command_bytes = command.SerializeToString()
+        action = re_pb2.Action(
+            command_digest=digest_of(command_bytes),
+            input_root_digest=digest_of(self.empty_dir),
+            do_not_cache=do_not_cache,
+            platform=command.platform,
+        )
+        if timeout_s:
+            action.timeout.FromNanoseconds(int(timeout_s * 1e9))
+        action_bytes = action.SerializeToString()
+        await self.upload([command_bytes, self.empty_dir, action_bytes])
+        return digest_of(action_bytes)
+
+    async def execute(self, action_digest: re_pb2.Digest) -> re_pb2.ExecuteResponse:
+        """Execute and wait for the final response. gRPC errors propagate as
+        ``grpc.aio.AioRpcError``; an operation ending in an error carries it in
+        ``ExecuteResponse.status``."""
+        request = re_pb2.ExecuteRequest(
+            instance_name=self.instance, action_digest=action_digest, skip_cache_lookup=True
+        )
+        last: operations_pb2.Operation | None = None
+        async for operation in self.execution.Execute(request):
+            last = operation
+            if operation.done:
+                break
+        if last is None or not last.done:
+            raise RuntimeError("Execute stream ended without a finished operation")
+        response = re_pb2.ExecuteResponse()
+        if last.HasField("response"):
+            last.response.Unpack(response)
+        else:
+            response.status.CopyFrom(last.error)
+        return response
+
+    async def run(self, arguments: Sequence[str], **kwargs: object) -> re_pb2.ExecuteResponse:
+        """``prepare`` then ``execute``."""
+        digest = await self.prepare(arguments, **kwargs)  # type: ignore[arg-type]
+        return await self.execute(digest)
+
+
+def run_async(coro: object) -> object:
+    """``asyncio.run`` for scripts (kept here so benches share one entry style)."""
+    return asyncio.run(coro)  # type: ignore[arg-type]
+
+
+def local_config(home: Path, worker: Mapping[str, object] | None = None) -> str:
+    """An lre config (JSON) with everything under ``home``: filesystem CAS and
+    action cache, one simple scheduler adding cpu_count=1, one local worker with
+    ``worker`` merged into its block (e.g. ``{"max_inflight_tasks": 0,
+    "resources": {...}, "jobserver": {"enabled": False}}``)."""
+    import json
+
+    local: dict[str, object] = {
+        "name": "local",
+        "scheduler": "queue",
+        "cas_store": "cas",
+        "work_directory": str(home / "work"),
+    }
+    local.update(worker or {})
+    config = {
+        "stores": [
+            {
+                "name": "cas",
+                "filesystem": {
+                    "content_path": str(home / "cas"),
+                    "temp_path": str(home / "tmp" / "cas"),
+                },
+            },
+            {
+                "name": "ac",
+                "filesystem": {
+                    "content_path": str(home / "ac"),
+                    "temp_path": str(home / "tmp" / "ac"),
+                },
+            },
+        ],
+        "schedulers": [
+            {
+                "name": "main",
+                "property_modifier": {
+                    "modifications": [{"add": {"name": "cpu_count", "value": "1"}}],
+                    "scheduler": "queue",
+                },
+            },
+            {"name": "queue", "simple": {"ac_store": "ac", "cas_store": "cas"}},
+        ],
+        "workers": [{"local": local}],
+        "servers": [
+            {
+                "name": "main",
+                "listener": {"address": "127.0.0.1:0"},
+                "instances": [
+                    {
+                        "instance_name": "*",
+                        "cas_store": "cas",
+                        "ac_store": "ac",
+                        "scheduler": "main",
+                    }
+                ],
+            }
+        ],
+        "global": {"state_dir": str(home / "state"), "status": {"address": ""}},
+    }
+    return json.dumps(config, indent=2)
+
+
+# --------------------------------------------------------------------- monitors
+#
+# Separate processes, so their work does not compete with the client's event loop
+# for the GIL: `python bench/_client.py tree PID INTERVAL OUT` samples the process
+# tree under PID (excluding PID itself): peak process count and peak RSS sum;
+# `python bench/_client.py sleeper OUT` sleeps 10 ms in a loop and records how
+# late each wake-up was. Both stop on SIGTERM and write JSON to OUT.
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _descendants(root: int) -> tuple[int, int]:
+    parent: dict[int, int] = {}
+    rss: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        fields = data[data.rfind(b")") + 2 :].split()
+        if fields[0] in (b"Z", b"X"):
+            continue
+        parent[int(name)] = int(fields[1])
+        rss[int(name)] = int(fields[21]) * _PAGE
+    count = total = 0
+    for pid in parent:
+        p = parent.get(pid, 0)
+        depth = 0
+        while p and p != root and depth < 64:
+            p = parent.get(p, 0)
+            depth += 1
+        if p == root:
+            count += 1
+            total += rss[pid]
+    return count, total
+
+
+def _tree_monitor(root: int, interval: float, out: str) -> None:
+    import json
+
+    stop = False
+
+    def on_term(*_: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    peak_count = peak_rss = samples = 0
+    while not stop:
+        count, rss = _descendants(root)
+        peak_count, peak_rss = max(peak_count, count), max(peak_rss, rss)
+        samples += 1
+        time.sleep(interval)
+    Path(out).write_text(
+        json.dumps({"peak_processes": peak_count, "peak_rss_bytes": peak_rss, "samples": samples})
+    )
+
+
+def _sleeper(out: str) -> None:
+    import json
+
+    stop = False
+
+    def on_term(*_: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    late: list[float] = []
+    while not stop:
+        t = time.perf_counter()
+        time.sleep(0.010)
+        late.append(time.perf_counter() - t - 0.010)
+    late.sort()
+    p99 = late[min(len(late) - 1, int(len(late) * 0.99))] if late else 0.0
+    Path(out).write_text(
+        json.dumps({"p99_late_s": p99, "max_late_s": max(late, default=0.0), "wakeups": len(late)})
+    )
+
+
+class Monitor:
+    """Runs one of the monitors above; ``stop()`` returns its JSON result."""
+
+    def __init__(self, kind: str, *args: str, out: Path) -> None:
+        self.out = out
+        self.proc = subprocess.Popen([sys.executable, __file__, kind, *args, str(out)])
+
+    def stop(self) -> dict[str, float]:
+        import json
+
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(30)
+        return dict(json.loads(self.out.read_text()))
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "tree":
+        _tree_monitor(int(sys.argv[2]), float(sys.argv[3]), sys.argv[4])
+    elif sys.argv[1] == "sleeper":
+        _sleeper(sys.argv[2])
+    else:
+        raise SystemExit(f"unknown monitor {sys.argv[1]!r}")
