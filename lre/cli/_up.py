@@ -11,12 +11,11 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import psutil
 import typer
 
-from lre.app import ReadyInfo, run_server, state_dir_of
 from lre.cli._app import app
 from lre.cli._client_config import (
     ClientConfigError,
@@ -40,6 +39,16 @@ from lre.cli._daemon import (
     write_pid_file,
 )
 from lre.config import Config, ListenerSpec, resolve
+
+if TYPE_CHECKING:
+    from lre.app import ReadyInfo
+
+
+def state_dir_of(config: Config) -> Path:
+    """lre's state directory (pid file, log). The app is imported lazily: it is
+    slow to import and only ``lre up`` needs it."""
+    return Path(config.global_.state_dir)
+
 
 ConfigOption = Annotated[
     Path | None, typer.Option("--config", "-c", help="Config file (default: embedded).")
@@ -206,6 +215,8 @@ def up(
             + (f"; status on http://{ready.status_address}/status" if ready.status_address else ""),
             err=True,
         )
+
+    from lre.app import run_server
 
     dashboard = sys.stdout.isatty() and not no_tui
     try:

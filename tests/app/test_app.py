@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+import grpc
+import trio
+
+from lre.app import Application, ReadyInfo
+from lre.config import Config
+from lre.proto import re_grpc, re_pb2
+
+
+def _capabilities(address: str) -> re_pb2.ServerCapabilities:
+    with grpc.insecure_channel(address) as channel:
+        stub = re_grpc.CapabilitiesStub(channel)
+        reply: re_pb2.ServerCapabilities = stub.GetCapabilities(
+            re_pb2.GetCapabilitiesRequest(instance_name="any/instance"), timeout=10
+        )
+        return reply
+
+
+async def test_application_serves_and_stops_in_order(app_config: Config) -> None:
+    app = Application(app_config)
+    async with trio.open_nursery() as nursery:
+        ready: ReadyInfo = await nursery.start(
+            lambda task_status: app.serve(task_status=task_status)
+        )
+        assert len(ready.grpc_addresses) == 1
+        caps = await trio.to_thread.run_sync(_capabilities, ready.grpc_addresses[0])
+        assert caps.execution_capabilities.exec_enabled
+        assert caps.high_api_version.minor >= 3
+        app.request_stop()
+        with trio.fail_after(30):
+            await app.stopped.wait()
+
+    # The listener is gone: a new call fails fast.
+    def call_after_stop() -> grpc.StatusCode:
+        try:
+            _capabilities_short(ready.grpc_addresses[0])
+        except grpc.RpcError as error:
+            return error.code()
+        return grpc.StatusCode.OK
+
+    assert await trio.to_thread.run_sync(call_after_stop) == grpc.StatusCode.UNAVAILABLE
+
+
+def _capabilities_short(address: str) -> None:
+    with grpc.insecure_channel(address) as channel:
+        re_grpc.CapabilitiesStub(channel).GetCapabilities(
+            re_pb2.GetCapabilitiesRequest(), timeout=2
+        )
+
+
+async def test_work_directory_is_released_after_stop(app_config: Config) -> None:
+    for _ in range(2):
+        app = Application(app_config)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(lambda task_status: app.serve(task_status=task_status))
+            app.request_stop()
+        assert app.stopped.is_set()
