@@ -53,6 +53,10 @@ async def test_work_directory_is_released_after_stop(app_config: Config) -> None
     for _ in range(2):
         app = Application(app_config)
         async with trio.open_nursery() as nursery:
-            await nursery.start(lambda task_status: app.serve(task_status=task_status))
+            await nursery.start(_serve, app)
             app.request_stop()
         assert app.stopped.is_set()
+
+
+async def _serve(app: Application, *, task_status: trio.TaskStatus[ReadyInfo]) -> None:
+    await app.serve(task_status=task_status)
