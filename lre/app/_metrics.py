@@ -255,7 +255,7 @@ def _rpc_families(w: _Writer, rpc: RpcStatistics) -> None:
         cumulative = 0
         for bound, count in zip(rpc.buckets, m.bucket_counts, strict=True):
             cumulative += count
-            w.sample(f"{name}_bucket", {"method": m.method, "le": _number(bound)}, cumulative)
+            w.sample(f"{name}_bucket", {"method": m.method, "le": repr(float(bound))}, cumulative)
         w.sample(f"{name}_bucket", {"method": m.method, "le": "+Inf"}, m.count)
         w.sample(f"{name}_count", {"method": m.method}, m.count)
         w.sample(f"{name}_sum", {"method": m.method}, m.sum_seconds)

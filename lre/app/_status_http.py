@@ -47,6 +47,7 @@ _REASONS: Final = {
     503: "Service Unavailable",
 }
 _JSON: Final = "application/json"
+_DRAIN_LIMIT: Final = 1 << 20
 _TEXT: Final = "text/plain; charset=utf-8"
 
 
@@ -209,6 +210,14 @@ class StatusServer:
         try:
             with trio.move_on_after(self.request_timeout_s):
                 await stream.send_all(head if head_only else head + body)
+                # Lingering close: closing with unread request bytes makes the
+                # kernel send RST, which can destroy the answer before the
+                # client reads it; so end our side and drain a bounded amount.
+                await stream.send_eof()
+                drained = 0
+                with trio.move_on_after(1.0):
+                    while drained < _DRAIN_LIMIT and (chunk := await stream.receive_some(65536)):
+                        drained += len(chunk)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
 

@@ -24,7 +24,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import grpc.aio
@@ -210,7 +210,13 @@ def _timed_stream(inner: Behavior, method: str, metrics: RpcMetrics) -> Behavior
     return call
 
 
-class RpcMetricsInterceptor(grpc.aio.ServerInterceptor[Any, Any]):
+if TYPE_CHECKING:
+    _InterceptorBase = grpc.aio.ServerInterceptor[Any, Any]
+else:  # the runtime class is not generic
+    _InterceptorBase = grpc.aio.ServerInterceptor
+
+
+class RpcMetricsInterceptor(_InterceptorBase):
     """Times every call of a registered method; see the module docstring."""
 
     def __init__(self, metrics: RpcMetrics) -> None:
