@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import psutil  # type: ignore[import-untyped,unused-ignore]
+import psutil
 
 from lre.config import ResourceSpec
 
