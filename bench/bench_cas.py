@@ -1,0 +1,363 @@
+"""Benchmark of lre's cache services against a real server in a subprocess.
+
+Usage (from the repository root)::
+
+    .venv/bin/python bench/bench_cas.py [--runs 5] [--streams 5000] [--json out.json]
+
+Starts ``bench_cas.py serve`` (the real ``GrpcServer`` with the cache
+servicers, plus an Execute-like "held stream" method) on 127.0.0.1, once
+with a memory store and once with a filesystem store in a temporary
+directory, and measures with a grpc client in this process:
+
+- FindMissingBlobs with 10,000 absent digests in one request (digests/s);
+- BatchUpdateBlobs / BatchReadBlobs of 5,000 x 4 KiB blobs, in requests of
+  at most max_batch_total_size_bytes (MB/s), and for reference the raw rate
+  of creating 4 KiB files (write temp + rename) in the same directory;
+- ByteStream Write / Read of one 64 MiB blob in 1 MiB chunks (MB/s);
+- N held server streams: the server's OS threads and RSS while they are
+  open (memory store run only).
+
+Figures are medians of ``--runs`` runs; a markdown table goes to stdout.
+Every server is stopped (SIGTERM, then SIGKILL) before the script exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import grpc
+import psutil
+
+from lre.proto import bs_grpc, bs_pb2, re_grpc, re_pb2
+
+MB = 1_000_000
+BATCH_LIMIT = 4_000_000
+HOLD_METHOD = "/lre.bench.Hold/Hold"
+
+
+# ----------------------------------------------------------------------------- server
+
+
+def serve(store_kind: str, directory: str) -> None:
+    """Run the server until SIGTERM; print the bound address on stdout."""
+    import grpc.aio
+    import trio
+
+    from lre.cas import ActionResultCache, FilesystemStore, MemoryActionCache, MemoryStore
+    from lre.service import (
+        GrpcServer,
+        InstanceBackends,
+        Instances,
+        ServerOptions,
+        TrioBridge,
+        cache_servicers,
+        stream_rpc,
+    )
+
+    class Hold:
+        """An Execute-like stream: one message, then open until the client leaves."""
+
+        def __init__(self, bridge: TrioBridge) -> None:
+            self.bridge = bridge
+
+        def register(self, server: grpc.aio.Server) -> None:
+            handler = grpc.unary_stream_rpc_method_handler(self.Hold)
+            server.add_generic_rpc_handlers(
+                (grpc.method_handlers_generic_handler("lre.bench.Hold", {"Hold": handler}),)
+            )
+
+        @stream_rpc
+        async def Hold(self, request: bytes, context: Any) -> AsyncIterator[bytes]:
+            async def produce() -> AsyncIterator[bytes]:
+                yield b"queued"
+                await trio.sleep_forever()
+
+            async for item in self.bridge.stream(produce):
+                yield item
+
+    async def main() -> None:
+        if store_kind == "memory":
+            store: Any = MemoryStore(max_bytes=2 << 30)
+        else:
+            store = FilesystemStore(
+                os.path.join(directory, "cas"), os.path.join(directory, "tmp"), 8 << 30
+            )
+            await store.open()
+        results = ActionResultCache(MemoryActionCache(), store)
+        instances = Instances({"": InstanceBackends(cas=store, action_cache=results)})
+        bridge = TrioBridge()
+        servicers: list[Any] = [*cache_servicers(bridge, instances), Hold(bridge)]
+        server = GrpcServer(ServerOptions(address="127.0.0.1:0"), servicers, bridge)
+        async with trio.open_nursery() as nursery:
+            address = await nursery.start(server.serve)
+            print(address, flush=True)
+            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for _ in signals:
+                    nursery.cancel_scope.cancel()
+                    break
+
+    trio.run(main)
+
+
+class Server:
+    def __init__(self, store_kind: str, directory: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, __file__, "serve", store_kind, directory],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.process.stdout is not None
+        self.address = self.process.stdout.readline().strip()
+        if not self.address:
+            self.stop()
+            raise RuntimeError(f"{store_kind} server did not start")
+        self.ps = psutil.Process(self.process.pid)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+# ----------------------------------------------------------------------------- client
+
+
+def channel(address: str) -> grpc.Channel:
+    return grpc.insecure_channel(
+        address,
+        options=[
+            ("grpc.max_receive_message_length", 64 << 20),
+            ("grpc.max_send_message_length", 64 << 20),
+        ],
+    )
+
+
+def sha(data: bytes) -> re_pb2.Digest:
+    return re_pb2.Digest(hash=hashlib.sha256(data).hexdigest(), size_bytes=len(data))
+
+
+def timed(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def bench_find_missing(ch: grpc.Channel, runs: int) -> list[float]:
+    stub = re_grpc.ContentAddressableStorageStub(ch)
+    rates = []
+    for _ in range(runs):
+        digests = [sha(os.urandom(16)) for _ in range(10_000)]
+        request = re_pb2.FindMissingBlobsRequest(blob_digests=digests)
+        seconds = timed(lambda r=request: stub.FindMissingBlobs(r))  # type: ignore[misc]
+        rates.append(10_000 / seconds)
+    return rates
+
+
+def batches(blobs: list[bytes]) -> Iterator[list[bytes]]:
+    batch: list[bytes] = []
+    size = 0
+    for blob in blobs:
+        if batch and size + len(blob) + 200 > BATCH_LIMIT:
+            yield batch
+            batch, size = [], 0
+        batch.append(blob)
+        size += len(blob) + 200
+    if batch:
+        yield batch
+
+
+def bench_batches(ch: grpc.Channel, runs: int) -> tuple[list[float], list[float]]:
+    stub = re_grpc.ContentAddressableStorageStub(ch)
+    up, down = [], []
+    for _ in range(runs):
+        blobs = [os.urandom(4096) for _ in range(5000)]
+        total = sum(map(len, blobs)) / MB
+        requests = [
+            re_pb2.BatchUpdateBlobsRequest(
+                requests=[
+                    re_pb2.BatchUpdateBlobsRequest.Request(digest=sha(b), data=b) for b in batch
+                ]
+            )
+            for batch in batches(blobs)
+        ]
+
+        def update(reqs: list[Any] = requests) -> None:
+            for r in reqs:
+                response = stub.BatchUpdateBlobs(r)
+                assert all(x.status.code == 0 for x in response.responses)
+
+        up.append(total / timed(update))
+        reads = [
+            re_pb2.BatchReadBlobsRequest(digests=[sha(b) for b in batch])
+            for batch in batches(blobs)
+        ]
+
+        def read(reqs: list[Any] = reads) -> None:
+            for r in reqs:
+                response = stub.BatchReadBlobs(r)
+                assert all(x.status.code == 0 for x in response.responses)
+
+        down.append(total / timed(read))
+    return up, down
+
+
+def file_create_rate(directory: str, runs: int) -> list[float]:
+    """MB/s of creating 5,000 x 4 KiB files (temp + rename) in ``directory``."""
+    rates = []
+    for run in range(runs):
+        target = os.path.join(directory, f"raw{run}")
+        os.makedirs(target)
+        blobs = [os.urandom(4096) for _ in range(5000)]
+        start = time.perf_counter()
+        for i, blob in enumerate(blobs):
+            tmp = os.path.join(target, f"t{i}")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+            os.write(fd, blob)
+            os.close(fd)
+            os.rename(tmp, os.path.join(target, f"b{i}"))
+        rates.append(5000 * 4096 / MB / (time.perf_counter() - start))
+    return rates
+
+
+def bench_bytestream(ch: grpc.Channel, runs: int) -> tuple[list[float], list[float]]:
+    stub = bs_grpc.ByteStreamStub(ch)
+    up, down = [], []
+    chunk = 1 << 20
+    for _ in range(runs):
+        data = os.urandom(64 << 20)
+        digest = sha(data)
+        name = f"uploads/{uuid.uuid4()}/blobs/{digest.hash}/{digest.size_bytes}"
+
+        def requests() -> Iterator[bs_pb2.WriteRequest]:
+            view = memoryview(data)
+            for offset in range(0, len(data), chunk):
+                yield bs_pb2.WriteRequest(
+                    resource_name=name if offset == 0 else "",
+                    write_offset=offset,
+                    data=bytes(view[offset : offset + chunk]),
+                    finish_write=offset + chunk >= len(data),
+                )
+
+        def write() -> None:
+            assert stub.Write(requests()).committed_size == len(data)
+
+        up.append(len(data) / MB / timed(write))
+        read_name = f"blobs/{digest.hash}/{digest.size_bytes}"
+
+        def read() -> None:
+            got = 0
+            for response in stub.Read(bs_pb2.ReadRequest(resource_name=read_name)):
+                got += len(response.data)
+            assert got == len(data)
+
+        down.append(len(data) / MB / timed(read))
+    return up, down
+
+
+def bench_held_streams(ch: grpc.Channel, server: Server, count: int) -> dict[str, float]:
+    method = ch.unary_stream(HOLD_METHOD)
+    before_threads = server.ps.num_threads()
+    before_rss = server.ps.memory_info().rss
+    start = time.perf_counter()
+    calls = [method(b"") for _ in range(count)]
+    for call in calls:
+        assert next(call) == b"queued"
+    opened = time.perf_counter() - start
+    time.sleep(1.0)
+    threads = server.ps.num_threads()
+    rss = server.ps.memory_info().rss
+    for call in calls:
+        call.cancel()
+    return {
+        "streams": count,
+        "open_seconds": opened,
+        "threads_idle": before_threads,
+        "threads_held": threads,
+        "rss_idle_mb": before_rss / MB,
+        "rss_held_mb": rss / MB,
+    }
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--streams", type=int, default=5000)
+    parser.add_argument("--json", default="")
+    parser.add_argument("--only", default="memory,filesystem")
+    args = parser.parse_args()
+    results: dict[str, Any] = {"runs": args.runs}
+    for kind in args.only.split(","):
+        with tempfile.TemporaryDirectory(prefix="lre-bench-") as directory:
+            server = Server(kind, directory)
+            try:
+                with channel(server.address) as ch:
+                    ch_results: dict[str, Any] = {}
+                    ch_results["find_missing"] = bench_find_missing(ch, args.runs)
+                    ch_results["batch_update"], ch_results["batch_read"] = bench_batches(
+                        ch, args.runs
+                    )
+                    ch_results["bytestream_write"], ch_results["bytestream_read"] = (
+                        bench_bytestream(ch, args.runs)
+                    )
+                    if kind == "filesystem":
+                        ch_results["raw_file_create"] = file_create_rate(directory, args.runs)
+                if kind == "memory" and args.streams:
+                    with channel(server.address) as ch:
+                        ch_results["held"] = bench_held_streams(ch, server, args.streams)
+                results[kind] = ch_results
+            finally:
+                server.stop()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+    print(f"| store | test | median | runs | target |\n|---|---|---|---|---|")
+    targets = {
+        "find_missing": (">= 200k digests/s", "digests/s"),
+        "batch_update": (">= 3x peer (~45 MB/s)", "MB/s"),
+        "batch_read": (">= 3x peer (~50 MB/s)", "MB/s"),
+        "bytestream_write": (">= 500 MB/s", "MB/s"),
+        "bytestream_read": (">= 800 MB/s", "MB/s"),
+        "raw_file_create": ("(limit for the filesystem store)", "MB/s"),
+    }
+    for kind in args.only.split(","):
+        for test, (target, unit) in targets.items():
+            values = results.get(kind, {}).get(test)
+            if not values:
+                continue
+            shown = ", ".join(f"{v:,.0f}" for v in sorted(values))
+            print(f"| {kind} | {test} | {median(values):,.0f} {unit} | {shown} | {target} |")
+    held = results.get("memory", {}).get("held")
+    if held:
+        print(
+            f"| memory | {held['streams']} held streams | threads {held['threads_held']} "
+            f"(idle {held['threads_idle']}), RSS {held['rss_held_mb']:.0f} MB "
+            f"(idle {held['rss_idle_mb']:.0f} MB), opened in {held['open_seconds']:.1f} s "
+            "| 1 | <= 16 threads, <= 250 MB |"
+        )
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 2 and sys.argv[1] == "serve":
+        serve(sys.argv[2], sys.argv[3])
+    else:
+        main()
