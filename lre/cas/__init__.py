@@ -15,6 +15,8 @@ from lre.cas._blob_io import (
     write_message,
 )
 from lre.cas._filesystem import FilesystemStore
+from lre.cas._grpc_action_cache import FastSlowActionCache, GrpcActionCache
+from lre.cas._grpc_store import GrpcStore
 from lre.cas._memory import MemoryStore
 from lre.cas._pins import Pin
 from lre.cas._protocol import BlobStore, PinnableStore
@@ -27,6 +29,11 @@ from lre.cas._tree import (
     validate_directory,
     validate_tree,
 )
+from lre.cas._upstream_client import UpstreamClient
+from lre.cas._upstream_errors import UpstreamUnavailable
+from lre.cas._upstream_health import UpstreamStatistics
+from lre.cas._upstream_loop import UpstreamLoop
+from lre.cas._upstream_uploads import result_blobs, upload_missing
 from lre.cas._verify import BlobVerifier, check_read_range
 from lre.cas._wrappers import FastSlowStore, VerifyStore
 
@@ -35,14 +42,21 @@ __all__ = [
     "ActionResultCache",
     "BlobStore",
     "BlobVerifier",
+    "FastSlowActionCache",
     "FastSlowStore",
     "FilesystemActionCache",
     "FilesystemStore",
+    "GrpcActionCache",
+    "GrpcStore",
     "MemoryActionCache",
     "MemoryStore",
     "Pin",
     "PinnableStore",
     "StoreStatistics",
+    "UpstreamClient",
+    "UpstreamLoop",
+    "UpstreamStatistics",
+    "UpstreamUnavailable",
     "VerifyStore",
     "check_read_range",
     "closing_stream",
@@ -51,7 +65,9 @@ __all__ = [
     "read_bytes",
     "read_directory_tree",
     "read_message",
+    "result_blobs",
     "tree_file_digests",
+    "upload_missing",
     "validate_directory",
     "validate_tree",
     "write_bytes",

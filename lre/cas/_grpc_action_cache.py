@@ -1,0 +1,195 @@
+"""Action caches over an upstream: ``GrpcActionCache`` and ``FastSlowActionCache``.
+
+``GrpcActionCache`` is an ``ActionCache`` backed by an upstream ActionCache
+service:
+
+- ``get``: GetActionResult; NOT_FOUND is a miss. When the upstream cannot
+  be reached it is a miss too (``degrade``), so a build carries on locally.
+- ``put``: governed by ``upload_policy``: ``never`` (the default: a laptop
+  does not fill a team cache unless told to), ``success_only`` (exit code 0
+  only) or ``everything``. Before UpdateActionResult, every blob the result
+  references that the upstream lacks is copied there from ``blob_source``
+  (lre's workers move outputs straight into the local store, so they are
+  not upstream yet). With ``degrade`` an unreachable upstream or a refused
+  upload is logged once per put at warning level and dropped; nothing is
+  raised to the worker.
+
+``FastSlowActionCache`` puts a local action cache in front: ``get`` asks
+the fast tier, then the slow one, and copies a slow hit into the fast tier
+(its blobs are not fetched: the fast_slow CAS reads them through when a
+client asks). ``put`` writes the fast tier, then the slow one unless
+``write_policy`` is ``fast_only``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Literal
+
+from google.protobuf.message import DecodeError
+
+from lre.cas._action_cache import ActionCache
+from lre.cas._grpc_store import GrpcStore
+from lre.cas._protocol import BlobStore
+from lre.cas._upstream_client import Connection, Metadata, UpstreamClient
+from lre.cas._upstream_errors import UpstreamUnavailable
+from lre.cas._upstream_health import UpstreamStatistics
+from lre.cas._upstream_uploads import result_blobs, upload_missing
+from lre.digest import Digest
+from lre.errors import InvalidArgument, LreError, NotFound, ResourceExhausted
+from lre.proto import re_grpc, re_pb2
+
+log = logging.getLogger("lre.cas.upstream")
+
+UploadPolicy = Literal["never", "success_only", "everything"]
+
+
+class GrpcActionCache:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        client: UpstreamClient,
+        *,
+        instance_name: str = "",
+        upload_policy: UploadPolicy = "never",
+        blob_source: BlobStore | None = None,
+        upstream_cas: GrpcStore | None = None,
+        degrade: bool = True,
+    ) -> None:
+        if upload_policy not in ("never", "success_only", "everything"):
+            raise InvalidArgument(
+                f"upload_policy: {upload_policy!r} is not never, success_only or everything"
+            )
+        self.client = client
+        self.instance_name = instance_name
+        self.upload_policy = upload_policy
+        self.blob_source = blob_source
+        self.upstream_cas = upstream_cas
+        self.degrade = degrade
+        self.uploaded_results = 0
+        self.skipped_results = 0
+        self.failed_uploads = 0
+
+    def upstream_statistics(self) -> UpstreamStatistics:
+        return self.client.statistics()
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+    async def get(self, action_digest: Digest) -> bytes | None:
+        request = re_pb2.GetActionResultRequest(
+            instance_name=self.instance_name, action_digest=action_digest.to_proto()
+        )
+
+        async def invoke(
+            connection: Connection, metadata: Metadata, timeout: float
+        ) -> re_pb2.ActionResult:
+            stub = connection.stub(re_grpc.ActionCacheStub)
+            answer: re_pb2.ActionResult = await stub.GetActionResult(
+                request, metadata=metadata, timeout=timeout
+            )
+            return answer
+
+        try:
+            result = await self.client.unary("GetActionResult", invoke)
+        except NotFound:
+            return None
+        except UpstreamUnavailable:
+            if not self.degrade:
+                raise
+            return None
+        return result.SerializeToString(deterministic=True)
+
+    def wants(self, result: re_pb2.ActionResult) -> bool:
+        """Whether ``upload_policy`` sends ``result`` upstream."""
+        if self.upload_policy == "never":
+            return False
+        return self.upload_policy == "everything" or result.exit_code == 0
+
+    async def put(self, action_digest: Digest, data: bytes) -> None:
+        if self.upload_policy == "never":
+            self.skipped_results += 1
+            return
+        result = re_pb2.ActionResult()
+        try:
+            result.ParseFromString(data)
+        except DecodeError:
+            raise InvalidArgument(
+                f"action result for {action_digest} does not parse as an ActionResult"
+            ) from None
+        if not self.wants(result):
+            self.skipped_results += 1
+            return
+        try:
+            await self._upload(action_digest, result)
+        except LreError as error:
+            if not self.degrade or isinstance(error, InvalidArgument):
+                raise
+            self.failed_uploads += 1
+            log.warning(
+                "action result for %s not uploaded to upstream %s: %s",
+                action_digest,
+                self.client.name,
+                error.message,
+            )
+            return
+        self.uploaded_results += 1
+
+    async def _upload(self, action_digest: Digest, result: re_pb2.ActionResult) -> None:
+        if self.blob_source is not None and self.upstream_cas is not None:
+            blobs = await result_blobs(result, self.blob_source)
+            await upload_missing(self.blob_source, self.upstream_cas.strict(), blobs)
+        request = re_pb2.UpdateActionResultRequest(
+            instance_name=self.instance_name,
+            action_digest=action_digest.to_proto(),
+            action_result=result,
+        )
+
+        async def invoke(
+            connection: Connection, metadata: Metadata, timeout: float
+        ) -> re_pb2.ActionResult:
+            stub = connection.stub(re_grpc.ActionCacheStub)
+            answer: re_pb2.ActionResult = await stub.UpdateActionResult(
+                request, metadata=metadata, timeout=timeout
+            )
+            return answer
+
+        await self.client.unary("UpdateActionResult", invoke)
+
+
+class FastSlowActionCache:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        fast: ActionCache,
+        slow: ActionCache,
+        *,
+        write_policy: Literal["both", "fast_only"] = "both",
+    ) -> None:
+        if write_policy not in ("both", "fast_only"):
+            raise ValueError(f'write_policy: {write_policy!r} is not "both" or "fast_only"')
+        self.fast = fast
+        self.slow = slow
+        self.write_policy = write_policy
+        self.slow_hits = 0
+
+    async def get(self, action_digest: Digest) -> bytes | None:
+        data = await self.fast.get(action_digest)
+        if data is not None:
+            return data
+        data = await self.slow.get(action_digest)
+        if data is None:
+            return None
+        self.slow_hits += 1
+        try:
+            await self.fast.put(action_digest, data)
+        except ResourceExhausted:
+            pass  # served anyway; the next lookup asks the slow tier again
+        return data
+
+    async def put(self, action_digest: Digest, data: bytes) -> None:
+        await self.fast.put(action_digest, data)
+        if self.write_policy == "both":
+            await self.slow.put(action_digest, data)

@@ -1,0 +1,133 @@
+"""Whether an upstream is reachable: a circuit breaker with a visible state.
+
+An upstream starts ``unknown``. A call that reaches it (any answer, even
+NOT_FOUND) makes it ``up``; a call that fails to reach it after its retries
+(UNAVAILABLE, DEADLINE_EXCEEDED, refused credentials) makes it ``down`` and
+opens the circuit: for ``backoff`` seconds every call fails at once without
+touching the network, so builds fall back to the local tier immediately.
+After the backoff calls are let through again (half-open); another failure
+doubles the backoff (up to ``max_backoff``), a success closes the circuit.
+
+Each transition is logged once (a warning going down, info coming back);
+``statistics()`` is what /status and the TUI show.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+import trio
+
+log = logging.getLogger("lre.cas.upstream")
+
+HealthState = Literal["unknown", "up", "down"]
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamStatistics:
+    """A snapshot of one upstream connection, safe to read from any thread.
+
+    ``healthy`` is False only while the upstream is known to be down (the
+    build then runs local-only). ``down_since`` is a wall-clock time (0 when
+    not down); ``retry_in_s`` is how long the circuit stays open.
+    """
+
+    name: str
+    address: str
+    state: HealthState
+    healthy: bool
+    calls: int
+    failed_calls: int
+    retries: int
+    transitions_down: int
+    last_error: str
+    down_since: float
+    retry_in_s: float
+
+
+class UpstreamHealth:
+    """The circuit breaker of one upstream; see the module docstring."""
+
+    def __init__(
+        self,
+        name: str,
+        address: str,
+        *,
+        backoff_s: float = 1.0,
+        max_backoff_s: float = 30.0,
+    ) -> None:
+        self.name = name
+        self.address = address
+        self.base_backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.state: HealthState = "unknown"
+        self._backoff_s = backoff_s
+        self._open_until = 0.0
+        self._down_since = 0.0
+        self._last_error = ""
+        self.calls = 0
+        self.failed_calls = 0
+        self.retries = 0
+        self.transitions_down = 0
+
+    def circuit_open(self) -> bool:
+        """True while calls must fail at once (down and still backing off)."""
+        return self.state == "down" and trio.current_time() < self._open_until
+
+    def retry_in(self) -> float:
+        if self.state != "down":
+            return 0.0
+        return max(0.0, self._open_until - trio.current_time())
+
+    def record_success(self) -> None:
+        self.calls += 1
+        if self.state != "up":
+            if self.state == "down":
+                log.info(
+                    "upstream %s (%s) is reachable again after %.0f s; using it again",
+                    self.name,
+                    self.address,
+                    time.time() - self._down_since,
+                )
+            self.state = "up"
+            self._backoff_s = self.base_backoff_s
+            self._down_since = 0.0
+
+    def record_failure(self, reason: str) -> None:
+        self.calls += 1
+        self.failed_calls += 1
+        self._last_error = reason
+        if self.state != "down":
+            self.transitions_down += 1
+            self._down_since = time.time()
+            self._backoff_s = self.base_backoff_s
+            log.warning(
+                "upstream %s (%s) is unreachable (%s); continuing local-only, next try in %.1f s",
+                self.name,
+                self.address,
+                reason,
+                self._backoff_s,
+            )
+            self.state = "down"
+        else:
+            self._backoff_s = min(self.max_backoff_s, self._backoff_s * 2)
+        self._open_until = trio.current_time() + self._backoff_s
+
+    def statistics(self) -> UpstreamStatistics:
+        # Computed without trio.current_time so it works from any thread.
+        return UpstreamStatistics(
+            name=self.name,
+            address=self.address,
+            state=self.state,
+            healthy=self.state != "down",
+            calls=self.calls,
+            failed_calls=self.failed_calls,
+            retries=self.retries,
+            transitions_down=self.transitions_down,
+            last_error=self._last_error,
+            down_since=self._down_since,
+            retry_in_s=self._backoff_s if self.state == "down" else 0.0,
+        )

@@ -1,0 +1,141 @@
+"""A real second lre as the "cluster": configs and a runner for tests.
+
+``UpstreamLre`` starts an ``lre.app.Application`` on 127.0.0.1:0 inside the
+test's Trio run (its own stores, scheduler and a local worker advertising
+``OSFamily`` values of our choice), optionally behind a gRPC interceptor
+that records request metadata and demands a bearer token. ``stop()`` stops
+it mid-test (the "upstream went away" case).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import grpc
+import grpc.aio
+import trio
+
+from lre.app import Application, ReadyInfo
+from lre.config import Config, load_config_text, resolve
+
+
+def upstream_config_text(
+    root: Path,
+    *,
+    os_family: Sequence[str] = ("linux",),
+    port: int = 0,
+    max_inflight: int = 2,
+) -> str:
+    """The cluster: filesystem CAS and AC, one worker offering ``os_family``."""
+    values = ", ".join(f'"{v}"' for v in os_family)
+    return f"""{{
+  stores: [
+    {{ name: "cas", filesystem: {{ content_path: "{root}/cas", temp_path: "{root}/tmp/cas",
+                                  eviction_policy: {{ max_bytes: "1GiB" }} }} }},
+    {{ name: "ac", filesystem: {{ content_path: "{root}/ac", temp_path: "{root}/tmp/ac",
+                                 eviction_policy: {{ max_bytes: "64MiB" }} }} }},
+  ],
+  schedulers: [
+    {{ name: "main", property_modifier: {{
+        modifications: [{{ add: {{ name: "cpu_count", value: "1" }} }}], scheduler: "queue" }} }},
+    {{ name: "queue", simple: {{ ac_store: "ac", cas_store: "cas", progress_interval_s: 1 }} }},
+  ],
+  workers: [
+    {{ local: {{ name: "cluster-worker", scheduler: "queue", cas_store: "cas",
+                work_directory: "{root}/work", max_inflight_tasks: {max_inflight},
+                upload_action_result: {{ ac_store: "ac" }},
+                platform_properties: {{ OSFamily: {{ values: [{values}] }} }},
+                resources: {{ cpu_count: 2, memory_budget: "2GiB" }} }} }},
+  ],
+  servers: [
+    {{ listener: {{ address: "127.0.0.1:{port}" }},
+      instances: [{{ instance_name: "*", cas_store: "cas", ac_store: "ac", scheduler: "main" }}] }},
+  ],
+  global: {{ state_dir: "{root}/state", status: {{ address: "" }} }},
+}}
+"""
+
+
+def config_of(text: str) -> Config:
+    return resolve(load_config_text(text, source="test.json5"))
+
+
+class MetadataRecorder(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Records every call's method and metadata; with ``token`` set, refuses
+    calls without ``authorization: Bearer <token>`` (UNAUTHENTICATED)."""
+
+    def __init__(self, token: str = "") -> None:
+        self.token = token
+        self.calls: list[tuple[str, dict[str, str]]] = []
+        self.refused = 0
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[Any], Awaitable[Any]],
+        handler_call_details: Any,
+    ) -> Any:
+        metadata = {
+            k: v if isinstance(v, str) else v.decode("latin-1")
+            for k, v in (handler_call_details.invocation_metadata or ())
+        }
+        self.calls.append((handler_call_details.method, metadata))
+        if self.token and metadata.get("authorization") != f"Bearer {self.token}":
+            self.refused += 1
+
+            async def deny(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED, "bad or missing token")
+
+            handler = await continuation(handler_call_details)
+            if handler is None:
+                return None
+            if handler.request_streaming and handler.response_streaming:
+                return grpc.stream_stream_rpc_method_handler(deny)
+            if handler.request_streaming:
+                return grpc.stream_unary_rpc_method_handler(deny)
+            if handler.response_streaming:
+                return grpc.unary_stream_rpc_method_handler(deny)
+            return grpc.unary_unary_rpc_method_handler(deny)
+        return await continuation(handler_call_details)
+
+    def methods(self) -> list[str]:
+        return [method.rsplit("/", 1)[-1] for method, _ in self.calls]
+
+
+class UpstreamLre:
+    """One running lre Application used as the upstream cluster."""
+
+    def __init__(self, config: Config, *, interceptor: MetadataRecorder | None = None) -> None:
+        self.app = Application(config)
+        if interceptor is not None:
+            for server in self.app.servers:
+                server.options = dataclasses.replace(server.options, interceptors=(interceptor,))
+        self.interceptor = interceptor
+        self.address = ""
+        self._scope: trio.CancelScope | None = None
+        self._done = trio.Event()
+
+    @property
+    def url(self) -> str:
+        return f"grpc://{self.address}"
+
+    async def start(self, nursery: trio.Nursery) -> UpstreamLre:
+        ready: ReadyInfo = await nursery.start(self._run)
+        self.address = ready.grpc_addresses[0]
+        return self
+
+    async def _run(self, *, task_status: trio.TaskStatus[ReadyInfo]) -> None:
+        try:
+            with trio.CancelScope() as scope:
+                self._scope = scope
+                await self.app.serve(task_status=task_status)
+        finally:
+            self._done.set()
+
+    async def stop(self) -> None:
+        """Stop the cluster (ordered shutdown) and wait until it is gone."""
+        self.app.request_stop()
+        with trio.fail_after(30):
+            await self._done.wait()
