@@ -130,12 +130,12 @@ async def fetch_input_tree(
             directory = parsed[digest]
             tree.directory_count += 1
             for file_node in directory.files:
+                # validate_directory already checked every entry digest.
+                node_digest = file_node.digest
                 tree.files.append(
                     InputFile(
                         prefix + file_node.name,
-                        Digest.from_proto(
-                            file_node.digest, field=f"input file {prefix + file_node.name!r}"
-                        ),
+                        Digest(node_digest.hash, node_digest.size_bytes),
                         file_node.is_executable,
                     )
                 )
@@ -146,8 +146,7 @@ async def fetch_input_tree(
             for dir_node in directory.directories:
                 path = prefix + dir_node.name
                 tree.directories.append(path)
-                next_level.append(
-                    (path + "/", Digest.from_proto(dir_node.digest, field=f"input dir {path!r}"))
-                )
+                child = dir_node.digest
+                next_level.append((path + "/", Digest(child.hash, child.size_bytes)))
         level = next_level
     return tree

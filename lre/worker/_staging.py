@@ -15,6 +15,7 @@ import os
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import trio
 
@@ -22,6 +23,8 @@ from lre.cas._protocol import BlobStore
 from lre.digest import EMPTY_DIGEST, Digest
 from lre.errors import InvalidArgument, MissingBlobs, NotFound
 from lre.worker._input_tree import InputFile, InputTree, read_blob
+
+T = TypeVar("T")
 
 #: Blobs up to this size are read into memory and written in the staging
 #: thread; larger ones are streamed from the store chunk by chunk.
@@ -67,14 +70,19 @@ async def stage_inputs(
     stats = StagingStats(files=len(tree.files))
     sources: dict[tuple[Digest, bool], str | os.PathLike[str]] = {}
     if link_source is not None:
-        for item in tree.files:
-            key = (item.digest, item.executable)
-            if key in sources or item.digest == EMPTY_DIGEST:
-                continue
+        keys = list(
+            dict.fromkeys(
+                (item.digest, item.executable) for item in tree.files if item.digest != EMPTY_DIGEST
+            )
+        )
+
+        async def look_up(key: tuple[Digest, bool]) -> None:
             try:
-                sources[key] = await link_source(item.digest, item.executable)
+                sources[key] = await link_source(*key)
             except NotFound:
-                continue  # copied below if the store can still produce it
+                pass  # copied below if the store can still produce it
+
+        await in_lanes(keys, look_up)
     copy_digests = sorted(
         {
             f.digest
@@ -147,6 +155,28 @@ async def stage_inputs(
     return stats
 
 
+async def in_lanes(items: Sequence[T], work: Callable[[T], Awaitable[None]]) -> None:
+    """Await ``work(item)`` for every item, ``READ_CONCURRENCY`` lanes at once.
+
+    Each lane handles its share in turn, so thousands of cheap store calls
+    cost a few dozen tasks and share each pass of the Trio scheduler
+    (a task per item, or one item at a time, is several times slower).
+    """
+    if len(items) <= 1:
+        for item in items:
+            await work(item)
+        return
+    lanes = min(READ_CONCURRENCY, len(items))
+
+    async def lane(start: int) -> None:
+        for index in range(start, len(items), lanes):
+            await work(items[index])
+
+    async with trio.open_nursery() as nursery:
+        for start in range(lanes):
+            nursery.start_soon(lane, start)
+
+
 def _write_file(target: Path, data: bytes, executable: bool) -> None:
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, _mode(executable))
     try:
@@ -154,9 +184,9 @@ def _write_file(target: Path, data: bytes, executable: bool) -> None:
         while view:
             written = os.write(fd, view)
             view = view[written:]
+        os.fchmod(fd, _mode(executable))  # the umask may have dropped bits
     finally:
         os.close(fd)
-    os.chmod(target, _mode(executable))
 
 
 async def _stream_file(store: BlobStore, item: InputFile, target: Path) -> None:
@@ -176,20 +206,14 @@ async def _read_many(store: BlobStore, digests: Sequence[Digest]) -> dict[Digest
     """Read small blobs with bounded concurrency; ``MissingBlobs`` if any vanished."""
     found: dict[Digest, bytes] = {}
     missing: list[Digest] = []
-    if not digests:
-        return found
-    limiter = trio.CapacityLimiter(READ_CONCURRENCY)
 
     async def one(digest: Digest) -> None:
-        async with limiter:
-            try:
-                found[digest] = await read_blob(store, digest)
-            except NotFound:
-                missing.append(digest)
+        try:
+            found[digest] = await read_blob(store, digest)
+        except NotFound:
+            missing.append(digest)
 
-    async with trio.open_nursery() as nursery:
-        for digest in digests:
-            nursery.start_soon(one, digest)
+    await in_lanes(digests, one)
     if missing:
         raise MissingBlobs([d.subject for d in sorted(missing)])
     return found
