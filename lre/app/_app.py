@@ -27,6 +27,7 @@ from lre.service import (
     Instances,
     ServerOptions,
     TrioBridge,
+    auth_interceptors,
     cache_servicers,
 )
 from lre.worker import LocalWorker
@@ -132,7 +133,9 @@ class Application:
             ]
             self.servers.append(
                 GrpcServer(
-                    ServerOptions.from_listener(server.listener),
+                    ServerOptions.from_listener(
+                        server.listener, interceptors=auth_interceptors(server.listener)
+                    ),
                     servicers,
                     self.bridge,
                     own_bridge=False,
@@ -188,6 +191,8 @@ class Application:
         Raises what a part raises at start-up (a port in use, a locked work
         directory) after stopping the parts already started.
         """
+        if os.geteuid() == 0:
+            log.warning("running as root: actions run as root too; start lre as your own user")
         os.makedirs(state_dir_of(self.config), mode=0o700, exist_ok=True)
         await self.stores.open()
         try:

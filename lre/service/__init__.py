@@ -12,8 +12,17 @@
   ``unary_rpc`` / ``stream_rpc`` decorators for servicer methods.
 - ``RequestMetadata`` / ``request_metadata_from``: the client's
   RequestMetadata header.
+- ``BearerTokenInterceptor`` / ``auth_interceptors``: bearer-token
+  authentication of a listener (``AuthTokenError`` for an unusable token file).
 """
 
+from lre.service._auth import (
+    AuthStatistics,
+    AuthTokenError,
+    BearerTokenInterceptor,
+    auth_interceptors,
+    read_token_file,
+)
 from lre.service._bridge import BridgeStatistics, TrioBridge
 from lre.service._cache_servicers import (
     ActionCacheServicer,
@@ -48,6 +57,9 @@ __all__ = [
     "STATUS_DETAILS_KEY",
     "WILDCARD",
     "ActionCacheServicer",
+    "AuthStatistics",
+    "AuthTokenError",
+    "BearerTokenInterceptor",
     "BlobResource",
     "BridgeStatistics",
     "ByteStreamServicer",
@@ -62,10 +74,12 @@ __all__ = [
     "Servicer",
     "TrioBridge",
     "abort_with",
+    "auth_interceptors",
     "cache_servicers",
     "log_exception",
     "parse_read_resource",
     "parse_write_resource",
+    "read_token_file",
     "request_metadata_from",
     "rpc_status_of",
     "stream_rpc",
