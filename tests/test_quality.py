@@ -110,6 +110,8 @@ def _copy_for_lint(tmp_path: Path) -> Path:
     [
         ("errors", "lre.config", "Packages import only leftwards"),
         ("config", "lre.cas", "Packages import only leftwards"),
+        ("service", "lre.worker", "service never imports worker"),
+        ("app", "lre.tui", "nothing imports tui or cli"),
     ],
 )
 def test_lint_imports_rejects_a_rightward_import(
@@ -117,6 +119,8 @@ def test_lint_imports_rejects_a_rightward_import(
 ) -> None:
     """A deliberately bad import in a copy of lre/ must break a contract."""
     repo = _copy_for_lint(tmp_path)
+    if not (repo / "lre" / package).is_dir() or not (repo / imported.replace(".", "/")).is_dir():
+        pytest.fail(f"lre.{package} or {imported} does not exist yet")
     (repo / "lre" / package / "_deliberately_bad.py").write_text(f"import {imported}\n")
     proc = subprocess.run(
         [_tool("lint-imports"), "--no-cache"],
