@@ -328,11 +328,13 @@ def render_dashboard(
     events = _events(snapshot, width, events_rows)
     max_rows: int | None = None
     if height is not None:
-        reserved = 5 + len(snapshot.problems) + (1 if notice else 0) + 4  # header + table chrome
+        # header panel (3 lines + problems + borders), notice, table title/head/rule
+        reserved = 5 + len(snapshot.problems) + (1 if notice else 0) + 3
         if queued is not None:
-            reserved += 2 + min(queue_rows + 1, len(snapshot.queued_by_platform))
+            platforms = len(snapshot.queued_by_platform)
+            reserved += 1 + min(queue_rows, platforms) + (1 if platforms > queue_rows else 0)
         if events is not None:
-            reserved += 2 + min(events_rows, len(snapshot.events))
+            reserved += 1 + min(events_rows, len(snapshot.events))
         max_rows = max(1, height - reserved)
     parts.append(_inflight(snapshot, width, max_rows))
     if queued is not None:

@@ -165,7 +165,7 @@ async def test_broken_source_gives_500(
 
 
 async def test_unreachable_and_bad_addresses() -> None:
-    with pytest.raises(ValueError, match="global.status.address"):
+    with pytest.raises(ValueError, match=r"global\.status\.address"):
         parse_listen_address("localhost")
     assert parse_listen_address("[::1]:9") == ("::1", 9)
     listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
@@ -179,5 +179,5 @@ async def test_unreachable_and_bad_addresses() -> None:
 
 async def test_port_in_use_names_the_setting(nursery: trio.Nursery) -> None:
     _, port = await start(nursery, SnapshotAssembler(address="a"))
-    with pytest.raises(OSError, match="global.status.address"):
+    with pytest.raises(OSError, match=r"global\.status\.address"):
         await nursery.start(StatusServer(f"127.0.0.1:{port}", SnapshotAssembler(address="a")).serve)

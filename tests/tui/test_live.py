@@ -1,0 +1,89 @@
+"""run_dashboard: frames from sync/async sources, errors as notices, `q` on a real pty."""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+import termios
+from collections.abc import Iterator
+
+import pytest
+import trio
+from rich.console import Console
+
+from lre.app._snapshot import ProcessSnapshot
+from lre.tui import run_dashboard
+from tests.tui._sample import sample_snapshot
+
+
+def console(out: io.StringIO) -> Console:
+    return Console(file=out, width=100, height=40, force_terminal=True, color_system=None)
+
+
+async def test_frames_from_a_sync_source() -> None:
+    calls = 0
+
+    def source() -> ProcessSnapshot:
+        nonlocal calls
+        calls += 1
+        return sample_snapshot()
+
+    out = io.StringIO()
+    await run_dashboard(source, console=console(out), refresh_per_second=50, screen=False,
+                        max_frames=3)  # fmt: skip
+    assert calls == 3
+    assert out.getvalue().count("In flight (5)") >= 3
+
+
+async def test_errors_show_a_notice_and_keep_the_last_screen() -> None:
+    answers: Iterator[ProcessSnapshot | OSError] = iter(
+        [
+            OSError("cannot reach lre at 127.0.0.1:1: refused"),
+            sample_snapshot(),
+            OSError("cannot reach lre at 127.0.0.1:1: gone"),
+        ]
+    )
+
+    async def source() -> ProcessSnapshot:
+        answer = next(answers)
+        if isinstance(answer, OSError):
+            raise answer
+        return answer
+
+    out = io.StringIO()
+    await run_dashboard(source, console=console(out), refresh_per_second=50, screen=False,
+                        max_frames=3)  # fmt: skip
+    text = out.getvalue()
+    assert "refused" in text
+    last_frame = text[text.rindex("gone") :]
+    assert "In flight (5)" in last_frame  # the last good snapshot stays on screen
+
+
+async def test_q_on_a_terminal_quits_and_restores_the_mode(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    master, slave = os.openpty()
+    try:
+        before = termios.tcgetattr(slave)
+        tty_in = os.fdopen(os.dup(slave), "r")
+        monkeypatch.setattr(sys, "stdin", tty_in)
+        out = io.StringIO()
+
+        async def press_q() -> None:
+            await trio.sleep(0.2)
+            during = termios.tcgetattr(slave)
+            assert not during[3] & termios.ICANON  # cbreak while the dashboard runs
+            os.write(master, b"x q")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(press_q)
+            with trio.fail_after(5):
+                await run_dashboard(sample_snapshot, console=console(out), quit_keys=True,
+                                    refresh_per_second=20, screen=True)  # fmt: skip
+        assert termios.tcgetattr(slave) == before
+        assert "\x1b[?1049h" in out.getvalue() and "\x1b[?1049l" in out.getvalue()  # alt screen
+        tty_in.close()
+    finally:
+        os.close(master)
+        os.close(slave)

@@ -1,0 +1,116 @@
+"""The dashboard rendered to fixed-width rich consoles from a known snapshot.
+
+The committed screens are tests/tui/screen_<width>.txt; regenerate them with
+``LRE_UPDATE_SCREENS=1 pytest tests/tui`` after a deliberate change (and
+read the diff).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from lre.tui import render_dashboard, rss_style
+from tests.tui._sample import MIB, sample_snapshot
+
+HERE = Path(__file__).parent
+
+
+def plain(width: int, height: int | None = None, **kwargs: object) -> str:
+    console = Console(
+        width=width, file=io.StringIO(), color_system=None, force_terminal=False, record=True
+    )
+    console.print(render_dashboard(sample_snapshot(), width=width, height=height, **kwargs))  # type: ignore[arg-type]
+    return console.export_text()
+
+
+def ansi(width: int) -> str:
+    out = io.StringIO()
+    console = Console(width=width, file=out, color_system="standard", force_terminal=True)
+    console.print(render_dashboard(sample_snapshot(), width=width))
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("width", [120, 60])
+def test_screen_matches_committed(width: int) -> None:
+    text = plain(width)
+    path = HERE / f"screen_{width}.txt"
+    if os.environ.get("LRE_UPDATE_SCREENS") == "1":
+        path.write_text(text)
+    assert path.exists(), f"{path} is missing; run with LRE_UPDATE_SCREENS=1 to create it"
+    assert text == path.read_text()
+
+
+def test_wide_screen_content() -> None:
+    lines = plain(120).splitlines()
+    assert lines[1].startswith("│ lre 127.0.0.1:50051  up 1h00m  ● ok")
+    # 13 of 16 CPUs -> 16 of 20 cells; 10.5 of min(12 budget, 24 capacity) GiB -> 18 of 20
+    assert "CPU ████████████████░░░░ 13/16   MEM ██████████████████░░ 10.5G/12.0G" in lines[2]
+    assert "queued 42  running 5  done/s 3.4  done 1220  cache hits 25%" in lines[3]
+    assert "CAS cas 3.2G/10.0G  tokens 5/14" in lines[3]
+    header = next(line for line in lines if line.startswith("Action"))
+    assert header.split() == [
+        "Action", "Target", "Worker", "Elapsed", "RSS/resv", "Kill", "line",
+        "Peak", "CPU%", "CPUs", "Step", "Try",
+    ]  # fmt: skip
+    rows = [line.split()[0] for line in lines[lines.index(header) + 2 :][:5]]
+    assert rows == ["rustc", "CppLink", "gcc", "CppCompile", "Javac"]  # longest first
+    gcc = next(line for line in lines if line.startswith("gcc"))
+    assert gcc.split() == ["gcc", "-", "local", "12s", "700M/512M", "██████████", "710M",
+                           "95", "1", "0", "2"]  # fmt: skip
+    rustc = next(line for line in lines if line.startswith("rustc"))
+    assert " all " in rustc and "█████░░░░░" in rustc  # exclusive; 5 of 9.6 GiB kill line
+    assert any(line.strip().startswith("30  OSFamily=linux,cpu=1") for line in lines)
+    kill = next(line for line in lines if " kill " in line)
+    assert kill.split()[:5] == ["10s", "kill", "CppLink", "local", "peak"]
+    assert "650M" in kill
+
+
+def test_narrow_screen_drops_columns_not_rows() -> None:
+    lines = plain(60).splitlines()
+    assert all(len(line) <= 60 for line in lines)
+    header = next(line for line in lines if line.startswith("Action"))
+    assert header.split() == ["Action", "Elapsed", "RSS/resv", "Kill", "line", "CPU%"]
+    assert "In flight (5)" in lines[lines.index(header) - 1]
+    assert sum(line.split()[0] in {"rustc", "CppLink", "gcc", "CppCompile", "Javac"}
+               for line in lines if line.strip()) == 5  # fmt: skip
+
+
+def test_rss_turns_red_near_the_kill_line() -> None:
+    by_summary = {a.summary: a for a in sample_snapshot().inflight}
+    assert rss_style(by_summary["gcc"]) == "bold red"  # 700M >= 0.9 x 614M
+    assert rss_style(by_summary["CppCompile"]) == "green"
+    assert rss_style(by_summary["Javac"]) == "grey50"  # not sampled yet
+    over_reservation = replace(by_summary["CppCompile"], rss_bytes=530 * MIB)  # line 614M
+    assert rss_style(over_reservation) == "yellow"
+    text = ansi(120)
+    gcc_line = next(line for line in text.splitlines() if "gcc" in line)
+    compile_line = next(line for line in text.splitlines() if "CppCompile" in line)
+    assert "\x1b[1;31m██████████" in gcc_line
+    assert "\x1b[31m" not in compile_line and "\x1b[1;31m" not in compile_line
+    assert "\x1b[32m██" in compile_line
+
+
+def test_any_width_renders_within_bounds() -> None:
+    for width in (1, 2, 5, 9, 12, 17, 20, 23, 31, 44, 59, 61, 79, 99, 150, 240):
+        for height in (None, 5):
+            text = plain(width, height)
+            assert width < 10 or "lre" in text
+            if width >= 20:
+                assert max(len(line) for line in text.splitlines()) <= width, width
+
+
+def test_height_cuts_rows_with_a_count() -> None:
+    text = plain(120, height=20)
+    assert "… 2 more" in text
+    assert "CppLink" in text and "gcc" in text and "Javac" not in text
+    assert "Recent events" in text and "3m20s  timeout" in text
+    assert len(text.splitlines()) == 20
+    assert "… 2 more" not in plain(120, height=24)
+    notice = plain(80, notice="cannot reach lre at 127.0.0.1:1: refused").splitlines()
+    assert notice[0] == "cannot reach lre at 127.0.0.1:1: refused"
