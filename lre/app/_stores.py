@@ -17,14 +17,19 @@ from lre.cas import (
     ActionCache,
     ActionResultCache,
     BlobStore,
+    FastSlowActionCache,
     FastSlowStore,
     FilesystemActionCache,
     FilesystemStore,
+    GrpcActionCache,
+    GrpcStore,
     MemoryActionCache,
     MemoryStore,
+    UpstreamClient,
+    UpstreamStatistics,
     VerifyStore,
 )
-from lre.config import Config, StoreSpec
+from lre.config import Config, GrpcStoreSpec, StoreSpec
 
 #: Threads the stores may use together for blocking file I/O.
 STORE_THREADS = 8
@@ -45,7 +50,29 @@ def action_cache_names(config: Config) -> set[str]:
     for worker in config.workers:
         if worker.local is not None and worker.local.upload_action_result.ac_store:
             names.add(worker.local.upload_action_result.ac_store)
+    # The tiers of a fast_slow action cache are action caches too.
+    specs = {spec.name: spec for spec in config.stores}
+    pending = list(names)
+    while pending:
+        spec = specs.get(pending.pop())
+        if spec is not None and spec.fast_slow is not None:
+            for tier in (spec.fast_slow.fast, spec.fast_slow.slow):
+                if tier not in names:
+                    names.add(tier)
+                    pending.append(tier)
     return names
+
+
+def upstream_client(name: str, spec: GrpcStoreSpec) -> UpstreamClient:
+    """The client of a grpc store (endpoints, headers, retries, pool, limits)."""
+    return UpstreamClient(
+        spec.endpoints,
+        name=name,
+        headers=spec.headers,
+        retry=spec.retry,
+        connections_per_endpoint=spec.connections_per_endpoint,
+        max_concurrent_requests=spec.max_concurrent_requests,
+    )
 
 
 @dataclass
@@ -55,6 +82,7 @@ class Stores:
     blobs: dict[str, BlobStore] = field(default_factory=dict)
     action_caches: dict[str, ActionCache] = field(default_factory=dict)
     filesystems: list[FilesystemStore] = field(default_factory=list)
+    upstreams: list[GrpcStore | GrpcActionCache] = field(default_factory=list)
 
     def blob(self, name: str) -> BlobStore:
         try:
@@ -83,6 +111,10 @@ class Stores:
             else:
                 return None
 
+    def upstream_statistics(self) -> list[UpstreamStatistics]:
+        """Health of every upstream store (for /status and the TUI)."""
+        return [store.upstream_statistics() for store in self.upstreams]
+
     async def open(self) -> None:
         """Open the filesystem stores (rebuilds their index from disk)."""
         for store in self.filesystems:
@@ -92,6 +124,9 @@ class Stores:
         for store in self.filesystems:
             with trio.CancelScope(shield=True):
                 await store.close()
+        for upstream in self.upstreams:
+            with trio.CancelScope(shield=True):
+                await upstream.aclose()
 
 
 def _max_bytes(value: object, name: str) -> int:
@@ -143,29 +178,82 @@ def build_stores(config: Config) -> Stores:
                 verify_size=spec.verify.verify_size,
                 verify_hash=spec.verify.verify_hash,
             )
-        else:
-            raise StoreBuildError(
-                f"stores[{name}]: grpc (upstream) stores are not supported by this build yet"
+        elif spec.grpc is not None:
+            if spec.grpc.store_type != "cas":
+                raise StoreBuildError(
+                    f"stores[{name}].grpc.store_type: {spec.grpc.store_type!r} store used "
+                    "as a blob store (it must be referred to as an ac_store)"
+                )
+            grpc_store = GrpcStore(
+                upstream_client(name, spec.grpc), instance_name=spec.grpc.instance_name
             )
+            stores.upstreams.append(grpc_store)
+            store = grpc_store
+        else:
+            raise StoreBuildError(f"stores[{name}]: no store kind given")
         stores.blobs[name] = store
         return store
 
+    def upstream_cas_for(grpc: GrpcStoreSpec) -> tuple[BlobStore | None, GrpcStore | None]:
+        """(local source, upstream CAS) for uploading a result's blobs: the
+        fast_slow store whose slow tier is a grpc CAS at the same address and
+        instance as ``grpc``."""
+        for other in config.stores:
+            if other.fast_slow is None or other.name in ac_names:
+                continue
+            slow = specs[other.fast_slow.slow].grpc
+            if (
+                slow is not None
+                and slow.store_type == "cas"
+                and slow.endpoints[0].address == grpc.endpoints[0].address
+                and slow.instance_name == grpc.instance_name
+            ):
+                upstream = build(other.fast_slow.slow)
+                assert isinstance(upstream, GrpcStore)
+                return build(other.name), upstream
+        return None, None
+
+    def build_ac(name: str) -> ActionCache:
+        if name in stores.action_caches:
+            return stores.action_caches[name]
+        spec = specs[name]
+        cache: ActionCache
+        if spec.filesystem is not None:
+            cache = FilesystemActionCache(
+                spec.filesystem.content_path,
+                fsync=spec.filesystem.fsync,
+                thread_limiter=limiter,
+            )
+        elif spec.memory is not None:
+            cache = MemoryActionCache(_max_bytes(spec.memory.eviction_policy.max_bytes, name))
+        elif spec.fast_slow is not None:
+            cache = FastSlowActionCache(
+                build_ac(spec.fast_slow.fast),
+                build_ac(spec.fast_slow.slow),
+                write_policy=spec.fast_slow.write_policy,
+            )
+        elif spec.grpc is not None and spec.grpc.store_type == "ac":
+            source, upstream_cas = upstream_cas_for(spec.grpc)
+            grpc_cache = GrpcActionCache(
+                upstream_client(name, spec.grpc),
+                instance_name=spec.grpc.instance_name,
+                upload_policy=spec.grpc.upload_policy,
+                blob_source=source,
+                upstream_cas=upstream_cas,
+            )
+            stores.upstreams.append(grpc_cache)
+            cache = grpc_cache
+        else:
+            raise StoreBuildError(
+                f"stores[{name}]: an action cache must be a filesystem, memory, fast_slow "
+                'or grpc (store_type "ac") store'
+            )
+        stores.action_caches[name] = cache
+        return cache
+
     for spec in config.stores:
         if spec.name in ac_names:
-            if spec.filesystem is not None:
-                stores.action_caches[spec.name] = FilesystemActionCache(
-                    spec.filesystem.content_path,
-                    fsync=spec.filesystem.fsync,
-                    thread_limiter=limiter,
-                )
-            elif spec.memory is not None:
-                stores.action_caches[spec.name] = MemoryActionCache(
-                    _max_bytes(spec.memory.eviction_policy.max_bytes, spec.name)
-                )
-            else:
-                raise StoreBuildError(
-                    f"stores[{spec.name}]: an action cache must be a filesystem or memory store"
-                )
+            build_ac(spec.name)
         else:
             build(spec.name)
     return stores

@@ -11,8 +11,8 @@ service:
   references that the upstream lacks is copied there from ``blob_source``
   (lre's workers move outputs straight into the local store, so they are
   not upstream yet). With ``degrade`` an unreachable upstream or a refused
-  upload is logged once per put at warning level and dropped; nothing is
-  raised to the worker.
+  upload is dropped (an unreachable upstream is reported once by its health,
+  a refused upload is logged as a warning); nothing is raised to the worker.
 
 ``FastSlowActionCache`` puts a local action cache in front: ``get`` asks
 the fast tier, then the slow one, and copies a slow hit into the fast tier
@@ -127,7 +127,10 @@ class GrpcActionCache:
             if not self.degrade or isinstance(error, InvalidArgument):
                 raise
             self.failed_uploads += 1
-            log.warning(
+            # An unreachable upstream was already reported once by its health.
+            level = logging.DEBUG if isinstance(error, UpstreamUnavailable) else logging.WARNING
+            log.log(
+                level,
                 "action result for %s not uploaded to upstream %s: %s",
                 action_digest,
                 self.client.name,

@@ -139,3 +139,60 @@ class UpstreamLre:
         self.app.request_stop()
         with trio.fail_after(30):
             await self._done.wait()
+
+
+def laptop_config_text(
+    root: Path,
+    upstream_url: str,
+    *,
+    upload_policy: str = "never",
+    ac_write_policy: str = "both",
+    cas_write_policy: str = "both",
+    headers: str = "{}",
+    os_family: Sequence[str] = ("linux",),
+    scheduler_block: str = "",
+    instance: str = "team",
+) -> str:
+    """The laptop: filesystem tiers in front of ``upstream_url`` (CAS and AC).
+
+    ``scheduler_block`` replaces the default scheduler entry named "main"
+    (e.g. a forward scheduler in front of "queue").
+    """
+    values = ", ".join(f'"{v}"' for v in os_family)
+    main = scheduler_block or """{ name: "main", property_modifier: {
+        modifications: [{ add: { name: "cpu_count", value: "1" } }], scheduler: "queue" } }"""
+    retry = "retry: { max_retries: 1, delay: 0.01, max_delay: 0.02 }"
+    return f"""{{
+  stores: [
+    {{ name: "local-cas", filesystem: {{ content_path: "{root}/cas", temp_path: "{root}/tmp/cas",
+                                        eviction_policy: {{ max_bytes: "1GiB" }} }} }},
+    {{ name: "upstream-cas", grpc: {{ endpoints: [{{ address: "{upstream_url}" }}],
+        instance_name: "{instance}", headers: {headers}, {retry} }} }},
+    {{ name: "cas", fast_slow: {{ fast: "local-cas", slow: "upstream-cas",
+                                 write_policy: "{cas_write_policy}" }} }},
+    {{ name: "local-ac", filesystem: {{ content_path: "{root}/ac", temp_path: "{root}/tmp/ac",
+                                       eviction_policy: {{ max_bytes: "64MiB" }} }} }},
+    {{ name: "upstream-ac", grpc: {{ endpoints: [{{ address: "{upstream_url}" }}],
+        instance_name: "{instance}", store_type: "ac", headers: {headers},
+        upload_policy: "{upload_policy}", {retry} }} }},
+    {{ name: "ac", fast_slow: {{ fast: "local-ac", slow: "upstream-ac",
+                                write_policy: "{ac_write_policy}" }} }},
+  ],
+  schedulers: [
+    {main},
+    {{ name: "queue", simple: {{ ac_store: "ac", cas_store: "cas", progress_interval_s: 1 }} }},
+  ],
+  workers: [
+    {{ local: {{ name: "laptop-worker", scheduler: "queue", cas_store: "cas",
+                work_directory: "{root}/work", max_inflight_tasks: 1,
+                upload_action_result: {{ ac_store: "ac", upload_ac_results_strategy: "everything" }},
+                platform_properties: {{ OSFamily: {{ values: [{values}] }} }},
+                resources: {{ cpu_count: 2, memory_budget: "2GiB" }} }} }},
+  ],
+  servers: [
+    {{ listener: {{ address: "127.0.0.1:0" }},
+      instances: [{{ instance_name: "*", cas_store: "cas", ac_store: "ac", scheduler: "main" }}] }},
+  ],
+  global: {{ state_dir: "{root}/state", status: {{ address: "" }} }},
+}}
+"""
