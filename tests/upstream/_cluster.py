@@ -159,8 +159,11 @@ def laptop_config_text(
     (e.g. a forward scheduler in front of "queue").
     """
     values = ", ".join(f'"{v}"' for v in os_family)
-    main = scheduler_block or """{ name: "main", property_modifier: {
+    main = (
+        scheduler_block
+        or """{ name: "main", property_modifier: {
         modifications: [{ add: { name: "cpu_count", value: "1" } }], scheduler: "queue" } }"""
+    )
     retry = "retry: { max_retries: 1, delay: 0.01, max_delay: 0.02 }"
     return f"""{{
   stores: [
@@ -185,7 +188,8 @@ def laptop_config_text(
   workers: [
     {{ local: {{ name: "laptop-worker", scheduler: "queue", cas_store: "cas",
                 work_directory: "{root}/work", max_inflight_tasks: 1,
-                upload_action_result: {{ ac_store: "ac", upload_ac_results_strategy: "everything" }},
+                upload_action_result: {{ ac_store: "ac",
+                                         upload_ac_results_strategy: "everything" }},
                 platform_properties: {{ OSFamily: {{ values: [{values}] }} }},
                 resources: {{ cpu_count: 2, memory_budget: "2GiB" }} }} }},
   ],

@@ -43,8 +43,8 @@ async def execute_in_process(app: Application, action: BuiltAction) -> Operation
     snapshot = scheduler.submit(action.request)
     with trio.fail_after(60):
         async with scheduler.watch(snapshot.name) as updates:
-            async for snapshot in updates:
-                pass
+            async for update in updates:
+                snapshot = update
     return snapshot
 
 
@@ -112,7 +112,9 @@ async def test_read_through_from_the_cluster(
 async def test_upload_policies(
     policy: str, cluster: UpstreamLre, tmp_path: Path, nursery: trio.Nursery
 ) -> None:
-    app, client = await start_laptop(nursery, tmp_path / "laptop", cluster.url, upload_policy=policy)
+    app, client = await start_laptop(
+        nursery, tmp_path / "laptop", cluster.url, upload_policy=policy
+    )
     good = make_action("echo good > out.txt", instance="team")
     bad = make_action("echo bad > out.txt; exit 3", instance="team")
     for action in (good, bad):
