@@ -126,7 +126,9 @@ trio.run(main)
             while not line.endswith(b"\n"):
                 line += await parent.stdout.receive_some(100)
         child = int(line)
-        assert psutil.Process(child).name() == "sleep"
+        with trio.fail_after(10):  # setpriv execs sleep a moment later
+            while psutil.Process(child).name() != "sleep":  # noqa: ASYNC110
+                await trio.sleep(0.01)
         parent.kill()  # SIGKILL: lre gets no chance to clean up
         await parent.wait()
         await no_survivors([child])
