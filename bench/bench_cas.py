@@ -152,10 +152,26 @@ def sha(data: bytes) -> re_pb2.Digest:
     return re_pb2.Digest(hash=hashlib.sha256(data).hexdigest(), size_bytes=len(data))
 
 
-def timed(fn: Callable[[], object]) -> float:
+#: The server process being measured; ``timed`` also records its CPU time.
+SERVER: list[psutil.Process] = []
+#: Server CPU seconds of each ``timed`` call, by the caller's label.
+SERVER_CPU: dict[str, list[float]] = {}
+
+
+def _cpu() -> float:
+    times = SERVER[0].cpu_times() if SERVER else None
+    return times.user + times.system if times else 0.0
+
+
+def timed(fn: Callable[[], object], label: str = "") -> float:
+    """Wall seconds of ``fn()``; the server's CPU seconds go to ``SERVER_CPU[label]``."""
+    cpu = _cpu()
     start = time.perf_counter()
     fn()
-    return time.perf_counter() - start
+    wall = time.perf_counter() - start
+    if label:
+        SERVER_CPU.setdefault(label, []).append(_cpu() - cpu)
+    return wall
 
 
 def bench_find_missing(ch: grpc.Channel, runs: int) -> list[float]:
@@ -164,7 +180,7 @@ def bench_find_missing(ch: grpc.Channel, runs: int) -> list[float]:
     for _ in range(runs):
         digests = [sha(os.urandom(16)) for _ in range(10_000)]
         request = re_pb2.FindMissingBlobsRequest(blob_digests=digests)
-        seconds = timed(lambda r=request: stub.FindMissingBlobs(r))  # type: ignore[misc]
+        seconds = timed(lambda r=request: stub.FindMissingBlobs(r), "find_missing")  # type: ignore[misc]
         rates.append(10_000 / seconds)
     return rates
 
@@ -202,7 +218,7 @@ def bench_batches(ch: grpc.Channel, runs: int) -> tuple[list[float], list[float]
                 response = stub.BatchUpdateBlobs(r)
                 assert all(x.status.code == 0 for x in response.responses)
 
-        up.append(total / timed(update))
+        up.append(total / timed(update, "batch_update"))
         reads = [
             re_pb2.BatchReadBlobsRequest(digests=[sha(b) for b in batch])
             for batch in batches(blobs)
@@ -213,7 +229,7 @@ def bench_batches(ch: grpc.Channel, runs: int) -> tuple[list[float], list[float]
                 response = stub.BatchReadBlobs(r)
                 assert all(x.status.code == 0 for x in response.responses)
 
-        down.append(total / timed(read))
+        down.append(total / timed(read, "batch_read"))
     return up, down
 
 
@@ -235,39 +251,40 @@ def file_create_rate(directory: str, runs: int) -> list[float]:
     return rates
 
 
+def _bytestream_once(stub: Any, chunk: int) -> tuple[float, float]:
+    data = os.urandom(64 << 20)
+    digest = sha(data)
+    name = f"uploads/{uuid.uuid4()}/blobs/{digest.hash}/{digest.size_bytes}"
+
+    def requests() -> Iterator[bs_pb2.WriteRequest]:
+        view = memoryview(data)
+        for offset in range(0, len(data), chunk):
+            yield bs_pb2.WriteRequest(
+                resource_name=name if offset == 0 else "",
+                write_offset=offset,
+                data=bytes(view[offset : offset + chunk]),
+                finish_write=offset + chunk >= len(data),
+            )
+
+    def write() -> None:
+        assert stub.Write(requests()).committed_size == len(data)
+
+    up = len(data) / MB / timed(write, "bytestream_write")
+    read_name = f"blobs/{digest.hash}/{digest.size_bytes}"
+
+    def read() -> None:
+        got = 0
+        for response in stub.Read(bs_pb2.ReadRequest(resource_name=read_name)):
+            got += len(response.data)
+        assert got == len(data)
+
+    return up, len(data) / MB / timed(read, "bytestream_read")
+
+
 def bench_bytestream(ch: grpc.Channel, runs: int) -> tuple[list[float], list[float]]:
     stub = bs_grpc.ByteStreamStub(ch)
-    up, down = [], []
-    chunk = 1 << 20
-    for _ in range(runs):
-        data = os.urandom(64 << 20)
-        digest = sha(data)
-        name = f"uploads/{uuid.uuid4()}/blobs/{digest.hash}/{digest.size_bytes}"
-
-        def requests() -> Iterator[bs_pb2.WriteRequest]:
-            view = memoryview(data)
-            for offset in range(0, len(data), chunk):
-                yield bs_pb2.WriteRequest(
-                    resource_name=name if offset == 0 else "",
-                    write_offset=offset,
-                    data=bytes(view[offset : offset + chunk]),
-                    finish_write=offset + chunk >= len(data),
-                )
-
-        def write() -> None:
-            assert stub.Write(requests()).committed_size == len(data)
-
-        up.append(len(data) / MB / timed(write))
-        read_name = f"blobs/{digest.hash}/{digest.size_bytes}"
-
-        def read() -> None:
-            got = 0
-            for response in stub.Read(bs_pb2.ReadRequest(resource_name=read_name)):
-                got += len(response.data)
-            assert got == len(data)
-
-        down.append(len(data) / MB / timed(read))
-    return up, down
+    pairs = [_bytestream_once(stub, 1 << 20) for _ in range(runs)]
+    return [p[0] for p in pairs], [p[1] for p in pairs]
 
 
 def bench_held_streams(ch: grpc.Channel, server: Server, count: int) -> dict[str, float]:
@@ -306,9 +323,19 @@ def main() -> None:
     parser.add_argument("--only", default="memory,filesystem")
     args = parser.parse_args()
     results: dict[str, Any] = {"runs": args.runs}
+    if args.streams:
+        with tempfile.TemporaryDirectory(prefix="lre-bench-") as directory:
+            server = Server("memory", directory)
+            try:
+                with channel(server.address) as ch:
+                    results["held"] = bench_held_streams(ch, server, args.streams)
+            finally:
+                server.stop()
     for kind in args.only.split(","):
         with tempfile.TemporaryDirectory(prefix="lre-bench-") as directory:
             server = Server(kind, directory)
+            SERVER[:] = [server.ps]
+            SERVER_CPU.clear()
             try:
                 with channel(server.address) as ch:
                     ch_results: dict[str, Any] = {}
@@ -321,16 +348,15 @@ def main() -> None:
                     )
                     if kind == "filesystem":
                         ch_results["raw_file_create"] = file_create_rate(directory, args.runs)
-                if kind == "memory" and args.streams:
-                    with channel(server.address) as ch:
-                        ch_results["held"] = bench_held_streams(ch, server, args.streams)
+                ch_results["server_cpu"] = dict(SERVER_CPU)
                 results[kind] = ch_results
             finally:
                 server.stop()
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
-    print(f"| store | test | median | runs | target |\n|---|---|---|---|---|")
+    print("| store | test | median | runs (sorted) | server CPU per run | target |")
+    print("|---|---|---|---|---|---|")
     targets = {
         "find_missing": (">= 200k digests/s", "digests/s"),
         "batch_update": (">= 3x peer (~45 MB/s)", "MB/s"),
@@ -345,14 +371,19 @@ def main() -> None:
             if not values:
                 continue
             shown = ", ".join(f"{v:,.0f}" for v in sorted(values))
-            print(f"| {kind} | {test} | {median(values):,.0f} {unit} | {shown} | {target} |")
-    held = results.get("memory", {}).get("held")
+            cpu = results[kind].get("server_cpu", {}).get(test)
+            cpu_text = f"{median(cpu) * 1000:.0f} ms" if cpu else "-"
+            print(
+                f"| {kind} | {test} | {median(values):,.0f} {unit} | {shown} | {cpu_text} "
+                f"| {target} |"
+            )
+    held = results.get("held")
     if held:
         print(
             f"| memory | {held['streams']} held streams | threads {held['threads_held']} "
             f"(idle {held['threads_idle']}), RSS {held['rss_held_mb']:.0f} MB "
             f"(idle {held['rss_idle_mb']:.0f} MB), opened in {held['open_seconds']:.1f} s "
-            "| 1 | <= 16 threads, <= 250 MB |"
+            "| 1 | - | <= 16 threads, <= 250 MB |"
         )
 
 

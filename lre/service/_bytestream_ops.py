@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from typing import cast
 
 from lre.cas import BlobStore, closing_stream
 from lre.errors import InvalidArgument, LreError, OutOfRange
 from lre.proto import bs_pb2
+from lre.service._bytestream_wire import WriteChunk
 from lre.service._resource_names import BlobResource, parse_write_resource
 from lre.service._uploads import PartialUpload, UploadKey, UploadRegistry
 from lre.service._zstd import CHUNK_BYTES, acompress, adecompress
@@ -18,8 +20,8 @@ _COMPRESSED_SLACK = 1 << 16
 
 async def read_blob(
     store: BlobStore, resource: BlobResource, read_offset: int, read_limit: int
-) -> AsyncIterator[bs_pb2.ReadResponse]:
-    """Yield ``ReadResponse`` messages of at most ``CHUNK_BYTES`` each.
+) -> AsyncIterator[bytes]:
+    """Yield the data of ``ReadResponse`` messages, at most ``CHUNK_BYTES`` each.
 
     Raises ``OutOfRange`` for a negative offset or one past the end (offset ==
     size yields nothing), ``InvalidArgument`` for a negative limit or a
@@ -45,7 +47,7 @@ async def read_blob(
                 if skip >= len(piece):
                     skip -= len(piece)
                     continue
-                yield bs_pb2.ReadResponse(data=piece[skip:])
+                yield piece[skip:]
                 skip = 0
         if read_offset > produced:
             raise OutOfRange(
@@ -61,16 +63,20 @@ async def read_blob(
     async with closing_stream(store.read(digest, read_offset, read_limit or None)) as chunks:
         async for chunk in chunks:
             if len(chunk) <= CHUNK_BYTES:
-                yield bs_pb2.ReadResponse(data=chunk)
+                yield chunk
             else:
                 view = memoryview(chunk)
                 for start in range(0, len(chunk), CHUNK_BYTES):
-                    yield bs_pb2.ReadResponse(data=bytes(view[start : start + CHUNK_BYTES]))
+                    yield bytes(view[start : start + CHUNK_BYTES])
 
 
-async def _iterate(chunks: list[bytes]) -> AsyncIterator[bytes]:
+async def _iterate(chunks: list[bytes | memoryview]) -> AsyncIterator[bytes]:
+    """The received chunks (memoryviews into the request buffers) for the store."""
+    if len(chunks) == 1:
+        yield bytes(chunks[0])  # a store may keep a single chunk as the blob
+        return
     for chunk in chunks:
-        yield chunk
+        yield cast(bytes, chunk)  # bytes-like: hashing, joining and os.write accept it
 
 
 def _offset_error(offset: int, committed: int) -> InvalidArgument:
@@ -82,7 +88,7 @@ def _offset_error(offset: int, committed: int) -> InvalidArgument:
 
 
 async def write_blob(
-    requests: AsyncIterator[bs_pb2.WriteRequest],
+    requests: AsyncIterator[WriteChunk],
     resolve_store: Callable[[str], BlobStore],
     uploads: UploadRegistry,
 ) -> bs_pb2.WriteResponse:
@@ -98,6 +104,8 @@ async def write_blob(
         first = await anext(requests)
     except StopAsyncIteration:
         raise InvalidArgument("Write: the request stream was empty") from None
+    if first.malformed:
+        raise InvalidArgument(first.malformed)
     name = first.resource_name
     resource = parse_write_resource(name)
     store = resolve_store(resource.instance_name)
@@ -138,14 +146,16 @@ async def write_blob(
 
 
 async def _receive(
-    request: bs_pb2.WriteRequest,
-    requests: AsyncIterator[bs_pb2.WriteRequest],
+    request: WriteChunk,
+    requests: AsyncIterator[WriteChunk],
     name: str,
     upload: PartialUpload,
     limit: int,
 ) -> bool:
     """Append the data of ``request`` and its successors; False if ``finish_write`` never came."""
     while True:
+        if request.malformed:
+            raise InvalidArgument(request.malformed)
         if request.resource_name and request.resource_name != name:
             raise InvalidArgument(
                 f"resource_name: {request.resource_name[:200]!r} differs from the "

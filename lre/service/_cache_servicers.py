@@ -13,10 +13,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+import grpc
 import grpc.aio
 
 from lre.cas import BlobStore
-from lre.proto import bs_grpc, bs_pb2, re_grpc, re_pb2
+from lre.proto import bs_pb2, re_grpc, re_pb2
 from lre.service._action_results import (
     DEFAULT_MAX_INLINE_BYTES,
     get_action_result,
@@ -24,6 +25,11 @@ from lre.service._action_results import (
 )
 from lre.service._bridge import TrioBridge
 from lre.service._bytestream_ops import query_write_status, read_blob, write_blob
+from lre.service._bytestream_wire import (
+    WriteChunk,
+    parse_write_request,
+    serialize_read_response,
+)
 from lre.service._capabilities import server_capabilities
 from lre.service._cas_ops import batch_read, batch_update, find_missing
 from lre.service._instances import Instances
@@ -33,6 +39,7 @@ from lre.service._tree import tree_pages
 from lre.service._uploads import UploadRegistry
 
 Context = grpc.aio.ServicerContext[Any, Any]
+BYTESTREAM_SERVICE = "google.bytestream.ByteStream"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -131,15 +138,33 @@ class ByteStreamServicer:
         )
 
     def register(self, server: grpc.aio.Server) -> None:
-        bs_grpc.add_ByteStreamServicer_to_server(self, server)
+        """Register with hand-written codecs for Write requests and Read responses."""
+        handlers = {
+            "Read": grpc.unary_stream_rpc_method_handler(
+                self.Read,
+                request_deserializer=bs_pb2.ReadRequest.FromString,
+                response_serializer=serialize_read_response,
+            ),
+            "Write": grpc.stream_unary_rpc_method_handler(
+                self.Write,
+                request_deserializer=parse_write_request,
+                response_serializer=bs_pb2.WriteResponse.SerializeToString,
+            ),
+            "QueryWriteStatus": grpc.unary_unary_rpc_method_handler(
+                self.QueryWriteStatus,
+                request_deserializer=bs_pb2.QueryWriteStatusRequest.FromString,
+                response_serializer=bs_pb2.QueryWriteStatusResponse.SerializeToString,
+            ),
+        }
+        server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(BYTESTREAM_SERVICE, handlers),)
+        )
 
     def _store(self, instance_name: str) -> BlobStore:
         return self._instances.resolve(instance_name).cas
 
     @stream_rpc
-    async def Read(
-        self, request: bs_pb2.ReadRequest, context: Context
-    ) -> AsyncIterator[bs_pb2.ReadResponse]:
+    async def Read(self, request: bs_pb2.ReadRequest, context: Context) -> AsyncIterator[bytes]:
         resource = parse_read_resource(request.resource_name)
         store = self._store(resource.instance_name)
         produce = functools.partial(
@@ -150,7 +175,7 @@ class ByteStreamServicer:
 
     @unary_rpc
     async def Write(
-        self, request_iterator: AsyncIterator[bs_pb2.WriteRequest], context: Context
+        self, request_iterator: AsyncIterator[WriteChunk], context: Context
     ) -> bs_pb2.WriteResponse:
         consume = functools.partial(write_blob, resolve_store=self._store, uploads=self._uploads)
         return await self._bridge.call_with_requests(consume, request_iterator)

@@ -24,7 +24,7 @@ _LEVEL = 1
 class _ChunkSource:
     """A minimal file-like reader over a list of byte strings (for zstandard)."""
 
-    def __init__(self, chunks: Iterable[bytes]) -> None:
+    def __init__(self, chunks: Iterable[bytes | memoryview]) -> None:
         self._chunks = iter(chunks)
         self._pending = memoryview(b"")
 
@@ -45,7 +45,7 @@ def _decompressor_error(digest: Digest, exc: Exception) -> InvalidArgument:
     return InvalidArgument(f"blob {digest}: zstd data does not decompress ({exc})")
 
 
-def decompress_chunks(chunks: Iterable[bytes], digest: Digest) -> Iterable[bytes]:
+def decompress_chunks(chunks: Iterable[bytes | memoryview], digest: Digest) -> Iterable[bytes]:
     """Decompress ``chunks`` (one zstd stream) into pieces of <= ``CHUNK_BYTES``.
 
     Raises ``InvalidArgument`` naming the digest when the data is not valid
@@ -79,7 +79,7 @@ def decompress_bytes(data: bytes, digest: Digest) -> bytes:
     return b"".join(decompress_chunks((data,), digest))
 
 
-async def adecompress(chunks: Iterable[bytes], digest: Digest) -> AsyncIterator[bytes]:
+async def adecompress(chunks: Iterable[bytes | memoryview], digest: Digest) -> AsyncIterator[bytes]:
     """``decompress_chunks`` as a Trio async iterator (checkpoint per piece)."""
     for piece in decompress_chunks(chunks, digest):
         yield piece

@@ -248,3 +248,11 @@ async def test_abandoned_read_cancels_trio_side(cache_server: ServerHandle) -> N
     assert first == data[: len(first)]
     await eventually(lambda: cache_server.bridge.statistics().running == 0)
     assert cache_server.bridge.statistics().cancelled_total >= 1
+
+
+async def test_write_request_that_does_not_parse(cache_server: ServerHandle) -> None:
+    method = cache_server.client.channel.stream_unary("/google.bytestream.ByteStream/Write")
+    with pytest.raises(grpc.RpcError) as info:
+        await cache_server.client.run(method, iter([b"\x0a\xff\xff\xff\x0f"]))
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "does not parse" in info.value.details()
