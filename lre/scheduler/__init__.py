@@ -10,6 +10,13 @@ CPU is counted in thousandths ("millicpus") everywhere inside lre; the only
 conversion from the clients' whole-CPU ``cpu_count`` is in ``_units``.
 """
 
+from lre.scheduler._forward import (
+    ForwardedOperation,
+    ForwardScheduler,
+    ForwardStatistics,
+    ForwardWatch,
+)
+from lre.scheduler._forward_upstream import UpstreamExecutor, UpstreamOutcome
 from lre.scheduler._kind import kind_key
 from lre.scheduler._lease import CancelSignal, Lease
 from lre.scheduler._matching import (
@@ -56,6 +63,10 @@ __all__ = [
     "Backpressure",
     "CancelSignal",
     "Completed",
+    "ForwardScheduler",
+    "ForwardStatistics",
+    "ForwardWatch",
+    "ForwardedOperation",
     "InfrastructureFailure",
     "Lease",
     "LeaseStatistics",
@@ -71,6 +82,8 @@ __all__ = [
     "Scheduler",
     "SchedulerStatistics",
     "Stage",
+    "UpstreamExecutor",
+    "UpstreamOutcome",
     "Usage",
     "WorkerInfo",
     "WorkerStatistics",

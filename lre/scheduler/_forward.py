@@ -1,0 +1,525 @@
+"""``ForwardScheduler``: the local scheduler, plus forwarding to an upstream cluster.
+
+It offers the client side of ``Scheduler`` (``submit``, ``watch``,
+``get_operation``, ``list_operations``, ``cancel``, ``delete``,
+``statistics``), so the Execution service cannot tell the difference.
+Every submission becomes one of its own operations; a routing task then
+decides where it runs (the rule set, documented in docs/upstream.md):
+
+1. **overflow**: while the local queue holds more than
+   ``rules.overflow_queue_depth`` queued operations (0 = never), new
+   actions go upstream;
+2. **unsatisfiable**: with ``rules.unsatisfiable``, an action whose
+   platform (after the local property modifications) no local worker can
+   ever satisfy (``explain_unsatisfiable``: ``OSFamily=windows``, a
+   ``pool`` the laptop lacks, more CPUs or memory than any worker has, a
+   property key the local scheduler does not know) goes upstream;
+3. everything else runs locally (submitted to ``local`` and mirrored).
+
+A forwarded action's inputs are copied to the upstream CAS first (only the
+blobs it lacks), then it is executed there and its stages stream back as
+if local; nothing is downloaded (the result's blobs are read through the
+fast_slow CAS when a client asks). Forwarded operations say so in their
+``message`` and are listed by ``forward_statistics()`` (the TUI marks
+them).
+
+Failure: an upstream that cannot be reached fails an action forwarded as
+unsatisfiable with UNAVAILABLE (the local workers cannot run it), while an
+overflow action falls back to the local queue. Upstream results, including
+errors, are passed through unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+
+import trio
+
+from lre.cas import BlobStore, UpstreamStatistics, UpstreamUnavailable, read_message
+from lre.config import ForwardRulesSpec, PropertyModification
+from lre.digest import Digest, resolve_digest_function
+from lre.errors import (
+    Cancelled,
+    FailedPrecondition,
+    Internal,
+    InvalidArgument,
+    LreError,
+    NotFound,
+    Unavailable,
+)
+from lre.proto import re_pb2
+from lre.scheduler._forward_upstream import UpstreamExecutor
+from lre.scheduler._matching import (
+    apply_modifications,
+    explain_unsatisfiable,
+    platform_of,
+    requirements_of,
+)
+from lre.scheduler._model import ActionKey, OperationSnapshot, RequestInfo, Stage, WorkerInfo
+from lre.scheduler._names import new_operation_name, parse_operation_name
+from lre.scheduler._scheduler import Scheduler
+from lre.scheduler._statistics import SchedulerStatistics
+
+log = logging.getLogger(__name__)
+
+_SWEEP_INTERVAL_S = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardedOperation:
+    """One operation running upstream, for the TUI."""
+
+    name: str
+    action_hash: str
+    stage: str
+    reason: str
+    started_at: float  # wall clock
+    uploaded_blobs: int
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardStatistics:
+    """Counters since start and the operations upstream right now.
+
+    ``forwarded`` counts by reason (``unsatisfiable``, ``overflow``);
+    ``fell_back_local`` counts overflow actions run locally because the
+    upstream could not be reached.
+    """
+
+    upstream: UpstreamStatistics
+    forwarded: Mapping[str, int]
+    completed_upstream: int
+    failed_upstream: int
+    fell_back_local: int
+    inflight: tuple[ForwardedOperation, ...]
+
+
+class _Op:
+    __slots__ = (
+        "abandon_token",
+        "cached",
+        "changed",
+        "done",
+        "error",
+        "forwarded",
+        "key",
+        "local_name",
+        "message",
+        "name",
+        "queued_at",
+        "reason",
+        "request",
+        "request_info",
+        "result",
+        "scope",
+        "stage",
+        "started_at",
+        "uploaded",
+        "watchers",
+    )
+
+    def __init__(
+        self, name: str, key: ActionKey, request: re_pb2.ExecuteRequest, info: RequestInfo
+    ) -> None:
+        self.name = name
+        self.key = key
+        self.request = request
+        self.request_info = info
+        self.stage = Stage.CACHE_CHECK
+        self.done = False
+        self.result: re_pb2.ActionResult | None = None
+        self.cached = False
+        self.error: LreError | None = None
+        self.message = ""
+        self.changed = trio.Event()
+        self.watchers = 0
+        self.abandon_token = 0
+        self.forwarded = False
+        self.reason = ""
+        self.local_name: str | None = None
+        self.scope: trio.CancelScope | None = None
+        self.queued_at = time.time()
+        self.started_at = 0.0
+        self.uploaded = 0
+
+
+class ForwardWatch:
+    """Updates of one operation; the same contract as ``OperationWatch``."""
+
+    __slots__ = ("_entered", "_event", "_finished", "_first", "_op", "_owner")
+
+    def __init__(self, owner: ForwardScheduler, op: _Op) -> None:
+        self._owner = owner
+        self._op = op
+        self._first = True
+        self._finished = False
+        self._entered = False
+        self._event = op.changed
+
+    async def __aenter__(self) -> ForwardWatch:
+        self._op.watchers += 1
+        self._op.abandon_token += 1
+        self._entered = True
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._entered:
+            self._entered = False
+            self._owner._detach(self._op)
+
+    def __aiter__(self) -> ForwardWatch:
+        return self
+
+    async def __anext__(self) -> OperationSnapshot:
+        if not self._entered:
+            raise RuntimeError("iterate a ForwardWatch inside 'async with'")
+        if self._finished:
+            raise StopAsyncIteration
+        if self._first:
+            self._first = False
+            await trio.lowlevel.checkpoint()
+        else:
+            with trio.move_on_after(self._owner.progress_interval_s):
+                await self._event.wait()
+        op = self._op
+        self._event = op.changed
+        snapshot = self._owner._snapshot(op)
+        if snapshot.done:
+            self._finished = True
+        return snapshot
+
+
+class ForwardScheduler:
+    """See the module docstring.
+
+    - ``local``: the in-process scheduler that runs what stays local.
+    - ``executor``: runs forwarded actions upstream.
+    - ``local_cas``: where the Action and Command are read for routing.
+    - ``property_types`` / ``modifications``: those of ``local`` (to judge
+      platforms as it would).
+    - ``local_workers``: the local workers' descriptions right now.
+    """
+
+    def __init__(
+        self,
+        local: Scheduler,
+        executor: UpstreamExecutor,
+        *,
+        rules: ForwardRulesSpec,
+        local_cas: BlobStore,
+        property_types: Mapping[str, str],
+        local_workers: Callable[[], Sequence[WorkerInfo]],
+        modifications: Sequence[PropertyModification] = (),
+        retain_completed_for_s: float = 60.0,
+        detach_grace_s: float = 2.0,
+    ) -> None:
+        self.local = local
+        self.executor = executor
+        self.rules = rules
+        self._cas = local_cas
+        self._types = dict(property_types)
+        self._local_workers = local_workers
+        self._modifications = tuple(modifications)
+        self._retain_s = retain_completed_for_s
+        self._detach_grace_s = detach_grace_s
+        self.progress_interval_s = local.progress_interval_s
+        self._nursery: trio.Nursery | None = None
+        self._ops: dict[str, _Op] = {}
+        self._retained: deque[tuple[float, _Op]] = deque()
+        self._forwarded: Counter[str] = Counter()
+        self._counters: Counter[str] = Counter()
+
+    # ================================================================ lifecycle
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until cancelled; unfinished operations end CANCELLED."""
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                task_status.started()
+                while True:
+                    await trio.sleep(_SWEEP_INTERVAL_S)
+                    self._sweep()
+        finally:
+            self._nursery = None
+            for op in list(self._ops.values()):
+                self._complete(op, error=Cancelled(f"operation {op.name}: lre is shutting down"))
+
+    # ================================================================ clients
+
+    def submit(
+        self, request: re_pb2.ExecuteRequest, *, request_info: RequestInfo | None = None
+    ) -> OperationSnapshot:
+        """Like ``Scheduler.submit``: validates the request, returns at CACHE_CHECK."""
+        if self._nursery is None:
+            raise Unavailable("the scheduler is not running")
+        digest = Digest.from_proto(request.action_digest, field="action_digest")
+        function = resolve_digest_function(request.digest_function, digest.hash)
+        key = ActionKey(request.instance_name, function, digest)
+        copy = re_pb2.ExecuteRequest()
+        copy.CopyFrom(request)
+        info = request_info or RequestInfo()
+        op = _Op(new_operation_name(request.instance_name), key, copy, info)
+        self._ops[op.name] = op
+        self._nursery.start_soon(self._route, op)
+        return self._snapshot(op)
+
+    def watch(self, name: str) -> ForwardWatch:
+        """Updates of ``name``; ``NotFound`` like ``Scheduler.watch``."""
+        return ForwardWatch(self, self._find(name))
+
+    def get_operation(self, name: str) -> OperationSnapshot:
+        return self._snapshot(self._find(name))
+
+    def list_operations(self, instance_name: str | None = None) -> list[OperationSnapshot]:
+        ops = [
+            op
+            for op in self._ops.values()
+            if instance_name is None or op.key.instance_name == instance_name
+        ]
+        return [self._snapshot(op) for op in ops]
+
+    def cancel(self, name: str) -> None:
+        self._cancel(self._find(name), "cancelled by CancelOperation")
+
+    def delete(self, name: str) -> None:
+        op = self._find(name)
+        del self._ops[op.name]
+
+    def is_forwarded(self, name: str) -> bool:
+        """Whether operation ``name`` runs (or ran) upstream."""
+        return self._find(name).forwarded
+
+    # ================================================================ observers
+
+    def statistics(self) -> SchedulerStatistics:
+        """The local scheduler's statistics (forwarded work is not in them)."""
+        return self.local.statistics()
+
+    def forward_statistics(self) -> ForwardStatistics:
+        inflight = tuple(
+            ForwardedOperation(
+                name=op.name,
+                action_hash=op.key.action_digest.hash,
+                stage=op.stage.name,
+                reason=op.reason,
+                started_at=op.started_at,
+                uploaded_blobs=op.uploaded,
+            )
+            for op in self._ops.values()
+            if op.forwarded and not op.done
+        )
+        return ForwardStatistics(
+            upstream=self.executor.client.statistics(),
+            forwarded=dict(self._forwarded),
+            completed_upstream=self._counters["completed_upstream"],
+            failed_upstream=self._counters["failed_upstream"],
+            fell_back_local=self._counters["fell_back_local"],
+            inflight=inflight,
+        )
+
+    # ================================================================ routing
+
+    async def _route(self, op: _Op) -> None:
+        try:
+            with trio.CancelScope() as scope:
+                op.scope = scope
+                reason = await self._forward_reason(op)
+                if op.done:
+                    return
+                if reason is None:
+                    await self._run_local(op)
+                else:
+                    await self._run_upstream(op, reason)
+        except LreError as error:
+            self._complete(op, error=error)
+        except Exception:  # trio.Cancelled is a BaseException and passes through
+            log.exception("routing operation %s failed", op.name)
+            self._complete(
+                op,
+                error=Internal(f"action {op.key.action_digest}: lre failed while routing it"),
+            )
+        finally:
+            if not op.done:
+                self._complete(op, error=Cancelled(f"operation {op.name}: cancelled"))
+
+    def _local_queue_depth(self) -> int:
+        return self.local.statistics().by_stage.get(Stage.QUEUED.name, 0)
+
+    async def _forward_reason(self, op: _Op) -> str | None:
+        """Why ``op`` goes upstream, or None to run it locally."""
+        depth = self.rules.overflow_queue_depth
+        if depth > 0:
+            queued = self._local_queue_depth()
+            if queued > depth:
+                return f"overflow: {queued} actions queued locally (limit {depth})"
+        if not self.rules.unsatisfiable:
+            return None
+        try:
+            action = await read_message(self._cas, op.key.action_digest, re_pb2.Action)
+            command_digest = Digest.from_proto(action.command_digest, field="command_digest")
+            command = await read_message(self._cas, command_digest, re_pb2.Command)
+        except (NotFound, InvalidArgument):
+            return None  # the local scheduler reports it properly
+        platform = apply_modifications(platform_of(action, command), self._modifications)
+        try:
+            requirements = requirements_of(platform, self._types)
+        except FailedPrecondition as error:
+            return f"unsatisfiable locally: {error.message}"
+        except InvalidArgument:
+            return None
+        why = explain_unsatisfiable(requirements, self._local_workers())
+        return None if why is None else f"unsatisfiable locally: {why}"
+
+    async def _run_local(self, op: _Op) -> None:
+        snapshot = self.local.submit(op.request, request_info=op.request_info)
+        op.local_name = snapshot.name
+        async with self.local.watch(snapshot.name) as updates:
+            async for update in updates:
+                if update.done:
+                    self._complete(
+                        op,
+                        result=update.result,
+                        cached=update.cached_result,
+                        error=update.error,
+                        message=update.message,
+                    )
+                    return
+                self._set_stage(op, update.stage)
+
+    async def _run_upstream(self, op: _Op, reason: str) -> None:
+        kind = reason.split(":", 1)[0].split()[0]
+        op.forwarded = True
+        op.reason = reason
+        op.started_at = time.time()
+        op.message = f"forwarded to upstream {self.executor.client.name} ({reason})"
+        self._forwarded[kind] += 1
+        self._notify(op)
+        log.info("operation %s: %s", op.name, op.message)
+        try:
+            outcome = await self.executor.run(
+                op.request, op.key.action_digest, lambda stage: self._set_stage(op, stage)
+            )
+        except UpstreamUnavailable as error:
+            self._counters["failed_upstream"] += 1
+            if kind != "overflow":
+                raise Unavailable(
+                    f"action {op.key.action_digest} must run upstream ({reason}), but "
+                    f"{error.message}"
+                ) from None
+            self._counters["fell_back_local"] += 1
+            op.forwarded = False
+            op.message = ""
+            await self._run_local(op)
+            return
+        except LreError:
+            self._counters["failed_upstream"] += 1
+            raise
+        op.uploaded = outcome.uploaded_blobs
+        self._counters["completed_upstream"] += 1
+        self._complete(
+            op,
+            result=outcome.result,
+            cached=outcome.cached_result,
+            error=outcome.error,
+            message=outcome.message or op.message,
+        )
+
+    # ================================================================ state
+
+    def _find(self, name: str) -> _Op:
+        op = self._ops.get(name)
+        if op is None:
+            parse_operation_name(name)
+            raise NotFound(
+                f"operation {name!r}: not found (unknown, deleted, or finished more than "
+                f"{self._retain_s:g} s ago)"
+            )
+        return op
+
+    def _snapshot(self, op: _Op) -> OperationSnapshot:
+        return OperationSnapshot(
+            name=op.name,
+            stage=op.stage,
+            action_key=op.key,
+            done=op.done,
+            result=op.result,
+            cached_result=op.cached,
+            error=op.error,
+            message=op.message,
+            queued_at=op.queued_at,
+        )
+
+    def _notify(self, op: _Op) -> None:
+        event, op.changed = op.changed, trio.Event()
+        event.set()
+
+    def _set_stage(self, op: _Op, stage: Stage) -> None:
+        if op.done or stage is Stage.COMPLETED or stage == op.stage:
+            return
+        op.stage = stage
+        self._notify(op)
+
+    def _complete(
+        self,
+        op: _Op,
+        *,
+        result: re_pb2.ActionResult | None = None,
+        cached: bool = False,
+        error: LreError | None = None,
+        message: str = "",
+    ) -> None:
+        if op.done:
+            return
+        op.done = True
+        op.stage = Stage.COMPLETED
+        op.result = result
+        op.cached = cached
+        op.error = error
+        op.message = message or op.message
+        self._retained.append((trio.current_time() + self._retain_s, op))
+        self._notify(op)
+
+    def _cancel(self, op: _Op, reason: str) -> None:
+        if op.done:
+            return
+        if op.local_name is not None and not op.forwarded:
+            try:
+                self.local.cancel(op.local_name)
+            except NotFound:
+                pass
+        if op.scope is not None:
+            op.scope.cancel()
+        self._complete(op, error=Cancelled(f"operation {op.name}: {reason}"))
+
+    def _detach(self, op: _Op) -> None:
+        op.watchers -= 1
+        if op.watchers > 0 or op.done:
+            return
+        op.abandon_token += 1
+        if self._detach_grace_s <= 0 or self._nursery is None:
+            self._cancel(op, "no client is watching it any more")
+        else:
+            self._nursery.start_soon(self._abandon_later, op, op.abandon_token)
+
+    async def _abandon_later(self, op: _Op, token: int) -> None:
+        await trio.sleep(self._detach_grace_s)
+        if op.abandon_token == token and op.watchers == 0 and not op.done:
+            self._cancel(op, "no client is watching it any more")
+
+    def _sweep(self) -> None:
+        now = trio.current_time()
+        while self._retained and self._retained[0][0] <= now:
+            _, op = self._retained.popleft()
+            if self._ops.get(op.name) is op:
+                del self._ops[op.name]
