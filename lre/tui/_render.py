@@ -293,8 +293,8 @@ def _events(snapshot: ProcessSnapshot, width: int, max_rows: int) -> RenderableT
     table.add_column("age", justify="right", no_wrap=True, min_width=6)
     table.add_column("kind", no_wrap=True, min_width=12)
     if wide:
-        table.add_column("action", no_wrap=True, overflow="ellipsis", max_width=16)
-        table.add_column("worker", no_wrap=True, overflow="ellipsis", max_width=10)
+        table.add_column("action", no_wrap=True, overflow="ellipsis", min_width=10, max_width=16)
+        table.add_column("worker", no_wrap=True, overflow="ellipsis", min_width=6, max_width=10)
     table.add_column("detail", no_wrap=True, overflow="ellipsis")
     for event in events:
         age = short_duration(snapshot.taken_at - event.at)
