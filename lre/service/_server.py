@@ -27,6 +27,7 @@ import trio
 
 from lre.config import ListenerSpec
 from lre.service._bridge import TrioBridge
+from lre.service._request_decoding import RequestDecodingInterceptor
 
 logger = logging.getLogger("lre.service")
 
@@ -159,7 +160,8 @@ class GrpcServer:
         options = self.options
         server = grpc.aio.server(
             options=options.channel_options(),
-            interceptors=options.interceptors or None,
+            # Innermost: requests that do not parse become INVALID_ARGUMENT.
+            interceptors=(*options.interceptors, RequestDecodingInterceptor()),
         )
         for servicer in self.servicers:
             servicer.register(server)
