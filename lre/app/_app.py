@@ -18,8 +18,21 @@ from pathlib import Path
 import trio
 
 from lre.app._stores import Stores, build_stores
-from lre.config import Config, PropertyModification, SchedulerSpec, SimpleSchedulerSpec
-from lre.scheduler import ResourcePolicy, Scheduler
+from lre.cas import GrpcStore, UpstreamClient
+from lre.config import (
+    Config,
+    ForwardSchedulerSpec,
+    PropertyModification,
+    SchedulerSpec,
+    SimpleSchedulerSpec,
+)
+from lre.scheduler import (
+    ForwardScheduler,
+    ResourcePolicy,
+    Scheduler,
+    UpstreamExecutor,
+    WorkerInfo,
+)
 from lre.service import (
     CacheServiceOptions,
     GrpcServer,
@@ -71,8 +84,26 @@ def _simple_of(
             modifications.extend(spec.property_modifier.modifications)
             name = spec.property_modifier.scheduler
             continue
-        raise AppBuildError(f"schedulers[{name}]: forward schedulers are not supported yet")
+        if spec.forward is not None:
+            name = spec.forward.local
+            continue
+        raise AppBuildError(f"schedulers[{name}]: no scheduler kind given")
     raise AppBuildError(f"schedulers[{name}]: property_modifier chain loops")
+
+
+def _forward_of(config: Config, name: str) -> tuple[str, ForwardSchedulerSpec] | None:
+    """The first forward scheduler on the chain from ``name`` (name, spec), if any."""
+    specs: dict[str, SchedulerSpec] = {s.name: s for s in config.schedulers}
+    seen: set[str] = set()
+    while name not in seen:
+        seen.add(name)
+        spec = specs[name]
+        if spec.forward is not None:
+            return name, spec.forward
+        if spec.property_modifier is None:
+            return None
+        name = spec.property_modifier.scheduler
+    return None
 
 
 class Application:
@@ -86,6 +117,8 @@ class Application:
         self.stores: Stores = build_stores(config)
         self.schedulers: dict[str, Scheduler] = {}
         self._scheduler_by_simple: dict[str, Scheduler] = {}
+        #: Forward schedulers by name (each wraps a local scheduler).
+        self.forwarders: dict[str, ForwardScheduler] = {}
         for spec in config.schedulers:
             self._scheduler(spec.name)
         self.workers: list[LocalWorker] = []
@@ -121,7 +154,9 @@ class Application:
                         if instance.ac_store
                         else None
                     ),
-                    scheduler=self._scheduler(instance.scheduler) if instance.scheduler else None,
+                    scheduler=(
+                        self._front_scheduler(instance.scheduler) if instance.scheduler else None
+                    ),
                     ac_read_only=instance.ac_read_only,
                 )
             instances = Instances(backends)
@@ -165,6 +200,51 @@ class Application:
         self.schedulers[name] = scheduler
         return scheduler
 
+    def _front_scheduler(self, name: str) -> Scheduler | ForwardScheduler:
+        """What clients of scheduler ``name`` talk to: the forward scheduler on
+        its chain, else the local scheduler."""
+        local = self._scheduler(name)
+        found = _forward_of(self.config, name)
+        if found is None:
+            return local
+        forward_name, spec = found
+        forwarder = self.forwarders.get(forward_name)
+        if forwarder is not None:
+            return forwarder
+        simple, _, modifications = _simple_of(self.config, name)
+        upstream_cas = None
+        if spec.upstream_cas_store:
+            store = self.stores.blob(spec.upstream_cas_store)
+            if not isinstance(store, GrpcStore):
+                raise AppBuildError(
+                    f"schedulers[{forward_name}].forward.upstream_cas_store: "
+                    f"{spec.upstream_cas_store!r} is not a grpc store"
+                )
+            upstream_cas = store
+        local_cas = self.stores.blob(simple.cas_store)
+        executor = UpstreamExecutor(
+            UpstreamClient([spec.endpoint], name=forward_name, headers=spec.headers),
+            instance_name=spec.instance_name,
+            local_cas=local_cas,
+            upstream_cas=upstream_cas,
+        )
+
+        def local_workers() -> list[WorkerInfo]:
+            return [w.info for w in self.workers if w.info is not None and w.scheduler is local]
+
+        forwarder = ForwardScheduler(
+            local,
+            executor,
+            rules=spec.rules,
+            local_cas=local_cas,
+            property_types=simple.supported_platform_properties,
+            local_workers=local_workers,
+            modifications=modifications,
+            retain_completed_for_s=float(simple.retain_completed_for_s),
+        )
+        self.forwarders[forward_name] = forwarder
+        return forwarder
+
     def _resource_policy(self, scheduler_name: str) -> ResourcePolicy:
         """Cold memory and ladder of the (first) worker pulling from the scheduler."""
         for worker in self.config.workers:
@@ -199,6 +279,8 @@ class Application:
             async with trio.open_nursery() as core:
                 for scheduler in dict.fromkeys(self.schedulers.values()):
                     await core.start(scheduler.run)
+                for forwarder in self.forwarders.values():
+                    await core.start(forwarder.run)
                 await core.start(self.bridge.run)
                 for worker in self.workers:
                     await core.start(worker.run)

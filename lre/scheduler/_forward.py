@@ -242,7 +242,8 @@ class ForwardScheduler:
     # ================================================================ lifecycle
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Serve until cancelled; unfinished operations end CANCELLED."""
+        """Serve until cancelled; unfinished operations end CANCELLED and the
+        executor's upstream client is closed."""
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
@@ -254,6 +255,8 @@ class ForwardScheduler:
             self._nursery = None
             for op in list(self._ops.values()):
                 self._complete(op, error=Cancelled(f"operation {op.name}: lre is shutting down"))
+            with trio.CancelScope(shield=True):
+                await self.executor.client.aclose()
 
     # ================================================================ clients
 

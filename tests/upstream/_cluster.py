@@ -20,6 +20,7 @@ import trio
 
 from lre.app import Application, ReadyInfo
 from lre.config import Config, load_config_text, resolve
+from tests.upstream._execution import ExecutionAdapter
 
 
 def upstream_config_text(
@@ -112,6 +113,11 @@ class UpstreamLre:
         if interceptor is not None:
             for server in self.app.servers:
                 server.options = dataclasses.replace(server.options, interceptors=(interceptor,))
+        for server in self.app.servers:
+            has_execution = any("Execution" in type(s).__name__ for s in server.servicers)
+            if not has_execution:  # until lre.app registers its own Execution servicer
+                adapter = ExecutionAdapter(self.app.bridge, self.app.schedulers["main"])
+                server.servicers = (*server.servicers, adapter)
         self.interceptor = interceptor
         self.address = ""
         self._scope: trio.CancelScope | None = None

@@ -1,0 +1,133 @@
+"""Forwarding from a laptop lre to a cluster lre: unsatisfiable-locally and
+overflow rules, results streamed back and read through the laptop's CAS."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import trio
+
+from lre.app import Application, ReadyInfo
+from lre.scheduler import ForwardScheduler, OperationSnapshot, Stage
+from tests.upstream._client import BuiltAction, Client, make_action
+from tests.upstream._cluster import UpstreamLre, config_of, laptop_config_text, upstream_config_text
+from tests.upstream.test_cache import output_digest, stop
+
+
+def forward_block(url: str, *, unsatisfiable: bool = True, overflow: int = 0) -> str:
+    return f"""{{ name: "main", property_modifier: {{
+        modifications: [{{ add: {{ name: "cpu_count", value: "1" }} }}], scheduler: "fwd" }} }},
+    {{ name: "fwd", forward: {{ local: "queue", endpoint: {{ address: "{url}" }},
+        instance_name: "team", upstream_cas_store: "upstream-cas",
+        rules: {{ unsatisfiable: {str(unsatisfiable).lower()},
+                 overflow_queue_depth: {overflow} }} }} }}"""
+
+
+async def start(
+    nursery: trio.Nursery, root: Path, url: str, block: str
+) -> tuple[Application, ForwardScheduler, Client]:
+    # fast_only: client uploads stay local, so forwarding must upload the inputs.
+    text = laptop_config_text(root, url, scheduler_block=block, cas_write_policy="fast_only")
+    app = Application(config_of(text))
+    ready: ReadyInfo = await nursery.start(lambda task_status: app.serve(task_status=task_status))
+    return app, app.forwarders["fwd"], Client(ready.grpc_addresses[0], "team")
+
+
+async def run(
+    forwarder: ForwardScheduler, action: BuiltAction
+) -> tuple[OperationSnapshot, list[Stage]]:
+    snapshot = forwarder.submit(action.request)
+    stages: list[Stage] = []
+    with trio.fail_after(60):
+        async with forwarder.watch(snapshot.name) as updates:
+            async for update in updates:
+                snapshot = update
+                if not stages or stages[-1] != update.stage:
+                    stages.append(update.stage)
+    return snapshot, stages
+
+
+async def test_unsatisfiable_actions_run_on_the_cluster(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    cluster = UpstreamLre(
+        config_of(upstream_config_text(tmp_path / "cluster", os_family=("windows",)))
+    )
+    await cluster.start(nursery)
+    app, forwarder, client = await start(
+        nursery, tmp_path / "laptop", cluster.url, forward_block(cluster.url)
+    )
+    windows = make_action(
+        "sleep 0.3; cat in.txt in.txt > out.txt",
+        platform={"OSFamily": "windows"},
+        instance="team",
+        inputs={"in.txt": b"forwarded\n"},
+    )
+    await client.aupload(windows.blobs)
+    cluster_client = Client(cluster.address, "team")
+    assert await cluster_client.afind_missing(list(windows.blobs))  # not upstream yet
+    done, stages = await run(forwarder, windows)
+    assert done.error is None, done.error
+    assert done.result is not None and done.result.exit_code == 0
+    assert "forwarded to upstream" in done.message and "OSFamily" in done.message
+    assert forwarder.is_forwarded(done.name)
+    assert stages[-1] == Stage.COMPLETED and Stage.EXECUTING in stages
+    # The inputs were uploaded; the output stayed upstream until read through.
+    non_empty = [d for d in windows.blobs if d.size_bytes]
+    assert await cluster_client.afind_missing(non_empty) == []
+    out = output_digest(done)
+    assert await app.stores.blob("local-cas").has_many([out]) == [None]
+    assert await client.aread(out) == b"forwarded\nforwarded\n"
+    stats = forwarder.forward_statistics()
+    assert stats.forwarded == {"unsatisfiable": 1} and stats.completed_upstream == 1
+    assert stats.inflight == () and stats.upstream.healthy
+
+    # A linux action stays local: the cluster's windows worker could not run it.
+    linux = make_action("echo local > out.txt", platform={"OSFamily": "linux"}, instance="team")
+    await client.aupload(linux.blobs)
+    done, _ = await run(forwarder, linux)
+    assert done.result is not None and done.result.exit_code == 0, done
+    assert not forwarder.is_forwarded(done.name)
+    assert forwarder.forward_statistics().forwarded == {"unsatisfiable": 1}
+
+    # With the cluster gone, a windows action fails UNAVAILABLE, linux still runs.
+    await cluster.stop()
+    other = make_action("echo again > out.txt", platform={"OSFamily": "windows"}, instance="team")
+    await client.aupload(other.blobs)
+    done, _ = await run(forwarder, other)
+    assert done.error is not None and done.error.code == 14, done
+    local_again = make_action("echo still > out.txt", instance="team")
+    await client.aupload(local_again.blobs)
+    done, _ = await run(forwarder, local_again)
+    assert done.error is None and done.result is not None and done.result.exit_code == 0
+    await stop(app)
+
+
+async def test_overflow_goes_to_the_cluster(tmp_path: Path, nursery: trio.Nursery) -> None:
+    cluster = UpstreamLre(config_of(upstream_config_text(tmp_path / "cluster", max_inflight=4)))
+    await cluster.start(nursery)
+    block = forward_block(cluster.url, unsatisfiable=False, overflow=1)
+    app, forwarder, client = await start(nursery, tmp_path / "laptop", cluster.url, block)
+    actions = [
+        make_action(f"sleep 0.5; echo {i} > out.txt", instance="team", salt=str(i))
+        for i in range(6)
+    ]
+    for action in actions:
+        await client.aupload(action.blobs)
+    results: dict[int, OperationSnapshot] = {}
+
+    async def one(i: int) -> None:
+        results[i], _ = await run(forwarder, actions[i])
+
+    async with trio.open_nursery() as inner:
+        for i in range(len(actions)):
+            inner.start_soon(one, i)
+            await trio.sleep(0.05)  # let the local queue build up
+    forwarded = [i for i, r in results.items() if forwarder.is_forwarded(r.name)]
+    assert forwarded and len(forwarded) < len(actions), forwarded
+    for i, done in results.items():
+        assert done.error is None and done.result is not None and done.result.exit_code == 0
+        assert await client.aread(output_digest(done)) == f"{i}\n".encode()
+    assert forwarder.forward_statistics().forwarded == {"overflow": len(forwarded)}
+    await stop(app)
+    await cluster.stop()
