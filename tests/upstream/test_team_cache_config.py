@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 
 import pytest
@@ -30,11 +29,10 @@ async def test_team_cache_config_against_a_cluster(
     shared = make_action("echo from the team > out.txt", instance="main")
     cluster_client = Client(cluster.address, "main")
     await cluster_client.aupload(shared.blobs)
-    async with cluster.app.schedulers["main"].watch(
-        cluster.app.schedulers["main"].submit(shared.request).name
-    ) as updates:
-        async for snapshot in updates:
-            pass
+    scheduler = cluster.app.schedulers["main"]
+    async with scheduler.watch(scheduler.submit(shared.request).name) as updates:
+        async for update in updates:
+            snapshot = update
     shared_out = output_digest(snapshot)
 
     monkeypatch.setenv("LRE_HOME", str(tmp_path / "home"))
@@ -67,14 +65,14 @@ async def test_team_cache_config_against_a_cluster(
         snapshot = forwarder.submit(action.request)
         with trio.fail_after(60):
             async with forwarder.watch(snapshot.name) as updates:
-                async for snapshot in updates:
-                    pass
+                async for update in updates:
+                    snapshot = update
         assert snapshot.error is None and snapshot.result is not None, snapshot
         assert snapshot.result.exit_code == 0
         assert forwarder.is_forwarded(snapshot.name) == remote
     # upload_policy "never": the laptop's own result did not reach the team cache.
     assert await cluster_client.aget_result(plain.digest) is None
-    assert os.path.isdir(tmp_path / "home" / "cas")
+    assert (tmp_path / "home" / "cas").is_dir()
     await stop(app)
     await cluster.stop()
 
