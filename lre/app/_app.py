@@ -17,8 +17,10 @@ from pathlib import Path
 
 import trio
 
+from lre.app._snapshot import EventLog, HealthBoard, SnapshotAssembler, free_space_check
+from lre.app._status_http import StatusServer
 from lre.app._stores import Stores, build_stores
-from lre.cas import GrpcStore, UpstreamClient
+from lre.cas import GrpcStore, StoreStatistics, UpstreamClient
 from lre.config import (
     Config,
     ForwardSchedulerSpec,
@@ -43,6 +45,7 @@ from lre.service import (
     auth_interceptors,
     cache_servicers,
 )
+from lre.service._rpc_metrics import RpcMetrics
 from lre.worker import LocalWorker
 
 log = logging.getLogger(__name__)
@@ -143,6 +146,21 @@ class Application:
                 )
             )
         self.bridge = TrioBridge()
+        self.rpc_metrics = RpcMetrics()
+        self.events = EventLog()
+        self.health = HealthBoard()
+        self.health.add_check("disk", free_space_check(self._existing_parent(), 1 << 30))
+        first = next(iter(self.schedulers.values()), None)
+        self.assembler = SnapshotAssembler(
+            address="",
+            status_address="",
+            scheduler=first.statistics if first is not None else None,
+            usage=lambda: [u for w in self.workers for u in w.sampler.snapshots()],
+            stores=self._store_statistics,
+            events=self.events,
+            health=self.health,
+            kill_factor=self._kill_factor(),
+        )
         self.servers: list[GrpcServer] = []
         for server in config.servers:
             backends: dict[str, InstanceBackends] = {}
@@ -169,7 +187,11 @@ class Application:
             self.servers.append(
                 GrpcServer(
                     ServerOptions.from_listener(
-                        server.listener, interceptors=auth_interceptors(server.listener)
+                        server.listener,
+                        interceptors=(
+                            *auth_interceptors(server.listener),
+                            self.rpc_metrics.interceptor(),
+                        ),
                     ),
                     servicers,
                     self.bridge,
@@ -177,6 +199,24 @@ class Application:
                     name=server.name,
                 )
             )
+
+    def _existing_parent(self) -> str:
+        path = Path(self.config.global_.state_dir)
+        while not path.exists() and path != path.parent:
+            path = path.parent
+        return str(path)
+
+    def _kill_factor(self) -> float:
+        locals_ = [w.local for w in self.config.workers if w.local is not None]
+        return locals_[0].resources.kill_factor if locals_ else 1.2
+
+    def _store_statistics(self) -> dict[str, StoreStatistics]:
+        out: dict[str, StoreStatistics] = {}
+        for name, store in self.stores.blobs.items():
+            statistics = getattr(store, "statistics", None)
+            if callable(statistics):
+                out[name] = statistics()
+        return out
 
     def _scheduler(self, name: str) -> Scheduler:
         if name in self.schedulers:
@@ -288,7 +328,20 @@ class Application:
                     addresses: list[str] = []
                     for server in self.servers:
                         addresses.append(await front.start(server.serve))
-                    ready = ReadyInfo(grpc_addresses=tuple(addresses), status_address="")
+                    self.assembler.address = ", ".join(addresses)
+                    status_address = ""
+                    if self.config.global_.status.address:
+                        status = StatusServer(
+                            self.config.global_.status.address,
+                            self.assembler,
+                            rpc=self.rpc_metrics.statistics,
+                        )
+                        await front.start(status.serve)
+                        status_address = status.bound_address
+                        self.assembler.status_address = status_address
+                    ready = ReadyInfo(
+                        grpc_addresses=tuple(addresses), status_address=status_address
+                    )
                     if on_ready is not None:
                         on_ready(ready)
                     task_status.started(ready)

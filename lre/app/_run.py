@@ -10,28 +10,24 @@ The first signal begins the ordered shutdown; a second one cancels at once
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import trio
 
 from lre.app._app import Application, ReadyInfo
+from lre.app._logging import configure_logging, log_file
 from lre.config import Config
 
 log = logging.getLogger(__name__)
 
 
-def _configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-        stream=sys.stderr,
-    )
-
-
 async def serve_until_signal(
-    app: Application, on_ready: Callable[[ReadyInfo], None] | None = None
+    app: Application,
+    on_ready: Callable[[ReadyInfo], None] | None = None,
+    companion: Callable[[Application], Awaitable[None]] | None = None,
 ) -> None:
     """Serve ``app`` until SIGINT or SIGTERM, then shut it down in order."""
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -54,6 +50,8 @@ async def serve_until_signal(
                         nursery.cancel_scope.cancel()
 
             nursery.start_soon(watch_signals)
+            if companion is not None:
+                nursery.start_soon(companion, app)
             await app.stopped.wait()
             nursery.cancel_scope.cancel()
 
@@ -62,14 +60,27 @@ def run_server(
     config: Config,
     *,
     on_ready: Callable[[ReadyInfo], None] | None = None,
-    dashboard: bool = False,
+    companion: Callable[[Application], Awaitable[None]] | None = None,
     log_level: str | None = None,
+    log_to_file: bool = False,
 ) -> None:
     """Build lre from ``config`` (resolved) and serve in the foreground.
+
+    ``companion`` runs beside the server once it is ready (the CLI passes
+    the dashboard; the app cannot import ``tui``). With ``log_to_file`` logs
+    go to ``<state_dir>/lre.log`` instead of stderr (so the dashboard owns
+    the terminal).
 
     Raises what start-up raises (e.g. ``OSError`` for a port in use,
     ``WorkDirectoryInUse``); returns after a clean shutdown.
     """
-    _configure_logging(log_level or config.global_.log_level)
+    level = log_level or config.global_.log_level
+    if log_to_file:
+        os.makedirs(config.global_.state_dir, mode=0o700, exist_ok=True)
+        configure_logging(level, file=log_file(config.global_.state_dir))
+    else:
+        configure_logging(level, stream=sys.stderr)
+    if os.geteuid() == 0:
+        log.warning("running as root: actions run as root too; prefer a normal user")
     app = Application(config)
-    trio.run(serve_until_signal, app, on_ready)
+    trio.run(serve_until_signal, app, on_ready, companion)

@@ -41,7 +41,7 @@ from lre.cli._daemon import (
 from lre.config import Config, ListenerSpec, resolve
 
 if TYPE_CHECKING:
-    from lre.app import ReadyInfo
+    from lre.app import Application, ReadyInfo
 
 
 def state_dir_of(config: Config) -> Path:
@@ -121,6 +121,12 @@ def _write_client_config(
             )
     except ClientConfigError as error:
         typer.echo(f"error: {error}", err=True)
+
+
+async def _dashboard(application: Application) -> None:
+    from lre.tui import run_dashboard
+
+    await run_dashboard(application.assembler)
 
 
 @app.command()
@@ -220,7 +226,13 @@ def up(
 
     dashboard = sys.stdout.isatty() and not no_tui
     try:
-        run_server(config, on_ready=on_ready, dashboard=dashboard, log_level=log_level)
+        run_server(
+            config,
+            on_ready=on_ready,
+            companion=_dashboard if dashboard else None,
+            log_level=log_level,
+            log_to_file=dashboard,
+        )
     finally:
         remove_pid_file(state_dir, os.getpid())
     typer.echo("lre stopped", err=True)
