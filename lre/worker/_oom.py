@@ -10,6 +10,7 @@ heuristic: when two actions die at once both may be blamed.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 
@@ -55,6 +56,8 @@ class OomCounters:
         ]
         if _counter(Path("/proc/vmstat"), "oom_kill") is not None:
             self._sources.append(Path("/proc/vmstat"))
+        self._cached: tuple[int, ...] | None = None
+        self._cached_at = 0.0
 
     @property
     def available(self) -> bool:
@@ -63,6 +66,19 @@ class OomCounters:
     def read(self) -> tuple[int, ...]:
         """Current values, one per source (unreadable sources count as 0)."""
         return tuple(_counter(p, "oom_kill") or 0 for p in self._sources)
+
+    def read_recent(self, max_age: float = 1.0) -> tuple[int, ...]:
+        """Like ``read`` but reuses a snapshot up to ``max_age`` seconds old.
+
+        Used for the "before" value of each action, so starting an action
+        costs no file reads most of the time (the kill check at the end of an
+        unexplained SIGKILL still reads fresh values).
+        """
+        now = time.monotonic()
+        if self._cached is None or now - self._cached_at > max_age:
+            self._cached = self.read()
+            self._cached_at = now
+        return self._cached
 
     @staticmethod
     def grew(before: tuple[int, ...], after: tuple[int, ...]) -> bool:

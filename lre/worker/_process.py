@@ -163,7 +163,7 @@ async def run_process(
             stderr_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600
         )
         try:
-            oom_before = _OOM.read()
+            oom_before = _OOM.read_recent()
             # Started from the Trio thread itself: the parent-death signal is
             # tied to the forking *thread*, and Trio's worker threads come and go.
             _resolve_program(argv[0], cwd, env)  # a clear error instead of exit 127

@@ -70,7 +70,7 @@ async def test_background_child_dies_with_the_action(tmp_path: Path) -> None:
 async def test_timeout_kills_the_whole_group(tmp_path: Path) -> None:
     script = "trap '' TERM; (sleep 300 & echo $! > bgpid; wait) & echo partial; sleep 300"
     with trio.fail_after(10):
-        outcome, (leader,) = await start(tmp_path, script, timeout=0.5, kill_grace=0.3)
+        outcome, (leader,) = await start(tmp_path, script, timeout=2.0, kill_grace=0.3)
     assert outcome.timed_out  # type: ignore[attr-defined]
     assert outcome.signal == signal.SIGKILL  # type: ignore[attr-defined]
     assert (tmp_path / "out").read_bytes() == b"partial\n"
