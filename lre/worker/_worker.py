@@ -165,6 +165,7 @@ class LocalWorker:
                         await self._idle.wait()
                     self.scheduler.unregister_worker(self.spec.name)
         finally:
+            self.sampler.close()
             workdir.close()
 
     def set_draining(self, draining: bool = True) -> None:
