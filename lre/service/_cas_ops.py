@@ -36,9 +36,12 @@ def parse_digests(digests: Sequence[re_pb2.Digest], field: str) -> list[Digest]:
     """
     hashes = [d.hash for d in digests]
     sizes = [d.size_bytes for d in digests]
+    joined = "\n".join(hashes) + "\n"
     if (
         hashes
-        and _HASHES.fullmatch("\n".join(hashes) + "\n") is not None
+        # The length check keeps a hash holding "\n" from passing as two.
+        and len(joined) == 65 * len(hashes)
+        and _HASHES.fullmatch(joined) is not None
         and min(sizes) >= 0
         and max(sizes) <= MAX_BLOB_SIZE
     ):
