@@ -64,8 +64,14 @@ async def test_missing_action_blob(harness: Harness) -> None:
 @pytest.mark.parametrize(
     ("platform", "expected"),
     [
-        ({"cpu_count": "64"}, "cpu_count=64: more CPUs than any worker has (largest worker: cpu_count=4)"),
-        ({"OSFamily": "windows"}, "OSFamily='windows': no worker offers it (workers offer OSFamily = 'linux')"),
+        (
+            {"cpu_count": "64"},
+            "cpu_count=64: more CPUs than any worker has (largest worker: cpu_count=4)",
+        ),
+        (
+            {"OSFamily": "windows"},
+            "OSFamily='windows': no worker offers it (workers offer OSFamily = 'linux')",
+        ),
         ({"container-image": "docker://x"}, "container-image='docker://x' is not known"),
         ({"memory_kb": str(64 << 20)}, "memory_kb=67108864: more memory than any worker has"),
     ],
@@ -115,7 +121,7 @@ async def test_timeouts_rejected_above_the_maximum_default_when_unset(harness: H
 async def test_malformed_request_is_rejected_by_submit(harness: Harness) -> None:
     request = re_pb2.ExecuteRequest(instance_name="main")
     request.action_digest.hash = "nothex"
-    with pytest.raises(InvalidArgument, match="action_digest.hash"):
+    with pytest.raises(InvalidArgument, match=r"action_digest\.hash"):
         harness.scheduler.submit(request)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import trio
 
 from lre.digest import Digest
@@ -9,8 +10,6 @@ from lre.errors import Cancelled, NotFound
 from lre.proto import re_pb2
 from lre.scheduler import Completed, OperationSnapshot, Stage
 from tests.scheduler.conftest import Harness, execute_request, start_harness
-
-import pytest
 
 
 async def collect(harness: Harness, name: str, into: list[OperationSnapshot]) -> None:

@@ -14,7 +14,7 @@ from lre.scheduler import (
     Stage,
     Usage,
 )
-from tests.scheduler.conftest import GiB, MiB, Harness, execute_request, start_harness, worker_info
+from tests.scheduler.conftest import GiB, Harness, MiB, execute_request, start_harness, worker_info
 
 
 async def test_lower_priority_value_runs_sooner_fifo_within(harness: Harness) -> None:
@@ -84,9 +84,7 @@ async def test_backpressure_requeues_without_counting_an_attempt(harness: Harnes
 async def test_memory_ladder_steps_up_then_whole_worker_then_fails(
     nursery: trio.Nursery,
 ) -> None:
-    policy = ResourcePolicy(
-        cold_memory_bytes=256 * MiB, ladder=(1 * GiB, 2 * GiB), max_steps=4
-    )
+    policy = ResourcePolicy(cold_memory_bytes=256 * MiB, ladder=(1 * GiB, 2 * GiB), max_steps=4)
     harness = await start_harness(nursery, resources=policy)
     worker = await harness.add_worker(worker_info(memory=4 * GiB))
     op = harness.scheduler.submit(execute_request(await harness.builder.action("/bin/big")))
