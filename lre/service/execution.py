@@ -1,0 +1,167 @@
+"""The REAPI ``Execution`` service: Execute and WaitExecution.
+
+A thin adapter: the scheduler (``lre.scheduler``) does the work on the Trio
+side; this module turns its ``OperationSnapshot``s into
+``google.longrunning.Operation``s:
+
+- ``metadata``: ``ExecuteOperationMetadata`` (stage, action_digest,
+  digest_function) on every message;
+- the final message is ``done`` with an ``ExecuteResponse`` (result,
+  cached_result, message) in ``response``; an execution failure (missing
+  inputs, unsatisfiable platform, timeout, cancellation, ...) goes into
+  ``ExecuteResponse.status`` via ``rpc_status_of``, never into
+  ``Operation.error``.
+
+Errors of the request itself (malformed digest, unknown instance, unknown or
+expired operation name) end the RPC with their status (NOT_FOUND for an
+expired operation, so Bazel re-executes).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterator
+from typing import Any, Protocol, cast
+
+import grpc
+import grpc.aio
+
+from lre.errors import NotFound, Unimplemented
+from lre.proto import operations_pb2, re_grpc, re_pb2
+from lre.scheduler import OperationSnapshot, RequestInfo, parse_operation_name
+from lre.service._bridge import TrioBridge
+from lre.service._instances import Instances
+from lre.service._metadata import request_metadata_from
+from lre.service._status import rpc_status_of, stream_rpc
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+class ExecutionBackend(Protocol):
+    """The client role of a scheduler (``Scheduler`` or ``ForwardScheduler``)."""
+
+    def submit(
+        self, request: re_pb2.ExecuteRequest, *, request_info: RequestInfo | None = None
+    ) -> OperationSnapshot: ...
+
+    def watch(self, name: str) -> Any:
+        """An ``OperationWatch``-like object: ``async with`` it, then iterate
+        ``OperationSnapshot``s until the one with ``done``."""
+        ...
+
+    def get_operation(self, name: str) -> OperationSnapshot: ...
+
+    def list_operations(self, instance_name: str | None = None) -> list[OperationSnapshot]: ...
+
+    def cancel(self, name: str) -> None: ...
+
+    def delete(self, name: str) -> None: ...
+
+
+def operation_of(snapshot: OperationSnapshot) -> operations_pb2.Operation:
+    """The ``Operation`` message of ``snapshot`` (see the module docstring)."""
+    key = snapshot.action_key
+    metadata = re_pb2.ExecuteOperationMetadata(
+        stage=cast(Any, int(snapshot.stage)),
+        action_digest=key.action_digest.to_proto(),
+        digest_function=cast(Any, int(key.digest_function)),
+    )
+    operation = operations_pb2.Operation(name=snapshot.name, done=snapshot.done)
+    operation.metadata.Pack(metadata)
+    if snapshot.done:
+        response = re_pb2.ExecuteResponse(
+            cached_result=snapshot.cached_result, message=snapshot.message
+        )
+        if snapshot.result is not None:
+            response.result.CopyFrom(snapshot.result)
+        if snapshot.error is not None:
+            response.status.CopyFrom(rpc_status_of(snapshot.error))
+        operation.response.Pack(response)
+    return operation
+
+
+def backend_for_instance(instances: Instances, instance_name: str) -> ExecutionBackend:
+    """The scheduler serving ``instance_name``.
+
+    Raises ``InvalidArgument`` for an instance not served and
+    ``Unimplemented`` when execution is disabled for it.
+    """
+    scheduler = instances.resolve(instance_name).scheduler
+    if scheduler is None:
+        raise Unimplemented(
+            f"instance_name {instance_name!r}: remote execution is disabled for this instance"
+        )
+    return cast(ExecutionBackend, scheduler)
+
+
+def backend_for_operation(instances: Instances, name: str) -> ExecutionBackend:
+    """The scheduler that owns operation ``name``; ``NotFound`` when none can."""
+    instance_name, _ = parse_operation_name(name)
+    try:
+        return backend_for_instance(instances, instance_name)
+    except (Unimplemented, NotFound):
+        raise
+    except Exception:
+        raise NotFound(f"operation {name!r}: no such operation") from None
+
+
+def request_info_of(context: Context) -> RequestInfo:
+    """The client's ``RequestMetadata`` header as the scheduler's ``RequestInfo``."""
+    meta = request_metadata_from(context.invocation_metadata())
+    return RequestInfo(
+        tool_name=meta.tool_name,
+        tool_version=meta.tool_version,
+        tool_invocation_id=meta.tool_invocation_id,
+        action_mnemonic=meta.action_mnemonic,
+        target_id=meta.target_id,
+        configuration_id=meta.configuration_id,
+    )
+
+
+async def execute_updates(
+    backend: ExecutionBackend, request: re_pb2.ExecuteRequest, info: RequestInfo
+) -> AsyncIterator[operations_pb2.Operation]:
+    """(Trio) submit ``request`` and yield an Operation per update until done."""
+    snapshot = backend.submit(request, request_info=info)
+    async with backend.watch(snapshot.name) as updates:
+        async for update in updates:
+            yield operation_of(update)
+
+
+async def wait_updates(
+    backend: ExecutionBackend, name: str
+) -> AsyncIterator[operations_pb2.Operation]:
+    """(Trio) yield an Operation per update of ``name`` until done (``NotFound``
+    when it does not exist or has expired)."""
+    async with backend.watch(name) as updates:
+        async for update in updates:
+            yield operation_of(update)
+
+
+class ExecutionServicer:
+    """``build.bazel.remote.execution.v2.Execution`` over the instances' schedulers."""
+
+    def __init__(self, bridge: TrioBridge, instances: Instances) -> None:
+        self._bridge = bridge
+        self._instances = instances
+
+    def register(self, server: grpc.aio.Server) -> None:
+        re_grpc.add_ExecutionServicer_to_server(self, server)
+
+    @stream_rpc
+    async def Execute(
+        self, request: re_pb2.ExecuteRequest, context: Context
+    ) -> AsyncIterator[operations_pb2.Operation]:
+        backend = backend_for_instance(self._instances, request.instance_name)
+        produce = functools.partial(execute_updates, backend, request, request_info_of(context))
+        async for operation in self._bridge.stream(produce, buffer=2):
+            yield operation
+
+    @stream_rpc
+    async def WaitExecution(
+        self, request: re_pb2.WaitExecutionRequest, context: Context
+    ) -> AsyncIterator[operations_pb2.Operation]:
+        backend = backend_for_operation(self._instances, request.name)
+        produce = functools.partial(wait_updates, backend, request.name)
+        async for operation in self._bridge.stream(produce, buffer=2):
+            yield operation
