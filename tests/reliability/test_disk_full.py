@@ -1,0 +1,148 @@
+"""Disk full: the CAS on a small tmpfs. Uploads fail RESOURCE_EXHAUSTED, reads
+keep working, nothing partial or corrupt is left, and uploads work again once
+space returns.
+
+Mounting needs root (CAP_SYS_ADMIN). Without it the test is skipped, except
+under CI=true, where it fails.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+import trio
+
+from lre.app import Application
+from lre.config import load_config_text, resolve
+from lre.proto import bs_grpc, bs_pb2, re_grpc, re_pb2
+from tests.app.conftest import app_config_text
+from tests.reliability._crash import channel, digest_of, stray_files
+
+SIZE_MIB = 24
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    mount_point = tmp_path / "small"
+    mount_point.mkdir()
+    tool = shutil.which("mount")
+    proc = (
+        subprocess.run(
+            [tool, "-t", "tmpfs", "-o", f"size={SIZE_MIB}m,mode=0700", "tmpfs", str(mount_point)],
+            capture_output=True,
+            text=True,
+        )
+        if tool is not None
+        else None
+    )
+    if proc is None or proc.returncode != 0:
+        why = proc.stderr.strip() if proc is not None else "no mount command"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"cannot mount a tmpfs for the disk-full test: {why}")
+        pytest.skip(f"cannot mount a tmpfs (needs root): {why}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False, capture_output=True)
+
+
+def write(bytestream: bs_grpc.ByteStreamStub, data: bytes) -> tuple[grpc.StatusCode, str]:
+    d = digest_of(data)
+    name = f"main/uploads/{uuid.uuid4()}/blobs/{d.hash}/{d.size_bytes}"
+    pieces = [data[i : i + (256 << 10)] for i in range(0, len(data), 256 << 10)]
+    requests = (
+        bs_pb2.WriteRequest(
+            resource_name=name if i == 0 else "",
+            write_offset=i * (256 << 10),
+            data=piece,
+            finish_write=i == len(pieces) - 1,
+        )
+        for i, piece in enumerate(pieces)
+    )
+    try:
+        bytestream.Write(requests, timeout=30)
+    except grpc.RpcError as error:
+        return error.code(), error.details() or ""
+    return grpc.StatusCode.OK, ""
+
+
+def read(bytestream: bs_grpc.ByteStreamStub, data: bytes) -> bytes:
+    d = digest_of(data)
+    request = bs_pb2.ReadRequest(resource_name=f"main/blobs/{d.hash}/{d.size_bytes}")
+    return b"".join(r.data for r in bytestream.Read(request, timeout=30))
+
+
+def scenario(address: str, disk: Path) -> dict[str, object]:
+    """Blocking client part (runs in a thread while the app serves in Trio)."""
+    outcome: dict[str, object] = {}
+    with channel(address) as ch:
+        bytestream = bs_grpc.ByteStreamStub(ch)
+        cas = re_grpc.ContentAddressableStorageStub(ch)
+        early = [os.urandom(100_000) for _ in range(5)]
+        for blob in early:
+            assert write(bytestream, blob) == (grpc.StatusCode.OK, "")
+        ballast = disk / "ballast"
+        ballast.write_bytes(b"\0" * (6 << 20))
+        # Fill the disk with 1 MiB blobs until the store says it is full.
+        failure: tuple[grpc.StatusCode, str] | None = None
+        for _ in range(4 * SIZE_MIB):
+            code, message = write(bytestream, os.urandom(1 << 20))
+            if code != grpc.StatusCode.OK:
+                failure = (code, message)
+                break
+        outcome["bytestream_failure"] = failure
+        blob = os.urandom(1_500_000)  # more than the failed 1 MiB upload could leave
+        response = cas.BatchUpdateBlobs(
+            re_pb2.BatchUpdateBlobsRequest(
+                instance_name="main",
+                requests=[
+                    re_pb2.BatchUpdateBlobsRequest.Request(digest=digest_of(blob), data=blob)
+                ],
+            ),
+            timeout=30,
+        )
+        outcome["batch_status"] = response.responses[0].status
+        outcome["reads_while_full"] = [read(bytestream, b) == b for b in early]
+        missing = cas.FindMissingBlobs(
+            re_pb2.FindMissingBlobsRequest(instance_name="main", blob_digests=[digest_of(blob)]),
+            timeout=30,
+        )
+        outcome["failed_blob_missing"] = len(missing.missing_blob_digests) == 1
+        leftovers = [p.name for p in (disk / "tmp" / "cas").iterdir()]
+        outcome["temp_leftovers"] = leftovers
+        ballast.unlink()
+        again = os.urandom(2 << 20)
+        outcome["after_space_returns"] = write(bytestream, again)
+        outcome["read_after"] = read(bytestream, again) == again
+    return outcome
+
+
+async def test_full_disk_refuses_uploads_and_keeps_serving(small_disk: Path) -> None:
+    config = resolve(load_config_text(app_config_text(small_disk), source="test.json5"))
+    app = Application(config)
+    async with trio.open_nursery() as nursery:
+        ready = await nursery.start(app.serve)
+        try:
+            outcome = await trio.to_thread.run_sync(scenario, ready.grpc_addresses[0], small_disk)
+        finally:
+            app.request_stop()
+    failure = outcome["bytestream_failure"]
+    assert failure is not None, "the disk never filled up"
+    code, message = failure  # type: ignore[misc]
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, message
+    assert "no space left" in message
+    status = outcome["batch_status"]
+    assert status.code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0], status  # type: ignore[attr-defined]
+    assert outcome["reads_while_full"] == [True] * 5
+    assert outcome["failed_blob_missing"]
+    assert outcome["temp_leftovers"] == []
+    assert outcome["after_space_returns"] == (grpc.StatusCode.OK, "")
+    assert outcome["read_after"]
+    assert stray_files(small_disk) == []
