@@ -46,6 +46,8 @@ from lre.service import (
     cache_servicers,
 )
 from lre.service._rpc_metrics import RpcMetrics
+from lre.service.execution import ExecutionServicer
+from lre.service.operations import OperationsServicer
 from lre.worker import LocalWorker
 
 log = logging.getLogger(__name__)
@@ -183,6 +185,8 @@ class Application:
             )
             servicers = [
                 *cache_servicers(self.bridge, instances, options),
+                ExecutionServicer(self.bridge, instances),
+                OperationsServicer(self.bridge, instances),
             ]
             self.servers.append(
                 GrpcServer(
