@@ -277,8 +277,10 @@ class OperationWatch:
             self._first = False
             await trio.lowlevel.checkpoint()
         else:
-            with trio.move_on_after(self._scheduler.progress_interval_s):
-                await self._event.wait()
+            # Woken by a change, or by the scheduler's progress tick (every
+            # progress_interval_s for every unfinished operation): no timer per
+            # watcher.
+            await self._event.wait()
         op = self._op
         self._event = op.changed
         snapshot = self._scheduler._snapshot(op)
@@ -357,9 +359,13 @@ class Scheduler:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 task_status.started()
+                next_tick = trio.current_time() + self.progress_interval_s
                 while True:
-                    await trio.sleep(_SWEEP_INTERVAL_S)
+                    await trio.sleep(min(_SWEEP_INTERVAL_S, self.progress_interval_s))
                     self._sweep()
+                    if trio.current_time() >= next_tick:
+                        next_tick = trio.current_time() + self.progress_interval_s
+                        self._progress_tick()
                     if self._vetoed:
                         self._vetoed = False
                         self._wake_workers()
@@ -812,6 +818,12 @@ class Scheduler:
         self._completions[kind] += 1
         self._retained.append((trio.current_time() + self._spec.retain_completed_for_s, op))
         self._notify(op)
+
+    def _progress_tick(self) -> None:
+        """Wake every watcher of an unfinished operation (progress update)."""
+        for op in self._ops.values():
+            if not op.done:
+                self._notify(op)
 
     def _sweep(self) -> None:
         now = trio.current_time()

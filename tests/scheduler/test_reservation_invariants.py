@@ -220,7 +220,7 @@ async def test_reservations_never_exceed_capacity_under_random_load(
         lambda: run_state_machine_as_test(
             Load,
             settings=settings(
-                max_examples=60, stateful_step_count=40, deadline=None, database=None
+                max_examples=40, stateful_step_count=30, deadline=None, database=None
             ),
         )
     )

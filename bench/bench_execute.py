@@ -1,0 +1,338 @@
+"""Execute throughput and held-stream cost of the scheduler and the Execution service.
+
+A fake in-process worker completes every action at once (or, for the held
+streams, holds them all). The server (this process: real ``GrpcServer``,
+``TrioBridge``, ``ExecutionServicer``, ``Scheduler``) runs in Trio; clients
+run in a separate process (grpc.aio), so server CPU is measured alone with
+``getrusage`` on this process.
+
+Runs:
+1. scheduler only (no gRPC): submit + watch to done, concurrency 32 and 256;
+2. Execute through gRPC, concurrency 32 and 256 (distinct actions,
+   skip_cache_lookup): operations/s and server CPU per action;
+3. 5,000 concurrent Execute streams held EXECUTING: server threads and RSS,
+   then all released; every stream must end done (none lost).
+
+Each figure is the median of ``--runs`` runs (default 5).
+
+    .venv/bin/python bench/bench_execute.py [--runs 5] [--count 3000] [--held 5000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+import trio
+
+from lre.cas import MemoryStore, write_message
+from lre.config import SimpleSchedulerSpec
+from lre.config._models import PropertyModification, PropertyValue
+from lre.digest import Digest
+from lre.errors import Unavailable
+from lre.proto import re_pb2
+from lre.scheduler import Completed, Lease, Reservation, Scheduler, WorkerInfo
+from lre.service import GrpcServer, InstanceBackends, Instances, ServerOptions, TrioBridge
+from lre.service.execution import ExecutionServicer
+from lre.service.operations import OperationsServicer
+
+MODS = (PropertyModification(add=PropertyValue(name="cpu_count", value="1")),)
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+class FakeWorker:
+    """Completes each lease at once, or holds every lease until ``release``."""
+
+    def __init__(self, scheduler: Scheduler, *, hold: bool = False) -> None:
+        self.scheduler = scheduler
+        self.hold = hold
+        self.held: list[Lease] = []
+        self.info = WorkerInfo(
+            name="bench",
+            properties={},
+            capacity=Reservation(10_000_000 * 1000, 1 << 50),
+            max_inflight=0,
+        )
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        self.scheduler.register_worker(self.info)
+        task_status.started()
+        while True:
+            try:
+                lease = await self.scheduler.lease(self.info.name)
+            except Unavailable:
+                return
+            if self.hold:
+                self.held.append(lease)
+            else:
+                self.complete(lease)
+
+    def complete(self, lease: Lease) -> None:
+        result = re_pb2.ActionResult(exit_code=0)
+        result.execution_metadata.worker = self.info.name
+        self.scheduler.report(lease.lease_id, Completed(result))
+
+    def release(self) -> None:
+        held, self.held = self.held, []
+        for lease in held:
+            self.complete(lease)
+
+
+async def make_actions(store: MemoryStore, count: int, tag: str) -> list[Digest]:
+    digests = []
+    root = await write_message(store, re_pb2.Directory())
+    for i in range(count):
+        command = await write_message(
+            store, re_pb2.Command(arguments=["/bin/true", tag, str(i)], output_paths=["out"])
+        )
+        action = re_pb2.Action(command_digest=command.to_proto(), input_root_digest=root.to_proto())
+        digests.append(await write_message(store, action))
+    return digests
+
+
+def new_scheduler(store: MemoryStore) -> Scheduler:
+    spec = SimpleSchedulerSpec(ac_store="", cas_store="")
+    return Scheduler(spec, cas=store, modifications=MODS, detach_grace_s=5.0)
+
+
+# ------------------------------------------------------------------ scheduler only
+
+
+async def scheduler_only(count: int, concurrency: int) -> dict[str, float]:
+    store = MemoryStore(1 << 30)
+    scheduler = new_scheduler(store)
+    digests = await make_actions(store, count, f"s{concurrency}")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await nursery.start(FakeWorker(scheduler).run)
+        queue = iter(digests)
+
+        async def client() -> None:
+            for digest in queue:
+                request = re_pb2.ExecuteRequest(
+                    instance_name="main", action_digest=digest.to_proto(), skip_cache_lookup=True
+                )
+                op = scheduler.submit(request)
+                async with scheduler.watch(op.name) as updates:
+                    async for snapshot in updates:
+                        if snapshot.done:
+                            assert snapshot.error is None, snapshot.error
+                            break
+
+        cpu0, t0 = cpu_seconds(), time.perf_counter()
+        async with trio.open_nursery() as clients:
+            for _ in range(concurrency):
+                clients.start_soon(client)
+        wall, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
+        nursery.cancel_scope.cancel()
+    return {"ops_per_s": count / wall, "cpu_us_per_op": cpu / count * 1e6}
+
+
+# ------------------------------------------------------------------ through gRPC
+
+
+async def serve(store: MemoryStore, scheduler: Scheduler, nursery: trio.Nursery) -> str:
+    backends = {"main": InstanceBackends(cas=store, scheduler=scheduler)}
+    instances = Instances(backends)
+    bridge = TrioBridge()
+    server = GrpcServer(
+        ServerOptions(address="127.0.0.1:0", grace_seconds=0.5),
+        [ExecutionServicer(bridge, instances), OperationsServicer(bridge, instances)],
+        bridge,
+    )
+    address: str = await nursery.start(server.serve)
+    return address
+
+
+def spawn_client(
+    mode: str, address: str, digests_file: str, concurrency: int
+) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, __file__, "--client", mode, address, digests_file, str(concurrency)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+async def grpc_throughput(count: int, concurrency: int, tmp: Path) -> dict[str, float]:
+    store = MemoryStore(1 << 30)
+    scheduler = new_scheduler(store)
+    digests = await make_actions(store, count, f"g{concurrency}")
+    path = tmp / f"digests-{concurrency}.txt"
+    path.write_text("".join(f"{d.hash} {d.size_bytes}\n" for d in digests))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await nursery.start(FakeWorker(scheduler).run)
+        address = await serve(store, scheduler, nursery)
+        cpu0 = cpu_seconds()
+        proc = spawn_client("throughput", address, str(path), concurrency)
+        out, _ = await trio.to_thread.run_sync(proc.communicate)
+        cpu = cpu_seconds() - cpu0
+        nursery.cancel_scope.cancel()
+    result = json.loads(out)
+    assert result["done"] == count, result
+    return {
+        "ops_per_s": result["ops_per_s"],
+        "server_cpu_us_per_op": cpu / count * 1e6,
+        "client_p99_ms": result["p99_ms"],
+    }
+
+
+async def held_streams(held: int, tmp: Path) -> dict[str, float]:
+    store = MemoryStore(1 << 30)
+    scheduler = new_scheduler(store)
+    digests = await make_actions(store, held, "held")
+    path = tmp / "digests-held.txt"
+    path.write_text("".join(f"{d.hash} {d.size_bytes}\n" for d in digests))
+    worker = FakeWorker(scheduler, hold=True)
+    me = psutil.Process()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await nursery.start(worker.run)
+        address = await serve(store, scheduler, nursery)
+        rss0 = me.memory_info().rss
+        cpu0 = cpu_seconds()
+        proc = spawn_client("held", address, str(path), held)
+        t0 = time.perf_counter()
+        while len(worker.held) < held:
+            await trio.sleep(0.05)
+            if time.perf_counter() - t0 > 300:
+                raise RuntimeError(f"only {len(worker.held)} of {held} streams reached a worker")
+        ramp = time.perf_counter() - t0
+        await trio.sleep(1.0)  # streams idle while held
+        threads = me.num_threads()
+        rss = me.memory_info().rss
+        watchers = scheduler.statistics().watchers
+        worker.release()
+        out, _ = await trio.to_thread.run_sync(proc.communicate)
+        cpu = cpu_seconds() - cpu0
+        nursery.cancel_scope.cancel()
+    result = json.loads(out)
+    return {
+        "streams": held,
+        "reached_worker_s": ramp,
+        "watchers": watchers,
+        "server_threads": threads,
+        "server_rss_mb": rss / 1e6,
+        "server_rss_growth_mb": (rss - rss0) / 1e6,
+        "done": result["done"],
+        "lost": held - result["done"],
+        "server_cpu_us_per_stream": cpu / held * 1e6,
+    }
+
+
+# ------------------------------------------------------------------ client process
+
+
+def client_main(mode: str, address: str, digests_file: str, concurrency: int) -> None:
+    import grpc.aio
+
+    from lre.proto import re_grpc
+
+    digests = []
+    for line in Path(digests_file).read_text().splitlines():
+        hash_, size = line.split()
+        digests.append(re_pb2.Digest(hash=hash_, size_bytes=int(size)))
+
+    async def main() -> dict[str, Any]:
+        options = [("grpc.max_receive_message_length", 64 << 20)]
+        channels = [grpc.aio.insecure_channel(address, options=options) for _ in range(4)]
+        stubs = [re_grpc.ExecutionStub(c) for c in channels]
+        latencies: list[float] = []
+        done = 0
+        queue = iter(enumerate(digests))
+
+        async def one(i: int, digest: re_pb2.Digest) -> bool:
+            request = re_pb2.ExecuteRequest(
+                instance_name="main", action_digest=digest, skip_cache_lookup=True
+            )
+            last = None
+            async for op in stubs[i % len(stubs)].Execute(request):
+                last = op
+            return last is not None and last.done
+
+        async def loop() -> None:
+            nonlocal done
+            for i, digest in queue:
+                t = time.perf_counter()
+                if await one(i, digest):
+                    done += 1
+                latencies.append(time.perf_counter() - t)
+
+        t0 = time.perf_counter()
+        if mode == "held":
+            results = await asyncio.gather(*(one(i, d) for i, d in enumerate(digests)))
+            done = sum(results)
+        else:
+            await asyncio.gather(*(loop() for _ in range(concurrency)))
+        wall = time.perf_counter() - t0
+        for channel in channels:
+            await channel.close()
+        latencies.sort()
+        p99 = latencies[int(len(latencies) * 0.99) - 1] * 1000 if latencies else 0.0
+        return {"done": done, "ops_per_s": done / wall, "p99_ms": p99}
+
+    print(json.dumps(asyncio.run(main())))
+
+
+# ------------------------------------------------------------------ driver
+
+
+def median_of(runs: int, fn: Callable[[], dict[str, float]]) -> dict[str, float]:
+    samples = [fn() for _ in range(runs)]
+    return {key: statistics.median(s[key] for s in samples) for key in samples[0]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--count", type=int, default=3000)
+    parser.add_argument("--held", type=int, default=5000)
+    parser.add_argument("--client", nargs=4, metavar=("MODE", "ADDRESS", "FILE", "N"))
+    args = parser.parse_args()
+    if args.client:
+        mode, address, path, n = args.client
+        client_main(mode, address, path, int(n))
+        return
+    report: dict[str, Any] = {"cpus": os.cpu_count(), "runs": args.runs, "count": args.count}
+    with tempfile.TemporaryDirectory(prefix="lre-bench-execute-") as tmp:
+        for concurrency in (32, 256):
+            report[f"scheduler_only_c{concurrency}"] = median_of(
+                args.runs, lambda c=concurrency: trio.run(scheduler_only, args.count, c)
+            )
+            print(
+                json.dumps(
+                    {f"scheduler_only_c{concurrency}": report[f"scheduler_only_c{concurrency}"]}
+                ),
+                flush=True,
+            )
+        for concurrency in (32, 256):
+            report[f"grpc_c{concurrency}"] = median_of(
+                args.runs,
+                lambda c=concurrency: trio.run(grpc_throughput, args.count, c, Path(tmp)),
+            )
+            print(json.dumps({f"grpc_c{concurrency}": report[f"grpc_c{concurrency}"]}), flush=True)
+        report["held"] = median_of(
+            max(1, min(args.runs, 5)), lambda: trio.run(held_streams, args.held, Path(tmp))
+        )
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
