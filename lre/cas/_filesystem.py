@@ -36,12 +36,12 @@ import contextlib
 import errno
 import hashlib
 import os
+import re
 import secrets
 import shutil
 import stat
 from collections import OrderedDict
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 import trio
@@ -59,20 +59,23 @@ _PLAIN = 1
 _EXEC = 2
 _MODES = {_PLAIN: 0o444, _EXEC: 0o555}
 _SUFFIX = {_PLAIN: "", _EXEC: ".x"}
-_HEX = frozenset("0123456789abcdef")
+#: Content file names: ``<hash>-<size>`` and ``<hash>-<size>.x``.
+_NAME = re.compile(r"([0-9a-f]{64})-(0|[1-9][0-9]{0,15})(\.x)?")
 _WRITE_BUFFER = 1 << 20
 #: Access times saved in the same thread call as a write once this many piled up.
 _TOUCH_BATCH = 4096
 
 
-@dataclass(slots=True)
-class _Entry:
-    size: int
-    variants: int  # bit set of _PLAIN / _EXEC
+# Index values are plain ints (``size << 2 | variants``): no per-blob objects,
+# so 100k blobs cost the garbage collector nothing.
 
-    @property
-    def stored_bytes(self) -> int:
-        return self.size * ((self.variants & 1) + (self.variants >> 1 & 1))
+
+def _size(entry: int) -> int:
+    return entry >> 2
+
+
+def _entry_bytes(entry: int) -> int:
+    return (entry >> 2) * ((entry & 1) + (entry >> 1 & 1))
 
 
 def _space_error(error: OSError, what: str) -> ResourceExhausted | None:
@@ -130,7 +133,7 @@ class FilesystemStore:
         self.fsync = fsync == "always"
         self.read_chunk_size = read_chunk_size
         self._limiter = thread_limiter or trio.CapacityLimiter(4)
-        self._index: OrderedDict[str, _Entry] = OrderedDict()
+        self._index: OrderedDict[str, int] = OrderedDict()
         self._stored_bytes = 0
         self._reserved_bytes = 0
         self._pins = PinTable()
@@ -152,7 +155,7 @@ class FilesystemStore:
         """
         entries = await self._run(self._scan)
         self._index = OrderedDict(entries)
-        self._stored_bytes = sum(e.stored_bytes for e in self._index.values())
+        self._stored_bytes = sum(map(_entry_bytes, self._index.values()))
         self._opened = True
         if self._stored_bytes > self.max_bytes:
             await self._make_room(Digest(EMPTY_DIGEST.hash, 0), 0)
@@ -178,7 +181,7 @@ class FilesystemStore:
         empty = EMPTY_DIGEST.hash
         for d in digests:
             entry = index.get(d.hash)
-            if entry is not None and entry.size == d.size_bytes:
+            if entry is not None and entry >> 2 == d.size_bytes:
                 touch(d.hash)
                 touched.add(d.hash)
                 append(d.size_bytes)
@@ -200,7 +203,7 @@ class FilesystemStore:
         """
         self._check_open()
         entry = self._index.get(digest.hash)
-        if entry is None or entry.size != digest.size_bytes:
+        if entry is None or _size(entry) != digest.size_bytes:
             if digest != EMPTY_DIGEST:
                 await trio.lowlevel.checkpoint()
                 raise NotFound(f"blob {digest} is not in the CAS")
@@ -209,7 +212,7 @@ class FilesystemStore:
             return
         length = check_read_range(digest, offset, limit)
         self._touch(digest.hash)
-        variant = _PLAIN if entry.variants & _PLAIN else _EXEC
+        variant = _PLAIN if entry & _PLAIN else _EXEC
         path = self._path(digest, variant)
         chunk = self.read_chunk_size
         if length <= chunk:
@@ -320,17 +323,17 @@ class FilesystemStore:
         self._check_open()
         want = _EXEC if executable else _PLAIN
         entry = self._index.get(digest.hash)
-        if entry is None or entry.size != digest.size_bytes:
+        if entry is None or _size(entry) != digest.size_bytes:
             if digest != EMPTY_DIGEST:
                 await trio.lowlevel.checkpoint()
                 raise NotFound(f"blob {digest} is not in the CAS")
             source = None
-        elif entry.variants & want:
+        elif entry & want:
             self._touch(digest.hash)
             await trio.lowlevel.checkpoint()
             return self._path(digest, want)
         else:
-            source = self._path(digest, _PLAIN if entry.variants & _PLAIN else _EXEC)
+            source = self._path(digest, _PLAIN if entry & _PLAIN else _EXEC)
         key = digest.hash
         self._busy[key] = self._busy.get(key, 0) + 1
         reserved = False
@@ -376,7 +379,7 @@ class FilesystemStore:
             raise InvalidArgument(f"output file {source!r} has digest {actual}, expected {digest}")
         want = _EXEC if executable else _PLAIN
         entry = self._index.get(actual.hash)
-        if entry is not None and entry.size == actual.size_bytes and entry.variants & want:
+        if entry is not None and _size(entry) == actual.size_bytes and entry & want:
             self._touch(actual.hash)
             await self._run(os.unlink, source)
             return actual
@@ -411,7 +414,7 @@ class FilesystemStore:
 
     def _present(self, digest: Digest) -> bool:
         entry = self._index.get(digest.hash)
-        return entry is not None and entry.size == digest.size_bytes
+        return entry is not None and _size(entry) == digest.size_bytes
 
     def _touch(self, key: str) -> None:
         if key in self._index:
@@ -421,11 +424,11 @@ class FilesystemStore:
     def _added(self, digest: Digest, variant: int) -> None:
         entry = self._index.get(digest.hash)
         if entry is None:
-            self._index[digest.hash] = _Entry(digest.size_bytes, variant)
+            self._index[digest.hash] = digest.size_bytes << 2 | variant
             self._stored_bytes += digest.size_bytes
         else:
-            if not entry.variants & variant:
-                entry.variants |= variant
+            if not entry & variant:
+                self._index[digest.hash] = entry | variant
                 self._stored_bytes += digest.size_bytes
             self._index.move_to_end(digest.hash)
         self._touched.discard(digest.hash)
@@ -433,7 +436,7 @@ class FilesystemStore:
     def _forget(self, digest: Digest) -> None:
         entry = self._index.pop(digest.hash, None)
         if entry is not None:
-            self._stored_bytes -= entry.stored_bytes
+            self._stored_bytes -= _entry_bytes(entry)
         self._touched.discard(digest.hash)
 
     def _unbusy(self, key: str) -> None:
@@ -462,7 +465,7 @@ class FilesystemStore:
             self._reserved_bytes += size
             return
         excess = used + size - max(self.max_bytes - self.evict_bytes, 0)
-        victims: list[tuple[str, _Entry]] = []
+        victims: list[tuple[str, int]] = []
         freed = 0
         for key, entry in self._index.items():
             if freed >= excess:
@@ -470,7 +473,7 @@ class FilesystemStore:
             if key in self._busy or self._pins.is_pinned(key):
                 continue
             victims.append((key, entry))
-            freed += entry.stored_bytes
+            freed += _entry_bytes(entry)
         if used - freed + size > self.max_bytes:
             raise ResourceExhausted(
                 f"filesystem store is full: blob {digest} needs {size} bytes and "
@@ -482,12 +485,12 @@ class FilesystemStore:
         for key, entry in victims:
             del self._index[key]
             self._touched.discard(key)
-            self._stored_bytes -= entry.stored_bytes
+            self._stored_bytes -= _entry_bytes(entry)
             self._evicted_blobs += 1
-            self._evicted_bytes += entry.stored_bytes
+            self._evicted_bytes += _entry_bytes(entry)
             self._deleting[key] = done
-            d = Digest(key, entry.size)
-            paths.extend(self._path(d, v) for v in (_PLAIN, _EXEC) if entry.variants & v)
+            d = Digest(key, _size(entry))
+            paths.extend(self._path(d, v) for v in (_PLAIN, _EXEC) if entry & v)
         if not victims:
             return
         try:
@@ -518,8 +521,8 @@ class FilesystemStore:
         for key in self._touched:
             entry = self._index.get(key)
             if entry is not None:
-                d = Digest(key, entry.size)
-                paths.extend(self._path(d, v) for v in (_PLAIN, _EXEC) if entry.variants & v)
+                d = Digest(key, _size(entry))
+                paths.extend(self._path(d, v) for v in (_PLAIN, _EXEC) if entry & v)
         self._touched.clear()
         return paths
 
@@ -535,7 +538,7 @@ class FilesystemStore:
 
     # ------------------------------------------------------------ in threads
 
-    def _scan(self) -> list[tuple[str, _Entry]]:
+    def _scan(self) -> list[tuple[str, int]]:
         os.makedirs(self.content_path, mode=0o700, exist_ok=True)
         os.makedirs(self.temp_path, mode=0o700, exist_ok=True)
         if os.stat(self.content_path).st_dev != os.stat(self.temp_path).st_dev:
@@ -550,7 +553,10 @@ class FilesystemStore:
                 else:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(item.path)
-        found: dict[str, tuple[int, int, int]] = {}  # hash -> (mtime_ns, size, variants)
+        found: dict[str, int] = {}  # hash -> size << 2 | variants
+        mtimes: dict[str, int] = {}
+        junk: list[str] = []
+        match = _NAME.fullmatch
         for prefix in range(256):
             shard = f"{self.content_path}/{prefix:02x}"
             try:
@@ -560,44 +566,36 @@ class FilesystemStore:
                 continue
             with items:
                 for item in items:
-                    self._scan_one(shard, item, found)
-        ordered = sorted(found.items(), key=lambda kv: kv[1][0])
-        return [(h, _Entry(size, variants)) for h, (_, size, variants) in ordered]
-
-    @staticmethod
-    def _scan_one(
-        shard: str, item: os.DirEntry[str], found: dict[str, tuple[int, int, int]]
-    ) -> None:
-        name = item.name
-        variant = _PLAIN
-        if name.endswith(".x"):
-            variant, name = _EXEC, name[:-2]
-        h, _, size_text = name.partition("-")
-        try:
-            st = item.stat(follow_symlinks=False)
-            valid = (
-                len(h) == 64
-                and _HEX.issuperset(h)
-                and h[:2] == shard[-2:]
-                and size_text.isdigit()
-                and stat.S_ISREG(st.st_mode)
-                and st.st_size == int(size_text)
-            )
-        except FileNotFoundError:
-            return
-        if not valid:
-            # A partial file from a power loss without fsync, or junk: never serve it.
-            if item.is_dir(follow_symlinks=False):
-                shutil.rmtree(item.path, ignore_errors=True)
+                    m = match(item.name)
+                    try:
+                        st = item.stat(follow_symlinks=False)
+                    except FileNotFoundError:
+                        continue
+                    if (
+                        m is None
+                        or not stat.S_ISREG(st.st_mode)
+                        or st.st_size != int(m[2])
+                        or not m[1].startswith(shard[-2:])
+                    ):
+                        # A partial file from a power loss without fsync, or junk.
+                        junk.append(item.path)
+                        continue
+                    variant = _EXEC if m[3] else _PLAIN
+                    h = m[1]
+                    old = found.get(h)
+                    if old is None:
+                        found[h] = st.st_size << 2 | variant
+                        mtimes[h] = st.st_mtime_ns
+                    else:
+                        found[h] = old | variant
+                        mtimes[h] = max(mtimes[h], st.st_mtime_ns)
+        for path in junk:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
             else:
                 with contextlib.suppress(FileNotFoundError):
-                    os.unlink(item.path)
-            return
-        old = found.get(h)
-        if old is None:
-            found[h] = (st.st_mtime_ns, st.st_size, variant)
-        else:
-            found[h] = (max(old[0], st.st_mtime_ns), st.st_size, old[2] | variant)
+                    os.unlink(path)
+        return [(h, found[h]) for h in sorted(mtimes, key=mtimes.__getitem__)]
 
     def _new_temp(self, digest: Digest) -> _TempFile:
         path = f"{self.temp_path}/{secrets.token_hex(12)}.tmp"
