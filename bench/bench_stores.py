@@ -158,11 +158,11 @@ async def main(args: argparse.Namespace) -> None:
             raw1.append(
                 await trio.to_thread.run_sync(raw_create, parent / f"raw1-{run}", raw_data, 1)
             )
+            os.sync()
             raw4.append(
                 await trio.to_thread.run_sync(raw_create, parent / f"raw4-{run}", raw_data, 4)
             )
-            shutil.rmtree(parent / f"raw1-{run}")
-            shutil.rmtree(parent / f"raw4-{run}")
+            os.sync()
 
         def rate(label: str, seconds: list[float], note: str = "") -> None:
             s = median(seconds)
