@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
+import threading
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.app.conftest import app_config_text
 from tests.e2e._bazel import BazelSession, require_bazel
@@ -53,6 +56,36 @@ def _stats(status_port: int) -> dict[str, Any]:
         return data
 
 
+class Scraper(threading.Thread):
+    """Polls /status and /metrics while a build runs, as a monitoring agent would."""
+
+    def __init__(self, status_port: int) -> None:
+        super().__init__(daemon=True)
+        self.base = f"http://127.0.0.1:{status_port}"
+        self.stop = threading.Event()
+        self.scrapes = 0
+        self.max_running = 0.0
+        self.errors: list[str] = []
+        self.label_values: set[str] = set()
+
+    def run(self) -> None:
+        while not self.stop.wait(0.3):
+            try:
+                with urllib.request.urlopen(self.base + "/status", timeout=5) as reply:
+                    if reply.status != 200:
+                        self.errors.append(f"/status {reply.status}")
+                with urllib.request.urlopen(self.base + "/metrics", timeout=5) as reply:
+                    text = reply.read().decode()
+                for family in text_string_to_metric_families(text):
+                    for sample in family.samples:
+                        self.label_values.update(sample.labels.values())
+                        if sample.name == "lre_running_actions":
+                            self.max_running = max(self.max_running, sample.value)
+                self.scrapes += 1
+            except Exception as error:  # recorded and asserted on below
+                self.errors.append(repr(error))
+
+
 def test_bazel_builds_remotely_through_lre_then_from_its_cache(tmp_path: Path) -> None:
     require_bazel()
     ws = generate_workspace(tmp_path / "ws")
@@ -86,7 +119,19 @@ def test_bazel_builds_remotely_through_lre_then_from_its_cache(tmp_path: Path) -
     try:
         assert f"grpc://127.0.0.1:{port}" in (ws.root / "lre.bazelrc").read_text()
         with BazelSession(ws.root, tmp_path / "bazel-root") as bazel:
-            built = bazel.build([ws.target], ["--noremote_accept_cached"])
+            scraper = Scraper(status_port)
+            scraper.start()
+            try:
+                built = bazel.build([ws.target], ["--noremote_accept_cached"])
+            finally:
+                scraper.stop.set()
+                scraper.join(10)
+            assert not scraper.errors, scraper.errors[:5]
+            assert scraper.scrapes >= 3
+            assert scraper.max_running >= 1  # the scrape saw the build in flight
+            # Bounded cardinality: no digest or operation id ever becomes a label.
+            digest_like = [v for v in scraper.label_values if re.search(r"[0-9a-f]{32}", v)]
+            assert not digest_like, digest_like[:5]
             summary = built.check()
             assert summary.spawns == ws.spawn_count, built.output[-3000:]
             assert summary.count("remote") == ws.spawn_count, summary
