@@ -103,8 +103,7 @@ class Digest:
         if len(hash_hex) != 64 or not _HEX.issuperset(hash_hex):
             shown = hash_hex if len(hash_hex) <= 80 else hash_hex[:80] + "..."
             raise InvalidArgument(
-                f"{field}.hash: {shown!r} is not a SHA256 hash "
-                "(64 lowercase hex characters)"
+                f"{field}.hash: {shown!r} is not a SHA256 hash (64 lowercase hex characters)"
             )
         if size_bytes < 0:
             raise InvalidArgument(f"{field}.size_bytes: {size_bytes} is negative")

@@ -56,8 +56,8 @@ def generate(root: Path, out: Path) -> None:
 
     Raises RuntimeError naming protoc's exit status when compilation fails.
     """
-    from grpc_tools import protoc  # type: ignore[import-untyped]
     import grpc_tools
+    from grpc_tools import protoc
 
     builtin = Path(next(iter(grpc_tools.__path__))) / "_proto"
     with tempfile.TemporaryDirectory() as tmp:
