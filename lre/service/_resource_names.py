@@ -74,7 +74,10 @@ def _blob_tail(
         index += 1
     function = DigestFunction.UNKNOWN
     if index < len(parts) and parts[index] in _FUNCTION_NAMES:
-        function = resolve_digest_function(_FUNCTION_NAMES[parts[index]])
+        try:
+            function = resolve_digest_function(_FUNCTION_NAMES[parts[index]])
+        except InvalidArgument as exc:
+            raise _bad(name, exc.message) from None
         index += 1
     if len(parts) - index < 2:
         raise _bad(name, f"expected '{{hash}}/{{size}}' after '{kind}'")

@@ -383,7 +383,7 @@ async def test_unsupported_digest_function_in_a_resource_name(cache_server: Serv
         bs_pb2.ReadRequest(resource_name=f"blobs/md5/{'c' * 32}/1"),
     )
     assert code == grpc.StatusCode.INVALID_ARGUMENT
-    assert "MD5 is not supported" in message
+    assert "resource_name" in message and "MD5 is not supported" in message
     await still_serving(cache_server)
 
 
