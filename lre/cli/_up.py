@@ -88,14 +88,11 @@ def _print_report(report: WriteReport) -> None:
 
 
 def _platform_source() -> Path | None:
-    """toolchains/buck2 of this checkout or of the installed package data."""
+    """The Buck2 platform shipped with lre (``lre/_toolchains`` links to ``toolchains/``)."""
     import lre
 
-    here = Path(lre.__file__).resolve().parent
-    for candidate in (here.parent / "toolchains" / "buck2", here / "_toolchains" / "buck2"):
-        if (candidate / "defs.bzl").exists():
-            return candidate
-    return None
+    candidate = Path(lre.__file__).resolve().parent / "_toolchains" / "buck2"
+    return candidate if (candidate / "defs.bzl").exists() else None
 
 
 def _write_client_config(
