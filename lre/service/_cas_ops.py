@@ -12,6 +12,7 @@ from lre.digest import MAX_BLOB_SIZE, Digest
 from lre.errors import InvalidArgument, LreError
 from lre.proto import re_pb2, status_pb2
 from lre.service._digest_functions import check_digest_function as check_function
+from lre.service._digest_wire import DigestListScanner, field_span
 from lre.service._status import rpc_status_of
 from lre.service._zstd import decompress_bytes
 
@@ -53,20 +54,52 @@ def parse_digests(digests: Sequence[re_pb2.Digest], field: str) -> list[Digest]:
     ]
 
 
+#: ``FindMissingBlobsRequest.blob_digests`` and
+#: ``FindMissingBlobsResponse.missing_blob_digests`` are both field 2.
+_FIND_MISSING_DIGESTS = DigestListScanner(2)
+_FIND_MISSING_FUNCTION_TAG = 3 << 3  # digest_function, varint
+#: Requests with at least this many digests take the bulk path.
+_BULK_MIN = 64
+
+
 async def find_missing(
     store: BlobStore, request: re_pb2.FindMissingBlobsRequest
 ) -> re_pb2.FindMissingBlobsResponse:
-    """The requested digests the store lacks (each once, request order)."""
+    """The requested digests the store lacks (each once, request order).
+
+    Large requests take a bulk path: the digests are read from the request's
+    serialized bytes (``_digest_wire``) and the response is assembled from
+    the missing elements' own bytes, so no protobuf object is made per
+    digest. Anything unusual falls back to the per-digest path, which names
+    a bad digest in ``InvalidArgument``.
+    """
     protos = request.blob_digests
+    count = len(protos)
+    if count >= _BULK_MIN:
+        check_function(request.digest_function, protos[0].hash)
+        raw = request.SerializeToString()
+        span = field_span(
+            raw, request.instance_name, _FIND_MISSING_FUNCTION_TAG, request.digest_function
+        )
+        found = _FIND_MISSING_DIGESTS.scan(raw, *span, count) if span else None
+        if found is not None:
+            sizes = await store.has_many(list(map(Digest, found.hashes, found.sizes)))
+            missing = [i for i, size in enumerate(sizes) if size is None]
+            if len(missing) > 1:
+                hashes = found.hashes
+                if len(set(hashes)) != len(hashes):  # a repeated digest is listed once
+                    first = {(hashes[i], found.sizes[i]): i for i in reversed(missing)}
+                    missing = sorted(first.values())
+            return re_pb2.FindMissingBlobsResponse.FromString(found.elements(missing))
     check_digest_function(request.digest_function, protos)
     digests = parse_digests(protos, "blob_digests")
     sizes = await store.has_many(digests)
     response = re_pb2.FindMissingBlobsResponse()
-    missing = [i for i, size in enumerate(sizes) if size is None]
-    if missing:
+    missing_indexes = [i for i, size in enumerate(sizes) if size is None]
+    if missing_indexes:
         seen: set[tuple[str, int]] = set()
         unique = []
-        for i in missing:
+        for i in missing_indexes:
             d = digests[i]
             key = (d.hash, d.size_bytes)
             if key not in seen:

@@ -66,6 +66,27 @@ async def test_find_missing_blobs(cache_server: ServerHandle) -> None:
     assert list(response.missing_blob_digests) == [absent]
 
 
+async def test_find_missing_blobs_bulk(cache_server: ServerHandle) -> None:
+    """A large request (read in bulk): duplicates once, request order, empty blob present."""
+    present = [f"present {i}".encode() for i in range(50)]
+    await upload(cache_server, present, "main")
+    absent = [proto(f"absent {i}".encode() * (i + 1)) for i in range(300)]
+    asked = [*absent[:150], *map(proto, present), EMPTY_DIGEST.to_proto(), *absent]
+    request = re_pb2.FindMissingBlobsRequest(
+        instance_name="main", blob_digests=asked, digest_function=re_pb2.DigestFunction.SHA256
+    )
+    response = await cache_server.client.run(cache_server.client.cas.FindMissingBlobs, request)
+    assert list(response.missing_blob_digests) == absent
+    everything = re_pb2.FindMissingBlobsRequest(instance_name="main", blob_digests=absent)
+    response = await cache_server.client.run(cache_server.client.cas.FindMissingBlobs, everything)
+    assert list(response.missing_blob_digests) == absent
+    twice = re_pb2.FindMissingBlobsRequest(
+        instance_name="main", blob_digests=[proto(b) for b in present] * 2
+    )
+    response = await cache_server.client.run(cache_server.client.cas.FindMissingBlobs, twice)
+    assert list(response.missing_blob_digests) == []
+
+
 async def test_batch_update_then_read_with_per_blob_status(cache_server: ServerHandle) -> None:
     good = b"x" * 1000
     compressible = b"abc" * 10_000
@@ -129,6 +150,16 @@ async def test_find_missing_rejects_malformed_digests(
         await cache_server.client.run(cache_server.client.cas.FindMissingBlobs, request)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert needle in info.value.details()
+
+
+async def test_find_missing_bulk_names_a_bad_digest(cache_server: ServerHandle) -> None:
+    good = [proto(f"{i}".encode()) for i in range(200)]
+    bad = re_pb2.Digest(hash="a" * 64, size_bytes=-5)
+    request = re_pb2.FindMissingBlobsRequest(blob_digests=[*good, bad, *good])
+    with pytest.raises(grpc.RpcError) as info:
+        await cache_server.client.run(cache_server.client.cas.FindMissingBlobs, request)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "blob_digests[200].size_bytes: -5" in info.value.details()
 
 
 async def test_unsupported_digest_function_is_rejected(cache_server: ServerHandle) -> None:
