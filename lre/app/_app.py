@@ -25,6 +25,7 @@ from lre.config import (
     Config,
     ForwardSchedulerSpec,
     PropertyModification,
+    ResourceSpec,
     SchedulerSpec,
     SimpleSchedulerSpec,
 )
@@ -35,6 +36,8 @@ from lre.scheduler import (
     UpstreamExecutor,
     WorkerInfo,
 )
+from lre.scheduler._admission import MemoryAdmission
+from lre.scheduler._learner import ReservationLearner
 from lre.service import (
     CacheServiceOptions,
     GrpcServer,
@@ -120,6 +123,7 @@ class Application:
         #: Set once ``serve`` has shut everything down.
         self.stopped = trio.Event()
         self.stores: Stores = build_stores(config)
+        self.learner = self._build_learner()
         self.schedulers: dict[str, Scheduler] = {}
         self._scheduler_by_simple: dict[str, Scheduler] = {}
         #: Forward schedulers by name (each wraps a local scheduler).
@@ -239,6 +243,8 @@ class Application:
                 ),
                 modifications=modifications,
                 resources=self._resource_policy(simple_name),
+                advisor=self.learner,
+                available_memory=self._live_memory(simple_name),
             )
             self._scheduler_by_simple[simple_name] = scheduler
         self.schedulers[name] = scheduler
@@ -289,20 +295,45 @@ class Application:
         self.forwarders[forward_name] = forwarder
         return forwarder
 
-    def _resource_policy(self, scheduler_name: str) -> ResourcePolicy:
-        """Cold memory and ladder of the (first) worker pulling from the scheduler."""
+    def _worker_resources(self, scheduler_name: str) -> ResourceSpec | None:
+        """Resources of the (first) worker pulling from the simple scheduler."""
         for worker in self.config.workers:
             local = worker.local
-            if local is None:
-                continue
-            if _simple_of(self.config, local.scheduler)[1] == scheduler_name:
-                res = local.resources
-                return ResourcePolicy(
-                    cold_memory_bytes=int(res.cold_memory),
-                    ladder=tuple(int(step) for step in res.ladder),
-                    max_steps=res.max_steps,
-                )
-        return ResourcePolicy()
+            if local is not None and _simple_of(self.config, local.scheduler)[1] == scheduler_name:
+                return local.resources
+        return None
+
+    def _resource_policy(self, scheduler_name: str) -> ResourcePolicy:
+        """Cold memory and ladder of the worker pulling from the scheduler."""
+        res = self._worker_resources(scheduler_name)
+        if res is None:
+            return ResourcePolicy()
+        return ResourcePolicy(
+            cold_memory_bytes=int(res.cold_memory),
+            ladder=tuple(int(step) for step in res.ladder),
+            max_steps=res.max_steps,
+        )
+
+    def _live_memory(self, scheduler_name: str) -> Callable[[], int] | None:
+        """The host's available memory, when the worker asks for the live veto."""
+        res = self._worker_resources(scheduler_name)
+        if res is None or not res.live_memory_veto:
+            return None
+        return MemoryAdmission.from_spec(res).available_bytes
+
+    def _build_learner(self) -> ReservationLearner | None:
+        """One learned-reservation store per process, in the state directory.
+
+        Uses the learner settings of the first local worker; None when it
+        turns learning off (or there is no local worker).
+        """
+        locals_ = [w.local for w in self.config.workers if w.local is not None]
+        if not locals_ or not locals_[0].resources.learner.enabled:
+            return None
+        res = locals_[0].resources
+        return ReservationLearner.in_state_dir(
+            str(state_dir_of(self.config)), res.learner, cold_memory_bytes=int(res.cold_memory)
+        )
 
     async def serve(
         self,
@@ -326,6 +357,8 @@ class Application:
                 for forwarder in self.forwarders.values():
                     await core.start(forwarder.run)
                 await core.start(self.bridge.run)
+                if self.learner is not None:
+                    await core.start(self.learner.run)
                 for worker in self.workers:
                     await core.start(worker.run)
                 async with trio.open_nursery() as front:
@@ -356,6 +389,9 @@ class Application:
                 core.cancel_scope.cancel()
         finally:
             await self.stores.close()
+            if self.learner is not None:
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(self.learner.close)
             self.stopped.set()
             log.info("stopped")
 

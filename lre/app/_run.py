@@ -80,7 +80,5 @@ def run_server(
         configure_logging(level, file=log_file(config.global_.state_dir))
     else:
         configure_logging(level, stream=sys.stderr)
-    if os.geteuid() == 0:
-        log.warning("running as root: actions run as root too; prefer a normal user")
     app = Application(config)
     trio.run(serve_until_signal, app, on_ready, companion)
