@@ -44,7 +44,7 @@ from lre.scheduler._model import (
 )
 from lre.scheduler._names import new_operation_name, parse_operation_name
 from lre.scheduler._protocols import ActionResultReader, ReservationAdvisor
-from lre.scheduler._scheduler import OperationWatch, Scheduler
+from lre.scheduler._scheduler import Scheduler
 from lre.scheduler._statistics import LeaseStatistics, SchedulerStatistics, WorkerStatistics
 from lre.scheduler._units import (
     CPU_PROPERTY,
@@ -54,6 +54,7 @@ from lre.scheduler._units import (
     memory_text,
     millicpus_from_cpu_count,
 )
+from lre.scheduler._watch import OperationWatch
 
 __all__ = [
     "CPU_PROPERTY",

@@ -12,53 +12,36 @@ All methods run on the Trio thread. Three roles use it:
 progress; it owns the tasks that check caches and inputs and the expiry of
 finished operations.
 
-Queue order: lower ``execution_policy.priority`` runs sooner, as the REAPI
-says (NativeLink does the opposite), FIFO within a priority. Operations that
-need different resources wait in separate buckets; a worker takes the best
-head among the buckets it can run right now, so a small action may overtake
-a large one that does not fit yet (backfill).
+This module holds the operation registry and lifecycle (stages, dedup,
+watchers, cancellation, retention) and the outcome of leases (retries,
+ladder kills). The queue and leasing are in ``_queue``, the checks before
+queueing in ``_preparation``, reservation sizing in ``_sizing``.
 """
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import logging
-import math
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
-from types import MappingProxyType, TracebackType
-from typing import Any
+from types import MappingProxyType
 
 import trio
 
-from lre.cas import BlobStore, read_message
+from lre.cas import BlobStore
 from lre.config._models import PropertyModification, SimpleSchedulerSpec
 from lre.digest import Digest, resolve_digest_function
 from lre.errors import (
     Cancelled,
-    FailedPrecondition,
     Internal,
-    InvalidArgument,
     LreError,
-    MissingBlobs,
     NotFound,
-    ResourceExhausted,
     Unavailable,
 )
 from lre.proto import re_pb2
-from lre.scheduler._inputs import DirectoryCache, find_missing_inputs
-from lre.scheduler._kind import kind_key
 from lre.scheduler._lease import Lease
-from lre.scheduler._matching import (
-    Requirements,
-    apply_modifications,
-    explain_unsatisfiable,
-    matches_statically,
-    platform_of,
-    requirements_of,
-)
+from lre.scheduler._matching import matches_statically
 from lre.scheduler._model import (
     ActionKey,
     Backpressure,
@@ -75,218 +58,17 @@ from lre.scheduler._model import (
     WorkerInfo,
 )
 from lre.scheduler._names import new_operation_name, parse_operation_name
+from lre.scheduler._preparation import ActionChecker
 from lre.scheduler._protocols import ActionResultReader, ReservationAdvisor
-from lre.scheduler._statistics import LeaseStatistics, SchedulerStatistics, WorkerStatistics
-from lre.scheduler._units import memory_text
+from lre.scheduler._queue import RunQueue
+from lre.scheduler._records import LeaseRecord, OperationState, WorkerState
+from lre.scheduler._sizing import escalate
+from lre.scheduler._statistics import SchedulerStatistics, collect_statistics
+from lre.scheduler._watch import OperationWatch
 
 log = logging.getLogger(__name__)
 
 _SWEEP_INTERVAL_S = 0.5
-
-
-class _Operation:
-    __slots__ = (
-        "abandon_token",
-        "action",
-        "attempt",
-        "bucket",
-        "cached",
-        "changed",
-        "command",
-        "dedup",
-        "done",
-        "error",
-        "exclusive",
-        "inline_output_files",
-        "inline_stderr",
-        "inline_stdout",
-        "key",
-        "kills",
-        "kind_key",
-        "ladder_step",
-        "lease",
-        "message",
-        "name",
-        "platform",
-        "priority",
-        "queued_at",
-        "request_info",
-        "requested_timeout_s",
-        "requirements",
-        "reservation",
-        "result",
-        "retries",
-        "seq",
-        "skip_cache_lookup",
-        "stage",
-        "steps_tried",
-        "ticket",
-        "watchers",
-    )
-
-    def __init__(
-        self, name: str, key: ActionKey, seq: int, request: re_pb2.ExecuteRequest, info: RequestInfo
-    ) -> None:
-        self.name = name
-        self.key = key
-        self.seq = seq
-        self.priority = request.execution_policy.priority
-        self.skip_cache_lookup = request.skip_cache_lookup
-        self.inline_stdout = request.inline_stdout
-        self.inline_stderr = request.inline_stderr
-        self.inline_output_files = tuple(request.inline_output_files)
-        self.request_info = info
-        self.stage = Stage.CACHE_CHECK
-        self.done = False
-        self.result: re_pb2.ActionResult | None = None
-        self.cached = False
-        self.error: LreError | None = None
-        self.message = ""
-        self.changed = trio.Event()
-        self.watchers = 0
-        self.abandon_token = 0
-        self.action: re_pb2.Action | None = None
-        self.command: re_pb2.Command | None = None
-        self.platform: MappingProxyType[str, str] = MappingProxyType({})
-        self.requirements: Requirements | None = None
-        self.kind_key = ""
-        self.requested_timeout_s: float | None = None
-        self.reservation = Reservation()
-        self.exclusive = False
-        self.ladder_step = 0
-        self.kills = 0
-        self.steps_tried: list[str] = []
-        self.retries = 0
-        self.attempt = 0
-        self.queued_at = time.time()
-        self.lease: _LeaseRecord | None = None
-        self.ticket = 0
-        self.bucket: _Bucket | None = None
-        self.dedup = False
-
-
-class _Bucket:
-    """Queued operations that need the same thing, ordered by (priority, seq)."""
-
-    __slots__ = (
-        "exclusive",
-        "heap",
-        "key",
-        "label",
-        "live",
-        "matches",
-        "requirements",
-        "timeout_s",
-    )
-
-    def __init__(
-        self, key: tuple[Any, ...], requirements: Requirements, exclusive: bool, timeout_s: float
-    ) -> None:
-        self.key = key
-        self.requirements = requirements
-        self.exclusive = exclusive
-        self.timeout_s = timeout_s
-        self.heap: list[tuple[int, int, int, _Operation]] = []
-        self.live = 0
-        self.matches: dict[str, bool] = {}
-        self.label = requirements.label() + (",exclusive" if exclusive else "")
-
-    def head(self) -> tuple[int, int, int, _Operation] | None:
-        heap = self.heap
-        while heap:
-            entry = heap[0]
-            op = entry[3]
-            if op.ticket == entry[2] and op.bucket is self:
-                return entry
-            heapq.heappop(heap)
-        return None
-
-
-class _WorkerState:
-    __slots__ = ("draining", "info", "last_seen", "leases", "registered", "reserved", "wake")
-
-    def __init__(self, info: WorkerInfo) -> None:
-        self.info = info
-        self.draining = False
-        self.registered = True
-        self.reserved = Reservation()
-        self.leases: dict[str, _LeaseRecord] = {}
-        self.wake = trio.Event()
-        self.last_seen = time.monotonic()
-
-
-class _LeaseRecord:
-    __slots__ = ("lease", "op", "started_at", "worker")
-
-    def __init__(self, lease: Lease, op: _Operation, worker: _WorkerState) -> None:
-        self.lease = lease
-        self.op = op
-        self.worker = worker
-        self.started_at = time.time()
-
-
-class OperationWatch:
-    """Updates of one operation, as an async context manager and iterator::
-
-        async with scheduler.watch(name) as updates:
-            async for snapshot in updates:
-                ...
-
-    The first iteration yields the current state at once; later ones yield
-    after every change, and at least every ``progress_interval_s`` while the
-    operation waits or runs (the same state again). Iteration ends after the
-    snapshot with ``done``. Leaving the ``async with`` detaches the watcher;
-    when the last watcher of an unfinished operation leaves, the operation is
-    cancelled after the scheduler's ``detach_grace_s``.
-    """
-
-    __slots__ = ("_entered", "_event", "_finished", "_first", "_op", "_scheduler")
-
-    def __init__(self, scheduler: Scheduler, op: _Operation) -> None:
-        self._scheduler = scheduler
-        self._op = op
-        self._first = True
-        self._finished = False
-        self._entered = False
-        self._event = op.changed
-
-    async def __aenter__(self) -> OperationWatch:
-        self._scheduler._attach(self._op)
-        self._entered = True
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._entered:
-            self._entered = False
-            self._scheduler._detach(self._op)
-
-    def __aiter__(self) -> OperationWatch:
-        return self
-
-    async def __anext__(self) -> OperationSnapshot:
-        if not self._entered:
-            raise RuntimeError("iterate an OperationWatch inside 'async with'")
-        if self._finished:
-            raise StopAsyncIteration
-        if self._first:
-            self._first = False
-            await trio.lowlevel.checkpoint()
-        else:
-            # Woken by a change, or by the scheduler's progress tick (every
-            # progress_interval_s for every unfinished operation): no timer per
-            # watcher.
-            await self._event.wait()
-        op = self._op
-        self._event = op.changed
-        snapshot = self._scheduler._snapshot(op)
-        if snapshot.done:
-            self._finished = True
-        return snapshot
 
 
 class Scheduler:
@@ -304,6 +86,8 @@ class Scheduler:
       nothing is running at all (so the queue always moves).
     - ``detach_grace_s``: how long an unfinished operation with no watcher is
       kept before it is cancelled (a client may re-attach with WaitExecution).
+
+    Raises ``ValueError`` when ``spec.progress_interval_s`` is not in (0, 30].
     """
 
     def __init__(
@@ -324,31 +108,32 @@ class Scheduler:
                 "(clients' keepalives expire otherwise)"
             )
         self._spec = spec
-        self._types = MappingProxyType(dict(spec.supported_platform_properties))
-        self._cas = cas
         self._action_cache = action_cache
-        self._modifications = tuple(modifications)
         self._resources = resources or ResourcePolicy()
         self._advisor = advisor
-        self._available_memory = available_memory
+        self._checker = ActionChecker(
+            cas,
+            MappingProxyType(dict(spec.supported_platform_properties)),
+            modifications,
+            self._resources,
+            advisor,
+        )
+        self._queue = RunQueue(self._resources, available_memory)
         self._detach_grace_s = detach_grace_s
         self.progress_interval_s = float(spec.progress_interval_s)
         self._nursery: trio.Nursery | None = None
-        self._ops: dict[str, _Operation] = {}
-        self._dedup: dict[ActionKey, _Operation] = {}
-        self._buckets: dict[tuple[Any, ...], _Bucket] = {}
-        self._workers: dict[str, _WorkerState] = {}
-        self._leases: dict[str, _LeaseRecord] = {}
-        self._retained: deque[tuple[float, _Operation]] = deque()
+        self._ops: dict[str, OperationState] = {}
+        self._dedup: dict[ActionKey, OperationState] = {}
+        self._workers: dict[str, WorkerState] = {}
+        self._leases: dict[str, LeaseRecord] = {}
+        self._retained: deque[tuple[float, OperationState]] = deque()
         self._seq = itertools.count()
         self._lease_ids = itertools.count(1)
-        self._directories = DirectoryCache()
         self._stage_counts: Counter[Stage] = Counter()
         self._completions: Counter[str] = Counter()
         self._counters: Counter[str] = Counter()
         self._memory_reserved = 0
         self._running = 0
-        self._vetoed = False
 
     # ================================================================ lifecycle
 
@@ -366,8 +151,8 @@ class Scheduler:
                     if trio.current_time() >= next_tick:
                         next_tick = trio.current_time() + self.progress_interval_s
                         self._progress_tick()
-                    if self._vetoed:
-                        self._vetoed = False
+                    if self._queue.vetoed:
+                        self._queue.vetoed = False
                         self._wake_workers()
         finally:
             self._nursery = None
@@ -398,8 +183,8 @@ class Scheduler:
             existing = self._dedup.get(key)
             if existing is not None and not existing.done:
                 self._counters["dedup_hits"] += 1
-                return self._snapshot(existing)
-        op = _Operation(
+                return existing.snapshot()
+        op = OperationState(
             new_operation_name(request.instance_name),
             key,
             next(self._seq),
@@ -412,7 +197,7 @@ class Scheduler:
             self._dedup[key] = op
             op.dedup = True
         self._nursery.start_soon(self._prepare, op)
-        return self._snapshot(op)
+        return op.snapshot()
 
     def watch(self, name: str) -> OperationWatch:
         """Updates of operation ``name`` (see ``OperationWatch``).
@@ -424,15 +209,15 @@ class Scheduler:
 
     def get_operation(self, name: str) -> OperationSnapshot:
         """The current state; ``NotFound`` like ``watch``."""
-        return self._snapshot(self._find(name))
+        return self._find(name).snapshot()
 
     def list_operations(self, instance_name: str | None = None) -> list[OperationSnapshot]:
         """Every known operation (live and retained), optionally of one instance,
         oldest first."""
-        ops: Iterable[_Operation] = self._ops.values()
+        ops: Iterable[OperationState] = self._ops.values()
         if instance_name is not None:
             ops = (op for op in ops if op.key.instance_name == instance_name)
-        return [self._snapshot(op) for op in sorted(ops, key=lambda op: op.seq)]
+        return [op.snapshot() for op in sorted(ops, key=lambda op: op.seq)]
 
     def cancel(self, name: str) -> None:
         """Cancel operation ``name``: it ends with CANCELLED and a running
@@ -452,17 +237,17 @@ class Scheduler:
         """Add a worker, or update the description of one already registered."""
         state = self._workers.get(info.name)
         if state is None:
-            self._workers[info.name] = _WorkerState(info)
+            self._workers[info.name] = WorkerState(info)
         else:
             state.info = info
-        for bucket in self._buckets.values():
-            bucket.matches.pop(info.name, None)
+        self._queue.forget_worker(info.name)
         self._wake_workers()
 
     def unregister_worker(self, name: str) -> None:
         """Remove a worker. Its running leases are cancelled and their
         operations requeued as infrastructure failures (retry budget applies);
-        its pending ``lease`` calls raise ``Unavailable``."""
+        its pending ``lease`` calls raise ``Unavailable``. ``NotFound`` for an
+        unknown worker."""
         state = self._worker(name)
         state.registered = False
         del self._workers[name]
@@ -472,15 +257,14 @@ class Scheduler:
             self._finish_lease(
                 lease_id, InfrastructureFailure(Unavailable(f"worker {name} went away"))
             )
-        for bucket in self._buckets.values():
-            bucket.matches.pop(name, None)
-        self._wake(state)
+        self._queue.forget_worker(name)
+        state.wake_up()
 
     def set_draining(self, name: str, draining: bool) -> None:
         """A draining worker finishes what it holds and takes nothing new."""
         state = self._worker(name)
         state.draining = draining
-        self._wake(state)
+        state.wake_up()
 
     def heartbeat(self, name: str) -> None:
         """Record that worker ``name`` is alive (shown in statistics)."""
@@ -498,8 +282,9 @@ class Scheduler:
         while True:
             if not state.registered:
                 raise Unavailable(f"worker {worker_name} is unregistered")
-            lease = self._take(state)
-            if lease is not None:
+            taken = self._queue.take(state, self._memory_reserved, self._running)
+            if taken is not None:
+                lease = self._start(state, *taken)
                 await trio.lowlevel.cancel_shielded_checkpoint()
                 return lease
             await state.wake.wait()
@@ -525,73 +310,20 @@ class Scheduler:
 
     def statistics(self) -> SchedulerStatistics:
         """A frozen snapshot of queues, workers and counters."""
-        by_platform: Counter[str] = Counter()
-        for bucket in self._buckets.values():
-            if bucket.live:
-                by_platform[bucket.label] += bucket.live
-        workers = []
-        capacity_cpu = capacity_mem = reserved_cpu = 0
-        for state in self._workers.values():
-            capacity_cpu += state.info.capacity.millicpus
-            capacity_mem += state.info.capacity.memory_bytes
-            reserved_cpu += state.reserved.millicpus
-            leases = tuple(
-                LeaseStatistics(
-                    operation_name=r.op.name,
-                    action_hash=r.op.key.action_digest.hash,
-                    kind_key=r.lease.kind_key,
-                    mnemonic=r.lease.request_info.action_mnemonic,
-                    target_id=r.lease.request_info.target_id,
-                    reservation=r.lease.reservation,
-                    exclusive=r.lease.exclusive,
-                    attempt=r.lease.attempt,
-                    ladder_step=r.lease.ladder_step,
-                    started_at=r.started_at,
-                    cancelled=r.lease.cancelled,
-                )
-                for r in state.leases.values()
-            )
-            workers.append(
-                WorkerStatistics(
-                    name=state.info.name,
-                    draining=state.draining,
-                    capacity=state.info.capacity,
-                    reserved=state.reserved,
-                    inflight=len(state.leases),
-                    max_inflight=state.info.max_inflight,
-                    leases=leases,
-                )
-            )
-        counters = self._counters
-        return SchedulerStatistics(
-            by_stage=MappingProxyType(
-                {
-                    stage.name: self._stage_counts[stage]
-                    for stage in (Stage.CACHE_CHECK, Stage.QUEUED, Stage.EXECUTING)
-                }
-            ),
-            queued_by_platform=MappingProxyType(dict(by_platform)),
-            workers=tuple(workers),
-            completions=MappingProxyType(dict(self._completions)),
-            submitted=counters["submitted"],
-            cache_hits=counters["cache_hits"],
-            dedup_hits=counters["dedup_hits"],
-            retries=counters["retries"],
-            backpressure_requeues=counters["backpressure"],
-            ladder_kills=counters["ladder_kills"],
-            lease_cancellations=counters["lease_cancellations"],
-            watchers=sum(op.watchers for op in self._ops.values()),
-            retained_operations=len(self._ops),
-            memory_reserved_bytes=self._memory_reserved,
-            memory_capacity_bytes=capacity_mem,
-            memory_budget_bytes=self._resources.memory_budget_bytes,
-            millicpus_reserved=reserved_cpu,
-            millicpus_capacity=capacity_cpu,
+        return collect_statistics(
+            workers=self._workers.values(),
+            queued_by_platform=self._queue.queued_by_platform(),
+            stage_counts=self._stage_counts,
+            completions=self._completions,
+            counters=self._counters,
+            operations=self._ops.values(),
+            memory_reserved=self._memory_reserved,
+            memory_budget=self._resources.memory_budget_bytes,
         )
 
     # ================================================================ internals: clients
 
-    def _find(self, name: str) -> _Operation:
+    def _find(self, name: str) -> OperationState:
         op = self._ops.get(name)
         if op is None:
             parse_operation_name(name)  # NotFound for names lre never makes
@@ -601,24 +333,11 @@ class Scheduler:
             )
         return op
 
-    def _snapshot(self, op: _Operation) -> OperationSnapshot:
-        return OperationSnapshot(
-            name=op.name,
-            stage=op.stage,
-            action_key=op.key,
-            done=op.done,
-            result=op.result,
-            cached_result=op.cached,
-            error=op.error,
-            message=op.message,
-            queued_at=op.queued_at,
-        )
-
-    def _attach(self, op: _Operation) -> None:
+    def _attach(self, op: OperationState) -> None:
         op.watchers += 1
         op.abandon_token += 1
 
-    def _detach(self, op: _Operation) -> None:
+    def _detach(self, op: OperationState) -> None:
         op.watchers -= 1
         if op.watchers > 0 or op.done:
             return
@@ -628,12 +347,12 @@ class Scheduler:
         else:
             self._nursery.start_soon(self._abandon_later, op, op.abandon_token)
 
-    async def _abandon_later(self, op: _Operation, token: int) -> None:
+    async def _abandon_later(self, op: OperationState, token: int) -> None:
         await trio.sleep(self._detach_grace_s)
         if op.abandon_token == token and op.watchers == 0 and not op.done:
             self._cancel(op, "no client is watching it any more")
 
-    def _cancel(self, op: _Operation, reason: str) -> None:
+    def _cancel(self, op: OperationState, reason: str) -> None:
         if op.done:
             return
         if op.lease is not None:
@@ -641,9 +360,11 @@ class Scheduler:
             self._counters["lease_cancellations"] += 1
         self._complete(op, error=Cancelled(f"operation {op.name}: {reason}"))
 
-    async def _prepare(self, op: _Operation) -> None:
+    async def _prepare(self, op: OperationState) -> None:
         try:
-            await self._prepare_inner(op)
+            if await self._prepare_inner(op):
+                self._set_stage(op, Stage.QUEUED)
+                self._enqueue(op)
         except LreError as exc:
             self._complete(op, error=exc)
         except Exception:  # trio.Cancelled is a BaseException and passes through
@@ -655,137 +376,39 @@ class Scheduler:
                 ),
             )
 
-    async def _prepare_inner(self, op: _Operation) -> None:
-        key = op.key
+    async def _prepare_inner(self, op: OperationState) -> bool:
+        """True when ``op`` is ready to queue; False when it ended (cache hit,
+        or finished meanwhile). Raises the ``LreError`` to end it with."""
         if not op.skip_cache_lookup and self._action_cache is not None:
-            cached = await self._action_cache.get_result(key.action_digest)
+            cached = await self._action_cache.get_result(op.key.action_digest)
             if op.done:
-                return
+                return False
             if cached is not None:
                 self._counters["cache_hits"] += 1
                 self._complete(op, result=cached, cached=True)
-                return
-        try:
-            action = await read_message(self._cas, key.action_digest, re_pb2.Action)
-        except NotFound:
-            raise MissingBlobs([key.action_digest.subject]) from None
-        if op.done:
-            return
-        if action.do_not_cache and op.dedup:
-            self._undedup(op)
-        command_digest = Digest.from_proto(action.command_digest, field="action.command_digest")
-        input_root = Digest.from_proto(action.input_root_digest, field="action.input_root_digest")
-        missing = await find_missing_inputs(
-            self._cas, command_digest, input_root, self._directories
-        )
-        if op.done:
-            return
-        if missing:
-            raise MissingBlobs([d.subject for d in missing])
-        try:
-            command = await read_message(self._cas, command_digest, re_pb2.Command)
-        except NotFound:
-            raise MissingBlobs([command_digest.subject]) from None
-        if op.done:
-            return
-        platform = apply_modifications(platform_of(action, command), self._modifications)
-        requirements = requirements_of(platform, self._types)
-        infos = [w.info for w in self._workers.values()]
-        why = explain_unsatisfiable(requirements, infos)
-        if why is not None:
-            raise FailedPrecondition(f"action {key.action_digest}: {why}")
-        matching = [w for w in infos if matches_statically(requirements, w)]
-        timeout_s: float | None = None
-        if action.HasField("timeout"):
-            asked = action.timeout.seconds + action.timeout.nanos / 1e9
-            if asked < 0:
-                raise InvalidArgument(f"Action.timeout: {asked:g} s is negative")
-            if asked > 0:
-                longest = max(w.max_action_timeout_s for w in matching)
-                if asked > longest:
-                    raise InvalidArgument(
-                        f"Action.timeout: {asked:g} s is longer than the maximum "
-                        f"{longest:g} s (max_action_timeout_s of the workers that match)"
-                    )
-                timeout_s = asked
-        op.action = action
-        op.command = command
-        op.platform = MappingProxyType(platform)
-        op.requirements = requirements
-        op.requested_timeout_s = timeout_s
-        op.kind_key = kind_key(op.request_info, command)
-        self._size_initial(op, requirements, matching)
-        self._set_stage(op, Stage.QUEUED)
-        self._enqueue(op)
+                return False
+        return await self._checker.check(op, self._worker_infos, self._undedup)
 
-    def _size_initial(
-        self, op: _Operation, requirements: Requirements, matching: Sequence[WorkerInfo]
-    ) -> None:
-        asked = requirements.reservation
-        millicpus, memory, step = asked.millicpus, asked.memory_bytes, 0
-        learned = None
-        if self._advisor is not None:
-            try:
-                learned = self._advisor.lookup(op.kind_key)
-            except Exception:
-                log.exception("reservation advisor lookup failed for %s", op.kind_key)
-        if learned is not None:
-            millicpus = max(millicpus, learned[0])
-            memory = max(memory, learned[1])
-            step = max(0, learned[2])
-        else:
-            memory = max(memory, self._resources.cold_memory_bytes)
-        largest_cpu = max(w.capacity.millicpus for w in matching)
-        largest_mem = self._memory_ceiling(matching)
-        if asked.memory_bytes > largest_mem:
-            raise FailedPrecondition(
-                f"action {op.key.action_digest}: platform property memory_kb="
-                f"{asked.memory_bytes // 1024} is more than the memory budget "
-                f"({memory_text(largest_mem)})"
-            )
-        op.reservation = Reservation(
-            max(asked.millicpus, min(millicpus, largest_cpu)),
-            min(memory, largest_mem),
-            asked.extra,
-        )
-        if step > 0:
-            self._move_to_step(op, step, matching)
+    def _worker_infos(self) -> list[WorkerInfo]:
+        return [w.info for w in self._workers.values()]
 
-    def _memory_ceiling(self, matching: Sequence[WorkerInfo]) -> int:
-        ceiling = max(w.capacity.memory_bytes for w in matching)
-        budget = self._resources.memory_budget_bytes
-        return ceiling if budget is None else min(ceiling, budget)
+    # ================================================================ internals: lifecycle
 
-    def _move_to_step(self, op: _Operation, step: int, matching: Sequence[WorkerInfo]) -> None:
-        ladder = self._resources.ladder
-        ceiling = self._memory_ceiling(matching)
-        if step <= len(ladder) and ladder[step - 1] <= ceiling:
-            op.ladder_step = step
-            memory = max(op.reservation.memory_bytes, ladder[step - 1])
-            op.reservation = Reservation(op.reservation.millicpus, memory, op.reservation.extra)
-        else:
-            op.ladder_step = len(ladder) + 1
-            op.exclusive = True
-
-    def _undedup(self, op: _Operation) -> None:
+    def _undedup(self, op: OperationState) -> None:
         if op.dedup:
             op.dedup = False
             if self._dedup.get(op.key) is op:
                 del self._dedup[op.key]
 
-    def _set_stage(self, op: _Operation, stage: Stage) -> None:
+    def _set_stage(self, op: OperationState, stage: Stage) -> None:
         self._stage_counts[op.stage] -= 1
         op.stage = stage
         if stage is not Stage.COMPLETED:
             self._stage_counts[stage] += 1
 
-    def _notify(self, op: _Operation) -> None:
-        event, op.changed = op.changed, trio.Event()
-        event.set()
-
     def _complete(
         self,
-        op: _Operation,
+        op: OperationState,
         *,
         result: re_pb2.ActionResult | None = None,
         cached: bool = False,
@@ -794,10 +417,7 @@ class Scheduler:
     ) -> None:
         if op.done:
             return
-        if op.bucket is not None:
-            op.bucket.live -= 1
-            op.bucket = None
-            op.ticket += 1
+        self._queue.remove(op)
         self._set_stage(op, Stage.COMPLETED)
         op.done = True
         op.result = result
@@ -817,13 +437,13 @@ class Scheduler:
             kind = "success"
         self._completions[kind] += 1
         self._retained.append((trio.current_time() + self._spec.retain_completed_for_s, op))
-        self._notify(op)
+        op.notify()
 
     def _progress_tick(self) -> None:
         """Wake every watcher of an unfinished operation (progress update)."""
         for op in self._ops.values():
             if not op.done:
-                self._notify(op)
+                op.notify()
 
     def _sweep(self) -> None:
         now = trio.current_time()
@@ -832,111 +452,31 @@ class Scheduler:
             _, op = retained.popleft()
             if self._ops.get(op.name) is op:
                 del self._ops[op.name]
-        for key in [k for k, b in self._buckets.items() if b.live == 0]:
-            del self._buckets[key]
+        self._queue.sweep()
 
-    # ================================================================ internals: queue
+    # ================================================================ internals: queue and leases
 
-    def _enqueue(self, op: _Operation) -> None:
-        requirements = op.requirements
-        assert requirements is not None
-        r = op.reservation
-        timeout = op.requested_timeout_s or 0.0
-        key = (
-            requirements.exact,
-            requirements.present,
-            r.millicpus,
-            r.memory_bytes,
-            tuple(sorted(r.extra.items())),
-            op.exclusive,
-            timeout,
-        )
-        bucket = self._buckets.get(key)
-        if bucket is None:
-            sized = Requirements(requirements.exact, requirements.present, r)
-            bucket = self._buckets[key] = _Bucket(key, sized, op.exclusive, timeout)
-        op.ticket += 1
-        op.bucket = bucket
-        bucket.live += 1
-        heapq.heappush(bucket.heap, (op.priority, op.seq, op.ticket, op))
-        self._notify(op)
+    def _enqueue(self, op: OperationState) -> None:
+        self._queue.push(op)
+        op.notify()
         self._wake_workers()
 
-    def _worker(self, name: str) -> _WorkerState:
+    def _requeue(self, op: OperationState) -> None:
+        self._set_stage(op, Stage.QUEUED)
+        self._enqueue(op)
+
+    def _worker(self, name: str) -> WorkerState:
         state = self._workers.get(name)
         if state is None:
             raise NotFound(f"worker {name!r} is not registered")
         return state
 
-    def _wake(self, state: _WorkerState) -> None:
-        event, state.wake = state.wake, trio.Event()
-        event.set()
-
     def _wake_workers(self) -> None:
         for state in self._workers.values():
-            self._wake(state)
-
-    def _take(self, state: _WorkerState) -> Lease | None:
-        info = state.info
-        if state.draining:
-            return None
-        if info.max_inflight and len(state.leases) >= info.max_inflight:
-            return None
-        free = info.capacity - state.reserved
-        budget = self._resources.memory_budget_bytes
-        budget_free = math.inf if budget is None else budget - self._memory_reserved
-        available: float | None = None
-        best: _Bucket | None = None
-        best_order: tuple[int, int] | None = None
-        best_memory = 0
-        for bucket in self._buckets.values():
-            head = bucket.head()
-            if head is None:
-                continue
-            order = (head[0], head[1])
-            if best_order is not None and order >= best_order:
-                continue
-            matches = bucket.matches.get(info.name)
-            if matches is None:
-                matches = matches_statically(bucket.requirements, info) and (
-                    bucket.timeout_s <= info.max_action_timeout_s
-                )
-                bucket.matches[info.name] = matches
-            if not matches:
-                continue
-            if bucket.exclusive:
-                if state.leases or (budget is not None and self._memory_reserved > 0):
-                    continue
-                memory = min(info.capacity.memory_bytes, budget or info.capacity.memory_bytes)
-            else:
-                reservation = bucket.requirements.reservation
-                if not reservation.fits_in(free):
-                    continue
-                memory = reservation.memory_bytes
-                if memory > budget_free:
-                    continue
-            if memory and self._available_memory is not None and self._running > 0:
-                if available is None:
-                    available = float(self._available_memory())
-                if memory > available:
-                    self._vetoed = True
-                    continue
-            best, best_order, best_memory = bucket, order, memory
-        if best is None:
-            return None
-        entry = heapq.heappop(best.heap)
-        op = entry[3]
-        best.live -= 1
-        op.bucket = None
-        op.ticket += 1
-        if best.exclusive:
-            reservation = Reservation(info.capacity.millicpus, best_memory, info.capacity.extra)
-        else:
-            reservation = best.requirements.reservation
-        return self._start(op, state, reservation, best.exclusive)
+            state.wake_up()
 
     def _start(
-        self, op: _Operation, state: _WorkerState, reservation: Reservation, exclusive: bool
+        self, state: WorkerState, op: OperationState, reservation: Reservation, exclusive: bool
     ) -> Lease:
         assert op.action is not None and op.command is not None
         info = state.info
@@ -963,7 +503,7 @@ class Scheduler:
             inline_stderr=op.inline_stderr,
             inline_output_files=op.inline_output_files,
         )
-        record = _LeaseRecord(lease, op, state)
+        record = LeaseRecord(lease, op, state)
         state.leases[lease.lease_id] = record
         self._leases[lease.lease_id] = record
         state.reserved = state.reserved + reservation
@@ -971,7 +511,7 @@ class Scheduler:
         self._running += 1
         op.lease = record
         self._set_stage(op, Stage.EXECUTING)
-        self._notify(op)
+        op.notify()
         return lease
 
     def _finish_lease(self, lease_id: str, outcome: Outcome) -> bool:
@@ -1010,7 +550,18 @@ class Scheduler:
             op.attempt -= 1
             self._requeue(op)
         elif isinstance(outcome, MemoryExceeded):
-            self._ladder_kill(op, lease, outcome)
+            self._counters["ladder_kills"] += 1
+            requirements = op.requirements
+            matching = [
+                w.info
+                for w in self._workers.values()
+                if requirements is not None and matches_statically(requirements, w.info)
+            ]
+            error = escalate(op, lease, outcome, matching, self._resources)
+            if error is not None:
+                self._complete(op, error=error)
+            else:
+                self._requeue(op)
         return True
 
     def _learn(self, lease: Lease, outcome: Outcome) -> None:
@@ -1030,43 +581,3 @@ class Scheduler:
             self._advisor.record(lease.kind_key, peak, average, lease.ladder_step)
         except Exception:
             log.exception("reservation advisor record failed for %s", lease.kind_key)
-
-    def _ladder_kill(self, op: _Operation, lease: Lease, outcome: MemoryExceeded) -> None:
-        self._counters["ladder_kills"] += 1
-        op.attempt -= 1  # not a retry: the next run keeps this attempt number
-        op.kills += 1
-        op.steps_tried.append(
-            "whole worker" if lease.exclusive else memory_text(lease.reservation.memory_bytes)
-        )
-        if op.kills >= self._resources.max_steps:
-            self._complete(
-                op,
-                error=ResourceExhausted(
-                    f"action {op.key.action_digest} was killed {op.kills} time(s) for "
-                    f"exceeding its memory reservation; peak RSS "
-                    f"{memory_text(outcome.peak_rss_bytes)}; steps tried: "
-                    + ", ".join(op.steps_tried)
-                ),
-            )
-            return
-        if not op.exclusive:
-            floor = max(lease.reservation.memory_bytes, outcome.peak_rss_bytes)
-            ladder = self._resources.ladder
-            step = next(
-                (i for i, amount in enumerate(ladder, 1) if i > op.ladder_step and amount > floor),
-                len(ladder) + 1,
-            )
-            matching = [
-                w.info
-                for w in self._workers.values()
-                if op.requirements is not None and matches_statically(op.requirements, w.info)
-            ]
-            if matching:
-                self._move_to_step(op, step, matching)
-            else:
-                op.ladder_step, op.exclusive = len(ladder) + 1, True
-        self._requeue(op)
-
-    def _requeue(self, op: _Operation) -> None:
-        self._set_stage(op, Stage.QUEUED)
-        self._enqueue(op)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
-from lre.scheduler._model import Reservation
+from lre.scheduler._model import Reservation, Stage
+from lre.scheduler._records import OperationState, WorkerState
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,3 +65,75 @@ class SchedulerStatistics:
     memory_budget_bytes: int | None
     millicpus_reserved: int
     millicpus_capacity: int
+
+
+def collect_statistics(
+    *,
+    workers: Iterable[WorkerState],
+    queued_by_platform: Mapping[str, int],
+    stage_counts: Mapping[Stage, int],
+    completions: Mapping[str, int],
+    counters: Mapping[str, int],
+    operations: Collection[OperationState],
+    memory_reserved: int,
+    memory_budget: int | None,
+) -> SchedulerStatistics:
+    """A frozen ``SchedulerStatistics`` of the scheduler's records."""
+    rows = []
+    capacity_cpu = capacity_mem = reserved_cpu = 0
+    for state in workers:
+        capacity_cpu += state.info.capacity.millicpus
+        capacity_mem += state.info.capacity.memory_bytes
+        reserved_cpu += state.reserved.millicpus
+        leases = tuple(
+            LeaseStatistics(
+                operation_name=r.op.name,
+                action_hash=r.op.key.action_digest.hash,
+                kind_key=r.lease.kind_key,
+                mnemonic=r.lease.request_info.action_mnemonic,
+                target_id=r.lease.request_info.target_id,
+                reservation=r.lease.reservation,
+                exclusive=r.lease.exclusive,
+                attempt=r.lease.attempt,
+                ladder_step=r.lease.ladder_step,
+                started_at=r.started_at,
+                cancelled=r.lease.cancelled,
+            )
+            for r in state.leases.values()
+        )
+        rows.append(
+            WorkerStatistics(
+                name=state.info.name,
+                draining=state.draining,
+                capacity=state.info.capacity,
+                reserved=state.reserved,
+                inflight=len(state.leases),
+                max_inflight=state.info.max_inflight,
+                leases=leases,
+            )
+        )
+    return SchedulerStatistics(
+        by_stage=MappingProxyType(
+            {
+                stage.name: stage_counts.get(stage, 0)
+                for stage in (Stage.CACHE_CHECK, Stage.QUEUED, Stage.EXECUTING)
+            }
+        ),
+        queued_by_platform=MappingProxyType(dict(queued_by_platform)),
+        workers=tuple(rows),
+        completions=MappingProxyType(dict(completions)),
+        submitted=counters.get("submitted", 0),
+        cache_hits=counters.get("cache_hits", 0),
+        dedup_hits=counters.get("dedup_hits", 0),
+        retries=counters.get("retries", 0),
+        backpressure_requeues=counters.get("backpressure", 0),
+        ladder_kills=counters.get("ladder_kills", 0),
+        lease_cancellations=counters.get("lease_cancellations", 0),
+        watchers=sum(op.watchers for op in operations),
+        retained_operations=len(operations),
+        memory_reserved_bytes=memory_reserved,
+        memory_capacity_bytes=capacity_mem,
+        memory_budget_bytes=memory_budget,
+        millicpus_reserved=reserved_cpu,
+        millicpus_capacity=capacity_cpu,
+    )

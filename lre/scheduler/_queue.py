@@ -1,0 +1,192 @@
+"""The run queue: queued operations in buckets of equal needs, and leasing.
+
+Operations that need the same thing (exact and present properties, sized
+reservation, whole-worker or not, timeout) share a ``Bucket``, a heap
+ordered by (priority, submission order): lower ``execution_policy.priority``
+runs sooner, as the REAPI says, FIFO within a priority. A worker takes the
+best head among the buckets it can run right now, so a small action may
+overtake a large one that does not fit yet (backfill).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from lre.scheduler._matching import Requirements, matches_statically
+from lre.scheduler._model import Reservation, ResourcePolicy
+from lre.scheduler._records import OperationState, WorkerState
+
+HeapEntry = tuple[int, int, int, OperationState]
+
+
+class Bucket:
+    """Queued operations that need the same thing, ordered by (priority, seq)."""
+
+    __slots__ = (
+        "exclusive",
+        "heap",
+        "key",
+        "label",
+        "live",
+        "matches",
+        "requirements",
+        "timeout_s",
+    )
+
+    def __init__(
+        self, key: tuple[Any, ...], requirements: Requirements, exclusive: bool, timeout_s: float
+    ) -> None:
+        self.key = key
+        self.requirements = requirements
+        self.exclusive = exclusive
+        self.timeout_s = timeout_s
+        self.heap: list[HeapEntry] = []
+        self.live = 0
+        self.matches: dict[str, bool] = {}
+        self.label = requirements.label() + (",exclusive" if exclusive else "")
+
+    def head(self) -> HeapEntry | None:
+        """The first live entry; stale ones (requeued or finished) are dropped."""
+        heap = self.heap
+        while heap:
+            entry = heap[0]
+            op = entry[3]
+            if op.ticket == entry[2] and op.bucket is self:
+                return entry
+            heapq.heappop(heap)
+        return None
+
+
+class RunQueue:
+    """Buckets of queued operations; ``take`` picks what a worker runs next.
+
+    ``available_memory`` (optional) returns the host's available memory; an
+    action does not start while it reserves more than that unless nothing
+    is running. ``vetoed`` records that this happened, so the scheduler
+    retries later (memory may come back without any event).
+    """
+
+    def __init__(
+        self, resources: ResourcePolicy, available_memory: Callable[[], int] | None
+    ) -> None:
+        self._resources = resources
+        self._available_memory = available_memory
+        self.buckets: dict[tuple[Any, ...], Bucket] = {}
+        self.vetoed = False
+
+    def push(self, op: OperationState) -> None:
+        """Queue ``op`` (already sized) in the bucket of its needs."""
+        requirements = op.requirements
+        assert requirements is not None
+        r = op.reservation
+        timeout = op.requested_timeout_s or 0.0
+        key = (
+            requirements.exact,
+            requirements.present,
+            r.millicpus,
+            r.memory_bytes,
+            tuple(sorted(r.extra.items())),
+            op.exclusive,
+            timeout,
+        )
+        bucket = self.buckets.get(key)
+        if bucket is None:
+            sized = Requirements(requirements.exact, requirements.present, r)
+            bucket = self.buckets[key] = Bucket(key, sized, op.exclusive, timeout)
+        op.ticket += 1
+        op.bucket = bucket
+        bucket.live += 1
+        heapq.heappush(bucket.heap, (op.priority, op.seq, op.ticket, op))
+
+    @staticmethod
+    def remove(op: OperationState) -> None:
+        """Take ``op`` out of its bucket (its heap entry becomes stale)."""
+        if op.bucket is not None:
+            op.bucket.live -= 1
+            op.bucket = None
+            op.ticket += 1
+
+    def forget_worker(self, name: str) -> None:
+        """Drop cached match results for worker ``name`` (new or changed description)."""
+        for bucket in self.buckets.values():
+            bucket.matches.pop(name, None)
+
+    def sweep(self) -> None:
+        """Drop empty buckets."""
+        for key in [k for k, b in self.buckets.items() if b.live == 0]:
+            del self.buckets[key]
+
+    def queued_by_platform(self) -> Counter[str]:
+        counts: Counter[str] = Counter()
+        for bucket in self.buckets.values():
+            if bucket.live:
+                counts[bucket.label] += bucket.live
+        return counts
+
+    def take(
+        self, state: WorkerState, memory_reserved: int, running: int
+    ) -> tuple[OperationState, Reservation, bool] | None:
+        """Pop the operation ``state`` should run now, with the reservation it
+        holds and whether it takes the whole worker; None when nothing fits
+        (draining, ``max_inflight`` reached, nothing matches or fits)."""
+        info = state.info
+        if state.draining:
+            return None
+        if info.max_inflight and len(state.leases) >= info.max_inflight:
+            return None
+        free = info.capacity - state.reserved
+        budget = self._resources.memory_budget_bytes
+        budget_free = math.inf if budget is None else budget - memory_reserved
+        available: float | None = None
+        best: Bucket | None = None
+        best_order: tuple[int, int] | None = None
+        best_memory = 0
+        for bucket in self.buckets.values():
+            head = bucket.head()
+            if head is None:
+                continue
+            order = (head[0], head[1])
+            if best_order is not None and order >= best_order:
+                continue
+            matches = bucket.matches.get(info.name)
+            if matches is None:
+                matches = matches_statically(bucket.requirements, info) and (
+                    bucket.timeout_s <= info.max_action_timeout_s
+                )
+                bucket.matches[info.name] = matches
+            if not matches:
+                continue
+            if bucket.exclusive:
+                if state.leases or (budget is not None and memory_reserved > 0):
+                    continue
+                memory = min(info.capacity.memory_bytes, budget or info.capacity.memory_bytes)
+            else:
+                reservation = bucket.requirements.reservation
+                if not reservation.fits_in(free):
+                    continue
+                memory = reservation.memory_bytes
+                if memory > budget_free:
+                    continue
+            if memory and self._available_memory is not None and running > 0:
+                if available is None:
+                    available = float(self._available_memory())
+                if memory > available:
+                    self.vetoed = True
+                    continue
+            best, best_order, best_memory = bucket, order, memory
+        if best is None:
+            return None
+        entry = heapq.heappop(best.heap)
+        op = entry[3]
+        best.live -= 1
+        op.bucket = None
+        op.ticket += 1
+        if best.exclusive:
+            reservation = Reservation(info.capacity.millicpus, best_memory, info.capacity.extra)
+        else:
+            reservation = best.requirements.reservation
+        return op, reservation, best.exclusive

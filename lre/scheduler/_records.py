@@ -1,0 +1,168 @@
+"""The scheduler's mutable records: one per operation, worker and lease.
+
+Plain slotted objects touched only on the Trio thread by the scheduler's
+modules; nothing outside ``lre.scheduler`` sees them (clients get
+``OperationSnapshot``s, workers ``Lease``s, observers statistics).
+"""
+
+from __future__ import annotations
+
+import time
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+import trio
+
+from lre.errors import LreError
+from lre.proto import re_pb2
+from lre.scheduler._lease import Lease
+from lre.scheduler._matching import Requirements
+from lre.scheduler._model import (
+    ActionKey,
+    OperationSnapshot,
+    RequestInfo,
+    Reservation,
+    Stage,
+    WorkerInfo,
+)
+
+if TYPE_CHECKING:
+    from lre.scheduler._queue import Bucket
+
+
+class OperationState:
+    """One operation from submission until it is forgotten.
+
+    ``changed`` is replaced (and the old event set) on every change, so a
+    watcher waits on the event it saw last. ``bucket``/``ticket`` tie the
+    operation to its place in the run queue: a heap entry whose ticket no
+    longer matches is stale and skipped.
+    """
+
+    __slots__ = (
+        "abandon_token",
+        "action",
+        "attempt",
+        "bucket",
+        "cached",
+        "changed",
+        "command",
+        "dedup",
+        "done",
+        "error",
+        "exclusive",
+        "inline_output_files",
+        "inline_stderr",
+        "inline_stdout",
+        "key",
+        "kills",
+        "kind_key",
+        "ladder_step",
+        "lease",
+        "message",
+        "name",
+        "platform",
+        "priority",
+        "queued_at",
+        "request_info",
+        "requested_timeout_s",
+        "requirements",
+        "reservation",
+        "result",
+        "retries",
+        "seq",
+        "skip_cache_lookup",
+        "stage",
+        "steps_tried",
+        "ticket",
+        "watchers",
+    )
+
+    def __init__(
+        self, name: str, key: ActionKey, seq: int, request: re_pb2.ExecuteRequest, info: RequestInfo
+    ) -> None:
+        self.name = name
+        self.key = key
+        self.seq = seq
+        self.priority = request.execution_policy.priority
+        self.skip_cache_lookup = request.skip_cache_lookup
+        self.inline_stdout = request.inline_stdout
+        self.inline_stderr = request.inline_stderr
+        self.inline_output_files = tuple(request.inline_output_files)
+        self.request_info = info
+        self.stage = Stage.CACHE_CHECK
+        self.done = False
+        self.result: re_pb2.ActionResult | None = None
+        self.cached = False
+        self.error: LreError | None = None
+        self.message = ""
+        self.changed = trio.Event()
+        self.watchers = 0
+        self.abandon_token = 0
+        self.action: re_pb2.Action | None = None
+        self.command: re_pb2.Command | None = None
+        self.platform: MappingProxyType[str, str] = MappingProxyType({})
+        self.requirements: Requirements | None = None
+        self.kind_key = ""
+        self.requested_timeout_s: float | None = None
+        self.reservation = Reservation()
+        self.exclusive = False
+        self.ladder_step = 0
+        self.kills = 0
+        self.steps_tried: list[str] = []
+        self.retries = 0
+        self.attempt = 0
+        self.queued_at = time.time()
+        self.lease: LeaseRecord | None = None
+        self.ticket = 0
+        self.bucket: Bucket | None = None
+        self.dedup = False
+
+    def snapshot(self) -> OperationSnapshot:
+        return OperationSnapshot(
+            name=self.name,
+            stage=self.stage,
+            action_key=self.key,
+            done=self.done,
+            result=self.result,
+            cached_result=self.cached,
+            error=self.error,
+            message=self.message,
+            queued_at=self.queued_at,
+        )
+
+    def notify(self) -> None:
+        """Wake everyone waiting for a change of this operation."""
+        event, self.changed = self.changed, trio.Event()
+        event.set()
+
+
+class WorkerState:
+    """A registered worker: what it holds and the event its ``lease`` call waits on."""
+
+    __slots__ = ("draining", "info", "last_seen", "leases", "registered", "reserved", "wake")
+
+    def __init__(self, info: WorkerInfo) -> None:
+        self.info = info
+        self.draining = False
+        self.registered = True
+        self.reserved = Reservation()
+        self.leases: dict[str, LeaseRecord] = {}
+        self.wake = trio.Event()
+        self.last_seen = time.monotonic()
+
+    def wake_up(self) -> None:
+        event, self.wake = self.wake, trio.Event()
+        event.set()
+
+
+class LeaseRecord:
+    """A lease held by a worker for an operation."""
+
+    __slots__ = ("lease", "op", "started_at", "worker")
+
+    def __init__(self, lease: Lease, op: OperationState, worker: WorkerState) -> None:
+        self.lease = lease
+        self.op = op
+        self.worker = worker
+        self.started_at = time.time()

@@ -1,0 +1,129 @@
+"""What an operation reserves: the first size, and the memory ladder after kills.
+
+- First size: what the client asked (platform properties), raised to the
+  advisor's learned reservation or, for a kind never seen, to the cold
+  memory default; capped by the largest matching worker and the memory
+  budget. A learned ladder step starts the operation higher up.
+- After a ``MemoryExceeded`` kill: the next ladder step above both the
+  reservation it had and the peak it reached; past the top of the ladder
+  the operation reserves a whole idle worker (``exclusive``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from lre.errors import FailedPrecondition, ResourceExhausted
+from lre.scheduler._lease import Lease
+from lre.scheduler._matching import Requirements
+from lre.scheduler._model import MemoryExceeded, Reservation, ResourcePolicy, WorkerInfo
+from lre.scheduler._protocols import ReservationAdvisor
+from lre.scheduler._records import OperationState
+from lre.scheduler._units import memory_text
+
+log = logging.getLogger("lre.scheduler")
+
+
+def memory_ceiling(resources: ResourcePolicy, matching: Sequence[WorkerInfo]) -> int:
+    """The most memory an action may reserve on any of ``matching``."""
+    ceiling = max(w.capacity.memory_bytes for w in matching)
+    budget = resources.memory_budget_bytes
+    return ceiling if budget is None else min(ceiling, budget)
+
+
+def size_initial(
+    op: OperationState,
+    requirements: Requirements,
+    matching: Sequence[WorkerInfo],
+    resources: ResourcePolicy,
+    advisor: ReservationAdvisor | None,
+) -> None:
+    """Set ``op.reservation`` (and its ladder step) before it is first queued.
+
+    Raises ``FailedPrecondition`` when the client asks for more memory than
+    any matching worker or the budget offers. Advisor errors are logged and
+    the cold default is used.
+    """
+    asked = requirements.reservation
+    millicpus, memory, step = asked.millicpus, asked.memory_bytes, 0
+    learned = None
+    if advisor is not None:
+        try:
+            learned = advisor.lookup(op.kind_key)
+        except Exception:
+            log.exception("reservation advisor lookup failed for %s", op.kind_key)
+    if learned is not None:
+        millicpus = max(millicpus, learned[0])
+        memory = max(memory, learned[1])
+        step = max(0, learned[2])
+    else:
+        memory = max(memory, resources.cold_memory_bytes)
+    largest_cpu = max(w.capacity.millicpus for w in matching)
+    largest_mem = memory_ceiling(resources, matching)
+    if asked.memory_bytes > largest_mem:
+        raise FailedPrecondition(
+            f"action {op.key.action_digest}: platform property memory_kb="
+            f"{asked.memory_bytes // 1024} is more than the memory budget "
+            f"({memory_text(largest_mem)})"
+        )
+    op.reservation = Reservation(
+        max(asked.millicpus, min(millicpus, largest_cpu)),
+        min(memory, largest_mem),
+        asked.extra,
+    )
+    if step > 0:
+        move_to_step(op, step, matching, resources)
+
+
+def move_to_step(
+    op: OperationState, step: int, matching: Sequence[WorkerInfo], resources: ResourcePolicy
+) -> None:
+    """Reserve ladder step ``step`` (1-based), or the whole worker past the top."""
+    ladder = resources.ladder
+    ceiling = memory_ceiling(resources, matching)
+    if step <= len(ladder) and ladder[step - 1] <= ceiling:
+        op.ladder_step = step
+        memory = max(op.reservation.memory_bytes, ladder[step - 1])
+        op.reservation = Reservation(op.reservation.millicpus, memory, op.reservation.extra)
+    else:
+        op.ladder_step = len(ladder) + 1
+        op.exclusive = True
+
+
+def escalate(
+    op: OperationState,
+    lease: Lease,
+    outcome: MemoryExceeded,
+    matching: Sequence[WorkerInfo],
+    resources: ResourcePolicy,
+) -> ResourceExhausted | None:
+    """Record a ladder kill of ``lease`` and size ``op`` one step up.
+
+    Returns the error to end the operation with when it has been killed
+    ``max_steps`` times (naming the peak and every step tried), else None
+    (requeue it). The kill does not count as an attempt.
+    """
+    op.attempt -= 1  # not a retry: the next run keeps this attempt number
+    op.kills += 1
+    op.steps_tried.append(
+        "whole worker" if lease.exclusive else memory_text(lease.reservation.memory_bytes)
+    )
+    if op.kills >= resources.max_steps:
+        return ResourceExhausted(
+            f"action {op.key.action_digest} was killed {op.kills} time(s) for "
+            f"exceeding its memory reservation; peak RSS "
+            f"{memory_text(outcome.peak_rss_bytes)}; steps tried: " + ", ".join(op.steps_tried)
+        )
+    if not op.exclusive:
+        floor = max(lease.reservation.memory_bytes, outcome.peak_rss_bytes)
+        ladder = resources.ladder
+        step = next(
+            (i for i, amount in enumerate(ladder, 1) if i > op.ladder_step and amount > floor),
+            len(ladder) + 1,
+        )
+        if matching:
+            move_to_step(op, step, matching, resources)
+        else:
+            op.ladder_step, op.exclusive = len(ladder) + 1, True
+    return None
