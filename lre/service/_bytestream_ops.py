@@ -79,6 +79,72 @@ async def _iterate(chunks: list[bytes | memoryview]) -> AsyncIterator[bytes]:
         yield cast(bytes, chunk)  # bytes-like: hashing, joining and os.write accept it
 
 
+class _Unfinished(Exception):
+    """The request stream ended without ``finish_write`` (internal)."""
+
+
+async def _stream(
+    first: WriteChunk,
+    requests: AsyncIterator[WriteChunk],
+    name: str,
+    upload: PartialUpload,
+    limit: int,
+) -> AsyncIterator[bytes]:
+    """The blob's bytes for the store, as the requests arrive.
+
+    Yields what an earlier (broken) stream left in ``upload`` first, then
+    the data of ``first`` and its successors, recording each in ``upload``
+    so that a stream cut short can be resumed. Chunks are memoryviews into
+    the request buffers, held back by one so that a blob of a single chunk
+    reaches the store as ``bytes`` (a store may keep it as the blob). Raises
+    ``_Unfinished`` when the stream ends without ``finish_write`` and
+    ``InvalidArgument`` for a bad request.
+    """
+    held: bytes | memoryview | None = None
+    sent = 0
+    for chunk in list(upload.chunks):
+        if held is not None:
+            yield cast(bytes, held)
+            sent += 1
+        held = chunk
+    request = first
+    while True:
+        _check_request(request, name, upload)
+        data = request.data
+        if data:
+            if upload.committed + len(data) > limit:
+                raise InvalidArgument(
+                    f"data: {upload.committed + len(data)} bytes written exceed the "
+                    f"blob's {limit} bytes ({name[:200]!r})"
+                )
+            upload.append(data)
+            if held is not None:
+                yield cast(bytes, held)
+                sent += 1
+            held = data
+        if request.finish_write:
+            break
+        try:
+            request = await anext(requests)
+        except StopAsyncIteration:
+            raise _Unfinished from None
+    if held is not None:
+        yield bytes(held) if sent == 0 else cast(bytes, held)
+
+
+def _check_request(request: WriteChunk, name: str, upload: PartialUpload) -> None:
+    """Raise ``InvalidArgument`` unless ``request`` continues ``upload`` correctly."""
+    if request.malformed:
+        raise InvalidArgument(request.malformed)
+    if request.resource_name and request.resource_name != name:
+        raise InvalidArgument(
+            f"resource_name: {request.resource_name[:200]!r} differs from the "
+            f"stream's first name {name[:200]!r}"
+        )
+    if request.write_offset != upload.committed:
+        raise _offset_error(request.write_offset, upload.committed)
+
+
 def _offset_error(offset: int, committed: int) -> InvalidArgument:
     relation = "skips ahead of" if offset > committed else "overlaps"
     return InvalidArgument(
@@ -118,24 +184,27 @@ async def write_blob(
     try:
         if first.write_offset == 0 and upload.committed:
             upload.reset()
-        limit = digest.size_bytes
-        if resource.compressed:
-            limit += limit // 64 + _COMPRESSED_SLACK
+        if not resource.compressed:
+            # Stream into the store while the rest arrives (hashing overlaps
+            # receiving); the data is kept in ``upload`` until it succeeds.
+            try:
+                await store.write(digest, _stream(first, requests, name, upload, digest.size_bytes))
+            except _Unfinished:
+                uploads.release(key, upload)
+                raise _unfinished_error(upload.committed) from None
+            uploads.discard(key)
+            # The store holds the blob (it may stop reading early when it
+            # already had it), so the whole size is committed.
+            return bs_pb2.WriteResponse(committed_size=digest.size_bytes)
+        limit = digest.size_bytes + digest.size_bytes // 64 + _COMPRESSED_SLACK
         if not await _receive(first, requests, name, upload, limit):
             # A stream that stops without finish_write keeps its data (resumable).
-            unfinished = InvalidArgument(
-                f"Write: the stream ended at offset {upload.committed} without "
-                f"finish_write; resume with write_offset {upload.committed}"
-            )
             uploads.release(key, upload)
-            raise unfinished
+            raise _unfinished_error(upload.committed)
         chunks = list(upload.chunks)
         committed = upload.committed
         uploads.discard(key)
-        if resource.compressed:
-            await store.write(digest, adecompress(chunks, digest))
-        else:
-            await store.write(digest, _iterate(chunks))
+        await store.write(digest, adecompress(chunks, digest))
         return bs_pb2.WriteResponse(committed_size=committed)
     except LreError:
         if upload.busy:  # not the resumable case above
@@ -143,6 +212,13 @@ async def write_blob(
         raise
     finally:
         uploads.release(key, upload)
+
+
+def _unfinished_error(committed: int) -> InvalidArgument:
+    return InvalidArgument(
+        f"Write: the stream ended at offset {committed} without "
+        f"finish_write; resume with write_offset {committed}"
+    )
 
 
 async def _receive(
@@ -154,15 +230,7 @@ async def _receive(
 ) -> bool:
     """Append the data of ``request`` and its successors; False if ``finish_write`` never came."""
     while True:
-        if request.malformed:
-            raise InvalidArgument(request.malformed)
-        if request.resource_name and request.resource_name != name:
-            raise InvalidArgument(
-                f"resource_name: {request.resource_name[:200]!r} differs from the "
-                f"stream's first name {name[:200]!r}"
-            )
-        if request.write_offset != upload.committed:
-            raise _offset_error(request.write_offset, upload.committed)
+        _check_request(request, name, upload)
         data = request.data
         if data:
             if upload.committed + len(data) > limit:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import uuid
 from collections.abc import Iterator
 
@@ -256,3 +257,47 @@ async def test_write_request_that_does_not_parse(cache_server: ServerHandle) -> 
         await cache_server.client.run(method, iter([b"\x0a\xff\xff\xff\x0f"]))
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "does not parse" in info.value.details()
+
+
+async def test_write_cut_off_mid_stream_resumes(cache_server: ServerHandle) -> None:
+    """A client that vanishes while the store is taking the data can resume it.
+
+    The blob streams into the store as it arrives; the cut-off store write
+    leaves nothing visible, and the data that arrived stays resumable.
+    """
+    data = os.urandom(6 * CHUNK)
+    name = upload_name(data)
+    sent = trio.Semaphore(0)
+    release = threading.Event()
+    token = trio.lowlevel.current_trio_token()
+
+    def first_half() -> Iterator[bs_pb2.WriteRequest]:
+        for index, request in enumerate(write_requests(name, data)):
+            if index == 3:
+                token.run_sync_soon(sent.release)
+                release.wait(10)
+                return
+            yield request
+
+    future = cache_server.client.bytestream.Write.future(first_half())
+    await sent.acquire()
+
+    async def committed() -> int:
+        status = await cache_server.client.run(
+            cache_server.client.bytestream.QueryWriteStatus,
+            bs_pb2.QueryWriteStatusRequest(resource_name=name),
+        )
+        return int(status.committed_size)
+
+    for _ in range(500):
+        if await committed() == 3 * CHUNK:
+            break
+        await trio.sleep(0.01)
+    future.cancel()
+    release.set()
+    await eventually(lambda: cache_server.bridge.statistics().running == 0)
+    assert await committed() == 3 * CHUNK
+    assert (await cache_server.store.has_many([digest_of(data)])) == [None]
+    resumed = write_requests(name, data[3 * CHUNK :], offset=3 * CHUNK)
+    assert await write(cache_server, resumed) == len(data)
+    assert await read(cache_server, read_name(data)) == data
