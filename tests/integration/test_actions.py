@@ -1,0 +1,252 @@
+"""Real commands through the whole stack: a client uploads inputs over gRPC,
+Executes, and reads every output back from lre's CAS.
+
+One lre per module (see conftest); each action is salted so none of them is
+answered from another test's cache entry.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import grpc
+import psutil
+import pytest
+
+from lre.proto import operations_pb2, re_pb2
+from tests.integration._reapi import (
+    Client,
+    File,
+    Stage,
+    digest,
+    metadata_of,
+    processes_with,
+    response_of,
+    tree_files,
+    wait_until,
+)
+
+OK = grpc.StatusCode.OK.value[0]
+DEADLINE_EXCEEDED = grpc.StatusCode.DEADLINE_EXCEEDED.value[0]
+
+#: lre's default PATH for Commands that set none (LocalWorkerSpec.default_path).
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+C_SOURCE = b"""\
+int square(int x) { return x * x; }
+int answer(void) { return square(6) + 6; }
+"""
+
+
+def require_tool(name: str) -> str:
+    found = shutil.which(name)
+    if found is None:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"{name} is required on CI")
+        pytest.skip(f"{name} is not installed")
+    return found
+
+
+def test_gcc_compiles_a_c_file(client: Client, tmp_path: Path) -> None:
+    require_tool("gcc")
+    response = client.run(
+        ["gcc", "-c", "-o", "out/x.o", "src/x.c"],
+        inputs={"src/x.c": C_SOURCE},
+        output_paths=["out/x.o"],
+    )
+    assert response.status.code == OK, response.status
+    result = response.result
+    assert result.exit_code == 0, client.stderr(result)
+    assert [f.path for f in result.output_files] == ["out/x.o"]
+    (object_file,) = result.output_files
+    data = client.read(object_file.digest)
+    assert digest(data) == object_file.digest
+    assert data[:4] == b"\x7fELF"
+    # The same compiler run here gives the same bytes.
+    (tmp_path / "src").mkdir()
+    (tmp_path / "out").mkdir()
+    (tmp_path / "src/x.c").write_bytes(C_SOURCE)
+    subprocess.run(["gcc", "-c", "-o", "out/x.o", "src/x.c"], cwd=tmp_path, check=True)
+    assert (tmp_path / "out/x.o").read_bytes() == data
+
+
+def test_shell_pipeline(client: Client) -> None:
+    response = client.run(
+        [
+            "/bin/sh",
+            "-c",
+            "sort in/words | uniq -c | sort -rn | head -n 2 > out/top;"
+            " tr a-z A-Z < in/words | tr -d '\\n'",
+        ],
+        inputs={"in/words": b"pear\napple\nfig\napple\npear\napple\n"},
+        output_paths=["out/top"],
+    )
+    result = response.result
+    assert (response.status.code, result.exit_code) == (OK, 0)
+    assert client.stdout(result) == b"PEARAPPLEFIGAPPLEPEARAPPLE"
+    (top,) = result.output_files
+    assert top.path == "out/top"
+    assert client.read(top.digest) == b"      3 apple\n      2 pear\n"
+
+
+def test_outputs_of_every_kind(client: Client) -> None:
+    script = (
+        "mkdir -p out/dir/sub/deep out/dir/empty;"
+        " printf regular > out/file;"
+        " printf '#!/bin/sh\\necho tool\\n' > out/tool; chmod 755 out/tool;"
+        " printf deep > out/dir/sub/deep/f; printf g > out/dir/g; chmod +x out/dir/g;"
+        " ln -s file out/link"
+    )
+    response = client.run(
+        ["/bin/sh", "-c", script],
+        output_paths=["out/dir", "out/file", "out/link", "out/missing", "out/tool"],
+    )
+    assert response.status.code == OK, response.status
+    result = response.result
+    assert result.exit_code == 0, client.stderr(result)
+
+    files = {f.path: f for f in result.output_files}
+    assert sorted(files) == ["out/file", "out/tool"]  # out/missing is omitted
+    assert client.read(files["out/file"].digest) == b"regular"
+    assert not files["out/file"].is_executable
+    assert client.read(files["out/tool"].digest) == b"#!/bin/sh\necho tool\n"
+    assert files["out/tool"].is_executable
+
+    assert [(s.path, s.target) for s in result.output_symlinks] == [("out/link", "file")]
+    assert [(s.path, s.target) for s in result.output_file_symlinks] == [("out/link", "file")]
+
+    (directory,) = result.output_directories
+    assert directory.path == "out/dir"
+    tree = re_pb2.Tree.FromString(client.read(directory.tree_digest))
+    assert digest(tree.SerializeToString()) == directory.tree_digest
+    assert [d.name for d in tree.root.directories] == ["empty", "sub"]
+    files_in_tree = tree_files(tree)
+    assert sorted(files_in_tree) == ["g", "sub/deep/f"]
+    assert client.read(files_in_tree["sub/deep/f"].digest) == b"deep"
+    assert client.read(files_in_tree["g"].digest) == b"g"
+    assert files_in_tree["g"].is_executable
+    assert not files_in_tree["sub/deep/f"].is_executable
+    # Every child directory of the tree is in it (empty, sub, sub/deep).
+    assert len(tree.children) == 3
+
+
+def test_working_directory(client: Client) -> None:
+    response = client.run(
+        ["/bin/sh", "-c", "pwd > out/pwd; cat data.txt; ls"],
+        inputs={"pkg/data.txt": b"inside pkg\n", "top.txt": b"top"},
+        working_directory="pkg",
+        output_paths=["out/pwd"],
+    )
+    result = response.result
+    assert (response.status.code, result.exit_code) == (OK, 0), client.stderr(result)
+    # lre created the parent of the output path, relative to the working directory.
+    assert client.stdout(result) == b"inside pkg\ndata.txt\nout\n"
+    (pwd,) = result.output_files
+    # Output paths are relative to the working directory.
+    assert pwd.path == "out/pwd"
+    assert client.read(pwd.digest).decode().rstrip("\n").endswith("/pkg")
+
+
+def environment_of(stdout: bytes) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in stdout.decode().splitlines())
+
+
+def test_environment_is_exactly_the_commands(client: Client) -> None:
+    variables = {"A_VAR": "1", "EMPTY": "", "WITH_SPACE": "a b  c", "LANG": "C"}
+    response = client.run(["env"], env=variables)
+    result = response.result
+    assert (response.status.code, result.exit_code) == (OK, 0)
+    env = environment_of(client.stdout(result))
+    # The jobserver (on by default) advertises its pool; nothing else is added.
+    makeflags = env.pop("MAKEFLAGS")
+    assert env.pop("CARGO_MAKEFLAGS") == makeflags
+    assert "--jobserver-auth=" in makeflags
+    assert env == {**variables, "PATH": DEFAULT_PATH}
+
+    # A PATH of the Command's own is kept as it is.
+    response = client.run(["/usr/bin/env"], env={"PATH": "/bin"})
+    env = environment_of(client.stdout(response.result))
+    assert {k: v for k, v in env.items() if "MAKEFLAGS" not in k} == {"PATH": "/bin"}
+
+
+def test_non_zero_exit_is_a_result(client: Client) -> None:
+    response = client.run(["/bin/sh", "-c", "echo out; echo 'it broke' >&2; exit 3"])
+    assert response.status.code == OK, response.status
+    result = response.result
+    assert result.exit_code == 3
+    assert client.stdout(result) == b"out\n"
+    assert client.stderr(result) == b"it broke\n"
+    assert result.HasField("execution_metadata")
+
+
+def test_timeout_keeps_partial_output(client: Client, marker: str) -> None:
+    started = time.monotonic()
+    response = client.run(
+        ["/bin/sh", "-c", f"echo partial; echo err-so-far >&2; sleep {marker}"],
+        timeout_s=1,
+    )
+    assert time.monotonic() - started < 20
+    assert response.status.code == DEADLINE_EXCEEDED, response.status
+    assert client.stdout(response.result) == b"partial\n"
+    assert client.stderr(response.result) == b"err-so-far\n"
+    assert processes_with(marker) == []
+
+
+def test_cancelling_the_execute_stream_kills_the_action(client: Client, marker: str) -> None:
+    call = client.execution.Execute(
+        client.execute_request(client.prepare(["/bin/sh", "-c", f"sleep {marker}; echo done"])),
+        timeout=60,
+    )
+    name = ""
+    for operation in call:
+        name = operation.name
+        if metadata_of(operation).stage == Stage.EXECUTING:
+            break
+    assert wait_until(lambda: processes_with(marker)), "the action never started"
+    call.cancel()
+    assert wait_until(lambda: not processes_with(marker)), processes_with(marker)
+
+    # The operation ended as cancelled (Operations.GetOperation still knows it).
+    def finished() -> operations_pb2.Operation:
+        got: operations_pb2.Operation = client.operations.GetOperation(
+            operations_pb2.GetOperationRequest(name=name), timeout=10
+        )
+        return got
+
+    assert wait_until(lambda: finished().done)
+    assert response_of(finished()).status.code == grpc.StatusCode.CANCELLED.value[0]
+
+
+def test_background_children_do_not_survive(client: Client, marker: str) -> None:
+    response = client.run(["/bin/sh", "-c", f"sleep {marker} & echo $!; exit 0"])
+    result = response.result
+    assert (response.status.code, result.exit_code) == (OK, 0)
+    background = int(client.stdout(result))
+    # A process SIGKILLed a moment ago may still be exiting (state R, empty
+    # cmdline); it must be gone or a zombie (waiting for init) shortly after.
+    assert wait_until(lambda: not alive(background), seconds=5), psutil.Process(background)
+    assert processes_with(marker) == []
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_executable_input_and_nested_inputs(client: Client) -> None:
+    response = client.run(
+        ["./bin/tool", "a/b/c.txt"],
+        inputs={
+            "bin/tool": File(b'#!/bin/sh\ncat "$1"\necho ran\n', executable=True),
+            "a/b/c.txt": b"nested input\n",
+        },
+    )
+    result = response.result
+    assert (response.status.code, result.exit_code) == (OK, 0), client.stderr(result)
+    assert client.stdout(result) == b"nested input\nran\n"
