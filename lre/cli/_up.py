@@ -39,6 +39,7 @@ from lre.cli._daemon import (
     write_pid_file,
 )
 from lre.config import Config, ListenerSpec, resolve
+from lre.errors import LreError
 
 if TYPE_CHECKING:
     from lre.app import Application, ReadyInfo
@@ -197,7 +198,7 @@ def up(
         )
         return
 
-    def on_ready(ready: ReadyInfo) -> None:
+    def announce(ready: ReadyInfo) -> None:
         write_pid_file(
             state_dir,
             RunningServer(
@@ -219,9 +220,16 @@ def up(
             err=True,
         )
 
-    from lre.app import run_server
+    from lre.app import AppBuildError, StoreBuildError, run_server
 
     dashboard = sys.stdout.isatty() and not no_tui
+    ready_seen = False
+
+    def on_ready(ready: ReadyInfo) -> None:
+        nonlocal ready_seen
+        ready_seen = True
+        announce(ready)
+
     try:
         run_server(
             config,
@@ -230,9 +238,24 @@ def up(
             log_level=log_level,
             log_to_file=dashboard,
         )
+    except BaseException as error:
+        cause = _single_cause(error)
+        fixable = (OSError, ValueError, LreError, AppBuildError, StoreBuildError)
+        if ready_seen or not isinstance(cause, fixable):
+            raise
+        # A start-up problem the user can fix: say what, without a traceback.
+        typer.echo(f"error: lre could not start: {cause}", err=True)
+        raise typer.Exit(1) from error
     finally:
         remove_pid_file(state_dir, os.getpid())
     typer.echo("lre stopped", err=True)
+
+
+def _single_cause(error: BaseException) -> BaseException:
+    """The one exception inside (nested) exception groups, else ``error`` itself."""
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error
 
 
 def _detach(

@@ -101,3 +101,24 @@ def test_port_in_use_names_the_holder(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert f"127.0.0.1:{port} is in use by pid {os.getpid()}" in result.stderr
     assert "--port" in result.stderr
+
+
+def test_start_up_errors_are_one_line_not_a_traceback(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("")  # empty: refused at start
+    token.chmod(0o600)
+    config = tmp_path / "lre.json5"
+    config.write_text(
+        app_config_text(tmp_path / "lre-root").replace(
+            'listener: { address: "127.0.0.1:0" }',
+            f'listener: {{ address: "127.0.0.1:0", auth_token_file: "{token}" }}',
+        )
+    )
+    env = {**os.environ, "HOME": str(tmp_path / "home")}
+    result = _lre(
+        "up", "--no-tui", "--no-client-config", "--config", str(config), cwd=tmp_path, env=env
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1].startswith("error: lre could not start:")
+    assert "auth_token_file" in result.stderr
+    assert "Traceback" not in result.stderr
