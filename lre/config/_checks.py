@@ -481,9 +481,16 @@ class _Checker:
                 ("global", "max_open_files"),
                 f"{spec.max_open_files} is too few for a server; use at least 64",
             )
-        if spec.status.address and _host_port(spec.status.address) is None:
+        status_host = _host_port(spec.status.address) if spec.status.address else ""
+        if status_host is None:
             self.fail(
                 ("global", "status", "address"), f'{spec.status.address!r} is not "host:port" or ""'
+            )
+        elif status_host and not _is_loopback(status_host):
+            self.fail(
+                ("global", "status", "address"),
+                f"{spec.status.address!r} is reachable from other machines, and the status "
+                "listener has no authentication; listen on 127.0.0.1",
             )
 
     def _missing(self, path: Path, name: str, what: str, known: Mapping[str, object]) -> None:

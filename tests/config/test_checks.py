@@ -260,6 +260,11 @@ def mutate(path: str, value: Any) -> dict[str, Any]:
         ),
         ("stores.3.grpc.endpoints", [], "stores[3].grpc.endpoints: at least one endpoint"),
         ("servers.0.instances", [], "servers[0].instances: at least one instance is needed"),
+        (
+            "global",
+            {"status": {"address": "0.0.0.0:50061"}},
+            "global.status.address: '0.0.0.0:50061' is reachable from other machines",
+        ),
     ],
 )
 def test_reference_and_value_errors(path: str, value: Any, expected: str) -> None:
