@@ -38,6 +38,10 @@ class Reservation:
     extra: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
 
     def __add__(self, other: Reservation) -> Reservation:
+        if not other.extra:
+            return Reservation(
+                self.millicpus + other.millicpus, self.memory_bytes + other.memory_bytes, self.extra
+            )
         extra = dict(self.extra)
         for name, amount in other.extra.items():
             extra[name] = extra.get(name, 0) + amount
@@ -48,6 +52,10 @@ class Reservation:
         )
 
     def __sub__(self, other: Reservation) -> Reservation:
+        if not other.extra:
+            return Reservation(
+                self.millicpus - other.millicpus, self.memory_bytes - other.memory_bytes, self.extra
+            )
         extra = dict(self.extra)
         for name, amount in other.extra.items():
             extra[name] = extra.get(name, 0) - amount
@@ -61,6 +69,8 @@ class Reservation:
         """True when every amount of ``self`` is at most the one in ``free``."""
         if self.millicpus > free.millicpus or self.memory_bytes > free.memory_bytes:
             return False
+        if not self.extra:
+            return True
         return all(amount <= free.extra.get(name, 0) for name, amount in self.extra.items())
 
 

@@ -45,6 +45,7 @@ class OperationState:
         "attempt",
         "bucket",
         "cached",
+        "cached_snapshot",
         "changed",
         "command",
         "dedup",
@@ -117,9 +118,14 @@ class OperationState:
         self.ticket = 0
         self.bucket: Bucket | None = None
         self.dedup = False
+        self.cached_snapshot: OperationSnapshot | None = None
 
     def snapshot(self) -> OperationSnapshot:
-        return OperationSnapshot(
+        """The client's view (built once per change: ``notify`` drops it)."""
+        snapshot = self.cached_snapshot
+        if snapshot is not None:
+            return snapshot
+        snapshot = self.cached_snapshot = OperationSnapshot(
             name=self.name,
             stage=self.stage,
             action_key=self.key,
@@ -130,9 +136,12 @@ class OperationState:
             message=self.message,
             queued_at=self.queued_at,
         )
+        return snapshot
 
     def notify(self) -> None:
-        """Wake everyone waiting for a change of this operation."""
+        """Wake everyone waiting for a change of this operation (call after
+        every change of what ``snapshot`` shows)."""
+        self.cached_snapshot = None
         event, self.changed = self.changed, trio.Event()
         event.set()
 
@@ -140,7 +149,16 @@ class OperationState:
 class WorkerState:
     """A registered worker: what it holds and the event its ``lease`` call waits on."""
 
-    __slots__ = ("draining", "info", "last_seen", "leases", "registered", "reserved", "wake")
+    __slots__ = (
+        "draining",
+        "info",
+        "last_seen",
+        "leases",
+        "registered",
+        "reserved",
+        "waiters",
+        "wake",
+    )
 
     def __init__(self, info: WorkerInfo) -> None:
         self.info = info
@@ -149,11 +167,14 @@ class WorkerState:
         self.reserved = Reservation()
         self.leases: dict[str, LeaseRecord] = {}
         self.wake = trio.Event()
+        self.waiters = 0
         self.last_seen = time.monotonic()
 
     def wake_up(self) -> None:
-        event, self.wake = self.wake, trio.Event()
-        event.set()
+        """Wake the ``lease`` calls waiting on ``wake`` (nothing to do when none waits)."""
+        if self.waiters:
+            event, self.wake = self.wake, trio.Event()
+            event.set()
 
 
 class LeaseRecord:

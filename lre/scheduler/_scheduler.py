@@ -279,15 +279,22 @@ class Scheduler:
         worker is unregistered. Cancelling the call takes nothing.
         """
         state = self._worker(worker_name)
+        waited = False
         while True:
             if not state.registered:
                 raise Unavailable(f"worker {worker_name} is unregistered")
             taken = self._queue.take(state, self._memory_reserved, self._running)
             if taken is not None:
                 lease = self._start(state, *taken)
-                await trio.lowlevel.cancel_shielded_checkpoint()
+                if not waited:  # a waited call has already passed a checkpoint
+                    await trio.lowlevel.cancel_shielded_checkpoint()
                 return lease
-            await state.wake.wait()
+            waited = True
+            state.waiters += 1
+            try:
+                await state.wake.wait()
+            finally:
+                state.waiters -= 1
 
     def report(self, lease_id: str, outcome: Outcome) -> bool:
         """The worker's result for a lease; releases its reservation.
@@ -401,6 +408,7 @@ class Scheduler:
                 del self._dedup[op.key]
 
     def _set_stage(self, op: OperationState, stage: Stage) -> None:
+        op.cached_snapshot = None
         self._stage_counts[op.stage] -= 1
         op.stage = stage
         if stage is not Stage.COMPLETED:
