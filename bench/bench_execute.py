@@ -44,9 +44,6 @@ from lre.digest import Digest
 from lre.errors import Unavailable
 from lre.proto import re_pb2
 from lre.scheduler import Completed, Lease, Reservation, Scheduler, WorkerInfo
-from lre.service import GrpcServer, InstanceBackends, Instances, ServerOptions, TrioBridge
-from lre.service.execution import ExecutionServicer
-from lre.service.operations import OperationsServicer
 
 MODS = (PropertyModification(add=PropertyValue(name="cpu_count", value="1")),)
 
@@ -153,6 +150,11 @@ async def scheduler_only(count: int, concurrency: int) -> dict[str, float]:
 
 
 async def serve(store: MemoryStore, scheduler: Scheduler, nursery: trio.Nursery) -> str:
+    # Imported here so the scheduler-only runs do not load grpc at all.
+    from lre.service import GrpcServer, InstanceBackends, Instances, ServerOptions, TrioBridge
+    from lre.service.execution import ExecutionServicer
+    from lre.service.operations import OperationsServicer
+
     backends = {"main": InstanceBackends(cas=store, scheduler=scheduler)}
     instances = Instances(backends)
     bridge = TrioBridge()

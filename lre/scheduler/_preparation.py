@@ -4,6 +4,9 @@
 that the whole input tree exists, applies ``property_modifier`` to the
 platform (Action.platform, falling back to Command.platform), refuses what
 no worker can ever run, validates the timeout and sizes the reservation.
+
+What a platform needs and which workers match it is remembered per distinct
+platform (builds use a handful) until the set of workers changes.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from lre.proto import re_pb2
 from lre.scheduler._inputs import DirectoryCache, find_missing_inputs
 from lre.scheduler._kind import kind_key
 from lre.scheduler._matching import (
+    Requirements,
     apply_modifications,
     explain_unsatisfiable,
     matches_statically,
@@ -29,6 +33,8 @@ from lre.scheduler._model import ResourcePolicy, WorkerInfo
 from lre.scheduler._protocols import ReservationAdvisor
 from lre.scheduler._records import OperationState
 from lre.scheduler._sizing import size_initial
+
+_MAX_PLATFORMS = 1024
 
 
 class ActionChecker:
@@ -48,6 +54,14 @@ class ActionChecker:
         self._resources = resources
         self._advisor = advisor
         self._directories = DirectoryCache()
+        self._fits: dict[
+            tuple[tuple[str, str], ...],
+            tuple[Mapping[str, str], Requirements, tuple[WorkerInfo, ...]],
+        ] = {}
+
+    def workers_changed(self) -> None:
+        """Forget which workers match which platform (a worker came, went or changed)."""
+        self._fits.clear()
 
     async def check(
         self,
@@ -89,13 +103,22 @@ class ActionChecker:
             raise MissingBlobs([command_digest.subject]) from None
         if op.done:
             return False
-        platform = apply_modifications(platform_of(action, command), self._modifications)
-        requirements = requirements_of(platform, self._types)
-        infos = workers()
-        why = explain_unsatisfiable(requirements, infos)
-        if why is not None:
-            raise FailedPrecondition(f"action {key.action_digest}: {why}")
-        matching = [w for w in infos if matches_statically(requirements, w)]
+        raw = platform_of(action, command)
+        fit_key = tuple(raw.items())
+        fit = self._fits.get(fit_key)
+        if fit is None:
+            modified = MappingProxyType(apply_modifications(raw, self._modifications))
+            requirements = requirements_of(modified, self._types)
+            infos = workers()
+            why = explain_unsatisfiable(requirements, infos)
+            if why is not None:
+                raise FailedPrecondition(f"action {key.action_digest}: {why}")
+            matching = tuple(w for w in infos if matches_statically(requirements, w))
+            fit = (modified, requirements, matching)
+            if len(self._fits) >= _MAX_PLATFORMS:
+                self._fits.clear()
+            self._fits[fit_key] = fit
+        platform, requirements, matching = fit
         timeout_s: float | None = None
         if action.HasField("timeout"):
             asked = action.timeout.seconds + action.timeout.nanos / 1e9
@@ -111,7 +134,7 @@ class ActionChecker:
                 timeout_s = asked
         op.action = action
         op.command = command
-        op.platform = MappingProxyType(platform)
+        op.platform = platform
         op.requirements = requirements
         op.requested_timeout_s = timeout_s
         op.kind_key = kind_key(op.request_info, command)

@@ -8,6 +8,7 @@ modules; nothing outside ``lre.scheduler`` sees them (clients get
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
@@ -25,6 +26,8 @@ from lre.scheduler._model import (
     Stage,
     WorkerInfo,
 )
+
+_NO_PROPERTIES: Mapping[str, str] = MappingProxyType({})
 
 if TYPE_CHECKING:
     from lre.scheduler._queue import Bucket
@@ -102,7 +105,7 @@ class OperationState:
         self.abandon_token = 0
         self.action: re_pb2.Action | None = None
         self.command: re_pb2.Command | None = None
-        self.platform: MappingProxyType[str, str] = MappingProxyType({})
+        self.platform: Mapping[str, str] = _NO_PROPERTIES
         self.requirements: Requirements | None = None
         self.kind_key = ""
         self.requested_timeout_s: float | None = None

@@ -241,6 +241,7 @@ class Scheduler:
         else:
             state.info = info
         self._queue.forget_worker(info.name)
+        self._checker.workers_changed()
         self._wake_workers()
 
     def unregister_worker(self, name: str) -> None:
@@ -258,6 +259,7 @@ class Scheduler:
                 lease_id, InfrastructureFailure(Unavailable(f"worker {name} went away"))
             )
         self._queue.forget_worker(name)
+        self._checker.workers_changed()
         state.wake_up()
 
     def set_draining(self, name: str, draining: bool) -> None:
