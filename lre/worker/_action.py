@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -28,7 +27,7 @@ import trio
 
 from lre.cas._protocol import BlobStore
 from lre.config._models import LocalWorkerSpec
-from lre.digest import Digest
+from lre.digest import EMPTY_DIGEST, Digest
 from lre.errors import Cancelled, DeadlineExceeded, Internal, LreError
 from lre.proto import re_pb2
 from lre.scheduler import (
@@ -39,12 +38,20 @@ from lre.scheduler import (
     Outcome,
     Usage,
 )
+from lre.worker._action_dirs import LOG_NAMES, ROOT_NAME, ActionDirectories
 from lre.worker._command import PreparedCommand, prepare_command
-from lre.worker._input_tree import fetch_input_tree
+from lre.worker._input_tree import InputTree, fetch_input_tree
 from lre.worker._jobserver import JobserverPool, jobserver_tokens
 from lre.worker._metadata import Timeline, resource_usage_any
-from lre.worker._outputs import FoundFile, FoundOutputs, hash_file, scan_outputs
+from lre.worker._outputs import (
+    FoundFile,
+    FoundOutputs,
+    OutputRequest,
+    hash_file,
+    scan_outputs,
+)
 from lre.worker._process import ProcessOutcome, kill_group, run_process
+from lre.worker._properties import max_inflight
 from lre.worker._sampler import ActionUsage, ProcessTreeSampler
 from lre.worker._staging import LinkSource, stage_inputs
 from lre.worker._upload import Adopter, upload_outputs
@@ -54,7 +61,10 @@ log = logging.getLogger(__name__)
 
 #: Largest stdout/stderr/output file inlined into a result on request.
 INLINE_LIMIT = 1 << 20
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+#: When an action asked for no outputs and its stdout and stderr are at most
+#: this big, they are hashed on the event loop instead of in a thread (a
+#: thread round trip costs more than reading and hashing 64 KiB).
+SMALL_LOGS = 64 << 10
 
 
 class ActionResultWriter(Protocol):
@@ -102,10 +112,30 @@ class ActionRunner:
         self.adopt = adopt
         self.allow_escaping_symlinks = spec.symlink_policy == "allow"
         self.sampler = sampler
+        self.directories = ActionDirectories(workdir, stock=min(64, max_inflight(spec) or 32))
         #: lease id -> process group of actions running now
         self._groups: dict[str, int] = {}
         #: lease id -> usage at the moment the sampler found it over its line
         self._over_limit: dict[str, ActionUsage] = {}
+        #: lease id -> private jobserver pool of actions running now
+        self._pools: dict[str, JobserverPool] = {}
+        #: One empty pool shared by every action that reserves less than two
+        #: CPUs (see ``_jobserver_for``); made on first use.
+        self._empty_pool: JobserverPool | None = None
+
+    def jobserver_tokens(self) -> tuple[int, int]:
+        """``(in_use, total)`` tokens over the private pools of running actions."""
+        in_use = total = 0
+        for pool in self._pools.values():
+            in_use += pool.in_use()
+            total += pool.expected_tokens
+        return in_use, total
+
+    def close(self) -> None:
+        """Release the shared empty jobserver pool (call when no action runs)."""
+        if self._empty_pool is not None:
+            self._empty_pool.close()
+            self._empty_pool = None
 
     def over_limit(self, usage: ActionUsage) -> None:
         """Sampler hook: an action outgrew its memory line; kill its group now.
@@ -133,7 +163,7 @@ class ActionRunner:
         """Run one attempt of ``lease``'s action and return its outcome."""
         timeline = Timeline(queued=lease.queued_at)
         timeline.mark("worker_start")
-        action_dir = self.workdir.new_action_dir(_UNSAFE.sub("_", lease.lease_id) or "action")
+        action_dir = await self.directories.take()
         try:
             with trio.CancelScope() as scope:
                 lease.on_cancel(scope.cancel)
@@ -152,11 +182,7 @@ class ActionRunner:
                 Internal(f"worker {self.spec.name}: {error.strerror or error}")
             )
         finally:
-            with trio.CancelScope(shield=True):
-                try:
-                    await trio.to_thread.run_sync(self.workdir.remove_action_dir, action_dir)
-                except OSError:
-                    log.exception("worker %s: could not remove %s", self.spec.name, action_dir)
+            await self.directories.release(action_dir)
 
     def _failed(self, lease: Lease, timeline: Timeline, error: LreError) -> Outcome:
         """A request lre cannot run: final, with a result carrying metadata."""
@@ -165,8 +191,7 @@ class ActionRunner:
         return Completed(result, error=error, message=error.message)
 
     async def _run(self, lease: Lease, action_dir: Path, timeline: Timeline) -> Outcome:
-        root = action_dir / "root"
-        os.mkdir(root, 0o755)
+        root = action_dir / ROOT_NAME
         timeline.mark("input_fetch_start")
         prepared = prepare_command(
             lease.command,
@@ -180,13 +205,16 @@ class ActionRunner:
         input_root = Digest.from_proto(
             lease.action.input_root_digest, field="Action.input_root_digest"
         )
-        tree = await fetch_input_tree(
-            self.store, input_root, allow_escaping_symlinks=self.allow_escaping_symlinks
-        )
+        if input_root == EMPTY_DIGEST:  # an empty Directory serialises to no bytes
+            tree = InputTree()
+        else:
+            tree = await fetch_input_tree(
+                self.store, input_root, allow_escaping_symlinks=self.allow_escaping_symlinks
+            )
         parents = [request.relative for request in prepared.outputs]
         if prepared.working_directory:
             parents.append(prepared.working_directory + "/.")
-        pin = getattr(self.store, "pin", None)
+        pin = getattr(self.store, "pin", None) if tree.files else None
         held = pin([f.digest for f in tree.files]) if pin is not None else None
         try:
             await stage_inputs(
@@ -197,8 +225,8 @@ class ActionRunner:
                 held.release()
         timeline.mark("input_fetch_completed")
 
-        stdout_path = action_dir / "stdout"
-        stderr_path = action_dir / "stderr"
+        stdout_path = action_dir / LOG_NAMES[0]
+        stderr_path = action_dir / LOG_NAMES[1]
         process, sampled = await self._execute(
             lease, prepared, root, stdout_path, stderr_path, timeline
         )
@@ -219,17 +247,7 @@ class ActionRunner:
             return MemoryExceeded(max(over.peak_rss_bytes, peak_rss), usage=usage)
 
         timeline.mark("output_upload_start")
-        found = await trio.to_thread.run_sync(
-            lambda: scan_outputs(
-                root, prepared.outputs, allow_escaping_symlinks=self.allow_escaping_symlinks
-            )
-        )
-        stdout = await trio.to_thread.run_sync(hash_file, stdout_path)
-        stderr = await trio.to_thread.run_sync(hash_file, stderr_path)
-        logs = [
-            FoundFile(stdout_path, stdout[0], False, stdout[1]),
-            FoundFile(stderr_path, stderr[0], False, stderr[1]),
-        ]
+        found, logs = await self._collect(root, prepared.outputs, stdout_path, stderr_path)
         inline = self._inline_files(lease, found)
         all_files = [f for _, f in found.files] + found.tree_files + logs
         await upload_outputs(self.store, all_files, found.blobs, adopt=self.adopt)
@@ -261,6 +279,53 @@ class ActionRunner:
         await self._cache(lease, result, error)
         return Completed(result, error=error, message=message, usage=usage)
 
+    async def _collect(
+        self, root: Path, outputs: list[OutputRequest], stdout_path: Path, stderr_path: Path
+    ) -> tuple[FoundOutputs, list[FoundFile]]:
+        """Scan the outputs and hash stdout/stderr, in one thread round trip
+        (or none when there are no outputs and the logs are small)."""
+        allow = self.allow_escaping_symlinks
+
+        def collect() -> tuple[FoundOutputs, list[FoundFile]]:
+            found = scan_outputs(root, outputs, allow_escaping_symlinks=allow)
+            return found, [_log_file(stdout_path), _log_file(stderr_path)]
+
+        if not outputs:
+            sizes = os.stat(stdout_path).st_size, os.stat(stderr_path).st_size
+            if sizes == (0, 0):
+                return FoundOutputs(), [
+                    FoundFile(stdout_path, EMPTY_DIGEST, False, b""),
+                    FoundFile(stderr_path, EMPTY_DIGEST, False, b""),
+                ]
+            if max(sizes) <= SMALL_LOGS:
+                return collect()
+        return await trio.to_thread.run_sync(collect)
+
+    def _jobserver_for(self, lease: Lease, fifo_dir: str) -> tuple[JobserverPool, bool]:
+        """The pool an action gets and whether it is the shared empty one.
+
+        An action reserving less than two CPUs has no token to hand out, so it
+        gets the worker's one shared empty pool (no pipe made per action):
+        with nothing in it no client can take a token, and a SIGKILLed client
+        cannot lose one. A client that writes tokens it never read is the only
+        way tokens appear there; they are drained (and logged) after every
+        action that used the pool. Larger actions get a private pool.
+        """
+        tokens = jobserver_tokens(lease.reservation.millicpus)
+        style = self.spec.jobserver.style
+        if tokens:
+            return JobserverPool(
+                tokens, style=style, fifo_dir=fifo_dir, name=lease.operation_name
+            ), False
+        if self._empty_pool is None:
+            self._empty_pool = JobserverPool(
+                0,
+                style=style,
+                fifo_dir=str(self.workdir.path),
+                name=f"{self.spec.name}/one-cpu",
+            )
+        return self._empty_pool, True
+
     async def _execute(
         self,
         lease: Lease,
@@ -271,16 +336,16 @@ class ActionRunner:
         timeline: Timeline,
     ) -> tuple[ProcessOutcome, ActionUsage | None]:
         env = prepared.env
-        pool: JobserverPool | None = None
-        if self.spec.jobserver.enabled:
-            pool = JobserverPool(
-                jobserver_tokens(lease.reservation.millicpus),
-                style=self.spec.jobserver.style,
-                fifo_dir=str(stdout_path.parent),
-                name=lease.operation_name,
-            )
-            env = pool.environment(env)
         lease_id = lease.lease_id
+        pool: JobserverPool | None = None
+        shared = False
+        if self.spec.jobserver.enabled:
+            pool, shared = self._jobserver_for(lease, str(stdout_path.parent))
+            if not shared:
+                self._pools[lease_id] = pool
+            env = pool.environment(env)
+        # With the jobserver disabled the Command's own MAKEFLAGS & co. pass
+        # through untouched (lre configured unbounded).
 
         def started(pid: int) -> None:
             self._groups[lease_id] = pid
@@ -305,7 +370,11 @@ class ActionRunner:
             self._groups.pop(lease_id, None)
             sampled = self.sampler.unregister(lease_id) if self.sampler is not None else None
             if pool is not None:
-                pool.close()
+                if shared:
+                    pool.drain_extra()
+                else:
+                    self._pools.pop(lease_id, None)
+                    pool.close()
         return process, sampled
 
     def _inline_files(self, lease: Lease, found: FoundOutputs) -> set[str]:
@@ -379,3 +448,8 @@ class ActionRunner:
             log.exception(
                 "worker %s: could not cache result of %s", self.spec.name, lease.operation_name
             )
+
+
+def _log_file(path: Path) -> FoundFile:
+    digest, data = hash_file(path)
+    return FoundFile(path, digest, False, data)

@@ -16,6 +16,10 @@ Two styles, as measured in ``shared/notes/jobserver.md``:
 - ``fifo``: a named pipe in the action's private directory, advertised as
   ``--jobserver-auth=fifo:PATH`` (make >= 4.4, ninja 1.13). make 4.3 rejects it.
 
+Counting (:meth:`JobserverPool.in_use`, for the TUI) asks the kernel how many
+bytes wait in the pipe (``FIONREAD`` through ``fcntl``/``termios`` of the
+standard library) and never takes tokens out.
+
 Lending (design (c) of the notes) is not implemented; :meth:`JobserverPool.lend`
 and :meth:`JobserverPool.reclaim` are the primitives a broker would need, and
 they keep :attr:`JobserverPool.expected_tokens` exact so leak counting stays
@@ -24,9 +28,12 @@ right if one is added.
 
 from __future__ import annotations
 
+import array
+import fcntl
 import logging
 import os
 import stat
+import termios
 from collections.abc import Mapping
 from typing import Literal
 
@@ -163,6 +170,36 @@ class JobserverPool:
         self._write(taken)
         return taken
 
+    def in_use(self) -> int:
+        """Tokens held by clients now: expected minus those waiting in the pipe.
+
+        Counted with ``FIONREAD`` (nothing is taken out, so clients are never
+        starved by the count); 0 once closed. For the TUI.
+        """
+        if self._closed:
+            return 0
+        return max(0, self._expected - self._waiting())
+
+    def drain_extra(self) -> int:
+        """Take out tokens beyond the expected number; returns how many (logged).
+
+        For a pool shared by several actions (the empty pool of one-CPU
+        actions): a misbehaving client that writes tokens it never read
+        would otherwise hand extra parallelism to the others. Call it after
+        each action that used the pool ended.
+        """
+        self._check_open()
+        extra = self._waiting() - self._expected
+        if extra <= 0:
+            return 0
+        taken = self._take(extra)
+        log.warning(
+            "jobserver %s: %d token(s) more than were put in came back; removed",
+            self.name or "pool",
+            taken,
+        )
+        return taken
+
     def lend(self, count: int) -> None:
         """Add ``count`` tokens (a broker lending idle CPUs to this action)."""
         self._check_open()
@@ -248,6 +285,12 @@ class JobserverPool:
             # write means the pipe is full, which is a bug in the caller.
             written = os.write(fd, data)
             data = data[written:]
+
+    def _waiting(self) -> int:
+        """Bytes (tokens) in the pipe now, without reading them."""
+        buffer = array.array("i", [0])
+        fcntl.ioctl(self._server_fd, termios.FIONREAD, buffer, True)
+        return buffer[0]
 
     def _take(self, limit: int | None) -> int:
         taken = 0

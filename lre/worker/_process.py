@@ -4,8 +4,14 @@
 group), with stdin from /dev/null and stdout/stderr written to files, and on
 Linux with a parent-death signal (SIGKILL) so the leader dies if lre dies
 (set by exec'ing through util-linux ``setpriv --pdeathsig KILL`` when it is
-installed, else by a ``preexec_fn`` calling prctl; the process is started
-from the Trio thread because the signal follows the *thread* that forked).
+installed, else by a ``preexec_fn`` calling prctl).
+
+Processes are started by a few spawner threads that live as long as lre
+(``_Spawner``): opening the log files and forking block until the child has
+exec'd, which on a busy machine takes tens of milliseconds that must not
+stall the event loop; and the parent-death signal follows the *thread* that
+forked, so that thread must never exit while lre runs (Trio's worker
+threads come and go, which is why they are not used here).
 When the leader exits the whole group is SIGKILLed before the leader is
 reaped (its zombie keeps the group id reserved, so the signal cannot reach a
 stranger), which kills anything it left running in the background. On
@@ -21,10 +27,12 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import queue
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,6 +144,90 @@ class ProcessOutcome:
 
 _OOM = OomCounters()
 
+#: Threads that start action processes (a spawn blocks its thread until the
+#: child has exec'd; a few in parallel keep a busy machine's scheduling
+#: latency from serialising every start).
+SPAWNER_THREADS = 4
+
+
+class _Spawner:
+    """Long-lived daemon threads that run process-starting jobs.
+
+    They are started on first use and never stopped, so the parent-death
+    signal of a child (tied to the thread that forked it) fires only when lre
+    itself dies.
+    """
+
+    def __init__(self, threads: int) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._wanted = threads
+        self._lock = threading.Lock()
+
+    @property
+    def threads(self) -> tuple[threading.Thread, ...]:
+        return tuple(self._threads)
+
+    def _start_threads(self) -> None:
+        with self._lock:
+            while len(self._threads) < self._wanted:
+                thread = threading.Thread(
+                    target=self._serve, name=f"lre-spawner-{len(self._threads)}", daemon=True
+                )
+                thread.start()
+                self._threads.append(thread)
+
+    def _serve(self) -> None:
+        while True:
+            self._jobs.get()()
+
+    async def spawn(
+        self, start: Callable[[], tuple[subprocess.Popen[bytes], int, tuple[int, ...]]]
+    ) -> tuple[subprocess.Popen[bytes], int, tuple[int, ...]]:
+        """Run ``start`` (returns the Popen, its pidfd and the OOM counters)
+        in a spawner thread and return what it returned, or raise what it raised.
+
+        Not cancellable while the job runs (a process started meanwhile must
+        be supervised and killed by the caller); cancellation is seen at the
+        caller's next checkpoint. If the Trio run is gone by the time the
+        process started, the thread kills its group and reaps it.
+        """
+        if len(self._threads) < self._wanted:
+            self._start_threads()
+        token = trio.lowlevel.current_trio_token()
+        done = trio.Event()
+        box: list[object] = []
+
+        def deliver(result: object) -> None:
+            box.append(result)
+            done.set()
+
+        def job() -> None:
+            result: object
+            try:
+                result = start()
+            except BaseException as error:  # handed to the waiting task
+                result = error
+            try:
+                token.run_sync_soon(deliver, result)
+            except trio.RunFinishedError:
+                if isinstance(result, tuple):  # nobody left to supervise it
+                    popen, pidfd, _ = result
+                    _killpg(popen.pid, signal.SIGKILL)
+                    os.close(pidfd)
+                    popen.wait()
+
+        self._jobs.put(job)
+        with trio.CancelScope(shield=True):
+            await done.wait()
+        (result,) = box
+        if isinstance(result, BaseException):
+            raise result
+        return result  # type: ignore[return-value]
+
+
+_SPAWNER = _Spawner(SPAWNER_THREADS)
+
 
 async def run_process(
     argv: Sequence[str],
@@ -157,50 +249,62 @@ async def run_process(
     and ``trio.Cancelled`` propagates. Raises ``InvalidArgument`` when the
     program cannot be executed (not found, not executable), naming argv[0].
     """
-    stdout_fd = os.open(stdout_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    try:
-        stderr_fd = os.open(
-            stderr_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600
-        )
+    if _SETPRIV is not None:
+        # setpriv execvp()s argv with the action's PATH, argv[0] unchanged.
+        command = [_SETPRIV, "--pdeathsig", "KILL", "--", *argv]
+        hook = None
+    else:
+        command = list(argv)
+        hook = _death_signal_hook(os.getpid())
+    environment = dict(env)
+    fds = tuple(pass_fds)
+
+    def start() -> tuple[subprocess.Popen[bytes], int, tuple[int, ...]]:
+        # Runs in a spawner thread (see the module docstring).
+        _resolve_program(argv[0], cwd, env)  # a clear error instead of exit 127
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+        stdout_fd = os.open(stdout_path, flags, 0o600)
         try:
-            oom_before = _OOM.read_recent()
-            # Started from the Trio thread itself: the parent-death signal is
-            # tied to the forking *thread*, and Trio's worker threads come and go.
-            _resolve_program(argv[0], cwd, env)  # a clear error instead of exit 127
-            if _SETPRIV is not None:
-                # setpriv execvp()s argv with the action's PATH, argv[0] unchanged.
-                command = [_SETPRIV, "--pdeathsig", "KILL", "--", *argv]
-                hook = None
-            else:
-                command = list(argv)
-                hook = _death_signal_hook(os.getpid())
+            stderr_fd = os.open(stderr_path, flags, 0o600)
             try:
-                popen = subprocess.Popen(  # noqa: ASYNC220 (see the comment above)
-                    command,
-                    cwd=cwd,
-                    env=dict(env),
-                    stdin=subprocess.DEVNULL,
-                    stdout=stdout_fd,
-                    stderr=stderr_fd,
-                    close_fds=True,
-                    pass_fds=tuple(pass_fds),
-                    start_new_session=True,
-                    preexec_fn=hook,
-                )
-            except (FileNotFoundError, PermissionError, NotADirectoryError) as error:
-                raise InvalidArgument(
-                    f"Command.arguments[0]: {argv[0]!r} cannot be executed: {error.strerror}"
-                ) from None
+                oom_before = _OOM.read_recent()
+                try:
+                    popen = subprocess.Popen(
+                        command,
+                        cwd=cwd,
+                        env=environment,
+                        stdin=subprocess.DEVNULL,
+                        stdout=stdout_fd,
+                        stderr=stderr_fd,
+                        close_fds=True,
+                        pass_fds=fds,
+                        start_new_session=True,
+                        preexec_fn=hook,
+                    )
+                except (FileNotFoundError, PermissionError, NotADirectoryError) as error:
+                    raise InvalidArgument(
+                        f"Command.arguments[0]: {argv[0]!r} cannot be executed: {error.strerror}"
+                    ) from None
+            finally:
+                os.close(stderr_fd)
         finally:
-            os.close(stderr_fd)
-    finally:
-        os.close(stdout_fd)
+            os.close(stdout_fd)
+        try:
+            pidfd = os.pidfd_open(popen.pid)
+        except BaseException:
+            _killpg(popen.pid, signal.SIGKILL)
+            popen.wait()
+            raise
+        return popen, pidfd, oom_before
+
+    popen, pidfd, oom_before = await _SPAWNER.spawn(start)
     started_at = trio.current_time()
-    return await _supervise(popen, started_at, timeout, kill_grace, oom_before, on_started)
+    return await _supervise(popen, pidfd, started_at, timeout, kill_grace, oom_before, on_started)
 
 
 async def _supervise(
     popen: subprocess.Popen[bytes],
+    pidfd: int,
     started_at: float,
     timeout: float,
     kill_grace: float,
@@ -208,7 +312,6 @@ async def _supervise(
     on_started: Callable[[int], None] | None,
 ) -> ProcessOutcome:
     pid = popen.pid
-    pidfd = os.pidfd_open(pid)
     timed_out = False
     we_killed = False
     status = 0

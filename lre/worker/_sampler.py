@@ -166,6 +166,8 @@ class ProcessTreeSampler:
         # pid -> number of the pass that classified it as belonging to no action
         self._foreign: dict[int, int] = {}
         self._pass_no = 0
+        # foreign pids classified at this pass number or later are re-read
+        self._recheck_from = 1 << 62
         self._last_pass = 0.0
         self._max_pass = 0.0
         self._total_pass = 0.0
@@ -189,8 +191,9 @@ class ProcessTreeSampler:
         tracked = _Tracked(action_id, leader_pid, kill_line_bytes)
         self._by_id[action_id] = tracked
         self._by_leader[leader_pid] = tracked
-        recent = self._pass_no - 1
-        self._foreign = {pid: n for pid, n in self._foreign.items() if n < recent}
+        # Pids found foreign by the last two passes are read again next pass
+        # (checked there, so registering costs no walk over the foreign pids).
+        self._recheck_from = min(self._recheck_from, self._pass_no - 1)
 
     def set_kill_line(self, action_id: str, kill_line_bytes: int) -> None:
         """Change an action's kill line (0 = none) and re-arm the hook."""
@@ -242,6 +245,7 @@ class ProcessTreeSampler:
         pass_no = self._pass_no
         leaders = self._by_leader
         old_foreign = self._foreign
+        recheck_from, self._recheck_from = self._recheck_from, 1 << 62
         foreign: dict[int, int] = {}
         sums: dict[int, list[int]] = {leader: [0, 0, 0] for leader in leaders}
         members = 0
@@ -258,7 +262,7 @@ class ProcessTreeSampler:
                     continue
                 pid = int(name)
                 seen = old_foreign.get(pid)
-                if seen is not None:
+                if seen is not None and seen < recheck_from:
                     foreign[pid] = seen
                     continue
                 fd = old_fds.pop(pid, -1)

@@ -3,7 +3,9 @@
 ``stage_inputs`` turns an ``InputTree`` into real files under an action's
 input root in one worker thread: directories first, then every file (a
 hardlink to the CAS copy when the store can offer one, otherwise a copy of
-the blob), then symlinks, then the parents of every output path. Inputs are
+the blob), then symlinks, then the parents of every output path. Large
+blobs streamed from the store are written between those steps (a second
+thread call); an empty tree with no output parents costs no thread at all. Inputs are
 read-only (0444, or 0555 when executable); directories are 0755 so actions
 can write next to their inputs.
 """
@@ -68,6 +70,9 @@ async def stage_inputs(
     ``InvalidArgument`` when an output parent collides with an input file.
     """
     stats = StagingStats(files=len(tree.files))
+    parents = [p for p in (os.path.dirname(r) for r in output_parents) if p]
+    if not (tree.files or tree.directories or tree.symlinks or parents):
+        return stats  # an empty input root: nothing to create, no thread needed
     sources: dict[tuple[Digest, bool], str | os.PathLike[str]] = {}
     if link_source is not None:
         keys = list(
@@ -97,6 +102,18 @@ async def stage_inputs(
             raise MissingBlobs([d.subject for d in missing])
     small = [d for d in copy_digests if d.size_bytes <= SMALL_BLOB]
     contents = await _read_many(store, small)
+
+    def finish() -> None:
+        for link in tree.symlinks:
+            os.symlink(link.target, root / link.path)
+        for parent in parents:
+            try:
+                os.makedirs(root / parent, 0o755, exist_ok=True)
+            except (FileExistsError, NotADirectoryError):
+                relative = next(r for r in output_parents if os.path.dirname(r) == parent)
+                raise InvalidArgument(
+                    f"output path {relative!r}: its parent {parent!r} is an input file"
+                ) from None
 
     def build() -> list[InputFile]:
         for relative in tree.directories:
@@ -129,29 +146,17 @@ async def stage_inputs(
             _write_file(target, data, item.executable)
             stats.copied += 1
             stats.bytes_copied += len(data)
+        if not later:
+            finish()  # same thread: one hop for the whole tree
         return later
 
     later = await trio.to_thread.run_sync(build)
-    for item in later:
-        await _stream_file(store, item, root / item.path)
-        stats.copied += 1
-        stats.bytes_copied += item.digest.size_bytes
-
-    def finish() -> None:
-        for link in tree.symlinks:
-            os.symlink(link.target, root / link.path)
-        for relative in output_parents:
-            parent = os.path.dirname(relative)
-            if not parent:
-                continue
-            try:
-                os.makedirs(root / parent, 0o755, exist_ok=True)
-            except (FileExistsError, NotADirectoryError):
-                raise InvalidArgument(
-                    f"output path {relative!r}: its parent {parent!r} is an input file"
-                ) from None
-
-    await trio.to_thread.run_sync(finish)
+    if later:
+        for item in later:
+            await _stream_file(store, item, root / item.path)
+            stats.copied += 1
+            stats.bytes_copied += item.digest.size_bytes
+        await trio.to_thread.run_sync(finish)
     return stats
 
 

@@ -148,8 +148,11 @@ class WorkDirectory:
         if not _SAFE_NAME.match(action_id) or action_id in (".", "..", LOCK_NAME):
             raise InvalidArgument(f"action id {action_id!r} cannot name a directory")
         path = self.path / action_id
-        remove_tree(path)
-        os.mkdir(path, 0o700)
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:  # a leftover of a crashed run with the same id
+            remove_tree(path)
+            os.mkdir(path, 0o700)
         return path
 
     def remove_action_dir(self, path: Path) -> None:

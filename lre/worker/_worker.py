@@ -154,6 +154,7 @@ class LocalWorker:
             )
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.sampler.run)
+                await nursery.start(self.runner.directories.run)
                 nursery.start_soon(self._heartbeat)
                 self.scheduler.register_worker(self.info)
                 try:
@@ -166,6 +167,8 @@ class LocalWorker:
                     self.scheduler.unregister_worker(self.spec.name)
         finally:
             self.sampler.close()
+            if self.runner is not None:
+                self.runner.close()
             workdir.close()
 
     def set_draining(self, draining: bool = True) -> None:
@@ -186,6 +189,14 @@ class LocalWorker:
             draining=self._draining,
             usage=self.sampler.snapshots(),
         )
+
+    def jobserver_tokens(self) -> tuple[int, int]:
+        """``(in_use, total)`` jobserver tokens over the running actions' pools.
+
+        ``total`` is what the pools were filled with, ``in_use`` what clients
+        hold now; (0, 0) when nothing runs or the jobserver is disabled.
+        """
+        return self.runner.jobserver_tokens() if self.runner is not None else (0, 0)
 
     async def _heartbeat(self) -> None:
         while True:

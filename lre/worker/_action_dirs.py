@@ -1,0 +1,190 @@
+"""Action directories of one worker: made ahead of time, recycled, removed in batches.
+
+Creating and removing files and directories writes the filesystem journal
+and allocates inodes (ext4 scans its bitmaps for each new one); on a busy
+disk one ``mkdir`` or ``rmdir`` can take milliseconds, which on the event
+loop would stall every other action, while a thread round trip per action
+costs more CPU than the calls themselves. ``ActionDirectories`` therefore:
+
+- ``take()`` hands out an empty action directory (``{work}/a{n}/`` holding an
+  empty ``root/``, maybe empty ``stdout``/``stderr`` files) from a stock made
+  in advance; when the stock is empty it makes one in a thread;
+- ``release(path)`` queues a finished action's directory;
+- ``run()`` (started by the worker with ``nursery.start``) handles every
+  queued directory and refills the stock in one thread call per batch. A
+  directory that holds nothing but its empty ``root/`` (mode 0755) and the
+  log files (plain files with a single link, so never a file a store
+  adopted by hardlink) is *recycled*: the logs are truncated and it goes
+  back into the stock, so an action that leaves nothing behind costs no new
+  inode at all. Anything else is removed. When ``run`` stops (worker
+  shutdown) it removes the queue and the stock, shielded.
+
+Without ``run`` (a runner used on its own, in tests) or after it stopped,
+``release`` removes the directory in a thread before returning. A
+directory that cannot be removed is logged and left for the next start
+(``WorkDirectory.open`` empties the work directory).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import stat
+from pathlib import Path
+
+import trio
+
+from lre.worker._workdir import WorkDirectory
+
+log = logging.getLogger(__name__)
+
+#: Name of the input root inside an action directory.
+ROOT_NAME = "root"
+#: Names of the action's stdout and stderr files inside an action directory.
+LOG_NAMES = ("stdout", "stderr")
+_RECYCLABLE = frozenset((ROOT_NAME, *LOG_NAMES))
+
+
+class ActionDirectories:
+    """Ready-made action directories and deferred removal for one worker.
+
+    ``stock``: how many empty directories to keep ready (the worker's
+    concurrency is a good value; at least 1).
+    """
+
+    def __init__(self, workdir: WorkDirectory, *, stock: int) -> None:
+        self.workdir = workdir
+        self.stock_size = max(1, stock)
+        self._numbers = itertools.count(1)
+        self._stock: list[Path] = []
+        self._trash: list[Path] = []
+        self._wake = trio.Event()
+        self._running = False
+        self._batches = 0
+        self._recycled = 0
+
+    @property
+    def ready(self) -> int:
+        """Directories in stock now."""
+        return len(self._stock)
+
+    @property
+    def pending_removal(self) -> int:
+        """Released directories not removed yet."""
+        return len(self._trash)
+
+    @property
+    def recycled(self) -> int:
+        """Directories put back into the stock instead of being remade."""
+        return self._recycled
+
+    @property
+    def batches(self) -> int:
+        """Thread calls made by ``run`` so far (for tests and statistics)."""
+        return self._batches
+
+    async def take(self) -> Path:
+        """An empty action directory with an empty ``root/`` inside.
+
+        Raises ``OSError`` when one cannot be made (disk full, permissions).
+        """
+        if self._stock:
+            path = self._stock.pop()
+            if len(self._stock) < self.stock_size // 2:
+                self._wake.set()
+            return path
+        self._wake.set()
+        return await trio.to_thread.run_sync(self._make)
+
+    async def release(self, path: Path) -> None:
+        """Give back a finished action's directory (see the module docstring)."""
+        if self._running:
+            self._trash.append(path)
+            self._wake.set()
+            return
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(self._remove_all, [path])
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Remove released directories and refill the stock until cancelled."""
+        self._running = True
+        self._wake.set()  # make the stock
+        task_status.started()
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake = trio.Event()
+                trash, self._trash = self._trash, []
+                wanted = self.stock_size - len(self._stock)
+                self._batches += 1
+                made = await trio.to_thread.run_sync(self._batch, trash, wanted)
+                self._stock.extend(made)  # takes meanwhile only shrank the stock
+        finally:
+            self._running = False
+            trash = self._trash + self._stock
+            self._trash, self._stock = [], []
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(self._remove_all, trash)
+
+    # ------------------------------------------------------------------ in threads
+
+    def _make(self) -> Path:
+        path = self.workdir.new_action_dir(f"a{next(self._numbers)}")
+        os.mkdir(path / ROOT_NAME, 0o755)
+        return path
+
+    def _batch(self, trash: list[Path], wanted: int) -> list[Path]:
+        """Recycle or remove ``trash``, then make directories up to ``wanted``."""
+        ready: list[Path] = []
+        removing: list[Path] = []
+        for path in trash:
+            if len(ready) < wanted and _recycle(path):
+                ready.append(path)
+            else:
+                removing.append(path)
+        self._recycled += len(ready)
+        self._remove_all(removing)
+        try:
+            while len(ready) < wanted:
+                ready.append(self._make())
+        except OSError:
+            log.exception("worker directory %s: cannot make action directories", self.workdir.path)
+        return ready
+
+    def _remove_all(self, paths: list[Path]) -> None:
+        for path in paths:
+            try:
+                self.workdir.remove_action_dir(path)
+            except OSError:
+                log.exception("could not remove action directory %s", path)
+
+
+def _recycle(path: Path) -> bool:
+    """Make ``path`` ready for another action if it holds only what an action
+    directory starts with (see the module docstring); False when it does not
+    (nothing is changed then, except logs already truncated) or a call fails."""
+    try:
+        names = os.listdir(path)
+        if ROOT_NAME not in names or not _RECYCLABLE.issuperset(names):
+            return False
+        if stat.S_IMODE(os.lstat(path).st_mode) != 0o700:
+            return False
+        root = path / ROOT_NAME
+        info = os.lstat(root)
+        if not stat.S_ISDIR(info.st_mode) or stat.S_IMODE(info.st_mode) != 0o755:
+            return False
+        if os.listdir(root):
+            return False
+        for name in LOG_NAMES:
+            if name not in names:
+                continue
+            log_path = path / name
+            info = os.lstat(log_path)
+            if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+                return False
+            if info.st_size:
+                os.truncate(log_path, 0)
+    except OSError:
+        return False
+    return True
