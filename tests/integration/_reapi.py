@@ -15,7 +15,9 @@ does not stop within a minute the fixture fails the module's teardown.
 from __future__ import annotations
 
 import hashlib
+import os
 import queue
+import shutil
 import threading
 import time
 import uuid
@@ -26,6 +28,7 @@ from typing import Any
 
 import grpc
 import psutil
+import pytest
 import trio
 from google.longrunning import operations_pb2_grpc
 from google.protobuf import duration_pb2
@@ -229,6 +232,16 @@ def precondition_failure(status: status_pb2.Status) -> error_details_pb2.Precond
 
 
 # ------------------------------------------------------------------ processes
+
+
+def require_tool(name: str) -> str:
+    """The path of tool ``name``; skips the test without it, fails on CI."""
+    found = shutil.which(name)
+    if found is None:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"{name} is required on CI")
+        pytest.skip(f"{name} is not installed")
+    return found
 
 
 def processes_with(marker: str) -> list[psutil.Process]:

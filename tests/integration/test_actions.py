@@ -7,15 +7,12 @@ answered from another test's cache entry.
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import time
 from pathlib import Path
 
 import grpc
 import psutil
-import pytest
 
 from lre.proto import operations_pb2, re_pb2
 from tests.integration._reapi import (
@@ -25,6 +22,7 @@ from tests.integration._reapi import (
     digest,
     metadata_of,
     processes_with,
+    require_tool,
     response_of,
     tree_files,
     wait_until,
@@ -40,15 +38,6 @@ C_SOURCE = b"""\
 int square(int x) { return x * x; }
 int answer(void) { return square(6) + 6; }
 """
-
-
-def require_tool(name: str) -> str:
-    found = shutil.which(name)
-    if found is None:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(f"{name} is required on CI")
-        pytest.skip(f"{name} is not installed")
-    return found
 
 
 def test_gcc_compiles_a_c_file(client: Client, tmp_path: Path) -> None:
