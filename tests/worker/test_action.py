@@ -6,9 +6,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+import trio
 
 from lre.cas import MemoryStore, read_bytes, read_message, write_message
-from lre.digest import Digest
+from lre.digest import EMPTY_DIGEST, Digest
 from lre.errors import DeadlineExceeded, InvalidArgument, MissingBlobs
 from lre.proto import lre_pb2, re_pb2
 from lre.scheduler import Completed
@@ -296,3 +297,88 @@ async def test_unknown_program_is_invalid_argument(env: Env) -> None:
     outcome = await run(env, ["/no/such/program"])
     assert isinstance(outcome.error, InvalidArgument)
     assert "/no/such/program" in outcome.error.message
+
+
+async def test_empty_input_root_needs_no_blob(tmp_path: Path) -> None:
+    store = MemoryStore(1 << 20)  # holds no Directory at all
+    spec = make_spec(tmp_path)
+    with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
+        runner = ActionRunner(spec, workdir, store)
+        lease = await make_lease(
+            store,
+            ["/bin/sh", "-c", "mkdir -p a/b && echo hi > a/b/c && ls -A"],
+            input_root=Digest.from_proto(re_pb2.Digest(hash=EMPTY_DIGEST.hash, size_bytes=0)),
+            output_paths=("a/b/c", "x/y/z"),
+        )
+        outcome = await runner.run(lease)
+    assert isinstance(outcome, Completed) and outcome.error is None
+    assert outcome.result.exit_code == 0
+    # the parents of every output path exist before the action starts
+    assert await blob(store, outcome.result.stdout_digest) == b"a\nx\n"
+    assert [f.path for f in outcome.result.output_files] == ["a/b/c"]
+
+
+async def test_large_stdout_is_hashed_whole(env: Env) -> None:
+    size = 300_000  # above the inline-hashing limit, hashed in a thread
+    outcome = await run(env, ["/bin/sh", "-c", f"head -c {size} /dev/zero; echo err >&2"])
+    assert outcome.result.stdout_digest.size_bytes == size
+    assert await blob(env.store, outcome.result.stdout_digest) == b"\0" * size
+    assert await blob(env.store, outcome.result.stderr_digest) == b"err\n"
+
+
+MAKEFLAGS_PROBE = 'printf "%s|%s" "$MAKEFLAGS" "$MFLAGS"'
+
+
+async def test_one_cpu_actions_share_one_empty_pool(env: Env) -> None:
+    first = await run(env, ["/bin/sh", "-c", MAKEFLAGS_PROBE], env={"MAKEFLAGS": "-j64"})
+    second = await run(env, ["/bin/sh", "-c", MAKEFLAGS_PROBE], millicpus=1500)
+    flags = [
+        (await blob(env.store, outcome.result.stdout_digest)).decode()
+        for outcome in (first, second)
+    ]
+    assert flags[0] == flags[1]
+    assert flags[0].startswith("-j --jobserver-fds=") and flags[0].endswith("|")
+    assert env.runner.jobserver_tokens() == (0, 0)
+    env.runner.close()
+
+
+async def test_shared_empty_pool_drains_tokens_a_client_made_up(env: Env) -> None:
+    script = 'fds=${MAKEFLAGS#*fds=}; w=${fds%% *}; w=${w#*,}; printf ++ >&"$w"'
+    outcome = await run(env, ["/bin/bash", "-c", script])
+    assert outcome.result.exit_code == 0
+    pool = env.runner._empty_pool
+    assert pool is not None and pool.free_tokens() == 0  # drained after the action
+    env.runner.close()
+
+
+async def test_private_pool_counted_while_running(env: Env) -> None:
+    lease = await make_lease(env.store, ["/bin/sh", "-c", "sleep 30"], millicpus=3000, timeout_s=60)
+    seen: list[tuple[int, int]] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(env.runner.run, lease)
+        with trio.fail_after(10):
+            while env.runner.jobserver_tokens() == (0, 0):  # noqa: ASYNC110
+                await trio.sleep(0.01)
+        seen.append(env.runner.jobserver_tokens())
+        nursery.cancel_scope.cancel()
+    assert seen == [(0, 2)]  # two free tokens, none held
+    assert env.runner.jobserver_tokens() == (0, 0)
+
+
+async def test_jobserver_disabled_keeps_commands_makeflags(
+    tmp_path: Path, store: MemoryStore
+) -> None:
+    from lre.config._models import JobserverSpec
+
+    spec = make_spec(tmp_path, jobserver=JobserverSpec(enabled=False))
+    with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
+        runner = ActionRunner(spec, workdir, store)
+        lease = await make_lease(
+            store,
+            ["/bin/sh", "-c", MAKEFLAGS_PROBE],
+            env={"MAKEFLAGS": "-j4", "MFLAGS": "-j4"},
+            millicpus=4000,
+        )
+        outcome = await runner.run(lease)
+    assert isinstance(outcome, Completed)
+    assert await blob(store, outcome.result.stdout_digest) == b"-j4|-j4"

@@ -12,6 +12,7 @@ import psutil
 import pytest
 import trio
 
+from lre.errors import InvalidArgument
 from lre.worker import run_process
 
 
@@ -109,6 +110,7 @@ async def test_leader_dies_when_lre_is_killed(tmp_path: Path) -> None:
     code = f"""
 import sys, trio
 from pathlib import Path
+from lre.errors import InvalidArgument
 from lre.worker import run_process
 async def main():
     def started(pid):
@@ -141,3 +143,41 @@ async def test_own_session(tmp_path: Path) -> None:
     _, (leader,) = await start(tmp_path, "ps -o sid= -p $$ > sid")
     assert int((tmp_path / "sid").read_text()) == leader
     assert os.getsid(0) != leader
+
+
+async def test_started_by_long_lived_spawner_threads(tmp_path: Path) -> None:
+    from lre.worker._process import _SPAWNER
+
+    _, (leader,) = await start(tmp_path, "true")
+    _, (second,) = await start(tmp_path, "true")
+    threads = _SPAWNER.threads
+    assert threads and all(t.daemon and t.is_alive() for t in threads)
+    # the threads outlive every run (the parent-death signal follows the forking thread)
+    await trio.sleep(0.05)
+    assert _SPAWNER.threads == threads and all(t.is_alive() for t in threads)
+    assert leader != second
+
+
+async def test_start_failure_in_spawner_is_raised_to_the_caller(tmp_path: Path) -> None:
+    script = tmp_path / "not-executable"
+    script.write_text("#!/bin/sh\n")
+    with pytest.raises(InvalidArgument, match="not-executable"):
+        await run_process(
+            [str(script)],
+            cwd=tmp_path,
+            env={},
+            stdout_path=tmp_path / "out",
+            stderr_path=tmp_path / "err",
+            timeout=10,
+            kill_grace=1,
+        )
+    with pytest.raises(FileNotFoundError):  # the log's directory is missing
+        await run_process(
+            ["/bin/true"],
+            cwd=tmp_path,
+            env={},
+            stdout_path=tmp_path / "gone" / "out",
+            stderr_path=tmp_path / "err",
+            timeout=10,
+            kill_grace=1,
+        )

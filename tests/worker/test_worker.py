@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -171,3 +172,31 @@ async def test_memory_ladder_kill_and_retry_one_step_up(tmp_path: Path, store: M
     assert usage.reserved_memory_bytes == 512 << 20
     assert usage.peak_rss_bytes > 150 << 20
     assert usage.samples > 0
+
+
+async def test_jobserver_tokens_and_directories_cleaned_at_stop(
+    tmp_path: Path, store: MemoryStore
+) -> None:
+    spec = make_spec(tmp_path, resources=ResourceSpec(cpu_count=4))
+    async with running(store, [spec]) as (scheduler, (worker,)):
+        assert worker.jobserver_tokens() == (0, 0)
+        command = re_pb2.Command(arguments=["/bin/sh", "-c", "sleep 30"])
+        command.platform.properties.add(name="cpu_count", value="3")
+        action = re_pb2.Action(
+            command_digest=(await write_message(store, command)).to_proto(),
+            input_root_digest=(await put_tree(store, {})).to_proto(),
+        )
+        digest = await write_message(store, action)
+        scheduler.submit(
+            re_pb2.ExecuteRequest(action_digest=digest.to_proto(), skip_cache_lookup=True)
+        )
+        with trio.fail_after(20):
+            while worker.jobserver_tokens() == (0, 0):  # noqa: ASYNC110
+                await trio.sleep(0.02)
+        assert worker.jobserver_tokens() == (0, 2)
+        for _ in range(3):  # a few no-op actions through the recycled directories
+            op = await submit(scheduler, store, ["/bin/true"])
+            assert (await finish(scheduler, op.name)).result.exit_code == 0  # type: ignore[union-attr]
+    assert worker.jobserver_tokens() == (0, 0)
+    work = Path(spec.work_directory) / spec.name
+    assert sorted(os.listdir(work)) == [".lock"]  # stock and finished actions removed

@@ -1,0 +1,84 @@
+"""ActionDirectories: stock made ahead, clean directories recycled, the rest removed."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import trio
+
+from lre.worker import WorkDirectory
+from lre.worker._action_dirs import ActionDirectories
+
+
+def entries(workdir: WorkDirectory) -> set[str]:
+    return {name for name in os.listdir(workdir.path) if name != ".lock"}
+
+
+@asynccontextmanager
+async def janitor(workdir: WorkDirectory, stock: int) -> AsyncIterator[ActionDirectories]:
+    dirs = ActionDirectories(workdir, stock=stock)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(dirs.run)
+        yield dirs
+        nursery.cancel_scope.cancel()
+
+
+async def settle(dirs: ActionDirectories, ready: int) -> None:
+    with trio.fail_after(10):
+        while dirs.pending_removal or dirs.ready < ready:  # noqa: ASYNC110 (thread work)
+            await trio.sleep(0.01)
+
+
+async def test_stock_is_made_ahead_and_recycled(tmp_path: Path) -> None:
+    with WorkDirectory.open(tmp_path, "w") as workdir:
+        async with janitor(workdir, stock=3) as dirs:
+            await settle(dirs, 3)
+            made = entries(workdir)
+            assert len(made) == 3
+            path = await dirs.take()
+            assert path.name in made and os.listdir(path) == ["root"]
+            assert os.stat(path / "root").st_mode & 0o777 == 0o755
+            # what a finished action leaves: logs with content, empty root
+            (path / "stdout").write_bytes(b"out")
+            (path / "stderr").write_bytes(b"")
+            await dirs.release(path)
+            await settle(dirs, 3)
+            assert dirs.recycled == 1
+            assert (path / "stdout").stat().st_size == 0  # truncated for the next action
+            assert len(entries(workdir)) == 3  # reused, nothing new made
+        assert entries(workdir) == set()  # shutdown removes the stock
+
+
+async def test_dirty_directories_are_removed_not_recycled(tmp_path: Path) -> None:
+    with WorkDirectory.open(tmp_path, "w") as workdir:
+        async with janitor(workdir, stock=5) as dirs:
+            await settle(dirs, 5)
+            taken = [await dirs.take() for _ in range(5)]
+            (taken[0] / "root" / "left-behind").write_bytes(b"x")
+            (taken[1] / "extra").mkdir()
+            os.chmod(taken[2] / "root", 0o700)
+            (taken[3] / "stdout").write_bytes(b"adopted")
+            os.link(taken[3] / "stdout", tmp_path / "cas-copy")  # a store holds a link
+            os.symlink("/etc/passwd", taken[4] / "stderr")
+            for path in taken:
+                await dirs.release(path)
+            await settle(dirs, 5)
+            assert dirs.recycled == 0
+            for path in taken:
+                assert not path.exists()
+            assert (tmp_path / "cas-copy").read_bytes() == b"adopted"  # never truncated
+            assert len(entries(workdir)) == 5
+
+
+async def test_without_janitor_release_removes_at_once(tmp_path: Path) -> None:
+    with WorkDirectory.open(tmp_path, "w") as workdir:
+        dirs = ActionDirectories(workdir, stock=2)
+        path = await dirs.take()  # empty stock: made on demand
+        assert (path / "root").is_dir()
+        (path / "root" / "f").write_bytes(b"x")
+        await dirs.release(path)
+        assert not path.exists()
+        assert entries(workdir) == set()
