@@ -8,9 +8,12 @@ Trio-async; bounded stores also offer ``pin`` (``PinnableStore``) and
 from lre.cas._action_cache import ActionCache, FilesystemActionCache, MemoryActionCache
 from lre.cas._action_results import ActionResultCache
 from lre.cas._blob_io import (
+    BulkBlobStore,
     missing_digests,
+    read_blobs,
     read_bytes,
     read_message,
+    write_blobs,
     write_bytes,
     write_message,
 )
@@ -42,6 +45,7 @@ __all__ = [
     "ActionResultCache",
     "BlobStore",
     "BlobVerifier",
+    "BulkBlobStore",
     "FastSlowActionCache",
     "FastSlowStore",
     "FilesystemActionCache",
@@ -62,6 +66,7 @@ __all__ = [
     "closing_stream",
     "file_digests",
     "missing_digests",
+    "read_blobs",
     "read_bytes",
     "read_directory_tree",
     "read_message",
@@ -70,6 +75,7 @@ __all__ = [
     "upload_missing",
     "validate_directory",
     "validate_tree",
+    "write_blobs",
     "write_bytes",
     "write_message",
 ]

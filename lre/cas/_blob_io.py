@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Sequence
-from typing import TypeVar
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from typing import Protocol, TypeVar, runtime_checkable
 
+import trio
 from google.protobuf.message import DecodeError, Message
 
 from lre.cas._protocol import BlobStore
 from lre.digest import Digest, digest_of
-from lre.errors import InvalidArgument
+from lre.errors import InvalidArgument, LreError, NotFound
 
 M = TypeVar("M", bound=Message)
 
@@ -58,3 +59,134 @@ async def missing_digests(store: BlobStore, digests: Iterable[Digest]) -> list[D
     unique: Sequence[Digest] = list(dict.fromkeys(digests))
     sizes = await store.has_many(unique)
     return [d for d, size in zip(unique, sizes, strict=True) if size is None]
+
+
+@runtime_checkable
+class BulkBlobStore(Protocol):
+    """A store that reads and writes whole batches of small blobs in one call.
+
+    - ``read_many`` returns each blob's content in order, ``None`` when absent
+      (a use of each present blob, as ``read``).
+    - ``write_many`` verifies and stores each ``(digest, data)``; it returns,
+      in order, ``None`` for a stored (or already present) blob or the
+      ``LreError`` of a blob that was not stored (``InvalidArgument`` for a
+      size or hash mismatch, ``ResourceExhausted`` when it does not fit).
+      Each blob is atomic on its own; the batch is not.
+
+    Both hold every blob in memory: meant for batch requests, whose total the
+    caller bounds.
+    """
+
+    async def read_many(self, digests: Sequence[Digest]) -> list[bytes | None]: ...
+
+    async def write_many(self, blobs: Sequence[tuple[Digest, bytes]]) -> list[LreError | None]: ...
+
+
+#: Blobs handled at once by the per-blob fallbacks of ``read_blobs`` and
+#: ``write_blobs`` (lets a remote store work on several in parallel).
+_FALLBACK_TASKS = 8
+
+
+async def _for_each(count: int, fn: Callable[[int], Awaitable[None]]) -> None:
+    """Run ``fn(i)`` for ``i in range(count)`` on up to ``_FALLBACK_TASKS`` tasks."""
+    indexes = iter(range(count))
+
+    async def worker() -> None:
+        for i in indexes:
+            await fn(i)
+
+    if count <= 1:
+        await worker()
+        return
+    async with trio.open_nursery() as nursery:
+        for _ in range(min(_FALLBACK_TASKS, count)):
+            nursery.start_soon(worker)
+
+
+async def read_blobs(store: BlobStore, digests: Sequence[Digest]) -> list[bytes | LreError]:
+    """The whole content of each digest, in order, or the ``LreError`` that blob met.
+
+    An absent blob gets ``NotFound`` naming it. Uses the store's
+    ``read_many`` when it has one (``BulkBlobStore``), otherwise reads the
+    blobs one by one on a few tasks. All contents are held at once: for
+    batches of small blobs.
+    """
+    if isinstance(store, BulkBlobStore):
+        contents = await store.read_many(digests)
+        return [
+            data if data is not None else NotFound(f"blob {digest} is not in the CAS")
+            for digest, data in zip(digests, contents, strict=True)
+        ]
+    outcomes: list[bytes | LreError] = [b""] * len(digests)
+
+    async def read_one(index: int) -> None:
+        try:
+            outcomes[index] = await read_bytes(store, digests[index])
+        except LreError as exc:
+            outcomes[index] = exc
+
+    await _for_each(len(digests), read_one)
+    return outcomes
+
+
+async def write_blobs(
+    store: BlobStore, blobs: Sequence[tuple[Digest, bytes]]
+) -> list[LreError | None]:
+    """Verify and store each ``(digest, data)``; ``None`` or the blob's ``LreError``, in order.
+
+    Uses the store's ``write_many`` when it has one (``BulkBlobStore``),
+    otherwise writes the blobs one by one on a few tasks.
+    """
+    if isinstance(store, BulkBlobStore):
+        return await store.write_many(blobs)
+    outcomes: list[LreError | None] = [None] * len(blobs)
+
+    async def write_one(index: int) -> None:
+        digest, data = blobs[index]
+        try:
+            await store.write(digest, single_chunk(data))
+        except LreError as exc:
+            outcomes[index] = exc
+
+    await _for_each(len(blobs), write_one)
+    return outcomes
+
+
+class _OneChunk:
+    """An async iterable of one chunk (cheaper than an async generator per blob)."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: bytes) -> None:
+        self._data: bytes | None = data
+
+    def __aiter__(self) -> _OneChunk:
+        return self
+
+    async def __anext__(self) -> bytes:
+        data = self._data
+        if data is None:
+            raise StopAsyncIteration
+        self._data = None
+        return data
+
+
+def single_chunk(data: bytes) -> AsyncIterable[bytes]:
+    """``data`` as a chunk stream of one chunk (for ``BlobStore.write``)."""
+    return _OneChunk(data)
+
+
+def blob_mismatch(digest: Digest, size: int, actual_hash: str) -> InvalidArgument | None:
+    """The error of a whole blob of ``size`` bytes hashing to ``actual_hash``, if any.
+
+    Same texts as ``BlobVerifier`` (size first, then hash).
+    """
+    if size != digest.size_bytes:
+        return InvalidArgument(
+            f"blob {digest}: received {size} bytes, expected {digest.size_bytes}"
+        )
+    if actual_hash != digest.hash:
+        return InvalidArgument(
+            f"blob {digest}: data hashes to {actual_hash}, expected {digest.hash}"
+        )
+    return None

@@ -46,12 +46,19 @@ from typing import Literal, TypeVar
 
 import trio
 
+from lre.cas._blob_io import blob_mismatch, single_chunk
 from lre.cas._pins import Pin, PinTable
 from lre.cas._statistics import StoreStatistics
 from lre.cas._streams import closing_stream
 from lre.cas._verify import BlobVerifier, check_read_range
 from lre.digest import EMPTY_DIGEST, Digest
-from lre.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
+from lre.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    LreError,
+    NotFound,
+    ResourceExhausted,
+)
 
 T = TypeVar("T")
 
@@ -62,6 +69,8 @@ _SUFFIX = {_PLAIN: "", _EXEC: ".x"}
 #: Content file names: ``<hash>-<size>`` and ``<hash>-<size>.x``.
 _NAME = re.compile(r"([0-9a-f]{64})-(0|[1-9][0-9]{0,15})(\.x)?")
 _WRITE_BUFFER = 1 << 20
+#: Blobs per thread call of ``read_many`` / ``write_many``.
+_BATCH_FILES = 256
 #: Access times saved in the same thread call as a write once this many piled up.
 _TOUCH_BATCH = 4096
 
@@ -294,6 +303,138 @@ class FilesystemStore:
                 with trio.CancelScope(shield=True):
                     await self._run(temp.discard)
             self._unbusy(key)
+
+    async def read_many(self, digests: Sequence[Digest]) -> list[bytes | None]:
+        """Each blob's content (``None`` when absent), in order; each a use.
+
+        The files are read in a few thread calls (``_BATCH_FILES`` each, run
+        side by side), not one per blob. A file that vanished behind the
+        store's back reads as absent and leaves the index.
+        """
+        self._check_open()
+        result: list[bytes | None] = [None] * len(digests)
+        wanted: list[tuple[int, str, int]] = []
+        index = self._index
+        empty = EMPTY_DIGEST.hash
+        for i, d in enumerate(digests):
+            entry = index.get(d.hash)
+            if entry is not None and _size(entry) == d.size_bytes:
+                self._touch(d.hash)
+                variant = _PLAIN if entry & _PLAIN else _EXEC
+                wanted.append((i, self._path(d, variant), d.size_bytes))
+            elif d.size_bytes == 0 and d.hash == empty:
+                result[i] = b""
+        if not wanted:
+            await trio.lowlevel.checkpoint()
+            return result
+        groups = [wanted[g : g + _BATCH_FILES] for g in range(0, len(wanted), _BATCH_FILES)]
+        contents: list[list[bytes | None]] = [[] for _ in groups]
+
+        async def read_group(g: int) -> None:
+            contents[g] = await self._run(_read_files, [(p, n) for _, p, n in groups[g]])
+
+        async with trio.open_nursery() as nursery:
+            for g in range(len(groups)):
+                nursery.start_soon(read_group, g)
+        for group, datas in zip(groups, contents, strict=True):
+            for (i, _, _), data in zip(group, datas, strict=True):
+                if data is None:
+                    self._forget(digests[i])
+                result[i] = data
+        return result
+
+    async def write_many(self, blobs: Sequence[tuple[Digest, bytes]]) -> list[LreError | None]:
+        """Verify and store each blob (see ``BulkBlobStore``); per-blob errors.
+
+        Room for the whole batch is reserved at once (when that fails, the
+        blobs go through ``write`` one by one, so that the ones that fit are
+        stored). The files are then hashed, written and renamed into place
+        in a few thread calls (``_BATCH_FILES`` blobs each, run side by
+        side); each file is atomic as in ``write``.
+        """
+        self._check_open()
+        results: list[LreError | None] = [None] * len(blobs)
+        todo: list[int] = []
+        first: dict[str, int] = {}
+        repeats: list[tuple[int, int]] = []
+        for i, (digest, data) in enumerate(blobs):
+            if self._present(digest):
+                self._touch(digest.hash)
+            elif digest.hash in first and blobs[first[digest.hash]][0] == digest:
+                repeats.append((i, first[digest.hash]))
+            elif len(data) != digest.size_bytes:
+                results[i] = blob_mismatch(digest, len(data), "")
+            elif digest.size_bytes > self.max_bytes:
+                results[i] = ResourceExhausted(
+                    f"blob {digest} is larger than the filesystem store's capacity "
+                    f"of {self.max_bytes} bytes"
+                )
+            elif digest.size_bytes:
+                first.setdefault(digest.hash, i)
+                todo.append(i)
+        if todo:
+            await self._write_batch(blobs, todo, results)
+        else:
+            await trio.lowlevel.checkpoint()
+        for i, j in repeats:
+            results[i] = results[j]
+        return results
+
+    async def _write_batch(
+        self,
+        blobs: Sequence[tuple[Digest, bytes]],
+        todo: list[int],
+        results: list[LreError | None],
+    ) -> None:
+        keys = [blobs[i][0].hash for i in todo]
+        total = sum(blobs[i][0].size_bytes for i in todo)
+        for key in keys:
+            self._busy[key] = self._busy.get(key, 0) + 1
+        reserved = 0
+        try:
+            try:
+                await self._make_room(blobs[todo[0]][0], total)
+                reserved = total
+            except ResourceExhausted:
+                for i in todo:
+                    digest, data = blobs[i]
+                    try:
+                        await self.write(digest, single_chunk(data))
+                    except LreError as exc:
+                        results[i] = exc
+                return
+            for key in keys:
+                await self._wait_deleting(key)
+            touched = self._take_touched_batch()
+            groups = [todo[g : g + _BATCH_FILES] for g in range(0, len(todo), _BATCH_FILES)]
+            outcomes: list[tuple[list[LreError | None], BaseException | None]] = [
+                ([], None) for _ in groups
+            ]
+
+            async def write_group(g: int) -> None:
+                items = [
+                    (blobs[i][0], blobs[i][1], self._path(blobs[i][0], _PLAIN)) for i in groups[g]
+                ]
+                outcomes[g] = await self._run(self._write_files, items, touched if g == 0 else [])
+
+            async with trio.open_nursery() as nursery:
+                for g in range(len(groups)):
+                    nursery.start_soon(write_group, g)
+            failure: BaseException | None = None
+            for group, (errors, error) in zip(groups, outcomes, strict=True):
+                # ``errors`` is shorter than ``group`` only when ``error`` stopped it.
+                for i, outcome in zip(group, errors, strict=False):
+                    if outcome is None:
+                        self._added(blobs[i][0], _PLAIN)
+                    else:
+                        results[i] = outcome
+                failure = failure or error
+            if failure is not None:
+                raise failure
+        finally:
+            self._reserved_bytes -= reserved
+            for key in keys:
+                self._unbusy(key)
 
     # ------------------------------------------------------------ extras
 
@@ -625,6 +766,37 @@ class FilesystemStore:
             raise
         _touch_all(touched)
 
+    def _write_files(
+        self, items: list[tuple[Digest, bytes, str]], touched: list[str]
+    ) -> tuple[list[LreError | None], BaseException | None]:
+        """(thread) Verify and write each blob to its final path via a temp file.
+
+        Returns the outcome of each blob handled, and the unexpected error
+        that stopped the batch early (``None`` when all were handled).
+        """
+        outcomes: list[LreError | None] = []
+        try:
+            for digest, data, final in items:
+                error: LreError | None = blob_mismatch(
+                    digest, len(data), hashlib.sha256(data).hexdigest()
+                )
+                if error is None:
+                    try:
+                        temp = self._new_temp(digest)
+                        try:
+                            temp.append_verified(data)
+                            temp.commit_verified(final, _MODES[_PLAIN])
+                        except BaseException:
+                            temp.discard()
+                            raise
+                    except ResourceExhausted as exc:  # disk full
+                        error = exc
+                outcomes.append(error)
+            _touch_all(touched)
+        except Exception as exc:
+            return outcomes, exc
+        return outcomes, None
+
     def _copy_variant(self, digest: Digest, source: str | None, final: str, mode: int) -> None:
         temp = self._new_temp(digest)
         try:
@@ -792,3 +964,14 @@ def _hash_file(path: str) -> Digest:
             hasher.update(block)
             size += len(block)
     return Digest(hasher.hexdigest(), size)
+
+
+def _read_files(wanted: list[tuple[str, int]]) -> list[bytes | None]:
+    """(thread) The content of each ``(path, size)``; ``None`` if gone or short."""
+    out: list[bytes | None] = []
+    for path, size in wanted:
+        try:
+            out.append(_read_range(path, 0, size))
+        except (FileNotFoundError, _ShortRead):
+            out.append(None)
+    return out

@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
 
 import trio
 
+from lre.cas._blob_io import blob_mismatch
 from lre.cas._pins import Pin, PinTable
 from lre.cas._statistics import StoreStatistics
 from lre.cas._streams import closing_stream
 from lre.cas._verify import BlobVerifier, check_read_range
 from lre.digest import EMPTY_DIGEST, Digest
-from lre.errors import NotFound, ResourceExhausted
+from lre.errors import LreError, NotFound, ResourceExhausted
 
 _CHUNK = 1 << 20
+#: ``write_many`` hashes in a worker thread from this many bytes on.
+_THREAD_HASH_BYTES = 1 << 20
+
+
+def _hash_all(datas: list[bytes]) -> list[str]:
+    return [hashlib.sha256(data).hexdigest() for data in datas]
 
 
 class MemoryStore:
@@ -105,6 +113,68 @@ class MemoryStore:
         self._make_room(digest, digest.size_bytes)
         self._blobs[digest.hash] = data
         self._stored_bytes += len(data)
+
+    async def read_many(self, digests: Sequence[Digest]) -> list[bytes | None]:
+        """Each blob's content (``None`` when absent), in order; each a use."""
+        await trio.lowlevel.checkpoint()
+        blobs = self._blobs
+        touch = blobs.move_to_end
+        empty = EMPTY_DIGEST.hash
+        result: list[bytes | None] = []
+        append = result.append
+        for d in digests:
+            data = blobs.get(d.hash)
+            if data is not None and len(data) == d.size_bytes:
+                touch(d.hash)
+                append(data)
+            elif d.size_bytes == 0 and d.hash == empty:
+                append(b"")
+            else:
+                append(None)
+        return result
+
+    async def write_many(self, blobs: Sequence[tuple[Digest, bytes]]) -> list[LreError | None]:
+        """Verify and store each blob (see ``BulkBlobStore``); per-blob errors.
+
+        The blobs are hashed in one pass, in a worker thread when they add
+        up to ``_THREAD_HASH_BYTES`` or more (the Trio thread stays free).
+        """
+        results: list[LreError | None] = [None] * len(blobs)
+        todo: list[int] = []
+        for index, (digest, data) in enumerate(blobs):
+            if self._present(digest):
+                self._blobs.move_to_end(digest.hash)
+            elif len(data) != digest.size_bytes:
+                results[index] = blob_mismatch(digest, len(data), "")
+            elif digest.size_bytes > self.max_bytes:
+                results[index] = ResourceExhausted(
+                    f"blob {digest} is larger than the memory store's capacity "
+                    f"of {self.max_bytes} bytes"
+                )
+            elif digest.size_bytes:
+                todo.append(index)
+        datas = [blobs[i][1] for i in todo]
+        if sum(map(len, datas)) >= _THREAD_HASH_BYTES:
+            hashes = await trio.to_thread.run_sync(_hash_all, datas)
+        else:
+            await trio.lowlevel.checkpoint()
+            hashes = _hash_all(datas)
+        for index, actual in zip(todo, hashes, strict=True):
+            digest, data = blobs[index]
+            error = blob_mismatch(digest, len(data), actual)
+            if error is not None:
+                results[index] = error
+                continue
+            if self._present(digest):
+                continue
+            try:
+                self._make_room(digest, digest.size_bytes)
+            except ResourceExhausted as exc:
+                results[index] = exc
+                continue
+            self._blobs[digest.hash] = data
+            self._stored_bytes += len(data)
+        return results
 
     # ------------------------------------------------------------ extras
 

@@ -23,6 +23,7 @@ from lre.service._action_results import (
     get_action_result,
     update_action_result,
 )
+from lre.service._batch_wire import serialize_response
 from lre.service._bridge import TrioBridge
 from lre.service._bytestream_ops import query_write_status, read_blob, write_blob
 from lre.service._bytestream_wire import (
@@ -40,6 +41,7 @@ from lre.service._uploads import UploadRegistry
 
 Context = grpc.aio.ServicerContext[Any, Any]
 BYTESTREAM_SERVICE = "google.bytestream.ByteStream"
+CAS_SERVICE = "build.bazel.remote.execution.v2.ContentAddressableStorage"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -88,7 +90,32 @@ class ContentAddressableStorageServicer:
         self._options = options
 
     def register(self, server: grpc.aio.Server) -> None:
-        re_grpc.add_ContentAddressableStorageServicer_to_server(self, server)
+        """Register; the batch methods answer with pre-serialized responses."""
+        handlers = {
+            "FindMissingBlobs": grpc.unary_unary_rpc_method_handler(
+                self.FindMissingBlobs,
+                request_deserializer=re_pb2.FindMissingBlobsRequest.FromString,
+                response_serializer=re_pb2.FindMissingBlobsResponse.SerializeToString,
+            ),
+            "BatchUpdateBlobs": grpc.unary_unary_rpc_method_handler(
+                self.BatchUpdateBlobs,
+                request_deserializer=re_pb2.BatchUpdateBlobsRequest.FromString,
+                response_serializer=serialize_response,
+            ),
+            "BatchReadBlobs": grpc.unary_unary_rpc_method_handler(
+                self.BatchReadBlobs,
+                request_deserializer=re_pb2.BatchReadBlobsRequest.FromString,
+                response_serializer=serialize_response,
+            ),
+            "GetTree": grpc.unary_stream_rpc_method_handler(
+                self.GetTree,
+                request_deserializer=re_pb2.GetTreeRequest.FromString,
+                response_serializer=re_pb2.GetTreeResponse.SerializeToString,
+            ),
+        }
+        server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(CAS_SERVICE, handlers),)
+        )
 
     def _store(self, instance_name: str) -> BlobStore:
         return self._instances.resolve(instance_name).cas
@@ -103,14 +130,16 @@ class ContentAddressableStorageServicer:
     @unary_rpc
     async def BatchUpdateBlobs(
         self, request: re_pb2.BatchUpdateBlobsRequest, context: Context
-    ) -> re_pb2.BatchUpdateBlobsResponse:
+    ) -> bytes:
+        """Answers with the serialized ``BatchUpdateBlobsResponse``."""
         store = self._store(request.instance_name)
         return await self._bridge.call(functools.partial(batch_update, store, request))
 
     @unary_rpc
     async def BatchReadBlobs(
         self, request: re_pb2.BatchReadBlobsRequest, context: Context
-    ) -> re_pb2.BatchReadBlobsResponse:
+    ) -> bytes:
+        """Answers with the serialized ``BatchReadBlobsResponse``."""
         store = self._store(request.instance_name)
         limit = self._options.max_batch_total_size_bytes
         return await self._bridge.call(functools.partial(batch_read, store, request, limit))

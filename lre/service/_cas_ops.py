@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 
-import trio
-
-from lre.cas import BlobStore, read_bytes
+from lre.cas import BlobStore, read_blobs, write_blobs
 from lre.digest import MAX_BLOB_SIZE, Digest
 from lre.errors import InvalidArgument, LreError
 from lre.proto import re_pb2, status_pb2
+from lre.service._batch_wire import digest_field, encode_varint, read_response, update_response
 from lre.service._digest_functions import check_digest_function as check_function
-from lre.service._digest_wire import DigestListScanner, field_span
+from lre.service._digest_wire import DigestList, DigestListScanner, span_between
 from lre.service._status import rpc_status_of
 from lre.service._zstd import decompress_bytes
 
@@ -54,10 +53,9 @@ def parse_digests(digests: Sequence[re_pb2.Digest], field: str) -> list[Digest]:
     ]
 
 
-#: ``FindMissingBlobsRequest.blob_digests`` and
-#: ``FindMissingBlobsResponse.missing_blob_digests`` are both field 2.
-_FIND_MISSING_DIGESTS = DigestListScanner(2)
-_FIND_MISSING_FUNCTION_TAG = 3 << 3  # digest_function, varint
+#: The digest lists of FindMissingBlobs and BatchReadBlobs requests (and
+#: ``FindMissingBlobsResponse.missing_blob_digests``) are field 2.
+_DIGESTS_FIELD_2 = DigestListScanner(2)
 #: Requests with at least this many digests take the bulk path.
 _BULK_MIN = 64
 
@@ -75,23 +73,23 @@ async def find_missing(
     """
     protos = request.blob_digests
     count = len(protos)
-    if count >= _BULK_MIN:
-        check_function(request.digest_function, protos[0].hash)
-        raw = request.SerializeToString()
-        span = field_span(
-            raw, request.instance_name, _FIND_MISSING_FUNCTION_TAG, request.digest_function
-        )
-        found = _FIND_MISSING_DIGESTS.scan(raw, *span, count) if span else None
-        if found is not None:
-            sizes = await store.has_many(list(map(Digest, found.hashes, found.sizes)))
-            missing = [i for i, size in enumerate(sizes) if size is None]
-            if len(missing) > 1:
-                hashes = found.hashes
-                if len(set(hashes)) != len(hashes):  # a repeated digest is listed once
-                    first = {(hashes[i], found.sizes[i]): i for i in reversed(missing)}
-                    missing = sorted(first.values())
-            return re_pb2.FindMissingBlobsResponse.FromString(found.elements(missing))
     check_digest_function(request.digest_function, protos)
+
+    def raw_of() -> tuple[bytes, bytes, bytes]:
+        head = re_pb2.FindMissingBlobsRequest(instance_name=request.instance_name)
+        tail = re_pb2.FindMissingBlobsRequest(digest_function=request.digest_function)
+        return request.SerializeToString(), head.SerializeToString(), tail.SerializeToString()
+
+    found = _scan_digests(raw_of, count)
+    if found is not None:
+        sizes = await store.has_many(list(map(Digest, found.hashes, found.sizes)))
+        missing = [i for i, size in enumerate(sizes) if size is None]
+        if len(missing) > 1:
+            hashes = found.hashes
+            if len(set(hashes)) != len(hashes):  # a repeated digest is listed once
+                first = {(hashes[i], found.sizes[i]): i for i in reversed(missing)}
+                missing = sorted(first.values())
+        return re_pb2.FindMissingBlobsResponse.FromString(found.elements(missing))
     digests = parse_digests(protos, "blob_digests")
     sizes = await store.has_many(digests)
     response = re_pb2.FindMissingBlobsResponse()
@@ -109,128 +107,126 @@ async def find_missing(
     return response
 
 
-class _OneChunk:
-    """An async iterable of one chunk (cheaper than an async generator per blob)."""
-
-    __slots__ = ("_data",)
-
-    def __init__(self, data: bytes) -> None:
-        self._data: bytes | None = data
-
-    def __aiter__(self) -> _OneChunk:
-        return self
-
-    async def __anext__(self) -> bytes:
-        data = self._data
-        if data is None:
-            raise StopAsyncIteration
-        self._data = None
-        return data
+def _digest_fields(protos: Sequence[re_pb2.Digest], found: DigestList | None) -> list[bytes]:
+    """Each requested digest as field 1 of a batch ``Response`` (for ``_batch_wire``)."""
+    if found is not None:
+        return found.fields(1)
+    return [_proto_field(p) for p in protos]
 
 
-#: Blobs of one batch request handled at once: lets a filesystem store use
-#: its I/O threads in parallel; a handful of tasks per request, not per blob.
-BATCH_WORKERS = 8
+def _proto_field(proto: re_pb2.Digest) -> bytes:
+    """``proto`` as field 1 of a batch ``Response``, exactly as the client sent it."""
+    encoded: bytes = proto.SerializeToString()
+    return b"\x0a" + encode_varint(len(encoded)) + encoded
 
 
-async def _for_each(count: int, fn: Callable[[int], Awaitable[None]]) -> None:
-    """Run ``fn(i)`` for ``i in range(count)`` on up to ``BATCH_WORKERS`` tasks."""
-    indexes = iter(range(count))
-
-    async def worker() -> None:
-        for i in indexes:
-            await fn(i)
-
-    if count <= 1:
-        await worker()
-        return
-    async with trio.open_nursery() as nursery:
-        for _ in range(min(BATCH_WORKERS, count)):
-            nursery.start_soon(worker)
+def _scan_digests(
+    raw_of: Callable[[], tuple[bytes, bytes, bytes]], count: int
+) -> DigestList | None:
+    """Bulk-read a request's digest list (field 2), or ``None`` to parse it per digest."""
+    if count < _BULK_MIN:
+        return None
+    raw, head, tail = raw_of()
+    span = span_between(raw, head, tail)
+    return _DIGESTS_FIELD_2.scan(raw, *span, count) if span is not None else None
 
 
-async def batch_update(
-    store: BlobStore, request: re_pb2.BatchUpdateBlobsRequest
-) -> re_pb2.BatchUpdateBlobsResponse:
+async def batch_update(store: BlobStore, request: re_pb2.BatchUpdateBlobsRequest) -> bytes:
     """Verify and store each blob; a bad blob gets its own status, the rest succeed.
 
-    Blobs already present (one ``has_many`` for the whole batch) are not
-    written again. A successful blob's status is left unset (code 0, OK).
+    Returns the serialized ``BatchUpdateBlobsResponse``. The blobs are
+    handed to the store in one ``write_blobs`` call (one verification pass
+    and, for a filesystem store, a few thread calls for the whole batch).
+    A successful blob's status is left unset (code 0, OK).
     """
     items = request.requests
-    check_digest_function(request.digest_function, [r.digest for r in items])
+    protos = [item.digest for item in items]
+    check_digest_function(request.digest_function, protos)
     statuses: list[status_pb2.Status | None] = [None] * len(items)
-    parsed: list[Digest | None] = []
+    parsed: list[Digest | None] = list(_parse_update_digests(protos, statuses))
+    blobs: list[tuple[Digest, bytes]] = []
+    positions: list[int] = []
     for index, item in enumerate(items):
+        digest = parsed[index]
+        if digest is None:
+            continue
         try:
-            parsed.append(Digest.from_proto(item.digest, field=f"requests[{index}].digest"))
+            data = item.data
+            compressor = item.compressor
+            if compressor == _ZSTD:
+                data = decompress_bytes(data, digest)
+            elif compressor != _IDENTITY:
+                raise InvalidArgument(
+                    f"requests[{index}].compressor: {compressor} is not supported "
+                    "(supported: IDENTITY, ZSTD)"
+                )
+        except LreError as exc:
+            statuses[index] = rpc_status_of(exc)
+            continue
+        blobs.append((digest, data))
+        positions.append(index)
+    outcomes = await write_blobs(store, blobs)
+    for index, error in zip(positions, outcomes, strict=True):
+        if error is not None:
+            statuses[index] = rpc_status_of(error)
+    fields = [
+        digest_field(digest) if digest is not None else _proto_field(proto)
+        for digest, proto in zip(parsed, protos, strict=True)
+    ]
+    return update_response(fields, statuses)
+
+
+def _parse_update_digests(
+    protos: Sequence[re_pb2.Digest], statuses: list[status_pb2.Status | None]
+) -> list[Digest | None]:
+    """The valid digests (``None`` for a bad one, whose status is set)."""
+    try:
+        return list(parse_digests(protos, "requests[].digest"))
+    except LreError:
+        pass
+    parsed: list[Digest | None] = []
+    for index, proto in enumerate(protos):
+        try:
+            parsed.append(Digest.from_proto(proto, field=f"requests[{index}].digest"))
         except LreError as exc:
             parsed.append(None)
             statuses[index] = rpc_status_of(exc)
-    valid = [d for d in parsed if d is not None]
-    sizes = await store.has_many(valid)
-    present = {d for d, size in zip(valid, sizes, strict=True) if size is not None}
-
-    async def store_one(index: int) -> None:
-        digest = parsed[index]
-        if digest is None or digest in present:
-            return
-        item = items[index]
-        try:
-            data = item.data
-            if item.compressor == _ZSTD:
-                data = decompress_bytes(data, digest)
-            elif item.compressor != _IDENTITY:
-                raise InvalidArgument(
-                    f"requests[{index}].compressor: {item.compressor} is not supported "
-                    "(supported: IDENTITY, ZSTD)"
-                )
-            await store.write(digest, _OneChunk(data))
-        except LreError as exc:
-            statuses[index] = rpc_status_of(exc)
-
-    await _for_each(len(items), store_one)
-    response = re_pb2.BatchUpdateBlobsResponse()
-    add = response.responses.add
-    for item, status in zip(items, statuses, strict=True):
-        if status is None:
-            add(digest=item.digest)
-        else:
-            add(digest=item.digest, status=status)
-    return response
+    return parsed
 
 
 async def batch_read(
     store: BlobStore, request: re_pb2.BatchReadBlobsRequest, max_total_bytes: int
-) -> re_pb2.BatchReadBlobsResponse:
+) -> bytes:
     """Read each blob (IDENTITY: always acceptable); absent ones get NOT_FOUND.
 
-    Raises ``InvalidArgument`` naming the total when the requested sizes add
-    up to more than ``max_total_bytes``.
+    Returns the serialized ``BatchReadBlobsResponse``. Raises
+    ``InvalidArgument`` naming the total when the requested sizes add up to
+    more than ``max_total_bytes``.
     """
     protos = request.digests
     check_digest_function(request.digest_function, protos)
-    digests = parse_digests(protos, "digests")
+
+    def raw_of() -> tuple[bytes, bytes, bytes]:
+        head = re_pb2.BatchReadBlobsRequest(instance_name=request.instance_name)
+        tail = re_pb2.BatchReadBlobsRequest(
+            acceptable_compressors=request.acceptable_compressors,
+            digest_function=request.digest_function,
+        )
+        return request.SerializeToString(), head.SerializeToString(), tail.SerializeToString()
+
+    found = _scan_digests(raw_of, len(protos))
+    if found is not None:
+        digests = list(map(Digest, found.hashes, found.sizes))
+    else:
+        digests = parse_digests(protos, "digests")
     total = sum(d.size_bytes for d in digests)
     if total > max_total_bytes:
         raise InvalidArgument(
             f"digests: the requested blobs total {total} bytes, more than "
             f"max_batch_total_size_bytes ({max_total_bytes}); use ByteStream Read"
         )
-    outcomes: list[bytes | status_pb2.Status] = [b""] * len(digests)
-
-    async def read_one(index: int) -> None:
-        try:
-            outcomes[index] = await read_bytes(store, digests[index])
-        except LreError as exc:
-            outcomes[index] = rpc_status_of(exc)
-
-    await _for_each(len(digests), read_one)
-    response = re_pb2.BatchReadBlobsResponse()
-    add = response.responses.add
-    for proto, outcome in zip(protos, outcomes, strict=True):
-        if isinstance(outcome, bytes):
-            add(digest=proto, data=outcome)
-        else:
-            add(digest=proto, status=outcome)
-    return response
+    contents = await read_blobs(store, digests)
+    outcomes: list[bytes | status_pb2.Status] = [
+        data if isinstance(data, bytes) else rpc_status_of(data) for data in contents
+    ]
+    return read_response(_digest_fields(protos, found), outcomes)

@@ -53,14 +53,6 @@ def _size_of(field: str) -> int:
     return value
 
 
-def _varint_length(value: int) -> int:
-    length = 1
-    while value > 0x7F:
-        value >>= 7
-        length += 1
-    return length
-
-
 @dataclass(frozen=True, slots=True)
 class DigestList:
     """The elements of one repeated ``Digest`` field, in order.
@@ -74,6 +66,15 @@ class DigestList:
     _size_fields: list[str]
     _tag: str
     _region: bytes
+
+    def fields(self, field_number: int) -> list[bytes]:
+        """Every element again, as field ``field_number`` (1..15) of another message."""
+        tag = chr(field_number << 3 | 2)
+        lengths = _LENGTH_CHARS
+        return [
+            (tag + lengths[len(f)] + "\n@" + h + f).encode("latin-1")
+            for h, f in zip(self.hashes, self._size_fields, strict=True)
+        ]
 
     def elements(self, indexes: list[int]) -> bytes:
         """The serialized elements at ``indexes`` (in that order), concatenated."""
@@ -124,30 +125,14 @@ class DigestListScanner:
         return DigestList(hashes, sizes, size_fields, self._tag, region)
 
 
-def field_span(
-    raw: bytes, leading: str, trailing_tag: int, trailing_value: int
-) -> tuple[int, int] | None:
-    """Where the repeated field lies in a canonical message ``raw``.
+def span_between(raw: bytes, head: bytes, tail: bytes) -> tuple[int, int] | None:
+    """``(start, stop)`` of what lies between ``head`` and ``tail`` in ``raw``.
 
-    ``leading`` is the value of string field 1, serialized before the
-    repeated field (empty when unset); ``trailing_value`` the value of the
-    varint field with one-byte tag ``trailing_tag`` serialized after it (0
-    when unset). Returns ``(start, stop)``, or ``None`` when ``raw`` does not
-    begin and end that way.
+    ``head`` and ``tail`` are the canonical serializations of the message's
+    fields before and after the repeated field (serialized on their own);
+    ``None`` when ``raw`` does not begin with ``head`` and end with ``tail``.
     """
-    start = 0
-    if leading:
-        size = len(leading.encode("utf-8"))
-        start = 1 + _varint_length(size) + size
-        if raw[:1] != b"\x0a":
-            return None
-    stop = len(raw)
-    if trailing_value:
-        if trailing_value < 0:
-            return None
-        stop -= 1 + _varint_length(trailing_value)
-        if stop < 0 or raw[stop] != trailing_tag:
-            return None
-    if stop < start:
+    stop = len(raw) - len(tail)
+    if stop < len(head) or not raw.startswith(head) or not raw.endswith(tail):
         return None
-    return start, stop
+    return len(head), stop

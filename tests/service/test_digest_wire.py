@@ -9,10 +9,9 @@ from hypothesis import strategies as st
 
 from lre.digest import MAX_BLOB_SIZE
 from lre.proto import re_pb2
-from lre.service._digest_wire import DigestList, DigestListScanner, field_span
+from lre.service._digest_wire import DigestList, DigestListScanner, span_between
 
 SCANNER = DigestListScanner(2)
-FUNCTION_TAG = 3 << 3
 
 hex_hashes = st.text(alphabet="0123456789abcdef", min_size=64, max_size=64)
 any_hashes = st.one_of(hex_hashes, st.text(max_size=70))
@@ -25,7 +24,9 @@ sizes = st.one_of(
 
 def scan(request: re_pb2.FindMissingBlobsRequest) -> DigestList | None:
     raw = request.SerializeToString()
-    span = field_span(raw, request.instance_name, FUNCTION_TAG, request.digest_function)
+    head = re_pb2.FindMissingBlobsRequest(instance_name=request.instance_name)
+    tail = re_pb2.FindMissingBlobsRequest(digest_function=request.digest_function)
+    span = span_between(raw, head.SerializeToString(), tail.SerializeToString())
     if span is None:
         return None
     return SCANNER.scan(raw, *span, len(request.blob_digests))
