@@ -13,6 +13,7 @@ def test_public_names() -> None:
             "ActionResultCache",
             "BlobStore",
             "BlobVerifier",
+            "BulkBlobStore",
             "FastSlowStore",
             "FilesystemActionCache",
             "FilesystemStore",
@@ -26,12 +27,14 @@ def test_public_names() -> None:
             "closing_stream",
             "file_digests",
             "missing_digests",
+            "read_blobs",
             "read_bytes",
             "read_directory_tree",
             "read_message",
             "tree_file_digests",
             "validate_directory",
             "validate_tree",
+            "write_blobs",
             "write_bytes",
             "write_message",
         ]
@@ -48,5 +51,7 @@ def test_stores_satisfy_the_protocols() -> None:
     assert isinstance(fs, lre.cas.PinnableStore)
     assert isinstance(lre.cas.VerifyStore(memory), lre.cas.PinnableStore)
     assert isinstance(lre.cas.FastSlowStore(memory, fs), lre.cas.PinnableStore)
+    assert isinstance(memory, lre.cas.BulkBlobStore)
+    assert isinstance(fs, lre.cas.BulkBlobStore)
     assert isinstance(lre.cas.MemoryActionCache(), lre.cas.ActionCache)
     assert isinstance(lre.cas.FilesystemActionCache("/nonexistent/ac"), lre.cas.ActionCache)
