@@ -1,11 +1,12 @@
 """Materialising an input tree on disk.
 
 ``stage_inputs`` turns an ``InputTree`` into real files under an action's
-input root in one worker thread: directories first, then every file (a
-hardlink to the CAS copy when the store can offer one, otherwise a copy of
-the blob), then symlinks, then the parents of every output path. Large
-blobs streamed from the store are written between those steps (a second
-thread call); an empty tree with no output parents costs no thread at all. Inputs are
+input root: directories first, then every file (a hardlink to the CAS copy
+when the store can offer one, otherwise a copy of the blob), then symlinks,
+then the parents of every output path. A small tree is done in one thread
+call; a tree of ``PARALLEL_FILES`` files or more has its files placed by a
+few threads at once; large blobs are streamed from the store in between;
+an empty tree with no output parents costs no thread at all. Inputs are
 read-only (0444, or 0555 when executable); directories are 0755 so actions
 can write next to their inputs.
 """
@@ -33,6 +34,12 @@ T = TypeVar("T")
 SMALL_BLOB = 1 << 20
 #: Concurrent blob reads while staging.
 READ_CONCURRENCY = 32
+#: Trees with at least this many files are placed by several threads at once
+#: (at most ``STAGING_THREADS``, and not more than the machine's CPUs).
+PARALLEL_FILES = 512
+STAGING_THREADS = 4
+#: Errors of ``os.link`` after which the blob is copied instead.
+_LINK_FALLBACK = frozenset((errno.EXDEV, errno.EMLINK, errno.EPERM, errno.EACCES, errno.ENOENT))
 
 
 #: ``link_source(digest, executable)`` returns the path of a CAS file holding
@@ -103,38 +110,38 @@ async def stage_inputs(
     small = [d for d in copy_digests if d.size_bytes <= SMALL_BLOB]
     contents = await _read_many(store, small)
 
+    base = str(root)
+
     def finish() -> None:
         for link in tree.symlinks:
-            os.symlink(link.target, root / link.path)
+            os.symlink(link.target, f"{base}/{link.path}")
         for parent in parents:
             try:
-                os.makedirs(root / parent, 0o755, exist_ok=True)
+                os.makedirs(f"{base}/{parent}", 0o755, exist_ok=True)
             except (FileExistsError, NotADirectoryError):
                 relative = next(r for r in output_parents if os.path.dirname(r) == parent)
                 raise InvalidArgument(
                     f"output path {relative!r}: its parent {parent!r} is an input file"
                 ) from None
 
-    def build() -> list[InputFile]:
+    def make_directories() -> None:
         for relative in tree.directories:
-            os.mkdir(root / relative, 0o755)
+            os.mkdir(f"{base}/{relative}", 0o755)
+
+    def place(items: Sequence[InputFile]) -> tuple[list[InputFile], StagingStats]:
+        """Link or write ``items``; returns those to stream and what was done."""
+        done = StagingStats()
         later: list[InputFile] = []
-        for item in tree.files:
-            target = root / item.path
+        for item in items:
+            target = f"{base}/{item.path}"
             source = sources.get((item.digest, item.executable))
             if source is not None:
                 try:
                     os.link(source, target)
-                    stats.linked += 1
+                    done.linked += 1
                     continue
                 except OSError as error:
-                    if error.errno not in (
-                        errno.EXDEV,
-                        errno.EMLINK,
-                        errno.EPERM,
-                        errno.EACCES,
-                        errno.ENOENT,
-                    ):
+                    if error.errno not in _LINK_FALLBACK:
                         raise
             if item.digest == EMPTY_DIGEST:
                 data: bytes | None = b""
@@ -144,18 +151,46 @@ async def stage_inputs(
                 later.append(item)
                 continue
             _write_file(target, data, item.executable)
-            stats.copied += 1
-            stats.bytes_copied += len(data)
-        if not later:
-            finish()  # same thread: one hop for the whole tree
-        return later
+            done.copied += 1
+            done.bytes_copied += len(data)
+        return later, done
 
-    later = await trio.to_thread.run_sync(build)
-    if later:
-        for item in later:
-            await _stream_file(store, item, root / item.path)
-            stats.copied += 1
-            stats.bytes_copied += item.digest.size_bytes
+    files = tree.files
+    if len(files) < PARALLEL_FILES:
+
+        def build() -> tuple[list[InputFile], StagingStats]:
+            make_directories()
+            later, done = place(files)
+            if not later:
+                finish()  # same thread: one thread call for the whole tree
+            return later, done
+
+        later, done = await trio.to_thread.run_sync(build)
+        results = [(later, done)]
+    else:
+        # Many files: directories first, then the files split over a few
+        # threads (link and create calls of different threads overlap in the
+        # kernel; the Python between them is short).
+        await trio.to_thread.run_sync(make_directories)
+        lanes = min(STAGING_THREADS, max(1, os.cpu_count() or 1))
+        results = [([], StagingStats())] * lanes
+
+        async def lane(index: int) -> None:
+            results[index] = await trio.to_thread.run_sync(place, files[index::lanes])
+
+        async with trio.open_nursery() as nursery:
+            for index in range(lanes):
+                nursery.start_soon(lane, index)
+        later = [item for part, _ in results for item in part]
+    for _, done in results:
+        stats.linked += done.linked
+        stats.copied += done.copied
+        stats.bytes_copied += done.bytes_copied
+    for item in later:
+        await _stream_file(store, item, root / item.path)
+        stats.copied += 1
+        stats.bytes_copied += item.digest.size_bytes
+    if len(files) >= PARALLEL_FILES or later:
         await trio.to_thread.run_sync(finish)
     return stats
 
@@ -182,7 +217,7 @@ async def in_lanes(items: Sequence[T], work: Callable[[T], Awaitable[None]]) -> 
             nursery.start_soon(lane, start)
 
 
-def _write_file(target: Path, data: bytes, executable: bool) -> None:
+def _write_file(target: str | Path, data: bytes, executable: bool) -> None:
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, _mode(executable))
     try:
         view = memoryview(data)

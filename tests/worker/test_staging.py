@@ -1,0 +1,64 @@
+"""stage_inputs on large trees (placed by several threads) and empty ones."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from lre.cas import FilesystemStore, MemoryStore
+from lre.worker._input_tree import InputTree, fetch_input_tree
+from lre.worker._staging import PARALLEL_FILES, stage_inputs
+
+from .conftest import put_tree
+
+
+def big_spec(files: int) -> dict[str, object]:
+    spec: dict[str, object] = {}
+    for d in range(10):
+        spec[f"d{d}"] = {
+            f"f{f:04d}": (("x", f"{d}/{f}".encode()) if f % 7 == 0 else f"{d}/{f}".encode())
+            for f in range(files // 10)
+        }
+    spec["empty"] = b""
+    return spec
+
+
+def check(root: Path, files: int) -> None:
+    for d in range(10):
+        for f in range(files // 10):
+            path = root / f"d{d}" / f"f{f:04d}"
+            assert path.read_bytes() == f"{d}/{f}".encode()
+            assert os.stat(path).st_mode & 0o777 == (0o555 if f % 7 == 0 else 0o444)
+    assert (root / "empty").read_bytes() == b""
+
+
+async def test_large_tree_copied_from_memory(tmp_path: Path) -> None:
+    files = (PARALLEL_FILES // 10 + 2) * 10  # enough to take the threaded path
+    store = MemoryStore(1 << 30)
+    tree = await fetch_input_tree(store, await put_tree(store, big_spec(files)))
+    root = tmp_path / "root"
+    root.mkdir()
+    stats = await stage_inputs(store, tree, root, output_parents=["out/deep/x", "top"])
+    assert stats.files == files + 1 and stats.copied == files + 1 and stats.linked == 0
+    check(root, files)
+    assert (root / "out" / "deep").is_dir()
+
+
+async def test_large_tree_hardlinked_from_filesystem_store(tmp_path: Path) -> None:
+    files = (PARALLEL_FILES // 10 + 2) * 10  # enough to take the threaded path
+    store = FilesystemStore(tmp_path / "cas", tmp_path / "cas-tmp", 1 << 30)
+    await store.open()
+    tree = await fetch_input_tree(store, await put_tree(store, big_spec(files)))  # type: ignore[arg-type]
+    root = tmp_path / "root"
+    root.mkdir()
+    stats = await stage_inputs(store, tree, root, link_source=store.path_for_link)
+    assert stats.linked == files  # every non-empty file is a link into the CAS
+    check(root, files)
+    assert os.stat(root / "d1" / "f0001").st_nlink >= 2
+
+
+async def test_empty_tree_without_parents_touches_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    stats = await stage_inputs(MemoryStore(1 << 20), InputTree(), root, output_parents=["x"])
+    assert stats.files == 0 and os.listdir(root) == []
