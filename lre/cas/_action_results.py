@@ -7,6 +7,7 @@ from google.protobuf.message import DecodeError
 from lre.cas._action_cache import ActionCache
 from lre.cas._blob_io import missing_digests, read_message
 from lre.cas._protocol import BlobStore
+from lre.cas._result_paths import check_result_paths
 from lre.cas._tree import tree_file_digests
 from lre.digest import Digest
 from lre.errors import InvalidArgument, MissingBlobs, NotFound
@@ -45,11 +46,22 @@ class ActionResultCache:
     ) -> re_pb2.ActionResult:
         """Store ``result`` for ``action_digest`` and return it.
 
+        A result without ``execution_metadata`` gets an empty one (Buck2
+        rejects any result lacking it, replies to UpdateActionResult
+        included).
+
         Raises ``MissingBlobs`` (FAILED_PRECONDITION) naming every referenced
-        blob absent from the CAS, ``InvalidArgument`` for a malformed digest
-        or output tree, and ``ResourceExhausted`` when the cache is full.
-        Nothing is stored on error.
+        blob absent from the CAS, ``InvalidArgument`` for a malformed digest,
+        output tree, output path or symlink target (see ``_result_paths``),
+        and ``ResourceExhausted`` when the cache is full. Nothing is stored on
+        error.
         """
+        check_result_paths(result)
+        if not result.HasField("execution_metadata"):
+            completed = re_pb2.ActionResult()
+            completed.CopyFrom(result)
+            completed.execution_metadata.SetInParent()
+            result = completed
         missing = await self.missing_blobs(result)
         if missing:
             subjects = [d.subject for d in missing]

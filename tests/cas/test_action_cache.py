@@ -78,6 +78,7 @@ async def full_result(
         output_directories=[re_pb2.OutputDirectory(path="d", tree_digest=tree_digest.to_proto())],
         stdout_digest=stdout.to_proto(),
         exit_code=0,
+        execution_metadata=re_pb2.ExecutedActionMetadata(worker="w"),
     )
     return result, {
         "out": out,
@@ -146,5 +147,9 @@ async def test_malformed_results() -> None:
     await ac.put(ACTION, b"\xff\xff not a proto")
     assert await cache.get_result(ACTION) is None
     empty_stdout = re_pb2.ActionResult(stdout_digest=digest_of(b"").to_proto(), exit_code=3)
-    assert await cache.put_result(ACTION, empty_stdout) == empty_stdout
-    assert await cache.get_result(ACTION) == empty_stdout
+    stored = await cache.put_result(ACTION, empty_stdout)
+    # A result without execution_metadata is stored with an empty one (Buck2 needs it).
+    assert stored.HasField("execution_metadata")
+    stored.ClearField("execution_metadata")
+    assert stored == empty_stdout
+    assert await cache.get_result(ACTION) == await cache.put_result(ACTION, empty_stdout)
