@@ -53,6 +53,12 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def children_cpu_seconds() -> float:
+    """CPU of waited-for child processes (the client process, once it ended)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 class FakeWorker:
     """Completes each lease at once, or holds every lease until ``release``."""
 
@@ -187,17 +193,19 @@ async def grpc_throughput(count: int, concurrency: int, tmp: Path) -> dict[str, 
         await nursery.start(scheduler.run)
         await nursery.start(FakeWorker(scheduler).run)
         address = await serve(store, scheduler, nursery)
-        cpu0 = cpu_seconds()
+        cpu0, client0 = cpu_seconds(), children_cpu_seconds()
         proc = spawn_client("throughput", address, str(path), concurrency)
         out, _ = await trio.to_thread.run_sync(proc.communicate)
-        cpu = cpu_seconds() - cpu0
+        cpu, client_cpu = cpu_seconds() - cpu0, children_cpu_seconds() - client0
         nursery.cancel_scope.cancel()
     result = json.loads(out)
     assert result["done"] == count, result
     return {
         "ops_per_s": result["ops_per_s"],
         "server_cpu_us_per_op": cpu / count * 1e6,
+        "client_cpu_us_per_op": client_cpu / count * 1e6,
         "client_p99_ms": result["p99_ms"],
+        "messages_per_call": result["messages_per_call"],
     }
 
 
@@ -263,15 +271,18 @@ def client_main(mode: str, address: str, digests_file: str, concurrency: int) ->
         stubs = [re_grpc.ExecutionStub(c) for c in channels]
         latencies: list[float] = []
         done = 0
+        messages = 0
         queue = iter(enumerate(digests))
 
         async def one(i: int, digest: re_pb2.Digest) -> bool:
             request = re_pb2.ExecuteRequest(
                 instance_name="main", action_digest=digest, skip_cache_lookup=True
             )
+            nonlocal messages
             last = None
             async for op in stubs[i % len(stubs)].Execute(request):
                 last = op
+                messages += 1
             return last is not None and last.done
 
         async def loop() -> None:
@@ -293,7 +304,12 @@ def client_main(mode: str, address: str, digests_file: str, concurrency: int) ->
             await channel.close()
         latencies.sort()
         p99 = latencies[int(len(latencies) * 0.99) - 1] * 1000 if latencies else 0.0
-        return {"done": done, "ops_per_s": done / wall, "p99_ms": p99}
+        return {
+            "done": done,
+            "ops_per_s": done / wall,
+            "p99_ms": p99,
+            "messages_per_call": messages / max(1, len(digests)),
+        }
 
     print(json.dumps(asyncio.run(main())))
 

@@ -12,6 +12,13 @@ side; this module turns its ``OperationSnapshot``s into
   ``ExecuteResponse.status`` via ``rpc_status_of``, never into
   ``Operation.error``.
 
+Intermediate updates are coalesced: the first message goes out at once
+(the client learns the operation name), the final ``done`` one as soon as
+the operation ends, and a stage in between only once it has lasted
+``STAGE_SETTLE_S`` (an action that is queued, runs and finishes within that
+time costs two messages, not four). Progress updates still come at least
+every ``progress_interval_s``.
+
 Errors of the request itself (malformed digest, unknown instance, unknown or
 expired operation name) end the RPC with their status (NOT_FOUND for an
 expired operation, so Bazel re-executes).
@@ -25,6 +32,7 @@ from typing import Any, Protocol, cast
 
 import grpc
 import grpc.aio
+import trio
 
 from lre.errors import NotFound, Unimplemented
 from lre.proto import operations_pb2, re_grpc, re_pb2
@@ -35,6 +43,9 @@ from lre.service._metadata import request_metadata_from
 from lre.service._status import rpc_status_of, stream_rpc
 
 Context = grpc.aio.ServicerContext[Any, Any]
+
+#: How long an intermediate stage must last before it is streamed.
+STAGE_SETTLE_S = 0.02
 
 
 class ExecutionBackend(Protocol):
@@ -118,13 +129,29 @@ def request_info_of(context: Context) -> RequestInfo:
     )
 
 
+async def settled(
+    updates: AsyncIterator[OperationSnapshot], settle_s: float = STAGE_SETTLE_S
+) -> AsyncIterator[OperationSnapshot]:
+    """(Trio) the first snapshot of ``updates`` at once, then each later one
+    only when it is ``done`` or nothing newer came within ``settle_s``."""
+    snapshot = await anext(updates)
+    yield snapshot
+    while not snapshot.done:
+        snapshot = await anext(updates)
+        if not snapshot.done:
+            with trio.move_on_after(settle_s):
+                while not snapshot.done:
+                    snapshot = await anext(updates)
+        yield snapshot
+
+
 async def execute_updates(
     backend: ExecutionBackend, request: re_pb2.ExecuteRequest, info: RequestInfo
 ) -> AsyncIterator[operations_pb2.Operation]:
     """(Trio) submit ``request`` and yield an Operation per update until done."""
     snapshot = backend.submit(request, request_info=info)
     async with backend.watch(snapshot.name) as updates:
-        async for update in updates:
+        async for update in settled(aiter(updates)):
             yield operation_of(update)
 
 
@@ -134,7 +161,7 @@ async def wait_updates(
     """(Trio) yield an Operation per update of ``name`` until done (``NotFound``
     when it does not exist or has expired)."""
     async with backend.watch(name) as updates:
-        async for update in updates:
+        async for update in settled(aiter(updates)):
             yield operation_of(update)
 
 
@@ -154,7 +181,7 @@ class ExecutionServicer:
     ) -> AsyncIterator[operations_pb2.Operation]:
         backend = backend_for_instance(self._instances, request.instance_name)
         produce = functools.partial(execute_updates, backend, request, request_info_of(context))
-        async for operation in self._bridge.stream(produce, buffer=2):
+        async for operation in self._bridge.stream(produce, buffer=8):
             yield operation
 
     @stream_rpc
@@ -163,5 +190,5 @@ class ExecutionServicer:
     ) -> AsyncIterator[operations_pb2.Operation]:
         backend = backend_for_operation(self._instances, request.name)
         produce = functools.partial(wait_updates, backend, request.name)
-        async for operation in self._bridge.stream(produce, buffer=2):
+        async for operation in self._bridge.stream(produce, buffer=8):
             yield operation
