@@ -38,7 +38,7 @@ from lre.scheduler import (
     Outcome,
     Usage,
 )
-from lre.worker._action_dirs import LOG_NAMES, ROOT_NAME, ActionDirectories
+from lre.worker._action_dirs import ActionDirectories, ActionDirectory
 from lre.worker._command import PreparedCommand, prepare_command
 from lre.worker._input_tree import InputTree, fetch_input_tree
 from lre.worker._jobserver import JobserverPool, jobserver_tokens
@@ -190,8 +190,8 @@ class ActionRunner:
         result = re_pb2.ActionResult(execution_metadata=timeline.to_proto(self.spec.name))
         return Completed(result, error=error, message=error.message)
 
-    async def _run(self, lease: Lease, action_dir: Path, timeline: Timeline) -> Outcome:
-        root = action_dir / ROOT_NAME
+    async def _run(self, lease: Lease, action_dir: ActionDirectory, timeline: Timeline) -> Outcome:
+        root = action_dir.root
         timeline.mark("input_fetch_start")
         prepared = prepare_command(
             lease.command,
@@ -225,8 +225,8 @@ class ActionRunner:
                 held.release()
         timeline.mark("input_fetch_completed")
 
-        stdout_path = action_dir / LOG_NAMES[0]
-        stderr_path = action_dir / LOG_NAMES[1]
+        stdout_path = action_dir.stdout
+        stderr_path = action_dir.stderr
         process, sampled = await self._execute(
             lease, prepared, root, stdout_path, stderr_path, timeline
         )

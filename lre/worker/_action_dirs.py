@@ -31,6 +31,7 @@ import itertools
 import logging
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 import trio
@@ -46,6 +47,21 @@ LOG_NAMES = ("stdout", "stderr")
 _RECYCLABLE = frozenset((ROOT_NAME, *LOG_NAMES))
 
 
+@dataclass(frozen=True, slots=True)
+class ActionDirectory:
+    """One action directory and the paths the runner uses inside it
+    (computed once per directory, which is recycled many times)."""
+
+    path: Path
+    root: Path
+    stdout: Path
+    stderr: Path
+
+    @classmethod
+    def at(cls, path: Path) -> ActionDirectory:
+        return cls(path, path / ROOT_NAME, path / LOG_NAMES[0], path / LOG_NAMES[1])
+
+
 class ActionDirectories:
     """Ready-made action directories and deferred removal for one worker.
 
@@ -57,8 +73,8 @@ class ActionDirectories:
         self.workdir = workdir
         self.stock_size = max(1, stock)
         self._numbers = itertools.count(1)
-        self._stock: list[Path] = []
-        self._trash: list[Path] = []
+        self._stock: list[ActionDirectory] = []
+        self._trash: list[ActionDirectory] = []
         self._wake = trio.Event()
         self._running = False
         self._batches = 0
@@ -84,7 +100,7 @@ class ActionDirectories:
         """Thread calls made by ``run`` so far (for tests and statistics)."""
         return self._batches
 
-    async def take(self) -> Path:
+    async def take(self) -> ActionDirectory:
         """An empty action directory with an empty ``root/`` inside.
 
         Raises ``OSError`` when one cannot be made (disk full, permissions).
@@ -97,14 +113,14 @@ class ActionDirectories:
         self._wake.set()
         return await trio.to_thread.run_sync(self._make)
 
-    async def release(self, path: Path) -> None:
+    async def release(self, directory: ActionDirectory) -> None:
         """Give back a finished action's directory (see the module docstring)."""
         if self._running:
-            self._trash.append(path)
+            self._trash.append(directory)
             self._wake.set()
             return
         with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(self._remove_all, [path])
+            await trio.to_thread.run_sync(self._remove_all, [directory])
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Remove released directories and refill the stock until cancelled."""
@@ -129,20 +145,20 @@ class ActionDirectories:
 
     # ------------------------------------------------------------------ in threads
 
-    def _make(self) -> Path:
-        path = self.workdir.new_action_dir(f"a{next(self._numbers)}")
-        os.mkdir(path / ROOT_NAME, 0o755)
-        return path
+    def _make(self) -> ActionDirectory:
+        directory = ActionDirectory.at(self.workdir.new_action_dir(f"a{next(self._numbers)}"))
+        os.mkdir(directory.root, 0o755)
+        return directory
 
-    def _batch(self, trash: list[Path], wanted: int) -> list[Path]:
+    def _batch(self, trash: list[ActionDirectory], wanted: int) -> list[ActionDirectory]:
         """Recycle or remove ``trash``, then make directories up to ``wanted``."""
-        ready: list[Path] = []
-        removing: list[Path] = []
-        for path in trash:
-            if len(ready) < wanted and _recycle(path):
-                ready.append(path)
+        ready: list[ActionDirectory] = []
+        removing: list[ActionDirectory] = []
+        for directory in trash:
+            if len(ready) < wanted and _recycle(directory.path):
+                ready.append(directory)
             else:
-                removing.append(path)
+                removing.append(directory)
         self._recycled += len(ready)
         self._remove_all(removing)
         try:
@@ -152,12 +168,12 @@ class ActionDirectories:
             log.exception("worker directory %s: cannot make action directories", self.workdir.path)
         return ready
 
-    def _remove_all(self, paths: list[Path]) -> None:
-        for path in paths:
+    def _remove_all(self, directories: list[ActionDirectory]) -> None:
+        for directory in directories:
             try:
-                self.workdir.remove_action_dir(path)
+                self.workdir.remove_action_dir(directory.path)
             except OSError:
-                log.exception("could not remove action directory %s", path)
+                log.exception("could not remove action directory %s", directory.path)
 
 
 def _recycle(path: Path) -> bool:

@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, field
 
 from google.protobuf.any_pb2 import Any as AnyMessage
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from lre.proto import lre_pb2, re_pb2
 
@@ -27,7 +28,7 @@ class Timeline:
     def to_proto(self, worker: str) -> re_pb2.ExecutedActionMetadata:
         metadata = re_pb2.ExecutedActionMetadata(worker=worker)
         if self.queued:
-            metadata.queued_timestamp.FromNanoseconds(int(self.queued * 1e9))
+            _set(metadata.queued_timestamp, self.queued)
         fields = {
             "worker_start": metadata.worker_start_timestamp,
             "worker_completed": metadata.worker_completed_timestamp,
@@ -41,12 +42,19 @@ class Timeline:
         for name, stamp in fields.items():
             value = self.marks.get(name)
             if value:
-                stamp.FromNanoseconds(int(value * 1e9))
+                _set(stamp, value)
         start = self.marks.get("execution_start")
         end = self.marks.get("execution_completed")
         if start and end:
             metadata.virtual_execution_duration.FromNanoseconds(int((end - start) * 1e9))
         return metadata
+
+
+def _set(stamp: Timestamp, seconds: float) -> None:
+    """Set a Timestamp field in place (cheaper than ``FromNanoseconds``)."""
+    nanos = int(seconds * 1e9)
+    stamp.seconds = nanos // 1_000_000_000
+    stamp.nanos = nanos % 1_000_000_000
 
 
 def resource_usage_any(

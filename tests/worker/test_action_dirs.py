@@ -10,7 +10,7 @@ from pathlib import Path
 import trio
 
 from lre.worker import WorkDirectory
-from lre.worker._action_dirs import ActionDirectories
+from lre.worker._action_dirs import ActionDirectories, ActionDirectory
 
 
 def entries(workdir: WorkDirectory) -> set[str]:
@@ -38,13 +38,15 @@ async def test_stock_is_made_ahead_and_recycled(tmp_path: Path) -> None:
             await settle(dirs, 3)
             made = entries(workdir)
             assert len(made) == 3
-            path = await dirs.take()
+            taken = await dirs.take()
+            path = taken.path
+            assert taken.root == path / "root" and taken.stdout == path / "stdout"
             assert path.name in made and os.listdir(path) == ["root"]
             assert os.stat(path / "root").st_mode & 0o777 == 0o755
             # what a finished action leaves: logs with content, empty root
             (path / "stdout").write_bytes(b"out")
             (path / "stderr").write_bytes(b"")
-            await dirs.release(path)
+            await dirs.release(taken)
             await settle(dirs, 3)
             assert dirs.recycled == 1
             assert (path / "stdout").stat().st_size == 0  # truncated for the next action
@@ -56,7 +58,7 @@ async def test_dirty_directories_are_removed_not_recycled(tmp_path: Path) -> Non
     with WorkDirectory.open(tmp_path, "w") as workdir:
         async with janitor(workdir, stock=5) as dirs:
             await settle(dirs, 5)
-            taken = [await dirs.take() for _ in range(5)]
+            taken = [(await dirs.take()).path for _ in range(5)]
             (taken[0] / "root" / "left-behind").write_bytes(b"x")
             (taken[1] / "extra").mkdir()
             os.chmod(taken[2] / "root", 0o700)
@@ -64,7 +66,7 @@ async def test_dirty_directories_are_removed_not_recycled(tmp_path: Path) -> Non
             os.link(taken[3] / "stdout", tmp_path / "cas-copy")  # a store holds a link
             os.symlink("/etc/passwd", taken[4] / "stderr")
             for path in taken:
-                await dirs.release(path)
+                await dirs.release(ActionDirectory.at(path))
             await settle(dirs, 5)
             assert dirs.recycled == 0
             for path in taken:
@@ -76,9 +78,10 @@ async def test_dirty_directories_are_removed_not_recycled(tmp_path: Path) -> Non
 async def test_without_janitor_release_removes_at_once(tmp_path: Path) -> None:
     with WorkDirectory.open(tmp_path, "w") as workdir:
         dirs = ActionDirectories(workdir, stock=2)
-        path = await dirs.take()  # empty stock: made on demand
+        taken = await dirs.take()  # empty stock: made on demand
+        path = taken.path
         assert (path / "root").is_dir()
         (path / "root" / "f").write_bytes(b"x")
-        await dirs.release(path)
+        await dirs.release(taken)
         assert not path.exists()
         assert entries(workdir) == set()
