@@ -9,7 +9,7 @@ import trio
 from google.protobuf.message import DecodeError, Message
 
 from lre.cas._protocol import BlobStore
-from lre.digest import Digest, digest_of
+from lre.digest import EMPTY_DIGEST, Digest, digest_of
 from lre.errors import InvalidArgument, LreError, NotFound
 
 M = TypeVar("M", bound=Message)
@@ -65,6 +65,8 @@ async def missing_digests(store: BlobStore, digests: Iterable[Digest]) -> list[D
 class BulkBlobStore(Protocol):
     """A store that reads and writes whole batches of small blobs in one call.
 
+    - ``has_many_hashes`` is ``has_many`` for digests given as parallel
+      lists of hashes and sizes (no ``Digest`` object per blob).
     - ``read_many`` returns each blob's content in order, ``None`` when absent
       (a use of each present blob, as ``read``).
     - ``write_many`` verifies and stores each ``(digest, data)``; it returns,
@@ -76,6 +78,10 @@ class BulkBlobStore(Protocol):
     Both hold every blob in memory: meant for batch requests, whose total the
     caller bounds.
     """
+
+    async def has_many_hashes(
+        self, hashes: Sequence[str], sizes: Sequence[int]
+    ) -> list[int | None]: ...
 
     async def read_many(self, digests: Sequence[Digest]) -> list[bytes | None]: ...
 
@@ -101,6 +107,18 @@ async def _for_each(count: int, fn: Callable[[int], Awaitable[None]]) -> None:
     async with trio.open_nursery() as nursery:
         for _ in range(min(_FALLBACK_TASKS, count)):
             nursery.start_soon(worker)
+
+
+async def sizes_of(
+    store: BlobStore, hashes: Sequence[str], sizes: Sequence[int]
+) -> list[int | None]:
+    """``store.has_many`` for parallel lists of validated hashes and sizes.
+
+    Uses the store's ``has_many_hashes`` when it has one (``BulkBlobStore``).
+    """
+    if isinstance(store, BulkBlobStore):
+        return await store.has_many_hashes(hashes, sizes)
+    return await store.has_many(list(map(Digest, hashes, sizes)))
 
 
 async def read_blobs(store: BlobStore, digests: Sequence[Digest]) -> list[bytes | LreError]:
@@ -169,6 +187,15 @@ class _OneChunk:
             raise StopAsyncIteration
         self._data = None
         return data
+
+
+def mark_empty_blob(hashes: Sequence[str], sizes: Sequence[int], result: list[int | None]) -> None:
+    """Set ``result[i] = 0`` where digest ``i`` is the empty blob (always present)."""
+    empty = EMPTY_DIGEST.hash
+    if empty in hashes:
+        for i, h in enumerate(hashes):
+            if h == empty and sizes[i] == 0:
+                result[i] = 0
 
 
 def single_chunk(data: bytes) -> AsyncIterable[bytes]:

@@ -46,7 +46,7 @@ from typing import Literal, TypeVar
 
 import trio
 
-from lre.cas._blob_io import blob_mismatch, single_chunk
+from lre.cas._blob_io import blob_mismatch, mark_empty_blob, single_chunk
 from lre.cas._pins import Pin, PinTable
 from lre.cas._statistics import StoreStatistics
 from lre.cas._streams import closing_stream
@@ -303,6 +303,25 @@ class FilesystemStore:
                 with trio.CancelScope(shield=True):
                     await self._run(temp.discard)
             self._unbusy(key)
+
+    async def has_many_hashes(
+        self, hashes: Sequence[str], sizes: Sequence[int]
+    ) -> list[int | None]:
+        """``has_many`` for parallel lists of hashes and sizes (no ``Digest`` objects)."""
+        self._check_open()
+        await trio.lowlevel.checkpoint()
+        index = self._index
+        found = list(map(index.get, hashes))
+        result: list[int | None] = [None] * len(found)
+        touch = index.move_to_end
+        touched = self._touched
+        for i, entry in enumerate(found):
+            if entry is not None and entry >> 2 == sizes[i]:
+                touch(hashes[i])
+                touched.add(hashes[i])
+                result[i] = sizes[i]
+        mark_empty_blob(hashes, sizes, result)
+        return result
 
     async def read_many(self, digests: Sequence[Digest]) -> list[bytes | None]:
         """Each blob's content (``None`` when absent), in order; each a use.

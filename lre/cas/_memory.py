@@ -8,7 +8,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
 
 import trio
 
-from lre.cas._blob_io import blob_mismatch
+from lre.cas._blob_io import blob_mismatch, mark_empty_blob
 from lre.cas._pins import Pin, PinTable
 from lre.cas._statistics import StoreStatistics
 from lre.cas._streams import closing_stream
@@ -113,6 +113,22 @@ class MemoryStore:
         self._make_room(digest, digest.size_bytes)
         self._blobs[digest.hash] = data
         self._stored_bytes += len(data)
+
+    async def has_many_hashes(
+        self, hashes: Sequence[str], sizes: Sequence[int]
+    ) -> list[int | None]:
+        """``has_many`` for parallel lists of hashes and sizes (no ``Digest`` objects)."""
+        await trio.lowlevel.checkpoint()
+        blobs = self._blobs
+        found = list(map(blobs.get, hashes))
+        result: list[int | None] = [None] * len(found)
+        touch = blobs.move_to_end
+        for i, data in enumerate(found):
+            if data is not None and len(data) == sizes[i]:
+                touch(hashes[i])
+                result[i] = sizes[i]
+        mark_empty_blob(hashes, sizes, result)
+        return result
 
     async def read_many(self, digests: Sequence[Digest]) -> list[bytes | None]:
         """Each blob's content (``None`` when absent), in order; each a use."""

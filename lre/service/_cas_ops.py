@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from lre.cas import BlobStore, read_blobs, write_blobs
+from lre.cas import BlobStore, read_blobs, sizes_of, write_blobs
 from lre.digest import MAX_BLOB_SIZE, Digest
 from lre.errors import InvalidArgument, LreError
 from lre.proto import re_pb2, status_pb2
@@ -82,7 +82,7 @@ async def find_missing(
 
     found = _scan_digests(raw_of, count)
     if found is not None:
-        sizes = await store.has_many(list(map(Digest, found.hashes, found.sizes)))
+        sizes = await sizes_of(store, found.hashes, found.sizes)
         missing = [i for i, size in enumerate(sizes) if size is None]
         if len(missing) > 1:
             hashes = found.hashes

@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from lre.cas import BulkBlobStore, FilesystemStore, MemoryStore, read_blobs, write_blobs
+from lre.cas import (
+    BulkBlobStore,
+    FilesystemStore,
+    MemoryStore,
+    read_blobs,
+    sizes_of,
+    write_blobs,
+)
 from lre.digest import EMPTY_DIGEST, Digest, digest_of
 from lre.errors import InvalidArgument, NotFound, ResourceExhausted
 from tests.cas.conftest import StoreFactory
@@ -108,3 +115,18 @@ async def test_filesystem_batch_survives_reopen_and_vanished_files(tmp_path: Pat
     assert contents[:5] == data[:5]
     assert await again.has_many([gone]) == [None]
     assert again.statistics().stored_bytes == 599 * 300
+
+
+async def test_sizes_of_agrees_with_has_many(make_store: StoreFactory) -> None:
+    store = await make_store()
+    data = blobs_of(20)
+    await write_blobs(store, [(digest_of(b), b) for b in data[:10]])
+    asked = [digest_of(b) for b in data] + [
+        EMPTY_DIGEST,
+        Digest(digest_of(data[0]).hash, 99),  # present hash, other size
+        digest_of(data[3]),
+    ]
+    expected = await store.has_many(asked)
+    got = await sizes_of(store, [d.hash for d in asked], [d.size_bytes for d in asked])
+    assert got == expected
+    assert got == [100] * 10 + [None] * 10 + [0, None, 100]

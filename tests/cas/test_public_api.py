@@ -31,6 +31,7 @@ def test_public_names() -> None:
             "read_bytes",
             "read_directory_tree",
             "read_message",
+            "sizes_of",
             "tree_file_digests",
             "validate_directory",
             "validate_tree",
