@@ -62,8 +62,9 @@ Stage = re_pb2.ExecutionStage
 class ServerThread:
     """An Application running in a thread of its own until :meth:`stop`."""
 
-    def __init__(self, root: Path, extra_worker: str = WORKER_EXTRA) -> None:
-        text = app_config_text(root, max_inflight=2, extra_worker=extra_worker)
+    def __init__(self, root: Path, config_text: str | None = None) -> None:
+        """``config_text`` defaults to ``app_config_text(root)`` with ``WORKER_EXTRA``."""
+        text = config_text or app_config_text(root, max_inflight=2, extra_worker=WORKER_EXTRA)
         self.root = root
         self.app = Application(resolve(load_config_text(text, source="integration.json5")))
         self._started: queue.Queue[ReadyInfo | BaseException] = queue.Queue()
@@ -212,15 +213,6 @@ def stages(operations: Iterable[operations_pb2.Operation]) -> list[int]:
         if not seen or seen[-1] != stage:
             seen.append(stage)
     return seen
-
-
-def status_details(error: grpc.RpcError) -> status_pb2.Status:
-    """The ``google.rpc.Status`` a failed call carries in ``grpc-status-details-bin``."""
-    trailing: Any = error.trailing_metadata()
-    for key, value in trailing or ():
-        if key == "grpc-status-details-bin":
-            return status_pb2.Status.FromString(value)
-    raise AssertionError(f"no grpc-status-details-bin in {error!r}")
 
 
 def precondition_failure(status: status_pb2.Status) -> error_details_pb2.PreconditionFailure:

@@ -195,13 +195,17 @@ def test_stage_sequence_when_the_action_has_to_wait(client: Client, marker: str)
         assert response_of(blocker[-1]).result.exit_code == 0
 
 
-def test_stages_without_waiting_are_in_order(client: Client) -> None:
-    operations = client.execute(client.prepare(["true"]))
-    seen = stages(operations)
-    # QUEUED may be skipped when a slot is free at once: updates carry the
-    # latest state, never one out of order.
-    assert seen[0] == Stage.CACHE_CHECK and seen[-1] == Stage.COMPLETED
-    assert Stage.EXECUTING in seen and seen == sorted(seen)
+def test_stages_are_in_order_and_lasting_ones_are_seen(client: Client) -> None:
+    # A stage is streamed once it lasted a moment (20 ms): a quick action may
+    # go from CACHE_CHECK straight to COMPLETED, never out of order.
+    quick = stages(client.execute(client.prepare(["true"])))
+    assert quick[0] == Stage.CACHE_CHECK and quick[-1] == Stage.COMPLETED
+    assert quick == sorted(quick)
+    slow = stages(client.execute(client.prepare(["sleep", "0.5"])))
+    assert slow in (
+        [Stage.CACHE_CHECK, Stage.EXECUTING, Stage.COMPLETED],
+        [Stage.CACHE_CHECK, Stage.QUEUED, Stage.EXECUTING, Stage.COMPLETED],
+    )
 
 
 def test_second_execute_is_a_cache_hit(client: Client, tmp_path: Path) -> None:
