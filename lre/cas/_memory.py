@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Sequence
 
 import trio
 
@@ -19,6 +19,53 @@ from lre.errors import LreError, NotFound, ResourceExhausted
 _CHUNK = 1 << 20
 #: ``write_many`` hashes in a worker thread from this many bytes on.
 _THREAD_HASH_BYTES = 1 << 20
+
+
+#: A blob that arrives in chunks of at least this size on average is kept
+#: as those chunks (no copy into one buffer); smaller chunks are joined.
+_KEEP_PARTS_BYTES = 64 << 10
+
+
+class _Parts:
+    """A blob kept as the immutable chunks it arrived in (``len`` is its size)."""
+
+    __slots__ = ("parts", "size")
+
+    def __init__(self, parts: tuple[bytes | memoryview, ...], size: int) -> None:
+        self.parts = parts
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def join(self) -> bytes:
+        return b"".join(self.parts)
+
+    def pieces(self, start: int, end: int, limit: int) -> Iterator[bytes]:
+        """Copies of ``[start, end)`` in pieces of at most ``limit`` bytes."""
+        position = 0
+        for part in self.parts:
+            part_end = position + len(part)
+            if part_end > start and position < end:
+                view = memoryview(part)
+                lo = max(start, position) - position
+                hi = min(end, part_end) - position
+                for at in range(lo, hi, limit):
+                    yield bytes(view[at : min(at + limit, hi)])
+            position = part_end
+            if position >= end:
+                return
+
+
+def _immutable(chunk: bytes | memoryview) -> bytes | memoryview:
+    """``chunk`` if nothing can change it later, else a copy."""
+    if isinstance(chunk, bytes) or (isinstance(chunk, memoryview) and isinstance(chunk.obj, bytes)):
+        return chunk
+    return bytes(chunk)
+
+
+def _whole(data: bytes | _Parts) -> bytes:
+    return data.join() if isinstance(data, _Parts) else data
 
 
 def _hash_all(datas: list[bytes]) -> list[str]:
@@ -44,7 +91,7 @@ class MemoryStore:
             raise ValueError(f"evict_bytes: {evict_bytes} must be in [0, max_bytes)")
         self.max_bytes = max_bytes
         self.evict_bytes = evict_bytes
-        self._blobs: OrderedDict[str, bytes] = OrderedDict()
+        self._blobs: OrderedDict[str, bytes | _Parts] = OrderedDict()
         self._stored_bytes = 0
         self._pins = PinTable()
         self._evicted_blobs = 0
@@ -81,6 +128,10 @@ class MemoryStore:
         data = self._lookup(digest)
         length = check_read_range(digest, offset, limit)
         end = offset + length
+        if isinstance(data, _Parts):
+            for piece in data.pieces(offset, end, _CHUNK):
+                yield piece
+            return
         view = memoryview(data)
         for start in range(offset, end, _CHUNK):
             yield bytes(view[start : min(start + _CHUNK, end)])
@@ -107,7 +158,15 @@ class MemoryStore:
                 verifier.update(chunk)
                 parts.append(chunk)
         verifier.finish()
-        data = parts[0] if len(parts) == 1 else b"".join(parts)
+        data: bytes | _Parts
+        if len(parts) == 1:
+            data = parts[0]
+        elif digest.size_bytes >= _KEEP_PARTS_BYTES * len(parts):
+            # Large chunks (ByteStream uploads): keep them, saving a copy of
+            # the whole blob into fresh memory.
+            data = _Parts(tuple(map(_immutable, parts)), digest.size_bytes)
+        else:
+            data = b"".join(parts)
         if digest.size_bytes == 0 or self._present(digest):
             return
         self._make_room(digest, digest.size_bytes)
@@ -142,7 +201,7 @@ class MemoryStore:
             data = blobs.get(d.hash)
             if data is not None and len(data) == d.size_bytes:
                 touch(d.hash)
-                append(data)
+                append(_whole(data))
             elif d.size_bytes == 0 and d.hash == empty:
                 append(b"")
             else:
@@ -214,7 +273,7 @@ class MemoryStore:
         data = self._blobs.get(digest.hash)
         return data is not None and len(data) == digest.size_bytes
 
-    def _lookup(self, digest: Digest) -> bytes:
+    def _lookup(self, digest: Digest) -> bytes | _Parts:
         data = self._blobs.get(digest.hash)
         if data is not None and len(data) == digest.size_bytes:
             self._blobs.move_to_end(digest.hash)
