@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import subprocess
 import time
+import uuid
 from pathlib import Path
 
 import grpc
 import psutil
+import pytest
 
 from lre.proto import operations_pb2, re_pb2
 from tests.integration._reapi import (
@@ -240,3 +242,33 @@ def test_executable_input_and_nested_inputs(client: Client) -> None:
     result = response.result
     assert (response.status.code, result.exit_code) == (OK, 0), client.stderr(result)
     assert client.stdout(result) == b"nested input\nran\n"
+
+
+HARDLINK_BUG = (
+    "bug: staged inputs are hardlinks to the filesystem CAS's own files, so an action "
+    "that chmods an input and writes to it changes the CAS copy "
+    "(lre/worker/_staging.py + FilesystemStore.path_for_link)"
+)
+
+
+@pytest.mark.xfail(strict=True, reason=HARDLINK_BUG)
+def test_an_action_writing_an_input_does_not_alter_the_cas(client: Client) -> None:
+    content = b"pristine input " + uuid.uuid4().hex.encode()
+    response = client.run(
+        ["/bin/sh", "-c", "chmod u+w in/f; printf EVIL | dd of=in/f conv=notrunc 2>/dev/null"],
+        inputs={"in/f": content},
+    )
+    assert response.status.code == OK, response.status
+    # The blob still has the bytes its digest names, for clients and later actions.
+    assert client.read(digest(content)) == content
+    later = client.run(["cat", "in/f"], inputs={"in/f": content})
+    assert client.stdout(later.result) == content
+
+
+@pytest.mark.xfail(strict=True, reason=HARDLINK_BUG)
+def test_an_action_chmodding_an_input_does_not_change_later_actions(client: Client) -> None:
+    content = b"plain data " + uuid.uuid4().hex.encode()
+    response = client.run(["chmod", "755", "in/f"], inputs={"in/f": content})
+    assert (response.status.code, response.result.exit_code) == (OK, 0)
+    later = client.run(["stat", "-c", "%a", "in/f"], inputs={"in/f": content})
+    assert client.stdout(later.result) == b"444\n"
