@@ -36,21 +36,25 @@ _HEX_DIGITS = b"0123456789abcdef"
 #: The length byte of an element whose size field has ``n`` characters.
 _LENGTH_CHARS = [chr(66 + n) for n in range(8)]
 
-#: Decoded size fields (``"\x10" + varint``); bounded, cleared when full.
-_SIZES: dict[str, int] = {"": 0}
+
+class _SizeFields(dict[str, int]):
+    """Decoded size fields (``"\\x10" + varint`` -> value), filled on demand.
+
+    Bounded: cleared when it holds ``_SIZES_MAX`` entries.
+    """
+
+    def __missing__(self, field: str) -> int:
+        value = 0
+        for shift, char in enumerate(field[1:]):
+            value |= (ord(char) & 0x7F) << (7 * shift)
+        if len(self) >= _SIZES_MAX:
+            self.clear()
+        self[field] = value
+        return value
+
+
 _SIZES_MAX = 1 << 16
-
-
-def _size_of(field: str) -> int:
-    """The value of a size field ``"\x10" + varint`` (already shape-checked)."""
-    value = 0
-    for shift, char in enumerate(field[1:]):
-        value |= (ord(char) & 0x7F) << (7 * shift)
-    if len(_SIZES) >= _SIZES_MAX:
-        _SIZES.clear()
-        _SIZES[""] = 0
-    _SIZES[field] = value
-    return value
+_SIZES = _SizeFields()
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,13 +117,11 @@ class DigestListScanner:
         if 68 * count + sum(map(len, size_fields)) != len(text):
             return None
         # Each element's length byte must match what follows it.
-        length_chars = _LENGTH_CHARS
-        if "".join(lengths) != "".join([length_chars[len(f)] for f in size_fields]):
+        if "".join(lengths) != "".join(map(_LENGTH_CHARS.__getitem__, map(len, size_fields))):
             return None
         if "".join(hashes).encode("latin-1").translate(None, _HEX_DIGITS):
             return None  # some hash is not lowercase hex
-        known = _SIZES
-        sizes = [known[f] if f in known else _size_of(f) for f in size_fields]
+        sizes = list(map(_SIZES.__getitem__, size_fields))
         if max(sizes) > MAX_BLOB_SIZE:
             return None
         return DigestList(hashes, sizes, size_fields, self._tag, region)
