@@ -112,7 +112,7 @@ class ActionRunner:
         self.adopt = adopt
         self.allow_escaping_symlinks = spec.symlink_policy == "allow"
         self.sampler = sampler
-        self.directories = ActionDirectories(workdir, stock=min(64, max_inflight(spec) or 32))
+        self.directories = ActionDirectories(workdir, stock=min(128, 2 * max_inflight(spec) or 64))
         #: lease id -> process group of actions running now
         self._groups: dict[str, int] = {}
         #: lease id -> usage at the moment the sampler found it over its line

@@ -145,9 +145,10 @@ class ProcessOutcome:
 _OOM = OomCounters()
 
 #: Threads that start action processes (a spawn blocks its thread until the
-#: child has exec'd; a few in parallel keep a busy machine's scheduling
-#: latency from serialising every start).
-SPAWNER_THREADS = 4
+#: child has exec'd; two in parallel keep a busy machine's scheduling latency
+#: from serialising every start; more contend for the GIL with the event loop
+#: and cost more CPU than they save, measured with bench/bench_worker.py).
+SPAWNER_THREADS = 2
 
 
 class _Spawner:
