@@ -50,10 +50,13 @@ async def test_update_then_get_with_inlining(cache_server: ServerHandle) -> None
     )
     await upload(cache_server, [stdout, output, inner, tree.SerializeToString()])
     result = result_with(stdout, output, tree)
-    assert await update(cache_server, result) == result
+    stored = re_pb2.ActionResult()
+    stored.CopyFrom(result)
+    stored.execution_metadata.SetInParent()  # the cache always stores one (Buck2 needs it)
+    assert await update(cache_server, result) == stored
 
     plain = await get(cache_server)
-    assert plain == result
+    assert plain == stored
     assert plain.stdout_raw == b"" and plain.output_files[0].contents == b""
     inlined = await get(cache_server, inline_stdout=True, inline_output_files=["out/a.o"])
     assert inlined.stdout_raw == stdout
