@@ -40,7 +40,7 @@ from typing import Any
 import grpc
 import psutil
 
-from lre.proto import bs_grpc, bs_pb2, re_grpc, re_pb2
+from lre.proto import bs_pb2, re_grpc, re_pb2
 
 MB = 1_000_000
 BATCH_LIMIT = 4_000_000
@@ -305,7 +305,7 @@ def _bytestream_once(ch: grpc.Channel, chunk: int) -> tuple[float, float]:
         assert write_method(iter(frames)).committed_size == len(data)
 
     up = len(data) / MB / timed(write, "bytestream_write")
-    del frames
+    frames.clear()  # free the 64 MiB before reading
     read_name = f"blobs/{digest.hash}/{digest.size_bytes}"
     read_method = ch.unary_stream(
         "/google.bytestream.ByteStream/Read",
@@ -382,6 +382,7 @@ def main() -> None:
             server = Server(kind, directory)
             SERVER[:] = [server.ps]
             SERVER_CPU.clear()
+            load_before = os.getloadavg()[0]
             try:
                 with channel(server.address) as ch:
                     ch_results: dict[str, Any] = {}
@@ -394,7 +395,9 @@ def main() -> None:
                     )
                     if kind == "filesystem":
                         ch_results["raw_file_create"] = file_create_rate(directory, args.runs)
+                ch_results["load_after"] = os.getloadavg()[0]
                 ch_results["server_cpu"] = dict(SERVER_CPU)
+                ch_results["load_before"] = load_before
                 results[kind] = ch_results
             finally:
                 server.stop()
@@ -422,6 +425,13 @@ def main() -> None:
             print(
                 f"| {kind} | {test} | {median(values):,.0f} {unit} | {shown} | {cpu_text} "
                 f"| {target} |"
+            )
+    for kind in args.only.split(","):
+        run = results.get(kind, {})
+        if "load_before" in run:
+            print(
+                f"\n{kind}: 1-minute load average {run['load_before']:.1f} before, "
+                f"{run['load_after']:.1f} after ({os.cpu_count()} cores)"
             )
     held = results.get("held")
     if held:
