@@ -244,6 +244,63 @@ def test_executable_input_and_nested_inputs(client: Client) -> None:
     assert client.stdout(result) == b"nested input\nran\n"
 
 
+def test_large_stdout_is_kept_whole(client: Client) -> None:
+    response = client.run(["/bin/sh", "-c", "yes 0123456789abcdef | head -c 5000000"])
+    assert (response.status.code, response.result.exit_code) == (OK, 0)
+    assert response.result.stdout_digest.size_bytes == 5_000_000
+    assert client.stdout(response.result) == (b"0123456789abcdef\n" * 294_118)[:5_000_000]
+
+
+def test_inputs_named_as_outputs(client: Client) -> None:
+    content = b"input reported as output " + uuid.uuid4().hex.encode()
+    inputs = {"in/f": content, "in/tool": File(b"#!/bin/sh\n", executable=True)}
+    response = client.run(
+        ["/bin/sh", "-c", "cp -l in/f out/linked"],
+        inputs=inputs,
+        output_paths=["in", "in/f", "out/linked"],
+    )
+    result = response.result
+    assert (response.status.code, result.exit_code) == (OK, 0), client.stderr(result)
+    assert [(f.path, f.digest) for f in result.output_files] == [
+        ("in/f", digest(content)),
+        ("out/linked", digest(content)),
+    ]
+    (directory,) = result.output_directories
+    tree = re_pb2.Tree.FromString(client.read(directory.tree_digest))
+    files = tree_files(tree)
+    assert sorted(files) == ["f", "tool"] and files["tool"].is_executable
+    # Moving outputs into the CAS left the inputs intact for the next action.
+    assert client.read(digest(content)) == content
+    later = client.run(["/bin/sh", "-c", "cat in/f; stat -c %a in/f in/tool"], inputs=inputs)
+    assert client.stdout(later.result) == content + b"444\n555\n"
+
+
+@pytest.mark.parametrize(
+    ("script", "path", "target"),
+    [
+        ("ln -s ../../../etc/passwd out/esc", "out/esc", "../../../etc/passwd"),
+        ("mkdir -p out/sub; ln -s ../../../.. out/sub/esc", "out/sub/esc", "../../../.."),
+        ("ln -s /etc/passwd out/esc", "out/esc", "/etc/passwd"),
+    ],
+)
+def test_output_symlinks_leaving_the_input_root_are_refused(
+    client: Client, script: str, path: str, target: str
+) -> None:
+    output = "out" if "sub" in path else path
+    response = client.run(["/bin/sh", "-c", script], output_paths=[output])
+    assert response.status.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert f"output {path!r}" in response.status.message
+    assert repr(target) in response.status.message
+    assert "symlink_policy is reject" in response.status.message
+
+
+def test_over_long_timeout_is_refused_naming_the_maximum(client: Client) -> None:
+    response = client.run(["true"], timeout_s=7200)
+    assert response.status.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert "Action.timeout" in response.status.message
+    assert "7200 s" in response.status.message and "3600 s" in response.status.message
+
+
 HARDLINK_BUG = (
     "bug: staged inputs are hardlinks to the filesystem CAS's own files, so an action "
     "that chmods an input and writes to it changes the CAS copy "
