@@ -83,7 +83,9 @@ async def _serve(app: Application, *, task_status: trio.TaskStatus[ReadyInfo]) -
 
 def trio_tasks() -> int:
     count = 0
-    stack = [trio.lowlevel.current_root_task()]
+    root = trio.lowlevel.current_root_task()
+    assert root is not None
+    stack = [root]
     while stack:
         task = stack.pop()
         count += 1
