@@ -10,6 +10,8 @@ CPU is counted in thousandths ("millicpus") everywhere inside lre; the only
 conversion from the clients' whole-CPU ``cpu_count`` is in ``_units``.
 """
 
+from lre.scheduler._admission import AdmissionDecision, MemoryAdmission, memory_budget_bytes
+from lre.scheduler._events import SchedulerEvent, SchedulerEventKind
 from lre.scheduler._forward import (
     ForwardedOperation,
     ForwardScheduler,
@@ -18,6 +20,8 @@ from lre.scheduler._forward import (
 )
 from lre.scheduler._forward_upstream import UpstreamExecutor, UpstreamOutcome
 from lre.scheduler._kind import kind_key
+from lre.scheduler._ladder import LadderStep, MemoryLadder
+from lre.scheduler._learner import ReservationEstimate, ReservationLearner
 from lre.scheduler._lease import CancelSignal, Lease
 from lre.scheduler._matching import (
     Requirements,
@@ -61,6 +65,7 @@ __all__ = [
     "MEMORY_PROPERTY",
     "ActionKey",
     "ActionResultReader",
+    "AdmissionDecision",
     "Backpressure",
     "CancelSignal",
     "Completed",
@@ -69,9 +74,12 @@ __all__ = [
     "ForwardWatch",
     "ForwardedOperation",
     "InfrastructureFailure",
+    "LadderStep",
     "Lease",
     "LeaseStatistics",
+    "MemoryAdmission",
     "MemoryExceeded",
+    "MemoryLadder",
     "OperationSnapshot",
     "OperationWatch",
     "Outcome",
@@ -79,8 +87,12 @@ __all__ = [
     "Requirements",
     "Reservation",
     "ReservationAdvisor",
+    "ReservationEstimate",
+    "ReservationLearner",
     "ResourcePolicy",
     "Scheduler",
+    "SchedulerEvent",
+    "SchedulerEventKind",
     "SchedulerStatistics",
     "Stage",
     "UpstreamExecutor",
@@ -94,6 +106,7 @@ __all__ = [
     "explain_unsatisfiable",
     "kind_key",
     "matches_statically",
+    "memory_budget_bytes",
     "memory_text",
     "millicpus_from_cpu_count",
     "new_operation_name",

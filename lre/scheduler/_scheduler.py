@@ -34,12 +34,24 @@ from lre.config._models import PropertyModification, SimpleSchedulerSpec
 from lre.digest import Digest, resolve_digest_function
 from lre.errors import (
     Cancelled,
+    DeadlineExceeded,
+    FailedPrecondition,
     Internal,
     LreError,
+    MissingBlobs,
     NotFound,
     Unavailable,
 )
 from lre.proto import re_pb2
+from lre.scheduler._events import (
+    EventHook,
+    SchedulerEvent,
+    SchedulerEventKind,
+    backpressure_event,
+    escalation_event,
+    failure_event,
+    kill_event,
+)
 from lre.scheduler._lease import Lease
 from lre.scheduler._matching import matches_statically
 from lre.scheduler._model import (
@@ -54,7 +66,6 @@ from lre.scheduler._model import (
     Reservation,
     ResourcePolicy,
     Stage,
-    Usage,
     WorkerInfo,
 )
 from lre.scheduler._names import new_operation_name, parse_operation_name
@@ -62,7 +73,7 @@ from lre.scheduler._preparation import ActionChecker
 from lre.scheduler._protocols import ActionResultReader, ReservationAdvisor
 from lre.scheduler._queue import RunQueue
 from lre.scheduler._records import LeaseRecord, OperationState, WorkerState
-from lre.scheduler._sizing import escalate
+from lre.scheduler._sizing import escalate, record_usage
 from lre.scheduler._statistics import SchedulerStatistics, collect_statistics
 from lre.scheduler._watch import OperationWatch
 
@@ -86,6 +97,10 @@ class Scheduler:
       nothing is running at all (so the queue always moves).
     - ``detach_grace_s``: how long an unfinished operation with no watcher is
       kept before it is cancelled (a client may re-attach with WaitExecution).
+    - ``on_event``: called synchronously with a ``SchedulerEvent`` for ladder
+      kills and escalations, failures, timeouts, unmatchable actions and
+      backpressure (never for successes); exceptions it raises are logged and
+      ignored.
 
     Raises ``ValueError`` when ``spec.progress_interval_s`` is not in (0, 30].
     """
@@ -101,6 +116,7 @@ class Scheduler:
         advisor: ReservationAdvisor | None = None,
         available_memory: Callable[[], int] | None = None,
         detach_grace_s: float = 2.0,
+        on_event: EventHook | None = None,
     ) -> None:
         if not 0 < spec.progress_interval_s <= 30:
             raise ValueError(
@@ -120,6 +136,7 @@ class Scheduler:
         )
         self._queue = RunQueue(self._resources, available_memory)
         self._detach_grace_s = detach_grace_s
+        self._on_event = on_event
         self.progress_interval_s = float(spec.progress_interval_s)
         self._nursery: trio.Nursery | None = None
         self._ops: dict[str, OperationState] = {}
@@ -375,7 +392,9 @@ class Scheduler:
                 self._set_stage(op, Stage.QUEUED)
                 self._enqueue(op)
         except LreError as exc:
-            self._complete(op, error=exc)
+            unmatchable = isinstance(exc, FailedPrecondition) and not isinstance(exc, MissingBlobs)
+            event = SchedulerEventKind.UNMATCHABLE if unmatchable else None
+            self._complete(op, error=exc, event=event)
         except Exception:  # trio.Cancelled is a BaseException and passes through
             log.exception("preparing operation %s failed", op.name)
             self._complete(
@@ -424,7 +443,13 @@ class Scheduler:
         cached: bool = False,
         error: LreError | None = None,
         message: str = "",
+        worker: str | None = None,
+        peak_rss_bytes: int | None = None,
+        event: SchedulerEventKind | None = None,
     ) -> None:
+        """End ``op``. An error other than a cancellation is also an event:
+        ``event`` when given, else TIMEOUT for ``DeadlineExceeded``, else
+        FAILURE."""
         if op.done:
             return
         self._queue.remove(op)
@@ -446,8 +471,22 @@ class Scheduler:
         else:
             kind = "success"
         self._completions[kind] += 1
+        if kind == "error" and error is not None:
+            if event is None:
+                timeout = isinstance(error, DeadlineExceeded)
+                event = SchedulerEventKind.TIMEOUT if timeout else SchedulerEventKind.FAILURE
+            if self._on_event is not None:
+                self._emit_event(failure_event(event, op, error, message, worker, peak_rss_bytes))
         self._retained.append((trio.current_time() + self._spec.retain_completed_for_s, op))
         op.notify()
+
+    def _emit_event(self, event: SchedulerEvent) -> None:
+        hook = self._on_event
+        if hook is not None:
+            try:
+                hook(event)
+            except Exception:
+                log.exception("scheduler event hook failed for %s event", event.kind)
 
     def _progress_tick(self) -> None:
         """Wake every watcher of an unfinished operation (progress update)."""
@@ -536,11 +575,20 @@ class Scheduler:
         if op.lease is record:
             op.lease = None
         self._wake_workers()
-        self._learn(lease, outcome)
+        if self._advisor is not None:
+            record_usage(self._advisor, lease, outcome)
         if op.done:
             return True
+        worker = lease.worker_name
         if isinstance(outcome, Completed):
-            self._complete(op, result=outcome.result, error=outcome.error, message=outcome.message)
+            self._complete(
+                op,
+                result=outcome.result,
+                error=outcome.error,
+                message=outcome.message,
+                worker=worker,
+                peak_rss_bytes=outcome.usage.peak_rss_bytes if outcome.usage else None,
+            )
         elif isinstance(outcome, InfrastructureFailure):
             op.retries += 1
             if op.retries > self._spec.max_job_retries:
@@ -551,12 +599,14 @@ class Scheduler:
                         f"gave up after {op.attempt} attempt(s); "
                         f"last error: {outcome.error.message}"
                     ),
+                    worker=worker,
                 )
             else:
                 self._counters["retries"] += 1
                 self._requeue(op)
         elif isinstance(outcome, Backpressure):
             self._counters["backpressure"] += 1
+            self._emit_event(backpressure_event(op, lease, outcome))
             op.attempt -= 1
             self._requeue(op)
         elif isinstance(outcome, MemoryExceeded):
@@ -567,27 +617,13 @@ class Scheduler:
                 for w in self._workers.values()
                 if requirements is not None and matches_statically(requirements, w.info)
             ]
+            self._emit_event(kill_event(op, lease, outcome))
             error = escalate(op, lease, outcome, matching, self._resources)
             if error is not None:
-                self._complete(op, error=error)
+                self._complete(
+                    op, error=error, worker=worker, peak_rss_bytes=outcome.peak_rss_bytes
+                )
             else:
+                self._emit_event(escalation_event(op, lease, outcome))
                 self._requeue(op)
         return True
-
-    def _learn(self, lease: Lease, outcome: Outcome) -> None:
-        if self._advisor is None:
-            return
-        usage: Usage | None = None
-        if isinstance(outcome, Completed | MemoryExceeded):
-            usage = outcome.usage
-        if isinstance(outcome, MemoryExceeded):
-            peak = max(outcome.peak_rss_bytes, usage.peak_rss_bytes if usage else 0)
-            average = usage.average_millicpus if usage else 0
-        elif usage is not None:
-            peak, average = usage.peak_rss_bytes, usage.average_millicpus
-        else:
-            return
-        try:
-            self._advisor.record(lease.kind_key, peak, average, lease.ladder_step)
-        except Exception:
-            log.exception("reservation advisor record failed for %s", lease.kind_key)

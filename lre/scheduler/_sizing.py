@@ -1,4 +1,5 @@
-"""What an operation reserves: the first size, and the memory ladder after kills.
+"""What an operation reserves: the first size, the memory ladder after kills,
+and what each run teaches the advisor.
 
 - First size: what the client asked (platform properties), raised to the
   advisor's learned reservation or, for a kind never seen, to the cold
@@ -17,7 +18,14 @@ from collections.abc import Sequence
 from lre.errors import FailedPrecondition, ResourceExhausted
 from lre.scheduler._lease import Lease
 from lre.scheduler._matching import Requirements
-from lre.scheduler._model import MemoryExceeded, Reservation, ResourcePolicy, WorkerInfo
+from lre.scheduler._model import (
+    Completed,
+    MemoryExceeded,
+    Outcome,
+    Reservation,
+    ResourcePolicy,
+    WorkerInfo,
+)
 from lre.scheduler._protocols import ReservationAdvisor
 from lre.scheduler._records import OperationState
 from lre.scheduler._units import memory_text
@@ -127,3 +135,20 @@ def escalate(
         else:
             op.ladder_step, op.exclusive = len(ladder) + 1, True
     return None
+
+
+def record_usage(advisor: ReservationAdvisor, lease: Lease, outcome: Outcome) -> None:
+    """Tell ``advisor`` what the run of ``lease`` used (peak RSS, average CPU),
+    when the outcome says; advisor errors are logged and ignored."""
+    usage = outcome.usage if isinstance(outcome, Completed | MemoryExceeded) else None
+    if isinstance(outcome, MemoryExceeded):
+        peak = max(outcome.peak_rss_bytes, usage.peak_rss_bytes if usage else 0)
+        average = usage.average_millicpus if usage else 0
+    elif usage is not None:
+        peak, average = usage.peak_rss_bytes, usage.average_millicpus
+    else:
+        return
+    try:
+        advisor.record(lease.kind_key, peak, average, lease.ladder_step)
+    except Exception:
+        log.exception("reservation advisor record failed for %s", lease.kind_key)

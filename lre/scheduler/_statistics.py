@@ -12,6 +12,9 @@ from lre.scheduler._records import OperationState, WorkerState
 
 @dataclass(frozen=True, slots=True)
 class LeaseStatistics:
+    """One running lease. ``lease_id`` is ``Lease.lease_id`` (what the worker's
+    sampler keys its per-action usage by)."""
+
     operation_name: str
     action_hash: str
     kind_key: str
@@ -23,6 +26,7 @@ class LeaseStatistics:
     ladder_step: int
     started_at: float  # wall clock
     cancelled: bool
+    lease_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +91,7 @@ def collect_statistics(
         reserved_cpu += state.reserved.millicpus
         leases = tuple(
             LeaseStatistics(
+                lease_id=r.lease.lease_id,
                 operation_name=r.op.name,
                 action_hash=r.op.key.action_digest.hash,
                 kind_key=r.lease.kind_key,

@@ -1,0 +1,147 @@
+"""The scheduler's event hook (kills, escalations, failures, timeouts,
+unmatchable actions, backpressure), lease ids in statistics, one kind_key
+rule and the resource-control exports."""
+
+from __future__ import annotations
+
+import trio
+
+import lre.scheduler
+from lre.errors import DeadlineExceeded, Internal
+from lre.proto import re_pb2
+from lre.scheduler import (
+    Backpressure,
+    Completed,
+    InfrastructureFailure,
+    MemoryExceeded,
+    RequestInfo,
+    ResourcePolicy,
+    SchedulerEvent,
+    SchedulerEventKind,
+    Stage,
+    Usage,
+    kind_key,
+)
+from lre.scheduler._learner import kind_key as learner_kind_key
+from tests.scheduler.conftest import GiB, Harness, MiB, execute_request, start_harness, worker_info
+
+
+async def events_harness(
+    nursery: trio.Nursery, **kwargs: object
+) -> tuple[Harness, list[SchedulerEvent]]:
+    events: list[SchedulerEvent] = []
+    harness = await start_harness(nursery, on_event=events.append, **kwargs)
+    return harness, events
+
+
+async def test_kill_and_escalation_events_carry_peak_worker_and_summary(
+    nursery: trio.Nursery,
+) -> None:
+    policy = ResourcePolicy(cold_memory_bytes=256 * MiB, ladder=(1 * GiB,), max_steps=2)
+    harness, events = await events_harness(nursery, resources=policy)
+    worker = await harness.add_worker(worker_info(memory=4 * GiB))
+    op = harness.scheduler.submit(execute_request(await harness.builder.action("/usr/bin/ld")))
+    lease = await worker.next_lease()
+    harness.scheduler.report(lease.lease_id, MemoryExceeded(300 * MiB))
+    assert [e.kind for e in events] == ["kill", "escalation"]
+    kill, escalation = events
+    assert kill.peak_rss_bytes == 300 * MiB and kill.worker == "w1" and kill.summary == "ld"
+    assert "256 MiB" in kill.message and op.name in kill.message
+    assert "1 GiB (ladder step 1)" in escalation.message
+    lease = await worker.next_lease()
+    harness.scheduler.report(lease.lease_id, MemoryExceeded(2 * GiB))
+    await harness.wait_stage(op.name, Stage.COMPLETED)
+    assert [e.kind for e in events] == ["kill", "escalation", "kill", "failure"]
+    assert events[-1].message.startswith("RESOURCE_EXHAUSTED: ")
+    assert events[-1].peak_rss_bytes == 2 * GiB
+
+
+async def test_timeout_failure_and_backpressure_events(nursery: trio.Nursery) -> None:
+    harness, events = await events_harness(nursery, retries=0)
+    worker = await harness.add_worker()
+    info = RequestInfo(action_mnemonic="CppCompile", target_id="//a:b")
+    timed_out = harness.scheduler.submit(
+        execute_request(await harness.builder.action()), request_info=info
+    )
+    lease = await worker.next_lease()
+    harness.scheduler.report(lease.lease_id, Backpressure("load too high"))
+    assert events[-1].kind == SchedulerEventKind.BACKPRESSURE
+    assert "load too high" in events[-1].message and events[-1].summary == "CppCompile"
+    lease = await worker.next_lease()
+    usage = Usage(peak_rss_bytes=5 * MiB, cpu_seconds=1.0, wall_seconds=2.0)
+    harness.scheduler.report(
+        lease.lease_id,
+        Completed(re_pb2.ActionResult(), DeadlineExceeded("ran past 60 s"), usage=usage),
+    )
+    await harness.wait_stage(timed_out.name, Stage.COMPLETED)
+    assert events[-1].kind == "timeout" and events[-1].peak_rss_bytes == 5 * MiB
+    assert events[-1].message == "DEADLINE_EXCEEDED: ran past 60 s"
+
+    failed = harness.scheduler.submit(execute_request(await harness.builder.action("/bin/cc")))
+    lease = await worker.next_lease()
+    harness.scheduler.report(lease.lease_id, InfrastructureFailure(Internal("staging broke")))
+    await harness.wait_stage(failed.name, Stage.COMPLETED)
+    assert events[-1].kind == "failure" and events[-1].worker == "w1"
+    assert "staging broke" in events[-1].message and events[-1].summary == "cc"
+
+
+async def test_unmatchable_action_event_and_no_event_for_success(nursery: trio.Nursery) -> None:
+    harness, events = await events_harness(nursery)
+    worker = await harness.add_worker(worker_info(cpus=2))
+    ok = harness.scheduler.submit(execute_request(await harness.builder.action()))
+    worker.complete(await worker.next_lease())
+    await harness.wait_stage(ok.name, Stage.COMPLETED)
+    assert events == []
+    digest = await harness.builder.action(platform={"cpu_count": "64"})
+    op = harness.scheduler.submit(execute_request(digest))
+    await harness.wait_stage(op.name, Stage.COMPLETED)
+    assert [e.kind for e in events] == ["unmatchable"]
+    assert (
+        events[0].message.startswith("FAILED_PRECONDITION: ")
+        and "cpu_count=64" in events[0].message
+    )
+
+
+async def test_a_failing_hook_is_logged_not_raised(nursery: trio.Nursery) -> None:
+    def hook(event: SchedulerEvent) -> None:
+        raise RuntimeError("hook broke")
+
+    harness = await start_harness(nursery, on_event=hook)
+    await harness.add_worker(worker_info(cpus=2))
+    op = harness.scheduler.submit(
+        execute_request(await harness.builder.action(platform={"cpu_count": "64"}))
+    )
+    final = await harness.wait_stage(op.name, Stage.COMPLETED)
+    assert final.error is not None and "cpu_count=64" in final.error.message
+
+
+async def test_lease_statistics_name_the_lease(harness: Harness) -> None:
+    worker = await harness.add_worker()
+    harness.scheduler.submit(execute_request(await harness.builder.action()))
+    lease = await worker.next_lease()
+    (row,) = harness.scheduler.statistics().workers[0].leases
+    assert row.lease_id == lease.lease_id and row.operation_name == lease.operation_name
+
+
+def test_scheduler_kind_key_is_the_learners_rule() -> None:
+    command = re_pb2.Command(arguments=["/usr/bin/gcc", "-O2", "-Iinc", "-c", "a.c", "-o", "a.o"])
+    assert kind_key(RequestInfo(), command) == learner_kind_key("", "", command.arguments)
+    assert kind_key(RequestInfo(), command).startswith("cmd:gcc:")
+    info = RequestInfo(action_mnemonic="CppCompile", target_id="//a:b")
+    assert kind_key(info, command) == "bazel:CppCompile://a:b"
+
+
+def test_resource_control_names_are_exported() -> None:
+    for name in (
+        "ReservationLearner",
+        "ReservationEstimate",
+        "MemoryLadder",
+        "LadderStep",
+        "MemoryAdmission",
+        "AdmissionDecision",
+        "memory_budget_bytes",
+        "SchedulerEvent",
+        "SchedulerEventKind",
+    ):
+        assert name in lre.scheduler.__all__
+        assert getattr(lre.scheduler, name) is not None
