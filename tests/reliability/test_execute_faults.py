@@ -310,7 +310,7 @@ def outcome(address: str, name: str) -> re_pb2.ExecuteResponse:
         client.close()
 
 
-def disconnect_scenario(address: str, tag: str) -> dict[str, Any]:
+def disconnect_scenario(address: str, work: Path, tag: str) -> dict[str, Any]:
     """Every stage of an action's life, each with a client that goes away there.
 
     ``tag`` makes the process markers unique per round. Returns what the
@@ -322,9 +322,13 @@ def disconnect_scenario(address: str, tag: str) -> dict[str, Any]:
     report: dict[str, Any] = {}
 
     # The single slot is taken by a long action, so the next ones wait.
-    holder = Disconnecting(address, ["/bin/sh", "-c", f"sleep {busy}"])
+    # Each long action first leaves a file in its directory (a leftover if
+    # the directory were not removed).
+    holder = Disconnecting(address, ["/bin/sh", "-c", f"echo x > left; sleep {busy}"])
     holder.until(Stage.EXECUTING)
     assert wait_until(lambda: processes_with(busy)), "the long action never started"
+    # Its file is there while it runs (so the leftover check below can fail).
+    assert wait_until(lambda: leftovers(work)), os.listdir(work)
 
     # Gone right after the first update (stage CACHE_CHECK), and gone while QUEUED.
     early = Disconnecting(address, ["/bin/sh", "-c", f"sleep {never}"])
@@ -342,7 +346,9 @@ def disconnect_scenario(address: str, tag: str) -> dict[str, Any]:
     report["executing"] = outcome(address, holder.name)
 
     # A process group with a background child: both die with the group.
-    parent = Disconnecting(address, ["/bin/sh", "-c", f"sleep {group} & sleep {group}; wait"])
+    parent = Disconnecting(
+        address, ["/bin/sh", "-c", f"echo x > left; sleep {group} & sleep {group}; wait"]
+    )
     parent.until(Stage.EXECUTING)
     assert wait_until(lambda: len(processes_with(group)) == 3), processes_with(group)  # sh + 2
     parent.disconnect()
@@ -367,11 +373,12 @@ def disconnect_scenario(address: str, tag: str) -> dict[str, Any]:
 async def test_disconnect_at_every_stage_leaks_nothing(tmp_path: Path) -> None:
     async with running_app(tmp_path, max_inflight=1) as server:
         await in_thread(warm_up, server.address)
+        dirs: list[int] = []
         for round_ in range(2):  # the second round must not add anything either
             baseline = await quiet_baseline(server)
             before = server.scheduler.statistics()
             tag = f"{os.getpid() % 10**6:06d}{round_}"
-            report = await in_thread(disconnect_scenario, server.address, tag)
+            report = await in_thread(disconnect_scenario, server.address, server.work, tag)
 
             for stage in ("early", "queued", "executing", "group"):
                 assert report[stage].status.code == CANCELLED, (stage, report[stage])
@@ -389,10 +396,13 @@ async def test_disconnect_at_every_stage_leaks_nothing(tmp_path: Path) -> None:
             assert (
                 stats.completions.get("success", 0) - before.completions.get("success", 0) == 1
             ), stats.completions
-            # The worker's action directories are gone: what remains is the
-            # lock and at most the ready-made stock (1 for max_inflight 1).
+            # The actions' directories are gone: what remains is the lock and
+            # empty ready-made directories (a stock of 1 for max_inflight 1,
+            # plus one made on demand while the stock was empty), never more
+            # from one round to the next.
             assert leftovers(server.work) == []
-            assert action_dirs(server.work) <= 1, os.listdir(server.work)
+            dirs.append(action_dirs(server.work))
+            assert dirs[-1] <= 2 and dirs[-1] <= dirs[0], (dirs, os.listdir(server.work))
 
 
 # ------------------------------------------------------------------ 4. 10,000 concurrent calls
