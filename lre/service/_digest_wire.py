@@ -112,7 +112,9 @@ class DigestListScanner:
         found = self._pattern.findall(text)
         if len(found) != count or count == 0:
             return None
-        lengths, hashes, size_fields = (list(column) for column in zip(*found, strict=True))
+        lengths = [f[0] for f in found]
+        hashes = [f[1] for f in found]
+        size_fields = [f[2] for f in found]
         # The elements must tile the region: no character between or after them.
         if 68 * count + sum(map(len, size_fields)) != len(text):
             return None
