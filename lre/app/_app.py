@@ -17,7 +17,7 @@ from pathlib import Path
 
 import trio
 
-from lre.app._snapshot import EventLog, HealthBoard, SnapshotAssembler, free_space_check
+from lre.app._snapshot import EventKind, EventLog, HealthBoard, SnapshotAssembler, free_space_check
 from lre.app._status_http import StatusServer
 from lre.app._stores import Stores, build_stores
 from lre.cas import GrpcStore, StoreStatistics, UpstreamClient
@@ -31,13 +31,14 @@ from lre.config import (
 )
 from lre.scheduler import (
     ForwardScheduler,
+    MemoryAdmission,
+    ReservationLearner,
     ResourcePolicy,
     Scheduler,
+    SchedulerEvent,
     UpstreamExecutor,
     WorkerInfo,
 )
-from lre.scheduler._admission import MemoryAdmission
-from lre.scheduler._learner import ReservationLearner
 from lre.service import (
     CacheServiceOptions,
     GrpcServer,
@@ -124,6 +125,7 @@ class Application:
         self.stopped = trio.Event()
         self.stores: Stores = build_stores(config)
         self.learner = self._build_learner()
+        self.events = EventLog()
         self.schedulers: dict[str, Scheduler] = {}
         self._scheduler_by_simple: dict[str, Scheduler] = {}
         #: Forward schedulers by name (each wraps a local scheduler).
@@ -153,7 +155,6 @@ class Application:
             )
         self.bridge = TrioBridge()
         self.rpc_metrics = RpcMetrics()
-        self.events = EventLog()
         self.health = HealthBoard()
         self.health.add_check("disk", free_space_check(self._existing_parent(), 1 << 30))
         first = next(iter(self.schedulers.values()), None)
@@ -245,6 +246,7 @@ class Application:
                 resources=self._resource_policy(simple_name),
                 advisor=self.learner,
                 available_memory=self._live_memory(simple_name),
+                on_event=self._record_event,
             )
             self._scheduler_by_simple[simple_name] = scheduler
         self.schedulers[name] = scheduler
@@ -294,6 +296,16 @@ class Application:
         )
         self.forwarders[forward_name] = forwarder
         return forwarder
+
+    def _record_event(self, event: SchedulerEvent) -> None:
+        """Scheduler events go to the recent-events pane of the TUI and /metrics."""
+        self.events.add(
+            EventKind(event.kind.value),
+            event.message,
+            summary=event.summary or "",
+            worker=event.worker or "",
+            peak_rss_bytes=event.peak_rss_bytes,
+        )
 
     def _worker_resources(self, scheduler_name: str) -> ResourceSpec | None:
         """Resources of the (first) worker pulling from the simple scheduler."""
