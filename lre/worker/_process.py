@@ -20,6 +20,12 @@ timeout or cancellation the group gets SIGTERM, then SIGKILL after
 
 Processes that leave the group (``setsid``/``setpgid``) escape the group
 kill; the sampler's process-tree view is the place to catch those.
+
+Known gap: through ``setpriv`` the parent-death signal is armed only when
+setpriv runs, a few milliseconds after the fork (more on a loaded machine);
+if lre dies inside that window the leader keeps running, since setpriv does
+not check that its parent is still alive afterwards. The ``preexec_fn``
+path checks ``getppid`` and has no such window, but forks the whole process.
 """
 
 from __future__ import annotations

@@ -7,7 +7,9 @@ Lifecycle (``run``, started with ``nursery.start``):
 2. resolve platform properties (``query_cmd`` run once) and register with
    the scheduler: properties, capacity (CPUs x overcommit in millicpus and
    the memory budget), ``max_inflight``, timeouts;
-3. loop: ``lease`` -> precondition script -> run the action in its own task
+3. start the sampler and the action-directory janitor (``ActionDirectories``:
+   directories made ahead, recycled and removed in batches off the loop);
+4. loop: ``lease`` -> precondition script -> run the action in its own task
    (one cancel scope per action, tied to the lease's cancellation) ->
    ``report``. When the precondition script says no, the lease is reported
    as ``Backpressure`` and the worker pauses until one of its running
