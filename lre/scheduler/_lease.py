@@ -14,34 +14,46 @@ from lre.scheduler._model import ActionKey, RequestInfo, Reservation
 class CancelSignal:
     """Set once when the scheduler cancels a lease (client gone, CancelOperation,
     worker unregistered, shutdown). Callbacks run synchronously in the Trio
-    thread; one registered after cancellation runs at once."""
+    thread; one registered after cancellation runs at once. The Trio event
+    behind ``wait`` is made only when someone waits (thousands of leases may
+    be held at once)."""
 
-    __slots__ = ("_callbacks", "_event", "reason")
+    __slots__ = ("_callbacks", "_event", "_set", "reason")
 
     def __init__(self) -> None:
-        self._event = trio.Event()
-        self._callbacks: list[Callable[[], object]] = []
+        self._event: trio.Event | None = None
+        self._callbacks: list[Callable[[], object]] | None = None
+        self._set = False
         self.reason = ""
 
     @property
     def is_set(self) -> bool:
-        return self._event.is_set()
+        return self._set
 
     async def wait(self) -> None:
+        if self._set:
+            await trio.lowlevel.checkpoint()
+            return
+        if self._event is None:
+            self._event = trio.Event()
         await self._event.wait()
 
     def add_callback(self, callback: Callable[[], object]) -> None:
-        if self._event.is_set():
+        if self._set:
             callback()
+        elif self._callbacks is None:
+            self._callbacks = [callback]
         else:
             self._callbacks.append(callback)
 
     def set(self, reason: str) -> None:
-        if self._event.is_set():
+        if self._set:
             return
+        self._set = True
         self.reason = reason
-        self._event.set()
-        callbacks, self._callbacks = self._callbacks, []
+        if self._event is not None:
+            self._event.set()
+        callbacks, self._callbacks = self._callbacks or [], None
         for callback in callbacks:
             callback()
 

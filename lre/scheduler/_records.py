@@ -113,7 +113,7 @@ class OperationState:
         self.exclusive = False
         self.ladder_step = 0
         self.kills = 0
-        self.steps_tried: list[str] = []
+        self.steps_tried: tuple[str, ...] = ()
         self.retries = 0
         self.attempt = 0
         self.queued_at = time.time()

@@ -114,9 +114,8 @@ def escalate(
     """
     op.attempt -= 1  # not a retry: the next run keeps this attempt number
     op.kills += 1
-    op.steps_tried.append(
-        "whole worker" if lease.exclusive else memory_text(lease.reservation.memory_bytes)
-    )
+    tried = "whole worker" if lease.exclusive else memory_text(lease.reservation.memory_bytes)
+    op.steps_tried = (*op.steps_tried, tried)
     if op.kills >= resources.max_steps:
         return ResourceExhausted(
             f"action {op.key.action_digest} was killed {op.kills} time(s) for "

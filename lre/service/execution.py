@@ -129,40 +129,38 @@ def request_info_of(context: Context) -> RequestInfo:
     )
 
 
-async def settled(
-    updates: AsyncIterator[OperationSnapshot], settle_s: float = STAGE_SETTLE_S
-) -> AsyncIterator[OperationSnapshot]:
-    """(Trio) the first snapshot of ``updates`` at once, then each later one
-    only when it is ``done`` or nothing newer came within ``settle_s``."""
-    snapshot = await anext(updates)
-    yield snapshot
-    while not snapshot.done:
+async def operation_updates(
+    backend: ExecutionBackend, name: str, settle_s: float = STAGE_SETTLE_S
+) -> AsyncIterator[operations_pb2.Operation]:
+    """(Trio) an Operation for the first state of ``name`` at once, then one
+    whenever it is ``done`` or nothing newer came within ``settle_s``; ends
+    after the ``done`` one. ``NotFound`` when ``name`` does not exist or has
+    expired. One generator per stream (thousands may be held at once)."""
+    async with backend.watch(name) as watch:
+        updates = aiter(watch)
         snapshot = await anext(updates)
-        if not snapshot.done:
-            with trio.move_on_after(settle_s):
-                while not snapshot.done:
-                    snapshot = await anext(updates)
-        yield snapshot
+        yield operation_of(snapshot)
+        while not snapshot.done:
+            snapshot = await anext(updates)
+            if not snapshot.done:
+                with trio.move_on_after(settle_s):
+                    while not snapshot.done:
+                        snapshot = await anext(updates)
+            yield operation_of(snapshot)
 
 
-async def execute_updates(
+def execute_updates(
     backend: ExecutionBackend, request: re_pb2.ExecuteRequest, info: RequestInfo
 ) -> AsyncIterator[operations_pb2.Operation]:
-    """(Trio) submit ``request`` and yield an Operation per update until done."""
+    """(Trio) submit ``request``; its Operations as ``operation_updates`` yields
+    them. Raises what ``submit`` raises."""
     snapshot = backend.submit(request, request_info=info)
-    async with backend.watch(snapshot.name) as updates:
-        async for update in settled(aiter(updates)):
-            yield operation_of(update)
+    return operation_updates(backend, snapshot.name)
 
 
-async def wait_updates(
-    backend: ExecutionBackend, name: str
-) -> AsyncIterator[operations_pb2.Operation]:
-    """(Trio) yield an Operation per update of ``name`` until done (``NotFound``
-    when it does not exist or has expired)."""
-    async with backend.watch(name) as updates:
-        async for update in settled(aiter(updates)):
-            yield operation_of(update)
+def wait_updates(backend: ExecutionBackend, name: str) -> AsyncIterator[operations_pb2.Operation]:
+    """(Trio) the Operations of ``name`` as ``operation_updates`` yields them."""
+    return operation_updates(backend, name)
 
 
 class ExecutionServicer:
@@ -175,20 +173,21 @@ class ExecutionServicer:
     def register(self, server: grpc.aio.Server) -> None:
         re_grpc.add_ExecutionServicer_to_server(self, server)
 
+    # Plain functions returning the bridge's stream: one async generator less
+    # per held stream (stream_rpc iterates what they return).
+
     @stream_rpc
-    async def Execute(
+    def Execute(
         self, request: re_pb2.ExecuteRequest, context: Context
     ) -> AsyncIterator[operations_pb2.Operation]:
         backend = backend_for_instance(self._instances, request.instance_name)
         produce = functools.partial(execute_updates, backend, request, request_info_of(context))
-        async for operation in self._bridge.stream(produce, buffer=8):
-            yield operation
+        return self._bridge.stream(produce, buffer=8)
 
     @stream_rpc
-    async def WaitExecution(
+    def WaitExecution(
         self, request: re_pb2.WaitExecutionRequest, context: Context
     ) -> AsyncIterator[operations_pb2.Operation]:
         backend = backend_for_operation(self._instances, request.name)
         produce = functools.partial(wait_updates, backend, request.name)
-        async for operation in self._bridge.stream(produce, buffer=8):
-            yield operation
+        return self._bridge.stream(produce, buffer=8)
