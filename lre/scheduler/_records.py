@@ -141,6 +141,34 @@ class OperationState:
         )
         return snapshot
 
+    def lease_for(
+        self, lease_id: str, worker: WorkerInfo, reservation: Reservation, exclusive: bool
+    ) -> Lease:
+        """The ``Lease`` of this operation's current attempt on ``worker``."""
+        assert self.action is not None and self.command is not None
+        return Lease(
+            lease_id=lease_id,
+            operation_name=self.name,
+            worker_name=worker.name,
+            action_key=self.key,
+            action=self.action,
+            command=self.command,
+            platform=self.platform,
+            reservation=reservation,
+            exclusive=exclusive,
+            attempt=self.attempt,
+            ladder_step=self.ladder_step,
+            timeout_s=self.requested_timeout_s or worker.default_timeout_s,
+            queued_at=self.queued_at,
+            request_info=self.request_info,
+            kind_key=self.kind_key,
+            do_not_cache=self.action.do_not_cache,
+            skip_cache_lookup=self.skip_cache_lookup,
+            inline_stdout=self.inline_stdout,
+            inline_stderr=self.inline_stderr,
+            inline_output_files=self.inline_output_files,
+        )
+
     def notify(self) -> None:
         """Wake everyone waiting for a change of this operation (call after
         every change of what ``snapshot`` shows)."""

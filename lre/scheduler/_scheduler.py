@@ -527,31 +527,9 @@ class Scheduler:
     def _start(
         self, state: WorkerState, op: OperationState, reservation: Reservation, exclusive: bool
     ) -> Lease:
-        assert op.action is not None and op.command is not None
         info = state.info
         op.attempt += 1
-        lease = Lease(
-            lease_id=f"{info.name}/{next(self._lease_ids)}",
-            operation_name=op.name,
-            worker_name=info.name,
-            action_key=op.key,
-            action=op.action,
-            command=op.command,
-            platform=op.platform,
-            reservation=reservation,
-            exclusive=exclusive,
-            attempt=op.attempt,
-            ladder_step=op.ladder_step,
-            timeout_s=op.requested_timeout_s or info.default_timeout_s,
-            queued_at=op.queued_at,
-            request_info=op.request_info,
-            kind_key=op.kind_key,
-            do_not_cache=op.action.do_not_cache,
-            skip_cache_lookup=op.skip_cache_lookup,
-            inline_stdout=op.inline_stdout,
-            inline_stderr=op.inline_stderr,
-            inline_output_files=op.inline_output_files,
-        )
+        lease = op.lease_for(f"{info.name}/{next(self._lease_ids)}", info, reservation, exclusive)
         record = LeaseRecord(lease, op, state)
         state.leases[lease.lease_id] = record
         self._leases[lease.lease_id] = record
