@@ -17,7 +17,14 @@ from pathlib import Path
 
 import trio
 
-from lre.app._snapshot import EventKind, EventLog, HealthBoard, SnapshotAssembler, free_space_check
+from lre.app._snapshot import (
+    EventKind,
+    EventLog,
+    HealthBoard,
+    JobserverTokens,
+    SnapshotAssembler,
+    free_space_check,
+)
 from lre.app._status_http import StatusServer
 from lre.app._stores import Stores, build_stores
 from lre.cas import GrpcStore, StoreStatistics, UpstreamClient
@@ -164,6 +171,7 @@ class Application:
             scheduler=first.statistics if first is not None else None,
             usage=lambda: [u for w in self.workers for u in w.sampler.snapshots()],
             stores=self._store_statistics,
+            jobserver=self._jobserver_tokens,
             events=self.events,
             health=self.health,
             kill_factor=self._kill_factor(),
@@ -296,6 +304,11 @@ class Application:
         )
         self.forwarders[forward_name] = forwarder
         return forwarder
+
+    def _jobserver_tokens(self) -> JobserverTokens:
+        """Tokens in use / total over every running action's jobserver pool."""
+        counts = [w.jobserver_tokens() for w in self.workers]
+        return JobserverTokens(sum(c[0] for c in counts), sum(c[1] for c in counts))
 
     def _record_event(self, event: SchedulerEvent) -> None:
         """Scheduler events go to the recent-events pane of the TUI and /metrics."""
