@@ -21,17 +21,25 @@ timeout or cancellation the group gets SIGTERM, then SIGKILL after
 Processes that leave the group (``setsid``/``setpgid``) escape the group
 kill; the sampler's process-tree view is the place to catch those.
 
-Known gap: through ``setpriv`` the parent-death signal is armed only when
-setpriv runs, a few milliseconds after the fork (more on a loaded machine);
-if lre dies inside that window the leader keeps running, since setpriv does
-not check that its parent is still alive afterwards. The ``preexec_fn``
-path checks ``getppid`` and has no such window, but forks the whole process.
+Parent-death window: through ``setpriv`` the parent-death signal is armed
+only when setpriv runs, a few milliseconds after the fork (more on a loaded
+machine); if lre died inside that window the leader would keep running.
+So setpriv does not exec the command itself but a tiny ``/bin/sh`` guard
+(``_GUARD``) that, with the signal already armed, compares its parent pid
+with lre's and exits 137 when they differ (lre died: the leader was
+re-parented), else unsets the ``PWD`` the shell added (or restores the
+Command's own) and execs the command. The guard is used only when
+``/bin/sh`` is dash, whose ``exec`` adds nothing else to the environment;
+with another shell the plain setpriv path and its window remain. The
+``preexec_fn`` path checks ``getppid`` itself and has no such window, but
+forks the whole process.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import os
 import queue
 import shutil
@@ -71,6 +79,33 @@ _PRCTL = _load_prctl()
 #: instead of about 10 ms of a blocked event loop for a forked ``preexec_fn``
 #: in a large process, measured); without it the preexec hook is used.
 _SETPRIV = shutil.which("setpriv") if _PRCTL is not None else None
+
+#: The parent check run between setpriv and the command (see the module
+#: docstring): ``$1`` is lre's pid; ``$2``, in the ``PWD`` variant, the
+#: Command's own ``PWD``. dash sets ``PWD`` on start-up, so it is removed or
+#: reset to keep the action's environment exactly the Command's.
+_GUARD = 'test "$PPID" = "$1" || exit 137; unset PWD; shift; exec "$@"'
+_GUARD_PWD = 'test "$PPID" = "$1" || exit 137; PWD=$2; export PWD; shift 2; exec "$@"'
+_GUARD_SHELL = (
+    "/bin/sh"
+    if _SETPRIV is not None and os.path.basename(os.path.realpath("/bin/sh")) == "dash"
+    else None
+)
+
+
+def _setpriv_command(argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
+    """``argv`` run through setpriv (and the parent guard when available)."""
+    assert _SETPRIV is not None
+    if _GUARD_SHELL is None:
+        # setpriv execvp()s argv with the action's PATH, argv[0] unchanged.
+        return [_SETPRIV, "--pdeathsig", "KILL", "--", *argv]
+    # dash's exec searches the action's PATH the same way, argv[0] unchanged.
+    lre = str(os.getpid())
+    if "PWD" in env:
+        guard = [_GUARD_SHELL, "-c", _GUARD_PWD, "sh", lre, env["PWD"]]
+    else:
+        guard = [_GUARD_SHELL, "-c", _GUARD, "sh", lre]
+    return [_SETPRIV, "--pdeathsig", "KILL", "--", *guard, *argv]
 
 
 def _resolve_program(program: str, cwd: Path, env: Mapping[str, str]) -> str:
@@ -254,11 +289,11 @@ async def run_process(
     process group id). Returns a ``ProcessOutcome`` for normal ends and
     timeouts. On cancellation the group is terminated and reaped (shielded)
     and ``trio.Cancelled`` propagates. Raises ``InvalidArgument`` when the
+    arguments and environment exceed the kernel's limit (E2BIG), or when the
     program cannot be executed (not found, not executable), naming argv[0].
     """
     if _SETPRIV is not None:
-        # setpriv execvp()s argv with the action's PATH, argv[0] unchanged.
-        command = [_SETPRIV, "--pdeathsig", "KILL", "--", *argv]
+        command = _setpriv_command(argv, env)
         hook = None
     else:
         command = list(argv)
@@ -291,6 +326,15 @@ async def run_process(
                 except (FileNotFoundError, PermissionError, NotADirectoryError) as error:
                     raise InvalidArgument(
                         f"Command.arguments[0]: {argv[0]!r} cannot be executed: {error.strerror}"
+                    ) from None
+                except OSError as error:
+                    if error.errno != errno.E2BIG:
+                        raise
+                    raise InvalidArgument(
+                        f"Command.arguments: {len(argv)} arguments of "
+                        f"{sum(len(a) + 1 for a in argv)} bytes (with "
+                        f"{len(environment)} environment variables) exceed the "
+                        "system's limit on a command line"
                     ) from None
             finally:
                 os.close(stderr_fd)

@@ -146,10 +146,6 @@ async def test_input_blob_that_is_not_a_directory() -> None:
         await fetch_input_tree(store, digest)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="worker bug: E2BIG from exec escapes run_process as OSError (becomes INTERNAL)",
-)
 async def test_gigantic_argument_list_is_invalid_argument(tmp_path: Path) -> None:
     argv = ["/bin/true", *(["x" * 1000] * 5000)]  # ~5 MB, above the kernel's ARG_MAX
     with pytest.raises(InvalidArgument, match=r"Command\.arguments"):

@@ -181,3 +181,37 @@ async def test_start_failure_in_spawner_is_raised_to_the_caller(tmp_path: Path) 
             timeout=10,
             kill_grace=1,
         )
+
+
+async def test_environment_is_exactly_the_commands(tmp_path: Path) -> None:
+    # The parent guard's shell must not leak PWD (or anything else) into it.
+    for env in ({"A": "1"}, {"A": "1", "PWD": "/somewhere/else"}):
+        outcome = await run_process(
+            ["/usr/bin/env"],
+            cwd=tmp_path,
+            env=env,
+            stdout_path=tmp_path / "out",
+            stderr_path=tmp_path / "err",
+            timeout=10,
+            kill_grace=1,
+        )
+        assert outcome.exit_code == 0
+        lines = (tmp_path / "out").read_text().splitlines()
+        assert sorted(lines) == sorted(f"{k}={v}" for k, v in env.items())
+
+
+def test_parent_guard_refuses_to_run_when_lre_is_no_longer_the_parent(tmp_path: Path) -> None:
+    # As if lre died before setpriv armed the death signal: the leader was
+    # re-parented, so the guard must exit 137 instead of running the command.
+    from lre.worker._process import _GUARD_SHELL, _setpriv_command
+
+    assert _GUARD_SHELL is not None, "the guard needs setpriv and a dash /bin/sh"
+    marker = tmp_path / "ran"
+    command = _setpriv_command(["/usr/bin/touch", str(marker)], {})
+    lre_pid = command.index(str(os.getpid()))
+    command[lre_pid] = "1"
+    assert subprocess.run(command, env={}, check=False).returncode == 137
+    assert not marker.exists()
+    command[lre_pid] = str(os.getpid())
+    assert subprocess.run(command, env={}, check=False).returncode == 0
+    assert marker.exists()
