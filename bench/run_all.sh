@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Run every benchmark one after another and keep their outputs.
+#
+#   bash bench/run_all.sh [NAME ...]     # default: all, in the order below
+#
+# Outputs go to bench/results/<NAME>.txt (with the load average before and
+# after each run); docs/benchmarks.md quotes them. Run it on an otherwise idle
+# machine: the figures are wall-clock rates and ratios taken in the same run.
+set -u
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+PY=.venv/bin/python
+OUT=bench/results
+mkdir -p "$OUT"
+
+bazel_bench() {
+  # lre and the BuildGrid peer side by side, each on its own port.
+  local root port peer_out
+  root=$(mktemp -d /tmp/lre-bench-bazel.XXXXXX)
+  port=50081
+  LRE_HOME="$root" .venv/bin/lre up --detach --no-client-config --port "$port" || return 1
+  peer_out=$(bash ../shared/tools/peer/start_buildgrid.sh 50071 2>&1 | tail -n 1)
+  echo "peer server pid: $peer_out"
+  $PY bench/bench_bazel.py --reps 5 --lre "127.0.0.1:$port" --lre-instance main \
+      --peer 127.0.0.1:50071 --peer-instance main
+  local status=$?
+  LRE_HOME="$root" .venv/bin/lre down
+  bash /tmp/peer-bg-50071/stop.sh >/dev/null 2>&1 || true
+  rm -rf "$root"
+  return $status
+}
+
+declare -A BENCH=(
+  [sampler]="$PY bench/bench_sampler.py"
+  [stores]="$PY bench/bench_stores.py --runs 5"
+  [cas]="$PY bench/bench_cas.py --runs 5"
+  [execute]="$PY bench/bench_execute.py --runs 5"
+  [worker]="$PY bench/bench_worker.py --runs 5"
+  [memory]="$PY bench/bench_memory.py"
+  [rustc]="$PY bench/bench_rustc.py --runs 3"
+  [firehose]="$PY bench/bench_firehose.py --actions 2000"
+  [bazel]="bazel_bench"
+  [upstream]="$PY bench/bench_upstream.py --reps 5"
+  [fuzz]="$PY bench/fuzz_parsers.py"
+  [crash]="$PY bench/crash_cycles.py --cycles 50"
+  [soak]="$PY bench/soak.py --seconds 120"
+)
+ORDER=(sampler stores cas execute worker memory rustc firehose bazel upstream fuzz crash soak)
+(($#)) && ORDER=("$@")
+
+for name in "${ORDER[@]}"; do
+  echo "== $name  (load: $(cut -d' ' -f1-3 /proc/loadavg))"
+  {
+    echo "# $name: ${BENCH[$name]}"
+    echo "# started $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)"
+    start=$(date +%s)
+    ${BENCH[$name]} 2>&1
+    echo "# exit $?, $(( $(date +%s) - start )) s, load after $(cut -d' ' -f1-3 /proc/loadavg)"
+  } > "$OUT/$name.txt"
+  tail -n 25 "$OUT/$name.txt"
+done
