@@ -62,10 +62,12 @@ def children_cpu_seconds() -> float:
 class FakeWorker:
     """Completes each lease at once, or holds every lease until ``release``."""
 
-    def __init__(self, scheduler: Scheduler, *, hold: bool = False) -> None:
+    def __init__(self, scheduler: Scheduler, *, hold: bool = False, expect: int = 0) -> None:
         self.scheduler = scheduler
         self.hold = hold
         self.held: list[Lease] = []
+        self.expect = expect
+        self.all_held = trio.Event()  # set once ``expect`` leases are held
         self.info = WorkerInfo(
             name="bench",
             properties={},
@@ -83,6 +85,8 @@ class FakeWorker:
                 return
             if self.hold:
                 self.held.append(lease)
+                if len(self.held) >= self.expect:
+                    self.all_held.set()
             else:
                 self.complete(lease)
 
@@ -215,7 +219,7 @@ async def held_streams(held: int, tmp: Path) -> dict[str, float]:
     digests = await make_actions(store, held, "held")
     path = tmp / "digests-held.txt"
     path.write_text("".join(f"{d.hash} {d.size_bytes}\n" for d in digests))
-    worker = FakeWorker(scheduler, hold=True)
+    worker = FakeWorker(scheduler, hold=True, expect=held)
     me = psutil.Process()
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
@@ -225,8 +229,8 @@ async def held_streams(held: int, tmp: Path) -> dict[str, float]:
         cpu0 = cpu_seconds()
         proc = spawn_client("held", address, str(path), held)
         t0 = time.perf_counter()
-        while len(worker.held) < held and time.perf_counter() - t0 < 300:
-            await trio.sleep(0.05)
+        with trio.move_on_after(300):
+            await worker.all_held.wait()
         ramp = time.perf_counter() - t0  # 300 s: gave up waiting; "lost" says how many
         await trio.sleep(1.0)  # streams idle while held
         threads = me.num_threads()
