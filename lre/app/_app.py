@@ -158,6 +158,7 @@ class Application:
                     ),
                     link_source=filesystem.path_for_link if filesystem is not None else None,
                     adopt=filesystem.adopt_file if filesystem is not None else None,
+                    discard=filesystem.discard if filesystem is not None else None,
                 )
             )
         self.bridge = TrioBridge()

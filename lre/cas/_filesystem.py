@@ -516,6 +516,39 @@ class FilesystemStore:
                 self._reserved_bytes -= digest.size_bytes
             self._unbusy(key)
 
+    async def discard(self, digest: Digest, executable: bool) -> bool:
+        """Forget ``digest`` and unlink its files because one was found altered.
+
+        Called by the worker when an action wrote to or chmodded a hardlinked
+        input, i.e. the ``executable`` variant's inode no longer holds what
+        the digest names. Both variants leave the index at once (on the event
+        loop, so no later read, ``has_many`` or ``path_for_link`` sees them;
+        a missing variant might have been copied from the altered one) and
+        their files are unlinked in a shielded thread call; writers of the
+        same digest wait for that, so a client's re-upload lands in a fresh
+        inode. Returns False when the blob was not stored (nothing done).
+        Unlink errors other than a vanished file propagate after the index
+        entry is gone (the blob is never served either way).
+        """
+        self._check_open()
+        entry = self._index.get(digest.hash)
+        if entry is None or _size(entry) != digest.size_bytes:
+            await trio.lowlevel.checkpoint()
+            return False
+        key = digest.hash
+        self._forget(digest)
+        paths = [self._path(digest, v) for v in (_PLAIN, _EXEC)]
+        done = trio.Event()
+        self._deleting[key] = done
+        try:
+            with trio.CancelScope(shield=True):
+                await self._run(_unlink_all, paths)
+        finally:
+            if self._deleting.get(key) is done:
+                del self._deleting[key]
+            done.set()
+        return True
+
     async def adopt_file(
         self,
         path: str | os.PathLike[str],

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -40,6 +41,7 @@ from lre.scheduler import (
 )
 from lre.worker._action_dirs import ActionDirectories, ActionDirectory
 from lre.worker._command import PreparedCommand, prepare_command
+from lre.worker._input_guard import SMALL_CHECK, LinkedInputs, altered_inputs
 from lre.worker._input_tree import InputTree, fetch_input_tree
 from lre.worker._jobserver import JobserverPool, jobserver_tokens
 from lre.worker._metadata import Timeline, resource_usage_any
@@ -66,6 +68,10 @@ INLINE_LIMIT = 1 << 20
 #: thread round trip costs more than reading and hashing 64 KiB).
 SMALL_LOGS = 64 << 10
 
+#: ``discard(digest, executable)`` withdraws a blob whose hardlinked file an
+#: action altered (a filesystem store's ``discard``).
+Discarder = Callable[[Digest, bool], Awaitable[object]]
+
 
 class ActionResultWriter(Protocol):
     """Where results are cached (``lre.cas.ActionResultCache``).
@@ -91,6 +97,8 @@ class ActionRunner:
     ``link_source`` (a filesystem store's ``path_for_link``) lets inputs be
     hardlinked; ``adopt`` (its ``adopt_file``) lets outputs be moved into
     the CAS. ``action_cache`` receives results per the worker's policy.
+    ``discard`` (its ``discard``) withdraws a linked input's blob that an
+    action altered; ``tainted_inputs`` counts those (see ``_input_guard``).
     """
 
     def __init__(
@@ -103,6 +111,7 @@ class ActionRunner:
         link_source: LinkSource | None = None,
         adopt: Adopter | None = None,
         sampler: ProcessTreeSampler | None = None,
+        discard: Discarder | None = None,
     ) -> None:
         self.spec = spec
         self.workdir = workdir
@@ -110,6 +119,9 @@ class ActionRunner:
         self.action_cache = action_cache
         self.link_source = link_source
         self.adopt = adopt
+        self.discard = discard
+        #: Linked inputs found altered by their action (and discarded).
+        self.tainted_inputs = 0
         self.allow_escaping_symlinks = spec.symlink_policy == "allow"
         self.sampler = sampler
         self.directories = ActionDirectories(workdir, stock=min(128, 2 * max_inflight(spec) or 64))
@@ -217,7 +229,7 @@ class ActionRunner:
         pin = getattr(self.store, "pin", None) if tree.files else None
         held = pin([f.digest for f in tree.files]) if pin is not None else None
         try:
-            await stage_inputs(
+            staged = await stage_inputs(
                 self.store, tree, root, output_parents=parents, link_source=self.link_source
             )
         finally:
@@ -227,9 +239,15 @@ class ActionRunner:
 
         stdout_path = action_dir.stdout
         stderr_path = action_dir.stderr
-        process, sampled = await self._execute(
-            lease, prepared, root, stdout_path, stderr_path, timeline
-        )
+        try:
+            process, sampled = await self._execute(
+                lease, prepared, root, stdout_path, stderr_path, timeline
+            )
+        finally:
+            # The group is gone (reaped or killed) here, even on cancellation.
+            if staged.links:
+                with trio.CancelScope(shield=True):
+                    await self._check_inputs(lease, staged.links)
         peak_rss = process.max_rss_bytes
         cpu_seconds = process.cpu_seconds
         samples = 0
@@ -278,6 +296,30 @@ class ActionRunner:
         )
         await self._cache(lease, result, error)
         return Completed(result, error=error, message=message, usage=usage)
+
+    async def _check_inputs(self, lease: Lease, linked: LinkedInputs) -> None:
+        """Discard every linked input blob the action altered (see
+        ``_input_guard``) before anything of the action is reported.
+
+        Errors of the check or of the discard propagate (an infrastructure
+        failure of this attempt); the blob has left the index by then.
+        """
+        if len(linked) <= SMALL_CHECK:
+            altered = altered_inputs(linked)
+        else:
+            altered = await trio.to_thread.run_sync(altered_inputs, linked)
+        for digest, executable in altered:
+            self.tainted_inputs += 1
+            log.warning(
+                "worker %s: action %s altered its hardlinked input %s (%s); "
+                "the CAS copy is discarded and must be uploaded again",
+                self.spec.name,
+                lease.operation_name,
+                digest,
+                "executable" if executable else "plain",
+            )
+            if self.discard is not None:
+                await self.discard(digest, executable)
 
     async def _collect(
         self, root: Path, outputs: list[OutputRequest], stdout_path: Path, stderr_path: Path

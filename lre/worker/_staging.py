@@ -8,7 +8,9 @@ call; a tree of ``PARALLEL_FILES`` files or more has its files placed by a
 few threads at once; large blobs are streamed from the store in between;
 an empty tree with no output parents costs no thread at all. Inputs are
 read-only (0444, or 0555 when executable); directories are 0755 so actions
-can write next to their inputs.
+can write next to their inputs. Every distinct CAS file that was linked is
+recorded in ``StagingStats.links`` with a ``Snapshot`` so the worker can tell
+afterwards whether the action altered it (see ``_input_guard``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
@@ -25,6 +27,7 @@ import trio
 from lre.cas._protocol import BlobStore
 from lre.digest import EMPTY_DIGEST, Digest
 from lre.errors import InvalidArgument, MissingBlobs, NotFound
+from lre.worker._input_guard import LinkedInputs, Snapshot
 from lre.worker._input_tree import InputFile, InputTree, read_blob
 
 T = TypeVar("T")
@@ -54,6 +57,8 @@ class StagingStats:
     linked: int = 0
     copied: int = 0
     bytes_copied: int = 0
+    #: The CAS files that were hardlinked, as they were when linked.
+    links: LinkedInputs = field(default_factory=dict)
 
 
 def _mode(executable: bool) -> int:
@@ -134,11 +139,14 @@ async def stage_inputs(
         later: list[InputFile] = []
         for item in items:
             target = f"{base}/{item.path}"
-            source = sources.get((item.digest, item.executable))
+            key = (item.digest, item.executable)
+            source = sources.get(key)
             if source is not None:
                 try:
                     os.link(source, target)
                     done.linked += 1
+                    if key not in done.links:
+                        done.links[key] = (os.fspath(source), Snapshot.of(target))
                     continue
                 except OSError as error:
                     if error.errno not in _LINK_FALLBACK:
@@ -186,6 +194,7 @@ async def stage_inputs(
         stats.linked += done.linked
         stats.copied += done.copied
         stats.bytes_copied += done.bytes_copied
+        stats.links.update(done.links)
     for item in later:
         await _stream_file(store, item, root / item.path)
         stats.copied += 1

@@ -40,7 +40,7 @@ from lre.scheduler import (
     Scheduler,
     WorkerInfo,
 )
-from lre.worker._action import ActionResultWriter, ActionRunner
+from lre.worker._action import ActionResultWriter, ActionRunner, Discarder
 from lre.worker._precondition import precondition_allows
 from lre.worker._properties import cpu_count, max_inflight, memory_budget, resolve_properties
 from lre.worker._sampler import ActionUsage, ProcessTreeSampler
@@ -72,7 +72,8 @@ class LocalWorker:
 
     - ``store``: the CAS inputs are read from and outputs written to.
     - ``link_source``: ``path_for_link`` of a filesystem store (hardlinked
-      inputs); ``adopt``: its ``adopt_file`` (outputs moved, not copied).
+      inputs); ``adopt``: its ``adopt_file`` (outputs moved, not copied);
+      ``discard``: its ``discard`` (withdraws an input an action altered).
     - ``action_cache``: written per ``upload_action_result``.
     - ``sampler``: a shared ``ProcessTreeSampler``; when None the worker runs
       its own at ``resources.sample_interval``.
@@ -87,6 +88,7 @@ class LocalWorker:
         action_cache: ActionResultWriter | None = None,
         link_source: LinkSource | None = None,
         adopt: Adopter | None = None,
+        discard: Discarder | None = None,
     ) -> None:
         self.spec = spec
         self.scheduler = scheduler
@@ -94,6 +96,7 @@ class LocalWorker:
         self.action_cache = action_cache
         self.link_source = link_source
         self.adopt = adopt
+        self.discard = discard
         self.sampler = ProcessTreeSampler(
             float(spec.resources.sample_interval), on_over_limit=self._over_limit
         )
@@ -153,6 +156,7 @@ class LocalWorker:
                 link_source=self.link_source,
                 adopt=self.adopt,
                 sampler=self.sampler,
+                discard=self.discard,
             )
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.sampler.run)

@@ -457,3 +457,28 @@ def test_thread_limiter_bounds_threads(tmp_path: Path) -> None:
     start = time.monotonic()
     trio.run(run)
     assert time.monotonic() - start < 30
+
+
+async def test_discard_forgets_both_variants_until_written_again(
+    tmp_path: Path,
+) -> None:
+    store = await open_store(tmp_path)
+    data = b"soon tainted"
+    digest = await write_bytes(store, data)
+    plain = await store.path_for_link(digest, executable=False)
+    await store.path_for_link(digest, executable=True)
+    assert len(content_files(tmp_path)) == 2
+    assert await store.discard(digest, executable=False)
+    assert await store.has_many([digest]) == [None]
+    assert content_files(tmp_path) == []  # both variants unlinked
+    with pytest.raises(NotFound):
+        await read_bytes(store, digest)
+    with pytest.raises(NotFound):
+        await store.path_for_link(digest, executable=False)
+    assert store.statistics().stored_bytes == 0
+    assert not await store.discard(digest, executable=False)  # already gone
+    await write_bytes(store, data)
+    assert await read_bytes(store, digest) == data
+    fresh = await store.path_for_link(digest, executable=False)
+    assert fresh == plain
+    assert stat.S_IMODE(os.stat(fresh).st_mode) == 0o444

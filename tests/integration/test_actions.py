@@ -301,14 +301,6 @@ def test_over_long_timeout_is_refused_naming_the_maximum(client: Client) -> None
     assert "7200 s" in response.status.message and "3600 s" in response.status.message
 
 
-HARDLINK_BUG = (
-    "bug: staged inputs are hardlinks to the filesystem CAS's own files, so an action "
-    "that chmods an input and writes to it changes the CAS copy "
-    "(lre/worker/_staging.py + FilesystemStore.path_for_link)"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=HARDLINK_BUG)
 def test_an_action_writing_an_input_does_not_alter_the_cas(client: Client) -> None:
     content = b"pristine input " + uuid.uuid4().hex.encode()
     response = client.run(
@@ -316,16 +308,22 @@ def test_an_action_writing_an_input_does_not_alter_the_cas(client: Client) -> No
         inputs={"in/f": content},
     )
     assert response.status.code == OK, response.status
-    # The blob still has the bytes its digest names, for clients and later actions.
-    assert client.read(digest(content)) == content
+    # The altered blob was withdrawn: absent, never served with wrong bytes.
+    assert client.missing([digest(content)]) == [digest(content).hash]
+    with pytest.raises(grpc.RpcError) as raised:
+        client.read(digest(content))
+    assert raised.value.code() == grpc.StatusCode.NOT_FOUND
+    # A later action gets the pristine bytes once the client uploads them again
+    # (``run`` uploads its inputs, as Bazel does after FAILED_PRECONDITION).
     later = client.run(["cat", "in/f"], inputs={"in/f": content})
     assert client.stdout(later.result) == content
+    assert client.read(digest(content)) == content
 
 
-@pytest.mark.xfail(strict=True, reason=HARDLINK_BUG)
 def test_an_action_chmodding_an_input_does_not_change_later_actions(client: Client) -> None:
     content = b"plain data " + uuid.uuid4().hex.encode()
     response = client.run(["chmod", "755", "in/f"], inputs={"in/f": content})
     assert (response.status.code, response.result.exit_code) == (OK, 0)
+    assert client.missing([digest(content)]) == [digest(content).hash]
     later = client.run(["stat", "-c", "%a", "in/f"], inputs={"in/f": content})
     assert client.stdout(later.result) == b"444\n"
