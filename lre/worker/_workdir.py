@@ -4,7 +4,9 @@
 the lifetime of the object: the directory is created with mode 0700, an
 exclusive ``flock`` is taken on ``{dir}/.lock`` (which records the holder's
 pid), and everything a previous, crashed run of this worker left behind is
-removed. Nothing outside that directory is ever touched and symlinks found
+removed: its files, and processes still running inside the directory (the
+background children of its actions, which the parent-death signal misses).
+Nothing outside that directory is ever touched and symlinks found
 inside it are removed, never followed.
 """
 
@@ -15,6 +17,7 @@ import fcntl
 import os
 import re
 import shutil
+import signal
 import stat
 from pathlib import Path
 
@@ -127,11 +130,42 @@ class WorkDirectory:
             os.ftruncate(lock_fd, 0)
             os.pwrite(lock_fd, f"{os.getpid()}\n".encode(), 0)
             directory = cls(path, lock_fd)
+            directory.kill_leftover_processes()
             directory.remove_leftovers()
         except BaseException:
             os.close(lock_fd)
             raise
         return directory
+
+    def kill_leftover_processes(self) -> list[int]:
+        """SIGKILL processes a crashed run of this worker left behind; return their pids.
+
+        An action's leader dies with lre (parent-death signal), but children it
+        started in the background do not. We hold the lock, so no live lre
+        runs actions here: any process of our user whose working directory is
+        inside this directory is such a leftover. Processes elsewhere are never
+        touched. Errors reading /proc (a process exiting meanwhile) are ignored.
+        """
+        prefix = str(self.path) + os.sep
+        uid = os.getuid()
+        me = os.getpid()
+        killed: list[int] = []
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit() or int(entry.name) == me:
+                continue
+            try:
+                if entry.stat().st_uid != uid:
+                    continue
+                cwd = os.readlink(f"/proc/{entry.name}/cwd")
+            except OSError:
+                continue
+            if cwd.startswith(prefix):
+                try:
+                    os.kill(int(entry.name), signal.SIGKILL)
+                    killed.append(int(entry.name))
+                except OSError:
+                    continue
+        return killed
 
     def remove_leftovers(self) -> None:
         """Delete every entry of the directory except the lock file."""

@@ -529,11 +529,6 @@ def test_sigkill_during_executions(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: only an action's leader gets the parent-death signal (lre/worker/_process.py); "
-    "processes it started survive a SIGKILL of lre, and a restart does not kill them either",
-)
 def test_sigkill_of_lre_kills_the_background_children_of_actions(tmp_path: Path) -> None:
     lre = LreProcess(tmp_path, crash_config(tmp_path))
     marker = new_marker()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -80,3 +81,27 @@ def test_action_dirs(tmp_path: Path) -> None:
 def test_bad_worker_name(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgument, match="workers"):
         WorkDirectory.open(tmp_path, "../x")
+
+
+def test_processes_left_inside_by_a_crashed_run_are_killed_at_open(tmp_path: Path) -> None:
+    inside = tmp_path / "w" / "local" / "a1" / "root"
+    inside.mkdir(parents=True)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    # A background child of a dead run, still running inside the directory,
+    # and an unrelated process next to it that must be left alone.
+    left = subprocess.Popen(["sleep", "300"], cwd=inside, start_new_session=True)
+    other = subprocess.Popen(["sleep", "300"], cwd=outside, start_new_session=True)
+    try:
+        directory = WorkDirectory.open(tmp_path / "w", "local")
+        try:
+            assert left.wait(timeout=10) == -signal.SIGKILL
+            assert other.poll() is None
+            assert sorted(p.name for p in directory.path.iterdir()) == [".lock"]
+        finally:
+            directory.close()
+    finally:
+        for proc in (left, other):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
