@@ -428,13 +428,13 @@ def _event(value: Any) -> RecentEvent:
 
 def action_summary(mnemonic: str, kind_key: str) -> str:
     """What the TUI calls an action: the client's mnemonic (Bazel), else the
-    program's base name from a command-shape kind key (``c:gcc|...``)."""
+    mnemonic or program named by its kind key (``bazel:CppCompile:...``,
+    ``cmd:gcc:...``; see ``lre.scheduler.kind_key``)."""
     if mnemonic:
         return mnemonic
-    if kind_key.startswith("c:"):
-        return kind_key[2:].partition("|")[0] or "?"
-    if kind_key.startswith("m:"):
-        return kind_key[2:].partition("|")[0] or "?"
+    for prefix in ("cmd:", "bazel:"):
+        if kind_key.startswith(prefix):
+            return kind_key[len(prefix) :].partition(":")[0] or "?"
     return kind_key or "?"
 
 

@@ -21,7 +21,13 @@ from lre.app._snapshot import (
     free_space_check,
     platform_key_set,
 )
-from lre.scheduler import LeaseStatistics, Reservation, SchedulerStatistics, WorkerStatistics
+from lre.scheduler import (
+    LeaseStatistics,
+    Reservation,
+    SchedulerStatistics,
+    WorkerStatistics,
+)
+from lre.scheduler._learner import kind_key as command_kind_key
 from tests.tui._load import run, start_load, submit
 from tests.tui._sample import sample_snapshot
 
@@ -130,7 +136,7 @@ def test_sampler_usage_joined_by_lease_id() -> None:
     lease = _LeaseWithId(
         operation_name="main/operations/1",
         action_hash="ab" * 32,
-        kind_key="c:gcc|0123",
+        kind_key="cmd:gcc:0123456789abcdef",
         mnemonic="",
         target_id="",
         reservation=Reservation(2000, 1 << 30),
@@ -190,8 +196,11 @@ def test_health_board_and_disk_check(tmp_path: Path) -> None:
 
 
 def test_summary_and_key_set() -> None:
-    assert action_summary("CppCompile", "m:CppCompile|t://a") == "CppCompile"
-    assert action_summary("", "c:clang++|abcdef") == "clang++"
+    assert action_summary("CppCompile", "bazel:CppCompile://a:b") == "CppCompile"
+    assert action_summary("", "bazel:CppLink://a:b") == "CppLink"
+    assert action_summary("", "cmd:clang++:abcdef") == "clang++"
+    # The key rule really produces what the summary parses.
+    assert action_summary("", command_kind_key("", "", ["/usr/bin/gcc", "-c", "a.c"])) == "gcc"
     assert action_summary("", "") == "?"
     assert platform_key_set("OSFamily=linux,cpu=2,mem=1.0 GiB,exclusive") == (
         "OSFamily,cpu,mem,exclusive"
