@@ -416,10 +416,6 @@ class _Checker:
                 (*path, "kill_factor"),
                 f"{spec.kill_factor} would kill actions below their reservation; use at least 1",
             )
-        if spec.memory_budget == 0:
-            self.fail(
-                (*path, "memory_budget"), '0 leaves no memory for actions; give a size or "auto"'
-            )
         if spec.cold_memory <= 0:
             self.fail((*path, "cold_memory"), "must be above 0")
         if not spec.ladder:

@@ -289,7 +289,9 @@ class ResourceSpec:
         default=1.0,
     )
     memory_budget: ByteSize | Literal["auto"] = doc(
-        'Memory all running actions may reserve together; "auto" = 75% of RAM minus memory_floor.',
+        'Memory all running actions may reserve together; "auto" = 75% of RAM minus '
+        "memory_floor; 0 = no budget (memory never limits admission, as in NativeLink; "
+        "for comparisons, not for laptops).",
         default="auto",
     )
     memory_floor: ByteSize = doc(

@@ -61,8 +61,15 @@ def cpu_count(resources: ResourceSpec) -> int:
         return os.cpu_count() or 1
 
 
+#: Memory capacity offered when ``memory_budget`` is 0 ("no budget").
+UNLIMITED_MEMORY = 1 << 60
+
+
 def memory_budget(resources: ResourceSpec) -> int:
-    """Bytes all actions may reserve together (``auto``: 75% of RAM minus the floor)."""
+    """Bytes all actions may reserve together (``auto``: 75% of RAM minus the
+    floor; 0: no budget, offered as ``UNLIMITED_MEMORY``)."""
+    if resources.memory_budget == 0:
+        return UNLIMITED_MEMORY
     if resources.memory_budget != "auto":
         return int(resources.memory_budget)
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
