@@ -285,8 +285,10 @@ class ResourceSpec:
         'CPUs this worker offers; "auto" = the machine\'s CPU count.', default="auto"
     )
     cpu_overcommit: float = doc(
-        "Capacity = cpu_count x this factor (learned CPU reservations are generous).",
-        default=1.0,
+        "Capacity = cpu_count x this factor. Learned CPU reservations are p95 x 1.2, so a "
+        "single-threaded compile learns ~1.2 CPUs; 1.25 keeps one such action per core "
+        "(chosen by the firehose benchmark, docs/resource-control.md).",
+        default=1.25,
     )
     memory_budget: ByteSize | Literal["auto"] = doc(
         'Memory all running actions may reserve together; "auto" = 75% of RAM minus '
