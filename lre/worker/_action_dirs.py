@@ -134,7 +134,10 @@ class ActionDirectories:
                 trash, self._trash = self._trash, []
                 wanted = self.stock_size - len(self._stock)
                 self._batches += 1
-                made = await trio.to_thread.run_sync(self._batch, trash, wanted)
+                # Shielded: a cancellation arriving during the thread call would
+                # otherwise drop the directories it made, leaving them on disk.
+                with trio.CancelScope(shield=True):
+                    made = await trio.to_thread.run_sync(self._batch, trash, wanted)
                 self._stock.extend(made)  # takes meanwhile only shrank the stock
         finally:
             self._running = False
