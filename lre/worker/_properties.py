@@ -8,6 +8,7 @@ from collections.abc import Mapping
 
 import trio
 
+from lre.config import auto_cpu_count, auto_memory_budget
 from lre.config._models import LocalWorkerSpec, PlatformPropertySpec, ResourceSpec
 from lre.errors import FailedPrecondition
 
@@ -52,13 +53,15 @@ async def resolve_properties(
 
 
 def cpu_count(resources: ResourceSpec) -> int:
-    """CPUs offered: the configured count, or the CPUs this process may use."""
+    """CPUs offered: the configured count, or config's ``auto`` rule (the CPUs
+    this process may use)."""
     if resources.cpu_count != "auto":
         return resources.cpu_count
     try:
-        return len(os.sched_getaffinity(0))
+        affinity: int | None = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+        affinity = None
+    return auto_cpu_count(affinity, os.cpu_count())
 
 
 #: Memory capacity offered when ``memory_budget`` is 0 ("no budget").
@@ -73,7 +76,7 @@ def memory_budget(resources: ResourceSpec) -> int:
     if resources.memory_budget != "auto":
         return int(resources.memory_budget)
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return max(256 << 20, int(total * 0.75) - int(resources.memory_floor))
+    return auto_memory_budget(total, int(resources.memory_floor))
 
 
 def max_inflight(spec: LocalWorkerSpec) -> int:
