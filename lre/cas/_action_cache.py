@@ -69,6 +69,10 @@ class MemoryActionCache:
         return len(self._entries)
 
 
+#: Entries up to this size are written on the event loop when fsync is off.
+_INLINE_BYTES = 64 << 10
+
+
 class FilesystemActionCache:
     """An ``ActionCache`` of files ``<path>/<hash[:2]>/<hash>-<size>``.
 
@@ -95,10 +99,21 @@ class FilesystemActionCache:
         await self._run(self._prepare)
 
     async def get(self, action_digest: Digest) -> bytes | None:
-        return await self._run(self._read, self._entry_path(action_digest))
+        # Entries are usually well under 64 KiB: read on the event loop (a
+        # thread round trip costs more than the read; see FilesystemStore).
+        await trio.lowlevel.checkpoint_if_cancelled()
+        data = self._read(self._entry_path(action_digest))
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        return data
 
     async def put(self, action_digest: Digest, data: bytes) -> None:
-        await self._run(self._write, self._entry_path(action_digest), data, action_digest)
+        path = self._entry_path(action_digest)
+        if self.fsync or len(data) > _INLINE_BYTES:
+            await self._run(self._write, path, data, action_digest)
+            return
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._write(path, data, action_digest)
+        await trio.lowlevel.cancel_shielded_checkpoint()
 
     def _entry_path(self, digest: Digest) -> str:
         return f"{self.path}/{digest.hash[:2]}/{digest.hash}-{digest.size_bytes}"

@@ -26,8 +26,13 @@ LRU: the order lives in memory and is rebuilt at ``open`` from file mtimes;
 uses since the last write are saved as mtimes by ``close()`` (and in batches
 while running), so a restart keeps the order up to the last flush.
 
-All blocking file I/O runs in threads through one ``trio.CapacityLimiter``
-(by default 4 threads, or the limiter passed in and shared by the process).
+Blocking file I/O runs in threads through one ``trio.CapacityLimiter`` (by
+default 4 threads, or the limiter passed in and shared by the process), except
+reads and (without fsync) writes of at most ``_INLINE_BYTES`` in one call:
+those are done on the event loop, because a page-cache read or a small file
+create costs a few microseconds while a hop to a thread and back costs tens,
+plus GIL hand-offs (measured with bench/bench_firehose.py; Actions, Commands,
+Directories and most source files are this small).
 """
 
 from __future__ import annotations
@@ -69,6 +74,8 @@ _SUFFIX = {_PLAIN: "", _EXEC: ".x"}
 #: Content file names: ``<hash>-<size>`` and ``<hash>-<size>.x``.
 _NAME = re.compile(r"([0-9a-f]{64})-(0|[1-9][0-9]{0,15})(\.x)?")
 _WRITE_BUFFER = 1 << 20
+#: Calls moving at most this many bytes run on the event loop (module docstring).
+_INLINE_BYTES = 64 << 10
 #: Blobs per thread call of ``read_many`` / ``write_many``.
 _BATCH_FILES = 256
 #: Access times saved in the same thread call as a write once this many piled up.
@@ -226,7 +233,7 @@ class FilesystemStore:
         chunk = self.read_chunk_size
         if length <= chunk:
             try:
-                data = await self._run(_read_range, path, offset, length)
+                data = await self._run_sized(length, _read_range, path, offset, length)
             except (FileNotFoundError, _ShortRead):
                 self._forget(digest)
                 raise NotFound(f"blob {digest} is not in the CAS") from None
@@ -288,7 +295,10 @@ class FilesystemStore:
             touched = self._take_touched_batch()
             final = self._path(digest, _PLAIN)
             if temp is None:
-                await self._run(self._write_small, digest, verifier, pending, final, touched)
+                small = digest.size_bytes if not (self.fsync or touched) else _INLINE_BYTES + 1
+                await self._run_sized(
+                    small, self._write_small, digest, verifier, pending, final, touched
+                )
             else:
                 await self._run(temp.append, verifier, pending)
                 await self._run(temp.commit, verifier, final, touched)
@@ -350,11 +360,17 @@ class FilesystemStore:
         contents: list[list[bytes | None]] = [[] for _ in groups]
 
         async def read_group(g: int) -> None:
-            contents[g] = await self._run(_read_files, [(p, n) for _, p, n in groups[g]])
+            group = groups[g]
+            contents[g] = await self._run_sized(
+                sum(n for _, _, n in group), _read_files, [(p, n) for _, p, n in group]
+            )
 
-        async with trio.open_nursery() as nursery:
-            for g in range(len(groups)):
-                nursery.start_soon(read_group, g)
+        if len(groups) == 1:
+            await read_group(0)
+        else:
+            async with trio.open_nursery() as nursery:
+                for g in range(len(groups)):
+                    nursery.start_soon(read_group, g)
         for group, datas in zip(groups, contents, strict=True):
             for (i, _, _), data in zip(group, datas, strict=True):
                 if data is None:
@@ -434,11 +450,18 @@ class FilesystemStore:
                 items = [
                     (blobs[i][0], blobs[i][1], self._path(blobs[i][0], _PLAIN)) for i in groups[g]
                 ]
-                outcomes[g] = await self._run(self._write_files, items, touched if g == 0 else [])
+                batch_touched = touched if g == 0 else []
+                nbytes = sum(len(data) for _, data, _ in items)
+                if self.fsync or batch_touched:
+                    nbytes = _INLINE_BYTES + 1  # fsyncs and utime batches go to a thread
+                outcomes[g] = await self._run_sized(nbytes, self._write_files, items, batch_touched)
 
-            async with trio.open_nursery() as nursery:
-                for g in range(len(groups)):
-                    nursery.start_soon(write_group, g)
+            if len(groups) == 1:
+                await write_group(0)
+            else:
+                async with trio.open_nursery() as nursery:
+                    for g in range(len(groups)):
+                        nursery.start_soon(write_group, g)
             failure: BaseException | None = None
             for group, (errors, error) in zip(groups, outcomes, strict=True):
                 # ``errors`` is shorter than ``group`` only when ``error`` stopped it.
@@ -728,6 +751,16 @@ class FilesystemStore:
 
     async def _run(self, fn: Callable[..., T], *args: object) -> T:
         return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
+
+    async def _run_sized(self, nbytes: int, fn: Callable[..., T], *args: object) -> T:
+        """``fn(*args)`` on the event loop when it moves at most
+        ``_INLINE_BYTES`` (then a checkpoint), else in a thread like ``_run``."""
+        if nbytes > _INLINE_BYTES:
+            return await self._run(fn, *args)
+        await trio.lowlevel.checkpoint_if_cancelled()
+        result = fn(*args)
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        return result
 
     # ------------------------------------------------------------ in threads
 

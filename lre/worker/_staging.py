@@ -40,6 +40,8 @@ READ_CONCURRENCY = 32
 #: Trees with at least this many files are placed by several threads at once
 #: (at most ``STAGING_THREADS``, and not more than the machine's CPUs).
 PARALLEL_FILES = 512
+#: Trees of at most this many files and directories are staged on the event loop.
+INLINE_FILES = 8
 STAGING_THREADS = 4
 #: Errors of ``os.link`` after which the blob is copied instead.
 _LINK_FALLBACK = frozenset((errno.EXDEV, errno.EMLINK, errno.EPERM, errno.EACCES, errno.ENOENT))
@@ -173,7 +175,13 @@ async def stage_inputs(
                 finish()  # same thread: one thread call for the whole tree
             return later, done
 
-        later, done = await trio.to_thread.run_sync(build)
+        if len(files) <= INLINE_FILES and len(tree.directories) <= INLINE_FILES:
+            # A handful of links and mkdirs cost less than a thread round trip.
+            await trio.lowlevel.checkpoint_if_cancelled()
+            later, done = build()
+            await trio.lowlevel.cancel_shielded_checkpoint()
+        else:
+            later, done = await trio.to_thread.run_sync(build)
         results = [(later, done)]
     else:
         # Many files: directories first, then the files split over a few
