@@ -296,32 +296,42 @@ def local_config(home: Path, worker: Mapping[str, object] | None = None) -> str:
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
-def _descendants(root: int) -> tuple[int, int]:
-    parent: dict[int, int] = {}
-    rss: dict[int, int] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for task in tasks:
         try:
-            with open(f"/proc/{name}/stat", "rb") as f:
+            with open(f"/proc/{pid}/task/{task}/children", "rb") as f:
+                found.extend(int(child) for child in f.read().split())
+        except OSError:
+            continue
+    return found
+
+
+def _descendants(root: int) -> tuple[int, int]:
+    """Live processes under ``root`` (not counting it) and their RSS sum.
+
+    Walks ``/proc/PID/task/TID/children`` down from ``root``, so a pass costs
+    in proportion to the tree, not to every process on the machine.
+    """
+    count = total = 0
+    pending = _children(root)
+    while pending:
+        pid = pending.pop()
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
                 data = f.read()
         except OSError:
             continue
         fields = data[data.rfind(b")") + 2 :].split()
         if fields[0] in (b"Z", b"X"):
             continue
-        parent[int(name)] = int(fields[1])
-        rss[int(name)] = int(fields[21]) * _PAGE
-    count = total = 0
-    for pid in parent:
-        p = parent.get(pid, 0)
-        depth = 0
-        while p and p != root and depth < 64:
-            p = parent.get(p, 0)
-            depth += 1
-        if p == root:
-            count += 1
-            total += rss[pid]
+        count += 1
+        total += int(fields[21]) * _PAGE
+        pending.extend(_children(pid))
     return count, total
 
 

@@ -86,6 +86,12 @@ def main() -> int:
     ap.add_argument("--peer", metavar="HOST:PORT", help="peer REAPI endpoint (e.g. BuildGrid)")
     ap.add_argument("--peer-instance", default="main")
     ap.add_argument("--peer-property", action="append", default=[])
+    ap.add_argument(
+        "--remote-flag",
+        action="append",
+        default=[],
+        help="an extra Bazel flag for every remote build (lre and peer alike)",
+    )
     ap.add_argument("--workdir", type=Path, help="default: a temp dir, removed at the end")
     ap.add_argument("--json", type=Path, help="write the results here")
     args = ap.parse_args()
@@ -93,11 +99,15 @@ def main() -> int:
     servers: dict[str, list[str]] = {}
     if args.lre:
         props = args.lre_property or ["cpu_count=1", "OSFamily=Linux"]
-        servers["lre"] = _remote_flags(args.lre, args.lre_instance, props, args.jobs)
+        servers["lre"] = [
+            *_remote_flags(args.lre, args.lre_instance, props, args.jobs),
+            *args.remote_flag,
+        ]
     if args.peer:
-        servers["peer"] = _remote_flags(
-            args.peer, args.peer_instance, args.peer_property, args.jobs
-        )
+        servers["peer"] = [
+            *_remote_flags(args.peer, args.peer_instance, args.peer_property, args.jobs),
+            *args.remote_flag,
+        ]
 
     with tempfile.TemporaryDirectory(prefix="lre-bench-") as tmp:
         work = args.workdir or Path(tmp)

@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,6 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import psutil
 from _client import LreProcess, Monitor, ReapiClient, local_config
 
 ENV_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -48,21 +50,40 @@ def burner_script(loops: int, tag: int) -> str:
     return f"printf '{makefile}' | make -s -f - # action {tag}"
 
 
-def cpu_of(script: str, env: dict[str, str]) -> float:
+def pool_cpu(script: str, env: dict[str, str], copies: int, parallel: int) -> float:
+    """CPU-seconds per copy when ``copies`` runs of ``script`` go through a
+    local pool of ``parallel`` processes (no lre involved)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run(["sh", "-c", script], env=env, check=True)
+    running: list[subprocess.Popen[bytes]] = []
+    for _ in range(copies):
+        if len(running) == parallel:
+            running.pop(0).wait()
+        running.append(subprocess.Popen(["sh", "-c", script], env=env))
+    for process in running:
+        process.wait()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    used = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return used / copies
 
 
-def calibrate(target_cpu: float) -> tuple[int, float]:
-    """Loop count giving ~target_cpu CPU-seconds per action, and the measured CPU."""
+def calibrate(target_cpu: float) -> int:
+    """Loop count giving roughly ``target_cpu`` CPU-seconds per action."""
     env = {"PATH": ENV_PATH, "MAKEFLAGS": "-j4"}
     loops = 20000
-    cpu = cpu_of(burner_script(loops, -1), env)
-    loops = max(1000, int(loops * target_cpu / max(cpu, 1e-3)))
-    samples = sorted(cpu_of(burner_script(loops, -1), env) for _ in range(5))
-    return loops, samples[2]
+    for _ in range(2):
+        cpu = pool_cpu(burner_script(loops, -1), env, 2, 1)
+        loops = max(1000, int(loops * target_cpu / max(cpu, 1e-3)))
+    return loops
+
+
+def reference_cpu(loops: int, cores: int) -> float:
+    """CPU-seconds one action needs when run the cheapest way this machine
+    allows: a local pool of ``cores`` burners, make running its targets one
+    after another (no oversubscription, no lre). CPU per unit of work grows
+    when more runnable processes than cores share caches and SMT siblings,
+    and this VM's CPU speed drifts, so it is measured before every run and
+    the ideal uses the median of all those batches."""
+    return pool_cpu(burner_script(loops, -1), {"PATH": ENV_PATH}, 8 * cores, cores)
 
 
 async def fire(address: str, actions: int, loops: int) -> tuple[int, float]:
@@ -90,27 +111,51 @@ async def fire(address: str, actions: int, loops: int) -> tuple[int, float]:
     return failed, wall
 
 
+def idle_seconds() -> float:
+    """Seconds all CPUs together spent idle (or waiting for I/O) since boot."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()
+    return (int(fields[4]) + int(fields[5])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(usage: resource.struct_rusage) -> float:
+    return usage.ru_utime + usage.ru_stime
+
+
 def run_mode(
-    tmp: Path,
-    label: str,
-    worker: dict[str, object],
-    args: argparse.Namespace,
-    loops: int,
-    ideal: float,
-) -> None:
+    tmp: Path, label: str, worker: dict[str, object], args: argparse.Namespace, loops: int
+) -> dict[str, float]:
     home = tmp / label
     with LreProcess(local_config(home, worker), home) as lre:
+        server = psutil.Process(lre.proc.pid)
         tree = Monitor("tree", str(lre.proc.pid), "0.1", out=home / "tree.json")
         sleeper = Monitor("sleeper", out=home / "sleeper.json")
+        client_before = cpu_seconds(resource.getrusage(resource.RUSAGE_SELF))
+        children_before = cpu_seconds(resource.getrusage(resource.RUSAGE_CHILDREN))
+        server_before = server.cpu_times()
+        idle_before = idle_seconds()
         try:
             failed, wall = asyncio.run(fire(lre.address, args.actions, loops))
         finally:
+            idle = idle_seconds() - idle_before
+            server_after = server.cpu_times()
+            client = cpu_seconds(resource.getrusage(resource.RUSAGE_SELF)) - client_before
             late = sleeper.stop()
             seen = tree.stop()
-    print(
-        f"{label:<10}{wall:>9.1f}{wall / ideal:>9.2f}x{seen['peak_processes']:>10.0f}"
-        f"{late['p99_late_s'] * 1e3:>12.1f}{failed:>8}"
-    )
+            monitors = cpu_seconds(resource.getrusage(resource.RUSAGE_CHILDREN)) - children_before
+    return {
+        "wall": wall,
+        "peak": seen["peak_processes"],
+        "late_ms": late["p99_late_s"] * 1e3,
+        "failed": failed,
+        "actions_cpu": (server_after.children_user + server_after.children_system)
+        - (server_before.children_user + server_before.children_system),
+        "lre_cpu": (server_after.user + server_after.system)
+        - (server_before.user + server_before.system),
+        "client_cpu": client,
+        "monitor_cpu": monitors,
+        "idle": idle,
+    }
 
 
 def main() -> None:
@@ -118,25 +163,55 @@ def main() -> None:
     parser.add_argument("--actions", type=int, default=2000)
     parser.add_argument("--cpu", type=float, default=0.2, help="CPU-seconds per action")
     parser.add_argument("--no-unbounded", action="store_true")
+    parser.add_argument("--runs", type=int, default=3, help="runs per mode (median reported)")
     args = parser.parse_args()
     cores = os.cpu_count() or 1
-    loops, cpu = calibrate(args.cpu)
-    ideal = args.actions * cpu / cores
-    print(f"cores={cores} actions={args.actions} cpu/action={cpu:.3f}s ideal wall={ideal:.1f}s")
-    print(
-        f"{'mode':<10}{'wall s':>9}{'vs ideal':>10}{'peak procs':>10}{'p99 late ms':>12}"
-        f"{'failed':>8}"
-    )
+    loops = calibrate(args.cpu)
+    modes: list[tuple[str, dict[str, object]]] = [("bounded", {})]
+    if not args.no_unbounded:
+        unbounded = {
+            "max_inflight_tasks": 0,
+            "jobserver": {"enabled": False},
+            # CPU capacity far beyond any queue: every action starts at once
+            "resources": {"cpu_count": 1000, "memory_budget": 0, "live_memory_veto": False},
+        }
+        modes.append(("unbounded", unbounded))
+    references: list[float] = []
+    rows: list[tuple[str, dict[str, float]]] = []
     with tempfile.TemporaryDirectory(prefix="lre-bench-firehose-") as d:
         tmp = Path(d)
-        run_mode(tmp, "bounded", {}, args, loops, ideal)
-        if not args.no_unbounded:
-            unbounded = {
-                "max_inflight_tasks": 0,
-                "jobserver": {"enabled": False},
-                "resources": {"memory_budget": 0, "live_memory_veto": False},
-            }
-            run_mode(tmp, "unbounded", unbounded, args, loops, ideal)
+        for run in range(args.runs):
+            for label, worker in modes:
+                references.append(reference_cpu(loops, cores))
+                rows.append((label, run_mode(tmp / str(run), label, worker, args, loops)))
+                print(f"run {run} {label}: {rows[-1][1]}", flush=True)
+    cpu = statistics.median(references)
+    ideal = args.actions * cpu / cores
+    print(
+        f"cores={cores} actions={args.actions} reference cpu/action={cpu:.3f}s "
+        f"(batches: {', '.join(f'{r:.3f}' for r in references)}) ideal wall={ideal:.1f}s"
+    )
+    print(
+        f"{'mode':<10}{'wall s':>8}{'vs ideal':>9}{'peak procs':>11}{'p99 late ms':>12}"
+        f"{'failed':>7}   CPU-s: {'actions':>8}{'lre':>6}{'client':>7}{'monitor':>8}{'idle':>6}"
+    )
+    for label, row in rows:
+        print(
+            f"{label:<10}{row['wall']:>8.1f}{row['wall'] / ideal:>8.2f}x{row['peak']:>11.0f}"
+            f"{row['late_ms']:>12.1f}{row['failed']:>7.0f}          {row['actions_cpu']:>8.1f}"
+            f"{row['lre_cpu']:>6.1f}{row['client_cpu']:>7.1f}{row['monitor_cpu']:>8.1f}"
+            f"{row['idle']:>6.1f}"
+        )
+    for label, _ in modes:
+        mine = [row for name, row in rows if name == label]
+        wall = statistics.median(row["wall"] for row in mine)
+        print(
+            f"median {label}: wall {wall:.1f} s = {wall / ideal:.2f}x ideal, "
+            f"peak procs {statistics.median(row['peak'] for row in mine):.0f}, "
+            f"p99 late {statistics.median(row['late_ms'] for row in mine):.1f} ms, "
+            f"lre CPU {statistics.median(row['lre_cpu'] for row in mine) / args.actions * 1e3:.1f}"
+            " ms/action"
+        )
     print(f"targets: wall <= 1.10x ideal, peak procs <= {2 * cores} + tokens, p99 late <= 20 ms")
 
 

@@ -140,7 +140,8 @@ def main() -> None:
             unbounded = {
                 "max_inflight_tasks": 0,
                 "jobserver": {"enabled": False},
-                "resources": {"memory_budget": 0, "live_memory_veto": False},
+                # CPU capacity far beyond any queue: every action starts at once
+                "resources": {"cpu_count": 1000, "memory_budget": 0, "live_memory_veto": False},
             }
             run_budget(tmp, "unbounded", unbounded, args.actions)
         run_ladder(tmp)
