@@ -385,6 +385,8 @@ class _Checker:
                 (*path, "max_inflight_tasks"),
                 f"{worker.max_inflight_tasks} cannot be negative (0 = unlimited)",
             )
+        if not 0 <= worker.nice <= 19:
+            self.fail((*path, "nice"), f"{worker.nice} is not in 0..19")
         if worker.max_action_timeout_s <= 0:
             self.fail((*path, "max_action_timeout_s"), "must be above 0")
         if not 0 < worker.default_timeout_s <= worker.max_action_timeout_s:

@@ -179,8 +179,11 @@ class SimpleSchedulerSpec:
         default=2,
     )
     progress_interval_s: Seconds = doc(
-        "Interval of progress updates on Execute streams while an action waits or runs.",
-        default=Seconds(10),
+        "Interval of progress updates on Execute streams while an action waits or runs "
+        "(at most 30; every waiting stream gets one per interval, so with thousands queued "
+        "a short interval costs real CPU: 10 s cost ~4 ms of lre CPU per action in the "
+        "firehose benchmark).",
+        default=Seconds(25),
     )
     ac_store: str = doc(
         "Action cache consulted before queueing (empty = no cache lookup).", default=""
@@ -352,6 +355,12 @@ class LocalWorkerSpec:
     default_timeout_s: Seconds = doc("Timeout of actions that set none.", default=Seconds(1200))
     kill_grace_s: Seconds = doc(
         "Between SIGTERM and SIGKILL of an action's process group.", default=Seconds(2)
+    )
+    nice: int = doc(
+        "Niceness (0-19) action processes start with; lre itself stays at 0, so finishing "
+        "one action and starting the next, and the desktop, are not queued behind busy "
+        "compilers (measured with bench/bench_firehose.py). 0 = as lre.",
+        default=5,
     )
     entrypoint: tuple[str, ...] = doc("Command placed before each action's argv.", default=())
     precondition_script: str = doc(

@@ -406,6 +406,7 @@ class ActionRunner:
                 kill_grace=self.spec.kill_grace_s,
                 pass_fds=pool.pass_fds if pool is not None else (),
                 on_started=started,
+                nice=self.spec.nice,
             )
             timeline.mark("execution_completed")
         finally:

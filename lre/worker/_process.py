@@ -40,6 +40,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
+import logging
 import os
 import queue
 import shutil
@@ -55,6 +56,8 @@ import trio
 
 from lre.errors import InvalidArgument
 from lre.worker._oom import OomCounters
+
+log = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
 
@@ -197,13 +200,18 @@ class _Spawner:
 
     They are started on first use and never stopped, so the parent-death
     signal of a child (tied to the thread that forked it) fires only when lre
-    itself dies.
+    itself dies. Each thread first sets its own niceness to ``nice`` (Linux
+    keeps niceness per thread and a forked child inherits its thread's), so
+    every process it starts begins at that niceness, before its first
+    instruction, with no extra exec and no window in which it could fork at
+    lre's priority.
     """
 
-    def __init__(self, threads: int) -> None:
+    def __init__(self, threads: int, nice: int = 0) -> None:
         self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._wanted = threads
+        self._nice = nice
         self._lock = threading.Lock()
 
     @property
@@ -220,6 +228,11 @@ class _Spawner:
                 self._threads.append(thread)
 
     def _serve(self) -> None:
+        if self._nice:
+            try:
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self._nice)
+            except OSError as error:  # raising niceness is always allowed; be safe anyway
+                log.warning("cannot set niceness %d for action processes: %s", self._nice, error)
         while True:
             self._jobs.get()()
 
@@ -269,6 +282,15 @@ class _Spawner:
 
 
 _SPAWNER = _Spawner(SPAWNER_THREADS)
+_SPAWNERS: dict[int, _Spawner] = {0: _SPAWNER}
+
+
+def _spawner_for(nice: int) -> _Spawner:
+    """The spawner whose threads start processes at niceness ``nice``."""
+    spawner = _SPAWNERS.get(nice)
+    if spawner is None:
+        spawner = _SPAWNERS[nice] = _Spawner(SPAWNER_THREADS, nice)
+    return spawner
 
 
 async def run_process(
@@ -282,8 +304,11 @@ async def run_process(
     kill_grace: float,
     pass_fds: Sequence[int] = (),
     on_started: Callable[[int], None] | None = None,
+    nice: int = 0,
 ) -> ProcessOutcome:
     """Run ``argv`` to completion, timeout or cancellation.
+
+    The process starts at niceness ``nice`` (0-19; see ``_Spawner``).
 
     ``on_started(pid)`` is called right after the fork (the pid is also the
     process group id). Returns a ``ProcessOutcome`` for normal ends and
@@ -348,7 +373,9 @@ async def run_process(
             raise
         return popen, pidfd, oom_before
 
-    popen, pidfd, oom_before = await _SPAWNER.spawn(start)
+    if not 0 <= nice <= 19:
+        raise ValueError(f"nice: {nice} is not in 0..19")
+    popen, pidfd, oom_before = await _spawner_for(nice).spawn(start)
     started_at = trio.current_time()
     return await _supervise(popen, pidfd, started_at, timeout, kill_grace, oom_before, on_started)
 

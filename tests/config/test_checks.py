@@ -238,6 +238,11 @@ def mutate(path: str, value: Any) -> dict[str, Any]:
             "workers[0].local.max_inflight_tasks: -1 cannot be negative",
         ),
         (
+            "workers.0.local.nice",
+            -3,
+            "workers[0].local.nice: -3 is not in 0..19",
+        ),
+        (
             "workers.0.local.default_timeout_s",
             "2h",
             "workers[0].local.default_timeout_s: 7200.0 must be above 0 and at most "

@@ -227,3 +227,18 @@ def test_parent_guard_refuses_to_run_when_lre_is_no_longer_the_parent(tmp_path: 
     command[lre_pid] = str(os.getpid())
     assert subprocess.run(command, env={}, check=False).returncode == 0
     assert marker.exists()
+
+
+async def test_action_starts_at_the_requested_niceness(tmp_path: Path) -> None:
+    # `nice` with no operand prints the niceness it runs at; the child of the
+    # shell inherits it too.
+    outcome, _ = await start(tmp_path, "nice; sh -c nice", nice=7)
+    assert outcome.exit_code == 0  # type: ignore[attr-defined]
+    assert (tmp_path / "out").read_text().split() == ["7", "7"]
+    outcome, _ = await start(tmp_path, "nice")
+    assert (tmp_path / "out").read_text().split() == [str(os.getpriority(os.PRIO_PROCESS, 0))]
+
+
+async def test_niceness_out_of_range_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="nice: 20"):
+        await start(tmp_path, "true", nice=20)
