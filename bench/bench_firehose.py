@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import resource
 import statistics
@@ -163,11 +164,16 @@ def main() -> None:
     parser.add_argument("--actions", type=int, default=2000)
     parser.add_argument("--cpu", type=float, default=0.2, help="CPU-seconds per action")
     parser.add_argument("--no-unbounded", action="store_true")
+    parser.add_argument(
+        "--bounded",
+        default="{}",
+        help="JSON merged into the bounded worker's block (default: lre's defaults)",
+    )
     parser.add_argument("--runs", type=int, default=3, help="runs per mode (median reported)")
     args = parser.parse_args()
     cores = os.cpu_count() or 1
     loops = calibrate(args.cpu)
-    modes: list[tuple[str, dict[str, object]]] = [("bounded", {})]
+    modes: list[tuple[str, dict[str, object]]] = [("bounded", json.loads(args.bounded))]
     if not args.no_unbounded:
         unbounded = {
             "max_inflight_tasks": 0,

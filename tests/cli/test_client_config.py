@@ -47,7 +47,8 @@ def test_bazelrc_flags_follow_the_bazel_version() -> None:
     assert "build:lre --spawn_strategy=remote,sandboxed,local" in old
     assert "build:lre --incompatible_strict_action_env" in old
     assert "compression" not in old
-    assert "remote_download_toplevel" not in old
+    assert "build:lre --remote_download_toplevel" in old
+    assert "remote_download_toplevel" not in bazelrc_text(SETTINGS, (3, 7, 2))
     assert "\nbuild --config=lre\n" in old
     mid = bazelrc_text(SETTINGS, (6, 0, 0))
     assert "build:lre --experimental_remote_cache_compression" in mid
