@@ -311,13 +311,14 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _descendants(root: int) -> tuple[int, int]:
-    """Live processes under ``root`` (not counting it) and their RSS sum.
+def _descendants(root: int) -> tuple[int, int, int]:
+    """Live processes under ``root`` (not counting it), how many of them are
+    running or runnable (state R), and their RSS sum.
 
     Walks ``/proc/PID/task/TID/children`` down from ``root``, so a pass costs
     in proportion to the tree, not to every process on the machine.
     """
-    count = total = 0
+    count = running = total = 0
     pending = _children(root)
     while pending:
         pid = pending.pop()
@@ -330,9 +331,10 @@ def _descendants(root: int) -> tuple[int, int]:
         if fields[0] in (b"Z", b"X"):
             continue
         count += 1
+        running += fields[0] == b"R"
         total += int(fields[21]) * _PAGE
         pending.extend(_children(pid))
-    return count, total
+    return count, running, total
 
 
 def _tree_monitor(root: int, interval: float, out: str) -> None:
@@ -345,14 +347,22 @@ def _tree_monitor(root: int, interval: float, out: str) -> None:
         stop = True
 
     signal.signal(signal.SIGTERM, on_term)
-    peak_count = peak_rss = samples = 0
+    peak_count = peak_running = peak_rss = samples = 0
     while not stop:
-        count, rss = _descendants(root)
+        count, running, rss = _descendants(root)
         peak_count, peak_rss = max(peak_count, count), max(peak_rss, rss)
+        peak_running = max(peak_running, running)
         samples += 1
         time.sleep(interval)
     Path(out).write_text(
-        json.dumps({"peak_processes": peak_count, "peak_rss_bytes": peak_rss, "samples": samples})
+        json.dumps(
+            {
+                "peak_processes": peak_count,
+                "peak_running": peak_running,
+                "peak_rss_bytes": peak_rss,
+                "samples": samples,
+            }
+        )
     )
 
 
