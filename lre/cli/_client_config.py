@@ -127,7 +127,7 @@ def bazelrc_text(settings: ClientSettings, version: tuple[int, int, int] | None)
         lines.append("build:lre --experimental_remote_cache_compression")
     if v >= (4, 0, 0):
         # Intermediate outputs stay in lre's CAS; Bazel fetches only what was
-        # asked for (clean remote build 1.39x -> 1.01x local on the bench).
+        # asked for (the bench's clean remote build: docs/benchmarks.md).
         lines.append("build:lre --remote_download_toplevel")
     lines += [
         "",
