@@ -7,8 +7,11 @@ its own ``python -m lre up`` with a generated config under a scratch
 1. Budget: ``memory_budget`` 2 GiB; 40 actions, each holding 300 MB for 1 s and
    asking ``memory_kb`` = 350 MiB. A monitor process sums the RSS of every
    process under lre every 50 ms: the peak must stay <= the budget, and all 40
-   must succeed. Run again with lre unbounded (max_inflight_tasks 0, no
-   jobserver, memory_budget 0) in the same invocation for comparison.
+   must succeed. Twice: with lre's other defaults ("budget+cpu": at most one
+   action per CPU, so CPU slots bind first on 2 cores) and with the budget as
+   the only bound ("budget": no action limit, CPU capacity 1000). Then with
+   lre unbounded (max_inflight_tasks 0, no jobserver, memory_budget 0) in the
+   same invocation for comparison.
 2. Ladder: cold_memory 256 MiB, ladder [512 MiB, 1 GiB], max_steps 4, budget
    2 GiB. An action growing to 800 MB in 50 MB steps must succeed; the step it
    finished at (read from lre's learned-reservations database after lre stops)
@@ -81,7 +84,7 @@ def run_budget(tmp: Path, label: str, worker: dict[str, object], actions: int) -
         f"{label:<10} succeeded {ok}/{actions}  wall {wall:6.1f} s  "
         f"peak action RSS {peak:7.0f} MiB  peak processes {seen['peak_processes']:.0f}"
     )
-    if label == "bounded":
+    if label.startswith("budget"):
         verdict = "PASS" if ok == actions and seen["peak_rss_bytes"] <= 2 * GiB else "FAIL"
         print(f"{'':<10} target: all succeed, peak <= 2048 MiB: {verdict}")
 
@@ -135,7 +138,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="lre-bench-memory-") as d:
         tmp = Path(d)
         bounded = {"resources": {"memory_budget": "2GiB", "cold_memory": "256MiB"}}
-        run_budget(tmp, "bounded", bounded, args.actions)
+        run_budget(tmp, "budget+cpu", bounded, args.actions)
+        # The budget as the only bound: no action-count limit, CPU capacity far
+        # beyond the queue, so memory admission alone decides what starts.
+        budget_only = {
+            "max_inflight_tasks": 0,
+            "resources": {"cpu_count": 1000, "memory_budget": "2GiB", "cold_memory": "256MiB"},
+        }
+        run_budget(tmp, "budget", budget_only, args.actions)
         if not args.no_unbounded:
             unbounded = {
                 "max_inflight_tasks": 0,
