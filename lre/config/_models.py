@@ -288,9 +288,9 @@ class ResourceSpec:
         'CPUs this worker offers; "auto" = the machine\'s CPU count.', default="auto"
     )
     cpu_overcommit: float = doc(
-        "Capacity = cpu_count x this factor. Learned CPU reservations are p95 x 1.2, so a "
-        "single-threaded compile learns ~1.2 CPUs; 1.25 keeps one such action per core "
-        "(chosen by the firehose benchmark, docs/resource-control.md).",
+        "Capacity = cpu_count x this factor. Learned CPU reservations of kinds that use more "
+        "than they ask are p95 x 1.2; 1.25 keeps one 1.2-CPU action per core (chosen by the "
+        "firehose benchmark, docs/resource-control.md).",
         default=1.25,
     )
     memory_budget: ByteSize | Literal["auto"] = doc(

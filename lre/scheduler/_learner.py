@@ -191,6 +191,10 @@ CREATE INDEX IF NOT EXISTS samples_by_time ON samples (recorded_at);
 """
 
 
+#: A learned p95 CPU up to this multiple of the ask counts as "used what it asked".
+CPU_NOISE = 1.1
+
+
 class ReservationLearner:
     """Per-kind p95 reservations persisted in SQLite (see the module docstring).
 
@@ -281,6 +285,12 @@ class ReservationLearner:
                 source="cold",
             )
         cpu, memory, step = learned
+        if cpu <= asked_millicpus * self.spec.factor * CPU_NOISE:
+            # Used about what it asked (within measurement noise): reserve the ask.
+            # Adding the factor here would make a one-CPU compile reserve 1.2-1.3
+            # CPUs, and on a 2-core worker a 1.05 p95 would then admit one action
+            # at a time (seen as idle cores in bench/bench_firehose.py).
+            cpu = asked_millicpus
         return ReservationEstimate(
             millicpus=max(asked_millicpus, cpu),
             memory_bytes=max(asked_memory_bytes, memory),

@@ -136,6 +136,10 @@ def escalate(
     return None
 
 
+#: Runs shorter than this teach the learner nothing about CPU (see ``record_usage``).
+MIN_CPU_SAMPLE_WALL_S = 1.0
+
+
 def record_usage(advisor: ReservationAdvisor, lease: Lease, outcome: Outcome) -> None:
     """Tell ``advisor`` what the run of ``lease`` used (peak RSS, average CPU),
     when the outcome says; advisor errors are logged and ignored."""
@@ -147,6 +151,11 @@ def record_usage(advisor: ReservationAdvisor, lease: Lease, outcome: Outcome) ->
         peak, average = usage.peak_rss_bytes, usage.average_millicpus
     else:
         return
+    if usage is not None and usage.wall_seconds < MIN_CPU_SAMPLE_WALL_S:
+        # CPU / wall of a run this short is mostly start-up and /proc tick
+        # rounding (10 ms per process); 0 means "no CPU figure", so the kind
+        # keeps the CPUs its client asks for.
+        average = 0
     try:
         advisor.record(lease.kind_key, peak, average, lease.ladder_step)
     except Exception:

@@ -124,6 +124,19 @@ def test_cold_then_learned(tmp_path: Path) -> None:
         assert learner.lookup("k") == (2280, est.memory_bytes, 0)
 
 
+def test_a_kind_using_about_what_it_asked_reserves_the_ask(tmp_path: Path) -> None:
+    # A one-CPU compile measured at 1.0-1.08 CPUs must not reserve 1.2-1.3: on a
+    # 2-core worker with capacity 2.5 that would run one action at a time.
+    with ReservationLearner.in_state_dir(str(tmp_path / "state"), clock=FakeClock()) as learner:
+        for average in (950, 1000, 1020, 1050, 1080):
+            learner.record("c", peak_rss_bytes=MiB, average_millicpus=average, ladder_step=0)
+        assert learner.estimate("c", 1000, 0).millicpus == 1000
+        # clearly above the ask (p95 1.5 CPUs): the factor applies
+        for _ in range(10):
+            learner.record("c", peak_rss_bytes=MiB, average_millicpus=1500, ladder_step=0)
+        assert learner.estimate("c", 1000, 0).millicpus == 1800
+
+
 def test_survives_restart_and_forgets_outside_window(tmp_path: Path) -> None:
     clock = FakeClock()
     path = str(tmp_path / LEARNER_DB_NAME)
