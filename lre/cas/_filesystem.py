@@ -233,7 +233,9 @@ class FilesystemStore:
         chunk = self.read_chunk_size
         if length <= chunk:
             try:
-                data = await self._run_sized(length, _read_range, path, offset, length)
+                data = await self._run_maybe_inline(
+                    length <= _INLINE_BYTES, _read_range, path, offset, length
+                )
             except (FileNotFoundError, _ShortRead):
                 self._forget(digest)
                 raise NotFound(f"blob {digest} is not in the CAS") from None
@@ -295,9 +297,14 @@ class FilesystemStore:
             touched = self._take_touched_batch()
             final = self._path(digest, _PLAIN)
             if temp is None:
-                small = digest.size_bytes if not (self.fsync or touched) else _INLINE_BYTES + 1
-                await self._run_sized(
-                    small, self._write_small, digest, verifier, pending, final, touched
+                await self._run_maybe_inline(
+                    self._small_write(digest.size_bytes, touched),
+                    self._write_small,
+                    digest,
+                    verifier,
+                    pending,
+                    final,
+                    touched,
                 )
             else:
                 await self._run(temp.append, verifier, pending)
@@ -361,8 +368,10 @@ class FilesystemStore:
 
         async def read_group(g: int) -> None:
             group = groups[g]
-            contents[g] = await self._run_sized(
-                sum(n for _, _, n in group), _read_files, [(p, n) for _, p, n in group]
+            contents[g] = await self._run_maybe_inline(
+                sum(n for _, _, n in group) <= _INLINE_BYTES,
+                _read_files,
+                [(p, n) for _, p, n in group],
             )
 
         if len(groups) == 1:
@@ -451,10 +460,10 @@ class FilesystemStore:
                     (blobs[i][0], blobs[i][1], self._path(blobs[i][0], _PLAIN)) for i in groups[g]
                 ]
                 batch_touched = touched if g == 0 else []
-                nbytes = sum(len(data) for _, data, _ in items)
-                if self.fsync or batch_touched:
-                    nbytes = _INLINE_BYTES + 1  # fsyncs and utime batches go to a thread
-                outcomes[g] = await self._run_sized(nbytes, self._write_files, items, batch_touched)
+                small = self._small_write(sum(len(data) for _, data, _ in items), batch_touched)
+                outcomes[g] = await self._run_maybe_inline(
+                    small, self._write_files, items, batch_touched
+                )
 
             if len(groups) == 1:
                 await write_group(0)
@@ -752,10 +761,15 @@ class FilesystemStore:
     async def _run(self, fn: Callable[..., T], *args: object) -> T:
         return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
 
-    async def _run_sized(self, nbytes: int, fn: Callable[..., T], *args: object) -> T:
-        """``fn(*args)`` on the event loop when it moves at most
-        ``_INLINE_BYTES`` (then a checkpoint), else in a thread like ``_run``."""
-        if nbytes > _INLINE_BYTES:
+    def _small_write(self, nbytes: int, touched: list[str]) -> bool:
+        """Whether a write of ``nbytes`` may run on the event loop: small, no
+        fsync, and no batch of access times to save with it."""
+        return nbytes <= _INLINE_BYTES and not self.fsync and not touched
+
+    async def _run_maybe_inline(self, inline: bool, fn: Callable[..., T], *args: object) -> T:
+        """``fn(*args)`` on the event loop when ``inline`` (between a
+        cancellation check and a checkpoint), else in a thread like ``_run``."""
+        if not inline:
             return await self._run(fn, *args)
         await trio.lowlevel.checkpoint_if_cancelled()
         result = fn(*args)
