@@ -181,8 +181,7 @@ class SimpleSchedulerSpec:
     progress_interval_s: Seconds = doc(
         "Interval of progress updates on Execute streams while an action waits or runs "
         "(at most 30; every waiting stream gets one per interval, so with thousands queued "
-        "a short interval costs real CPU: 10 s cost ~4 ms of lre CPU per action in the "
-        "firehose benchmark).",
+        "a short interval costs CPU: one message per queued stream per interval).",
         default=Seconds(25),
     )
     ac_store: str = doc(
@@ -359,7 +358,7 @@ class LocalWorkerSpec:
     nice: int = doc(
         "Niceness (0-19) action processes start with; lre itself stays at 0, so finishing "
         "one action and starting the next, and the desktop, are not queued behind busy "
-        "compilers (measured with bench/bench_firehose.py). 0 = as lre.",
+        "compilers (docs/resource-control.md). 0 = as lre.",
         default=5,
     )
     entrypoint: tuple[str, ...] = doc("Command placed before each action's argv.", default=())
