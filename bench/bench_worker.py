@@ -83,6 +83,15 @@ async def bench_staging(tmp: Path, runs: int) -> dict[str, float]:
     return results
 
 
+def latency_figures(latencies: list[float]) -> dict[str, float]:
+    """p50 and p99 (ms) of ``latencies`` (seconds)."""
+    ordered = sorted(latencies)
+    return {
+        "p50_ms": ordered[len(ordered) // 2] * 1000,
+        "p99_ms": ordered[int(len(ordered) * 0.99) - 1] * 1000,
+    }
+
+
 async def bench_end_to_end(tmp: Path, actions: int, concurrency: int) -> dict[str, float]:
     store = MemoryStore(1 << 30)
     scheduler = Scheduler(SimpleSchedulerSpec(), cas=store)
@@ -136,11 +145,9 @@ async def bench_end_to_end(tmp: Path, actions: int, concurrency: int) -> dict[st
         nursery.cancel_scope.cancel()
     user = cpu_after.ru_utime - cpu_before.ru_utime
     system = cpu_after.ru_stime - cpu_before.ru_stime
-    latencies.sort()
     return {
         "actions_per_s": actions / wall,
-        "p50_ms": latencies[len(latencies) // 2] * 1000,
-        "p99_ms": latencies[int(len(latencies) * 0.99) - 1] * 1000,
+        **latency_figures(latencies),
         "cpu_ms_per_action": (user + system) / actions * 1000,
         "user_ms_per_action": user / actions * 1000,
         "sys_ms_per_action": system / actions * 1000,
@@ -239,15 +246,13 @@ def grpc_end_to_end(tmp: Path, runs: int, actions: int, concurrency: int) -> Non
             after, client_after = server.cpu_times(), resource.getrusage(resource.RUSAGE_SELF)
         finally:
             await client.close()
-        latencies.sort()
         user, system = after.user - before.user, after.system - before.system
         client_cpu = (client_after.ru_utime - client_before.ru_utime) + (
             client_after.ru_stime - client_before.ru_stime
         )
         return {
             "actions_per_s": count / wall,
-            "p50_ms": latencies[len(latencies) // 2] * 1000,
-            "p99_ms": latencies[int(len(latencies) * 0.99) - 1] * 1000,
+            **latency_figures(latencies),
             "server_cpu_ms_per_action": (user + system) / count * 1000,
             "server_user_ms_per_action": user / count * 1000,
             "server_sys_ms_per_action": system / count * 1000,

@@ -12,6 +12,7 @@ from typing import Literal, Protocol, TypeVar, runtime_checkable
 
 import trio
 
+from lre.cas._inline import INLINE_BYTES, call_inline
 from lre.digest import Digest
 from lre.errors import ResourceExhausted
 
@@ -69,10 +70,6 @@ class MemoryActionCache:
         return len(self._entries)
 
 
-#: Entries up to this size are written on the event loop when fsync is off.
-_INLINE_BYTES = 64 << 10
-
-
 class FilesystemActionCache:
     """An ``ActionCache`` of files ``<path>/<hash[:2]>/<hash>-<size>``.
 
@@ -99,21 +96,15 @@ class FilesystemActionCache:
         await self._run(self._prepare)
 
     async def get(self, action_digest: Digest) -> bytes | None:
-        # Entries are usually well under 64 KiB: read on the event loop (a
-        # thread round trip costs more than the read; see FilesystemStore).
-        await trio.lowlevel.checkpoint_if_cancelled()
-        data = self._read(self._entry_path(action_digest))
-        await trio.lowlevel.cancel_shielded_checkpoint()
-        return data
+        # Entries are usually well under INLINE_BYTES (see lre/cas/_inline.py).
+        return await call_inline(self._read, self._entry_path(action_digest))
 
     async def put(self, action_digest: Digest, data: bytes) -> None:
         path = self._entry_path(action_digest)
-        if self.fsync or len(data) > _INLINE_BYTES:
+        if self.fsync or len(data) > INLINE_BYTES:
             await self._run(self._write, path, data, action_digest)
-            return
-        await trio.lowlevel.checkpoint_if_cancelled()
-        self._write(path, data, action_digest)
-        await trio.lowlevel.cancel_shielded_checkpoint()
+        else:
+            await call_inline(self._write, path, data, action_digest)
 
     def _entry_path(self, digest: Digest) -> str:
         return f"{self.path}/{digest.hash[:2]}/{digest.hash}-{digest.size_bytes}"

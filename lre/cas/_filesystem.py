@@ -28,10 +28,8 @@ while running), so a restart keeps the order up to the last flush.
 
 Blocking file I/O runs in threads through one ``trio.CapacityLimiter`` (by
 default 4 threads, or the limiter passed in and shared by the process), except
-reads and (without fsync) writes of at most ``_INLINE_BYTES`` in one call:
-those are done on the event loop, because a page-cache read or a small file
-create costs a few microseconds while a hop to a thread and back costs tens,
-plus GIL hand-offs (measured with bench/bench_firehose.py; Actions, Commands,
+reads and (without fsync) writes of at most ``INLINE_BYTES`` in one call,
+which run on the event loop (lre/cas/_inline.py says why; Actions, Commands,
 Directories and most source files are this small).
 """
 
@@ -52,6 +50,7 @@ from typing import Literal, TypeVar
 import trio
 
 from lre.cas._blob_io import blob_mismatch, mark_empty_blob, single_chunk
+from lre.cas._inline import INLINE_BYTES, call_inline
 from lre.cas._pins import Pin, PinTable
 from lre.cas._statistics import StoreStatistics
 from lre.cas._streams import closing_stream
@@ -74,8 +73,6 @@ _SUFFIX = {_PLAIN: "", _EXEC: ".x"}
 #: Content file names: ``<hash>-<size>`` and ``<hash>-<size>.x``.
 _NAME = re.compile(r"([0-9a-f]{64})-(0|[1-9][0-9]{0,15})(\.x)?")
 _WRITE_BUFFER = 1 << 20
-#: Calls moving at most this many bytes run on the event loop (module docstring).
-_INLINE_BYTES = 64 << 10
 #: Blobs per thread call of ``read_many`` / ``write_many``.
 _BATCH_FILES = 256
 #: Access times saved in the same thread call as a write once this many piled up.
@@ -234,7 +231,7 @@ class FilesystemStore:
         if length <= chunk:
             try:
                 data = await self._run_maybe_inline(
-                    length <= _INLINE_BYTES, _read_range, path, offset, length
+                    length <= INLINE_BYTES, _read_range, path, offset, length
                 )
             except (FileNotFoundError, _ShortRead):
                 self._forget(digest)
@@ -369,7 +366,7 @@ class FilesystemStore:
         async def read_group(g: int) -> None:
             group = groups[g]
             contents[g] = await self._run_maybe_inline(
-                sum(n for _, _, n in group) <= _INLINE_BYTES,
+                sum(n for _, _, n in group) <= INLINE_BYTES,
                 _read_files,
                 [(p, n) for _, p, n in group],
             )
@@ -764,17 +761,14 @@ class FilesystemStore:
     def _small_write(self, nbytes: int, touched: list[str]) -> bool:
         """Whether a write of ``nbytes`` may run on the event loop: small, no
         fsync, and no batch of access times to save with it."""
-        return nbytes <= _INLINE_BYTES and not self.fsync and not touched
+        return nbytes <= INLINE_BYTES and not self.fsync and not touched
 
     async def _run_maybe_inline(self, inline: bool, fn: Callable[..., T], *args: object) -> T:
         """``fn(*args)`` on the event loop when ``inline`` (between a
         cancellation check and a checkpoint), else in a thread like ``_run``."""
         if not inline:
             return await self._run(fn, *args)
-        await trio.lowlevel.checkpoint_if_cancelled()
-        result = fn(*args)
-        await trio.lowlevel.cancel_shielded_checkpoint()
-        return result
+        return await call_inline(fn, *args)
 
     # ------------------------------------------------------------ in threads
 
