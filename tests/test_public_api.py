@@ -132,6 +132,7 @@ PUBLIC_API: dict[str, set[str]] = {
         "UpstreamStatistics",
         "UpstreamUnavailable",
         "VerifyStore",
+        "call_inline",
         "check_read_range",
         "closing_stream",
         "file_digests",

@@ -21,6 +21,7 @@ from lre.cas._blob_io import (
 from lre.cas._filesystem import FilesystemStore
 from lre.cas._grpc_action_cache import FastSlowActionCache, GrpcActionCache
 from lre.cas._grpc_store import GrpcStore
+from lre.cas._inline import call_inline
 from lre.cas._memory import MemoryStore
 from lre.cas._pins import Pin
 from lre.cas._protocol import BlobStore, PinnableStore
@@ -63,6 +64,7 @@ __all__ = [
     "UpstreamStatistics",
     "UpstreamUnavailable",
     "VerifyStore",
+    "call_inline",
     "check_read_range",
     "closing_stream",
     "file_digests",

@@ -8,7 +8,8 @@ are easy to test and to document; ``resolve`` applies them to a config:
 - memory store ``max_bytes``: 1 GiB;
 - worker ``cpu_count``: the CPUs this process may run on
   (``os.sched_getaffinity``, else ``os.cpu_count()``);
-- worker ``max_inflight_tasks``: the worker's (resolved) ``cpu_count``;
+- worker ``max_inflight_tasks``: the whole CPUs of the worker's capacity,
+  ``floor(cpu_count x cpu_overcommit)``, at least 1;
 - worker ``memory_budget``: 75% of physical RAM minus ``memory_floor``, at
   least 1 GiB.
 """
@@ -16,6 +17,7 @@ are easy to test and to document; ``resolve`` applies them to a config:
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import shutil
 from collections.abc import Callable
@@ -76,9 +78,13 @@ def auto_memory_budget(total_memory: int, memory_floor: int) -> int:
     return max(MEMORY_BUDGET_FLOOR, budget)
 
 
-def auto_max_inflight_tasks(cpu_count: int) -> int:
-    """Actions a worker runs at once: one per CPU it offers."""
-    return max(1, cpu_count)
+def auto_max_inflight_tasks(cpu_count: int, cpu_overcommit: float = 1.0) -> int:
+    """Actions a worker runs at once: one per whole CPU of its capacity
+    (``cpu_count x cpu_overcommit``, rounded down), at least one. Tying the
+    two keeps the overcommit reachable by one-CPU actions; with the old rule
+    (one per CPU) a 2-core worker never ran a third one-CPU action, however
+    much capacity the overcommit gave."""
+    return max(1, math.floor(cpu_count * cpu_overcommit + 1e-9))
 
 
 def nearest_existing_dir(path: str) -> str:
@@ -139,7 +145,7 @@ def _resolve_worker(worker: WorkerSpec, facts: HostFacts) -> WorkerSpec:
         memory_budget = ByteSize(auto_memory_budget(facts.total_memory, resources.memory_floor))
     inflight = local.max_inflight_tasks
     if inflight == "auto":
-        inflight = auto_max_inflight_tasks(cpu_count)
+        inflight = auto_max_inflight_tasks(cpu_count, resources.cpu_overcommit)
     resources = dataclasses.replace(resources, cpu_count=cpu_count, memory_budget=memory_budget)
     local = dataclasses.replace(local, resources=resources, max_inflight_tasks=inflight)
     return dataclasses.replace(worker, local=local)

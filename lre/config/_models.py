@@ -287,10 +287,10 @@ class ResourceSpec:
         'CPUs this worker offers; "auto" = the machine\'s CPU count.', default="auto"
     )
     cpu_overcommit: float = doc(
-        "Capacity = cpu_count x this factor. Learned CPU reservations of kinds that use more "
-        "than they ask are p95 x 1.2; 1.25 keeps one 1.2-CPU action per core (chosen by the "
-        "firehose benchmark, docs/resource-control.md).",
-        default=1.25,
+        "Capacity = cpu_count x this factor (also sets max_inflight_tasks auto). 1.5 runs "
+        "three one-CPU actions on two cores, filling the gaps while one starts or ends "
+        "(chosen by the firehose benchmark, docs/resource-control.md).",
+        default=1.5,
     )
     memory_budget: ByteSize | Literal["auto"] = doc(
         'Memory all running actions may reserve together; "auto" = 75% of RAM minus '
@@ -345,7 +345,9 @@ class LocalWorkerSpec:
         "Root of this worker's action directories; lre locks it for its lifetime."
     )
     max_inflight_tasks: int | Literal["auto"] = doc(
-        'Actions run at once at most; "auto" = CPU count; 0 = unlimited.', default="auto"
+        'Actions run at once at most; "auto" = whole CPUs of capacity, '
+        "floor(cpu_count x cpu_overcommit); 0 = unlimited.",
+        default="auto",
     )
     max_action_timeout_s: Seconds = doc(
         "Longest timeout an action may ask for; longer requests are rejected.",

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 import trio
 
-from lre.config import auto_cpu_count, auto_memory_budget
+from lre.config import auto_cpu_count, auto_max_inflight_tasks, auto_memory_budget
 from lre.config._models import LocalWorkerSpec, PlatformPropertySpec, ResourceSpec
 from lre.errors import FailedPrecondition
 
@@ -80,7 +80,8 @@ def memory_budget(resources: ResourceSpec) -> int:
 
 
 def max_inflight(spec: LocalWorkerSpec) -> int:
-    """Actions at once at most (0 = unlimited; ``auto`` = CPU count)."""
+    """Actions at once at most (0 = unlimited; ``auto`` = config's rule: the
+    whole CPUs of capacity, CPU count x overcommit)."""
     if spec.max_inflight_tasks == "auto":
-        return cpu_count(spec.resources)
+        return auto_max_inflight_tasks(cpu_count(spec.resources), spec.resources.cpu_overcommit)
     return spec.max_inflight_tasks

@@ -24,7 +24,7 @@ from typing import TypeVar
 
 import trio
 
-from lre.cas._protocol import BlobStore
+from lre.cas import BlobStore, call_inline
 from lre.digest import EMPTY_DIGEST, Digest
 from lre.errors import InvalidArgument, MissingBlobs, NotFound
 from lre.worker._input_guard import LinkedInputs, Snapshot
@@ -177,9 +177,7 @@ async def stage_inputs(
 
         if len(files) <= INLINE_FILES and len(tree.directories) <= INLINE_FILES:
             # A handful of links and mkdirs cost less than a thread round trip.
-            await trio.lowlevel.checkpoint_if_cancelled()
-            later, done = build()
-            await trio.lowlevel.cancel_shielded_checkpoint()
+            later, done = await call_inline(build)
         else:
             later, done = await trio.to_thread.run_sync(build)
         results = [(later, done)]

@@ -37,8 +37,13 @@ def test_memory_budget() -> None:
     assert auto_memory_budget(2 * GIB, 2 * GIB) == 1 * GIB  # never below 1 GiB
 
 
-def test_max_inflight_tasks() -> None:
+def test_max_inflight_tasks_is_whole_cpus_of_capacity() -> None:
     assert auto_max_inflight_tasks(8) == 8
+    assert auto_max_inflight_tasks(2, 1.5) == 3
+    assert auto_max_inflight_tasks(2, 1.25) == 2  # 2.5 CPUs: two whole ones
+    assert auto_max_inflight_tasks(3, 1.5) == 4
+    assert auto_max_inflight_tasks(10, 1.1) == 11  # no float rounding down to 10
+    assert auto_max_inflight_tasks(1, 0.5) == 1  # never zero (0 would mean unlimited)
 
 
 def test_nearest_existing_dir(tmp_path: Path) -> None:
@@ -74,7 +79,7 @@ def test_resolve_replaces_every_auto(tmp_path: Path) -> None:
     assert seen == ["/data/cas"]
     assert memory.eviction_policy.max_bytes == 1 * GIB
     assert local.resources.cpu_count == 6
-    assert local.max_inflight_tasks == 6
+    assert local.max_inflight_tasks == 9  # 6 CPUs x the default overcommit 1.5
     assert local.resources.memory_budget == 11 * GIB
     # the input is untouched (frozen models, a copy comes back)
     assert config.workers[0].local is not None
@@ -90,5 +95,5 @@ def test_resolve_keeps_explicit_values_and_uses_worker_cpus() -> None:
     local = resolved.workers[0].local
     assert local is not None
     assert local.resources.cpu_count == 3
-    assert local.max_inflight_tasks == 3
+    assert local.max_inflight_tasks == 4  # floor(3 x 1.5)
     assert local.resources.memory_budget == 5 * GIB
