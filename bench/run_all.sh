@@ -37,6 +37,7 @@ declare -A BENCH=(
   [cas]="$PY bench/bench_cas.py --runs 5"
   [execute]="$PY bench/bench_execute.py --runs 5"
   [worker]="$PY bench/bench_worker.py --runs 5"
+  [grpc_floor]="$PY bench/bench_grpc_floor.py --runs 5"
   [memory]="$PY bench/bench_memory.py"
   [rustc]="$PY bench/bench_rustc.py --runs 3"
   [firehose]="$PY bench/bench_firehose.py --actions 2000"
@@ -46,7 +47,7 @@ declare -A BENCH=(
   [crash]="$PY bench/crash_cycles.py --cycles 50"
   [soak]="$PY bench/soak.py --seconds 120"
 )
-ORDER=(sampler stores cas execute worker memory rustc firehose bazel upstream fuzz crash soak)
+ORDER=(sampler stores cas execute worker grpc_floor memory rustc firehose bazel upstream fuzz crash soak)
 (($#)) && ORDER=("$@")
 
 for name in "${ORDER[@]}"; do

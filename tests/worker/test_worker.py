@@ -84,6 +84,26 @@ async def test_runs_an_action_through_the_scheduler(tmp_path: Path, store: Memor
     assert stdout == b"hello\n"
 
 
+async def test_auto_inflight_is_whole_cpus_of_capacity(
+    tmp_path: Path, store: MemoryStore
+) -> None:
+    """With the defaults (overcommit 1.5) a 2-CPU worker offers 3,000 millicpus
+    and takes three one-CPU actions at once; an explicit limit still wins."""
+    scheduler = Scheduler(SimpleSchedulerSpec(), cas=store)
+    auto = LocalWorker(
+        make_spec(tmp_path, resources=ResourceSpec(cpu_count=2)), scheduler=scheduler, store=store
+    )
+    info = await auto.describe()
+    assert info.capacity.millicpus == 3000
+    assert info.max_inflight == 3
+    fixed = LocalWorker(
+        make_spec(tmp_path, max_inflight_tasks=2, resources=ResourceSpec(cpu_count=2)),
+        scheduler=scheduler,
+        store=store,
+    )
+    assert (await fixed.describe()).max_inflight == 2
+
+
 async def test_workers_receive_only_matching_actions(tmp_path: Path, store: MemoryStore) -> None:
     specs = [
         make_spec(
