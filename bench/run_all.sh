@@ -21,7 +21,7 @@ bazel_bench() {
   peer_out=$(bash ../shared/tools/peer/start_buildgrid.sh 50071 2>&1 | tail -n 1)
   echo "peer server pid: $peer_out"
   # the flags lre.bazelrc gives a Bazel 4 user (jobs 16, top-level downloads), for both servers
-  $PY bench/bench_bazel.py --reps 5 --lre "127.0.0.1:$port" --lre-instance main \
+  $PY bench/bench_bazel.py --reps 7 --lre "127.0.0.1:$port" --lre-instance main \
       --jobs 16 --remote-flag=--remote_download_toplevel \
       --peer 127.0.0.1:50071 --peer-instance main
   local status=$?

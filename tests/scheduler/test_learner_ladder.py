@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lre.config import ResourceSpec
+from lre.config import ResourceSpec, auto_memory_budget
 from lre.errors import ResourceExhausted, StatusCode
 from lre.scheduler._admission import MemoryAdmission, memory_budget_bytes
 from lre.scheduler._ladder import LadderStep, MemoryLadder, format_bytes
@@ -100,7 +100,11 @@ def test_budget_auto_and_fixed() -> None:
     assert memory_budget_bytes(ResourceSpec(memory_budget=2 * GiB)) == 2 * GiB  # type: ignore[arg-type]
     auto = ResourceSpec()
     assert memory_budget_bytes(auto, total_ram_bytes=16 * GiB) == 10 * GiB
-    assert memory_budget_bytes(auto, total_ram_bytes=2 * GiB) == GiB // 2  # a quarter at least
+    # small machines: config's floor of 1 GiB, the same rule the worker's capacity uses
+    assert memory_budget_bytes(auto, total_ram_bytes=2 * GiB) == GiB
+    assert memory_budget_bytes(auto, total_ram_bytes=3 * GiB) == auto_memory_budget(
+        3 * GiB, int(auto.memory_floor)
+    )
     assert memory_budget_bytes(auto) > 0  # reads the real machine
 
 
