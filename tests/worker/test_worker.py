@@ -84,9 +84,7 @@ async def test_runs_an_action_through_the_scheduler(tmp_path: Path, store: Memor
     assert stdout == b"hello\n"
 
 
-async def test_auto_inflight_is_whole_cpus_of_capacity(
-    tmp_path: Path, store: MemoryStore
-) -> None:
+async def test_auto_inflight_is_whole_cpus_of_capacity(tmp_path: Path, store: MemoryStore) -> None:
     """With the defaults (overcommit 1.5) a 2-CPU worker offers 3,000 millicpus
     and takes three one-CPU actions at once; an explicit limit still wins."""
     scheduler = Scheduler(SimpleSchedulerSpec(), cas=store)
