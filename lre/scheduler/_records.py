@@ -173,6 +173,12 @@ class OperationState:
         """Wake everyone waiting for a change of this operation (call after
         every change of what ``snapshot`` shows)."""
         self.cached_snapshot = None
+        self.wake()
+
+    def wake(self) -> None:
+        """Wake the watchers without a change (a progress update): they get
+        the same snapshot object again, so a stream can resend what it built
+        for it instead of building it anew."""
         event, self.changed = self.changed, trio.Event()
         event.set()
 

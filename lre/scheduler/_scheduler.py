@@ -489,10 +489,11 @@ class Scheduler:
                 log.exception("scheduler event hook failed for %s event", event.kind)
 
     def _progress_tick(self) -> None:
-        """Wake every watcher of an unfinished operation (progress update)."""
+        """Wake every watcher of an unfinished operation (progress update;
+        nothing changed, so the cached snapshots stay)."""
         for op in self._ops.values():
             if not op.done:
-                op.notify()
+                op.wake()
 
     def _sweep(self) -> None:
         now = trio.current_time()

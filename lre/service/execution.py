@@ -135,18 +135,25 @@ async def operation_updates(
     """(Trio) an Operation for the first state of ``name`` at once, then one
     whenever it is ``done`` or nothing newer came within ``settle_s``; ends
     after the ``done`` one. ``NotFound`` when ``name`` does not exist or has
-    expired. One generator per stream (thousands may be held at once)."""
+    expired. One generator per stream (thousands may be held at once).
+
+    A progress update of an unchanged operation comes as the same snapshot
+    object (the scheduler keeps it until something changes); the Operation
+    built for it is sent again rather than rebuilt."""
     async with backend.watch(name) as watch:
         updates = aiter(watch)
         snapshot = await anext(updates)
-        yield operation_of(snapshot)
+        sent_for, operation = snapshot, operation_of(snapshot)
+        yield operation
         while not snapshot.done:
             snapshot = await anext(updates)
             if not snapshot.done:
                 with trio.move_on_after(settle_s):
                     while not snapshot.done:
                         snapshot = await anext(updates)
-            yield operation_of(snapshot)
+            if snapshot is not sent_for:
+                sent_for, operation = snapshot, operation_of(snapshot)
+            yield operation
 
 
 def execute_updates(

@@ -60,3 +60,25 @@ async def test_a_stage_that_lasts_is_streamed_after_the_settle_time(
     assert seen[0][1] == 0
     assert abs(seen[1][1] - STAGE_SETTLE_S) < 1e-6  # EXECUTING once it lasted
     assert abs(seen[2][1] - 1.0) < 1e-6  # done at once
+
+
+async def test_progress_updates_resend_the_operation_built_for_the_unchanged_state(
+    nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A progress tick changes nothing, so a held stream sends the message it
+    already built (thousands of queued streams, one message each per tick)."""
+    harness = await start_harness(nursery)  # progress every 10 s
+    worker = await harness.add_worker()
+    request = execute_request(await harness.builder.action())
+
+    async def run_for_35_seconds() -> None:
+        lease = await worker.next_lease()
+        await trio.sleep(35)
+        worker.complete(lease)
+
+    nursery.start_soon(run_for_35_seconds)
+    ops = [op async for op in execute_updates(harness.scheduler, request, RequestInfo())]
+    executing = [op for op in ops if stage_of(op) == re_pb2.ExecutionStage.EXECUTING]
+    assert len(executing) >= 4  # the stage itself, then one per 10 s tick
+    assert all(op is executing[0] for op in executing)
+    assert ops[-1].done and stage_of(ops[-1]) == re_pb2.ExecutionStage.COMPLETED
