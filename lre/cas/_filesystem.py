@@ -30,7 +30,9 @@ Blocking file I/O runs in threads through one ``trio.CapacityLimiter`` (by
 default 4 threads, or the limiter passed in and shared by the process), except
 reads and (without fsync) writes of at most ``INLINE_BYTES`` in one call,
 which run on the event loop (lre/cas/_inline.py says why; Actions, Commands,
-Directories and most source files are this small).
+Directories and most source files are this small). The file primitives those
+calls use (temp files, checked reads, hashing) are in ``_blob_files.py``; this
+module keeps the index, the LRU, pins and eviction.
 """
 
 from __future__ import annotations
@@ -49,6 +51,20 @@ from typing import Literal, TypeVar
 
 import trio
 
+from lre.cas._blob_files import (
+    EXEC_MODE,
+    PLAIN_MODE,
+    ShortRead,
+    TempFile,
+    fsync_dir,
+    hash_file,
+    open_checked,
+    read_files,
+    read_range,
+    space_error,
+    touch_all,
+    unlink_all,
+)
 from lre.cas._blob_io import blob_mismatch, mark_empty_blob, single_chunk
 from lre.cas._inline import INLINE_BYTES, call_inline
 from lre.cas._pins import Pin, PinTable
@@ -68,7 +84,7 @@ T = TypeVar("T")
 
 _PLAIN = 1
 _EXEC = 2
-_MODES = {_PLAIN: 0o444, _EXEC: 0o555}
+_MODES = {_PLAIN: PLAIN_MODE, _EXEC: EXEC_MODE}
 _SUFFIX = {_PLAIN: "", _EXEC: ".x"}
 #: Content file names: ``<hash>-<size>`` and ``<hash>-<size>.x``.
 _NAME = re.compile(r"([0-9a-f]{64})-(0|[1-9][0-9]{0,15})(\.x)?")
@@ -89,19 +105,6 @@ def _size(entry: int) -> int:
 
 def _entry_bytes(entry: int) -> int:
     return (entry >> 2) * ((entry & 1) + (entry >> 1 & 1))
-
-
-def _space_error(error: OSError, what: str) -> ResourceExhausted | None:
-    if error.errno == errno.ENOSPC:
-        return ResourceExhausted(
-            f"filesystem store: no space left on the CAS device while {what}; "
-            "free disk space or lower the store's max_bytes"
-        )
-    if error.errno == errno.EDQUOT:
-        return ResourceExhausted(
-            f"filesystem store: disk quota exceeded on the CAS device while {what}"
-        )
-    return None
 
 
 class FilesystemStore:
@@ -231,16 +234,16 @@ class FilesystemStore:
         if length <= chunk:
             try:
                 data = await self._run_maybe_inline(
-                    length <= INLINE_BYTES, _read_range, path, offset, length
+                    length <= INLINE_BYTES, read_range, path, offset, length
                 )
-            except (FileNotFoundError, _ShortRead):
+            except (FileNotFoundError, ShortRead):
                 self._forget(digest)
                 raise NotFound(f"blob {digest} is not in the CAS") from None
             yield data
             return
         try:
-            fd = await self._run(_open_checked, path, digest.size_bytes)
-        except (FileNotFoundError, _ShortRead):
+            fd = await self._run(open_checked, path, digest.size_bytes)
+        except (FileNotFoundError, ShortRead):
             self._forget(digest)
             raise NotFound(f"blob {digest} is not in the CAS") from None
         try:
@@ -272,7 +275,7 @@ class FilesystemStore:
         self._check_fits(digest)
         key = digest.hash
         self._busy[key] = self._busy.get(key, 0) + 1
-        temp: _TempFile | None = None
+        temp: TempFile | None = None
         reserved = False
         try:
             await self._make_room(digest, digest.size_bytes)
@@ -367,7 +370,7 @@ class FilesystemStore:
             group = groups[g]
             contents[g] = await self._run_maybe_inline(
                 sum(n for _, _, n in group) <= INLINE_BYTES,
-                _read_files,
+                read_files,
                 [(p, n) for _, p, n in group],
             )
 
@@ -571,7 +574,7 @@ class FilesystemStore:
         self._deleting[key] = done
         try:
             with trio.CancelScope(shield=True):
-                await self._run(_unlink_all, paths)
+                await self._run(unlink_all, paths)
         finally:
             if self._deleting.get(key) is done:
                 del self._deleting[key]
@@ -596,7 +599,7 @@ class FilesystemStore:
         """
         self._check_open()
         source = os.fspath(path)
-        actual = await self._run(_hash_file, source)
+        actual = await self._run(hash_file, source)
         if digest is not None and digest != actual:
             raise InvalidArgument(f"output file {source!r} has digest {actual}, expected {digest}")
         want = _EXEC if executable else _PLAIN
@@ -717,7 +720,7 @@ class FilesystemStore:
             return
         try:
             with trio.CancelScope(shield=True):
-                await self._run(_unlink_all, paths)
+                await self._run(unlink_all, paths)
         except BaseException:
             self._reserved_bytes -= size
             raise
@@ -751,7 +754,7 @@ class FilesystemStore:
     async def _flush_touched(self) -> None:
         paths = self._touched_paths()
         if paths:
-            await self._run(_touch_all, paths)
+            await self._run(touch_all, paths)
         else:
             await trio.lowlevel.checkpoint()
 
@@ -831,13 +834,13 @@ class FilesystemStore:
                     os.unlink(path)
         return [(h, found[h]) for h in sorted(mtimes, key=mtimes.__getitem__)]
 
-    def _new_temp(self, digest: Digest) -> _TempFile:
+    def _new_temp(self, digest: Digest) -> TempFile:
         path = f"{self.temp_path}/{secrets.token_hex(12)}.tmp"
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         except OSError as error:
-            raise (_space_error(error, f"writing blob {digest}") or error) from None
-        return _TempFile(path, fd, digest, self.fsync)
+            raise (space_error(error, f"writing blob {digest}") or error) from None
+        return TempFile(path, fd, digest, self.fsync)
 
     def _write_small(
         self,
@@ -857,7 +860,7 @@ class FilesystemStore:
         except BaseException:
             temp.discard()
             raise
-        _touch_all(touched)
+        touch_all(touched)
 
     def _write_files(
         self, items: list[tuple[Digest, bytes, str]], touched: list[str]
@@ -885,7 +888,7 @@ class FilesystemStore:
                     except ResourceExhausted as exc:  # disk full
                         error = exc
                 outcomes.append(error)
-            _touch_all(touched)
+            touch_all(touched)
         except Exception as exc:
             return outcomes, exc
         return outcomes, None
@@ -908,7 +911,7 @@ class FilesystemStore:
                     except OSError as error:
                         if isinstance(error, FileNotFoundError):
                             raise
-                        space = _space_error(error, f"copying blob {digest}")
+                        space = space_error(error, f"copying blob {digest}")
                         if space is not None:
                             raise space from None
                         if error.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL):
@@ -933,7 +936,7 @@ class FilesystemStore:
                     os.close(fd)
             os.rename(source, final)
         except OSError as error:
-            space = _space_error(error, f"storing output {digest}")
+            space = space_error(error, f"storing output {digest}")
             if space is not None:
                 raise space from None
             if error.errno != errno.EXDEV:
@@ -942,129 +945,4 @@ class FilesystemStore:
             os.unlink(source)
             return
         if self.fsync:
-            _fsync_dir(os.path.dirname(final))
-
-
-class _ShortRead(Exception):
-    """A content file is shorter than its digest says (lost or corrupted)."""
-
-
-class _TempFile:
-    """An upload in progress in ``temp_path`` (used from worker threads)."""
-
-    __slots__ = ("digest", "fd", "fsync", "path")
-
-    def __init__(self, path: str, fd: int, digest: Digest, fsync: bool) -> None:
-        self.path = path
-        self.fd: int | None = fd
-        self.digest = digest
-        self.fsync = fsync
-
-    def append(self, verifier: BlobVerifier, parts: list[bytes]) -> None:
-        for part in parts:
-            verifier.update(part)
-            self.append_verified(part)
-
-    def append_verified(self, data: bytes) -> None:
-        assert self.fd is not None
-        view = memoryview(data)
-        try:
-            while view:
-                written = os.write(self.fd, view)
-                view = view[written:]
-        except OSError as error:
-            raise (_space_error(error, f"writing blob {self.digest}") or error) from None
-
-    def commit(self, verifier: BlobVerifier, final: str, touched: list[str]) -> None:
-        verifier.finish()
-        self.commit_verified(final, _MODES[_PLAIN])
-        _touch_all(touched)
-
-    def commit_verified(self, final: str, mode: int) -> None:
-        assert self.fd is not None
-        try:
-            os.fchmod(self.fd, mode)
-            if self.fsync:
-                os.fsync(self.fd)
-            os.close(self.fd)
-            self.fd = None
-            os.rename(self.path, final)
-        except OSError as error:
-            raise (_space_error(error, f"writing blob {self.digest}") or error) from None
-        if self.fsync:
-            _fsync_dir(os.path.dirname(final))
-
-    def discard(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path)
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _read_range(path: str, offset: int, length: int) -> bytes:
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        data = os.pread(fd, length, offset)
-    finally:
-        os.close(fd)
-    if len(data) != length:
-        raise _ShortRead(path)
-    return data
-
-
-def _open_checked(path: str, size: int) -> int:
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    if os.fstat(fd).st_size != size:
-        os.close(fd)
-        raise _ShortRead(path)
-    return fd
-
-
-def _unlink_all(paths: list[str]) -> None:
-    for path in paths:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-
-
-def _touch_all(paths: list[str]) -> None:
-    for path in paths:
-        with contextlib.suppress(FileNotFoundError, PermissionError):
-            os.utime(path)
-
-
-def _hash_file(path: str) -> Digest:
-    hasher = hashlib.sha256()
-    size = 0
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as error:
-        if error.errno == errno.ELOOP:
-            raise InvalidArgument(f"output {path!r} is a symlink, not a regular file") from None
-        raise
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            raise InvalidArgument(f"output {path!r} is not a regular file")
-        while block := f.read(1 << 20):
-            hasher.update(block)
-            size += len(block)
-    return Digest(hasher.hexdigest(), size)
-
-
-def _read_files(wanted: list[tuple[str, int]]) -> list[bytes | None]:
-    """(thread) The content of each ``(path, size)``; ``None`` if gone or short."""
-    out: list[bytes | None] = []
-    for path, size in wanted:
-        try:
-            out.append(_read_range(path, 0, size))
-        except (FileNotFoundError, _ShortRead):
-            out.append(None)
-    return out
+            fsync_dir(os.path.dirname(final))
