@@ -46,7 +46,14 @@ import secrets
 import shutil
 import stat
 from collections import OrderedDict
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Sequence,
+)
 from typing import Literal, TypeVar
 
 import trio
@@ -105,6 +112,17 @@ def _size(entry: int) -> int:
 
 def _entry_bytes(entry: int) -> int:
     return (entry >> 2) * ((entry & 1) + (entry >> 1 & 1))
+
+
+async def _each_group(count: int, run: Callable[[int], Awaitable[None]]) -> None:
+    """``run(0)`` ... ``run(count - 1)``: awaited directly for a single group
+    (no nursery), else concurrently. The first exception cancels the rest."""
+    if count == 1:
+        await run(0)
+        return
+    async with trio.open_nursery() as nursery:
+        for index in range(count):
+            nursery.start_soon(run, index)
 
 
 class FilesystemStore:
@@ -374,12 +392,7 @@ class FilesystemStore:
                 [(p, n) for _, p, n in group],
             )
 
-        if len(groups) == 1:
-            await read_group(0)
-        else:
-            async with trio.open_nursery() as nursery:
-                for g in range(len(groups)):
-                    nursery.start_soon(read_group, g)
+        await _each_group(len(groups), read_group)
         for group, datas in zip(groups, contents, strict=True):
             for (i, _, _), data in zip(group, datas, strict=True):
                 if data is None:
@@ -465,12 +478,7 @@ class FilesystemStore:
                     small, self._write_files, items, batch_touched
                 )
 
-            if len(groups) == 1:
-                await write_group(0)
-            else:
-                async with trio.open_nursery() as nursery:
-                    for g in range(len(groups)):
-                        nursery.start_soon(write_group, g)
+            await _each_group(len(groups), write_group)
             failure: BaseException | None = None
             for group, (errors, error) in zip(groups, outcomes, strict=True):
                 # ``errors`` is shorter than ``group`` only when ``error`` stopped it.
