@@ -21,6 +21,10 @@ timeout or cancellation the group gets SIGTERM, then SIGKILL after
 Processes that leave the group (``setsid``/``setpgid``) escape the group
 kill; the sampler's process-tree view is the place to catch those.
 
+If lre dies, the parent-death signal reaches only each leader; the process
+guardian (``_guardian.py``), told of every group from its start until just
+before its leader is reaped, SIGKILLs the groups still listed when lre is gone.
+
 Parent-death window: through ``setpriv`` the parent-death signal is armed
 only when setpriv runs, a few milliseconds after the fork (more on a loaded
 machine); if lre died inside that window the leader would keep running.
@@ -55,6 +59,7 @@ from pathlib import Path
 import trio
 
 from lre.errors import InvalidArgument
+from lre.worker._guardian import ProcessGuardian
 from lre.worker._oom import OomCounters
 
 log = logging.getLogger(__name__)
@@ -187,6 +192,7 @@ class ProcessOutcome:
 
 
 _OOM = OomCounters()
+_GUARDIAN = ProcessGuardian()
 
 #: Threads that start action processes (a spawn blocks its thread until the
 #: child has exec'd; two in parallel keep a busy machine's scheduling latency
@@ -269,6 +275,7 @@ class _Spawner:
                 if isinstance(result, tuple):  # nobody left to supervise it
                     popen, pidfd, _ = result
                     _killpg(popen.pid, signal.SIGKILL)
+                    _GUARDIAN.remove(popen.pid)
                     os.close(pidfd)
                     popen.wait()
 
@@ -365,10 +372,12 @@ async def run_process(
                 os.close(stderr_fd)
         finally:
             os.close(stdout_fd)
+        _GUARDIAN.add(popen.pid)
         try:
             pidfd = os.pidfd_open(popen.pid)
         except BaseException:
             _killpg(popen.pid, signal.SIGKILL)
+            _GUARDIAN.remove(popen.pid)
             popen.wait()
             raise
         return popen, pidfd, oom_before
@@ -413,6 +422,7 @@ async def _supervise(
         # The leader has exited (or is being killed) but is not reaped yet,
         # so the group id still belongs to us: kill whatever is left in it.
         _killpg(pid, signal.SIGKILL)
+        _GUARDIAN.remove(pid)
         _, status, rusage = _reap(pid, pidfd)
         popen.returncode = os.waitstatus_to_exitcode(status)
     ended_at = trio.current_time()
