@@ -194,6 +194,13 @@ class ProcessOutcome:
 _OOM = OomCounters()
 _GUARDIAN = ProcessGuardian()
 
+
+def guardian_pid() -> int | None:
+    """The pid of this process's guardian (``_guardian.py``) once the first
+    action started it, else None: a child of lre that is not an action's."""
+    return _GUARDIAN.pid
+
+
 #: Threads that start action processes (a spawn blocks its thread until the
 #: child has exec'd; two in parallel keep a busy machine's scheduling latency
 #: from serialising every start; more contend for the GIL with the event loop

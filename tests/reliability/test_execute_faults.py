@@ -32,6 +32,7 @@ from lre.app import Application, ReadyInfo
 from lre.config import load_config_text, resolve
 from lre.proto import operations_pb2, re_pb2
 from lre.scheduler import Scheduler
+from lre.worker._process import guardian_pid
 from tests.app.conftest import app_config_text
 from tests.integration._reapi import (
     WORKER_EXTRA,
@@ -95,8 +96,13 @@ def trio_tasks() -> int:
 
 
 def live_children() -> list[psutil.Process]:
+    """Live descendants of this process, except the process guardian (it
+    lives as long as lre, like the spawner threads)."""
     out = []
+    guardian = guardian_pid()
     for child in psutil.Process().children(recursive=True):
+        if child.pid == guardian:
+            continue
         try:
             if child.status() != psutil.STATUS_ZOMBIE:
                 out.append(child)

@@ -60,8 +60,8 @@ class Probe:
                 raise MissingBlobs(["blobs/" + "a" * 64 + "/3"])
             if request == b"crash":
                 raise KeyError("secret internal detail /home/me")
-            if request == b"sleep":
-                await trio.sleep(0.2)
+            if request == b"sleep":  # long enough that only a cancellation ends it
+                await trio.sleep(30)
             return b"echo:" + request
 
         return await self.bridge.call(work)
