@@ -18,9 +18,12 @@ work, written as a Trio coroutine or Trio async generator, to a
 
 How a request crosses (no thread ever blocks):
 
-- In: ``TrioToken.run_sync_soon`` queues a callback on the Trio thread that
-  does ``nursery.start_soon`` in the bridge's own nursery.
-- Out: the Trio task posts results with ``loop.call_soon_threadsafe``.
+- In: the bridge's inbox (a ``Mailbox`` over ``TrioToken.run_sync_soon``)
+  queues a callback on the Trio thread that does ``nursery.start_soon`` in
+  the bridge's own nursery.
+- Out: the Trio task posts results through its loop's outbox (a ``Mailbox``
+  over ``loop.call_soon_threadsafe``). Mailboxes batch: posts made while a
+  drain is pending share its wake-up (see ``_mailbox.py``).
 - Cancellation, asyncio -> Trio: when grpc cancels the handler (client gone,
   deadline passed) the bridge posts ``cancel`` to the request's Trio cancel
   scope, even if the task has not started yet.
@@ -48,6 +51,8 @@ import asyncio
 import collections
 import logging
 import math
+import threading
+import weakref
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -55,6 +60,7 @@ from typing import Any, Generic, TypeVar
 import trio
 
 from lre.errors import Unavailable
+from lre.service._mailbox import Mailbox
 
 T = TypeVar("T")
 Req = TypeVar("Req")
@@ -79,10 +85,35 @@ def _stopping() -> Unavailable:
     return Unavailable("lre is shutting down; retry")
 
 
-def _post(loop: asyncio.AbstractEventLoop, callback: Callable[..., object], *args: Any) -> None:
-    """Schedule ``callback(*args)`` on ``loop``; drop it if the loop is closed."""
+_OUTBOXES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Mailbox] = (
+    weakref.WeakKeyDictionary()
+)
+_OUTBOXES_LOCK = threading.Lock()
+
+
+def _outbox_for(loop: asyncio.AbstractEventLoop) -> Mailbox:
+    """The mailbox that runs callbacks on ``loop`` (one per loop, made on first use)."""
+    with _OUTBOXES_LOCK:
+        outbox = _OUTBOXES.get(loop)
+        if outbox is None:
+            # The mailbox refers to its loop weakly, or the table would keep
+            # every loop (its key) alive through its value.
+            loop_ref = weakref.ref(loop)
+
+            def schedule(drain: Callable[[], None]) -> None:
+                target = loop_ref()
+                if target is None:
+                    raise RuntimeError("event loop is gone")
+                target.call_soon_threadsafe(drain)
+
+            outbox = _OUTBOXES[loop] = Mailbox(schedule)
+        return outbox
+
+
+def _post(outbox: Mailbox, callback: Callable[..., object], *args: Any) -> None:
+    """Schedule ``callback(*args)`` on the outbox's loop; drop it if the loop is closed."""
     try:
-        loop.call_soon_threadsafe(callback, *args)
+        outbox.post(callback, *args)
     except RuntimeError:  # loop closed: the asyncio side is gone, nobody waits
         pass
 
@@ -181,7 +212,7 @@ class TrioBridge:
     """
 
     def __init__(self) -> None:
-        self._token: trio.lowlevel.TrioToken | None = None
+        self._inbox: Mailbox | None = None
         self._nursery: trio.Nursery | None = None
         self._closed = False
         self._running = 0
@@ -200,7 +231,7 @@ class TrioBridge:
         """
         try:
             async with trio.open_nursery() as nursery:
-                self._token = trio.lowlevel.current_trio_token()
+                self._inbox = Mailbox(trio.lowlevel.current_trio_token().run_sync_soon)
                 self._nursery = nursery
                 self._closed = False
                 task_status.started(self)
@@ -237,21 +268,21 @@ class TrioBridge:
 
     def _submit(self, callback: Callable[..., object], *args: Any) -> None:
         """(asyncio thread) queue ``callback(*args)`` on the Trio thread."""
-        token = self._token
-        if token is None:
+        inbox = self._inbox
+        if inbox is None:
             raise _stopping()
         try:
-            token.run_sync_soon(callback, *args)
+            inbox.post(callback, *args)
         except trio.RunFinishedError:
             raise _stopping() from None
 
     def _request_cancel(self, call: _Call) -> None:
         """(asyncio thread) cancel ``call``'s Trio task; ignore a finished run."""
-        token = self._token
-        if token is None:
+        inbox = self._inbox
+        if inbox is None:
             return
         try:
-            token.run_sync_soon(self._cancel_call, call)
+            inbox.post(self._cancel_call, call)
         except trio.RunFinishedError:
             pass
 
@@ -260,13 +291,14 @@ class TrioBridge:
     async def call(self, fn: Callable[[], Awaitable[T]]) -> T:
         """Run ``await fn()`` in Trio and return its value (or raise its exception)."""
         loop = asyncio.get_running_loop()
+        outbox = _outbox_for(loop)
         future: asyncio.Future[T] = loop.create_future()
         call = _Call()
         self._submit(
             self._spawn,
             self._run_unary,
-            (call, fn, loop, future),
-            lambda: _post(loop, _set_exception, future, _stopping()),
+            (call, fn, outbox, future),
+            lambda: _post(outbox, _set_exception, future, _stopping()),
         )
         try:
             return await future
@@ -278,7 +310,7 @@ class TrioBridge:
         self,
         call: _Call,
         fn: Callable[[], Awaitable[T]],
-        loop: asyncio.AbstractEventLoop,
+        outbox: Mailbox,
         future: asyncio.Future[T],
     ) -> None:
         self._running += 1
@@ -288,15 +320,15 @@ class TrioBridge:
             with trio.CancelScope() as scope:
                 call.attach(scope)
                 value = await fn()
-                _post(loop, _set_result, future, value)
+                _post(outbox, _set_result, future, value)
                 delivered = True
         except Exception as exc:
-            _post(loop, _set_exception, future, exc)
+            _post(outbox, _set_exception, future, exc)
             delivered = True
         finally:
             self._running -= 1
             if not delivered:
-                _post(loop, _set_exception, future, _stopping())
+                _post(outbox, _set_exception, future, _stopping())
 
     # ------------------------------------------------------------ server streaming
 
@@ -312,6 +344,7 @@ class TrioBridge:
         if buffer < 1:
             raise ValueError(f"buffer: {buffer} must be at least 1")
         loop = asyncio.get_running_loop()
+        outbox = _outbox_for(loop)
         queue: collections.deque[tuple[int, Any]] = collections.deque()
         wakeup: list[asyncio.Future[None] | None] = [None]
 
@@ -325,8 +358,8 @@ class TrioBridge:
         self._submit(
             self._spawn,
             self._run_stream,
-            (call, fn, loop, deliver),
-            lambda: _post(loop, deliver, _ERROR, _stopping()),
+            (call, fn, outbox, deliver),
+            lambda: _post(outbox, deliver, _ERROR, _stopping()),
         )
         return_at = max(1, buffer // 2)
         consumed = 0
@@ -359,7 +392,7 @@ class TrioBridge:
         self,
         call: _StreamCall[T],
         fn: Callable[[], AsyncIterable[T]],
-        loop: asyncio.AbstractEventLoop,
+        outbox: Mailbox,
         deliver: Callable[[int, Any], None],
     ) -> None:
         self._running += 1
@@ -372,20 +405,20 @@ class TrioBridge:
                 try:
                     async for item in iterable:
                         await call.credits.take()
-                        _post(loop, deliver, _ITEM, item)
+                        _post(outbox, deliver, _ITEM, item)
                 finally:
                     aclose = getattr(iterable, "aclose", None)
                     if aclose is not None:
                         await aclose()
-                _post(loop, deliver, _END, None)
+                _post(outbox, deliver, _END, None)
                 delivered = True
         except Exception as exc:
-            _post(loop, deliver, _ERROR, exc)
+            _post(outbox, deliver, _ERROR, exc)
             delivered = True
         finally:
             self._running -= 1
             if not delivered:
-                _post(loop, deliver, _ERROR, _stopping())
+                _post(outbox, deliver, _ERROR, _stopping())
 
     # ------------------------------------------------------------ client streaming
 
@@ -406,6 +439,7 @@ class TrioBridge:
         if buffer < 1:
             raise ValueError(f"buffer: {buffer} must be at least 1")
         loop = asyncio.get_running_loop()
+        outbox = _outbox_for(loop)
         future: asyncio.Future[T] = loop.create_future()
         feed: _RequestFeed[Req] = _RequestFeed()
         credit = asyncio.Semaphore(buffer)
@@ -417,8 +451,8 @@ class TrioBridge:
         self._submit(
             self._spawn,
             self._run_with_requests,
-            (feed, fn, loop, future, release, max(1, buffer // 2)),
-            lambda: _post(loop, _set_exception, future, _stopping()),
+            (feed, fn, outbox, future, release, max(1, buffer // 2)),
+            lambda: _post(outbox, _set_exception, future, _stopping()),
         )
         pump = asyncio.ensure_future(self._pump(feed, requests, credit))
         try:
@@ -448,7 +482,7 @@ class TrioBridge:
         self,
         feed: _RequestFeed[Req],
         fn: Callable[[AsyncIterator[Req]], Awaitable[T]],
-        loop: asyncio.AbstractEventLoop,
+        outbox: Mailbox,
         future: asyncio.Future[T],
         release: Callable[[int], None],
         return_at: int,
@@ -464,7 +498,7 @@ class TrioBridge:
                     raise payload
                 taken += 1
                 if taken >= return_at:
-                    _post(loop, release, taken)
+                    _post(outbox, release, taken)
                     taken = 0
                 yield payload
 
@@ -477,12 +511,12 @@ class TrioBridge:
                 finally:
                     await iterator.aclose()
                     feed.receive.close()
-                _post(loop, _set_result, future, value)
+                _post(outbox, _set_result, future, value)
                 delivered = True
         except Exception as exc:
-            _post(loop, _set_exception, future, exc)
+            _post(outbox, _set_exception, future, exc)
             delivered = True
         finally:
             self._running -= 1
             if not delivered:
-                _post(loop, _set_exception, future, _stopping())
+                _post(outbox, _set_exception, future, _stopping())
