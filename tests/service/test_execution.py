@@ -18,7 +18,7 @@ from lre.digest import Digest, digest_of
 from lre.proto import error_details_pb2, operations_pb2, re_grpc, re_pb2
 from lre.scheduler import Scheduler, Stage
 from lre.service import InstanceBackends, Instances
-from lre.service.execution import ExecutionServicer
+from lre.service.execution import STAGE_SETTLE_S, ExecutionServicer
 from lre.service.operations import OperationsServicer
 from tests.scheduler.conftest import (
     ActionBuilder,
@@ -111,10 +111,10 @@ def response_of(operation: operations_pb2.Operation) -> re_pb2.ExecuteResponse:
     return response
 
 
-async def complete_next(server: ExecServer, exit_code: int = 0) -> None:
+async def complete_next(server: ExecServer, exit_code: int = 0, *, hold: float = 0.05) -> None:
     lease = await server.worker.next_lease()
     await server.harness.wait_stage(lease.operation_name, Stage.EXECUTING)
-    await trio.sleep(0.05)
+    await trio.sleep(hold)
     server.worker.complete(lease, exit_code)
 
 
@@ -127,7 +127,8 @@ async def test_execute_streams_stages_then_done_response(server: ExecServer) -> 
             ops.extend(await server.execute_all(execute_request(digest)))
 
         nursery.start_soon(run)
-        await complete_next(server, exit_code=7)
+        # Executing for longer than the settle time, so the stage is streamed.
+        await complete_next(server, exit_code=7, hold=STAGE_SETTLE_S + 0.1)
     stages = [metadata_of(op).stage for op in ops]
     assert stages[0] == re_pb2.ExecutionStage.CACHE_CHECK
     assert stages[-1] == re_pb2.ExecutionStage.COMPLETED

@@ -82,3 +82,25 @@ async def test_progress_updates_resend_the_operation_built_for_the_unchanged_sta
     assert len(executing) >= 4  # the stage itself, then one per 10 s tick
     assert all(op is executing[0] for op in executing)
     assert ops[-1].done and stage_of(ops[-1]) == re_pb2.ExecutionStage.COMPLETED
+
+
+async def test_stages_shorter_than_the_settle_time_are_not_streamed(
+    nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Queued and executing for a while each, but never for the settle time:
+    the client hears of the operation and of its end, nothing in between."""
+    harness = await start_harness(nursery)
+    request = execute_request(await harness.builder.action())
+    stages: list[int] = []
+
+    async def late_worker_runs_briefly() -> None:
+        await trio.sleep(STAGE_SETTLE_S * 0.8)  # the action waits in the queue
+        worker = await harness.add_worker()
+        lease = await worker.next_lease()
+        await trio.sleep(STAGE_SETTLE_S * 0.8)
+        worker.complete(lease)
+
+    nursery.start_soon(late_worker_runs_briefly)
+    async for op in execute_updates(harness.scheduler, request, RequestInfo()):
+        stages.append(stage_of(op))
+    assert stages == [re_pb2.ExecutionStage.CACHE_CHECK, re_pb2.ExecutionStage.COMPLETED]
