@@ -6,9 +6,13 @@ peer from ../shared/tools/peer), then::
     .venv/bin/python bench/bench_bazel.py --reps 5 --lre 127.0.0.1:50051 \\
         [--peer 127.0.0.1:50071 --peer-instance main] [--json bench/results/bazel.json]
 
-Per round, in this order: a clean local (sandboxed) build; for each server a
-clean build with ``--noremote_accept_cached`` (every action really executes
-remotely) and a clean build with the cache allowed (all remote cache hits).
+Per round: a clean local (sandboxed) build; for each server a clean build
+with ``--noremote_accept_cached`` (every action really executes remotely) and
+a clean build with the cache allowed (all remote cache hits). Odd rounds run
+the local build first, even rounds last: every build of a round is a little
+faster than the one before it while Bazel's JVM keeps warming up, so a fixed
+order favours whatever comes later. ``--warmup`` untimed rounds (default 2)
+come first for the same reason.
 Each timed build is checked: the right kinds of process in Bazel's summary and
 the binary's checksum. Medians and the ratios the targets are stated in
 (remote/local <= 1.0, cached rebuild <= 1.0 s), plus the remote/local ratio of
@@ -76,6 +80,7 @@ def _check(kind: str, summary: ProcessSummary) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--reps", type=int, default=5, help="rounds; medians are taken (default 5)")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed rounds first (default 2)")
     ap.add_argument("--modules", type=int, default=40)
     ap.add_argument("--funcs", type=int, default=8, help="functions per module (compile cost)")
     ap.add_argument("--jobs", type=int, default=8, help="bazel --jobs for remote builds")
@@ -119,21 +124,37 @@ def main() -> int:
             samples[f"{name}_cached"] = []
         with BazelSession(ws.root, work / "bazel-root", max_idle_secs=600) as bazel:
             bazel.build([ws.target])  # warm-up: server start, toolchain autoconfiguration
-            for rep in range(args.reps):
+
+            def local_build() -> float:
                 seconds, summary = _timed_clean_build(bazel, ws, [])
                 _check("local", summary)
-                samples["local"].append(seconds)
+                return seconds
+
+            def remote_builds(flags: list[str]) -> tuple[float, float]:
+                seconds, summary = _timed_clean_build(
+                    bazel, ws, [*flags, "--noremote_accept_cached"]
+                )
+                _check("exec", summary)
+                cached, summary = _timed_clean_build(bazel, ws, flags)
+                _check("cached", summary)
+                return seconds, cached
+
+            for _ in range(args.warmup):
+                local_build()
+                for flags in servers.values():
+                    remote_builds(flags)
+            for rep in range(args.reps):
+                local_first = rep % 2 == 0
+                if local_first:
+                    samples["local"].append(local_build())
                 for name, flags in servers.items():
-                    seconds, summary = _timed_clean_build(
-                        bazel, ws, [*flags, "--noremote_accept_cached"]
-                    )
-                    _check("exec", summary)
+                    seconds, cached = remote_builds(flags)
                     samples[f"{name}_exec"].append(seconds)
-                    seconds, summary = _timed_clean_build(bazel, ws, flags)
-                    _check("cached", summary)
-                    samples[f"{name}_cached"].append(seconds)
+                    samples[f"{name}_cached"].append(cached)
+                if not local_first:
+                    samples["local"].append(local_build())
                 print(
-                    f"round {rep + 1}: "
+                    f"round {rep + 1} ({'local first' if local_first else 'local last'}): "
                     + ", ".join(f"{k}={v[-1]:.2f}s" for k, v in samples.items()),
                     flush=True,
                 )
