@@ -348,10 +348,12 @@ def _tree_monitor(root: int, interval: float, out: str) -> None:
 
     signal.signal(signal.SIGTERM, on_term)
     peak_count = peak_running = peak_rss = samples = 0
+    running_samples: dict[int, int] = {}  # running processes -> samples that saw that many
     while not stop:
         count, running, rss = _descendants(root)
         peak_count, peak_rss = max(peak_count, count), max(peak_rss, rss)
         peak_running = max(peak_running, running)
+        running_samples[running] = running_samples.get(running, 0) + 1
         samples += 1
         time.sleep(interval)
     Path(out).write_text(
@@ -361,6 +363,7 @@ def _tree_monitor(root: int, interval: float, out: str) -> None:
                 "peak_running": peak_running,
                 "peak_rss_bytes": peak_rss,
                 "samples": samples,
+                "running_samples": running_samples,
             }
         )
     )

@@ -44,6 +44,7 @@ import psutil
 from _client import LreProcess, Monitor, ReapiClient, local_config
 
 ENV_PATH = "/usr/local/bin:/usr/bin:/bin"
+CORES = os.cpu_count() or 1
 
 
 def burner_script(loops: int, tag: int) -> str:
@@ -156,6 +157,11 @@ def run_mode(
         "wall": wall,
         "peak": seen["peak_processes"],
         "running": seen["peak_running"],
+        # share of the tree samples that saw more running processes than 2 x cores
+        "over_share": sum(
+            n for running, n in seen["running_samples"].items() if int(running) > 2 * CORES
+        )
+        / max(1, seen["samples"]),
         "late_ms": late["p99_late_s"] * 1e3,
         "failed": failed,
         "actions_cpu": (server_after.children_user + server_after.children_system)
@@ -227,7 +233,8 @@ def main() -> None:
             f"median {label}: wall {wall:.1f} s = {wall / ideal:.2f}x ideal "
             f"({own:.2f}x the actions' own CPU / cores), "
             f"peak procs {statistics.median(row['peak'] for row in mine):.0f} "
-            f"(running {statistics.median(row['running'] for row in mine):.0f}), "
+            f"(running {statistics.median(row['running'] for row in mine):.0f}; samples above "
+            f"{2 * cores}: {statistics.median(row['over_share'] for row in mine) * 100:.1f}%), "
             f"p99 late {statistics.median(row['late_ms'] for row in mine):.1f} ms, "
             f"lre CPU {statistics.median(row['lre_cpu'] for row in mine) / args.actions * 1e3:.1f}"
             " ms/action"
