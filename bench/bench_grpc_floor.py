@@ -9,7 +9,13 @@ ExecuteResponse, and keeps nothing:
 - ``grpc``: nothing happens between the two messages;
 - ``grpc+spawn``: ``/bin/true`` runs between them (``subprocess.run`` in a
   thread of the default executor), the least a server that really runs the
-  action must add.
+  action must add;
+- ``bridge`` and ``bridge+spawn``: the same two Operations made by a Trio
+  async generator and streamed through lre's own ``GrpcServer`` and
+  ``TrioBridge`` (Trio in the main thread, grpc.aio on its asyncio thread,
+  as in ``lre up``), with ``/bin/true`` run through ``trio.to_thread`` in the
+  second: the floor of lre's architecture before any scheduler, CAS or
+  worker code.
 
 The client is the one bench_worker part 4 uses against ``lre up``
 (``bench/_client.py``, grpc.aio, 32 Execute calls in flight), so the
@@ -43,7 +49,7 @@ from _client import ReapiClient, free_port
 
 from lre.proto import operations_pb2, re_grpc, re_pb2
 
-MODES = ("grpc", "grpc+spawn")
+MODES = ("grpc", "grpc+spawn", "bridge", "bridge+spawn")
 CONCURRENCY = 32
 
 
@@ -77,6 +83,61 @@ class FloorExecution(re_grpc.ExecutionServicer):
         last.metadata.Pack(metadata)
         last.response.Pack(response)
         yield last
+
+
+class BridgedExecution(re_grpc.ExecutionServicer):
+    """The two Operations of ``FloorExecution``, made in Trio behind lre's bridge."""
+
+    def __init__(self, bridge: Any, spawn: bool) -> None:
+        self.bridge = bridge
+        self.spawn = spawn
+
+    def register(self, server: grpc.aio.Server) -> None:
+        re_grpc.add_ExecutionServicer_to_server(self, server)
+
+    def Execute(
+        self, request: re_pb2.ExecuteRequest, context: Any
+    ) -> AsyncIterator[operations_pb2.Operation]:
+        import trio
+
+        spawn = self.spawn
+
+        async def operations() -> AsyncIterator[operations_pb2.Operation]:
+            name = f"floor/operations/{request.action_digest.hash}"
+            metadata = re_pb2.ExecuteOperationMetadata(
+                stage=re_pb2.ExecutionStage.EXECUTING, action_digest=request.action_digest
+            )
+            first = operations_pb2.Operation(name=name)
+            first.metadata.Pack(metadata)
+            yield first
+            code = await trio.to_thread.run_sync(_run_true) if spawn else 0
+            response = re_pb2.ExecuteResponse()
+            response.result.exit_code = code
+            metadata.stage = re_pb2.ExecutionStage.COMPLETED
+            last = operations_pb2.Operation(name=name, done=True)
+            last.metadata.Pack(metadata)
+            last.response.Pack(response)
+            yield last
+
+        stream: AsyncIterator[operations_pb2.Operation] = self.bridge.stream(operations)
+        return stream
+
+
+async def serve_bridged(port: int, spawn: bool) -> None:
+    """(Trio) lre's GrpcServer and TrioBridge around ``BridgedExecution``."""
+    import trio
+
+    from lre.service._bridge import TrioBridge
+    from lre.service._server import GrpcServer, ServerOptions
+
+    bridge = TrioBridge()
+    server = GrpcServer(
+        ServerOptions(address=f"127.0.0.1:{port}"), [BridgedExecution(bridge, spawn)], bridge
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.serve)
+        print("ready", flush=True)
+        await trio.sleep_forever()
 
 
 async def serve(port: int, mode: str) -> None:
@@ -130,7 +191,12 @@ def bench_mode(mode: str, runs: int, calls: int) -> list[dict[str, float]]:
 
 def main() -> None:
     if len(sys.argv) == 4 and sys.argv[1] == "serve":
-        asyncio.run(serve(int(sys.argv[2]), sys.argv[3]))
+        if sys.argv[3].startswith("bridge"):
+            import trio
+
+            trio.run(serve_bridged, int(sys.argv[2]), sys.argv[3] == "bridge+spawn")
+        else:
+            asyncio.run(serve(int(sys.argv[2]), sys.argv[3]))
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)

@@ -70,6 +70,10 @@ class MemoryActionCache:
         return len(self._entries)
 
 
+class _TooLarge(Exception):
+    """An entry too large to read on the event loop."""
+
+
 class FilesystemActionCache:
     """An ``ActionCache`` of files ``<path>/<hash[:2]>/<hash>-<size>``.
 
@@ -96,8 +100,14 @@ class FilesystemActionCache:
         await self._run(self._prepare)
 
     async def get(self, action_digest: Digest) -> bytes | None:
-        # Entries are usually well under INLINE_BYTES (see lre/cas/_inline.py).
-        return await call_inline(self._read, self._entry_path(action_digest))
+        # Entries are usually well under INLINE_BYTES (see lre/cas/_inline.py)
+        # and are read on the event loop; a larger one (a result listing
+        # thousands of outputs) is read again in a thread.
+        path = self._entry_path(action_digest)
+        try:
+            return await call_inline(self._read, path, INLINE_BYTES)
+        except _TooLarge:
+            return await self._run(self._read, path, None)
 
     async def put(self, action_digest: Digest, data: bytes) -> None:
         path = self._entry_path(action_digest)
@@ -120,9 +130,13 @@ class FilesystemActionCache:
                     os.unlink(item.path)
 
     @staticmethod
-    def _read(path: str) -> bytes | None:
+    def _read(path: str, limit: int | None) -> bytes | None:
+        """The entry at ``path``, None when absent; raises ``_TooLarge``
+        (reading nothing) when it holds more than ``limit`` bytes."""
         try:
             with open(path, "rb") as f:
+                if limit is not None and os.fstat(f.fileno()).st_size > limit:
+                    raise _TooLarge
                 return f.read()
         except (FileNotFoundError, NotADirectoryError):
             return None

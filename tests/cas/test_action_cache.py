@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,31 @@ async def test_filesystem_action_cache_survives_restart_and_cleans_temp(tmp_path
     await reopened.open()
     assert await reopened.get(ACTION) == b"kept"
     assert list((tmp_path / "ac" / "tmp").iterdir()) == []
+
+
+async def test_filesystem_action_cache_reads_a_large_entry_in_a_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Small entries are read on the event loop; one above the inline limit
+    (a result listing thousands of outputs) must not block it."""
+    cache = FilesystemActionCache(tmp_path / "ac")
+    await cache.open()
+    small, large = b"s" * 100, bytes(range(256)) * 1024  # 256 KiB
+    other = digest_of(b"large entry")
+    await cache.put(ACTION, small)
+    await cache.put(other, large)
+    reader_threads: list[bool] = []
+    read = FilesystemActionCache._read
+
+    def spy(path: str, limit: int | None) -> bytes | None:
+        reader_threads.append(threading.current_thread() is threading.main_thread())
+        return read(path, limit)
+
+    monkeypatch.setattr(FilesystemActionCache, "_read", staticmethod(spy))
+    assert await cache.get(ACTION) == small
+    assert reader_threads == [True]
+    assert await cache.get(other) == large
+    assert reader_threads == [True, True, False]  # refused inline, then read in a thread
 
 
 async def test_memory_action_cache_is_bounded() -> None:
