@@ -31,20 +31,14 @@ default 4 threads, or the limiter passed in and shared by the process), except
 reads and (without fsync) writes of at most ``INLINE_BYTES`` in one call,
 which run on the event loop (lre/cas/_inline.py says why; Actions, Commands,
 Directories and most source files are this small). The file primitives those
-calls use (temp files, checked reads, hashing) are in ``_blob_files.py``; this
-module keeps the index, the LRU, pins and eviction.
+calls use (temp files, checked reads, hashing) are in ``_blob_files.py``, the
+writes built on them in ``_blob_writes.py`` and the index rebuild of ``open``
+in ``_blob_scan.py``; this module keeps the index, the LRU, pins and eviction.
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
-import hashlib
 import os
-import re
-import secrets
-import shutil
-import stat
 from collections import OrderedDict
 from collections.abc import (
     AsyncIterable,
@@ -63,16 +57,16 @@ from lre.cas._blob_files import (
     PLAIN_MODE,
     ShortRead,
     TempFile,
-    fsync_dir,
     hash_file,
     open_checked,
     read_files,
     read_range,
-    space_error,
     touch_all,
     unlink_all,
 )
 from lre.cas._blob_io import blob_mismatch, mark_empty_blob, single_chunk
+from lre.cas._blob_scan import EXEC_VARIANT, PLAIN_VARIANT, scan_content
+from lre.cas._blob_writes import BlobWriter
 from lre.cas._inline import INLINE_BYTES, call_inline
 from lre.cas._pins import Pin, PinTable
 from lre.cas._statistics import StoreStatistics
@@ -80,7 +74,6 @@ from lre.cas._streams import closing_stream
 from lre.cas._verify import BlobVerifier, check_read_range
 from lre.digest import EMPTY_DIGEST, Digest
 from lre.errors import (
-    FailedPrecondition,
     InvalidArgument,
     LreError,
     NotFound,
@@ -89,12 +82,10 @@ from lre.errors import (
 
 T = TypeVar("T")
 
-_PLAIN = 1
-_EXEC = 2
+_PLAIN = PLAIN_VARIANT
+_EXEC = EXEC_VARIANT
 _MODES = {_PLAIN: PLAIN_MODE, _EXEC: EXEC_MODE}
 _SUFFIX = {_PLAIN: "", _EXEC: ".x"}
-#: Content file names: ``<hash>-<size>`` and ``<hash>-<size>.x``.
-_NAME = re.compile(r"([0-9a-f]{64})-(0|[1-9][0-9]{0,15})(\.x)?")
 _WRITE_BUFFER = 1 << 20
 #: Blobs per thread call of ``read_many`` / ``write_many``.
 _BATCH_FILES = 256
@@ -167,6 +158,7 @@ class FilesystemStore:
         self.fsync = fsync == "always"
         self.read_chunk_size = read_chunk_size
         self._limiter = thread_limiter or trio.CapacityLimiter(4)
+        self._writer = BlobWriter(self.temp_path, fsync=self.fsync)
         self._index: OrderedDict[str, int] = OrderedDict()
         self._stored_bytes = 0
         self._reserved_bytes = 0
@@ -187,7 +179,7 @@ class FilesystemStore:
         different filesystems. If the blobs found exceed ``max_bytes`` the
         oldest are evicted.
         """
-        entries = await self._run(self._scan)
+        entries = await self._run(scan_content, self.content_path, self.temp_path)
         self._index = OrderedDict(entries)
         self._stored_bytes = sum(map(_entry_bytes, self._index.values()))
         self._opened = True
@@ -308,7 +300,7 @@ class FilesystemStore:
                     pending_bytes += len(chunk)
                     if pending_bytes >= _WRITE_BUFFER:
                         if temp is None:
-                            temp = await self._run(self._new_temp, digest)
+                            temp = await self._run(self._writer.new_temp, digest)
                         await self._run(temp.append, verifier, pending)
                         pending, pending_bytes = [], 0
             await self._wait_deleting(key)
@@ -317,7 +309,7 @@ class FilesystemStore:
             if temp is None:
                 await self._run_maybe_inline(
                     self._small_write(digest.size_bytes, touched),
-                    self._write_small,
+                    self._writer.write_small,
                     digest,
                     verifier,
                     pending,
@@ -475,7 +467,7 @@ class FilesystemStore:
                 batch_touched = touched if g == 0 else []
                 small = self._small_write(sum(len(data) for _, data, _ in items), batch_touched)
                 outcomes[g] = await self._run_maybe_inline(
-                    small, self._write_files, items, batch_touched
+                    small, self._writer.write_files, items, batch_touched
                 )
 
             await _each_group(len(groups), write_group)
@@ -543,7 +535,7 @@ class FilesystemStore:
             await self._wait_deleting(key)
             final = self._path(digest, want)
             try:
-                await self._run(self._copy_variant, digest, source, final, _MODES[want])
+                await self._run(self._writer.copy_variant, digest, source, final, _MODES[want])
             except FileNotFoundError:
                 self._forget(digest)
                 raise NotFound(f"blob {digest} is not in the CAS") from None
@@ -625,7 +617,7 @@ class FilesystemStore:
             reserved = True
             await self._wait_deleting(key)
             final = self._path(actual, want)
-            await self._run(self._move_in, actual, source, final, _MODES[want])
+            await self._run(self._writer.move_in, actual, source, final, _MODES[want])
             self._reserved_bytes -= actual.size_bytes
             reserved = False
             self._added(actual, want)
@@ -780,177 +772,3 @@ class FilesystemStore:
         if not inline:
             return await self._run(fn, *args)
         return await call_inline(fn, *args)
-
-    # ------------------------------------------------------------ in threads
-
-    def _scan(self) -> list[tuple[str, int]]:
-        os.makedirs(self.content_path, mode=0o700, exist_ok=True)
-        os.makedirs(self.temp_path, mode=0o700, exist_ok=True)
-        if os.stat(self.content_path).st_dev != os.stat(self.temp_path).st_dev:
-            raise FailedPrecondition(
-                "filesystem store: content_path and temp_path must be on the same "
-                f"filesystem ({self.content_path!r}, {self.temp_path!r})"
-            )
-        with os.scandir(self.temp_path) as leftovers:
-            for item in leftovers:
-                if item.is_dir(follow_symlinks=False):
-                    shutil.rmtree(item.path, ignore_errors=True)
-                else:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(item.path)
-        found: dict[str, int] = {}  # hash -> size << 2 | variants
-        mtimes: dict[str, int] = {}
-        junk: list[str] = []
-        match = _NAME.fullmatch
-        for prefix in range(256):
-            shard = f"{self.content_path}/{prefix:02x}"
-            try:
-                items = os.scandir(shard)
-            except FileNotFoundError:
-                os.mkdir(shard, 0o700)
-                continue
-            with items:
-                for item in items:
-                    m = match(item.name)
-                    try:
-                        st = item.stat(follow_symlinks=False)
-                    except FileNotFoundError:
-                        continue
-                    if (
-                        m is None
-                        or not stat.S_ISREG(st.st_mode)
-                        or st.st_size != int(m[2])
-                        or not m[1].startswith(shard[-2:])
-                    ):
-                        # A partial file from a power loss without fsync, or junk.
-                        junk.append(item.path)
-                        continue
-                    variant = _EXEC if m[3] else _PLAIN
-                    h = m[1]
-                    old = found.get(h)
-                    if old is None:
-                        found[h] = st.st_size << 2 | variant
-                        mtimes[h] = st.st_mtime_ns
-                    else:
-                        found[h] = old | variant
-                        mtimes[h] = max(mtimes[h], st.st_mtime_ns)
-        for path in junk:
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)
-        return [(h, found[h]) for h in sorted(mtimes, key=mtimes.__getitem__)]
-
-    def _new_temp(self, digest: Digest) -> TempFile:
-        path = f"{self.temp_path}/{secrets.token_hex(12)}.tmp"
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        except OSError as error:
-            raise (space_error(error, f"writing blob {digest}") or error) from None
-        return TempFile(path, fd, digest, self.fsync)
-
-    def _write_small(
-        self,
-        digest: Digest,
-        verifier: BlobVerifier,
-        pending: list[bytes],
-        final: str,
-        touched: list[str],
-    ) -> None:
-        data = pending[0] if len(pending) == 1 else b"".join(pending)
-        verifier.update(data)
-        verifier.finish()
-        temp = self._new_temp(digest)
-        try:
-            temp.append_verified(data)
-            temp.commit_verified(final, _MODES[_PLAIN])
-        except BaseException:
-            temp.discard()
-            raise
-        touch_all(touched)
-
-    def _write_files(
-        self, items: list[tuple[Digest, bytes, str]], touched: list[str]
-    ) -> tuple[list[LreError | None], BaseException | None]:
-        """(thread) Verify and write each blob to its final path via a temp file.
-
-        Returns the outcome of each blob handled, and the unexpected error
-        that stopped the batch early (``None`` when all were handled).
-        """
-        outcomes: list[LreError | None] = []
-        try:
-            for digest, data, final in items:
-                error: LreError | None = blob_mismatch(
-                    digest, len(data), hashlib.sha256(data).hexdigest()
-                )
-                if error is None:
-                    try:
-                        temp = self._new_temp(digest)
-                        try:
-                            temp.append_verified(data)
-                            temp.commit_verified(final, _MODES[_PLAIN])
-                        except BaseException:
-                            temp.discard()
-                            raise
-                    except ResourceExhausted as exc:  # disk full
-                        error = exc
-                outcomes.append(error)
-            touch_all(touched)
-        except Exception as exc:
-            return outcomes, exc
-        return outcomes, None
-
-    def _copy_variant(self, digest: Digest, source: str | None, final: str, mode: int) -> None:
-        temp = self._new_temp(digest)
-        try:
-            if source is not None:
-                with open(source, "rb") as src:
-                    assert temp.fd is not None
-                    try:
-                        copied = 0
-                        while copied < digest.size_bytes:
-                            n = os.copy_file_range(
-                                src.fileno(), temp.fd, digest.size_bytes - copied
-                            )
-                            if n == 0:
-                                raise FileNotFoundError(source)  # truncated: treat as gone
-                            copied += n
-                    except OSError as error:
-                        if isinstance(error, FileNotFoundError):
-                            raise
-                        space = space_error(error, f"copying blob {digest}")
-                        if space is not None:
-                            raise space from None
-                        if error.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL):
-                            raise
-                        src.seek(0)
-                        os.lseek(temp.fd, 0, os.SEEK_SET)
-                        os.ftruncate(temp.fd, 0)
-                        temp.append_verified(src.read())
-            temp.commit_verified(final, mode)
-        except BaseException:
-            temp.discard()
-            raise
-
-    def _move_in(self, digest: Digest, source: str, final: str, mode: int) -> None:
-        try:
-            os.chmod(source, mode)
-            if self.fsync:
-                fd = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-            os.rename(source, final)
-        except OSError as error:
-            space = space_error(error, f"storing output {digest}")
-            if space is not None:
-                raise space from None
-            if error.errno != errno.EXDEV:
-                raise
-            self._copy_variant(digest, source, final, mode)
-            os.unlink(source)
-            return
-        if self.fsync:
-            fsync_dir(os.path.dirname(final))

@@ -1,0 +1,153 @@
+"""``BlobWriter``: how ``FilesystemStore`` puts bytes and files into place.
+
+Every method blocks (a worker thread, or the event loop for small calls) and
+knows nothing of the store's index, LRU or pins. A blob reaches its final
+path only through a temp file in ``temp_path`` renamed into place after its
+size and hash were verified (``TempFile``), or, for an action's output file
+the store adopts, by a ``rename`` of that very file after its mode was set.
+With ``fsync`` the file is synced before the rename and its directory after.
+
+Errors: ENOSPC and EDQUOT become ``ResourceExhausted`` naming the blob, and
+nothing partial is left behind; a source file that vanished or shrank while
+being copied raises ``FileNotFoundError``; other ``OSError``s propagate.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import secrets
+
+from lre.cas._blob_files import PLAIN_MODE, TempFile, fsync_dir, space_error, touch_all
+from lre.cas._blob_io import blob_mismatch
+from lre.cas._verify import BlobVerifier
+from lre.digest import Digest
+from lre.errors import LreError, ResourceExhausted
+
+
+class BlobWriter:
+    """Writes into a store whose uploads in progress live in ``temp_path``."""
+
+    def __init__(self, temp_path: str, *, fsync: bool) -> None:
+        self.temp_path = temp_path
+        self.fsync = fsync
+
+    def new_temp(self, digest: Digest) -> TempFile:
+        """A fresh, empty temp file for ``digest``."""
+        path = f"{self.temp_path}/{secrets.token_hex(12)}.tmp"
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        except OSError as error:
+            raise (space_error(error, f"writing blob {digest}") or error) from None
+        return TempFile(path, fd, digest, self.fsync)
+
+    def write_small(
+        self,
+        digest: Digest,
+        verifier: BlobVerifier,
+        pending: list[bytes],
+        final: str,
+        touched: list[str],
+    ) -> None:
+        """Verify ``pending`` (the whole blob) and store it as the plain variant
+        at ``final``; then save the access times of ``touched``. Raises the
+        verifier's ``InvalidArgument`` on a size or hash mismatch."""
+        data = pending[0] if len(pending) == 1 else b"".join(pending)
+        verifier.update(data)
+        verifier.finish()
+        self._store(digest, data, final)
+        touch_all(touched)
+
+    def write_files(
+        self, items: list[tuple[Digest, bytes, str]], touched: list[str]
+    ) -> tuple[list[LreError | None], BaseException | None]:
+        """Verify and store each ``(digest, data, final)`` as a plain variant.
+
+        Returns the outcome of each blob handled (``None``, or the mismatch or
+        disk-full error of that blob), and the unexpected error that stopped
+        the batch early (``None`` when all were handled).
+        """
+        outcomes: list[LreError | None] = []
+        try:
+            for digest, data, final in items:
+                error: LreError | None = blob_mismatch(
+                    digest, len(data), hashlib.sha256(data).hexdigest()
+                )
+                if error is None:
+                    try:
+                        self._store(digest, data, final)
+                    except ResourceExhausted as exc:  # disk full
+                        error = exc
+                outcomes.append(error)
+            touch_all(touched)
+        except Exception as exc:
+            return outcomes, exc
+        return outcomes, None
+
+    def copy_variant(self, digest: Digest, source: str | None, final: str, mode: int) -> None:
+        """Store a copy of ``source`` (or an empty file when None) at ``final``
+        with ``mode``: ``copy_file_range`` when the kernel can, else a read."""
+        temp = self.new_temp(digest)
+        try:
+            if source is not None:
+                with open(source, "rb") as src:
+                    assert temp.fd is not None
+                    try:
+                        copied = 0
+                        while copied < digest.size_bytes:
+                            n = os.copy_file_range(
+                                src.fileno(), temp.fd, digest.size_bytes - copied
+                            )
+                            if n == 0:
+                                raise FileNotFoundError(source)  # truncated: treat as gone
+                            copied += n
+                    except OSError as error:
+                        if isinstance(error, FileNotFoundError):
+                            raise
+                        space = space_error(error, f"copying blob {digest}")
+                        if space is not None:
+                            raise space from None
+                        if error.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL):
+                            raise
+                        src.seek(0)
+                        os.lseek(temp.fd, 0, os.SEEK_SET)
+                        os.ftruncate(temp.fd, 0)
+                        temp.append_verified(src.read())
+            temp.commit_verified(final, mode)
+        except BaseException:
+            temp.discard()
+            raise
+
+    def move_in(self, digest: Digest, source: str, final: str, mode: int) -> None:
+        """Move the (already hashed) file ``source`` to ``final`` with ``mode``;
+        across filesystems, copy it and remove the source."""
+        try:
+            os.chmod(source, mode)
+            if self.fsync:
+                fd = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            os.rename(source, final)
+        except OSError as error:
+            space = space_error(error, f"storing output {digest}")
+            if space is not None:
+                raise space from None
+            if error.errno != errno.EXDEV:
+                raise
+            self.copy_variant(digest, source, final, mode)
+            os.unlink(source)
+            return
+        if self.fsync:
+            fsync_dir(os.path.dirname(final))
+
+    def _store(self, digest: Digest, data: bytes, final: str) -> None:
+        temp = self.new_temp(digest)
+        try:
+            temp.append_verified(data)
+            temp.commit_verified(final, PLAIN_MODE)
+        except BaseException:
+            temp.discard()
+            raise
