@@ -9,6 +9,7 @@ import trio
 
 from lre.app import Application, ReadyInfo
 from lre.scheduler import ForwardScheduler, OperationSnapshot, Stage
+from lre.service.execution import STAGE_SETTLE_S
 from tests.upstream._client import BuiltAction, Client, make_action
 from tests.upstream._cluster import UpstreamLre, config_of, laptop_config_text, upstream_config_text
 from tests.upstream.test_cache import output_digest, stop
@@ -57,8 +58,10 @@ async def test_unsatisfiable_actions_run_on_the_cluster(
     app, forwarder, client = await start(
         nursery, tmp_path / "laptop", cluster.url, forward_block(cluster.url)
     )
+    # Runs long enough for the cluster to stream its EXECUTING stage, which
+    # the forwarder must relay (a shorter stage is not streamed).
     windows = make_action(
-        "sleep 0.3; cat in.txt in.txt > out.txt",
+        f"sleep {STAGE_SETTLE_S + 0.3:g}; cat in.txt in.txt > out.txt",
         platform={"OSFamily": "windows"},
         instance="team",
         inputs={"in.txt": b"forwarded\n"},
