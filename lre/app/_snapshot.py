@@ -4,7 +4,8 @@ The TUI, ``/api/v1/stats``, ``/metrics`` and ``lre stats --json`` all read a
 ``ProcessSnapshot``; nothing else of lre's live state leaves the Trio thread.
 The composition root builds one ``SnapshotAssembler`` from callables that
 return the components' own frozen statistics (scheduler, samplers, stores,
-jobserver pools) plus an ``EventLog`` and a ``HealthBoard`` it feeds, and
+jobserver pools) plus an ``EventLog`` (``_events.py``) and a ``HealthBoard``
+(``_health.py``) it feeds, both re-exported here, and
 hands the assembler (a ``SnapshotSource``) to the status listener and the
 dashboard. Calling it must happen on the Trio thread.
 
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import enum
 import json
-import os
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -26,6 +26,8 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any, Protocol, TypeVar
 
+from lre.app._events import EventKind, EventLog, RecentEvent
+from lre.app._health import HealthBoard, HealthCheck, free_space_check
 from lre.cas import StoreStatistics
 from lre.scheduler import LeaseStatistics, SchedulerStatistics
 
@@ -53,125 +55,6 @@ __all__ = [
 SCHEMA_VERSION = 1
 
 _EMPTY: Mapping[str, int] = MappingProxyType({})
-
-
-class EventKind(enum.StrEnum):
-    """What the recent-events pane and ``lre_events_total{kind}`` distinguish."""
-
-    KILL = "kill"  # killed for outgrowing its memory line (requeued one ladder step up)
-    ESCALATION = "escalation"  # requeued at a higher ladder step / whole worker
-    OOM = "oom"  # the kernel OOM killer struck anyway
-    FAILURE = "failure"  # the operation ended with an error status
-    TIMEOUT = "timeout"
-    UNMATCHABLE = "unmatchable"  # no worker can ever run it
-    BACKPRESSURE = "backpressure"  # a worker's precondition script said no
-    WORKER = "worker"  # a worker failed to start or went away
-    UPSTREAM = "upstream"  # a remote store or cluster is unreachable
-
-
-@dataclass(frozen=True, slots=True)
-class RecentEvent:
-    """One line of the recent-events pane. ``at`` is wall-clock (``time.time()``)."""
-
-    at: float
-    kind: EventKind
-    message: str
-    summary: str = ""  # mnemonic or command summary of the action, if any
-    worker: str = ""
-    peak_rss_bytes: int | None = None
-
-
-class EventLog:
-    """A bounded ring of recent events plus a total per kind (never reset).
-
-    The app calls ``add`` from the Trio thread whenever something worth a
-    line happens; the oldest event is dropped once ``capacity`` are held.
-    """
-
-    def __init__(self, capacity: int = 200, *, clock: Callable[[], float] = time.time) -> None:
-        if capacity < 1:
-            raise ValueError(f"EventLog capacity must be >= 1, got {capacity}")
-        self._events: deque[RecentEvent] = deque(maxlen=capacity)
-        self._totals: dict[EventKind, int] = dict.fromkeys(EventKind, 0)
-        self._clock = clock
-
-    def add(
-        self,
-        kind: EventKind,
-        message: str,
-        *,
-        summary: str = "",
-        worker: str = "",
-        peak_rss_bytes: int | None = None,
-    ) -> RecentEvent:
-        event = RecentEvent(self._clock(), kind, message, summary, worker, peak_rss_bytes)
-        self._events.append(event)
-        self._totals[kind] += 1
-        return event
-
-    def recent(self, limit: int | None = None) -> tuple[RecentEvent, ...]:
-        """The newest ``limit`` events (all held when None), newest first."""
-        events = tuple(reversed(self._events))
-        return events if limit is None else events[:limit]
-
-    def totals(self) -> Mapping[str, int]:
-        return MappingProxyType({kind.value: n for kind, n in self._totals.items()})
-
-
-HealthCheck = Callable[[], str | None]
-
-
-class HealthBoard:
-    """Why lre is unhealthy right now, keyed by what reported it.
-
-    ``report("worker:local", "failed to start: ...")`` marks a problem;
-    ``clear("worker:local")`` removes it. ``add_check(key, check)`` adds a
-    callable evaluated at every snapshot (returns a reason, or None when
-    fine), e.g. ``free_space_check``. ``/status`` answers 503 while any
-    problem is held. Keys are free text chosen by the app (one per source).
-    A check that raises ``OSError`` is itself reported as the problem.
-    """
-
-    def __init__(self) -> None:
-        self._problems: dict[str, str] = {}
-        self._checks: dict[str, HealthCheck] = {}
-
-    def report(self, key: str, reason: str) -> None:
-        self._problems[key] = reason
-
-    def clear(self, key: str) -> None:
-        self._problems.pop(key, None)
-
-    def add_check(self, key: str, check: HealthCheck) -> None:
-        self._checks[key] = check
-
-    def problems(self) -> tuple[str, ...]:
-        problems = dict(self._problems)
-        for key, check in self._checks.items():
-            try:
-                reason = check()
-            except OSError as exc:
-                reason = f"check failed: {exc}"
-            if reason is not None:
-                problems[key] = reason
-        return tuple(f"{key}: {reason}" for key, reason in sorted(problems.items()))
-
-
-def free_space_check(path: str | os.PathLike[str], min_free_bytes: int) -> HealthCheck:
-    """A check reporting when the filesystem holding ``path`` has less than
-    ``min_free_bytes`` available (``os.statvfs``; errors propagate as OSError)."""
-
-    def check() -> str | None:
-        stat = os.statvfs(path)
-        free = stat.f_bavail * stat.f_frsize
-        if free < min_free_bytes:
-            return (
-                f"disk nearly full: {free} bytes free under {os.fspath(path)},"
-                f" below {min_free_bytes}"
-            )
-        return None
-
-    return check
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,81 @@
+"""The recent-events ring the TUI's events pane and ``lre_events_total`` read.
+
+The composition root owns one ``EventLog`` and calls ``add`` on the Trio
+thread whenever something worth a line happens (a memory kill, a ladder
+escalation, an OOM kill, a failure, ...); ``SnapshotAssembler`` copies it
+into every ``ProcessSnapshot``.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+__all__ = ["EventKind", "EventLog", "RecentEvent"]
+
+
+class EventKind(enum.StrEnum):
+    """What the recent-events pane and ``lre_events_total{kind}`` distinguish."""
+
+    KILL = "kill"  # killed for outgrowing its memory line (requeued one ladder step up)
+    ESCALATION = "escalation"  # requeued at a higher ladder step / whole worker
+    OOM = "oom"  # the kernel OOM killer struck anyway
+    FAILURE = "failure"  # the operation ended with an error status
+    TIMEOUT = "timeout"
+    UNMATCHABLE = "unmatchable"  # no worker can ever run it
+    BACKPRESSURE = "backpressure"  # a worker's precondition script said no
+    WORKER = "worker"  # a worker failed to start or went away
+    UPSTREAM = "upstream"  # a remote store or cluster is unreachable
+
+
+@dataclass(frozen=True, slots=True)
+class RecentEvent:
+    """One line of the recent-events pane. ``at`` is wall-clock (``time.time()``)."""
+
+    at: float
+    kind: EventKind
+    message: str
+    summary: str = ""  # mnemonic or command summary of the action, if any
+    worker: str = ""
+    peak_rss_bytes: int | None = None
+
+
+class EventLog:
+    """A bounded ring of recent events plus a total per kind (never reset).
+
+    The app calls ``add`` from the Trio thread whenever something worth a
+    line happens; the oldest event is dropped once ``capacity`` are held.
+    """
+
+    def __init__(self, capacity: int = 200, *, clock: Callable[[], float] = time.time) -> None:
+        if capacity < 1:
+            raise ValueError(f"EventLog capacity must be >= 1, got {capacity}")
+        self._events: deque[RecentEvent] = deque(maxlen=capacity)
+        self._totals: dict[EventKind, int] = dict.fromkeys(EventKind, 0)
+        self._clock = clock
+
+    def add(
+        self,
+        kind: EventKind,
+        message: str,
+        *,
+        summary: str = "",
+        worker: str = "",
+        peak_rss_bytes: int | None = None,
+    ) -> RecentEvent:
+        event = RecentEvent(self._clock(), kind, message, summary, worker, peak_rss_bytes)
+        self._events.append(event)
+        self._totals[kind] += 1
+        return event
+
+    def recent(self, limit: int | None = None) -> tuple[RecentEvent, ...]:
+        """The newest ``limit`` events (all held when None), newest first."""
+        events = tuple(reversed(self._events))
+        return events if limit is None else events[:limit]
+
+    def totals(self) -> Mapping[str, int]:
+        return MappingProxyType({kind.value: n for kind, n in self._totals.items()})
