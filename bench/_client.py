@@ -21,7 +21,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import grpc
@@ -311,14 +311,13 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _descendants(root: int) -> tuple[int, int, int]:
-    """Live processes under ``root`` (not counting it), how many of them are
-    running or runnable (state R), and their RSS sum.
+def _walk(root: int) -> Iterator[tuple[int, bytes, list[bytes]]]:
+    """``(pid, /proc/PID/stat, its fields from the state on)`` of every live process
+    under ``root`` (not ``root`` itself; zombies left out).
 
     Walks ``/proc/PID/task/TID/children`` down from ``root``, so a pass costs
     in proportion to the tree, not to every process on the machine.
     """
-    count = running = total = 0
     pending = _children(root)
     while pending:
         pid = pending.pop()
@@ -330,10 +329,18 @@ def _descendants(root: int) -> tuple[int, int, int]:
         fields = data[data.rfind(b")") + 2 :].split()
         if fields[0] in (b"Z", b"X"):
             continue
+        yield pid, data, fields
+        pending.extend(_children(pid))
+
+
+def _descendants(root: int) -> tuple[int, int, int]:
+    """Live processes under ``root`` (not counting it), how many of them are
+    running or runnable (state R), and their RSS sum."""
+    count = running = total = 0
+    for _, _, fields in _walk(root):
         count += 1
         running += fields[0] == b"R"
         total += int(fields[21]) * _PAGE
-        pending.extend(_children(pid))
     return count, running, total
 
 

@@ -57,6 +57,23 @@ def _run_true() -> int:
     return subprocess.run(["/bin/true"], stdin=subprocess.DEVNULL, check=False).returncode
 
 
+def operation(request: re_pb2.ExecuteRequest, exit_code: int | None) -> operations_pb2.Operation:
+    """The EXECUTING Operation of ``request`` (``exit_code`` None), or the
+    done one with a result of ``exit_code``."""
+    metadata = re_pb2.ExecuteOperationMetadata(
+        stage=re_pb2.ExecutionStage.EXECUTING, action_digest=request.action_digest
+    )
+    message = operations_pb2.Operation(name=f"floor/operations/{request.action_digest.hash}")
+    if exit_code is not None:
+        metadata.stage = re_pb2.ExecutionStage.COMPLETED
+        response = re_pb2.ExecuteResponse()
+        response.result.exit_code = exit_code
+        message.done = True
+        message.response.Pack(response)
+    message.metadata.Pack(metadata)
+    return message
+
+
 class FloorExecution(re_grpc.ExecutionServicer):
     """Two Operations per Execute; with ``spawn``, /bin/true runs in between."""
 
@@ -66,23 +83,11 @@ class FloorExecution(re_grpc.ExecutionServicer):
     async def Execute(
         self, request: re_pb2.ExecuteRequest, context: Any
     ) -> AsyncIterator[operations_pb2.Operation]:
-        name = f"floor/operations/{request.action_digest.hash}"
-        metadata = re_pb2.ExecuteOperationMetadata(
-            stage=re_pb2.ExecutionStage.EXECUTING, action_digest=request.action_digest
-        )
-        first = operations_pb2.Operation(name=name)
-        first.metadata.Pack(metadata)
-        yield first
+        yield operation(request, None)
         code = 0
         if self.spawn:
             code = await asyncio.get_running_loop().run_in_executor(None, _run_true)
-        response = re_pb2.ExecuteResponse()
-        response.result.exit_code = code
-        metadata.stage = re_pb2.ExecutionStage.COMPLETED
-        last = operations_pb2.Operation(name=name, done=True)
-        last.metadata.Pack(metadata)
-        last.response.Pack(response)
-        yield last
+        yield operation(request, code)
 
 
 class BridgedExecution(re_grpc.ExecutionServicer):
@@ -103,21 +108,9 @@ class BridgedExecution(re_grpc.ExecutionServicer):
         spawn = self.spawn
 
         async def operations() -> AsyncIterator[operations_pb2.Operation]:
-            name = f"floor/operations/{request.action_digest.hash}"
-            metadata = re_pb2.ExecuteOperationMetadata(
-                stage=re_pb2.ExecutionStage.EXECUTING, action_digest=request.action_digest
-            )
-            first = operations_pb2.Operation(name=name)
-            first.metadata.Pack(metadata)
-            yield first
+            yield operation(request, None)
             code = await trio.to_thread.run_sync(_run_true) if spawn else 0
-            response = re_pb2.ExecuteResponse()
-            response.result.exit_code = code
-            metadata.stage = re_pb2.ExecutionStage.COMPLETED
-            last = operations_pb2.Operation(name=name, done=True)
-            last.metadata.Pack(metadata)
-            last.response.Pack(response)
-            yield last
+            yield operation(request, code)
 
         stream: AsyncIterator[operations_pb2.Operation] = self.bridge.stream(operations)
         return stream

@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _client import LreProcess, _children, local_config
+from _client import LreProcess, _walk, local_config
 from bench_firehose import calibrate, fire
 
 
@@ -55,21 +55,11 @@ def kind_of(pid: int, name: str) -> str:
 
 
 def runnable(root: int) -> list[str]:
-    found: list[str] = []
-    pending = _children(root)
-    while pending:
-        pid = pending.pop()
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                data = f.read()
-        except OSError:
-            continue
-        state = data[data.rfind(b")") + 2 :].split()[0]
-        if state == b"R":
-            name = data[data.find(b"(") + 1 : data.rfind(b")")].decode(errors="replace")
-            found.append(kind_of(pid, name))
-        pending.extend(_children(pid))
-    return found
+    return [
+        kind_of(pid, data[data.find(b"(") + 1 : data.rfind(b")")].decode(errors="replace"))
+        for pid, data, fields in _walk(root)
+        if fields[0] == b"R"
+    ]
 
 
 def main() -> None:
