@@ -230,7 +230,12 @@ class ActionRunner:
         held = pin([f.digest for f in tree.files]) if pin is not None else None
         try:
             staged = await stage_inputs(
-                self.store, tree, root, output_parents=parents, link_source=self.link_source
+                self.store,
+                tree,
+                root,
+                output_parents=parents,
+                link_source=self.link_source,
+                existing=action_dir.existing,
             )
         finally:
             if held is not None:

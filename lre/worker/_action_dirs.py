@@ -12,12 +12,16 @@ costs more CPU than the calls themselves. ``ActionDirectories`` therefore:
 - ``release(path)`` queues a finished action's directory;
 - ``run()`` (started by the worker with ``nursery.start``) handles every
   queued directory and refills the stock in one thread call per batch. A
-  directory that holds nothing but its empty ``root/`` (mode 0755) and the
-  log files (plain files with a single link, so never a file a store
-  adopted by hardlink) is *recycled*: the logs are truncated and it goes
-  back into the stock, so an action that leaves nothing behind costs no new
-  inode at all. Anything else is removed. When ``run`` stops (worker
-  shutdown) it removes the queue and the stock, shielded.
+  directory that holds nothing but its ``root/`` (mode 0755) and the log
+  files (plain files with a single link, so never a file a store adopted by
+  hardlink) is *recycled*: the logs are truncated, everything under
+  ``root/`` but its directories is unlinked (``scrub_root``), and it goes
+  back into the stock with those directories listed in ``existing``, for
+  the next action's staging to reuse. An action that leaves nothing behind
+  costs no new inode at all, and one whose tree looks like the previous
+  one's costs only the directories that differ. Anything else is removed.
+  When ``run`` stops (worker shutdown) it removes the queue and the stock,
+  shielded.
 
 Without ``run`` (a runner used on its own, in tests) or after it stopped,
 ``release`` removes the directory in a thread before returning. A
@@ -27,6 +31,7 @@ directory that cannot be removed is logged and left for the next start
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import os
@@ -36,6 +41,7 @@ from pathlib import Path
 
 import trio
 
+from lre.worker._skeleton import scrub_root
 from lre.worker._workdir import WorkDirectory
 
 log = logging.getLogger(__name__)
@@ -56,6 +62,9 @@ class ActionDirectory:
     root: Path
     stdout: Path
     stderr: Path
+    #: Empty directories already under ``root`` (relative paths), left by
+    #: the previous action; ``stage_inputs`` reuses or removes them.
+    existing: frozenset[str] = frozenset()
 
     @classmethod
     def at(cls, path: Path) -> ActionDirectory:
@@ -158,8 +167,9 @@ class ActionDirectories:
         ready: list[ActionDirectory] = []
         removing: list[ActionDirectory] = []
         for directory in trash:
-            if len(ready) < wanted and _recycle(directory.path):
-                ready.append(directory)
+            recycled = _recycle(directory) if len(ready) < wanted else None
+            if recycled is not None:
+                ready.append(recycled)
             else:
                 removing.append(directory)
         self._recycled += len(ready)
@@ -179,31 +189,31 @@ class ActionDirectories:
                 log.exception("could not remove action directory %s", directory.path)
 
 
-def _recycle(path: Path) -> bool:
-    """Make ``path`` ready for another action if it holds only what an action
-    directory starts with (see the module docstring); False when it does not
-    (nothing is changed then, except logs already truncated) or a call fails."""
+def _recycle(directory: ActionDirectory) -> ActionDirectory | None:
+    """``directory`` made ready for another action if it holds only what an
+    action directory starts with plus what ``scrub_root`` can clear (see the
+    module docstring); None when it does not or a call fails (then it must be
+    removed: its logs may be truncated and files under root unlinked, nothing
+    else is changed)."""
+    path = directory.path
     try:
         names = os.listdir(path)
         if ROOT_NAME not in names or not _RECYCLABLE.issuperset(names):
-            return False
+            return None
         if stat.S_IMODE(os.lstat(path).st_mode) != 0o700:
-            return False
-        root = path / ROOT_NAME
-        info = os.lstat(root)
-        if not stat.S_ISDIR(info.st_mode) or stat.S_IMODE(info.st_mode) != 0o755:
-            return False
-        if os.listdir(root):
-            return False
+            return None
         for name in LOG_NAMES:
             if name not in names:
                 continue
             log_path = path / name
             info = os.lstat(log_path)
             if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
-                return False
+                return None
             if info.st_size:
                 os.truncate(log_path, 0)
     except OSError:
-        return False
-    return True
+        return None
+    existing = scrub_root(directory.root)
+    if existing is None:
+        return None
+    return dataclasses.replace(directory, existing=existing)

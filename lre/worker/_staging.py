@@ -74,8 +74,13 @@ async def stage_inputs(
     *,
     output_parents: Iterable[str] = (),
     link_source: LinkSource | None = None,
+    existing: frozenset[str] = frozenset(),
 ) -> StagingStats:
-    """Create ``tree`` under ``root`` (which must exist and be empty).
+    """Create ``tree`` under ``root``, which must exist and hold nothing but
+    the empty directories named in ``existing`` (relative paths, as a
+    recycled action directory lists them): those the tree or an output
+    parent needs are kept, the others removed (deepest first) before
+    anything is placed.
 
     ``link_source`` maps a digest and executable bit to a file that can be
     hardlinked (usually a filesystem store's ``path_for_link``); when it
@@ -85,8 +90,10 @@ async def stage_inputs(
     """
     stats = StagingStats(files=len(tree.files))
     parents = [p for p in (os.path.dirname(r) for r in output_parents) if p]
-    if not (tree.files or tree.directories or tree.symlinks or parents):
+    if not (tree.files or tree.directories or tree.symlinks or parents or existing):
         return stats  # an empty input root: nothing to create, no thread needed
+    to_make = [d for d in tree.directories if d not in existing]
+    stale = _unwanted(existing, tree.directories, parents)
     sources: dict[tuple[Digest, bool], str | os.PathLike[str]] = {}
     if link_source is not None:
         keys = list(
@@ -132,7 +139,9 @@ async def stage_inputs(
                 ) from None
 
     def make_directories() -> None:
-        for relative in tree.directories:
+        for relative in stale:
+            os.rmdir(f"{base}/{relative}")
+        for relative in to_make:
             os.mkdir(f"{base}/{relative}", 0o755)
 
     def place(items: Sequence[InputFile]) -> tuple[list[InputFile], StagingStats]:
@@ -175,7 +184,7 @@ async def stage_inputs(
                 finish()  # same thread: one thread call for the whole tree
             return later, done
 
-        if len(files) <= INLINE_FILES and len(tree.directories) <= INLINE_FILES:
+        if len(files) <= INLINE_FILES and len(to_make) + len(stale) <= INLINE_FILES:
             # A handful of links and mkdirs cost less than a thread round trip.
             later, done = await call_inline(build)
         else:
@@ -208,6 +217,21 @@ async def stage_inputs(
     if len(files) >= PARALLEL_FILES or later:
         await trio.to_thread.run_sync(finish)
     return stats
+
+
+def _unwanted(
+    existing: frozenset[str], directories: Iterable[str], parents: Iterable[str]
+) -> list[str]:
+    """The directories of ``existing`` that neither ``directories`` nor the
+    output ``parents`` (nor any of their ancestors) need, deepest first."""
+    if not existing:
+        return []
+    wanted = set(directories)
+    for parent in parents:
+        while parent and parent not in wanted:
+            wanted.add(parent)
+            parent = os.path.dirname(parent)
+    return sorted(existing - wanted, key=lambda path: path.count("/"), reverse=True)
 
 
 async def in_lanes(items: Sequence[T], work: Callable[[T], Awaitable[None]]) -> None:

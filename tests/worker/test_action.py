@@ -382,3 +382,41 @@ async def test_jobserver_disabled_keeps_commands_makeflags(
         outcome = await runner.run(lease)
     assert isinstance(outcome, Completed)
     assert await blob(store, outcome.result.stdout_digest) == b"-j4|-j4"
+
+
+async def test_recycled_directories_show_each_action_exactly_its_tree(env: Env) -> None:
+    """With the janitor running, action directories are recycled with the
+    previous action's directories kept; each action must still see only its
+    own inputs and output parents."""
+    listing = ["/bin/sh", "-c", "find . | LC_ALL=C sort"]
+    async with trio.open_nursery() as nursery:
+        directories = env.runner.directories
+        await nursery.start(directories.run)
+        with trio.fail_after(10):
+            while directories.ready < directories.stock_size:  # noqa: ASYNC110 (thread work)
+                await trio.sleep(0.01)
+        first = await run(
+            env,
+            [*listing[:2], listing[2] + "; mkdir -p made/by/action; echo o > out/obj/a.o"],
+            inputs={"src": {"a.c": b"a", "lib": {"a.h": b"h"}}, "tools": {"cc": ("x", b"#")}},
+            output_paths=("out/obj/a.o",),
+        )
+        assert await blob(env.store, first.result.stdout_digest) == (
+            b".\n./out\n./out/obj\n./src\n./src/a.c\n./src/lib\n./src/lib/a.h\n"
+            b"./tools\n./tools/cc\n"
+        )
+        with trio.fail_after(10):
+            while directories.recycled < 1:  # noqa: ASYNC110 (thread work)
+                await trio.sleep(0.01)
+        # the directory the next action gets still holds the first one's directories
+        assert directories._stock[-1].existing >= {"src", "src/lib", "out/obj", "made/by"}
+        second = await run(
+            env,
+            listing,
+            inputs={"src": {"b.c": b"b"}, "tools": b"now a file"},
+            output_paths=("out/bin/b",),
+        )
+        assert await blob(env.store, second.result.stdout_digest) == (
+            b".\n./out\n./out/bin\n./src\n./src/b.c\n./tools\n"
+        )
+        nursery.cancel_scope.cancel()

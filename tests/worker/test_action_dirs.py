@@ -1,4 +1,5 @@
-"""ActionDirectories: stock made ahead, clean directories recycled, the rest removed."""
+"""ActionDirectories: stock made ahead, clean directories recycled (files under root
+unlinked, directories kept and listed), the rest removed."""
 
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ async def test_dirty_directories_are_removed_not_recycled(tmp_path: Path) -> Non
         async with janitor(workdir, stock=5) as dirs:
             await settle(dirs, 5)
             taken = [(await dirs.take()).path for _ in range(5)]
-            (taken[0] / "root" / "left-behind").write_bytes(b"x")
+            (taken[0] / "root" / "sub").mkdir(mode=0o700)  # a directory staging never makes
             (taken[1] / "extra").mkdir()
             os.chmod(taken[2] / "root", 0o700)
             (taken[3] / "stdout").write_bytes(b"adopted")
@@ -85,3 +86,33 @@ async def test_without_janitor_release_removes_at_once(tmp_path: Path) -> None:
         await dirs.release(taken)
         assert not path.exists()
         assert entries(workdir) == set()
+
+
+async def test_recycled_root_keeps_its_directories_and_lists_them(tmp_path: Path) -> None:
+    with WorkDirectory.open(tmp_path, "w") as workdir:
+        async with janitor(workdir, stock=1) as dirs:
+            await settle(dirs, 1)
+            taken = await dirs.take()
+            assert taken.existing == frozenset()
+            root = taken.root
+            (root / "src" / "lib").mkdir(parents=True, mode=0o755)
+            (root / "out").mkdir(mode=0o755)
+            (root / "src" / "lib" / "a.h").write_bytes(b"input")
+            (root / "out" / "a.o").write_bytes(b"output")
+            os.symlink("/etc", root / "out" / "escape")
+            await dirs.release(taken)
+            await settle(dirs, 1)
+            assert dirs.recycled == 1
+            again = await dirs.take()
+            assert again.path == taken.path
+            assert again.existing == {"src", "src/lib", "out"}
+            assert sorted(p.relative_to(root).as_posix() for p in root.rglob("*")) == [
+                "out",
+                "src",
+                "src/lib",
+            ]
+            # A released directory that is taken again without new content
+            # lists the same directories.
+            await dirs.release(again)
+            await settle(dirs, 1)
+            assert (await dirs.take()).existing == {"src", "src/lib", "out"}

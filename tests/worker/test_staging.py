@@ -1,9 +1,12 @@
-"""stage_inputs on large trees (placed by several threads) and empty ones."""
+"""stage_inputs on large trees (placed by several threads), empty ones, and roots
+that already hold the directories of a previous action."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+import pytest
 
 from lre.cas import FilesystemStore, MemoryStore
 from lre.worker._input_tree import InputTree, fetch_input_tree
@@ -62,3 +65,49 @@ async def test_empty_tree_without_parents_touches_nothing(tmp_path: Path) -> Non
     root.mkdir()
     stats = await stage_inputs(MemoryStore(1 << 20), InputTree(), root, output_parents=["x"])
     assert stats.files == 0 and os.listdir(root) == []
+
+
+def listing(root: Path) -> list[str]:
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*"))
+
+
+@pytest.mark.parametrize("files", [2, PARALLEL_FILES])  # inline and threaded staging
+async def test_existing_directories_reused_or_removed(tmp_path: Path, files: int) -> None:
+    store = MemoryStore(1 << 30)
+    spec: dict[str, object] = {
+        "keep": {"sub": {f"f{i}": b"x" for i in range(files)}},
+        "was_dir": b"now a file",
+    }
+    tree = await fetch_input_tree(store, await put_tree(store, spec))
+    root = tmp_path / "root"
+    for relative in ("keep/sub", "gone/deep/er", "was_dir", "out/obj", "stale_out"):
+        (root / relative).mkdir(parents=True)
+    existing = frozenset(
+        {
+            "keep",
+            "keep/sub",
+            "gone",
+            "gone/deep",
+            "gone/deep/er",
+            "was_dir",
+            "out",
+            "out/obj",
+            "stale_out",
+        }
+    )
+    kept_inode = os.stat(root / "keep" / "sub").st_ino
+    await stage_inputs(
+        store, tree, root, output_parents=["out/obj/a.o", "new/x"], existing=existing
+    )
+    expected = {"keep", "keep/sub", "was_dir", "out", "out/obj", "new"}
+    expected |= {f"keep/sub/f{i}" for i in range(files)}
+    assert listing(root) == sorted(expected)
+    assert (root / "was_dir").read_bytes() == b"now a file"
+    assert os.stat(root / "keep" / "sub").st_ino == kept_inode  # reused, not remade
+
+
+async def test_existing_directories_of_an_empty_tree_are_removed(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (root / "a" / "b").mkdir(parents=True)
+    await stage_inputs(MemoryStore(1 << 30), InputTree(), root, existing=frozenset({"a", "a/b"}))
+    assert listing(root) == []
