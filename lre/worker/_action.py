@@ -42,7 +42,7 @@ from lre.scheduler import (
 from lre.worker._action_dirs import ActionDirectories, ActionDirectory
 from lre.worker._command import PreparedCommand, prepare_command
 from lre.worker._input_guard import SMALL_CHECK, LinkedInputs, altered_inputs
-from lre.worker._input_tree import InputTree, fetch_input_tree
+from lre.worker._input_tree import InputTree, ValidatedDirectories, fetch_input_tree
 from lre.worker._jobserver import JobserverPool, jobserver_tokens
 from lre.worker._metadata import Timeline, resource_usage_any
 from lre.worker._outputs import (
@@ -125,6 +125,8 @@ class ActionRunner:
         self.allow_escaping_symlinks = spec.symlink_policy == "allow"
         self.sampler = sampler
         self.directories = ActionDirectories(workdir, stock=min(128, 2 * max_inflight(spec) or 64))
+        #: Input Directory messages already read and validated (see _input_tree).
+        self._directories_seen = ValidatedDirectories()
         #: lease id -> process group of actions running now
         self._groups: dict[str, int] = {}
         #: lease id -> usage at the moment the sampler found it over its line
@@ -221,7 +223,10 @@ class ActionRunner:
             tree = InputTree()
         else:
             tree = await fetch_input_tree(
-                self.store, input_root, allow_escaping_symlinks=self.allow_escaping_symlinks
+                self.store,
+                input_root,
+                allow_escaping_symlinks=self.allow_escaping_symlinks,
+                cache=self._directories_seen,
             )
         parents = [request.relative for request in prepared.outputs]
         if prepared.working_directory:

@@ -3,12 +3,17 @@
 ``fetch_input_tree(store, root_digest)`` reads the root ``Directory`` and
 every directory below it from the CAS, one tree level at a time with all
 reads of a level in flight together, validates each one, and returns a flat
-``InputTree`` plan that staging turns into files on disk.
+``InputTree`` plan that staging turns into files on disk. With a
+``ValidatedDirectories`` cache, directories met in earlier actions (a build's
+actions share most of theirs: toolchain, headers, output tree) are neither
+read nor validated again; a Directory is content-addressed, so a cached one
+is never stale.
 """
 
 from __future__ import annotations
 
 import posixpath
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -42,6 +47,36 @@ class InputTree:
     files: list[InputFile] = field(default_factory=list)
     symlinks: list[InputSymlink] = field(default_factory=list)
     directory_count: int = 0
+
+
+class ValidatedDirectories:
+    """Parsed ``Directory`` messages that passed ``validate_directory``, by
+    digest, least recently used dropped first once more than ``max_entries``
+    are held or their blobs add up to more than ``max_bytes``."""
+
+    def __init__(self, *, max_entries: int = 20_000, max_bytes: int = 32 << 20) -> None:
+        self._max_entries = max_entries
+        self._max_bytes = max_bytes
+        self._bytes = 0
+        self._items: OrderedDict[Digest, re_pb2.Directory] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get(self, digest: Digest) -> re_pb2.Directory | None:
+        item = self._items.get(digest)
+        if item is not None:
+            self._items.move_to_end(digest)
+        return item
+
+    def put(self, digest: Digest, directory: re_pb2.Directory) -> None:
+        if digest.size_bytes > self._max_bytes or digest in self._items:
+            return
+        self._items[digest] = directory
+        self._bytes += digest.size_bytes
+        while len(self._items) > self._max_entries or self._bytes > self._max_bytes:
+            old, _ = self._items.popitem(last=False)
+            self._bytes -= old.size_bytes
 
 
 def check_symlink_target(path: str, target: str, *, allow_escaping: bool) -> None:
@@ -99,9 +134,14 @@ async def fetch_directories(store: BlobStore, digests: Sequence[Digest]) -> dict
 
 
 async def fetch_input_tree(
-    store: BlobStore, root_digest: Digest, *, allow_escaping_symlinks: bool = False
+    store: BlobStore,
+    root_digest: Digest,
+    *,
+    allow_escaping_symlinks: bool = False,
+    cache: ValidatedDirectories | None = None,
 ) -> InputTree:
-    """Read and validate the whole input tree under ``root_digest``.
+    """Read and validate the whole input tree under ``root_digest``
+    (directories found in ``cache`` are taken from it; those read are added).
 
     Raises ``MissingBlobs`` when a Directory blob is absent,
     ``InvalidArgument`` when a blob does not parse as a Directory, a name is
@@ -112,6 +152,12 @@ async def fetch_input_tree(
     parsed: dict[Digest, re_pb2.Directory] = {}
     level: list[tuple[str, Digest]] = [("", root_digest)]
     while level:
+        if cache is not None:
+            for _, digest in level:
+                if digest not in parsed:
+                    known = cache.get(digest)
+                    if known is not None:
+                        parsed[digest] = known
         wanted = sorted({digest for _, digest in level if digest not in parsed})
         if wanted:
             blobs = await fetch_directories(store, wanted)
@@ -125,6 +171,8 @@ async def fetch_input_tree(
                     ) from None
                 validate_directory(directory, digest)
                 parsed[digest] = directory
+                if cache is not None:
+                    cache.put(digest, directory)
         next_level: list[tuple[str, Digest]] = []
         for prefix, digest in level:
             directory = parsed[digest]

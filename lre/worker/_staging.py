@@ -108,7 +108,14 @@ async def stage_inputs(
             except NotFound:
                 pass  # copied below if the store can still produce it
 
-        await in_lanes(keys, look_up)
+        if len(keys) <= INLINE_FILES:
+            # A filesystem store answers from its index at once (it only
+            # awaits a thread to make a missing variant): lanes would cost
+            # a task each and save nothing.
+            for key in keys:
+                await look_up(key)
+        else:
+            await in_lanes(keys, look_up)
     copy_digests = sorted(
         {
             f.digest
