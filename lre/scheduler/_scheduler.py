@@ -74,7 +74,7 @@ from lre.scheduler._protocols import ActionResultReader, ReservationAdvisor
 from lre.scheduler._queue import RunQueue
 from lre.scheduler._records import LeaseRecord, OperationState, WorkerState
 from lre.scheduler._sizing import escalate, record_usage
-from lre.scheduler._statistics import SchedulerStatistics, collect_statistics
+from lre.scheduler._statistics import SchedulerStatistics, collect_statistics, completion_kind
 from lre.scheduler._watch import OperationWatch
 
 log = logging.getLogger(__name__)
@@ -460,16 +460,7 @@ class Scheduler:
         op.error = error
         op.message = message
         self._undedup(op)
-        if cached:
-            kind = "cached"
-        elif isinstance(error, Cancelled):
-            kind = "cancelled"
-        elif error is not None:
-            kind = "error"
-        elif result is not None and result.exit_code != 0:
-            kind = "nonzero_exit"
-        else:
-            kind = "success"
+        kind = completion_kind(result=result, cached=cached, error=error)
         self._completions[kind] += 1
         if kind == "error" and error is not None:
             if event is None:

@@ -6,6 +6,8 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from lre.errors import Cancelled, LreError
+from lre.proto import re_pb2
 from lre.scheduler._model import Reservation, Stage
 from lre.scheduler._records import OperationState, WorkerState
 
@@ -69,6 +71,21 @@ class SchedulerStatistics:
     memory_budget_bytes: int | None
     millicpus_reserved: int
     millicpus_capacity: int
+
+
+def completion_kind(
+    *, result: re_pb2.ActionResult | None, cached: bool, error: LreError | None
+) -> str:
+    """The ``SchedulerStatistics.completions`` key an operation that ended so counts under."""
+    if cached:
+        return "cached"
+    if isinstance(error, Cancelled):
+        return "cancelled"
+    if error is not None:
+        return "error"
+    if result is not None and result.exit_code != 0:
+        return "nonzero_exit"
+    return "success"
 
 
 def collect_statistics(
