@@ -115,8 +115,9 @@ def leftovers(work: Path) -> list[str]:
     """What finished actions left in the worker's work directory.
 
     Allowed: the lock file and ready-made action directories (``a{n}/`` with
-    an empty ``root/`` and empty ``stdout``/``stderr`` logs kept for reuse).
-    Anything else (inputs, outputs, non-empty logs) is a leftover.
+    empty ``stdout``/``stderr`` logs and a ``root/`` holding nothing but
+    empty directories, kept for the next action's staging to reuse).
+    Anything else (inputs, outputs, symlinks, non-empty logs) is a leftover.
     """
     found = []
     for parent, dirs, files in os.walk(work):
@@ -128,8 +129,10 @@ def leftovers(work: Path) -> list[str]:
             if depth == 1 and name in ("stdout", "stderr") and os.path.getsize(full) == 0:
                 continue
             found.append(full)
-        if depth == 2:  # inside a{n}/root/
-            found.extend(os.path.join(parent, d) for d in dirs)
+        if depth >= 2:  # inside a{n}/root/: directories may stay, symlinks may not
+            found.extend(
+                os.path.join(parent, d) for d in dirs if os.path.islink(os.path.join(parent, d))
+            )
     return found
 
 
