@@ -11,6 +11,7 @@ kinds' values are those of ``lre.app.EventKind``, so the app can pass
 from __future__ import annotations
 
 import enum
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -114,3 +115,14 @@ def backpressure_event(op: OperationState, lease: Lease, outcome: Backpressure) 
         lease.worker_name,
         _summary(op),
     )
+
+
+def emit_event(hook: EventHook | None, event: SchedulerEvent) -> None:
+    """Call ``hook`` with ``event``; an exception it raises is logged and ignored."""
+    if hook is not None:
+        try:
+            hook(event)
+        except Exception:
+            logging.getLogger("lre.scheduler").exception(
+                "scheduler event hook failed for %s event", event.kind
+            )

@@ -36,7 +36,6 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from types import TracebackType
 
 import trio
 
@@ -64,6 +63,7 @@ from lre.scheduler._model import ActionKey, OperationSnapshot, RequestInfo, Stag
 from lre.scheduler._names import new_operation_name, parse_operation_name
 from lre.scheduler._scheduler import Scheduler
 from lre.scheduler._statistics import SchedulerStatistics
+from lre.scheduler._watch import OperationWatch
 
 log = logging.getLogger(__name__)
 
@@ -148,55 +148,9 @@ class _Op:
         self.uploaded = 0
 
 
-class ForwardWatch:
-    """Updates of one operation; the same contract as ``OperationWatch``."""
-
-    __slots__ = ("_entered", "_event", "_finished", "_first", "_op", "_owner")
-
-    def __init__(self, owner: ForwardScheduler, op: _Op) -> None:
-        self._owner = owner
-        self._op = op
-        self._first = True
-        self._finished = False
-        self._entered = False
-        self._event = op.changed
-
-    async def __aenter__(self) -> ForwardWatch:
-        self._op.watchers += 1
-        self._op.abandon_token += 1
-        self._entered = True
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._entered:
-            self._entered = False
-            self._owner._detach(self._op)
-
-    def __aiter__(self) -> ForwardWatch:
-        return self
-
-    async def __anext__(self) -> OperationSnapshot:
-        if not self._entered:
-            raise RuntimeError("iterate a ForwardWatch inside 'async with'")
-        if self._finished:
-            raise StopAsyncIteration
-        if self._first:
-            self._first = False
-            await trio.lowlevel.checkpoint()
-        else:
-            with trio.move_on_after(self._owner.progress_interval_s):
-                await self._event.wait()
-        op = self._op
-        self._event = op.changed
-        snapshot = self._owner._snapshot(op)
-        if snapshot.done:
-            self._finished = True
-        return snapshot
+#: Kept as a name of the public surface: the forwarder's watches are
+#: ``OperationWatch`` objects timing their own progress updates.
+ForwardWatch = OperationWatch
 
 
 class ForwardScheduler:
@@ -277,9 +231,9 @@ class ForwardScheduler:
         self._nursery.start_soon(self._route, op)
         return self._snapshot(op)
 
-    def watch(self, name: str) -> ForwardWatch:
+    def watch(self, name: str) -> OperationWatch[_Op]:
         """Updates of ``name``; ``NotFound`` like ``Scheduler.watch``."""
-        return ForwardWatch(self, self._find(name))
+        return OperationWatch(self, self._find(name), progress_interval_s=self.progress_interval_s)
 
     def get_operation(self, name: str) -> OperationSnapshot:
         return self._snapshot(self._find(name))
@@ -504,6 +458,10 @@ class ForwardScheduler:
         if op.scope is not None:
             op.scope.cancel()
         self._complete(op, error=Cancelled(f"operation {op.name}: {reason}"))
+
+    def _attach(self, op: _Op) -> None:
+        op.watchers += 1
+        op.abandon_token += 1
 
     def _detach(self, op: _Op) -> None:
         op.watchers -= 1

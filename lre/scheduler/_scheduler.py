@@ -45,9 +45,9 @@ from lre.errors import (
 from lre.proto import re_pb2
 from lre.scheduler._events import (
     EventHook,
-    SchedulerEvent,
     SchedulerEventKind,
     backpressure_event,
+    emit_event,
     escalation_event,
     failure_event,
     kill_event,
@@ -216,13 +216,13 @@ class Scheduler:
         self._nursery.start_soon(self._prepare, op)
         return op.snapshot()
 
-    def watch(self, name: str) -> OperationWatch:
+    def watch(self, name: str) -> OperationWatch[OperationState]:
         """Updates of operation ``name`` (see ``OperationWatch``).
 
         Raises ``NotFound`` when no such operation exists (never existed,
         deleted, or finished longer ago than ``retain_completed_for_s``).
         """
-        return OperationWatch(self, self._find(name))
+        return OperationWatch(self, self._find(name))  # woken by _progress_tick
 
     def get_operation(self, name: str) -> OperationSnapshot:
         """The current state; ``NotFound`` like ``watch``."""
@@ -363,6 +363,9 @@ class Scheduler:
         op.watchers += 1
         op.abandon_token += 1
 
+    def _snapshot(self, op: OperationState) -> OperationSnapshot:
+        return op.snapshot()
+
     def _detach(self, op: OperationState) -> None:
         op.watchers -= 1
         if op.watchers > 0 or op.done:
@@ -467,17 +470,11 @@ class Scheduler:
                 timeout = isinstance(error, DeadlineExceeded)
                 event = SchedulerEventKind.TIMEOUT if timeout else SchedulerEventKind.FAILURE
             if self._on_event is not None:
-                self._emit_event(failure_event(event, op, error, message, worker, peak_rss_bytes))
+                emit_event(
+                    self._on_event, failure_event(event, op, error, message, worker, peak_rss_bytes)
+                )
         self._retained.append((trio.current_time() + self._spec.retain_completed_for_s, op))
         op.notify()
-
-    def _emit_event(self, event: SchedulerEvent) -> None:
-        hook = self._on_event
-        if hook is not None:
-            try:
-                hook(event)
-            except Exception:
-                log.exception("scheduler event hook failed for %s event", event.kind)
 
     def _progress_tick(self) -> None:
         """Wake every watcher of an unfinished operation (progress update;
@@ -576,7 +573,7 @@ class Scheduler:
                 self._requeue(op)
         elif isinstance(outcome, Backpressure):
             self._counters["backpressure"] += 1
-            self._emit_event(backpressure_event(op, lease, outcome))
+            emit_event(self._on_event, backpressure_event(op, lease, outcome))
             op.attempt -= 1
             self._requeue(op)
         elif isinstance(outcome, MemoryExceeded):
@@ -587,13 +584,13 @@ class Scheduler:
                 for w in self._workers.values()
                 if requirements is not None and matches_statically(requirements, w.info)
             ]
-            self._emit_event(kill_event(op, lease, outcome))
+            emit_event(self._on_event, kill_event(op, lease, outcome))
             error = escalate(op, lease, outcome, matching, self._resources)
             if error is not None:
                 self._complete(
                     op, error=error, worker=worker, peak_rss_bytes=outcome.peak_rss_bytes
                 )
             else:
-                self._emit_event(escalation_event(op, lease, outcome))
+                emit_event(self._on_event, escalation_event(op, lease, outcome))
                 self._requeue(op)
         return True

@@ -1,20 +1,41 @@
-"""``OperationWatch``: a client's view of one operation's updates."""
+"""``OperationWatch``: a client's view of one operation's updates.
+
+Both schedulers hand these out (``Scheduler.watch`` and
+``ForwardScheduler.watch``); each is the watch's ``WatchOwner``, which counts
+watchers and builds snapshots of its own kind of operation record.
+"""
 
 from __future__ import annotations
 
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import Generic, Protocol, TypeVar
 
 import trio
 
 from lre.scheduler._model import OperationSnapshot
-from lre.scheduler._records import OperationState
-
-if TYPE_CHECKING:
-    from lre.scheduler._scheduler import Scheduler
 
 
-class OperationWatch:
+class Watchable(Protocol):
+    """An operation record: ``changed`` is set (and replaced) on every change."""
+
+    changed: trio.Event
+
+
+OpT = TypeVar("OpT", bound=Watchable)
+OpT_contra = TypeVar("OpT_contra", bound=Watchable, contravariant=True)
+
+
+class WatchOwner(Protocol[OpT_contra]):
+    """What a scheduler offers its watches."""
+
+    def _attach(self, op: OpT_contra) -> None: ...
+
+    def _detach(self, op: OpT_contra) -> None: ...
+
+    def _snapshot(self, op: OpT_contra) -> OperationSnapshot: ...
+
+
+class OperationWatch(Generic[OpT]):
     """Updates of one operation, as an async context manager and iterator::
 
         async with scheduler.watch(name) as updates:
@@ -22,26 +43,32 @@ class OperationWatch:
                 ...
 
     The first iteration yields the current state at once; later ones yield
-    after every change, and at least every ``progress_interval_s`` while the
-    operation waits or runs (the same state again). Iteration ends after the
-    snapshot with ``done``. Leaving the ``async with`` detaches the watcher;
-    when the last watcher of an unfinished operation leaves, the operation is
-    cancelled after the scheduler's ``detach_grace_s``. Iterating outside
-    the ``async with`` raises ``RuntimeError``.
+    after every change, and at least every progress interval while the
+    operation waits or runs (the same state again). The owner either wakes
+    every unfinished operation's watchers on a tick of its own
+    (``progress_interval_s`` None: no timer per watcher) or gives the interval
+    for each watch to time itself. Iteration ends after the snapshot with
+    ``done``. Leaving the ``async with`` detaches the watcher; when the last
+    watcher of an unfinished operation leaves, the owner cancels the
+    operation after its ``detach_grace_s``. Iterating outside the
+    ``async with`` raises ``RuntimeError``.
     """
 
-    __slots__ = ("_entered", "_event", "_finished", "_first", "_op", "_scheduler")
+    __slots__ = ("_entered", "_event", "_finished", "_first", "_interval", "_op", "_owner")
 
-    def __init__(self, scheduler: Scheduler, op: OperationState) -> None:
-        self._scheduler = scheduler
+    def __init__(
+        self, owner: WatchOwner[OpT], op: OpT, *, progress_interval_s: float | None = None
+    ) -> None:
+        self._owner = owner
         self._op = op
+        self._interval = progress_interval_s
         self._first = True
         self._finished = False
         self._entered = False
         self._event = op.changed
 
-    async def __aenter__(self) -> OperationWatch:
-        self._scheduler._attach(self._op)
+    async def __aenter__(self) -> OperationWatch[OpT]:
+        self._owner._attach(self._op)
         self._entered = True
         return self
 
@@ -53,9 +80,9 @@ class OperationWatch:
     ) -> None:
         if self._entered:
             self._entered = False
-            self._scheduler._detach(self._op)
+            self._owner._detach(self._op)
 
-    def __aiter__(self) -> OperationWatch:
+    def __aiter__(self) -> OperationWatch[OpT]:
         return self
 
     async def __anext__(self) -> OperationSnapshot:
@@ -66,14 +93,14 @@ class OperationWatch:
         if self._first:
             self._first = False
             await trio.lowlevel.checkpoint()
+        elif self._interval is None:
+            await self._event.wait()  # woken by a change or by the owner's tick
         else:
-            # Woken by a change, or by the scheduler's progress tick (every
-            # progress_interval_s for every unfinished operation): no timer per
-            # watcher.
-            await self._event.wait()
+            with trio.move_on_after(self._interval):
+                await self._event.wait()
         op = self._op
         self._event = op.changed
-        snapshot = op.snapshot()
+        snapshot = self._owner._snapshot(op)
         if snapshot.done:
             self._finished = True
         return snapshot
