@@ -116,6 +116,7 @@ PUBLIC_API: dict[str, set[str]] = {
         "BlobStore",
         "BlobVerifier",
         "BulkBlobStore",
+        "DirectoryCache",
         "FastSlowActionCache",
         "FastSlowStore",
         "FilesystemActionCache",

@@ -18,6 +18,7 @@ from lre.cas._blob_io import (
     write_bytes,
     write_message,
 )
+from lre.cas._directory_cache import DirectoryCache
 from lre.cas._filesystem import FilesystemStore
 from lre.cas._grpc_action_cache import FastSlowActionCache, GrpcActionCache
 from lre.cas._grpc_store import GrpcStore
@@ -48,6 +49,7 @@ __all__ = [
     "BlobStore",
     "BlobVerifier",
     "BulkBlobStore",
+    "DirectoryCache",
     "FastSlowActionCache",
     "FastSlowStore",
     "FilesystemActionCache",

@@ -2,32 +2,10 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
-from lre.cas import BlobStore, read_message
+from lre.cas import BlobStore, DirectoryCache, read_message
 from lre.digest import EMPTY_DIGEST, Digest
 from lre.errors import NotFound
 from lre.proto import re_pb2
-
-
-class DirectoryCache:
-    """Parsed ``Directory`` messages by digest (content-addressed, so never stale),
-    bounded to ``max_entries`` most recently used."""
-
-    def __init__(self, max_entries: int = 20_000) -> None:
-        self._max = max_entries
-        self._items: OrderedDict[Digest, re_pb2.Directory] = OrderedDict()
-
-    def get(self, digest: Digest) -> re_pb2.Directory | None:
-        item = self._items.get(digest)
-        if item is not None:
-            self._items.move_to_end(digest)
-        return item
-
-    def put(self, digest: Digest, directory: re_pb2.Directory) -> None:
-        self._items[digest] = directory
-        if len(self._items) > self._max:
-            self._items.popitem(last=False)
 
 
 async def find_missing_inputs(

@@ -14,12 +14,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 
-from lre.cas import BlobStore, read_message
+from lre.cas import BlobStore, DirectoryCache, read_message
 from lre.config._models import PropertyModification
 from lre.digest import Digest
 from lre.errors import FailedPrecondition, InvalidArgument, MissingBlobs, NotFound
 from lre.proto import re_pb2
-from lre.scheduler._inputs import DirectoryCache, find_missing_inputs
+from lre.scheduler._inputs import find_missing_inputs
 from lre.scheduler._kind import kind_key
 from lre.scheduler._matching import (
     Requirements,

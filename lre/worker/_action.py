@@ -26,6 +26,7 @@ from typing import Protocol
 
 import trio
 
+from lre.cas import DirectoryCache
 from lre.cas._protocol import BlobStore
 from lre.config._models import LocalWorkerSpec
 from lre.digest import EMPTY_DIGEST, Digest
@@ -42,7 +43,7 @@ from lre.scheduler import (
 from lre.worker._action_dirs import ActionDirectories, ActionDirectory
 from lre.worker._command import PreparedCommand, prepare_command
 from lre.worker._input_guard import SMALL_CHECK, LinkedInputs, altered_inputs
-from lre.worker._input_tree import InputTree, ValidatedDirectories, fetch_input_tree
+from lre.worker._input_tree import InputTree, fetch_input_tree
 from lre.worker._jobserver import JobserverPool, jobserver_tokens
 from lre.worker._metadata import Timeline, resource_usage_any
 from lre.worker._outputs import (
@@ -126,7 +127,7 @@ class ActionRunner:
         self.sampler = sampler
         self.directories = ActionDirectories(workdir, stock=min(128, 2 * max_inflight(spec) or 64))
         #: Input Directory messages already read and validated (see _input_tree).
-        self._directories_seen = ValidatedDirectories()
+        self._directories_seen = DirectoryCache()
         #: lease id -> process group of actions running now
         self._groups: dict[str, int] = {}
         #: lease id -> usage at the moment the sampler found it over its line

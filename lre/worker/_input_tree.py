@@ -4,7 +4,7 @@
 every directory below it from the CAS, one tree level at a time with all
 reads of a level in flight together, validates each one, and returns a flat
 ``InputTree`` plan that staging turns into files on disk. With a
-``ValidatedDirectories`` cache, directories met in earlier actions (a build's
+``DirectoryCache`` (of validated messages only), directories met in earlier actions (a build's
 actions share most of theirs: toolchain, headers, output tree) are neither
 read nor validated again; a Directory is content-addressed, so a cached one
 is never stale.
@@ -13,14 +13,13 @@ is never stale.
 from __future__ import annotations
 
 import posixpath
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import trio
 from google.protobuf.message import DecodeError
 
-from lre.cas import BlobStore, validate_directory
+from lre.cas import BlobStore, DirectoryCache, validate_directory
 from lre.digest import Digest
 from lre.errors import InvalidArgument, MissingBlobs, NotFound
 from lre.proto import re_pb2
@@ -47,36 +46,6 @@ class InputTree:
     files: list[InputFile] = field(default_factory=list)
     symlinks: list[InputSymlink] = field(default_factory=list)
     directory_count: int = 0
-
-
-class ValidatedDirectories:
-    """Parsed ``Directory`` messages that passed ``validate_directory``, by
-    digest, least recently used dropped first once more than ``max_entries``
-    are held or their blobs add up to more than ``max_bytes``."""
-
-    def __init__(self, *, max_entries: int = 20_000, max_bytes: int = 32 << 20) -> None:
-        self._max_entries = max_entries
-        self._max_bytes = max_bytes
-        self._bytes = 0
-        self._items: OrderedDict[Digest, re_pb2.Directory] = OrderedDict()
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def get(self, digest: Digest) -> re_pb2.Directory | None:
-        item = self._items.get(digest)
-        if item is not None:
-            self._items.move_to_end(digest)
-        return item
-
-    def put(self, digest: Digest, directory: re_pb2.Directory) -> None:
-        if digest.size_bytes > self._max_bytes or digest in self._items:
-            return
-        self._items[digest] = directory
-        self._bytes += digest.size_bytes
-        while len(self._items) > self._max_entries or self._bytes > self._max_bytes:
-            old, _ = self._items.popitem(last=False)
-            self._bytes -= old.size_bytes
 
 
 def check_symlink_target(path: str, target: str, *, allow_escaping: bool) -> None:
@@ -138,10 +107,11 @@ async def fetch_input_tree(
     root_digest: Digest,
     *,
     allow_escaping_symlinks: bool = False,
-    cache: ValidatedDirectories | None = None,
+    cache: DirectoryCache | None = None,
 ) -> InputTree:
     """Read and validate the whole input tree under ``root_digest``
-    (directories found in ``cache`` are taken from it; those read are added).
+    (directories found in ``cache`` are taken from it; those read are added
+    once validated, so it holds validated messages only).
 
     Raises ``MissingBlobs`` when a Directory blob is absent,
     ``InvalidArgument`` when a blob does not parse as a Directory, a name is

@@ -10,10 +10,9 @@ from typing import Any
 
 import pytest
 
-from lre.cas import FilesystemStore, MemoryStore
+from lre.cas import DirectoryCache, FilesystemStore, MemoryStore
 from lre.digest import Digest
-from lre.proto import re_pb2
-from lre.worker._input_tree import InputTree, ValidatedDirectories, fetch_input_tree
+from lre.worker._input_tree import InputTree, fetch_input_tree
 from lre.worker._staging import PARALLEL_FILES, stage_inputs
 
 from .conftest import put_tree
@@ -122,7 +121,7 @@ async def test_cached_directories_are_not_read_again(tmp_path: Path) -> None:
     shared = {"tools": {"cc": ("x", b"#!/bin/sh\n")}, "include": {"a.h": b"h"}}
     first = await put_tree(store, {**shared, "a.c": b"a"})
     second = await put_tree(store, {**shared, "b.c": b"b"})
-    cache = ValidatedDirectories()
+    cache = DirectoryCache()
     tree = await fetch_input_tree(store, first, cache=cache)
     assert len(cache) == 3  # the root and both subdirectories
     reads: list[Digest] = []
@@ -137,16 +136,3 @@ async def test_cached_directories_are_not_read_again(tmp_path: Path) -> None:
     assert reads == [second]  # only the new root; tools/ and include/ came from the cache
     assert [f.path for f in again.files] == ["b.c", "include/a.h", "tools/cc"]
     assert again.directories == tree.directories == ["include", "tools"]
-
-
-def test_validated_directories_are_bounded() -> None:
-    cache = ValidatedDirectories(max_entries=2, max_bytes=100)
-    digests = [Digest(f"{i:064x}", 40) for i in range(4)]
-    for digest in digests[:3]:
-        cache.put(digest, re_pb2.Directory())
-    assert len(cache) == 2 and cache.get(digests[0]) is None  # oldest dropped
-    cache.get(digests[1])  # now most recently used
-    cache.put(Digest("f" * 64, 90), re_pb2.Directory())  # too many bytes with both others
-    assert cache.get(digests[1]) is None and cache.get(digests[2]) is None
-    cache.put(Digest("e" * 64, 101), re_pb2.Directory())  # larger than the whole budget
-    assert cache.get(Digest("e" * 64, 101)) is None
