@@ -23,6 +23,8 @@ from lre.scheduler._model import Backpressure, MemoryExceeded, RequestInfo
 from lre.scheduler._records import OperationState
 from lre.scheduler._units import memory_text
 
+log = logging.getLogger(__name__)
+
 
 class SchedulerEventKind(enum.StrEnum):
     KILL = "kill"  # killed for outgrowing its memory reservation
@@ -123,6 +125,4 @@ def emit_event(hook: EventHook | None, event: SchedulerEvent) -> None:
         try:
             hook(event)
         except Exception:
-            logging.getLogger("lre.scheduler").exception(
-                "scheduler event hook failed for %s event", event.kind
-            )
+            log.exception("scheduler event hook failed for %s event", event.kind)
