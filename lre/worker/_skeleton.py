@@ -9,7 +9,12 @@ and writes the journal (0.1-0.7 ms of kernel CPU apiece on ext4 here, against
 and other non-directory under a finished input root and keeps the
 directories, so the next action's staging only makes the directories that
 are missing and removes the ones it does not want (``stage_inputs``'s
-``existing``).
+``existing``). ``plan_directories`` says how: a missing directory is made by
+renaming a kept one the new tree does not want (a rename moves a directory
+entry and allocates nothing: ~40 us against ~110 us for a mkdir plus ~50 us
+for the rmdir it replaces), and only when none is left by ``mkdir``. Builds
+alternate between packages (``bin/a/_objs/a`` after ``bin/b/_objs/b``), so
+most of what differs between consecutive trees is covered by renames.
 
 A directory is kept only when it is certainly what staging would have made:
 a real directory (never a symlink, which is unlinked like a file), owned by
@@ -24,6 +29,9 @@ from __future__ import annotations
 
 import os
 import stat
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 #: Larger skeletons are removed: reconciling them with the next tree would
@@ -82,3 +90,53 @@ def _scrub(fd: int, prefix: str, kept: list[str]) -> None:
             _scrub(child, relative + "/", kept)
         finally:
             os.close(child)
+
+
+@dataclass(frozen=True, slots=True)
+class DirectoryPlan:
+    """How to turn a scrubbed root's directories into the ones an action needs.
+
+    Apply ``steps`` in order (``(source, target)``: rename ``source`` to
+    ``target``, or ``mkdir`` ``target`` when ``source`` is None), then
+    ``rmdir`` each of ``removals`` in order. Every parent exists when its
+    turn comes and every directory moved or removed is empty by then.
+    """
+
+    steps: list[tuple[str | None, str]]
+    removals: list[str]
+
+    def __len__(self) -> int:
+        return len(self.steps) + len(self.removals)
+
+
+def plan_directories(existing: frozenset[str], needed: Iterable[str]) -> DirectoryPlan:
+    """The plan for a root holding exactly the empty directories ``existing``
+    (as ``scrub_root`` returned them) to hold ``needed``, which must list
+    every directory after its parent (root excluded).
+
+    A needed directory that is missing takes the place of an unwanted one
+    with no subdirectories left, if any (see the module docstring); the
+    unwanted ones left over are removed deepest first. Pure: touches nothing.
+    """
+    needed = list(needed)
+    spare = set(existing.difference(needed))
+    # Unwanted directories never hold wanted ones (``needed`` includes every
+    # parent), so counting spare children is enough to find empty ones.
+    children = Counter(os.path.dirname(path) for path in spare)
+    leaves = sorted((path for path in spare if not children[path]), reverse=True)
+    steps: list[tuple[str | None, str]] = []
+    for target in needed:
+        if target in existing:
+            continue
+        if not leaves:
+            steps.append((None, target))
+            continue
+        source = leaves.pop()
+        spare.discard(source)
+        parent = os.path.dirname(source)
+        children[parent] -= 1
+        if parent in spare and not children[parent]:
+            leaves.append(parent)
+        steps.append((source, target))
+    removals = sorted(spare, key=lambda path: path.count("/"), reverse=True)
+    return DirectoryPlan(steps, removals)

@@ -1,9 +1,11 @@
 """Materialising an input tree on disk.
 
 ``stage_inputs`` turns an ``InputTree`` into real files under an action's
-input root: directories first, then every file (a hardlink to the CAS copy
-when the store can offer one, otherwise a copy of the blob), then symlinks,
-then the parents of every output path. A small tree is done in one thread
+input root: directories first (the tree's and the parents of every output
+path, reusing what a recycled root still holds: ``_skeleton.py``), then
+every file (a hardlink to the CAS copy when the store can offer one,
+otherwise a copy of the blob), then symlinks, then any output parent that
+lies under an input file or symlink. A small tree is done in one thread
 call; a tree of ``PARALLEL_FILES`` files or more has its files placed by a
 few threads at once; large blobs are streamed from the store in between;
 an empty tree with no output parents costs no thread at all. Inputs are
@@ -29,6 +31,7 @@ from lre.digest import EMPTY_DIGEST, Digest
 from lre.errors import InvalidArgument, MissingBlobs, NotFound
 from lre.worker._input_guard import LinkedInputs, Snapshot
 from lre.worker._input_tree import InputFile, InputTree, read_blob
+from lre.worker._skeleton import plan_directories
 
 T = TypeVar("T")
 
@@ -92,8 +95,8 @@ async def stage_inputs(
     parents = [p for p in (os.path.dirname(r) for r in output_parents) if p]
     if not (tree.files or tree.directories or tree.symlinks or parents or existing):
         return stats  # an empty input root: nothing to create, no thread needed
-    to_make = [d for d in tree.directories if d not in existing]
-    stale = _unwanted(existing, tree.directories, parents)
+    needed, late_parents = _needed_directories(tree, parents)
+    plan = plan_directories(existing, needed)
     sources: dict[tuple[Digest, bool], str | os.PathLike[str]] = {}
     if link_source is not None:
         keys = list(
@@ -136,7 +139,7 @@ async def stage_inputs(
     def finish() -> None:
         for link in tree.symlinks:
             os.symlink(link.target, f"{base}/{link.path}")
-        for parent in parents:
+        for parent in late_parents:
             try:
                 os.makedirs(f"{base}/{parent}", 0o755, exist_ok=True)
             except (FileExistsError, NotADirectoryError):
@@ -146,10 +149,13 @@ async def stage_inputs(
                 ) from None
 
     def make_directories() -> None:
-        for relative in stale:
+        for source, target in plan.steps:
+            if source is None:
+                os.mkdir(f"{base}/{target}", 0o755)
+            else:
+                os.rename(f"{base}/{source}", f"{base}/{target}")
+        for relative in plan.removals:
             os.rmdir(f"{base}/{relative}")
-        for relative in to_make:
-            os.mkdir(f"{base}/{relative}", 0o755)
 
     def place(items: Sequence[InputFile]) -> tuple[list[InputFile], StagingStats]:
         """Link or write ``items``; returns those to stream and what was done."""
@@ -191,7 +197,7 @@ async def stage_inputs(
                 finish()  # same thread: one thread call for the whole tree
             return later, done
 
-        if len(files) <= INLINE_FILES and len(to_make) + len(stale) <= INLINE_FILES:
+        if len(files) <= INLINE_FILES and len(plan) + len(late_parents) <= INLINE_FILES:
             # A handful of links and mkdirs cost less than a thread round trip.
             later, done = await call_inline(build)
         else:
@@ -226,19 +232,27 @@ async def stage_inputs(
     return stats
 
 
-def _unwanted(
-    existing: frozenset[str], directories: Iterable[str], parents: Iterable[str]
-) -> list[str]:
-    """The directories of ``existing`` that neither ``directories`` nor the
-    output ``parents`` (nor any of their ancestors) need, deepest first."""
-    if not existing:
-        return []
-    wanted = set(directories)
-    for parent in parents:
-        while parent and parent not in wanted:
-            wanted.add(parent)
-            parent = os.path.dirname(parent)
-    return sorted(existing - wanted, key=lambda path: path.count("/"), reverse=True)
+def _needed_directories(tree: InputTree, parents: Iterable[str]) -> tuple[list[str], list[str]]:
+    """The directories to have before files are placed: the tree's own and
+    every output parent with its ancestors, each after its parent. Output
+    parents at or under an input file or symlink are returned apart, to be
+    made (or refused) after the files and symlinks exist, as ``finish``
+    does."""
+    needed = dict.fromkeys(tree.directories)
+    occupied = {item.path for item in tree.files}
+    occupied.update(link.path for link in tree.symlinks)
+    late: list[str] = []
+    for parent in dict.fromkeys(parents):
+        chain: list[str] = []
+        path = parent
+        while path and path not in needed:
+            chain.append(path)
+            path = os.path.dirname(path)
+        if any(path in occupied for path in chain):
+            late.append(parent)
+        else:
+            needed.update(dict.fromkeys(reversed(chain)))
+    return list(needed), late
 
 
 async def in_lanes(items: Sequence[T], work: Callable[[T], Awaitable[None]]) -> None:

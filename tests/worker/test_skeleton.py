@@ -1,13 +1,15 @@
-"""scrub_root: files go, directories stay, anything unusual means "remove instead"."""
+"""scrub_root: files go, directories stay, anything unusual means "remove instead";
+plan_directories: the kept directories become the next tree's, by rename where possible."""
 
 from __future__ import annotations
 
 import os
+import random
 from pathlib import Path
 
 import pytest
 
-from lre.worker._skeleton import MAX_KEPT_DIRECTORIES, scrub_root
+from lre.worker._skeleton import MAX_KEPT_DIRECTORIES, DirectoryPlan, plan_directories, scrub_root
 
 
 def make_root(tmp_path: Path) -> Path:
@@ -102,3 +104,69 @@ def test_too_many_directories_are_not_kept(tmp_path: Path) -> None:
 
 def test_missing_root(tmp_path: Path) -> None:
     assert scrub_root(tmp_path / "absent") is None
+
+
+def apply(root: Path, plan: DirectoryPlan) -> None:
+    for source, target in plan.steps:
+        if source is None:
+            os.mkdir(root / target, 0o755)
+        else:
+            os.rename(root / source, root / target)
+    for relative in plan.removals:
+        os.rmdir(root / relative)
+
+
+def tree_of(root: Path) -> set[str]:
+    return {p.relative_to(root).as_posix() for p in root.rglob("*")}
+
+
+def test_another_package_is_made_by_renames_only() -> None:
+    # The previous action compiled package b; this one compiles package a.
+    existing = frozenset({"bin", "bin/b", "bin/b/_objs", "bin/b/_objs/b", "inc"})
+    needed = ["inc", "bin", "bin/a", "bin/a/_objs", "bin/a/_objs/a"]
+    plan = plan_directories(existing, needed)
+    assert [source is not None for source, _ in plan.steps] == [True, True, True]
+    assert [target for _, target in plan.steps] == ["bin/a", "bin/a/_objs", "bin/a/_objs/a"]
+    assert plan.removals == [] and len(plan) == 3
+
+
+def test_missing_directories_are_made_when_nothing_is_spare() -> None:
+    plan = plan_directories(frozenset({"a"}), ["a", "a/b", "c"])
+    assert plan.steps == [(None, "a/b"), (None, "c")] and plan.removals == []
+
+
+def test_leftovers_are_removed_deepest_first() -> None:
+    plan = plan_directories(frozenset({"x", "x/y", "x/y/z", "keep"}), ["keep"])
+    assert plan.steps == [] and plan.removals == ["x/y/z", "x/y", "x"]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_any_plan_applied_on_disk_gives_exactly_the_needed_tree(tmp_path: Path, seed: int) -> None:
+    chooser = random.Random(seed)
+    names = ["a", "b", "c"]
+
+    def random_tree() -> list[str]:
+        found: list[str] = []
+        frontier = [""]
+        while frontier and len(found) < 12:
+            parent = frontier.pop(0)
+            for name in chooser.sample(names, chooser.randint(0, 2)):
+                path = f"{parent}/{name}" if parent else name
+                found.append(path)
+                frontier.append(path)
+        return found
+
+    before, after = random_tree(), random_tree()
+    root = tmp_path / "root"
+    root.mkdir()
+    for relative in before:
+        (root / relative).mkdir()
+    inodes = {os.stat(root / relative).st_ino for relative in before}
+    plan = plan_directories(frozenset(before), after)
+    apply(root, plan)
+    assert tree_of(root) == set(after)
+    made = sum(source is None for source, _ in plan.steps)
+    spare = len(set(before) - set(after))
+    assert made == max(0, len(set(after) - set(before)) - spare)
+    new_inodes = {os.stat(root / relative).st_ino for relative in after} - inodes
+    assert len(new_inodes) == made  # every other directory is an old one, moved or kept

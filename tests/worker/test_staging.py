@@ -109,6 +109,36 @@ async def test_existing_directories_reused_or_removed(tmp_path: Path, files: int
     assert os.stat(root / "keep" / "sub").st_ino == kept_inode  # reused, not remade
 
 
+async def test_output_parents_of_another_package_reuse_its_directories(tmp_path: Path) -> None:
+    # Consecutive compiles of two packages: the previous action's output
+    # directories are moved into place, not removed and made again.
+    store = MemoryStore(1 << 30)
+    tree = await fetch_input_tree(store, await put_tree(store, {"a": {"a.c": b"int a;"}}))
+    root = tmp_path / "root"
+    before = ("b", "out", "out/b", "out/b/_objs", "out/b/_objs/b")
+    for relative in before:
+        (root / relative).mkdir(parents=True)
+    inodes = {os.stat(root / relative).st_ino for relative in before}
+    await stage_inputs(
+        store, tree, root, output_parents=["out/a/_objs/a/a.o"], existing=frozenset(before)
+    )
+    assert listing(root) == ["a", "a/a.c", "out", "out/a", "out/a/_objs", "out/a/_objs/a"]
+    after = {os.stat(root / relative).st_ino for relative in ("a", "out/a/_objs/a")}
+    assert after <= inodes
+
+
+async def test_an_output_parent_under_an_input_symlink_is_made_through_it(
+    tmp_path: Path,
+) -> None:
+    store = MemoryStore(1 << 30)
+    spec: dict[str, object] = {"real": {"f": b"x"}, "link": ("link", "real")}
+    tree = await fetch_input_tree(store, await put_tree(store, spec))
+    root = tmp_path / "root"
+    root.mkdir()
+    await stage_inputs(store, tree, root, output_parents=["link/sub/out.o"])
+    assert (root / "real" / "sub").is_dir() and (root / "link").is_symlink()
+
+
 async def test_existing_directories_of_an_empty_tree_are_removed(tmp_path: Path) -> None:
     root = tmp_path / "root"
     (root / "a" / "b").mkdir(parents=True)
