@@ -22,9 +22,10 @@ then either absent or detected at ``open`` by their size and removed, or, in
 the rare case of a same-size but zeroed file, reported on read by a
 ``VerifyStore``-style hash check if configured).
 
-LRU: the order lives in memory and is rebuilt at ``open`` from file mtimes;
-uses since the last write are saved as mtimes by ``close()`` (and in batches
-while running), so a restart keeps the order up to the last flush.
+LRU: the order lives in memory (``ContentIndex``) and is rebuilt at ``open``
+from file mtimes; uses since the last write are saved as mtimes by
+``close()`` (and in batches while running), so a restart keeps the order up
+to the last flush.
 
 Blocking file I/O runs in threads through one ``trio.CapacityLimiter`` (by
 default 4 threads, or the limiter passed in and shared by the process), except
@@ -32,14 +33,17 @@ reads and (without fsync) writes of at most ``INLINE_BYTES`` in one call,
 which run on the event loop (lre/cas/_inline.py says why; Actions, Commands,
 Directories and most source files are this small). The file primitives those
 calls use (temp files, checked reads, hashing) are in ``_blob_files.py``, the
-writes built on them in ``_blob_writes.py`` and the index rebuild of ``open``
-in ``_blob_scan.py``; this module keeps the index, the LRU, pins and eviction.
+writes built on them in ``_blob_writes.py``, the index rebuild of ``open`` in
+``_blob_scan.py``, the index itself with the LRU and eviction in
+``_content_index.py`` and the worker's calls (``path_for_link``,
+``adopt_file``, ``discard``) in ``_variant_files.py``. This module keeps the
+``BlobStore`` calls (single and batched) and the pins, and decides which
+file calls run on the event loop.
 """
 
 from __future__ import annotations
 
 import os
-from collections import OrderedDict
 from collections.abc import (
     AsyncIterable,
     AsyncIterator,
@@ -53,56 +57,33 @@ from typing import Literal, TypeVar
 import trio
 
 from lre.cas._blob_files import (
-    EXEC_MODE,
-    PLAIN_MODE,
     ShortRead,
     TempFile,
-    hash_file,
     open_checked,
     read_files,
     read_range,
     touch_all,
-    unlink_all,
 )
-from lre.cas._blob_io import blob_mismatch, mark_empty_blob, single_chunk
+from lre.cas._blob_io import blob_mismatch, single_chunk
 from lre.cas._blob_scan import EXEC_VARIANT, PLAIN_VARIANT, scan_content
 from lre.cas._blob_writes import BlobWriter
+from lre.cas._content_index import ContentIndex
 from lre.cas._inline import INLINE_BYTES, call_inline
 from lre.cas._pins import Pin, PinTable
 from lre.cas._statistics import StoreStatistics
 from lre.cas._streams import closing_stream
+from lre.cas._variant_files import VariantFiles
 from lre.cas._verify import BlobVerifier, check_read_range
 from lre.digest import EMPTY_DIGEST, Digest
-from lre.errors import (
-    InvalidArgument,
-    LreError,
-    NotFound,
-    ResourceExhausted,
-)
+from lre.errors import LreError, NotFound, ResourceExhausted
 
 T = TypeVar("T")
 
 _PLAIN = PLAIN_VARIANT
 _EXEC = EXEC_VARIANT
-_MODES = {_PLAIN: PLAIN_MODE, _EXEC: EXEC_MODE}
-_SUFFIX = {_PLAIN: "", _EXEC: ".x"}
 _WRITE_BUFFER = 1 << 20
 #: Blobs per thread call of ``read_many`` / ``write_many``.
 _BATCH_FILES = 256
-#: Access times saved in the same thread call as a write once this many piled up.
-_TOUCH_BATCH = 4096
-
-
-# Index values are plain ints (``size << 2 | variants``): no per-blob objects,
-# so 100k blobs cost the garbage collector nothing.
-
-
-def _size(entry: int) -> int:
-    return entry >> 2
-
-
-def _entry_bytes(entry: int) -> int:
-    return (entry >> 2) * ((entry & 1) + (entry >> 1 & 1))
 
 
 async def _each_group(count: int, run: Callable[[int], Awaitable[None]]) -> None:
@@ -159,16 +140,12 @@ class FilesystemStore:
         self.read_chunk_size = read_chunk_size
         self._limiter = thread_limiter or trio.CapacityLimiter(4)
         self._writer = BlobWriter(self.temp_path, fsync=self.fsync)
-        self._index: OrderedDict[str, int] = OrderedDict()
-        self._stored_bytes = 0
-        self._reserved_bytes = 0
         self._pins = PinTable()
-        self._busy: dict[str, int] = {}
-        self._deleting: dict[str, trio.Event] = {}
-        self._touched: set[str] = set()
+        self._index = ContentIndex(
+            self.content_path, max_bytes, evict_bytes, self._pins, self._limiter
+        )
+        self._variants = VariantFiles(self._index, self._writer, self._limiter)
         self._opened = False
-        self._evicted_blobs = 0
-        self._evicted_bytes = 0
 
     # ------------------------------------------------------------ lifecycle
 
@@ -180,11 +157,9 @@ class FilesystemStore:
         oldest are evicted.
         """
         entries = await self._run(scan_content, self.content_path, self.temp_path)
-        self._index = OrderedDict(entries)
-        self._stored_bytes = sum(map(_entry_bytes, self._index.values()))
+        self._index.load(entries)
         self._opened = True
-        if self._stored_bytes > self.max_bytes:
-            await self._make_room(Digest(EMPTY_DIGEST.hash, 0), 0)
+        await self._index.trim()
 
     async def close(self) -> None:
         """Save the LRU order (access times) to disk. The store stays usable."""
@@ -199,23 +174,7 @@ class FilesystemStore:
     async def has_many(self, digests: Sequence[Digest]) -> list[int | None]:
         self._check_open()
         await trio.lowlevel.checkpoint()
-        index = self._index
-        touch = index.move_to_end
-        touched = self._touched
-        result: list[int | None] = []
-        append = result.append
-        empty = EMPTY_DIGEST.hash
-        for d in digests:
-            entry = index.get(d.hash)
-            if entry is not None and entry >> 2 == d.size_bytes:
-                touch(d.hash)
-                touched.add(d.hash)
-                append(d.size_bytes)
-            elif d.size_bytes == 0 and d.hash == empty:
-                append(0)
-            else:
-                append(None)
-        return result
+        return self._index.find_many(digests)
 
     async def read(
         self, digest: Digest, offset: int = 0, limit: int | None = None
@@ -228,8 +187,8 @@ class FilesystemStore:
         early.
         """
         self._check_open()
-        entry = self._index.get(digest.hash)
-        if entry is None or _size(entry) != digest.size_bytes:
+        variants = self._index.variants(digest)
+        if not variants:
             if digest != EMPTY_DIGEST:
                 await trio.lowlevel.checkpoint()
                 raise NotFound(f"blob {digest} is not in the CAS")
@@ -237,9 +196,9 @@ class FilesystemStore:
             await trio.lowlevel.checkpoint()
             return
         length = check_read_range(digest, offset, limit)
-        self._touch(digest.hash)
-        variant = _PLAIN if entry & _PLAIN else _EXEC
-        path = self._path(digest, variant)
+        self._index.touch(digest)
+        variant = _PLAIN if variants & _PLAIN else _EXEC
+        path = self._index.path(digest, variant)
         chunk = self.read_chunk_size
         if length <= chunk:
             try:
@@ -247,14 +206,14 @@ class FilesystemStore:
                     length <= INLINE_BYTES, read_range, path, offset, length
                 )
             except (FileNotFoundError, ShortRead):
-                self._forget(digest)
+                self._index.forget(digest)
                 raise NotFound(f"blob {digest} is not in the CAS") from None
             yield data
             return
         try:
             fd = await self._run(open_checked, path, digest.size_bytes)
         except (FileNotFoundError, ShortRead):
-            self._forget(digest)
+            self._index.forget(digest)
             raise NotFound(f"blob {digest} is not in the CAS") from None
         try:
             position, end = offset, offset + length
@@ -262,7 +221,7 @@ class FilesystemStore:
                 n = min(chunk, end - position)
                 data = await self._run(os.pread, fd, n, position)
                 if len(data) != n:
-                    self._forget(digest)
+                    self._index.forget(digest)
                     raise NotFound(f"blob {digest} is not in the CAS (its file was truncated)")
                 position += n
                 yield data
@@ -278,58 +237,51 @@ class FilesystemStore:
         becomes visible. A present blob is not written again.
         """
         self._check_open()
-        if self._present(digest):
-            self._touch(digest.hash)
+        if digest in self._index:
+            self._index.touch(digest)
             await trio.lowlevel.checkpoint()
             return
-        self._check_fits(digest)
-        key = digest.hash
-        self._busy[key] = self._busy.get(key, 0) + 1
-        temp: TempFile | None = None
-        reserved = False
-        try:
-            await self._make_room(digest, digest.size_bytes)
-            reserved = True
-            verifier = BlobVerifier(digest)
-            pending: list[bytes] = []
-            pending_bytes = 0
-            async with closing_stream(chunks):
-                async for chunk in chunks:
-                    verifier.check_total(verifier.received + pending_bytes + len(chunk))
-                    pending.append(chunk)
-                    pending_bytes += len(chunk)
-                    if pending_bytes >= _WRITE_BUFFER:
-                        if temp is None:
-                            temp = await self._run(self._writer.new_temp, digest)
-                        await self._run(temp.append, verifier, pending)
-                        pending, pending_bytes = [], 0
-            await self._wait_deleting(key)
-            touched = self._take_touched_batch()
-            final = self._path(digest, _PLAIN)
-            if temp is None:
-                await self._run_maybe_inline(
-                    self._small_write(digest.size_bytes, touched),
-                    self._writer.write_small,
-                    digest,
-                    verifier,
-                    pending,
-                    final,
-                    touched,
-                )
-            else:
-                await self._run(temp.append, verifier, pending)
-                await self._run(temp.commit, verifier, final, touched)
-                temp = None
-            self._reserved_bytes -= digest.size_bytes
-            reserved = False
-            self._added(digest, _PLAIN)
-        finally:
-            if reserved:
-                self._reserved_bytes -= digest.size_bytes
-            if temp is not None:
-                with trio.CancelScope(shield=True):
-                    await self._run(temp.discard)
-            self._unbusy(key)
+        self._index.check_fits(digest)
+        with self._index.busy([digest]):
+            await self._index.reserve(digest, digest.size_bytes)
+            temp: TempFile | None = None
+            try:
+                verifier = BlobVerifier(digest)
+                pending: list[bytes] = []
+                pending_bytes = 0
+                async with closing_stream(chunks):
+                    async for chunk in chunks:
+                        verifier.check_total(verifier.received + pending_bytes + len(chunk))
+                        pending.append(chunk)
+                        pending_bytes += len(chunk)
+                        if pending_bytes >= _WRITE_BUFFER:
+                            if temp is None:
+                                temp = await self._run(self._writer.new_temp, digest)
+                            await self._run(temp.append, verifier, pending)
+                            pending, pending_bytes = [], 0
+                await self._index.wait_deleted(digest)
+                touched = self._index.touched_batch()
+                final = self._index.path(digest, _PLAIN)
+                if temp is None:
+                    await self._run_maybe_inline(
+                        self._small_write(digest.size_bytes, touched),
+                        self._writer.write_small,
+                        digest,
+                        verifier,
+                        pending,
+                        final,
+                        touched,
+                    )
+                else:
+                    await self._run(temp.append, verifier, pending)
+                    await self._run(temp.commit, verifier, final, touched)
+                    temp = None
+                self._index.add(digest, _PLAIN)
+            finally:
+                self._index.unreserve(digest.size_bytes)
+                if temp is not None:
+                    with trio.CancelScope(shield=True):
+                        await self._run(temp.discard)
 
     async def has_many_hashes(
         self, hashes: Sequence[str], sizes: Sequence[int]
@@ -337,18 +289,7 @@ class FilesystemStore:
         """``has_many`` for parallel lists of hashes and sizes (no ``Digest`` objects)."""
         self._check_open()
         await trio.lowlevel.checkpoint()
-        index = self._index
-        found = list(map(index.get, hashes))
-        result: list[int | None] = [None] * len(found)
-        touch = index.move_to_end
-        touched = self._touched
-        for i, entry in enumerate(found):
-            if entry is not None and entry >> 2 == sizes[i]:
-                touch(hashes[i])
-                touched.add(hashes[i])
-                result[i] = sizes[i]
-        mark_empty_blob(hashes, sizes, result)
-        return result
+        return self._index.find_many_hashes(hashes, sizes)
 
     async def read_many(self, digests: Sequence[Digest]) -> list[bytes | None]:
         """Each blob's content (``None`` when absent), in order; each a use.
@@ -363,11 +304,11 @@ class FilesystemStore:
         index = self._index
         empty = EMPTY_DIGEST.hash
         for i, d in enumerate(digests):
-            entry = index.get(d.hash)
-            if entry is not None and _size(entry) == d.size_bytes:
-                self._touch(d.hash)
-                variant = _PLAIN if entry & _PLAIN else _EXEC
-                wanted.append((i, self._path(d, variant), d.size_bytes))
+            variants = index.variants(d)
+            if variants:
+                index.touch(d)
+                variant = _PLAIN if variants & _PLAIN else _EXEC
+                wanted.append((i, index.path(d, variant), d.size_bytes))
             elif d.size_bytes == 0 and d.hash == empty:
                 result[i] = b""
         if not wanted:
@@ -388,7 +329,7 @@ class FilesystemStore:
         for group, datas in zip(groups, contents, strict=True):
             for (i, _, _), data in zip(group, datas, strict=True):
                 if data is None:
-                    self._forget(digests[i])
+                    self._index.forget(digests[i])
                 result[i] = data
         return result
 
@@ -407,8 +348,8 @@ class FilesystemStore:
         first: dict[str, int] = {}
         repeats: list[tuple[int, int]] = []
         for i, (digest, data) in enumerate(blobs):
-            if self._present(digest):
-                self._touch(digest.hash)
+            if digest in self._index:
+                self._index.touch(digest)
             elif digest.hash in first and blobs[first[digest.hash]][0] == digest:
                 repeats.append((i, first[digest.hash]))
             elif len(data) != digest.size_bytes:
@@ -435,15 +376,12 @@ class FilesystemStore:
         todo: list[int],
         results: list[LreError | None],
     ) -> None:
-        keys = [blobs[i][0].hash for i in todo]
-        total = sum(blobs[i][0].size_bytes for i in todo)
-        for key in keys:
-            self._busy[key] = self._busy.get(key, 0) + 1
-        reserved = 0
-        try:
+        index = self._index
+        digests = [blobs[i][0] for i in todo]
+        total = sum(d.size_bytes for d in digests)
+        with index.busy(digests):
             try:
-                await self._make_room(blobs[todo[0]][0], total)
-                reserved = total
+                await index.reserve(digests[0], total)
             except ResourceExhausted:
                 for i in todo:
                     digest, data = blobs[i]
@@ -452,40 +390,40 @@ class FilesystemStore:
                     except LreError as exc:
                         results[i] = exc
                 return
-            for key in keys:
-                await self._wait_deleting(key)
-            touched = self._take_touched_batch()
-            groups = [todo[g : g + _BATCH_FILES] for g in range(0, len(todo), _BATCH_FILES)]
-            outcomes: list[tuple[list[LreError | None], BaseException | None]] = [
-                ([], None) for _ in groups
-            ]
-
-            async def write_group(g: int) -> None:
-                items = [
-                    (blobs[i][0], blobs[i][1], self._path(blobs[i][0], _PLAIN)) for i in groups[g]
+            try:
+                for digest in digests:
+                    await index.wait_deleted(digest)
+                touched = index.touched_batch()
+                groups = [todo[g : g + _BATCH_FILES] for g in range(0, len(todo), _BATCH_FILES)]
+                outcomes: list[tuple[list[LreError | None], BaseException | None]] = [
+                    ([], None) for _ in groups
                 ]
-                batch_touched = touched if g == 0 else []
-                small = self._small_write(sum(len(data) for _, data, _ in items), batch_touched)
-                outcomes[g] = await self._run_maybe_inline(
-                    small, self._writer.write_files, items, batch_touched
-                )
 
-            await _each_group(len(groups), write_group)
-            failure: BaseException | None = None
-            for group, (errors, error) in zip(groups, outcomes, strict=True):
-                # ``errors`` is shorter than ``group`` only when ``error`` stopped it.
-                for i, outcome in zip(group, errors, strict=False):
-                    if outcome is None:
-                        self._added(blobs[i][0], _PLAIN)
-                    else:
-                        results[i] = outcome
-                failure = failure or error
-            if failure is not None:
-                raise failure
-        finally:
-            self._reserved_bytes -= reserved
-            for key in keys:
-                self._unbusy(key)
+                async def write_group(g: int) -> None:
+                    items = [
+                        (blobs[i][0], blobs[i][1], index.path(blobs[i][0], _PLAIN))
+                        for i in groups[g]
+                    ]
+                    batch_touched = touched if g == 0 else []
+                    small = self._small_write(sum(len(data) for _, data, _ in items), batch_touched)
+                    outcomes[g] = await self._run_maybe_inline(
+                        small, self._writer.write_files, items, batch_touched
+                    )
+
+                await _each_group(len(groups), write_group)
+                failure: BaseException | None = None
+                for group, (errors, error) in zip(groups, outcomes, strict=True):
+                    # ``errors`` is shorter than ``group`` only when ``error`` stopped it.
+                    for i, outcome in zip(group, errors, strict=False):
+                        if outcome is None:
+                            index.add(blobs[i][0], _PLAIN)
+                        else:
+                            results[i] = outcome
+                    failure = failure or error
+                if failure is not None:
+                    raise failure
+            finally:
+                index.unreserve(total)
 
     # ------------------------------------------------------------ extras
 
@@ -496,11 +434,11 @@ class FilesystemStore:
     def statistics(self) -> StoreStatistics:
         return StoreStatistics(
             blob_count=len(self._index),
-            stored_bytes=self._stored_bytes,
+            stored_bytes=self._index.stored_bytes,
             max_bytes=self.max_bytes,
             pinned_blobs=len(self._pins),
-            evicted_blobs=self._evicted_blobs,
-            evicted_bytes=self._evicted_bytes,
+            evicted_blobs=self._index.evicted_blobs,
+            evicted_bytes=self._index.evicted_bytes,
         )
 
     async def path_for_link(self, digest: Digest, executable: bool) -> str:
@@ -513,40 +451,7 @@ class FilesystemStore:
         when the new variant does not fit.
         """
         self._check_open()
-        want = _EXEC if executable else _PLAIN
-        entry = self._index.get(digest.hash)
-        if entry is None or _size(entry) != digest.size_bytes:
-            if digest != EMPTY_DIGEST:
-                await trio.lowlevel.checkpoint()
-                raise NotFound(f"blob {digest} is not in the CAS")
-            source = None
-        elif entry & want:
-            self._touch(digest.hash)
-            await trio.lowlevel.checkpoint()
-            return self._path(digest, want)
-        else:
-            source = self._path(digest, _PLAIN if entry & _PLAIN else _EXEC)
-        key = digest.hash
-        self._busy[key] = self._busy.get(key, 0) + 1
-        reserved = False
-        try:
-            await self._make_room(digest, digest.size_bytes)
-            reserved = True
-            await self._wait_deleting(key)
-            final = self._path(digest, want)
-            try:
-                await self._run(self._writer.copy_variant, digest, source, final, _MODES[want])
-            except FileNotFoundError:
-                self._forget(digest)
-                raise NotFound(f"blob {digest} is not in the CAS") from None
-            self._reserved_bytes -= digest.size_bytes
-            reserved = False
-            self._added(digest, want)
-            return final
-        finally:
-            if reserved:
-                self._reserved_bytes -= digest.size_bytes
-            self._unbusy(key)
+        return await self._variants.path_for_link(digest, executable)
 
     async def discard(self, digest: Digest, executable: bool) -> bool:
         """Forget ``digest`` and unlink its files because one was found altered.
@@ -563,23 +468,7 @@ class FilesystemStore:
         entry is gone (the blob is never served either way).
         """
         self._check_open()
-        entry = self._index.get(digest.hash)
-        if entry is None or _size(entry) != digest.size_bytes:
-            await trio.lowlevel.checkpoint()
-            return False
-        key = digest.hash
-        self._forget(digest)
-        paths = [self._path(digest, v) for v in (_PLAIN, _EXEC)]
-        done = trio.Event()
-        self._deleting[key] = done
-        try:
-            with trio.CancelScope(shield=True):
-                await self._run(unlink_all, paths)
-        finally:
-            if self._deleting.get(key) is done:
-                del self._deleting[key]
-            done.set()
-        return True
+        return await self._variants.discard(digest)
 
     async def adopt_file(
         self,
@@ -598,161 +487,16 @@ class FilesystemStore:
         ``ResourceExhausted`` when it does not fit.
         """
         self._check_open()
-        source = os.fspath(path)
-        actual = await self._run(hash_file, source)
-        if digest is not None and digest != actual:
-            raise InvalidArgument(f"output file {source!r} has digest {actual}, expected {digest}")
-        want = _EXEC if executable else _PLAIN
-        entry = self._index.get(actual.hash)
-        if entry is not None and _size(entry) == actual.size_bytes and entry & want:
-            self._touch(actual.hash)
-            await self._run(os.unlink, source)
-            return actual
-        self._check_fits(actual)
-        key = actual.hash
-        self._busy[key] = self._busy.get(key, 0) + 1
-        reserved = False
-        try:
-            await self._make_room(actual, actual.size_bytes)
-            reserved = True
-            await self._wait_deleting(key)
-            final = self._path(actual, want)
-            await self._run(self._writer.move_in, actual, source, final, _MODES[want])
-            self._reserved_bytes -= actual.size_bytes
-            reserved = False
-            self._added(actual, want)
-            return actual
-        finally:
-            if reserved:
-                self._reserved_bytes -= actual.size_bytes
-            self._unbusy(key)
+        return await self._variants.adopt_file(os.fspath(path), digest, executable)
 
-    # ------------------------------------------------------------ index
+    # ------------------------------------------------------------ helpers
 
     def _check_open(self) -> None:
         if not self._opened:
             raise RuntimeError("FilesystemStore used before open()")
 
-    def _path(self, digest: Digest, variant: int) -> str:
-        h = digest.hash
-        return f"{self.content_path}/{h[:2]}/{h}-{digest.size_bytes}{_SUFFIX[variant]}"
-
-    def _present(self, digest: Digest) -> bool:
-        entry = self._index.get(digest.hash)
-        return entry is not None and _size(entry) == digest.size_bytes
-
-    def _touch(self, key: str) -> None:
-        if key in self._index:
-            self._index.move_to_end(key)
-            self._touched.add(key)
-
-    def _added(self, digest: Digest, variant: int) -> None:
-        entry = self._index.get(digest.hash)
-        if entry is None:
-            self._index[digest.hash] = digest.size_bytes << 2 | variant
-            self._stored_bytes += digest.size_bytes
-        else:
-            if not entry & variant:
-                self._index[digest.hash] = entry | variant
-                self._stored_bytes += digest.size_bytes
-            self._index.move_to_end(digest.hash)
-        self._touched.discard(digest.hash)
-
-    def _forget(self, digest: Digest) -> None:
-        entry = self._index.pop(digest.hash, None)
-        if entry is not None:
-            self._stored_bytes -= _entry_bytes(entry)
-        self._touched.discard(digest.hash)
-
-    def _unbusy(self, key: str) -> None:
-        n = self._busy[key] - 1
-        if n:
-            self._busy[key] = n
-        else:
-            del self._busy[key]
-
-    def _check_fits(self, digest: Digest) -> None:
-        if digest.size_bytes > self.max_bytes:
-            raise ResourceExhausted(
-                f"blob {digest} is larger than the filesystem store's capacity "
-                f"of {self.max_bytes} bytes"
-            )
-
-    async def _make_room(self, digest: Digest, size: int) -> None:
-        """Reserve ``size`` bytes, evicting unpinned idle blobs if needed.
-
-        Raises ``ResourceExhausted`` (reserving nothing) when pinned or busy
-        blobs hold too much. Victims leave the index at once; their files
-        are unlinked in a shielded thread call.
-        """
-        used = self._stored_bytes + self._reserved_bytes
-        if used + size <= self.max_bytes:
-            self._reserved_bytes += size
-            return
-        excess = used + size - max(self.max_bytes - self.evict_bytes, 0)
-        victims: list[tuple[str, int]] = []
-        freed = 0
-        for key, entry in self._index.items():
-            if freed >= excess:
-                break
-            if key in self._busy or self._pins.is_pinned(key):
-                continue
-            victims.append((key, entry))
-            freed += _entry_bytes(entry)
-        if used - freed + size > self.max_bytes:
-            raise ResourceExhausted(
-                f"filesystem store is full: blob {digest} needs {size} bytes and "
-                f"{used - freed} of {self.max_bytes} bytes are held by pinned or busy blobs"
-            )
-        self._reserved_bytes += size
-        paths: list[str] = []
-        done = trio.Event()
-        for key, entry in victims:
-            del self._index[key]
-            self._touched.discard(key)
-            self._stored_bytes -= _entry_bytes(entry)
-            self._evicted_blobs += 1
-            self._evicted_bytes += _entry_bytes(entry)
-            self._deleting[key] = done
-            d = Digest(key, _size(entry))
-            paths.extend(self._path(d, v) for v in (_PLAIN, _EXEC) if entry & v)
-        if not victims:
-            return
-        try:
-            with trio.CancelScope(shield=True):
-                await self._run(unlink_all, paths)
-        except BaseException:
-            self._reserved_bytes -= size
-            raise
-        finally:
-            for key, _ in victims:
-                if self._deleting.get(key) is done:
-                    del self._deleting[key]
-            done.set()
-
-    async def _wait_deleting(self, key: str) -> None:
-        event = self._deleting.get(key)
-        while event is not None:
-            await event.wait()
-            event = self._deleting.get(key)
-
-    def _take_touched_batch(self) -> list[str]:
-        if len(self._touched) < _TOUCH_BATCH:
-            return []
-        return self._touched_paths()
-
-    def _touched_paths(self) -> list[str]:
-        paths: list[str] = []
-        for key in self._touched:
-            entry = self._index.get(key)
-            if entry is not None:
-                d = Digest(key, _size(entry))
-                paths.extend(self._path(d, v) for v in (_PLAIN, _EXEC) if entry & v)
-        self._touched.clear()
-        return paths
-
     async def _flush_touched(self) -> None:
-        paths = self._touched_paths()
+        paths = self._index.take_touched()
         if paths:
             await self._run(touch_all, paths)
         else:

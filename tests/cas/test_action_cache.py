@@ -127,7 +127,7 @@ async def test_incomplete_results_are_not_served(tmp_path: Path, evicted: str) -
     gone = digests[evicted]
     for path in (tmp_path / "cas").rglob(f"{gone.hash}*"):
         path.unlink()
-    cas._forget(gone)
+    cas._index.forget(gone)
     assert await cache.get_result(ACTION) is None
     with pytest.raises(MissingBlobs) as info:
         await cache.put_result(ACTION, result)

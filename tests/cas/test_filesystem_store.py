@@ -66,7 +66,7 @@ async def test_large_mismatch_leaves_no_temp_file(tmp_path: Path) -> None:
     assert content_files(tmp_path) == []
     assert store.statistics().stored_bytes == 0
     # The reservation was returned: the store can still fill up to max_bytes.
-    assert store._reserved_bytes == 0
+    assert store._index.reserved_bytes == 0
 
 
 async def test_restart_keeps_blobs_and_lru_order(tmp_path: Path) -> None:
@@ -80,7 +80,7 @@ async def test_restart_keeps_blobs_and_lru_order(tmp_path: Path) -> None:
 
     reopened = await open_store(tmp_path, max_bytes=1000)
     # (has_many would count as a use, so look without touching the order.)
-    assert [reopened._present(d) for d in digests] == [True, True, True]
+    assert [d in reopened._index for d in digests] == [True, True, True]
     assert reopened.statistics().stored_bytes == 900
     await write_bytes(reopened, b"\x07" * 300)  # evicts the least recently used: digests[1]
     assert await reopened.has_many(digests) == [300, None, 300]
@@ -167,7 +167,7 @@ async def test_cancelled_writer_leaves_nothing(tmp_path: Path) -> None:
     assert list((tmp_path / "tmp").iterdir()) == []
     assert content_files(tmp_path) == []
     assert await store.has_many([digest]) == [None]
-    assert store._reserved_bytes == 0 and store._busy == {}
+    assert store._index.reserved_bytes == 0 and not store._index.is_busy(digest)
 
 
 WRITER = textwrap.dedent(
@@ -396,7 +396,7 @@ def test_random_operations_keep_invariants(
         for op, i in ops:
             if op == "write":
                 pinned_present = sum(
-                    digests[j].size_bytes for j in pins if store._present(digests[j])
+                    digests[j].size_bytes for j in pins if digests[j] in store._index
                 )
                 try:
                     await write_bytes(store, blobs[i])

@@ -1,0 +1,116 @@
+"""``VariantFiles``: the worker's file hand-offs with ``FilesystemStore``.
+
+A blob can be stored as a plain file (mode 0o444) and as an executable one
+(0o555), each its own inode, so a hardlink to one never changes the mode of
+the other. This class is what the worker calls through the store:
+``path_for_link`` returns the file of the variant it wants, copying the
+other variant when that one is missing; ``adopt_file`` moves an action's
+output file into the store instead of copying its bytes; ``discard`` throws
+out a blob whose linked file an action altered. New files count against the
+store's ``max_bytes`` through its ``ContentIndex`` like any write.
+
+Failure: ``NotFound`` when the blob is absent (or its file vanished while
+being copied; it then leaves the index), ``ResourceExhausted`` when the new
+file does not fit or the disk is full (nothing partial is left),
+``InvalidArgument`` when an adopted file is not what its digest says (the
+file is left in place). Other ``OSError``s propagate.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TypeVar
+
+import trio
+
+from lre.cas._blob_files import EXEC_MODE, PLAIN_MODE, hash_file
+from lre.cas._blob_scan import EXEC_VARIANT, PLAIN_VARIANT
+from lre.cas._blob_writes import BlobWriter
+from lre.cas._content_index import ContentIndex
+from lre.digest import EMPTY_DIGEST, Digest
+from lre.errors import InvalidArgument, NotFound
+
+T = TypeVar("T")
+
+_MODES = {PLAIN_VARIANT: PLAIN_MODE, EXEC_VARIANT: EXEC_MODE}
+
+
+class VariantFiles:
+    """Link paths, adoption and discards for the blobs of ``index``.
+
+    ``FilesystemStore`` documents the three calls; file work runs through
+    ``writer`` in threads of ``limiter``.
+    """
+
+    def __init__(
+        self, index: ContentIndex, writer: BlobWriter, limiter: trio.CapacityLimiter
+    ) -> None:
+        self._index = index
+        self._writer = writer
+        self._limiter = limiter
+
+    async def path_for_link(self, digest: Digest, executable: bool) -> str:
+        """The file of ``digest``'s wanted variant, copied from the other if needed."""
+        index = self._index
+        want = EXEC_VARIANT if executable else PLAIN_VARIANT
+        variants = index.variants(digest)
+        if not variants:
+            if digest != EMPTY_DIGEST:
+                await trio.lowlevel.checkpoint()
+                raise NotFound(f"blob {digest} is not in the CAS")
+            source = None
+        elif variants & want:
+            index.touch(digest)
+            await trio.lowlevel.checkpoint()
+            return index.path(digest, want)
+        else:
+            source = index.path(digest, PLAIN_VARIANT if variants & PLAIN_VARIANT else EXEC_VARIANT)
+        with index.busy([digest]):
+            await index.reserve(digest, digest.size_bytes)
+            try:
+                await index.wait_deleted(digest)
+                final = index.path(digest, want)
+                try:
+                    await self._run(self._writer.copy_variant, digest, source, final, _MODES[want])
+                except FileNotFoundError:
+                    index.forget(digest)
+                    raise NotFound(f"blob {digest} is not in the CAS") from None
+                index.add(digest, want)
+                return final
+            finally:
+                index.unreserve(digest.size_bytes)
+
+    async def discard(self, digest: Digest) -> bool:
+        """Drop ``digest`` and unlink both variants; False when it was not stored."""
+        if digest not in self._index:
+            await trio.lowlevel.checkpoint()
+            return False
+        await self._index.remove(digest)
+        return True
+
+    async def adopt_file(self, source: str, digest: Digest | None, executable: bool) -> Digest:
+        """Hash ``source`` and move it in as the wanted variant; its digest."""
+        index = self._index
+        actual = await self._run(hash_file, source)
+        if digest is not None and digest != actual:
+            raise InvalidArgument(f"output file {source!r} has digest {actual}, expected {digest}")
+        want = EXEC_VARIANT if executable else PLAIN_VARIANT
+        if index.variants(actual) & want:
+            index.touch(actual)
+            await self._run(os.unlink, source)
+            return actual
+        index.check_fits(actual)
+        with index.busy([actual]):
+            await index.reserve(actual, actual.size_bytes)
+            try:
+                await index.wait_deleted(actual)
+                final = index.path(actual, want)
+                await self._run(self._writer.move_in, actual, source, final, _MODES[want])
+                index.add(actual, want)
+                return actual
+            finally:
+                index.unreserve(actual.size_bytes)
+
+    async def _run(self, fn: Callable[..., T], *args: object) -> T:
+        return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
