@@ -90,27 +90,50 @@ class VariantFiles:
         return True
 
     async def adopt_file(self, source: str, digest: Digest | None, executable: bool) -> Digest:
-        """Hash ``source`` and move it in as the wanted variant; its digest."""
+        """Move ``source`` in as the wanted variant and return its digest.
+
+        With ``digest`` known (the worker hashed the output while collecting
+        it), the file is hashed again and moved in (or unlinked, when the
+        blob is already stored) in the same thread call, one round trip
+        instead of two. Without it the file is hashed first.
+        """
         index = self._index
-        actual = await self._run(hash_file, source)
-        if digest is not None and digest != actual:
-            raise InvalidArgument(f"output file {source!r} has digest {actual}, expected {digest}")
         want = EXEC_VARIANT if executable else PLAIN_VARIANT
-        if index.variants(actual) & want:
-            index.touch(actual)
-            await self._run(os.unlink, source)
-            return actual
-        index.check_fits(actual)
-        with index.busy([actual]):
-            await index.reserve(actual, actual.size_bytes)
+        expected = digest
+        if digest is None:
+            digest = await self._run(hash_file, source)
+        if index.variants(digest) & want:
+            index.touch(digest)
+            if expected is None:
+                await self._run(os.unlink, source)
+            else:
+                await self._run(self._check_and_move, source, digest, None, 0)
+            return digest
+        index.check_fits(digest)
+        with index.busy([digest]):
+            await index.reserve(digest, digest.size_bytes)
             try:
-                await index.wait_deleted(actual)
-                final = index.path(actual, want)
-                await self._run(self._writer.move_in, actual, source, final, _MODES[want])
-                index.add(actual, want)
-                return actual
+                await index.wait_deleted(digest)
+                final = index.path(digest, want)
+                if expected is None:
+                    await self._run(self._writer.move_in, digest, source, final, _MODES[want])
+                else:
+                    await self._run(self._check_and_move, source, digest, final, _MODES[want])
+                index.add(digest, want)
+                return digest
             finally:
-                index.unreserve(actual.size_bytes)
+                index.unreserve(digest.size_bytes)
+
+    def _check_and_move(self, source: str, digest: Digest, final: str | None, mode: int) -> None:
+        """(thread) Hash ``source``, refuse it (left in place) unless it is
+        ``digest``, then move it to ``final``, or unlink it when None."""
+        actual = hash_file(source)
+        if actual != digest:
+            raise InvalidArgument(f"output file {source!r} has digest {actual}, expected {digest}")
+        if final is None:
+            os.unlink(source)
+        else:
+            self._writer.move_in(digest, source, final, mode)
 
     async def _run(self, fn: Callable[..., T], *args: object) -> T:
         return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)

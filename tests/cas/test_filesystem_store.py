@@ -298,6 +298,12 @@ async def test_adopt_file_moves_outputs_in(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgument, match="expected"):
         await store.adopt_file(out, digest)
     assert out.read_bytes() == b"other"
+    # ... also when the claimed blob is not stored yet: nothing is stored.
+    claimed = digest_of(b"claimed")
+    with pytest.raises(InvalidArgument, match="expected"):
+        await store.adopt_file(out, claimed)
+    assert out.read_bytes() == b"other"
+    assert await store.has_many([claimed]) == [None]
 
     os.symlink(out, tmp_path / "link")
     with pytest.raises(InvalidArgument, match="symlink"):
