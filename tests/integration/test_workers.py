@@ -42,7 +42,7 @@ def two_worker_config(root: Path) -> str:
     {{ listener: {{ address: "127.0.0.1:0" }},
       instances: [{{ instance_name: "*", cas_store: "cas", ac_store: "ac", scheduler: "main" }}] }},
   ],
-  global: {{ state_dir: "{root}/state" }},
+  global: {{ state_dir: "{root}/state", status: {{ address: "" }} }},
 }}
 """
 
