@@ -272,14 +272,21 @@ class ContentIndex:
             self._reserved_bytes -= size
             raise
 
+    def oversize_error(self, digest: Digest) -> ResourceExhausted | None:
+        """The error for ``digest`` when it is larger than the whole store (no
+        eviction could make room for it), else None."""
+        if digest.size_bytes <= self.max_bytes:
+            return None
+        return ResourceExhausted(
+            f"blob {digest} is larger than the filesystem store's capacity "
+            f"of {self.max_bytes} bytes"
+        )
+
     def check_fits(self, digest: Digest) -> None:
-        """Raise ``ResourceExhausted`` when ``digest`` is larger than the whole
-        store (no eviction could make room for it)."""
-        if digest.size_bytes > self.max_bytes:
-            raise ResourceExhausted(
-                f"blob {digest} is larger than the filesystem store's capacity "
-                f"of {self.max_bytes} bytes"
-            )
+        """Raise ``oversize_error(digest)`` if there is one."""
+        error = self.oversize_error(digest)
+        if error is not None:
+            raise error
 
     def unreserve(self, size: int) -> None:
         """Give back ``size`` bytes of a ``reserve``."""

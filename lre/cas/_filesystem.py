@@ -354,11 +354,8 @@ class FilesystemStore:
                 repeats.append((i, first[digest.hash]))
             elif len(data) != digest.size_bytes:
                 results[i] = blob_mismatch(digest, len(data), "")
-            elif digest.size_bytes > self.max_bytes:
-                results[i] = ResourceExhausted(
-                    f"blob {digest} is larger than the filesystem store's capacity "
-                    f"of {self.max_bytes} bytes"
-                )
+            elif (oversize := self._index.oversize_error(digest)) is not None:
+                results[i] = oversize
             elif digest.size_bytes:
                 first.setdefault(digest.hash, i)
                 todo.append(i)
