@@ -63,7 +63,7 @@ from lre.scheduler._model import ActionKey, OperationSnapshot, RequestInfo, Stag
 from lre.scheduler._names import new_operation_name, parse_operation_name
 from lre.scheduler._scheduler import Scheduler
 from lre.scheduler._statistics import SchedulerStatistics
-from lre.scheduler._watch import OperationWatch
+from lre.scheduler._watch import OperationWatch, attach_watcher, detach_watcher
 
 log = logging.getLogger(__name__)
 
@@ -460,23 +460,15 @@ class ForwardScheduler:
         self._complete(op, error=Cancelled(f"operation {op.name}: {reason}"))
 
     def _attach(self, op: _Op) -> None:
-        op.watchers += 1
-        op.abandon_token += 1
+        attach_watcher(op)
 
     def _detach(self, op: _Op) -> None:
-        op.watchers -= 1
-        if op.watchers > 0 or op.done:
-            return
-        op.abandon_token += 1
-        if self._detach_grace_s <= 0 or self._nursery is None:
-            self._cancel(op, "no client is watching it any more")
-        else:
-            self._nursery.start_soon(self._abandon_later, op, op.abandon_token)
-
-    async def _abandon_later(self, op: _Op, token: int) -> None:
-        await trio.sleep(self._detach_grace_s)
-        if op.abandon_token == token and op.watchers == 0 and not op.done:
-            self._cancel(op, "no client is watching it any more")
+        detach_watcher(
+            op,
+            self._detach_grace_s,
+            self._nursery,
+            lambda: self._cancel(op, "no client is watching it any more"),
+        )
 
     def _sweep(self) -> None:
         now = trio.current_time()

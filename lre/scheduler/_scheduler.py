@@ -75,7 +75,7 @@ from lre.scheduler._queue import RunQueue
 from lre.scheduler._records import LeaseRecord, OperationState, WorkerState
 from lre.scheduler._sizing import escalate, record_usage
 from lre.scheduler._statistics import SchedulerStatistics, collect_statistics, completion_kind
-from lre.scheduler._watch import OperationWatch
+from lre.scheduler._watch import OperationWatch, attach_watcher, detach_watcher
 
 log = logging.getLogger(__name__)
 
@@ -360,26 +360,18 @@ class Scheduler:
         return op
 
     def _attach(self, op: OperationState) -> None:
-        op.watchers += 1
-        op.abandon_token += 1
+        attach_watcher(op)
 
     def _snapshot(self, op: OperationState) -> OperationSnapshot:
         return op.snapshot()
 
     def _detach(self, op: OperationState) -> None:
-        op.watchers -= 1
-        if op.watchers > 0 or op.done:
-            return
-        op.abandon_token += 1
-        if self._detach_grace_s <= 0 or self._nursery is None:
-            self._cancel(op, "no client is watching it any more")
-        else:
-            self._nursery.start_soon(self._abandon_later, op, op.abandon_token)
-
-    async def _abandon_later(self, op: OperationState, token: int) -> None:
-        await trio.sleep(self._detach_grace_s)
-        if op.abandon_token == token and op.watchers == 0 and not op.done:
-            self._cancel(op, "no client is watching it any more")
+        detach_watcher(
+            op,
+            self._detach_grace_s,
+            self._nursery,
+            lambda: self._cancel(op, "no client is watching it any more"),
+        )
 
     def _cancel(self, op: OperationState, reason: str) -> None:
         if op.done:

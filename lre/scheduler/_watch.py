@@ -2,11 +2,14 @@
 
 Both schedulers hand these out (``Scheduler.watch`` and
 ``ForwardScheduler.watch``); each is the watch's ``WatchOwner``, which counts
-watchers and builds snapshots of its own kind of operation record.
+watchers and builds snapshots of its own kind of operation record. Both
+count watchers with ``attach_watcher`` / ``detach_watcher``: an operation
+nobody watches any more is cancelled, at once or after a grace period.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import TracebackType
 from typing import Generic, Protocol, TypeVar
 
@@ -33,6 +36,48 @@ class WatchOwner(Protocol[OpT_contra]):
     def _detach(self, op: OpT_contra) -> None: ...
 
     def _snapshot(self, op: OpT_contra) -> OperationSnapshot: ...
+
+
+class Watched(Protocol):
+    """The watcher bookkeeping of an operation record."""
+
+    watchers: int
+    #: Bumped whenever watchers come or go, so a pending abandon can tell
+    #: that a client came back in between.
+    abandon_token: int
+
+    @property
+    def done(self) -> bool: ...
+
+
+def attach_watcher(op: Watched) -> None:
+    """Count one more watcher of ``op`` (and void any pending abandon)."""
+    op.watchers += 1
+    op.abandon_token += 1
+
+
+def detach_watcher(
+    op: Watched, grace_s: float, nursery: trio.Nursery | None, cancel: Callable[[], None]
+) -> None:
+    """Count one watcher less; when none is left and ``op`` is not done, call
+    ``cancel`` at once (``grace_s`` <= 0 or no ``nursery``) or after
+    ``grace_s`` seconds in ``nursery``, unless a watcher came back or the
+    operation finished meanwhile."""
+    op.watchers -= 1
+    if op.watchers > 0 or op.done:
+        return
+    op.abandon_token += 1
+    if grace_s <= 0 or nursery is None:
+        cancel()
+        return
+    token = op.abandon_token
+
+    async def abandon_later() -> None:
+        await trio.sleep(grace_s)
+        if op.abandon_token == token and op.watchers == 0 and not op.done:
+            cancel()
+
+    nursery.start_soon(abandon_later)
 
 
 class OperationWatch(Generic[OpT]):
