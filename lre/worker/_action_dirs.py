@@ -19,7 +19,11 @@ costs more CPU than the calls themselves. ``ActionDirectories`` therefore:
   back into the stock with those directories listed in ``existing``, for
   the next action's staging to reuse. An action that leaves nothing behind
   costs no new inode at all, and one whose tree looks like the previous
-  one's costs only the directories that differ. Anything else is removed.
+  one's costs only the directories that differ. Up to twice the stock is
+  kept this way, so that a burst larger than the stock comes back as ready
+  directories instead of being removed now and made again at the next
+  burst, and ``take()`` on an empty stock waits for a batch that is
+  recycling rather than making a new one. Anything else is removed.
   When ``run`` stops (worker shutdown) it removes the queue and the stock,
   shielded.
 
@@ -85,6 +89,8 @@ class ActionDirectories:
         self._stock: list[ActionDirectory] = []
         self._trash: list[ActionDirectory] = []
         self._wake = trio.Event()
+        self._refilled = trio.Event()
+        self._in_batch = False
         self._running = False
         self._batches = 0
         self._recycled = 0
@@ -112,8 +118,16 @@ class ActionDirectories:
     async def take(self) -> ActionDirectory:
         """An empty action directory with an empty ``root/`` inside.
 
-        Raises ``OSError`` when one cannot be made (disk full, permissions).
+        When the stock is empty while released directories are waiting to
+        be recycled (or a batch is recycling them), this waits for that batch
+        rather than making a new directory: a new one has none of the
+        directories the next staging could reuse, and would later be one too
+        many and be removed. Raises ``OSError`` when one cannot be made (disk
+        full, permissions).
         """
+        while not self._stock and self._running and (self._trash or self._in_batch):
+            self._wake.set()
+            await self._refilled.wait()
         if self._stock:
             path = self._stock.pop()
             if len(self._stock) < self.stock_size // 2:
@@ -142,14 +156,21 @@ class ActionDirectories:
                 self._wake = trio.Event()
                 trash, self._trash = self._trash, []
                 wanted = self.stock_size - len(self._stock)
+                keep = 2 * self.stock_size - len(self._stock)
                 self._batches += 1
+                self._in_batch = True
                 # Shielded: a cancellation arriving during the thread call would
                 # otherwise drop the directories it made, leaving them on disk.
                 with trio.CancelScope(shield=True):
-                    made = await trio.to_thread.run_sync(self._batch, trash, wanted)
+                    made = await trio.to_thread.run_sync(self._batch, trash, wanted, keep)
                 self._stock.extend(made)  # takes meanwhile only shrank the stock
+                self._in_batch = False
+                self._refilled.set()
+                self._refilled = trio.Event()
         finally:
             self._running = False
+            self._in_batch = False
+            self._refilled.set()  # takers waiting for a batch make their own
             trash = self._trash + self._stock
             self._trash, self._stock = [], []
             with trio.CancelScope(shield=True):
@@ -162,12 +183,15 @@ class ActionDirectories:
         os.mkdir(directory.root, 0o755)
         return directory
 
-    def _batch(self, trash: list[ActionDirectory], wanted: int) -> list[ActionDirectory]:
-        """Recycle or remove ``trash``, then make directories up to ``wanted``."""
+    def _batch(self, trash: list[ActionDirectory], wanted: int, keep: int) -> list[ActionDirectory]:
+        """Recycle up to ``keep`` of ``trash`` and remove the rest, then make
+        new directories until there are ``wanted``. (Recycling more than the
+        stock needs is cheaper than removing a directory now and making one
+        at the next burst.)"""
         ready: list[ActionDirectory] = []
         removing: list[ActionDirectory] = []
         for directory in trash:
-            recycled = _recycle(directory) if len(ready) < wanted else None
+            recycled = _recycle(directory) if len(ready) < keep else None
             if recycled is not None:
                 ready.append(recycled)
             else:

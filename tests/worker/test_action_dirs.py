@@ -116,3 +116,44 @@ async def test_recycled_root_keeps_its_directories_and_lists_them(tmp_path: Path
             await dirs.release(again)
             await settle(dirs, 1)
             assert (await dirs.take()).existing == {"src", "src/lib", "out"}
+
+
+async def test_bursts_are_served_by_recycled_directories(tmp_path: Path) -> None:
+    # Bursts of six actions against a stock of 4. Once the first burst has
+    # come back, twice the stock is kept, so later bursts of the same size
+    # neither make nor remove a directory.
+    with WorkDirectory.open(tmp_path, "w") as workdir:
+        async with janitor(workdir, stock=4) as dirs:
+            await settle(dirs, 4)
+            first = [await dirs.take() for _ in range(6)]
+            for taken in first:
+                (taken.root / "pkg").mkdir(mode=0o755)
+                await dirs.release(taken)
+            await settle(dirs, 6)
+            names = entries(workdir)
+            assert 6 <= len(names) <= 8
+            for _ in range(3):
+                burst = [await dirs.take() for _ in range(6)]
+                for taken in burst:
+                    await dirs.release(taken)
+                await settle(dirs, 6)
+                assert entries(workdir) == names
+            # One at a time with the releases queued behind the takes: each
+            # take waits for the recycling batch, none makes a directory.
+            for _ in range(10):
+                taken = await dirs.take()
+                await dirs.release(taken)
+            await settle(dirs, 6)
+            assert entries(workdir) == names
+
+
+async def test_a_take_waits_for_the_running_batch_instead_of_making_one(tmp_path: Path) -> None:
+    with WorkDirectory.open(tmp_path, "w") as workdir:
+        async with janitor(workdir, stock=1) as dirs:
+            await settle(dirs, 1)
+            taken = await dirs.take()
+            await dirs.release(taken)  # queued; the stock is empty until it is recycled
+            assert dirs.ready == 0
+            again = await dirs.take()
+            assert again.path == taken.path
+            assert entries(workdir) == {taken.path.name}
