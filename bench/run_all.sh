@@ -43,12 +43,13 @@ declare -A BENCH=(
   [firehose]="$PY bench/bench_firehose.py --actions 2000"
   [runnable]="$PY bench/firehose_runnable.py --actions 300"
   [bazel]="bazel_bench"
+  [replay]="$PY bench/bench_replay.py --rounds 8"
   [upstream]="$PY bench/bench_upstream.py --reps 5"
   [fuzz]="$PY bench/fuzz_parsers.py"
   [crash]="$PY bench/crash_cycles.py --cycles 50"
   [soak]="$PY bench/soak.py --seconds 120"
 )
-ORDER=(sampler stores cas execute worker grpc_floor memory rustc firehose runnable bazel upstream fuzz crash soak)
+ORDER=(sampler stores cas execute worker grpc_floor memory rustc firehose runnable bazel replay upstream fuzz crash soak)
 (($#)) && ORDER=("$@")
 
 for name in "${ORDER[@]}"; do
