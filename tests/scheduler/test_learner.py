@@ -63,6 +63,14 @@ def test_numbers_hashes_and_values_are_abstracted() -> None:
     assert a == b
 
 
+def test_text_with_any_whitespace_is_abstracted() -> None:
+    # Tabs, newlines and Unicode spaces count as spaces, like str.isspace().
+    texts = ["two words", "tab\there", "line\nbreak", "no\u00a0break", "ideo\u3000space"]
+    keys = {kind_key("", "", ["tool", "--message", text]) for text in texts}
+    assert len(keys) == 1
+    assert kind_key("", "", ["tool", "--message", "oneword"]) not in keys
+
+
 def test_interpreters_are_keyed_by_script() -> None:
     gen = kind_key("", "", ["python3", "tools/gen.py", "out/x.h"])
     other = kind_key("", "", ["python3", "tools/other.py", "out/x.h"])
