@@ -192,15 +192,20 @@ class ReapiClient:
         await self.upload([command_bytes, self.empty_dir, action_bytes])
         return digest_of(action_bytes)
 
-    async def execute(self, action_digest: re_pb2.Digest) -> re_pb2.ExecuteResponse:
-        """Execute and wait for the final response. gRPC errors propagate as
+    async def execute(
+        self,
+        action_digest: re_pb2.Digest,
+        metadata: Sequence[tuple[str, str | bytes]] | None = None,
+    ) -> re_pb2.ExecuteResponse:
+        """Execute and wait for the final response (``metadata``: gRPC headers
+        to send, e.g. a RequestMetadata). gRPC errors propagate as
         ``grpc.aio.AioRpcError``; an operation ending in an error carries it in
         ``ExecuteResponse.status``."""
         request = re_pb2.ExecuteRequest(
             instance_name=self.instance, action_digest=action_digest, skip_cache_lookup=True
         )
         last: operations_pb2.Operation | None = None
-        async for operation in self.execution.Execute(request):
+        async for operation in self.execution.Execute(request, metadata=metadata):
             last = operation
             if operation.done:
                 break

@@ -6,7 +6,8 @@ lre. This bench records the actions of one build of the generated C
 workspace (tests/e2e/_workspace.py) through an lre, then sends them again
 itself, the way Bazel does: per action a FindMissingBlobs naming the whole
 input tree, an Execute with ``skip_cache_lookup`` and a ByteStream Read of
-the smallest output (the ``.d`` file for a compile). It reports lre's CPU
+the smallest output (the ``.d`` file for a compile), each call carrying a
+RequestMetadata header like Bazel's (tool, action id, mnemonic, target). It reports lre's CPU
 (the server process, not its actions) per action, in three variants, each
 round running all three in turn (order reversed every other round):
 
@@ -43,6 +44,7 @@ from _client import LreProcess, ReapiClient, local_config
 from bench_bazel_ab import remote_flags
 
 from lre.proto import bs_grpc, bs_pb2, re_pb2
+from lre.service import REQUEST_METADATA_KEY
 from tests.e2e._bazel import BazelSession
 from tests.e2e._workspace import generate_workspace
 
@@ -50,11 +52,38 @@ VARIANTS = ("build", "true", "true-empty")
 
 
 class Plan:
-    """One action to replay: its digest and the digests FindMissingBlobs names."""
+    """One action to replay: its digest, the digests FindMissingBlobs names
+    and the gRPC headers every call for it sends."""
 
-    def __init__(self, action: re_pb2.Digest, tree: list[re_pb2.Digest]) -> None:
+    def __init__(
+        self,
+        action: re_pb2.Digest,
+        tree: list[re_pb2.Digest],
+        metadata: tuple[tuple[str, bytes], ...],
+    ) -> None:
         self.action = action
         self.tree = tree
+        self.metadata = metadata
+
+
+def _bazel_metadata(
+    action: re_pb2.Digest, command: re_pb2.Command
+) -> tuple[tuple[str, bytes], ...]:
+    """The RequestMetadata header Bazel 4 sends with every call for an action
+    (mnemonic and target guessed from the command: compile or link, and the
+    package of its first output)."""
+    outputs = list(command.output_paths) or list(command.output_files)
+    package = outputs[0].split("/bin/", 1)[-1].split("/", 1)[0] if outputs else "pkg"
+    meta = re_pb2.RequestMetadata(
+        tool_details=re_pb2.ToolDetails(tool_name="bazel", tool_version="4.2.3"),
+        action_id=action.hash,
+        tool_invocation_id="replay",
+        correlated_invocations_id="replay",
+        action_mnemonic="CppCompile" if "-c" in command.arguments else "CppLink",
+        target_id=f"//{package}:{package}",
+        configuration_id="k8-fastbuild",
+    )
+    return ((REQUEST_METADATA_KEY, meta.SerializeToString()),)
 
 
 async def _read_blobs(client: ReapiClient, digests: list[re_pb2.Digest]) -> list[bytes]:
@@ -86,8 +115,9 @@ async def _plans(client: ReapiClient, keys: list[re_pb2.Digest]) -> dict[str, li
             for sub in directory.directories:
                 tree.append(sub.digest)
                 pending.append(sub.digest)
-        plans["build"].append(Plan(key, tree))
         command = re_pb2.Command.FromString(command_bytes)
+        metadata = _bazel_metadata(key, command)
+        plans["build"].append(Plan(key, tree, metadata))
         del command.arguments[:]
         command.arguments.append("/bin/true")
         (true_command,) = await client.upload([command.SerializeToString()])
@@ -98,7 +128,9 @@ async def _plans(client: ReapiClient, keys: list[re_pb2.Digest]) -> dict[str, li
             changed.input_root_digest.CopyFrom(root)
             (digest,) = await client.upload([changed.SerializeToString()])
             names = tree[3:] if variant == "true" else []
-            plans[variant].append(Plan(digest, [digest, true_command, root, *names]))
+            plans[variant].append(
+                Plan(digest, [digest, true_command, root, *names], _bazel_metadata(digest, command))
+            )
     return plans
 
 
@@ -111,16 +143,20 @@ async def _round(client: ReapiClient, plans: list[Plan], inflight: int) -> None:
             await client.cas.FindMissingBlobs(
                 re_pb2.FindMissingBlobsRequest(
                     instance_name=client.instance, blob_digests=plan.tree
-                )
+                ),
+                metadata=plan.metadata,
             )
-            response = await client.execute(plan.action)
+            response = await client.execute(plan.action, plan.metadata)
             if response.status.code != 0 or response.result.exit_code != 0:
                 raise RuntimeError(f"action {plan.action.hash} failed: {response}")
             outputs = sorted(response.result.output_files, key=lambda o: o.digest.size_bytes)
             if outputs:
                 d = outputs[0].digest
                 name = f"{client.instance}/blobs/{d.hash}/{d.size_bytes}".lstrip("/")
-                async for _ in byte_stream.Read(bs_pb2.ReadRequest(resource_name=name)):
+                read = byte_stream.Read(
+                    bs_pb2.ReadRequest(resource_name=name), metadata=plan.metadata
+                )
+                async for _ in read:
                     pass
 
     await asyncio.gather(*(loop() for _ in range(inflight)))
