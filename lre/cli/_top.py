@@ -4,6 +4,10 @@ Both read ``/api/v1/stats`` from the status listener at ``--address``,
 default ``global.status.address`` of the effective config (``--config`` or
 the embedded default). ``q`` or Ctrl-C leaves ``lre top``; the server keeps
 running.
+
+The dashboard's modules (``lre.tui``, ``lre.app``, Trio, rich) are imported
+when one of these commands runs, not when the command line starts: importing
+them takes about a second, which every other ``lre`` command would pay.
 """
 
 from __future__ import annotations
@@ -13,14 +17,10 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
-import trio
 import typer
-from rich.console import Console
 
-from lre.app._snapshot import ProcessSnapshot
 from lre.cli._app import app
 from lre.cli._config_cmd import load_or_default
-from lre.tui import RemoteSnapshots, fetch_snapshot_json, render_dashboard, run_dashboard
 
 AddressOption = Annotated[
     str | None,
@@ -62,6 +62,10 @@ def top(
     ] = 4.0,
 ) -> None:
     """Live dashboard of a running lre; q or Ctrl-C leaves (the server keeps running)."""
+    import trio
+
+    from lre.tui import RemoteSnapshots, run_dashboard
+
     target = status_address(address, config)
     if not sys.stdout.isatty():
         typer.echo("lre top needs a terminal; use `lre stats --json` in scripts", err=True)
@@ -91,6 +95,11 @@ def stats(
 
     Exits with status 1 when lre cannot be reached or answers badly.
     """
+    from rich.console import Console
+
+    from lre.app._snapshot import ProcessSnapshot
+    from lre.tui import fetch_snapshot_json, render_dashboard
+
     target = status_address(address, config)
     try:
         data = fetch_snapshot_json(target)

@@ -142,3 +142,15 @@ def test_python_dash_m_lre(tmp_path: Path) -> None:
     )
     assert show.returncode == 0, show.stderr
     assert json5.loads(show.stdout)["servers"][0]["listener"]["address"] == "127.0.0.1:50051"
+
+
+def test_the_command_line_starts_without_the_server_modules() -> None:
+    # `lre status`, `lre down`, `lre --help` and the like must not pay for
+    # importing the server (about a second here): only `lre up`, `top` and
+    # `stats` import it, when they run.
+    heavy = ["trio", "grpc", "google.protobuf", "lre.cas", "lre.app", "lre.tui", "lre.service"]
+    code = f"import sys, lre.cli; print(','.join(m for m in {heavy!r} if m in sys.modules))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert out.stdout.strip() == ""
