@@ -11,11 +11,15 @@ from 1 up renders without error.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 from rich import box
-from rich.console import Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.constrain import Constrain
 from rich.panel import Panel
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
@@ -209,46 +213,89 @@ def _cell(action: InflightAction, name: str) -> Text:
 
 
 def _inflight(snapshot: ProcessSnapshot, width: int, max_rows: int | None) -> RenderableType:
+    """The in-flight table as one Text per line.
+
+    Laid out as a rich ``Table`` with ``box.SIMPLE_HEAD`` would lay out these
+    fixed-width, unwrapped, ellipsis-cropped columns (title, header, a rule,
+    rows; three cells between columns), but built directly: rich's table
+    measures and pads every cell on every frame, ~1.5 ms per row here, which
+    at four frames a second cost more CPU than some actions."""
     actions = sorted(snapshot.inflight, key=lambda a: (-a.elapsed_s, a.operation))
     columns = _fit_columns(width)
-    table = Table(
-        box=box.SIMPLE_HEAD,
-        padding=(0, 1),
-        pad_edge=False,
-        show_edge=False,
-        title=f"In flight ({len(actions)})",
-        title_justify="left",
-        title_style="bold",
-    )
-    for column in columns:
-        table.add_column(
-            _TITLES[column.name],
-            width=column.width,
-            justify=column.justify,  # type: ignore[arg-type]
-            no_wrap=True,
-            overflow="ellipsis",
-        )
+    if len(columns) == 1 and columns[0].width > width:  # narrower than one column
+        columns = [dataclasses.replace(columns[0], width=width)]
+    total = sum(c.width for c in columns) + 3 * (len(columns) - 1)
+    title = Text(f"In flight ({len(actions)})", style="bold", justify="left")
+    header = _row([Text(_TITLES[c.name]) for c in columns], columns, style="bold")
+    rule = Text("─" * total, no_wrap=True, overflow="crop")
+    lines: list[RenderableType] = [Constrain(title, total), header, rule]
     shown = actions
     hidden = 0
     if max_rows is not None and len(actions) > max_rows:
         keep = max(0, max_rows - 1)
         shown, hidden = actions[:keep], len(actions) - keep
     for action in shown:
-        table.add_row(*(_cell(action, column.name) for column in columns))
+        lines.append(_row([_cell(action, c.name) for c in columns], columns))
     if hidden:
-        table.add_row(Text(f"… {hidden} more", style="grey50"))
+        lines.append(_row([Text(f"… {hidden} more", style="grey50")], columns))
     if not actions:
-        table.add_row(Text("nothing running", style="grey50"))
-    return table
+        lines.append(_row([Text("nothing running", style="grey50")], columns))
+    return Group(*lines)
+
+
+def _row(cells: list[Text], columns: list[_Column], style: str = "") -> Text:
+    """One table line: ``cells`` cropped and justified to their columns'
+    widths, missing trailing cells blank."""
+    line = Text(style=style, no_wrap=True, overflow="crop", end="\n")
+    for index, column in enumerate(columns):
+        if index:
+            line.append("   ")
+        cell = cells[index].copy() if index < len(cells) else Text()
+        cell.truncate(column.width, overflow="ellipsis")
+        cell.align(column.justify, column.width)  # type: ignore[arg-type]
+        line.append_text(cell)
+    return line
 
 
 # ---------------------------------------------------------------------- queue, events
+
+
+class _Memo:
+    """A renderable drawn by ``build()``, whose rendered lines are kept for
+    the next frames with the same ``key`` and console width: the queue and
+    event tables change a few times a minute, and rich takes milliseconds
+    to lay out a table. ``key`` must determine everything ``build`` draws.
+    Up to ``_MEMO_SIZE`` renderings are kept (module-wide, so the dashboard
+    of ``lre up`` and of ``lre top`` share it harmlessly)."""
+
+    def __init__(self, key: Hashable, build: Callable[[], RenderableType]) -> None:
+        self._key = key
+        self._build = build
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        key = (self._key, options.max_width, console.color_system, options.ascii_only)
+        lines = _MEMO.pop(key, None)
+        if lines is None:
+            lines = console.render_lines(self._build(), options, pad=False, new_lines=True)
+        _MEMO[key] = lines  # most recent last
+        while len(_MEMO) > _MEMO_SIZE:
+            del _MEMO[next(iter(_MEMO))]
+        for line in lines:
+            yield from line
+
+
+_MEMO_SIZE = 8
+_MEMO: dict[Hashable, list[list[Segment]]] = {}
 
 
 def _queued(snapshot: ProcessSnapshot, max_rows: int) -> RenderableType | None:
     if not snapshot.queued_by_platform:
         return None
     items = sorted(snapshot.queued_by_platform.items(), key=lambda kv: (-kv[1], kv[0]))
+    return _Memo(("queued", max_rows, tuple(items)), lambda: _queued_table(items, max_rows))
+
+
+def _queued_table(items: list[tuple[str, int]], max_rows: int) -> RenderableType:
     table = Table(
         box=None,
         padding=(0, 1),
@@ -281,6 +328,20 @@ def _events(snapshot: ProcessSnapshot, width: int, max_rows: int) -> RenderableT
     if not events:
         return None
     wide = width >= 80
+    rows = tuple(
+        (
+            short_duration(snapshot.taken_at - event.at),
+            event.kind,
+            event.summary or "-",
+            event.worker or "-",
+            _event_detail(event),
+        )
+        for event in events
+    )
+    return _Memo(("events", wide, rows), lambda: _events_table(rows, wide))
+
+
+def _events_table(rows: tuple[tuple[str, EventKind, str, str, str], ...], wide: bool) -> Table:
     table = Table(
         box=None,
         padding=(0, 1),
@@ -296,13 +357,11 @@ def _events(snapshot: ProcessSnapshot, width: int, max_rows: int) -> RenderableT
         table.add_column("action", no_wrap=True, overflow="ellipsis", min_width=10, max_width=16)
         table.add_column("worker", no_wrap=True, overflow="ellipsis", min_width=6, max_width=10)
     table.add_column("detail", no_wrap=True, overflow="ellipsis")
-    for event in events:
-        age = short_duration(snapshot.taken_at - event.at)
-        kind = Text(event.kind.value, style=_EVENT_STYLES.get(event.kind, ""))
-        cells: list[Text | str] = [age, kind]
+    for age, kind, summary, worker, detail in rows:
+        cells: list[Text | str] = [age, Text(kind.value, style=_EVENT_STYLES.get(kind, ""))]
         if wide:
-            cells += [event.summary or "-", event.worker or "-"]
-        cells.append(_event_detail(event))
+            cells += [summary, worker]
+        cells.append(detail)
         table.add_row(*cells)
     return table
 

@@ -114,3 +114,23 @@ def test_height_cuts_rows_with_a_count() -> None:
     assert "… 2 more" not in plain(120, height=24)
     notice = plain(80, notice="cannot reach lre at 127.0.0.1:1: refused").splitlines()
     assert notice[0] == "cannot reach lre at 127.0.0.1:1: refused"
+
+
+def test_kept_table_renderings_follow_the_snapshot() -> None:
+    # The queue and event tables are rendered once per content and width and
+    # reused (lre.tui._render._Memo): a changed age, queue or width must show
+    # at once, and going back must give the first screen again.
+    first = plain(120)
+    later = replace(sample_snapshot(), taken_at=sample_snapshot().taken_at + 3600)
+    console = Console(
+        width=120, file=io.StringIO(), color_system=None, force_terminal=False, record=True
+    )
+    console.print(render_dashboard(later, width=120))
+    aged = console.export_text()
+    assert aged != first
+    assert "1h00m  kill" in aged  # the newest event, 10 s old before, now 1h00m10s -> 1h00m
+    requeued = replace(sample_snapshot(), queued_by_platform={"OSFamily=linux,cpu=1": 7})
+    console.print(render_dashboard(requeued, width=120))
+    assert "Queued by platform (7)" in console.export_text()
+    assert plain(60) == (HERE / "screen_60.txt").read_text()
+    assert plain(120) == first
