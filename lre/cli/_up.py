@@ -199,6 +199,13 @@ def up(
         return
 
     def announce(ready: ReadyInfo) -> None:
+        # Client config first: `lre up --detach` returns once the pid file
+        # exists, and a build started right after must already find
+        # lre.bazelrc (Bazel's try-import skips a missing file silently).
+        if repo_root is not None and not no_client_config:
+            _write_client_config(
+                repo_root, ready, instance=instance, edit=not no_edit, buck_local=buck_local
+            )
         write_pid_file(
             state_dir,
             RunningServer(
@@ -210,10 +217,6 @@ def up(
                 started=psutil.Process().create_time(),
             ),
         )
-        if repo_root is not None and not no_client_config:
-            _write_client_config(
-                repo_root, ready, instance=instance, edit=not no_edit, buck_local=buck_local
-            )
         typer.echo(
             f"lre listening on {', '.join(ready.grpc_addresses)}"
             + (f"; status on http://{ready.status_address}/status" if ready.status_address else ""),

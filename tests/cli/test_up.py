@@ -122,3 +122,37 @@ def test_start_up_errors_are_one_line_not_a_traceback(tmp_path: Path) -> None:
     assert result.stderr.strip().splitlines()[-1].startswith("error: lre could not start:")
     assert "auth_token_file" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_detach_returns_once_the_client_config_is_written(tmp_path: Path) -> None:
+    # A build started right after `lre up --detach` must find lre.bazelrc:
+    # Bazel's try-import skips a missing file without a word. A slow `bazel
+    # --version` (lre asks it which flags to write) widens the window in
+    # which the pid file could exist before the client config.
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "MODULE.bazel").write_text("")
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    fake_bazel = tools / "bazel"
+    fake_bazel.write_text("#!/bin/sh\nsleep 2\necho 'bazel 7.1.0'\n")
+    fake_bazel.chmod(0o755)
+    config = tmp_path / "lre.json5"
+    config.write_text(app_config_text(tmp_path / "lre-root"))
+    env = {
+        **os.environ,
+        "HOME": str(tmp_path / "home"),
+        "PATH": f"{tools}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    port = _free_port()
+    started = _lre(
+        "up", "--detach", "--config", str(config), "--port", str(port), cwd=repo, env=env
+    )
+    try:
+        assert started.returncode == 0, started.stderr
+        rc = (repo / "lre.bazelrc").read_text()
+        assert f"--remote_executor=grpc://127.0.0.1:{port}" in rc
+        assert "--remote_download_toplevel" in rc  # written for the Bazel 7 that answered
+    finally:
+        down = _lre("down", "--config", str(config), cwd=repo, env=env)
+    assert down.returncode == 0, down.stderr
