@@ -22,8 +22,9 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 
 import trio
-from rich.console import Console, RenderableType
+from rich.console import Console, ConsoleDimensions, ConsoleOptions, RenderableType, RenderResult
 from rich.live import Live
+from rich.segment import Segment
 from rich.text import Text
 
 from lre.app._snapshot import ProcessSnapshot
@@ -85,6 +86,7 @@ async def run_dashboard(
     interval = 1.0 / refresh_per_second
     stdin_fd = sys.stdin.fileno() if quit_keys and sys.stdin.isatty() else None
     last: ProcessSnapshot | None = None
+    shown: tuple[ConsoleDimensions, list[list[Segment]]] | None = None
     with (
         cbreak(stdin_fd) if stdin_fd is not None else _nothing(),
         Live(
@@ -109,10 +111,29 @@ async def run_dashboard(
                     last = result
                 except (OSError, ValueError) as exc:
                     notice = str(exc)
-                live.update(_screen(console, last, notice), refresh=True)
+                # A frame equal to the one on the terminal is not sent again:
+                # an idle dashboard changes once a second (its uptime), and
+                # each redraw costs lre and the terminal a full screen.
+                lines = console.render_lines(_screen(console, last, notice), pad=False)
+                if shown != (console.size, lines):
+                    shown = (console.size, lines)
+                    live.update(_Rendered(lines), refresh=True)
                 frames += 1
                 await trio.sleep(interval)
             nursery.cancel_scope.cancel()
+
+
+class _Rendered:
+    """Lines already rendered by the console (one frame), drawn as they are."""
+
+    def __init__(self, lines: list[list[Segment]]) -> None:
+        self._lines = lines
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        newline = Segment.line()
+        for line in self._lines:
+            yield from line
+            yield newline
 
 
 @contextmanager

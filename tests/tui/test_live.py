@@ -7,6 +7,7 @@ import os
 import sys
 import termios
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 import trio
@@ -27,13 +28,32 @@ async def test_frames_from_a_sync_source() -> None:
     def source() -> ProcessSnapshot:
         nonlocal calls
         calls += 1
-        return sample_snapshot()
+        # a minute later each time: the header's uptime changes
+        snapshot = sample_snapshot()
+        return replace(snapshot, taken_at=snapshot.taken_at + 60 * calls)
 
     out = io.StringIO()
     await run_dashboard(source, console=console(out), refresh_per_second=50, screen=False,
                         max_frames=3)  # fmt: skip
     assert calls == 3
-    assert out.getvalue().count("In flight (5)") >= 3
+    text = out.getvalue()
+    assert "up 1h01m" in text and "up 1h02m" in text and "up 1h03m" in text
+
+
+async def test_a_frame_equal_to_the_last_is_not_redrawn() -> None:
+    calls = 0
+
+    def source() -> ProcessSnapshot:
+        nonlocal calls
+        calls += 1
+        return sample_snapshot()
+
+    out = io.StringIO()
+    await run_dashboard(source, console=console(out), refresh_per_second=50, screen=False,
+                        max_frames=4)  # fmt: skip
+    assert calls == 4  # asked every frame
+    # Drawn once; rich's Live draws the last frame once more when it stops.
+    assert out.getvalue().count("In flight (5)") == 2
 
 
 async def test_errors_show_a_notice_and_keep_the_last_screen() -> None:
