@@ -22,9 +22,9 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 
 import trio
-from rich.console import Console, ConsoleDimensions, ConsoleOptions, RenderableType, RenderResult
+from rich.console import Console, ConsoleDimensions, RenderableType
 from rich.live import Live
-from rich.segment import Segment
+from rich.segment import Segment, SegmentLines
 from rich.text import Text
 
 from lre.app._snapshot import ProcessSnapshot
@@ -117,23 +117,10 @@ async def run_dashboard(
                 lines = console.render_lines(_screen(console, last, notice), pad=False)
                 if shown != (console.size, lines):
                     shown = (console.size, lines)
-                    live.update(_Rendered(lines), refresh=True)
+                    live.update(SegmentLines(lines, new_lines=True), refresh=True)
                 frames += 1
                 await trio.sleep(interval)
             nursery.cancel_scope.cancel()
-
-
-class _Rendered:
-    """Lines already rendered by the console (one frame), drawn as they are."""
-
-    def __init__(self, lines: list[list[Segment]]) -> None:
-        self._lines = lines
-
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        newline = Segment.line()
-        for line in self._lines:
-            yield from line
-            yield newline
 
 
 @contextmanager

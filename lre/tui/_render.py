@@ -11,15 +11,14 @@ from 1 up renders without error.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rich import box
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.constrain import Constrain
 from rich.panel import Panel
-from rich.segment import Segment
+from rich.segment import Segment, SegmentLines
 from rich.table import Table
 from rich.text import Text
 
@@ -223,7 +222,7 @@ def _inflight(snapshot: ProcessSnapshot, width: int, max_rows: int | None) -> Re
     actions = sorted(snapshot.inflight, key=lambda a: (-a.elapsed_s, a.operation))
     columns = _fit_columns(width)
     if len(columns) == 1 and columns[0].width > width:  # narrower than one column
-        columns = [dataclasses.replace(columns[0], width=width)]
+        columns = [replace(columns[0], width=width)]
     total = sum(c.width for c in columns) + 3 * (len(columns) - 1)
     title = Text(f"In flight ({len(actions)})", style="bold", justify="left")
     header = _row([Text(_TITLES[c.name]) for c in columns], columns, style="bold")
@@ -276,12 +275,11 @@ class _Memo:
         key = (self._key, options.max_width, console.color_system, options.ascii_only)
         lines = _MEMO.pop(key, None)
         if lines is None:
-            lines = console.render_lines(self._build(), options, pad=False, new_lines=True)
+            lines = console.render_lines(self._build(), options, pad=False)
         _MEMO[key] = lines  # most recent last
         while len(_MEMO) > _MEMO_SIZE:
             del _MEMO[next(iter(_MEMO))]
-        for line in lines:
-            yield from line
+        yield SegmentLines(lines, new_lines=True)
 
 
 _MEMO_SIZE = 8
