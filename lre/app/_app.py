@@ -288,6 +288,7 @@ class Application:
             instance_name=spec.instance_name,
             local_cas=local_cas,
             upstream_cas=upstream_cas,
+            platform=spec.platform,
         )
 
         def local_workers() -> list[WorkerInfo]:

@@ -53,6 +53,9 @@ class ClientSettings:
     instance_name: str = "main"
     cpus: int = field(default_factory=lambda: os.cpu_count() or 2)
     os_family: str = "Linux"
+    #: Sent with every action; None = ``cpu_count=1`` and ``OSFamily=os_family``
+    #: (``lre.config.client_exec_properties`` decides what ``lre up`` passes).
+    exec_properties: tuple[tuple[str, str], ...] | None = None
 
 
 @dataclass(slots=True)
@@ -107,14 +110,16 @@ def bazelrc_text(settings: ClientSettings, version: tuple[int, int, int] | None)
     """
     v = version or UNVERSIONED_BAZEL
     jobs = max(16, 8 * settings.cpus)
+    properties = settings.exec_properties
+    if properties is None:
+        properties = (("cpu_count", "1"), ("OSFamily", settings.os_family))
     lines = [
         MARKER,
         f"# lre at {settings.host}:{settings.port}, instance {settings.instance_name!r}.",
         f"# Bazel {'.'.join(map(str, v))} detected; newer-only flags are omitted.",
         f"build:lre --remote_executor=grpc://{settings.host}:{settings.port}",
         f"build:lre --remote_instance_name={settings.instance_name}",
-        "build:lre --remote_default_exec_properties=cpu_count=1",
-        f"build:lre --remote_default_exec_properties=OSFamily={settings.os_family}",
+        *(f"build:lre --remote_default_exec_properties={k}={v}" for k, v in properties),
         "# lre does the admission control, so Bazel may send many actions at once.",
         f"build:lre --jobs={jobs}",
         "build:lre --remote_timeout=600",

@@ -38,7 +38,7 @@ from lre.cli._daemon import (
     wait_for_pid_file,
     write_pid_file,
 )
-from lre.config import Config, ListenerSpec, resolve
+from lre.config import Config, ListenerSpec, client_exec_properties, resolve
 from lre.errors import LreError
 
 if TYPE_CHECKING:
@@ -97,13 +97,21 @@ def _platform_source() -> Path | None:
 
 
 def _write_client_config(
-    repo: Path, ready: ReadyInfo, *, instance: str, edit: bool, buck_local: bool
+    repo: Path,
+    ready: ReadyInfo,
+    *,
+    instance: str,
+    edit: bool,
+    buck_local: bool,
+    exec_properties: tuple[tuple[str, str], ...] | None = None,
 ) -> None:
     hostport = _split_address(ready.grpc_addresses[0]) if ready.grpc_addresses else None
     if hostport is None:
         typer.echo("note: no TCP listener; client config not written", err=True)
         return
-    settings = ClientSettings(host=hostport[0], port=hostport[1], instance_name=instance)
+    settings = ClientSettings(
+        host=hostport[0], port=hostport[1], instance_name=instance, exec_properties=exec_properties
+    )
     try:
         is_buck = (repo / ".buckconfig").exists()
         is_bazel = any(
@@ -204,7 +212,12 @@ def up(
         # lre.bazelrc (Bazel's try-import skips a missing file silently).
         if repo_root is not None and not no_client_config:
             _write_client_config(
-                repo_root, ready, instance=instance, edit=not no_edit, buck_local=buck_local
+                repo_root,
+                ready,
+                instance=instance,
+                edit=not no_edit,
+                buck_local=buck_local,
+                exec_properties=client_exec_properties(config),
             )
         write_pid_file(
             state_dir,

@@ -18,6 +18,7 @@ from lre.config._auto import (
     resolve,
 )
 from lre.config._checks import scheduler_kind, store_kind
+from lre.config._client import client_exec_properties, has_upstream
 from lre.config._dump import dump_config
 from lre.config._env import ExpansionError, escape_env, expand_env
 from lre.config._errors import ConfigError
@@ -30,6 +31,7 @@ from lre.config._loader import (
 )
 from lre.config._models import (
     ByteSize,
+    ClientSpec,
     Config,
     EndpointSpec,
     EnvironmentSource,
@@ -62,6 +64,7 @@ from lre.config._models import (
     TlsClientSpec,
     TlsServerSpec,
     UploadActionResultSpec,
+    UpstreamPlatformSpec,
     VerifyStoreSpec,
     WorkerSpec,
 )
@@ -70,6 +73,7 @@ from lre.config._units import format_byte_size, parse_byte_size, parse_seconds
 __all__ = [
     "DEFAULT_SOURCE",
     "ByteSize",
+    "ClientSpec",
     "Config",
     "ConfigError",
     "EndpointSpec",
@@ -105,9 +109,11 @@ __all__ = [
     "TlsClientSpec",
     "TlsServerSpec",
     "UploadActionResultSpec",
+    "UpstreamPlatformSpec",
     "VerifyStoreSpec",
     "WorkerSpec",
     "auto_cpu_count",
+    "client_exec_properties",
     "auto_filesystem_max_bytes",
     "auto_max_inflight_tasks",
     "auto_memory_budget",
@@ -117,6 +123,7 @@ __all__ = [
     "escape_env",
     "expand_env",
     "format_byte_size",
+    "has_upstream",
     "load_config",
     "load_config_text",
     "nearest_existing_dir",

@@ -221,6 +221,21 @@ class ForwardRulesSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class UpstreamPlatformSpec:
+    drop: tuple[str, ...] = doc(
+        "Keys removed from a forwarded action's platform (lre's own resource keys by default).",
+        default=("cpu_count", "memory_kb"),
+    )
+    keep: tuple[str, ...] = doc(
+        "When not empty, only these keys (after drop) are forwarded.", default=()
+    )
+    rename: dict[str, str] = doc("Keys renamed, old name to new name.", default_factory=dict)
+    set: dict[str, str] = doc(
+        "Properties set on every forwarded action, replacing any value.", default_factory=dict
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ForwardSchedulerSpec:
     local: str = doc("Name of the local scheduler.")
     endpoint: EndpointSpec = doc("Upstream Execution service.")
@@ -228,6 +243,11 @@ class ForwardSchedulerSpec:
     headers: dict[str, str] = doc("Extra request headers.", default_factory=dict)
     upstream_cas_store: str = doc("grpc store used to upload inputs upstream.", default="")
     rules: ForwardRulesSpec = doc("Which actions go upstream.", default_factory=ForwardRulesSpec)
+    platform: UpstreamPlatformSpec = doc(
+        "How a forwarded action's platform is rewritten for the upstream "
+        "(drop, then keep, rename, set).",
+        default_factory=UpstreamPlatformSpec,
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -476,6 +496,17 @@ class GlobalSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ClientSpec:
+    exec_properties: dict[str, str] | None = doc(
+        "Platform properties the client config `lre up` writes sends with every action. "
+        "null = automatic: cpu_count=1 and OSFamily=Linux without an upstream; none with an "
+        "upstream (set here what the team's own clients send, so action digests match "
+        "its cache).",
+        default=None,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Config:
     stores: tuple[StoreSpec, ...] = doc("Blob stores and action caches.")
     servers: tuple[ServerSpec, ...] = doc("gRPC listeners.")
@@ -483,6 +514,9 @@ class Config:
     workers: tuple[WorkerSpec, ...] = doc("Workers running in this process.", default=())
     global_: GlobalSpec = doc(
         'Process-wide settings (JSON key "global").', default_factory=GlobalSpec
+    )
+    client: ClientSpec = doc(
+        "What the client config written by `lre up` sends.", default_factory=ClientSpec
     )
 
     #: JSON keys that differ from the Python field name.

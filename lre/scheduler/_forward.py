@@ -23,10 +23,15 @@ fast_slow CAS when a client asks). Forwarded operations say so in their
 ``message`` and are listed by ``forward_statistics()`` (the TUI marks
 them).
 
-Failure: an upstream that cannot be reached fails an action forwarded as
-unsatisfiable with UNAVAILABLE (the local workers cannot run it), while an
-overflow action falls back to the local queue. Upstream results, including
-errors, are passed through unchanged.
+Failure: the upstream never fails a build the laptop can run. When it is
+unreachable (UNAVAILABLE, refused credentials, open circuit), overloaded
+(RESOURCE_EXHAUSTED), times out (DEADLINE_EXCEEDED) or refuses the action
+(FAILED_PRECONDITION, INVALID_ARGUMENT: an unregistered platform property,
+say), an overflow action runs on the local queue instead, and an action no
+local worker can run fails with FAILED_PRECONDITION carrying the upstream's
+reason; each cause (gRPC code) is logged once and counted
+(``ForwardStatistics.fallbacks`` / ``refused``). Other upstream results,
+including an action's own non-zero exit, are passed through unchanged.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ import logging
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import trio
 
@@ -49,6 +54,7 @@ from lre.errors import (
     InvalidArgument,
     LreError,
     NotFound,
+    StatusCode,
     Unavailable,
 )
 from lre.proto import re_pb2
@@ -69,6 +75,23 @@ log = logging.getLogger(__name__)
 
 _SWEEP_INTERVAL_S = 0.5
 
+#: Upstream answers after which an action a local worker can run runs locally:
+#: the upstream is unreachable or overloaded, timed out, or refused the action
+#: (an unregistered platform property, a precondition such as missing inputs).
+_FALLBACK_CODES = frozenset(
+    {
+        StatusCode.UNAVAILABLE,
+        StatusCode.RESOURCE_EXHAUSTED,
+        StatusCode.DEADLINE_EXCEEDED,
+        StatusCode.FAILED_PRECONDITION,
+        StatusCode.INVALID_ARGUMENT,
+    }
+)
+
+
+def _falls_back(error: LreError) -> bool:
+    return isinstance(error, UpstreamUnavailable) or error.code in _FALLBACK_CODES
+
 
 @dataclass(frozen=True, slots=True)
 class ForwardedOperation:
@@ -88,7 +111,10 @@ class ForwardStatistics:
 
     ``forwarded`` counts by reason (``unsatisfiable``, ``overflow``);
     ``fell_back_local`` counts overflow actions run locally because the
-    upstream could not be reached.
+    upstream could not or would not run them, ``fallbacks`` the same by
+    gRPC code name (``UNAVAILABLE``, ``FAILED_PRECONDITION``, ...), and
+    ``refused`` by code name the actions no local worker could run that
+    failed for it.
     """
 
     upstream: UpstreamStatistics
@@ -97,6 +123,8 @@ class ForwardStatistics:
     failed_upstream: int
     fell_back_local: int
     inflight: tuple[ForwardedOperation, ...]
+    fallbacks: Mapping[str, int] = field(default_factory=dict)
+    refused: Mapping[str, int] = field(default_factory=dict)
 
 
 class _Op:
@@ -192,6 +220,9 @@ class ForwardScheduler:
         self._retained: deque[tuple[float, _Op]] = deque()
         self._forwarded: Counter[str] = Counter()
         self._counters: Counter[str] = Counter()
+        self._fallbacks: Counter[str] = Counter()
+        self._refused: Counter[str] = Counter()
+        self._logged_causes: set[str] = set()
 
     # ================================================================ lifecycle
 
@@ -282,6 +313,8 @@ class ForwardScheduler:
             completed_upstream=self._counters["completed_upstream"],
             failed_upstream=self._counters["failed_upstream"],
             fell_back_local=self._counters["fell_back_local"],
+            fallbacks=dict(self._fallbacks),
+            refused=dict(self._refused),
             inflight=inflight,
         )
 
@@ -367,21 +400,15 @@ class ForwardScheduler:
             outcome = await self.executor.run(
                 op.request, op.key.action_digest, lambda stage: self._set_stage(op, stage)
             )
-        except UpstreamUnavailable as error:
-            self._counters["failed_upstream"] += 1
-            if kind != "overflow":
-                raise Unavailable(
-                    f"action {op.key.action_digest} must run upstream ({reason}), but "
-                    f"{error.message}"
-                ) from None
-            self._counters["fell_back_local"] += 1
-            op.forwarded = False
-            op.message = ""
-            await self._run_local(op)
+        except LreError as error:
+            if not _falls_back(error):
+                self._counters["failed_upstream"] += 1
+                raise
+            await self._upstream_declined(op, kind, reason, error)
             return
-        except LreError:
-            self._counters["failed_upstream"] += 1
-            raise
+        if outcome.error is not None and _falls_back(outcome.error):
+            await self._upstream_declined(op, kind, reason, outcome.error)
+            return
         op.uploaded = outcome.uploaded_blobs
         self._counters["completed_upstream"] += 1
         self._complete(
@@ -391,6 +418,37 @@ class ForwardScheduler:
             error=outcome.error,
             message=outcome.message or op.message,
         )
+
+    async def _upstream_declined(
+        self, op: _Op, kind: str, reason: str, error: LreError
+    ) -> None:
+        """The upstream could not or would not run ``op``: run it locally when a
+        local worker can (overflow), else fail it with FAILED_PRECONDITION
+        carrying the upstream's reason. Each cause is logged once."""
+        cause = error.code.name
+        self._counters["failed_upstream"] += 1
+        local = kind == "overflow"
+        if cause not in self._logged_causes:
+            self._logged_causes.add(cause)
+            log.warning(
+                "upstream %s did not run a forwarded action (%s); %s (logged once per cause)",
+                self.executor.client.name,
+                error.message,
+                "actions a local worker can run now run locally"
+                if local
+                else "actions no local worker can run fail with FAILED_PRECONDITION",
+            )
+        if not local:
+            self._refused[cause] += 1
+            raise FailedPrecondition(
+                f"action {op.key.action_digest} cannot run on a local worker ({reason}) and "
+                f"upstream {self.executor.client.name} did not run it: {error.message}"
+            ) from None
+        self._fallbacks[cause] += 1
+        self._counters["fell_back_local"] += 1
+        op.forwarded = False
+        op.message = ""
+        await self._run_local(op)
 
     # ================================================================ state
 

@@ -2,9 +2,11 @@
 
 ``UpstreamExecutor.run``:
 
-1. reads the Action, Command and input tree from the local CAS and copies
-   every blob the upstream CAS lacks (one FindMissingBlobs pass, then
-   uploads; ``upload_missing``);
+1. reads the Action, Command and input tree from the local CAS; rewrites the
+   platform for the upstream (``_upstream_platform``: a changed platform
+   means a new Action, and Command, written to the local CAS and forwarded
+   under their own digests), and copies every blob the upstream CAS lacks
+   (one FindMissingBlobs pass, then uploads; ``upload_missing``);
 2. calls Execute upstream and reports each stage it streams back;
 3. returns the final ``ActionResult`` (its blobs stay upstream: clients
    fetch them through the fast_slow CAS when they need them).
@@ -33,13 +35,17 @@ from lre.cas import (
     read_directory_tree,
     read_message,
     upload_missing,
+    write_message,
 )
 from lre.cas._upstream_client import Connection, Metadata
 from lre.cas._upstream_errors import error_for_code
-from lre.digest import Digest
+from lre.config import UpstreamPlatformSpec
+from lre.digest import Digest, DigestFunction, resolve_digest_function
 from lre.errors import FailedPrecondition, LreError, MissingBlobs, NotFound, Unavailable
 from lre.proto import error_details_pb2, operations_pb2, re_grpc, re_pb2
+from lre.scheduler._matching import platform_of
 from lre.scheduler._model import Stage
+from lre.scheduler._upstream_platform import platform_message, upstream_platform
 
 _EOF: object = grpc.aio.EOF  # type: ignore[attr-defined]
 
@@ -93,11 +99,39 @@ class UpstreamExecutor:
         instance_name: str,
         local_cas: BlobStore,
         upstream_cas: GrpcStore | None,
+        platform: UpstreamPlatformSpec | None = None,
     ) -> None:
         self.client = client
         self.instance_name = instance_name
         self.local_cas = local_cas
         self.upstream_cas = upstream_cas.strict() if upstream_cas is not None else None
+        self.platform = platform or UpstreamPlatformSpec()
+
+    async def rewrite_platform(
+        self, request: re_pb2.ExecuteRequest, action_digest: Digest, action: re_pb2.Action
+    ) -> tuple[Digest, re_pb2.Action]:
+        """The digest and Action to execute upstream: ``action`` itself when
+        the platform rewrite changes nothing (or the digest function is not
+        SHA-256, the only one lre writes), else a rewritten Action (and
+        Command) written to the local CAS. Raises ``NotFound`` when the
+        Command is missing locally."""
+        command_digest = Digest.from_proto(action.command_digest, field="action.command_digest")
+        command = await read_message(self.local_cas, command_digest, re_pb2.Command)
+        current = platform_of(action, command)
+        wanted = upstream_platform(current, self.platform)
+        function = resolve_digest_function(request.digest_function, action_digest.hash)
+        if wanted == current or function is not DigestFunction.SHA256:
+            return action_digest, action
+        platform = platform_message(wanted)
+        rewritten = re_pb2.Action()
+        rewritten.CopyFrom(action)
+        if command.platform.properties:
+            command.platform.CopyFrom(platform)
+            new_command = await write_message(self.local_cas, command)
+            rewritten.command_digest.CopyFrom(new_command.to_proto())
+        if action.platform.properties or not command.platform.properties:
+            rewritten.platform.CopyFrom(platform)
+        return await write_message(self.local_cas, rewritten), rewritten
 
     async def input_blobs(self, action_digest: Digest, action: re_pb2.Action) -> list[Digest]:
         """The Action, its Command, every Directory and file of its input root."""
@@ -130,10 +164,15 @@ class UpstreamExecutor:
         on_stage: Callable[[Stage], None],
     ) -> UpstreamOutcome:
         action = await read_message(self.local_cas, action_digest, re_pb2.Action)
+        try:
+            action_digest, action = await self.rewrite_platform(request, action_digest, action)
+        except NotFound as error:
+            raise MissingBlobs([], f"cannot forward {action_digest}: {error.message}") from None
         uploaded = await self.upload_inputs(action_digest, action)
         outgoing = re_pb2.ExecuteRequest()
         outgoing.CopyFrom(request)
         outgoing.instance_name = self.instance_name
+        outgoing.action_digest.CopyFrom(action_digest.to_proto())
         outcome = await self._execute(outgoing, on_stage)
         if isinstance(outcome.error, MissingBlobs) and self.upstream_cas is not None:
             uploaded += await self.upload_inputs(action_digest, action)

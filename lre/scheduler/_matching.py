@@ -3,7 +3,9 @@ whether a worker can ever, or right now, give it that.
 
 Key types (``supported_platform_properties``), as in NativeLink:
 
-- ``exact``: the worker must offer exactly the value asked;
+- ``exact``: the worker must offer the value asked, compared without regard
+  to case (``OSFamily=Linux``, as Bazel users write it, matches a worker
+  offering ``linux``, as most clusters spell it; ``value_matches``);
 - ``minimum``: numeric; the worker's capacity must be at least the value, and
   the value is reserved on the worker while the action runs;
 - ``priority``: the worker must have the key; the value is informational;
@@ -120,11 +122,18 @@ def requirements_of(platform: Mapping[str, str], types: PropertyTypes) -> Requir
     )
 
 
+def value_matches(value: str, offers: Iterable[str]) -> bool:
+    """Whether an ``exact`` value asked is among ``offers``, ignoring case."""
+    wanted = value.casefold()
+    return any(offer.casefold() == wanted for offer in offers)
+
+
 def matches_statically(requirements: Requirements, worker: WorkerInfo) -> bool:
     """True when ``worker`` could ever run the action: it offers every exact
-    value and priority key, and its whole capacity covers the reservation."""
+    value (``value_matches``) and priority key, and its whole capacity covers
+    the reservation."""
     for key, value in requirements.exact:
-        if value not in worker.properties.get(key, ()):
+        if not value_matches(value, worker.properties.get(key, ())):
             return False
     for key in requirements.present:
         if key not in worker.properties and key not in worker.capacity.extra:
@@ -141,7 +150,7 @@ def explain_unsatisfiable(requirements: Requirements, workers: Sequence[WorkerIn
         return "no worker is registered with this scheduler, so the action can never run"
     for key, value in requirements.exact:
         offers = sorted({v for w in workers for v in w.properties.get(key, ())})
-        if value not in offers:
+        if not value_matches(value, offers):
             shown = ", ".join(repr(v) for v in offers) if offers else "nothing"
             return (
                 f"platform property {key}={value!r}: no worker offers it "

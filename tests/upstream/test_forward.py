@@ -93,12 +93,16 @@ async def test_unsatisfiable_actions_run_on_the_cluster(
     assert not forwarder.is_forwarded(done.name)
     assert forwarder.forward_statistics().forwarded == {"unsatisfiable": 1}
 
-    # With the cluster gone, a windows action fails UNAVAILABLE, linux still runs.
+    # With the cluster gone, a windows action fails FAILED_PRECONDITION naming
+    # the upstream's reason; linux still runs.
     await cluster.stop()
     other = make_action("echo again > out.txt", platform={"OSFamily": "windows"}, instance="team")
     await client.aupload(other.blobs)
     done, _ = await run(forwarder, other)
-    assert done.error is not None and done.error.code == 14, done
+    assert done.error is not None and done.error.code == 9, done
+    assert "cannot run on a local worker" in done.error.message
+    assert "UNAVAILABLE" in done.error.message, done.error.message
+    assert forwarder.forward_statistics().refused == {"UNAVAILABLE": 1}
     local_again = make_action("echo still > out.txt", instance="team")
     await client.aupload(local_again.blobs)
     done, _ = await run(forwarder, local_again)
