@@ -27,6 +27,7 @@ from lre.app._snapshot import (
 )
 from lre.app._status_http import StatusServer
 from lre.app._stores import Stores, build_stores
+from lre.app._upstreams import upstream_rows
 from lre.cas import GrpcStore, StoreStatistics, UpstreamClient
 from lre.config import (
     Config,
@@ -175,6 +176,10 @@ class Application:
             jobserver=self._jobserver_tokens,
             events=self.events,
             health=self.health,
+            upstreams=lambda: upstream_rows(
+                self.stores.upstream_statistics(),
+                [f.forward_statistics() for f in self.forwarders.values()],
+            ),
             kill_factor=self._kill_factor(),
         )
         self.servers: list[GrpcServer] = []

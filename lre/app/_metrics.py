@@ -232,9 +232,61 @@ def render_metrics(snapshot: ProcessSnapshot, rpc: RpcStatistics | None = None) 
         [] if jobserver is None else [({}, jobserver.total)],
     )
 
+    _upstream_families(w, snapshot)
     if rpc is not None:
         _rpc_families(w, rpc)
     return "\n".join(w.lines) + "\n"
+
+
+def _upstream_families(w: _Writer, snapshot: ProcessSnapshot) -> None:
+    """Per upstream connection (``upstream``: a name from the config): its
+    state and calls, and its counters (``counter``: a fixed set of names,
+    gRPC code names among them; see ``UpstreamRow``)."""
+    rows = sorted(snapshot.upstreams, key=lambda row: row.name)
+    w.family(
+        "lre_upstream_state",
+        "gauge",
+        "1 for the upstream's current state (unknown, up or down), 0 for the others.",
+        [
+            ({"upstream": r.name, "state": state}, 1 if r.state == state else 0)
+            for r in rows
+            for state in ("unknown", "up", "down")
+        ],
+    )
+    w.family(
+        "lre_upstream_calls_total",
+        "counter",
+        "Calls made to the upstream.",
+        [({"upstream": r.name}, r.calls) for r in rows],
+    )
+    w.family(
+        "lre_upstream_failed_calls_total",
+        "counter",
+        "Calls that could not reach the upstream.",
+        [({"upstream": r.name}, r.failed_calls) for r in rows],
+    )
+    w.family(
+        "lre_upstream_events_total",
+        "counter",
+        "Read-through hits, misses and bytes; forwarded actions by reason; local "
+        "fallbacks and refusals by gRPC code.",
+        [
+            ({"upstream": r.name, "counter": name}, n)
+            for r in rows
+            for name, n in sorted(r.counters.items())
+            if name != "forwarded_inflight"
+        ],
+    )
+    w.family(
+        "lre_upstream_forwarded_inflight",
+        "gauge",
+        "Forwarded actions running upstream now.",
+        [
+            ({"upstream": r.name}, r.counters["forwarded_inflight"])
+            for r in rows
+            if "forwarded_inflight" in r.counters
+        ],
+    )
 
 
 def _rpc_families(w: _Writer, rpc: RpcStatistics) -> None:

@@ -45,6 +45,7 @@ __all__ = [
     "SnapshotAssembler",
     "SnapshotSource",
     "StoreRow",
+    "UpstreamRow",
     "WorkerRow",
     "action_summary",
     "free_space_check",
@@ -103,6 +104,24 @@ class StoreRow:
 
 
 @dataclass(frozen=True, slots=True)
+class UpstreamRow:
+    """One connection to an upstream REAPI server (a grpc store, or a forward
+    scheduler's Execution client): its health and its counters (bounded
+    keys: read-through ``ac_hits``/``ac_misses``/``read_blobs``/``read_bytes``,
+    ``forwarded_<reason>``, ``fallback_<grpc code>``, ``refused_<grpc code>``,
+    ``completed_upstream``, ``fell_back_local``)."""
+
+    name: str
+    address: str
+    state: str  # "unknown", "up" or "down"
+    last_error: str = ""
+    calls: int = 0
+    failed_calls: int = 0
+    retries: int = 0
+    counters: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
+
+
+@dataclass(frozen=True, slots=True)
 class JobserverTokens:
     """Tokens of all live jobserver pools: held by clients now, and in total."""
 
@@ -149,6 +168,7 @@ class ProcessSnapshot:
     completed_per_second: float = 0.0
     events: tuple[RecentEvent, ...] = ()
     event_totals: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
+    upstreams: tuple[UpstreamRow, ...] = ()
 
     # ------------------------------------------------------------------ derived
 
@@ -239,6 +259,7 @@ class ProcessSnapshot:
                 completed_per_second=float(data.get("completed_per_second", 0.0)),
                 events=tuple(_event(e) for e in data.get("events", ())),
                 event_totals=_int_map(data.get("event_totals", {})),
+                upstreams=tuple(_upstream(u) for u in data.get("upstreams", ())),
             )
         except KeyError as exc:
             raise ValueError(f"snapshot field {exc.args[0]!r} is missing") from None
@@ -291,6 +312,11 @@ def _record(cls: type[_T], value: Any) -> _T:
     if missing:
         raise KeyError(f"{cls.__name__}.{missing[0]}")
     return cls(**{k: v for k, v in value.items() if k in names})
+
+
+def _upstream(value: Any) -> UpstreamRow:
+    row = _record(UpstreamRow, value)
+    return replace(row, counters=_int_map(row.counters))
 
 
 def _event(value: Any) -> RecentEvent:
@@ -373,6 +399,7 @@ class SnapshotAssembler:
     - ``usage``: every sampler's ``snapshots()``, keyed by action id = lease id.
     - ``stores``: store name -> ``StoreStatistics`` of the bounded stores.
     - ``jobserver``: tokens of the live pools, or None when no worker uses one.
+    - ``upstreams``: one ``UpstreamRow`` per upstream connection.
     - ``kill_factor``: the kill line is reservation x this when the sampler
       has not reported a line itself.
 
@@ -393,6 +420,7 @@ class SnapshotAssembler:
         jobserver: Callable[[], JobserverTokens | None] | None = None,
         events: EventLog | None = None,
         health: HealthBoard | None = None,
+        upstreams: Callable[[], Iterable[UpstreamRow]] | None = None,
         kill_factor: float = 1.2,
         started_at: float | None = None,
         clock: Callable[[], float] = time.time,
@@ -405,6 +433,7 @@ class SnapshotAssembler:
         self._jobserver = jobserver
         self.events = events if events is not None else EventLog()
         self.health = health if health is not None else HealthBoard()
+        self._upstreams = upstreams
         self._kill_factor = kill_factor
         self._clock = clock
         self.started_at = clock() if started_at is None else started_at
@@ -435,6 +464,7 @@ class SnapshotAssembler:
             jobserver=self._jobserver() if self._jobserver else None,
             events=self.events.recent(50),
             event_totals=self.events.totals(),
+            upstreams=tuple(self._upstreams()) if self._upstreams else (),
         )
         if stats is not None:
             snapshot = _with_scheduler(snapshot, stats, usage, now, self._kill_factor)

@@ -222,6 +222,21 @@ class StatusServer:
             pass
 
 
+def _upstreams(snapshot: ProcessSnapshot) -> list[dict[str, object]]:
+    """Each upstream's state, last error and counters (an upstream that is down
+    does not make lre unhealthy: builds continue local-only)."""
+    return [
+        {
+            "name": row.name,
+            "address": row.address,
+            "state": row.state,
+            "last_error": row.last_error,
+            "counters": dict(row.counters),
+        }
+        for row in snapshot.upstreams
+    ]
+
+
 def _status_body(snapshot: ProcessSnapshot) -> tuple[int, str, bytes]:
     if snapshot.healthy:
         body = {
@@ -230,9 +245,14 @@ def _status_body(snapshot: ProcessSnapshot) -> tuple[int, str, bytes]:
             "uptime_s": round(snapshot.uptime_s, 3),
             "running": snapshot.running,
             "queued": snapshot.queued,
+            "upstreams": _upstreams(snapshot),
         }
         return 200, _JSON, json.dumps(body).encode() + b"\n"
-    body = {"status": "unavailable", "problems": list(snapshot.problems)}
+    body = {
+        "status": "unavailable",
+        "problems": list(snapshot.problems),
+        "upstreams": _upstreams(snapshot),
+    }
     return 503, _JSON, json.dumps(body).encode() + b"\n"
 
 

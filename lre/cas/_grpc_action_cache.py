@@ -91,14 +91,18 @@ class GrpcActionCache:
             )
             return answer
 
+        counters = self.client.health.counters
         try:
             result = await self.client.unary("GetActionResult", invoke)
         except NotFound:
+            counters["ac_misses"] += 1
             return None
         except UpstreamUnavailable:
+            counters["ac_misses"] += 1
             if not self.degrade:
                 raise
             return None
+        counters["ac_hits"] += 1
         return result.SerializeToString(deterministic=True)
 
     def wants(self, result: re_pb2.ActionResult) -> bool:

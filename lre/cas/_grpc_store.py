@@ -163,16 +163,21 @@ class GrpcStore:
         if digest.size_bytes == 0 or end <= offset:
             return
         delivered = False
+        counters = self.client.health.counters
         try:
             if digest.size_bytes <= await self._batch_payload_limit():
                 data = await self._batch_read(digest)
                 delivered = True
+                counters["read_blobs"] += 1
+                counters["read_bytes"] += end - offset
                 yield data[offset:end]
                 return
             async with self.client.limiter:
                 async for chunk in self._stream_read(digest, offset, end - offset):
                     delivered = True
+                    counters["read_bytes"] += len(chunk)
                     yield chunk
+                counters["read_blobs"] += 1
         except UpstreamUnavailable as error:
             if not self.degrade or delivered:
                 raise Unavailable(error.message) from None

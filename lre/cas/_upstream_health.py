@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Literal
 
 import trio
@@ -46,6 +48,9 @@ class UpstreamStatistics:
     last_error: str
     down_since: float
     retry_in_s: float
+    #: What the users of this upstream counted (bounded keys), e.g. the
+    #: read-through ``ac_hits``, ``ac_misses``, ``read_blobs``, ``read_bytes``.
+    counters: Mapping[str, int] = field(default_factory=dict)
 
 
 class UpstreamHealth:
@@ -72,6 +77,8 @@ class UpstreamHealth:
         self.failed_calls = 0
         self.retries = 0
         self.transitions_down = 0
+        #: Bumped by the stores using this upstream (see ``UpstreamStatistics``).
+        self.counters: Counter[str] = Counter()
 
     def circuit_open(self) -> bool:
         """True while calls must fail at once (down and still backing off)."""
@@ -130,4 +137,5 @@ class UpstreamHealth:
             last_error=self._last_error,
             down_since=self._down_since,
             retry_in_s=self._backoff_s if self.state == "down" else 0.0,
+            counters=dict(self.counters),
         )

@@ -419,9 +419,7 @@ class ForwardScheduler:
             message=outcome.message or op.message,
         )
 
-    async def _upstream_declined(
-        self, op: _Op, kind: str, reason: str, error: LreError
-    ) -> None:
+    async def _upstream_declined(self, op: _Op, kind: str, reason: str, error: LreError) -> None:
         """The upstream could not or would not run ``op``: run it locally when a
         local worker can (overflow), else fail it with FAILED_PRECONDITION
         carrying the upstream's reason. Each cause is logged once."""

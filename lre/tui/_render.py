@@ -107,7 +107,40 @@ def _header(snapshot: ProcessSnapshot, width: int) -> RenderableType:
         figures.append(f"{name} ", style="grey70")
         figures.append(value, style="bold")
     lines.append(figures)
+    if snapshot.upstreams:
+        lines.append(_upstream_line(snapshot))
     return Panel(Group(*lines), box=box.ROUNDED, padding=(0, 1), width=width)
+
+
+_STATE_STYLE = {"up": "green", "down": "bold red", "unknown": "grey70"}
+
+
+def _upstream_line(snapshot: ProcessSnapshot) -> Text:
+    """One line for all upstreams: state of each, then the read-through and
+    forwarding figures summed over them."""
+    line = Text()
+    totals: dict[str, int] = {}
+    for row in snapshot.upstreams:
+        line.append(f"{row.name} ", style="grey70")
+        line.append(f"● {row.state}  ", style=_STATE_STYLE.get(row.state, ""))
+        for key, count in row.counters.items():
+            totals[key] = totals.get(key, 0) + count
+    hits, misses = totals.get("ac_hits", 0), totals.get("ac_misses", 0)
+    forwarded = sum(
+        n for k, n in totals.items() if k.startswith("forwarded_") and k != "forwarded_inflight"
+    )
+    items = [
+        ("hits", f"{hits}/{hits + misses}"),
+        ("read", short_bytes(totals.get("read_bytes", 0))),
+        ("forwarded", str(forwarded)),
+        ("fallbacks", str(totals.get("fell_back_local", 0))),
+    ]
+    for name, value in items:
+        line.append(f"{name} ", style="grey70")
+        line.append(value, style="bold")
+        line.append("  ")
+    line.rstrip()
+    return line
 
 
 # ---------------------------------------------------------------------- in flight
@@ -387,6 +420,7 @@ def render_dashboard(
     if height is not None:
         # header panel (3 lines + problems + borders), notice, table title/head/rule
         reserved = 5 + len(snapshot.problems) + (1 if notice else 0) + 3
+        reserved += 1 if snapshot.upstreams else 0
         if queued is not None:
             platforms = len(snapshot.queued_by_platform)
             reserved += 1 + min(queue_rows, platforms) + (1 if platforms > queue_rows else 0)
