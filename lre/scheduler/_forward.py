@@ -6,9 +6,10 @@ It offers the client side of ``Scheduler`` (``submit``, ``watch``,
 Every submission becomes one of its own operations; a routing task then
 decides where it runs (the rule set, documented in docs/upstream.md):
 
-1. **overflow**: while the local queue holds more than
-   ``rules.overflow_queue_depth`` queued operations (0 = never), new
-   actions go upstream;
+1. **overflow**: while more than ``rules.overflow_queue_depth`` actions
+   (0 = never) routed to the local scheduler wait there (checking the cache
+   or queued, not yet executing), new actions a local worker could run go
+   upstream;
 2. **unsatisfiable**: with ``rules.unsatisfiable``, an action whose
    platform (after the local property modifications) no local worker can
    ever satisfy (``explain_unsatisfiable``: ``OSFamily=windows``, a
@@ -148,6 +149,7 @@ class _Op:
         "stage",
         "started_at",
         "uploaded",
+        "waiting",
         "watchers",
     )
 
@@ -174,6 +176,7 @@ class _Op:
         self.queued_at = time.time()
         self.started_at = 0.0
         self.uploaded = 0
+        self.waiting = False
 
 
 #: Kept as a name of the public surface: the forwarder's watches are
@@ -223,6 +226,7 @@ class ForwardScheduler:
         self._fallbacks: Counter[str] = Counter()
         self._refused: Counter[str] = Counter()
         self._logged_causes: set[str] = set()
+        self._waiting_locally = 0
 
     # ================================================================ lifecycle
 
@@ -343,18 +347,23 @@ class ForwardScheduler:
             if not op.done:
                 self._complete(op, error=Cancelled(f"operation {op.name}: cancelled"))
 
-    def _local_queue_depth(self) -> int:
-        return self.local.statistics().by_stage.get(Stage.QUEUED.name, 0)
-
     async def _forward_reason(self, op: _Op) -> str | None:
-        """Why ``op`` goes upstream, or None to run it locally."""
+        """Why ``op`` goes upstream, or None to run it locally.
+
+        The overflow rule is judged last, with no await between it and the
+        caller's ``_run_local``: actions routed at the same moment then see
+        each other among those waiting locally."""
+        if self.rules.unsatisfiable:
+            why = await self._unsatisfiable(op)
+            if why is not None:
+                return f"unsatisfiable locally: {why}"
         depth = self.rules.overflow_queue_depth
-        if depth > 0:
-            queued = self._local_queue_depth()
-            if queued > depth:
-                return f"overflow: {queued} actions queued locally (limit {depth})"
-        if not self.rules.unsatisfiable:
-            return None
+        if depth > 0 and self._waiting_locally > depth:
+            return f"overflow: {self._waiting_locally} actions wait locally (limit {depth})"
+        return None
+
+    async def _unsatisfiable(self, op: _Op) -> str | None:
+        """Why no local worker can ever run ``op``, or None."""
         try:
             action = await read_message(self._cas, op.key.action_digest, re_pb2.Action)
             command_digest = Digest.from_proto(action.command_digest, field="command_digest")
@@ -365,13 +374,20 @@ class ForwardScheduler:
         try:
             requirements = requirements_of(platform, self._types)
         except FailedPrecondition as error:
-            return f"unsatisfiable locally: {error.message}"
+            return error.message
         except InvalidArgument:
             return None
-        why = explain_unsatisfiable(requirements, self._local_workers())
-        return None if why is None else f"unsatisfiable locally: {why}"
+        return explain_unsatisfiable(requirements, self._local_workers())
+
+    def _stop_waiting(self, op: _Op) -> None:
+        if op.waiting:
+            op.waiting = False
+            self._waiting_locally -= 1
 
     async def _run_local(self, op: _Op) -> None:
+        # Waiting locally until it executes or ends (the overflow rule's count).
+        op.waiting = True
+        self._waiting_locally += 1
         snapshot = self.local.submit(op.request, request_info=op.request_info)
         op.local_name = snapshot.name
         async with self.local.watch(snapshot.name) as updates:
@@ -478,6 +494,8 @@ class ForwardScheduler:
         event.set()
 
     def _set_stage(self, op: _Op, stage: Stage) -> None:
+        if stage is Stage.EXECUTING:
+            self._stop_waiting(op)
         if op.done or stage is Stage.COMPLETED or stage == op.stage:
             return
         op.stage = stage
@@ -492,6 +510,7 @@ class ForwardScheduler:
         error: LreError | None = None,
         message: str = "",
     ) -> None:
+        self._stop_waiting(op)
         if op.done:
             return
         op.done = True
