@@ -103,9 +103,7 @@ class BuildGrid:
             check=False,
         )
         assert proc.returncode == 0, f"start_buildgrid.sh failed:\n{proc.stdout}\n{proc.stderr}"
-        values = dict(
-            line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line
-        )
+        values = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
         self.bgd_pid = int(values["bgd_pid"])
         if self._watchdog is None:
             # Stops everything once this process is gone (even if pytest is killed).

@@ -59,9 +59,7 @@ def workspace(tmp_path: Path, **kwargs: object) -> Workspace:
 
 
 def check_output(ws: Workspace) -> None:
-    out = subprocess.run(
-        [ws.binary, "100"], capture_output=True, text=True, check=True, timeout=60
-    )
+    out = subprocess.run([ws.binary, "100"], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == ws.expected_checksum(100)
 
 

@@ -15,23 +15,32 @@ from tests.upstream._cluster import UpstreamLre, config_of, laptop_config_text, 
 from tests.upstream.test_cache import output_digest, stop
 
 
-def forward_block(url: str, *, unsatisfiable: bool = True, overflow: int = 0) -> str:
+def forward_block(
+    url: str,
+    *,
+    unsatisfiable: bool = True,
+    overflow: int = 0,
+    platform: str = "{}",
+    instance: str = "team",
+) -> str:
     return f"""{{ name: "main", property_modifier: {{
         modifications: [{{ add: {{ name: "cpu_count", value: "1" }} }}], scheduler: "fwd" }} }},
     {{ name: "fwd", forward: {{ local: "queue", endpoint: {{ address: "{url}" }},
-        instance_name: "team", upstream_cas_store: "upstream-cas",
+        instance_name: "{instance}", upstream_cas_store: "upstream-cas", platform: {platform},
         rules: {{ unsatisfiable: {str(unsatisfiable).lower()},
                  overflow_queue_depth: {overflow} }} }} }}"""
 
 
 async def start(
-    nursery: trio.Nursery, root: Path, url: str, block: str
+    nursery: trio.Nursery, root: Path, url: str, block: str, *, instance: str = "team"
 ) -> tuple[Application, ForwardScheduler, Client]:
     # fast_only: client uploads stay local, so forwarding must upload the inputs.
-    text = laptop_config_text(root, url, scheduler_block=block, cas_write_policy="fast_only")
+    text = laptop_config_text(
+        root, url, scheduler_block=block, cas_write_policy="fast_only", instance=instance
+    )
     app = Application(config_of(text))
     ready: ReadyInfo = await nursery.start(lambda task_status: app.serve(task_status=task_status))
-    return app, app.forwarders["fwd"], Client(ready.grpc_addresses[0], "team")
+    return app, app.forwarders["fwd"], Client(ready.grpc_addresses[0], instance)
 
 
 async def run(
@@ -136,5 +145,39 @@ async def test_overflow_goes_to_the_cluster(tmp_path: Path, nursery: trio.Nurser
         assert done.error is None and done.result is not None and done.result.exit_code == 0
         assert await client.aread(output_digest(done)) == f"{i}\n".encode()
     assert forwarder.forward_statistics().forwarded == {"overflow": len(forwarded)}
+    await stop(app)
+    await cluster.stop()
+
+
+async def test_overflow_sees_actions_that_arrive_together(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    # Bazel sends a build's independent actions at once; none of them is
+    # queued locally yet when the next is routed, so the rule must count the
+    # actions it routed locally that do not execute yet.
+    cluster = UpstreamLre(config_of(upstream_config_text(tmp_path / "cluster", max_inflight=4)))
+    await cluster.start(nursery)
+    block = forward_block(cluster.url, unsatisfiable=False, overflow=1)
+    app, forwarder, client = await start(nursery, tmp_path / "laptop", cluster.url, block)
+    actions = [
+        make_action(f"sleep 0.3; echo {i} > out.txt", instance="team", salt=f"together-{i}")
+        for i in range(6)
+    ]
+    for action in actions:
+        await client.aupload(action.blobs)
+    results: dict[int, OperationSnapshot] = {}
+
+    async def one(i: int) -> None:
+        results[i], _ = await run(forwarder, actions[i])
+
+    async with trio.open_nursery() as inner:
+        for i in range(len(actions)):
+            inner.start_soon(one, i)
+    forwarded = [i for i, r in results.items() if forwarder.is_forwarded(r.name)]
+    # The laptop's worker runs one at a time: the first runs, one more waits.
+    assert len(forwarded) == len(actions) - 2, forwarded
+    for i, done in results.items():
+        assert done.error is None and done.result is not None and done.result.exit_code == 0
+        assert await client.aread(output_digest(done)) == f"{i}\n".encode()
     await stop(app)
     await cluster.stop()
