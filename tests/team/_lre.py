@@ -30,12 +30,19 @@ class TeamLre:
     whose exit runs ``lre down`` (and fails with lre's log tail if that fails)."""
 
     def __init__(
-        self, root: Path, grid: BuildGrid, repo: Path, *, overflow_queue_depth: int = 0
+        self,
+        root: Path,
+        grid: BuildGrid,
+        repo: Path,
+        *,
+        overflow_queue_depth: int = 0,
+        ports: tuple[int, int] | None = None,
     ) -> None:
+        """``ports``: (gRPC, status) to use instead of free ones (a Bazel
+        server keeps its analysis cache only while lre.bazelrc is unchanged)."""
         self.root = root
         self.repo = repo
-        self.port = free_port()
-        self.status_port = free_port()
+        self.port, self.status_port = ports or (free_port(), free_port())
         self.env = {
             **os.environ,
             "HOME": str(root / "home"),
