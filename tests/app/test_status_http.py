@@ -62,6 +62,7 @@ async def test_status_ok_then_503_with_reason(nursery: trio.Nursery) -> None:
     assert json.loads(body) == {
         "status": "unavailable",
         "problems": ["worker:local: failed to start: work directory is locked"],
+        "upstreams": [],
     }
     health.clear("worker:local")
     health.add_check("disk", lambda: "disk nearly full: 0 bytes free")
