@@ -28,7 +28,7 @@ from lre.app._snapshot import (
 from lre.app._status_http import StatusServer
 from lre.app._stores import Stores, build_stores
 from lre.app._upstreams import upstream_rows
-from lre.cas import GrpcStore, StoreStatistics, UpstreamClient
+from lre.cas import GrpcStore, StoreStatistics
 from lre.config import (
     Config,
     ForwardSchedulerSpec,
@@ -60,6 +60,7 @@ from lre.service import (
 from lre.service._rpc_metrics import RpcMetrics
 from lre.service.execution import ExecutionServicer
 from lre.service.operations import OperationsServicer
+from lre.upstream import UpstreamClient
 from lre.worker import LocalWorker
 
 log = logging.getLogger(__name__)

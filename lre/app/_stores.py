@@ -25,11 +25,10 @@ from lre.cas import (
     GrpcStore,
     MemoryActionCache,
     MemoryStore,
-    UpstreamClient,
-    UpstreamStatistics,
     VerifyStore,
 )
 from lre.config import Config, GrpcStoreSpec, StoreSpec
+from lre.upstream import UpstreamClient, UpstreamStatistics
 
 #: Threads the stores may use together for blocking file I/O.
 STORE_THREADS = 8

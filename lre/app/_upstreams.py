@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from lre.app._snapshot import UpstreamRow
-from lre.cas import UpstreamStatistics
 from lre.scheduler import ForwardStatistics
+from lre.upstream import UpstreamStatistics
 
 
 def _row(stats: UpstreamStatistics, extra: Mapping[str, int] | None = None) -> UpstreamRow:

@@ -35,10 +35,6 @@ from lre.cas._tree import (
     validate_directory,
     validate_tree,
 )
-from lre.cas._upstream_client import UpstreamClient
-from lre.cas._upstream_errors import UpstreamUnavailable
-from lre.cas._upstream_health import UpstreamStatistics
-from lre.cas._upstream_loop import UpstreamLoop
 from lre.cas._upstream_uploads import result_blobs, upload_missing
 from lre.cas._verify import BlobVerifier, check_read_range
 from lre.cas._wrappers import FastSlowStore, VerifyStore
@@ -61,10 +57,6 @@ __all__ = [
     "Pin",
     "PinnableStore",
     "StoreStatistics",
-    "UpstreamClient",
-    "UpstreamLoop",
-    "UpstreamStatistics",
-    "UpstreamUnavailable",
     "VerifyStore",
     "call_inline",
     "check_read_range",

@@ -31,13 +31,17 @@ from google.protobuf.message import DecodeError
 from lre.cas._action_cache import ActionCache
 from lre.cas._grpc_store import GrpcStore
 from lre.cas._protocol import BlobStore
-from lre.cas._upstream_client import Connection, Metadata, UpstreamClient
-from lre.cas._upstream_errors import UpstreamUnavailable
-from lre.cas._upstream_health import UpstreamStatistics
 from lre.cas._upstream_uploads import result_blobs, upload_missing
 from lre.digest import Digest
 from lre.errors import InvalidArgument, LreError, NotFound, ResourceExhausted
 from lre.proto import re_grpc, re_pb2
+from lre.upstream import (
+    Connection,
+    Metadata,
+    UpstreamClient,
+    UpstreamStatistics,
+    UpstreamUnavailable,
+)
 
 log = logging.getLogger("lre.cas.upstream")
 

@@ -35,12 +35,17 @@ import grpc.aio
 
 from lre.cas._statistics import StoreStatistics
 from lre.cas._streams import closing_stream
-from lre.cas._upstream_client import Connection, Metadata, UpstreamClient
-from lre.cas._upstream_errors import UpstreamUnavailable, error_for_code
-from lre.cas._upstream_health import UpstreamStatistics
 from lre.digest import EMPTY_DIGEST, Digest
 from lre.errors import InvalidArgument, NotFound, OutOfRange, Unavailable
 from lre.proto import bs_grpc, bs_pb2, re_grpc, re_pb2
+from lre.upstream import (
+    Connection,
+    Metadata,
+    UpstreamClient,
+    UpstreamStatistics,
+    UpstreamUnavailable,
+    error_for_code,
+)
 
 #: grpc.aio's end-of-stream marker (missing from the type stubs).
 _EOF: object = grpc.aio.EOF  # type: ignore[attr-defined]

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-from lre.cas import BlobStore, UpstreamStatistics, UpstreamUnavailable, read_message
+from lre.cas import BlobStore, read_message
 from lre.config import ForwardRulesSpec, PropertyModification
 from lre.digest import Digest, resolve_digest_function
 from lre.errors import (
@@ -71,6 +71,7 @@ from lre.scheduler._names import new_operation_name, parse_operation_name
 from lre.scheduler._scheduler import Scheduler
 from lre.scheduler._statistics import SchedulerStatistics
 from lre.scheduler._watch import OperationWatch, attach_watcher, detach_watcher
+from lre.upstream import UpstreamStatistics, UpstreamUnavailable
 
 log = logging.getLogger(__name__)
 

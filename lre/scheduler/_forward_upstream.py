@@ -31,14 +31,11 @@ import grpc.aio
 from lre.cas import (
     BlobStore,
     GrpcStore,
-    UpstreamClient,
     read_directory_tree,
     read_message,
     upload_missing,
     write_message,
 )
-from lre.cas._upstream_client import Connection, Metadata
-from lre.cas._upstream_errors import error_for_code
 from lre.config import UpstreamPlatformSpec
 from lre.digest import Digest, DigestFunction, resolve_digest_function
 from lre.errors import FailedPrecondition, LreError, MissingBlobs, NotFound, Unavailable
@@ -46,6 +43,7 @@ from lre.proto import error_details_pb2, operations_pb2, re_grpc, re_pb2
 from lre.scheduler._matching import platform_of
 from lre.scheduler._model import Stage
 from lre.scheduler._upstream_platform import platform_message, upstream_platform
+from lre.upstream import Connection, Metadata, UpstreamClient, error_for_code
 
 _EOF: object = grpc.aio.EOF  # type: ignore[attr-defined]
 

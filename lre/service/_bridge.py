@@ -60,7 +60,7 @@ from typing import Any, Generic, TypeVar
 import trio
 
 from lre.errors import Unavailable
-from lre.service._mailbox import Mailbox
+from lre.upstream import Mailbox
 
 T = TypeVar("T")
 Req = TypeVar("Req")

@@ -15,7 +15,7 @@ forwarding scheduler.
 - At most ``max_concurrent_requests`` calls (streams count for their whole
   life) are in flight; others wait in Trio.
 - Health (``UpstreamHealth``): failing to reach the upstream opens a
-  circuit and raises ``UpstreamUnavailable``; see ``_upstream_health``.
+  circuit and raises ``UpstreamUnavailable``; see ``_health``.
 
 All methods are called from Trio; grpc.aio runs on ``UpstreamLoop``'s
 thread. Failure: any other gRPC status becomes the matching
@@ -33,12 +33,12 @@ import grpc
 import grpc.aio
 import trio
 
-from lre.cas._upstream_errors import UpstreamUnavailable, error_for_code
-from lre.cas._upstream_health import UpstreamHealth, UpstreamStatistics
-from lre.cas._upstream_loop import UpstreamLoop
 from lre.config import EndpointSpec, RetrySpec
 from lre.errors import InvalidArgument, LreError
 from lre.proto import re_grpc, re_pb2
+from lre.upstream._errors import UpstreamUnavailable, error_for_code
+from lre.upstream._health import UpstreamHealth, UpstreamStatistics
+from lre.upstream._loop import UpstreamLoop
 
 T = TypeVar("T")
 

@@ -23,7 +23,7 @@ from typing import Literal
 
 import trio
 
-log = logging.getLogger("lre.cas.upstream")
+log = logging.getLogger("lre.upstream")
 
 HealthState = Literal["unknown", "up", "down"]
 

@@ -9,13 +9,16 @@ request:
 - Trio -> asyncio: ``asyncio.run_coroutine_threadsafe`` queues the
   coroutine on the loop.
 - asyncio -> Trio: the finished future wakes the waiting Trio task through
-  ``TrioToken.run_sync_soon``.
+  the loop's ``Mailbox`` over ``TrioToken.run_sync_soon`` (the same
+  mechanism the server-side bridge of ``lre.service`` uses): wake-ups of
+  calls that finish while Trio is busy share one hand-over.
 - Cancellation: cancelling the Trio task cancels the asyncio task (the grpc
   call is cancelled on the wire) and ``trio.Cancelled`` propagates
   unchanged.
 
-This is the mirror of ``lre.service``'s server-side bridge, kept here
-because ``cas`` sits below ``service`` and must not import it. Why not sync
+This is the mirror of ``lre.service``'s server-side bridge; both cross
+with ``Mailbox``, which lives here because ``service`` sits above this
+package and may import it, not the other way round. Why not sync
 grpc stubs in ``trio.to_thread``: one hop here costs two cross-thread
 wake-ups (about 30-60 us), needs no worker thread per in-flight call (an
 upstream read of a large blob would pin a thread for its whole duration),
@@ -30,6 +33,8 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import trio
+
+from lre.upstream._mailbox import Mailbox
 
 T = TypeVar("T")
 
@@ -47,6 +52,7 @@ class UpstreamLoop:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self._inbox: tuple[trio.lowlevel.TrioToken, Mailbox] | None = None
 
     def _ensure(self) -> asyncio.AbstractEventLoop:
         with self._lock:
@@ -83,7 +89,7 @@ class UpstreamLoop:
         caller cancels the coroutine (without waiting for it to finish).
         """
         loop = self._ensure()
-        token = trio.lowlevel.current_trio_token()
+        inbox = self._inbox_of(trio.lowlevel.current_trio_token())
         done = trio.Event()
 
         async def body() -> T:
@@ -93,7 +99,7 @@ class UpstreamLoop:
 
         def wake(_: object) -> None:
             try:
-                token.run_sync_soon(done.set)
+                inbox.post(done.set)
             except trio.RunFinishedError:
                 pass  # the Trio run is over; nobody waits for the result
 
@@ -106,6 +112,13 @@ class UpstreamLoop:
             if not finished:
                 future.cancel()
         return future.result()
+
+    def _inbox_of(self, token: trio.lowlevel.TrioToken) -> Mailbox:
+        """The mailbox into the Trio run of ``token`` (a new one for a new run)."""
+        current = self._inbox
+        if current is None or current[0] is not token:
+            current = self._inbox = (token, Mailbox(token.run_sync_soon))
+        return current[1]
 
     def post(self, fn: Callable[[], object]) -> None:
         """Run the plain callable ``fn()`` soon on the asyncio thread (no result)."""

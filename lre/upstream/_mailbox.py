@@ -1,7 +1,10 @@
 """``Mailbox``: callbacks posted from other threads, run in batches on one.
 
-The bridge between grpc.aio's asyncio thread and the Trio thread crosses in
-both directions several times per request (start the Trio task, each stream
+The one mechanism lre uses to cross between grpc.aio's asyncio threads and
+the Trio thread, in both directions: the server-side bridge
+(``lre.service``) and the client-side ``UpstreamLoop`` post through
+mailboxes. The server bridge crosses in both directions several times per
+request (start the Trio task, each stream
 message, the end marker). Handing each callback over on its own costs a
 socket write to wake the other loop and one loop iteration there; with
 dozens of requests in flight those wake-ups and the GIL hand-offs between
@@ -28,7 +31,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-logger = logging.getLogger("lre.service.bridge")
+logger = logging.getLogger("lre.upstream.hop")
 
 
 class Mailbox:

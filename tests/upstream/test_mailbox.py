@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import trio
 
-from lre.service._mailbox import Mailbox
+from lre.upstream import Mailbox
 
 #: The thread id running each fixture loop.
 OWNERS: dict[asyncio.AbstractEventLoop, int | None] = {}
