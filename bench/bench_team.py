@@ -46,25 +46,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.e2e._bazel import BazelSession, ProcessSummary
 from tests.e2e._workspace import Workspace, generate_workspace
-from tests.team._buildgrid import INSTANCE, BuildGrid
+from tests.team._buildgrid import BuildGrid, straight_flags
 from tests.team._lre import TeamLre, free_port, upstream_counters
-
-#: The team's CI flags; what lre.bazelrc sets that matters for timing
-#: (--remote_download_toplevel, the jobs) is given to the straight build too.
-TEAM_PLATFORM = "OSFamily=linux"
-
-
-def straight_flags(grid: BuildGrid) -> list[str]:
-    return [
-        f"--remote_executor={grid.url}",
-        f"--remote_instance_name={INSTANCE}",
-        f"--remote_default_exec_properties={TEAM_PLATFORM}",
-        "--incompatible_strict_action_env",
-        "--spawn_strategy=remote",
-        "--jobs=16",
-        "--remote_timeout=600",
-        "--remote_download_toplevel",
-    ]
 
 
 def timed_build(
@@ -124,7 +107,10 @@ def main() -> int:
             BazelSession(ws_lre.root, top / "bazel-lre") as laptop,
         ):
             fill = timed_build(
-                ci, ws_ci, [*straight_flags(grid), "--noremote_accept_cached"], all_remote(ws_ci)
+                ci,
+                ws_ci,
+                [*straight_flags(grid.url, jobs=16, toplevel=True), "--noremote_accept_cached"],
+                all_remote(ws_ci),
             )
             say(f"fill (straight, executed on BuildGrid): {fill:.2f} s")
             # One lre address for every round, so lre.bazelrc never changes and
@@ -136,7 +122,7 @@ def main() -> int:
             for rep in range(args.reps):
                 row: dict[str, float] = {}
                 row["straight_cached"] = timed_build(
-                    ci, ws_ci, straight_flags(grid), all_hits(ws_ci)
+                    ci, ws_ci, straight_flags(grid.url, jobs=16, toplevel=True), all_hits(ws_ci)
                 )
                 with TeamLre(top / f"lre-c{rep}", grid, ws_lre.root, ports=ports) as lre:
                     row["lre_cached_empty"] = timed_build(laptop, ws_lre, [], all_hits(ws_lre))
@@ -147,7 +133,9 @@ def main() -> int:
                     row["lre_local_only"] = timed_build(
                         laptop, ws_lre, no_cache, all_remote(ws_lre)
                     )
-                with TeamLre(top / f"lre-o{rep}", grid, ws_lre.root, overflow_queue_depth=1) as lre:
+                with TeamLre(
+                    top / f"lre-o{rep}", grid, ws_lre.root, overflow_queue_depth=1, ports=ports
+                ) as lre:
                     row["lre_overflow"] = timed_build(laptop, ws_lre, no_cache, all_remote(ws_lre))
                     counters = upstream_counters(lre.http_stats(), "forward")
                     forwarded.append(counters.get("forwarded_overflow", 0))

@@ -19,43 +19,42 @@ comes last and the fixture restarts it for anyone after.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.e2e._bazel import BazelSession, BuildResult, require_bazel
 from tests.e2e._workspace import Workspace, generate_workspace
-from tests.team._buildgrid import INSTANCE, BuildGrid
+from tests.team._buildgrid import TEAM_PLATFORM, BuildGrid, straight_flags
 from tests.team._lre import TeamLre, upstream_counters, upstream_row
 
 pytestmark = [pytest.mark.slow, pytest.mark.bazel]
 
-#: What the team's CI sends (the platform of configs/team-cache.json5's
-#: client.exec_properties); BuildGrid's worker offers OSFamily=linux.
-TEAM_PLATFORM = "OSFamily=linux"
-
 MODULES = 8
-
-
-def straight_flags(grid: BuildGrid) -> list[str]:
-    """The team's CI: Bazel straight against BuildGrid."""
-    return [
-        f"--remote_executor={grid.url}",
-        f"--remote_instance_name={INSTANCE}",
-        f"--remote_default_exec_properties={TEAM_PLATFORM}",
-        "--incompatible_strict_action_env",
-        "--spawn_strategy=remote",
-        "--jobs=8",
-        "--remote_timeout=300",
-    ]
 
 
 def workspace(tmp_path: Path, **kwargs: object) -> Workspace:
     require_bazel()
     return generate_workspace(tmp_path / "ws", modules=MODULES, funcs=2, **kwargs)  # type: ignore[arg-type]
+
+
+@contextlib.contextmanager
+def laptop(
+    tmp_path: Path, grid: BuildGrid, ws: Workspace, *, overflow_queue_depth: int = 0
+) -> Iterator[tuple[BazelSession, TeamLre]]:
+    """A Bazel session on ``ws`` and an lre (team config) in front of ``grid``."""
+    with (
+        BazelSession(ws.root, tmp_path / "bazel-root") as bazel,
+        TeamLre(
+            tmp_path / "laptop", grid, ws.root, overflow_queue_depth=overflow_queue_depth
+        ) as lre,
+    ):
+        yield bazel, lre
 
 
 def check_output(ws: Workspace) -> None:
@@ -75,7 +74,7 @@ def test_team_ci_fills_the_cache_and_lre_gets_only_hits(
     grid = running_buildgrid
     ws = workspace(tmp_path)
     with BazelSession(ws.root, tmp_path / "bazel-root") as bazel:
-        ci = bazel.build([ws.target], [*straight_flags(grid), "--noremote_accept_cached"])
+        ci = bazel.build([ws.target], [*straight_flags(grid.url), "--noremote_accept_cached"])
         summary = ci.check()
         assert summary.count("remote") == ws.spawn_count, (summary, grid.log_tail())
         bazel.clean()
@@ -104,10 +103,7 @@ def test_cache_lookups_off_runs_locally_and_forwards_nothing(
     tmp_path: Path, running_buildgrid: BuildGrid
 ) -> None:
     ws = workspace(tmp_path)
-    with (
-        BazelSession(ws.root, tmp_path / "bazel-root") as bazel,
-        TeamLre(tmp_path / "laptop", running_buildgrid, ws.root) as lre,
-    ):
+    with laptop(tmp_path, running_buildgrid, ws) as (bazel, lre):
         built = bazel.build([ws.target], ["--noremote_accept_cached"])
         checked(built, lre)
         assert built.check().count("remote") == ws.spawn_count
@@ -124,10 +120,7 @@ def test_overflow_runs_some_actions_on_buildgrid(
     tmp_path: Path, running_buildgrid: BuildGrid
 ) -> None:
     ws = workspace(tmp_path)
-    with (
-        BazelSession(ws.root, tmp_path / "bazel-root") as bazel,
-        TeamLre(tmp_path / "laptop", running_buildgrid, ws.root, overflow_queue_depth=1) as lre,
-    ):
+    with laptop(tmp_path, running_buildgrid, ws, overflow_queue_depth=1) as (bazel, lre):
         built = bazel.build([ws.target], ["--noremote_accept_cached"])
         checked(built, lre)
         check_output(ws)
@@ -147,10 +140,7 @@ def test_action_no_local_worker_can_run_completes_on_buildgrid(
 ) -> None:
     # BuildGrid's worker offers ISA=x86-64; the laptop's worker offers no ISA.
     ws = workspace(tmp_path, first_module_exec_properties={"ISA": "x86-64"})
-    with (
-        BazelSession(ws.root, tmp_path / "bazel-root") as bazel,
-        TeamLre(tmp_path / "laptop", running_buildgrid, ws.root) as lre,
-    ):
+    with laptop(tmp_path, running_buildgrid, ws) as (bazel, lre):
         built = bazel.build([ws.target], ["--noremote_accept_cached"])
         checked(built, lre)
         check_output(ws)
@@ -167,10 +157,7 @@ def test_buildgrid_killed_mid_build_the_build_completes_locally(
 ) -> None:
     grid = running_buildgrid
     ws = workspace(tmp_path)
-    with (
-        BazelSession(ws.root, tmp_path / "bazel-root") as bazel,
-        TeamLre(tmp_path / "laptop", grid, ws.root, overflow_queue_depth=1) as lre,
-    ):
+    with laptop(tmp_path, grid, ws, overflow_queue_depth=1) as (bazel, lre):
         result: list[BuildResult] = []
         builder = threading.Thread(
             target=lambda: result.append(bazel.build([ws.target], ["--noremote_accept_cached"]))

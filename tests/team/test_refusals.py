@@ -18,7 +18,7 @@ from lre.scheduler import Stage
 from tests.team._buildgrid import INSTANCE, BuildGrid
 from tests.upstream._client import make_action
 from tests.upstream.test_cache import output_digest, stop
-from tests.upstream.test_forward import forward_block, run, start
+from tests.upstream.test_forward import forward_block, run, run_all, start
 
 KEEP_EVERYTHING = "{ drop: [] }"
 
@@ -82,15 +82,8 @@ async def test_refused_overflow_actions_run_locally_logged_once(
     ]
     for action in actions:
         await client.aupload(action.blobs)
-    results = {}
-
-    async def one(i: int) -> None:
-        results[i], _ = await run(forwarder, actions[i])
-
     with caplog.at_level(logging.WARNING, logger="lre.scheduler"):
-        async with trio.open_nursery() as inner:
-            for i in range(len(actions)):
-                inner.start_soon(one, i)  # all at once: some overflow
+        results = await run_all(forwarder, actions)  # all at once: some overflow
     statistics = forwarder.forward_statistics()
     refusals = statistics.fallbacks.get("FAILED_PRECONDITION", 0)
     assert refusals >= 1 and statistics.fell_back_local == refusals, statistics

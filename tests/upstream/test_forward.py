@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import trio
 
 from lre.app import Application, ReadyInfo
@@ -119,17 +120,10 @@ async def test_unsatisfiable_actions_run_on_the_cluster(
     await stop(app)
 
 
-async def test_overflow_goes_to_the_cluster(tmp_path: Path, nursery: trio.Nursery) -> None:
-    cluster = UpstreamLre(config_of(upstream_config_text(tmp_path / "cluster", max_inflight=4)))
-    await cluster.start(nursery)
-    block = forward_block(cluster.url, unsatisfiable=False, overflow=1)
-    app, forwarder, client = await start(nursery, tmp_path / "laptop", cluster.url, block)
-    actions = [
-        make_action(f"sleep 0.5; echo {i} > out.txt", instance="team", salt=str(i))
-        for i in range(6)
-    ]
-    for action in actions:
-        await client.aupload(action.blobs)
+async def run_all(
+    forwarder: ForwardScheduler, actions: list[BuiltAction], *, gap_s: float = 0.0
+) -> dict[int, OperationSnapshot]:
+    """Submit every action (``gap_s`` apart) and wait for all; results by index."""
     results: dict[int, OperationSnapshot] = {}
 
     async def one(i: int) -> None:
@@ -138,46 +132,37 @@ async def test_overflow_goes_to_the_cluster(tmp_path: Path, nursery: trio.Nurser
     async with trio.open_nursery() as inner:
         for i in range(len(actions)):
             inner.start_soon(one, i)
-            await trio.sleep(0.05)  # let the local queue build up
+            if gap_s:
+                await trio.sleep(gap_s)
+    return results
+
+
+@pytest.mark.parametrize("gap_s", [0.05, 0.0])
+async def test_overflow_goes_to_the_cluster(
+    tmp_path: Path, nursery: trio.Nursery, gap_s: float
+) -> None:
+    # gap 0: Bazel sends a build's independent actions at once, and none of
+    # them is queued locally yet when the next is routed, so the rule must
+    # count the actions it routed locally that do not execute yet.
+    cluster = UpstreamLre(config_of(upstream_config_text(tmp_path / "cluster", max_inflight=4)))
+    await cluster.start(nursery)
+    block = forward_block(cluster.url, unsatisfiable=False, overflow=1)
+    app, forwarder, client = await start(nursery, tmp_path / "laptop", cluster.url, block)
+    actions = [
+        make_action(f"sleep 0.4; echo {i} > out.txt", instance="team", salt=f"{gap_s}-{i}")
+        for i in range(6)
+    ]
+    for action in actions:
+        await client.aupload(action.blobs)
+    results = await run_all(forwarder, actions, gap_s=gap_s)
     forwarded = [i for i, r in results.items() if forwarder.is_forwarded(r.name)]
     assert forwarded and len(forwarded) < len(actions), forwarded
+    if not gap_s:
+        # The laptop's worker runs one at a time: the first runs, one more waits.
+        assert len(forwarded) == len(actions) - 2, forwarded
     for i, done in results.items():
         assert done.error is None and done.result is not None and done.result.exit_code == 0
         assert await client.aread(output_digest(done)) == f"{i}\n".encode()
     assert forwarder.forward_statistics().forwarded == {"overflow": len(forwarded)}
-    await stop(app)
-    await cluster.stop()
-
-
-async def test_overflow_sees_actions_that_arrive_together(
-    tmp_path: Path, nursery: trio.Nursery
-) -> None:
-    # Bazel sends a build's independent actions at once; none of them is
-    # queued locally yet when the next is routed, so the rule must count the
-    # actions it routed locally that do not execute yet.
-    cluster = UpstreamLre(config_of(upstream_config_text(tmp_path / "cluster", max_inflight=4)))
-    await cluster.start(nursery)
-    block = forward_block(cluster.url, unsatisfiable=False, overflow=1)
-    app, forwarder, client = await start(nursery, tmp_path / "laptop", cluster.url, block)
-    actions = [
-        make_action(f"sleep 0.3; echo {i} > out.txt", instance="team", salt=f"together-{i}")
-        for i in range(6)
-    ]
-    for action in actions:
-        await client.aupload(action.blobs)
-    results: dict[int, OperationSnapshot] = {}
-
-    async def one(i: int) -> None:
-        results[i], _ = await run(forwarder, actions[i])
-
-    async with trio.open_nursery() as inner:
-        for i in range(len(actions)):
-            inner.start_soon(one, i)
-    forwarded = [i for i, r in results.items() if forwarder.is_forwarded(r.name)]
-    # The laptop's worker runs one at a time: the first runs, one more waits.
-    assert len(forwarded) == len(actions) - 2, forwarded
-    for i, done in results.items():
-        assert done.error is None and done.result is not None and done.result.exit_code == 0
-        assert await client.aread(output_digest(done)) == f"{i}\n".encode()
     await stop(app)
     await cluster.stop()
