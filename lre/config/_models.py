@@ -216,7 +216,9 @@ class ForwardRulesSpec:
         "Forward actions no local worker can ever run (e.g. OSFamily=windows).", default=True
     )
     overflow_queue_depth: int = doc(
-        "Forward new actions while the local queue is deeper than this; 0 = never.", default=0
+        "Forward new actions a local worker could run while more than this many actions "
+        "wait locally (routed to the local scheduler, not yet executing); 0 = never.",
+        default=0,
     )
 
 
