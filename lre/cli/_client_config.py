@@ -4,8 +4,9 @@ Everything lre writes into a user's repository is marked so that ``lre unlink``
 removes exactly that and nothing else:
 
 - ``lre.bazelrc``: a whole file lre owns (first line is ``MARKER``);
-- ``.bazelrc``: two lines, the marker comment and ``try-import
-  %workspace%/lre.bazelrc``;
+- ``.bazelrc``: two lines, the marker comment ``BAZELRC_COMMENT`` and
+  ``try-import %workspace%/lre.bazelrc`` right under it (a try-import line
+  the user wrote without lre's comment above it is theirs and stays);
 - ``.buckconfig.d/lre.buckconfig``: a whole file lre owns;
 - ``.buckconfig.local`` (only with ``--buck-local``): a block between
   ``BEGIN``/``END`` marker lines;
@@ -14,6 +15,13 @@ removes exactly that and nothing else:
 
 Functions never overwrite a file lre did not write; they raise
 ``ClientConfigError`` naming the file instead.
+
+``make_inert`` turns the files lre owns into comments only (what ``lre down``
+does, so builds run locally while lre is stopped); the next ``write_*``
+fills them in again. The files follow the listener: ``grpcs://`` and the
+server's certificate for a TLS listener, an ``authorization`` header when it
+wants a token (the token is then in the file, written 0600), ``unix:`` for a
+Unix socket (Bazel only: Buck2 cannot use one).
 """
 
 from __future__ import annotations
@@ -46,13 +54,40 @@ class ClientConfigError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class ClientSettings:
-    """What the generated client files point at."""
+    """What the generated client files point at, and how to talk to it."""
 
     host: str
     port: int
     instance_name: str = "main"
     cpus: int = field(default_factory=lambda: os.cpu_count() or 2)
     os_family: str = "Linux"
+    #: The listener speaks TLS; ``tls_ca_file`` is the PEM the client trusts.
+    tls: bool = False
+    tls_ca_file: str = ""
+    #: The listener asks for client certificates (mutual TLS).
+    tls_client_auth: bool = False
+    #: Bearer token clients send as ``authorization: Bearer <token>`` ("" = none).
+    auth_token: str = ""
+    #: Path of a Unix socket; when set, ``host`` and ``port`` are not used.
+    unix_socket: str = ""
+
+    @property
+    def host_port(self) -> str:
+        """``host:port``, an IPv6 host in brackets."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+    @property
+    def bazel_endpoint(self) -> str:
+        """The ``--remote_executor`` value: ``unix:``, ``grpcs://`` or ``grpc://``."""
+        if self.unix_socket:
+            return f"unix:{self.unix_socket}"
+        return f"{'grpcs' if self.tls else 'grpc'}://{self.host_port}"
+
+    @property
+    def location(self) -> str:
+        """Where lre listens, for comments and messages."""
+        return f"unix:{self.unix_socket}" if self.unix_socket else self.host_port
 
 
 @dataclass(slots=True)
@@ -99,22 +134,38 @@ def detect_bazel_version(bazel: str = "bazel") -> tuple[int, int, int] | None:
 
 
 def bazelrc_text(settings: ClientSettings, version: tuple[int, int, int] | None) -> str:
-    """The content of ``lre.bazelrc`` for the given Bazel version.
+    """The content of ``lre.bazelrc`` for the given Bazel version (None: not found).
 
     All flags sit under ``build:lre``; a final ``build --config=lre`` makes
     lre the default, and a user who wants it opt-in deletes that one line.
     Flags newer than the installed Bazel are left out.
+
+    ``bazel build --config=lre`` with the default line in place expands the
+    config twice. Every flag here takes the last value given, except
+    ``--remote_default_exec_properties``, which Bazel (4.2.3 at least) turns
+    into a map that dies on a repeated key ("Multiple entries with same
+    key"); so before Bazel 9 the properties go in the single-valued
+    ``--remote_default_platform_properties`` (Bazel 9 deleted that flag).
     """
     v = version or UNVERSIONED_BAZEL
     jobs = max(16, 8 * settings.cpus)
+    if version is None:
+        found = (
+            f"# Bazel was not found on PATH: flags for Bazel {'.'.join(map(str, v))} are "
+            "written; run `lre link` once Bazel is installed."
+        )
+    else:
+        found = f"# Bazel {'.'.join(map(str, v))} found; flags it does not know are left out."
     lines = [
         MARKER,
-        f"# lre at {settings.host}:{settings.port}, instance {settings.instance_name!r}.",
-        f"# Bazel {'.'.join(map(str, v))} detected; newer-only flags are omitted.",
-        f"build:lre --remote_executor=grpc://{settings.host}:{settings.port}",
+        f"# lre at {settings.location}, instance {settings.instance_name!r}.",
+        found,
+        f"build:lre --remote_executor={settings.bazel_endpoint}",
         f"build:lre --remote_instance_name={settings.instance_name}",
-        "build:lre --remote_default_exec_properties=cpu_count=1",
-        f"build:lre --remote_default_exec_properties=OSFamily={settings.os_family}",
+        *_bazel_properties(
+            {"cpu_count": "1", "OSFamily": settings.os_family}, platform_flag=v < (9, 0, 0)
+        ),
+        *_bazel_connection_flags(settings),
         "# lre does the admission control, so Bazel may send many actions at once.",
         f"build:lre --jobs={jobs}",
         "build:lre --remote_timeout=600",
@@ -138,20 +189,67 @@ def bazelrc_text(settings: ClientSettings, version: tuple[int, int, int] | None)
     return "\n".join(lines)
 
 
+def _bazel_properties(properties: dict[str, str], *, platform_flag: bool) -> list[str]:
+    """Default exec properties as bazelrc lines (see ``bazelrc_text`` for the flag choice)."""
+    if not platform_flag:
+        flag = "build:lre --remote_default_exec_properties"
+        return [f"{flag}={k}={v}" for k, v in properties.items()]
+    entries = " ".join(f"properties:{{name:'{k}' value:'{v}'}}" for k, v in properties.items())
+    return [f'build:lre --remote_default_platform_properties="{entries}"']
+
+
+def _bazel_connection_flags(settings: ClientSettings) -> list[str]:
+    """TLS and authentication flags the listener asks for."""
+    lines: list[str] = []
+    if settings.tls and settings.tls_ca_file:
+        lines.append(f"build:lre --tls_certificate={settings.tls_ca_file}")
+    if settings.tls_client_auth:
+        lines.append(
+            "# The listener wants a client certificate: add --tls_client_certificate "
+            "and --tls_client_key to your own .bazelrc."
+        )
+    if settings.auth_token:
+        lines.append(f'build:lre --remote_header="authorization=Bearer {settings.auth_token}"')
+    return lines
+
+
+INERT_BAZELRC = "\n".join(
+    [
+        MARKER,
+        "# lre is stopped (`lre down`), so this file sets nothing and Bazel builds locally.",
+        "# `lre up` (or `lre link` while lre runs) fills it in again.",
+        "",
+    ]
+)
+
+
 def buckconfig_text(settings: ClientSettings, platforms: str | None) -> str:
-    """The content of ``.buckconfig.d/lre.buckconfig`` (or the local block)."""
-    address = f"grpc://{settings.host}:{settings.port}"
+    """The content of ``.buckconfig.d/lre.buckconfig`` (or the local block).
+
+    Buck2 takes only ``grpc://`` addresses and turns TLS on with ``tls``.
+    """
+    address = f"grpc://{settings.host_port}"
     lines = [
         "[buck2_re_client]",
         f"engine_address = {address}",
         f"cas_address = {address}",
         f"action_cache_address = {address}",
-        "tls = false",
-        f"instance_name = {settings.instance_name}",
+        f"tls = {'true' if settings.tls else 'false'}",
     ]
+    if settings.tls and settings.tls_ca_file:
+        lines.append(f"tls_ca_certs = {settings.tls_ca_file}")
+    if settings.auth_token:
+        lines.append(f"http_headers = authorization: Bearer {settings.auth_token}")
+    lines.append(f"instance_name = {settings.instance_name}")
     if platforms is not None:
         lines += ["", "[build]", f"execution_platforms = {platforms}"]
     return "\n".join(lines) + "\n"
+
+
+INERT_BUCKCONFIG = (
+    "# lre is stopped (`lre down`), so this file sets nothing and Buck2 builds locally.\n"
+    "# `lre up` (or `lre link` while lre runs) fills it in again; then run `buck2 kill`.\n"
+)
 
 
 def _owned(path: Path) -> bool:
@@ -162,14 +260,23 @@ def _owned(path: Path) -> bool:
         return False
 
 
-def _write_owned(path: Path, text: str, report: WriteReport) -> None:
+def _write_owned(path: Path, text: str, report: WriteReport, *, private: bool = False) -> None:
+    """Replace ``path`` (lre's own, or missing) with ``text``; 0600 when ``private``."""
     if path.exists() and not _owned(path):
         raise ClientConfigError(f"{path} exists and was not written by lre; not overwriting it")
     path.parent.mkdir(parents=True, exist_ok=True)
-    if path.exists() and path.read_text(encoding="utf-8") == text:
+    mode = 0o600 if private else 0o644
+    if (
+        path.exists()
+        and path.read_text(encoding="utf-8") == text
+        and (path.stat().st_mode & 0o777) == mode
+    ):
         return
     tmp = path.with_name(path.name + ".lre-tmp")
-    tmp.write_text(text, encoding="utf-8")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.chmod(tmp, mode)  # O_CREAT's mode is filtered by the umask
     os.replace(tmp, path)
     report.written.append(path)
 
@@ -203,10 +310,19 @@ def write_bazel(
 ) -> WriteReport:
     """Write ``lre.bazelrc`` and (when ``edit_bazelrc``) the try-import line."""
     report = WriteReport()
-    _write_owned(repo / "lre.bazelrc", bazelrc_text(settings, version), report)
+    _write_owned(
+        repo / "lre.bazelrc",
+        bazelrc_text(settings, version),
+        report,
+        private=bool(settings.auth_token),
+    )
+    if settings.auth_token:
+        report.warnings.append(
+            f"{repo / 'lre.bazelrc'} holds the listener's token (mode 0600, kept out of git)"
+        )
     bazelrc = repo / ".bazelrc"
     existing = bazelrc.read_text(encoding="utf-8") if bazelrc.exists() else ""
-    if TRY_IMPORT in existing.splitlines():
+    if TRY_IMPORT in (line.strip() for line in existing.splitlines()):
         return report
     if not edit_bazelrc:
         report.warnings.append(
@@ -229,6 +345,12 @@ def write_buck2(
     warning names any key of ``.buckconfig`` that would override it.
     """
     report = WriteReport()
+    if settings.unix_socket:
+        report.warnings.append(
+            "Buck2 cannot reach a Unix socket; give lre a TCP listener for Buck2 "
+            "(Buck2 config not written)"
+        )
+        return report
     base = _read_buckconfig(repo / ".buckconfig")
     platforms: str | None = None
     has_platforms = base.has_option("build", "execution_platforms")
@@ -240,10 +362,17 @@ def write_buck2(
             _write_owned(target_dir / name, body, report)
         platforms = f"{_root_cell_name(repo)}//lre_platforms:lre"
     text = buckconfig_text(settings, platforms)
+    if settings.auth_token:
+        report.warnings.append("the Buck2 config holds the listener's token (mode 0600)")
     if local:
         _write_local_block(repo / ".buckconfig.local", text, report)
     else:
-        _write_owned(repo / ".buckconfig.d" / "lre.buckconfig", MARKER + "\n" + text, report)
+        _write_owned(
+            repo / ".buckconfig.d" / "lre.buckconfig",
+            MARKER + "\n" + text,
+            report,
+            private=bool(settings.auth_token),
+        )
         clashes = [k for k in BUCK_KEYS if base.has_option("buck2_re_client", k)]
         if clashes:
             report.warnings.append(
@@ -265,6 +394,8 @@ def _write_local_block(path: Path, text: str, report: WriteReport) -> None:
     if new != existing:
         path.write_text(new, encoding="utf-8")
         report.written.append(path)
+    if "http_headers" in text:
+        path.chmod(0o600)
 
 
 def _strip_block(text: str) -> str:
@@ -302,7 +433,7 @@ def unlink(repo: Path) -> WriteReport:
     bazelrc = repo / ".bazelrc"
     if bazelrc.exists():
         lines = bazelrc.read_text(encoding="utf-8").splitlines(keepends=True)
-        kept = [ln for ln in lines if ln.rstrip("\n") not in (BAZELRC_COMMENT, TRY_IMPORT)]
+        kept = _without_lre_import(lines)
         if kept != lines:
             if kept:
                 bazelrc.write_text("".join(kept), encoding="utf-8")
@@ -320,3 +451,68 @@ def unlink(repo: Path) -> WriteReport:
                 local.unlink()
             report.removed.append(local)
     return report
+
+
+def _without_lre_import(lines: list[str]) -> list[str]:
+    """``lines`` of a .bazelrc without lre's comment and the try-import right under it.
+
+    A try-import line not under lre's comment was written by the user and stays.
+    """
+    kept: list[str] = []
+    skip_next = False
+    for line in lines:
+        text = line.rstrip("\n")
+        if skip_next and text.strip() == TRY_IMPORT:
+            skip_next = False
+            continue
+        skip_next = text == BAZELRC_COMMENT
+        if not skip_next:
+            kept.append(line)
+    return kept
+
+
+def make_inert(repo: Path) -> WriteReport:
+    """Empty every client config file lre owns in ``repo`` down to comments.
+
+    Bazel and Buck2 then build locally; ``.bazelrc``'s try-import still finds
+    a file. The files stay lre's, so the next ``write_*`` fills them in.
+    ``report.written`` lists the files changed.
+    """
+    report = WriteReport()
+    if _owned(repo / "lre.bazelrc"):
+        _write_owned(repo / "lre.bazelrc", INERT_BAZELRC, report)
+    buck = repo / ".buckconfig.d" / "lre.buckconfig"
+    if _owned(buck):
+        _write_owned(buck, MARKER + "\n" + INERT_BUCKCONFIG, report)
+    local = repo / ".buckconfig.local"
+    if local.exists():
+        text = local.read_text(encoding="utf-8")
+        if BEGIN in text.splitlines():
+            _write_local_block(local, INERT_BUCKCONFIG, report)
+    return report
+
+
+def owned_paths(repo: Path) -> list[Path]:
+    """Files and directories in ``repo`` that lre wrote and the user did not.
+
+    ``.bazelrc`` and ``.buckconfig.local`` count only when nothing but lre's
+    lines are in them (lre created them).
+    """
+    paths: list[Path] = []
+    for path in (repo / "lre.bazelrc", repo / ".buckconfig.d" / "lre.buckconfig"):
+        if _owned(path):
+            paths.append(path)
+    platforms = repo / "lre_platforms"
+    if platforms.is_dir() and all(_owned(p) for p in platforms.iterdir()):
+        paths.append(platforms)
+    bazelrc = repo / ".bazelrc"
+    if bazelrc.is_file():
+        lines = bazelrc.read_text(encoding="utf-8").splitlines(keepends=True)
+        if lines and not "".join(_without_lre_import(lines)).strip():
+            paths.append(bazelrc)
+    local = repo / ".buckconfig.local"
+    if local.is_file():
+        text = local.read_text(encoding="utf-8")
+        if text != _strip_block(text) and not _strip_block(text).strip():
+            paths.append(local)
+    return paths

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -31,6 +32,12 @@ class RunningServer:
     repo: str
     log_file: str
     started: float
+    #: How clients reach the first gRPC listener (for the client config of
+    #: repositories linked while it runs): its TLS certificate, whether it
+    #: asks for client certificates, its token file ("" = none).
+    tls_cert_file: str = ""
+    tls_client_auth: bool = False
+    auth_token_file: str = ""
 
     def alive(self) -> bool:
         """True when the process still exists and is an lre (not a reused pid)."""
@@ -97,8 +104,28 @@ def stop_server(server: RunningServer, *, timeout: float = 30.0) -> bool:
         return False
 
 
+def _bind_clash(listening: str, wanted: str) -> bool:
+    """True when a socket listening on ``listening`` keeps ``wanted`` from binding.
+
+    IPv4-mapped IPv6 addresses (``::ffff:127.0.0.1``) count as their IPv4
+    address; a wildcard address on either side clashes with every host.
+    """
+    have = listening.removeprefix("::ffff:")
+    want = wanted.strip("[]").removeprefix("::ffff:")
+    wildcards = ("0.0.0.0", "::", "")
+    if have in wildcards or want in wildcards:
+        return True
+    if want == "localhost":
+        return have in ("127.0.0.1", "::1")
+    return have == want
+
+
 def holder_of_port(host: str, port: int) -> str | None:
-    """Describe the process listening on ``host:port`` ("pid 123 (python3)"), if any."""
+    """Who listens on ``host:port``: "pid 123 (python3)", or None when nobody does.
+
+    Reads the socket table (/proc); a holder whose pid this user may not see
+    is described without one. Returns None when the table cannot be read.
+    """
     try:
         connections = psutil.net_connections(kind="tcp")
     except (psutil.Error, OSError):
@@ -106,7 +133,7 @@ def holder_of_port(host: str, port: int) -> str | None:
     for conn in connections:
         if conn.status != psutil.CONN_LISTEN or not conn.laddr:
             continue
-        if conn.laddr.port == port and conn.laddr.ip in (host, "0.0.0.0", "::", "::1"):
+        if conn.laddr.port == port and _bind_clash(conn.laddr.ip, host):
             if conn.pid is None:
                 return "another process (its pid is not visible to this user)"
             try:
@@ -115,6 +142,18 @@ def holder_of_port(host: str, port: int) -> str | None:
                 name = "?"
             return f"pid {conn.pid} ({name})"
     return None
+
+
+def port_is_free(host: str, port: int) -> bool:
+    """True when a TCP socket can be bound to ``host:port`` right now."""
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host.strip("[]"), port))
+        except OSError:
+            return False
+    return True
 
 
 def wait_for_pid_file(state_dir: Path, child: psutil.Process, timeout: float) -> RunningServer:

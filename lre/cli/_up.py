@@ -1,4 +1,10 @@
-"""``lre up``, ``lre down``, ``lre status`` and ``lre unlink``."""
+"""``lre up``, ``lre down``, ``lre status`` and ``lre unlink``.
+
+``lre up`` starts lre and points the current repository at it (``lre link``
+in ``_link`` does the pointing for a running lre); when one already runs for
+this state directory it only points the repository at it. ``lre down``
+stops it and leaves every repository it pointed at itself building locally.
+"""
 
 from __future__ import annotations
 
@@ -17,27 +23,28 @@ import psutil
 import typer
 
 from lre.cli._app import app
-from lre.cli._client_config import (
-    ClientConfigError,
-    ClientSettings,
-    WriteReport,
-    detect_bazel_version,
-    find_repo_root,
-    unlink,
-    write_bazel,
-    write_buck2,
-)
+from lre.cli._client_config import ClientConfigError, find_repo_root, make_inert, unlink
 from lre.cli._config_cmd import load_or_default
 from lre.cli._daemon import (
     LOG_FILE,
     RunningServer,
     holder_of_port,
+    port_is_free,
     read_pid_file,
     remove_pid_file,
     stop_server,
     wait_for_pid_file,
     write_pid_file,
 )
+from lre.cli._git_exclude import set_excluded
+from lre.cli._link import (
+    link_repo_or_exit,
+    point_linked_repos,
+    point_repo,
+    print_report,
+    split_address,
+)
+from lre.cli._links import Link, forget_link, read_links
 from lre.config import Config, ListenerSpec, resolve
 from lre.errors import LreError
 
@@ -56,8 +63,18 @@ ConfigOption = Annotated[
 ]
 
 
+#: The status listener's port is the gRPC port plus this when --port is given
+#: (the defaults, 50051 and 50061, keep the same distance).
+STATUS_PORT_OFFSET = 10
+
+
 def _with_port(config: Config, port: int | None) -> Config:
-    """The config with the first server's TCP port replaced by ``port``."""
+    """The config with the first server's TCP port replaced by ``port``.
+
+    The status listener follows: ``port + 10`` when that is free, else any
+    free port (chosen when it binds), so a second lre started with another
+    ``--port`` (and another ``LRE_HOME``) does not clash with the first.
+    """
     if port is None or not config.servers:
         return config
     first = config.servers[0]
@@ -66,59 +83,71 @@ def _with_port(config: Config, port: int | None) -> Config:
         raise typer.BadParameter("--port: the first server listens on a Unix socket")
     listener: ListenerSpec = dataclasses.replace(first.listener, address=f"{host}:{port}")
     servers = (dataclasses.replace(first, listener=listener), *config.servers[1:])
-    return dataclasses.replace(config, servers=servers)
-
-
-def _split_address(address: str) -> tuple[str, int] | None:
-    if address.startswith("unix:"):
-        return None
-    host, _, port = address.rpartition(":")
-    try:
-        return host.strip("[]") or "127.0.0.1", int(port)
-    except ValueError:
-        return None
-
-
-def _print_report(report: WriteReport) -> None:
-    for path in report.written:
-        typer.echo(f"wrote {path}")
-    for path in report.removed:
-        typer.echo(f"removed {path}")
-    for warning in report.warnings:
-        typer.echo(f"note: {warning}", err=True)
-
-
-def _platform_source() -> Path | None:
-    """The Buck2 platform shipped with lre (``lre/_toolchains`` links to ``toolchains/``)."""
-    import lre
-
-    candidate = Path(lre.__file__).resolve().parent / "_toolchains" / "buck2"
-    return candidate if (candidate / "defs.bzl").exists() else None
-
-
-def _write_client_config(
-    repo: Path, ready: ReadyInfo, *, instance: str, edit: bool, buck_local: bool
-) -> None:
-    hostport = _split_address(ready.grpc_addresses[0]) if ready.grpc_addresses else None
-    if hostport is None:
-        typer.echo("note: no TCP listener; client config not written", err=True)
-        return
-    settings = ClientSettings(host=hostport[0], port=hostport[1], instance_name=instance)
-    try:
-        is_buck = (repo / ".buckconfig").exists()
-        is_bazel = any(
-            (repo / n).exists() for n in ("MODULE.bazel", "WORKSPACE", "WORKSPACE.bazel")
+    global_ = config.global_
+    status = split_address(global_.status.address) if global_.status.address else None
+    if status is not None:
+        wanted = port + STATUS_PORT_OFFSET
+        status_host = global_.status.address.rpartition(":")[0]
+        free = wanted <= 65535 and port_is_free(status[0], wanted)
+        global_ = dataclasses.replace(
+            global_,
+            status=dataclasses.replace(
+                global_.status, address=f"{status_host}:{wanted if free else 0}"
+            ),
         )
-        if is_bazel or not is_buck:
-            _print_report(
-                write_bazel(repo, settings, edit_bazelrc=edit, version=detect_bazel_version())
-            )
-        if is_buck:
-            _print_report(
-                write_buck2(repo, settings, local=buck_local, platform_source=_platform_source())
-            )
-    except ClientConfigError as error:
-        typer.echo(f"error: {error}", err=True)
+    return dataclasses.replace(config, servers=servers, global_=global_)
+
+
+def listeners_in_use(config: Config) -> list[str]:
+    """One message per listener of ``config`` whose port another process holds.
+
+    Covers every gRPC listener and the status listener; ports 0 and Unix
+    sockets are never in use. The message names the field, the address and
+    the holder ("pid 123 (python3)" where /proc shows it).
+    """
+    wanted = [
+        (f"servers[{i}].listener.address", server.listener.address)
+        for i, server in enumerate(config.servers)
+    ]
+    if config.global_.status.address:
+        wanted.append(("global.status.address", config.global_.status.address))
+    problems = []
+    for field_name, address in wanted:
+        hostport = split_address(address)
+        if hostport is None or hostport[1] == 0:
+            continue
+        holder = holder_of_port(*hostport)
+        if holder is not None:
+            problems.append(f"{field_name} {address} is in use by {holder}")
+    return problems
+
+
+def _server_record(
+    config: Config, ready: ReadyInfo, state_dir: Path, repo: Path | None
+) -> RunningServer:
+    """What the pid file says about this lre once it listens."""
+    listener = config.servers[0].listener if config.servers else ListenerSpec()
+    return RunningServer(
+        pid=os.getpid(),
+        grpc_address=ready.grpc_addresses[0] if ready.grpc_addresses else "",
+        status_address=ready.status_address,
+        repo=str(repo or ""),
+        log_file=str(state_dir / LOG_FILE),
+        started=psutil.Process().create_time(),
+        tls_cert_file=listener.tls.cert_file if listener.tls is not None else "",
+        tls_client_auth=listener.tls is not None and bool(listener.tls.client_ca_file),
+        auth_token_file=listener.auth_token_file,
+    )
+
+
+def _point_repos(server: RunningServer, state_dir: Path, repo: Path | None, link: Link) -> None:
+    """Point ``repo`` and every repository linked before at ``server``; print what changed."""
+    if repo is not None:
+        try:
+            print_report(point_repo(repo, server, link, state_dir))
+        except (ClientConfigError, OSError) as error:
+            typer.echo(f"error: {error}", err=True)
+    point_linked_repos(server, state_dir, skip=repo)
 
 
 async def _dashboard(application: Application) -> None:
@@ -130,7 +159,15 @@ async def _dashboard(application: Application) -> None:
 @app.command()
 def up(
     config_path: ConfigOption = None,
-    port: Annotated[int | None, typer.Option("--port", help="Port of the gRPC listener.")] = None,
+    port: Annotated[
+        int | None,
+        typer.Option(
+            "--port",
+            min=1,
+            max=65535,
+            help="Port of the gRPC listener; the status listener moves to port+10 (or any free).",
+        ),
+    ] = None,
     detach: Annotated[bool, typer.Option("--detach", "-d", help="Run in the background.")] = False,
     no_tui: Annotated[
         bool, typer.Option("--no-tui", help="Plain log lines, no dashboard.")
@@ -155,68 +192,53 @@ def up(
     ] = None,
     log_level: Annotated[str | None, typer.Option("--log-level")] = None,
 ) -> None:
-    """Start lre and point the repository's Bazel/Buck2 at it."""
+    """Start lre and point the repository's Bazel/Buck2 at it.
+
+    When lre already runs for this state directory, only point the
+    repository at it (like `lre link`) and exit 0.
+    """
     repo_root = repo.resolve() if repo is not None else find_repo_root(Path.cwd())
     if clean_config:
         if repo_root is None:
             typer.echo("error: no repository found here", err=True)
             raise typer.Exit(1)
-        _print_report(unlink(repo_root))
+        print_report(unlink(repo_root))
         return
     config = resolve(_with_port(load_or_default(config_path), port))
     state_dir = state_dir_of(config)
+    link = Link(instance=instance, edit_bazelrc=not no_edit, buck_local=buck_local)
     running = read_pid_file(state_dir)
     if running is not None and running.alive():
+        _use_running(running, port, repo_root, no_client_config, link, state_dir)
+        return
+    busy = listeners_in_use(config)
+    if busy:
+        for problem in busy:
+            typer.echo(f"error: {problem}", err=True)
         typer.echo(
-            f"lre is already running (pid {running.pid}) on {running.grpc_address}; "
-            "`lre down` stops it",
+            "choose another port with --port (the status listener follows it), stop the "
+            "holder, or edit the config",
             err=True,
         )
         raise typer.Exit(1)
-    for server in config.servers:
-        hostport = _split_address(server.listener.address)
-        if hostport is not None and hostport[1] != 0:
-            holder = holder_of_port(*hostport)
-            if holder is not None:
-                typer.echo(
-                    f"error: {server.listener.address} is in use by {holder}; "
-                    "choose another with --port",
-                    err=True,
-                )
-                raise typer.Exit(1)
     if detach:
-        _detach(
-            config_path,
-            port,
-            state_dir,
-            repo_root,
-            no_edit,
-            no_client_config,
-            buck_local,
-            instance,
-            log_level,
+        server = _detach(config_path, port, state_dir, repo_root, instance, log_level)
+        if not no_client_config:
+            _point_repos(server, state_dir, repo_root, link)
+        typer.echo(
+            f"lre running in the background (pid {server.pid}) on {server.grpc_address}; "
+            f"log: {server.log_file}; `lre down` stops it"
         )
         return
 
     def announce(ready: ReadyInfo) -> None:
-        # Client config first: `lre up --detach` returns once the pid file
-        # exists, and a build started right after must already find
-        # lre.bazelrc (Bazel's try-import skips a missing file silently).
-        if repo_root is not None and not no_client_config:
-            _write_client_config(
-                repo_root, ready, instance=instance, edit=not no_edit, buck_local=buck_local
-            )
-        write_pid_file(
-            state_dir,
-            RunningServer(
-                pid=os.getpid(),
-                grpc_address=ready.grpc_addresses[0] if ready.grpc_addresses else "",
-                status_address=ready.status_address,
-                repo=str(repo_root or ""),
-                log_file=str(state_dir / LOG_FILE),
-                started=psutil.Process().create_time(),
-            ),
-        )
+        server = _server_record(config, ready, state_dir, repo_root)
+        # Client config first: the pid file means "ready", and a build
+        # started then must already find lre.bazelrc (Bazel's try-import
+        # skips a missing file silently).
+        if not no_client_config:
+            _point_repos(server, state_dir, repo_root, link)
+        write_pid_file(state_dir, server)
         typer.echo(
             f"lre listening on {', '.join(ready.grpc_addresses)}"
             + (f"; status on http://{ready.status_address}/status" if ready.status_address else ""),
@@ -248,10 +270,30 @@ def up(
             raise
         # A start-up problem the user can fix: say what, without a traceback.
         typer.echo(f"error: lre could not start: {cause}", err=True)
+        for problem in listeners_in_use(config):
+            typer.echo(f"error: {problem}", err=True)
         raise typer.Exit(1) from error
     finally:
         remove_pid_file(state_dir, os.getpid())
     typer.echo("lre stopped", err=True)
+
+
+def _use_running(
+    running: RunningServer,
+    port: int | None,
+    repo_root: Path | None,
+    no_client_config: bool,
+    link: Link,
+    state_dir: Path,
+) -> None:
+    """`lre up` while lre runs: point the repository at it (exit 0), or say why not."""
+    typer.echo(f"lre is already running (pid {running.pid}) on {running.grpc_address}")
+    hostport = split_address(running.grpc_address)
+    if port is not None and (hostport is None or hostport[1] != port):
+        typer.echo(f"note: --port {port} ignored: `lre down` first to move lre", err=True)
+    if repo_root is None or no_client_config:
+        return
+    link_repo_or_exit(repo_root, running, link, state_dir)
 
 
 def _single_cause(error: BaseException) -> BaseException:
@@ -266,30 +308,29 @@ def _detach(
     port: int | None,
     state_dir: Path,
     repo_root: Path | None,
-    no_edit: bool,
-    no_client_config: bool,
-    buck_local: bool,
     instance: str,
     log_level: str | None,
-) -> None:
-    argv = [sys.executable, "-m", "lre", "up", "--no-tui", "--instance", instance]
+) -> RunningServer:
+    """Start ``lre up`` in the background and wait until it listens.
+
+    The child writes no client config: the caller does, so that what it
+    prints reaches the terminal. Exits 1 (printing what the child wrote)
+    when the child stops or is not ready within 60 s.
+    """
+    argv = [sys.executable, "-m", "lre", "up", "--no-tui", "--no-client-config"]
+    argv += ["--instance", instance]
     if config_path is not None:
         argv += ["--config", str(config_path.resolve())]
     if port is not None:
         argv += ["--port", str(port)]
     if repo_root is not None:
         argv += ["--repo", str(repo_root)]
-    if no_edit:
-        argv.append("--no-edit")
-    if no_client_config:
-        argv.append("--no-client-config")
-    if buck_local:
-        argv.append("--buck-local")
     if log_level:
         argv += ["--log-level", log_level]
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     log_path = state_dir / LOG_FILE
     with open(log_path, "ab") as log, open(os.devnull, "rb") as null:
+        offset = log.tell()
         child = subprocess.Popen(
             argv,
             stdin=null,
@@ -299,16 +340,26 @@ def _detach(
             close_fds=True,
         )
     try:
-        server = wait_for_pid_file(state_dir, psutil.Process(child.pid), timeout=60)
+        return wait_for_pid_file(state_dir, psutil.Process(child.pid), timeout=60)
     except RuntimeError as error:
-        typer.echo(f"error: {error}; see {log_path}", err=True)
         if child.poll() is None:
             child.kill()
+            child.wait(10)
+        for line in _tail(log_path, offset):
+            typer.echo(line, err=True)
+        typer.echo(f"error: {error}; the whole log: {log_path}", err=True)
         raise typer.Exit(1) from error
-    typer.echo(
-        f"lre running in the background (pid {server.pid}) on {server.grpc_address}; "
-        f"log: {log_path}; `lre down` stops it"
-    )
+
+
+def _tail(path: Path, offset: int, lines: int = 20) -> list[str]:
+    """The last ``lines`` lines written to ``path`` after ``offset`` ([] if unreadable)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    return text.splitlines()[-lines:]
 
 
 def _status_of(server: RunningServer) -> tuple[bool, str]:
@@ -323,19 +374,46 @@ def _status_of(server: RunningServer) -> tuple[bool, str]:
         return False, f"status endpoint unreachable: {error}"
 
 
+def _make_repos_inert(state_dir: Path, server: RunningServer | None) -> None:
+    """Leave every repository lre pointed at itself building locally; say so per repository."""
+    repos = set(read_links(state_dir))
+    if server is not None and server.repo:
+        repos.add(Path(server.repo))
+    for repo in sorted(repos):
+        try:
+            report = make_inert(repo)
+        except (ClientConfigError, OSError) as error:
+            typer.echo(f"error: {repo}: {error}", err=True)
+            continue
+        if report.written:
+            names = ", ".join(str(p.relative_to(repo)) for p in report.written)
+            typer.echo(f"{repo}: builds locally now ({names} made inert; `lre up` restores)")
+            if any("buckconfig" in p.name for p in report.written):
+                typer.echo(f"note: {repo}: run `buck2 kill` so Buck2 rereads it", err=True)
+
+
 @app.command()
 def down(config_path: ConfigOption = None) -> None:
-    """Stop the lre running for this configuration's state directory."""
+    """Stop lre; every repository it pointed at itself builds locally again."""
     state_dir = state_dir_of(resolve(load_or_default(config_path)))
     server = read_pid_file(state_dir)
     if server is None or not server.alive():
         typer.echo("lre is not running")
         if server is not None:
             remove_pid_file(state_dir, server.pid)
+        _make_repos_inert(state_dir, server)
         return
     clean = stop_server(server)
     remove_pid_file(state_dir, server.pid)
     typer.echo(f"lre (pid {server.pid}) stopped" + ("" if clean else " (killed after timeout)"))
+    _make_repos_inert(state_dir, server)
+
+
+def status_urls(status_address: str) -> dict[str, str]:
+    """The status listener's URLs by name ("status", "metrics"); {} when it is off."""
+    if not status_address:
+        return {}
+    return {name: f"http://{status_address}/{name}" for name in ("status", "metrics")}
 
 
 @app.command()
@@ -343,7 +421,10 @@ def status(
     config_path: ConfigOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Tell whether lre runs, where, and whether it is healthy (exit 0 only if so)."""
+    """Tell whether lre runs, where, and whether it is healthy (exit 0 only if so).
+
+    `lre stats` shows what it is doing (the dashboard as text).
+    """
     state_dir = state_dir_of(resolve(load_or_default(config_path)))
     server = read_pid_file(state_dir)
     if server is None or not server.alive():
@@ -353,6 +434,7 @@ def status(
             typer.echo("lre is not running")
         raise typer.Exit(1)
     healthy, detail = _status_of(server)
+    urls = status_urls(server.status_address)
     if as_json:
         typer.echo(
             json.dumps(
@@ -360,6 +442,7 @@ def status(
                     "running": True,
                     "healthy": healthy,
                     "detail": detail,
+                    "urls": urls,
                     **dataclasses.asdict(server),
                 }
             )
@@ -370,6 +453,8 @@ def status(
             f"lre pid {server.pid} on {server.grpc_address}, up {uptime:.0f} s, "
             f"{'healthy' if healthy else 'UNHEALTHY'}: {detail}"
         )
+        for name, url in urls.items():
+            typer.echo(f"{name}: {url}")
     if not healthy:
         raise typer.Exit(2)
 
@@ -379,10 +464,20 @@ def unlink_command(
     repo: Annotated[
         Path | None, typer.Option("--repo", help="Repository (default: detected).")
     ] = None,
+    config_path: ConfigOption = None,
 ) -> None:
-    """Remove exactly the Bazel/Buck2 config that `lre up` wrote."""
+    """Remove exactly the Bazel/Buck2 config that `lre up` wrote (and lre's git excludes)."""
     root = repo.resolve() if repo is not None else find_repo_root(Path.cwd())
     if root is None:
         typer.echo("error: no repository found here", err=True)
         raise typer.Exit(1)
-    _print_report(unlink(root))
+    report = unlink(root)
+    try:
+        exclude = set_excluded(root, [])
+        forget_link(state_dir_of(resolve(load_or_default(config_path))), root)
+    except OSError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(1) from error
+    if exclude is not None:
+        report.removed.append(exclude)
+    print_report(report)
