@@ -98,6 +98,13 @@ def _with_port(config: Config, port: int | None) -> Config:
     return dataclasses.replace(config, servers=servers, global_=global_)
 
 
+def check_port(port: int | None, option: str) -> int | None:
+    """``port`` when it is None or 1-65535; else typer's usage error naming ``option``."""
+    if port is not None and not 1 <= port <= 65535:
+        raise typer.BadParameter(f"{port} is not a port (1-65535)", param_hint=f"'{option}'")
+    return port
+
+
 def listeners_in_use(config: Config) -> list[str]:
     """One message per listener of ``config`` whose port another process holds.
 
@@ -163,8 +170,7 @@ def up(
         int | None,
         typer.Option(
             "--port",
-            min=1,
-            max=65535,
+            callback=lambda value: check_port(value, "--port"),
             help="Port of the gRPC listener; the status listener moves to port+10 (or any free).",
         ),
     ] = None,

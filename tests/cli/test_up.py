@@ -6,11 +6,13 @@ import os
 import socket
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import psutil
 
 from tests.app.conftest import app_config_text
+from tests.service.test_auth import make_ca, make_cert
 
 
 def _lre(
@@ -62,8 +64,8 @@ def test_detach_status_down_and_client_config(tmp_path: Path) -> None:
         again = _lre(
             "up", "--detach", "--config", str(config), "--port", str(port), cwd=repo, env=env
         )
-        assert again.returncode == 1
-        assert "already running" in again.stderr
+        assert again.returncode == 0, again.stderr
+        assert "already running" in again.stdout
     finally:
         down = _lre("down", "--config", str(config), cwd=repo, env=env)
     assert down.returncode == 0, down.stderr
@@ -156,3 +158,220 @@ def test_detach_returns_once_the_client_config_is_written(tmp_path: Path) -> Non
     finally:
         down = _lre("down", "--config", str(config), cwd=repo, env=env)
     assert down.returncode == 0, down.stderr
+
+
+def _git(repo: Path, *args: str) -> str:
+    out = subprocess.run(
+        ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True, timeout=60
+    )
+    return out.stdout
+
+
+def _get(url: str) -> int:
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        status: int = reply.status
+        return status
+
+
+def test_second_repo_link_down_makes_all_inert_and_up_restores(tmp_path: Path) -> None:
+    first, second, third = (tmp_path / name for name in ("first", "second", "third"))
+    for repo in (first, second, third):
+        repo.mkdir()
+        (repo / "WORKSPACE").write_text("")
+    _git(first, "init", "-q")
+    (first / ".bazelrc").write_text("build --verbose_failures\n")
+    config = tmp_path / "lre.json5"
+    config.write_text(app_config_text(tmp_path / "lre-root", status_port=_free_port()))
+    env = {**os.environ, "HOME": str(tmp_path / "home")}
+    port = _free_port()
+
+    def executor(repo: Path) -> str:
+        lines = (repo / "lre.bazelrc").read_text().splitlines()
+        return next((ln for ln in lines if "--remote_executor=" in ln), "")
+
+    started = _lre(
+        "up", "--detach", "--config", str(config), "--port", str(port), cwd=first, env=env
+    )
+    try:
+        assert started.returncode == 0, started.stderr
+        # --detach prints what `up` did to the repository before it returns.
+        assert f"wrote {first / 'lre.bazelrc'}" in started.stdout
+        assert "info/exclude" in started.stdout
+        assert "lre.bazelrc" not in _git(first, "status", "--porcelain", "--untracked-files=all")
+
+        status = _lre("status", "--config", str(config), cwd=first, env=env)
+        assert status.returncode == 0, status.stdout + status.stderr
+        urls = dict(
+            line.split(": ", 1)
+            for line in status.stdout.splitlines()
+            if line.startswith(("status: ", "metrics: "))
+        )
+        assert urls["status"].endswith("/status") and urls["metrics"].endswith("/metrics")
+        assert _get(urls["status"]) == 200 and _get(urls["metrics"]) == 200
+        # --port moved the status listener off the configured port, to port+10 or a free one.
+        assert "127.0.0.1:" in urls["status"]
+
+        again = _lre("up", "--config", str(config), cwd=second, env=env)
+        assert again.returncode == 0, again.stderr
+        assert "already running" in again.stdout
+        assert f"grpc://127.0.0.1:{port}" in executor(second)
+
+        linked = _lre("link", "--config", str(config), "--repo", str(third), cwd=tmp_path, env=env)
+        assert linked.returncode == 0, linked.stderr
+        assert f"grpc://127.0.0.1:{port}" in executor(third)
+    finally:
+        down = _lre("down", "--config", str(config), cwd=first, env=env)
+    assert down.returncode == 0, down.stderr
+    for repo in (first, second, third):
+        assert f"{repo}: builds locally now" in down.stdout
+        assert executor(repo) == ""
+        assert "try-import %workspace%/lre.bazelrc" in (repo / ".bazelrc").read_text()
+
+    port2 = _free_port()
+    restarted = _lre(
+        "up", "--detach", "--config", str(config), "--port", str(port2), cwd=first, env=env
+    )
+    try:
+        assert restarted.returncode == 0, restarted.stderr
+        for repo in (first, second, third):
+            assert f"grpc://127.0.0.1:{port2}" in executor(repo), repo
+        assert f"{second} uses lre again" in restarted.stdout
+    finally:
+        assert _lre("down", "--config", str(config), cwd=first, env=env).returncode == 0
+    unlinked = _lre("unlink", "--config", str(config), "--repo", str(first), cwd=tmp_path, env=env)
+    assert unlinked.returncode == 0, unlinked.stderr
+    assert (first / ".bazelrc").read_text() == "build --verbose_failures\n"
+    assert "lre" not in (first / ".git" / "info" / "exclude").read_text()
+
+
+def test_ports_outside_the_range_are_refused_naming_the_field(tmp_path: Path) -> None:
+    env = {**os.environ, "HOME": str(tmp_path / "home")}
+    result = _lre("up", "--no-tui", "--port", "70000", cwd=tmp_path, env=env)
+    assert result.returncode == 2
+    assert "--port" in result.stderr and "70000" in result.stderr
+    config = tmp_path / "lre.json5"
+    config.write_text(
+        app_config_text(tmp_path / "root", status_port=99999).replace(
+            "127.0.0.1:0", "127.0.0.1:70000"
+        )
+    )
+    check = _lre("config", "check", str(config), cwd=tmp_path, env=env)
+    assert check.returncode == 1
+    assert "servers[0].listener.address: '127.0.0.1:70000': the port must be 1-65535" in (
+        check.stderr
+    )
+    assert "global.status.address: '127.0.0.1:99999': the port must be 1-65535" in check.stderr
+
+
+def test_holders_of_both_listeners_are_named_ipv4_mapped_included(tmp_path: Path) -> None:
+    env = {**os.environ, "HOME": str(tmp_path / "home")}
+    config = tmp_path / "lre.json5"
+    with socket.socket(socket.AF_INET6) as mapped, socket.socket() as status_holder:
+        # A dual-stack server (grpc's own) shows its IPv4 socket as ::ffff:127.0.0.1.
+        mapped.bind(("::ffff:127.0.0.1", 0))
+        mapped.listen()
+        port = mapped.getsockname()[1]
+        status_holder.bind(("127.0.0.1", 0))
+        status_holder.listen()
+        status_port = status_holder.getsockname()[1]
+        config.write_text(app_config_text(tmp_path / "root", status_port=status_port))
+        args = ["up", "--no-tui", "--no-client-config", "--config", str(config)]
+        grpc_busy = _lre(*args, "--port", str(port), cwd=tmp_path, env=env)
+        status_busy = _lre(*args, cwd=tmp_path, env=env)
+    holder = f"pid {os.getpid()} ({psutil.Process().name()})"
+    assert grpc_busy.returncode == 1
+    assert f"servers[0].listener.address 127.0.0.1:{port} is in use by {holder}" in (
+        grpc_busy.stderr
+    )
+    assert status_busy.returncode == 1
+    assert f"global.status.address 127.0.0.1:{status_port} is in use by {holder}" in (
+        status_busy.stderr
+    )
+    assert "Traceback" not in grpc_busy.stderr + status_busy.stderr
+
+
+def test_a_second_lre_with_its_own_state_dir_and_port_starts(tmp_path: Path) -> None:
+    env = {**os.environ, "HOME": str(tmp_path / "home")}
+    status_port = _free_port()
+    configs = []
+    for name in ("one", "two"):
+        config = tmp_path / f"{name}.json5"
+        config.write_text(app_config_text(tmp_path / name, status_port=status_port))
+        configs.append(config)
+    first = _lre(
+        "up", "--detach", "--no-client-config", "--config", str(configs[0]), cwd=tmp_path, env=env
+    )
+    try:
+        assert first.returncode == 0, first.stderr
+        second = _lre(
+            "up", "--detach", "--no-client-config", "--config", str(configs[1]),
+            "--port", str(_free_port()), cwd=tmp_path, env=env,
+        )  # fmt: skip
+        try:
+            assert second.returncode == 0, second.stderr
+            status = _lre("status", "--config", str(configs[1]), cwd=tmp_path, env=env)
+            assert status.returncode == 0, status.stdout
+            assert f"127.0.0.1:{status_port}/" not in status.stdout
+            stats = _lre("stats", "--json", "--config", str(configs[1]), cwd=tmp_path, env=env)
+            assert stats.returncode == 0, stats.stderr  # found through the pid file
+        finally:
+            _lre("down", "--config", str(configs[1]), cwd=tmp_path, env=env)
+    finally:
+        _lre("down", "--config", str(configs[0]), cwd=tmp_path, env=env)
+
+
+def test_detach_prints_why_the_background_lre_failed(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("")  # empty: refused at start
+    token.chmod(0o600)
+    config = tmp_path / "lre.json5"
+    config.write_text(
+        app_config_text(tmp_path / "lre-root").replace(
+            'listener: { address: "127.0.0.1:0" }',
+            f'listener: {{ address: "127.0.0.1:0", auth_token_file: "{token}" }}',
+        )
+    )
+    env = {**os.environ, "HOME": str(tmp_path / "home")}
+    result = _lre(
+        "up", "--detach", "--no-client-config", "--config", str(config), cwd=tmp_path, env=env
+    )
+    assert result.returncode == 1
+    assert "error: lre could not start:" in result.stderr
+    assert "auth_token_file" in result.stderr
+
+
+def test_client_config_of_a_tls_listener_with_a_token(tmp_path: Path) -> None:
+    pki = tmp_path / "pki"
+    pki.mkdir()
+    make_ca(pki, "ca")
+    make_cert(pki, "server", "ca", server=True)
+    token = tmp_path / "token"
+    token.write_text("t0ken-for-lre\n")
+    token.chmod(0o600)
+    tls = f'tls: {{ cert_file: "{pki}/server.pem", key_file: "{pki}/server.key" }}'
+    config = tmp_path / "lre.json5"
+    config.write_text(
+        app_config_text(tmp_path / "lre-root").replace(
+            'listener: { address: "127.0.0.1:0" }',
+            f'listener: {{ address: "127.0.0.1:0", auth_token_file: "{token}", {tls} }}',
+        )
+    )
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "WORKSPACE").write_text("")
+    (repo / ".buckconfig").write_text("[cells]\nroot = .\n")
+    env = {**os.environ, "HOME": str(tmp_path / "home")}
+    started = _lre("up", "--detach", "--config", str(config), cwd=repo, env=env)
+    try:
+        assert started.returncode == 0, started.stderr
+        rc = (repo / "lre.bazelrc").read_text()
+        assert "build:lre --remote_executor=grpcs://127.0.0.1:" in rc
+        assert f"build:lre --tls_certificate={pki}/server.pem" in rc
+        assert 'build:lre --remote_header="authorization=Bearer t0ken-for-lre"' in rc
+        assert (repo / "lre.bazelrc").stat().st_mode & 0o777 == 0o600
+        buck = (repo / ".buckconfig.d" / "lre.buckconfig").read_text()
+        assert "tls = true" in buck and f"tls_ca_certs = {pki}/server.pem" in buck
+        assert "http_headers = authorization: Bearer t0ken-for-lre" in buck
+        assert "buck2 kill" in started.stderr  # the note reaches the terminal with --detach
+    finally:
+        assert _lre("down", "--config", str(config), cwd=repo, env=env).returncode == 0
