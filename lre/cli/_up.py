@@ -63,17 +63,19 @@ ConfigOption = Annotated[
 ]
 
 
-#: The status listener's port is the gRPC port plus this when --port is given
-#: (the defaults, 50051 and 50061, keep the same distance).
+#: Where the status listener goes with --port when its configured port is
+#: taken: the gRPC port plus this (the defaults, 50051 and 50061, keep the
+#: same distance), else any free port.
 STATUS_PORT_OFFSET = 10
 
 
 def _with_port(config: Config, port: int | None) -> Config:
     """The config with the first server's TCP port replaced by ``port``.
 
-    The status listener follows: ``port + 10`` when that is free, else any
-    free port (chosen when it binds), so a second lre started with another
-    ``--port`` (and another ``LRE_HOME``) does not clash with the first.
+    The status listener follows when its configured port is taken (by a
+    first lre, typically): to ``port + 10`` when that is free, else to any
+    free port (chosen when it binds). So a second lre started with another
+    ``--port`` (and another ``LRE_HOME``) starts beside the first.
     """
     if port is None or not config.servers:
         return config
@@ -85,15 +87,12 @@ def _with_port(config: Config, port: int | None) -> Config:
     servers = (dataclasses.replace(first, listener=listener), *config.servers[1:])
     global_ = config.global_
     status = split_address(global_.status.address) if global_.status.address else None
-    if status is not None:
-        wanted = port + STATUS_PORT_OFFSET
+    if status is not None and status[1] != 0 and not port_is_free(*status):
         status_host = global_.status.address.rpartition(":")[0]
-        free = wanted <= 65535 and port_is_free(status[0], wanted)
+        wanted = port + STATUS_PORT_OFFSET
+        moved = wanted if wanted <= 65535 and port_is_free(status[0], wanted) else 0
         global_ = dataclasses.replace(
-            global_,
-            status=dataclasses.replace(
-                global_.status, address=f"{status_host}:{wanted if free else 0}"
-            ),
+            global_, status=dataclasses.replace(global_.status, address=f"{status_host}:{moved}")
         )
     return dataclasses.replace(config, servers=servers, global_=global_)
 
@@ -171,7 +170,7 @@ def up(
         typer.Option(
             "--port",
             callback=lambda value: check_port(value, "--port"),
-            help="Port of the gRPC listener; the status listener moves to port+10 (or any free).",
+            help="Port of the gRPC listener (the status listener moves too if its port is taken).",
         ),
     ] = None,
     detach: Annotated[bool, typer.Option("--detach", "-d", help="Run in the background.")] = False,
@@ -231,8 +230,11 @@ def up(
         server = _detach(config_path, port, state_dir, repo_root, instance, log_level)
         if not no_client_config:
             _point_repos(server, state_dir, repo_root, link)
+        where = (
+            f"; status on http://{server.status_address}/status" if server.status_address else ""
+        )
         typer.echo(
-            f"lre running in the background (pid {server.pid}) on {server.grpc_address}; "
+            f"lre running in the background (pid {server.pid}) on {server.grpc_address}{where}; "
             f"log: {server.log_file}; `lre down` stops it"
         )
         return
