@@ -195,14 +195,22 @@ def _bazel_properties(properties: dict[str, str], *, platform_flag: bool) -> lis
         flag = "build:lre --remote_default_exec_properties"
         return [f"{flag}={k}={v}" for k, v in properties.items()]
     entries = " ".join(f"properties:{{name:'{k}' value:'{v}'}}" for k, v in properties.items())
-    return [f'build:lre --remote_default_platform_properties="{entries}"']
+    return [
+        "# Bazel calls this flag deprecated; unlike --remote_default_exec_properties it",
+        "# survives `--config=lre` given twice (see docs/quickstart-bazel.md).",
+        f'build:lre --remote_default_platform_properties="{entries}"',
+    ]
 
 
 def _bazel_connection_flags(settings: ClientSettings) -> list[str]:
     """TLS and authentication flags the listener asks for."""
     lines: list[str] = []
     if settings.tls and settings.tls_ca_file:
-        lines.append(f"build:lre --tls_certificate={settings.tls_ca_file}")
+        lines += [
+            "# The listener's certificate is trusted as is; if a CA signed it, trusting",
+            "# the CA instead (your own --tls_certificate) also survives a new certificate.",
+            f"build:lre --tls_certificate={settings.tls_ca_file}",
+        ]
     if settings.tls_client_auth:
         lines.append(
             "# The listener wants a client certificate: add --tls_client_certificate "

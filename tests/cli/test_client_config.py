@@ -20,6 +20,8 @@ from lre.cli._client_config import (
     write_bazel,
     write_buck2,
 )
+from lre.cli._daemon import RunningServer
+from lre.cli._link import client_settings_for
 
 SETTINGS = ClientSettings(host="127.0.0.1", port=50999, instance_name="main", cpus=2)
 
@@ -53,7 +55,7 @@ def test_bazelrc_flags_follow_the_bazel_version() -> None:
         "build:lre --remote_default_platform_properties=\"properties:{name:'cpu_count' "
         "value:'1'} properties:{name:'OSFamily' value:'Linux'}\""
     ) in old
-    assert "remote_default_exec_properties" not in old
+    assert "--remote_default_exec_properties=" not in old
     assert "build:lre --spawn_strategy=remote,sandboxed,local" in old
     assert "build:lre --incompatible_strict_action_env" in old
     assert "compression" not in old
@@ -217,3 +219,27 @@ def test_buck2_conflicting_keys_warn_and_local_block_round_trips(tmp_path: Path)
     assert "execution_platforms" not in local
     unlink(tmp_path)
     assert (tmp_path / ".buckconfig.local").read_text() == "[user]\nkey = 1\n"
+
+
+def test_settings_follow_what_the_running_server_recorded(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("abc\n")
+    token.chmod(0o600)
+    server = RunningServer(
+        pid=1,
+        grpc_address="0.0.0.0:4000",
+        status_address="",
+        repo="",
+        log_file="",
+        started=0.0,
+        tls_cert_file="/c.pem",
+        auth_token_file=str(token),
+    )
+    settings = client_settings_for(server, "main")
+    assert settings.bazel_endpoint == "grpcs://127.0.0.1:4000"  # a wildcard is not dialable
+    assert (settings.tls_ca_file, settings.auth_token) == ("/c.pem", "abc")
+    unix = dataclasses.replace(server, grpc_address="unix:/run/lre.sock", tls_cert_file="")
+    assert client_settings_for(unix, "main").bazel_endpoint == "unix:/run/lre.sock"
+    token.chmod(0o644)  # the server refuses such a file; so does the client config
+    with pytest.raises(ClientConfigError, match="chmod 600"):
+        client_settings_for(server, "main")
