@@ -414,14 +414,16 @@ class TlsServerSpec:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ListenerSpec:
     address: str = doc(
-        '"host:port" to listen on, or "unix:/path" for a Unix socket (mode 0600).',
+        '"host:port" to listen on (port 1-65535, or 0 for any free port; `lre up --port` '
+        'replaces the first server\'s), or "unix:/path" for a Unix socket (mode 0600).',
         default="127.0.0.1:50051",
     )
     tls: TlsServerSpec | None = doc(
         "TLS; required (or auth_token_file) off loopback.", default=None
     )
     auth_token_file: str = doc(
-        'File holding a bearer token clients must send as "authorization: Bearer <token>".',
+        'File holding a bearer token clients must send as "authorization: Bearer <token>"; '
+        "the client config lre writes carries it (file mode 0600).",
         default="",
     )
     max_message_bytes: ByteSize = doc(
@@ -457,7 +459,9 @@ class ServerSpec:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StatusSpec:
     address: str = doc(
-        'HTTP listener for /status, /metrics and /api/v1/stats; "" disables it.',
+        "HTTP listener for /status, /metrics and /api/v1/stats (port 1-65535, or 0 for any "
+        'free port); "" disables it. When `lre up --port P` finds this port taken, it moves '
+        "to P+10, else to any free port; `lre status` prints where it is.",
         default="127.0.0.1:50061",
     )
 
