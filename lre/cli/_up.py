@@ -348,7 +348,7 @@ def _detach(
             close_fds=True,
         )
     try:
-        return wait_for_pid_file(state_dir, psutil.Process(child.pid), timeout=60)
+        server = wait_for_pid_file(state_dir, psutil.Process(child.pid), timeout=60)
     except RuntimeError as error:
         if child.poll() is None:
             child.kill()
@@ -357,6 +357,12 @@ def _detach(
             typer.echo(line, err=True)
         typer.echo(f"error: {error}; the whole log: {log_path}", err=True)
         raise typer.Exit(1) from error
+    # What the foreground lre would have shown on the terminal: its warnings.
+    for line in _tail(log_path, offset, lines=200):
+        parts = line.split(" ", 3)
+        if len(parts) == 4 and parts[1] in ("WARNING", "ERROR", "CRITICAL"):
+            typer.echo(f"note: {parts[3]}", err=True)
+    return server
 
 
 def _tail(path: Path, offset: int, lines: int = 20) -> list[str]:
