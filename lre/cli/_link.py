@@ -157,23 +157,29 @@ def point_linked_repos(server: RunningServer, state_dir: Path, *, skip: Path | N
         typer.echo(f"{repo} uses lre again")
 
 
+RepoOption = Annotated[
+    Path | None, typer.Option("--repo", help="Repository (default: detected from cwd).")
+]
+InstanceOption = Annotated[
+    str, typer.Option("--instance", help="Instance name written into client config.")
+]
+NoEditOption = Annotated[
+    bool, typer.Option("--no-edit", help="Do not add the try-import line to .bazelrc.")
+]
+BuckLocalOption = Annotated[
+    bool, typer.Option("--buck-local", help="Write Buck2 settings into .buckconfig.local.")
+]
+
+
 @app.command("link")
 def link_command(
-    repo: Annotated[
-        Path | None, typer.Option("--repo", help="Repository (default: detected from cwd).")
-    ] = None,
+    repo: RepoOption = None,
     config_path: Annotated[
         Path | None, typer.Option("--config", "-c", help="Config of the running lre.")
     ] = None,
-    instance: Annotated[
-        str, typer.Option("--instance", help="Instance name written into client config.")
-    ] = "main",
-    no_edit: Annotated[
-        bool, typer.Option("--no-edit", help="Do not add the try-import line to .bazelrc.")
-    ] = False,
-    buck_local: Annotated[
-        bool, typer.Option("--buck-local", help="Write Buck2 settings into .buckconfig.local.")
-    ] = False,
+    instance: InstanceOption = "main",
+    no_edit: NoEditOption = False,
+    buck_local: BuckLocalOption = False,
 ) -> None:
     """Point a repository's Bazel/Buck2 at the lre that is running (exit 1 if none)."""
     state_dir = Path(resolve(load_or_default(config_path)).global_.state_dir)

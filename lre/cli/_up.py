@@ -38,6 +38,10 @@ from lre.cli._daemon import (
 )
 from lre.cli._git_exclude import set_excluded
 from lre.cli._link import (
+    BuckLocalOption,
+    InstanceOption,
+    NoEditOption,
+    RepoOption,
     link_repo_or_exit,
     point_linked_repos,
     point_repo,
@@ -177,24 +181,16 @@ def up(
     no_tui: Annotated[
         bool, typer.Option("--no-tui", help="Plain log lines, no dashboard.")
     ] = False,
-    no_edit: Annotated[
-        bool, typer.Option("--no-edit", help="Do not add the try-import line to .bazelrc.")
-    ] = False,
+    no_edit: NoEditOption = False,
     no_client_config: Annotated[
         bool, typer.Option("--no-client-config", help="Write no Bazel/Buck2 config.")
     ] = False,
     clean_config: Annotated[
         bool, typer.Option("--clean-config", help="Remove lre's client config and exit.")
     ] = False,
-    buck_local: Annotated[
-        bool, typer.Option("--buck-local", help="Write Buck2 settings into .buckconfig.local.")
-    ] = False,
-    instance: Annotated[
-        str, typer.Option("--instance", help="Instance name written into client config.")
-    ] = "main",
-    repo: Annotated[
-        Path | None, typer.Option("--repo", help="Repository (default: detected from cwd).")
-    ] = None,
+    buck_local: BuckLocalOption = False,
+    instance: InstanceOption = "main",
+    repo: RepoOption = None,
     log_level: Annotated[str | None, typer.Option("--log-level")] = None,
 ) -> None:
     """Start lre and point the repository's Bazel/Buck2 at it.

@@ -5,36 +5,15 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 
 import psutil
+import pytest
 
 from tests.app.conftest import app_config_text
+from tests.cli._lre import free_port, run_lre
 from tests.service.test_auth import make_ca, make_cert
-
-
-def _lre(
-    *args: str, cwd: Path, env: dict[str, str], timeout: float = 90
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "lre", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def test_detach_status_down_and_client_config(tmp_path: Path) -> None:
@@ -45,9 +24,9 @@ def test_detach_status_down_and_client_config(tmp_path: Path) -> None:
     config = tmp_path / "lre.json5"
     config.write_text(app_config_text(tmp_path / "lre-root"))
     env = {**os.environ, "HOME": str(tmp_path / "home")}
-    port = _free_port()
+    port = free_port()
 
-    started = _lre(
+    started = run_lre(
         "up", "--detach", "--config", str(config), "--port", str(port), cwd=repo / "pkg", env=env
     )
     assert started.returncode == 0, started.stderr
@@ -57,25 +36,25 @@ def test_detach_status_down_and_client_config(tmp_path: Path) -> None:
         assert f"--remote_executor=grpc://127.0.0.1:{port}" in rc
         assert "try-import %workspace%/lre.bazelrc" in (repo / ".bazelrc").read_text()
 
-        status = _lre("status", "--config", str(config), cwd=repo, env=env)
+        status = run_lre("status", "--config", str(config), cwd=repo, env=env)
         assert status.returncode == 0, status.stdout + status.stderr
         assert f"127.0.0.1:{port}" in status.stdout
 
-        again = _lre(
+        again = run_lre(
             "up", "--detach", "--config", str(config), "--port", str(port), cwd=repo, env=env
         )
         assert again.returncode == 0, again.stderr
         assert "already running" in again.stdout
     finally:
-        down = _lre("down", "--config", str(config), cwd=repo, env=env)
+        down = run_lre("down", "--config", str(config), cwd=repo, env=env)
     assert down.returncode == 0, down.stderr
     assert "stopped" in down.stdout
-    assert _lre("status", "--config", str(config), cwd=repo, env=env).returncode == 1
+    assert run_lre("status", "--config", str(config), cwd=repo, env=env).returncode == 1
     for proc in psutil.process_iter(["cmdline"]):
         cmdline = proc.info["cmdline"] or []
         assert str(config) not in cmdline, f"lre still running: {proc.pid}"
 
-    unlinked = _lre("unlink", "--repo", str(repo), cwd=tmp_path, env=env)
+    unlinked = run_lre("unlink", "--repo", str(repo), cwd=tmp_path, env=env)
     assert unlinked.returncode == 0, unlinked.stderr
     assert not (repo / "lre.bazelrc").exists()
     assert (repo / ".bazelrc").read_text() == "build --verbose_failures\n"
@@ -89,7 +68,7 @@ def test_port_in_use_names_the_holder(tmp_path: Path) -> None:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        result = _lre(
+        result = run_lre(
             "up",
             "--no-tui",
             "--no-client-config",
@@ -105,7 +84,9 @@ def test_port_in_use_names_the_holder(tmp_path: Path) -> None:
     assert "--port" in result.stderr
 
 
-def test_start_up_errors_are_one_line_not_a_traceback(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["--no-tui", "--detach"])
+def test_start_up_errors_are_one_line_not_a_traceback(tmp_path: Path, mode: str) -> None:
+    # With --detach the error comes from the background lre's output.
     token = tmp_path / "token"
     token.write_text("")  # empty: refused at start
     token.chmod(0o600)
@@ -117,11 +98,13 @@ def test_start_up_errors_are_one_line_not_a_traceback(tmp_path: Path) -> None:
         )
     )
     env = {**os.environ, "HOME": str(tmp_path / "home")}
-    result = _lre(
-        "up", "--no-tui", "--no-client-config", "--config", str(config), cwd=tmp_path, env=env
+    result = run_lre(
+        "up", mode, "--no-client-config", "--config", str(config), cwd=tmp_path, env=env
     )
     assert result.returncode == 1
-    assert result.stderr.strip().splitlines()[-1].startswith("error: lre could not start:")
+    assert "error: lre could not start:" in result.stderr
+    if mode == "--no-tui":
+        assert result.stderr.strip().splitlines()[-1].startswith("error: lre could not start:")
     assert "auth_token_file" in result.stderr
     assert "Traceback" not in result.stderr
 
@@ -146,8 +129,8 @@ def test_detach_returns_once_the_client_config_is_written(tmp_path: Path) -> Non
         "HOME": str(tmp_path / "home"),
         "PATH": f"{tools}{os.pathsep}{os.environ.get('PATH', '')}",
     }
-    port = _free_port()
-    started = _lre(
+    port = free_port()
+    started = run_lre(
         "up", "--detach", "--config", str(config), "--port", str(port), cwd=repo, env=env
     )
     try:
@@ -156,7 +139,7 @@ def test_detach_returns_once_the_client_config_is_written(tmp_path: Path) -> Non
         assert f"--remote_executor=grpc://127.0.0.1:{port}" in rc
         assert "--remote_download_toplevel" in rc  # written for the Bazel 7 that answered
     finally:
-        down = _lre("down", "--config", str(config), cwd=repo, env=env)
+        down = run_lre("down", "--config", str(config), cwd=repo, env=env)
     assert down.returncode == 0, down.stderr
 
 
@@ -181,15 +164,15 @@ def test_second_repo_link_down_makes_all_inert_and_up_restores(tmp_path: Path) -
     _git(first, "init", "-q")
     (first / ".bazelrc").write_text("build --verbose_failures\n")
     config = tmp_path / "lre.json5"
-    config.write_text(app_config_text(tmp_path / "lre-root", status_port=_free_port()))
+    config.write_text(app_config_text(tmp_path / "lre-root", status_port=free_port()))
     env = {**os.environ, "HOME": str(tmp_path / "home")}
-    port = _free_port()
+    port = free_port()
 
     def executor(repo: Path) -> str:
         lines = (repo / "lre.bazelrc").read_text().splitlines()
         return next((ln for ln in lines if "--remote_executor=" in ln), "")
 
-    started = _lre(
+    started = run_lre(
         "up", "--detach", "--config", str(config), "--port", str(port), cwd=first, env=env
     )
     try:
@@ -201,7 +184,7 @@ def test_second_repo_link_down_makes_all_inert_and_up_restores(tmp_path: Path) -
             assert "note: running as root" in started.stderr
         assert "lre.bazelrc" not in _git(first, "status", "--porcelain", "--untracked-files=all")
 
-        status = _lre("status", "--config", str(config), cwd=first, env=env)
+        status = run_lre("status", "--config", str(config), cwd=first, env=env)
         assert status.returncode == 0, status.stdout + status.stderr
         urls = dict(
             line.split(": ", 1)
@@ -212,24 +195,26 @@ def test_second_repo_link_down_makes_all_inert_and_up_restores(tmp_path: Path) -
         assert _get(urls["status"]) == 200 and _get(urls["metrics"]) == 200
         assert f"status on {urls['status']}" in started.stdout
 
-        again = _lre("up", "--config", str(config), cwd=second, env=env)
+        again = run_lre("up", "--config", str(config), cwd=second, env=env)
         assert again.returncode == 0, again.stderr
         assert "already running" in again.stdout
         assert f"grpc://127.0.0.1:{port}" in executor(second)
 
-        linked = _lre("link", "--config", str(config), "--repo", str(third), cwd=tmp_path, env=env)
+        linked = run_lre(
+            "link", "--config", str(config), "--repo", str(third), cwd=tmp_path, env=env
+        )
         assert linked.returncode == 0, linked.stderr
         assert f"grpc://127.0.0.1:{port}" in executor(third)
     finally:
-        down = _lre("down", "--config", str(config), cwd=first, env=env)
+        down = run_lre("down", "--config", str(config), cwd=first, env=env)
     assert down.returncode == 0, down.stderr
     for repo in (first, second, third):
         assert f"{repo}: builds locally now" in down.stdout
         assert executor(repo) == ""
         assert "try-import %workspace%/lre.bazelrc" in (repo / ".bazelrc").read_text()
 
-    port2 = _free_port()
-    restarted = _lre(
+    port2 = free_port()
+    restarted = run_lre(
         "up", "--detach", "--config", str(config), "--port", str(port2), cwd=first, env=env
     )
     try:
@@ -238,8 +223,10 @@ def test_second_repo_link_down_makes_all_inert_and_up_restores(tmp_path: Path) -
             assert f"grpc://127.0.0.1:{port2}" in executor(repo), repo
         assert f"{second} uses lre again" in restarted.stdout
     finally:
-        assert _lre("down", "--config", str(config), cwd=first, env=env).returncode == 0
-    unlinked = _lre("unlink", "--config", str(config), "--repo", str(first), cwd=tmp_path, env=env)
+        assert run_lre("down", "--config", str(config), cwd=first, env=env).returncode == 0
+    unlinked = run_lre(
+        "unlink", "--config", str(config), "--repo", str(first), cwd=tmp_path, env=env
+    )
     assert unlinked.returncode == 0, unlinked.stderr
     assert (first / ".bazelrc").read_text() == "build --verbose_failures\n"
     assert "lre" not in (first / ".git" / "info" / "exclude").read_text()
@@ -247,7 +234,7 @@ def test_second_repo_link_down_makes_all_inert_and_up_restores(tmp_path: Path) -
 
 def test_ports_outside_the_range_are_refused_naming_the_field(tmp_path: Path) -> None:
     env = {**os.environ, "HOME": str(tmp_path / "home")}
-    result = _lre("up", "--no-tui", "--port", "70000", cwd=tmp_path, env=env)
+    result = run_lre("up", "--no-tui", "--port", "70000", cwd=tmp_path, env=env)
     assert result.returncode == 2
     assert "--port" in result.stderr and "70000" in result.stderr
     config = tmp_path / "lre.json5"
@@ -256,7 +243,7 @@ def test_ports_outside_the_range_are_refused_naming_the_field(tmp_path: Path) ->
             "127.0.0.1:0", "127.0.0.1:70000"
         )
     )
-    check = _lre("config", "check", str(config), cwd=tmp_path, env=env)
+    check = run_lre("config", "check", str(config), cwd=tmp_path, env=env)
     assert check.returncode == 1
     assert "servers[0].listener.address: '127.0.0.1:70000': the port must be 1-65535" in (
         check.stderr
@@ -277,8 +264,8 @@ def test_holders_of_both_listeners_are_named_ipv4_mapped_included(tmp_path: Path
         status_port = status_holder.getsockname()[1]
         config.write_text(app_config_text(tmp_path / "root", status_port=status_port))
         args = ["up", "--no-tui", "--no-client-config", "--config", str(config)]
-        grpc_busy = _lre(*args, "--port", str(port), cwd=tmp_path, env=env)
-        status_busy = _lre(*args, cwd=tmp_path, env=env)
+        grpc_busy = run_lre(*args, "--port", str(port), cwd=tmp_path, env=env)
+        status_busy = run_lre(*args, cwd=tmp_path, env=env)
     holder = f"pid {os.getpid()} ({psutil.Process().name()})"
     assert grpc_busy.returncode == 1
     assert f"servers[0].listener.address 127.0.0.1:{port} is in use by {holder}" in (
@@ -293,52 +280,32 @@ def test_holders_of_both_listeners_are_named_ipv4_mapped_included(tmp_path: Path
 
 def test_a_second_lre_with_its_own_state_dir_and_port_starts(tmp_path: Path) -> None:
     env = {**os.environ, "HOME": str(tmp_path / "home")}
-    status_port = _free_port()
+    status_port = free_port()
     configs = []
     for name in ("one", "two"):
         config = tmp_path / f"{name}.json5"
         config.write_text(app_config_text(tmp_path / name, status_port=status_port))
         configs.append(config)
-    first = _lre(
+    first = run_lre(
         "up", "--detach", "--no-client-config", "--config", str(configs[0]), cwd=tmp_path, env=env
     )
     try:
         assert first.returncode == 0, first.stderr
-        second = _lre(
+        second = run_lre(
             "up", "--detach", "--no-client-config", "--config", str(configs[1]),
-            "--port", str(_free_port()), cwd=tmp_path, env=env,
+            "--port", str(free_port()), cwd=tmp_path, env=env,
         )  # fmt: skip
         try:
             assert second.returncode == 0, second.stderr
-            status = _lre("status", "--config", str(configs[1]), cwd=tmp_path, env=env)
+            status = run_lre("status", "--config", str(configs[1]), cwd=tmp_path, env=env)
             assert status.returncode == 0, status.stdout
             assert f"127.0.0.1:{status_port}/" not in status.stdout
-            stats = _lre("stats", "--json", "--config", str(configs[1]), cwd=tmp_path, env=env)
+            stats = run_lre("stats", "--json", "--config", str(configs[1]), cwd=tmp_path, env=env)
             assert stats.returncode == 0, stats.stderr  # found through the pid file
         finally:
-            _lre("down", "--config", str(configs[1]), cwd=tmp_path, env=env)
+            run_lre("down", "--config", str(configs[1]), cwd=tmp_path, env=env)
     finally:
-        _lre("down", "--config", str(configs[0]), cwd=tmp_path, env=env)
-
-
-def test_detach_prints_why_the_background_lre_failed(tmp_path: Path) -> None:
-    token = tmp_path / "token"
-    token.write_text("")  # empty: refused at start
-    token.chmod(0o600)
-    config = tmp_path / "lre.json5"
-    config.write_text(
-        app_config_text(tmp_path / "lre-root").replace(
-            'listener: { address: "127.0.0.1:0" }',
-            f'listener: {{ address: "127.0.0.1:0", auth_token_file: "{token}" }}',
-        )
-    )
-    env = {**os.environ, "HOME": str(tmp_path / "home")}
-    result = _lre(
-        "up", "--detach", "--no-client-config", "--config", str(config), cwd=tmp_path, env=env
-    )
-    assert result.returncode == 1
-    assert "error: lre could not start:" in result.stderr
-    assert "auth_token_file" in result.stderr
+        run_lre("down", "--config", str(configs[0]), cwd=tmp_path, env=env)
 
 
 def test_client_config_of_a_tls_listener_with_a_token(tmp_path: Path) -> None:
@@ -362,7 +329,7 @@ def test_client_config_of_a_tls_listener_with_a_token(tmp_path: Path) -> None:
     (repo / "WORKSPACE").write_text("")
     (repo / ".buckconfig").write_text("[cells]\nroot = .\n")
     env = {**os.environ, "HOME": str(tmp_path / "home")}
-    started = _lre("up", "--detach", "--config", str(config), cwd=repo, env=env)
+    started = run_lre("up", "--detach", "--config", str(config), cwd=repo, env=env)
     try:
         assert started.returncode == 0, started.stderr
         rc = (repo / "lre.bazelrc").read_text()
@@ -375,4 +342,4 @@ def test_client_config_of_a_tls_listener_with_a_token(tmp_path: Path) -> None:
         assert "http_headers = authorization: Bearer t0ken-for-lre" in buck
         assert "buck2 kill" in started.stderr  # the note reaches the terminal with --detach
     finally:
-        assert _lre("down", "--config", str(config), cwd=repo, env=env).returncode == 0
+        assert run_lre("down", "--config", str(config), cwd=repo, env=env).returncode == 0

@@ -10,38 +10,17 @@ in their ``.bazelrc``.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.app.conftest import app_config_text
+from tests.cli._lre import free_port, run_lre
 from tests.e2e._bazel import BazelSession, require_bazel
 from tests.e2e._workspace import Workspace, generate_workspace
 
 pytestmark = [pytest.mark.slow, pytest.mark.bazel]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _lre(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "lre", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 def _runs_right(ws: Workspace) -> None:
@@ -58,13 +37,13 @@ def test_config_lre_second_repo_and_local_builds_after_down(tmp_path: Path) -> N
     config.write_text(
         app_config_text(
             root,
-            status_port=_free_port(),
+            status_port=free_port(),
             extra_worker=', platform_properties: { OSFamily: { values: ["Linux"] } }',
         )
     )
     env = {**os.environ, "HOME": str(tmp_path / "home")}
-    port = _free_port()
-    up = _lre(
+    port = free_port()
+    up = run_lre(
         "up", "--detach", "--config", str(config), "--port", str(port), cwd=first.root, env=env
     )
     assert up.returncode == 0, up.stdout + up.stderr
@@ -78,7 +57,7 @@ def test_config_lre_second_repo_and_local_builds_after_down(tmp_path: Path) -> N
             assert summary.count("remote") == first.spawn_count, summary
             _runs_right(first)
 
-            again = _lre("up", "--config", str(config), cwd=second.root, env=env)
+            again = run_lre("up", "--config", str(config), cwd=second.root, env=env)
             assert again.returncode == 0, again.stdout + again.stderr
             assert "already running" in again.stdout
             with BazelSession(second.root, tmp_path / "bazel-second") as other:
@@ -86,7 +65,7 @@ def test_config_lre_second_repo_and_local_builds_after_down(tmp_path: Path) -> N
                 assert remote.count("remote") == second.spawn_count, remote
             _runs_right(second)
     finally:
-        down = _lre("down", "--config", str(config), cwd=first.root, env=env)
+        down = run_lre("down", "--config", str(config), cwd=first.root, env=env)
         log = root / "state" / "lre.log"
         if down.returncode != 0 and log.exists():
             print(log.read_text()[-5000:])
