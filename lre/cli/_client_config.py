@@ -479,24 +479,34 @@ def _without_lre_import(lines: list[str]) -> list[str]:
     return kept
 
 
+def client_config_files(repo: Path) -> list[Path]:
+    """The files of ``repo`` holding lre's client config (live or inert)."""
+    files = [
+        path
+        for path in (repo / "lre.bazelrc", repo / ".buckconfig.d" / "lre.buckconfig")
+        if _owned(path)
+    ]
+    local = repo / ".buckconfig.local"
+    if local.is_file() and BEGIN in local.read_text(encoding="utf-8").splitlines():
+        files.append(local)
+    return files
+
+
 def make_inert(repo: Path) -> WriteReport:
     """Empty every client config file lre owns in ``repo`` down to comments.
 
     Bazel and Buck2 then build locally; ``.bazelrc``'s try-import still finds
     a file. The files stay lre's, so the next ``write_*`` fills them in.
-    ``report.written`` lists the files changed.
+    ``report.written`` lists the files changed (none when already inert).
     """
     report = WriteReport()
-    if _owned(repo / "lre.bazelrc"):
-        _write_owned(repo / "lre.bazelrc", INERT_BAZELRC, report)
-    buck = repo / ".buckconfig.d" / "lre.buckconfig"
-    if _owned(buck):
-        _write_owned(buck, MARKER + "\n" + INERT_BUCKCONFIG, report)
-    local = repo / ".buckconfig.local"
-    if local.exists():
-        text = local.read_text(encoding="utf-8")
-        if BEGIN in text.splitlines():
-            _write_local_block(local, INERT_BUCKCONFIG, report)
+    for path in client_config_files(repo):
+        if path.name == "lre.bazelrc":
+            _write_owned(path, INERT_BAZELRC, report)
+        elif path.name == ".buckconfig.local":
+            _write_local_block(path, INERT_BUCKCONFIG, report)
+        else:
+            _write_owned(path, MARKER + "\n" + INERT_BUCKCONFIG, report)
     return report
 
 

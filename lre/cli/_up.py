@@ -23,7 +23,13 @@ import psutil
 import typer
 
 from lre.cli._app import app
-from lre.cli._client_config import ClientConfigError, find_repo_root, make_inert, unlink
+from lre.cli._client_config import (
+    ClientConfigError,
+    client_config_files,
+    find_repo_root,
+    make_inert,
+    unlink,
+)
 from lre.cli._config_cmd import load_or_default
 from lre.cli._daemon import (
     LOG_FILE,
@@ -279,6 +285,9 @@ def up(
         raise typer.Exit(1) from error
     finally:
         remove_pid_file(state_dir, os.getpid())
+        if ready_seen and not no_client_config:
+            # Stopped in the foreground (Ctrl-C, q, SIGTERM): as `lre down` does.
+            _make_repos_inert(state_dir, None)
     typer.echo("lre stopped", err=True)
 
 
@@ -391,14 +400,15 @@ def _make_repos_inert(state_dir: Path, server: RunningServer | None) -> None:
         repos.add(Path(server.repo))
     for repo in sorted(repos):
         try:
-            report = make_inert(repo)
+            make_inert(repo)
+            files = client_config_files(repo)
         except (ClientConfigError, OSError) as error:
             typer.echo(f"error: {repo}: {error}", err=True)
             continue
-        if report.written:
-            names = ", ".join(str(p.relative_to(repo)) for p in report.written)
-            typer.echo(f"{repo}: builds locally now ({names} made inert; `lre up` restores)")
-            if any("buckconfig" in p.name for p in report.written):
+        if files:
+            names = ", ".join(str(p.relative_to(repo)) for p in files)
+            typer.echo(f"{repo}: builds locally now ({names} inert until `lre up`)")
+            if any("buckconfig" in p.name for p in files):
                 typer.echo(f"note: {repo}: run `buck2 kill` so Buck2 rereads it", err=True)
 
 

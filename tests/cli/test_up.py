@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
+import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -341,5 +344,59 @@ def test_client_config_of_a_tls_listener_with_a_token(tmp_path: Path) -> None:
         assert "tls = true" in buck and f"tls_ca_certs = {pki}/server.pem" in buck
         assert "http_headers = authorization: Bearer t0ken-for-lre" in buck
         assert "buck2 kill" in started.stderr  # the note reaches the terminal with --detach
+    finally:
+        assert run_lre("down", "--config", str(config), cwd=repo, env=env).returncode == 0
+
+
+def test_a_foreground_lre_stopped_leaves_the_repo_building_locally(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "MODULE.bazel").write_text("")
+    config = tmp_path / "lre.json5"
+    config.write_text(app_config_text(tmp_path / "lre-root"))
+    env = {**os.environ, "HOME": str(tmp_path / "home")}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "lre", "up", "--no-tui", "--config", str(config)],
+        cwd=repo,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while run_lre("status", "--config", str(config), cwd=repo, env=env).returncode != 0:
+            assert server.poll() is None and time.monotonic() < deadline, "lre did not start"
+            time.sleep(0.2)
+        assert "--remote_executor=grpc://127.0.0.1:" in (repo / "lre.bazelrc").read_text()
+    finally:
+        server.send_signal(signal.SIGTERM)
+        output, _ = server.communicate(timeout=60)
+    assert server.returncode == 0, output
+    assert f"{repo}: builds locally now" in output
+    assert "--remote_executor" not in (repo / "lre.bazelrc").read_text()
+
+
+def test_client_config_of_a_unix_socket_listener(tmp_path: Path) -> None:
+    socket_path = tmp_path / "lre.sock"
+    config = tmp_path / "lre.json5"
+    config.write_text(
+        app_config_text(tmp_path / "lre-root").replace(
+            'listener: { address: "127.0.0.1:0" }', f'listener: {{ address: "unix:{socket_path}" }}'
+        )
+    )
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "WORKSPACE").write_text("")
+    (repo / ".buckconfig").write_text("[cells]\nroot = .\n")
+    env = {**os.environ, "HOME": str(tmp_path / "home")}
+    started = run_lre("up", "--detach", "--config", str(config), cwd=repo, env=env)
+    try:
+        assert started.returncode == 0, started.stderr
+        rc = (repo / "lre.bazelrc").read_text()
+        assert f"build:lre --remote_executor=unix:{socket_path}" in rc
+        assert not (repo / ".buckconfig.d").exists()
+        assert "Buck2 cannot reach a Unix socket" in started.stderr
     finally:
         assert run_lre("down", "--config", str(config), cwd=repo, env=env).returncode == 0
