@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -102,58 +101,6 @@ def stop_server(server: RunningServer, *, timeout: float = 30.0) -> bool:
         proc.kill()
         proc.wait(10)
         return False
-
-
-def _bind_clash(listening: str, wanted: str) -> bool:
-    """True when a socket listening on ``listening`` keeps ``wanted`` from binding.
-
-    IPv4-mapped IPv6 addresses (``::ffff:127.0.0.1``) count as their IPv4
-    address; a wildcard address on either side clashes with every host.
-    """
-    have = listening.removeprefix("::ffff:")
-    want = wanted.strip("[]").removeprefix("::ffff:")
-    wildcards = ("0.0.0.0", "::", "")
-    if have in wildcards or want in wildcards:
-        return True
-    if want == "localhost":
-        return have in ("127.0.0.1", "::1")
-    return have == want
-
-
-def holder_of_port(host: str, port: int) -> str | None:
-    """Who listens on ``host:port``: "pid 123 (python3)", or None when nobody does.
-
-    Reads the socket table (/proc); a holder whose pid this user may not see
-    is described without one. Returns None when the table cannot be read.
-    """
-    try:
-        connections = psutil.net_connections(kind="tcp")
-    except (psutil.Error, OSError):
-        return None
-    for conn in connections:
-        if conn.status != psutil.CONN_LISTEN or not conn.laddr:
-            continue
-        if conn.laddr.port == port and _bind_clash(conn.laddr.ip, host):
-            if conn.pid is None:
-                return "another process (its pid is not visible to this user)"
-            try:
-                name = psutil.Process(conn.pid).name()
-            except psutil.Error:
-                name = "?"
-            return f"pid {conn.pid} ({name})"
-    return None
-
-
-def port_is_free(host: str, port: int) -> bool:
-    """True when a TCP socket can be bound to ``host:port`` right now."""
-    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host.strip("[]"), port))
-        except OSError:
-            return False
-    return True
 
 
 def wait_for_pid_file(state_dir: Path, child: psutil.Process, timeout: float) -> RunningServer:

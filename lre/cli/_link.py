@@ -29,21 +29,11 @@ from lre.cli._config_cmd import load_or_default
 from lre.cli._daemon import RunningServer, read_pid_file
 from lre.cli._git_exclude import set_excluded
 from lre.cli._links import Link, read_links, record_link
+from lre.cli._ports import split_address
 from lre.config import resolve
 
 #: Addresses a server may listen on that a client cannot connect to as such.
 _WILDCARDS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
-
-
-def split_address(address: str) -> tuple[str, int] | None:
-    """``"host:port"`` / ``"[v6]:port"`` -> (host, port); None for ``unix:`` or garbage."""
-    if address.startswith("unix:"):
-        return None
-    host, _, port = address.rpartition(":")
-    try:
-        return host.strip("[]") or "127.0.0.1", int(port)
-    except ValueError:
-        return None
 
 
 def _read_token(path: str) -> str:

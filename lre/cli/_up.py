@@ -34,8 +34,6 @@ from lre.cli._config_cmd import load_or_default
 from lre.cli._daemon import (
     LOG_FILE,
     RunningServer,
-    holder_of_port,
-    port_is_free,
     read_pid_file,
     remove_pid_file,
     stop_server,
@@ -52,9 +50,9 @@ from lre.cli._link import (
     point_linked_repos,
     point_repo,
     print_report,
-    split_address,
 )
 from lre.cli._links import Link, forget_link, read_links
+from lre.cli._ports import check_port, listeners_in_use, split_address, with_port
 from lre.config import Config, ListenerSpec, resolve
 from lre.errors import LreError
 
@@ -71,71 +69,6 @@ def state_dir_of(config: Config) -> Path:
 ConfigOption = Annotated[
     Path | None, typer.Option("--config", "-c", help="Config file (default: embedded).")
 ]
-
-
-#: Where the status listener goes with --port when its configured port is
-#: taken: the gRPC port plus this (the defaults, 50051 and 50061, keep the
-#: same distance), else any free port.
-STATUS_PORT_OFFSET = 10
-
-
-def _with_port(config: Config, port: int | None) -> Config:
-    """The config with the first server's TCP port replaced by ``port``.
-
-    The status listener follows when its configured port is taken (by a
-    first lre, typically): to ``port + 10`` when that is free, else to any
-    free port (chosen when it binds). So a second lre started with another
-    ``--port`` (and another ``LRE_HOME``) starts beside the first.
-    """
-    if port is None or not config.servers:
-        return config
-    first = config.servers[0]
-    host = first.listener.address.rpartition(":")[0] or "127.0.0.1"
-    if first.listener.address.startswith("unix:"):
-        raise typer.BadParameter("--port: the first server listens on a Unix socket")
-    listener: ListenerSpec = dataclasses.replace(first.listener, address=f"{host}:{port}")
-    servers = (dataclasses.replace(first, listener=listener), *config.servers[1:])
-    global_ = config.global_
-    status = split_address(global_.status.address) if global_.status.address else None
-    if status is not None and status[1] != 0 and not port_is_free(*status):
-        status_host = global_.status.address.rpartition(":")[0]
-        wanted = port + STATUS_PORT_OFFSET
-        moved = wanted if wanted <= 65535 and port_is_free(status[0], wanted) else 0
-        global_ = dataclasses.replace(
-            global_, status=dataclasses.replace(global_.status, address=f"{status_host}:{moved}")
-        )
-    return dataclasses.replace(config, servers=servers, global_=global_)
-
-
-def check_port(port: int | None, option: str) -> int | None:
-    """``port`` when it is None or 1-65535; else typer's usage error naming ``option``."""
-    if port is not None and not 1 <= port <= 65535:
-        raise typer.BadParameter(f"{port} is not a port (1-65535)", param_hint=f"'{option}'")
-    return port
-
-
-def listeners_in_use(config: Config) -> list[str]:
-    """One message per listener of ``config`` whose port another process holds.
-
-    Covers every gRPC listener and the status listener; ports 0 and Unix
-    sockets are never in use. The message names the field, the address and
-    the holder ("pid 123 (python3)" where /proc shows it).
-    """
-    wanted = [
-        (f"servers[{i}].listener.address", server.listener.address)
-        for i, server in enumerate(config.servers)
-    ]
-    if config.global_.status.address:
-        wanted.append(("global.status.address", config.global_.status.address))
-    problems = []
-    for field_name, address in wanted:
-        hostport = split_address(address)
-        if hostport is None or hostport[1] == 0:
-            continue
-        holder = holder_of_port(*hostport)
-        if holder is not None:
-            problems.append(f"{field_name} {address} is in use by {holder}")
-    return problems
 
 
 def _server_record(
@@ -211,7 +144,7 @@ def up(
             raise typer.Exit(1)
         print_report(unlink(repo_root))
         return
-    config = resolve(_with_port(load_or_default(config_path), port))
+    config = resolve(with_port(load_or_default(config_path), port))
     state_dir = state_dir_of(config)
     link = Link(instance=instance, edit_bazelrc=not no_edit, buck_local=buck_local)
     running = read_pid_file(state_dir)
