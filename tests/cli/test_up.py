@@ -311,6 +311,26 @@ def test_a_second_lre_with_its_own_state_dir_and_port_starts(tmp_path: Path) -> 
         run_lre("down", "--config", str(configs[0]), cwd=tmp_path, env=env)
 
 
+def _up_in_bazel_and_buck2_repo(
+    tmp_path: Path, listener: str
+) -> tuple[Path, Path, dict[str, str], subprocess.CompletedProcess[str]]:
+    """``lre up --detach`` in a new Bazel + Buck2 repository, with the test
+    config's listener replaced by ``listener``: (repo, config, env, result)."""
+    config = tmp_path / "lre.json5"
+    config.write_text(
+        app_config_text(tmp_path / "lre-root").replace(
+            'listener: { address: "127.0.0.1:0" }', listener
+        )
+    )
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "WORKSPACE").write_text("")
+    (repo / ".buckconfig").write_text("[cells]\nroot = .\n")
+    env = {**os.environ, "HOME": str(tmp_path / "home")}
+    started = run_lre("up", "--detach", "--config", str(config), cwd=repo, env=env)
+    return repo, config, env, started
+
+
 def test_client_config_of_a_tls_listener_with_a_token(tmp_path: Path) -> None:
     pki = tmp_path / "pki"
     pki.mkdir()
@@ -320,19 +340,9 @@ def test_client_config_of_a_tls_listener_with_a_token(tmp_path: Path) -> None:
     token.write_text("t0ken-for-lre\n")
     token.chmod(0o600)
     tls = f'tls: {{ cert_file: "{pki}/server.pem", key_file: "{pki}/server.key" }}'
-    config = tmp_path / "lre.json5"
-    config.write_text(
-        app_config_text(tmp_path / "lre-root").replace(
-            'listener: { address: "127.0.0.1:0" }',
-            f'listener: {{ address: "127.0.0.1:0", auth_token_file: "{token}", {tls} }}',
-        )
+    repo, config, env, started = _up_in_bazel_and_buck2_repo(
+        tmp_path, f'listener: {{ address: "127.0.0.1:0", auth_token_file: "{token}", {tls} }}'
     )
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    (repo / "WORKSPACE").write_text("")
-    (repo / ".buckconfig").write_text("[cells]\nroot = .\n")
-    env = {**os.environ, "HOME": str(tmp_path / "home")}
-    started = run_lre("up", "--detach", "--config", str(config), cwd=repo, env=env)
     try:
         assert started.returncode == 0, started.stderr
         rc = (repo / "lre.bazelrc").read_text()
@@ -380,18 +390,9 @@ def test_a_foreground_lre_stopped_leaves_the_repo_building_locally(tmp_path: Pat
 
 def test_client_config_of_a_unix_socket_listener(tmp_path: Path) -> None:
     socket_path = tmp_path / "lre.sock"
-    config = tmp_path / "lre.json5"
-    config.write_text(
-        app_config_text(tmp_path / "lre-root").replace(
-            'listener: { address: "127.0.0.1:0" }', f'listener: {{ address: "unix:{socket_path}" }}'
-        )
+    repo, config, env, started = _up_in_bazel_and_buck2_repo(
+        tmp_path, f'listener: {{ address: "unix:{socket_path}" }}'
     )
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    (repo / "WORKSPACE").write_text("")
-    (repo / ".buckconfig").write_text("[cells]\nroot = .\n")
-    env = {**os.environ, "HOME": str(tmp_path / "home")}
-    started = run_lre("up", "--detach", "--config", str(config), cwd=repo, env=env)
     try:
         assert started.returncode == 0, started.stderr
         rc = (repo / "lre.bazelrc").read_text()
