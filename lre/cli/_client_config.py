@@ -81,7 +81,7 @@ class ClientSettings:
     def bazel_endpoint(self) -> str:
         """The ``--remote_executor`` value: ``unix:``, ``grpcs://`` or ``grpc://``."""
         if self.unix_socket:
-            return f"unix:{self.unix_socket}"
+            return f"unix://{self.unix_socket}"
         return f"{'grpcs' if self.tls else 'grpc'}://{self.host_port}"
 
     @property
@@ -207,8 +207,8 @@ def _bazel_connection_flags(settings: ClientSettings) -> list[str]:
     lines: list[str] = []
     if settings.tls and settings.tls_ca_file:
         lines += [
-            "# The listener's certificate is trusted as is; if a CA signed it, trusting",
-            "# the CA instead (your own --tls_certificate) also survives a new certificate.",
+            "# The listener's certificate is trusted as is. If a CA signed it, a line",
+            "# `build --tls_certificate=CA.pem` after the try-import survives a new one.",
             f"build:lre --tls_certificate={settings.tls_ca_file}",
         ]
     if settings.tls_client_auth:
@@ -327,6 +327,12 @@ def write_bazel(
     if settings.auth_token:
         report.warnings.append(
             f"{repo / 'lre.bazelrc'} holds the listener's token (mode 0600, kept out of git)"
+        )
+    if settings.unix_socket:
+        report.warnings.append(
+            "Bazel builds without netty's epoll (Debian's bazel-bootstrap among them) stop "
+            'with "Unix domain sockets are unsupported on this platform"; give lre a TCP '
+            "listener (with auth_token_file) for those"
         )
     bazelrc = repo / ".bazelrc"
     existing = bazelrc.read_text(encoding="utf-8") if bazelrc.exists() else ""
@@ -516,10 +522,7 @@ def owned_paths(repo: Path) -> list[Path]:
     ``.bazelrc`` and ``.buckconfig.local`` count only when nothing but lre's
     lines are in them (lre created them).
     """
-    paths: list[Path] = []
-    for path in (repo / "lre.bazelrc", repo / ".buckconfig.d" / "lre.buckconfig"):
-        if _owned(path):
-            paths.append(path)
+    paths = [p for p in client_config_files(repo) if p.name != ".buckconfig.local"]
     platforms = repo / "lre_platforms"
     if platforms.is_dir() and all(_owned(p) for p in platforms.iterdir()):
         paths.append(platforms)

@@ -102,7 +102,7 @@ def test_client_config_follows_a_tls_and_token_listener(tmp_path: Path) -> None:
 
 def test_client_config_for_a_unix_socket_and_ipv6(tmp_path: Path) -> None:
     unix = ClientSettings(host="", port=0, unix_socket="/run/lre.sock", cpus=2)
-    assert "build:lre --remote_executor=unix:/run/lre.sock" in bazelrc_text(unix, (4, 2, 3))
+    assert "build:lre --remote_executor=unix:///run/lre.sock" in bazelrc_text(unix, (4, 2, 3))
     (tmp_path / ".buckconfig").write_text("[cells]\nroot = .\n")
     report = write_buck2(tmp_path, unix, local=False, platform_source=None)
     assert not (tmp_path / ".buckconfig.d").exists()
@@ -239,7 +239,7 @@ def test_settings_follow_what_the_running_server_recorded(tmp_path: Path) -> Non
     assert settings.bazel_endpoint == "grpcs://127.0.0.1:4000"  # a wildcard is not dialable
     assert (settings.tls_ca_file, settings.auth_token) == ("/c.pem", "abc")
     unix = dataclasses.replace(server, grpc_address="unix:/run/lre.sock", tls_cert_file="")
-    assert client_settings_for(unix, "main").bazel_endpoint == "unix:/run/lre.sock"
+    assert client_settings_for(unix, "main").bazel_endpoint == "unix:///run/lre.sock"
     token.chmod(0o644)  # the server refuses such a file; so does the client config
     with pytest.raises(ClientConfigError, match="chmod 600"):
         client_settings_for(server, "main")

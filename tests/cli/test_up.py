@@ -396,8 +396,9 @@ def test_client_config_of_a_unix_socket_listener(tmp_path: Path) -> None:
     try:
         assert started.returncode == 0, started.stderr
         rc = (repo / "lre.bazelrc").read_text()
-        assert f"build:lre --remote_executor=unix:{socket_path}" in rc
+        assert f"build:lre --remote_executor=unix://{socket_path}" in rc
         assert not (repo / ".buckconfig.d").exists()
         assert "Buck2 cannot reach a Unix socket" in started.stderr
+        assert "Unix domain sockets are unsupported" in started.stderr
     finally:
         assert run_lre("down", "--config", str(config), cwd=repo, env=env).returncode == 0
