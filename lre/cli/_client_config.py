@@ -325,8 +325,11 @@ def write_bazel(
         private=bool(settings.auth_token),
     )
     if settings.auth_token:
+        report.warnings.append(f"{repo / 'lre.bazelrc'} holds the listener's token (mode 0600)")
+    if settings.tls:
         report.warnings.append(
-            f"{repo / 'lre.bazelrc'} holds the listener's token (mode 0600, kept out of git)"
+            "Bazel builds without netty-tcnative (Debian's bazel-bootstrap among them) cannot "
+            'speak TLS: "JDK provider does not support ALPN protocol"'
         )
     if settings.unix_socket:
         report.warnings.append(
@@ -359,6 +362,11 @@ def write_buck2(
     warning names any key of ``.buckconfig`` that would override it.
     """
     report = WriteReport()
+    if settings.tls:
+        report.warnings.append(
+            "Bazel builds without netty-tcnative (Debian's bazel-bootstrap among them) cannot "
+            'speak TLS: "JDK provider does not support ALPN protocol"'
+        )
     if settings.unix_socket:
         report.warnings.append(
             "Buck2 cannot reach a Unix socket; give lre a TCP listener for Buck2 "

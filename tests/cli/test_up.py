@@ -354,6 +354,7 @@ def test_client_config_of_a_tls_listener_with_a_token(tmp_path: Path) -> None:
         assert "tls = true" in buck and f"tls_ca_certs = {pki}/server.pem" in buck
         assert "http_headers = authorization: Bearer t0ken-for-lre" in buck
         assert "buck2 kill" in started.stderr  # the note reaches the terminal with --detach
+        assert "ALPN" in started.stderr  # what Debian's Bazel says to TLS
     finally:
         assert run_lre("down", "--config", str(config), cwd=repo, env=env).returncode == 0
 

@@ -81,3 +81,32 @@ def test_config_lre_second_repo_and_local_builds_after_down(tmp_path: Path) -> N
         assert local.count("remote") == 0, local
         assert local.local == first.spawn_count, local
         _runs_right(first)
+
+
+def test_a_token_listener_gets_the_header_from_the_token_file(tmp_path: Path) -> None:
+    require_bazel()
+    ws = generate_workspace(tmp_path / "ws", modules=1, funcs=1, seed=3)
+    token = tmp_path / "token"
+    token.write_text("secret-of-this-test\n")
+    token.chmod(0o600)
+    config = tmp_path / "lre.json5"
+    config.write_text(
+        app_config_text(
+            tmp_path / "lre-root",
+            extra_worker=', platform_properties: { OSFamily: { values: ["Linux"] } }',
+        ).replace(
+            'listener: { address: "127.0.0.1:0" }',
+            f'listener: {{ address: "127.0.0.1:0", auth_token_file: "{token}" }}',
+        )
+    )
+    env = {**os.environ, "HOME": str(tmp_path / "home")}
+    up = run_lre("up", "--detach", "--config", str(config), cwd=ws.root, env=env)
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        with BazelSession(ws.root, tmp_path / "bazel") as bazel:
+            summary = bazel.build([ws.target]).check()
+            assert summary.count("remote") == ws.spawn_count, summary
+    finally:
+        down = run_lre("down", "--config", str(config), cwd=ws.root, env=env)
+    assert down.returncode == 0, down.stderr
+    _runs_right(ws)
