@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,7 +54,8 @@ from lre.worker._outputs import (
     hash_file,
     scan_outputs,
 )
-from lre.worker._process import ProcessOutcome, kill_group, run_process
+from lre.worker._containment import Containment
+from lre.worker._process import ProcessOutcome, default_containment, run_process
 from lre.worker._properties import max_inflight
 from lre.worker._sampler import ActionUsage, ProcessTreeSampler
 from lre.worker._staging import LinkSource, stage_inputs
@@ -113,8 +115,10 @@ class ActionRunner:
         adopt: Adopter | None = None,
         sampler: ProcessTreeSampler | None = None,
         discard: Discarder | None = None,
+        containment: Containment | None = None,
     ) -> None:
         self.spec = spec
+        self.containment = containment if containment is not None else default_containment()
         self.workdir = workdir
         self.store = store
         self.action_cache = action_cache
@@ -132,6 +136,8 @@ class ActionRunner:
         self._groups: dict[str, int] = {}
         #: lease id -> usage at the moment the sampler found it over its line
         self._over_limit: dict[str, ActionUsage] = {}
+        #: lease id -> whether its directory may be recycled (see ``run``)
+        self._reusable: dict[str, bool] = {}
         #: lease id -> private jobserver pool of actions running now
         self._pools: dict[str, JobserverPool] = {}
         #: One empty pool shared by every action that reserves less than two
@@ -168,7 +174,7 @@ class ActionRunner:
             usage.rss_bytes,
             usage.kill_line_bytes,
         )
-        kill_group(group)
+        self.containment.signal_action(group, signal.SIGKILL)
 
     def _kill_line(self, lease: Lease) -> int:
         memory = lease.reservation.memory_bytes
@@ -179,6 +185,9 @@ class ActionRunner:
         timeline = Timeline(queued=lease.queued_at)
         timeline.mark("worker_start")
         action_dir = await self.directories.take()
+        #: False when something the action started may still run (see
+        #: ``ProcessOutcome.ended_alone``): the directory is then removed.
+        self._reusable[lease.lease_id] = True
         try:
             with trio.CancelScope() as scope:
                 lease.on_cancel(scope.cancel)
@@ -197,7 +206,8 @@ class ActionRunner:
                 Internal(f"worker {self.spec.name}: {error.strerror or error}")
             )
         finally:
-            await self.directories.release(action_dir)
+            reusable = self._reusable.pop(lease.lease_id, True)
+            await self.directories.release(action_dir, reusable=reusable)
 
     def _failed(self, lease: Lease, timeline: Timeline, error: LreError) -> Outcome:
         """A request lre cannot run: final, with a result carrying metadata."""
@@ -217,6 +227,9 @@ class ActionRunner:
             input_root=root,
             default_path=self.spec.default_path,
         )
+        if self.spec.private_tmp:
+            for name in ("TMPDIR", "TMP", "TEMP"):
+                prepared.env.setdefault(name, str(action_dir.tmp))
         input_root = Digest.from_proto(
             lease.action.input_root_digest, field="Action.input_root_digest"
         )
@@ -254,11 +267,26 @@ class ActionRunner:
             process, sampled = await self._execute(
                 lease, prepared, root, stdout_path, stderr_path, timeline
             )
-        finally:
-            # The group is gone (reaped or killed) here, even on cancellation.
+        except BaseException:
+            # Ended by cancellation or an error: the process was ended and
+            # reaped, but whether it ended alone is known only to a backend
+            # that always ends actions alone.
+            unsure = not self.containment.ends_alone
+            if unsure:
+                self._reusable[lease.lease_id] = False
             if staged.links:
                 with trio.CancelScope(shield=True):
-                    await self._check_inputs(lease, staged.links)
+                    await self._check_inputs(lease, staged.links, all_altered=unsure)
+            raise
+        # Nothing of the action runs any more unless ``ended_alone`` is False;
+        # then it may still write: its linked inputs are withdrawn, its
+        # outputs copied rather than moved, and its directory removed.
+        alone = process.ended_alone
+        if not alone:
+            self._reusable[lease.lease_id] = False
+        if staged.links:
+            with trio.CancelScope(shield=True):
+                await self._check_inputs(lease, staged.links, all_altered=not alone)
         peak_rss = process.max_rss_bytes
         cpu_seconds = process.cpu_seconds
         samples = 0
@@ -279,7 +307,9 @@ class ActionRunner:
         found, logs = await self._collect(root, prepared.outputs, stdout_path, stderr_path)
         inline = self._inline_files(lease, found)
         all_files = [f for _, f in found.files] + found.tree_files + logs
-        await upload_outputs(self.store, all_files, found.blobs, adopt=self.adopt)
+        await upload_outputs(
+            self.store, all_files, found.blobs, adopt=self.adopt if alone else None
+        )
         timeline.mark("output_upload_completed")
 
         result = self._result(lease, found, logs, inline, process)
@@ -308,14 +338,19 @@ class ActionRunner:
         await self._cache(lease, result, error)
         return Completed(result, error=error, message=message, usage=usage)
 
-    async def _check_inputs(self, lease: Lease, linked: LinkedInputs) -> None:
+    async def _check_inputs(
+        self, lease: Lease, linked: LinkedInputs, *, all_altered: bool = False
+    ) -> None:
         """Discard every linked input blob the action altered (see
-        ``_input_guard``) before anything of the action is reported.
+        ``_input_guard``) before anything of the action is reported; with
+        ``all_altered`` (a process of the action may still run) every one.
 
         Errors of the check or of the discard propagate (an infrastructure
         failure of this attempt); the blob has left the index by then.
         """
-        if len(linked) <= SMALL_CHECK:
+        if all_altered:
+            altered = list(linked)
+        elif len(linked) <= SMALL_CHECK:
             altered = altered_inputs(linked)
         else:
             altered = await trio.to_thread.run_sync(altered_inputs, linked)
@@ -418,6 +453,8 @@ class ActionRunner:
                 pass_fds=pool.pass_fds if pool is not None else (),
                 on_started=started,
                 nice=self.spec.nice,
+                containment=self.containment,
+                block_network=self._blocks_network(lease),
             )
             timeline.mark("execution_completed")
         finally:
@@ -430,6 +467,18 @@ class ActionRunner:
                     self._pools.pop(lease_id, None)
                     pool.close()
         return process, sampled
+
+    def _blocks_network(self, lease: Lease) -> bool:
+        """Whether ``lease`` runs without network: the platform properties
+        ``requires-network`` (allow) and ``block-network`` (block) win over
+        the worker's ``network`` setting; a value of false, 0 or no is as if
+        the property were absent."""
+        platform = lease.platform
+        if _truthy(platform.get("requires-network")):
+            return False
+        if _truthy(platform.get("block-network")):
+            return True
+        return self.spec.network == "block"
 
     def _inline_files(self, lease: Lease, found: FoundOutputs) -> set[str]:
         wanted = set(lease.inline_output_files)
@@ -502,6 +551,10 @@ class ActionRunner:
             log.exception(
                 "worker %s: could not cache result of %s", self.spec.name, lease.operation_name
             )
+
+
+def _truthy(value: str | None) -> bool:
+    return value is not None and value.strip().lower() not in ("false", "0", "no")
 
 
 def _log_file(path: Path) -> FoundFile:
