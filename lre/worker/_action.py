@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import stat
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +32,7 @@ from lre.cas import DirectoryCache
 from lre.cas._protocol import BlobStore
 from lre.config._models import LocalWorkerSpec
 from lre.digest import EMPTY_DIGEST, Digest
-from lre.errors import Cancelled, DeadlineExceeded, Internal, LreError
+from lre.errors import Cancelled, DeadlineExceeded, Internal, InvalidArgument, LreError
 from lre.proto import re_pb2
 from lre.scheduler import (
     Completed,
@@ -43,6 +44,7 @@ from lre.scheduler import (
 )
 from lre.worker._action_dirs import ActionDirectories, ActionDirectory
 from lre.worker._command import PreparedCommand, prepare_command
+from lre.worker._containment import Containment
 from lre.worker._input_guard import SMALL_CHECK, LinkedInputs, altered_inputs
 from lre.worker._input_tree import InputTree, fetch_input_tree
 from lre.worker._jobserver import JobserverPool, jobserver_tokens
@@ -51,10 +53,9 @@ from lre.worker._outputs import (
     FoundFile,
     FoundOutputs,
     OutputRequest,
-    hash_file,
+    hash_fd,
     scan_outputs,
 )
-from lre.worker._containment import Containment
 from lre.worker._process import ProcessOutcome, default_containment, run_process
 from lre.worker._properties import max_inflight
 from lre.worker._sampler import ActionUsage, ProcessTreeSampler
@@ -304,7 +305,9 @@ class ActionRunner:
             return MemoryExceeded(max(over.peak_rss_bytes, peak_rss), usage=usage)
 
         timeline.mark("output_upload_start")
-        found, logs = await self._collect(root, prepared.outputs, stdout_path, stderr_path)
+        found, logs = await self._collect(
+            root, prepared.outputs, stdout_path, stderr_path, process.log_files
+        )
         inline = self._inline_files(lease, found)
         all_files = [f for _, f in found.files] + found.tree_files + logs
         await upload_outputs(
@@ -368,7 +371,12 @@ class ActionRunner:
                 await self.discard(digest, executable)
 
     async def _collect(
-        self, root: Path, outputs: list[OutputRequest], stdout_path: Path, stderr_path: Path
+        self,
+        root: Path,
+        outputs: list[OutputRequest],
+        stdout_path: Path,
+        stderr_path: Path,
+        identities: tuple[tuple[int, int], tuple[int, int]],
     ) -> tuple[FoundOutputs, list[FoundFile]]:
         """Scan the outputs and hash stdout/stderr, in one thread round trip
         (or none when there are no outputs and the logs are small)."""
@@ -376,7 +384,10 @@ class ActionRunner:
 
         def collect() -> tuple[FoundOutputs, list[FoundFile]]:
             found = scan_outputs(root, outputs, allow_escaping_symlinks=allow)
-            return found, [_log_file(stdout_path), _log_file(stderr_path)]
+            return found, [
+                _log_file(stdout_path, identities[0]),
+                _log_file(stderr_path, identities[1]),
+            ]
 
         if not outputs:
             sizes = os.stat(stdout_path).st_size, os.stat(stderr_path).st_size
@@ -557,6 +568,24 @@ def _truthy(value: str | None) -> bool:
     return value is not None and value.strip().lower() not in ("false", "0", "no")
 
 
-def _log_file(path: Path) -> FoundFile:
-    digest, data = hash_file(path)
-    return FoundFile(path, digest, False, data)
+def _log_file(path: Path, identity: tuple[int, int]) -> FoundFile:
+    """Hash the action's stdout or stderr file, the very one lre opened for it.
+
+    Raises ``InvalidArgument`` when the action put another file (a link to a
+    file elsewhere, a FIFO, a symlink) in its place.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as error:
+        raise InvalidArgument(
+            f"the action removed or replaced its {path.name} file ({error.strerror})"
+        ) from None
+    try:
+        info = os.fstat(fd)
+        if (info.st_dev, info.st_ino) != identity or not stat.S_ISREG(info.st_mode):
+            raise InvalidArgument(f"the action replaced its {path.name} file with another")
+        digest, data = hash_fd(fd)
+    finally:
+        os.close(fd)
+    movable = info.st_nlink == 1 and info.st_uid == os.geteuid()
+    return FoundFile(path, digest, False, data, movable=movable)

@@ -183,9 +183,7 @@ class ActionDirectories:
                 # Shielded: a cancellation arriving during the thread call would
                 # otherwise drop the directories it made, leaving them on disk.
                 with trio.CancelScope(shield=True):
-                    made = await trio.to_thread.run_sync(
-                        self._batch, trash, wanted, keep, doomed
-                    )
+                    made = await trio.to_thread.run_sync(self._batch, trash, wanted, keep, doomed)
                 self._stock.extend(made)  # takes meanwhile only shrank the stock
                 self._in_batch = False
                 self._refilled.set()

@@ -25,6 +25,7 @@ reaped the same way.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import logging
 import os
@@ -101,6 +102,9 @@ class ProcessOutcome:
     cpu_seconds: float
     max_rss_bytes: int
     ended_alone: bool = True
+    #: (device, inode) of the stdout and stderr files lre opened for the
+    #: action, so that a file the action put in their place is noticed.
+    log_files: tuple[tuple[int, int], tuple[int, int]] = ((0, 0), (0, 0))
 
     @property
     def describe(self) -> str:
@@ -266,6 +270,7 @@ async def run_process(
     command = contained.command(argv)
     options = SpawnOptions(block_network=block_network)
     environment = dict(env)
+    log_files: list[tuple[int, int]] = []
     fds = tuple(pass_fds)
 
     def start() -> tuple[subprocess.Popen[bytes], int, tuple[int, ...]]:
@@ -276,6 +281,9 @@ async def run_process(
         try:
             stderr_fd = os.open(stderr_path, flags, 0o600)
             try:
+                for fd in (stdout_fd, stderr_fd):
+                    info = os.fstat(fd)
+                    log_files.append((info.st_dev, info.st_ino))
                 oom_before = _OOM.read_recent()
                 try:
                     with contained.spawn_context(options):
@@ -321,9 +329,10 @@ async def run_process(
         raise ValueError(f"nice: {nice} is not in 0..19")
     popen, pidfd, oom_before = await _spawner_for(nice).spawn(start, contained)
     started_at = trio.current_time()
-    return await _supervise(
+    outcome = await _supervise(
         contained, popen, pidfd, started_at, timeout, kill_grace, oom_before, on_started
     )
+    return dataclasses.replace(outcome, log_files=(log_files[0], log_files[1]))
 
 
 async def _supervise(
