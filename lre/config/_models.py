@@ -387,12 +387,13 @@ class LocalWorkerSpec:
         'followed by "..").',
         default="reject",
     )
-    containment: Literal["auto", "pidns", "portable"] = doc(
+    containment: Literal["strongest", "pidns", "portable"] = doc(
         "How everything an action starts is kept from outliving it (docs/security.md): "
         '"pidns" = a PID namespace per action (needs CAP_SYS_ADMIN, e.g. root); '
         '"portable" = process group, lre as subreaper and a sweep of orphans; '
-        '"auto" = pidns where it works, else portable.',
-        default="auto",
+        '"strongest" = pidns where it works on this machine (tried at start-up), else '
+        "portable.",
+        default="strongest",
     )
     network: Literal["allow", "block"] = doc(
         'Network of actions: "block" runs each in a network namespace of its own with '

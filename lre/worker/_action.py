@@ -46,6 +46,7 @@ from lre.worker._action_dirs import ActionDirectories, ActionDirectory
 from lre.worker._command import PreparedCommand, prepare_command
 from lre.worker._containment import Containment
 from lre.worker._input_guard import SMALL_CHECK, LinkedInputs, altered_inputs
+from lre.worker._input_journal import InputJournal
 from lre.worker._input_tree import InputTree, fetch_input_tree
 from lre.worker._jobserver import JobserverPool, jobserver_tokens
 from lre.worker._metadata import Timeline, resource_usage_any
@@ -117,9 +118,12 @@ class ActionRunner:
         sampler: ProcessTreeSampler | None = None,
         discard: Discarder | None = None,
         containment: Containment | None = None,
+        journal: InputJournal | None = None,
     ) -> None:
         self.spec = spec
         self.containment = containment if containment is not None else default_containment()
+        #: Records linked inputs of running actions for crash recovery.
+        self.journal = journal
         self.workdir = workdir
         self.store = store
         self.action_cache = action_cache
@@ -264,6 +268,9 @@ class ActionRunner:
 
         stdout_path = action_dir.stdout
         stderr_path = action_dir.stderr
+        token = None
+        if staged.links and self.journal is not None:
+            token = self.journal.started(staged.links)
         try:
             process, sampled = await self._execute(
                 lease, prepared, root, stdout_path, stderr_path, timeline
@@ -278,6 +285,8 @@ class ActionRunner:
             if staged.links:
                 with trio.CancelScope(shield=True):
                     await self._check_inputs(lease, staged.links, all_altered=unsure)
+            if token is not None and self.journal is not None:
+                self.journal.ended(token)
             raise
         # Nothing of the action runs any more unless ``ended_alone`` is False;
         # then it may still write: its linked inputs are withdrawn, its
@@ -288,6 +297,8 @@ class ActionRunner:
         if staged.links:
             with trio.CancelScope(shield=True):
                 await self._check_inputs(lease, staged.links, all_altered=not alone)
+        if token is not None and self.journal is not None:
+            self.journal.ended(token)
         peak_rss = process.max_rss_bytes
         cpu_seconds = process.cpu_seconds
         samples = 0

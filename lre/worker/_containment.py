@@ -38,7 +38,7 @@ which on Linux means running with CAP_SYS_ADMIN, for example as root)
     If lre dies, the guardian kills the listed groups, the orphans lre had
     found, and the descendants of both.
 
-``choose_containment(mode)`` picks the strongest backend for ``"auto"``, or
+``choose_containment(mode)`` picks the strongest backend for ``"strongest"``, or
 the one named, failing with a message that says why when it is unavailable.
 """
 
@@ -73,7 +73,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 #: Values of ``worker.local.containment``.
-CONTAINMENT_MODES = ("auto", "pidns", "portable")
+CONTAINMENT_MODES = ("strongest", "pidns", "portable")
 
 _CLONE_NEWNET = 0x40000000
 _CLONE_NEWPID = 0x20000000
@@ -416,12 +416,12 @@ class ProcessGroupSweep(Containment):
 def choose_containment(mode: str) -> Containment:
     """The backend for ``mode`` (one of ``CONTAINMENT_MODES``).
 
-    ``"auto"`` takes ``pidns`` when it works here, else ``portable`` (logging
-    why). A named mode that cannot work raises ``ContainmentUnavailable``.
+    ``"strongest"`` takes ``pidns`` when it works here, else ``portable``
+    (logging why). A named mode that cannot work raises ``ContainmentUnavailable``.
     """
     if mode not in CONTAINMENT_MODES:
         raise ValueError(f"containment: {mode!r} is not one of {', '.join(CONTAINMENT_MODES)}")
-    if mode in ("auto", "pidns"):
+    if mode in ("strongest", "pidns"):
         try:
             return PidNamespace()
         except ContainmentUnavailable as error:

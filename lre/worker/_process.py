@@ -51,11 +51,11 @@ _DEFAULT_LOCK = threading.Lock()
 
 
 def default_containment() -> Containment:
-    """The ``auto`` backend, chosen once per process (for callers that do not
+    """The ``strongest`` backend, chosen once per process (for callers that do not
     pass their own, such as tests and benches running ``run_process`` alone)."""
     with _DEFAULT_LOCK:
         if not _DEFAULT:
-            _DEFAULT.append(choose_containment("auto"))
+            _DEFAULT.append(choose_containment("strongest"))
         return _DEFAULT[0]
 
 
