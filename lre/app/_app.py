@@ -141,7 +141,8 @@ class Application:
             self._scheduler(spec.name)
         self.workers: list[LocalWorker] = []
         #: One containment backend per mode, shared by the workers using it.
-        containments: dict[str, Containment] = {}
+        self.containments: dict[str, Containment] = {}
+        containments = self.containments
         for index, worker_spec in enumerate(config.workers):
             local = worker_spec.local
             if local is None:
@@ -412,6 +413,8 @@ class Application:
                 await core.start(self.bridge.run)
                 if self.learner is not None:
                     await core.start(self.learner.run)
+                for containment in self.containments.values():
+                    await core.start(containment.watch)
                 for worker in self.workers:
                     await core.start(worker.run)
                 async with trio.open_nursery() as front:

@@ -65,7 +65,11 @@ def open_beneath(dir_fd: int, relative: str, flags: int) -> int:
         return os.open(".", flags & ~os.O_NOFOLLOW, dir_fd=dir_fd)
     if _HAVE_OPENAT2[0]:
         try:
-            return _openat2(dir_fd, relative, flags)
+            # Without O_NOFOLLOW a symlink as the last component is ELOOP under
+            # RESOLVE_NO_SYMLINKS (with it and O_DIRECTORY the kernel says
+            # ENOTDIR, which would read as "missing").
+            nofollow = os.O_NOFOLLOW if flags & _O_PATH else 0
+            return _openat2(dir_fd, relative, (flags & ~os.O_NOFOLLOW) | nofollow)
         except OSError as error:
             if error.errno not in (errno.ENOSYS, errno.EPERM):
                 if error.errno in (errno.ELOOP, errno.EXDEV):

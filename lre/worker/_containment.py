@@ -59,6 +59,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+import trio
+
 from lre.worker._guardian import ProcessGuardian
 
 __all__ = [
@@ -175,9 +177,9 @@ class Containment(ABC):
         the action started still runs. Returns True when nothing of the action
         can still run (its directory can be reused, its files moved)."""
 
-    def status(self) -> dict[str, object]:
-        """What ``/status`` shows about this backend."""
-        return {"mode": self.name}
+    async def watch(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """A background task the worker runs for the backend (none by default)."""
+        task_status.started()
 
 
 def _kill(pid: int, sig: int) -> None:
@@ -385,6 +387,8 @@ class ProcessGroupSweep(Containment):
                     self._forget(orphan)
                     _reap(orphan)
                     continue
+                if born < mine and orphan not in self._kept:
+                    continue  # older than this action: not its own
                 if any(start <= born for start in others):
                     if born >= mine:
                         alone = False  # it may be ours, and it lives on
@@ -401,13 +405,38 @@ class ProcessGroupSweep(Containment):
                 return alone
         return False
 
+    async def watch(
+        self,
+        interval: float = 0.25,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """List every orphan of a running action with the guardian as soon as
+        it appears (checked every ``interval`` seconds), so that it dies with
+        lre even before its action ends, and reap orphans that exited. Runs
+        until cancelled."""
+        task_status.started()
+        while True:
+            await trio.sleep(interval)
+            with self._lock:
+                if not self._running:
+                    continue
+                earliest = min(self._running.values())
+            for orphan in self.orphans():
+                fields = _stat_fields(orphan)
+                if fields is not None and fields[0] == "Z":  # exited: reap it now
+                    self._forget(orphan)
+                    _reap(orphan)
+                    continue
+                if orphan in self._kept or fields is None or fields[1] < earliest:
+                    continue
+                self._kept.add(orphan)
+                self.guardian.add_process(orphan)
+
     def _forget(self, orphan: int) -> None:
         if orphan in self._kept:
             self._kept.discard(orphan)
             self.guardian.remove_process(orphan)
-
-    def status(self) -> dict[str, object]:
-        return {"mode": self.name, "subreaper": self._subreaper}
 
 
 # --------------------------------------------------------------------------- choice
