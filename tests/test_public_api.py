@@ -207,9 +207,13 @@ PUBLIC_API: dict[str, set[str]] = {
         "requirements_of",
     },
     "lre.worker": {
+        "CONTAINMENT_MODES",
         "ActionResultWriter",
         "ActionRunner",
         "Adopter",
+        "Containment",
+        "ContainmentUnavailable",
+        "choose_containment",
         "LocalWorker",
         "ProcessOutcome",
         "WorkDirectory",

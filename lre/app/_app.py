@@ -59,7 +59,7 @@ from lre.service import (
 from lre.service._rpc_metrics import RpcMetrics
 from lre.service.execution import ExecutionServicer
 from lre.service.operations import OperationsServicer
-from lre.worker import LocalWorker
+from lre.worker import Containment, ContainmentUnavailable, LocalWorker, choose_containment
 
 log = logging.getLogger(__name__)
 
@@ -140,10 +140,27 @@ class Application:
         for spec in config.schedulers:
             self._scheduler(spec.name)
         self.workers: list[LocalWorker] = []
-        for worker_spec in config.workers:
+        #: One containment backend per mode, shared by the workers using it.
+        self.containments: dict[str, Containment] = {}
+        containments = self.containments
+        for index, worker_spec in enumerate(config.workers):
             local = worker_spec.local
             if local is None:
                 continue
+            if local.containment not in containments:
+                try:
+                    containments[local.containment] = choose_containment(local.containment)
+                except ContainmentUnavailable as error:
+                    raise AppBuildError(
+                        f"workers[{index}].local.containment: {local.containment!r} cannot "
+                        f"work here: {error}"
+                    ) from None
+            containment = containments[local.containment]
+            if local.network == "block" and not containment.can_block_network:
+                raise AppBuildError(
+                    f"workers[{index}].local.network: 'block' needs containment 'pidns', "
+                    f"this worker has {containment.name!r}"
+                )
             filesystem = self.stores.filesystem_of(local.cas_store)
             upload = local.upload_action_result
             self.workers.append(
@@ -159,6 +176,7 @@ class Application:
                     link_source=filesystem.path_for_link if filesystem is not None else None,
                     adopt=filesystem.adopt_file if filesystem is not None else None,
                     discard=filesystem.discard if filesystem is not None else None,
+                    containment=containment,
                 )
             )
         self.bridge = TrioBridge()
@@ -177,6 +195,7 @@ class Application:
             health=self.health,
             kill_factor=self._kill_factor(),
         )
+        self.assembler.containment = self._containment_summary()
         self.servers: list[GrpcServer] = []
         for server in config.servers:
             backends: dict[str, InstanceBackends] = {}
@@ -227,6 +246,13 @@ class Application:
     def _kill_factor(self) -> float:
         locals_ = [w.local for w in self.config.workers if w.local is not None]
         return locals_[0].resources.kill_factor if locals_ else 1.2
+
+    def _containment_summary(self) -> str:
+        """``pidns`` when every worker uses it, else ``name=mode`` per worker."""
+        modes = {worker.name: worker.containment.name for worker in self.workers}
+        if len(set(modes.values())) <= 1:
+            return next(iter(modes.values()), "")
+        return ", ".join(f"{name}={mode}" for name, mode in modes.items())
 
     def _store_statistics(self) -> dict[str, StoreStatistics]:
         out: dict[str, StoreStatistics] = {}
@@ -374,6 +400,8 @@ class Application:
         """
         if os.geteuid() == 0:
             log.warning("running as root: actions run as root too; start lre as your own user")
+        if self.workers:
+            log.info("containment of action processes: %s", self.assembler.containment)
         os.makedirs(state_dir_of(self.config), mode=0o700, exist_ok=True)
         await self.stores.open()
         try:
@@ -385,6 +413,8 @@ class Application:
                 await core.start(self.bridge.run)
                 if self.learner is not None:
                     await core.start(self.learner.run)
+                for containment in self.containments.values():
+                    await core.start(containment.watch)
                 for worker in self.workers:
                     await core.start(worker.run)
                 async with trio.open_nursery() as front:

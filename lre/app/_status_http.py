@@ -230,9 +230,14 @@ def _status_body(snapshot: ProcessSnapshot) -> tuple[int, str, bytes]:
             "uptime_s": round(snapshot.uptime_s, 3),
             "running": snapshot.running,
             "queued": snapshot.queued,
+            "containment": snapshot.containment,
         }
         return 200, _JSON, json.dumps(body).encode() + b"\n"
-    body = {"status": "unavailable", "problems": list(snapshot.problems)}
+    body = {
+        "status": "unavailable",
+        "problems": list(snapshot.problems),
+        "containment": snapshot.containment,
+    }
     return 503, _JSON, json.dumps(body).encode() + b"\n"
 
 

@@ -314,6 +314,15 @@ def _tail(path: Path, offset: int, lines: int = 20) -> list[str]:
     return text.splitlines()[-lines:]
 
 
+def _containment_of(detail: str) -> str:
+    """The containment mode named in a /status body, or "" when it names none."""
+    try:
+        body = json.loads(detail)
+    except ValueError:
+        return ""
+    return str(body.get("containment", "")) if isinstance(body, dict) else ""
+
+
 def _status_of(server: RunningServer) -> tuple[bool, str]:
     if not server.status_address:
         return True, "no status listener configured"
@@ -406,6 +415,9 @@ def status(
             f"lre pid {server.pid} on {server.grpc_address}, up {uptime:.0f} s, "
             f"{'healthy' if healthy else 'UNHEALTHY'}: {detail}"
         )
+        containment = _containment_of(detail)
+        if containment:
+            typer.echo(f"containment of actions: {containment}")
         for name, url in urls.items():
             typer.echo(f"{name}: {url}")
     if not healthy:

@@ -167,6 +167,8 @@ class SimpleSchedulerSpec:
             "OSFamily": "exact",
             "ISA": "exact",
             "pool": "exact",
+            "block-network": "ignore",
+            "requires-network": "ignore",
         },
     )
     retain_completed_for_s: Seconds = doc(
@@ -380,8 +382,29 @@ class LocalWorkerSpec:
         default="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     )
     symlink_policy: Literal["reject", "allow"] = doc(
-        "Input or output symlinks that are absolute or escape the action directory.",
+        "Input or output symlinks that are absolute or whose resolution leaves the "
+        "action's input root (judged as the kernel resolves them: chains, links "
+        'followed by "..").',
         default="reject",
+    )
+    containment: Literal["strongest", "pidns", "portable"] = doc(
+        "How everything an action starts is kept from outliving it (docs/security.md): "
+        '"pidns" = a PID namespace per action (needs CAP_SYS_ADMIN, e.g. root); '
+        '"portable" = process group, lre as subreaper and a sweep of orphans; '
+        '"strongest" = pidns where it works on this machine (tried at start-up), else '
+        "portable.",
+        default="strongest",
+    )
+    network: Literal["allow", "block"] = doc(
+        'Network of actions: "block" runs each in a network namespace of its own with '
+        "only loopback (needs containment pidns). Per action, the platform properties "
+        "block-network and requires-network override it.",
+        default="allow",
+    )
+    private_tmp: bool = doc(
+        "Give each action its own temporary directory (TMPDIR, TMP and TEMP point into "
+        "its action directory unless the Command sets them); removed with the action.",
+        default=True,
     )
     upload_action_result: UploadActionResultSpec = doc(
         "Action cache writes.", default_factory=UploadActionResultSpec

@@ -24,6 +24,8 @@ from pathlib import Path
 from lre.errors import FailedPrecondition, InvalidArgument
 
 LOCK_NAME = ".lock"
+#: Kept across restarts (``_input_journal.py`` reads it before it is emptied).
+JOURNAL_NAME = "linked-inputs.journal"
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
@@ -168,10 +170,16 @@ class WorkDirectory:
         return killed
 
     def remove_leftovers(self) -> None:
-        """Delete every entry of the directory except the lock file."""
+        """Delete every entry of the directory except the lock file and the
+        linked-inputs journal."""
         for entry in os.scandir(self.path):
-            if entry.name != LOCK_NAME:
+            if entry.name not in (LOCK_NAME, JOURNAL_NAME):
                 remove_tree(Path(entry.path))
+
+    @property
+    def journal_path(self) -> Path:
+        """Where this worker's linked-inputs journal lives."""
+        return self.path / JOURNAL_NAME
 
     def new_action_dir(self, action_id: str) -> Path:
         """Create an empty ``{dir}/{action_id}/`` (0700) and return its path.
@@ -179,7 +187,7 @@ class WorkDirectory:
         A leftover directory of the same name is removed first. Raises
         ``InvalidArgument`` when ``action_id`` is not a plain file name.
         """
-        if not _SAFE_NAME.match(action_id) or action_id in (".", "..", LOCK_NAME):
+        if not _SAFE_NAME.match(action_id) or action_id in (".", "..", LOCK_NAME, JOURNAL_NAME):
             raise InvalidArgument(f"action id {action_id!r} cannot name a directory")
         path = self.path / action_id
         try:
