@@ -362,11 +362,6 @@ def write_buck2(
     warning names any key of ``.buckconfig`` that would override it.
     """
     report = WriteReport()
-    if settings.tls:
-        report.warnings.append(
-            "Bazel builds without netty-tcnative (Debian's bazel-bootstrap among them) cannot "
-            'speak TLS: "JDK provider does not support ALPN protocol"'
-        )
     if settings.unix_socket:
         report.warnings.append(
             "Buck2 cannot reach a Unix socket; give lre a TCP listener for Buck2 "
