@@ -123,13 +123,18 @@ class BuckConfig:
         return _REFERENCE.sub(substitute, assignment.value)
 
 
-def _read_lines(path: Path) -> list[str] | None:
+def read_lines(path: Path) -> list[str] | None:
+    """The lines of config file ``path``, or None when it does not exist.
+
+    ``BuckConfigError`` when it exists but cannot be read or is not UTF-8
+    (Buck2 stops there too).
+    """
     try:
         return path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
         return None
-    except IsADirectoryError:
-        return None
+    except (OSError, UnicodeDecodeError) as error:
+        raise BuckConfigError(f"{path}: cannot read it: {error}") from error
 
 
 def _files_of_directory(directory: Path) -> Iterator[Path]:
@@ -169,16 +174,20 @@ def read_buckconfig(
     *,
     home: Path | None = None,
     etc_root: Path = Path("/"),
-    read_lines: LineReader = _read_lines,
+    read_lines: LineReader = read_lines,
 ) -> BuckConfig:
     """Read every file of ``config_files`` (and their includes).
 
-    ``home`` defaults to the user's home directory. ``read_lines`` may hide
+    ``home`` defaults to the user's home directory (none known: the user's
+    files are left out). ``read_lines`` may hide
     or replace a file's lines (``lre up`` uses it to read the configuration
     without what lre itself wrote). ``BuckConfigError`` as the module says.
     """
     if home is None:
-        home = Path.home()
+        try:
+            home = Path.home()
+        except RuntimeError:  # no $HOME and no passwd entry: Buck2 skips them too
+            home = None
     config = BuckConfig()
     for path in config_files(repo, home=home, etc_root=etc_root):
         _Parser(config, read_lines).top_level(path)

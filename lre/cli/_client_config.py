@@ -31,6 +31,7 @@ from lre.cli._buckconfig import (
     BuckConfigError,
     canonical_label,
     read_buckconfig,
+    read_lines,
     root_cell_name,
     runs_only_locally,
 )
@@ -306,7 +307,7 @@ def _block_lines(lines: list[str]) -> range:
 def _lines_without_lre(path: Path) -> list[str] | None:
     """A Buck2 config file's lines as the user wrote them: lre's own files
     read as empty, lre's block in ``.buckconfig.local`` as blank lines."""
-    lines = _lines_of(path)
+    lines = read_lines(path)
     if lines is None:
         return None
     if lines and lines[0] == MARKER:
@@ -324,7 +325,7 @@ def _warn_overridden(repo: Path, home: Path | None, written: str, report: WriteR
         report.warnings.append(f"Buck2 cannot read the configuration lre wrote: {error}")
         return
     local = repo / ".buckconfig.local"
-    local_lines = _lines_of(local) or []
+    local_lines = read_lines(local) or []
     ours = {repo / ".buckconfig.d" / "lre.buckconfig"}
     section = ""
     for line in written.splitlines():
@@ -344,13 +345,6 @@ def _warn_overridden(repo: Path, home: Path | None, written: str, report: WriteR
             "lre's setting, so Buck2 will not use lre for it: remove that line"
             + ("" if winner.file == local else ", or rerun `lre up --buck-local`")
         )
-
-
-def _lines_of(path: Path) -> list[str] | None:
-    try:
-        return path.read_text(encoding="utf-8").splitlines()
-    except (FileNotFoundError, IsADirectoryError):
-        return None
 
 
 def _write_local_block(path: Path, text: str, report: WriteReport) -> None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from lre.cli._buckconfig import read_buckconfig
-from lre.cli._client_config import ClientSettings, unlink, write_buck2
+from lre.cli._client_config import ClientConfigError, ClientSettings, unlink, write_buck2
 from tests.app.conftest import app_config_text
 from tests.cli.buck2_init import BUCKCONFIG, buck2_init
 from tests.cli.test_up import _free_port, _lre
@@ -152,3 +154,12 @@ def test_lre_up_in_a_buck2_init_repo(tmp_path: Path) -> None:
     assert unlinked.returncode == 0, unlinked.stderr
     assert (repo / ".buckconfig.local").read_text() == "[buck2_re_client]\ntls = true\n"
     assert not (repo / "lre_platforms").exists()
+
+
+def test_a_configuration_buck2_refuses_is_reported_and_left_alone(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / ".buckconfig").write_text("<file:missing.bcfg>\n")
+    with pytest.raises(ClientConfigError, match=r"\.buckconfig:1: included file .*missing"):
+        write_buck2(repo, SETTINGS, local=False, platform_source=TOOLCHAINS, home=tmp_path)
+    assert sorted(p.name for p in repo.iterdir()) == [".buckconfig"]

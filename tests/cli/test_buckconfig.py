@@ -140,3 +140,11 @@ def test_comments_and_section_trailing_comment(tmp_path: Path) -> None:
         "# comment\n; also a comment\n[build] # oss-enable\n  k = v # stays in the value\n"
     )
     assert _read(repo).get("build", "k") == "v # stays in the value"
+
+
+def test_a_file_that_is_not_utf8_is_an_error_not_a_crash(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / ".buckconfig").write_bytes(b"[cells]\nroot = \xff\n")
+    with pytest.raises(BuckConfigError, match=r"\.buckconfig: cannot read it"):
+        _read(repo)
