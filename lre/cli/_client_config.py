@@ -410,14 +410,5 @@ def unlink(repo: Path) -> WriteReport:
             else:
                 bazelrc.unlink()
             report.removed.append(bazelrc)
-    local = repo / ".buckconfig.local"
-    if local.exists():
-        text = local.read_text(encoding="utf-8")
-        stripped = _strip_block(text)
-        if stripped != text:
-            if stripped.strip():
-                local.write_text(stripped, encoding="utf-8")
-            else:
-                local.unlink()
-            report.removed.append(local)
+    _write_local_block(repo / ".buckconfig.local", "", report)
     return report
