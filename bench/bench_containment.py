@@ -213,32 +213,13 @@ def bench_kill(tmp: Path, modes: list[str], args: argparse.Namespace) -> None:
 
 
 def bench_replay(tmp: Path, modes: list[str], args: argparse.Namespace) -> None:
-    from bench_bazel_ab import remote_flags
-    from bench_replay import _plans, _round
+    from bench_replay import BAZEL_WORKER, _plans, _round, record
 
-    from lre.proto import re_pb2
-    from tests.e2e._bazel import BazelSession
-    from tests.e2e._workspace import generate_workspace
-
-    ws = generate_workspace(tmp / "ws", modules=40, funcs=8)
     home = tmp / "replay"
-    extra = {
-        "platform_properties": {"OSFamily": {"values": ["Linux", "linux"]}},
-        "upload_action_result": {"ac_store": "ac"},
-    }
-    recorder = modes[-1] if "baseline" in modes else modes[0]
-    with (
-        start(home, recorder, None, extra) as lre,
-        BazelSession(ws.root, tmp / "bazel-root") as bazel,
-    ):
-        summary = bazel.build([ws.target], remote_flags(lre.address)).check()
-        if summary.count("remote") != summary.spawns:
-            raise RuntimeError(f"not every spawn ran remotely: {summary}")
-    keys = []
-    for path in sorted((home / "ac").glob("*/*")):
-        digest_hash, _, size = path.name.rpartition("-")
-        keys.append(re_pb2.Digest(hash=digest_hash, size_bytes=int(size)))
-    print(f"\nrecorded {len(keys)} actions; replaying 'build' and 'true' per backend")
+    extra = dict(BAZEL_WORKER)
+    with start(home, modes[-1], None, extra) as lre:
+        keys = record(lre, home, tmp, modules=40, funcs=8)
+    print("replaying 'build' and 'true' per backend")
 
     async def one(address: str, pid: int) -> dict[str, float]:
         client = ReapiClient(address)
