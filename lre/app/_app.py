@@ -27,7 +27,7 @@ from lre.app._snapshot import (
 )
 from lre.app._status_http import StatusServer
 from lre.app._stores import Stores, build_stores
-from lre.cas import GrpcStore, StoreStatistics, UpstreamClient
+from lre.cas import GrpcStore, StoreStatistics, UpstreamClient, UpstreamStatistics
 from lre.config import (
     Config,
     ForwardSchedulerSpec,
@@ -43,6 +43,7 @@ from lre.scheduler import (
     ResourcePolicy,
     Scheduler,
     SchedulerEvent,
+    SchedulerEventKind,
     UpstreamExecutor,
     WorkerInfo,
 )
@@ -133,6 +134,8 @@ class Application:
         self.stores: Stores = build_stores(config)
         self.learner = self._build_learner()
         self.events = EventLog()
+        for upstream in self.stores.upstreams:
+            upstream.client.health.on_change = self._upstream_changed
         self.schedulers: dict[str, Scheduler] = {}
         self._scheduler_by_simple: dict[str, Scheduler] = {}
         #: Forward schedulers by name (each wraps a local scheduler).
@@ -309,8 +312,10 @@ class Application:
                 )
             upstream_cas = store
         local_cas = self.stores.blob(simple.cas_store)
+        client = UpstreamClient([spec.endpoint], name=forward_name, headers=spec.headers)
+        client.health.on_change = self._upstream_changed
         executor = UpstreamExecutor(
-            UpstreamClient([spec.endpoint], name=forward_name, headers=spec.headers),
+            client,
             instance_name=spec.instance_name,
             local_cas=local_cas,
             upstream_cas=upstream_cas,
@@ -337,8 +342,28 @@ class Application:
         counts = [w.jobserver_tokens() for w in self.workers]
         return JobserverTokens(sum(c[0] for c in counts), sum(c[1] for c in counts))
 
+    def _upstream_changed(self, upstream: UpstreamStatistics) -> None:
+        """An upstream went down or came back: an ``upstream`` event (its
+        circuit breaker already logged it). Builds go on local-only meanwhile,
+        so lre's health is not affected."""
+        if upstream.healthy:
+            message = f"upstream {upstream.name} ({upstream.address}) is reachable again"
+        else:
+            message = (
+                f"upstream {upstream.name} ({upstream.address}) is unreachable "
+                f"({upstream.last_error}); continuing local-only"
+            )
+        self.events.add(EventKind.UPSTREAM, message)
+
     def _record_event(self, event: SchedulerEvent) -> None:
-        """Scheduler events go to the recent-events pane of the TUI and /metrics."""
+        """Scheduler events go to the recent-events pane of the TUI and /metrics;
+        a worker's health changes also go to the health board (``/status``)."""
+        if event.kind is SchedulerEventKind.WORKER and event.worker:
+            key = f"worker:{event.worker}"
+            if event.healthy:
+                self.health.clear(key)
+            else:
+                self.health.report(key, event.message)
         self.events.add(
             EventKind(event.kind.value),
             event.message,

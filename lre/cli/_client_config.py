@@ -8,10 +8,12 @@ removes exactly that and nothing else:
   ``try-import %workspace%/lre.bazelrc`` right under it (a try-import line
   the user wrote without lre's comment above it is theirs and stays);
 - ``.buckconfig.d/lre.buckconfig``: a whole file lre owns;
-- ``.buckconfig.local`` (only with ``--buck-local``): a block between
-  ``BEGIN``/``END`` marker lines;
-- ``lre_platforms/`` (only when the repo names no Buck2 execution platform):
-  a directory lre owns, holding the platform rule from ``toolchains/buck2``.
+- ``.buckconfig.local`` (with ``--buck-local``, or to override an execution
+  platform that runs only locally): a block between ``BEGIN``/``END`` marker
+  lines;
+- ``lre_platforms/`` (when the repo names no Buck2 execution platform or one
+  that runs only locally): a directory lre owns, holding the platform rule
+  from ``toolchains/buck2``.
 
 Functions never overwrite a file lre did not write; they raise
 ``ClientConfigError`` naming the file instead.
@@ -26,13 +28,21 @@ Unix socket (Bazel only: Buck2 cannot use one).
 
 from __future__ import annotations
 
-import configparser
 import os
 import re
 import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from lre.cli._buckconfig import (
+    BuckConfigError,
+    canonical_label,
+    read_buckconfig,
+    read_lines,
+    root_cell_name,
+    runs_only_locally,
+)
 
 MARKER = "# Written by `lre up`; `lre unlink` removes it. Do not edit: it is rewritten."
 BEGIN = "# >>> lre (written by `lre up --buck-local`; `lre unlink` removes this block) >>>"
@@ -41,7 +51,6 @@ TRY_IMPORT = "try-import %workspace%/lre.bazelrc"
 BAZELRC_COMMENT = "# Added by `lre up`: use lre for remote execution (`lre unlink` removes it)."
 
 REPO_MARKERS = ("MODULE.bazel", "WORKSPACE", "WORKSPACE.bazel", ".buckconfig", ".git")
-BUCK_KEYS = ("engine_address", "cas_address", "action_cache_address", "tls", "instance_name")
 
 #: Bazel version assumed when ``bazel --version`` prints no number (Debian's
 #: bazel-bootstrap prints "bazel no_version"; it is 4.2.3).
@@ -289,26 +298,6 @@ def _write_owned(path: Path, text: str, report: WriteReport, *, private: bool = 
     report.written.append(path)
 
 
-def _read_buckconfig(path: Path) -> configparser.ConfigParser:
-    parser = configparser.ConfigParser(interpolation=None, strict=False)
-    if path.exists():
-        try:
-            parser.read_string(path.read_text(encoding="utf-8"))
-        except configparser.Error:
-            pass
-    return parser
-
-
-def _root_cell_name(repo: Path) -> str:
-    parser = _read_buckconfig(repo / ".buckconfig")
-    for section in ("cells", "repositories"):
-        if parser.has_section(section):
-            for name, value in parser.items(section):
-                if value.strip() in (".", "./", ""):
-                    return name
-    return "root"
-
-
 def write_bazel(
     repo: Path,
     settings: ClientSettings,
@@ -353,13 +342,27 @@ def write_bazel(
 
 
 def write_buck2(
-    repo: Path, settings: ClientSettings, *, local: bool, platform_source: Path | None
+    repo: Path,
+    settings: ClientSettings,
+    *,
+    local: bool,
+    platform_source: Path | None,
+    home: Path | None = None,
 ) -> WriteReport:
-    """Write the Buck2 RE client config, and a platform when the repo names none.
+    """Write the Buck2 RE client config, and lre's platform where Buck2 would
+    otherwise run everything locally.
 
-    With ``local`` the block goes into ``.buckconfig.local`` (which beats
-    ``.buckconfig``); otherwise into ``.buckconfig.d/lre.buckconfig`` and a
-    warning names any key of ``.buckconfig`` that would override it.
+    The repository's configuration is read as Buck2 reads it (``_buckconfig``;
+    ``home`` for the user's files, default the home directory), leaving out
+    what lre wrote before. The RE keys go into ``.buckconfig.d/lre.buckconfig``
+    or, with ``local``, a block at the end of ``.buckconfig.local``. When no
+    execution platform is set, lre's (copied from ``platform_source`` to
+    ``lre_platforms/``) is named next to them; when the one set is known to
+    run locally (``buck2 init``'s), lre's is named in the ``.buckconfig.local``
+    block, the file that beats ``.buckconfig``; any other platform gets a note
+    saying exactly what to change. Afterwards the configuration is read again
+    and every key of lre's that another file overrides is named in a warning.
+    ``ClientConfigError`` when Buck2 could not read the configuration either.
     """
     report = WriteReport()
     if settings.unix_socket:
@@ -368,43 +371,136 @@ def write_buck2(
             "(Buck2 config not written)"
         )
         return report
-    base = _read_buckconfig(repo / ".buckconfig")
-    platforms: str | None = None
-    has_platforms = base.has_option("build", "execution_platforms")
-    if not has_platforms and platform_source is not None:
-        target_dir = repo / "lre_platforms"
-        for name in ("BUCK", "defs.bzl"):
-            src = (platform_source / name).read_text(encoding="utf-8")
-            body = src if src.startswith(MARKER) else MARKER + "\n" + src
-            _write_owned(target_dir / name, body, report)
-        platforms = f"{_root_cell_name(repo)}//lre_platforms:lre"
-    text = buckconfig_text(settings, platforms)
+    try:
+        user = read_buckconfig(repo, home=home, read_lines=_lines_without_lre)
+    except BuckConfigError as error:
+        raise ClientConfigError(f"Buck2 cannot read this configuration: {error}") from error
+    lre_platform = f"{root_cell_name(user)}//lre_platforms:lre"
+    platform_here: str | None = None
+    platform_local: str | None = None
+    current = user.winner("build", "execution_platforms")
+    if current is None or runs_only_locally(user, current.value):
+        if platform_source is None:
+            report.warnings.append(
+                "this lre installation lacks its Buck2 platform (toolchains/buck2); "
+                "Buck2 will run actions locally"
+            )
+        else:
+            _copy_platform(repo, platform_source, report)
+            if current is None:
+                platform_here = lre_platform
+            else:
+                platform_local = lre_platform
+                report.warnings.append(
+                    f"Buck2's execution platform {current.value} ({current.where(repo)}) "
+                    f"runs every action locally; lre named {lre_platform} in "
+                    ".buckconfig.local, which overrides it (`lre unlink` removes that)"
+                )
+    elif canonical_label(user, current.value) != canonical_label(user, lre_platform):
+        report.warnings.append(
+            f"Buck2 runs actions on {current.value} ({current.where(repo)}); lre cannot tell "
+            "whether its executor has remote_enabled = True. If not, actions stay local: "
+            f"copy {platform_source or 'toolchains/buck2'} to {repo / 'lre_platforms'} and add "
+            f"`[build]` `execution_platforms = {lre_platform}` to {repo / '.buckconfig.local'}"
+        )
     if settings.auth_token:
         report.warnings.append("the Buck2 config holds the listener's token (mode 0600)")
+    text = buckconfig_text(settings, platform_here)
+    dropin = repo / ".buckconfig.d" / "lre.buckconfig"
     if local:
-        _write_local_block(repo / ".buckconfig.local", text, report)
+        block = buckconfig_text(settings, platform_here or platform_local)
+        _write_local_block(repo / ".buckconfig.local", block, report)
+        if _owned(dropin):
+            dropin.unlink()
+            report.removed.append(dropin)
     else:
-        _write_owned(
-            repo / ".buckconfig.d" / "lre.buckconfig",
-            MARKER + "\n" + text,
-            report,
-            private=bool(settings.auth_token),
-        )
-        clashes = [k for k in BUCK_KEYS if base.has_option("buck2_re_client", k)]
-        if clashes:
-            report.warnings.append(
-                ".buckconfig sets [buck2_re_client] "
-                + ", ".join(clashes)
-                + ", which overrides .buckconfig.d/; rerun with --buck-local to write "
-                "them into .buckconfig.local instead"
-            )
+        _write_owned(dropin, MARKER + "\n" + text, report, private=bool(settings.auth_token))
+        block = "" if platform_local is None else _platform_section(platform_local)
+        _write_local_block(repo / ".buckconfig.local", block, report)
+    _warn_overridden(repo, home, text + block, report)
     report.warnings.append("run `buck2 kill` so the Buck2 daemon reads the new RE settings")
     return report
 
 
+def _platform_section(platform: str) -> str:
+    return f"[build]\nexecution_platforms = {platform}\n"
+
+
+def _copy_platform(repo: Path, platform_source: Path, report: WriteReport) -> None:
+    for name in ("BUCK", "defs.bzl"):
+        src = (platform_source / name).read_text(encoding="utf-8")
+        body = src if src.startswith(MARKER) else MARKER + "\n" + src
+        _write_owned(repo / "lre_platforms" / name, body, report)
+
+
+def _block_lines(lines: list[str]) -> range:
+    """1-based line numbers of lre's block in ``.buckconfig.local`` lines."""
+    begin = end = 0
+    for number, line in enumerate(lines, start=1):
+        if line == BEGIN and not begin:
+            begin = number
+        elif line == END and begin:
+            end = number
+            break
+    return range(begin, end + 1) if begin and end else range(0)
+
+
+def _lines_without_lre(path: Path) -> list[str] | None:
+    """A Buck2 config file's lines as the user wrote them: lre's own files
+    read as empty, lre's block in ``.buckconfig.local`` as blank lines."""
+    lines = read_lines(path)
+    if lines is None:
+        return None
+    if lines and lines[0] == MARKER:
+        return []
+    block = _block_lines(lines)
+    return ["" if number in block else line for number, line in enumerate(lines, start=1)]
+
+
+def _warn_overridden(repo: Path, home: Path | None, written: str, report: WriteReport) -> None:
+    """Read the configuration as Buck2 will and warn about each key lre wrote
+    that some other file decides."""
+    try:
+        final = read_buckconfig(repo, home=home)
+    except BuckConfigError as error:
+        report.warnings.append(f"Buck2 cannot read the configuration lre wrote: {error}")
+        return
+    local = repo / ".buckconfig.local"
+    local_lines = read_lines(local) or []
+    ours = {repo / ".buckconfig.d" / "lre.buckconfig"}
+    section = ""
+    for line in written.splitlines():
+        if line.startswith("["):
+            section = line.strip("[]")
+            continue
+        key = line.partition("=")[0].strip()
+        if not key:
+            continue
+        winner = final.winner(section, key)
+        if winner is None or winner.file in ours:
+            continue
+        if winner.file == local and winner.line in _block_lines(local_lines):
+            continue
+        report.warnings.append(
+            f"{winner.where(repo)} sets [{section}] {key} = {winner.value}, which overrides "
+            "lre's setting, so Buck2 will not use lre for it: remove that line"
+            + ("" if winner.file == local else ", or rerun `lre up --buck-local`")
+        )
+
+
 def _write_local_block(path: Path, text: str, report: WriteReport) -> None:
+    """Put ``text`` in lre's block at the end of ``path``; an empty ``text``
+    removes the block (and the file, when nothing else is left)."""
     existing = path.read_text(encoding="utf-8") if path.exists() else ""
     kept = _strip_block(existing)
+    if not text:
+        if kept != existing:
+            if kept.strip():
+                path.write_text(kept, encoding="utf-8")
+            else:
+                path.unlink()
+            report.removed.append(path)
+        return
     if kept and not kept.endswith("\n"):
         kept += "\n"
     new = kept + BEGIN + "\n" + text + END + "\n"
@@ -457,16 +553,7 @@ def unlink(repo: Path) -> WriteReport:
             else:
                 bazelrc.unlink()
             report.removed.append(bazelrc)
-    local = repo / ".buckconfig.local"
-    if local.exists():
-        text = local.read_text(encoding="utf-8")
-        stripped = _strip_block(text)
-        if stripped != text:
-            if stripped.strip():
-                local.write_text(stripped, encoding="utf-8")
-            else:
-                local.unlink()
-            report.removed.append(local)
+    _write_local_block(repo / ".buckconfig.local", "", report)
     return report
 
 

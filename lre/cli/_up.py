@@ -275,8 +275,11 @@ def _detach(
         argv += ["--log-level", log_level]
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     log_path = state_dir / LOG_FILE
-    with open(log_path, "ab") as log, open(os.devnull, "rb") as null:
-        offset = log.tell()
+    # Owner-only like the log lre itself writes (lre.app's LOG_FILE_MODE).
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    os.fchmod(log_fd, 0o600)
+    with open(log_fd, "ab") as log, open(os.devnull, "rb") as null:
+        offset = log.seek(0, os.SEEK_END)
         child = subprocess.Popen(
             argv,
             stdin=null,

@@ -387,12 +387,12 @@ class LocalWorkerSpec:
         'followed by "..").',
         default="reject",
     )
-    containment: Literal["strongest", "pidns", "portable"] = doc(
+    containment: Literal["strongest", "pidns", "userns", "portable"] = doc(
         "How everything an action starts is kept from outliving it (docs/security.md): "
         '"pidns" = a PID namespace per action (needs CAP_SYS_ADMIN, e.g. root); '
-        '"portable" = process group, lre as subreaper and a sweep of orphans; '
-        '"strongest" = pidns where it works on this machine (tried at start-up), else '
-        "portable.",
+        '"userns" = the same without privileges, inside a user namespace (util-linux '
+        'unshare); "portable" = process group, lre as subreaper and a sweep of orphans; '
+        '"strongest" = the first of these that works on this machine (tried at start-up).',
         default="strongest",
     )
     network: Literal["allow", "block"] = doc(

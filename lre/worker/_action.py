@@ -172,7 +172,8 @@ class ActionRunner:
         if group is None:
             return
         self._over_limit[usage.action_id] = usage
-        log.warning(
+        # The scheduler logs the kill readably (mnemonic, sizes, next step).
+        log.debug(
             "worker %s: %s uses %d bytes, over its line of %d; killing it",
             self.spec.name,
             usage.action_id,
@@ -350,7 +351,9 @@ class ActionRunner:
             )
         )
         await self._cache(lease, result, error)
-        return Completed(result, error=error, message=message, usage=usage)
+        return Completed(
+            result, error=error, message=message, usage=usage, oom_killed=process.oom_killed
+        )
 
     async def _check_inputs(
         self, lease: Lease, linked: LinkedInputs, *, all_altered: bool = False

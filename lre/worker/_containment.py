@@ -52,6 +52,7 @@ import shutil
 import signal
 import socket
 import struct
+import subprocess
 import sys
 import threading
 from abc import ABC, abstractmethod
@@ -75,7 +76,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 #: Values of ``worker.local.containment``.
-CONTAINMENT_MODES = ("strongest", "pidns", "portable")
+CONTAINMENT_MODES = ("strongest", "pidns", "userns", "portable")
 
 _CLONE_NEWNET = 0x40000000
 _CLONE_NEWPID = 0x20000000
@@ -172,10 +173,11 @@ class Containment(ABC):
         """Send ``sig`` to the action whose first process is ``pid``."""
 
     @abstractmethod
-    def end(self, pid: int) -> bool:
-        """The first process ``pid`` exited (not reaped yet): make sure nothing
-        the action started still runs. Returns True when nothing of the action
-        can still run (its directory can be reused, its files moved)."""
+    def end(self, pid: int, *, killed: bool = False) -> bool:
+        """The first process ``pid`` exited (not reaped yet; ``killed`` when
+        lre killed it): make sure nothing the action started still runs.
+        Returns True when nothing of the action can still run (its directory
+        can be reused, its files moved)."""
 
     async def watch(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """A background task the worker runs for the backend (none by default)."""
@@ -279,7 +281,7 @@ class PidNamespace(Containment):
         if sig == signal.SIGKILL:
             _kill(pid, sig)
 
-    def end(self, pid: int) -> bool:
+    def end(self, pid: int, *, killed: bool = False) -> bool:
         # The kernel killed and reaped the rest of the namespace before the
         # first process was reported as exited.
         self.guardian.remove(pid)
@@ -294,6 +296,62 @@ def _loopback_up() -> None:
         request = struct.pack("16sH14x", b"lo", 0)
         flags = struct.unpack("16sH14x", fcntl.ioctl(sock, _SIOCGIFFLAGS, request))[1]
         fcntl.ioctl(sock, _SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | _IFF_UP))
+
+
+# --------------------------------------------------------------------------- userns
+
+
+class UserNamespace(Containment):
+    """A PID namespace per action without privileges, inside a user namespace.
+
+    lre is multi-threaded, and a multi-threaded process may not enter a user
+    namespace, so each action starts through util-linux ``unshare --user
+    --map-current-user --pid --fork --kill-child``: ``unshare`` stays in
+    lre's namespace and waits, its child is pid 1 of the new one (again
+    ``timeout -- 0``, so the command is not pid 1) and dies with it. The
+    command keeps lre's user id (mapped to itself). When the action exits
+    normally, ``unshare`` has waited for pid 1, whose exit killed and reaped
+    the namespace: nothing runs any more. When lre kills it, the namespace
+    dies a moment after ``unshare``; ``end`` then answers False (directory
+    removed, outputs copied). Raises ``ContainmentUnavailable`` when
+    ``unshare`` or ``timeout`` is missing or the kernel refuses unprivileged
+    user namespaces (some distributions restrict them).
+    """
+
+    name = "userns"
+    signals_as_exit_codes = True
+
+    def __init__(self) -> None:
+        if _LIBC is None:
+            raise ContainmentUnavailable("user and PID namespaces need Linux")
+        unshare = shutil.which("unshare")
+        init = shutil.which("timeout")
+        if unshare is None or init is None:
+            raise ContainmentUnavailable("util-linux unshare or coreutils timeout is not on PATH")
+        super().__init__()
+        self._prefix = [
+            *(unshare, "--user", "--map-current-user", "--pid", "--fork", "--kill-child"),
+            *("--", init, "--", "0"),
+        ]
+        try:
+            probe = subprocess.run(
+                [*self._prefix, "true"], capture_output=True, timeout=10, check=False
+            )
+        except (OSError, subprocess.SubprocessError) as error:
+            raise ContainmentUnavailable(f"cannot run unshare: {error}") from None
+        if probe.returncode != 0:
+            reason = probe.stderr.decode(errors="replace").strip() or f"exit {probe.returncode}"
+            raise ContainmentUnavailable(f"unprivileged user namespaces refused: {reason}")
+
+    def command(self, argv: Sequence[str]) -> list[str]:
+        return [*self._prefix, *argv]
+
+    def signal_action(self, pid: int, sig: int) -> None:
+        _killpg(pid, sig)
+
+    def end(self, pid: int, *, killed: bool = False) -> bool:
+        self.guardian.remove(pid)
+        return not killed
 
 
 # --------------------------------------------------------------------------- portable
@@ -365,7 +423,7 @@ class ProcessGroupSweep(Containment):
         except OSError:
             return []
 
-    def end(self, pid: int) -> bool:
+    def end(self, pid: int, *, killed: bool = False) -> bool:
         # The zombie leader keeps the group id reserved: kill what is left in it.
         _killpg(pid, signal.SIGKILL)
         with self._lock:
@@ -445,16 +503,20 @@ class ProcessGroupSweep(Containment):
 def choose_containment(mode: str) -> Containment:
     """The backend for ``mode`` (one of ``CONTAINMENT_MODES``).
 
-    ``"strongest"`` takes ``pidns`` when it works here, else ``portable``
-    (logging why). A named mode that cannot work raises ``ContainmentUnavailable``.
+    ``"strongest"`` takes the first of ``pidns``, ``userns`` and ``portable``
+    that works here (logging why the others do not). A named mode that cannot
+    work raises ``ContainmentUnavailable``.
     """
     if mode not in CONTAINMENT_MODES:
         raise ValueError(f"containment: {mode!r} is not one of {', '.join(CONTAINMENT_MODES)}")
-    if mode in ("strongest", "pidns"):
+    candidates: list[type[Containment]] = [PidNamespace, UserNamespace]
+    for backend in candidates:
+        if mode not in ("strongest", backend.name):
+            continue
         try:
-            return PidNamespace()
+            return backend()
         except ContainmentUnavailable as error:
-            if mode == "pidns":
+            if mode == backend.name:
                 raise
-            log.info("containment: pidns unavailable (%s); using portable", error)
+            log.info("containment: %s unavailable (%s)", backend.name, error)
     return ProcessGroupSweep()

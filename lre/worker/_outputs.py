@@ -116,12 +116,7 @@ def _read_regular(
     Raises ``InvalidArgument`` naming ``shown`` when what is there now is not
     a regular file (swapped since it was listed).
     """
-    try:
-        fd = os.open(name, _FILE_FLAGS | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-    except OSError as error:
-        raise InvalidArgument(
-            f"output {shown!r} changed while it was collected ({error.strerror})"
-        ) from None
+    fd = _open_listed(dir_fd, name, _FILE_FLAGS, shown)
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
@@ -130,6 +125,20 @@ def _read_regular(
     finally:
         os.close(fd)
     return digest, data, info
+
+
+def _open_listed(dir_fd: int, name: str, flags: int, shown: str) -> int:
+    """Open ``name``, just listed in ``dir_fd``, without following a link.
+
+    Raises ``InvalidArgument`` naming ``shown`` when it cannot be opened so
+    (removed, or swapped for a symlink or another kind of file since).
+    """
+    try:
+        return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError as error:
+        raise InvalidArgument(
+            f"output {shown!r} changed while it was collected ({error.strerror})"
+        ) from None
 
 
 def _movable(info: os.stat_result) -> bool:
@@ -304,12 +313,7 @@ def _scan_one(
             )
             found.files.append((request.name, item))
         elif stat.S_ISDIR(info.st_mode):
-            try:
-                dir_fd = os.open(leaf, _DIR_FLAGS | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
-            except OSError as error:
-                raise InvalidArgument(
-                    f"output {request.name!r} changed while it was collected ({error.strerror})"
-                ) from None
+            dir_fd = _open_listed(parent_fd, leaf, _DIR_FLAGS, request.name)
             try:
                 builder = _TreeBuilder(found, request.name, allow, root)
                 root_digest = builder.build(dir_fd, request.relative, request.name)

@@ -373,7 +373,7 @@ async def _supervise(
         if we_killed:
             with trio.CancelScope(shield=True):
                 await trio.lowlevel.wait_readable(pidfd)
-        ended_alone = containment.end(pid)
+        ended_alone = containment.end(pid, killed=we_killed)
         _, status, rusage = _reap(pid, pidfd)
         popen.returncode = os.waitstatus_to_exitcode(status)
     ended_at = trio.current_time()

@@ -142,10 +142,11 @@ class WorkDirectory:
     def kill_leftover_processes(self) -> list[int]:
         """SIGKILL processes a crashed run of this worker left behind; return their pids.
 
-        An action's leader dies with lre (parent-death signal), but children it
-        started in the background do not. We hold the lock, so no live lre
-        runs actions here: any process of our user whose working directory is
-        inside this directory is such a leftover. Processes elsewhere are never
+        The guardian kills what is left of running actions when lre dies; this
+        is the last line behind it (a guardian that could not start, or died
+        with lre). We hold the lock, so no live lre runs actions here: any
+        process of our user whose working directory is inside this directory
+        is such a leftover. Processes elsewhere are never
         touched. Errors reading /proc (a process exiting meanwhile) are ignored.
         """
         prefix = str(self.path) + os.sep

@@ -22,6 +22,8 @@ from lre.cli._client_config import (
 )
 from lre.cli._daemon import RunningServer
 from lre.cli._link import client_settings_for
+from tests.cli.buck2_init import buck2_init
+from tests.cli.test_buck2_client_config import TOOLCHAINS
 
 SETTINGS = ClientSettings(host="127.0.0.1", port=50999, instance_name="main", cpus=2)
 
@@ -122,10 +124,11 @@ def test_unlink_keeps_a_try_import_line_the_user_wrote(tmp_path: Path) -> None:
 
 
 def test_make_inert_leaves_comments_only_and_write_restores(tmp_path: Path) -> None:
-    (tmp_path / ".buckconfig").write_text("[cells]\nroot = .\n")
+    # `buck2 init`'s platform runs locally, so lre also names its own in
+    # .buckconfig.local: that block must go inert too.
+    buck2_init(tmp_path)
     write_bazel(tmp_path, SETTINGS, edit_bazelrc=True, version=(4, 2, 3))
-    write_buck2(tmp_path, SETTINGS, local=False, platform_source=None)
-    write_buck2(tmp_path, SETTINGS, local=True, platform_source=None)
+    write_buck2(tmp_path, SETTINGS, local=False, platform_source=TOOLCHAINS, home=tmp_path / "home")
     report = make_inert(tmp_path)
     assert set(report.written) == {
         tmp_path / "lre.bazelrc",

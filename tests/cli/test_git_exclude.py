@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from lre.cli._client_config import ClientSettings, owned_paths, write_bazel
+from lre.cli._client_config import ClientSettings, owned_paths, write_bazel, write_buck2
 from lre.cli._git_exclude import BEGIN, set_excluded
+from tests.cli.buck2_init import buck2_init
+from tests.cli.test_buck2_client_config import TOOLCHAINS
 
 SETTINGS = ClientSettings(host="127.0.0.1", port=50999, cpus=2)
 
@@ -64,3 +66,16 @@ def test_a_repository_below_the_git_top_keeps_other_entries(tmp_path: Path) -> N
 def test_outside_git_nothing_happens(tmp_path: Path) -> None:
     write_bazel(tmp_path, SETTINGS, edit_bazelrc=False, version=(4, 2, 3))
     assert set_excluded(tmp_path, owned_paths(tmp_path)) is None
+
+
+def test_a_buck2_init_repository_stays_clean(tmp_path: Path) -> None:
+    repo = buck2_init(tmp_path / "repo", git=True)
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    before = _git(repo, "status", "--porcelain", "--untracked-files=all")
+    write_buck2(repo, SETTINGS, local=False, platform_source=TOOLCHAINS, home=tmp_path / "home")
+    set_excluded(repo, owned_paths(repo))
+    after = _git(repo, "status", "--porcelain", "--untracked-files=all")
+    # .buckconfig.local (lre's platform block) is not excluded when the user
+    # has lines there; buck2 init writes none, so it is lre's alone here.
+    assert after == before, after

@@ -37,7 +37,7 @@ def backend(mode: str) -> Containment:
     return _BACKENDS[mode]
 
 
-@pytest.fixture(params=["pidns", "portable"])
+@pytest.fixture(params=["pidns", "userns", "portable"])
 def containment(request: pytest.FixtureRequest) -> Containment:
     return backend(request.param)
 
@@ -199,3 +199,40 @@ async def test_portable_keeps_an_orphan_another_running_action_may_own(tmp_path:
         for pid in sleepers(slow):
             os.kill(pid, signal.SIGTERM)
     assert await gone(orphan), "the orphan outlived every action that could own it"
+
+
+def test_an_unprivileged_lre_gets_user_namespaces(tmp_path: Path) -> None:
+    # What a laptop user (not root) gets from "strongest": run the choice as
+    # nobody. Needs root to switch users; CI runs as root.
+    if os.geteuid() != 0:
+        if os.environ.get("CI"):
+            pytest.fail("CI runs as root; this test switches to nobody")
+        pytest.skip("needs root to run as another user")
+    code = "from lre.worker import choose_containment; print(choose_containment('strongest').name)"
+    chosen = subprocess.run(
+        [
+            *("setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"),
+            *(sys.executable, "-c", code),
+        ],
+        capture_output=True,
+        text=True,
+        cwd="/",
+        env={"PATH": os.environ["PATH"], "PYTHONPATH": str(Path(__file__).parents[2])},
+        check=False,
+        timeout=60,
+    )
+    assert chosen.returncode == 0, chosen.stderr
+    assert chosen.stdout.split()[-1] == "userns"
+
+
+async def test_userns_reports_a_killed_action_as_not_alone(tmp_path: Path) -> None:
+    # unshare is reaped a moment before its namespace is gone when lre kills
+    # it: such an action's directory must not be reused.
+    containment = backend("userns")
+    marker = token()
+    outcome = await run(
+        tmp_path, containment, f"setsid sleep {marker} & exec sleep 300", timeout=0.3
+    )
+    assert outcome.timed_out  # type: ignore[attr-defined]
+    assert not outcome.ended_alone  # type: ignore[attr-defined]
+    assert await gone(marker)

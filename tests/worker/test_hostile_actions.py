@@ -30,7 +30,7 @@ from .conftest import make_lease, make_spec
 from .test_containment import backend
 
 
-@pytest.fixture(params=["pidns", "portable"])
+@pytest.fixture(params=["pidns", "userns", "portable"])
 def containment(request: pytest.FixtureRequest) -> Containment:
     return backend(request.param)
 
