@@ -6,8 +6,7 @@ import os
 import stat
 from pathlib import Path
 
-from tests.app.conftest import app_config_text
-from tests.cli._lre import free_port, run_lre
+from tests.cli._lre import bazel_repo_with_config, free_port, run_lre
 
 
 def _mode(path: Path) -> int:
@@ -15,12 +14,7 @@ def _mode(path: Path) -> int:
 
 
 def test_lre_up_creates_its_log_and_database_owner_only(tmp_path: Path) -> None:
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    (repo / "MODULE.bazel").write_text("")
-    config = tmp_path / "lre.json5"
-    config.write_text(app_config_text(tmp_path / "lre-root"))
-    env = {**os.environ, "HOME": str(tmp_path / "home")}
+    repo, config, env = bazel_repo_with_config(tmp_path)
     state = tmp_path / "lre-root" / "state"
     # The default umask would give 0644; lre must not depend on the user's.
     old_umask = os.umask(0o022)

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from tests.app.conftest import app_config_text
-from tests.cli._lre import free_port, run_lre
+from tests.cli._lre import bazel_repo_with_config, free_port, run_lre
 from tests.service.test_auth import make_ca, make_cert
 
 
@@ -360,12 +360,7 @@ def test_client_config_of_a_tls_listener_with_a_token(tmp_path: Path) -> None:
 
 
 def test_a_foreground_lre_stopped_leaves_the_repo_building_locally(tmp_path: Path) -> None:
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    (repo / "MODULE.bazel").write_text("")
-    config = tmp_path / "lre.json5"
-    config.write_text(app_config_text(tmp_path / "lre-root"))
-    env = {**os.environ, "HOME": str(tmp_path / "home")}
+    repo, config, env = bazel_repo_with_config(tmp_path)
     server = subprocess.Popen(
         [sys.executable, "-m", "lre", "up", "--no-tui", "--config", str(config)],
         cwd=repo,
