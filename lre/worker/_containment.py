@@ -2,7 +2,7 @@
 
 An action may start processes that leave its session and process group
 (``setsid``, a double fork, a daemon). ``Containment`` is what makes sure
-none of them outlives the action, nor lre. Two backends implement it:
+none of them outlives the action, nor lre. Three backends implement it:
 
 ``PidNamespace`` (``"pidns"``, the default where lre may create PID namespaces,
 which on Linux means running with CAP_SYS_ADMIN, for example as root)
@@ -25,6 +25,10 @@ which on Linux means running with CAP_SYS_ADMIN, for example as root)
     that signal. If lre dies, the guardian (``_guardian.py``) SIGKILLs each
     namespace's first process, and the kernel the rest.
 
+``UserNamespace`` (``"userns"``, Linux without privileges)
+    The same, one PID namespace per action, made inside a user namespace by
+    util-linux ``unshare`` in front of the command (see its docstring).
+
 ``ProcessGroupSweep`` (``"portable"``, what a machine without namespaces gets)
     The action runs in a session of its own; lre makes itself a child
     subreaper (Linux) so that processes orphaned by an action are re-parented
@@ -46,6 +50,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import fcntl
 import logging
 import os
 import shutil
@@ -128,7 +133,8 @@ class Containment(ABC):
     the others on the Trio thread.
     """
 
-    #: The mode's name as configured and reported (``pidns``, ``portable``).
+    #: The mode's name as configured and reported (``pidns``, ``userns``,
+    #: ``portable``).
     name: str
     #: True when this backend can give an action a network namespace.
     can_block_network: bool = False
@@ -150,11 +156,8 @@ class Containment(ABC):
     @contextmanager
     def spawn_context(self, options: SpawnOptions) -> Iterator[None]:
         """Wraps the fork of one action (in the spawner thread). Raises
-        ``OSError`` when the namespace cannot be made."""
-        if options.block_network:
-            raise ContainmentUnavailable(
-                f"containment {self.name!r} cannot run an action without network"
-            )
+        ``OSError`` when the namespace cannot be made. Callers ask for
+        ``block_network`` only where ``can_block_network``."""
         yield
 
     def spawn_started(self, pid: int) -> None:
@@ -180,7 +183,8 @@ class Containment(ABC):
         can be reused, its files moved)."""
 
     async def watch(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """A background task the worker runs for the backend (none by default)."""
+        """A background task the composition root runs for the backend while
+        lre serves (none by default)."""
         task_status.started()
 
 
@@ -205,8 +209,8 @@ class PidNamespace(Containment):
     """One PID namespace per action (see the module docstring).
 
     Raises ``ContainmentUnavailable`` when this process may not make PID
-    namespaces or util-linux ``setpriv`` (for the parent-death signal) is
-    missing.
+    namespaces (it needs CAP_SYS_ADMIN) or coreutils ``timeout`` (the
+    namespace's first process) is missing.
     """
 
     name = "pidns"
@@ -291,8 +295,6 @@ class PidNamespace(Containment):
 def _loopback_up() -> None:
     """Bring ``lo`` up in the calling thread's (new) network namespace."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        import fcntl
-
         request = struct.pack("16sH14x", b"lo", 0)
         flags = struct.unpack("16sH14x", fcntl.ioctl(sock, _SIOCGIFFLAGS, request))[1]
         fcntl.ioctl(sock, _SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | _IFF_UP))
