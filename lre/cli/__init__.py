@@ -3,7 +3,7 @@
 Command modules register on ``app`` (``lre.cli._app``) when imported here.
 """
 
-from lre.cli import _cache_cmd, _config_cmd, _logs, _top, _up  # noqa: F401  (register)
+from lre.cli import _cache_cmd, _config_cmd, _doctor, _logs, _top, _up  # noqa: F401  (register)
 from lre.cli._app import app
 
 

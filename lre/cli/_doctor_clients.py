@@ -1,0 +1,251 @@
+"""``lre doctor``'s checks of the repository: the client config and the build tool.
+
+- ``bazel config`` / ``buck2 config``: the file ``lre up`` writes is there,
+  Bazel imports it, and it points at the address the running lre listens on;
+- ``bazel``: Bazel is on PATH, its version, and every flag in lre.bazelrc is
+  one this Bazel knows (asked from Bazel itself: ``bazel --batch help
+  build --short`` outside the repository, about two seconds, no server
+  left running);
+- ``buck2 platform``: the execution platform Buck2 uses can run remotely
+  (``lre.cli._buck2_platform``).
+"""
+
+from __future__ import annotations
+
+import configparser
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from lre.cli._buck2_platform import execution_platform_check
+from lre.cli._checks import Check
+from lre.cli._client_config import TRY_IMPORT, parse_bazel_version
+from lre.cli._daemon import RunningServer
+
+_FLAG = re.compile(r"--([A-Za-z0-9_]+)")
+_HELP_FLAG = re.compile(r"^\s+--(\[no\])?([A-Za-z0-9_]+)\s*$")
+
+
+def is_bazel_repo(repo: Path) -> bool:
+    return any((repo / n).exists() for n in ("MODULE.bazel", "WORKSPACE", "WORKSPACE.bazel"))
+
+
+def is_buck2_repo(repo: Path) -> bool:
+    return (repo / ".buckconfig").exists()
+
+
+def _active_lines(text: str) -> list[str]:
+    return [
+        ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")
+    ]
+
+
+def bazelrc_flags(text: str) -> list[tuple[str, str]]:
+    """``(flag name, whole argument)`` of every option in a bazelrc's active lines."""
+    flags = []
+    for line in _active_lines(text):
+        for word in line.split()[1:]:
+            match = _FLAG.match(word)
+            if match:
+                flags.append((match[1], word))
+    return flags
+
+
+def _target_of(address: str) -> str:
+    """``grpc://h:p`` / ``grpcs://h:p`` / ``h:p`` -> ``h:p``; ``unix://p`` -> ``unix:p``."""
+    for scheme in ("grpc://", "grpcs://", "http://", "https://"):
+        if address.startswith(scheme):
+            return address.removeprefix(scheme)
+    if address.startswith("unix://"):
+        return "unix:" + address.removeprefix("unix://")
+    return address
+
+
+def _points_at(
+    name: str, where: Path, address: str, server: RunningServer | None, repo: Path
+) -> Check:
+    if server is None:
+        return Check(
+            name,
+            "WARN",
+            f"{where} points at {address} but lre is not running: builds fail with "
+            "'Connection refused'",
+            "start lre (`lre up --detach`) or build locally (`lre unlink`)",
+        )
+    if _target_of(address) != _target_of(server.grpc_address):
+        return Check(
+            name,
+            "FAIL",
+            f"{where} points at {address} but lre listens on {server.grpc_address}",
+            f"run `lre up` in {repo} to rewrite it",
+        )
+    return Check(name, "OK", f"{where} points at the running lre ({server.grpc_address})")
+
+
+def bazel_config_check(repo: Path, server: RunningServer | None) -> Check:
+    """lre.bazelrc present, imported by .bazelrc, pointing at ``server``."""
+    name = "bazel config"
+    rc = repo / "lre.bazelrc"
+    if not rc.exists():
+        return Check(name, "FAIL", f"no {rc}: Bazel builds locally", f"run `lre up` in {repo}")
+    executors = [
+        w.split("=", 1)[-1] for f, w in bazelrc_flags(rc.read_text()) if f == "remote_executor"
+    ]
+    bazelrc = repo / ".bazelrc"
+    imported = bazelrc.exists() and TRY_IMPORT in _active_lines(bazelrc.read_text())
+    if not imported:
+        return Check(
+            name,
+            "FAIL",
+            f"{bazelrc} does not import lre.bazelrc: Bazel builds locally",
+            f"add the line `{TRY_IMPORT}` to {bazelrc} (or run `lre up` there without --no-edit)",
+        )
+    if not executors:
+        return Check(
+            name,
+            "WARN",
+            f"{rc} sets no --remote_executor: Bazel builds locally",
+            f"run `lre up` in {repo}",
+        )
+    return _points_at(name, rc, executors[-1], server, repo)
+
+
+def buck2_config_check(repo: Path, server: RunningServer | None) -> Check:
+    """lre's [buck2_re_client] (.buckconfig.local, else .buckconfig.d/) points at ``server``."""
+    name = "buck2 config"
+    for path in (repo / ".buckconfig.local", repo / ".buckconfig.d" / "lre.buckconfig"):
+        if not path.exists():
+            continue
+        parser = configparser.ConfigParser(interpolation=None, strict=False)
+        try:
+            parser.read_string(path.read_text(encoding="utf-8"))
+        except (configparser.Error, OSError):
+            continue
+        if parser.has_option("buck2_re_client", "engine_address"):
+            return _points_at(
+                name, path, parser.get("buck2_re_client", "engine_address"), server, repo
+            )
+    return Check(
+        name,
+        "FAIL",
+        f"no [buck2_re_client] engine_address in {repo / '.buckconfig.d' / 'lre.buckconfig'} "
+        "or .buckconfig.local: Buck2 builds locally",
+        f"run `lre up` in {repo}, then `buck2 kill`",
+    )
+
+
+def bazel_version() -> tuple[str, tuple[int, int, int] | None]:
+    """(how the version was found, the version) from Debian's package
+    database when Bazel is ``bazel-bootstrap``, else ``bazel --version``."""
+    if shutil.which("dpkg-query"):
+        try:
+            out = subprocess.run(
+                ["dpkg-query", "-W", "-f=${Version}", "bazel-bootstrap"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+            )
+            if out.returncode == 0 and out.stdout.strip():
+                return f"Debian package bazel-bootstrap {out.stdout.strip()}", parse_bazel_version(
+                    out.stdout
+                )
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    try:
+        out = subprocess.run(
+            ["bazel", "--version"], capture_output=True, text=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"`bazel --version` failed: {error}", None
+    text = (out.stdout + out.stderr).strip()
+    if not re.search(r"\d+\.\d+", text):
+        return f"`bazel --version` says {text!r}", None
+    return f"`bazel --version` says {text!r}", parse_bazel_version(text)
+
+
+def bazel_known_flags(bazel: str) -> set[str]:
+    """Names of the options ``bazel build`` accepts (both ``x`` and ``nox`` for
+    booleans). Raises ``RuntimeError`` with Bazel's words when it cannot tell."""
+    with tempfile.TemporaryDirectory(prefix="lre-doctor-") as cwd:
+        try:
+            out = subprocess.run(
+                [bazel, "--batch", "help", "build", "--short"],
+                cwd=cwd,
+                capture_output=True,
+                text=True,
+                timeout=300,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as error:
+            raise RuntimeError(str(error)) from None
+    names: set[str] = set()
+    for line in out.stdout.splitlines():
+        match = _HELP_FLAG.match(line)
+        if match:
+            names.add(match[2])
+            if match[1]:
+                names.add("no" + match[2])
+    if out.returncode != 0 or not names:
+        tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"`bazel help build` exited {out.returncode}: {tail}")
+    return names
+
+
+def bazel_check(repo: Path) -> Check:
+    """Bazel on PATH, its version, and the flags of lre.bazelrc it does not know."""
+    name = "bazel"
+    bazel = shutil.which("bazel")
+    if bazel is None:
+        return Check(
+            name,
+            "FAIL",
+            "no `bazel` on PATH",
+            "install Bazel (Debian: `apt-get install bazel-bootstrap`) or put it on PATH",
+        )
+    source, version = bazel_version()
+    shown = ".".join(map(str, version)) if version else "of unknown version"
+    about = f"Bazel {shown} at {bazel} ({source})"
+    rc = repo / "lre.bazelrc"
+    if not rc.exists():
+        return Check(name, "OK", about + "; no lre.bazelrc to check its flags against")
+    try:
+        known = bazel_known_flags(bazel)
+    except RuntimeError as error:
+        return Check(
+            name,
+            "WARN",
+            f"{about}; cannot list its flags: {error}",
+            "check that `bazel help build` runs",
+        )
+    unknown = [word for flag, word in bazelrc_flags(rc.read_text()) if flag not in known]
+    if unknown:
+        return Check(
+            name,
+            "FAIL",
+            f"{about}; lre.bazelrc uses flags this Bazel does not know: {', '.join(unknown)}",
+            f"run `lre up` in {repo} so lre.bazelrc is written for this Bazel",
+        )
+    return Check(name, "OK", f"{about}; it knows every flag in lre.bazelrc")
+
+
+def repository_checks(repo: Path | None, server: RunningServer | None) -> list[Check]:
+    """The client-config and build-tool checks for ``repo`` (SKIPs when None)."""
+    if repo is None:
+        skip = Check(
+            "client config",
+            "SKIP",
+            "not inside a repository (no MODULE.bazel, WORKSPACE, .buckconfig or .git "
+            "here or above)",
+            "run `lre doctor` inside your repository, or pass --repo DIR",
+        )
+        return [skip]
+    checks: list[Check] = []
+    buck = is_buck2_repo(repo)
+    if is_bazel_repo(repo) or not buck:
+        checks += [bazel_config_check(repo, server), bazel_check(repo)]
+    if buck:
+        checks += [buck2_config_check(repo, server), execution_platform_check(repo)]
+    return checks
