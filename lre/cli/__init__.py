@@ -3,7 +3,15 @@
 Command modules register on ``app`` (``lre.cli._app``) when imported here.
 """
 
-from lre.cli import _cache_cmd, _config_cmd, _doctor, _logs, _top, _up  # noqa: F401  (register)
+from lre.cli import (  # noqa: F401  (register their commands)
+    _cache_cmd,
+    _completion,
+    _config_cmd,
+    _doctor,
+    _logs,
+    _top,
+    _up,
+)
 from lre.cli._app import app
 
 
