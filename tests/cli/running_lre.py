@@ -1,0 +1,82 @@
+"""Running ``lre`` as a user does, with a private state directory and free ports."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.app.conftest import app_config_text
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def run_lre(
+    *args: str, cwd: Path, env: dict[str, str], timeout: float = 120, stdin: int | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m lre ARGS`` to completion (stdin from /dev/null unless given)."""
+    return subprocess.run(
+        [sys.executable, "-m", "lre", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        stdin=subprocess.DEVNULL if stdin is None else stdin,
+    )
+
+
+@dataclass(frozen=True)
+class LreHome:
+    """A config whose every directory is under ``root``, with its own ports."""
+
+    config: Path
+    root: Path
+    env: dict[str, str]
+    grpc_port: int
+    status_port: int
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / "state"
+
+    def run(self, *args: str, cwd: Path, **kwargs: object) -> subprocess.CompletedProcess[str]:
+        """``lre ARGS --config <this config>``."""
+        return run_lre(*args, "--config", str(self.config), cwd=cwd, env=self.env, **kwargs)  # type: ignore[arg-type]
+
+
+def private_home(tmp_path: Path, *, max_bytes: str = "1GiB") -> LreHome:
+    root = tmp_path / "lre-root"
+    status_port = free_port()
+    config = tmp_path / "lre.json5"
+    config.write_text(
+        app_config_text(root, status_port=status_port).replace(
+            'max_bytes: "1GiB"', f'max_bytes: "{max_bytes}"'
+        )
+    )
+    env = {**os.environ, "HOME": str(tmp_path / "home")}
+    env.pop("LRE_HOME", None)
+    return LreHome(config, root, env, free_port(), status_port)
+
+
+@contextmanager
+def detached(home: LreHome, repo: Path) -> Iterator[subprocess.CompletedProcess[str]]:
+    """``lre up --detach`` in ``repo`` on the home's ports; ``lre down`` after."""
+    started = home.run("up", "--detach", "--port", str(home.grpc_port), cwd=repo)
+    assert started.returncode == 0, started.stdout + started.stderr
+    try:
+        yield started
+    finally:
+        down = home.run("down", cwd=repo)
+        assert down.returncode == 0, down.stderr
