@@ -51,9 +51,24 @@ class LreHome:
     def state_dir(self) -> Path:
         return self.root / "state"
 
-    def run(self, *args: str, cwd: Path, **kwargs: object) -> subprocess.CompletedProcess[str]:
-        """``lre ARGS --config <this config>``."""
-        return run_lre(*args, "--config", str(self.config), cwd=cwd, env=self.env, **kwargs)  # type: ignore[arg-type]
+    def run(
+        self,
+        *args: str,
+        cwd: Path,
+        env: dict[str, str] | None = None,
+        timeout: float = 120,
+        stdin: int | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        """``lre ARGS --config <this config>`` (in this home's environment by default)."""
+        return run_lre(
+            *args,
+            "--config",
+            str(self.config),
+            cwd=cwd,
+            env=self.env if env is None else env,
+            timeout=timeout,
+            stdin=stdin,
+        )
 
 
 def private_home(tmp_path: Path, *, max_bytes: str = "1GiB") -> LreHome:
