@@ -80,7 +80,8 @@ def private_home(tmp_path: Path, *, max_bytes: str = "1GiB") -> LreHome:
             'max_bytes: "1GiB"', f'max_bytes: "{max_bytes}"'
         )
     )
-    env = {**os.environ, "HOME": str(tmp_path / "home")}
+    # COLUMNS: typer's error boxes wrap at the terminal width; keep messages on one line.
+    env = {**os.environ, "HOME": str(tmp_path / "home"), "COLUMNS": "200"}
     env.pop("LRE_HOME", None)
     return LreHome(config, root, env, free_port(), status_port)
 
