@@ -16,7 +16,9 @@ uploads a crash left behind) and evict least recently used blobs through
 from __future__ import annotations
 
 import json
+import re
 import sys
+import urllib.request
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -110,6 +112,50 @@ def _live_figures(stores: LocalStores, data: dict[str, Any]) -> list[StoreFigure
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Lookups:
+    """Action-cache lookups since lre started, counted per action: a hit is
+    an action answered from the action cache, by GetActionResult (Bazel and
+    Buck2 ask that first) or by Execute (lre's scheduler looks there before
+    running anything); a miss is an action lre had to run."""
+
+    get_action_result_hits: int
+    execute_hits: int
+    misses: int
+
+    @property
+    def hits(self) -> int:
+        return self.get_action_result_hits + self.execute_hits
+
+    @property
+    def rate(self) -> float | None:
+        total = self.hits + self.misses
+        return self.hits / total if total else None
+
+
+_GET_ACTION_RESULT_OK = re.compile(
+    r"^lre_rpc_requests_total\{(?=[^}]*method=\"ActionCache/GetActionResult\")"
+    r"(?=[^}]*code=\"OK\")[^}]*\}\s+(\d+(?:\.\d+)?)\s*$",
+    re.MULTILINE,
+)
+
+
+def _lookups(status_address: str, live: dict[str, Any]) -> Lookups | None:
+    """The lookups from ``/api/v1/stats`` (``live``) and ``/metrics``; None
+    when ``/metrics`` cannot be read."""
+    try:
+        with urllib.request.urlopen(f"http://{status_address}/metrics", timeout=5) as reply:
+            metrics = reply.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    found = _GET_ACTION_RESULT_OK.search(metrics)
+    return Lookups(
+        get_action_result_hits=int(float(found[1])) if found else 0,
+        execute_hits=int(live.get("cache_hits", 0)),
+        misses=int(live.get("cache_misses", 0)),
+    )
+
+
 @cache_app.callback()
 def cache_summary(
     ctx: typer.Context,
@@ -132,18 +178,17 @@ def cache_summary(
             problem = str(error)
     figures = _live_figures(stores, live) if live is not None else _disk_figures(stores)
     figures += _action_cache_figures(stores)
-    hits = int(live.get("cache_hits", 0)) if live is not None else None
-    misses = int(live.get("cache_misses", 0)) if live is not None else None
-    looked_up = (hits or 0) + (misses or 0)
-    hit_rate = (hits or 0) / looked_up if looked_up else None
+    lookups = _lookups(lookup.server.status_address, live) if live and lookup.server else None
+    hit_rate = lookups.rate if lookups is not None else None
     if as_json:
         document = {
             "running": lookup.server is not None,
             "source": "live" if live is not None else "disk",
             "stores": [asdict(f) for f in figures],
-            "hits": hits,
-            "misses": misses,
+            "hits": lookups.hits if lookups else None,
+            "misses": lookups.misses if lookups else None,
             "hit_rate": hit_rate,
+            "lookups": asdict(lookups) if lookups else None,
         }
         typer.echo(json.dumps(document, indent=2))
         return
@@ -171,14 +216,16 @@ def cache_summary(
             )
     if not figures:
         typer.echo("  no store of this configuration is on local disk")
-    if live is None:
+    if lookups is None:
         typer.echo("  hit rate: unknown (lre counts hits while it runs)")
-    elif hit_rate is None:
+    elif lookups.rate is None:
         typer.echo("  hit rate: no action looked up since lre started")
     else:
         typer.echo(
-            f"  hit rate: {100 * hit_rate:.0f}% ({hits} of {looked_up} actions answered "
-            "from the action cache since lre started)"
+            f"  hit rate: {100 * lookups.rate:.0f}% ({lookups.hits} of "
+            f"{lookups.hits + lookups.misses} actions since lre started: "
+            f"{lookups.get_action_result_hits} found by GetActionResult, "
+            f"{lookups.execute_hits} by Execute in the action cache, {lookups.misses} executed)"
         )
 
 

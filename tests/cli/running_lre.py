@@ -71,12 +71,12 @@ class LreHome:
         )
 
 
-def private_home(tmp_path: Path, *, max_bytes: str = "1GiB") -> LreHome:
+def private_home(tmp_path: Path, *, max_bytes: str = "1GiB", extra_worker: str = "") -> LreHome:
     root = tmp_path / "lre-root"
     status_port = free_port()
     config = tmp_path / "lre.json5"
     config.write_text(
-        app_config_text(root, status_port=status_port).replace(
+        app_config_text(root, status_port=status_port, extra_worker=extra_worker).replace(
             'max_bytes: "1GiB"', f'max_bytes: "{max_bytes}"'
         )
     )

@@ -14,6 +14,8 @@ import trio
 from lre.cas import FilesystemActionCache, FilesystemStore, write_bytes
 from lre.digest import Digest, digest_of
 from tests.cli.running_lre import LreHome, detached, private_home
+from tests.e2e._bazel import BazelSession
+from tests.e2e._workspace import generate_workspace
 
 
 def _fill(home: LreHome, sizes: list[int]) -> list[Digest]:
@@ -162,3 +164,33 @@ def test_live_figures_and_refusals_while_lre_runs(tmp_path: Path) -> None:
             assert "lre is running" in refused.stderr
             assert "`lre down` first" in refused.stderr
         assert _present(home, digests) == [True, True]
+
+
+def test_hit_rate_after_a_real_bazel_rebuild_from_the_cache(tmp_path: Path) -> None:
+    home = private_home(
+        tmp_path, extra_worker=', platform_properties: { OSFamily: { values: ["Linux"] } }'
+    )
+    ws = generate_workspace(tmp_path / "ws", modules=2, funcs=1)
+    with detached(home, ws.root), BazelSession(ws.root, tmp_path / "bazel-root") as bazel:
+        assert bazel.build([ws.target]).check().count("remote") == ws.spawn_count
+        first = _summary(home, ws.root)
+        assert (first["hits"], first["misses"]) == (0, ws.spawn_count), first
+        bazel.clean()
+        cached = bazel.build([ws.target]).check()
+        assert cached.count("remote cache hit") == ws.spawn_count, cached
+        second = _summary(home, ws.root)
+        assert second["lookups"] == {
+            "get_action_result_hits": ws.spawn_count,
+            "execute_hits": 0,
+            "misses": ws.spawn_count,
+        }
+        assert second["hit_rate"] == 0.5
+        text = home.run("cache", cwd=ws.root)
+        assert (
+            f"hit rate: 50% ({ws.spawn_count} of {2 * ws.spawn_count} actions since lre "
+            f"started: {ws.spawn_count} found by GetActionResult, 0 by Execute in the action "
+            f"cache, {ws.spawn_count} executed)"
+        ) in text.stdout
+        stores = second["stores"]
+        assert isinstance(stores, list)
+        assert stores[0]["entries"] > 0 and stores[1]["entries"] == ws.spawn_count
