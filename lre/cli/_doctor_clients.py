@@ -109,7 +109,31 @@ def bazel_config_check(repo: Path, server: RunningServer | None) -> Check:
             f"{rc} sets no --remote_executor: Bazel builds locally",
             f"run `lre up` in {repo}",
         )
+    applied = any(_applies_lre(line) for line in _active_lines(rc.read_text()))
+    applied = applied or any(_applies_lre(ln) for ln in _active_lines(bazelrc.read_text()))
+    if not applied:
+        # Only ``build:lre`` lines: lre is opt-in (or was made inert by ``lre down``).
+        if server is None:
+            return Check(
+                name,
+                "OK",
+                f"{rc} applies only with --config=lre, and lre is not running: Bazel builds "
+                "locally",
+            )
+        check = _points_at(name, rc, executors[-1], server, repo)
+        if check.status == "OK":
+            return Check(name, "OK", check.message + "; used with `bazel build --config=lre`")
+        return check
     return _points_at(name, rc, executors[-1], server, repo)
+
+
+def _applies_lre(line: str) -> bool:
+    """Whether a bazelrc line turns lre on for every build: ``build
+    --config=lre`` or a ``--remote_executor`` outside ``build:lre``."""
+    words = line.split()
+    if not words or words[0] != "build":
+        return False
+    return "--config=lre" in words[1:] or any(w.startswith("--remote_executor") for w in words[1:])
 
 
 def buck2_config_check(repo: Path, server: RunningServer | None) -> Check:

@@ -90,6 +90,26 @@ def test_a_working_bazel_setup_passes_and_problems_fail_with_their_fix(tmp_path:
         )
 
 
+def test_client_config_for_a_stopped_lre(tmp_path: Path) -> None:
+    home = private_home(tmp_path)
+    repo = _bazel_repo(tmp_path)
+    (repo / ".bazelrc").write_text("try-import %workspace%/lre.bazelrc\n")
+    flags = "build:lre --remote_executor=grpc://127.0.0.1:50051\nbuild:lre --jobs=16\n"
+    (repo / "lre.bazelrc").write_text(flags + "build --config=lre\n")
+    code, checks = _checks(home, repo)
+    assert checks["bazel config"]["status"] == "WARN"
+    assert "builds fail with 'Connection refused'" in checks["bazel config"]["message"]
+    assert checks["bazel config"]["fix"] == (
+        "start lre (`lre up --detach`) or build locally (`lre unlink`)"
+    )
+    # Opt-in (or made inert): only build:lre lines, so Bazel builds locally.
+    (repo / "lre.bazelrc").write_text(flags)
+    code, checks = _checks(home, repo)
+    assert checks["bazel config"]["status"] == "OK"
+    assert "applies only with --config=lre" in checks["bazel config"]["message"]
+    assert code == 0
+
+
 def test_a_clock_step_since_lre_started_is_found(tmp_path: Path) -> None:
     home = private_home(tmp_path)
     repo = _bazel_repo(tmp_path)
