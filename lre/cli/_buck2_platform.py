@@ -2,9 +2,10 @@
 
 A minimal reader, kept behind one function (``execution_platform_check``)
 so a complete Buck2 configuration reader can replace ``buck2_setting``:
-it merges ``.buckconfig``, then ``.buckconfig.d/*`` (sorted), then
-``.buckconfig.local``, later files winning per key, and does not follow
-``<file:...>`` includes.
+it merges ``.buckconfig.d/*`` (sorted), then ``.buckconfig``, then
+``.buckconfig.local``, later files winning per key (Buck2's order in the
+root cell), and does not follow ``<file:...>`` includes or read the files
+outside the repository (/etc, ~).
 
 The verdict is by name: ``<cell>//lre_platforms:lre`` is the platform
 ``lre up`` installs from toolchains/buck2 (remote enabled);
@@ -27,7 +28,7 @@ LOCAL_ONLY_PLATFORMS = ("prelude//platforms:default",)
 def _config_files(repo: Path) -> list[Path]:
     drop_in = repo / ".buckconfig.d"
     extra = sorted(p for p in drop_in.iterdir() if p.is_file()) if drop_in.is_dir() else []
-    return [repo / ".buckconfig", *extra, repo / ".buckconfig.local"]
+    return [*extra, repo / ".buckconfig", repo / ".buckconfig.local"]
 
 
 def buck2_setting(repo: Path, section: str, key: str) -> tuple[str, Path] | None:

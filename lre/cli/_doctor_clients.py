@@ -103,10 +103,14 @@ def bazel_config_check(repo: Path, server: RunningServer | None) -> Check:
             f"add the line `{TRY_IMPORT}` to {bazelrc} (or run `lre up` there without --no-edit)",
         )
     if not executors:
+        if server is None:  # what `lre down` leaves: the file is there, setting nothing
+            return Check(
+                name, "OK", f"{rc} sets nothing while lre is stopped: Bazel builds locally"
+            )
         return Check(
             name,
-            "WARN",
-            f"{rc} sets no --remote_executor: Bazel builds locally",
+            "FAIL",
+            f"lre runs but {rc} sets no --remote_executor: Bazel builds locally",
             f"run `lre up` in {repo}",
         )
     applied = any(_applies_lre(line) for line in _active_lines(rc.read_text()))
@@ -151,11 +155,16 @@ def buck2_config_check(repo: Path, server: RunningServer | None) -> Check:
             return _points_at(
                 name, path, parser.get("buck2_re_client", "engine_address"), server, repo
             )
+    lre_file = repo / ".buckconfig.d" / "lre.buckconfig"
+    if server is None and lre_file.exists():  # what `lre down` leaves: a file setting nothing
+        return Check(
+            name, "OK", f"{lre_file} sets nothing while lre is stopped: Buck2 builds locally"
+        )
     return Check(
         name,
         "FAIL",
-        f"no [buck2_re_client] engine_address in {repo / '.buckconfig.d' / 'lre.buckconfig'} "
-        "or .buckconfig.local: Buck2 builds locally",
+        f"no [buck2_re_client] engine_address in {lre_file} or .buckconfig.local: "
+        "Buck2 builds locally",
         f"run `lre up` in {repo}, then `buck2 kill`",
     )
 

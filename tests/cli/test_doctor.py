@@ -108,6 +108,13 @@ def test_client_config_for_a_stopped_lre(tmp_path: Path) -> None:
     assert checks["bazel config"]["status"] == "OK"
     assert "applies only with --config=lre" in checks["bazel config"]["message"]
     assert code == 0
+    # Comments only, as `lre down` leaves the file.
+    (repo / "lre.bazelrc").write_text("# lre is stopped (`lre down`); this file sets nothing.\n")
+    code, checks = _checks(home, repo)
+    assert checks["bazel config"]["message"].endswith(
+        "sets nothing while lre is stopped: Bazel builds locally"
+    )
+    assert (code, checks["bazel config"]["status"]) == (0, "OK")
 
 
 def test_a_clock_step_since_lre_started_is_found(tmp_path: Path) -> None:
@@ -221,6 +228,12 @@ def test_buck2_default_platform_is_local_only(tmp_path: Path) -> None:
     assert "execution_platforms = <your root cell>//lre_platforms:lre" in platform["fix"]
     assert "bazel" not in checks  # not a Bazel repository
 
+    # .buckconfig.d/ is read before .buckconfig, which therefore wins.
+    (repo / ".buckconfig.d" / "mine.buckconfig").write_text(
+        "[build]\nexecution_platforms = root//lre_platforms:lre\n"
+    )
+    code, checks = _checks(home, repo)
+    assert checks["buck2 platform"]["status"] == "FAIL"
     # The user points Buck2 at lre's platform in .buckconfig.local: that wins.
     (repo / ".buckconfig.local").write_text(
         "[build]\nexecution_platforms = root//lre_platforms:lre\n"
