@@ -86,6 +86,14 @@ def private_home(tmp_path: Path, *, max_bytes: str = "1GiB", extra_worker: str =
     return LreHome(config, root, env, free_port(), status_port)
 
 
+def bazel_repo(tmp_path: Path, marker: str = "MODULE.bazel") -> Path:
+    """An empty Bazel repository ``tmp_path/repo`` (``marker`` names its root)."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / marker).write_text("")
+    return repo
+
+
 @contextmanager
 def detached(home: LreHome, repo: Path) -> Iterator[subprocess.CompletedProcess[str]]:
     """``lre up --detach`` in ``repo`` on the home's ports; ``lre down`` after."""

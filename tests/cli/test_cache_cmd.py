@@ -13,7 +13,7 @@ import trio
 
 from lre.cas import FilesystemActionCache, FilesystemStore, write_bytes
 from lre.digest import Digest, digest_of
-from tests.cli.running_lre import LreHome, detached, private_home
+from tests.cli.running_lre import LreHome, bazel_repo, detached, private_home
 from tests.e2e._bazel import BazelSession
 from tests.e2e._workspace import generate_workspace
 
@@ -147,9 +147,7 @@ def test_clean_yes_skips_the_question(tmp_path: Path) -> None:
 def test_live_figures_and_refusals_while_lre_runs(tmp_path: Path) -> None:
     home = private_home(tmp_path)
     digests = _fill(home, [100, 200])
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    (repo / "MODULE.bazel").write_text("")
+    repo = bazel_repo(tmp_path)
     with detached(home, repo):
         text = home.run("cache", cwd=repo)
         assert text.returncode == 0, text.stderr

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from lre.cli._checks import Check
 from lre.cli._doctor_host import containment_check
-from tests.cli.running_lre import LreHome, detached, private_home
+from tests.cli.running_lre import LreHome, bazel_repo, detached, private_home
 
 
 def _lines(output: str) -> dict[str, str]:
@@ -31,16 +31,9 @@ def _checks(home: LreHome, cwd: Path, *args: str) -> tuple[int, dict[str, dict[s
     return result.returncode, {c["name"]: c for c in document["checks"]}
 
 
-def _bazel_repo(tmp_path: Path) -> Path:
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    (repo / "WORKSPACE").write_text("")
-    return repo
-
-
 def test_a_working_bazel_setup_passes_and_problems_fail_with_their_fix(tmp_path: Path) -> None:
     home = private_home(tmp_path)
-    repo = _bazel_repo(tmp_path)
+    repo = bazel_repo(tmp_path, "WORKSPACE")
     with detached(home, repo):
         text = home.run("doctor", cwd=repo, timeout=300)
         assert text.returncode == 0, text.stdout + text.stderr
@@ -92,7 +85,7 @@ def test_a_working_bazel_setup_passes_and_problems_fail_with_their_fix(tmp_path:
 
 def test_client_config_for_a_stopped_lre(tmp_path: Path) -> None:
     home = private_home(tmp_path)
-    repo = _bazel_repo(tmp_path)
+    repo = bazel_repo(tmp_path, "WORKSPACE")
     (repo / ".bazelrc").write_text("try-import %workspace%/lre.bazelrc\n")
     flags = "build:lre --remote_executor=grpc://127.0.0.1:50051\nbuild:lre --jobs=16\n"
     (repo / "lre.bazelrc").write_text(flags + "build --config=lre\n")
@@ -119,7 +112,7 @@ def test_client_config_for_a_stopped_lre(tmp_path: Path) -> None:
 
 def test_a_clock_step_since_lre_started_is_found(tmp_path: Path) -> None:
     home = private_home(tmp_path)
-    repo = _bazel_repo(tmp_path)
+    repo = bazel_repo(tmp_path, "WORKSPACE")
     with detached(home, repo):
         pid_file = home.state_dir / "lre.json"
         recorded = json.loads(pid_file.read_text())
@@ -176,7 +169,7 @@ def test_a_cas_larger_than_the_free_disk_is_a_warning(tmp_path: Path) -> None:
 
 def test_no_bazel_on_path_fails(tmp_path: Path) -> None:
     home = private_home(tmp_path)
-    repo = _bazel_repo(tmp_path)
+    repo = bazel_repo(tmp_path, "WORKSPACE")
     env = {**home.env, "PATH": str(tmp_path / "empty-bin")}
     result = home.run("doctor", "--repo", str(repo), cwd=tmp_path, env=env)
     assert result.returncode == 1
@@ -229,15 +222,12 @@ def test_buck2_default_platform_is_local_only(tmp_path: Path) -> None:
     assert "bazel" not in checks  # not a Bazel repository
 
     # .buckconfig.d/ is read before .buckconfig, which therefore wins.
-    (repo / ".buckconfig.d" / "mine.buckconfig").write_text(
-        "[build]\nexecution_platforms = root//lre_platforms:lre\n"
-    )
+    lres = "[build]\nexecution_platforms = root//lre_platforms:lre\n"
+    (repo / ".buckconfig.d" / "mine.buckconfig").write_text(lres)
     code, checks = _checks(home, repo)
     assert checks["buck2 platform"]["status"] == "FAIL"
     # The user points Buck2 at lre's platform in .buckconfig.local: that wins.
-    (repo / ".buckconfig.local").write_text(
-        "[build]\nexecution_platforms = root//lre_platforms:lre\n"
-    )
+    (repo / ".buckconfig.local").write_text(lres)
     code, checks = _checks(home, repo)
     assert checks["buck2 platform"]["status"] == "OK"
     assert checks["buck2 config"]["status"] in ("WARN", "FAIL")  # lre is down now

@@ -10,7 +10,7 @@ import threading
 import time
 from pathlib import Path
 
-from tests.cli.running_lre import detached, private_home
+from tests.cli.running_lre import bazel_repo, detached, private_home
 
 
 def test_no_log_is_said_plainly(tmp_path: Path) -> None:
@@ -23,9 +23,7 @@ def test_no_log_is_said_plainly(tmp_path: Path) -> None:
 
 def test_prints_the_log_of_the_detached_lre(tmp_path: Path) -> None:
     home = private_home(tmp_path)
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    (repo / "MODULE.bazel").write_text("")
+    repo = bazel_repo(tmp_path)
     with detached(home, repo):
         whole = home.run("logs", cwd=repo)
         assert whole.returncode == 0, whole.stderr
