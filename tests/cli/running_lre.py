@@ -3,38 +3,14 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from tests.app.conftest import app_config_text
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def run_lre(
-    *args: str, cwd: Path, env: dict[str, str], timeout: float = 120, stdin: int | None = None
-) -> subprocess.CompletedProcess[str]:
-    """``python -m lre ARGS`` to completion (stdin from /dev/null unless given)."""
-    return subprocess.run(
-        [sys.executable, "-m", "lre", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        stdin=subprocess.DEVNULL if stdin is None else stdin,
-    )
+from tests.cli._lre import free_port, run_lre
 
 
 @dataclass(frozen=True)
@@ -57,7 +33,6 @@ class LreHome:
         cwd: Path,
         env: dict[str, str] | None = None,
         timeout: float = 120,
-        stdin: int | None = None,
     ) -> subprocess.CompletedProcess[str]:
         """``lre ARGS --config <this config>`` (in this home's environment by default)."""
         return run_lre(
@@ -67,7 +42,6 @@ class LreHome:
             cwd=cwd,
             env=self.env if env is None else env,
             timeout=timeout,
-            stdin=stdin,
         )
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.running_lre import run_lre
+from tests.cli._lre import run_lre
 
 COMMANDS = {"cache", "completion", "config", "doctor", "down", "logs", "status", "stats", "up"}
 
