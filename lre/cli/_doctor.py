@@ -54,6 +54,8 @@ def doctor(
 
     Exits with status 1 when a check FAILs.
     """
+    if repo is not None and not repo.is_dir():
+        raise typer.BadParameter(f"{str(repo)!r} is not a directory", param_hint="--repo")
     root = repo.resolve() if repo is not None else find_repo_root(Path.cwd())
     checks = run_checks(config_path, root)
     failed = any(c.status == "FAIL" for c in checks)

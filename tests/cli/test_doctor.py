@@ -167,6 +167,13 @@ def test_a_cas_larger_than_the_free_disk_is_a_warning(tmp_path: Path) -> None:
     assert code == 0  # a warning alone does not fail
 
 
+def test_a_repo_that_is_not_a_directory_is_refused(tmp_path: Path) -> None:
+    home = private_home(tmp_path)
+    result = home.run("doctor", "--repo", str(tmp_path / "nope"), cwd=tmp_path)
+    assert result.returncode == 2
+    assert f"'{tmp_path / 'nope'}' is not a directory" in result.stderr
+
+
 def test_no_bazel_on_path_fails(tmp_path: Path) -> None:
     home = private_home(tmp_path)
     repo = bazel_repo(tmp_path, "WORKSPACE")
