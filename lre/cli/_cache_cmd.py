@@ -178,8 +178,9 @@ def cache_summary(
             problem = str(error)
     figures = _live_figures(stores, live) if live is not None else _disk_figures(stores)
     figures += _action_cache_figures(stores)
-    lookups = _lookups(lookup.server.status_address, live) if live and lookup.server else None
-    hit_rate = lookups.rate if lookups is not None else None
+    lookups = None
+    if live is not None and lookup.server is not None:
+        lookups = _lookups(lookup.server.status_address, live)
     if as_json:
         document = {
             "running": lookup.server is not None,
@@ -187,46 +188,55 @@ def cache_summary(
             "stores": [asdict(f) for f in figures],
             "hits": lookups.hits if lookups else None,
             "misses": lookups.misses if lookups else None,
-            "hit_rate": hit_rate,
+            "hit_rate": lookups.rate if lookups else None,
             "lookups": asdict(lookups) if lookups else None,
         }
         typer.echo(json.dumps(document, indent=2))
         return
-    if live is not None:
-        assert lookup.server is not None
-        typer.echo(f"lre is running (pid {lookup.server.pid}): live figures")
+    for line in _summary_lines(lookup, figures, live, problem, lookups):
+        typer.echo(line)
+
+
+def _summary_lines(
+    lookup: Lookup,
+    figures: list[StoreFigures],
+    live: dict[str, Any] | None,
+    problem: str,
+    lookups: Lookups | None,
+) -> list[str]:
+    """The text of ``lre cache``: where the figures come from, one line per
+    store, and the hit rate."""
+    if live is not None and lookup.server is not None:
+        lines = [f"lre is running (pid {lookup.server.pid}): live figures"]
     elif lookup.server is not None:
         why = problem or "it has no status listener"
-        typer.echo(f"lre is running (pid {lookup.server.pid}) but {why}; figures from disk")
+        lines = [f"lre is running (pid {lookup.server.pid}) but {why}; figures from disk"]
     else:
-        typer.echo("lre is not running: figures from disk")
+        lines = ["lre is not running: figures from disk"]
     for f in figures:
+        size = human_bytes(f.bytes)
         if f.kind == "cas":
-            bound = (
-                f" of {human_bytes(f.max_bytes)} ({100 * f.bytes / f.max_bytes:.0f}%)"
-                if f.max_bytes
-                else ""
-            )
-            typer.echo(
-                f"  CAS {f.name}: {f.entries} blobs, {human_bytes(f.bytes)}{bound} in {f.path}"
-            )
+            if f.max_bytes:
+                size += f" of {human_bytes(f.max_bytes)} ({100 * f.bytes / f.max_bytes:.0f}%)"
+            lines.append(f"  CAS {f.name}: {f.entries} blobs, {size} in {f.path}")
         else:
-            typer.echo(
-                f"  action cache {f.name}: {f.entries} entries, {human_bytes(f.bytes)} in {f.path}"
-            )
+            lines.append(f"  action cache {f.name}: {f.entries} entries, {size} in {f.path}")
     if not figures:
-        typer.echo("  no store of this configuration is on local disk")
-    if lookups is None:
-        typer.echo("  hit rate: unknown (lre counts hits while it runs)")
+        lines.append("  no store of this configuration is on local disk")
+    if live is None:
+        lines.append("  hit rate: unknown (lre counts hits while it runs)")
+    elif lookups is None:
+        lines.append("  hit rate: unknown (lre's /metrics did not answer)")
     elif lookups.rate is None:
-        typer.echo("  hit rate: no action looked up since lre started")
+        lines.append("  hit rate: no action looked up since lre started")
     else:
-        typer.echo(
+        lines.append(
             f"  hit rate: {100 * lookups.rate:.0f}% ({lookups.hits} of "
             f"{lookups.hits + lookups.misses} actions since lre started: "
             f"{lookups.get_action_result_hits} found by GetActionResult, "
             f"{lookups.execute_hits} by Execute in the action cache, {lookups.misses} executed)"
         )
+    return lines
 
 
 def _refuse_while_running(lookup: Lookup, what: str) -> None:
