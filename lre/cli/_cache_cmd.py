@@ -19,8 +19,9 @@ import json
 import re
 import sys
 import urllib.request
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
@@ -32,6 +33,8 @@ from lre.cli._up import ConfigOption
 
 if TYPE_CHECKING:
     from lre.cas import FilesystemStore
+
+T = TypeVar("T")
 
 cache_app = typer.Typer(
     help="Size, entries and hit rate of lre's cache; clean it or shrink it.",
@@ -239,6 +242,21 @@ def _summary_lines(
     return lines
 
 
+def _run_offline(work: Callable[[], Awaitable[T]]) -> T:
+    """``work()`` in a Trio run; a store that cannot be opened or changed
+    (permissions, temp and content on different filesystems, ...) ends the
+    command with status 1 and the reason instead of a traceback."""
+    import trio
+
+    from lre.errors import LreError
+
+    try:
+        return trio.run(work)
+    except (OSError, LreError) as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(1) from None
+
+
 def _refuse_while_running(lookup: Lookup, what: str) -> None:
     if lookup.server is not None:
         typer.echo(
@@ -255,7 +273,6 @@ def clean(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
 ) -> None:
     """Delete every blob and action result lre stored on disk (asks first)."""
-    import trio
 
     lookup = look_up(config_path)
     _refuse_while_running(lookup, "`lre cache clean` runs")
@@ -283,7 +300,7 @@ def clean(
         for _, cache in stores.action_caches:
             await cache.clear()
 
-    trio.run(empty)
+    _run_offline(empty)
     typer.echo(f"deleted {human_bytes(total)}")
 
 
@@ -302,7 +319,6 @@ def gc(
     config_path: ConfigOption = None,
 ) -> None:
     """Evict least recently used blobs until each CAS holds at most --to SIZE."""
-    import trio
 
     lookup = look_up(config_path)
     _refuse_while_running(lookup, "`lre cache gc` runs")
@@ -329,7 +345,7 @@ def gc(
             )
         return results
 
-    for name, before, after, evicted in trio.run(shrink):
+    for name, before, after, evicted in _run_offline(shrink):
         if before <= to:
             typer.echo(f"CAS {name}: {human_bytes(before)}, already within {human_bytes(to)}")
         else:

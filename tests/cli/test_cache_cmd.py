@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -192,3 +193,16 @@ def test_hit_rate_after_a_real_bazel_rebuild_from_the_cache(tmp_path: Path) -> N
         stores = second["stores"]
         assert isinstance(stores, list)
         assert stores[0]["entries"] > 0 and stores[1]["entries"] == ws.spawn_count
+
+
+def test_a_store_that_cannot_be_opened_is_one_error_line(tmp_path: Path) -> None:
+    home = private_home(tmp_path)
+    text = home.config.read_text()
+    # The CAS temp directory on another filesystem than its content (/dev/shm is tmpfs).
+    home.config.write_text(
+        text.replace(f'"{home.root}/tmp/cas"', f'"/dev/shm/lre-{tmp_path.name}"')
+    )
+    result = home.run("cache", "gc", "--to", "1G", cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: filesystem store: content_path and temp_path must")
+    assert "Traceback" not in result.stderr
