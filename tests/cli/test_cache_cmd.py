@@ -199,10 +199,12 @@ def test_a_store_that_cannot_be_opened_is_one_error_line(tmp_path: Path) -> None
     home = private_home(tmp_path)
     text = home.config.read_text()
     # The CAS temp directory on another filesystem than its content (/dev/shm is tmpfs).
-    home.config.write_text(
-        text.replace(f'"{home.root}/tmp/cas"', f'"/dev/shm/lre-{tmp_path.name}"')
-    )
-    result = home.run("cache", "gc", "--to", "1G", cwd=tmp_path)
+    elsewhere = Path("/dev/shm") / f"lre-{tmp_path.name}"
+    home.config.write_text(text.replace(f'"{home.root}/tmp/cas"', f'"{elsewhere}"'))
+    try:
+        result = home.run("cache", "gc", "--to", "1G", cwd=tmp_path)
+    finally:
+        shutil.rmtree(elsewhere, ignore_errors=True)
     assert result.returncode == 1
     assert result.stderr.startswith("error: filesystem store: content_path and temp_path must")
     assert "Traceback" not in result.stderr
