@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import configparser
 import re
 import shutil
 import subprocess
@@ -20,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 from lre.cli._buck2_platform import execution_platform_check
+from lre.cli._buckconfig import BuckConfigError, read_buckconfig
 from lre.cli._checks import Check
 from lre.cli._client_config import TRY_IMPORT, parse_bazel_version
 from lre.cli._daemon import RunningServer
@@ -141,21 +141,19 @@ def _applies_lre(line: str) -> bool:
 
 
 def buck2_config_check(repo: Path, server: RunningServer | None) -> Check:
-    """lre's [buck2_re_client] (.buckconfig.local, else .buckconfig.d/) points at ``server``."""
+    """The ``[buck2_re_client] engine_address`` Buck2 uses (read as Buck2
+    reads its configuration) points at ``server``."""
     name = "buck2 config"
-    for path in (repo / ".buckconfig.local", repo / ".buckconfig.d" / "lre.buckconfig"):
-        if not path.exists():
-            continue
-        parser = configparser.ConfigParser(interpolation=None, strict=False)
-        try:
-            parser.read_string(path.read_text(encoding="utf-8"))
-        except (configparser.Error, OSError):
-            continue
-        if parser.has_option("buck2_re_client", "engine_address"):
-            return _points_at(
-                name, path, parser.get("buck2_re_client", "engine_address"), server, repo
-            )
+    try:
+        config = read_buckconfig(repo)
+    except BuckConfigError as error:
+        return Check(
+            name, "FAIL", f"Buck2 cannot read this configuration: {error}", "fix that line"
+        )
+    engine = config.winner("buck2_re_client", "engine_address")
     lre_file = repo / ".buckconfig.d" / "lre.buckconfig"
+    if engine is not None:
+        return _points_at(name, Path(engine.where(repo)), engine.value, server, repo)
     if server is None and lre_file.exists():  # what `lre down` leaves: a file setting nothing
         return Check(
             name, "OK", f"{lre_file} sets nothing while lre is stopped: Buck2 builds locally"
@@ -163,8 +161,7 @@ def buck2_config_check(repo: Path, server: RunningServer | None) -> Check:
     return Check(
         name,
         "FAIL",
-        f"no [buck2_re_client] engine_address in {lre_file} or .buckconfig.local: "
-        "Buck2 builds locally",
+        "no [buck2_re_client] engine_address in Buck2's configuration: Buck2 builds locally",
         f"run `lre up` in {repo}, then `buck2 kill`",
     )
 

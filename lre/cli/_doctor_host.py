@@ -217,17 +217,28 @@ def disk_checks(stores: LocalStores) -> list[Check]:
 
 
 def containment_check(server: RunningServer | None, status: dict[str, Any] | None) -> Check:
+    """The mode from ``/status``: ``pidns``/``userns`` (a PID namespace per
+    action) are OK; ``portable`` (process groups and a sweep) is a WARN."""
     if server is None or status is None:
         return Check("containment", "SKIP", "unknown (lre too old or not running)")
     value = status.get("containment")
-    if value is None:
+    if not value:
         return Check(
             "containment",
             "WARN",
-            "unknown (lre too old or not running): its /status has no containment key",
+            "unknown (lre too old or not running): its /status names no containment",
             "restart lre with this version: `lre down && lre up --detach`",
         )
-    shown = json.dumps(value) if not isinstance(value, str) else value
+    shown = value if isinstance(value, str) else json.dumps(value)
+    if "portable" in shown:
+        return Check(
+            "containment",
+            "WARN",
+            f"actions run with containment {shown}: no PID namespace, so a process an action "
+            "leaves behind is found by a sweep rather than killed by the kernel",
+            "allow unprivileged user namespaces (then lre uses userns) or start lre as root "
+            "(pidns); docs/security.md compares the modes",
+        )
     return Check("containment", "OK", f"actions run with containment {shown}")
 
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 from pathlib import Path
 
 from lre.cli._checks import Check
+from lre.cli._daemon import RunningServer
 from lre.cli._doctor_host import containment_check
+from tests.cli.buck2_init import buck2_init
 from tests.cli.running_lre import LreHome, bazel_repo, detached, private_home
 
 
@@ -54,6 +57,14 @@ def test_a_working_bazel_setup_passes_and_problems_fail_with_their_fix(tmp_path:
         assert lines["clock"].startswith("OK file timestamps in ")
         assert "the wall clock was not set since lre started" in lines["clock"]
         assert lines["user"].startswith("WARN" if os.geteuid() == 0 else "OK")
+        # "strongest": pidns as root, userns or (where the kernel forbids it) portable else.
+        assert re.fullmatch(
+            r"OK actions run with containment (pidns|userns)"
+            r"|WARN actions run with containment portable: .*",
+            lines["containment"],
+        ), lines["containment"]
+        if os.geteuid() == 0:
+            assert lines["containment"] == "OK actions run with containment pidns"
 
         # A flag this Bazel does not know, and lre.bazelrc pointing elsewhere.
         rc = repo / "lre.bazelrc"
@@ -185,60 +196,45 @@ def test_no_bazel_on_path_fails(tmp_path: Path) -> None:
     assert "fix: install Bazel (Debian: `apt-get install bazel-bootstrap`)" in result.stdout
 
 
-# What `buck2 init` writes into .buckconfig (Buck2's own sources), in short.
-BUCK2_INIT_BUCKCONFIG = """\
-[cells]
-root = .
-prelude = prelude
-toolchains = toolchains
-none = none
-
-[cell_aliases]
-config = prelude
-fbcode = none
-fbsource = none
-buck = none
-
-[external_cells]
-prelude = bundled
-
-[parser]
-target_platform_detector_spec = target:root//...->prelude//platforms:default
-
-[build]
-execution_platforms = prelude//platforms:default
-"""
-
-
-def test_buck2_default_platform_is_local_only(tmp_path: Path) -> None:
+def test_buck2_init_repo_fails_until_lre_up_routes_it_to_lres_platform(tmp_path: Path) -> None:
     home = private_home(tmp_path)
-    repo = tmp_path / "buck-repo"
-    repo.mkdir()
-    (repo / ".buckconfig").write_text(BUCK2_INIT_BUCKCONFIG)
-    with detached(home, repo):
-        code, checks = _checks(home, repo)
+    repo = buck2_init(tmp_path / "buck-repo")
+    code, checks = _checks(home, repo)
     assert code == 1
-    assert checks["buck2 config"]["status"] == "OK"
     platform = checks["buck2 platform"]
     assert platform["status"] == "FAIL"
-    assert platform["message"] == (
-        f"prelude//platforms:default (from {repo / '.buckconfig'}) has remote execution off: "
-        "Buck2 builds locally"
-    )
-    assert "execution_platforms = <your root cell>//lre_platforms:lre" in platform["fix"]
+    assert platform["message"].startswith("prelude//platforms:default (from .buckconfig:")
+    assert platform["message"].endswith("has remote execution off: Buck2 builds locally")
+    assert "execution_platforms = root//lre_platforms:lre" in platform["fix"]
+    assert checks["buck2 config"]["status"] == "FAIL"
+    assert checks["buck2 config"]["fix"] == f"run `lre up` in {repo}, then `buck2 kill`"
     assert "bazel" not in checks  # not a Bazel repository
 
-    # .buckconfig.d/ is read before .buckconfig, which therefore wins.
-    lres = "[build]\nexecution_platforms = root//lre_platforms:lre\n"
-    (repo / ".buckconfig.d" / "mine.buckconfig").write_text(lres)
+    with detached(home, repo):
+        code, checks = _checks(home, repo)
+        assert code == 0, checks
+        assert checks["buck2 platform"]["message"].startswith(
+            "root//lre_platforms:lre (from .buckconfig.local:"
+        )
+        assert checks["buck2 config"]["message"] == (
+            f".buckconfig.d/lre.buckconfig:3 points at the running lre (127.0.0.1:{home.grpc_port})"
+        )
     code, checks = _checks(home, repo)
-    assert checks["buck2 platform"]["status"] == "FAIL"
-    # The user points Buck2 at lre's platform in .buckconfig.local: that wins.
-    (repo / ".buckconfig.local").write_text(lres)
-    code, checks = _checks(home, repo)
-    assert checks["buck2 platform"]["status"] == "OK"
-    # lre is down now: its file is inert (or, before `lre down` emptied it, stale).
+    # lre is down now: its file sets nothing, so Buck2 builds locally.
     assert "points at the running lre" not in checks["buck2 config"]["message"]
+
+
+def test_buck2_platform_of_the_users_own(tmp_path: Path) -> None:
+    home = private_home(tmp_path)
+    repo = buck2_init(tmp_path / "buck-repo")
+    (repo / ".buckconfig.local").write_text("[build]\nexecution_platforms = root//my:platform\n")
+    _, checks = _checks(home, repo)
+    platform = checks["buck2 platform"]
+    assert platform["status"] == "WARN"
+    assert platform["message"].startswith(
+        "root//my:platform (from .buckconfig.local:2) is your own"
+    )
+    assert "remote_enabled = True" in platform["fix"]
 
 
 def test_buck2_repo_without_a_platform_gets_lres(tmp_path: Path) -> None:
@@ -251,18 +247,15 @@ def test_buck2_repo_without_a_platform_gets_lres(tmp_path: Path) -> None:
     assert code == 0, checks
     assert checks["buck2 platform"]["status"] == "OK", checks["buck2 platform"]
     assert checks["buck2 platform"]["message"].startswith("root//lre_platforms:lre (from ")
-    assert checks["buck2 config"]["message"].endswith(
-        f"points at the running lre (127.0.0.1:{home.grpc_port})"
-    )
 
 
 def test_containment_is_read_from_status() -> None:
-    from lre.cli._daemon import RunningServer
-
     server = RunningServer(1, "127.0.0.1:1", "127.0.0.1:2", "", "", 0.0)
-    assert containment_check(server, {"status": "ok", "containment": "pid-namespace"}) == Check(
-        "containment", "OK", "actions run with containment pid-namespace"
+    assert containment_check(server, {"status": "ok", "containment": "userns"}) == Check(
+        "containment", "OK", "actions run with containment userns"
     )
+    portable = containment_check(server, {"status": "ok", "containment": "local=portable"})
+    assert (portable.status, "docs/security.md" in portable.fix) == ("WARN", True)
     old = containment_check(server, {"status": "ok"})
     assert (old.status, old.message.startswith("unknown (lre too old or not running)")) == (
         "WARN",
