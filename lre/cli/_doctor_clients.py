@@ -6,8 +6,7 @@
   one this Bazel knows (asked from Bazel itself: ``bazel --batch help
   build --short`` outside the repository, about two seconds, no server
   left running);
-- ``buck2 platform``: the execution platform Buck2 uses can run remotely
-  (``lre.cli._buck2_platform``).
+- ``buck2 config`` / ``buck2 platform``: in ``lre.cli._doctor_buck2``.
 """
 
 from __future__ import annotations
@@ -18,11 +17,11 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from lre.cli._buck2_platform import execution_platform_check
-from lre.cli._buckconfig import BuckConfigError, read_buckconfig
 from lre.cli._checks import Check
 from lre.cli._client_config import TRY_IMPORT, parse_bazel_version
+from lre.cli._client_target import points_at
 from lre.cli._daemon import RunningServer
+from lre.cli._doctor_buck2 import buck2_checks
 
 _FLAG = re.compile(r"--([A-Za-z0-9_]+)")
 _HELP_FLAG = re.compile(r"^\s+--(\[no\])?([A-Za-z0-9_]+)\s*$")
@@ -51,37 +50,6 @@ def bazelrc_flags(text: str) -> list[tuple[str, str]]:
             if match:
                 flags.append((match[1], word))
     return flags
-
-
-def _target_of(address: str) -> str:
-    """``grpc://h:p`` / ``grpcs://h:p`` / ``h:p`` -> ``h:p``; ``unix://p`` -> ``unix:p``."""
-    for scheme in ("grpc://", "grpcs://", "http://", "https://"):
-        if address.startswith(scheme):
-            return address.removeprefix(scheme)
-    if address.startswith("unix://"):
-        return "unix:" + address.removeprefix("unix://")
-    return address
-
-
-def _points_at(
-    name: str, where: Path, address: str, server: RunningServer | None, repo: Path
-) -> Check:
-    if server is None:
-        return Check(
-            name,
-            "WARN",
-            f"{where} points at {address} but lre is not running: builds fail with "
-            "'Connection refused'",
-            "start lre (`lre up --detach`) or build locally (`lre unlink`)",
-        )
-    if _target_of(address) != _target_of(server.grpc_address):
-        return Check(
-            name,
-            "FAIL",
-            f"{where} points at {address} but lre listens on {server.grpc_address}",
-            f"run `lre up` in {repo} to rewrite it",
-        )
-    return Check(name, "OK", f"{where} points at the running lre ({server.grpc_address})")
 
 
 def bazel_config_check(repo: Path, server: RunningServer | None) -> Check:
@@ -124,11 +92,11 @@ def bazel_config_check(repo: Path, server: RunningServer | None) -> Check:
                 f"{rc} applies only with --config=lre, and lre is not running: Bazel builds "
                 "locally",
             )
-        check = _points_at(name, rc, executors[-1], server, repo)
+        check = points_at(name, rc, executors[-1], server, repo)
         if check.status == "OK":
             return Check(name, "OK", check.message + "; used with `bazel build --config=lre`")
         return check
-    return _points_at(name, rc, executors[-1], server, repo)
+    return points_at(name, rc, executors[-1], server, repo)
 
 
 def _applies_lre(line: str) -> bool:
@@ -138,32 +106,6 @@ def _applies_lre(line: str) -> bool:
     if not words or words[0] != "build":
         return False
     return "--config=lre" in words[1:] or any(w.startswith("--remote_executor") for w in words[1:])
-
-
-def buck2_config_check(repo: Path, server: RunningServer | None) -> Check:
-    """The ``[buck2_re_client] engine_address`` Buck2 uses (read as Buck2
-    reads its configuration) points at ``server``."""
-    name = "buck2 config"
-    try:
-        config = read_buckconfig(repo)
-    except BuckConfigError as error:
-        return Check(
-            name, "FAIL", f"Buck2 cannot read this configuration: {error}", "fix that line"
-        )
-    engine = config.winner("buck2_re_client", "engine_address")
-    lre_file = repo / ".buckconfig.d" / "lre.buckconfig"
-    if engine is not None:
-        return _points_at(name, Path(engine.where(repo)), engine.value, server, repo)
-    if server is None and lre_file.exists():  # what `lre down` leaves: a file setting nothing
-        return Check(
-            name, "OK", f"{lre_file} sets nothing while lre is stopped: Buck2 builds locally"
-        )
-    return Check(
-        name,
-        "FAIL",
-        "no [buck2_re_client] engine_address in Buck2's configuration: Buck2 builds locally",
-        f"run `lre up` in {repo}, then `buck2 kill`",
-    )
 
 
 def bazel_version() -> tuple[str, tuple[int, int, int] | None]:
@@ -277,5 +219,5 @@ def repository_checks(repo: Path | None, server: RunningServer | None) -> list[C
     if is_bazel_repo(repo) or not buck:
         checks += [bazel_config_check(repo, server), bazel_check(repo)]
     if buck:
-        checks += [buck2_config_check(repo, server), execution_platform_check(repo)]
+        checks += buck2_checks(repo, server)
     return checks

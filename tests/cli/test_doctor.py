@@ -237,6 +237,18 @@ def test_buck2_platform_of_the_users_own(tmp_path: Path) -> None:
     assert "remote_enabled = True" in platform["fix"]
 
 
+def test_a_buck2_configuration_buck2_would_refuse_is_named(tmp_path: Path) -> None:
+    home = private_home(tmp_path)
+    repo = buck2_init(tmp_path / "buck-repo")
+    (repo / ".buckconfig.local").write_text("<file:missing.buckconfig>\n")
+    code, checks = _checks(home, repo)
+    assert code == 1
+    assert checks["buck2 config"]["status"] == "FAIL"
+    assert checks["buck2 config"]["message"].startswith("Buck2 cannot read this configuration: ")
+    assert ".buckconfig.local:1" in checks["buck2 config"]["message"]
+    assert "buck2 platform" not in checks
+
+
 def test_buck2_repo_without_a_platform_gets_lres(tmp_path: Path) -> None:
     home = private_home(tmp_path)
     repo = tmp_path / "buck-repo"
