@@ -33,8 +33,9 @@ import psutil
 
 from lre.cli._byte_text import human_bytes
 from lre.cli._checks import Check
-from lre.cli._daemon import RunningServer, holder_of_port, read_pid_file
+from lre.cli._daemon import RunningServer, read_pid_file
 from lre.cli._local_stores import LocalStores
+from lre.cli._ports import holder_of_port
 from lre.cli._running import Lookup
 from lre.config import nearest_existing_dir
 
