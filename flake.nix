@@ -1,89 +1,124 @@
 {
   description = "lre: local remote execution (a REAPI server, cache, scheduler and worker for one machine)";
 
-  inputs = {
-    nixpkgs.url = "github:NixOS/nixpkgs/nixos-unstable";
-    flake-utils.url = "github:numtide/flake-utils";
-  };
+  inputs.nixpkgs.url = "github:NixOS/nixpkgs/nixos-unstable";
 
-  outputs = { self, nixpkgs, flake-utils }:
-    flake-utils.lib.eachDefaultSystem (system:
-      let
-        pkgs = nixpkgs.legacyPackages.${system};
-        python = pkgs.python311;
-        py = python.pkgs;
+  outputs = { self, nixpkgs }:
+    let
+      # lre runs on Linux only: it reads /proc and uses process groups,
+      # prctl and cgroups for the actions it runs.
+      systems = [ "x86_64-linux" "aarch64-linux" ];
+      forEachSystem = f: nixpkgs.lib.genAttrs systems (system: f nixpkgs.legacyPackages.${system});
 
-        # Runtime dependencies, the same list as [project.dependencies] in pyproject.toml.
-        runtimeDeps = with py; [
-          trio
-          trio-util
-          anyio
-          grpcio
-          protobuf
-          googleapis-common-protos
-          psutil
-          rich
-          typer
-          json5
-          zstandard
-        ];
+      perSystem = pkgs:
+        let
+          python = pkgs.python3;
+          py = python.pkgs;
 
-        lre = py.buildPythonApplication {
-          pname = "lre";
-          version = "0.1.0";
-          pyproject = true;
-          src = ./.;
-          build-system = with py; [ setuptools wheel ];
-          dependencies = runtimeDeps;
-          # nixpkgs' versions may trail the lower bounds in pyproject.toml.
-          pythonRelaxDeps = true;
-          # The suite drives Bazel and real subprocesses; run it with `nix develop`.
-          doCheck = false;
-          pythonImportsCheck = [ "lre" "lre.proto" ];
-          meta = {
-            description = "Local remote execution for Bazel and Buck2";
-            license = pkgs.lib.licenses.asl20;
-            mainProgram = "lre";
+          # nixpkgs has no trio-util; built here from its PyPI sdist.
+          trio-util = py.buildPythonPackage rec {
+            pname = "trio_util";
+            version = "0.8.0";
+            pyproject = true;
+            src = pkgs.fetchPypi {
+              inherit pname version;
+              hash = "sha256-uVAwqZdqeo7Y9hwkyvvGguzd520byhuLQsdN8HStwW0=";
+            };
+            build-system = [ py.setuptools ];
+            dependencies = [ py.trio py.async-generator ];
+            # Its tests are not in the sdist.
+            doCheck = false;
+            pythonImportsCheck = [ "trio_util" ];
+            meta.license = pkgs.lib.licenses.mit;
+          };
+
+          # Runtime dependencies: [project.dependencies] of pyproject.toml, one
+          # for one (tests/test_flake.py checks the two lists agree).
+          runtimeDeps = with py; [
+            trio
+            trio-util
+            anyio
+            grpcio
+            protobuf
+            googleapis-common-protos
+            psutil
+            rich
+            typer
+            json5
+            zstandard
+          ];
+
+          lre = py.buildPythonApplication {
+            pname = "lre";
+            version = "0.1.0";
+            pyproject = true;
+            src = ./.;
+            build-system = with py; [ setuptools wheel ];
+            dependencies = runtimeDeps;
+            # nixpkgs may trail pyproject's lower bounds by a release; the
+            # protobuf and grpcio minimums are the ones CI tests
+            # (tests/proto/test_oldest_versions.py).
+            pythonRelaxDeps = true;
+            # The suite drives Bazel and real subprocesses; run it in `nix develop`.
+            doCheck = false;
+            pythonImportsCheck = [ "lre" "lre.proto" ];
+            meta = {
+              description = "Local remote execution for Bazel and Buck2";
+              license = pkgs.lib.licenses.asl20;
+              mainProgram = "lre";
+              platforms = pkgs.lib.platforms.linux;
+            };
+          };
+
+          testTools = with py; [
+            pytest
+            pytest-trio
+            hypothesis
+            grpcio-tools
+            mypy
+            types-protobuf
+            types-psutil
+            grpc-stubs
+            prometheus-client
+          ];
+        in
+        {
+          inherit lre;
+          shell = pkgs.mkShell {
+            packages = [
+              (python.withPackages (_: runtimeDeps ++ testTools))
+              # Command-line tools, top-level packages in nixpkgs.
+              pkgs.ruff
+              pkgs.import-linter
+              pkgs.gcc
+              pkgs.gnumake
+              pkgs.tmux
+              pkgs.bazel_7
+            ];
+            shellHook = ''
+              export PYTHONPATH="$PWD''${PYTHONPATH:+:$PYTHONPATH}"
+            '';
           };
         };
+    in
+    {
+      packages = forEachSystem (pkgs: rec {
+        lre = (perSystem pkgs).lre;
+        default = lre;
+      });
 
-        testTools = with py; [
-          pytest
-          pytest-trio
-          hypothesis
-          grpcio-tools
-          mypy
-          ruff
-          import-linter
-          types-protobuf
-          prometheus-client
-        ];
-      in
-      {
-        packages.default = lre;
-        packages.lre = lre;
-
-        # `nix run` starts lre on the embedded default configuration.
-        apps.default = {
+      # `nix run` starts lre on the embedded default configuration.
+      apps = forEachSystem (pkgs: {
+        default = {
           type = "app";
           program = "${pkgs.writeShellScript "lre-up" ''
-            exec ${lre}/bin/lre up "$@"
+            exec ${(perSystem pkgs).lre}/bin/lre up "$@"
           ''}";
         };
-
-        devShell = self.devShells.${system}.default;
-        devShells.default = pkgs.mkShell {
-          packages = [
-            (python.withPackages (_: runtimeDeps ++ testTools))
-            pkgs.ruff
-            pkgs.gcc
-            pkgs.gnumake
-            pkgs.tmux
-            pkgs.bazel_7
-          ];
-          shellHook = ''
-            export PYTHONPATH="$PWD''${PYTHONPATH:+:$PYTHONPATH}"
-          '';
-        };
       });
+
+      devShells = forEachSystem (pkgs: {
+        default = (perSystem pkgs).shell;
+      });
+    };
 }

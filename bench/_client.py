@@ -48,7 +48,16 @@ class LreProcess:
     not listen within ``start_timeout`` seconds.
     """
 
-    def __init__(self, config_text: str, home: Path, *, start_timeout: float = 60) -> None:
+    def __init__(
+        self,
+        config_text: str,
+        home: Path,
+        *,
+        start_timeout: float = 60,
+        python: str = sys.executable,
+    ) -> None:
+        """``python``: the interpreter whose ``lre`` runs (another checkout's
+        venv, for an A/B against an older lre in the same run)."""
         self.home = home
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
@@ -60,7 +69,7 @@ class LreProcess:
         env = dict(os.environ) | {"LRE_HOME": str(home), "XDG_STATE_HOME": str(home / "state")}
         self.proc = subprocess.Popen(
             [
-                sys.executable,
+                python,
                 "-m",
                 "lre",
                 "up",

@@ -204,6 +204,33 @@ async def _replay(
         await client.close()
 
 
+def record(
+    lre: LreProcess, home: Path, work: Path, modules: int, funcs: int
+) -> list[re_pb2.Digest]:
+    """Build the generated workspace with Bazel through ``lre`` (whose home is
+    ``home``) and return the digests of the actions it ran, read from the
+    filesystem action cache. Raises ``RuntimeError`` if a spawn ran locally."""
+    ws = generate_workspace(work / "ws", modules=modules, funcs=funcs)
+    with BazelSession(ws.root, work / "bazel-root") as bazel:
+        summary = bazel.build([ws.target], remote_flags(lre.address)).check()
+        if summary.count("remote") != summary.spawns:
+            raise RuntimeError(f"not every spawn ran remotely: {summary}")
+    keys = []
+    for path in sorted((home / "ac").glob("*/*")):
+        digest_hash, _, size = path.name.rpartition("-")
+        keys.append(re_pb2.Digest(hash=digest_hash, size_bytes=int(size)))
+    print(f"recorded {len(keys)} actions ({summary.spawns} spawns in the build)")
+    return keys
+
+
+#: The laptop defaults, plus what the embedded default config adds to its
+#: worker for Bazel (OSFamily, the action cache written).
+BAZEL_WORKER = {
+    "platform_properties": {"OSFamily": {"values": ["Linux", "linux"]}},
+    "upload_action_result": {"ac_store": "ac"},
+}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--rounds", type=int, default=8, help="timed rounds (default 8)")
@@ -213,25 +240,9 @@ def main() -> int:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="lre-bench-replay.") as tmp:
         work = Path(tmp)
-        ws = generate_workspace(work / "ws", modules=args.modules, funcs=args.funcs)
         home = work / "lre"
-        # The laptop defaults, plus what the embedded default config adds to
-        # its worker for Bazel (OSFamily, the action cache written).
-        worker = {
-            "platform_properties": {"OSFamily": {"values": ["Linux", "linux"]}},
-            "upload_action_result": {"ac_store": "ac"},
-        }
-        with LreProcess(local_config(home, worker), home) as lre:
-            with BazelSession(ws.root, work / "bazel-root") as bazel:
-                result = bazel.build([ws.target], remote_flags(lre.address))
-                summary = result.check()
-                if summary.count("remote") != summary.spawns:
-                    raise RuntimeError(f"not every spawn ran remotely: {summary}")
-            keys = []
-            for path in sorted((home / "ac").glob("*/*")):
-                digest_hash, _, size = path.name.rpartition("-")
-                keys.append(re_pb2.Digest(hash=digest_hash, size_bytes=int(size)))
-            print(f"recorded {len(keys)} actions ({summary.spawns} spawns in the build)")
+        with LreProcess(local_config(home, BAZEL_WORKER), home) as lre:
+            keys = record(lre, home, work, args.modules, args.funcs)
             own, children, walls = asyncio.run(_replay(lre.address, keys, args, lre.proc.pid))
     med = {v: statistics.median(own[v]) * 1000 for v in VARIANTS}
     for v in VARIANTS:

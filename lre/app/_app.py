@@ -44,6 +44,7 @@ from lre.scheduler import (
     ResourcePolicy,
     Scheduler,
     SchedulerEvent,
+    SchedulerEventKind,
     UpstreamExecutor,
     WorkerInfo,
 )
@@ -60,8 +61,8 @@ from lre.service import (
 from lre.service._rpc_metrics import RpcMetrics
 from lre.service.execution import ExecutionServicer
 from lre.service.operations import OperationsServicer
-from lre.upstream import UpstreamClient
-from lre.worker import LocalWorker
+from lre.upstream import UpstreamClient, UpstreamStatistics
+from lre.worker import Containment, ContainmentUnavailable, LocalWorker, choose_containment
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +136,8 @@ class Application:
         self.stores: Stores = build_stores(config)
         self.learner = self._build_learner()
         self.events = EventLog()
+        for upstream in self.stores.upstreams:
+            upstream.client.health.on_change = self._upstream_changed
         self.schedulers: dict[str, Scheduler] = {}
         self._scheduler_by_simple: dict[str, Scheduler] = {}
         #: Forward schedulers by name (each wraps a local scheduler).
@@ -142,10 +145,27 @@ class Application:
         for spec in config.schedulers:
             self._scheduler(spec.name)
         self.workers: list[LocalWorker] = []
-        for worker_spec in config.workers:
+        #: One containment backend per mode, shared by the workers using it.
+        self.containments: dict[str, Containment] = {}
+        containments = self.containments
+        for index, worker_spec in enumerate(config.workers):
             local = worker_spec.local
             if local is None:
                 continue
+            if local.containment not in containments:
+                try:
+                    containments[local.containment] = choose_containment(local.containment)
+                except ContainmentUnavailable as error:
+                    raise AppBuildError(
+                        f"workers[{index}].local.containment: {local.containment!r} cannot "
+                        f"work here: {error}"
+                    ) from None
+            containment = containments[local.containment]
+            if local.network == "block" and not containment.can_block_network:
+                raise AppBuildError(
+                    f"workers[{index}].local.network: 'block' needs containment 'pidns', "
+                    f"this worker has {containment.name!r}"
+                )
             filesystem = self.stores.filesystem_of(local.cas_store)
             upload = local.upload_action_result
             self.workers.append(
@@ -161,6 +181,7 @@ class Application:
                     link_source=filesystem.path_for_link if filesystem is not None else None,
                     adopt=filesystem.adopt_file if filesystem is not None else None,
                     discard=filesystem.discard if filesystem is not None else None,
+                    containment=containment,
                 )
             )
         self.bridge = TrioBridge()
@@ -183,6 +204,7 @@ class Application:
             ),
             kill_factor=self._kill_factor(),
         )
+        self.assembler.containment = self._containment_summary()
         self.servers: list[GrpcServer] = []
         for server in config.servers:
             backends: dict[str, InstanceBackends] = {}
@@ -233,6 +255,13 @@ class Application:
     def _kill_factor(self) -> float:
         locals_ = [w.local for w in self.config.workers if w.local is not None]
         return locals_[0].resources.kill_factor if locals_ else 1.2
+
+    def _containment_summary(self) -> str:
+        """``pidns`` when every worker uses it, else ``name=mode`` per worker."""
+        modes = {worker.name: worker.containment.name for worker in self.workers}
+        if len(set(modes.values())) <= 1:
+            return next(iter(modes.values()), "")
+        return ", ".join(f"{name}={mode}" for name, mode in modes.items())
 
     def _store_statistics(self) -> dict[str, StoreStatistics]:
         out: dict[str, StoreStatistics] = {}
@@ -289,8 +318,10 @@ class Application:
                 )
             upstream_cas = store
         local_cas = self.stores.blob(simple.cas_store)
+        client = UpstreamClient([spec.endpoint], name=forward_name, headers=spec.headers)
+        client.health.on_change = self._upstream_changed
         executor = UpstreamExecutor(
-            UpstreamClient([spec.endpoint], name=forward_name, headers=spec.headers),
+            client,
             instance_name=spec.instance_name,
             local_cas=local_cas,
             upstream_cas=upstream_cas,
@@ -318,8 +349,28 @@ class Application:
         counts = [w.jobserver_tokens() for w in self.workers]
         return JobserverTokens(sum(c[0] for c in counts), sum(c[1] for c in counts))
 
+    def _upstream_changed(self, upstream: UpstreamStatistics) -> None:
+        """An upstream went down or came back: an ``upstream`` event (its
+        circuit breaker already logged it). Builds go on local-only meanwhile,
+        so lre's health is not affected."""
+        if upstream.healthy:
+            message = f"upstream {upstream.name} ({upstream.address}) is reachable again"
+        else:
+            message = (
+                f"upstream {upstream.name} ({upstream.address}) is unreachable "
+                f"({upstream.last_error}); continuing local-only"
+            )
+        self.events.add(EventKind.UPSTREAM, message)
+
     def _record_event(self, event: SchedulerEvent) -> None:
-        """Scheduler events go to the recent-events pane of the TUI and /metrics."""
+        """Scheduler events go to the recent-events pane of the TUI and /metrics;
+        a worker's health changes also go to the health board (``/status``)."""
+        if event.kind is SchedulerEventKind.WORKER and event.worker:
+            key = f"worker:{event.worker}"
+            if event.healthy:
+                self.health.clear(key)
+            else:
+                self.health.report(key, event.message)
         self.events.add(
             EventKind(event.kind.value),
             event.message,
@@ -381,6 +432,8 @@ class Application:
         """
         if os.geteuid() == 0:
             log.warning("running as root: actions run as root too; start lre as your own user")
+        if self.workers:
+            log.info("containment of action processes: %s", self.assembler.containment)
         os.makedirs(state_dir_of(self.config), mode=0o700, exist_ok=True)
         await self.stores.open()
         try:
@@ -392,6 +445,8 @@ class Application:
                 await core.start(self.bridge.run)
                 if self.learner is not None:
                     await core.start(self.learner.run)
+                for containment in self.containments.values():
+                    await core.start(containment.watch)
                 for worker in self.workers:
                     await core.start(worker.run)
                 async with trio.open_nursery() as front:

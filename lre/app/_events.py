@@ -23,13 +23,13 @@ class EventKind(enum.StrEnum):
 
     KILL = "kill"  # killed for outgrowing its memory line (requeued one ladder step up)
     ESCALATION = "escalation"  # requeued at a higher ladder step / whole worker
-    OOM = "oom"  # the kernel OOM killer struck anyway
+    OOM = "oom"  # the kernel OOM killer struck before lre's kill line
     FAILURE = "failure"  # the operation ended with an error status
     TIMEOUT = "timeout"
     UNMATCHABLE = "unmatchable"  # no worker can ever run it
     BACKPRESSURE = "backpressure"  # a worker's precondition script said no
-    WORKER = "worker"  # a worker failed to start or went away
-    UPSTREAM = "upstream"  # a remote store or cluster is unreachable
+    WORKER = "worker"  # a worker became unhealthy, recovered, or went away
+    UPSTREAM = "upstream"  # a remote store or cluster became unreachable or came back
 
 
 @dataclass(frozen=True, slots=True)

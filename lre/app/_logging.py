@@ -2,7 +2,8 @@
 
 - ``configure_logging(level, file=..., stream=...)`` installs one handler on
   the root logger (replacing one it installed before): to ``file`` (created
-  with its directory, rotated at 10 MiB, 3 kept) when given, else to
+  with its directory, mode 0600 since records name paths and commands,
+  rotated at 10 MiB, 3 kept) when given, else to
   ``stream``. Use ``log_file(state_dir)`` for the file of a detached lre or
   of ``lre up`` while the dashboard owns the terminal.
 - Fields: ``log.info("msg", extra={"kv": {"worker": "local"}})`` appends
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import logging.handlers
+import os
 import sys
 import time
 from collections.abc import Mapping
@@ -24,12 +26,14 @@ from pathlib import Path
 from typing import Any, TextIO
 
 __all__ = [
+    "LOG_FILE_MODE",
     "LOG_FILE_NAME",
     "LineFormatter",
     "configure_logging",
     "format_fields",
     "log_file",
     "log_rejected",
+    "open_private_log",
     "parse_level",
 ]
 
@@ -89,6 +93,38 @@ class LineFormatter(logging.Formatter):
 
 _HANDLER_MARK = "_lre_handler"
 
+#: Mode of lre.log and its rotated copies: owner only.
+LOG_FILE_MODE = 0o600
+
+
+def open_private_log(path: Path) -> int:
+    """Open ``path`` for appending, created with ``LOG_FILE_MODE``, and return the fd.
+
+    A file an older lre created with wider permissions is narrowed to
+    ``LOG_FILE_MODE``. ``OSError`` when it cannot be opened.
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, LOG_FILE_MODE)
+    try:
+        if os.fstat(fd).st_mode & 0o777 & ~LOG_FILE_MODE:
+            os.fchmod(fd, LOG_FILE_MODE)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+class _PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
+    """A rotating handler whose every file (the first and each after a
+    rollover) is created owner-only."""
+
+    def _open(self) -> Any:
+        return open(
+            open_private_log(Path(self.baseFilename)),
+            "a",
+            encoding=self.encoding,
+            errors=self.errors,
+        )
+
 
 def log_file(state_dir: str | Path) -> Path:
     """Where a detached lre logs: ``<state_dir>/lre.log``."""
@@ -112,7 +148,7 @@ def configure_logging(
     handler: logging.Handler
     if file is not None:
         file.parent.mkdir(parents=True, exist_ok=True)
-        handler = logging.handlers.RotatingFileHandler(
+        handler = _PrivateRotatingFileHandler(
             file, maxBytes=10 << 20, backupCount=3, encoding="utf-8"
         )
     else:

@@ -144,6 +144,9 @@ class ProcessSnapshot:
     started_at: float
     address: str
     status_address: str = ""
+    #: How action processes are contained (``pidns``, ``portable``; several
+    #: workers with different modes: ``name=mode`` pairs).
+    containment: str = ""
     problems: tuple[str, ...] = ()
     by_stage: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
     queued_by_platform: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
@@ -235,6 +238,7 @@ class ProcessSnapshot:
                 started_at=float(data["started_at"]),
                 address=str(data["address"]),
                 status_address=str(data.get("status_address", "")),
+                containment=str(data.get("containment", "")),
                 problems=tuple(str(p) for p in data.get("problems", ())),
                 by_stage=_int_map(data.get("by_stage", {})),
                 queued_by_platform=_int_map(data.get("queued_by_platform", {})),
@@ -427,6 +431,8 @@ class SnapshotAssembler:
     ) -> None:
         self.address = address
         self.status_address = status_address
+        #: Set by the composition root (see ``ProcessSnapshot.containment``).
+        self.containment = ""
         self._scheduler = scheduler
         self._usage = usage
         self._stores = stores
@@ -449,6 +455,7 @@ class SnapshotAssembler:
             started_at=self.started_at,
             address=self.address,
             status_address=self.status_address,
+            containment=self.containment,
             problems=self.health.problems(),
             stores=tuple(
                 StoreRow(

@@ -245,12 +245,14 @@ def _status_body(snapshot: ProcessSnapshot) -> tuple[int, str, bytes]:
             "uptime_s": round(snapshot.uptime_s, 3),
             "running": snapshot.running,
             "queued": snapshot.queued,
+            "containment": snapshot.containment,
             "upstreams": _upstreams(snapshot),
         }
         return 200, _JSON, json.dumps(body).encode() + b"\n"
     body = {
         "status": "unavailable",
         "problems": list(snapshot.problems),
+        "containment": snapshot.containment,
         "upstreams": _upstreams(snapshot),
     }
     return 503, _JSON, json.dumps(body).encode() + b"\n"

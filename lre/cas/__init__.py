@@ -18,6 +18,7 @@ from lre.cas._blob_io import (
     write_bytes,
     write_message,
 )
+from lre.cas._blob_scan import ContentUsage, content_usage
 from lre.cas._directory_cache import DirectoryCache
 from lre.cas._filesystem import FilesystemStore
 from lre.cas._grpc_action_cache import FastSlowActionCache, GrpcActionCache
@@ -45,6 +46,7 @@ __all__ = [
     "BlobStore",
     "BlobVerifier",
     "BulkBlobStore",
+    "ContentUsage",
     "DirectoryCache",
     "FastSlowActionCache",
     "FastSlowStore",
@@ -61,6 +63,7 @@ __all__ = [
     "call_inline",
     "check_read_range",
     "closing_stream",
+    "content_usage",
     "file_digests",
     "missing_digests",
     "read_blobs",

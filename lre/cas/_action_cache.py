@@ -12,6 +12,7 @@ from typing import Literal, Protocol, TypeVar, runtime_checkable
 
 import trio
 
+from lre.cas._blob_scan import CONTENT_NAME, ContentUsage
 from lre.cas._inline import INLINE_BYTES, call_inline
 from lre.digest import Digest
 from lre.errors import ResourceExhausted
@@ -115,6 +116,44 @@ class FilesystemActionCache:
             await self._run(self._write, path, data, action_digest)
         else:
             await call_inline(self._write, path, data, action_digest)
+
+    async def usage(self) -> ContentUsage:
+        """The entries on disk and their bytes, counted without changing
+        anything (safe while a server uses the cache). ``OSError``s other
+        than a missing directory propagate."""
+        return await self._run(self._walk_entries, False)
+
+    async def clear(self) -> ContentUsage:
+        """Delete every entry and leftover temp file; returns what was
+        deleted. Meant for a cache no server has open (``lre cache clean``):
+        a concurrent ``put`` may survive. ``OSError``s other than a file
+        already gone propagate."""
+        return await self._run(self._walk_entries, True)
+
+    def _walk_entries(self, delete: bool) -> ContentUsage:
+        count = stored = 0
+        for prefix in range(256):
+            shard = f"{self.path}/{prefix:02x}"
+            try:
+                items = os.scandir(shard)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            with items:
+                for item in items:
+                    name = CONTENT_NAME.fullmatch(item.name)
+                    if name is None or name[3] or not name[1].startswith(shard[-2:]):
+                        continue
+                    try:
+                        st = item.stat(follow_symlinks=False)
+                        if delete:
+                            os.unlink(item.path)
+                    except FileNotFoundError:
+                        continue
+                    count += 1
+                    stored += st.st_size
+        if delete and os.path.isdir(self.path):
+            self._prepare()
+        return ContentUsage(count, stored)
 
     def _entry_path(self, digest: Digest) -> str:
         return f"{self.path}/{digest.hash[:2]}/{digest.hash}-{digest.size_bytes}"

@@ -24,6 +24,7 @@ import os
 import re
 import shutil
 import stat
+from dataclasses import dataclass
 
 from lre.errors import FailedPrecondition
 
@@ -32,6 +33,11 @@ EXEC_VARIANT = 2
 
 #: Content file names: ``<hash>-<size>`` and ``<hash>-<size>.x``.
 CONTENT_NAME = re.compile(r"([0-9a-f]{64})-(0|[1-9][0-9]{0,15})(\.x)?")
+
+
+def entry_bytes(entry: int) -> int:
+    """Bytes on disk of an index entry: its size once per variant file."""
+    return (entry >> 2) * ((entry & 1) + (entry >> 1 & 1))
 
 
 def scan_content(content_path: str, temp_path: str) -> list[tuple[str, int]]:
@@ -45,6 +51,38 @@ def scan_content(content_path: str, temp_path: str) -> list[tuple[str, int]]:
             f"filesystem ({content_path!r}, {temp_path!r})"
         )
     _empty(temp_path)
+    found, mtimes, junk = _walk(content_path, create_shards=True)
+    for path in junk:
+        _remove(path)
+    return [(h, found[h]) for h in sorted(mtimes, key=mtimes.__getitem__)]
+
+
+@dataclass(frozen=True, slots=True)
+class ContentUsage:
+    """How many blobs (or entries) a directory holds and their bytes on disk."""
+
+    count: int
+    stored_bytes: int
+
+
+def content_usage(content_path: str) -> ContentUsage:
+    """(thread) The well-formed blob files under ``content_path``, counted
+    without changing anything (no directory created, no file removed), so
+    it is safe while a server has the store open. Both variants of a blob
+    count as one blob and add their bytes. A missing ``content_path`` holds
+    nothing; other ``OSError``s propagate."""
+    if not os.path.isdir(content_path):
+        return ContentUsage(0, 0)
+    found, _, _ = _walk(content_path, create_shards=False)
+    return ContentUsage(len(found), sum(map(entry_bytes, found.values())))
+
+
+def _walk(
+    content_path: str, *, create_shards: bool
+) -> tuple[dict[str, int], dict[str, int], list[str]]:
+    """Entries by hash, their newest mtime, and the paths that are not
+    well-formed blob files. Missing shard directories are created when
+    ``create_shards``, else skipped."""
     found: dict[str, int] = {}  # hash -> size << 2 | variants
     mtimes: dict[str, int] = {}
     junk: list[str] = []
@@ -54,7 +92,8 @@ def scan_content(content_path: str, temp_path: str) -> list[tuple[str, int]]:
         try:
             items = os.scandir(shard)
         except FileNotFoundError:
-            os.mkdir(shard, 0o700)
+            if create_shards:
+                os.mkdir(shard, 0o700)
             continue
         with items:
             for item in items:
@@ -80,9 +119,7 @@ def scan_content(content_path: str, temp_path: str) -> list[tuple[str, int]]:
                 else:
                     found[h] = old | variant
                     mtimes[h] = max(mtimes[h], st.st_mtime_ns)
-    for path in junk:
-        _remove(path)
-    return [(h, found[h]) for h in sorted(mtimes, key=mtimes.__getitem__)]
+    return found, mtimes, junk
 
 
 def _empty(directory: str) -> None:

@@ -18,12 +18,13 @@ import errno
 import hashlib
 import os
 import secrets
+import stat
 
 from lre.cas._blob_files import PLAIN_MODE, TempFile, fsync_dir, space_error, touch_all
 from lre.cas._blob_io import blob_mismatch
 from lre.cas._verify import BlobVerifier
 from lre.digest import Digest
-from lre.errors import LreError, ResourceExhausted
+from lre.errors import InvalidArgument, LreError, ResourceExhausted
 
 
 class BlobWriter:
@@ -121,7 +122,18 @@ class BlobWriter:
 
     def move_in(self, digest: Digest, source: str, final: str, mode: int) -> None:
         """Move the (already hashed) file ``source`` to ``final`` with ``mode``;
-        across filesystems, copy it and remove the source."""
+        across filesystems, copy it and remove the source.
+
+        Raises ``InvalidArgument`` (nothing changed) when ``source`` is not a
+        regular file with a single link owned by lre's user: renaming or
+        chmodding a file linked from elsewhere would change that file too.
+        """
+        info = os.lstat(source)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 or info.st_uid != os.geteuid():
+            raise InvalidArgument(
+                f"output {source!r} is linked from elsewhere or not lre's own file; "
+                "it must be copied into the CAS, not moved"
+            )
         try:
             os.chmod(source, mode)
             if self.fsync:

@@ -33,7 +33,7 @@ import trio
 
 from lre.cas._blob_files import unlink_all
 from lre.cas._blob_io import mark_empty_blob
-from lre.cas._blob_scan import EXEC_VARIANT, PLAIN_VARIANT
+from lre.cas._blob_scan import EXEC_VARIANT, PLAIN_VARIANT, entry_bytes
 from lre.cas._pins import PinTable
 from lre.digest import EMPTY_DIGEST, Digest
 from lre.errors import ResourceExhausted
@@ -45,11 +45,6 @@ _TOUCH_BATCH = 4096
 
 def _size(entry: int) -> int:
     return entry >> 2
-
-
-def _entry_bytes(entry: int) -> int:
-    """Bytes on disk: the size once per variant file."""
-    return (entry >> 2) * ((entry & 1) + (entry >> 1 & 1))
 
 
 class ContentIndex:
@@ -87,7 +82,7 @@ class ContentIndex:
         """Replace the contents with ``(hash, entry)`` pairs, least recently used
         first (what ``scan_content`` returns), even beyond ``max_bytes``."""
         self._entries = OrderedDict(entries)
-        self._stored_bytes = sum(map(_entry_bytes, self._entries.values()))
+        self._stored_bytes = sum(map(entry_bytes, self._entries.values()))
 
     async def trim(self) -> None:
         """Evict down to ``max_bytes - evict_bytes`` if over ``max_bytes``
@@ -198,7 +193,7 @@ class ContentIndex:
         """Drop ``digest`` (its files vanished behind the store's back)."""
         entry = self._entries.pop(digest.hash, None)
         if entry is not None:
-            self._stored_bytes -= _entry_bytes(entry)
+            self._stored_bytes -= entry_bytes(entry)
         self._touched.discard(digest.hash)
 
     async def remove(self, digest: Digest) -> None:
@@ -241,6 +236,34 @@ class ContentIndex:
             self._reserved_bytes += size
             return
         excess = used + size - max(self.max_bytes - self.evict_bytes, 0)
+        victims, freed = self._victims(excess)
+        if used - freed + size > self.max_bytes:
+            raise ResourceExhausted(
+                f"filesystem store is full: blob {digest} needs {size} bytes and "
+                f"{used - freed} of {self.max_bytes} bytes are held by pinned or busy blobs"
+            )
+        self._reserved_bytes += size
+        try:
+            await self._evict(victims)
+        except BaseException:
+            self._reserved_bytes -= size
+            raise
+
+    async def shrink_to(self, target_bytes: int) -> None:
+        """Evict unpinned, idle blobs, least recently used first, until at
+        most ``target_bytes`` are stored or reserved (``max_bytes`` stays as
+        it is). Pinned and busy blobs are kept even when that leaves more
+        than ``target_bytes``; unlink errors propagate as in ``reserve``."""
+        excess = self._stored_bytes + self._reserved_bytes - max(target_bytes, 0)
+        victims, _ = self._victims(excess) if excess > 0 else ([], 0)
+        if victims:
+            await self._evict(victims)
+        else:
+            await trio.lowlevel.checkpoint()
+
+    def _victims(self, excess: int) -> tuple[list[tuple[str, int]], int]:
+        """The least recently used unpinned, idle entries holding at least
+        ``excess`` bytes (all of them when they hold less), and their bytes."""
         victims: list[tuple[str, int]] = []
         freed = 0
         for key, entry in self._entries.items():
@@ -249,28 +272,22 @@ class ContentIndex:
             if key in self._busy or self._pins.is_pinned(key):
                 continue
             victims.append((key, entry))
-            freed += _entry_bytes(entry)
-        if used - freed + size > self.max_bytes:
-            raise ResourceExhausted(
-                f"filesystem store is full: blob {digest} needs {size} bytes and "
-                f"{used - freed} of {self.max_bytes} bytes are held by pinned or busy blobs"
-            )
-        self._reserved_bytes += size
+            freed += entry_bytes(entry)
+        return victims, freed
+
+    async def _evict(self, victims: list[tuple[str, int]]) -> None:
+        """Drop ``victims`` from the index at once and unlink their files."""
         if not victims:
             return
         paths: list[str] = []
         for key, entry in victims:
             del self._entries[key]
             self._touched.discard(key)
-            self._stored_bytes -= _entry_bytes(entry)
+            self._stored_bytes -= entry_bytes(entry)
             self._evicted_blobs += 1
-            self._evicted_bytes += _entry_bytes(entry)
+            self._evicted_bytes += entry_bytes(entry)
             paths.extend(self._paths(key, entry))
-        try:
-            await self._delete([key for key, _ in victims], paths)
-        except BaseException:
-            self._reserved_bytes -= size
-            raise
+        await self._delete([key for key, _ in victims], paths)
 
     def oversize_error(self, digest: Digest) -> ResourceExhausted | None:
         """The error for ``digest`` when it is larger than the whole store (no

@@ -424,6 +424,16 @@ class FilesystemStore:
 
     # ------------------------------------------------------------ extras
 
+    async def evict_to(self, max_bytes: int) -> None:
+        """Evict unpinned blobs, least recently used first, until the store
+        holds at most ``max_bytes`` (0 empties it); its own bound is
+        unchanged. ``lre cache gc`` and ``lre cache clean`` use this on a
+        store no server has open. Pinned blobs stay; unlink errors other
+        than a vanished file propagate (the evicted blobs are gone from the
+        index either way)."""
+        self._check_open()
+        await self._index.shrink_to(max_bytes)
+
     def pin(self, digests: Iterable[Digest]) -> Pin:
         """Keep ``digests`` (both variants) from eviction until released."""
         return self._pins.pin(digests)

@@ -3,7 +3,16 @@
 Command modules register on ``app`` (``lre.cli._app``) when imported here.
 """
 
-from lre.cli import _config_cmd, _top, _up  # noqa: F401  (register their commands)
+from lre.cli import (  # noqa: F401  (register their commands)
+    _cache_cmd,
+    _completion,
+    _config_cmd,
+    _doctor,
+    _link,
+    _logs,
+    _top,
+    _up,
+)
 from lre.cli._app import app
 
 

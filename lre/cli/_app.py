@@ -17,7 +17,7 @@ app = typer.Typer(
     name="lre",
     help="Local remote execution: a REAPI server, cache, scheduler and worker for one machine.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
 

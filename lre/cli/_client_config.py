@@ -4,27 +4,45 @@ Everything lre writes into a user's repository is marked so that ``lre unlink``
 removes exactly that and nothing else:
 
 - ``lre.bazelrc``: a whole file lre owns (first line is ``MARKER``);
-- ``.bazelrc``: two lines, the marker comment and ``try-import
-  %workspace%/lre.bazelrc``;
+- ``.bazelrc``: two lines, the marker comment ``BAZELRC_COMMENT`` and
+  ``try-import %workspace%/lre.bazelrc`` right under it (a try-import line
+  the user wrote without lre's comment above it is theirs and stays);
 - ``.buckconfig.d/lre.buckconfig``: a whole file lre owns;
-- ``.buckconfig.local`` (only with ``--buck-local``): a block between
-  ``BEGIN``/``END`` marker lines;
-- ``lre_platforms/`` (only when the repo names no Buck2 execution platform):
-  a directory lre owns, holding the platform rule from ``toolchains/buck2``.
+- ``.buckconfig.local`` (with ``--buck-local``, or to override an execution
+  platform that runs only locally): a block between ``BEGIN``/``END`` marker
+  lines;
+- ``lre_platforms/`` (when the repo names no Buck2 execution platform or one
+  that runs only locally): a directory lre owns, holding the platform rule
+  from ``toolchains/buck2``.
 
 Functions never overwrite a file lre did not write; they raise
 ``ClientConfigError`` naming the file instead.
+
+``make_inert`` turns the files lre owns into comments only (what ``lre down``
+does, so builds run locally while lre is stopped); the next ``write_*``
+fills them in again. The files follow the listener: ``grpcs://`` and the
+server's certificate for a TLS listener, an ``authorization`` header when it
+wants a token (the token is then in the file, written 0600), ``unix:`` for a
+Unix socket (Bazel only: Buck2 cannot use one).
 """
 
 from __future__ import annotations
 
-import configparser
 import os
 import re
 import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from lre.cli._buckconfig import (
+    BuckConfigError,
+    canonical_label,
+    read_buckconfig,
+    read_lines,
+    root_cell_name,
+    runs_only_locally,
+)
 
 MARKER = "# Written by `lre up`; `lre unlink` removes it. Do not edit: it is rewritten."
 BEGIN = "# >>> lre (written by `lre up --buck-local`; `lre unlink` removes this block) >>>"
@@ -33,7 +51,6 @@ TRY_IMPORT = "try-import %workspace%/lre.bazelrc"
 BAZELRC_COMMENT = "# Added by `lre up`: use lre for remote execution (`lre unlink` removes it)."
 
 REPO_MARKERS = ("MODULE.bazel", "WORKSPACE", "WORKSPACE.bazel", ".buckconfig", ".git")
-BUCK_KEYS = ("engine_address", "cas_address", "action_cache_address", "tls", "instance_name")
 
 #: Bazel version assumed when ``bazel --version`` prints no number (Debian's
 #: bazel-bootstrap prints "bazel no_version"; it is 4.2.3).
@@ -46,7 +63,7 @@ class ClientConfigError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class ClientSettings:
-    """What the generated client files point at."""
+    """What the generated client files point at, and how to talk to it."""
 
     host: str
     port: int
@@ -54,8 +71,35 @@ class ClientSettings:
     cpus: int = field(default_factory=lambda: os.cpu_count() or 2)
     os_family: str = "Linux"
     #: Sent with every action; None = ``cpu_count=1`` and ``OSFamily=os_family``
-    #: (``lre.config.client_exec_properties`` decides what ``lre up`` passes).
+    #: (``lre.config.client_exec_properties`` decides what ``lre up`` records).
     exec_properties: tuple[tuple[str, str], ...] | None = None
+    #: The listener speaks TLS; ``tls_ca_file`` is the PEM the client trusts.
+    tls: bool = False
+    tls_ca_file: str = ""
+    #: The listener asks for client certificates (mutual TLS).
+    tls_client_auth: bool = False
+    #: Bearer token clients send as ``authorization: Bearer <token>`` ("" = none).
+    auth_token: str = ""
+    #: Path of a Unix socket; when set, ``host`` and ``port`` are not used.
+    unix_socket: str = ""
+
+    @property
+    def host_port(self) -> str:
+        """``host:port``, an IPv6 host in brackets."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+    @property
+    def bazel_endpoint(self) -> str:
+        """The ``--remote_executor`` value: ``unix:``, ``grpcs://`` or ``grpc://``."""
+        if self.unix_socket:
+            return f"unix://{self.unix_socket}"
+        return f"{'grpcs' if self.tls else 'grpc'}://{self.host_port}"
+
+    @property
+    def location(self) -> str:
+        """Where lre listens, for comments and messages."""
+        return f"unix:{self.unix_socket}" if self.unix_socket else self.host_port
 
 
 @dataclass(slots=True)
@@ -102,24 +146,41 @@ def detect_bazel_version(bazel: str = "bazel") -> tuple[int, int, int] | None:
 
 
 def bazelrc_text(settings: ClientSettings, version: tuple[int, int, int] | None) -> str:
-    """The content of ``lre.bazelrc`` for the given Bazel version.
+    """The content of ``lre.bazelrc`` for the given Bazel version (None: not found).
 
     All flags sit under ``build:lre``; a final ``build --config=lre`` makes
     lre the default, and a user who wants it opt-in deletes that one line.
     Flags newer than the installed Bazel are left out.
+
+    ``bazel build --config=lre`` with the default line in place expands the
+    config twice. Every flag here takes the last value given, except
+    ``--remote_default_exec_properties``, which Bazel (4.2.3 at least) turns
+    into a map that dies on a repeated key ("Multiple entries with same
+    key"); so before Bazel 9 the properties go in the single-valued
+    ``--remote_default_platform_properties`` (Bazel 9 deleted that flag).
     """
     v = version or UNVERSIONED_BAZEL
     jobs = max(16, 8 * settings.cpus)
-    properties = settings.exec_properties
-    if properties is None:
-        properties = (("cpu_count", "1"), ("OSFamily", settings.os_family))
+    if version is None:
+        found = (
+            f"# Bazel was not found on PATH: flags for Bazel {'.'.join(map(str, v))} are "
+            "written; run `lre link` once Bazel is installed."
+        )
+    else:
+        found = f"# Bazel {'.'.join(map(str, v))} found; flags it does not know are left out."
+    properties = (
+        dict(settings.exec_properties)
+        if settings.exec_properties is not None
+        else {"cpu_count": "1", "OSFamily": settings.os_family}
+    )
     lines = [
         MARKER,
-        f"# lre at {settings.host}:{settings.port}, instance {settings.instance_name!r}.",
-        f"# Bazel {'.'.join(map(str, v))} detected; newer-only flags are omitted.",
-        f"build:lre --remote_executor=grpc://{settings.host}:{settings.port}",
+        f"# lre at {settings.location}, instance {settings.instance_name!r}.",
+        found,
+        f"build:lre --remote_executor={settings.bazel_endpoint}",
         f"build:lre --remote_instance_name={settings.instance_name}",
-        *(f"build:lre --remote_default_exec_properties={k}={v}" for k, v in properties),
+        *_bazel_properties(properties, platform_flag=v < (9, 0, 0)),
+        *_bazel_connection_flags(settings),
         "# lre does the admission control, so Bazel may send many actions at once.",
         f"build:lre --jobs={jobs}",
         "build:lre --remote_timeout=600",
@@ -143,20 +204,78 @@ def bazelrc_text(settings: ClientSettings, version: tuple[int, int, int] | None)
     return "\n".join(lines)
 
 
+def _bazel_properties(properties: dict[str, str], *, platform_flag: bool) -> list[str]:
+    """Default exec properties as bazelrc lines (see ``bazelrc_text`` for the flag
+    choice); none at all for no properties."""
+    if not properties:
+        return []
+    if not platform_flag:
+        flag = "build:lre --remote_default_exec_properties"
+        return [f"{flag}={k}={v}" for k, v in properties.items()]
+    entries = " ".join(f"properties:{{name:'{k}' value:'{v}'}}" for k, v in properties.items())
+    return [
+        "# Bazel calls this flag deprecated; unlike --remote_default_exec_properties it",
+        "# survives `--config=lre` given twice (see docs/quickstart-bazel.md).",
+        f'build:lre --remote_default_platform_properties="{entries}"',
+    ]
+
+
+def _bazel_connection_flags(settings: ClientSettings) -> list[str]:
+    """TLS and authentication flags the listener asks for."""
+    lines: list[str] = []
+    if settings.tls and settings.tls_ca_file:
+        lines += [
+            "# The listener's certificate is trusted as is. If a CA signed it, a line",
+            "# `build --tls_certificate=CA.pem` after the try-import survives a new one.",
+            f"build:lre --tls_certificate={settings.tls_ca_file}",
+        ]
+    if settings.tls_client_auth:
+        lines.append(
+            "# The listener wants a client certificate: add --tls_client_certificate "
+            "and --tls_client_key to your own .bazelrc."
+        )
+    if settings.auth_token:
+        lines.append(f'build:lre --remote_header="authorization=Bearer {settings.auth_token}"')
+    return lines
+
+
+INERT_BAZELRC = "\n".join(
+    [
+        MARKER,
+        "# lre is stopped (`lre down`), so this file sets nothing and Bazel builds locally.",
+        "# `lre up` (or `lre link` while lre runs) fills it in again.",
+        "",
+    ]
+)
+
+
 def buckconfig_text(settings: ClientSettings, platforms: str | None) -> str:
-    """The content of ``.buckconfig.d/lre.buckconfig`` (or the local block)."""
-    address = f"grpc://{settings.host}:{settings.port}"
+    """The content of ``.buckconfig.d/lre.buckconfig`` (or the local block).
+
+    Buck2 takes only ``grpc://`` addresses and turns TLS on with ``tls``.
+    """
+    address = f"grpc://{settings.host_port}"
     lines = [
         "[buck2_re_client]",
         f"engine_address = {address}",
         f"cas_address = {address}",
         f"action_cache_address = {address}",
-        "tls = false",
-        f"instance_name = {settings.instance_name}",
+        f"tls = {'true' if settings.tls else 'false'}",
     ]
+    if settings.tls and settings.tls_ca_file:
+        lines.append(f"tls_ca_certs = {settings.tls_ca_file}")
+    if settings.auth_token:
+        lines.append(f"http_headers = authorization: Bearer {settings.auth_token}")
+    lines.append(f"instance_name = {settings.instance_name}")
     if platforms is not None:
         lines += ["", "[build]", f"execution_platforms = {platforms}"]
     return "\n".join(lines) + "\n"
+
+
+INERT_BUCKCONFIG = (
+    "# lre is stopped (`lre down`), so this file sets nothing and Buck2 builds locally.\n"
+    "# `lre up` (or `lre link` while lre runs) fills it in again; then run `buck2 kill`.\n"
+)
 
 
 def _owned(path: Path) -> bool:
@@ -167,36 +286,25 @@ def _owned(path: Path) -> bool:
         return False
 
 
-def _write_owned(path: Path, text: str, report: WriteReport) -> None:
+def _write_owned(path: Path, text: str, report: WriteReport, *, private: bool = False) -> None:
+    """Replace ``path`` (lre's own, or missing) with ``text``; 0600 when ``private``."""
     if path.exists() and not _owned(path):
         raise ClientConfigError(f"{path} exists and was not written by lre; not overwriting it")
     path.parent.mkdir(parents=True, exist_ok=True)
-    if path.exists() and path.read_text(encoding="utf-8") == text:
+    mode = 0o600 if private else 0o644
+    if (
+        path.exists()
+        and path.read_text(encoding="utf-8") == text
+        and (path.stat().st_mode & 0o777) == mode
+    ):
         return
     tmp = path.with_name(path.name + ".lre-tmp")
-    tmp.write_text(text, encoding="utf-8")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.chmod(tmp, mode)  # O_CREAT's mode is filtered by the umask
     os.replace(tmp, path)
     report.written.append(path)
-
-
-def _read_buckconfig(path: Path) -> configparser.ConfigParser:
-    parser = configparser.ConfigParser(interpolation=None, strict=False)
-    if path.exists():
-        try:
-            parser.read_string(path.read_text(encoding="utf-8"))
-        except configparser.Error:
-            pass
-    return parser
-
-
-def _root_cell_name(repo: Path) -> str:
-    parser = _read_buckconfig(repo / ".buckconfig")
-    for section in ("cells", "repositories"):
-        if parser.has_section(section):
-            for name, value in parser.items(section):
-                if value.strip() in (".", "./", ""):
-                    return name
-    return "root"
 
 
 def write_bazel(
@@ -208,10 +316,28 @@ def write_bazel(
 ) -> WriteReport:
     """Write ``lre.bazelrc`` and (when ``edit_bazelrc``) the try-import line."""
     report = WriteReport()
-    _write_owned(repo / "lre.bazelrc", bazelrc_text(settings, version), report)
+    _write_owned(
+        repo / "lre.bazelrc",
+        bazelrc_text(settings, version),
+        report,
+        private=bool(settings.auth_token),
+    )
+    if settings.auth_token:
+        report.warnings.append(f"{repo / 'lre.bazelrc'} holds the listener's token (mode 0600)")
+    if settings.tls:
+        report.warnings.append(
+            "Bazel builds without netty-tcnative (Debian's bazel-bootstrap among them) cannot "
+            'speak TLS: "JDK provider does not support ALPN protocol"'
+        )
+    if settings.unix_socket:
+        report.warnings.append(
+            "Bazel builds without netty's epoll (Debian's bazel-bootstrap among them) stop "
+            'with "Unix domain sockets are unsupported on this platform"; give lre a TCP '
+            "listener (with auth_token_file) for those"
+        )
     bazelrc = repo / ".bazelrc"
     existing = bazelrc.read_text(encoding="utf-8") if bazelrc.exists() else ""
-    if TRY_IMPORT in existing.splitlines():
+    if TRY_IMPORT in (line.strip() for line in existing.splitlines()):
         return report
     if not edit_bazelrc:
         report.warnings.append(
@@ -225,51 +351,173 @@ def write_bazel(
 
 
 def write_buck2(
-    repo: Path, settings: ClientSettings, *, local: bool, platform_source: Path | None
+    repo: Path,
+    settings: ClientSettings,
+    *,
+    local: bool,
+    platform_source: Path | None,
+    home: Path | None = None,
 ) -> WriteReport:
-    """Write the Buck2 RE client config, and a platform when the repo names none.
+    """Write the Buck2 RE client config, and lre's platform where Buck2 would
+    otherwise run everything locally.
 
-    With ``local`` the block goes into ``.buckconfig.local`` (which beats
-    ``.buckconfig``); otherwise into ``.buckconfig.d/lre.buckconfig`` and a
-    warning names any key of ``.buckconfig`` that would override it.
+    The repository's configuration is read as Buck2 reads it (``_buckconfig``;
+    ``home`` for the user's files, default the home directory), leaving out
+    what lre wrote before. The RE keys go into ``.buckconfig.d/lre.buckconfig``
+    or, with ``local``, a block at the end of ``.buckconfig.local``. When no
+    execution platform is set, lre's (copied from ``platform_source`` to
+    ``lre_platforms/``) is named next to them; when the one set is known to
+    run locally (``buck2 init``'s), lre's is named in the ``.buckconfig.local``
+    block, the file that beats ``.buckconfig``; any other platform gets a note
+    saying exactly what to change. Afterwards the configuration is read again
+    and every key of lre's that another file overrides is named in a warning.
+    ``ClientConfigError`` when Buck2 could not read the configuration either.
     """
     report = WriteReport()
-    base = _read_buckconfig(repo / ".buckconfig")
-    platforms: str | None = None
-    has_platforms = base.has_option("build", "execution_platforms")
-    if not has_platforms and platform_source is not None:
-        target_dir = repo / "lre_platforms"
-        for name in ("BUCK", "defs.bzl"):
-            src = (platform_source / name).read_text(encoding="utf-8")
-            body = src if src.startswith(MARKER) else MARKER + "\n" + src
-            _write_owned(target_dir / name, body, report)
-        platforms = f"{_root_cell_name(repo)}//lre_platforms:lre"
-    text = buckconfig_text(settings, platforms)
-    if local:
-        _write_local_block(repo / ".buckconfig.local", text, report)
-    else:
-        _write_owned(repo / ".buckconfig.d" / "lre.buckconfig", MARKER + "\n" + text, report)
-        clashes = [k for k in BUCK_KEYS if base.has_option("buck2_re_client", k)]
-        if clashes:
+    if settings.unix_socket:
+        report.warnings.append(
+            "Buck2 cannot reach a Unix socket; give lre a TCP listener for Buck2 "
+            "(Buck2 config not written)"
+        )
+        return report
+    try:
+        user = read_buckconfig(repo, home=home, read_lines=_lines_without_lre)
+    except BuckConfigError as error:
+        raise ClientConfigError(f"Buck2 cannot read this configuration: {error}") from error
+    lre_platform = f"{root_cell_name(user)}//lre_platforms:lre"
+    platform_here: str | None = None
+    platform_local: str | None = None
+    current = user.winner("build", "execution_platforms")
+    if current is None or runs_only_locally(user, current.value):
+        if platform_source is None:
             report.warnings.append(
-                ".buckconfig sets [buck2_re_client] "
-                + ", ".join(clashes)
-                + ", which overrides .buckconfig.d/; rerun with --buck-local to write "
-                "them into .buckconfig.local instead"
+                "this lre installation lacks its Buck2 platform (toolchains/buck2); "
+                "Buck2 will run actions locally"
             )
+        else:
+            _copy_platform(repo, platform_source, report)
+            if current is None:
+                platform_here = lre_platform
+            else:
+                platform_local = lre_platform
+                report.warnings.append(
+                    f"Buck2's execution platform {current.value} ({current.where(repo)}) "
+                    f"runs every action locally; lre named {lre_platform} in "
+                    ".buckconfig.local, which overrides it (`lre unlink` removes that)"
+                )
+    elif canonical_label(user, current.value) != canonical_label(user, lre_platform):
+        report.warnings.append(
+            f"Buck2 runs actions on {current.value} ({current.where(repo)}); lre cannot tell "
+            "whether its executor has remote_enabled = True. If not, actions stay local: "
+            f"copy {platform_source or 'toolchains/buck2'} to {repo / 'lre_platforms'} and add "
+            f"`[build]` `execution_platforms = {lre_platform}` to {repo / '.buckconfig.local'}"
+        )
+    if settings.auth_token:
+        report.warnings.append("the Buck2 config holds the listener's token (mode 0600)")
+    text = buckconfig_text(settings, platform_here)
+    dropin = repo / ".buckconfig.d" / "lre.buckconfig"
+    if local:
+        block = buckconfig_text(settings, platform_here or platform_local)
+        _write_local_block(repo / ".buckconfig.local", block, report)
+        if _owned(dropin):
+            dropin.unlink()
+            report.removed.append(dropin)
+    else:
+        _write_owned(dropin, MARKER + "\n" + text, report, private=bool(settings.auth_token))
+        block = "" if platform_local is None else _platform_section(platform_local)
+        _write_local_block(repo / ".buckconfig.local", block, report)
+    _warn_overridden(repo, home, text + block, report)
     report.warnings.append("run `buck2 kill` so the Buck2 daemon reads the new RE settings")
     return report
 
 
+def _platform_section(platform: str) -> str:
+    return f"[build]\nexecution_platforms = {platform}\n"
+
+
+def _copy_platform(repo: Path, platform_source: Path, report: WriteReport) -> None:
+    for name in ("BUCK", "defs.bzl"):
+        src = (platform_source / name).read_text(encoding="utf-8")
+        body = src if src.startswith(MARKER) else MARKER + "\n" + src
+        _write_owned(repo / "lre_platforms" / name, body, report)
+
+
+def _block_lines(lines: list[str]) -> range:
+    """1-based line numbers of lre's block in ``.buckconfig.local`` lines."""
+    begin = end = 0
+    for number, line in enumerate(lines, start=1):
+        if line == BEGIN and not begin:
+            begin = number
+        elif line == END and begin:
+            end = number
+            break
+    return range(begin, end + 1) if begin and end else range(0)
+
+
+def _lines_without_lre(path: Path) -> list[str] | None:
+    """A Buck2 config file's lines as the user wrote them: lre's own files
+    read as empty, lre's block in ``.buckconfig.local`` as blank lines."""
+    lines = read_lines(path)
+    if lines is None:
+        return None
+    if lines and lines[0] == MARKER:
+        return []
+    block = _block_lines(lines)
+    return ["" if number in block else line for number, line in enumerate(lines, start=1)]
+
+
+def _warn_overridden(repo: Path, home: Path | None, written: str, report: WriteReport) -> None:
+    """Read the configuration as Buck2 will and warn about each key lre wrote
+    that some other file decides."""
+    try:
+        final = read_buckconfig(repo, home=home)
+    except BuckConfigError as error:
+        report.warnings.append(f"Buck2 cannot read the configuration lre wrote: {error}")
+        return
+    local = repo / ".buckconfig.local"
+    local_lines = read_lines(local) or []
+    ours = {repo / ".buckconfig.d" / "lre.buckconfig"}
+    section = ""
+    for line in written.splitlines():
+        if line.startswith("["):
+            section = line.strip("[]")
+            continue
+        key = line.partition("=")[0].strip()
+        if not key:
+            continue
+        winner = final.winner(section, key)
+        if winner is None or winner.file in ours:
+            continue
+        if winner.file == local and winner.line in _block_lines(local_lines):
+            continue
+        report.warnings.append(
+            f"{winner.where(repo)} sets [{section}] {key} = {winner.value}, which overrides "
+            "lre's setting, so Buck2 will not use lre for it: remove that line"
+            + ("" if winner.file == local else ", or rerun `lre up --buck-local`")
+        )
+
+
 def _write_local_block(path: Path, text: str, report: WriteReport) -> None:
+    """Put ``text`` in lre's block at the end of ``path``; an empty ``text``
+    removes the block (and the file, when nothing else is left)."""
     existing = path.read_text(encoding="utf-8") if path.exists() else ""
     kept = _strip_block(existing)
+    if not text:
+        if kept != existing:
+            if kept.strip():
+                path.write_text(kept, encoding="utf-8")
+            else:
+                path.unlink()
+            report.removed.append(path)
+        return
     if kept and not kept.endswith("\n"):
         kept += "\n"
     new = kept + BEGIN + "\n" + text + END + "\n"
     if new != existing:
         path.write_text(new, encoding="utf-8")
         report.written.append(path)
+    if "http_headers" in text:
+        path.chmod(0o600)
 
 
 def _strip_block(text: str) -> str:
@@ -307,21 +555,84 @@ def unlink(repo: Path) -> WriteReport:
     bazelrc = repo / ".bazelrc"
     if bazelrc.exists():
         lines = bazelrc.read_text(encoding="utf-8").splitlines(keepends=True)
-        kept = [ln for ln in lines if ln.rstrip("\n") not in (BAZELRC_COMMENT, TRY_IMPORT)]
+        kept = _without_lre_import(lines)
         if kept != lines:
             if kept:
                 bazelrc.write_text("".join(kept), encoding="utf-8")
             else:
                 bazelrc.unlink()
             report.removed.append(bazelrc)
-    local = repo / ".buckconfig.local"
-    if local.exists():
-        text = local.read_text(encoding="utf-8")
-        stripped = _strip_block(text)
-        if stripped != text:
-            if stripped.strip():
-                local.write_text(stripped, encoding="utf-8")
-            else:
-                local.unlink()
-            report.removed.append(local)
+    _write_local_block(repo / ".buckconfig.local", "", report)
     return report
+
+
+def _without_lre_import(lines: list[str]) -> list[str]:
+    """``lines`` of a .bazelrc without lre's comment and the try-import right under it.
+
+    A try-import line not under lre's comment was written by the user and stays.
+    """
+    kept: list[str] = []
+    skip_next = False
+    for line in lines:
+        text = line.rstrip("\n")
+        if skip_next and text.strip() == TRY_IMPORT:
+            skip_next = False
+            continue
+        skip_next = text == BAZELRC_COMMENT
+        if not skip_next:
+            kept.append(line)
+    return kept
+
+
+def client_config_files(repo: Path) -> list[Path]:
+    """The files of ``repo`` holding lre's client config (live or inert)."""
+    files = [
+        path
+        for path in (repo / "lre.bazelrc", repo / ".buckconfig.d" / "lre.buckconfig")
+        if _owned(path)
+    ]
+    local = repo / ".buckconfig.local"
+    if local.is_file() and BEGIN in local.read_text(encoding="utf-8").splitlines():
+        files.append(local)
+    return files
+
+
+def make_inert(repo: Path) -> WriteReport:
+    """Empty every client config file lre owns in ``repo`` down to comments.
+
+    Bazel and Buck2 then build locally; ``.bazelrc``'s try-import still finds
+    a file. The files stay lre's, so the next ``write_*`` fills them in.
+    ``report.written`` lists the files changed (none when already inert).
+    """
+    report = WriteReport()
+    for path in client_config_files(repo):
+        if path.name == "lre.bazelrc":
+            _write_owned(path, INERT_BAZELRC, report)
+        elif path.name == ".buckconfig.local":
+            _write_local_block(path, INERT_BUCKCONFIG, report)
+        else:
+            _write_owned(path, MARKER + "\n" + INERT_BUCKCONFIG, report)
+    return report
+
+
+def owned_paths(repo: Path) -> list[Path]:
+    """Files and directories in ``repo`` that lre wrote and the user did not.
+
+    ``.bazelrc`` and ``.buckconfig.local`` count only when nothing but lre's
+    lines are in them (lre created them).
+    """
+    paths = [p for p in client_config_files(repo) if p.name != ".buckconfig.local"]
+    platforms = repo / "lre_platforms"
+    if platforms.is_dir() and all(_owned(p) for p in platforms.iterdir()):
+        paths.append(platforms)
+    bazelrc = repo / ".bazelrc"
+    if bazelrc.is_file():
+        lines = bazelrc.read_text(encoding="utf-8").splitlines(keepends=True)
+        if lines and not "".join(_without_lre_import(lines)).strip():
+            paths.append(bazelrc)
+    local = repo / ".buckconfig.local"
+    if local.is_file():
+        text = local.read_text(encoding="utf-8")
+        if text != _strip_block(text) and not _strip_block(text).strip():
+            paths.append(local)
+    return paths

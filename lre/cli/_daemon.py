@@ -31,6 +31,15 @@ class RunningServer:
     repo: str
     log_file: str
     started: float
+    #: How clients reach the first gRPC listener (for the client config of
+    #: repositories linked while it runs): its TLS certificate, whether it
+    #: asks for client certificates, its token file ("" = none).
+    tls_cert_file: str = ""
+    tls_client_auth: bool = False
+    auth_token_file: str = ""
+    #: Platform properties the client config sends (``client_exec_properties``
+    #: of the server's config); None = lre's own defaults.
+    exec_properties: dict[str, str] | None = None
 
     def alive(self) -> bool:
         """True when the process still exists and is an lre (not a reused pid)."""
@@ -95,26 +104,6 @@ def stop_server(server: RunningServer, *, timeout: float = 30.0) -> bool:
         proc.kill()
         proc.wait(10)
         return False
-
-
-def holder_of_port(host: str, port: int) -> str | None:
-    """Describe the process listening on ``host:port`` ("pid 123 (python3)"), if any."""
-    try:
-        connections = psutil.net_connections(kind="tcp")
-    except (psutil.Error, OSError):
-        return None
-    for conn in connections:
-        if conn.status != psutil.CONN_LISTEN or not conn.laddr:
-            continue
-        if conn.laddr.port == port and conn.laddr.ip in (host, "0.0.0.0", "::", "::1"):
-            if conn.pid is None:
-                return "another process (its pid is not visible to this user)"
-            try:
-                name = psutil.Process(conn.pid).name()
-            except psutil.Error:
-                name = "?"
-            return f"pid {conn.pid} ({name})"
-    return None
 
 
 def wait_for_pid_file(state_dir: Path, child: psutil.Process, timeout: float) -> RunningServer:

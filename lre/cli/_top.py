@@ -1,7 +1,8 @@
 """``lre top`` (the live dashboard of a running lre) and ``lre stats`` (one snapshot).
 
 Both read ``/api/v1/stats`` from the status listener at ``--address``,
-default ``global.status.address`` of the effective config (``--config`` or
+default the running lre's status listener (from its pid file), else
+``global.status.address`` of the effective config (``--config`` or
 the embedded default). ``q`` or Ctrl-C leaves ``lre top``; the server keeps
 running.
 
@@ -21,6 +22,8 @@ import typer
 
 from lre.cli._app import app
 from lre.cli._config_cmd import load_or_default
+from lre.cli._daemon import read_pid_file
+from lre.config import resolve
 
 AddressOption = Annotated[
     str | None,
@@ -37,13 +40,19 @@ ConfigOption = Annotated[
 
 
 def status_address(address: str | None, config: Path | None) -> str:
-    """``address`` if given, else the config's ``global.status.address``.
+    """``address`` if given, else where the running lre's status listener is
+    (its pid file: ``--port`` moves the listener), else the config's
+    ``global.status.address``.
 
     Exits with status 2 and a message when the listener is disabled there.
     """
     if address:
         return address
-    configured = load_or_default(config).global_.status.address
+    loaded = load_or_default(config)
+    running = read_pid_file(Path(resolve(loaded).global_.state_dir))
+    if running is not None and running.status_address and running.alive():
+        return running.status_address
+    configured = loaded.global_.status.address
     if not configured:
         typer.echo(
             'global.status.address is "" (status listener disabled); pass --address host:port',

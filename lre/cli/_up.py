@@ -1,4 +1,10 @@
-"""``lre up``, ``lre down``, ``lre status`` and ``lre unlink``."""
+"""``lre up``, ``lre down``, ``lre status`` and ``lre unlink``.
+
+``lre up`` starts lre and points the current repository at it (``lre link``
+in ``_link`` does the pointing for a running lre); when one already runs for
+this state directory it only points the repository at it. ``lre down``
+stops it and leaves every repository it pointed at itself building locally.
+"""
 
 from __future__ import annotations
 
@@ -19,25 +25,34 @@ import typer
 from lre.cli._app import app
 from lre.cli._client_config import (
     ClientConfigError,
-    ClientSettings,
-    WriteReport,
-    detect_bazel_version,
+    client_config_files,
     find_repo_root,
+    make_inert,
     unlink,
-    write_bazel,
-    write_buck2,
 )
 from lre.cli._config_cmd import load_or_default
 from lre.cli._daemon import (
     LOG_FILE,
     RunningServer,
-    holder_of_port,
     read_pid_file,
     remove_pid_file,
     stop_server,
     wait_for_pid_file,
     write_pid_file,
 )
+from lre.cli._git_exclude import set_excluded
+from lre.cli._link import (
+    BuckLocalOption,
+    InstanceOption,
+    NoEditOption,
+    RepoOption,
+    link_repo_or_exit,
+    point_linked_repos,
+    point_repo,
+    print_report,
+)
+from lre.cli._links import Link, forget_link, read_links
+from lre.cli._ports import check_port, listeners_in_use, split_address, with_port
 from lre.config import Config, ListenerSpec, client_exec_properties, resolve
 from lre.errors import LreError
 
@@ -56,77 +71,33 @@ ConfigOption = Annotated[
 ]
 
 
-def _with_port(config: Config, port: int | None) -> Config:
-    """The config with the first server's TCP port replaced by ``port``."""
-    if port is None or not config.servers:
-        return config
-    first = config.servers[0]
-    host = first.listener.address.rpartition(":")[0] or "127.0.0.1"
-    if first.listener.address.startswith("unix:"):
-        raise typer.BadParameter("--port: the first server listens on a Unix socket")
-    listener: ListenerSpec = dataclasses.replace(first.listener, address=f"{host}:{port}")
-    servers = (dataclasses.replace(first, listener=listener), *config.servers[1:])
-    return dataclasses.replace(config, servers=servers)
-
-
-def _split_address(address: str) -> tuple[str, int] | None:
-    if address.startswith("unix:"):
-        return None
-    host, _, port = address.rpartition(":")
-    try:
-        return host.strip("[]") or "127.0.0.1", int(port)
-    except ValueError:
-        return None
-
-
-def _print_report(report: WriteReport) -> None:
-    for path in report.written:
-        typer.echo(f"wrote {path}")
-    for path in report.removed:
-        typer.echo(f"removed {path}")
-    for warning in report.warnings:
-        typer.echo(f"note: {warning}", err=True)
-
-
-def _platform_source() -> Path | None:
-    """The Buck2 platform shipped with lre (``lre/_toolchains`` links to ``toolchains/``)."""
-    import lre
-
-    candidate = Path(lre.__file__).resolve().parent / "_toolchains" / "buck2"
-    return candidate if (candidate / "defs.bzl").exists() else None
-
-
-def _write_client_config(
-    repo: Path,
-    ready: ReadyInfo,
-    *,
-    instance: str,
-    edit: bool,
-    buck_local: bool,
-    exec_properties: tuple[tuple[str, str], ...] | None = None,
-) -> None:
-    hostport = _split_address(ready.grpc_addresses[0]) if ready.grpc_addresses else None
-    if hostport is None:
-        typer.echo("note: no TCP listener; client config not written", err=True)
-        return
-    settings = ClientSettings(
-        host=hostport[0], port=hostport[1], instance_name=instance, exec_properties=exec_properties
+def _server_record(
+    config: Config, ready: ReadyInfo, state_dir: Path, repo: Path | None
+) -> RunningServer:
+    """What the pid file says about this lre once it listens."""
+    listener = config.servers[0].listener if config.servers else ListenerSpec()
+    return RunningServer(
+        pid=os.getpid(),
+        grpc_address=ready.grpc_addresses[0] if ready.grpc_addresses else "",
+        status_address=ready.status_address,
+        repo=str(repo or ""),
+        log_file=str(state_dir / LOG_FILE),
+        started=psutil.Process().create_time(),
+        tls_cert_file=listener.tls.cert_file if listener.tls is not None else "",
+        tls_client_auth=listener.tls is not None and bool(listener.tls.client_ca_file),
+        auth_token_file=listener.auth_token_file,
+        exec_properties=dict(client_exec_properties(config)),
     )
-    try:
-        is_buck = (repo / ".buckconfig").exists()
-        is_bazel = any(
-            (repo / n).exists() for n in ("MODULE.bazel", "WORKSPACE", "WORKSPACE.bazel")
-        )
-        if is_bazel or not is_buck:
-            _print_report(
-                write_bazel(repo, settings, edit_bazelrc=edit, version=detect_bazel_version())
-            )
-        if is_buck:
-            _print_report(
-                write_buck2(repo, settings, local=buck_local, platform_source=_platform_source())
-            )
-    except ClientConfigError as error:
-        typer.echo(f"error: {error}", err=True)
+
+
+def _point_repos(server: RunningServer, state_dir: Path, repo: Path | None, link: Link) -> None:
+    """Point ``repo`` and every repository linked before at ``server``; print what changed."""
+    if repo is not None:
+        try:
+            print_report(point_repo(repo, server, link, state_dir))
+        except (ClientConfigError, OSError) as error:
+            typer.echo(f"error: {error}", err=True)
+    point_linked_repos(server, state_dir, skip=repo)
 
 
 async def _dashboard(application: Application) -> None:
@@ -138,98 +109,80 @@ async def _dashboard(application: Application) -> None:
 @app.command()
 def up(
     config_path: ConfigOption = None,
-    port: Annotated[int | None, typer.Option("--port", help="Port of the gRPC listener.")] = None,
+    port: Annotated[
+        int | None,
+        typer.Option(
+            "--port",
+            callback=lambda value: check_port(value, "--port"),
+            help="Port of the gRPC listener (the status listener moves too if its port is taken).",
+        ),
+    ] = None,
     detach: Annotated[bool, typer.Option("--detach", "-d", help="Run in the background.")] = False,
     no_tui: Annotated[
         bool, typer.Option("--no-tui", help="Plain log lines, no dashboard.")
     ] = False,
-    no_edit: Annotated[
-        bool, typer.Option("--no-edit", help="Do not add the try-import line to .bazelrc.")
-    ] = False,
+    no_edit: NoEditOption = False,
     no_client_config: Annotated[
         bool, typer.Option("--no-client-config", help="Write no Bazel/Buck2 config.")
     ] = False,
     clean_config: Annotated[
         bool, typer.Option("--clean-config", help="Remove lre's client config and exit.")
     ] = False,
-    buck_local: Annotated[
-        bool, typer.Option("--buck-local", help="Write Buck2 settings into .buckconfig.local.")
-    ] = False,
-    instance: Annotated[
-        str, typer.Option("--instance", help="Instance name written into client config.")
-    ] = "main",
-    repo: Annotated[
-        Path | None, typer.Option("--repo", help="Repository (default: detected from cwd).")
-    ] = None,
+    buck_local: BuckLocalOption = False,
+    instance: InstanceOption = "main",
+    repo: RepoOption = None,
     log_level: Annotated[str | None, typer.Option("--log-level")] = None,
 ) -> None:
-    """Start lre and point the repository's Bazel/Buck2 at it."""
+    """Start lre and point the repository's Bazel/Buck2 at it.
+
+    When lre already runs for this state directory, only point the
+    repository at it (like `lre link`) and exit 0.
+    """
     repo_root = repo.resolve() if repo is not None else find_repo_root(Path.cwd())
     if clean_config:
         if repo_root is None:
             typer.echo("error: no repository found here", err=True)
             raise typer.Exit(1)
-        _print_report(unlink(repo_root))
+        print_report(unlink(repo_root))
         return
-    config = resolve(_with_port(load_or_default(config_path), port))
+    config = resolve(with_port(load_or_default(config_path), port))
     state_dir = state_dir_of(config)
+    link = Link(instance=instance, edit_bazelrc=not no_edit, buck_local=buck_local)
     running = read_pid_file(state_dir)
     if running is not None and running.alive():
+        _use_running(running, port, repo_root, no_client_config, link, state_dir)
+        return
+    busy = listeners_in_use(config)
+    if busy:
+        for problem in busy:
+            typer.echo(f"error: {problem}", err=True)
         typer.echo(
-            f"lre is already running (pid {running.pid}) on {running.grpc_address}; "
-            "`lre down` stops it",
+            "choose another port with --port (the status listener follows it), stop the "
+            "holder, or edit the config",
             err=True,
         )
         raise typer.Exit(1)
-    for server in config.servers:
-        hostport = _split_address(server.listener.address)
-        if hostport is not None and hostport[1] != 0:
-            holder = holder_of_port(*hostport)
-            if holder is not None:
-                typer.echo(
-                    f"error: {server.listener.address} is in use by {holder}; "
-                    "choose another with --port",
-                    err=True,
-                )
-                raise typer.Exit(1)
     if detach:
-        _detach(
-            config_path,
-            port,
-            state_dir,
-            repo_root,
-            no_edit,
-            no_client_config,
-            buck_local,
-            instance,
-            log_level,
+        server = _detach(config_path, port, state_dir, repo_root, instance, log_level)
+        if not no_client_config:
+            _point_repos(server, state_dir, repo_root, link)
+        where = (
+            f"; status on http://{server.status_address}/status" if server.status_address else ""
+        )
+        typer.echo(
+            f"lre running in the background (pid {server.pid}) on {server.grpc_address}{where}; "
+            f"log: {server.log_file}; `lre down` stops it"
         )
         return
 
     def announce(ready: ReadyInfo) -> None:
-        # Client config first: `lre up --detach` returns once the pid file
-        # exists, and a build started right after must already find
-        # lre.bazelrc (Bazel's try-import skips a missing file silently).
-        if repo_root is not None and not no_client_config:
-            _write_client_config(
-                repo_root,
-                ready,
-                instance=instance,
-                edit=not no_edit,
-                buck_local=buck_local,
-                exec_properties=client_exec_properties(config),
-            )
-        write_pid_file(
-            state_dir,
-            RunningServer(
-                pid=os.getpid(),
-                grpc_address=ready.grpc_addresses[0] if ready.grpc_addresses else "",
-                status_address=ready.status_address,
-                repo=str(repo_root or ""),
-                log_file=str(state_dir / LOG_FILE),
-                started=psutil.Process().create_time(),
-            ),
-        )
+        server = _server_record(config, ready, state_dir, repo_root)
+        # Client config first: the pid file means "ready", and a build
+        # started then must already find lre.bazelrc (Bazel's try-import
+        # skips a missing file silently).
+        if not no_client_config:
+            _point_repos(server, state_dir, repo_root, link)
+        write_pid_file(state_dir, server)
         typer.echo(
             f"lre listening on {', '.join(ready.grpc_addresses)}"
             + (f"; status on http://{ready.status_address}/status" if ready.status_address else ""),
@@ -261,10 +214,33 @@ def up(
             raise
         # A start-up problem the user can fix: say what, without a traceback.
         typer.echo(f"error: lre could not start: {cause}", err=True)
+        for problem in listeners_in_use(config):
+            typer.echo(f"error: {problem}", err=True)
         raise typer.Exit(1) from error
     finally:
         remove_pid_file(state_dir, os.getpid())
+        if ready_seen and not no_client_config:
+            # Stopped in the foreground (Ctrl-C, q, SIGTERM): as `lre down` does.
+            _make_repos_inert(state_dir, None)
     typer.echo("lre stopped", err=True)
+
+
+def _use_running(
+    running: RunningServer,
+    port: int | None,
+    repo_root: Path | None,
+    no_client_config: bool,
+    link: Link,
+    state_dir: Path,
+) -> None:
+    """`lre up` while lre runs: point the repository at it (exit 0), or say why not."""
+    typer.echo(f"lre is already running (pid {running.pid}) on {running.grpc_address}")
+    hostport = split_address(running.grpc_address)
+    if port is not None and (hostport is None or hostport[1] != port):
+        typer.echo(f"note: --port {port} ignored: `lre down` first to move lre", err=True)
+    if repo_root is None or no_client_config:
+        return
+    link_repo_or_exit(repo_root, running, link, state_dir)
 
 
 def _single_cause(error: BaseException) -> BaseException:
@@ -279,30 +255,32 @@ def _detach(
     port: int | None,
     state_dir: Path,
     repo_root: Path | None,
-    no_edit: bool,
-    no_client_config: bool,
-    buck_local: bool,
     instance: str,
     log_level: str | None,
-) -> None:
-    argv = [sys.executable, "-m", "lre", "up", "--no-tui", "--instance", instance]
+) -> RunningServer:
+    """Start ``lre up`` in the background and wait until it listens.
+
+    The child writes no client config: the caller does, so that what it
+    prints reaches the terminal. Exits 1 (printing what the child wrote)
+    when the child stops or is not ready within 60 s.
+    """
+    argv = [sys.executable, "-m", "lre", "up", "--no-tui", "--no-client-config"]
+    argv += ["--instance", instance]
     if config_path is not None:
         argv += ["--config", str(config_path.resolve())]
     if port is not None:
         argv += ["--port", str(port)]
     if repo_root is not None:
         argv += ["--repo", str(repo_root)]
-    if no_edit:
-        argv.append("--no-edit")
-    if no_client_config:
-        argv.append("--no-client-config")
-    if buck_local:
-        argv.append("--buck-local")
     if log_level:
         argv += ["--log-level", log_level]
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     log_path = state_dir / LOG_FILE
-    with open(log_path, "ab") as log, open(os.devnull, "rb") as null:
+    # Owner-only like the log lre itself writes (lre.app's LOG_FILE_MODE).
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    os.fchmod(log_fd, 0o600)
+    with open(log_fd, "ab") as log, open(os.devnull, "rb") as null:
+        offset = log.seek(0, os.SEEK_END)
         child = subprocess.Popen(
             argv,
             stdin=null,
@@ -314,14 +292,39 @@ def _detach(
     try:
         server = wait_for_pid_file(state_dir, psutil.Process(child.pid), timeout=60)
     except RuntimeError as error:
-        typer.echo(f"error: {error}; see {log_path}", err=True)
         if child.poll() is None:
             child.kill()
+            child.wait(10)
+        for line in _tail(log_path, offset):
+            typer.echo(line, err=True)
+        typer.echo(f"error: {error}; the whole log: {log_path}", err=True)
         raise typer.Exit(1) from error
-    typer.echo(
-        f"lre running in the background (pid {server.pid}) on {server.grpc_address}; "
-        f"log: {log_path}; `lre down` stops it"
-    )
+    # What the foreground lre would have shown on the terminal: its warnings.
+    for line in _tail(log_path, offset, lines=200):
+        parts = line.split(" ", 3)
+        if len(parts) == 4 and parts[1] in ("WARNING", "ERROR", "CRITICAL"):
+            typer.echo(f"note: {parts[3]}", err=True)
+    return server
+
+
+def _tail(path: Path, offset: int, lines: int = 20) -> list[str]:
+    """The last ``lines`` lines written to ``path`` after ``offset`` ([] if unreadable)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    return text.splitlines()[-lines:]
+
+
+def _containment_of(detail: str) -> str:
+    """The containment mode named in a /status body, or "" when it names none."""
+    try:
+        body = json.loads(detail)
+    except ValueError:
+        return ""
+    return str(body.get("containment", "")) if isinstance(body, dict) else ""
 
 
 def _status_of(server: RunningServer) -> tuple[bool, str]:
@@ -336,19 +339,47 @@ def _status_of(server: RunningServer) -> tuple[bool, str]:
         return False, f"status endpoint unreachable: {error}"
 
 
+def _make_repos_inert(state_dir: Path, server: RunningServer | None) -> None:
+    """Leave every repository lre pointed at itself building locally; say so per repository."""
+    repos = set(read_links(state_dir))
+    if server is not None and server.repo:
+        repos.add(Path(server.repo))
+    for repo in sorted(repos):
+        try:
+            make_inert(repo)
+            files = client_config_files(repo)
+        except (ClientConfigError, OSError) as error:
+            typer.echo(f"error: {repo}: {error}", err=True)
+            continue
+        if files:
+            names = ", ".join(str(p.relative_to(repo)) for p in files)
+            typer.echo(f"{repo}: builds locally now ({names} inert until `lre up`)")
+            if any("buckconfig" in p.name for p in files):
+                typer.echo(f"note: {repo}: run `buck2 kill` so Buck2 rereads it", err=True)
+
+
 @app.command()
 def down(config_path: ConfigOption = None) -> None:
-    """Stop the lre running for this configuration's state directory."""
+    """Stop lre; every repository it pointed at itself builds locally again."""
     state_dir = state_dir_of(resolve(load_or_default(config_path)))
     server = read_pid_file(state_dir)
     if server is None or not server.alive():
         typer.echo("lre is not running")
         if server is not None:
             remove_pid_file(state_dir, server.pid)
+        _make_repos_inert(state_dir, server)
         return
     clean = stop_server(server)
     remove_pid_file(state_dir, server.pid)
     typer.echo(f"lre (pid {server.pid}) stopped" + ("" if clean else " (killed after timeout)"))
+    _make_repos_inert(state_dir, server)
+
+
+def status_urls(status_address: str) -> dict[str, str]:
+    """The status listener's URLs by name ("status", "metrics"); {} when it is off."""
+    if not status_address:
+        return {}
+    return {name: f"http://{status_address}/{name}" for name in ("status", "metrics")}
 
 
 @app.command()
@@ -356,7 +387,10 @@ def status(
     config_path: ConfigOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Tell whether lre runs, where, and whether it is healthy (exit 0 only if so)."""
+    """Tell whether lre runs, where, and whether it is healthy (exit 0 only if so).
+
+    `lre stats` shows what it is doing (the dashboard as text).
+    """
     state_dir = state_dir_of(resolve(load_or_default(config_path)))
     server = read_pid_file(state_dir)
     if server is None or not server.alive():
@@ -366,6 +400,7 @@ def status(
             typer.echo("lre is not running")
         raise typer.Exit(1)
     healthy, detail = _status_of(server)
+    urls = status_urls(server.status_address)
     if as_json:
         typer.echo(
             json.dumps(
@@ -373,6 +408,7 @@ def status(
                     "running": True,
                     "healthy": healthy,
                     "detail": detail,
+                    "urls": urls,
                     **dataclasses.asdict(server),
                 }
             )
@@ -383,6 +419,11 @@ def status(
             f"lre pid {server.pid} on {server.grpc_address}, up {uptime:.0f} s, "
             f"{'healthy' if healthy else 'UNHEALTHY'}: {detail}"
         )
+        containment = _containment_of(detail)
+        if containment:
+            typer.echo(f"containment of actions: {containment}")
+        for name, url in urls.items():
+            typer.echo(f"{name}: {url}")
     if not healthy:
         raise typer.Exit(2)
 
@@ -392,10 +433,20 @@ def unlink_command(
     repo: Annotated[
         Path | None, typer.Option("--repo", help="Repository (default: detected).")
     ] = None,
+    config_path: ConfigOption = None,
 ) -> None:
-    """Remove exactly the Bazel/Buck2 config that `lre up` wrote."""
+    """Remove exactly the Bazel/Buck2 config that `lre up` wrote (and lre's git excludes)."""
     root = repo.resolve() if repo is not None else find_repo_root(Path.cwd())
     if root is None:
         typer.echo("error: no repository found here", err=True)
         raise typer.Exit(1)
-    _print_report(unlink(root))
+    report = unlink(root)
+    try:
+        exclude = set_excluded(root, [])
+        forget_link(state_dir_of(resolve(load_or_default(config_path))), root)
+    except OSError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(1) from error
+    if exclude is not None:
+        report.removed.append(exclude)
+    print_report(report)

@@ -449,11 +449,12 @@ class _Checker:
             if len(address) == len("unix:"):
                 self.fail((*path, "address"), '"unix:" needs a path, e.g. "unix:/run/lre.sock"')
             return
+        if _port_out_of_range(address):
+            self.fail((*path, "address"), _PORT_RANGE.format(address=address))
+            return
         host = _host_port(address)
         if host is None:
-            self.fail(
-                (*path, "address"), f'{address!r} is not "host:port" (port 0-65535) or "unix:/path"'
-            )
+            self.fail((*path, "address"), f'{address!r} is not "host:port" or "unix:/path"')
             return
         if not _is_loopback(host) and spec.tls is None and not spec.auth_token_file:
             self.fail(
@@ -480,7 +481,11 @@ class _Checker:
                 f"{spec.max_open_files} is too few for a server; use at least 64",
             )
         status_host = _host_port(spec.status.address) if spec.status.address else ""
-        if status_host is None:
+        if _port_out_of_range(spec.status.address):
+            self.fail(
+                ("global", "status", "address"), _PORT_RANGE.format(address=spec.status.address)
+            )
+        elif status_host is None:
             self.fail(
                 ("global", "status", "address"), f'{spec.status.address!r} is not "host:port" or ""'
             )
@@ -499,6 +504,15 @@ class _Checker:
         elif known:
             message += f" (known: {', '.join(sorted(known))})"
         self.fail(path, message)
+
+
+_PORT_RANGE = "{address!r}: the port must be 1-65535 (or 0 for any free port)"
+
+
+def _port_out_of_range(address: str) -> bool:
+    """True for ``"host:port"`` whose port is all digits but above 65535."""
+    port = address.rpartition(":")[2]
+    return port.isdigit() and int(port) > 65535
 
 
 def _host_port(address: str) -> str | None:

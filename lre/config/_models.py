@@ -167,6 +167,8 @@ class SimpleSchedulerSpec:
             "OSFamily": "exact",
             "ISA": "exact",
             "pool": "exact",
+            "block-network": "ignore",
+            "requires-network": "ignore",
         },
     )
     retain_completed_for_s: Seconds = doc(
@@ -402,8 +404,29 @@ class LocalWorkerSpec:
         default="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     )
     symlink_policy: Literal["reject", "allow"] = doc(
-        "Input or output symlinks that are absolute or escape the action directory.",
+        "Input or output symlinks that are absolute or whose resolution leaves the "
+        "action's input root (judged as the kernel resolves them: chains, links "
+        'followed by "..").',
         default="reject",
+    )
+    containment: Literal["strongest", "pidns", "userns", "portable"] = doc(
+        "How everything an action starts is kept from outliving it (docs/security.md): "
+        '"pidns" = a PID namespace per action (needs CAP_SYS_ADMIN, e.g. root); '
+        '"userns" = the same without privileges, inside a user namespace (util-linux '
+        'unshare); "portable" = process group, lre as subreaper and a sweep of orphans; '
+        '"strongest" = the first of these that works on this machine (tried at start-up).',
+        default="strongest",
+    )
+    network: Literal["allow", "block"] = doc(
+        'Network of actions: "block" runs each in a network namespace of its own with '
+        "only loopback (needs containment pidns). Per action, the platform properties "
+        "block-network and requires-network override it.",
+        default="allow",
+    )
+    private_tmp: bool = doc(
+        "Give each action its own temporary directory (TMPDIR, TMP and TEMP point into "
+        "its action directory unless the Command sets them); removed with the action.",
+        default=True,
     )
     upload_action_result: UploadActionResultSpec = doc(
         "Action cache writes.", default_factory=UploadActionResultSpec
@@ -436,14 +459,16 @@ class TlsServerSpec:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ListenerSpec:
     address: str = doc(
-        '"host:port" to listen on, or "unix:/path" for a Unix socket (mode 0600).',
+        '"host:port" to listen on (port 1-65535, or 0 for any free port; `lre up --port` '
+        'replaces the first server\'s), or "unix:/path" for a Unix socket (mode 0600).',
         default="127.0.0.1:50051",
     )
     tls: TlsServerSpec | None = doc(
         "TLS; required (or auth_token_file) off loopback.", default=None
     )
     auth_token_file: str = doc(
-        'File holding a bearer token clients must send as "authorization: Bearer <token>".',
+        'File holding a bearer token clients must send as "authorization: Bearer <token>"; '
+        "the client config lre writes carries it (file mode 0600).",
         default="",
     )
     max_message_bytes: ByteSize = doc(
@@ -479,7 +504,9 @@ class ServerSpec:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StatusSpec:
     address: str = doc(
-        'HTTP listener for /status, /metrics and /api/v1/stats; "" disables it.',
+        "HTTP listener for /status, /metrics and /api/v1/stats (port 1-65535, or 0 for any "
+        'free port); "" disables it. When `lre up --port P` finds this port taken, it moves '
+        "to P+10, else to any free port; `lre status` prints where it is.",
         default="127.0.0.1:50061",
     )
 

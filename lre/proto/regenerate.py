@@ -5,12 +5,19 @@ Run ``python -m lre.proto.regenerate`` from the repository root after editing a
 committed code matches what this produces. Needs grpcio-tools and
 googleapis-common-protos (both in the ``test`` extra).
 
+protoc stamps each module with a check that refuses any protobuf (``_pb2``)
+or grpcio (``_pb2_grpc``) older than the protoc that wrote it, which would tie
+lre to the newest of both. The check is taken out (``relax_version_checks``);
+the oldest versions pyproject.toml allows are the ones CI imports and runs
+the modules with (``tests/proto/test_oldest_versions.py``).
+
 On failure (protoc reports an error) the exit status is non-zero and the
 generated files that already existed are left as they were.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 import tempfile
@@ -26,6 +33,31 @@ PROTO_FILES = (
 
 #: Suffixes of the files protoc writes for each source.
 GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
+
+_PROTOBUF_IMPORT = "from google.protobuf import runtime_version as _runtime_version\n"
+_PROTOBUF_CHECK = re.compile(r"_runtime_version\.ValidateProtobufRuntimeVersion\(\n.*?\n\)\n", re.S)
+_GRPC_CHECK = re.compile(
+    r"GRPC_GENERATED_VERSION = .*?\nif _version_not_supported:\n.*?\n    \)\n", re.S
+)
+_NOTE = "# lre.proto.regenerate took out protoc's version check (see its docstring).\n"
+
+
+def relax_version_checks(name: str, text: str) -> str:
+    """``text`` of generated file ``name`` without protoc's minimum-version check.
+
+    Raises RuntimeError when a ``_pb2.py``/``_pb2_grpc.py`` file does not
+    hold the check in the form this knows (a new protoc wrote something else:
+    look at the file and update the patterns).
+    """
+    if name.endswith("_pb2.py"):
+        if _PROTOBUF_IMPORT not in text or not _PROTOBUF_CHECK.search(text):
+            raise RuntimeError(f"{name}: protobuf runtime check not found")
+        return _PROTOBUF_CHECK.sub(_NOTE, text.replace(_PROTOBUF_IMPORT, ""), count=1)
+    if name.endswith("_pb2_grpc.py"):
+        if not _GRPC_CHECK.search(text):
+            raise RuntimeError(f"{name}: grpcio version check not found")
+        return _GRPC_CHECK.sub(_NOTE, text, count=1)
+    return text
 
 
 def _googleapis_include(into: Path) -> None:
@@ -76,6 +108,10 @@ def generate(root: Path, out: Path) -> None:
         status = protoc.main(args)
     if status != 0:
         raise RuntimeError(f"protoc exited with status {status}")
+    for proto in PROTO_FILES:
+        for suffix in GENERATED_SUFFIXES:
+            path = out / (proto.removesuffix(".proto") + suffix)
+            path.write_text(relax_version_checks(path.name, path.read_text("utf-8")), "utf-8")
 
 
 def main() -> int:

@@ -33,19 +33,24 @@ class SchedulerEventKind(enum.StrEnum):
     TIMEOUT = "timeout"  # the action ran past its timeout
     UNMATCHABLE = "unmatchable"  # no worker can ever run it
     BACKPRESSURE = "backpressure"  # a worker's precondition script said no
+    OOM = "oom"  # the kernel's OOM killer killed an action lre had not killed
+    WORKER = "worker"  # a worker became unhealthy, recovered, or went away
 
 
 @dataclass(frozen=True, slots=True)
 class SchedulerEvent:
     """One event. ``summary`` names the action (mnemonic or program),
     ``worker`` the worker involved, ``peak_rss_bytes`` the peak the action
-    reached when it is known (kills, finished runs)."""
+    reached when it is known (kills, finished runs). ``healthy`` is set on
+    ``WORKER`` events: False when the worker became unhealthy or went away,
+    True when it recovered."""
 
     kind: SchedulerEventKind
     message: str
     peak_rss_bytes: int | None = None
     worker: str | None = None
     summary: str | None = None
+    healthy: bool | None = None
 
 
 EventHook = Callable[[SchedulerEvent], None]
@@ -79,9 +84,19 @@ def failure_event(
     return SchedulerEvent(kind, text, peak_rss_bytes, worker, _summary(op))
 
 
+def _held(lease: Lease) -> str:
+    """What ``lease`` reserved, in words."""
+    return "a whole worker" if lease.exclusive else memory_text(lease.reservation.memory_bytes)
+
+
+def _next_reservation(op: OperationState) -> str:
+    """What ``op`` reserves on its next run, in words."""
+    return "a whole idle worker" if op.exclusive else memory_text(op.reservation.memory_bytes)
+
+
 def kill_event(op: OperationState, lease: Lease, outcome: MemoryExceeded) -> SchedulerEvent:
     """The worker killed ``lease`` for outgrowing its memory reservation."""
-    held = "a whole worker" if lease.exclusive else memory_text(lease.reservation.memory_bytes)
+    held = _held(lease)
     return SchedulerEvent(
         SchedulerEventKind.KILL,
         f"{op.name}: killed at {memory_text(outcome.peak_rss_bytes)} peak RSS, over its "
@@ -94,10 +109,9 @@ def kill_event(op: OperationState, lease: Lease, outcome: MemoryExceeded) -> Sch
 
 def escalation_event(op: OperationState, lease: Lease, outcome: MemoryExceeded) -> SchedulerEvent:
     """``op`` was requeued one ladder step up (or for a whole idle worker)."""
-    if op.exclusive:
-        target = "a whole idle worker"
-    else:
-        target = f"{memory_text(op.reservation.memory_bytes)} (ladder step {op.ladder_step})"
+    target = _next_reservation(op)
+    if not op.exclusive:
+        target = f"{target} (ladder step {op.ladder_step})"
     return SchedulerEvent(
         SchedulerEventKind.ESCALATION,
         f"{op.name}: requeued to reserve {target} after {op.kills} kill(s)",
@@ -114,6 +128,53 @@ def backpressure_event(op: OperationState, lease: Lease, outcome: Backpressure) 
         SchedulerEventKind.BACKPRESSURE,
         f"worker {lease.worker_name} declined {op.name}{reason}; requeued",
         None,
+        lease.worker_name,
+        _summary(op),
+    )
+
+
+def action_label(op: OperationState) -> str:
+    """How a log line names ``op``'s action: mnemonic (or program) and target,
+    e.g. ``CppCompile //pkg:lib``; the operation name when neither is known."""
+    parts = [p for p in (_summary(op), op.request_info.target_id) if p]
+    return " ".join(parts) or op.name
+
+
+def memory_kill_text(
+    op: OperationState, lease: Lease, outcome: MemoryExceeded, error: LreError | None
+) -> str:
+    """One log line for a memory-ladder kill of ``lease`` and what follows it.
+
+    Call after ``escalate``: ``op`` then holds the new step, and ``error``
+    is the RESOURCE_EXHAUSTED the operation ends with (None when requeued).
+    Sizes are in binary units (``661 MiB``), never raw bytes.
+    """
+    held = _held(lease)
+    text = (
+        f"memory ladder: {action_label(op)} ({op.name}) killed on worker {lease.worker_name} "
+        f"at {memory_text(outcome.peak_rss_bytes)} peak RSS, over its reservation of {held} "
+        f"(ladder step {lease.ladder_step}); "
+    )
+    if error is not None:
+        return text + (
+            f"not retried: failed with {error.code.name} after {op.kills} kill(s), "
+            f"reservations tried: {', '.join(op.steps_tried)}"
+        )
+    target = _next_reservation(op)
+    return text + f"requeued at ladder step {op.ladder_step} reserving {target} (kill {op.kills})"
+
+
+def oom_event(op: OperationState, lease: Lease, peak_rss_bytes: int | None) -> SchedulerEvent:
+    """The kernel's OOM killer killed ``lease``'s action (lre had not)."""
+    held = _held(lease)
+    peak = "unknown" if peak_rss_bytes is None else memory_text(peak_rss_bytes)
+    return SchedulerEvent(
+        SchedulerEventKind.OOM,
+        f"{action_label(op)} ({op.name}): killed by the kernel's OOM killer on worker "
+        f"{lease.worker_name} at {peak} peak RSS with a reservation of {held} "
+        f"(ladder step {lease.ladder_step}); the host ran out of memory before lre's "
+        "kill line was reached",
+        peak_rss_bytes,
         lease.worker_name,
         _summary(op),
     )

@@ -401,6 +401,8 @@ class ReservationLearner:
     # ------------------------------------------------------------------ internals
 
     def _connect(self) -> sqlite3.Connection:
+        if self.path != ":memory:":
+            _create_private(self.path)
         db = sqlite3.connect(self.path, check_same_thread=False, isolation_level="DEFERRED")
         try:
             db.execute("PRAGMA journal_mode=WAL")
@@ -442,3 +444,24 @@ class ReservationLearner:
                 if kind is None:
                     kind = self._kinds[key] = _KindSamples(self._max_samples)
                 kind.samples.append((at, rss, cpu, step))
+
+
+#: Mode of the database file; SQLite gives its -wal and -shm files the same.
+DB_FILE_MODE = 0o600
+
+
+def _create_private(path: str) -> None:
+    """Create ``path`` empty and owner-only if missing, or narrow an existing
+    file's mode to ``DB_FILE_MODE`` (an older lre made it 0644). The kinds
+    and commands it names are the user's business. ``OSError`` propagates."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, DB_FILE_MODE)
+    try:
+        if os.fstat(fd).st_mode & 0o777 & ~DB_FILE_MODE:
+            os.fchmod(fd, DB_FILE_MODE)
+    finally:
+        os.close(fd)
+    for suffix in ("-wal", "-shm"):
+        try:
+            os.chmod(path + suffix, DB_FILE_MODE)
+        except FileNotFoundError:
+            pass

@@ -181,6 +181,8 @@ class Completed:
     error: LreError | None = None
     message: str = ""
     usage: Usage | None = None
+    #: The kernel's OOM killer (not lre) killed the action.
+    oom_killed: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,6 +51,8 @@ from lre.scheduler._events import (
     escalation_event,
     failure_event,
     kill_event,
+    memory_kill_text,
+    oom_event,
 )
 from lre.scheduler._lease import Lease
 from lre.scheduler._matching import matches_statically
@@ -76,6 +78,7 @@ from lre.scheduler._records import LeaseRecord, OperationState, WorkerState
 from lre.scheduler._sizing import escalate, record_usage
 from lre.scheduler._statistics import SchedulerStatistics, collect_statistics, completion_kind
 from lre.scheduler._watch import OperationWatch, attach_watcher, detach_watcher
+from lre.scheduler._worker_health import WorkerHealth
 
 log = logging.getLogger(__name__)
 
@@ -98,9 +101,9 @@ class Scheduler:
     - ``detach_grace_s``: how long an unfinished operation with no watcher is
       kept before it is cancelled (a client may re-attach with WaitExecution).
     - ``on_event``: called synchronously with a ``SchedulerEvent`` for ladder
-      kills and escalations, failures, timeouts, unmatchable actions and
-      backpressure (never for successes); exceptions it raises are logged and
-      ignored.
+      kills and escalations, kernel OOM kills, failures, timeouts, unmatchable
+      actions, backpressure and changes of a worker's health (never for
+      successes); exceptions it raises are logged and ignored.
 
     Raises ``ValueError`` when ``spec.progress_interval_s`` is not in (0, 30].
     """
@@ -137,6 +140,7 @@ class Scheduler:
         self._queue = RunQueue(self._resources, available_memory)
         self._detach_grace_s = detach_grace_s
         self._on_event = on_event
+        self._worker_health = WorkerHealth()
         self.progress_interval_s = float(spec.progress_interval_s)
         self._nursery: trio.Nursery | None = None
         self._ops: dict[str, OperationState] = {}
@@ -269,6 +273,10 @@ class Scheduler:
         state = self._worker(name)
         state.registered = False
         del self._workers[name]
+        gone = self._worker_health.went_away(name, len(state.leases))
+        if gone is not None:
+            log.warning("%s", gone.message)
+            emit_event(self._on_event, gone)
         for lease_id in list(state.leases):
             record = state.leases[lease_id]
             record.lease.cancel_signal.set(f"worker {name} unregistered")
@@ -536,10 +544,19 @@ class Scheduler:
         self._wake_workers()
         if self._advisor is not None:
             record_usage(self._advisor, lease, outcome)
+        health = self._worker_health.observe(lease.worker_name, outcome)
+        if health is not None:
+            log.warning("%s", health.message)
+            emit_event(self._on_event, health)
         if op.done:
             return True
         worker = lease.worker_name
         if isinstance(outcome, Completed):
+            if outcome.oom_killed:
+                peak = outcome.usage.peak_rss_bytes if outcome.usage else None
+                oom = oom_event(op, lease, peak)
+                log.warning("%s", oom.message)
+                emit_event(self._on_event, oom)
             self._complete(
                 op,
                 result=outcome.result,
@@ -578,6 +595,20 @@ class Scheduler:
             ]
             emit_event(self._on_event, kill_event(op, lease, outcome))
             error = escalate(op, lease, outcome, matching, self._resources)
+            log.warning(
+                "%s",
+                memory_kill_text(op, lease, outcome, error),
+                extra={
+                    "kv": {
+                        "mnemonic": op.request_info.action_mnemonic,
+                        "target": op.request_info.target_id,
+                        "peak_rss_bytes": outcome.peak_rss_bytes,
+                        "reserved_bytes": lease.reservation.memory_bytes,
+                        "step": lease.ladder_step,
+                        "next_step": "" if error is not None else op.ladder_step,
+                    }
+                },
+            )
             if error is not None:
                 self._complete(
                     op, error=error, worker=worker, peak_rss_bytes=outcome.peak_rss_bytes

@@ -8,8 +8,9 @@ touching the network, so builds fall back to the local tier immediately.
 After the backoff calls are let through again (half-open); another failure
 doubles the backoff (up to ``max_backoff``), a success closes the circuit.
 
-Each transition is logged once (a warning going down, info coming back);
-``statistics()`` is what /status and the TUI show.
+Each transition is logged once (a warning going down, info coming back)
+and passed to ``on_change`` when set (the app makes it an ``upstream``
+event); ``statistics()`` is what /status and the TUI show.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -79,6 +80,9 @@ class UpstreamHealth:
         self.transitions_down = 0
         #: Bumped by the stores using this upstream (see ``UpstreamStatistics``).
         self.counters: Counter[str] = Counter()
+        #: Called (on the Trio thread) after going down and after coming back;
+        #: an exception it raises is logged and ignored.
+        self.on_change: Callable[[UpstreamStatistics], None] | None = None
 
     def circuit_open(self) -> bool:
         """True while calls must fail at once (down and still backing off)."""
@@ -99,9 +103,12 @@ class UpstreamHealth:
                     self.address,
                     time.time() - self._down_since,
                 )
+            was_down = self.state == "down"
             self.state = "up"
             self._backoff_s = self.base_backoff_s
             self._down_since = 0.0
+            if was_down:
+                self._changed()
 
     def record_failure(self, reason: str) -> None:
         self.calls += 1
@@ -119,9 +126,19 @@ class UpstreamHealth:
                 self._backoff_s,
             )
             self.state = "down"
-        else:
-            self._backoff_s = min(self.max_backoff_s, self._backoff_s * 2)
+            self._open_until = trio.current_time() + self._backoff_s
+            self._changed()
+            return
+        self._backoff_s = min(self.max_backoff_s, self._backoff_s * 2)
         self._open_until = trio.current_time() + self._backoff_s
+
+    def _changed(self) -> None:
+        if self.on_change is None:
+            return
+        try:
+            self.on_change(self.statistics())
+        except Exception:
+            log.exception("upstream %s: on_change hook failed", self.name)
 
     def statistics(self) -> UpstreamStatistics:
         # Computed without trio.current_time so it works from any thread.

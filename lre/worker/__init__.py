@@ -2,23 +2,34 @@
 
 ``LocalWorker`` is the live worker built by ``lre.app`` from a
 ``LocalWorkerSpec``; ``ActionRunner`` runs one leased action end to end;
-``WorkDirectory`` is a worker's locked private directory.
+``WorkDirectory`` is a worker's locked private directory; ``Containment``
+(from ``choose_containment``) keeps each action's processes within its life.
 """
 
 from lre.worker._action import ActionResultWriter, ActionRunner
+from lre.worker._containment import (
+    CONTAINMENT_MODES,
+    Containment,
+    ContainmentUnavailable,
+    choose_containment,
+)
 from lre.worker._process import ProcessOutcome, run_process
 from lre.worker._upload import Adopter
 from lre.worker._workdir import WorkDirectory, WorkDirectoryInUse
 from lre.worker._worker import LocalWorker, WorkerStatistics
 
 __all__ = [
+    "CONTAINMENT_MODES",
     "ActionResultWriter",
     "ActionRunner",
     "Adopter",
+    "Containment",
+    "ContainmentUnavailable",
     "LocalWorker",
     "ProcessOutcome",
     "WorkDirectory",
     "WorkDirectoryInUse",
     "WorkerStatistics",
+    "choose_containment",
     "run_process",
 ]

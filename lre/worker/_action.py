@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import stat
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +32,7 @@ from lre.cas import DirectoryCache
 from lre.cas._protocol import BlobStore
 from lre.config._models import LocalWorkerSpec
 from lre.digest import EMPTY_DIGEST, Digest
-from lre.errors import Cancelled, DeadlineExceeded, Internal, LreError
+from lre.errors import Cancelled, DeadlineExceeded, Internal, InvalidArgument, LreError
 from lre.proto import re_pb2
 from lre.scheduler import (
     Completed,
@@ -42,7 +44,9 @@ from lre.scheduler import (
 )
 from lre.worker._action_dirs import ActionDirectories, ActionDirectory
 from lre.worker._command import PreparedCommand, prepare_command
+from lre.worker._containment import Containment
 from lre.worker._input_guard import SMALL_CHECK, LinkedInputs, altered_inputs
+from lre.worker._input_journal import InputJournal
 from lre.worker._input_tree import InputTree, fetch_input_tree
 from lre.worker._jobserver import JobserverPool, jobserver_tokens
 from lre.worker._metadata import Timeline, resource_usage_any
@@ -50,10 +54,10 @@ from lre.worker._outputs import (
     FoundFile,
     FoundOutputs,
     OutputRequest,
-    hash_file,
+    hash_fd,
     scan_outputs,
 )
-from lre.worker._process import ProcessOutcome, kill_group, run_process
+from lre.worker._process import ProcessOutcome, default_containment, run_process
 from lre.worker._properties import max_inflight
 from lre.worker._sampler import ActionUsage, ProcessTreeSampler
 from lre.worker._staging import LinkSource, stage_inputs
@@ -113,8 +117,13 @@ class ActionRunner:
         adopt: Adopter | None = None,
         sampler: ProcessTreeSampler | None = None,
         discard: Discarder | None = None,
+        containment: Containment | None = None,
+        journal: InputJournal | None = None,
     ) -> None:
         self.spec = spec
+        self.containment = containment if containment is not None else default_containment()
+        #: Records linked inputs of running actions for crash recovery.
+        self.journal = journal
         self.workdir = workdir
         self.store = store
         self.action_cache = action_cache
@@ -132,6 +141,8 @@ class ActionRunner:
         self._groups: dict[str, int] = {}
         #: lease id -> usage at the moment the sampler found it over its line
         self._over_limit: dict[str, ActionUsage] = {}
+        #: lease id -> whether its directory may be recycled (see ``run``)
+        self._reusable: dict[str, bool] = {}
         #: lease id -> private jobserver pool of actions running now
         self._pools: dict[str, JobserverPool] = {}
         #: One empty pool shared by every action that reserves less than two
@@ -161,14 +172,15 @@ class ActionRunner:
         if group is None:
             return
         self._over_limit[usage.action_id] = usage
-        log.warning(
+        # The scheduler logs the kill readably (mnemonic, sizes, next step).
+        log.debug(
             "worker %s: %s uses %d bytes, over its line of %d; killing it",
             self.spec.name,
             usage.action_id,
             usage.rss_bytes,
             usage.kill_line_bytes,
         )
-        kill_group(group)
+        self.containment.signal_action(group, signal.SIGKILL)
 
     def _kill_line(self, lease: Lease) -> int:
         memory = lease.reservation.memory_bytes
@@ -179,6 +191,9 @@ class ActionRunner:
         timeline = Timeline(queued=lease.queued_at)
         timeline.mark("worker_start")
         action_dir = await self.directories.take()
+        #: False when something the action started may still run (see
+        #: ``ProcessOutcome.ended_alone``): the directory is then removed.
+        self._reusable[lease.lease_id] = True
         try:
             with trio.CancelScope() as scope:
                 lease.on_cancel(scope.cancel)
@@ -197,7 +212,8 @@ class ActionRunner:
                 Internal(f"worker {self.spec.name}: {error.strerror or error}")
             )
         finally:
-            await self.directories.release(action_dir)
+            reusable = self._reusable.pop(lease.lease_id, True)
+            await self.directories.release(action_dir, reusable=reusable)
 
     def _failed(self, lease: Lease, timeline: Timeline, error: LreError) -> Outcome:
         """A request lre cannot run: final, with a result carrying metadata."""
@@ -217,6 +233,9 @@ class ActionRunner:
             input_root=root,
             default_path=self.spec.default_path,
         )
+        if self.spec.private_tmp:
+            for name in ("TMPDIR", "TMP", "TEMP"):
+                prepared.env.setdefault(name, str(action_dir.tmp))
         input_root = Digest.from_proto(
             lease.action.input_root_digest, field="Action.input_root_digest"
         )
@@ -250,15 +269,37 @@ class ActionRunner:
 
         stdout_path = action_dir.stdout
         stderr_path = action_dir.stderr
+        token = None
+        if staged.links and self.journal is not None:
+            token = self.journal.started(staged.links)
         try:
             process, sampled = await self._execute(
                 lease, prepared, root, stdout_path, stderr_path, timeline
             )
-        finally:
-            # The group is gone (reaped or killed) here, even on cancellation.
+        except BaseException:
+            # Ended by cancellation or an error: the process was ended and
+            # reaped, but whether it ended alone is known only to a backend
+            # that always ends actions alone.
+            unsure = not self.containment.ends_alone
+            if unsure:
+                self._reusable[lease.lease_id] = False
             if staged.links:
                 with trio.CancelScope(shield=True):
-                    await self._check_inputs(lease, staged.links)
+                    await self._check_inputs(lease, staged.links, all_altered=unsure)
+            if token is not None and self.journal is not None:
+                self.journal.ended(token)
+            raise
+        # Nothing of the action runs any more unless ``ended_alone`` is False;
+        # then it may still write: its linked inputs are withdrawn, its
+        # outputs copied rather than moved, and its directory removed.
+        alone = process.ended_alone
+        if not alone:
+            self._reusable[lease.lease_id] = False
+        if staged.links:
+            with trio.CancelScope(shield=True):
+                await self._check_inputs(lease, staged.links, all_altered=not alone)
+        if token is not None and self.journal is not None:
+            self.journal.ended(token)
         peak_rss = process.max_rss_bytes
         cpu_seconds = process.cpu_seconds
         samples = 0
@@ -276,10 +317,14 @@ class ActionRunner:
             return MemoryExceeded(max(over.peak_rss_bytes, peak_rss), usage=usage)
 
         timeline.mark("output_upload_start")
-        found, logs = await self._collect(root, prepared.outputs, stdout_path, stderr_path)
+        found, logs = await self._collect(
+            root, prepared.outputs, stdout_path, stderr_path, process.log_files
+        )
         inline = self._inline_files(lease, found)
         all_files = [f for _, f in found.files] + found.tree_files + logs
-        await upload_outputs(self.store, all_files, found.blobs, adopt=self.adopt)
+        await upload_outputs(
+            self.store, all_files, found.blobs, adopt=self.adopt if alone else None
+        )
         timeline.mark("output_upload_completed")
 
         result = self._result(lease, found, logs, inline, process)
@@ -306,16 +351,23 @@ class ActionRunner:
             )
         )
         await self._cache(lease, result, error)
-        return Completed(result, error=error, message=message, usage=usage)
+        return Completed(
+            result, error=error, message=message, usage=usage, oom_killed=process.oom_killed
+        )
 
-    async def _check_inputs(self, lease: Lease, linked: LinkedInputs) -> None:
+    async def _check_inputs(
+        self, lease: Lease, linked: LinkedInputs, *, all_altered: bool = False
+    ) -> None:
         """Discard every linked input blob the action altered (see
-        ``_input_guard``) before anything of the action is reported.
+        ``_input_guard``) before anything of the action is reported; with
+        ``all_altered`` (a process of the action may still run) every one.
 
         Errors of the check or of the discard propagate (an infrastructure
         failure of this attempt); the blob has left the index by then.
         """
-        if len(linked) <= SMALL_CHECK:
+        if all_altered:
+            altered = list(linked)
+        elif len(linked) <= SMALL_CHECK:
             altered = altered_inputs(linked)
         else:
             altered = await trio.to_thread.run_sync(altered_inputs, linked)
@@ -333,7 +385,12 @@ class ActionRunner:
                 await self.discard(digest, executable)
 
     async def _collect(
-        self, root: Path, outputs: list[OutputRequest], stdout_path: Path, stderr_path: Path
+        self,
+        root: Path,
+        outputs: list[OutputRequest],
+        stdout_path: Path,
+        stderr_path: Path,
+        identities: tuple[tuple[int, int], tuple[int, int]],
     ) -> tuple[FoundOutputs, list[FoundFile]]:
         """Scan the outputs and hash stdout/stderr, in one thread round trip
         (or none when there are no outputs and the logs are small)."""
@@ -341,7 +398,10 @@ class ActionRunner:
 
         def collect() -> tuple[FoundOutputs, list[FoundFile]]:
             found = scan_outputs(root, outputs, allow_escaping_symlinks=allow)
-            return found, [_log_file(stdout_path), _log_file(stderr_path)]
+            return found, [
+                _log_file(stdout_path, identities[0]),
+                _log_file(stderr_path, identities[1]),
+            ]
 
         if not outputs:
             sizes = os.stat(stdout_path).st_size, os.stat(stderr_path).st_size
@@ -418,6 +478,8 @@ class ActionRunner:
                 pass_fds=pool.pass_fds if pool is not None else (),
                 on_started=started,
                 nice=self.spec.nice,
+                containment=self.containment,
+                block_network=self._blocks_network(lease),
             )
             timeline.mark("execution_completed")
         finally:
@@ -430,6 +492,18 @@ class ActionRunner:
                     self._pools.pop(lease_id, None)
                     pool.close()
         return process, sampled
+
+    def _blocks_network(self, lease: Lease) -> bool:
+        """Whether ``lease`` runs without network: the platform properties
+        ``requires-network`` (allow) and ``block-network`` (block) win over
+        the worker's ``network`` setting; a value of false, 0 or no is as if
+        the property were absent."""
+        platform = lease.platform
+        if _truthy(platform.get("requires-network")):
+            return False
+        if _truthy(platform.get("block-network")):
+            return True
+        return self.spec.network == "block"
 
     def _inline_files(self, lease: Lease, found: FoundOutputs) -> set[str]:
         wanted = set(lease.inline_output_files)
@@ -504,6 +578,28 @@ class ActionRunner:
             )
 
 
-def _log_file(path: Path) -> FoundFile:
-    digest, data = hash_file(path)
-    return FoundFile(path, digest, False, data)
+def _truthy(value: str | None) -> bool:
+    return value is not None and value.strip().lower() not in ("false", "0", "no")
+
+
+def _log_file(path: Path, identity: tuple[int, int]) -> FoundFile:
+    """Hash the action's stdout or stderr file, the very one lre opened for it.
+
+    Raises ``InvalidArgument`` when the action put another file (a link to a
+    file elsewhere, a FIFO, a symlink) in its place.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as error:
+        raise InvalidArgument(
+            f"the action removed or replaced its {path.name} file ({error.strerror})"
+        ) from None
+    try:
+        info = os.fstat(fd)
+        if (info.st_dev, info.st_ino) != identity or not stat.S_ISREG(info.st_mode):
+            raise InvalidArgument(f"the action replaced its {path.name} file with another")
+        digest, data = hash_fd(fd)
+    finally:
+        os.close(fd)
+    movable = info.st_nlink == 1 and info.st_uid == os.geteuid()
+    return FoundFile(path, digest, False, data, movable=movable)

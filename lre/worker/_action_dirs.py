@@ -7,14 +7,18 @@ loop would stall every other action, while a thread round trip per action
 costs more CPU than the calls themselves. ``ActionDirectories`` therefore:
 
 - ``take()`` hands out an empty action directory (``{work}/a{n}/`` holding an
-  empty ``root/``, maybe empty ``stdout``/``stderr`` files) from a stock made
+  empty ``root/`` and ``tmp/``, maybe empty ``stdout``/``stderr`` files) from a stock made
   in advance; when the stock is empty it makes one in a thread;
-- ``release(path)`` queues a finished action's directory;
+- ``release(path)`` queues a finished action's directory; the runner
+  releases it only once nothing the action started can still run (the
+  containment backend says so; otherwise with ``reusable=False``, and it is
+  removed rather than recycled);
 - ``run()`` (started by the worker with ``nursery.start``) handles every
   queued directory and refills the stock in one thread call per batch. A
   directory that holds nothing but its ``root/`` (mode 0755) and the log
   files (plain files with a single link, so never a file a store adopted by
-  hardlink) is *recycled*: the logs are truncated, everything under
+  hardlink) and its private ``tmp/`` (mode 0700) is *recycled*: the logs are
+  truncated, ``tmp/`` is emptied, everything under
   ``root/`` but its directories is unlinked (``scrub_root``), and it goes
   back into the stock with those directories listed in ``existing``, for
   the next action's staging to reuse. An action that leaves nothing behind
@@ -39,6 +43,7 @@ import dataclasses
 import itertools
 import logging
 import os
+import shutil
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,7 +59,9 @@ log = logging.getLogger(__name__)
 ROOT_NAME = "root"
 #: Names of the action's stdout and stderr files inside an action directory.
 LOG_NAMES = ("stdout", "stderr")
-_RECYCLABLE = frozenset((ROOT_NAME, *LOG_NAMES))
+#: Name of the action's private temporary directory (its TMPDIR).
+TMP_NAME = "tmp"
+_RECYCLABLE = frozenset((ROOT_NAME, TMP_NAME, *LOG_NAMES))
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,13 +73,17 @@ class ActionDirectory:
     root: Path
     stdout: Path
     stderr: Path
+    #: The action's private temporary directory (outside its input root).
+    tmp: Path
     #: Empty directories already under ``root`` (relative paths), left by
     #: the previous action; ``stage_inputs`` reuses or removes them.
     existing: frozenset[str] = frozenset()
 
     @classmethod
     def at(cls, path: Path) -> ActionDirectory:
-        return cls(path, path / ROOT_NAME, path / LOG_NAMES[0], path / LOG_NAMES[1])
+        return cls(
+            path, path / ROOT_NAME, path / LOG_NAMES[0], path / LOG_NAMES[1], path / TMP_NAME
+        )
 
 
 class ActionDirectories:
@@ -88,6 +99,8 @@ class ActionDirectories:
         self._numbers = itertools.count(1)
         self._stock: list[ActionDirectory] = []
         self._trash: list[ActionDirectory] = []
+        #: released directories that must be removed, not recycled
+        self._doomed: list[ActionDirectory] = []
         self._wake = trio.Event()
         self._refilled = trio.Event()
         self._in_batch = False
@@ -136,10 +149,17 @@ class ActionDirectories:
         self._wake.set()
         return await trio.to_thread.run_sync(self._make)
 
-    async def release(self, directory: ActionDirectory) -> None:
-        """Give back a finished action's directory (see the module docstring)."""
+    async def release(self, directory: ActionDirectory, *, reusable: bool = True) -> None:
+        """Give back a finished action's directory (see the module docstring).
+
+        ``reusable`` False (a process of the action may still write into it)
+        has it removed, never handed to another action.
+        """
         if self._running:
-            self._trash.append(directory)
+            if reusable:
+                self._trash.append(directory)
+            else:
+                self._doomed.append(directory)
             self._wake.set()
             return
         with trio.CancelScope(shield=True):
@@ -155,6 +175,7 @@ class ActionDirectories:
                 await self._wake.wait()
                 self._wake = trio.Event()
                 trash, self._trash = self._trash, []
+                doomed, self._doomed = self._doomed, []
                 wanted = self.stock_size - len(self._stock)
                 keep = 2 * self.stock_size - len(self._stock)
                 self._batches += 1
@@ -162,7 +183,7 @@ class ActionDirectories:
                 # Shielded: a cancellation arriving during the thread call would
                 # otherwise drop the directories it made, leaving them on disk.
                 with trio.CancelScope(shield=True):
-                    made = await trio.to_thread.run_sync(self._batch, trash, wanted, keep)
+                    made = await trio.to_thread.run_sync(self._batch, trash, wanted, keep, doomed)
                 self._stock.extend(made)  # takes meanwhile only shrank the stock
                 self._in_batch = False
                 self._refilled.set()
@@ -171,8 +192,8 @@ class ActionDirectories:
             self._running = False
             self._in_batch = False
             self._refilled.set()  # takers waiting for a batch make their own
-            trash = self._trash + self._stock
-            self._trash, self._stock = [], []
+            trash = self._trash + self._doomed + self._stock
+            self._trash, self._doomed, self._stock = [], [], []
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(self._remove_all, trash)
 
@@ -181,9 +202,16 @@ class ActionDirectories:
     def _make(self) -> ActionDirectory:
         directory = ActionDirectory.at(self.workdir.new_action_dir(f"a{next(self._numbers)}"))
         os.mkdir(directory.root, 0o755)
+        os.mkdir(directory.tmp, 0o700)
         return directory
 
-    def _batch(self, trash: list[ActionDirectory], wanted: int, keep: int) -> list[ActionDirectory]:
+    def _batch(
+        self,
+        trash: list[ActionDirectory],
+        wanted: int,
+        keep: int,
+        doomed: list[ActionDirectory] = [],  # noqa: B006 - never mutated
+    ) -> list[ActionDirectory]:
         """Recycle up to ``keep`` of ``trash`` and remove the rest, then make
         new directories until there are ``wanted``. (Recycling more than the
         stock needs is cheaper than removing a directory now and making one
@@ -197,6 +225,7 @@ class ActionDirectories:
             else:
                 removing.append(directory)
         self._recycled += len(ready)
+        self._remove_all(doomed)
         self._remove_all(removing)
         try:
             while len(ready) < wanted:
@@ -237,7 +266,33 @@ def _recycle(directory: ActionDirectory) -> ActionDirectory | None:
                 os.truncate(log_path, 0)
     except OSError:
         return None
+    if not _empty_tmp(directory.tmp):
+        return None
     existing = scrub_root(directory.root)
     if existing is None:
         return None
     return dataclasses.replace(directory, existing=existing)
+
+
+def _empty_tmp(tmp: Path) -> bool:
+    """Empty the action's temporary directory (most actions leave it empty:
+    one ``listdir``); False when it is not lre's own 0700 directory any more
+    or cannot be emptied (the action directory is then removed whole)."""
+    try:
+        info = os.lstat(tmp)
+        if not stat.S_ISDIR(info.st_mode) or stat.S_IMODE(info.st_mode) != 0o700:
+            return False
+        if info.st_uid != os.geteuid():
+            return False
+        names = os.listdir(tmp)
+        if not names:
+            return True
+        with os.scandir(tmp) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path)  # never follows symlinks
+                else:
+                    os.unlink(entry.path)
+    except OSError:
+        return False
+    return True

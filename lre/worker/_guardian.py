@@ -1,21 +1,27 @@
-"""A watchdog process that kills the action process groups lre leaves behind
-when it dies.
+"""A watchdog process that kills what actions leave behind when lre dies.
 
-The parent-death signal (``_process.py``) reaches an action's leader when lre
-dies, but not what the leader started: a ``make`` killed that way leaves its
-compilers running, re-parented to init, until a later lre start finds them by
-their working directory. The guardian closes that gap.
+Nothing else ties an action's processes to lre's life (a parent-death signal
+would cost an extra exec per action and reach only the first process), so
+each containment backend (``_containment.py``) lists its actions here. With
+``pidns`` killing a namespace's first process kills the whole namespace; with
+``portable`` the guardian kills groups, orphans and their descendants.
 
-- lre starts it once per process, on the first action, with ``posix_spawn``:
+- lre starts the guardian once, on the first action, with ``posix_spawn``:
   ``python -I -S`` running this file, in a session of its own (a Ctrl-C in
   lre's terminal does not reach it), stdin the read end of a pipe whose write
   end only lre holds (close-on-exec, so no action inherits it).
 - lre writes ``+PGID`` when an action's group starts and ``-PGID`` just before
   it reaps the group's leader (the zombie keeps the id reserved until then, so
-  a listed id never names a stranger's group).
+  a listed id never names a stranger's group); ``*PID`` / ``/PID`` list and
+  unlist single orphans that lre adopted as subreaper and left running.
 - When the pipe reaches end of file (lre exited, however it exited) the
-  guardian SIGKILLs every group still listed and exits. After a clean
-  shutdown the list is empty.
+  guardian reads the process table once and SIGKILLs every listed group, every
+  listed orphan and every descendant of those, then exits. After a clean
+  shutdown the lists are empty.
+
+Limits: an orphan re-parented to lre and not yet listed (lre lists the ones
+it finds when an action ends) is re-parented to init when lre dies and is not
+found; the next lre start kills processes left in its work directory.
 
 The guardian itself uses the standard library only and imports nothing of
 lre, so starting it costs one small interpreter. If it cannot be started or
@@ -61,6 +67,14 @@ class ProcessGuardian:
     def remove(self, pgid: int) -> None:
         """Unlist ``pgid``; call before its leader is reaped."""
         self._send(b"-%d\n" % pgid)
+
+    def add_process(self, pid: int) -> None:
+        """List the single process ``pid`` (an orphan lre adopted)."""
+        self._send(b"*%d\n" % pid)
+
+    def remove_process(self, pid: int) -> None:
+        """Unlist the process ``pid``; call before it is reaped."""
+        self._send(b"/%d\n" % pid)
 
     def _send(self, line: bytes) -> None:
         with self._lock:
@@ -111,11 +125,46 @@ class ProcessGuardian:
         self._fd = write_end
 
 
+def _process_table() -> list[tuple[int, int, int]]:
+    """(pid, parent pid, process group) of every process that can be read."""
+    table: list[tuple[int, int, int]] = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                data = handle.read()
+        except OSError:
+            continue
+        fields = data[data.rindex(b")") + 2 :].split()
+        table.append((int(name), int(fields[1]), int(fields[2])))
+    return table
+
+
+def doomed(groups: set[int], pids: set[int], table: list[tuple[int, int, int]]) -> set[int]:
+    """Members of ``groups``, the ``pids`` themselves, and every descendant of both."""
+    children: dict[int, list[int]] = {}
+    found: set[int] = set(pids)
+    for pid, parent, group in table:
+        children.setdefault(parent, []).append(pid)
+        if group in groups:
+            found.add(pid)
+    stack = list(found)
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            if child not in found:
+                found.add(child)
+                stack.append(child)
+    found.discard(os.getpid())
+    return found
+
+
 def serve(stdin: int = 0) -> None:
     """The guardian's loop (see the module docstring); returns at end of file."""
     for terminal_signal in (signal.SIGINT, signal.SIGHUP):
         signal.signal(terminal_signal, signal.SIG_IGN)
     groups: set[int] = set()
+    pids: set[int] = set()
     pending = b""
     while True:
         try:
@@ -128,16 +177,32 @@ def serve(stdin: int = 0) -> None:
         *lines, pending = pending.split(b"\n")
         for line in lines:
             try:
-                pgid = int(line[1:])
+                number = int(line[1:])
             except ValueError:
                 continue
-            if line.startswith(b"+"):
-                groups.add(pgid)
-            elif line.startswith(b"-"):
-                groups.discard(pgid)
+            kind = line[:1]
+            if kind == b"+":
+                groups.add(number)
+            elif kind == b"-":
+                groups.discard(number)
+            elif kind == b"*":
+                pids.add(number)
+            elif kind == b"/":
+                pids.discard(number)
+    if not (groups or pids):
+        return
+    try:
+        victims = doomed(groups, pids, _process_table()) if os.path.isdir("/proc") else pids
+    except OSError:
+        victims = set(pids)
     for pgid in groups:
         try:
             os.killpg(pgid, signal.SIGKILL)
+        except OSError:
+            pass
+    for pid in victims:
+        try:
+            os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
 

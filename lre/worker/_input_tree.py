@@ -71,6 +71,72 @@ def check_symlink_target(path: str, target: str, *, allow_escaping: bool) -> Non
         )
 
 
+#: Symlinks the kernel follows in one path lookup before it gives up (ELOOP).
+_MAX_HOPS = 40
+
+
+def check_symlinks_resolve(tree: InputTree) -> None:
+    """Refuse a symlink whose resolution leaves the input root.
+
+    Each symlink is resolved against the staged tree as the kernel would:
+    component by component, following symlinks met on the way (chains,
+    links to links, a link followed by ``..``), with ``..`` applied to where
+    the walk actually is rather than to the text. A component the tree does
+    not have (the action may make it) ends the walk; the rest is then judged
+    by its text. A lookup the kernel would fail (a loop, a file used as a
+    directory) is not an escape.
+
+    Raises ``InvalidArgument`` naming the symlink and its target.
+    """
+    links = {link.path: link.target for link in tree.symlinks}
+    directories = set(tree.directories)
+    files = {f.path for f in tree.files}
+    for path, target in links.items():
+        if _escapes(path, links, directories, files):
+            raise InvalidArgument(
+                f"input symlink {path!r}: target {target!r} resolves outside the input root "
+                "(symlink_policy is reject)"
+            )
+
+
+def _escapes(path: str, links: dict[str, str], directories: set[str], files: set[str]) -> bool:
+    current = path.split("/")[:-1]  # the link's own directory (real directories)
+    pending = links[path].split("/")
+    hops = 1
+    while pending:
+        part = pending.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not current:
+                return True
+            current.pop()
+            continue
+        candidate = "/".join([*current, part])
+        target = links.get(candidate)
+        if target is not None:
+            hops += 1
+            if hops > _MAX_HOPS or target.startswith("/"):
+                return hops <= _MAX_HOPS  # absolute: escapes; a loop: the kernel refuses
+            pending = target.split("/") + pending
+        elif candidate in directories:
+            current.append(part)
+        elif candidate in files:
+            return False  # a file: the end, or ENOTDIR if more follows
+        else:
+            # Not in the tree: what follows is judged by its text.
+            depth = len(current) + 1
+            for rest in pending:
+                if rest == "..":
+                    depth -= 1
+                    if depth < 0:
+                        return True
+                elif rest not in ("", "."):
+                    depth += 1
+            return False
+    return False
+
+
 async def read_blob(store: BlobStore, digest: Digest) -> bytes:
     """The whole content of a (small) blob. Raises ``NotFound`` when absent."""
     parts = [chunk async for chunk in store.read(digest)]
@@ -115,8 +181,9 @@ async def fetch_input_tree(
 
     Raises ``MissingBlobs`` when a Directory blob is absent,
     ``InvalidArgument`` when a blob does not parse as a Directory, a name is
-    invalid (see ``lre.cas.validate_directory``) or a symlink escapes the root (see
-    ``check_symlink_target``).
+    invalid (see ``lre.cas.validate_directory``) or a symlink escapes the root,
+    by its text (``check_symlink_target``) or by where it resolves
+    (``check_symlinks_resolve``).
     """
     tree = InputTree()
     parsed: dict[Digest, re_pb2.Directory] = {}
@@ -167,4 +234,6 @@ async def fetch_input_tree(
                 child = dir_node.digest
                 next_level.append((path + "/", Digest(child.hash, child.size_bytes)))
         level = next_level
+    if tree.symlinks and not allow_escaping_symlinks:
+        check_symlinks_resolve(tree)
     return tree

@@ -1,10 +1,18 @@
 """Finding an action's outputs on disk and describing them.
 
-``scan_outputs`` runs in a worker thread after the action ended. For each
-requested output it looks at what exists (``lstat``, symlinks not
-followed): a regular file becomes an output file (digest, executable bit),
-a directory becomes a ``Tree`` (root and deduplicated children in
-topological order), a symlink stays a symlink. Missing outputs are left out.
+``scan_outputs`` runs in a worker thread after the action ended. Everything
+is reached from a descriptor of the input root, never through a symlink
+(``open_beneath``): an output whose parent directory the action replaced by
+a symlink is refused with ``InvalidArgument`` naming it, so nothing outside
+the action directory is ever read as an output, moved or emptied. For each
+requested output it looks at what exists: a regular file becomes an output
+file (digest, executable bit), hashed through the one descriptor it was
+opened with (``O_NONBLOCK``, so a FIFO swapped in cannot hang lre, and a
+non-regular file found there is refused); a directory becomes a ``Tree``
+(root and deduplicated children in topological order) read the same way; a
+symlink stays a symlink. Missing outputs are left out. A file with more than
+one link (``ln`` of a file from elsewhere) or owned by another user is marked
+not ``movable``: it is copied into the CAS, never renamed or chmodded.
 Nothing is uploaded here; ``lre.worker._upload`` does that.
 """
 
@@ -20,6 +28,7 @@ from pathlib import Path
 from lre.digest import Digest
 from lre.errors import InvalidArgument
 from lre.proto import re_pb2
+from lre.worker._beneath import SymlinkInPath, open_beneath
 
 #: Files up to this size are kept in memory after hashing so the upload
 #: does not read them again.
@@ -43,12 +52,21 @@ class OutputRequest:
 
 @dataclass(frozen=True, slots=True)
 class FoundFile:
-    """A file to put into the CAS: its location, digest and (if small) bytes."""
+    """A file to put into the CAS: its location, digest and (if small) bytes.
+
+    ``movable``: the file may be moved into the CAS (one link, lre's own
+    user); otherwise it is copied. ``root``/``relative``: where to open it
+    again safely (``open_beneath``) when it is too big to keep in memory;
+    ``root`` None means ``path`` is lre's own file (logs).
+    """
 
     path: Path
     digest: Digest
     executable: bool
     data: bytes | None
+    movable: bool = True
+    root: Path | None = None
+    relative: str = ""
 
 
 @dataclass(slots=True)
@@ -65,16 +83,66 @@ class FoundOutputs:
 
 def hash_file(path: Path) -> tuple[Digest, bytes | None]:
     """SHA256 digest of a file, plus its bytes when it is small."""
-    with open(path, "rb", buffering=0) as handle:
-        data = handle.read(KEEP_IN_MEMORY + 1)
-        if len(data) <= KEEP_IN_MEMORY:
-            return Digest(hashlib.sha256(data).hexdigest(), len(data)), data
-        hasher = hashlib.sha256(data)
-        size = len(data)
-        while chunk := handle.read(_READ_CHUNK):
-            hasher.update(chunk)
-            size += len(chunk)
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return hash_fd(fd)
+    finally:
+        os.close(fd)
+
+
+def hash_fd(fd: int) -> tuple[Digest, bytes | None]:
+    """SHA256 digest of the file open as ``fd`` (read from offset 0), plus
+    its bytes when it is small."""
+    data = os.pread(fd, KEEP_IN_MEMORY + 1, 0)
+    if len(data) <= KEEP_IN_MEMORY:
+        return Digest(hashlib.sha256(data).hexdigest(), len(data)), data
+    hasher = hashlib.sha256(data)
+    size = len(data)
+    while chunk := os.pread(fd, _READ_CHUNK, size):
+        hasher.update(chunk)
+        size += len(chunk)
     return Digest(hasher.hexdigest(), size), None
+
+
+_FILE_FLAGS = os.O_RDONLY | os.O_NONBLOCK
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY
+
+
+def _read_regular(
+    dir_fd: int, name: str, shown: str
+) -> tuple[Digest, bytes | None, os.stat_result]:
+    """Hash the regular file ``name`` in ``dir_fd`` through one descriptor.
+
+    Raises ``InvalidArgument`` naming ``shown`` when what is there now is not
+    a regular file (swapped since it was listed).
+    """
+    fd = _open_listed(dir_fd, name, _FILE_FLAGS, shown)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise InvalidArgument(f"output {shown!r} is no longer a regular file")
+        digest, data = hash_fd(fd)
+    finally:
+        os.close(fd)
+    return digest, data, info
+
+
+def _open_listed(dir_fd: int, name: str, flags: int, shown: str) -> int:
+    """Open ``name``, just listed in ``dir_fd``, without following a link.
+
+    Raises ``InvalidArgument`` naming ``shown`` when it cannot be opened so
+    (removed, or swapped for a symlink or another kind of file since).
+    """
+    try:
+        return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError as error:
+        raise InvalidArgument(
+            f"output {shown!r} changed while it was collected ({error.strerror})"
+        ) from None
+
+
+def _movable(info: os.stat_result) -> bool:
+    return info.st_nlink == 1 and info.st_uid == os.geteuid()
 
 
 def _blob(message: re_pb2.Directory | re_pb2.Tree) -> tuple[Digest, bytes]:
@@ -99,37 +167,61 @@ def _check_output_symlink(name: str, relative_link: str, target: str, allow: boo
 
 
 class _TreeBuilder:
-    def __init__(self, found: FoundOutputs, name: str, allow_escaping: bool) -> None:
+    def __init__(self, found: FoundOutputs, name: str, allow_escaping: bool, root: Path) -> None:
         self.found = found
         self.name = name
         self.allow = allow_escaping
+        self.root = root
         self.directories: dict[Digest, re_pb2.Directory] = {}
         self.edges: dict[Digest, list[Digest]] = {}
 
-    def build(self, path: Path, relative: str, shown: str) -> Digest:
-        """Directory digest of ``path``; ``shown`` is its name in messages."""
+    def build(self, dir_fd: int, relative: str, shown: str) -> Digest:
+        """Directory digest of the directory open as ``dir_fd`` (its path
+        ``relative`` to the input root); ``shown`` is its name in messages."""
         directory = re_pb2.Directory()
         children: list[Digest] = []
-        with os.scandir(path) as entries:
+        with os.scandir(dir_fd) as entries:
             items = sorted(entries, key=lambda e: e.name)
         for entry in items:
             info = entry.stat(follow_symlinks=False)
             child_relative = f"{relative}/{entry.name}"
+            child_shown = f"{shown}/{entry.name}"
             if stat.S_ISLNK(info.st_mode):
-                target = os.readlink(entry.path)
-                _check_output_symlink(f"{shown}/{entry.name}", child_relative, target, self.allow)
+                target = os.readlink(entry.name, dir_fd=dir_fd)
+                _check_output_symlink(child_shown, child_relative, target, self.allow)
                 directory.symlinks.add(name=entry.name, target=target)
             elif stat.S_ISDIR(info.st_mode):
-                child = self.build(Path(entry.path), child_relative, f"{shown}/{entry.name}")
+                try:
+                    child_fd = os.open(
+                        entry.name, _DIR_FLAGS | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd
+                    )
+                except OSError as error:
+                    raise InvalidArgument(
+                        f"output {child_shown!r} changed while it was collected ({error.strerror})"
+                    ) from None
+                try:
+                    child = self.build(child_fd, child_relative, child_shown)
+                finally:
+                    os.close(child_fd)
                 directory.directories.add(name=entry.name, digest=child.to_proto())
                 children.append(child)
             elif stat.S_ISREG(info.st_mode):
-                digest, data = hash_file(Path(entry.path))
-                executable = bool(info.st_mode & stat.S_IXUSR)
+                digest, data, opened = _read_regular(dir_fd, entry.name, child_shown)
+                executable = bool(opened.st_mode & stat.S_IXUSR)
                 directory.files.add(
                     name=entry.name, digest=digest.to_proto(), is_executable=executable
                 )
-                self.found.tree_files.append(FoundFile(Path(entry.path), digest, executable, data))
+                self.found.tree_files.append(
+                    FoundFile(
+                        self.root / child_relative,
+                        digest,
+                        executable,
+                        data,
+                        movable=_movable(opened),
+                        root=self.root,
+                        relative=child_relative,
+                    )
+                )
             # Sockets, fifos and devices are not representable; they are left out.
         digest, data = _blob(directory)
         self.found.blobs[digest] = data
@@ -161,33 +253,76 @@ def scan_outputs(
 ) -> FoundOutputs:
     """Describe the requested outputs that exist under ``root``.
 
-    Raises ``InvalidArgument`` naming the output when a symlink (an output
-    itself or inside an output directory) is absolute or leaves the root
-    while the symlink policy is reject. Runs blocking filesystem calls.
+    Raises ``InvalidArgument`` naming the output when a parent directory of
+    it is a symlink, when it changed while being read, or when a symlink (an
+    output itself or inside an output directory) is absolute or leaves the
+    root while the symlink policy is reject. Runs blocking filesystem calls.
     """
     found = FoundOutputs()
-    for request in requests:
-        path = root / request.relative
+    root_fd = os.open(root, _DIR_FLAGS | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        for request in requests:
+            _scan_one(found, root, root_fd, request, allow_escaping_symlinks)
+    finally:
+        os.close(root_fd)
+    return found
+
+
+def _scan_one(
+    found: FoundOutputs, root: Path, root_fd: int, request: OutputRequest, allow: bool
+) -> None:
+    parent, _, leaf = request.relative.rpartition("/")
+    try:
+        parent_fd = open_beneath(root_fd, parent, _DIR_FLAGS)
+    except SymlinkInPath:
+        raise InvalidArgument(
+            f"output {request.name!r}: a directory on its path was replaced by a symlink; "
+            "outputs are collected only beneath the input root, without following links"
+        ) from None
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    try:
         try:
-            info = os.lstat(path)
+            info = os.stat(leaf, dir_fd=parent_fd, follow_symlinks=False)
         except (FileNotFoundError, NotADirectoryError):
-            continue
+            return
         if stat.S_ISLNK(info.st_mode):
-            target = os.readlink(path)
-            _check_output_symlink(request.name, request.relative, target, allow_escaping_symlinks)
-            kind = "directory" if os.path.isdir(path) else "file"
-            if request.declared != "path":
-                kind = request.declared
+            target = os.readlink(leaf, dir_fd=parent_fd)
+            _check_output_symlink(request.name, request.relative, target, allow)
+            kind = request.declared
+            if kind == "path":
+                # Only the kind of what it points at is looked up (metadata;
+                # nothing is opened through the link).
+                try:
+                    pointed = os.stat(leaf, dir_fd=parent_fd)
+                    kind = "directory" if stat.S_ISDIR(pointed.st_mode) else "file"
+                except OSError:
+                    kind = "file"
             found.symlinks.append((request.name, target, kind))
         elif stat.S_ISREG(info.st_mode):
-            digest, data = hash_file(path)
-            executable = bool(info.st_mode & stat.S_IXUSR)
-            found.files.append((request.name, FoundFile(path, digest, executable, data)))
+            digest, data, opened = _read_regular(parent_fd, leaf, request.name)
+            executable = bool(opened.st_mode & stat.S_IXUSR)
+            item = FoundFile(
+                root / request.relative,
+                digest,
+                executable,
+                data,
+                movable=_movable(opened),
+                root=root,
+                relative=request.relative,
+            )
+            found.files.append((request.name, item))
         elif stat.S_ISDIR(info.st_mode):
-            builder = _TreeBuilder(found, request.name, allow_escaping_symlinks)
-            root_digest = builder.build(path, request.relative, request.name)
+            dir_fd = _open_listed(parent_fd, leaf, _DIR_FLAGS, request.name)
+            try:
+                builder = _TreeBuilder(found, request.name, allow, root)
+                root_digest = builder.build(dir_fd, request.relative, request.name)
+            finally:
+                os.close(dir_fd)
             tree = builder.tree(root_digest)
             tree_digest, tree_data = _blob(tree)
             found.blobs[tree_digest] = tree_data
             found.directories.append((request.name, tree_digest, root_digest))
-    return found
+    finally:
+        if parent_fd != root_fd:
+            os.close(parent_fd)

@@ -1,48 +1,31 @@
 """Running one action's process tree and making sure none of it survives.
 
 ``run_process`` starts the command in a new session (so its own process
-group), with stdin from /dev/null and stdout/stderr written to files, and on
-Linux with a parent-death signal (SIGKILL) so the leader dies if lre dies
-(set by exec'ing through util-linux ``setpriv --pdeathsig KILL`` when it is
-installed, else by a ``preexec_fn`` calling prctl).
+group), with stdin from /dev/null and stdout/stderr written to files, inside
+the worker's ``Containment`` (``_containment.py``: a PID namespace per action,
+or the portable process-group sweep), which decides how the process is
+started, how it is signalled and what is killed when it ends.
 
 Processes are started by a few spawner threads that live as long as lre
 (``_Spawner``): opening the log files and forking block until the child has
 exec'd, which on a busy machine takes tens of milliseconds that must not
-stall the event loop; and the parent-death signal follows the *thread* that
-forked, so that thread must never exit while lre runs (Trio's worker
-threads come and go, which is why they are not used here).
-When the leader exits the whole group is SIGKILLed before the leader is
-reaped (its zombie keeps the group id reserved, so the signal cannot reach a
-stranger), which kills anything it left running in the background. On
-timeout or cancellation the group gets SIGTERM, then SIGKILL after
-``kill_grace`` seconds, and is reaped the same way.
+stall the event loop; a parent-death signal follows the *thread* that
+forked, so that thread must never exit while lre runs (Trio's worker threads
+come and go, which is why they are not used here); and a namespace made for
+a child is the spawning thread's own setting, never shared with another
+thread's fork.
 
-Processes that leave the group (``setsid``/``setpgid``) escape the group
-kill; the sampler's process-tree view is the place to catch those.
-
-If lre dies, the parent-death signal reaches only each leader; the process
-guardian (``_guardian.py``), told of every group from its start until just
-before its leader is reaped, SIGKILLs the groups still listed when lre is gone.
-
-Parent-death window: through ``setpriv`` the parent-death signal is armed
-only when setpriv runs, a few milliseconds after the fork (more on a loaded
-machine); if lre died inside that window the leader would keep running.
-So setpriv does not exec the command itself but a tiny ``/bin/sh`` guard
-(``_GUARD``) that, with the signal already armed, compares its parent pid
-with lre's and exits 137 when they differ (lre died: the leader was
-re-parented), else unsets the ``PWD`` the shell added (or restores the
-Command's own) and execs the command. The guard is used only when
-``/bin/sh`` is dash, whose ``exec`` adds nothing else to the environment;
-with another shell the plain setpriv path and its window remain. The
-``preexec_fn`` path checks ``getppid`` itself and has no such window, but
-forks the whole process.
+When the first process exits, the containment ends the action (``end``:
+with a PID namespace the kernel has already killed the rest; otherwise the
+group is SIGKILLed before the leader is reaped, while its zombie keeps the
+group id reserved, and orphans are swept). On timeout or cancellation the
+action gets SIGTERM, then SIGKILL after ``kill_grace`` seconds, and is
+reaped the same way.
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
+import dataclasses
 import errno
 import logging
 import os
@@ -50,7 +33,6 @@ import queue
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -59,61 +41,22 @@ from pathlib import Path
 import trio
 
 from lre.errors import InvalidArgument
-from lre.worker._guardian import ProcessGuardian
+from lre.worker._containment import Containment, SpawnOptions, choose_containment
 from lre.worker._oom import OomCounters
 
 log = logging.getLogger(__name__)
 
-_PR_SET_PDEATHSIG = 1
+_DEFAULT: list[Containment] = []
+_DEFAULT_LOCK = threading.Lock()
 
 
-def _load_prctl() -> Callable[[int, int, int, int, int], int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        prctl = libc.prctl
-    except (OSError, AttributeError):
-        return None
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    prctl.restype = ctypes.c_int
-    return prctl
-
-
-_PRCTL = _load_prctl()
-
-#: util-linux ``setpriv`` can set the parent-death signal and exec the
-#: command. Going through it lets ``subprocess`` use vfork (about 1 ms
-#: instead of about 10 ms of a blocked event loop for a forked ``preexec_fn``
-#: in a large process, measured); without it the preexec hook is used.
-_SETPRIV = shutil.which("setpriv") if _PRCTL is not None else None
-
-#: The parent check run between setpriv and the command (see the module
-#: docstring): ``$1`` is lre's pid; ``$2``, in the ``PWD`` variant, the
-#: Command's own ``PWD``. dash sets ``PWD`` on start-up, so it is removed or
-#: reset to keep the action's environment exactly the Command's.
-_GUARD = 'test "$PPID" = "$1" || exit 137; unset PWD; shift; exec "$@"'
-_GUARD_PWD = 'test "$PPID" = "$1" || exit 137; PWD=$2; export PWD; shift 2; exec "$@"'
-_GUARD_SHELL = (
-    "/bin/sh"
-    if _SETPRIV is not None and os.path.basename(os.path.realpath("/bin/sh")) == "dash"
-    else None
-)
-
-
-def _setpriv_command(argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
-    """``argv`` run through setpriv (and the parent guard when available)."""
-    assert _SETPRIV is not None
-    if _GUARD_SHELL is None:
-        # setpriv execvp()s argv with the action's PATH, argv[0] unchanged.
-        return [_SETPRIV, "--pdeathsig", "KILL", "--", *argv]
-    # dash's exec searches the action's PATH the same way, argv[0] unchanged.
-    lre = str(os.getpid())
-    if "PWD" in env:
-        guard = [_GUARD_SHELL, "-c", _GUARD_PWD, "sh", lre, env["PWD"]]
-    else:
-        guard = [_GUARD_SHELL, "-c", _GUARD, "sh", lre]
-    return [_SETPRIV, "--pdeathsig", "KILL", "--", *guard, *argv]
+def default_containment() -> Containment:
+    """The ``strongest`` backend, chosen once per process (for callers that do not
+    pass their own, such as tests and benches running ``run_process`` alone)."""
+    with _DEFAULT_LOCK:
+        if not _DEFAULT:
+            _DEFAULT.append(choose_containment("strongest"))
+        return _DEFAULT[0]
 
 
 def _resolve_program(program: str, cwd: Path, env: Mapping[str, str]) -> str:
@@ -136,25 +79,6 @@ def _resolve_program(program: str, cwd: Path, env: Mapping[str, str]) -> str:
     )
 
 
-def _death_signal_hook(parent_pid: int) -> Callable[[], None] | None:
-    """A preexec hook that asks for SIGKILL when the parent dies.
-
-    It only calls an already-resolved C function and ``os.getppid`` (no
-    imports, no allocation-heavy work), so it is safe in the forked child.
-    Exits at once if the parent already died before the request took hold.
-    """
-    prctl = _PRCTL
-    if prctl is None:
-        return None
-
-    def hook() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent_pid:
-            os._exit(127)
-
-    return hook
-
-
 @dataclass(frozen=True, slots=True)
 class ProcessOutcome:
     """How an action's process ended.
@@ -164,7 +88,9 @@ class ProcessOutcome:
     when lre killed it for exceeding its timeout; ``oom_killed`` when it died
     of a SIGKILL lre did not send while the kernel's OOM-kill counter grew.
     ``cpu_seconds`` and ``max_rss_bytes`` come from the leader's rusage
-    (including descendants it waited for).
+    (including descendants it waited for). ``ended_alone`` is true when
+    nothing the action started can still run (see ``Containment.end``): only
+    then may its directory be reused and its files moved into the CAS.
     """
 
     exit_code: int
@@ -175,6 +101,10 @@ class ProcessOutcome:
     ended_at: float
     cpu_seconds: float
     max_rss_bytes: int
+    ended_alone: bool = True
+    #: (device, inode) of the stdout and stderr files lre opened for the
+    #: action, so that a file the action put in their place is noticed.
+    log_files: tuple[tuple[int, int], tuple[int, int]] = ((0, 0), (0, 0))
 
     @property
     def describe(self) -> str:
@@ -192,13 +122,6 @@ class ProcessOutcome:
 
 
 _OOM = OomCounters()
-_GUARDIAN = ProcessGuardian()
-
-
-def guardian_pid() -> int | None:
-    """The pid of this process's guardian (``_guardian.py``) once the first
-    action started it, else None: a child of lre that is not an action's."""
-    return _GUARDIAN.pid
 
 
 #: Threads that start action processes (a spawn blocks its thread until the
@@ -250,7 +173,9 @@ class _Spawner:
             self._jobs.get()()
 
     async def spawn(
-        self, start: Callable[[], tuple[subprocess.Popen[bytes], int, tuple[int, ...]]]
+        self,
+        start: Callable[[], tuple[subprocess.Popen[bytes], int, tuple[int, ...]]],
+        containment: Containment,
     ) -> tuple[subprocess.Popen[bytes], int, tuple[int, ...]]:
         """Run ``start`` (returns the Popen, its pidfd and the OOM counters)
         in a spawner thread and return what it returned, or raise what it raised.
@@ -258,7 +183,7 @@ class _Spawner:
         Not cancellable while the job runs (a process started meanwhile must
         be supervised and killed by the caller); cancellation is seen at the
         caller's next checkpoint. If the Trio run is gone by the time the
-        process started, the thread kills its group and reaps it.
+        process started, the thread kills the action and reaps it.
         """
         if len(self._threads) < self._wanted:
             self._start_threads()
@@ -281,8 +206,8 @@ class _Spawner:
             except trio.RunFinishedError:
                 if isinstance(result, tuple):  # nobody left to supervise it
                     popen, pidfd, _ = result
-                    _killpg(popen.pid, signal.SIGKILL)
-                    _GUARDIAN.remove(popen.pid)
+                    containment.signal_action(popen.pid, signal.SIGKILL)
+                    containment.spawn_abandoned(popen.pid)
                     os.close(pidfd)
                     popen.wait()
 
@@ -319,10 +244,15 @@ async def run_process(
     pass_fds: Sequence[int] = (),
     on_started: Callable[[int], None] | None = None,
     nice: int = 0,
+    containment: Containment | None = None,
+    block_network: bool = False,
 ) -> ProcessOutcome:
     """Run ``argv`` to completion, timeout or cancellation.
 
-    The process starts at niceness ``nice`` (0-19; see ``_Spawner``).
+    The process starts at niceness ``nice`` (0-19; see ``_Spawner``), inside
+    ``containment`` (default: ``default_containment()``), without network
+    when ``block_network`` (raises ``InvalidArgument`` when the containment
+    cannot do that).
 
     ``on_started(pid)`` is called right after the fork (the pid is also the
     process group id). Returns a ``ProcessOutcome`` for normal ends and
@@ -331,13 +261,16 @@ async def run_process(
     arguments and environment exceed the kernel's limit (E2BIG), or when the
     program cannot be executed (not found, not executable), naming argv[0].
     """
-    if _SETPRIV is not None:
-        command = _setpriv_command(argv, env)
-        hook = None
-    else:
-        command = list(argv)
-        hook = _death_signal_hook(os.getpid())
+    contained = containment if containment is not None else default_containment()
+    if block_network and not contained.can_block_network:
+        raise InvalidArgument(
+            "Platform property block-network: this lre runs actions with containment "
+            f"{contained.name!r}, which cannot take an action's network away"
+        )
+    command = contained.command(argv)
+    options = SpawnOptions(block_network=block_network)
     environment = dict(env)
+    log_files: list[tuple[int, int]] = []
     fds = tuple(pass_fds)
 
     def start() -> tuple[subprocess.Popen[bytes], int, tuple[int, ...]]:
@@ -348,20 +281,23 @@ async def run_process(
         try:
             stderr_fd = os.open(stderr_path, flags, 0o600)
             try:
+                for fd in (stdout_fd, stderr_fd):
+                    info = os.fstat(fd)
+                    log_files.append((info.st_dev, info.st_ino))
                 oom_before = _OOM.read_recent()
                 try:
-                    popen = subprocess.Popen(
-                        command,
-                        cwd=cwd,
-                        env=environment,
-                        stdin=subprocess.DEVNULL,
-                        stdout=stdout_fd,
-                        stderr=stderr_fd,
-                        close_fds=True,
-                        pass_fds=fds,
-                        start_new_session=True,
-                        preexec_fn=hook,
-                    )
+                    with contained.spawn_context(options):
+                        popen = subprocess.Popen(
+                            command,
+                            cwd=cwd,
+                            env=environment,
+                            stdin=subprocess.DEVNULL,
+                            stdout=stdout_fd,
+                            stderr=stderr_fd,
+                            close_fds=True,
+                            pass_fds=fds,
+                            start_new_session=True,
+                        )
                 except (FileNotFoundError, PermissionError, NotADirectoryError) as error:
                     raise InvalidArgument(
                         f"Command.arguments[0]: {argv[0]!r} cannot be executed: {error.strerror}"
@@ -379,24 +315,28 @@ async def run_process(
                 os.close(stderr_fd)
         finally:
             os.close(stdout_fd)
-        _GUARDIAN.add(popen.pid)
+        contained.spawn_started(popen.pid)
         try:
             pidfd = os.pidfd_open(popen.pid)
         except BaseException:
-            _killpg(popen.pid, signal.SIGKILL)
-            _GUARDIAN.remove(popen.pid)
+            contained.signal_action(popen.pid, signal.SIGKILL)
+            contained.spawn_abandoned(popen.pid)
             popen.wait()
             raise
         return popen, pidfd, oom_before
 
     if not 0 <= nice <= 19:
         raise ValueError(f"nice: {nice} is not in 0..19")
-    popen, pidfd, oom_before = await _spawner_for(nice).spawn(start)
+    popen, pidfd, oom_before = await _spawner_for(nice).spawn(start, contained)
     started_at = trio.current_time()
-    return await _supervise(popen, pidfd, started_at, timeout, kill_grace, oom_before, on_started)
+    outcome = await _supervise(
+        contained, popen, pidfd, started_at, timeout, kill_grace, oom_before, on_started
+    )
+    return dataclasses.replace(outcome, log_files=(log_files[0], log_files[1]))
 
 
 async def _supervise(
+    containment: Containment,
     popen: subprocess.Popen[bytes],
     pidfd: int,
     started_at: float,
@@ -419,22 +359,28 @@ async def _supervise(
             if scope.cancelled_caught:
                 timed_out = True
                 we_killed = True
-                await _terminate_group(pid, pidfd, kill_grace)
+                await _terminate(containment, pid, pidfd, kill_grace)
         except BaseException:
             we_killed = True
             with trio.CancelScope(shield=True):
-                await _terminate_group(pid, pidfd, kill_grace)
+                await _terminate(containment, pid, pidfd, kill_grace)
             raise
     finally:
-        # The leader has exited (or is being killed) but is not reaped yet,
-        # so the group id still belongs to us: kill whatever is left in it.
-        _killpg(pid, signal.SIGKILL)
-        _GUARDIAN.remove(pid)
+        # The leader has exited, or was sent SIGKILL and is waited for here
+        # (promptly), so that its children are orphans by the time the
+        # containment ends the action; not reaped yet, so its ids still
+        # belong to this action.
+        if we_killed:
+            with trio.CancelScope(shield=True):
+                await trio.lowlevel.wait_readable(pidfd)
+        ended_alone = containment.end(pid, killed=we_killed)
         _, status, rusage = _reap(pid, pidfd)
         popen.returncode = os.waitstatus_to_exitcode(status)
     ended_at = trio.current_time()
     term_signal = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
     exit_code = 128 + term_signal if term_signal is not None else os.WEXITSTATUS(status)
+    if term_signal is None and containment.signals_as_exit_codes and 128 < exit_code < 160:
+        term_signal = exit_code - 128  # the init's report of its child's signal
     oom = (
         term_signal == signal.SIGKILL
         and not we_killed
@@ -449,27 +395,16 @@ async def _supervise(
         ended_at=ended_at,
         cpu_seconds=rusage.ru_utime + rusage.ru_stime,
         max_rss_bytes=rusage.ru_maxrss * 1024,
+        ended_alone=ended_alone,
     )
 
 
-def kill_group(pgid: int) -> None:
-    """SIGKILL a running action's process group (no error if it is gone)."""
-    _killpg(pgid, signal.SIGKILL)
-
-
-def _killpg(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-async def _terminate_group(pid: int, pidfd: int, kill_grace: float) -> None:
-    """SIGTERM the group, wait up to ``kill_grace`` for the leader, SIGKILL it."""
-    _killpg(pid, signal.SIGTERM)
+async def _terminate(containment: Containment, pid: int, pidfd: int, kill_grace: float) -> None:
+    """SIGTERM the action, wait up to ``kill_grace`` for the leader, SIGKILL it."""
+    containment.signal_action(pid, signal.SIGTERM)
     with trio.move_on_after(kill_grace):
         await trio.lowlevel.wait_readable(pidfd)
-    _killpg(pid, signal.SIGKILL)
+    containment.signal_action(pid, signal.SIGKILL)
 
 
 def _reap(pid: int, pidfd: int) -> tuple[int, int, os.struct_rusage]:  # type: ignore[name-defined]

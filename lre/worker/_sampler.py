@@ -24,7 +24,11 @@ Accounting per action:
   orphans is undercounted. Average CPU = CPU time / wall time since the leader
   started (its ``stat`` start time).
 - A process that leaves both the session and the process group (``setsid``,
-  daemons) is no longer sampled.
+  daemons) is still sampled when its action runs in a PID namespace of its
+  own (``pidns`` and ``userns`` containment): a process that is neither
+  session nor group member has its ``/proc/<pid>/ns/pid`` read once, and one
+  in an action's namespace is counted with that action for its lifetime.
+  Under the portable containment such a process is not sampled.
 
 Call :meth:`ProcessTreeSampler.register` right after spawning (before the next
 pass): pids classified as foreign during the last two passes are re-checked on
@@ -46,6 +50,17 @@ __all__ = ["ActionUsage", "ProcessTreeSampler", "SamplerStatistics"]
 log = logging.getLogger(__name__)
 
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _namespace_of(pid: str) -> str | None:
+    """The PID namespace link text of ``/proc/<pid>`` (``self`` for lre), or
+    None when it cannot be read (gone, another user's, no /proc)."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -89,6 +104,8 @@ class _Tracked:
         "kill_line",
         "latched",
         "leader",
+        "namespace",
+        "namespace_pending",
         "peak_processes",
         "peak_rss_pages",
         "processes",
@@ -103,6 +120,8 @@ class _Tracked:
         self.leader = leader
         self.kill_line = kill_line
         self.latched = False
+        self.namespace: str | None = None
+        self.namespace_pending = False
         self.registered_at = time.monotonic()
         self.rss_pages = 0
         self.peak_rss_pages = 0
@@ -172,6 +191,11 @@ class ProcessTreeSampler:
         self._max_pass = 0.0
         self._total_pass = 0.0
         self._last_processes = 0
+        # namespace link text (``pid:[inode]``) -> leader, for actions in a
+        # PID namespace of their own; pid -> leader of members found that way
+        self._namespaces: dict[str, int] = {}
+        self._by_namespace: dict[int, int] = {}
+        self._own_namespace = _namespace_of("self")
         # pid -> open fd of /proc/<pid>/stat for members (pread instead of
         # open/read/close each pass; at most max_open_fds are kept)
         self._member_fds: dict[int, int] = {}
@@ -191,6 +215,14 @@ class ProcessTreeSampler:
         tracked = _Tracked(action_id, leader_pid, kill_line_bytes)
         self._by_id[action_id] = tracked
         self._by_leader[leader_pid] = tracked
+        namespace = _namespace_of(str(leader_pid))
+        if namespace is not None and namespace != self._own_namespace:
+            tracked.namespace = namespace
+            self._namespaces[namespace] = leader_pid
+        else:
+            # The namespace may be its first child's (``unshare --fork``):
+            # looked at once, when the pass first meets a child of the leader.
+            tracked.namespace_pending = True
         # Pids found foreign by the last two passes are read again next pass
         # (checked there, so registering costs no walk over the foreign pids).
         self._recheck_from = min(self._recheck_from, self._pass_no - 1)
@@ -207,6 +239,8 @@ class ProcessTreeSampler:
         if tracked is None:
             return None
         self._by_leader.pop(tracked.leader, None)
+        if tracked.namespace is not None:
+            self._namespaces.pop(tracked.namespace, None)
         return tracked.snapshot(time.monotonic())
 
     # ------------------------------------------------------------------ reading
@@ -256,6 +290,7 @@ class ProcessTreeSampler:
             names = []
         old_fds = self._member_fds
         fds: dict[int, int] = {}
+        by_namespace: dict[int, int] = {}
         try:
             for name in names:
                 if not name.isdigit():
@@ -284,6 +319,8 @@ class ProcessTreeSampler:
                 acc = sums.get(sid)
                 if acc is None:
                     acc = sums.get(int(fields[2]))
+                    if acc is None and self._namespaces:
+                        acc = self._namespace_member(pid, name, sums, by_namespace)
                     if acc is None:
                         os.close(fd)
                         foreign[pid] = pass_no
@@ -301,10 +338,15 @@ class ProcessTreeSampler:
                     tracked = leaders[pid]
                     if not tracked.start_known:
                         tracked.start_from_boot_ticks(int(fields[19]))
+                else:
+                    parent = leaders.get(int(fields[1]))
+                    if parent is not None and parent.namespace_pending:
+                        self._adopt_namespace(parent, name)
         finally:
             for fd in old_fds.values():  # processes gone from the listing
                 os.close(fd)
             self._member_fds = fds
+            self._by_namespace = by_namespace
         self._foreign = foreign
         over: list[ActionUsage] = []
         now = time.monotonic()
@@ -335,6 +377,27 @@ class ProcessTreeSampler:
                 except Exception:
                     log.exception("sampler: over-limit hook failed for %s", usage.action_id)
         return elapsed
+
+    def _adopt_namespace(self, tracked: _Tracked, child: str) -> None:
+        tracked.namespace_pending = False
+        namespace = _namespace_of(child)
+        if namespace is not None and namespace != self._own_namespace:
+            tracked.namespace = namespace
+            self._namespaces[namespace] = tracked.leader
+
+    def _namespace_member(
+        self, pid: int, name: str, sums: dict[int, list[int]], found: dict[int, int]
+    ) -> list[int] | None:
+        """The sums of the action whose PID namespace ``pid`` is in, if any
+        (remembered in ``found`` for the next pass)."""
+        leader = self._by_namespace.get(pid)
+        if leader is None:
+            namespace = _namespace_of(name)
+            leader = self._namespaces.get(namespace) if namespace is not None else None
+        if leader is None or leader not in sums:
+            return None
+        found[pid] = leader
+        return sums[leader]
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Sample every ``interval`` until cancelled; passes are skipped while no

@@ -2,20 +2,26 @@
 
 Blobs the store already holds are skipped (one ``has_many`` call). With a
 store that can adopt files (the filesystem store's ``adopt_file``), output
-files are moved into the CAS instead of being copied; otherwise small files
-are written from memory and large ones streamed from disk.
+files marked ``movable`` are moved into the CAS instead of being copied;
+otherwise small files are written from memory and large ones streamed from
+disk, opened again beneath the input root without following symlinks. The
+store checks every written blob against its digest, so a file changed since
+it was hashed is refused, never stored under the old digest.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
 
 import trio
 
-from lre.cas._protocol import BlobStore
+from lre.cas import BlobStore
 from lre.digest import EMPTY_DIGEST, Digest
+from lre.errors import InvalidArgument
+from lre.worker._beneath import SymlinkInPath, open_beneath
 from lre.worker._outputs import FoundFile
 
 _CHUNK = 1 << 20
@@ -30,8 +36,27 @@ async def _single(data: bytes) -> AsyncIterator[bytes]:
     yield data
 
 
-async def _file_chunks(path: Path) -> AsyncIterator[bytes]:
-    fd = await trio.to_thread.run_sync(os.open, path, os.O_RDONLY | os.O_CLOEXEC)
+def _open_found(item: FoundFile) -> int:
+    """(thread) Open ``item`` for reading: beneath its root without following
+    links, non-blocking (a FIFO put there cannot hang lre), regular files only."""
+    if item.root is None:
+        fd = os.open(item.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    else:
+        root_fd = os.open(item.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            fd = open_beneath(root_fd, item.relative, os.O_RDONLY | os.O_NONBLOCK)
+        except SymlinkInPath:
+            raise InvalidArgument(f"output {item.relative!r} was replaced by a symlink") from None
+        finally:
+            os.close(root_fd)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise InvalidArgument(f"output {item.relative or item.path.name!r} is not a regular file")
+    return fd
+
+
+async def _file_chunks(item: FoundFile) -> AsyncIterator[bytes]:
+    fd = await trio.to_thread.run_sync(_open_found, item)
     try:
         while True:
             chunk = await trio.to_thread.run_sync(os.read, fd, _CHUNK)
@@ -72,12 +97,12 @@ async def upload_outputs(
             item = by_digest.get(digest)
             if item is None:
                 await store.write(digest, _single(blobs[digest]))
-            elif adopt is not None:
+            elif adopt is not None and item.movable:
                 await adopt(item.path, digest, item.executable)
             elif item.data is not None:
                 await store.write(digest, _single(item.data))
             else:
-                await store.write(digest, _file_chunks(item.path))
+                await store.write(digest, _file_chunks(item))
 
     if len(missing) == 1:
         await one(missing[0])

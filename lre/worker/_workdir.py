@@ -24,6 +24,8 @@ from pathlib import Path
 from lre.errors import FailedPrecondition, InvalidArgument
 
 LOCK_NAME = ".lock"
+#: Kept across restarts (``_input_journal.py`` reads it before it is emptied).
+JOURNAL_NAME = "linked-inputs.journal"
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
@@ -140,10 +142,11 @@ class WorkDirectory:
     def kill_leftover_processes(self) -> list[int]:
         """SIGKILL processes a crashed run of this worker left behind; return their pids.
 
-        An action's leader dies with lre (parent-death signal), but children it
-        started in the background do not. We hold the lock, so no live lre
-        runs actions here: any process of our user whose working directory is
-        inside this directory is such a leftover. Processes elsewhere are never
+        The guardian kills what is left of running actions when lre dies; this
+        is the last line behind it (a guardian that could not start, or died
+        with lre). We hold the lock, so no live lre runs actions here: any
+        process of our user whose working directory is inside this directory
+        is such a leftover. Processes elsewhere are never
         touched. Errors reading /proc (a process exiting meanwhile) are ignored.
         """
         prefix = str(self.path) + os.sep
@@ -168,10 +171,16 @@ class WorkDirectory:
         return killed
 
     def remove_leftovers(self) -> None:
-        """Delete every entry of the directory except the lock file."""
+        """Delete every entry of the directory except the lock file and the
+        linked-inputs journal."""
         for entry in os.scandir(self.path):
-            if entry.name != LOCK_NAME:
+            if entry.name not in (LOCK_NAME, JOURNAL_NAME):
                 remove_tree(Path(entry.path))
+
+    @property
+    def journal_path(self) -> Path:
+        """Where this worker's linked-inputs journal lives."""
+        return self.path / JOURNAL_NAME
 
     def new_action_dir(self, action_id: str) -> Path:
         """Create an empty ``{dir}/{action_id}/`` (0700) and return its path.
@@ -179,7 +188,7 @@ class WorkDirectory:
         A leftover directory of the same name is removed first. Raises
         ``InvalidArgument`` when ``action_id`` is not a plain file name.
         """
-        if not _SAFE_NAME.match(action_id) or action_id in (".", "..", LOCK_NAME):
+        if not _SAFE_NAME.match(action_id) or action_id in (".", "..", LOCK_NAME, JOURNAL_NAME):
             raise InvalidArgument(f"action id {action_id!r} cannot name a directory")
         path = self.path / action_id
         try:

@@ -41,6 +41,8 @@ from lre.scheduler import (
     WorkerInfo,
 )
 from lre.worker._action import ActionResultWriter, ActionRunner, Discarder
+from lre.worker._containment import Containment, choose_containment
+from lre.worker._input_journal import InputJournal, recover_linked_inputs
 from lre.worker._precondition import precondition_allows
 from lre.worker._properties import cpu_count, max_inflight, memory_budget, resolve_properties
 from lre.worker._sampler import ActionUsage, ProcessTreeSampler
@@ -89,8 +91,13 @@ class LocalWorker:
         link_source: LinkSource | None = None,
         adopt: Adopter | None = None,
         discard: Discarder | None = None,
+        containment: Containment | None = None,
     ) -> None:
         self.spec = spec
+        #: How action processes are contained (default: the spec's mode).
+        self.containment = (
+            containment if containment is not None else choose_containment(spec.containment)
+        )
         self.scheduler = scheduler
         self.store = store
         self.action_cache = action_cache
@@ -146,7 +153,14 @@ class LocalWorker:
             WorkDirectory.open, self.spec.work_directory, self.spec.name
         )
         self.workdir = workdir
+        journal: InputJournal | None = None
         try:
+            if self.link_source is not None:
+                # Before this worker takes work, so before lre serves anything.
+                await recover_linked_inputs(
+                    workdir.journal_path, self.discard, trio.to_thread.run_sync
+                )
+                journal = InputJournal(workdir.journal_path)
             self.info = await self.describe()
             self.runner = ActionRunner(
                 self.spec,
@@ -157,6 +171,8 @@ class LocalWorker:
                 adopt=self.adopt,
                 sampler=self.sampler,
                 discard=self.discard,
+                containment=self.containment,
+                journal=journal,
             )
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.sampler.run)
@@ -175,6 +191,8 @@ class LocalWorker:
             self.sampler.close()
             if self.runner is not None:
                 self.runner.close()
+            if journal is not None:
+                journal.close()
             workdir.close()
 
     def set_draining(self, draining: bool = True) -> None:

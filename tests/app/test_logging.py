@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import io
 import logging
+import logging.handlers
+import os
 import re
+import stat
 from pathlib import Path
 
 import pytest
@@ -102,3 +105,33 @@ def test_log_rejected_once_without_traceback(restore_root: object) -> None:
         "rejected Execute status=INVALID_ARGUMENT reason=\"digest: 'xyz' is not 64 hex digits\""
         " peer=ipv4:127.0.0.1:5000"
     )
+
+
+def test_log_file_and_its_rotations_are_owner_only(
+    tmp_path: Path, restore_root: logging.Logger
+) -> None:
+    path = log_file(tmp_path / "state")
+    old_umask = os.umask(0o022)
+    try:
+        handler = configure_logging("info", file=path)
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        assert isinstance(handler, logging.handlers.RotatingFileHandler)
+        logging.getLogger("lre.z").info("before the rollover")
+        handler.doRollover()
+        logging.getLogger("lre.z").info("after the rollover")
+        handler.flush()
+    finally:
+        os.umask(old_umask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.with_name("lre.log.1").stat().st_mode) == 0o600
+
+
+def test_a_log_an_older_lre_left_world_readable_is_narrowed(
+    tmp_path: Path, restore_root: logging.Logger
+) -> None:
+    path = log_file(tmp_path)
+    path.write_text("old line\n")
+    path.chmod(0o644)
+    configure_logging("info", file=path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert path.read_text() == "old line\n"

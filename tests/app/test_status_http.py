@@ -48,6 +48,7 @@ async def start(
 async def test_status_ok_then_503_with_reason(nursery: trio.Nursery) -> None:
     health = HealthBoard()
     source = SnapshotAssembler(address="127.0.0.1:50051", health=health)
+    source.containment = "pidns"
     server, port = await start(nursery, source)
     assert server.bound_address == f"127.0.0.1:{port}"
 
@@ -55,6 +56,7 @@ async def test_status_ok_then_503_with_reason(nursery: trio.Nursery) -> None:
     assert status == 200
     assert headers["content-type"] == "application/json"
     assert json.loads(body)["status"] == "ok"
+    assert json.loads(body)["containment"] == "pidns"
 
     health.report("worker:local", "failed to start: work directory is locked")
     status, _, body = await request(port, get("/status?verbose=1"))
@@ -62,6 +64,7 @@ async def test_status_ok_then_503_with_reason(nursery: trio.Nursery) -> None:
     assert json.loads(body) == {
         "status": "unavailable",
         "problems": ["worker:local: failed to start: work directory is locked"],
+        "containment": "pidns",
         "upstreams": [],
     }
     health.clear("worker:local")

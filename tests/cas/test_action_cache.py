@@ -10,6 +10,7 @@ import pytest
 from lre.cas import (
     ActionCache,
     ActionResultCache,
+    ContentUsage,
     FilesystemActionCache,
     FilesystemStore,
     MemoryActionCache,
@@ -50,6 +51,27 @@ async def test_filesystem_action_cache_survives_restart_and_cleans_temp(tmp_path
     await reopened.open()
     assert await reopened.get(ACTION) == b"kept"
     assert list((tmp_path / "ac" / "tmp").iterdir()) == []
+
+
+async def test_filesystem_action_cache_usage_and_clear(tmp_path: Path) -> None:
+    cache = FilesystemActionCache(tmp_path / "ac")
+    assert await cache.usage() == ContentUsage(0, 0)  # nothing on disk yet
+    await cache.open()
+    await cache.put(ACTION, b"one")
+    await cache.put(digest_of(b"another action"), b"three")
+    (tmp_path / "ac" / "tmp" / "leftover").write_bytes(b"partial")
+    (tmp_path / "ac" / "00").mkdir(exist_ok=True)
+    (tmp_path / "ac" / "00" / "notes.txt").write_bytes(b"not an entry")
+    assert await cache.usage() == ContentUsage(2, 8)
+    assert await cache.get(ACTION) == b"one"  # counting changed nothing
+
+    assert await cache.clear() == ContentUsage(2, 8)
+    assert await cache.get(ACTION) is None
+    assert await cache.usage() == ContentUsage(0, 0)
+    assert list((tmp_path / "ac" / "tmp").iterdir()) == []
+    assert (tmp_path / "ac" / "00" / "notes.txt").exists()  # only entries are deleted
+    await cache.put(ACTION, b"again")  # still usable
+    assert await cache.get(ACTION) == b"again"
 
 
 async def test_filesystem_action_cache_reads_a_large_entry_in_a_thread(

@@ -18,7 +18,14 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lre.cas import FilesystemStore, Pin, read_bytes, write_bytes
+from lre.cas import (
+    ContentUsage,
+    FilesystemStore,
+    Pin,
+    content_usage,
+    read_bytes,
+    write_bytes,
+)
 from lre.digest import EMPTY_DIGEST, Digest, digest_of
 from lre.errors import InvalidArgument, NotFound, ResourceExhausted
 
@@ -109,6 +116,35 @@ async def test_open_evicts_when_over_a_lowered_cap(tmp_path: Path) -> None:
     reopened = await open_store(tmp_path, max_bytes=250)
     assert reopened.statistics().stored_bytes <= 250
     assert len(content_files(tmp_path)) == reopened.statistics().blob_count == 2
+
+
+async def test_evict_to_drops_least_recently_used_down_to_the_target(tmp_path: Path) -> None:
+    store = await open_store(tmp_path)
+    digests = [await write_bytes(store, bytes([i]) * 100) for i in range(4)]
+    await store.has_many([digests[0]])  # a use: digests[1] is now the oldest
+    await store.evict_to(250)
+    assert await store.has_many(digests) == [100, None, None, 100]
+    assert store.statistics().max_bytes == 1 << 30  # the bound is unchanged
+    assert len(content_files(tmp_path)) == 2
+    with store.pin([digests[3]]):
+        await store.evict_to(0)
+    assert await store.has_many(digests) == [None, None, None, 100]
+    await store.evict_to(0)
+    assert content_files(tmp_path) == []
+    assert store.statistics().stored_bytes == 0
+
+
+async def test_content_usage_counts_without_changing_anything(tmp_path: Path) -> None:
+    assert content_usage(str(tmp_path / "cas")) == ContentUsage(0, 0)
+    store = await open_store(tmp_path)
+    await write_bytes(store, b"a" * 10)
+    plain = await write_bytes(store, b"b" * 20)
+    await store.path_for_link(plain, executable=True)  # a second file of 20 bytes
+    (tmp_path / "tmp" / "upload-in-progress").write_bytes(b"partial")
+    (tmp_path / "cas" / "00" / "junk").write_bytes(b"?")
+    assert content_usage(str(tmp_path / "cas")) == ContentUsage(2, 50)
+    assert (tmp_path / "tmp" / "upload-in-progress").exists()
+    assert (tmp_path / "cas" / "00" / "junk").exists()
 
 
 async def test_content_and_temp_must_share_a_filesystem(tmp_path: Path) -> None:

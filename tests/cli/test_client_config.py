@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -10,12 +11,19 @@ from lre.cli._client_config import (
     ClientConfigError,
     ClientSettings,
     bazelrc_text,
+    buckconfig_text,
     find_repo_root,
+    make_inert,
+    owned_paths,
     parse_bazel_version,
     unlink,
     write_bazel,
     write_buck2,
 )
+from lre.cli._daemon import RunningServer
+from lre.cli._link import client_settings_for
+from tests.cli.buck2_init import buck2_init
+from tests.cli.test_buck2_client_config import TOOLCHAINS
 
 SETTINGS = ClientSettings(host="127.0.0.1", port=50999, instance_name="main", cpus=2)
 
@@ -43,7 +51,13 @@ def test_bazelrc_flags_follow_the_bazel_version() -> None:
     old = bazelrc_text(SETTINGS, (4, 2, 3))
     assert "build:lre --remote_executor=grpc://127.0.0.1:50999" in old
     assert "build:lre --remote_instance_name=main" in old
-    assert "build:lre --remote_default_exec_properties=cpu_count=1" in old
+    # One single-valued flag: `--config=lre` on top of the default line
+    # repeats it harmlessly (a repeated exec property crashes Bazel 4.2.3).
+    assert (
+        "build:lre --remote_default_platform_properties=\"properties:{name:'cpu_count' "
+        "value:'1'} properties:{name:'OSFamily' value:'Linux'}\""
+    ) in old
+    assert "--remote_default_exec_properties=" not in old
     assert "build:lre --spawn_strategy=remote,sandboxed,local" in old
     assert "build:lre --incompatible_strict_action_env" in old
     assert "compression" not in old
@@ -56,6 +70,89 @@ def test_bazelrc_flags_follow_the_bazel_version() -> None:
     new = bazelrc_text(SETTINGS, (7, 0, 0))
     assert "build:lre --remote_cache_compression" in new
     assert "experimental_remote_cache_compression" not in new
+    # Bazel 9 deleted --remote_default_platform_properties.
+    nine = bazelrc_text(SETTINGS, (9, 0, 0))
+    assert "build:lre --remote_default_exec_properties=cpu_count=1" in nine
+    assert "build:lre --remote_default_exec_properties=OSFamily=Linux" in nine
+    assert "remote_default_platform_properties" not in nine
+
+
+def test_bazelrc_says_honestly_when_bazel_is_missing() -> None:
+    missing = bazelrc_text(SETTINGS, None)
+    assert "detected" not in missing and "4.2.3 found" not in missing
+    assert "Bazel was not found on PATH" in missing
+    assert "Bazel 7.1.0 found" in bazelrc_text(SETTINGS, (7, 1, 0))
+
+
+def test_client_config_follows_a_tls_and_token_listener(tmp_path: Path) -> None:
+    settings = dataclasses.replace(
+        SETTINGS, tls=True, tls_ca_file="/etc/lre/cert.pem", auth_token="s3cret"
+    )
+    rc = bazelrc_text(settings, (4, 2, 3))
+    assert "build:lre --remote_executor=grpcs://127.0.0.1:50999" in rc
+    assert "build:lre --tls_certificate=/etc/lre/cert.pem" in rc
+    assert 'build:lre --remote_header="authorization=Bearer s3cret"' in rc
+    buck = buckconfig_text(settings, None)
+    assert "engine_address = grpc://127.0.0.1:50999" in buck  # Buck2: TLS only via `tls`
+    assert "tls = true" in buck
+    assert "tls_ca_certs = /etc/lre/cert.pem" in buck
+    assert "http_headers = authorization: Bearer s3cret" in buck
+    report = write_bazel(tmp_path, settings, edit_bazelrc=True, version=(4, 2, 3))
+    assert (tmp_path / "lre.bazelrc").stat().st_mode & 0o777 == 0o600
+    assert any("token" in w for w in report.warnings)
+
+
+def test_client_config_for_a_unix_socket_and_ipv6(tmp_path: Path) -> None:
+    unix = ClientSettings(host="", port=0, unix_socket="/run/lre.sock", cpus=2)
+    assert "build:lre --remote_executor=unix:///run/lre.sock" in bazelrc_text(unix, (4, 2, 3))
+    (tmp_path / ".buckconfig").write_text("[cells]\nroot = .\n")
+    report = write_buck2(tmp_path, unix, local=False, platform_source=None)
+    assert not (tmp_path / ".buckconfig.d").exists()
+    assert any("Unix socket" in w for w in report.warnings)
+    v6 = ClientSettings(host="::1", port=4000, cpus=2)
+    assert "--remote_executor=grpc://[::1]:4000" in bazelrc_text(v6, (4, 2, 3))
+
+
+def test_unlink_keeps_a_try_import_line_the_user_wrote(tmp_path: Path) -> None:
+    mine = "build --verbose_failures\ntry-import %workspace%/lre.bazelrc\n"
+    (tmp_path / ".bazelrc").write_text(mine)
+    write_bazel(tmp_path, SETTINGS, edit_bazelrc=True, version=(4, 2, 3))
+    assert (tmp_path / ".bazelrc").read_text() == mine  # already imported: nothing added
+    unlink(tmp_path)
+    assert (tmp_path / ".bazelrc").read_text() == mine
+    assert not (tmp_path / "lre.bazelrc").exists()
+
+
+def test_make_inert_leaves_comments_only_and_write_restores(tmp_path: Path) -> None:
+    # `buck2 init`'s platform runs locally, so lre also names its own in
+    # .buckconfig.local: that block must go inert too.
+    buck2_init(tmp_path)
+    write_bazel(tmp_path, SETTINGS, edit_bazelrc=True, version=(4, 2, 3))
+    write_buck2(tmp_path, SETTINGS, local=False, platform_source=TOOLCHAINS, home=tmp_path / "home")
+    report = make_inert(tmp_path)
+    assert set(report.written) == {
+        tmp_path / "lre.bazelrc",
+        tmp_path / ".buckconfig.d" / "lre.buckconfig",
+        tmp_path / ".buckconfig.local",
+    }
+    for path in report.written:
+        settings_lines = [
+            line
+            for line in path.read_text().splitlines()
+            if line.strip() and not line.startswith("#")
+        ]
+        assert settings_lines == [], path
+    assert make_inert(tmp_path).written == []  # already inert
+    assert TRY_IMPORT in (tmp_path / ".bazelrc").read_text()  # the import still finds a file
+    write_bazel(tmp_path, SETTINGS, edit_bazelrc=True, version=(4, 2, 3))
+    assert "--remote_executor=grpc://127.0.0.1:50999" in (tmp_path / "lre.bazelrc").read_text()
+
+
+def test_owned_paths_names_only_what_lre_alone_wrote(tmp_path: Path) -> None:
+    write_bazel(tmp_path, SETTINGS, edit_bazelrc=True, version=(4, 2, 3))
+    assert set(owned_paths(tmp_path)) == {tmp_path / "lre.bazelrc", tmp_path / ".bazelrc"}
+    (tmp_path / ".bazelrc").write_text("build --mine\n" + (tmp_path / ".bazelrc").read_text())
+    assert owned_paths(tmp_path) == [tmp_path / "lre.bazelrc"]
 
 
 def test_write_bazel_is_idempotent_and_keeps_user_lines(tmp_path: Path) -> None:
@@ -125,3 +222,27 @@ def test_buck2_conflicting_keys_warn_and_local_block_round_trips(tmp_path: Path)
     assert "execution_platforms" not in local
     unlink(tmp_path)
     assert (tmp_path / ".buckconfig.local").read_text() == "[user]\nkey = 1\n"
+
+
+def test_settings_follow_what_the_running_server_recorded(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("abc\n")
+    token.chmod(0o600)
+    server = RunningServer(
+        pid=1,
+        grpc_address="0.0.0.0:4000",
+        status_address="",
+        repo="",
+        log_file="",
+        started=0.0,
+        tls_cert_file="/c.pem",
+        auth_token_file=str(token),
+    )
+    settings = client_settings_for(server, "main")
+    assert settings.bazel_endpoint == "grpcs://127.0.0.1:4000"  # a wildcard is not dialable
+    assert (settings.tls_ca_file, settings.auth_token) == ("/c.pem", "abc")
+    unix = dataclasses.replace(server, grpc_address="unix:/run/lre.sock", tls_cert_file="")
+    assert client_settings_for(unix, "main").bazel_endpoint == "unix:///run/lre.sock"
+    token.chmod(0o644)  # the server refuses such a file; so does the client config
+    with pytest.raises(ClientConfigError, match="chmod 600"):
+        client_settings_for(server, "main")

@@ -21,10 +21,25 @@ from lre.config import (
 TEAM = Path(__file__).parents[2] / "configs" / "team-cache.json5"
 
 FLAG = "build:lre --remote_default_exec_properties="
+PLATFORM_FLAG = "build:lre --remote_default_platform_properties="
+
+#: A Bazel that writes one --remote_default_exec_properties line per property.
+BAZEL_9 = (9, 0, 0)
 
 
 def flags(text: str) -> list[str]:
     return [line.removeprefix(FLAG) for line in text.splitlines() if line.startswith(FLAG)]
+
+
+def platform_flag(text: str) -> str | None:
+    """The value of the one --remote_default_platform_properties line (Bazel < 9)."""
+    found = [
+        line.removeprefix(PLATFORM_FLAG)
+        for line in text.splitlines()
+        if line.startswith(PLATFORM_FLAG)
+    ]
+    assert len(found) <= 1, found
+    return found[0] if found else None
 
 
 def test_without_an_upstream_lre_sends_its_own_defaults() -> None:
@@ -33,7 +48,10 @@ def test_without_an_upstream_lre_sends_its_own_defaults() -> None:
     properties = client_exec_properties(config)
     assert properties == (("cpu_count", "1"), ("OSFamily", "Linux"))
     settings = ClientSettings(host="127.0.0.1", port=1, exec_properties=properties)
-    assert flags(bazelrc_text(settings, (4, 2, 3))) == ["cpu_count=1", "OSFamily=Linux"]
+    assert flags(bazelrc_text(settings, BAZEL_9)) == ["cpu_count=1", "OSFamily=Linux"]
+    assert platform_flag(bazelrc_text(settings, (4, 2, 3))) == (
+        "\"properties:{name:'cpu_count' value:'1'} properties:{name:'OSFamily' value:'Linux'}\""
+    )
 
 
 def test_with_an_upstream_nothing_of_lre_s_own_and_the_configured_set_verbatim(
@@ -44,14 +62,15 @@ def test_with_an_upstream_nothing_of_lre_s_own_and_the_configured_set_verbatim(
     team = load_config(TEAM)
     assert has_upstream(team)
     assert client_exec_properties(team) == (("OSFamily", "linux"),)
-    text = bazelrc_text(
-        ClientSettings(host="h", port=1, exec_properties=client_exec_properties(team)),
-        (4, 2, 3),
-    )
-    assert flags(text) == ["OSFamily=linux"]
-    assert "cpu_count" not in text
+    settings = ClientSettings(host="h", port=1, exec_properties=client_exec_properties(team))
+    assert flags(bazelrc_text(settings, BAZEL_9)) == ["OSFamily=linux"]
+    old_bazel = bazelrc_text(settings, (4, 2, 3))
+    assert platform_flag(old_bazel) == "\"properties:{name:'OSFamily' value:'linux'}\""
+    assert "cpu_count" not in old_bazel
     automatic = dataclasses.replace(team, client=ClientSpec())
     assert client_exec_properties(automatic) == ()
-    assert flags(bazelrc_text(ClientSettings(host="h", port=1, exec_properties=()), None)) == []
+    none = ClientSettings(host="h", port=1, exec_properties=())
+    assert flags(bazelrc_text(none, BAZEL_9)) == []
+    assert platform_flag(bazelrc_text(none, (4, 2, 3))) is None
     several = dataclasses.replace(team, client=ClientSpec(exec_properties={"b": "2", "a": "1"}))
     assert client_exec_properties(several) == (("a", "1"), ("b", "2"))

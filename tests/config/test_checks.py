@@ -256,7 +256,7 @@ def mutate(path: str, value: Any) -> dict[str, Any]:
         (
             "servers.0.listener",
             {"address": "localhost:99999"},
-            "servers[0].listener.address: 'localhost:99999' is not \"host:port\"",
+            "servers[0].listener.address: 'localhost:99999': the port must be 1-65535",
         ),
         (
             "stores.3.grpc.endpoints",

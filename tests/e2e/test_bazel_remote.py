@@ -11,9 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
-import sys
 import threading
 import urllib.request
 from pathlib import Path
@@ -23,30 +21,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.app.conftest import app_config_text
+from tests.cli._lre import free_port, run_lre
 from tests.e2e._bazel import BazelSession, require_bazel
 from tests.e2e._workspace import generate_workspace
 
 pytestmark = [pytest.mark.slow, pytest.mark.bazel]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _lre(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "lre", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 def _stats(status_port: int) -> dict[str, Any]:
@@ -92,7 +71,7 @@ def test_bazel_builds_remotely_through_lre_then_from_its_cache(tmp_path: Path) -
     assert len(ws.modules) >= 20
     root = tmp_path / "lre-root"
     config = tmp_path / "lre.json5"
-    status_port = _free_port()
+    status_port = free_port()
     config.write_text(
         app_config_text(
             root,
@@ -102,8 +81,8 @@ def test_bazel_builds_remotely_through_lre_then_from_its_cache(tmp_path: Path) -
         )
     )
     env = {**os.environ, "HOME": str(tmp_path / "home")}
-    port = _free_port()
-    up = _lre(
+    port = free_port()
+    up = run_lre(
         "up",
         "--detach",
         "--config",
@@ -155,7 +134,7 @@ def test_bazel_builds_remotely_through_lre_then_from_its_cache(tmp_path: Path) -
             after = _stats(status_port)
             assert after["completions"].get("success", 0) == ran  # nothing ran again
     finally:
-        down = _lre("down", "--config", str(config), cwd=ws.root, env=env)
+        down = run_lre("down", "--config", str(config), cwd=ws.root, env=env)
         log = root / "state" / "lre.log"
         if down.returncode != 0 and log.exists():
             print(log.read_text()[-5000:])

@@ -237,10 +237,14 @@ def require_tool(name: str) -> str:
 
 
 def processes_with(marker: str) -> list[psutil.Process]:
-    """Live (non-zombie) processes whose command line contains ``marker``."""
+    """Live (non-zombie) processes whose command line contains ``marker``,
+    except the ``timeout -- 0`` first process the pidns containment puts in
+    front of each action (its command line repeats the action's)."""
     found = []
     for process in psutil.process_iter(["cmdline", "status"]):
         cmdline = process.info["cmdline"] or []
+        if cmdline[1:3] == ["--", "0"] and cmdline[0].endswith("timeout"):
+            continue
         if process.info["status"] != psutil.STATUS_ZOMBIE and any(marker in a for a in cmdline):
             found.append(process)
     return found

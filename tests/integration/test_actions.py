@@ -152,16 +152,20 @@ def test_environment_is_exactly_the_commands(client: Client) -> None:
     result = response.result
     assert (response.status.code, result.exit_code) == (OK, 0)
     env = environment_of(client.stdout(result))
-    # The jobserver (on by default) advertises its pool; nothing else is added.
+    # The jobserver (on by default) advertises its pool and the action's
+    # private temporary directory is named; nothing else is added.
     makeflags = env.pop("MAKEFLAGS")
     assert env.pop("CARGO_MAKEFLAGS") == makeflags
     assert "--jobserver-auth=" in makeflags
+    tmp = {env.pop(name) for name in ("TMPDIR", "TMP", "TEMP")}
+    assert len(tmp) == 1 and next(iter(tmp)).endswith("/tmp")
     assert env == {**variables, "PATH": DEFAULT_PATH}
 
     # A PATH of the Command's own is kept as it is.
     response = client.run(["/usr/bin/env"], env={"PATH": "/bin"})
     env = environment_of(client.stdout(response.result))
-    assert {k: v for k, v in env.items() if "MAKEFLAGS" not in k} == {"PATH": "/bin"}
+    added = ("MAKEFLAGS", "CARGO_MAKEFLAGS", "TMPDIR", "TMP", "TEMP")
+    assert {k: v for k, v in env.items() if k not in added} == {"PATH": "/bin"}
 
 
 def test_non_zero_exit_is_a_result(client: Client) -> None:
@@ -214,13 +218,23 @@ def test_cancelling_the_execute_stream_kills_the_action(client: Client, marker: 
 
 
 def test_background_children_do_not_survive(client: Client, marker: str) -> None:
-    response = client.run(["/bin/sh", "-c", f"sleep {marker} & echo $!; exit 0"])
+    # Each one leaves the action's process group in its own way; each writes
+    # its pid as seen from here (/proc/self is the host's, $! may not be).
+    children = [
+        "sh -c 'read p rest < /proc/self/stat; echo $p; exec sleep {m}' &",
+        "setsid sh -c 'read p rest < /proc/self/stat; echo $p; exec sleep {m}' &",
+        "sh -c \"setsid sh -c 'read p rest < /proc/self/stat; echo \\$p; exec sleep {m}' &\";",
+    ]
+    script = " ".join(c.format(m=marker) for c in children) + " sleep 0.2; exit 0"
+    response = client.run(["/bin/sh", "-c", script])
     result = response.result
     assert (response.status.code, result.exit_code) == (OK, 0)
-    background = int(client.stdout(result))
+    pids = [int(p) for p in client.stdout(result).split()]
+    assert len(pids) == 3, client.stdout(result)
     # A process SIGKILLed a moment ago may still be exiting (state R, empty
     # cmdline); it must be gone or a zombie (waiting for init) shortly after.
-    assert wait_until(lambda: not alive(background), seconds=5), psutil.Process(background)
+    for pid in pids:
+        assert wait_until(lambda: not alive(pid), seconds=5), psutil.Process(pid)  # noqa: B023
     assert processes_with(marker) == []
 
 

@@ -39,7 +39,14 @@ import pytest
 
 from lre.proto import bs_grpc, bs_pb2, re_grpc, re_pb2
 from tests.app.conftest import app_config_text
-from tests.integration._reapi import WORKER_EXTRA, Client, Stage, metadata_of, response_of
+from tests.integration._reapi import (
+    WORKER_EXTRA,
+    Client,
+    Stage,
+    metadata_of,
+    processes_with,
+    response_of,
+)
 from tests.reliability._crash import INSTANCE, Ledger, LreProcess, channel, key, load
 from tests.reliability.test_execute_faults import leftovers
 
@@ -131,16 +138,6 @@ def long_action(address: str, marker: str, background: bool, started: threading.
         pass
     finally:
         client.close()
-
-
-def processes_with(marker: str) -> list[psutil.Process]:
-    """Live (non-zombie) processes with ``marker`` in their command line."""
-    found = []
-    for process in psutil.process_iter(["cmdline", "status"]):
-        cmdline = process.info["cmdline"] or []
-        if process.info["status"] != psutil.STATUS_ZOMBIE and any(marker in a for a in cmdline):
-            found.append(process)
-    return found
 
 
 def new_marker() -> str:

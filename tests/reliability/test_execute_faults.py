@@ -32,7 +32,6 @@ from lre.app import Application, ReadyInfo
 from lre.config import load_config_text, resolve
 from lre.proto import operations_pb2, re_pb2
 from lre.scheduler import Scheduler
-from lre.worker._process import guardian_pid
 from tests.app.conftest import app_config_text
 from tests.integration._reapi import (
     WORKER_EXTRA,
@@ -96,12 +95,14 @@ def trio_tasks() -> int:
 
 
 def live_children() -> list[psutil.Process]:
-    """Live descendants of this process, except the process guardian (it
-    lives as long as lre, like the spawner threads)."""
+    """Live descendants of this process, except process guardians (one lives
+    as long as each containment backend, like the spawner threads)."""
     out = []
-    guardian = guardian_pid()
     for child in psutil.Process().children(recursive=True):
-        if child.pid == guardian:
+        try:
+            if any(part.endswith("_guardian.py") for part in child.cmdline()):
+                continue
+        except psutil.NoSuchProcess:
             continue
         try:
             if child.status() != psutil.STATUS_ZOMBIE:
@@ -114,9 +115,10 @@ def live_children() -> list[psutil.Process]:
 def leftovers(work: Path) -> list[str]:
     """What finished actions left in the worker's work directory.
 
-    Allowed: the lock file and ready-made action directories (``a{n}/`` with
-    empty ``stdout``/``stderr`` logs and a ``root/`` holding nothing but
-    empty directories, kept for the next action's staging to reuse).
+    Allowed: the lock file, the linked-inputs journal, and ready-made action
+    directories (``a{n}/`` with empty ``stdout``/``stderr`` logs, an empty
+    ``tmp/`` and a ``root/`` holding nothing but empty directories, kept for
+    the next action's staging to reuse).
     Anything else (inputs, outputs, symlinks, non-empty logs) is a leftover.
     """
     found = []
@@ -124,7 +126,7 @@ def leftovers(work: Path) -> list[str]:
         depth = len(Path(parent).relative_to(work).parts)
         for name in files:
             full = os.path.join(parent, name)
-            if depth == 0 and name == ".lock":
+            if depth == 0 and name in (".lock", "linked-inputs.journal"):
                 continue
             if depth == 1 and name in ("stdout", "stderr") and os.path.getsize(full) == 0:
                 continue

@@ -4,7 +4,11 @@ rule and the resource-control exports."""
 
 from __future__ import annotations
 
+import logging
+
+import pytest
 import trio
+import trio.testing
 
 import lre.scheduler
 from lre.errors import DeadlineExceeded, Internal
@@ -145,3 +149,89 @@ def test_resource_control_names_are_exported() -> None:
     ):
         assert name in lre.scheduler.__all__
         assert getattr(lre.scheduler, name) is not None
+
+
+async def test_memory_kills_are_logged_in_human_units_with_mnemonic_and_target(
+    nursery: trio.Nursery, caplog: pytest.LogCaptureFixture
+) -> None:
+    policy = ResourcePolicy(cold_memory_bytes=256 * MiB, ladder=(1 * GiB,), max_steps=2)
+    harness, _ = await events_harness(nursery, resources=policy)
+    worker = await harness.add_worker(worker_info(memory=4 * GiB))
+    info = RequestInfo(action_mnemonic="CppCompile", target_id="//big:lib")
+    op = harness.scheduler.submit(
+        execute_request(await harness.builder.action("/usr/bin/cc")), request_info=info
+    )
+    caplog.set_level(logging.WARNING, logger="lre.scheduler")
+    lease = await worker.next_lease()
+    harness.scheduler.report(lease.lease_id, MemoryExceeded(661 * MiB))
+    lease = await worker.next_lease()
+    harness.scheduler.report(lease.lease_id, MemoryExceeded(1536 * MiB))
+    await harness.wait_stage(op.name, Stage.COMPLETED)
+    lines = [r.getMessage() for r in caplog.records if "memory ladder" in r.getMessage()]
+    assert lines == [
+        f"memory ladder: CppCompile //big:lib ({op.name}) killed on worker w1 at 661 MiB "
+        "peak RSS, over its reservation of 256 MiB (ladder step 0); requeued at ladder "
+        "step 1 reserving 1 GiB (kill 1)",
+        f"memory ladder: CppCompile //big:lib ({op.name}) killed on worker w1 at 1.5 GiB "
+        "peak RSS, over its reservation of 1 GiB (ladder step 1); not retried: failed with "
+        "RESOURCE_EXHAUSTED after 2 kill(s), reservations tried: 256 MiB, 1 GiB",
+    ]
+    first = next(r for r in caplog.records if "memory ladder" in r.getMessage())
+    assert first.kv["step"] == 0 and first.kv["next_step"] == 1  # type: ignore[attr-defined]
+
+
+async def test_kernel_oom_kill_is_an_oom_event_and_a_log_line(
+    nursery: trio.Nursery, caplog: pytest.LogCaptureFixture
+) -> None:
+    harness, events = await events_harness(nursery)
+    worker = await harness.add_worker()
+    info = RequestInfo(action_mnemonic="Javac", target_id="//app:main")
+    op = harness.scheduler.submit(
+        execute_request(await harness.builder.action()), request_info=info
+    )
+    caplog.set_level(logging.WARNING, logger="lre.scheduler")
+    lease = await worker.next_lease()
+    usage = Usage(peak_rss_bytes=700 * MiB, cpu_seconds=1.0, wall_seconds=2.0)
+    killed = re_pb2.ActionResult(exit_code=137)
+    harness.scheduler.report(lease.lease_id, Completed(killed, usage=usage, oom_killed=True))
+    await harness.wait_stage(op.name, Stage.COMPLETED)
+    (oom,) = [e for e in events if e.kind == SchedulerEventKind.OOM]
+    assert oom.summary == "Javac" and oom.worker == "w1" and oom.peak_rss_bytes == 700 * MiB
+    assert oom.message.startswith(f"Javac //app:main ({op.name}): killed by the kernel's OOM")
+    assert "at 700 MiB peak RSS with a reservation of" in oom.message
+    assert oom.message in caplog.text
+
+
+async def test_worker_health_follows_its_infrastructure_failures(nursery: trio.Nursery) -> None:
+    harness, events = await events_harness(nursery, retries=10)
+    worker = await harness.add_worker()
+    op = harness.scheduler.submit(execute_request(await harness.builder.action()))
+    for _ in range(3):
+        lease = await worker.next_lease()
+        harness.scheduler.report(lease.lease_id, InfrastructureFailure(Internal("disk full")))
+    (sick,) = [e for e in events if e.kind == SchedulerEventKind.WORKER]
+    assert sick.healthy is False and sick.worker == "w1"
+    assert sick.message == (
+        "worker w1: 3 actions in a row failed for lre's reasons; last: INTERNAL: disk full"
+    )
+    lease = await worker.next_lease()
+    harness.scheduler.report(lease.lease_id, Completed(re_pb2.ActionResult()))
+    await harness.wait_stage(op.name, Stage.COMPLETED)
+    worker_events = [e for e in events if e.kind == SchedulerEventKind.WORKER]
+    assert [e.healthy for e in worker_events] == [False, True]
+
+
+async def test_a_worker_unregistered_while_running_actions_went_away(
+    nursery: trio.Nursery,
+) -> None:
+    harness, events = await events_harness(nursery)
+    worker = await harness.add_worker()
+    harness.scheduler.submit(execute_request(await harness.builder.action()))
+    await worker.next_lease()
+    # The fake worker is back in lease(), which unregistering ends.
+    await trio.testing.wait_all_tasks_blocked()
+    harness.scheduler.unregister_worker("w1")
+    gone = [e for e in events if e.kind == SchedulerEventKind.WORKER]
+    assert [(e.healthy, e.message) for e in gone] == [
+        (False, "worker w1 went away while running 1 action(s); they were requeued")
+    ]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+import os
 import sqlite3
+import stat
 from pathlib import Path
 
 import pytest
@@ -245,3 +247,25 @@ async def test_run_flushes_in_a_thread(tmp_path: Path) -> None:
         assert rows == 1
     finally:
         learner.close()
+
+
+def test_database_and_its_wal_are_owner_only(tmp_path: Path) -> None:
+    old_umask = os.umask(0o022)
+    try:
+        with ReservationLearner.in_state_dir(str(tmp_path / "state")) as learner:
+            learner.record("k", 100 * MiB, 500, 0)
+            learner.flush()
+            files = sorted((tmp_path / "state").iterdir())
+            assert LEARNER_DB_NAME in [f.name for f in files]
+            for file in files:
+                assert stat.S_IMODE(file.stat().st_mode) == 0o600, file
+    finally:
+        os.umask(old_umask)
+
+
+def test_a_world_readable_database_is_narrowed(tmp_path: Path) -> None:
+    path = tmp_path / LEARNER_DB_NAME
+    ReservationLearner(str(path)).close()
+    path.chmod(0o644)
+    ReservationLearner(str(path)).close()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600

@@ -162,6 +162,11 @@ async def test_environment_is_exactly_the_commands(tmp_path: Path, store: Memory
     assert isinstance(outcome, Completed)
     printed = (await blob(store, outcome.result.stdout_digest)).split(b"\0")
     variables = dict(item.decode().split("=", 1) for item in printed if item)
+    # The private temporary directory is the one addition (private_tmp).
+    tmp = {variables.pop(name) for name in ("TMPDIR", "TMP", "TEMP")}
+    assert len(tmp) == 1
+    (tmp_dir,) = tmp
+    assert tmp_dir.startswith(str(workdir.path) + "/") and tmp_dir.endswith("/tmp")
     assert variables == {
         "A": "1",
         "B": "two words",
@@ -170,6 +175,34 @@ async def test_environment_is_exactly_the_commands(tmp_path: Path, store: Memory
         "POOL": "big",
         "PATH": spec.default_path,
     }
+
+
+async def test_private_tmp_off_leaves_the_environment_alone(
+    tmp_path: Path, store: MemoryStore
+) -> None:
+    from lre.config._models import JobserverSpec
+
+    spec = make_spec(tmp_path, jobserver=JobserverSpec(enabled=False), private_tmp=False)
+    with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
+        runner = ActionRunner(spec, workdir, store)
+        lease = await make_lease(store, ["/usr/bin/env", "-0"], env={"A": "1"})
+        outcome = await runner.run(lease)
+    assert isinstance(outcome, Completed)
+    printed = (await blob(store, outcome.result.stdout_digest)).split(b"\0")
+    variables = dict(item.decode().split("=", 1) for item in printed if item)
+    assert variables == {"A": "1", "PATH": spec.default_path}
+
+
+async def test_command_tmpdir_wins_and_private_tmp_is_emptied(env: Env) -> None:
+    own = await run(env, ["/bin/sh", "-c", "echo $TMPDIR $TMP"], env={"TMPDIR": "/var/tmp"})
+    out = (await blob(env.store, own.result.stdout_digest)).decode().split()
+    assert out[0] == "/var/tmp" and out[1].endswith("/tmp") and out[1] != "/var/tmp"
+    # Files an action leaves in its TMPDIR are gone before the next action.
+    first = await run(env, ["/bin/sh", "-c", "echo x > $TMPDIR/left; ls $TMPDIR"])
+    assert await blob(env.store, first.result.stdout_digest) == b"left\n"
+    for _ in range(3):
+        again = await run(env, ["/bin/sh", "-c", "ls -A $TMPDIR"])
+        assert await blob(env.store, again.result.stdout_digest) == b""
 
 
 async def test_command_path_wins_over_default(env: Env) -> None:

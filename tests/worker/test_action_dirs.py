@@ -42,7 +42,7 @@ async def test_stock_is_made_ahead_and_recycled(tmp_path: Path) -> None:
             taken = await dirs.take()
             path = taken.path
             assert taken.root == path / "root" and taken.stdout == path / "stdout"
-            assert path.name in made and os.listdir(path) == ["root"]
+            assert path.name in made and sorted(os.listdir(path)) == ["root", "tmp"]
             assert os.stat(path / "root").st_mode & 0o777 == 0o755
             # what a finished action leaves: logs with content, empty root
             (path / "stdout").write_bytes(b"out")
@@ -74,6 +74,32 @@ async def test_dirty_directories_are_removed_not_recycled(tmp_path: Path) -> Non
                 assert not path.exists()
             assert (tmp_path / "cas-copy").read_bytes() == b"adopted"  # never truncated
             assert len(entries(workdir)) == 5
+
+
+async def test_private_tmp_is_emptied_or_the_directory_removed(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_bytes(b"user's")
+    with WorkDirectory.open(tmp_path / "w", "w") as workdir:
+        async with janitor(workdir, stock=4) as dirs:
+            await settle(dirs, 4)
+            taken = [await dirs.take() for _ in range(4)]
+            # left behind in TMPDIR: files, a tree, a link to outside
+            (taken[0].tmp / "cc1.s").write_bytes(b"x")
+            (taken[0].tmp / "tree" / "deep").mkdir(parents=True)
+            os.symlink(outside, taken[0].tmp / "link")
+            os.chmod(taken[1].tmp, 0o777)  # not lre's 0700 directory any more
+            os.rmdir(taken[2].tmp)
+            os.symlink(outside, taken[2].tmp)  # replaced by a link to outside
+            for directory in taken[:3]:
+                await dirs.release(directory)
+            await dirs.release(taken[3], reusable=False)  # something may still write
+            await settle(dirs, 4)
+            assert dirs.recycled == 1
+            assert taken[0].path.exists() and os.listdir(taken[0].tmp) == []
+            for directory in taken[1:]:
+                assert not directory.path.exists()
+            assert (outside / "keep").read_bytes() == b"user's"
 
 
 async def test_without_janitor_release_removes_at_once(tmp_path: Path) -> None:

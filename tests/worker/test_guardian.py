@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+import psutil
+
 from lre.worker import _guardian
 from lre.worker._guardian import ProcessGuardian
 
@@ -17,11 +19,16 @@ def sleeper_group() -> subprocess.Popen[bytes]:
 
 
 def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+    """Whether a process of group ``pgid`` still runs. Zombies do not count:
+    with the portable containment tested in the same run, this test process
+    is a child subreaper, and killed orphans wait here to be reaped."""
+    for process in psutil.process_iter(["status"]):
+        try:
+            if process.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(process.pid) == pgid:
+                return True
+        except (ProcessLookupError, psutil.NoSuchProcess):
+            continue
+    return False
 
 
 def wait_group_gone(leader: subprocess.Popen[bytes], timeout: float = 10) -> bool:

@@ -188,3 +188,48 @@ def test_foreign_cache_keeps_finding_members() -> None:
         assert usage is not None and usage.samples == 11 and usage.processes == 2
         assert sampler.statistics().last_pass_processes == 2
     assert elapsed < 1.0
+
+
+@pytest.mark.parametrize("mode", ["pidns", "userns"])
+async def test_setsid_processes_in_the_actions_namespace_are_sampled(
+    tmp_path: object, mode: str
+) -> None:
+    # A daemon that left the session still counts against its action's memory
+    # when the action has a PID namespace of its own.
+    from pathlib import Path
+
+    from lre.worker import run_process
+
+    from .test_containment import backend
+
+    containment = backend(mode)
+    work = Path(str(tmp_path))
+    hog = (
+        "b = bytearray(64 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\n"
+        "import time; time.sleep(30)"
+    )
+    script = f"setsid {sys.executable} -c '{hog}' & sleep 1.5"
+    sampler = ProcessTreeSampler(0.1)
+    usage: list[ActionUsage] = []
+
+    def started(pid: int) -> None:
+        sampler.register("a", pid)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sampler.run)
+        await run_process(
+            ["/bin/sh", "-c", script],
+            cwd=work,
+            env={"PATH": "/usr/bin:/bin"},
+            stdout_path=work / "o",
+            stderr_path=work / "e",
+            timeout=30,
+            kill_grace=0.5,
+            on_started=started,
+            containment=containment,
+        )
+        snapshot = sampler.unregister("a")
+        assert snapshot is not None
+        usage.append(snapshot)
+        nursery.cancel_scope.cancel()
+    assert usage[0].peak_rss_bytes > 60 * MiB, usage[0]

@@ -157,7 +157,12 @@ async def test_precondition_backpressure_then_runs(tmp_path: Path, store: Memory
 
 async def test_shutdown_kills_running_actions(tmp_path: Path, store: MemoryStore) -> None:
     pidfile = tmp_path / "pids"
-    script = f"sleep 300 & echo $! >> {pidfile}; echo $$ >> {pidfile}; wait"
+    # Each process writes its own pid as lre sees it: inside a PID namespace
+    # $$ and $! are the namespace's numbers, /proc/self is the host's.
+    script = (
+        f"sh -c 'read me rest < /proc/self/stat; echo $me >> {pidfile}; exec sleep 300' & "
+        f"read me rest < /proc/self/stat; echo $me >> {pidfile}; wait"
+    )
     async with running(store, [make_spec(tmp_path)]) as (scheduler, (worker,)):
         await submit(scheduler, store, ["/bin/sh", "-c", script])
         with trio.fail_after(10):

@@ -6,24 +6,7 @@ import warnings
 from google.longrunning import operations_pb2 as google_dot_longrunning_dot_operations__pb2
 from lre.proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as lre_dot_proto_dot_build_dot_bazel_dot_remote_dot_execution_dot_v2_dot_remote__execution__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
-GRPC_VERSION = grpc.__version__
-_version_not_supported = False
-
-try:
-    from grpc._utilities import first_version_is_lower
-    _version_not_supported = first_version_is_lower(GRPC_VERSION, GRPC_GENERATED_VERSION)
-except ImportError:
-    _version_not_supported = True
-
-if _version_not_supported:
-    raise RuntimeError(
-        f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in lre/proto/build/bazel/remote/execution/v2/remote_execution_pb2_grpc.py depends on'
-        + f' grpcio>={GRPC_GENERATED_VERSION}.'
-        + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
-        + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
-    )
+# lre.proto.regenerate took out protoc's version check (see its docstring).
 
 
 class ExecutionStub:

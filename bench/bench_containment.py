@@ -1,0 +1,285 @@
+"""What containing action processes costs, and how fast everything dies with lre.
+
+Run: .venv/bin/python bench/bench_containment.py [--rounds 5] [--actions 300]
+     [--baseline-python OLD/.venv/bin/python] [--replay] [--kills 5]
+
+Backends: ``pidns``, ``userns`` and ``portable`` (those this machine has),
+plus ``baseline`` when ``--baseline-python`` names the interpreter of an
+older lre checkout (the one before containment: setpriv + guard shell +
+guardian), all measured in the same run, each round visiting every backend
+in turn (order rotated every round). Per backend:
+
+1. no-op actions through the real server: ``lre up`` (one per backend and
+   round, same config but for ``containment``), a grpc.aio client keeping 16
+   Execute calls of distinct ``/bin/true`` actions in flight: lre's own CPU
+   per action (the server process, children excluded), the actions' CPU per
+   action (every process lre reaped, which includes each backend's wrapper
+   processes: ``timeout``, ``unshare``, ``setpriv`` + ``sh``), actions/s;
+2. with ``--replay``, the same for the recorded actions of one clean Bazel
+   build of the generated workspace (bench_replay's recording; variants
+   ``build`` and ``true``);
+3. SIGKILL of lre while an action has a background child, a ``setsid``
+   child and a double-forked daemon running: the time until every one of
+   them is gone (``--kills`` trials; the target is under 1 s).
+
+Medians over rounds are printed, with each backend's ratio to ``baseline``
+(or to ``pidns`` without a baseline) from the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _client import LreProcess, ReapiClient, local_config
+
+from lre.worker import ContainmentUnavailable, choose_containment
+
+MODES = ("pidns", "userns", "portable")
+
+
+def available_modes() -> list[str]:
+    out = []
+    for mode in MODES:
+        try:
+            choose_containment(mode)
+        except ContainmentUnavailable as error:
+            print(f"{mode}: unavailable here ({error})")
+            continue
+        out.append(mode)
+    return out
+
+
+def config_for(home: Path, mode: str, extra: dict[str, object] | None = None) -> str:
+    worker: dict[str, object] = {"max_inflight_tasks": 16, "resources": {"cpu_count": 16}}
+    worker.update(extra or {})
+    if mode != "baseline":  # the older lre rejects the unknown key
+        worker["containment"] = mode
+    return local_config(home, worker)
+
+
+def start(
+    home: Path, mode: str, python: str | None, extra: dict[str, object] | None = None
+) -> LreProcess:
+    return LreProcess(
+        config_for(home, mode, extra),
+        home,
+        python=python if mode == "baseline" and python else sys.executable,
+    )
+
+
+def cpu(process: psutil.Process) -> tuple[float, float]:
+    times = process.cpu_times()
+    return times.user + times.system, times.children_user + times.children_system
+
+
+async def noop_round(address: str, pid: int, tag: str, count: int) -> dict[str, float]:
+    client = ReapiClient(address)
+    server = psutil.Process(pid)
+    try:
+        warm = await asyncio.gather(
+            *(client.prepare(["/bin/true", f"w{tag}{i}"]) for i in range(30))
+        )
+        await asyncio.gather(*(client.execute(d) for d in warm))
+        digests = await asyncio.gather(
+            *(client.prepare(["/bin/true", f"{tag}-{i}"]) for i in range(count))
+        )
+        pending = iter(digests)
+
+        async def loop() -> None:
+            for digest in pending:
+                response = await client.execute(digest)
+                assert response.result.exit_code == 0, response
+
+        own0, kids0 = cpu(server)
+        started = time.perf_counter()
+        await asyncio.gather(*(loop() for _ in range(16)))
+        wall = time.perf_counter() - started
+        own1, kids1 = cpu(server)
+    finally:
+        await client.close()
+    return {
+        "lre_ms": (own1 - own0) / count * 1000,
+        "actions_ms": (kids1 - kids0) / count * 1000,
+        "per_s": count / wall,
+    }
+
+
+def report(title: str, rows: dict[str, list[dict[str, float]]], reference: str) -> None:
+    print(f"\n{title} (median of {len(next(iter(rows.values())))} rounds; ratio to {reference})")
+    ref = {key: statistics.median(r[key] for r in rows[reference]) for key in rows[reference][0]}
+    for mode, samples in rows.items():
+        parts = []
+        for key in samples[0]:
+            values = [s[key] for s in samples]
+            med = statistics.median(values)
+            ratio = med / ref[key] if ref[key] else float("nan")
+            parts.append(f"{key} {med:.2f} ({ratio:.2f}x; {min(values):.2f}-{max(values):.2f})")
+        print(f"  {mode:9s} " + ", ".join(parts))
+
+
+def rotate(modes: list[str], r: int) -> list[str]:
+    k = r % len(modes)
+    return modes[k:] + modes[:k]
+
+
+def bench_noop(tmp: Path, modes: list[str], args: argparse.Namespace) -> None:
+    rows: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
+    for r in range(args.rounds):
+        for mode in rotate(modes, r):
+            home = tmp / f"noop-{mode}"
+            with start(home, mode, args.baseline_python) as lre:
+                row = asyncio.run(noop_round(lre.address, lre.proc.pid, f"{mode}{r}", args.actions))
+            rows[mode].append(row)
+            print(
+                f"round {r + 1} {mode}: " + json.dumps({k: round(v, 2) for k, v in row.items()}),
+                flush=True,
+            )
+    report("no-op /bin/true through gRPC, 16 in flight", rows, modes[0])
+
+
+DAEMONS = (
+    "sleep {m} & setsid sleep {m} & sh -c 'setsid sh -c \"sleep {m}\" & exit 0'; "
+    "touch {ready}; exec sleep {m}"
+)
+
+
+def sleepers(marker: str) -> int:
+    return sum(
+        1
+        for p in psutil.process_iter(["cmdline", "status"])
+        if p.info["status"] != psutil.STATUS_ZOMBIE
+        and (p.info["cmdline"] or [""])[-2:] == ["sleep", marker]
+    )
+
+
+async def kill_trial(tmp: Path, mode: str, python: str | None, trial: int) -> float:
+    home = tmp / f"kill-{mode}-{trial}"
+    marker = f"{6000 + trial}.{time.monotonic_ns() % 10**9:09d}"
+    ready = home / "ready"
+    lre = start(home, mode, python)
+    try:
+        client = ReapiClient(lre.address)
+        digest = await client.prepare(["/bin/sh", "-c", DAEMONS.format(m=marker, ready=ready)])
+        task = asyncio.ensure_future(client.execute(digest))
+        deadline = time.monotonic() + 30
+        while not (ready.exists() and sleepers(marker) >= 4):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{mode}: the action's processes never all started")
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.6)  # the portable backend lists orphans every 0.25 s
+        lre.proc.send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        while sleepers(marker) and time.monotonic() - killed < 10:  # noqa: ASYNC110 (polling)
+            await asyncio.sleep(0.005)
+        elapsed = time.monotonic() - killed
+        left = sleepers(marker)
+        task.cancel()
+        await client.close()
+    finally:
+        lre.stop()
+    if left:
+        for p in psutil.process_iter(["cmdline"]):
+            if (p.info["cmdline"] or [""])[-2:] == ["sleep", marker]:
+                p.kill()
+        return float("inf")
+    return elapsed
+
+
+def bench_kill(tmp: Path, modes: list[str], args: argparse.Namespace) -> None:
+    print(f"\nSIGKILL of lre with 4 action processes (3 escaped the group), {args.kills} trials")
+    for mode in modes:
+        times = [
+            asyncio.run(kill_trial(tmp, mode, args.baseline_python, t)) for t in range(args.kills)
+        ]
+        shown = ", ".join("survived" if t == float("inf") else f"{t * 1000:.0f}" for t in times)
+        worst = max(times)
+        verdict = "ALL GONE < 1 s" if worst < 1 else "SURVIVORS or slow"
+        print(f"  {mode:9s} ms until none left: {shown}  -> {verdict}")
+
+
+def bench_replay(tmp: Path, modes: list[str], args: argparse.Namespace) -> None:
+    from bench_replay import BAZEL_WORKER, _plans, _round, record
+
+    home = tmp / "replay"
+    extra = dict(BAZEL_WORKER)
+    with start(home, modes[-1], None, extra) as lre:
+        keys = record(lre, home, tmp, modules=40, funcs=8)
+    print("replaying 'build' and 'true' per backend")
+
+    async def one(address: str, pid: int) -> dict[str, float]:
+        client = ReapiClient(address)
+        server = psutil.Process(pid)
+        try:
+            plans = await _plans(client, keys)
+            out: dict[str, float] = {}
+            for variant in ("build", "true"):
+                await _round(client, plans[variant], 16)  # warm
+                own0, kids0 = cpu(server)
+                await _round(client, plans[variant], 16)
+                own1, kids1 = cpu(server)
+                n = len(plans[variant])
+                out[f"{variant}_lre_ms"] = (own1 - own0) / n * 1000
+                out[f"{variant}_actions_ms"] = (kids1 - kids0) / n * 1000
+            return out
+        finally:
+            await client.close()
+
+    rows: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
+    for r in range(args.rounds):
+        for mode in rotate(modes, r):
+            with start(home, mode, args.baseline_python, extra) as lre:
+                row = asyncio.run(one(lre.address, lre.proc.pid))
+            rows[mode].append(row)
+            print(
+                f"round {r + 1} {mode}: " + json.dumps({k: round(v, 2) for k, v in row.items()}),
+                flush=True,
+            )
+    report("replayed Bazel actions, 16 in flight", rows, modes[0])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--actions", type=int, default=300)
+    ap.add_argument("--kills", type=int, default=5)
+    ap.add_argument("--baseline-python", default=None)
+    ap.add_argument("--replay", action="store_true")
+    ap.add_argument("--only", choices=("noop", "kill", "replay"), default=None)
+    args = ap.parse_args()
+    modes = available_modes()
+    if args.baseline_python:
+        modes = ["baseline", *modes]
+    load = os.getloadavg()[0]
+    print(f"machine: {os.cpu_count()} CPUs, load {load:.2f}; backends: {', '.join(modes)}")
+    parts: dict[str, Callable[[Path, list[str], argparse.Namespace], None]] = {
+        "noop": bench_noop,
+        "kill": bench_kill,
+        "replay": bench_replay,
+    }
+    with tempfile.TemporaryDirectory(prefix="lre-bench-containment.") as name:
+        for part, run in parts.items():
+            if args.only not in (None, part) or (
+                part == "replay" and not (args.replay or args.only)
+            ):
+                continue
+            run(Path(name), modes, args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

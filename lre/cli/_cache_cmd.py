@@ -1,0 +1,355 @@
+"""``lre cache`` (size, entries, hit rate), ``lre cache clean`` and ``lre cache gc``.
+
+Figures come from the running lre when there is one (its ``/api/v1/stats``:
+live counts, and the hit rate since it started), else from the disk
+(``lre.cas.content_usage``, which only reads). Action-cache entries are
+always counted on disk.
+
+``clean`` and ``gc`` refuse while lre runs with this configuration's state
+directory: the server keeps the CAS index in memory and would go on
+announcing deleted blobs to Bazel and Buck2 (`lre down` first). Offline
+they open each filesystem store as the server would (which also removes
+uploads a crash left behind) and evict least recently used blobs through
+``FilesystemStore.evict_to``; ``clean`` also empties the action caches.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import urllib.request
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+
+import typer
+
+from lre.cli._app import app
+from lre.cli._byte_text import human_bytes, size_option
+from lre.cli._local_stores import LocalStores, LocalStoresError, local_stores
+from lre.cli._running import Lookup, look_up
+from lre.cli._up import ConfigOption
+
+if TYPE_CHECKING:
+    from lre.cas import FilesystemStore
+
+T = TypeVar("T")
+
+cache_app = typer.Typer(
+    help="Size, entries and hit rate of lre's cache; clean it or shrink it.",
+    invoke_without_command=True,
+    add_completion=False,
+)
+app.add_typer(cache_app, name="cache")
+
+
+@dataclass(frozen=True, slots=True)
+class StoreFigures:
+    """One store as ``lre cache`` prints it (``max_bytes`` 0: not bounded)."""
+
+    name: str
+    kind: str  # "cas" or "action_cache"
+    path: str
+    entries: int
+    bytes: int
+    max_bytes: int
+
+
+def _stores_of(lookup: Lookup) -> LocalStores:
+    try:
+        return local_stores(lookup.config)
+    except LocalStoresError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(1) from None
+
+
+def _action_cache_figures(stores: LocalStores) -> list[StoreFigures]:
+    import trio
+
+    async def count() -> list[StoreFigures]:
+        out = []
+        for name, cache in stores.action_caches:
+            usage = await cache.usage()
+            out.append(
+                StoreFigures(name, "action_cache", cache.path, usage.count, usage.stored_bytes, 0)
+            )
+        return out
+
+    return trio.run(count)
+
+
+def _disk_figure(name: str, store: FilesystemStore) -> StoreFigures:
+    from lre.cas import content_usage
+
+    usage = content_usage(store.content_path)
+    return StoreFigures(
+        name, "cas", store.content_path, usage.count, usage.stored_bytes, store.max_bytes
+    )
+
+
+def _disk_figures(stores: LocalStores) -> list[StoreFigures]:
+    return [_disk_figure(name, store) for name, store in stores.blobs]
+
+
+def _live_figures(stores: LocalStores, data: dict[str, Any]) -> list[StoreFigures]:
+    """The CAS figures from a ``/api/v1/stats`` document (from disk for a
+    store it does not list)."""
+    rows = {str(row["name"]): row for row in data.get("stores", ())}
+    out = []
+    for name, store in stores.blobs:
+        row = rows.get(name)
+        if row is None:
+            out.append(_disk_figure(name, store))
+            continue
+        out.append(
+            StoreFigures(
+                name,
+                "cas",
+                store.content_path,
+                int(row["blob_count"]),
+                int(row["used_bytes"]),
+                int(row["max_bytes"]),
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Lookups:
+    """Action-cache lookups since lre started, counted per action: a hit is
+    an action answered from the action cache, by GetActionResult (Bazel and
+    Buck2 ask that first) or by Execute (lre's scheduler looks there before
+    running anything); a miss is an action lre had to run."""
+
+    get_action_result_hits: int
+    execute_hits: int
+    misses: int
+
+    @property
+    def hits(self) -> int:
+        return self.get_action_result_hits + self.execute_hits
+
+    @property
+    def rate(self) -> float | None:
+        total = self.hits + self.misses
+        return self.hits / total if total else None
+
+
+_GET_ACTION_RESULT_OK = re.compile(
+    r"^lre_rpc_requests_total\{(?=[^}]*method=\"ActionCache/GetActionResult\")"
+    r"(?=[^}]*code=\"OK\")[^}]*\}\s+(\d+(?:\.\d+)?)\s*$",
+    re.MULTILINE,
+)
+
+
+def _lookups(status_address: str, live: dict[str, Any]) -> Lookups | None:
+    """The lookups from ``/api/v1/stats`` (``live``) and ``/metrics``; None
+    when ``/metrics`` cannot be read."""
+    try:
+        with urllib.request.urlopen(f"http://{status_address}/metrics", timeout=5) as reply:
+            metrics = reply.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    found = _GET_ACTION_RESULT_OK.search(metrics)
+    return Lookups(
+        get_action_result_hits=int(float(found[1])) if found else 0,
+        execute_hits=int(live.get("cache_hits", 0)),
+        misses=int(live.get("cache_misses", 0)),
+    )
+
+
+@cache_app.callback()
+def cache_summary(
+    ctx: typer.Context,
+    config_path: ConfigOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Print the cache's size, entries and hit rate (live when lre runs, else from disk)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    lookup = look_up(config_path)
+    stores = _stores_of(lookup)
+    live: dict[str, Any] | None = None
+    problem = ""
+    if lookup.server is not None and lookup.server.status_address:
+        from lre.tui import fetch_snapshot_json
+
+        try:
+            live = fetch_snapshot_json(lookup.server.status_address)
+        except (OSError, ValueError) as error:
+            problem = str(error)
+    figures = _live_figures(stores, live) if live is not None else _disk_figures(stores)
+    figures += _action_cache_figures(stores)
+    lookups = None
+    if live is not None and lookup.server is not None:
+        lookups = _lookups(lookup.server.status_address, live)
+    if as_json:
+        document = {
+            "running": lookup.server is not None,
+            "source": "live" if live is not None else "disk",
+            "stores": [asdict(f) for f in figures],
+            "hits": lookups.hits if lookups else None,
+            "misses": lookups.misses if lookups else None,
+            "hit_rate": lookups.rate if lookups else None,
+            "lookups": asdict(lookups) if lookups else None,
+        }
+        typer.echo(json.dumps(document, indent=2))
+        return
+    for line in _summary_lines(lookup, figures, live, problem, lookups):
+        typer.echo(line)
+
+
+def _summary_lines(
+    lookup: Lookup,
+    figures: list[StoreFigures],
+    live: dict[str, Any] | None,
+    problem: str,
+    lookups: Lookups | None,
+) -> list[str]:
+    """The text of ``lre cache``: where the figures come from, one line per
+    store, and the hit rate."""
+    if live is not None and lookup.server is not None:
+        lines = [f"lre is running (pid {lookup.server.pid}): live figures"]
+    elif lookup.server is not None:
+        why = problem or "it has no status listener"
+        lines = [f"lre is running (pid {lookup.server.pid}) but {why}; figures from disk"]
+    else:
+        lines = ["lre is not running: figures from disk"]
+    for f in figures:
+        size = human_bytes(f.bytes)
+        if f.kind == "cas":
+            if f.max_bytes:
+                size += f" of {human_bytes(f.max_bytes)} ({100 * f.bytes / f.max_bytes:.0f}%)"
+            lines.append(f"  CAS {f.name}: {f.entries} blobs, {size} in {f.path}")
+        else:
+            lines.append(f"  action cache {f.name}: {f.entries} entries, {size} in {f.path}")
+    if not figures:
+        lines.append("  no store of this configuration is on local disk")
+    if live is None:
+        lines.append("  hit rate: unknown (lre counts hits while it runs)")
+    elif lookups is None:
+        lines.append("  hit rate: unknown (lre's /metrics did not answer)")
+    elif lookups.rate is None:
+        lines.append("  hit rate: no action looked up since lre started")
+    else:
+        lines.append(
+            f"  hit rate: {100 * lookups.rate:.0f}% ({lookups.hits} of "
+            f"{lookups.hits + lookups.misses} actions since lre started: "
+            f"{lookups.get_action_result_hits} found by GetActionResult, "
+            f"{lookups.execute_hits} by Execute in the action cache, {lookups.misses} executed)"
+        )
+    return lines
+
+
+def _run_offline(work: Callable[[], Awaitable[T]]) -> T:
+    """``work()`` in a Trio run; a store that cannot be opened or changed
+    (permissions, temp and content on different filesystems, ...) ends the
+    command with status 1 and the reason instead of a traceback."""
+    import trio
+
+    from lre.errors import LreError
+
+    try:
+        return trio.run(work)
+    except (OSError, LreError) as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(1) from None
+
+
+def _refuse_while_running(lookup: Lookup, what: str) -> None:
+    if lookup.server is not None:
+        typer.echo(
+            f"error: lre is running (pid {lookup.server.pid}); it keeps the cache's index "
+            f"in memory, so {what} only while it is stopped: `lre down` first",
+            err=True,
+        )
+        raise typer.Exit(1)
+
+
+@cache_app.command("clean")
+def clean(
+    config_path: ConfigOption = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Delete every blob and action result lre stored on disk (asks first)."""
+
+    lookup = look_up(config_path)
+    _refuse_while_running(lookup, "`lre cache clean` runs")
+    stores = _stores_of(lookup)
+    figures = _disk_figures(stores) + _action_cache_figures(stores)
+    if not figures:
+        typer.echo("no store of this configuration is on local disk; nothing to clean")
+        return
+    total = sum(f.bytes for f in figures)
+    listing = "\n".join(f"  {f.path}: {f.entries} entries, {human_bytes(f.bytes)}" for f in figures)
+    typer.echo(f"lre's cache on disk:\n{listing}")
+    if not yes:
+        if not sys.stdin.isatty():
+            typer.echo("error: not deleting without confirmation; pass --yes", err=True)
+            raise typer.Exit(1)
+        if not typer.confirm(f"Delete all of it ({human_bytes(total)})?", default=False):
+            typer.echo("nothing deleted")
+            raise typer.Exit(1)
+
+    async def empty() -> None:
+        for _, store in stores.blobs:
+            await store.open()
+            await store.evict_to(0)
+            await store.close()
+        for _, cache in stores.action_caches:
+            await cache.clear()
+
+    _run_offline(empty)
+    typer.echo(f"deleted {human_bytes(total)}")
+
+
+@cache_app.command("gc")
+def gc(
+    to: Annotated[
+        int,
+        typer.Option(
+            "--to",
+            parser=size_option,
+            metavar="SIZE",
+            help="Shrink each CAS to at most SIZE (10G, 500MiB, 1073741824; K/M/G/KiB/MiB/GiB "
+            "are powers of 1024, KB/MB/GB of 1000).",
+        ),
+    ],
+    config_path: ConfigOption = None,
+) -> None:
+    """Evict least recently used blobs until each CAS holds at most --to SIZE."""
+
+    lookup = look_up(config_path)
+    _refuse_while_running(lookup, "`lre cache gc` runs")
+    stores = _stores_of(lookup)
+    if not stores.blobs:
+        typer.echo("no CAS of this configuration is on local disk; nothing to do")
+        return
+
+    async def shrink() -> list[tuple[str, int, int, int]]:
+        results = []
+        for name, store in stores.blobs:
+            await store.open()
+            before = store.statistics()
+            await store.evict_to(to)
+            await store.close()
+            after = store.statistics()
+            results.append(
+                (
+                    name,
+                    before.stored_bytes,
+                    after.stored_bytes,
+                    before.blob_count - after.blob_count,
+                )
+            )
+        return results
+
+    for name, before, after, evicted in _run_offline(shrink):
+        if before <= to:
+            typer.echo(f"CAS {name}: {human_bytes(before)}, already within {human_bytes(to)}")
+        else:
+            typer.echo(
+                f"CAS {name}: evicted {evicted} blobs, "
+                f"{human_bytes(before)} -> {human_bytes(after)}"
+            )

@@ -1,0 +1,59 @@
+"""The repositories lre pointed at itself, kept in ``{state_dir}/repos.json``.
+
+``lre up`` and ``lre link`` add a repository (with how its client config was
+written); ``lre down`` makes each one's client config inert, and the next
+``lre up`` points each one back at the new server. ``lre unlink`` forgets a
+repository. The file is a JSON object ``{"/abs/repo": {"instance": "main",
+"edit_bazelrc": true, "buck_local": false}}`` written atomically; an
+unreadable file counts as empty (lre then only knows the current repository).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+LINKS_FILE = "repos.json"
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """How one repository's client config is written."""
+
+    instance: str = "main"
+    edit_bazelrc: bool = True
+    buck_local: bool = False
+
+
+def read_links(state_dir: Path) -> dict[Path, Link]:
+    """Every recorded repository; {} when the file is missing or unreadable."""
+    try:
+        raw = json.loads((state_dir / LINKS_FILE).read_text(encoding="utf-8"))
+        return {Path(repo): Link(**fields) for repo, fields in raw.items()}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}
+
+
+def _write_links(state_dir: Path, links: dict[Path, Link]) -> None:
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = state_dir / (LINKS_FILE + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump({str(repo): asdict(link) for repo, link in sorted(links.items())}, f, indent=1)
+    os.replace(tmp, state_dir / LINKS_FILE)
+
+
+def record_link(state_dir: Path, repo: Path, link: Link) -> None:
+    """Remember ``repo`` (replacing what was recorded for it). Raises OSError."""
+    links = read_links(state_dir)
+    links[repo.resolve()] = link
+    _write_links(state_dir, links)
+
+
+def forget_link(state_dir: Path, repo: Path) -> None:
+    """Forget ``repo``; nothing happens when it was not recorded. Raises OSError."""
+    links = read_links(state_dir)
+    if links.pop(repo.resolve(), None) is not None:
+        _write_links(state_dir, links)

@@ -1,0 +1,146 @@
+"""``lre logs [-f]``: print (and follow) the log of the running or last lre.
+
+The log is the file the pid file names while lre runs, else
+``{state_dir}/lre.log``: ``lre up --detach`` sends everything the server
+prints there, and ``lre up`` with the dashboard sends its log records there
+(a plain ``lre up --no-tui`` logs to its terminal and writes no file).
+
+Following works like ``tail -F``: new bytes are copied as they arrive; when
+the file is replaced (rotation renames it and starts a new one) the rest of
+the old file is printed and the new one is followed from its start; when it
+is truncated, from its new start. Ctrl-C (SIGINT) ends it with status 0.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, BinaryIO
+
+import typer
+
+from lre.cli._app import app
+from lre.cli._config_cmd import load_or_default
+from lre.cli._daemon import LOG_FILE, read_pid_file
+from lre.cli._up import ConfigOption, state_dir_of
+from lre.config import resolve
+
+#: Seconds between looks at a log that has no new bytes.
+POLL_S = 0.2
+_CHUNK = 1 << 16
+
+
+def log_path(state_dir: Path) -> Path:
+    """The log of the running lre (from its pid file), else the state directory's."""
+    server = read_pid_file(state_dir)
+    if server is not None and server.log_file:
+        return Path(server.log_file)
+    return state_dir / LOG_FILE
+
+
+def copy_rest(f: BinaryIO, out: BinaryIO, lines: int | None) -> None:
+    """Copy ``f`` from its position to its end into ``out``; only the last
+    ``lines`` lines when given. ``OSError`` propagates."""
+    if lines is None:
+        while chunk := f.read(_CHUNK):
+            out.write(chunk)
+    else:
+        kept: deque[bytes] = deque(maxlen=lines)
+        kept.extend(f)
+        out.write(b"".join(kept))
+    out.flush()
+
+
+def follow(
+    path: Path,
+    out: BinaryIO,
+    current: BinaryIO | None,
+    *,
+    stop: Callable[[], bool] = lambda: False,
+    poll_s: float = POLL_S,
+) -> None:
+    """Copy what is appended to ``path`` into ``out`` until ``stop()`` is true
+    (or KeyboardInterrupt), reading on from ``current`` (``path`` opened and
+    read up to where printing should start) or, when None, from the start of
+    ``path`` once it exists. Follows a replaced file (rotation) and a
+    truncated one. Errors reading the file other than its absence propagate
+    as ``OSError``; ``current`` is closed at the end."""
+    try:
+        while not stop():
+            if current is None:
+                try:
+                    current = path.open("rb")
+                except FileNotFoundError:
+                    time.sleep(poll_s)
+                    continue
+            data = current.read(_CHUNK)
+            if data:
+                out.write(data)
+                out.flush()
+                continue
+            try:
+                now = path.stat()
+            except FileNotFoundError:
+                time.sleep(poll_s)  # rotated away; the new file is not there yet
+                continue
+            opened = os.fstat(current.fileno())
+            if (now.st_ino, now.st_dev) != (opened.st_ino, opened.st_dev):
+                out.write(current.read())  # the end of the old file, then the new one
+                out.flush()
+                current.close()
+                current = None
+            elif now.st_size < current.tell():
+                current.seek(0)  # truncated: start again from its beginning
+            else:
+                time.sleep(poll_s)
+    finally:
+        if current is not None:
+            current.close()
+
+
+@app.command("logs")
+def logs(
+    config_path: ConfigOption = None,
+    follow_log: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing new lines (Ctrl-C ends).")
+    ] = False,
+    lines: Annotated[
+        int | None,
+        typer.Option("--lines", "-n", min=0, help="Print only the last N lines first."),
+    ] = None,
+) -> None:
+    """Print the log of the running (or last) lre; -f follows it like tail -F."""
+    state_dir = state_dir_of(resolve(load_or_default(config_path)))
+    path = log_path(state_dir)
+    out = sys.stdout.buffer
+    current: BinaryIO | None = None
+    try:
+        try:
+            current = path.open("rb")
+        except FileNotFoundError:
+            message = (
+                f"no lre log at {path}: lre has not run in the background with this "
+                "state directory (`lre up --detach` and the dashboard of `lre up` write "
+                "it; `lre up --no-tui` logs to its terminal)"
+            )
+            if not follow_log:
+                typer.echo(message, err=True)
+                raise typer.Exit(1) from None
+            typer.echo(message + "; waiting for it to appear", err=True)
+        if current is not None:
+            copy_rest(current, out, lines)
+        if follow_log:
+            follow(path, out, current)
+            current = None
+    except KeyboardInterrupt:
+        pass
+    except OSError as error:
+        typer.echo(f"cannot read {path}: {error.strerror or error}", err=True)
+        raise typer.Exit(1) from error
+    finally:
+        if current is not None:
+            current.close()

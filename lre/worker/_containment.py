@@ -1,0 +1,524 @@
+"""Keeping everything an action starts inside the action's lifetime.
+
+An action may start processes that leave its session and process group
+(``setsid``, a double fork, a daemon). ``Containment`` is what makes sure
+none of them outlives the action, nor lre. Three backends implement it:
+
+``PidNamespace`` (``"pidns"``, the default where lre may create PID namespaces,
+which on Linux means running with CAP_SYS_ADMIN, for example as root)
+    Each action's first process is the first process (pid 1) of a PID
+    namespace of its own. When it exits, the kernel SIGKILLs every other
+    process of the namespace and reaps them *before* the first process is
+    reported as exited, so by the time lre sees the action end nothing of it
+    runs any more: its directory can be recycled and its outputs adopted
+    without a race. The namespace is made by the spawner thread itself
+    (``unshare(CLONE_NEWPID)`` just before the fork and ``setns`` back to
+    lre's own namespace right after): it costs no extra process.
+
+    The first process is coreutils ``timeout 0`` (no time limit), which runs
+    the command as its child, forwards SIGTERM to it and exits with its
+    status. The command must not be pid 1 itself: pid 1 of a namespace does
+    not receive signals it has no handler for from inside the namespace, so
+    a script ending itself with ``kill -SEGV $$`` would exit 0, a wrong
+    result. Being pid 1, ``timeout`` cannot re-raise a signal that killed the
+    command; it exits with 128 + the signal, which ``_process.py`` reports as
+    that signal. If lre dies, the guardian (``_guardian.py``) SIGKILLs each
+    namespace's first process, and the kernel the rest.
+
+``UserNamespace`` (``"userns"``, Linux without privileges)
+    The same, one PID namespace per action, made inside a user namespace by
+    util-linux ``unshare`` in front of the command (see its docstring).
+
+``ProcessGroupSweep`` (``"portable"``, what a machine without namespaces gets)
+    The action runs in a session of its own; lre makes itself a child
+    subreaper (Linux) so that processes orphaned by an action are re-parented
+    to lre instead of init. When an action ends, its group is killed and lre's
+    orphans (the children of its main thread: lre itself starts processes
+    from other threads) are swept: an orphan born while this action ran and
+    while no other running action did is killed; one that another running
+    action may own is left to that action's end, and the directory of the
+    action that ended is then not recycled, its outputs are copied rather than
+    moved and its hardlinked inputs are discarded (``ended_alone`` is False).
+    If lre dies, the guardian kills the listed groups, the orphans lre had
+    found, and the descendants of both.
+
+``choose_containment(mode)`` picks the strongest backend for ``"strongest"``, or
+the one named, failing with a message that says why when it is unavailable.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import fcntl
+import logging
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import trio
+
+from lre.worker._guardian import ProcessGuardian
+
+__all__ = [
+    "CONTAINMENT_MODES",
+    "Containment",
+    "ContainmentUnavailable",
+    "PidNamespace",
+    "ProcessGroupSweep",
+    "choose_containment",
+]
+
+log = logging.getLogger(__name__)
+
+#: Values of ``worker.local.containment``.
+CONTAINMENT_MODES = ("strongest", "pidns", "userns", "portable")
+
+_CLONE_NEWNET = 0x40000000
+_CLONE_NEWPID = 0x20000000
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+_SIOCGIFFLAGS = 0x8913
+_SIOCSIFFLAGS = 0x8914
+_IFF_UP = 0x1
+#: Sweeps at most this many generations of orphans at an action's end.
+_SWEEP_PASSES = 16
+
+
+class ContainmentUnavailable(Exception):
+    """The containment mode asked for cannot work on this machine (the message says why)."""
+
+
+def _libc() -> ctypes.CDLL | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    except OSError:
+        return None
+
+
+_LIBC = _libc()
+
+
+def _call(name: str, *args: int) -> None:
+    """Call a libc function that returns -1 and sets errno on failure."""
+    assert _LIBC is not None
+    if getattr(_LIBC, name)(*args) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"{name}: {os.strerror(code)}")
+
+
+@dataclass(frozen=True, slots=True)
+class SpawnOptions:
+    """Per-action choices a backend applies when it starts the process."""
+
+    #: Run without network: a network namespace of its own with only loopback.
+    block_network: bool = False
+
+
+class Containment(ABC):
+    """How an action's process tree is started, ended and kept from outliving lre.
+
+    Methods named ``spawn_*`` run in a spawner thread (see ``_process.py``);
+    the others on the Trio thread.
+    """
+
+    #: The mode's name as configured and reported (``pidns``, ``userns``,
+    #: ``portable``).
+    name: str
+    #: True when this backend can give an action a network namespace.
+    can_block_network: bool = False
+    #: True when nothing of an action can run once its first process was
+    #: reaped, whatever happened (``end`` always returns True).
+    ends_alone: bool = False
+    #: True when the first process reports a signal that killed the command
+    #: as exit code 128 + signal (it cannot re-raise it).
+    signals_as_exit_codes: bool = False
+
+    def __init__(self) -> None:
+        #: Kills every listed action when lre dies (started on first use).
+        self.guardian = ProcessGuardian()
+
+    @abstractmethod
+    def command(self, argv: Sequence[str]) -> list[str]:
+        """The argv to execute for the action's ``argv``."""
+
+    @contextmanager
+    def spawn_context(self, options: SpawnOptions) -> Iterator[None]:
+        """Wraps the fork of one action (in the spawner thread). Raises
+        ``OSError`` when the namespace cannot be made. Callers ask for
+        ``block_network`` only where ``can_block_network``."""
+        yield
+
+    def spawn_started(self, pid: int) -> None:
+        """The action's first process ``pid`` was forked (spawner thread):
+        list it with the guardian."""
+        self.guardian.add(pid)
+
+    def spawn_abandoned(self, pid: int) -> None:
+        """``pid`` was started but will never be supervised: kill it (the
+        caller reaps it)."""
+        self.signal_action(pid, signal.SIGKILL)
+        self.guardian.remove(pid)
+
+    @abstractmethod
+    def signal_action(self, pid: int, sig: int) -> None:
+        """Send ``sig`` to the action whose first process is ``pid``."""
+
+    @abstractmethod
+    def end(self, pid: int, *, killed: bool = False) -> bool:
+        """The first process ``pid`` exited (not reaped yet; ``killed`` when
+        lre killed it): make sure nothing the action started still runs.
+        Returns True when nothing of the action can still run (its directory
+        can be reused, its files moved)."""
+
+    async def watch(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """A background task the composition root runs for the backend while
+        lre serves (none by default)."""
+        task_status.started()
+
+
+def _kill(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+# --------------------------------------------------------------------------- pidns
+
+
+class PidNamespace(Containment):
+    """One PID namespace per action (see the module docstring).
+
+    Raises ``ContainmentUnavailable`` when this process may not make PID
+    namespaces (it needs CAP_SYS_ADMIN) or coreutils ``timeout`` (the
+    namespace's first process) is missing.
+    """
+
+    name = "pidns"
+    can_block_network = True
+    ends_alone = True
+    signals_as_exit_codes = True
+
+    def __init__(self) -> None:
+        if _LIBC is None:
+            raise ContainmentUnavailable("PID namespaces need Linux")
+        init = shutil.which("timeout")
+        if init is None:
+            raise ContainmentUnavailable(
+                "coreutils timeout is not on PATH (it is pid 1 of each action's namespace)"
+            )
+        super().__init__()
+        self._init = init
+        self._own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+        self._own_net_ns = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        self._probe()
+
+    def _probe(self) -> None:
+        """Make and leave one namespace in a throwaway thread, so that a
+        missing privilege shows at start-up, not at the first action."""
+        failure: list[BaseException] = []
+
+        def probe() -> None:
+            try:
+                with self.spawn_context(SpawnOptions()):
+                    pass
+            except OSError as error:
+                failure.append(error)
+
+        thread = threading.Thread(target=probe, name="lre-pidns-probe")
+        thread.start()
+        thread.join()
+        if failure:
+            raise ContainmentUnavailable(
+                f"cannot make a PID namespace ({failure[0]}); it needs CAP_SYS_ADMIN"
+            )
+
+    def command(self, argv: Sequence[str]) -> list[str]:
+        # timeout execvp()s argv with the action's PATH, argv[0] unchanged;
+        # a duration of 0 sets no limit.
+        return [self._init, "--", "0", *argv]
+
+    @contextmanager
+    def spawn_context(self, options: SpawnOptions) -> Iterator[None]:
+        # The thread's namespace for children is set back to lre's own first:
+        # a thread whose last child namespace already had its first process
+        # cannot fork again (ENOMEM) nor unshare a new one (EINVAL).
+        _call("setns", self._own_pid_ns, _CLONE_NEWPID)
+        _call("unshare", _CLONE_NEWPID)
+        try:
+            if options.block_network:
+                _call("unshare", _CLONE_NEWNET)
+                try:
+                    _loopback_up()
+                    yield
+                finally:
+                    _call("setns", self._own_net_ns, _CLONE_NEWNET)
+            else:
+                yield
+        finally:
+            _call("setns", self._own_pid_ns, _CLONE_NEWPID)
+
+    def signal_action(self, pid: int, sig: int) -> None:
+        # The group reaches the children; pid 1 of the namespace gets a signal
+        # from here only if it handles it, SIGKILL always (and then the
+        # kernel kills the whole namespace).
+        _killpg(pid, sig)
+        if sig == signal.SIGKILL:
+            _kill(pid, sig)
+
+    def end(self, pid: int, *, killed: bool = False) -> bool:
+        # The kernel killed and reaped the rest of the namespace before the
+        # first process was reported as exited.
+        self.guardian.remove(pid)
+        return True
+
+
+def _loopback_up() -> None:
+    """Bring ``lo`` up in the calling thread's (new) network namespace."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sH14x", b"lo", 0)
+        flags = struct.unpack("16sH14x", fcntl.ioctl(sock, _SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(sock, _SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | _IFF_UP))
+
+
+# --------------------------------------------------------------------------- userns
+
+
+class UserNamespace(Containment):
+    """A PID namespace per action without privileges, inside a user namespace.
+
+    lre is multi-threaded, and a multi-threaded process may not enter a user
+    namespace, so each action starts through util-linux ``unshare --user
+    --map-current-user --pid --fork --kill-child``: ``unshare`` stays in
+    lre's namespace and waits, its child is pid 1 of the new one (again
+    ``timeout -- 0``, so the command is not pid 1) and dies with it. The
+    command keeps lre's user id (mapped to itself). When the action exits
+    normally, ``unshare`` has waited for pid 1, whose exit killed and reaped
+    the namespace: nothing runs any more. When lre kills it, the namespace
+    dies a moment after ``unshare``; ``end`` then answers False (directory
+    removed, outputs copied). Raises ``ContainmentUnavailable`` when
+    ``unshare`` or ``timeout`` is missing or the kernel refuses unprivileged
+    user namespaces (some distributions restrict them).
+    """
+
+    name = "userns"
+    signals_as_exit_codes = True
+
+    def __init__(self) -> None:
+        if _LIBC is None:
+            raise ContainmentUnavailable("user and PID namespaces need Linux")
+        unshare = shutil.which("unshare")
+        init = shutil.which("timeout")
+        if unshare is None or init is None:
+            raise ContainmentUnavailable("util-linux unshare or coreutils timeout is not on PATH")
+        super().__init__()
+        self._prefix = [
+            *(unshare, "--user", "--map-current-user", "--pid", "--fork", "--kill-child"),
+            *("--", init, "--", "0"),
+        ]
+        try:
+            probe = subprocess.run(
+                [*self._prefix, "true"], capture_output=True, timeout=10, check=False
+            )
+        except (OSError, subprocess.SubprocessError) as error:
+            raise ContainmentUnavailable(f"cannot run unshare: {error}") from None
+        if probe.returncode != 0:
+            reason = probe.stderr.decode(errors="replace").strip() or f"exit {probe.returncode}"
+            raise ContainmentUnavailable(f"unprivileged user namespaces refused: {reason}")
+
+    def command(self, argv: Sequence[str]) -> list[str]:
+        return [*self._prefix, *argv]
+
+    def signal_action(self, pid: int, sig: int) -> None:
+        _killpg(pid, sig)
+
+    def end(self, pid: int, *, killed: bool = False) -> bool:
+        self.guardian.remove(pid)
+        return not killed
+
+
+# --------------------------------------------------------------------------- portable
+
+
+def _stat_fields(pid: int) -> tuple[str, int] | None:
+    """State and start time (clock ticks since boot) of ``pid``; None when gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return None
+    fields = data[data.rindex(b")") + 2 :].split()
+    return fields[0].decode(), int(fields[19])
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+
+
+class ProcessGroupSweep(Containment):
+    """Session per action, lre as subreaper, orphans swept at each action's end."""
+
+    name = "portable"
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: first pid -> its start time (clock ticks since boot), running actions
+        self._running: dict[int, int] = {}
+        #: orphans left alive because a running action may own them
+        self._kept: set[int] = set()
+        self._lock = threading.Lock()
+        self._subreaper = False
+        if _LIBC is not None:
+            try:
+                _call("prctl", _PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+                self._subreaper = True
+            except OSError as error:
+                log.warning("cannot make lre a child subreaper (%s); orphans escape", error)
+        self._main_children = f"/proc/self/task/{threading.main_thread().native_id}/children"
+
+    def command(self, argv: Sequence[str]) -> list[str]:
+        return list(argv)
+
+    def spawn_started(self, pid: int) -> None:
+        super().spawn_started(pid)
+        fields = _stat_fields(pid)
+        with self._lock:
+            self._running[pid] = fields[1] if fields is not None else 0
+
+    def spawn_abandoned(self, pid: int) -> None:
+        with self._lock:
+            self._running.pop(pid, None)
+        super().spawn_abandoned(pid)
+
+    def signal_action(self, pid: int, sig: int) -> None:
+        _killpg(pid, sig)
+
+    def orphans(self) -> list[int]:
+        """Processes re-parented to lre (children of its main thread)."""
+        if not self._subreaper:
+            return []
+        try:
+            with open(self._main_children, "rb") as handle:
+                return [int(p) for p in handle.read().split()]
+        except OSError:
+            return []
+
+    def end(self, pid: int, *, killed: bool = False) -> bool:
+        # The zombie leader keeps the group id reserved: kill what is left in it.
+        _killpg(pid, signal.SIGKILL)
+        with self._lock:
+            mine = self._running.pop(pid, 0)
+            others = sorted(self._running.values())
+        self.guardian.remove(pid)
+        alone = True
+        # A killed orphan's own children become orphans in turn: sweep again
+        # until a pass kills nothing (a fork bomb that outruns this is
+        # reported as not alone).
+        for _ in range(_SWEEP_PASSES):
+            killed = False
+            for orphan in self.orphans():
+                fields = _stat_fields(orphan)
+                if fields is None:
+                    continue
+                state, born = fields
+                if state == "Z":  # an orphan that exited on its own
+                    self._forget(orphan)
+                    _reap(orphan)
+                    continue
+                if born < mine and orphan not in self._kept:
+                    continue  # older than this action: not its own
+                if any(start <= born for start in others):
+                    if born >= mine:
+                        alone = False  # it may be ours, and it lives on
+                    if orphan not in self._kept:
+                        self._kept.add(orphan)
+                        self.guardian.add_process(orphan)
+                    continue
+                _killpg(orphan, signal.SIGKILL)
+                _kill(orphan, signal.SIGKILL)
+                self._forget(orphan)
+                _reap(orphan)  # SIGKILL cannot be ignored: this returns promptly
+                killed = True
+            if not killed:
+                return alone
+        return False
+
+    async def watch(
+        self,
+        interval: float = 0.25,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """List every orphan of a running action with the guardian as soon as
+        it appears (checked every ``interval`` seconds), so that it dies with
+        lre even before its action ends, and reap orphans that exited. Runs
+        until cancelled."""
+        task_status.started()
+        while True:
+            await trio.sleep(interval)
+            with self._lock:
+                if not self._running:
+                    continue
+                earliest = min(self._running.values())
+            for orphan in self.orphans():
+                fields = _stat_fields(orphan)
+                if fields is not None and fields[0] == "Z":  # exited: reap it now
+                    self._forget(orphan)
+                    _reap(orphan)
+                    continue
+                if orphan in self._kept or fields is None or fields[1] < earliest:
+                    continue
+                self._kept.add(orphan)
+                self.guardian.add_process(orphan)
+
+    def _forget(self, orphan: int) -> None:
+        if orphan in self._kept:
+            self._kept.discard(orphan)
+            self.guardian.remove_process(orphan)
+
+
+# --------------------------------------------------------------------------- choice
+
+
+def choose_containment(mode: str) -> Containment:
+    """The backend for ``mode`` (one of ``CONTAINMENT_MODES``).
+
+    ``"strongest"`` takes the first of ``pidns``, ``userns`` and ``portable``
+    that works here (logging why the others do not). A named mode that cannot
+    work raises ``ContainmentUnavailable``.
+    """
+    if mode not in CONTAINMENT_MODES:
+        raise ValueError(f"containment: {mode!r} is not one of {', '.join(CONTAINMENT_MODES)}")
+    candidates: list[type[Containment]] = [PidNamespace, UserNamespace]
+    for backend in candidates:
+        if mode not in ("strongest", backend.name):
+            continue
+        try:
+            return backend()
+        except ContainmentUnavailable as error:
+            if mode == backend.name:
+                raise
+            log.info("containment: %s unavailable (%s)", backend.name, error)
+    return ProcessGroupSweep()

@@ -1,0 +1,73 @@
+"""Worker health and upstream reachability reach the event log and /status."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import trio
+
+from lre.app import Application
+from lre.app._events import EventKind
+from lre.config import load_config_text, resolve
+from lre.digest import Digest
+from lre.scheduler import SchedulerEvent, SchedulerEventKind
+from tests.app.conftest import app_config_text
+
+
+def _dead_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port  # closed again: nothing listens there
+
+
+def _app(tmp_path: Path, extra_store: str = "") -> Application:
+    text = app_config_text(tmp_path)
+    if extra_store:
+        text = text.replace("  stores: [\n", "  stores: [\n    " + extra_store + ",\n", 1)
+    return Application(resolve(load_config_text(text, source="test.json5")))
+
+
+def test_worker_health_events_mark_and_clear_a_health_problem(tmp_path: Path) -> None:
+    app = _app(tmp_path)
+    sick = SchedulerEvent(
+        SchedulerEventKind.WORKER,
+        "worker local: 3 actions in a row failed",
+        worker="local",
+        healthy=False,
+    )
+    app._record_event(sick)
+    assert app.health.problems() == ("worker:local: worker local: 3 actions in a row failed",)
+    assert not app.assembler().healthy
+    app._record_event(
+        SchedulerEvent(
+            SchedulerEventKind.WORKER, "worker local: running again", worker="local", healthy=True
+        )
+    )
+    assert app.health.problems() == ()
+    assert app.events.totals()["worker"] == 2
+
+
+async def test_an_unreachable_upstream_store_is_an_upstream_event(tmp_path: Path) -> None:
+    address = f"grpc://127.0.0.1:{_dead_port()}"
+    store = (
+        f'{{ name: "up", grpc: {{ endpoints: [{{ address: "{address}" }}], '
+        "retry: { max_retries: 0, delay: 0.01, max_delay: 0.02 } } }"
+    )
+    app = _app(tmp_path, store)
+    (upstream,) = app.stores.upstreams
+    with trio.fail_after(30):
+        try:
+            await upstream.has_many([Digest("a" * 64, 1)])
+        except Exception:
+            pass  # the caller's failure is not the point: the event is
+    events = [e for e in app.events.recent() if e.kind is EventKind.UPSTREAM]
+    assert len(events) == 1
+    assert events[0].message.startswith(f"upstream up ({address}) is unreachable (")
+    # Coming back is an event too (the circuit breaker's own transition).
+    upstream.client.health.record_success()
+    newest = app.events.recent(1)[0]
+    assert newest.kind is EventKind.UPSTREAM
+    assert newest.message == f"upstream up ({address}) is reachable again"
+    await upstream.aclose()

@@ -1,0 +1,210 @@
+"""`lre cache`, `lre cache clean` and `lre cache gc` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import trio
+
+from lre.cas import FilesystemActionCache, FilesystemStore, write_bytes
+from lre.digest import Digest, digest_of
+from tests.cli.running_lre import LreHome, bazel_repo, detached, private_home
+from tests.e2e._bazel import BazelSession
+from tests.e2e._workspace import generate_workspace
+
+
+def _fill(home: LreHome, sizes: list[int]) -> list[Digest]:
+    """Store one blob per size (the first is the least recently used) and two
+    action results, as a previous lre run would have left them."""
+
+    async def fill() -> list[Digest]:
+        store = FilesystemStore(home.root / "cas", home.root / "tmp" / "cas", 1 << 30)
+        await store.open()
+        digests = [await write_bytes(store, bytes([i]) * size) for i, size in enumerate(sizes)]
+        cache = FilesystemActionCache(home.root / "ac")
+        await cache.open()
+        await cache.put(digest_of(b"action 1"), b"result 1")
+        await cache.put(digest_of(b"action 2"), b"result 2")
+        return digests
+
+    digests = trio.run(fill)
+    for age, digest in enumerate(reversed(digests)):
+        path = home.root / "cas" / digest.hash[:2] / f"{digest.hash}-{digest.size_bytes}"
+        os.utime(path, (1_700_000_000 - age * 60, 1_700_000_000 - age * 60))
+    return digests
+
+
+def _present(home: LreHome, digests: list[Digest]) -> list[bool]:
+    return [(home.root / "cas" / d.hash[:2] / f"{d.hash}-{d.size_bytes}").exists() for d in digests]
+
+
+def _summary(home: LreHome, cwd: Path) -> dict[str, object]:
+    result = home.run("cache", "--json", cwd=cwd)
+    assert result.returncode == 0, result.stderr
+    document: dict[str, object] = json.loads(result.stdout)
+    return document
+
+
+def test_summary_from_disk_and_gc_to_a_size(tmp_path: Path) -> None:
+    home = private_home(tmp_path)
+    digests = _fill(home, [4000, 3000, 2000, 1000])
+    text = home.run("cache", cwd=tmp_path)
+    assert text.returncode == 0, text.stderr
+    assert "lre is not running: figures from disk" in text.stdout
+    assert "CAS cas: 4 blobs, 9.8 KiB of 1.0 GiB" in text.stdout
+    assert "action cache ac: 2 entries, 16 B" in text.stdout
+    assert "hit rate: unknown" in text.stdout
+    document = _summary(home, tmp_path)
+    assert document["source"] == "disk"
+    assert document["hit_rate"] is None
+    assert document["stores"] == [
+        {
+            "name": "cas",
+            "kind": "cas",
+            "path": str(home.root / "cas"),
+            "entries": 4,
+            "bytes": 10000,
+            "max_bytes": 1 << 30,
+        },
+        {
+            "name": "ac",
+            "kind": "action_cache",
+            "path": str(home.root / "ac"),
+            "entries": 2,
+            "bytes": 16,
+            "max_bytes": 0,
+        },
+    ]
+
+    for bad in ("10X", "-5", "lots"):
+        refused = home.run("cache", "gc", "--to", bad, cwd=tmp_path)
+        assert refused.returncode == 2
+        assert f"'{bad}' is not a size" in refused.stderr
+    assert _present(home, digests) == [True] * 4
+
+    shrunk = home.run("cache", "gc", "--to", "3.5KB", cwd=tmp_path)  # 3500 bytes
+    assert shrunk.returncode == 0, shrunk.stderr
+    assert "CAS cas: evicted 2 blobs" in shrunk.stdout
+    assert _present(home, digests) == [False, False, True, True]  # the oldest went
+    again = home.run("cache", "gc", "--to", "1GiB", cwd=tmp_path)
+    assert "already within 1.0 GiB" in again.stdout
+
+
+def _clean_at_a_terminal(home: LreHome, cwd: Path, answer: bytes) -> tuple[int, str]:
+    """`lre cache clean` with a pseudo-terminal as stdin, answering ``answer``."""
+    controller, terminal = pty.openpty()
+    try:
+        os.write(controller, answer)
+        result = subprocess.run(
+            [sys.executable, "-m", "lre", "cache", "clean", "--config", str(home.config)],
+            cwd=cwd,
+            env=home.env,
+            stdin=terminal,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        os.close(terminal)
+        os.close(controller)
+    return result.returncode, result.stdout + result.stderr
+
+
+def test_clean_asks_first(tmp_path: Path) -> None:
+    home = private_home(tmp_path)
+    digests = _fill(home, [100, 200])
+    unattended = home.run("cache", "clean", cwd=tmp_path)  # stdin is not a terminal
+    assert unattended.returncode == 1
+    assert "pass --yes" in unattended.stderr
+    code, output = _clean_at_a_terminal(home, tmp_path, b"n\n")
+    assert (code, "nothing deleted" in output) == (1, True), output
+    assert _present(home, digests) == [True, True]
+
+    code, output = _clean_at_a_terminal(home, tmp_path, b"y\n")
+    assert code == 0, output
+    assert "Delete all of it (316 B)?" in output
+    assert _present(home, digests) == [False, False]
+    stores = _summary(home, tmp_path)["stores"]
+    assert isinstance(stores, list)
+    assert [(s["entries"], s["bytes"]) for s in stores] == [(0, 0), (0, 0)]
+
+
+def test_clean_yes_skips_the_question(tmp_path: Path) -> None:
+    home = private_home(tmp_path)
+    digests = _fill(home, [100])
+    result = home.run("cache", "clean", "--yes", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "deleted 116 B" in result.stdout
+    assert _present(home, digests) == [False]
+
+
+def test_live_figures_and_refusals_while_lre_runs(tmp_path: Path) -> None:
+    home = private_home(tmp_path)
+    digests = _fill(home, [100, 200])
+    repo = bazel_repo(tmp_path)
+    with detached(home, repo):
+        text = home.run("cache", cwd=repo)
+        assert text.returncode == 0, text.stderr
+        assert "live figures" in text.stdout
+        assert "CAS cas: 2 blobs, 300 B of 1.0 GiB" in text.stdout
+        assert "hit rate: no action looked up since lre started" in text.stdout
+        document = _summary(home, repo)
+        assert (document["source"], document["hits"], document["misses"]) == ("live", 0, 0)
+        for command in (["clean", "--yes"], ["gc", "--to", "1"]):
+            refused = home.run("cache", *command, cwd=repo)
+            assert refused.returncode == 1
+            assert "lre is running" in refused.stderr
+            assert "`lre down` first" in refused.stderr
+        assert _present(home, digests) == [True, True]
+
+
+def test_hit_rate_after_a_real_bazel_rebuild_from_the_cache(tmp_path: Path) -> None:
+    home = private_home(
+        tmp_path, extra_worker=', platform_properties: { OSFamily: { values: ["Linux"] } }'
+    )
+    ws = generate_workspace(tmp_path / "ws", modules=2, funcs=1)
+    with detached(home, ws.root), BazelSession(ws.root, tmp_path / "bazel-root") as bazel:
+        assert bazel.build([ws.target]).check().count("remote") == ws.spawn_count
+        first = _summary(home, ws.root)
+        assert (first["hits"], first["misses"]) == (0, ws.spawn_count), first
+        bazel.clean()
+        cached = bazel.build([ws.target]).check()
+        assert cached.count("remote cache hit") == ws.spawn_count, cached
+        second = _summary(home, ws.root)
+        assert second["lookups"] == {
+            "get_action_result_hits": ws.spawn_count,
+            "execute_hits": 0,
+            "misses": ws.spawn_count,
+        }
+        assert second["hit_rate"] == 0.5
+        text = home.run("cache", cwd=ws.root)
+        assert (
+            f"hit rate: 50% ({ws.spawn_count} of {2 * ws.spawn_count} actions since lre "
+            f"started: {ws.spawn_count} found by GetActionResult, 0 by Execute in the action "
+            f"cache, {ws.spawn_count} executed)"
+        ) in text.stdout
+        stores = second["stores"]
+        assert isinstance(stores, list)
+        assert stores[0]["entries"] > 0 and stores[1]["entries"] == ws.spawn_count
+
+
+def test_a_store_that_cannot_be_opened_is_one_error_line(tmp_path: Path) -> None:
+    home = private_home(tmp_path)
+    text = home.config.read_text()
+    # The CAS temp directory on another filesystem than its content (/dev/shm is tmpfs).
+    elsewhere = Path("/dev/shm") / f"lre-{tmp_path.name}"
+    home.config.write_text(text.replace(f'"{home.root}/tmp/cas"', f'"{elsewhere}"'))
+    try:
+        result = home.run("cache", "gc", "--to", "1G", cwd=tmp_path)
+    finally:
+        shutil.rmtree(elsewhere, ignore_errors=True)
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: filesystem store: content_path and temp_path must")
+    assert "Traceback" not in result.stderr

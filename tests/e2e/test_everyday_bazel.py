@@ -1,0 +1,112 @@
+"""Everyday use with a real Bazel (Debian's 4.2.3): up, a second repository, --config=lre, down.
+
+What a user does: ``lre up`` in one repository, ``bazel build --config=lre``
+there (the quickstart's opt-in form, on top of the default line lre wrote),
+``lre up`` in a second repository while lre runs, then ``lre down``, after
+which both repositories must build locally with lre's try-import line still
+in their ``.bazelrc``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.app.conftest import app_config_text
+from tests.cli._lre import free_port, run_lre
+from tests.e2e._bazel import BazelSession, require_bazel
+from tests.e2e._workspace import Workspace, generate_workspace
+
+pytestmark = [pytest.mark.slow, pytest.mark.bazel]
+
+
+def _runs_right(ws: Workspace) -> None:
+    out = subprocess.run([ws.binary, "50"], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == ws.expected_checksum(50)
+
+
+def test_config_lre_second_repo_and_local_builds_after_down(tmp_path: Path) -> None:
+    require_bazel()
+    first = generate_workspace(tmp_path / "first", modules=2, funcs=1, seed=1)
+    second = generate_workspace(tmp_path / "second", modules=1, funcs=1, seed=2)
+    root = tmp_path / "lre-root"
+    config = tmp_path / "lre.json5"
+    config.write_text(
+        app_config_text(
+            root,
+            status_port=free_port(),
+            extra_worker=', platform_properties: { OSFamily: { values: ["Linux"] } }',
+        )
+    )
+    env = {**os.environ, "HOME": str(tmp_path / "home")}
+    port = free_port()
+    up = run_lre(
+        "up", "--detach", "--config", str(config), "--port", str(port), cwd=first.root, env=env
+    )
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        with BazelSession(first.root, tmp_path / "bazel-first") as bazel:
+            # The default line already applies --config=lre; naming it again
+            # expands it twice, which crashed Bazel 4.2.3 on a repeated
+            # exec property.
+            doubled = bazel.build([first.target], ["--config=lre"])
+            summary = doubled.check()
+            assert summary.count("remote") == first.spawn_count, summary
+            _runs_right(first)
+
+            again = run_lre("up", "--config", str(config), cwd=second.root, env=env)
+            assert again.returncode == 0, again.stdout + again.stderr
+            assert "already running" in again.stdout
+            with BazelSession(second.root, tmp_path / "bazel-second") as other:
+                remote = other.build([second.target]).check()
+                assert remote.count("remote") == second.spawn_count, remote
+            _runs_right(second)
+    finally:
+        down = run_lre("down", "--config", str(config), cwd=first.root, env=env)
+        log = root / "state" / "lre.log"
+        if down.returncode != 0 and log.exists():
+            print(log.read_text()[-5000:])
+    assert down.returncode == 0, down.stderr
+    for ws in (first, second):
+        assert f"{ws.root}: builds locally now" in down.stdout
+        assert "try-import %workspace%/lre.bazelrc" in (ws.root / ".bazelrc").read_text()
+
+    # lre is stopped: a clean build must run locally, not fail on a refused connection.
+    with BazelSession(first.root, tmp_path / "bazel-first") as bazel:
+        bazel.clean()
+        local = bazel.build([first.target]).check()
+        assert local.count("remote") == 0, local
+        assert local.local == first.spawn_count, local
+        _runs_right(first)
+
+
+def test_a_token_listener_gets_the_header_from_the_token_file(tmp_path: Path) -> None:
+    require_bazel()
+    ws = generate_workspace(tmp_path / "ws", modules=1, funcs=1, seed=3)
+    token = tmp_path / "token"
+    token.write_text("secret-of-this-test\n")
+    token.chmod(0o600)
+    config = tmp_path / "lre.json5"
+    config.write_text(
+        app_config_text(
+            tmp_path / "lre-root",
+            extra_worker=', platform_properties: { OSFamily: { values: ["Linux"] } }',
+        ).replace(
+            'listener: { address: "127.0.0.1:0" }',
+            f'listener: {{ address: "127.0.0.1:0", auth_token_file: "{token}" }}',
+        )
+    )
+    env = {**os.environ, "HOME": str(tmp_path / "home")}
+    up = run_lre("up", "--detach", "--config", str(config), cwd=ws.root, env=env)
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        with BazelSession(ws.root, tmp_path / "bazel") as bazel:
+            summary = bazel.build([ws.target]).check()
+            assert summary.count("remote") == ws.spawn_count, summary
+    finally:
+        down = run_lre("down", "--config", str(config), cwd=ws.root, env=env)
+    assert down.returncode == 0, down.stderr
+    _runs_right(ws)
