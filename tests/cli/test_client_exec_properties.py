@@ -74,3 +74,24 @@ def test_with_an_upstream_nothing_of_lre_s_own_and_the_configured_set_verbatim(
     assert platform_flag(bazelrc_text(none, (4, 2, 3))) is None
     several = dataclasses.replace(team, client=ClientSpec(exec_properties={"b": "2", "a": "1"}))
     assert client_exec_properties(several) == (("a", "1"), ("b", "2"))
+
+
+def test_the_pid_file_carries_them_to_lre_link(tmp_path: Path) -> None:
+    from lre.cli._daemon import RunningServer, read_pid_file, write_pid_file
+    from lre.cli._link import client_settings_for
+
+    server = RunningServer(
+        pid=1,
+        grpc_address="127.0.0.1:50999",
+        status_address="",
+        repo="",
+        log_file="",
+        started=0.0,
+        exec_properties={"OSFamily": "linux"},
+    )
+    write_pid_file(tmp_path, server)
+    again = read_pid_file(tmp_path)
+    assert again == server
+    assert client_settings_for(again, "main").exec_properties == (("OSFamily", "linux"),)
+    older = dataclasses.replace(server, exec_properties=None)  # a pid file without them
+    assert client_settings_for(older, "main").exec_properties is None
