@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import stat
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +31,7 @@ from lre.cas import DirectoryCache
 from lre.cas._protocol import BlobStore
 from lre.config._models import LocalWorkerSpec
 from lre.digest import EMPTY_DIGEST, Digest
-from lre.errors import Cancelled, DeadlineExceeded, Internal, InvalidArgument, LreError
+from lre.errors import Cancelled, DeadlineExceeded, Internal, LreError
 from lre.proto import re_pb2
 from lre.scheduler import (
     Completed,
@@ -54,7 +53,7 @@ from lre.worker._outputs import (
     FoundFile,
     FoundOutputs,
     OutputRequest,
-    hash_fd,
+    log_file,
     scan_outputs,
 )
 from lre.worker._process import ProcessOutcome, default_containment, run_process
@@ -399,8 +398,8 @@ class ActionRunner:
         def collect() -> tuple[FoundOutputs, list[FoundFile]]:
             found = scan_outputs(root, outputs, allow_escaping_symlinks=allow)
             return found, [
-                _log_file(stdout_path, identities[0]),
-                _log_file(stderr_path, identities[1]),
+                log_file(stdout_path, identities[0]),
+                log_file(stderr_path, identities[1]),
             ]
 
         if not outputs:
@@ -580,26 +579,3 @@ class ActionRunner:
 
 def _truthy(value: str | None) -> bool:
     return value is not None and value.strip().lower() not in ("false", "0", "no")
-
-
-def _log_file(path: Path, identity: tuple[int, int]) -> FoundFile:
-    """Hash the action's stdout or stderr file, the very one lre opened for it.
-
-    Raises ``InvalidArgument`` when the action put another file (a link to a
-    file elsewhere, a FIFO, a symlink) in its place.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as error:
-        raise InvalidArgument(
-            f"the action removed or replaced its {path.name} file ({error.strerror})"
-        ) from None
-    try:
-        info = os.fstat(fd)
-        if (info.st_dev, info.st_ino) != identity or not stat.S_ISREG(info.st_mode):
-            raise InvalidArgument(f"the action replaced its {path.name} file with another")
-        digest, data = hash_fd(fd)
-    finally:
-        os.close(fd)
-    movable = info.st_nlink == 1 and info.st_uid == os.geteuid()
-    return FoundFile(path, digest, False, data, movable=movable)

@@ -13,7 +13,9 @@ non-regular file found there is refused); a directory becomes a ``Tree``
 symlink stays a symlink. Missing outputs are left out. A file with more than
 one link (``ln`` of a file from elsewhere) or owned by another user is marked
 not ``movable``: it is copied into the CAS, never renamed or chmodded.
-Nothing is uploaded here; ``lre.worker._upload`` does that.
+``log_file`` reads the action's stdout or stderr only if it is still the
+file lre opened for it. Nothing is uploaded here; ``lre.worker._upload``
+does that.
 """
 
 from __future__ import annotations
@@ -326,3 +328,26 @@ def _scan_one(
     finally:
         if parent_fd != root_fd:
             os.close(parent_fd)
+
+
+def log_file(path: Path, identity: tuple[int, int]) -> FoundFile:
+    """Hash the action's stdout or stderr file, the very one lre opened for it.
+
+    Raises ``InvalidArgument`` when the action put another file (a link to a
+    file elsewhere, a FIFO, a symlink) in its place.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as error:
+        raise InvalidArgument(
+            f"the action removed or replaced its {path.name} file ({error.strerror})"
+        ) from None
+    try:
+        info = os.fstat(fd)
+        if (info.st_dev, info.st_ino) != identity or not stat.S_ISREG(info.st_mode):
+            raise InvalidArgument(f"the action replaced its {path.name} file with another")
+        digest, data = hash_fd(fd)
+    finally:
+        os.close(fd)
+    movable = info.st_nlink == 1 and info.st_uid == os.geteuid()
+    return FoundFile(path, digest, False, data, movable=movable)

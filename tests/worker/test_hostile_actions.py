@@ -174,3 +174,18 @@ async def test_a_symlink_chain_resolving_outside_the_root_is_refused(
         assert isinstance(outcome.error, InvalidArgument)
         assert "resolves outside the input root" in outcome.message
         assert not marker.exists()
+
+
+@pytest.mark.parametrize("swap", ["ln -s", "ln"])
+async def test_a_log_file_swapped_for_a_host_file_is_refused(
+    tmp_path: Path, containment: Containment, swap: str
+) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_bytes(b"host secret\n")
+    async with runner_with_janitor(tmp_path, containment) as (runner, store):
+        # The action's stdout file lies one level above its input root.
+        outcome = await run(runner, store, f"rm -f ../stdout && {swap} {secret} ../stdout")
+        assert isinstance(outcome.error, InvalidArgument)
+        assert "stdout" in outcome.message
+        assert (await store.has_many([digest_of(b"host secret\n")])) == [None]
+    assert secret.read_bytes() == b"host secret\n"
