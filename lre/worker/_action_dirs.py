@@ -276,17 +276,14 @@ def _recycle(directory: ActionDirectory) -> ActionDirectory | None:
 
 def _empty_tmp(tmp: Path) -> bool:
     """Empty the action's temporary directory (most actions leave it empty:
-    one ``listdir``); False when it is not lre's own 0700 directory any more
-    or cannot be emptied (the action directory is then removed whole)."""
+    one directory read); False when it is not lre's own 0700 directory any
+    more or cannot be emptied (the action directory is then removed whole)."""
     try:
         info = os.lstat(tmp)
         if not stat.S_ISDIR(info.st_mode) or stat.S_IMODE(info.st_mode) != 0o700:
             return False
         if info.st_uid != os.geteuid():
             return False
-        names = os.listdir(tmp)
-        if not names:
-            return True
         with os.scandir(tmp) as entries:
             for entry in entries:
                 if entry.is_dir(follow_symlinks=False):

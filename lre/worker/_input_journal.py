@@ -30,6 +30,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import trio
+
 from lre.digest import Digest
 from lre.worker._input_guard import LinkedInputs
 from lre.worker._outputs import hash_file
@@ -120,9 +122,7 @@ def read_unfinished(path: Path) -> list[JournalEntry]:
 
 
 async def recover_linked_inputs(
-    path: Path,
-    discard: Callable[[Digest, bool], Awaitable[object]] | None,
-    run_in_thread: Callable[[Callable[[], list[JournalEntry]]], Awaitable[list[JournalEntry]]],
+    path: Path, discard: Callable[[Digest, bool], Awaitable[object]] | None
 ) -> list[JournalEntry]:
     """Hash every file the journal at ``path`` lists for an unfinished
     action, discard (``discard(digest, executable)``) each blob whose file no
@@ -142,7 +142,7 @@ async def recover_linked_inputs(
                 altered.append(entry)
         return altered
 
-    altered = await run_in_thread(check)
+    altered = await trio.to_thread.run_sync(check)
     for entry in altered:
         log.warning(
             "linked input %s (%s) was altered by an action running when lre stopped; "

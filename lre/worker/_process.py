@@ -25,7 +25,6 @@ reaped the same way.
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import logging
 import os
@@ -329,10 +328,17 @@ async def run_process(
         raise ValueError(f"nice: {nice} is not in 0..19")
     popen, pidfd, oom_before = await _spawner_for(nice).spawn(start, contained)
     started_at = trio.current_time()
-    outcome = await _supervise(
-        contained, popen, pidfd, started_at, timeout, kill_grace, oom_before, on_started
+    return await _supervise(
+        contained,
+        popen,
+        pidfd,
+        started_at,
+        timeout,
+        kill_grace,
+        oom_before,
+        on_started,
+        (log_files[0], log_files[1]),
     )
-    return dataclasses.replace(outcome, log_files=(log_files[0], log_files[1]))
 
 
 async def _supervise(
@@ -344,6 +350,7 @@ async def _supervise(
     kill_grace: float,
     oom_before: tuple[int, ...],
     on_started: Callable[[int], None] | None,
+    log_files: tuple[tuple[int, int], tuple[int, int]],
 ) -> ProcessOutcome:
     pid = popen.pid
     timed_out = False
@@ -396,6 +403,7 @@ async def _supervise(
         cpu_seconds=rusage.ru_utime + rusage.ru_stime,
         max_rss_bytes=rusage.ru_maxrss * 1024,
         ended_alone=ended_alone,
+        log_files=log_files,
     )
 
 

@@ -157,9 +157,7 @@ class LocalWorker:
         try:
             if self.link_source is not None:
                 # Before this worker takes work, so before lre serves anything.
-                await recover_linked_inputs(
-                    workdir.journal_path, self.discard, trio.to_thread.run_sync
-                )
+                await recover_linked_inputs(workdir.journal_path, self.discard)
                 journal = InputJournal(workdir.journal_path)
             self.info = await self.describe()
             self.runner = ActionRunner(
