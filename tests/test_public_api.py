@@ -26,6 +26,7 @@ PUBLIC_API: dict[str, set[str]] = {
     "lre.errors": {
         "Aborted",
         "AlreadyExists",
+        "CacheMiss",
         "Cancelled",
         "DeadlineExceeded",
         "FailedPrecondition",
@@ -128,6 +129,7 @@ PUBLIC_API: dict[str, set[str]] = {
         "FilesystemStore",
         "GrpcActionCache",
         "GrpcStore",
+        "ImmediateReads",
         "MemoryActionCache",
         "MemoryStore",
         "Pin",
@@ -139,6 +141,7 @@ PUBLIC_API: dict[str, set[str]] = {
         "closing_stream",
         "content_usage",
         "file_digests",
+        "immediate_reads",
         "missing_digests",
         "read_blobs",
         "read_bytes",

@@ -48,6 +48,10 @@ class MemoryActionCache:
         self._entries: OrderedDict[Digest, bytes] = OrderedDict()
         self._bytes = 0
 
+    def known_absent(self, action_digest: Digest) -> bool:
+        """No entry for ``action_digest`` (safe from any thread)."""
+        return action_digest not in self._entries
+
     async def get(self, action_digest: Digest) -> bytes | None:
         await trio.lowlevel.checkpoint()
         data = self._entries.get(action_digest)
@@ -129,6 +133,11 @@ class FilesystemActionCache:
         self._prepare()
         self._log.open()
         self._adopt_entry_files()
+
+    def known_absent(self, action_digest: Digest) -> bool:
+        """No entry for ``action_digest`` (safe from any thread: one dict
+        lookup); False before ``open``."""
+        return self._opened and _key(action_digest) not in self._log.index
 
     async def get(self, action_digest: Digest) -> bytes | None:
         key = _key(action_digest)

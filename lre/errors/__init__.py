@@ -9,6 +9,7 @@ details such as paths of lre's own directories or tracebacks.
 from lre.errors._errors import (
     Aborted,
     AlreadyExists,
+    CacheMiss,
     Cancelled,
     DeadlineExceeded,
     FailedPrecondition,
@@ -29,6 +30,7 @@ from lre.errors._errors import (
 __all__ = [
     "Aborted",
     "AlreadyExists",
+    "CacheMiss",
     "Cancelled",
     "DeadlineExceeded",
     "FailedPrecondition",

@@ -23,6 +23,7 @@ from lre.cas import BlobStore, immediate_reads
 from lre.proto import bs_pb2, re_grpc, re_pb2
 from lre.service._action_results import (
     DEFAULT_MAX_INLINE_BYTES,
+    check_known_miss,
     get_action_result,
     update_action_result,
 )
@@ -250,6 +251,7 @@ class ActionCacheServicer:
         self, request: re_pb2.GetActionResultRequest, context: Context
     ) -> re_pb2.ActionResult:
         backends = self._instances.resolve(request.instance_name)
+        check_known_miss(backends, request)  # a miss is answered here, without Trio
         return await self._bridge.call(
             functools.partial(get_action_result, backends, request, self._options.max_inline_bytes)
         )
