@@ -49,7 +49,11 @@ from lre.scheduler._model import (
 from lre.scheduler._names import new_operation_name, parse_operation_name
 from lre.scheduler._protocols import ActionResultReader, ReservationAdvisor
 from lre.scheduler._scheduler import Scheduler
-from lre.scheduler._statistics import LeaseStatistics, SchedulerStatistics, WorkerStatistics
+from lre.scheduler._statistics import (
+    LeaseStatistics,
+    RegisteredWorkerStatistics,
+    SchedulerStatistics,
+)
 from lre.scheduler._units import (
     CPU_PROPERTY,
     MEMORY_PROPERTY,
@@ -83,6 +87,7 @@ __all__ = [
     "OperationSnapshot",
     "OperationWatch",
     "Outcome",
+    "RegisteredWorkerStatistics",
     "RequestInfo",
     "Requirements",
     "Reservation",
@@ -99,7 +104,6 @@ __all__ = [
     "UpstreamOutcome",
     "Usage",
     "WorkerInfo",
-    "WorkerStatistics",
     "apply_modifications",
     "bytes_from_memory_kb",
     "cpu_count_text",

@@ -58,8 +58,9 @@ HEARTBEAT_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
-class WorkerStatistics:
-    """A snapshot of one worker for the TUI and /metrics."""
+class LocalWorkerStatistics:
+    """The local worker's own counters: actions running now, completed and
+    turned back by the precondition script, and its running actions' usage."""
 
     name: str
     running: int
@@ -202,8 +203,8 @@ class LocalWorker:
         """Return once no action of this worker is running."""
         await self._idle.wait()
 
-    def statistics(self) -> WorkerStatistics:
-        return WorkerStatistics(
+    def statistics(self) -> LocalWorkerStatistics:
+        return LocalWorkerStatistics(
             name=self.spec.name,
             running=self._running,
             completed=self._completed,
