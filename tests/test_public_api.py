@@ -172,6 +172,7 @@ PUBLIC_API: dict[str, set[str]] = {
     "lre.scheduler": {
         "ActionKey",
         "ActionResultReader",
+        "ActionScheduler",
         "AdmissionDecision",
         "Backpressure",
         "CPU_PROPERTY",
@@ -208,6 +209,7 @@ PUBLIC_API: dict[str, set[str]] = {
         "UpstreamOutcome",
         "Usage",
         "WorkerInfo",
+        "WorkerScheduler",
         "RegisteredWorkerStatistics",
         "apply_modifications",
         "bytes_from_memory_kb",

@@ -38,6 +38,7 @@ from lre.config import (
     SimpleSchedulerSpec,
 )
 from lre.scheduler import (
+    ActionScheduler,
     ForwardScheduler,
     MemoryAdmission,
     ReservationLearner,
@@ -296,9 +297,10 @@ class Application:
         self.schedulers[name] = scheduler
         return scheduler
 
-    def _front_scheduler(self, name: str) -> Scheduler | ForwardScheduler:
+    def _front_scheduler(self, name: str) -> ActionScheduler:
         """What clients of scheduler ``name`` talk to: the forward scheduler on
-        its chain, else the local scheduler."""
+        its chain, else the local scheduler (mypy checks here that both play
+        the client role)."""
         local = self._scheduler(name)
         found = _forward_of(self.config, name)
         if found is None:

@@ -1,10 +1,11 @@
 """The scheduler: operations, queue, matching, reservations and dedup.
 
-Pure Trio, no gRPC. Clients (the Execution and Operations services) call
-``Scheduler.submit`` / ``watch`` / ``get_operation`` / ``list_operations`` /
-``cancel`` / ``delete``; in-process workers call ``register_worker`` /
+Pure Trio, no gRPC. Clients (the Execution and Operations services) see a
+scheduler as an ``ActionScheduler`` (``submit`` / ``watch`` /
+``get_operation`` / ``list_operations`` / ``cancel`` / ``delete``);
+in-process workers see it as a ``WorkerScheduler`` (``register_worker`` /
 ``lease`` / ``report`` / ``heartbeat`` / ``set_draining`` /
-``unregister_worker``; the TUI and /metrics read ``statistics()``.
+``unregister_worker``); the TUI and /metrics read ``statistics()``.
 
 CPU is counted in thousandths ("millicpus") everywhere inside lre; the only
 conversion from the clients' whole-CPU ``cpu_count`` is in ``_units``.
@@ -48,6 +49,7 @@ from lre.scheduler._model import (
 )
 from lre.scheduler._names import new_operation_name, parse_operation_name
 from lre.scheduler._protocols import ActionResultReader, ReservationAdvisor
+from lre.scheduler._roles import ActionScheduler, WorkerScheduler
 from lre.scheduler._scheduler import Scheduler
 from lre.scheduler._statistics import (
     LeaseStatistics,
@@ -69,6 +71,7 @@ __all__ = [
     "MEMORY_PROPERTY",
     "ActionKey",
     "ActionResultReader",
+    "ActionScheduler",
     "AdmissionDecision",
     "Backpressure",
     "CancelSignal",
@@ -104,6 +107,7 @@ __all__ = [
     "UpstreamOutcome",
     "Usage",
     "WorkerInfo",
+    "WorkerScheduler",
     "apply_modifications",
     "bytes_from_memory_kb",
     "cpu_count_text",

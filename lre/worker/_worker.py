@@ -37,8 +37,8 @@ from lre.scheduler import (
     Lease,
     Outcome,
     Reservation,
-    Scheduler,
     WorkerInfo,
+    WorkerScheduler,
 )
 from lre.worker._action import ActionResultWriter, ActionRunner, Discarder
 from lre.worker._containment import Containment, choose_containment
@@ -86,7 +86,7 @@ class LocalWorker:
         self,
         spec: LocalWorkerSpec,
         *,
-        scheduler: Scheduler,
+        scheduler: WorkerScheduler,
         store: BlobStore,
         action_cache: ActionResultWriter | None = None,
         link_source: LinkSource | None = None,
