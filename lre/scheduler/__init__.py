@@ -11,7 +11,7 @@ CPU is counted in thousandths ("millicpus") everywhere inside lre; the only
 conversion from the clients' whole-CPU ``cpu_count`` is in ``_units``.
 """
 
-from lre.scheduler._admission import AdmissionDecision, MemoryAdmission, memory_budget_bytes
+from lre.scheduler._admission import AdmissionDecision, MemoryAdmission
 from lre.scheduler._events import SchedulerEvent, SchedulerEventKind
 from lre.scheduler._forward import (
     ForwardedOperation,
@@ -114,7 +114,6 @@ __all__ = [
     "explain_unsatisfiable",
     "kind_key",
     "matches_statically",
-    "memory_budget_bytes",
     "memory_text",
     "millicpus_from_cpu_count",
     "new_operation_name",
