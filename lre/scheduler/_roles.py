@@ -8,7 +8,8 @@
 
 mypy checks that both concrete schedulers conform where ``lre.app`` wires
 them (a ``Scheduler`` or ``ForwardScheduler`` given as an instance's
-``ActionScheduler``, a ``Scheduler`` given to each ``LocalWorker``).
+``ActionScheduler``, a ``Scheduler`` given to each ``LocalWorker``), and
+tests/scheduler/test_roles.py runs mypy on the three assignments alone.
 """
 
 from __future__ import annotations

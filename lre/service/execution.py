@@ -36,12 +36,7 @@ import trio
 
 from lre.errors import NotFound, Unimplemented
 from lre.proto import operations_pb2, re_grpc, re_pb2
-from lre.scheduler import (
-    ActionScheduler,
-    OperationSnapshot,
-    RequestInfo,
-    parse_operation_name,
-)
+from lre.scheduler import ActionScheduler, OperationSnapshot, RequestInfo, parse_operation_name
 from lre.service._bridge import TrioBridge
 from lre.service._instances import Instances
 from lre.service._metadata import request_metadata_from

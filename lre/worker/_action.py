@@ -102,8 +102,9 @@ class ActionRunner:
     the CAS. ``action_cache`` receives results per the worker's policy.
     ``discard`` (its ``discard``) withdraws a linked input's blob that an
     action altered; ``tainted_inputs`` counts those (see ``_input_guard``).
-    ``max_inflight``: the worker's actions at once (0 = unlimited), which
-    sizes the stock of ready action directories.
+    ``max_inflight``: the worker's actions at once (0 = unlimited;
+    ``LocalWorker`` passes its own), which sizes the stock of ready action
+    directories.
     """
 
     def __init__(
