@@ -94,6 +94,8 @@ PUBLIC_API: dict[str, set[str]] = {
         "UpstreamPlatformSpec",
         "VerifyStoreSpec",
         "WorkerSpec",
+        "WorkerResources",
+        "worker_resources",
         "auto_cpu_count",
         "client_exec_properties",
         "auto_filesystem_max_bytes",
@@ -175,6 +177,7 @@ PUBLIC_API: dict[str, set[str]] = {
     "lre.scheduler": {
         "ActionKey",
         "ActionResultReader",
+        "ActionScheduler",
         "AdmissionDecision",
         "Backpressure",
         "CPU_PROPERTY",
@@ -211,14 +214,14 @@ PUBLIC_API: dict[str, set[str]] = {
         "UpstreamOutcome",
         "Usage",
         "WorkerInfo",
-        "WorkerStatistics",
+        "WorkerScheduler",
+        "RegisteredWorkerStatistics",
         "apply_modifications",
         "bytes_from_memory_kb",
         "cpu_count_text",
         "explain_unsatisfiable",
         "kind_key",
         "matches_statically",
-        "memory_budget_bytes",
         "memory_text",
         "millicpus_from_cpu_count",
         "new_operation_name",
@@ -238,7 +241,7 @@ PUBLIC_API: dict[str, set[str]] = {
         "ProcessOutcome",
         "WorkDirectory",
         "WorkDirectoryInUse",
-        "WorkerStatistics",
+        "LocalWorkerStatistics",
         "run_process",
     },
     "lre.service": {
@@ -322,3 +325,16 @@ def test_every_public_name_exists(package: str) -> None:
 def test_public_names_are_not_private(package: str) -> None:
     module = importlib.import_module(package)
     assert not [name for name in module.__all__ if name.startswith("_")]
+
+
+def test_one_public_name_means_one_thing() -> None:
+    """Two packages may export the same object (a re-export), never two
+    different things under one name (as the scheduler's and the worker's
+    statistics once were): a reader could not tell which one a name means."""
+    owners: dict[str, dict[int, str]] = {}
+    for package in sorted(PUBLIC_API):
+        module = importlib.import_module(package)
+        for name in module.__all__:
+            owners.setdefault(name, {}).setdefault(id(getattr(module, name)), package)
+    clashes = {name: sorted(found.values()) for name, found in owners.items() if len(found) > 1}
+    assert not clashes, f"one name, different things: {clashes}"

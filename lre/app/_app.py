@@ -32,12 +32,15 @@ from lre.cas import GrpcStore, StoreStatistics
 from lre.config import (
     Config,
     ForwardSchedulerSpec,
+    LocalWorkerSpec,
     PropertyModification,
-    ResourceSpec,
     SchedulerSpec,
     SimpleSchedulerSpec,
+    WorkerResources,
+    worker_resources,
 )
 from lre.scheduler import (
+    ActionScheduler,
     ForwardScheduler,
     MemoryAdmission,
     ReservationLearner,
@@ -134,6 +137,12 @@ class Application:
         #: Set once ``serve`` has shut everything down.
         self.stopped = trio.Event()
         self.stores: Stores = build_stores(config)
+        #: Each local worker's numbers, "auto" worked out once (by config's rules).
+        self.worker_resources: dict[str, WorkerResources] = {
+            worker.local.name: worker_resources(worker.local)
+            for worker in config.workers
+            if worker.local is not None
+        }
         self.learner = self._build_learner()
         self.events = EventLog()
         for upstream in self.stores.upstreams:
@@ -171,6 +180,7 @@ class Application:
             self.workers.append(
                 LocalWorker(
                     local,
+                    resources=self.worker_resources[local.name],
                     scheduler=self._scheduler(local.scheduler),
                     store=self.stores.blob(local.cas_store),
                     action_cache=(
@@ -296,9 +306,10 @@ class Application:
         self.schedulers[name] = scheduler
         return scheduler
 
-    def _front_scheduler(self, name: str) -> Scheduler | ForwardScheduler:
+    def _front_scheduler(self, name: str) -> ActionScheduler:
         """What clients of scheduler ``name`` talk to: the forward scheduler on
-        its chain, else the local scheduler."""
+        its chain, else the local scheduler (mypy checks here that both play
+        the client role)."""
         local = self._scheduler(name)
         found = _forward_of(self.config, name)
         if found is None:
@@ -379,19 +390,20 @@ class Application:
             peak_rss_bytes=event.peak_rss_bytes,
         )
 
-    def _worker_resources(self, scheduler_name: str) -> ResourceSpec | None:
-        """Resources of the (first) worker pulling from the simple scheduler."""
+    def _local_worker(self, scheduler_name: str) -> LocalWorkerSpec | None:
+        """The (first) local worker pulling from the simple scheduler."""
         for worker in self.config.workers:
             local = worker.local
             if local is not None and _simple_of(self.config, local.scheduler)[1] == scheduler_name:
-                return local.resources
+                return local
         return None
 
     def _resource_policy(self, scheduler_name: str) -> ResourcePolicy:
         """Cold memory and ladder of the worker pulling from the scheduler."""
-        res = self._worker_resources(scheduler_name)
-        if res is None:
+        local = self._local_worker(scheduler_name)
+        if local is None:
             return ResourcePolicy()
+        res = local.resources
         return ResourcePolicy(
             cold_memory_bytes=int(res.cold_memory),
             ladder=tuple(int(step) for step in res.ladder),
@@ -400,10 +412,11 @@ class Application:
 
     def _live_memory(self, scheduler_name: str) -> Callable[[], int] | None:
         """The host's available memory, when the worker asks for the live veto."""
-        res = self._worker_resources(scheduler_name)
-        if res is None or not res.live_memory_veto:
+        local = self._local_worker(scheduler_name)
+        if local is None or not local.resources.live_memory_veto:
             return None
-        return MemoryAdmission.from_spec(res).available_bytes
+        budget = self.worker_resources[local.name].memory_budget_bytes
+        return MemoryAdmission(budget, live_memory_veto=True).available_bytes
 
     def _build_learner(self) -> ReservationLearner | None:
         """One learned-reservation store per process, in the state directory.

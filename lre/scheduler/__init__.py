@@ -1,16 +1,17 @@
 """The scheduler: operations, queue, matching, reservations and dedup.
 
-Pure Trio, no gRPC. Clients (the Execution and Operations services) call
-``Scheduler.submit`` / ``watch`` / ``get_operation`` / ``list_operations`` /
-``cancel`` / ``delete``; in-process workers call ``register_worker`` /
+Pure Trio, no gRPC. Clients (the Execution and Operations services) see a
+scheduler as an ``ActionScheduler`` (``submit`` / ``watch`` /
+``get_operation`` / ``list_operations`` / ``cancel`` / ``delete``);
+in-process workers see it as a ``WorkerScheduler`` (``register_worker`` /
 ``lease`` / ``report`` / ``heartbeat`` / ``set_draining`` /
-``unregister_worker``; the TUI and /metrics read ``statistics()``.
+``unregister_worker``); the TUI and /metrics read ``statistics()``.
 
 CPU is counted in thousandths ("millicpus") everywhere inside lre; the only
 conversion from the clients' whole-CPU ``cpu_count`` is in ``_units``.
 """
 
-from lre.scheduler._admission import AdmissionDecision, MemoryAdmission, memory_budget_bytes
+from lre.scheduler._admission import AdmissionDecision, MemoryAdmission
 from lre.scheduler._events import SchedulerEvent, SchedulerEventKind
 from lre.scheduler._forward import (
     ForwardedOperation,
@@ -48,8 +49,13 @@ from lre.scheduler._model import (
 )
 from lre.scheduler._names import new_operation_name, parse_operation_name
 from lre.scheduler._protocols import ActionResultReader, ReservationAdvisor
+from lre.scheduler._roles import ActionScheduler, WorkerScheduler
 from lre.scheduler._scheduler import Scheduler
-from lre.scheduler._statistics import LeaseStatistics, SchedulerStatistics, WorkerStatistics
+from lre.scheduler._statistics import (
+    LeaseStatistics,
+    RegisteredWorkerStatistics,
+    SchedulerStatistics,
+)
 from lre.scheduler._units import (
     CPU_PROPERTY,
     MEMORY_PROPERTY,
@@ -65,6 +71,7 @@ __all__ = [
     "MEMORY_PROPERTY",
     "ActionKey",
     "ActionResultReader",
+    "ActionScheduler",
     "AdmissionDecision",
     "Backpressure",
     "CancelSignal",
@@ -83,6 +90,7 @@ __all__ = [
     "OperationSnapshot",
     "OperationWatch",
     "Outcome",
+    "RegisteredWorkerStatistics",
     "RequestInfo",
     "Requirements",
     "Reservation",
@@ -99,14 +107,13 @@ __all__ = [
     "UpstreamOutcome",
     "Usage",
     "WorkerInfo",
-    "WorkerStatistics",
+    "WorkerScheduler",
     "apply_modifications",
     "bytes_from_memory_kb",
     "cpu_count_text",
     "explain_unsatisfiable",
     "kind_key",
     "matches_statically",
-    "memory_budget_bytes",
     "memory_text",
     "millicpus_from_cpu_count",
     "new_operation_name",

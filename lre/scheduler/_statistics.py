@@ -32,7 +32,10 @@ class LeaseStatistics:
 
 
 @dataclass(frozen=True, slots=True)
-class WorkerStatistics:
+class RegisteredWorkerStatistics:
+    """The scheduler's view of one registered worker: what it offers, what
+    its leases reserve now and the leases themselves."""
+
     name: str
     draining: bool
     capacity: Reservation
@@ -55,7 +58,7 @@ class SchedulerStatistics:
 
     by_stage: Mapping[str, int]
     queued_by_platform: Mapping[str, int]
-    workers: tuple[WorkerStatistics, ...]
+    workers: tuple[RegisteredWorkerStatistics, ...]
     completions: Mapping[str, int]
     submitted: int
     cache_hits: int
@@ -124,7 +127,7 @@ def collect_statistics(
             for r in state.leases.values()
         )
         rows.append(
-            WorkerStatistics(
+            RegisteredWorkerStatistics(
                 name=state.info.name,
                 draining=state.draining,
                 capacity=state.info.capacity,

@@ -23,9 +23,9 @@ from lre.app._snapshot import (
 )
 from lre.scheduler import (
     LeaseStatistics,
+    RegisteredWorkerStatistics,
     Reservation,
     SchedulerStatistics,
-    WorkerStatistics,
 )
 from lre.scheduler._learner import kind_key as command_kind_key
 from tests.tui._load import run, start_load, submit
@@ -213,7 +213,7 @@ def _statistics(
     completions: dict[str, int] | None = None,
     leases: tuple[LeaseStatistics, ...] = (),
 ) -> SchedulerStatistics:
-    worker = WorkerStatistics(
+    worker = RegisteredWorkerStatistics(
         name="local",
         draining=False,
         capacity=Reservation(8000, 8 << 30),

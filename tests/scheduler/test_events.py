@@ -143,7 +143,6 @@ def test_resource_control_names_are_exported() -> None:
         "LadderStep",
         "MemoryAdmission",
         "AdmissionDecision",
-        "memory_budget_bytes",
         "SchedulerEvent",
         "SchedulerEventKind",
     ):
