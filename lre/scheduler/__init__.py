@@ -1,6 +1,9 @@
 """The scheduler: operations, queue, matching, reservations and dedup.
 
-Pure Trio, no gRPC. Clients (the Execution and Operations services) call
+The local scheduler is pure Trio and serves no gRPC. Only the forward
+scheduler's ``UpstreamExecutor`` speaks gRPC: it calls an upstream Execution
+service with grpc.aio through ``lre.upstream``'s client, on the asyncio
+thread of an ``UpstreamLoop``. Clients (the Execution and Operations services) call
 ``Scheduler.submit`` / ``watch`` / ``get_operation`` / ``list_operations`` /
 ``cancel`` / ``delete``; in-process workers call ``register_worker`` /
 ``lease`` / ``report`` / ``heartbeat`` / ``set_draining`` /
@@ -11,7 +14,7 @@ conversion from the clients' whole-CPU ``cpu_count`` is in ``_units``.
 """
 
 from lre.scheduler._admission import AdmissionDecision, MemoryAdmission, memory_budget_bytes
-from lre.scheduler._events import SchedulerEvent, SchedulerEventKind
+from lre.scheduler._events import SchedulerEvent
 from lre.scheduler._forward import (
     ForwardedOperation,
     ForwardScheduler,
@@ -92,7 +95,6 @@ __all__ = [
     "ResourcePolicy",
     "Scheduler",
     "SchedulerEvent",
-    "SchedulerEventKind",
     "SchedulerStatistics",
     "Stage",
     "UpstreamExecutor",

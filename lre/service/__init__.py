@@ -14,6 +14,10 @@
   RequestMetadata header.
 - ``BearerTokenInterceptor`` / ``auth_interceptors``: bearer-token
   authentication of a listener (``AuthTokenError`` for an unusable token file).
+- ``RpcMetrics``: counts and latencies per RPC method and status code; its
+  ``interceptor()`` goes into ``ServerOptions.interceptors`` and its
+  ``statistics()`` (an ``RpcStatistics``) feeds ``/metrics``; ``method_label``
+  is the method label it records under.
 """
 
 from lre.service._auth import (
@@ -39,6 +43,7 @@ from lre.service._metadata import (
     request_metadata_from,
 )
 from lre.service._resource_names import BlobResource, parse_read_resource, parse_write_resource
+from lre.service._rpc_metrics import MethodStatistics, RpcMetrics, RpcStatistics, method_label
 from lre.service._server import MAX_PENDING_REQUESTS, GrpcServer, ServerOptions, Servicer
 from lre.service._status import (
     INTERNAL_MESSAGE,
@@ -69,7 +74,10 @@ __all__ = [
     "GrpcServer",
     "InstanceBackends",
     "Instances",
+    "MethodStatistics",
     "RequestMetadata",
+    "RpcMetrics",
+    "RpcStatistics",
     "ServerOptions",
     "Servicer",
     "TrioBridge",
@@ -77,6 +85,7 @@ __all__ = [
     "auth_interceptors",
     "cache_servicers",
     "log_exception",
+    "method_label",
     "parse_read_resource",
     "parse_write_resource",
     "read_token_file",

@@ -8,8 +8,14 @@ from collections.abc import Mapping
 
 import trio
 
-from lre.config import auto_cpu_count, auto_max_inflight_tasks, auto_memory_budget
-from lre.config._models import LocalWorkerSpec, PlatformPropertySpec, ResourceSpec
+from lre.config import (
+    LocalWorkerSpec,
+    PlatformPropertySpec,
+    ResourceSpec,
+    auto_cpu_count,
+    auto_max_inflight_tasks,
+    auto_memory_budget,
+)
 from lre.errors import FailedPrecondition
 
 
