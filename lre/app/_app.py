@@ -46,17 +46,17 @@ from lre.scheduler import (
 )
 from lre.service import (
     CacheServiceOptions,
+    ExecutionServicer,
     GrpcServer,
     InstanceBackends,
     Instances,
+    OperationsServicer,
     RpcMetrics,
     ServerOptions,
     TrioBridge,
     auth_interceptors,
     cache_servicers,
 )
-from lre.service.execution import ExecutionServicer
-from lre.service.operations import OperationsServicer
 from lre.snapshot import EventKind, JobserverTokens
 from lre.upstream import UpstreamClient, UpstreamStatistics
 from lre.worker import Containment, ContainmentUnavailable, LocalWorker, choose_containment

@@ -7,7 +7,9 @@
   nursery.start(server.serve)`` returns the bound address.
 - ``Instances`` / ``InstanceBackends``: instance name -> stores, action
   cache, scheduler.
-- ``cache_servicers``: Capabilities, CAS, ByteStream and ActionCache.
+- ``cache_servicers``: Capabilities, CAS, ByteStream and ActionCache;
+  ``ExecutionServicer`` and ``OperationsServicer`` over the instances'
+  schedulers.
 - Status mapping (the only one in lre): ``rpc_status_of``, ``abort_with``,
   ``unary_rpc`` / ``stream_rpc`` decorators for servicer methods.
 - ``RequestMetadata`` / ``request_metadata_from``: the client's
@@ -54,6 +56,8 @@ from lre.service._status import (
     stream_rpc,
     unary_rpc,
 )
+from lre.service.execution import ExecutionServicer
+from lre.service.operations import OperationsServicer
 
 __all__ = [
     "INTERNAL_MESSAGE",
@@ -71,10 +75,12 @@ __all__ = [
     "CacheServiceOptions",
     "CapabilitiesServicer",
     "ContentAddressableStorageServicer",
+    "ExecutionServicer",
     "GrpcServer",
     "InstanceBackends",
     "Instances",
     "MethodStatistics",
+    "OperationsServicer",
     "RequestMetadata",
     "RpcMetrics",
     "RpcStatistics",
