@@ -23,7 +23,7 @@ from typing import Protocol
 from lre.app._events import EventLog
 from lre.app._health import HealthBoard
 from lre.cas import StoreStatistics
-from lre.scheduler import LeaseStatistics, SchedulerStatistics
+from lre.scheduler import SchedulerStatistics
 from lre.snapshot import (
     InflightAction,
     JobserverTokens,
@@ -56,13 +56,6 @@ class SnapshotSource(Protocol):
     """What the status listener and the in-process dashboard call (Trio thread)."""
 
     def __call__(self) -> ProcessSnapshot: ...
-
-
-def _lease_id(lease: LeaseStatistics) -> str:
-    # LeaseStatistics does not carry the lease id yet (the sampler keys actions
-    # by it); until it does, in-flight rows show no RSS/CPU.
-    value = getattr(lease, "lease_id", "")
-    return value if isinstance(value, str) else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +169,7 @@ def _with_scheduler(
     inflight: list[InflightAction] = []
     for worker in stats.workers:
         for lease in worker.leases:
-            sampled = usage.get(_lease_id(lease))
+            sampled = usage.get(lease.lease_id)
             memory = lease.reservation.memory_bytes
             if sampled is not None and sampled.kill_line_bytes:
                 kill_line = sampled.kill_line_bytes

@@ -156,6 +156,7 @@ def test_the_command_line_starts_without_the_server_modules() -> None:
     # imports the server when it runs, `top` and `stats` only the dashboard
     # (next test).
     heavy = ["trio", "grpc", "google.protobuf", "lre.cas", "lre.app", "lre.tui", "lre.service"]
+    heavy += ["lre.snapshot", "lre.scheduler", "lre.worker", "lre.upstream"]
     code = f"import sys, lre.cli; print(','.join(m for m in {heavy!r} if m in sys.modules))"
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
