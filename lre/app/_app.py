@@ -1,10 +1,12 @@
 """The composition root: every live object of lre is built here from a Config.
 
 ``Application(config)`` builds stores, schedulers, workers and gRPC servers
-(nothing starts); ``Application.serve`` runs them in one nursery. Shutdown
-order, on cancellation: gRPC listeners stop first (clients see UNAVAILABLE),
-then workers (each running action's process group is killed and reaped), then
-schedulers, then stores are closed.
+(nothing starts); ``Application.serve`` runs them in two nested nurseries:
+core (schedulers, forwarders, the bridge, the learner, containment watchers,
+workers) and, inside it, front (gRPC listeners, the status listener).
+Shutdown order, on ``request_stop``: the front nursery is cancelled first
+(clients see UNAVAILABLE), then the core one (each running action is killed
+and reaped), then stores are closed and the learner is flushed.
 """
 
 from __future__ import annotations
@@ -17,14 +19,9 @@ from pathlib import Path
 
 import trio
 
-from lre.app._snapshot import (
-    EventKind,
-    EventLog,
-    HealthBoard,
-    JobserverTokens,
-    SnapshotAssembler,
-    free_space_check,
-)
+from lre.app._events import EventLog
+from lre.app._health import HealthBoard, free_space_check
+from lre.app._snapshot import SnapshotAssembler
 from lre.app._status_http import StatusServer
 from lre.app._stores import Stores, build_stores
 from lre.app._upstreams import upstream_rows
@@ -47,23 +44,23 @@ from lre.scheduler import (
     ResourcePolicy,
     Scheduler,
     SchedulerEvent,
-    SchedulerEventKind,
     UpstreamExecutor,
     WorkerInfo,
 )
 from lre.service import (
     CacheServiceOptions,
+    ExecutionServicer,
     GrpcServer,
     InstanceBackends,
     Instances,
+    OperationsServicer,
+    RpcMetrics,
     ServerOptions,
     TrioBridge,
     auth_interceptors,
     cache_servicers,
 )
-from lre.service._rpc_metrics import RpcMetrics
-from lre.service.execution import ExecutionServicer
-from lre.service.operations import OperationsServicer
+from lre.snapshot import EventKind, JobserverTokens
 from lre.upstream import UpstreamClient, UpstreamStatistics
 from lre.worker import Containment, ContainmentUnavailable, LocalWorker, choose_containment
 
@@ -376,14 +373,14 @@ class Application:
     def _record_event(self, event: SchedulerEvent) -> None:
         """Scheduler events go to the recent-events pane of the TUI and /metrics;
         a worker's health changes also go to the health board (``/status``)."""
-        if event.kind is SchedulerEventKind.WORKER and event.worker:
+        if event.kind is EventKind.WORKER and event.worker:
             key = f"worker:{event.worker}"
             if event.healthy:
                 self.health.clear(key)
             else:
                 self.health.report(key, event.message)
         self.events.add(
-            EventKind(event.kind.value),
+            event.kind,
             event.message,
             summary=event.summary or "",
             worker=event.worker or "",

@@ -1,7 +1,10 @@
 """The scheduler: operations, queue, matching, reservations and dedup.
 
-Pure Trio, no gRPC. Clients (the Execution and Operations services) see a
-scheduler as an ``ActionScheduler`` (``submit`` / ``watch`` /
+The local scheduler is pure Trio and serves no gRPC. Only the forward
+scheduler's ``UpstreamExecutor`` speaks gRPC: it calls an upstream Execution
+service with grpc.aio through ``lre.upstream``'s client, on the asyncio
+thread of an ``UpstreamLoop``. Clients (the Execution and Operations
+services) see a scheduler as an ``ActionScheduler`` (``submit`` / ``watch`` /
 ``get_operation`` / ``list_operations`` / ``cancel`` / ``delete``);
 in-process workers see it as a ``WorkerScheduler`` (``register_worker`` /
 ``lease`` / ``report`` / ``heartbeat`` / ``set_draining`` /
@@ -12,7 +15,7 @@ conversion from the clients' whole-CPU ``cpu_count`` is in ``_units``.
 """
 
 from lre.scheduler._admission import AdmissionDecision, MemoryAdmission
-from lre.scheduler._events import SchedulerEvent, SchedulerEventKind
+from lre.scheduler._events import SchedulerEvent
 from lre.scheduler._forward import (
     ForwardedOperation,
     ForwardScheduler,
@@ -100,7 +103,6 @@ __all__ = [
     "ResourcePolicy",
     "Scheduler",
     "SchedulerEvent",
-    "SchedulerEventKind",
     "SchedulerStatistics",
     "Stage",
     "UpstreamExecutor",

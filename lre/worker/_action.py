@@ -27,9 +27,8 @@ from typing import Protocol
 
 import trio
 
-from lre.cas import DirectoryCache
-from lre.cas._protocol import BlobStore
-from lre.config._models import LocalWorkerSpec
+from lre.cas import BlobStore, DirectoryCache
+from lre.config import LocalWorkerSpec
 from lre.digest import EMPTY_DIGEST, Digest
 from lre.errors import Cancelled, DeadlineExceeded, Internal, LreError
 from lre.proto import re_pb2

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 import trio
 
-from lre.config._models import PlatformPropertySpec
+from lre.config import PlatformPropertySpec
 from lre.errors import FailedPrecondition
 
 

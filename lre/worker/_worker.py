@@ -29,9 +29,8 @@ from dataclasses import dataclass
 
 import trio
 
-from lre.cas._protocol import BlobStore
-from lre.config import WorkerResources
-from lre.config._models import LocalWorkerSpec
+from lre.cas import BlobStore
+from lre.config import LocalWorkerSpec, WorkerResources
 from lre.errors import LreError, Unavailable
 from lre.scheduler import (
     Backpressure,
