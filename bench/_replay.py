@@ -86,10 +86,13 @@ def blob_key(digest: re_pb2.Digest) -> str:
     return f"{digest.hash}/{digest.size_bytes}"
 
 
-async def read_blobs(client: ReapiClient, digests: list[re_pb2.Digest]) -> list[bytes]:
+async def read_blobs(
+    client: ReapiClient, digests: list[re_pb2.Digest], metadata: Metadata = ()
+) -> list[bytes]:
     """The blobs ``digests`` in order (one BatchReadBlobs per call)."""
     response = await client.cas.BatchReadBlobs(
-        re_pb2.BatchReadBlobsRequest(instance_name=client.instance, digests=digests)
+        re_pb2.BatchReadBlobsRequest(instance_name=client.instance, digests=digests),
+        metadata=metadata,
     )
     out = []
     for r in response.responses:
