@@ -184,6 +184,7 @@ PUBLIC_API: dict[str, set[str]] = {
         "UpstreamUnavailable",
         "error_for_code",
         "metadata_of",
+        "name_os_thread",
         "parse_endpoint",
     },
     "lre.scheduler": {
