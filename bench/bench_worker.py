@@ -36,7 +36,7 @@ from pathlib import Path
 
 import trio
 
-from lre.cas import FilesystemStore, MemoryStore, write_bytes, write_message
+from lre.cas import DirectoryReader, FilesystemStore, MemoryStore, write_bytes, write_message
 from lre.config import worker_resources
 from lre.config._models import JobserverSpec, LocalWorkerSpec, ResourceSpec, SimpleSchedulerSpec
 from lre.digest import Digest
@@ -74,7 +74,7 @@ async def bench_staging(tmp: Path, runs: int) -> dict[str, float]:
             target = tmp / f"stage-{label[:3]}-{i}"
             target.mkdir()
             start = time.perf_counter()
-            tree = await fetch_input_tree(store, root_digest)  # type: ignore[arg-type]
+            tree = await fetch_input_tree(DirectoryReader(store), root_digest)
             await stage_inputs(store, tree, target, link_source=link)  # type: ignore[arg-type]
             elapsed = time.perf_counter() - start
             assert len(tree.files) == 2000

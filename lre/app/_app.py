@@ -180,6 +180,7 @@ class Application:
                     resources=self.worker_resources[local.name],
                     scheduler=self._scheduler(local.scheduler),
                     store=self.stores.blob(local.cas_store),
+                    directories=self.stores.directories(local.cas_store),
                     action_cache=(
                         self.stores.results(upload.ac_store, local.cas_store)
                         if upload.ac_store and upload.upload_ac_results_strategy != "never"
@@ -298,6 +299,7 @@ class Application:
                 advisor=self.learner,
                 available_memory=self._live_memory(simple_name),
                 on_event=self._record_event,
+                directories=self.stores.directories(cas_name),
             )
             self._scheduler_by_simple[simple_name] = scheduler
         self.schedulers[name] = scheduler
@@ -334,6 +336,7 @@ class Application:
             local_cas=local_cas,
             upstream_cas=upstream_cas,
             platform=spec.platform,
+            directories=self.stores.directories(simple.cas_store),
         )
 
         def local_workers() -> list[WorkerInfo]:

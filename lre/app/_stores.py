@@ -17,6 +17,7 @@ from lre.cas import (
     ActionCache,
     ActionResultCache,
     BlobStore,
+    DirectoryReader,
     FastSlowActionCache,
     FastSlowStore,
     FilesystemActionCache,
@@ -82,6 +83,7 @@ class Stores:
     action_caches: dict[str, ActionCache] = field(default_factory=dict)
     filesystems: list[FilesystemStore] = field(default_factory=list)
     filesystem_caches: list[FilesystemActionCache] = field(default_factory=list)
+    directory_readers: dict[str, DirectoryReader] = field(default_factory=dict)
     upstreams: list[GrpcStore | GrpcActionCache] = field(default_factory=list)
 
     def blob(self, name: str) -> BlobStore:
@@ -89,6 +91,14 @@ class Stores:
             return self.blobs[name]
         except KeyError:
             raise StoreBuildError(f"store {name!r} is not a blob store") from None
+
+    def directories(self, name: str) -> DirectoryReader:
+        """The one ``DirectoryReader`` of blob store ``name``, shared by the
+        schedulers, workers and forwarders using that store."""
+        reader = self.directory_readers.get(name)
+        if reader is None:
+            reader = self.directory_readers[name] = DirectoryReader(self.blob(name))
+        return reader
 
     def results(self, ac_name: str, cas_name: str) -> ActionResultCache:
         """The action cache ``ac_name`` checked for completeness against ``cas_name``."""

@@ -20,6 +20,7 @@ from lre.cas._blob_io import (
 )
 from lre.cas._blob_scan import ContentUsage, content_usage
 from lre.cas._directory_cache import DirectoryCache
+from lre.cas._directory_reader import DirectoryReader
 from lre.cas._filesystem import FilesystemStore
 from lre.cas._grpc_action_cache import FastSlowActionCache, GrpcActionCache
 from lre.cas._grpc_store import GrpcStore
@@ -32,7 +33,6 @@ from lre.cas._statistics import StoreStatistics
 from lre.cas._streams import closing_stream
 from lre.cas._tree import (
     file_digests,
-    read_directory_tree,
     tree_file_digests,
     validate_directory,
     validate_tree,
@@ -49,6 +49,7 @@ __all__ = [
     "BulkBlobStore",
     "ContentUsage",
     "DirectoryCache",
+    "DirectoryReader",
     "FastSlowActionCache",
     "FastSlowStore",
     "FilesystemActionCache",
@@ -71,7 +72,6 @@ __all__ = [
     "missing_digests",
     "read_blobs",
     "read_bytes",
-    "read_directory_tree",
     "read_message",
     "result_blobs",
     "sizes_of",

@@ -30,8 +30,8 @@ import grpc.aio
 
 from lre.cas import (
     BlobStore,
+    DirectoryReader,
     GrpcStore,
-    read_directory_tree,
     read_message,
     upload_missing,
     write_message,
@@ -98,10 +98,14 @@ class UpstreamExecutor:
         local_cas: BlobStore,
         upstream_cas: GrpcStore | None,
         platform: UpstreamPlatformSpec | None = None,
+        directories: DirectoryReader | None = None,
     ) -> None:
+        """``directories``: the reader of ``local_cas`` shared with the local
+        scheduler and workers (one of its own when not given)."""
         self.client = client
         self.instance_name = instance_name
         self.local_cas = local_cas
+        self.directories = directories if directories is not None else DirectoryReader(local_cas)
         self.upstream_cas = upstream_cas.strict() if upstream_cas is not None else None
         self.platform = platform or UpstreamPlatformSpec()
 
@@ -136,7 +140,7 @@ class UpstreamExecutor:
         command = Digest.from_proto(action.command_digest, field="action.command_digest")
         root = Digest.from_proto(action.input_root_digest, field="action.input_root_digest")
         blobs = [action_digest, command]
-        directories = await read_directory_tree(self.local_cas, root)
+        directories = await self.directories.read_tree(root)
         blobs.extend(directories)
         for digest, directory in directories.items():
             for file in directory.files:

@@ -2,26 +2,22 @@
 
 from __future__ import annotations
 
-from lre.cas import BlobStore, DirectoryCache, read_message
+from lre.cas import DirectoryReader
 from lre.digest import EMPTY_DIGEST, Digest
-from lre.errors import NotFound
-from lre.proto import re_pb2
 
 
 async def find_missing_inputs(
-    store: BlobStore,
-    command_digest: Digest,
-    input_root: Digest,
-    cache: DirectoryCache,
+    directories: DirectoryReader, command_digest: Digest, input_root: Digest
 ) -> list[Digest]:
-    """Every blob of the action's inputs that ``store`` lacks, each once, in
-    the order met: the Command, then the input tree breadth first (Directory
-    messages, then the files and subdirectories they name).
+    """Every blob of the action's inputs that the reader's store lacks, each
+    once, in the order met: the Command, then the input tree breadth first
+    (Directory messages, then the files and subdirectories they name).
 
     A Directory that is absent is reported and not descended into. Raises
-    ``InvalidArgument`` naming a digest that is present but is not a
-    Directory, or a child digest that is malformed.
+    ``InvalidArgument`` naming a Directory that does not parse or is not
+    valid (the reader checks each one once, for the worker as well).
     """
+    store = directories.store
     missing: list[Digest] = []
     seen: set[Digest] = {EMPTY_DIGEST}
     level: list[Digest] = []
@@ -39,22 +35,22 @@ async def find_missing_inputs(
             elif digest in is_directory:
                 present_dirs.append(digest)
         level = []
+        if not present_dirs:
+            continue
+        found, gone = await directories.get_many(present_dirs)
+        missing.extend(gone)  # evicted between has_many and the read
         for digest in present_dirs:
-            directory = cache.get(digest)
+            directory = found.get(digest)
             if directory is None:
-                try:
-                    directory = await read_message(store, digest, re_pb2.Directory)
-                except NotFound:
-                    missing.append(digest)  # evicted between has_many and read
-                    continue
-                cache.put(digest, directory)
+                continue
+            # The reader validated every child digest.
             for file in directory.files:
-                child = Digest.from_proto(file.digest, field=f"directory {digest} file {file.name}")
+                child = Digest(file.digest.hash, file.digest.size_bytes)
                 if child not in seen:
                     seen.add(child)
                     level.append(child)
             for sub in directory.directories:
-                child = Digest.from_proto(sub.digest, field=f"directory {digest} subdir {sub.name}")
+                child = Digest(sub.digest.hash, sub.digest.size_bytes)
                 if child not in seen:
                     seen.add(child)
                     is_directory.add(child)

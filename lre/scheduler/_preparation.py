@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 
-from lre.cas import BlobStore, DirectoryCache, read_message
+from lre.cas import BlobStore, DirectoryReader, read_message
 from lre.config import PropertyModification
 from lre.digest import Digest
 from lre.errors import FailedPrecondition, InvalidArgument, MissingBlobs, NotFound
@@ -47,13 +47,14 @@ class ActionChecker:
         modifications: Sequence[PropertyModification],
         resources: ResourcePolicy,
         advisor: ReservationAdvisor | None,
+        directories: DirectoryReader | None = None,
     ) -> None:
         self._cas = cas
         self._types = types
         self._modifications = tuple(modifications)
         self._resources = resources
         self._advisor = advisor
-        self._directories = DirectoryCache()
+        self._directories = directories if directories is not None else DirectoryReader(cas)
         self._fits: dict[
             tuple[tuple[str, str], ...],
             tuple[Mapping[str, str], Requirements, tuple[WorkerInfo, ...]],
@@ -90,9 +91,7 @@ class ActionChecker:
             undedup(op)
         command_digest = Digest.from_proto(action.command_digest, field="action.command_digest")
         input_root = Digest.from_proto(action.input_root_digest, field="action.input_root_digest")
-        missing = await find_missing_inputs(
-            self._cas, command_digest, input_root, self._directories
-        )
+        missing = await find_missing_inputs(self._directories, command_digest, input_root)
         if op.done:
             return False
         if missing:

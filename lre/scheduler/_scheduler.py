@@ -29,7 +29,7 @@ from types import MappingProxyType
 
 import trio
 
-from lre.cas import BlobStore
+from lre.cas import BlobStore, DirectoryReader
 from lre.config import PropertyModification, SimpleSchedulerSpec
 from lre.digest import Digest, resolve_digest_function
 from lre.errors import (
@@ -104,6 +104,8 @@ class Scheduler:
       kills and escalations, kernel OOM kills, failures, timeouts, unmatchable
       actions, backpressure and changes of a worker's health (never for
       successes); exceptions it raises are logged and ignored.
+    - ``directories``: the reader of ``cas``'s Directory messages shared with
+      the workers (the composition root passes one; one of its own if not).
 
     Raises ``ValueError`` when ``spec.progress_interval_s`` is not in (0, 30].
     """
@@ -120,6 +122,7 @@ class Scheduler:
         available_memory: Callable[[], int] | None = None,
         detach_grace_s: float = 2.0,
         on_event: EventHook | None = None,
+        directories: DirectoryReader | None = None,
     ) -> None:
         if not 0 < spec.progress_interval_s <= 30:
             raise ValueError(
@@ -136,6 +139,7 @@ class Scheduler:
             modifications,
             self._resources,
             advisor,
+            directories,
         )
         self._queue = RunQueue(self._resources, available_memory)
         self._detach_grace_s = detach_grace_s

@@ -27,7 +27,7 @@ from typing import Protocol
 
 import trio
 
-from lre.cas import BlobStore, DirectoryCache
+from lre.cas import BlobStore, DirectoryReader
 from lre.config import LocalWorkerSpec
 from lre.digest import EMPTY_DIGEST, Digest
 from lre.errors import Cancelled, DeadlineExceeded, Internal, LreError
@@ -120,6 +120,7 @@ class ActionRunner:
         discard: Discarder | None = None,
         containment: Containment | None = None,
         journal: InputJournal | None = None,
+        directories: DirectoryReader | None = None,
     ) -> None:
         self.spec = spec
         self.containment = containment if containment is not None else default_containment()
@@ -136,8 +137,9 @@ class ActionRunner:
         self.allow_escaping_symlinks = spec.symlink_policy == "allow"
         self.sampler = sampler
         self.directories = ActionDirectories(workdir, stock=min(128, 2 * max_inflight or 64))
-        #: Input Directory messages already read and validated (see _input_tree).
-        self._directories_seen = DirectoryCache()
+        #: Input Directory messages, each read and validated once (shared
+        #: with the scheduler by the composition root).
+        self._tree_reader = directories if directories is not None else DirectoryReader(store)
         #: lease id -> process group of actions running now
         self._groups: dict[str, int] = {}
         #: lease id -> usage at the moment the sampler found it over its line
@@ -244,10 +246,7 @@ class ActionRunner:
             tree = InputTree()
         else:
             tree = await fetch_input_tree(
-                self.store,
-                input_root,
-                allow_escaping_symlinks=self.allow_escaping_symlinks,
-                cache=self._directories_seen,
+                self._tree_reader, input_root, allow_escaping_symlinks=self.allow_escaping_symlinks
             )
         parents = [request.relative for request in prepared.outputs]
         if prepared.working_directory:

@@ -1,28 +1,21 @@
 """Fetching and validating an action's input tree.
 
-``fetch_input_tree(store, root_digest)`` reads the root ``Directory`` and
-every directory below it from the CAS, one tree level at a time with all
-reads of a level in flight together, validates each one, and returns a flat
-``InputTree`` plan that staging turns into files on disk. With a
-``DirectoryCache`` (of validated messages only), directories met in earlier actions (a build's
-actions share most of theirs: toolchain, headers, output tree) are neither
-read nor validated again; a Directory is content-addressed, so a cached one
-is never stale.
+``fetch_input_tree(reader, root_digest)`` takes the root ``Directory`` and
+every directory below it from a ``lre.cas.DirectoryReader`` (which reads and
+validates each one once per process: a build's actions share most of theirs,
+and the scheduler has usually read them already while checking the action's
+inputs are present) and returns a flat ``InputTree`` plan that staging turns
+into files on disk.
 """
 
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import trio
-from google.protobuf.message import DecodeError
-
-from lre.cas import BlobStore, DirectoryCache, validate_directory
+from lre.cas import DirectoryReader
 from lre.digest import Digest
-from lre.errors import InvalidArgument, MissingBlobs, NotFound
-from lre.proto import re_pb2
+from lre.errors import InvalidArgument
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,47 +130,11 @@ def _escapes(path: str, links: dict[str, str], directories: set[str], files: set
     return False
 
 
-async def read_blob(store: BlobStore, digest: Digest) -> bytes:
-    """The whole content of a (small) blob. Raises ``NotFound`` when absent."""
-    parts = [chunk async for chunk in store.read(digest)]
-    return b"".join(parts)
-
-
-async def fetch_directories(store: BlobStore, digests: Sequence[Digest]) -> dict[Digest, bytes]:
-    """Read several Directory blobs concurrently.
-
-    Raises ``MissingBlobs`` listing every digest that is absent.
-    """
-    found: dict[Digest, bytes] = {}
-    missing: list[Digest] = []
-
-    async def one(digest: Digest) -> None:
-        try:
-            found[digest] = await read_blob(store, digest)
-        except NotFound:
-            missing.append(digest)
-
-    if len(digests) == 1:
-        await one(digests[0])
-    else:
-        async with trio.open_nursery() as nursery:
-            for digest in digests:
-                nursery.start_soon(one, digest)
-    if missing:
-        raise MissingBlobs([d.subject for d in sorted(missing)])
-    return found
-
-
 async def fetch_input_tree(
-    store: BlobStore,
-    root_digest: Digest,
-    *,
-    allow_escaping_symlinks: bool = False,
-    cache: DirectoryCache | None = None,
+    reader: DirectoryReader, root_digest: Digest, *, allow_escaping_symlinks: bool = False
 ) -> InputTree:
-    """Read and validate the whole input tree under ``root_digest``
-    (directories found in ``cache`` are taken from it; those read are added
-    once validated, so it holds validated messages only).
+    """The whole input tree under ``root_digest`` as a staging plan, its
+    Directory messages from ``reader`` (read and validated once per process).
 
     Raises ``MissingBlobs`` when a Directory blob is absent,
     ``InvalidArgument`` when a blob does not parse as a Directory, a name is
@@ -185,31 +142,10 @@ async def fetch_input_tree(
     by its text (``check_symlink_target``) or by where it resolves
     (``check_symlinks_resolve``).
     """
+    parsed = await reader.read_tree(root_digest)
     tree = InputTree()
-    parsed: dict[Digest, re_pb2.Directory] = {}
     level: list[tuple[str, Digest]] = [("", root_digest)]
     while level:
-        if cache is not None:
-            for _, digest in level:
-                if digest not in parsed:
-                    known = cache.get(digest)
-                    if known is not None:
-                        parsed[digest] = known
-        wanted = sorted({digest for _, digest in level if digest not in parsed})
-        if wanted:
-            blobs = await fetch_directories(store, wanted)
-            for digest in wanted:
-                directory = re_pb2.Directory()
-                try:
-                    directory.ParseFromString(blobs[digest])
-                except DecodeError:
-                    raise InvalidArgument(
-                        f"input Directory {digest}: blob does not parse as a Directory"
-                    ) from None
-                validate_directory(directory, digest)
-                parsed[digest] = directory
-                if cache is not None:
-                    cache.put(digest, directory)
         next_level: list[tuple[str, Digest]] = []
         for prefix, digest in level:
             directory = parsed[digest]

@@ -26,11 +26,11 @@ from typing import TypeVar
 
 import trio
 
-from lre.cas import BlobStore, call_inline
+from lre.cas import BlobStore, call_inline, read_bytes
 from lre.digest import EMPTY_DIGEST, Digest
 from lre.errors import InvalidArgument, MissingBlobs, NotFound
 from lre.worker._input_guard import LinkedInputs, Snapshot
-from lre.worker._input_tree import InputFile, InputTree, read_blob
+from lre.worker._input_tree import InputFile, InputTree
 from lre.worker._skeleton import plan_directories
 
 T = TypeVar("T")
@@ -309,7 +309,7 @@ async def _read_many(store: BlobStore, digests: Sequence[Digest]) -> dict[Digest
 
     async def one(digest: Digest) -> None:
         try:
-            found[digest] = await read_blob(store, digest)
+            found[digest] = await read_bytes(store, digest)
         except NotFound:
             missing.append(digest)
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import trio
 
-from lre.cas import BlobStore
+from lre.cas import BlobStore, DirectoryReader
 from lre.config import LocalWorkerSpec, WorkerResources
 from lre.errors import LreError, Unavailable
 from lre.scheduler import (
@@ -100,9 +100,13 @@ class LocalWorker:
         adopt: Adopter | None = None,
         discard: Discarder | None = None,
         containment: Containment | None = None,
+        directories: DirectoryReader | None = None,
     ) -> None:
         self.spec = spec
         self.resources = resources
+        #: The reader of ``store``'s Directory messages, shared with the
+        #: scheduler by the composition root (one of its own if not given).
+        self.directories = directories if directories is not None else DirectoryReader(store)
         #: How action processes are contained (default: the spec's mode).
         self.containment = (
             containment if containment is not None else choose_containment(spec.containment)
@@ -180,6 +184,7 @@ class LocalWorker:
                 discard=self.discard,
                 containment=self.containment,
                 journal=journal,
+                directories=self.directories,
             )
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.sampler.run)

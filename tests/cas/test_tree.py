@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lre.cas import (
+    DirectoryReader,
     MemoryStore,
-    read_directory_tree,
     tree_file_digests,
     validate_directory,
     write_message,
@@ -69,7 +69,7 @@ def test_any_sorted_unique_names_are_accepted(names: list[str]) -> None:
     validate_directory(directory(files=sorted(names)), "generated")
 
 
-async def test_read_directory_tree_walks_and_reports_missing() -> None:
+async def test_directory_reader_read_tree_walks_and_reports_missing() -> None:
     store = MemoryStore(1 << 20)
     leaf = re_pb2.Directory(files=[re_pb2.FileNode(name="x", digest=FILE)])
     leaf_digest = await write_message(store, leaf)
@@ -86,7 +86,7 @@ async def test_read_directory_tree_walks_and_reports_missing() -> None:
         ]
     )
     root_digest = await write_message(store, root)
-    tree = await read_directory_tree(store, root_digest)
+    tree = await DirectoryReader(store).read_tree(root_digest)
     assert list(tree) == [root_digest, mid_digest, leaf_digest]
     assert tree[leaf_digest] == leaf
 
@@ -97,23 +97,23 @@ async def test_read_directory_tree_walks_and_reports_missing() -> None:
         ]
     )
     with pytest.raises(MissingBlobs) as info:
-        await read_directory_tree(store, await write_message(store, broken))
+        await DirectoryReader(store).read_tree(await write_message(store, broken))
     assert info.value.subjects == (absent.subject,)
     with pytest.raises(MissingBlobs):
-        await read_directory_tree(store, absent)
+        await DirectoryReader(store).read_tree(absent)
 
 
-async def test_read_directory_tree_refuses_bad_children() -> None:
+async def test_directory_reader_read_tree_refuses_bad_children() -> None:
     store = MemoryStore(1 << 20)
     bad_digest = await write_message(store, directory(files=["..", "a"]))
     good = directory(dirs=["x", "y"])
     good.directories[0].digest.CopyFrom(bad_digest.to_proto())
     good.directories[1].digest.CopyFrom((await write_message(store, directory())).to_proto())
     with pytest.raises(InvalidArgument, match=bad_digest.hash):
-        await read_directory_tree(store, await write_message(store, good))
+        await DirectoryReader(store).read_tree(await write_message(store, good))
     await store.write(digest_of(b"\xff\xff"), _one(b"\xff\xff"))
     with pytest.raises(InvalidArgument, match="does not parse"):
-        await read_directory_tree(store, digest_of(b"\xff\xff"))
+        await DirectoryReader(store).read_tree(digest_of(b"\xff\xff"))
 
 
 async def _one(data: bytes) -> AsyncIterator[bytes]:

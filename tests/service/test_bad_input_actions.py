@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lre.cas import MemoryStore, write_bytes, write_message
+from lre.cas import DirectoryReader, MemoryStore, write_bytes, write_message
 from lre.digest import Digest, digest_of
 from lre.errors import InvalidArgument
 from lre.proto import re_pb2
@@ -100,7 +100,7 @@ async def test_symlinks_escaping_the_input_root(link: str, target: str, shown: s
         store, re_pb2.Directory(symlinks=[re_pb2.SymlinkNode(name=link, target=target)])
     )
     with pytest.raises(InvalidArgument) as caught:
-        await fetch_input_tree(store, Digest.from_proto(root))
+        await fetch_input_tree(DirectoryReader(store), Digest.from_proto(root))
     assert f"input symlink {link!r}" in caught.value.message and shown in caught.value.message
 
 
@@ -115,7 +115,7 @@ async def test_nested_symlink_climbing_out_is_refused() -> None:
         ),
     )
     with pytest.raises(InvalidArgument, match=r"input symlink 'sub/up'.*'\.\./\.\./etc'"):
-        await fetch_input_tree(store, Digest.from_proto(root))
+        await fetch_input_tree(DirectoryReader(store), Digest.from_proto(root))
 
 
 @pytest.mark.parametrize(
@@ -132,7 +132,7 @@ async def test_input_directory_with_bad_names(name: str, shown: str) -> None:
     empty = digest_of(b"").to_proto()
     root = await tree(store, re_pb2.Directory(files=[re_pb2.FileNode(name=name, digest=empty)]))
     with pytest.raises(InvalidArgument) as caught:
-        await fetch_input_tree(store, Digest.from_proto(root))
+        await fetch_input_tree(DirectoryReader(store), Digest.from_proto(root))
     assert root.hash in caught.value.message and shown in caught.value.message
 
 
@@ -143,7 +143,7 @@ async def test_input_blob_that_is_not_a_directory() -> None:
     await write_message(store, re_pb2.Directory())  # something valid alongside
     await write_bytes(store, garbage)
     with pytest.raises(InvalidArgument, match="does not parse as a Directory"):
-        await fetch_input_tree(store, digest)
+        await fetch_input_tree(DirectoryReader(store), digest)
 
 
 async def test_gigantic_argument_list_is_invalid_argument(tmp_path: Path) -> None:

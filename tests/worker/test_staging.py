@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from lre.cas import DirectoryCache, FilesystemStore, MemoryStore
+from lre.cas import DirectoryCache, DirectoryReader, FilesystemStore, MemoryStore
 from lre.digest import Digest
 from lre.worker._input_tree import InputTree, fetch_input_tree
 from lre.worker._staging import PARALLEL_FILES, stage_inputs
@@ -41,7 +41,7 @@ def check(root: Path, files: int) -> None:
 async def test_large_tree_copied_from_memory(tmp_path: Path) -> None:
     files = (PARALLEL_FILES // 10 + 2) * 10  # enough to take the threaded path
     store = MemoryStore(1 << 30)
-    tree = await fetch_input_tree(store, await put_tree(store, big_spec(files)))
+    tree = await fetch_input_tree(DirectoryReader(store), await put_tree(store, big_spec(files)))
     root = tmp_path / "root"
     root.mkdir()
     stats = await stage_inputs(store, tree, root, output_parents=["out/deep/x", "top"])
@@ -54,7 +54,7 @@ async def test_large_tree_hardlinked_from_filesystem_store(tmp_path: Path) -> No
     files = (PARALLEL_FILES // 10 + 2) * 10  # enough to take the threaded path
     store = FilesystemStore(tmp_path / "cas", tmp_path / "cas-tmp", 1 << 30)
     await store.open()
-    tree = await fetch_input_tree(store, await put_tree(store, big_spec(files)))  # type: ignore[arg-type]
+    tree = await fetch_input_tree(DirectoryReader(store), await put_tree(store, big_spec(files)))
     root = tmp_path / "root"
     root.mkdir()
     stats = await stage_inputs(store, tree, root, link_source=store.path_for_link)
@@ -81,7 +81,7 @@ async def test_existing_directories_reused_or_removed(tmp_path: Path, files: int
         "keep": {"sub": {f"f{i}": b"x" for i in range(files)}},
         "was_dir": b"now a file",
     }
-    tree = await fetch_input_tree(store, await put_tree(store, spec))
+    tree = await fetch_input_tree(DirectoryReader(store), await put_tree(store, spec))
     root = tmp_path / "root"
     for relative in ("keep/sub", "gone/deep/er", "was_dir", "out/obj", "stale_out"):
         (root / relative).mkdir(parents=True)
@@ -113,7 +113,9 @@ async def test_output_parents_of_another_package_reuse_its_directories(tmp_path:
     # Consecutive compiles of two packages: the previous action's output
     # directories are moved into place, not removed and made again.
     store = MemoryStore(1 << 30)
-    tree = await fetch_input_tree(store, await put_tree(store, {"a": {"a.c": b"int a;"}}))
+    tree = await fetch_input_tree(
+        DirectoryReader(store), await put_tree(store, {"a": {"a.c": b"int a;"}})
+    )
     root = tmp_path / "root"
     before = ("b", "out", "out/b", "out/b/_objs", "out/b/_objs/b")
     for relative in before:
@@ -132,7 +134,7 @@ async def test_an_output_parent_under_an_input_symlink_is_made_through_it(
 ) -> None:
     store = MemoryStore(1 << 30)
     spec: dict[str, object] = {"real": {"f": b"x"}, "link": ("link", "real")}
-    tree = await fetch_input_tree(store, await put_tree(store, spec))
+    tree = await fetch_input_tree(DirectoryReader(store), await put_tree(store, spec))
     root = tmp_path / "root"
     root.mkdir()
     await stage_inputs(store, tree, root, output_parents=["link/sub/out.o"])
@@ -152,7 +154,8 @@ async def test_cached_directories_are_not_read_again(tmp_path: Path) -> None:
     first = await put_tree(store, {**shared, "a.c": b"a"})
     second = await put_tree(store, {**shared, "b.c": b"b"})
     cache = DirectoryCache()
-    tree = await fetch_input_tree(store, first, cache=cache)
+    reader = DirectoryReader(store, cache)
+    tree = await fetch_input_tree(reader, first)
     assert len(cache) == 3  # the root and both subdirectories
     reads: list[Digest] = []
     read = store.read
@@ -162,7 +165,7 @@ async def test_cached_directories_are_not_read_again(tmp_path: Path) -> None:
         return read(digest, *args, **kwargs)
 
     store.read = counting_read  # type: ignore[method-assign]
-    again = await fetch_input_tree(store, second, cache=cache)
+    again = await fetch_input_tree(reader, second)
     assert reads == [second]  # only the new root; tools/ and include/ came from the cache
     assert [f.path for f in again.files] == ["b.c", "include/a.h", "tools/cc"]
     assert again.directories == tree.directories == ["include", "tools"]
