@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import cast
 
 from lre.cas import BlobStore, closing_stream
@@ -151,6 +151,22 @@ def _offset_error(offset: int, committed: int) -> InvalidArgument:
         f"write_offset: {offset} {relation} the {committed} bytes already committed; "
         f"continue at write_offset {committed}"
     )
+
+
+async def write_single(
+    request: WriteChunk, resolve_store: Callable[[str], BlobStore], uploads: UploadRegistry
+) -> bs_pb2.WriteResponse:
+    """``write_blob`` for a stream whose first request is its whole upload
+    (``finish_write`` set); what follows it is not read."""
+
+    async def only() -> AsyncGenerator[WriteChunk, None]:
+        yield request
+
+    requests = only()
+    try:
+        return await write_blob(requests, resolve_store, uploads)
+    finally:
+        await requests.aclose()
 
 
 async def write_blob(

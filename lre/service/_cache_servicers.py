@@ -29,7 +29,7 @@ from lre.service._action_results import (
 )
 from lre.service._batch_wire import serialize_response
 from lre.service._bridge import TrioBridge
-from lre.service._bytestream_ops import query_write_status, read_blob, write_blob
+from lre.service._bytestream_ops import query_write_status, read_blob, write_blob, write_single
 from lre.service._bytestream_wire import (
     WriteChunk,
     parse_write_request,
@@ -221,8 +221,19 @@ class ByteStreamServicer:
     async def Write(
         self, request_iterator: AsyncIterator[WriteChunk], context: Context
     ) -> bs_pb2.WriteResponse:
+        """A blob sent in one message (``finish_write`` in the first, as
+        Bazel and Buck2 send every small blob) takes one unary hop to Trio;
+        longer uploads stream their requests across."""
+        requests = aiter(request_iterator)
+        first = await anext(requests, None)
+        if first is not None and first.finish_write:
+            return await self._bridge.call(
+                functools.partial(
+                    write_single, first, resolve_store=self._store, uploads=self._uploads
+                )
+            )
         consume = functools.partial(write_blob, resolve_store=self._store, uploads=self._uploads)
-        return await self._bridge.call_with_requests(consume, request_iterator)
+        return await self._bridge.call_with_requests(consume, _prepend(first, requests))
 
     @unary_rpc
     async def QueryWriteStatus(
@@ -262,6 +273,17 @@ class ActionCacheServicer:
     ) -> re_pb2.ActionResult:
         backends = self._instances.resolve(request.instance_name)
         return await self._bridge.call(functools.partial(update_action_result, backends, request))
+
+
+async def _prepend(
+    first: WriteChunk | None, rest: AsyncIterator[WriteChunk]
+) -> AsyncIterator[WriteChunk]:
+    """``first`` (when there was one) and then ``rest`` (asyncio side)."""
+    if first is None:
+        return
+    yield first
+    async for request in rest:
+        yield request
 
 
 def cache_servicers(
