@@ -225,9 +225,19 @@ def _report(splits: dict[tuple[str, str], list[Split]]) -> None:
         "lre children (lre's actions)": lambda s: s.lre_children,
         "other": lambda s: s.other,
     }
+    noisy = []
     for (kind, side), rows in splits.items():
         values = ", ".join(f"{c} {_median([f(s) for s in rows]):.2f}" for c, f in columns.items())
         print(f"  {kind} {side}: {values}")
+        other, busy = _median([s.other for s in rows]), _median([s.busy for s in rows])
+        if other > max(1.0, 0.1 * busy):
+            noisy.append(f"{kind} {side} ({other:.1f} of {busy:.1f} CPU-s)")
+    if noisy:
+        print(
+            "WARNING: other processes kept the machine busy during "
+            + ", ".join(noisy)
+            + ": the wall times and ratios above are not those of a quiet machine"
+        )
     print("lre per action in the lre builds (per-build figures, median over the builds):")
     for kind in KINDS:
         rows = splits[(kind, "lre")]
