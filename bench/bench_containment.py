@@ -213,7 +213,8 @@ def bench_kill(tmp: Path, modes: list[str], args: argparse.Namespace) -> None:
 
 
 def bench_replay(tmp: Path, modes: list[str], args: argparse.Namespace) -> None:
-    from bench_replay import BAZEL_WORKER, _plans, _round, record
+    from _replay import BAZEL_WORKER, record
+    from bench_replay import _plans, _round
 
     home = tmp / "replay"
     extra = dict(BAZEL_WORKER)

@@ -41,61 +41,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _client import LreProcess, ReapiClient, local_config
-from bench_bazel_ab import remote_flags
+from _replay import BAZEL_WORKER, Plan, action_tree, bazel_action, bazel_metadata, record
 
-from lre.proto import bs_grpc, bs_pb2, re_pb2
-from lre.service import REQUEST_METADATA_KEY
-from tests.e2e._bazel import BazelSession
-from tests.e2e._workspace import generate_workspace
+from lre.proto import bs_grpc, re_pb2
 
 VARIANTS = ("build", "true", "true-empty")
-
-
-class Plan:
-    """One action to replay: its digest, the digests FindMissingBlobs names
-    and the gRPC headers every call for it sends."""
-
-    def __init__(
-        self,
-        action: re_pb2.Digest,
-        tree: list[re_pb2.Digest],
-        metadata: tuple[tuple[str, bytes], ...],
-    ) -> None:
-        self.action = action
-        self.tree = tree
-        self.metadata = metadata
-
-
-def _bazel_metadata(
-    action: re_pb2.Digest, command: re_pb2.Command
-) -> tuple[tuple[str, bytes], ...]:
-    """The RequestMetadata header Bazel 4 sends with every call for an action
-    (mnemonic and target guessed from the command: compile or link, and the
-    package of its first output)."""
-    outputs = list(command.output_paths) or list(command.output_files)
-    package = outputs[0].split("/bin/", 1)[-1].split("/", 1)[0] if outputs else "pkg"
-    meta = re_pb2.RequestMetadata(
-        tool_details=re_pb2.ToolDetails(tool_name="bazel", tool_version="4.2.3"),
-        action_id=action.hash,
-        tool_invocation_id="replay",
-        correlated_invocations_id="replay",
-        action_mnemonic="CppCompile" if "-c" in command.arguments else "CppLink",
-        target_id=f"//{package}:{package}",
-        configuration_id="k8-fastbuild",
-    )
-    return ((REQUEST_METADATA_KEY, meta.SerializeToString()),)
-
-
-async def _read_blobs(client: ReapiClient, digests: list[re_pb2.Digest]) -> list[bytes]:
-    response = await client.cas.BatchReadBlobs(
-        re_pb2.BatchReadBlobsRequest(instance_name=client.instance, digests=digests)
-    )
-    out = []
-    for r in response.responses:
-        if r.status.code != 0:
-            raise RuntimeError(f"blob {r.digest.hash}: {r.status.message}")
-        out.append(r.data)
-    return out
 
 
 async def _plans(client: ReapiClient, keys: list[re_pb2.Digest]) -> dict[str, list[Plan]]:
@@ -103,21 +53,8 @@ async def _plans(client: ReapiClient, keys: list[re_pb2.Digest]) -> dict[str, li
     plans: dict[str, list[Plan]] = {v: [] for v in VARIANTS}
     empty_root = (await client.upload([re_pb2.Directory().SerializeToString()]))[0]
     for key in keys:
-        (action_bytes,) = await _read_blobs(client, [key])
-        action = re_pb2.Action.FromString(action_bytes)
-        (command_bytes,) = await _read_blobs(client, [action.command_digest])
-        tree = [key, action.command_digest, action.input_root_digest]
-        pending = [action.input_root_digest]
-        while pending:
-            (data,) = await _read_blobs(client, [pending.pop()])
-            directory = re_pb2.Directory.FromString(data)
-            tree.extend(f.digest for f in directory.files)
-            for sub in directory.directories:
-                tree.append(sub.digest)
-                pending.append(sub.digest)
-        command = re_pb2.Command.FromString(command_bytes)
-        metadata = _bazel_metadata(key, command)
-        plans["build"].append(Plan(key, tree, metadata))
+        action, command, tree = await action_tree(client, key)
+        plans["build"].append(Plan(key, tree, bazel_metadata(key, command)))
         del command.arguments[:]
         command.arguments.append("/bin/true")
         (true_command,) = await client.upload([command.SerializeToString()])
@@ -129,7 +66,7 @@ async def _plans(client: ReapiClient, keys: list[re_pb2.Digest]) -> dict[str, li
             (digest,) = await client.upload([changed.SerializeToString()])
             names = tree[3:] if variant == "true" else []
             plans[variant].append(
-                Plan(digest, [digest, true_command, root, *names], _bazel_metadata(digest, command))
+                Plan(digest, [digest, true_command, root, *names], bazel_metadata(digest, command))
             )
     return plans
 
@@ -140,24 +77,7 @@ async def _round(client: ReapiClient, plans: list[Plan], inflight: int) -> None:
 
     async def loop() -> None:
         for plan in queue:
-            await client.cas.FindMissingBlobs(
-                re_pb2.FindMissingBlobsRequest(
-                    instance_name=client.instance, blob_digests=plan.tree
-                ),
-                metadata=plan.metadata,
-            )
-            response = await client.execute(plan.action, plan.metadata)
-            if response.status.code != 0 or response.result.exit_code != 0:
-                raise RuntimeError(f"action {plan.action.hash} failed: {response}")
-            outputs = sorted(response.result.output_files, key=lambda o: o.digest.size_bytes)
-            if outputs:
-                d = outputs[0].digest
-                name = f"{client.instance}/blobs/{d.hash}/{d.size_bytes}".lstrip("/")
-                read = byte_stream.Read(
-                    bs_pb2.ReadRequest(resource_name=name), metadata=plan.metadata
-                )
-                async for _ in read:
-                    pass
+            await bazel_action(client, byte_stream, plan)
 
     await asyncio.gather(*(loop() for _ in range(inflight)))
 
@@ -202,33 +122,6 @@ async def _replay(
         return own, children, walls
     finally:
         await client.close()
-
-
-def record(
-    lre: LreProcess, home: Path, work: Path, modules: int, funcs: int
-) -> list[re_pb2.Digest]:
-    """Build the generated workspace with Bazel through ``lre`` (whose home is
-    ``home``) and return the digests of the actions it ran, read from the
-    filesystem action cache. Raises ``RuntimeError`` if a spawn ran locally."""
-    ws = generate_workspace(work / "ws", modules=modules, funcs=funcs)
-    with BazelSession(ws.root, work / "bazel-root") as bazel:
-        summary = bazel.build([ws.target], remote_flags(lre.address)).check()
-        if summary.count("remote") != summary.spawns:
-            raise RuntimeError(f"not every spawn ran remotely: {summary}")
-    keys = []
-    for path in sorted((home / "ac").glob("*/*")):
-        digest_hash, _, size = path.name.rpartition("-")
-        keys.append(re_pb2.Digest(hash=digest_hash, size_bytes=int(size)))
-    print(f"recorded {len(keys)} actions ({summary.spawns} spawns in the build)")
-    return keys
-
-
-#: The laptop defaults, plus what the embedded default config adds to its
-#: worker for Bazel (OSFamily, the action cache written).
-BAZEL_WORKER = {
-    "platform_properties": {"OSFamily": {"values": ["Linux", "linux"]}},
-    "upload_action_result": {"ac_store": "ac"},
-}
 
 
 def main() -> int:

@@ -37,6 +37,7 @@ from pathlib import Path
 import trio
 
 from lre.cas import FilesystemStore, MemoryStore, write_bytes, write_message
+from lre.config import worker_resources
 from lre.config._models import JobserverSpec, LocalWorkerSpec, ResourceSpec, SimpleSchedulerSpec
 from lre.digest import Digest
 from lre.proto import re_pb2
@@ -119,7 +120,9 @@ async def bench_end_to_end(tmp: Path, actions: int, concurrency: int) -> dict[st
     latencies: list[float] = []
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
-        worker = LocalWorker(spec, scheduler=scheduler, store=store)
+        worker = LocalWorker(
+            spec, resources=worker_resources(spec), scheduler=scheduler, store=store
+        )
         await nursery.start(worker.run)
         queue = iter(requests)
 

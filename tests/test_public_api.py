@@ -26,6 +26,7 @@ PUBLIC_API: dict[str, set[str]] = {
     "lre.errors": {
         "Aborted",
         "AlreadyExists",
+        "CacheMiss",
         "Cancelled",
         "DeadlineExceeded",
         "FailedPrecondition",
@@ -93,6 +94,8 @@ PUBLIC_API: dict[str, set[str]] = {
         "UpstreamPlatformSpec",
         "VerifyStoreSpec",
         "WorkerSpec",
+        "WorkerResources",
+        "worker_resources",
         "auto_cpu_count",
         "client_exec_properties",
         "auto_filesystem_max_bytes",
@@ -128,6 +131,7 @@ PUBLIC_API: dict[str, set[str]] = {
         "FilesystemStore",
         "GrpcActionCache",
         "GrpcStore",
+        "ImmediateReads",
         "MemoryActionCache",
         "MemoryStore",
         "Pin",
@@ -139,6 +143,7 @@ PUBLIC_API: dict[str, set[str]] = {
         "closing_stream",
         "content_usage",
         "file_digests",
+        "immediate_reads",
         "missing_digests",
         "read_blobs",
         "read_bytes",
@@ -154,6 +159,18 @@ PUBLIC_API: dict[str, set[str]] = {
         "write_bytes",
         "write_message",
     },
+    "lre.snapshot": {
+        "SCHEMA_VERSION",
+        "EventKind",
+        "InflightAction",
+        "JobserverTokens",
+        "ProcessSnapshot",
+        "RecentEvent",
+        "StoreRow",
+        "UpstreamRow",
+        "WorkerRow",
+        "action_summary",
+    },
     "lre.upstream": {
         "DEFAULT_BATCH_LIMIT",
         "Connection",
@@ -167,11 +184,13 @@ PUBLIC_API: dict[str, set[str]] = {
         "UpstreamUnavailable",
         "error_for_code",
         "metadata_of",
+        "name_os_thread",
         "parse_endpoint",
     },
     "lre.scheduler": {
         "ActionKey",
         "ActionResultReader",
+        "ActionScheduler",
         "AdmissionDecision",
         "Backpressure",
         "CPU_PROPERTY",
@@ -201,21 +220,20 @@ PUBLIC_API: dict[str, set[str]] = {
         "ResourcePolicy",
         "Scheduler",
         "SchedulerEvent",
-        "SchedulerEventKind",
         "SchedulerStatistics",
         "Stage",
         "UpstreamExecutor",
         "UpstreamOutcome",
         "Usage",
         "WorkerInfo",
-        "WorkerStatistics",
+        "WorkerScheduler",
+        "RegisteredWorkerStatistics",
         "apply_modifications",
         "bytes_from_memory_kb",
         "cpu_count_text",
         "explain_unsatisfiable",
         "kind_key",
         "matches_statically",
-        "memory_budget_bytes",
         "memory_text",
         "millicpus_from_cpu_count",
         "new_operation_name",
@@ -235,7 +253,7 @@ PUBLIC_API: dict[str, set[str]] = {
         "ProcessOutcome",
         "WorkDirectory",
         "WorkDirectoryInUse",
-        "WorkerStatistics",
+        "LocalWorkerStatistics",
         "run_process",
     },
     "lre.service": {
@@ -249,13 +267,18 @@ PUBLIC_API: dict[str, set[str]] = {
         "CacheServiceOptions",
         "CapabilitiesServicer",
         "ContentAddressableStorageServicer",
+        "ExecutionServicer",
         "GrpcServer",
         "INTERNAL_MESSAGE",
         "InstanceBackends",
         "Instances",
         "MAX_PENDING_REQUESTS",
+        "MethodStatistics",
+        "OperationsServicer",
         "REQUEST_METADATA_KEY",
         "RequestMetadata",
+        "RpcMetrics",
+        "RpcStatistics",
         "STATUS_DETAILS_KEY",
         "ServerOptions",
         "Servicer",
@@ -265,6 +288,7 @@ PUBLIC_API: dict[str, set[str]] = {
         "auth_interceptors",
         "cache_servicers",
         "log_exception",
+        "method_label",
         "parse_read_resource",
         "parse_write_resource",
         "read_token_file",
@@ -319,3 +343,16 @@ def test_every_public_name_exists(package: str) -> None:
 def test_public_names_are_not_private(package: str) -> None:
     module = importlib.import_module(package)
     assert not [name for name in module.__all__ if name.startswith("_")]
+
+
+def test_one_public_name_means_one_thing() -> None:
+    """Two packages may export the same object (a re-export), never two
+    different things under one name (as the scheduler's and the worker's
+    statistics once were): a reader could not tell which one a name means."""
+    owners: dict[str, dict[int, str]] = {}
+    for package in sorted(PUBLIC_API):
+        module = importlib.import_module(package)
+        for name in module.__all__:
+            owners.setdefault(name, {}).setdefault(id(getattr(module, name)), package)
+    clashes = {name: sorted(found.values()) for name, found in owners.items() if len(found) > 1}
+    assert not clashes, f"one name, different things: {clashes}"

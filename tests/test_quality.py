@@ -7,6 +7,7 @@ own report, so the message says which file and line broke the rule.
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -108,6 +109,7 @@ def _copy_for_lint(tmp_path: Path) -> Path:
     [
         ("errors", "lre.config", "Packages import only leftwards"),
         ("config", "lre.cas", "Packages import only leftwards"),
+        ("snapshot", "lre.digest", "Packages import only leftwards"),
         ("service", "lre.worker", "service never imports worker"),
         ("app", "lre.tui", "nothing imports tui or cli"),
     ],
@@ -146,6 +148,108 @@ def test_lint_imports_allows_siblings_of_the_bottom_layer(tmp_path: Path) -> Non
         timeout=300,
     )
     assert proc.returncode == 0, _report(proc)
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _absolute(module: str, node: ast.ImportFrom) -> str:
+    """The absolute module a ``from ... import`` names, relative ones resolved
+    against ``module`` (the importing module's dotted name)."""
+    if node.level == 0:
+        return node.module or ""
+    base = module.split(".")[: -node.level]
+    return ".".join([*base, node.module] if node.module else base)
+
+
+def private_imports_across_packages(source: str, module: str) -> list[str]:
+    """Imports in ``source`` (the text of lre module ``module``, e.g.
+    ``lre.tui._render``) that reach a private part of another lre package:
+    ``import lre.app._snapshot``, ``from lre.app._snapshot import X`` or
+    ``from lre.app import _snapshot``. A package's own private modules are
+    allowed. Each entry reads ``line N: lre.app._snapshot``."""
+    own = module.split(".")[1] if module.count(".") >= 1 else ""
+    found: list[str] = []
+
+    def check(line: int, target: str) -> None:
+        parts = target.split(".")
+        if len(parts) < 3 or parts[0] != "lre" or parts[1] == own:
+            return
+        if any(_is_private(part) for part in parts[2:]):
+            found.append(f"line {line}: {target}")
+
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                check(node.lineno, alias.name)
+        elif isinstance(node, ast.ImportFrom):
+            target = _absolute(module, node)
+            check(node.lineno, target)
+            for alias in node.names:
+                if _is_private(alias.name):
+                    check(node.lineno, f"{target}.{alias.name}")
+    return found
+
+
+def _lre_modules() -> list[tuple[Path, str]]:
+    """Every lre source file with its dotted module name."""
+    out = []
+    for path in sorted((ROOT / "lre").rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out.append((path, ".".join(parts)))
+    return out
+
+
+def test_packages_import_each_other_only_through_init() -> None:
+    """Across lre's packages only ``__init__`` names are imported; modules
+    starting with ``_`` are reached only from inside their own package.
+
+    The rule binds lre/ only: tests may import private modules, since they
+    check internals (mostly of the package they mirror, at times of a seam).
+    """
+    broken = [
+        f"{path.relative_to(ROOT)}: {hit}"
+        for path, module in _lre_modules()
+        for hit in private_imports_across_packages(path.read_text(), module)
+    ]
+    assert len(_lre_modules()) > 100  # the walk really found the tree
+    assert not broken, "private module of another package imported:\n" + "\n".join(broken)
+
+
+def test_private_import_check_reports_each_form() -> None:
+    source = """\
+import lre.app._snapshot
+import lre.service._rpc_metrics as metrics
+from lre.app._snapshot import ProcessSnapshot
+from lre.app import _snapshot, Application
+from ..service._rpc_metrics import RpcMetrics
+from lre.tui._format import bar
+from ._format import short_bytes
+from lre.app import Application
+from lre import __version__
+import lre.service.execution
+
+
+def later() -> None:
+    from lre.cas._protocol import BlobStore
+"""
+    assert private_imports_across_packages(source, "lre.tui._render") == [
+        "line 1: lre.app._snapshot",
+        "line 2: lre.service._rpc_metrics",
+        "line 3: lre.app._snapshot",
+        "line 4: lre.app._snapshot",
+        "line 5: lre.service._rpc_metrics",
+        "line 14: lre.cas._protocol",
+    ]
+    # the same imports are fine inside the package they belong to
+    assert private_imports_across_packages("from lre.app._snapshot import X\n", "lre.app") == []
+    # lre's own top-level modules belong to no package
+    assert private_imports_across_packages("import lre.cli._app\n", "lre.__main__") == [
+        "line 1: lre.cli._app"
+    ]
 
 
 def test_warnings_are_errors() -> None:

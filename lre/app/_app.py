@@ -1,10 +1,12 @@
 """The composition root: every live object of lre is built here from a Config.
 
 ``Application(config)`` builds stores, schedulers, workers and gRPC servers
-(nothing starts); ``Application.serve`` runs them in one nursery. Shutdown
-order, on cancellation: gRPC listeners stop first (clients see UNAVAILABLE),
-then workers (each running action's process group is killed and reaped), then
-schedulers, then stores are closed.
+(nothing starts); ``Application.serve`` runs them in two nested nurseries:
+core (schedulers, forwarders, the bridge, the learner, containment watchers,
+workers) and, inside it, front (gRPC listeners, the status listener).
+Shutdown order, on ``request_stop``: the front nursery is cancelled first
+(clients see UNAVAILABLE), then the core one (each running action is killed
+and reaped), then stores are closed and the learner is flushed.
 """
 
 from __future__ import annotations
@@ -17,14 +19,9 @@ from pathlib import Path
 
 import trio
 
-from lre.app._snapshot import (
-    EventKind,
-    EventLog,
-    HealthBoard,
-    JobserverTokens,
-    SnapshotAssembler,
-    free_space_check,
-)
+from lre.app._events import EventLog
+from lre.app._health import HealthBoard, free_space_check
+from lre.app._snapshot import SnapshotAssembler
 from lre.app._status_http import StatusServer
 from lre.app._stores import Stores, build_stores
 from lre.app._upstreams import upstream_rows
@@ -32,35 +29,38 @@ from lre.cas import GrpcStore, StoreStatistics
 from lre.config import (
     Config,
     ForwardSchedulerSpec,
+    LocalWorkerSpec,
     PropertyModification,
-    ResourceSpec,
     SchedulerSpec,
     SimpleSchedulerSpec,
+    WorkerResources,
+    worker_resources,
 )
 from lre.scheduler import (
+    ActionScheduler,
     ForwardScheduler,
     MemoryAdmission,
     ReservationLearner,
     ResourcePolicy,
     Scheduler,
     SchedulerEvent,
-    SchedulerEventKind,
     UpstreamExecutor,
     WorkerInfo,
 )
 from lre.service import (
     CacheServiceOptions,
+    ExecutionServicer,
     GrpcServer,
     InstanceBackends,
     Instances,
+    OperationsServicer,
+    RpcMetrics,
     ServerOptions,
     TrioBridge,
     auth_interceptors,
     cache_servicers,
 )
-from lre.service._rpc_metrics import RpcMetrics
-from lre.service.execution import ExecutionServicer
-from lre.service.operations import OperationsServicer
+from lre.snapshot import EventKind, JobserverTokens
 from lre.upstream import UpstreamClient, UpstreamStatistics
 from lre.worker import Containment, ContainmentUnavailable, LocalWorker, choose_containment
 
@@ -134,6 +134,12 @@ class Application:
         #: Set once ``serve`` has shut everything down.
         self.stopped = trio.Event()
         self.stores: Stores = build_stores(config)
+        #: Each local worker's numbers, "auto" worked out once (by config's rules).
+        self.worker_resources: dict[str, WorkerResources] = {
+            worker.local.name: worker_resources(worker.local)
+            for worker in config.workers
+            if worker.local is not None
+        }
         self.learner = self._build_learner()
         self.events = EventLog()
         for upstream in self.stores.upstreams:
@@ -171,6 +177,7 @@ class Application:
             self.workers.append(
                 LocalWorker(
                     local,
+                    resources=self.worker_resources[local.name],
                     scheduler=self._scheduler(local.scheduler),
                     store=self.stores.blob(local.cas_store),
                     action_cache=(
@@ -296,9 +303,10 @@ class Application:
         self.schedulers[name] = scheduler
         return scheduler
 
-    def _front_scheduler(self, name: str) -> Scheduler | ForwardScheduler:
+    def _front_scheduler(self, name: str) -> ActionScheduler:
         """What clients of scheduler ``name`` talk to: the forward scheduler on
-        its chain, else the local scheduler."""
+        its chain, else the local scheduler (mypy checks here that both play
+        the client role)."""
         local = self._scheduler(name)
         found = _forward_of(self.config, name)
         if found is None:
@@ -365,33 +373,34 @@ class Application:
     def _record_event(self, event: SchedulerEvent) -> None:
         """Scheduler events go to the recent-events pane of the TUI and /metrics;
         a worker's health changes also go to the health board (``/status``)."""
-        if event.kind is SchedulerEventKind.WORKER and event.worker:
+        if event.kind is EventKind.WORKER and event.worker:
             key = f"worker:{event.worker}"
             if event.healthy:
                 self.health.clear(key)
             else:
                 self.health.report(key, event.message)
         self.events.add(
-            EventKind(event.kind.value),
+            event.kind,
             event.message,
             summary=event.summary or "",
             worker=event.worker or "",
             peak_rss_bytes=event.peak_rss_bytes,
         )
 
-    def _worker_resources(self, scheduler_name: str) -> ResourceSpec | None:
-        """Resources of the (first) worker pulling from the simple scheduler."""
+    def _local_worker(self, scheduler_name: str) -> LocalWorkerSpec | None:
+        """The (first) local worker pulling from the simple scheduler."""
         for worker in self.config.workers:
             local = worker.local
             if local is not None and _simple_of(self.config, local.scheduler)[1] == scheduler_name:
-                return local.resources
+                return local
         return None
 
     def _resource_policy(self, scheduler_name: str) -> ResourcePolicy:
         """Cold memory and ladder of the worker pulling from the scheduler."""
-        res = self._worker_resources(scheduler_name)
-        if res is None:
+        local = self._local_worker(scheduler_name)
+        if local is None:
             return ResourcePolicy()
+        res = local.resources
         return ResourcePolicy(
             cold_memory_bytes=int(res.cold_memory),
             ladder=tuple(int(step) for step in res.ladder),
@@ -400,10 +409,11 @@ class Application:
 
     def _live_memory(self, scheduler_name: str) -> Callable[[], int] | None:
         """The host's available memory, when the worker asks for the live veto."""
-        res = self._worker_resources(scheduler_name)
-        if res is None or not res.live_memory_veto:
+        local = self._local_worker(scheduler_name)
+        if local is None or not local.resources.live_memory_veto:
             return None
-        return MemoryAdmission.from_spec(res).available_bytes
+        budget = self.worker_resources[local.name].memory_budget_bytes
+        return MemoryAdmission(budget, live_memory_veto=True).available_bytes
 
     def _build_learner(self) -> ReservationLearner | None:
         """One learned-reservation store per process, in the state directory.

@@ -3,45 +3,20 @@
 The composition root owns one ``EventLog`` and calls ``add`` on the Trio
 thread whenever something worth a line happens (a memory kill, a ladder
 escalation, an OOM kill, a failure, ...); ``SnapshotAssembler`` copies it
-into every ``ProcessSnapshot``.
+into every ``ProcessSnapshot``. The kinds and the row type are
+``lre.snapshot``'s ``EventKind`` and ``RecentEvent``.
 """
 
 from __future__ import annotations
 
-import enum
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 
-__all__ = ["EventKind", "EventLog", "RecentEvent"]
+from lre.snapshot import EventKind, RecentEvent
 
-
-class EventKind(enum.StrEnum):
-    """What the recent-events pane and ``lre_events_total{kind}`` distinguish."""
-
-    KILL = "kill"  # killed for outgrowing its memory line (requeued one ladder step up)
-    ESCALATION = "escalation"  # requeued at a higher ladder step / whole worker
-    OOM = "oom"  # the kernel OOM killer struck before lre's kill line
-    FAILURE = "failure"  # the operation ended with an error status
-    TIMEOUT = "timeout"
-    UNMATCHABLE = "unmatchable"  # no worker can ever run it
-    BACKPRESSURE = "backpressure"  # a worker's precondition script said no
-    WORKER = "worker"  # a worker became unhealthy, recovered, or went away
-    UPSTREAM = "upstream"  # a remote store or cluster became unreachable or came back
-
-
-@dataclass(frozen=True, slots=True)
-class RecentEvent:
-    """One line of the recent-events pane. ``at`` is wall-clock (``time.time()``)."""
-
-    at: float
-    kind: EventKind
-    message: str
-    summary: str = ""  # mnemonic or command summary of the action, if any
-    worker: str = ""
-    peak_rss_bytes: int | None = None
+__all__ = ["EventLog"]
 
 
 class EventLog:

@@ -9,7 +9,7 @@ made one series per action):
 - ``worker``, ``store``: names from the config;
 - ``platform``: the *keys* of a queued requirement (``OSFamily,cpu,mem``),
   never its values, so bounded by the configured property names;
-- ``method``: RPC methods lre registers (see ``lre.service._rpc_metrics``).
+- ``method``: RPC methods lre registers (see ``lre.service.method_label``).
 
 Per-action data (RSS, elapsed, digests, operation names) is aggregated per
 worker or left to ``/api/v1/stats``.
@@ -21,10 +21,10 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
-from lre.app._snapshot import ProcessSnapshot, platform_key_set
-from lre.service._rpc_metrics import RpcStatistics
+from lre.service import RpcStatistics
+from lre.snapshot import ProcessSnapshot
 
-__all__ = ["CONTENT_TYPE", "render_metrics"]
+__all__ = ["CONTENT_TYPE", "platform_key_set", "render_metrics"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -64,6 +64,15 @@ class _Writer:
             self.lines.append(f"{name}{{{text}}} {_number(value)}")
         else:
             self.lines.append(f"{name} {_number(value)}")
+
+
+def platform_key_set(label: str) -> str:
+    """The keys of a scheduler requirement label, values dropped:
+    ``"OSFamily=linux,cpu=2,mem=1 GiB"`` -> ``"OSFamily,cpu,mem"``. Bounded by
+    the configured property names, so safe as a metric label."""
+    if not label:
+        return ""
+    return ",".join(part.partition("=")[0] for part in label.split(","))
 
 
 def render_metrics(snapshot: ProcessSnapshot, rpc: RpcStatistics | None = None) -> str:

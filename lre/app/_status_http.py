@@ -29,8 +29,9 @@ import trio
 from lre.app._logging import log_rejected
 from lre.app._metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from lre.app._metrics import render_metrics
-from lre.app._snapshot import ProcessSnapshot, SnapshotSource
-from lre.service._rpc_metrics import RpcStatistics
+from lre.app._snapshot import SnapshotSource
+from lre.service import RpcStatistics
+from lre.snapshot import ProcessSnapshot
 
 __all__ = ["StatusServer", "parse_listen_address"]
 

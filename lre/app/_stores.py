@@ -81,6 +81,7 @@ class Stores:
     blobs: dict[str, BlobStore] = field(default_factory=dict)
     action_caches: dict[str, ActionCache] = field(default_factory=dict)
     filesystems: list[FilesystemStore] = field(default_factory=list)
+    filesystem_caches: list[FilesystemActionCache] = field(default_factory=list)
     upstreams: list[GrpcStore | GrpcActionCache] = field(default_factory=list)
 
     def blob(self, name: str) -> BlobStore:
@@ -115,14 +116,19 @@ class Stores:
         return [store.upstream_statistics() for store in self.upstreams]
 
     async def open(self) -> None:
-        """Open the filesystem stores (rebuilds their index from disk)."""
+        """Open the filesystem stores and action caches (rebuilds their
+        indexes from disk)."""
         for store in self.filesystems:
             await store.open()
+        for cache in self.filesystem_caches:
+            await cache.open()
 
     async def close(self) -> None:
         for store in self.filesystems:
             with trio.CancelScope(shield=True):
                 await store.close()
+        for cache in self.filesystem_caches:
+            cache.close()
         for upstream in self.upstreams:
             with trio.CancelScope(shield=True):
                 await upstream.aclose()
@@ -222,7 +228,9 @@ def build_stores(config: Config) -> Stores:
                 spec.filesystem.content_path,
                 fsync=spec.filesystem.fsync,
                 thread_limiter=limiter,
+                max_bytes=_max_bytes(spec.filesystem.eviction_policy.max_bytes, name),
             )
+            stores.filesystem_caches.append(cache)
         elif spec.memory is not None:
             cache = MemoryActionCache(_max_bytes(spec.memory.eviction_policy.max_bytes, name))
         elif spec.fast_slow is not None:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from lre.app._snapshot import UpstreamRow
 from lre.scheduler import ForwardStatistics
+from lre.snapshot import UpstreamRow
 from lre.upstream import UpstreamStatistics
 
 

@@ -23,6 +23,7 @@ from lre.cas._directory_cache import DirectoryCache
 from lre.cas._filesystem import FilesystemStore
 from lre.cas._grpc_action_cache import FastSlowActionCache, GrpcActionCache
 from lre.cas._grpc_store import GrpcStore
+from lre.cas._immediate import ImmediateReads, immediate_reads
 from lre.cas._inline import call_inline
 from lre.cas._memory import MemoryStore
 from lre.cas._pins import Pin
@@ -54,6 +55,7 @@ __all__ = [
     "FilesystemStore",
     "GrpcActionCache",
     "GrpcStore",
+    "ImmediateReads",
     "MemoryActionCache",
     "MemoryStore",
     "Pin",
@@ -65,6 +67,7 @@ __all__ = [
     "closing_stream",
     "content_usage",
     "file_digests",
+    "immediate_reads",
     "missing_digests",
     "read_blobs",
     "read_bytes",

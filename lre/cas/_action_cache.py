@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import secrets
 from collections import OrderedDict
@@ -12,12 +13,15 @@ from typing import Literal, Protocol, TypeVar, runtime_checkable
 
 import trio
 
+from lre.cas._action_log import LOG_NAME, ActionLog, scan
 from lre.cas._blob_scan import CONTENT_NAME, ContentUsage
 from lre.cas._inline import INLINE_BYTES, call_inline
 from lre.digest import Digest
 from lre.errors import ResourceExhausted
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -43,6 +47,10 @@ class MemoryActionCache:
         self.max_bytes = max_bytes
         self._entries: OrderedDict[Digest, bytes] = OrderedDict()
         self._bytes = 0
+
+    def known_absent(self, action_digest: Digest) -> bool:
+        """No entry for ``action_digest`` (safe from any thread)."""
+        return action_digest not in self._entries
 
     async def get(self, action_digest: Digest) -> bytes | None:
         await trio.lowlevel.checkpoint()
@@ -71,18 +79,22 @@ class MemoryActionCache:
         return len(self._entries)
 
 
-class _TooLarge(Exception):
-    """An entry too large to read on the event loop."""
-
-
 class FilesystemActionCache:
-    """An ``ActionCache`` of files ``<path>/<hash[:2]>/<hash>-<size>``.
+    """An ``ActionCache`` in one append-only file, ``<path>/actions.log``
+    (``lre/cas/_action_log.py``), with its index in memory.
 
-    Each ``put`` writes ``<path>/tmp/<random>`` and renames it over the entry,
-    so a reader sees the old or the new entry, never a partial one, and a
-    crash leaves at most a temp file (removed by ``open``). ``fsync`` as for
-    ``FilesystemStore``. Entries are small and not evicted. A disk full on
-    ``put`` raises ``ResourceExhausted``; an unreadable entry reads as absent.
+    A ``put`` is one ``write`` on the event loop (plus an ``fdatasync`` in a
+    thread with ``fsync="always"``); a ``get`` is one ``pread``, in a thread
+    for entries over ``INLINE_BYTES``. A reader never sees a partial entry,
+    and a crash leaves at most a torn last record, cut off by the next
+    ``open``. When replaced records outweigh the live ones (and at least
+    16 MiB), or the live values exceed ``max_bytes``, the log is rewritten in
+    a thread with the live entries (the oldest dropped down to three quarters
+    of ``max_bytes``); ``put``s wait for that, ``get``s do not.
+
+    Entries of the older layout (a file ``<path>/<hash[:2]>/<hash>-<size>``
+    per entry) are moved into the log by ``open``. A disk full on ``put``
+    raises ``ResourceExhausted``; a damaged entry reads as absent.
     """
 
     def __init__(
@@ -91,47 +103,163 @@ class FilesystemActionCache:
         *,
         fsync: Literal["never", "always"] = "never",
         thread_limiter: trio.CapacityLimiter | None = None,
+        max_bytes: int | None = None,
     ) -> None:
+        if max_bytes is not None and max_bytes <= 0:
+            raise ValueError(f"max_bytes: {max_bytes} must be positive")
         self.path = os.fspath(path)
         self.fsync = fsync == "always"
+        self.max_bytes = max_bytes
         self._limiter = thread_limiter or trio.CapacityLimiter(2)
+        self._log = ActionLog(self.path, fsync=self.fsync)
+        self._opened = False
+        # Held while the log's file may change under a thread (rewrite) or
+        # is used by one (fdatasync, a large read).
+        self._busy = trio.Lock()
 
     async def open(self) -> None:
-        """Create the directories and remove temp files left by a crash."""
-        await self._run(self._prepare)
+        """Create the directory, move entries of the older layout into the
+        log, remove temp files left by a crash and index the log. ``OSError``
+        propagates."""
+        await self._run(self._open)
+        self._opened = True
+
+    def close(self) -> None:
+        """Close the log's file (``open`` may be called again)."""
+        self._opened = False
+        self._log.close()
+
+    def _open(self) -> None:
+        self._prepare()
+        self._log.open()
+        self._adopt_entry_files()
+
+    def known_absent(self, action_digest: Digest) -> bool:
+        """No entry for ``action_digest`` (safe from any thread: one dict
+        lookup); False before ``open``."""
+        return self._opened and _key(action_digest) not in self._log.index
 
     async def get(self, action_digest: Digest) -> bytes | None:
-        # Entries are usually well under INLINE_BYTES (see lre/cas/_inline.py)
-        # and are read on the event loop; a larger one (a result listing
-        # thousands of outputs) is read again in a thread.
-        path = self._entry_path(action_digest)
-        try:
-            return await call_inline(self._read, path, INLINE_BYTES)
-        except _TooLarge:
-            return await self._run(self._read, path, None)
+        key = _key(action_digest)
+        slot = self._log.index.get(key) if self._opened else None
+        if slot is None:
+            await trio.lowlevel.checkpoint()
+            return None
+        if slot[1] <= INLINE_BYTES and not self._busy.locked():
+            return await call_inline(self._log.read, key)
+        async with self._busy:
+            return await self._run(self._log.read, key)
 
     async def put(self, action_digest: Digest, data: bytes) -> None:
-        path = self._entry_path(action_digest)
-        if self.fsync or len(data) > INLINE_BYTES:
-            await self._run(self._write, path, data, action_digest)
+        if not self._opened:
+            raise RuntimeError(f"action cache {self.path} is not open")
+        key = _key(action_digest)
+        if self._busy.locked() or self.fsync:
+            async with self._busy:
+                await trio.lowlevel.checkpoint_if_cancelled()
+                self._append(key, data, action_digest)
+                if self.fsync:
+                    await self._run(self._log.sync)
         else:
-            await call_inline(self._write, path, data, action_digest)
+            await call_inline(self._append, key, data, action_digest)
+        if self._log.wants_compaction(self.max_bytes) and not self._busy.locked():
+            await self._compact()
+
+    def _append(self, key: str, data: bytes, digest: Digest) -> None:
+        try:
+            self._log.append(key, data)
+        except OSError as error:
+            if error.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise ResourceExhausted(
+                    f"action cache: no space left on its device while storing the result "
+                    f"of {digest}"
+                ) from None
+            raise
+
+    async def _compact(self) -> None:
+        """Rewrite the log with its live entries (see the class docstring).
+        A failure is logged and the old log kept."""
+        keep = None if self.max_bytes is None else self.max_bytes * 3 // 4
+        scratch = f"{self.path}/tmp/{LOG_NAME}.{secrets.token_hex(6)}"
+        async with self._busy:
+            before = len(self._log.index)
+            try:
+                with trio.CancelScope(shield=True):
+                    fd, index, end = await self._run(self._log.compacted, keep, scratch)
+            except OSError as error:
+                log.warning("action cache %s: rewrite failed (%s); kept as it is", self.path, error)
+                self._log.shared = True  # do not retry on every put
+                return
+            self._log.install_compacted(fd, index, end)
+        log.info(
+            "action cache %s: rewrote the log, %d of %d entries kept (%d bytes)",
+            self.path,
+            len(index),
+            before,
+            self._log.live_bytes,
+        )
 
     async def usage(self) -> ContentUsage:
-        """The entries on disk and their bytes, counted without changing
-        anything (safe while a server uses the cache). ``OSError``s other
-        than a missing directory propagate."""
-        return await self._run(self._walk_entries, False)
+        """The entries and the bytes of their results, counted without
+        changing anything (safe while a server uses the cache). ``OSError``s
+        other than a missing directory propagate."""
+        return await self._run(self._count, False)
 
     async def clear(self) -> ContentUsage:
         """Delete every entry and leftover temp file; returns what was
         deleted. Meant for a cache no server has open (``lre cache clean``):
         a concurrent ``put`` may survive. ``OSError``s other than a file
         already gone propagate."""
-        return await self._run(self._walk_entries, True)
+        async with self._busy:
+            return await self._run(self._count, True)
 
-    def _walk_entries(self, delete: bool) -> ContentUsage:
-        count = stored = 0
+    async def digests(self) -> list[Digest]:
+        """The action digests with an entry, in the order they were stored
+        (read from disk when the cache is not open)."""
+        return await self._run(self._digests)
+
+    def _digests(self) -> list[Digest]:
+        index = self._log.index if self._opened else self._read_index()
+        ordered = sorted(index.items(), key=lambda item: item[1][0])
+        found: list[Digest] = []
+        for key, _ in ordered:
+            name = CONTENT_NAME.fullmatch(key)
+            if name is not None and not name[3]:
+                found.append(Digest(name[1], int(name[2])))
+        return found
+
+    def _read_index(self) -> dict[str, tuple[int, int, int]]:
+        try:
+            fd = os.open(f"{self.path}/{LOG_NAME}", os.O_RDONLY | os.O_CLOEXEC)
+        except (FileNotFoundError, NotADirectoryError):
+            return {}
+        try:
+            return scan(fd).index
+        finally:
+            os.close(fd)
+
+    def _count(self, delete: bool) -> ContentUsage:
+        index = self._log.index if self._opened else self._read_index()
+        count = len(index)
+        stored = sum(slot[1] for slot in index.values())
+        files = self._entry_files()
+        count += len(files)
+        stored += sum(size for _, size in files)
+        if delete:
+            for path, _ in files:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{self.path}/{LOG_NAME}")
+            if os.path.isdir(self.path):
+                self._prepare()
+                if self._opened:
+                    self._log.open()
+        return ContentUsage(count, stored)
+
+    def _entry_files(self) -> list[tuple[str, int]]:
+        """Entries of the older layout: (path, size) of each ``<xx>/<hash>-<size>``."""
+        found: list[tuple[str, int]] = []
         for prefix in range(256):
             shard = f"{self.path}/{prefix:02x}"
             try:
@@ -144,19 +272,33 @@ class FilesystemActionCache:
                     if name is None or name[3] or not name[1].startswith(shard[-2:]):
                         continue
                     try:
-                        st = item.stat(follow_symlinks=False)
-                        if delete:
-                            os.unlink(item.path)
+                        found.append((item.path, item.stat(follow_symlinks=False).st_size))
                     except FileNotFoundError:
                         continue
-                    count += 1
-                    stored += st.st_size
-        if delete and os.path.isdir(self.path):
-            self._prepare()
-        return ContentUsage(count, stored)
+        return found
 
-    def _entry_path(self, digest: Digest) -> str:
-        return f"{self.path}/{digest.hash[:2]}/{digest.hash}-{digest.size_bytes}"
+    def _adopt_entry_files(self) -> None:
+        """Move entries of the older layout into the log (each file is
+        removed once its record is written; an unreadable one is skipped)."""
+        files = self._entry_files()
+        for path, _ in files:
+            name = os.path.basename(path)
+            if name not in self._log.index:
+                try:
+                    with open(path, "rb") as f:
+                        data = f.read()
+                except OSError:
+                    continue
+                self._log.append(name, data)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        if files:
+            if self.fsync:
+                self._log.sync()
+            for prefix in range(256):
+                with contextlib.suppress(OSError):
+                    os.rmdir(f"{self.path}/{prefix:02x}")  # only when empty
+            log.info("action cache %s: moved %d entries into %s", self.path, len(files), LOG_NAME)
 
     async def _run(self, fn: Callable[..., T], *args: object) -> T:
         return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
@@ -168,39 +310,6 @@ class FilesystemActionCache:
                 with contextlib.suppress(FileNotFoundError, IsADirectoryError):
                     os.unlink(item.path)
 
-    @staticmethod
-    def _read(path: str, limit: int | None) -> bytes | None:
-        """The entry at ``path``, None when absent; raises ``_TooLarge``
-        (reading nothing) when it holds more than ``limit`` bytes."""
-        try:
-            with open(path, "rb") as f:
-                if limit is not None and os.fstat(f.fileno()).st_size > limit:
-                    raise _TooLarge
-                return f.read()
-        except (FileNotFoundError, NotADirectoryError):
-            return None
 
-    def _write(self, path: str, data: bytes, digest: Digest) -> None:
-        os.makedirs(f"{self.path}/tmp", mode=0o700, exist_ok=True)
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        temp = f"{self.path}/tmp/{secrets.token_hex(12)}"
-        try:
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                if self.fsync:
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.rename(temp, path)
-        except OSError as error:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp)
-            if error.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise ResourceExhausted(
-                    f"action cache: no space left on its device while storing the result "
-                    f"of {digest}"
-                ) from None
-            raise
+def _key(digest: Digest) -> str:
+    return f"{digest.hash}-{digest.size_bytes}"

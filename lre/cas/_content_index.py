@@ -25,6 +25,7 @@ blob that is absent is never an error here: lookups answer 0 or ``None``.
 
 from __future__ import annotations
 
+import collections
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -75,6 +76,9 @@ class ContentIndex:
         self._busy: dict[str, int] = {}
         self._deleting: dict[str, trio.Event] = {}
         self._touched: set[str] = set()
+        # Uses seen by ``peek_many_hashes`` on another thread, applied here
+        # (deque appends and pops are safe between threads).
+        self._foreign_touches: collections.deque[str] = collections.deque()
         self._evicted_blobs = 0
         self._evicted_bytes = 0
 
@@ -165,6 +169,41 @@ class ContentIndex:
                 result[i] = sizes[i]
         mark_empty_blob(hashes, sizes, result)
         return result
+
+    def peek_many_hashes(self, hashes: Sequence[str], sizes: Sequence[int]) -> list[int | None]:
+        """``find_many_hashes`` safe to call from another thread: it only
+        reads the index (one dict lookup per digest, each atomic under the
+        GIL) and queues the uses, which the owning thread applies before it
+        next picks eviction victims or saves access times."""
+        entries = self._entries
+        found = list(map(entries.get, hashes))
+        result: list[int | None] = [None] * len(found)
+        touches = self._foreign_touches
+        for i, entry in enumerate(found):
+            if entry is not None and entry >> 2 == sizes[i]:
+                touches.append(hashes[i])
+                result[i] = sizes[i]
+        mark_empty_blob(hashes, sizes, result)
+        return result
+
+    def peek_path(self, digest: Digest) -> str | None:
+        """The content file to read ``digest`` from, safe to call from another
+        thread (the use is queued as in ``peek_many_hashes``); ``None`` when it
+        is not stored."""
+        entry = self._entries.get(digest.hash)
+        if entry is None or _size(entry) != digest.size_bytes:
+            return None
+        self._foreign_touches.append(digest.hash)
+        return self.path(digest, PLAIN_VARIANT if entry & PLAIN_VARIANT else EXEC_VARIANT)
+
+    def _apply_foreign_touches(self) -> None:
+        touches = self._foreign_touches
+        entries = self._entries
+        while touches:
+            key = touches.popleft()
+            if key in entries:
+                entries.move_to_end(key)
+                self._touched.add(key)
 
     def touch(self, digest: Digest) -> None:
         """Count a use of a stored blob: it becomes the most recently used."""
@@ -264,6 +303,7 @@ class ContentIndex:
     def _victims(self, excess: int) -> tuple[list[tuple[str, int]], int]:
         """The least recently used unpinned, idle entries holding at least
         ``excess`` bytes (all of them when they hold less), and their bytes."""
+        self._apply_foreign_touches()
         victims: list[tuple[str, int]] = []
         freed = 0
         for key, entry in self._entries.items():
@@ -321,12 +361,14 @@ class ContentIndex:
 
     def touched_batch(self) -> list[str]:
         """``take_touched()`` once many uses piled up, else nothing (``[]``)."""
+        self._apply_foreign_touches()
         if len(self._touched) < _TOUCH_BATCH:
             return []
         return self.take_touched()
 
     def take_touched(self) -> list[str]:
         """The files of the blobs used since the last call, to be touched."""
+        self._apply_foreign_touches()
         paths: list[str] = []
         for key in self._touched:
             entry = self._entries.get(key)

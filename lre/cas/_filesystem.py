@@ -291,6 +291,35 @@ class FilesystemStore:
         await trio.lowlevel.checkpoint()
         return self._index.find_many_hashes(hashes, sizes)
 
+    # Answers given at once on another thread (the gRPC thread, see
+    # lre/cas/_immediate.py): they only read the index and the files, and
+    # queue their uses for this store's own thread.
+
+    def sizes_now(self, hashes: Sequence[str], sizes: Sequence[int]) -> list[int | None] | None:
+        """``has_many_hashes`` from any thread; ``None`` before ``open``."""
+        if not self._opened:
+            return None
+        return self._index.peek_many_hashes(hashes, sizes)
+
+    def read_now(self, digest: Digest, offset: int, limit: int) -> bytes | None:
+        """The bytes of a read of at most ``INLINE_BYTES`` (``limit`` 0 = to
+        the end), from any thread. ``None`` whenever the answer is not that
+        simple (before ``open``, a bad or large range, an absent blob, its
+        file gone): ``read`` then gives it, with its errors."""
+        if not self._opened or offset < 0 or limit < 0 or offset > digest.size_bytes:
+            return None
+        remaining = digest.size_bytes - offset
+        length = remaining if limit == 0 else min(limit, remaining)
+        if length > INLINE_BYTES:
+            return None
+        path = self._index.peek_path(digest)
+        if path is None:
+            return None
+        try:
+            return read_range(path, offset, length)
+        except (OSError, ShortRead):
+            return None
+
     async def read_many(self, digests: Sequence[Digest]) -> list[bytes | None]:
         """Each blob's content (``None`` when absent), in order; each a use.
 

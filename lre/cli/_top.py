@@ -6,9 +6,11 @@ default the running lre's status listener (from its pid file), else
 the embedded default). ``q`` or Ctrl-C leaves ``lre top``; the server keeps
 running.
 
-The dashboard's modules (``lre.tui``, ``lre.app``, Trio, rich) are imported
-when one of these commands runs, not when the command line starts: importing
-them takes about a second, which every other ``lre`` command would pay.
+The dashboard's modules (``lre.tui``, ``lre.snapshot``, Trio, rich) are
+imported when one of these commands runs, not when the command line starts:
+importing them takes a while, which every other ``lre`` command would pay.
+Neither command imports the server (``lre.app``, ``lre.service``,
+``lre.scheduler``, ``lre.worker``, gRPC): they only read a snapshot over HTTP.
 """
 
 from __future__ import annotations
@@ -106,7 +108,7 @@ def stats(
     """
     from rich.console import Console
 
-    from lre.app._snapshot import ProcessSnapshot
+    from lre.snapshot import ProcessSnapshot
     from lre.tui import fetch_snapshot_json, render_dashboard
 
     target = status_address(address, config)

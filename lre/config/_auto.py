@@ -1,7 +1,9 @@
 """Values written as ``"auto"``, worked out from the machine.
 
 The rules are small pure functions of measured facts (``HostFacts``), so they
-are easy to test and to document; ``resolve`` applies them to a config:
+are easy to test and to document; ``resolve`` applies them to a config, and
+``worker_resources`` gives a local worker its numbers (``WorkerResources``)
+by the same rules; no other package works an ``"auto"`` out:
 
 - filesystem store ``max_bytes``: 25% of the free disk space at the nearest
   existing parent of ``content_path``, at most 50 GiB, at least 64 MiB;
@@ -23,7 +25,14 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from lre.config._models import ByteSize, Config, EvictionPolicy, StoreSpec, WorkerSpec
+from lre.config._models import (
+    ByteSize,
+    Config,
+    EvictionPolicy,
+    LocalWorkerSpec,
+    StoreSpec,
+    WorkerSpec,
+)
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -134,10 +143,28 @@ def _with_max_bytes(policy: EvictionPolicy, max_bytes: int) -> EvictionPolicy:
     return dataclasses.replace(policy, max_bytes=ByteSize(max_bytes))
 
 
-def _resolve_worker(worker: WorkerSpec, facts: HostFacts) -> WorkerSpec:
-    local = worker.local
-    if local is None:
-        return worker
+@dataclass(frozen=True, slots=True)
+class WorkerResources:
+    """A local worker's numbers with every ``"auto"`` worked out (plain data).
+
+    - ``cpu_count``: CPUs offered (capacity is this x ``cpu_overcommit``);
+    - ``memory_budget_bytes``: memory all its actions may reserve together,
+      0 = no budget;
+    - ``max_inflight_tasks``: actions at once at most, 0 = unlimited.
+    """
+
+    cpu_count: int
+    memory_budget_bytes: int
+    max_inflight_tasks: int
+
+
+def worker_resources(local: LocalWorkerSpec, host: HostFacts | None = None) -> WorkerResources:
+    """The numbers of ``local``: its own, or the ``"auto"`` rules' for ``host``.
+
+    ``host`` defaults to ``HostFacts.probe()``. Raises ``OSError`` only if
+    the machine cannot be measured.
+    """
+    facts = host if host is not None else HostFacts.probe()
     resources = local.resources
     cpu_count = resources.cpu_count if resources.cpu_count != "auto" else facts.cpu_count
     memory_budget = resources.memory_budget
@@ -146,6 +173,22 @@ def _resolve_worker(worker: WorkerSpec, facts: HostFacts) -> WorkerSpec:
     inflight = local.max_inflight_tasks
     if inflight == "auto":
         inflight = auto_max_inflight_tasks(cpu_count, resources.cpu_overcommit)
-    resources = dataclasses.replace(resources, cpu_count=cpu_count, memory_budget=memory_budget)
-    local = dataclasses.replace(local, resources=resources, max_inflight_tasks=inflight)
+    return WorkerResources(
+        cpu_count=cpu_count, memory_budget_bytes=int(memory_budget), max_inflight_tasks=inflight
+    )
+
+
+def _resolve_worker(worker: WorkerSpec, facts: HostFacts) -> WorkerSpec:
+    local = worker.local
+    if local is None:
+        return worker
+    numbers = worker_resources(local, facts)
+    resources = dataclasses.replace(
+        local.resources,
+        cpu_count=numbers.cpu_count,
+        memory_budget=ByteSize(numbers.memory_budget_bytes),
+    )
+    local = dataclasses.replace(
+        local, resources=resources, max_inflight_tasks=numbers.max_inflight_tasks
+    )
     return dataclasses.replace(worker, local=local)

@@ -62,14 +62,19 @@ class MemoryStoreSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FilesystemStoreSpec:
-    content_path: str = doc("Directory holding the blobs, sharded by hash prefix.")
+    content_path: str = doc(
+        "Directory holding the blobs, sharded by hash prefix (as an action cache: "
+        "one append-only file, actions.log)."
+    )
     temp_path: str = doc(
         "Directory for uploads in progress; must be on the same filesystem as "
         'content_path. Empty means "<content_path>/../tmp".',
         default="",
     )
     eviction_policy: EvictionPolicy = doc(
-        "When blobs are deleted (LRU, pinned blobs excepted).", default_factory=EvictionPolicy
+        "When blobs are deleted (LRU, pinned blobs excepted). As an action cache only "
+        "max_bytes applies: the oldest results are dropped when the log is rewritten.",
+        default_factory=EvictionPolicy,
     )
     fsync: Literal["never", "always"] = doc(
         '"always" fsyncs each blob before it becomes visible (survives power loss); '

@@ -64,6 +64,11 @@ class NotFound(LreError):
     code = StatusCode.NOT_FOUND
 
 
+class CacheMiss(NotFound):
+    """The action cache holds no (complete) result: an expected answer, not a
+    client's mistake, so it is logged at DEBUG only."""
+
+
 class AlreadyExists(LreError):
     code = StatusCode.ALREADY_EXISTS
 

@@ -1,17 +1,21 @@
 """The scheduler: operations, queue, matching, reservations and dedup.
 
-Pure Trio, no gRPC. Clients (the Execution and Operations services) call
-``Scheduler.submit`` / ``watch`` / ``get_operation`` / ``list_operations`` /
-``cancel`` / ``delete``; in-process workers call ``register_worker`` /
+The local scheduler is pure Trio and serves no gRPC. Only the forward
+scheduler's ``UpstreamExecutor`` speaks gRPC: it calls an upstream Execution
+service with grpc.aio through ``lre.upstream``'s client, on the asyncio
+thread of an ``UpstreamLoop``. Clients (the Execution and Operations
+services) see a scheduler as an ``ActionScheduler`` (``submit`` / ``watch`` /
+``get_operation`` / ``list_operations`` / ``cancel`` / ``delete``);
+in-process workers see it as a ``WorkerScheduler`` (``register_worker`` /
 ``lease`` / ``report`` / ``heartbeat`` / ``set_draining`` /
-``unregister_worker``; the TUI and /metrics read ``statistics()``.
+``unregister_worker``); the TUI and /metrics read ``statistics()``.
 
 CPU is counted in thousandths ("millicpus") everywhere inside lre; the only
 conversion from the clients' whole-CPU ``cpu_count`` is in ``_units``.
 """
 
-from lre.scheduler._admission import AdmissionDecision, MemoryAdmission, memory_budget_bytes
-from lre.scheduler._events import SchedulerEvent, SchedulerEventKind
+from lre.scheduler._admission import AdmissionDecision, MemoryAdmission
+from lre.scheduler._events import SchedulerEvent
 from lre.scheduler._forward import (
     ForwardedOperation,
     ForwardScheduler,
@@ -48,8 +52,13 @@ from lre.scheduler._model import (
 )
 from lre.scheduler._names import new_operation_name, parse_operation_name
 from lre.scheduler._protocols import ActionResultReader, ReservationAdvisor
+from lre.scheduler._roles import ActionScheduler, WorkerScheduler
 from lre.scheduler._scheduler import Scheduler
-from lre.scheduler._statistics import LeaseStatistics, SchedulerStatistics, WorkerStatistics
+from lre.scheduler._statistics import (
+    LeaseStatistics,
+    RegisteredWorkerStatistics,
+    SchedulerStatistics,
+)
 from lre.scheduler._units import (
     CPU_PROPERTY,
     MEMORY_PROPERTY,
@@ -65,6 +74,7 @@ __all__ = [
     "MEMORY_PROPERTY",
     "ActionKey",
     "ActionResultReader",
+    "ActionScheduler",
     "AdmissionDecision",
     "Backpressure",
     "CancelSignal",
@@ -83,6 +93,7 @@ __all__ = [
     "OperationSnapshot",
     "OperationWatch",
     "Outcome",
+    "RegisteredWorkerStatistics",
     "RequestInfo",
     "Requirements",
     "Reservation",
@@ -92,21 +103,19 @@ __all__ = [
     "ResourcePolicy",
     "Scheduler",
     "SchedulerEvent",
-    "SchedulerEventKind",
     "SchedulerStatistics",
     "Stage",
     "UpstreamExecutor",
     "UpstreamOutcome",
     "Usage",
     "WorkerInfo",
-    "WorkerStatistics",
+    "WorkerScheduler",
     "apply_modifications",
     "bytes_from_memory_kb",
     "cpu_count_text",
     "explain_unsatisfiable",
     "kind_key",
     "matches_statically",
-    "memory_budget_bytes",
     "memory_text",
     "millicpus_from_cpu_count",
     "new_operation_name",

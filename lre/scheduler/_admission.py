@@ -3,10 +3,9 @@
 Two checks, both on the scheduler's Trio thread (cheap):
 
 1. Budget: the sum of running actions' memory reservations stays within the
-   budget (``resources.memory_budget``; ``"auto"`` is config's rule,
-   ``lre.config.auto_memory_budget``: 75% of physical RAM minus
-   ``memory_floor``, at least 1 GiB; ``0`` = no budget, as in the unbounded
-   benchmark configuration).
+   budget (``resources.memory_budget`` in bytes, ``"auto"`` worked out by
+   config: ``lre.config.WorkerResources.memory_budget_bytes``; ``0`` = no
+   budget, as in the unbounded benchmark configuration).
 2. Live veto (``resources.live_memory_veto``): no start while the host's
    available memory (``psutil.virtual_memory().available``, read at most every
    ``live_cache_s``) is below the reservation, so other programs' memory use
@@ -24,21 +23,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from lre.config import ResourceSpec, auto_memory_budget
-
-__all__ = ["AdmissionDecision", "MemoryAdmission", "memory_budget_bytes"]
-
-
-def memory_budget_bytes(spec: ResourceSpec, total_ram_bytes: int | None = None) -> int:
-    """The configured budget in bytes; 0 means no budget.
-
-    ``"auto"``: config's rule (``auto_memory_budget``) for ``total_ram_bytes``
-    (default: psutil's total), the same one the workers' capacity uses.
-    """
-    if spec.memory_budget != "auto":
-        return int(spec.memory_budget)
-    total = int(psutil.virtual_memory().total) if total_ram_bytes is None else total_ram_bytes
-    return auto_memory_budget(total, int(spec.memory_floor))
+__all__ = ["AdmissionDecision", "MemoryAdmission"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,14 +66,6 @@ class MemoryAdmission:
         self.running = 0
         self._vetoed_live = 0
         self._vetoed_budget = 0
-
-    @classmethod
-    def from_spec(cls, spec: ResourceSpec, **kwargs: object) -> MemoryAdmission:
-        return cls(
-            memory_budget_bytes(spec),
-            live_memory_veto=spec.live_memory_veto,
-            **kwargs,  # type: ignore[arg-type]
-        )
 
     @property
     def left_bytes(self) -> int | None:

@@ -3,38 +3,25 @@
 The scheduler calls its ``on_event`` hook (on the Trio thread, synchronously)
 for ladder kills and escalations, failed operations, timeouts, unmatchable
 actions and backpressure from a worker's precondition script. Successful
-operations emit nothing, so the hook costs nothing on the hot path. The
-kinds' values are those of ``lre.app.EventKind``, so the app can pass
-``EventKind(event.kind)`` straight to its ``EventLog``.
+operations emit nothing, so the hook costs nothing on the hot path. Events
+are tagged with ``lre.snapshot.EventKind``, the one set of kinds the app's
+event log, the dashboard and ``/metrics`` use too.
 """
 
 from __future__ import annotations
 
-import enum
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from lre.errors import LreError
-from lre.proto import re_pb2
 from lre.scheduler._lease import Lease
-from lre.scheduler._model import Backpressure, MemoryExceeded, RequestInfo
+from lre.scheduler._model import Backpressure, MemoryExceeded
 from lre.scheduler._records import OperationState
 from lre.scheduler._units import memory_text
+from lre.snapshot import EventKind, action_summary
 
 log = logging.getLogger(__name__)
-
-
-class SchedulerEventKind(enum.StrEnum):
-    KILL = "kill"  # killed for outgrowing its memory reservation
-    ESCALATION = "escalation"  # requeued one ladder step up, or for a whole worker
-    FAILURE = "failure"  # the operation ended with an error status
-    TIMEOUT = "timeout"  # the action ran past its timeout
-    UNMATCHABLE = "unmatchable"  # no worker can ever run it
-    BACKPRESSURE = "backpressure"  # a worker's precondition script said no
-    OOM = "oom"  # the kernel's OOM killer killed an action lre had not killed
-    WORKER = "worker"  # a worker became unhealthy, recovered, or went away
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +32,7 @@ class SchedulerEvent:
     ``WORKER`` events: False when the worker became unhealthy or went away,
     True when it recovered."""
 
-    kind: SchedulerEventKind
+    kind: EventKind
     message: str
     peak_rss_bytes: int | None = None
     worker: str | None = None
@@ -56,21 +43,14 @@ class SchedulerEvent:
 EventHook = Callable[[SchedulerEvent], None]
 
 
-def action_summary(info: RequestInfo, command: re_pb2.Command | None) -> str | None:
-    """The client's mnemonic, else the program's base name, else None."""
-    if info.action_mnemonic:
-        return info.action_mnemonic
-    if command is not None and command.arguments:
-        return os.path.basename(command.arguments[0]) or None
-    return None
-
-
 def _summary(op: OperationState) -> str | None:
-    return action_summary(op.request_info, op.command)
+    """``op``'s action by ``action_summary``; None when it names nothing."""
+    arguments = op.command.arguments if op.command is not None else ()
+    return action_summary(op.request_info.action_mnemonic, arguments) or None
 
 
 def failure_event(
-    kind: SchedulerEventKind,
+    kind: EventKind,
     op: OperationState,
     error: LreError,
     message: str,
@@ -98,7 +78,7 @@ def kill_event(op: OperationState, lease: Lease, outcome: MemoryExceeded) -> Sch
     """The worker killed ``lease`` for outgrowing its memory reservation."""
     held = _held(lease)
     return SchedulerEvent(
-        SchedulerEventKind.KILL,
+        EventKind.KILL,
         f"{op.name}: killed at {memory_text(outcome.peak_rss_bytes)} peak RSS, over its "
         f"reservation of {held} (ladder step {lease.ladder_step})",
         outcome.peak_rss_bytes,
@@ -113,7 +93,7 @@ def escalation_event(op: OperationState, lease: Lease, outcome: MemoryExceeded) 
     if not op.exclusive:
         target = f"{target} (ladder step {op.ladder_step})"
     return SchedulerEvent(
-        SchedulerEventKind.ESCALATION,
+        EventKind.ESCALATION,
         f"{op.name}: requeued to reserve {target} after {op.kills} kill(s)",
         outcome.peak_rss_bytes,
         lease.worker_name,
@@ -125,7 +105,7 @@ def backpressure_event(op: OperationState, lease: Lease, outcome: Backpressure) 
     """The worker's precondition script declined ``lease``; ``op`` was requeued."""
     reason = f": {outcome.reason}" if outcome.reason else ""
     return SchedulerEvent(
-        SchedulerEventKind.BACKPRESSURE,
+        EventKind.BACKPRESSURE,
         f"worker {lease.worker_name} declined {op.name}{reason}; requeued",
         None,
         lease.worker_name,
@@ -169,7 +149,7 @@ def oom_event(op: OperationState, lease: Lease, peak_rss_bytes: int | None) -> S
     held = _held(lease)
     peak = "unknown" if peak_rss_bytes is None else memory_text(peak_rss_bytes)
     return SchedulerEvent(
-        SchedulerEventKind.OOM,
+        EventKind.OOM,
         f"{action_label(op)} ({op.name}): killed by the kernel's OOM killer on worker "
         f"{lease.worker_name} at {peak} peak RSS with a reservation of {held} "
         f"(ladder step {lease.ladder_step}); the host ran out of memory before lre's "

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 
 from lre.cas import BlobStore, DirectoryCache, read_message
-from lre.config._models import PropertyModification
+from lre.config import PropertyModification
 from lre.digest import Digest
 from lre.errors import FailedPrecondition, InvalidArgument, MissingBlobs, NotFound
 from lre.proto import re_pb2

@@ -30,7 +30,7 @@ from types import MappingProxyType
 import trio
 
 from lre.cas import BlobStore
-from lre.config._models import PropertyModification, SimpleSchedulerSpec
+from lre.config import PropertyModification, SimpleSchedulerSpec
 from lre.digest import Digest, resolve_digest_function
 from lre.errors import (
     Cancelled,
@@ -45,7 +45,6 @@ from lre.errors import (
 from lre.proto import re_pb2
 from lre.scheduler._events import (
     EventHook,
-    SchedulerEventKind,
     backpressure_event,
     emit_event,
     escalation_event,
@@ -79,6 +78,7 @@ from lre.scheduler._sizing import escalate, record_usage
 from lre.scheduler._statistics import SchedulerStatistics, collect_statistics, completion_kind
 from lre.scheduler._watch import OperationWatch, attach_watcher, detach_watcher
 from lre.scheduler._worker_health import WorkerHealth
+from lre.snapshot import EventKind
 
 log = logging.getLogger(__name__)
 
@@ -396,7 +396,7 @@ class Scheduler:
                 self._enqueue(op)
         except LreError as exc:
             unmatchable = isinstance(exc, FailedPrecondition) and not isinstance(exc, MissingBlobs)
-            event = SchedulerEventKind.UNMATCHABLE if unmatchable else None
+            event = EventKind.UNMATCHABLE if unmatchable else None
             self._complete(op, error=exc, event=event)
         except Exception:  # trio.Cancelled is a BaseException and passes through
             log.exception("preparing operation %s failed", op.name)
@@ -448,7 +448,7 @@ class Scheduler:
         message: str = "",
         worker: str | None = None,
         peak_rss_bytes: int | None = None,
-        event: SchedulerEventKind | None = None,
+        event: EventKind | None = None,
     ) -> None:
         """End ``op``. An error other than a cancellation is also an event:
         ``event`` when given, else TIMEOUT for ``DeadlineExceeded``, else
@@ -468,7 +468,7 @@ class Scheduler:
         if kind == "error" and error is not None:
             if event is None:
                 timeout = isinstance(error, DeadlineExceeded)
-                event = SchedulerEventKind.TIMEOUT if timeout else SchedulerEventKind.FAILURE
+                event = EventKind.TIMEOUT if timeout else EventKind.FAILURE
             if self._on_event is not None:
                 emit_event(
                     self._on_event, failure_event(event, op, error, message, worker, peak_rss_bytes)

@@ -10,18 +10,22 @@ from lre.errors import Cancelled, LreError
 from lre.proto import re_pb2
 from lre.scheduler._model import Reservation, Stage
 from lre.scheduler._records import OperationState, WorkerState
+from lre.snapshot import action_summary
 
 
 @dataclass(frozen=True, slots=True)
 class LeaseStatistics:
     """One running lease. ``lease_id`` is ``Lease.lease_id`` (what the worker's
-    sampler keys its per-action usage by)."""
+    sampler keys its per-action usage by). ``summary`` is what the action is
+    called (``lre.snapshot.action_summary``: the mnemonic, else the program;
+    ``""`` when neither is known)."""
 
     operation_name: str
     action_hash: str
     kind_key: str
     mnemonic: str
     target_id: str
+    summary: str
     reservation: Reservation
     exclusive: bool
     attempt: int
@@ -32,7 +36,10 @@ class LeaseStatistics:
 
 
 @dataclass(frozen=True, slots=True)
-class WorkerStatistics:
+class RegisteredWorkerStatistics:
+    """The scheduler's view of one registered worker: what it offers, what
+    its leases reserve now and the leases themselves."""
+
     name: str
     draining: bool
     capacity: Reservation
@@ -55,7 +62,7 @@ class SchedulerStatistics:
 
     by_stage: Mapping[str, int]
     queued_by_platform: Mapping[str, int]
-    workers: tuple[WorkerStatistics, ...]
+    workers: tuple[RegisteredWorkerStatistics, ...]
     completions: Mapping[str, int]
     submitted: int
     cache_hits: int
@@ -114,6 +121,9 @@ def collect_statistics(
                 kind_key=r.lease.kind_key,
                 mnemonic=r.lease.request_info.action_mnemonic,
                 target_id=r.lease.request_info.target_id,
+                summary=action_summary(
+                    r.lease.request_info.action_mnemonic, r.lease.command.arguments
+                ),
                 reservation=r.lease.reservation,
                 exclusive=r.lease.exclusive,
                 attempt=r.lease.attempt,
@@ -124,7 +134,7 @@ def collect_statistics(
             for r in state.leases.values()
         )
         rows.append(
-            WorkerStatistics(
+            RegisteredWorkerStatistics(
                 name=state.info.name,
                 draining=state.draining,
                 capacity=state.info.capacity,

@@ -12,8 +12,9 @@ answers 503) or clears. Backpressure changes nothing. Pure: no I/O.
 
 from __future__ import annotations
 
-from lre.scheduler._events import SchedulerEvent, SchedulerEventKind
+from lre.scheduler._events import SchedulerEvent
 from lre.scheduler._model import Backpressure, InfrastructureFailure, Outcome
+from lre.snapshot import EventKind
 
 #: Consecutive infrastructure failures after which a worker is unhealthy.
 UNHEALTHY_AFTER = 3
@@ -35,7 +36,7 @@ class WorkerHealth:
             self._streaks[worker] = streak + 1
             if streak + 1 == self.unhealthy_after:
                 return SchedulerEvent(
-                    SchedulerEventKind.WORKER,
+                    EventKind.WORKER,
                     f"worker {worker}: {streak + 1} actions in a row failed for lre's reasons; "
                     f"last: {outcome.error.code.name}: {outcome.error.message}",
                     worker=worker,
@@ -45,7 +46,7 @@ class WorkerHealth:
         self._streaks[worker] = 0
         if streak >= self.unhealthy_after:
             return SchedulerEvent(
-                SchedulerEventKind.WORKER,
+                EventKind.WORKER,
                 f"worker {worker}: running actions again after {streak} failure(s)",
                 worker=worker,
                 healthy=True,
@@ -58,7 +59,7 @@ class WorkerHealth:
         if held_leases == 0:
             return None
         return SchedulerEvent(
-            SchedulerEventKind.WORKER,
+            EventKind.WORKER,
             f"worker {worker} went away while running {held_leases} action(s); they were requeued",
             worker=worker,
             healthy=False,

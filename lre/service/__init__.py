@@ -7,13 +7,19 @@
   nursery.start(server.serve)`` returns the bound address.
 - ``Instances`` / ``InstanceBackends``: instance name -> stores, action
   cache, scheduler.
-- ``cache_servicers``: Capabilities, CAS, ByteStream and ActionCache.
+- ``cache_servicers``: Capabilities, CAS, ByteStream and ActionCache;
+  ``ExecutionServicer`` and ``OperationsServicer`` over the instances'
+  schedulers.
 - Status mapping (the only one in lre): ``rpc_status_of``, ``abort_with``,
   ``unary_rpc`` / ``stream_rpc`` decorators for servicer methods.
 - ``RequestMetadata`` / ``request_metadata_from``: the client's
   RequestMetadata header.
 - ``BearerTokenInterceptor`` / ``auth_interceptors``: bearer-token
   authentication of a listener (``AuthTokenError`` for an unusable token file).
+- ``RpcMetrics``: counts and latencies per RPC method and status code; its
+  ``interceptor()`` goes into ``ServerOptions.interceptors`` and its
+  ``statistics()`` (an ``RpcStatistics``) feeds ``/metrics``; ``method_label``
+  is the method label it records under.
 """
 
 from lre.service._auth import (
@@ -39,6 +45,7 @@ from lre.service._metadata import (
     request_metadata_from,
 )
 from lre.service._resource_names import BlobResource, parse_read_resource, parse_write_resource
+from lre.service._rpc_metrics import MethodStatistics, RpcMetrics, RpcStatistics, method_label
 from lre.service._server import MAX_PENDING_REQUESTS, GrpcServer, ServerOptions, Servicer
 from lre.service._status import (
     INTERNAL_MESSAGE,
@@ -49,6 +56,8 @@ from lre.service._status import (
     stream_rpc,
     unary_rpc,
 )
+from lre.service.execution import ExecutionServicer
+from lre.service.operations import OperationsServicer
 
 __all__ = [
     "INTERNAL_MESSAGE",
@@ -66,10 +75,15 @@ __all__ = [
     "CacheServiceOptions",
     "CapabilitiesServicer",
     "ContentAddressableStorageServicer",
+    "ExecutionServicer",
     "GrpcServer",
     "InstanceBackends",
     "Instances",
+    "MethodStatistics",
+    "OperationsServicer",
     "RequestMetadata",
+    "RpcMetrics",
+    "RpcStatistics",
     "ServerOptions",
     "Servicer",
     "TrioBridge",
@@ -77,6 +91,7 @@ __all__ = [
     "auth_interceptors",
     "cache_servicers",
     "log_exception",
+    "method_label",
     "parse_read_resource",
     "parse_write_resource",
     "read_token_file",

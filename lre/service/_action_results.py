@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from lre.cas import BlobStore, read_bytes
 from lre.digest import Digest
-from lre.errors import NotFound, PermissionDenied
+from lre.errors import CacheMiss, PermissionDenied
 from lre.proto import re_pb2
 from lre.service._digest_functions import check_digest_function
 from lre.service._instances import InstanceBackends
@@ -57,14 +57,29 @@ async def get_action_result(
     Raises ``InvalidArgument`` for a malformed ``action_digest`` and
     ``NotFound`` when there is no complete result (or no action cache).
     """
-    check_digest_function(request.digest_function, request.action_digest.hash)
-    action = Digest.from_proto(request.action_digest, field="action_digest")
+    action = _requested_action(request)
     cache = backends.action_cache
     result = await cache.get_result(action) if cache is not None else None
     if result is None:
-        raise NotFound(f"action_digest: no complete cached result for {action}")
+        raise CacheMiss(f"action_digest: no complete cached result for {action}")
     await _inline(backends.cas, result, request, max_inline_bytes)
     return result
+
+
+def check_known_miss(backends: InstanceBackends, request: re_pb2.GetActionResultRequest) -> None:
+    """(any thread) Raise what ``get_action_result`` would when the answer is
+    known without I/O: ``InvalidArgument`` for a malformed digest,
+    ``CacheMiss`` when the cache knows from memory it has no entry. Returns
+    when the lookup must really be made."""
+    action = _requested_action(request)
+    cache = backends.action_cache
+    if cache is None or cache.known_absent(action):
+        raise CacheMiss(f"action_digest: no complete cached result for {action}")
+
+
+def _requested_action(request: re_pb2.GetActionResultRequest) -> Digest:
+    check_digest_function(request.digest_function, request.action_digest.hash)
+    return Digest.from_proto(request.action_digest, field="action_digest")
 
 
 async def update_action_result(

@@ -1,7 +1,10 @@
 """gRPC adapters of the cache half of REAPI: Capabilities, CAS, ByteStream, ActionCache.
 
 Each servicer resolves the request's instance, hands the work to Trio
-through the shared ``TrioBridge`` and returns what comes back. The logic is
+through the shared ``TrioBridge`` and returns what comes back. Two answers
+come straight from the gRPC thread when the store can give them there
+(``lre.cas.immediate_reads``): FindMissingBlobs and small ByteStream reads,
+the two CAS calls a build makes per action. The logic is
 in ``_cas_ops``, ``_tree``, ``_bytestream_ops`` and ``_action_results``;
 statuses come from ``_status`` (the decorators).
 """
@@ -16,10 +19,11 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from lre.cas import BlobStore
+from lre.cas import BlobStore, immediate_reads
 from lre.proto import bs_pb2, re_grpc, re_pb2
 from lre.service._action_results import (
     DEFAULT_MAX_INLINE_BYTES,
+    check_known_miss,
     get_action_result,
     update_action_result,
 )
@@ -32,7 +36,7 @@ from lre.service._bytestream_wire import (
     serialize_read_response,
 )
 from lre.service._capabilities import server_capabilities
-from lre.service._cas_ops import batch_read, batch_update, find_missing
+from lre.service._cas_ops import batch_read, batch_update, find_missing, find_missing_now
 from lre.service._instances import Instances
 from lre.service._resource_names import parse_read_resource
 from lre.service._status import stream_rpc, unary_rpc
@@ -125,6 +129,11 @@ class ContentAddressableStorageServicer:
         self, request: re_pb2.FindMissingBlobsRequest, context: Context
     ) -> re_pb2.FindMissingBlobsResponse:
         store = self._store(request.instance_name)
+        reads = immediate_reads(store)
+        if reads is not None:
+            response = find_missing_now(reads, request)
+            if response is not None:
+                return response
         return await self._bridge.call(functools.partial(find_missing, store, request))
 
     @unary_rpc
@@ -196,6 +205,12 @@ class ByteStreamServicer:
     async def Read(self, request: bs_pb2.ReadRequest, context: Context) -> AsyncIterator[bytes]:
         resource = parse_read_resource(request.resource_name)
         store = self._store(resource.instance_name)
+        reads = None if resource.compressed else immediate_reads(store)
+        if reads is not None:
+            data = reads.read_now(resource.digest, request.read_offset, request.read_limit)
+            if data is not None:
+                yield data
+                return
         produce = functools.partial(
             read_blob, store, resource, request.read_offset, request.read_limit
         )
@@ -236,6 +251,7 @@ class ActionCacheServicer:
         self, request: re_pb2.GetActionResultRequest, context: Context
     ) -> re_pb2.ActionResult:
         backends = self._instances.resolve(request.instance_name)
+        check_known_miss(backends, request)  # a miss is answered here, without Trio
         return await self._bridge.call(
             functools.partial(get_action_result, backends, request, self._options.max_inline_bytes)
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from lre.cas import BlobStore, read_blobs, sizes_of, write_blobs
+from lre.cas import BlobStore, ImmediateReads, read_blobs, sizes_of, write_blobs
 from lre.digest import MAX_BLOB_SIZE, Digest
 from lre.errors import InvalidArgument, LreError
 from lre.proto import re_pb2, status_pb2
@@ -60,51 +60,71 @@ _DIGESTS_FIELD_2 = DigestListScanner(2)
 _BULK_MIN = 64
 
 
-async def find_missing(
-    store: BlobStore, request: re_pb2.FindMissingBlobsRequest
-) -> re_pb2.FindMissingBlobsResponse:
-    """The requested digests the store lacks (each once, request order).
+class _MissingQuery:
+    """A FindMissingBlobs request, parsed: the digests to look up and how to
+    build the response from their sizes.
 
     Large requests take a bulk path: the digests are read from the request's
     serialized bytes (``_digest_wire``) and the response is assembled from
     the missing elements' own bytes, so no protobuf object is made per
     digest. Anything unusual falls back to the per-digest path, which names
-    a bad digest in ``InvalidArgument``.
+    a bad digest in ``InvalidArgument`` (raised by the constructor).
     """
-    protos = request.blob_digests
-    count = len(protos)
-    check_digest_function(request.digest_function, protos)
 
-    def raw_of() -> tuple[bytes, bytes, bytes]:
-        head = re_pb2.FindMissingBlobsRequest(instance_name=request.instance_name)
-        tail = re_pb2.FindMissingBlobsRequest(digest_function=request.digest_function)
-        return request.SerializeToString(), head.SerializeToString(), tail.SerializeToString()
+    __slots__ = ("found", "hashes", "protos", "sizes")
 
-    found = _scan_digests(raw_of, count)
-    if found is not None:
-        sizes = await sizes_of(store, found.hashes, found.sizes)
+    def __init__(self, request: re_pb2.FindMissingBlobsRequest) -> None:
+        protos = request.blob_digests
+        check_digest_function(request.digest_function, protos)
+
+        def raw_of() -> tuple[bytes, bytes, bytes]:
+            head = re_pb2.FindMissingBlobsRequest(instance_name=request.instance_name)
+            tail = re_pb2.FindMissingBlobsRequest(digest_function=request.digest_function)
+            return request.SerializeToString(), head.SerializeToString(), tail.SerializeToString()
+
+        self.protos = protos
+        self.found = _scan_digests(raw_of, len(protos))
+        if self.found is not None:
+            self.hashes: Sequence[str] = self.found.hashes
+            self.sizes: Sequence[int] = self.found.sizes
+        else:
+            digests = parse_digests(protos, "blob_digests")
+            self.hashes = [d.hash for d in digests]
+            self.sizes = [d.size_bytes for d in digests]
+
+    def response(self, sizes: Sequence[int | None]) -> re_pb2.FindMissingBlobsResponse:
+        """The digests whose size is ``None``, each once, in request order."""
         missing = [i for i, size in enumerate(sizes) if size is None]
         if len(missing) > 1:
-            hashes = found.hashes
+            hashes, lengths = self.hashes, self.sizes
             if len(set(hashes)) != len(hashes):  # a repeated digest is listed once
-                first = {(hashes[i], found.sizes[i]): i for i in reversed(missing)}
+                first = {(hashes[i], lengths[i]): i for i in reversed(missing)}
                 missing = sorted(first.values())
-        return re_pb2.FindMissingBlobsResponse.FromString(found.elements(missing))
-    digests = parse_digests(protos, "blob_digests")
-    sizes = await store.has_many(digests)
-    response = re_pb2.FindMissingBlobsResponse()
-    missing_indexes = [i for i, size in enumerate(sizes) if size is None]
-    if missing_indexes:
-        seen: set[tuple[str, int]] = set()
-        unique = []
-        for i in missing_indexes:
-            d = digests[i]
-            key = (d.hash, d.size_bytes)
-            if key not in seen:
-                seen.add(key)
-                unique.append(protos[i])
-        response.missing_blob_digests.extend(unique)
-    return response
+        if self.found is not None:
+            return re_pb2.FindMissingBlobsResponse.FromString(self.found.elements(missing))
+        response = re_pb2.FindMissingBlobsResponse()
+        if missing:
+            response.missing_blob_digests.extend(self.protos[i] for i in missing)
+        return response
+
+
+async def find_missing(
+    store: BlobStore, request: re_pb2.FindMissingBlobsRequest
+) -> re_pb2.FindMissingBlobsResponse:
+    """(Trio) The requested digests the store lacks (each once, request order).
+    ``InvalidArgument`` names a malformed digest."""
+    query = _MissingQuery(request)
+    return query.response(await sizes_of(store, query.hashes, query.sizes))
+
+
+def find_missing_now(
+    reads: ImmediateReads, request: re_pb2.FindMissingBlobsRequest
+) -> re_pb2.FindMissingBlobsResponse | None:
+    """``find_missing`` answered on the calling thread (the gRPC one), or
+    ``None`` when ``reads`` cannot answer now. Raises as ``find_missing``."""
+    query = _MissingQuery(request)
+    sizes = reads.sizes_now(query.hashes, query.sizes)
+    return None if sizes is None else query.response(sizes)
 
 
 def _digest_fields(protos: Sequence[re_pb2.Digest], found: DigestList | None) -> list[bytes]:

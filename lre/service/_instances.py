@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from lre.cas import ActionResultCache, BlobStore
 from lre.errors import InvalidArgument
+from lre.scheduler import ActionScheduler
 
 WILDCARD = "*"
 
@@ -20,15 +21,15 @@ WILDCARD = "*"
 class InstanceBackends:
     """The live objects behind one instance name.
 
-    ``scheduler`` is whatever the Execution servicer needs (it is typed
-    there); ``None`` disables execution and ``exec_enabled`` in
-    GetCapabilities. ``action_cache`` ``None`` makes the ActionCache service
-    answer NOT_FOUND for reads and refuse writes; its CAS should be ``cas``.
+    ``scheduler`` serves the Execution and Operations services; ``None``
+    disables execution and ``exec_enabled`` in GetCapabilities.
+    ``action_cache`` ``None`` makes the ActionCache service answer NOT_FOUND
+    for reads and refuse writes; its CAS should be ``cas``.
     """
 
     cas: BlobStore
     action_cache: ActionResultCache | None = None
-    scheduler: object | None = None
+    scheduler: ActionScheduler | None = None
     ac_read_only: bool = False
 
 

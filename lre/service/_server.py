@@ -28,6 +28,7 @@ import trio
 from lre.config import ListenerSpec
 from lre.service._bridge import TrioBridge
 from lre.service._request_decoding import RequestDecodingInterceptor
+from lre.upstream import name_os_thread
 
 logger = logging.getLogger("lre.service")
 
@@ -167,11 +168,15 @@ class GrpcServer:
     async def _start(self) -> tuple[grpc.aio.Server, str]:
         """(asyncio thread) build, bind and start the grpc.aio server."""
         options = self.options
+        # The first grpc.aio object starts grpc's completion-queue poller
+        # thread, which inherits this thread's name; name both apart.
+        name_os_thread("lre-grpc-poll")
         server = grpc.aio.server(
             options=options.channel_options(),
             # Innermost: requests that do not parse become INVALID_ARGUMENT.
             interceptors=(*options.interceptors, RequestDecodingInterceptor()),
         )
+        name_os_thread("lre-grpc-aio")
         for servicer in self.servicers:
             servicer.register(server)
         address = options.address

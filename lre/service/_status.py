@@ -25,7 +25,7 @@ from typing import Any, Final, TypeVar
 import grpc
 import grpc.aio
 
-from lre.errors import Internal, LreError, MissingBlobs
+from lre.errors import CacheMiss, Internal, LreError, MissingBlobs
 from lre.proto import error_details_pb2, status_pb2
 
 logger = logging.getLogger("lre.service")
@@ -61,8 +61,11 @@ def rpc_status_of(exc: BaseException) -> status_pb2.Status:
 
 
 def log_exception(exc: BaseException, where: str) -> None:
-    """Log ``exc`` once: client errors at INFO, everything else with a traceback."""
-    if isinstance(exc, LreError) and not isinstance(exc, Internal):
+    """Log ``exc`` once: cache misses at DEBUG, client errors at INFO,
+    everything else with a traceback."""
+    if isinstance(exc, CacheMiss):
+        logger.debug("%s: %s", where, exc.message)
+    elif isinstance(exc, LreError) and not isinstance(exc, Internal):
         logger.info("%s: %s %s", where, exc.code.name, exc.message)
     else:
         logger.error("%s failed", where, exc_info=exc)

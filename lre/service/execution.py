@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import AsyncIterator
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 import grpc
 import grpc.aio
@@ -36,7 +36,7 @@ import trio
 
 from lre.errors import NotFound, Unimplemented
 from lre.proto import operations_pb2, re_grpc, re_pb2
-from lre.scheduler import OperationSnapshot, RequestInfo, parse_operation_name
+from lre.scheduler import ActionScheduler, OperationSnapshot, RequestInfo, parse_operation_name
 from lre.service._bridge import TrioBridge
 from lre.service._instances import Instances
 from lre.service._metadata import request_metadata_from
@@ -50,27 +50,6 @@ Context = grpc.aio.ServicerContext[Any, Any]
 #: bench_worker.py part 4's setup), and with 20 ms a loaded machine streamed
 #: all four stages of even a no-op action.
 STAGE_SETTLE_S = 0.5
-
-
-class ExecutionBackend(Protocol):
-    """The client role of a scheduler (``Scheduler`` or ``ForwardScheduler``)."""
-
-    def submit(
-        self, request: re_pb2.ExecuteRequest, *, request_info: RequestInfo | None = None
-    ) -> OperationSnapshot: ...
-
-    def watch(self, name: str) -> Any:
-        """An ``OperationWatch``-like object: ``async with`` it, then iterate
-        ``OperationSnapshot``s until the one with ``done``."""
-        ...
-
-    def get_operation(self, name: str) -> OperationSnapshot: ...
-
-    def list_operations(self, instance_name: str | None = None) -> list[OperationSnapshot]: ...
-
-    def cancel(self, name: str) -> None: ...
-
-    def delete(self, name: str) -> None: ...
 
 
 def operation_of(snapshot: OperationSnapshot) -> operations_pb2.Operation:
@@ -95,7 +74,7 @@ def operation_of(snapshot: OperationSnapshot) -> operations_pb2.Operation:
     return operation
 
 
-def backend_for_instance(instances: Instances, instance_name: str) -> ExecutionBackend:
+def backend_for_instance(instances: Instances, instance_name: str) -> ActionScheduler:
     """The scheduler serving ``instance_name``.
 
     Raises ``InvalidArgument`` for an instance not served and
@@ -106,10 +85,10 @@ def backend_for_instance(instances: Instances, instance_name: str) -> ExecutionB
         raise Unimplemented(
             f"instance_name {instance_name!r}: remote execution is disabled for this instance"
         )
-    return cast(ExecutionBackend, scheduler)
+    return scheduler
 
 
-def backend_for_operation(instances: Instances, name: str) -> ExecutionBackend:
+def backend_for_operation(instances: Instances, name: str) -> ActionScheduler:
     """The scheduler that owns operation ``name``; ``NotFound`` when none can."""
     instance_name, _ = parse_operation_name(name)
     try:
@@ -134,7 +113,7 @@ def request_info_of(context: Context) -> RequestInfo:
 
 
 async def operation_updates(
-    backend: ExecutionBackend, name: str, settle_s: float = STAGE_SETTLE_S
+    backend: ActionScheduler, name: str, settle_s: float = STAGE_SETTLE_S
 ) -> AsyncIterator[operations_pb2.Operation]:
     """(Trio) an Operation for the first state of ``name`` at once, then one
     whenever it is ``done`` or nothing newer came within ``settle_s``; ends
@@ -161,7 +140,7 @@ async def operation_updates(
 
 
 def execute_updates(
-    backend: ExecutionBackend, request: re_pb2.ExecuteRequest, info: RequestInfo
+    backend: ActionScheduler, request: re_pb2.ExecuteRequest, info: RequestInfo
 ) -> AsyncIterator[operations_pb2.Operation]:
     """(Trio) submit ``request``; its Operations as ``operation_updates`` yields
     them. Raises what ``submit`` raises."""
@@ -169,7 +148,7 @@ def execute_updates(
     return operation_updates(backend, snapshot.name)
 
 
-def wait_updates(backend: ExecutionBackend, name: str) -> AsyncIterator[operations_pb2.Operation]:
+def wait_updates(backend: ActionScheduler, name: str) -> AsyncIterator[operations_pb2.Operation]:
     """(Trio) the Operations of ``name`` as ``operation_updates`` yields them."""
     return operation_updates(backend, name)
 

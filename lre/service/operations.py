@@ -26,15 +26,11 @@ from google.protobuf import empty_pb2
 
 from lre.errors import InvalidArgument
 from lre.proto import operations_pb2
+from lre.scheduler import ActionScheduler
 from lre.service._bridge import TrioBridge
 from lre.service._instances import Instances
 from lre.service._status import unary_rpc
-from lre.service.execution import (
-    ExecutionBackend,
-    backend_for_instance,
-    backend_for_operation,
-    operation_of,
-)
+from lre.service.execution import backend_for_instance, backend_for_operation, operation_of
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
@@ -51,7 +47,7 @@ def _instance_of_collection(name: str) -> str:
 
 
 def list_page(
-    backend: ExecutionBackend, request: operations_pb2.ListOperationsRequest
+    backend: ActionScheduler, request: operations_pb2.ListOperationsRequest
 ) -> operations_pb2.ListOperationsResponse:
     """One page of ListOperations (see the module docstring); ``InvalidArgument``
     naming the field for an unsupported filter or a bad page token/size."""
@@ -84,7 +80,7 @@ def list_page(
 
 
 async def wait_operation(
-    backend: ExecutionBackend, name: str, timeout_s: float
+    backend: ActionScheduler, name: str, timeout_s: float
 ) -> operations_pb2.Operation:
     """(Trio) the operation once done, or its state after ``timeout_s``."""
     async with backend.watch(name) as updates:

@@ -27,7 +27,7 @@ from rich.live import Live
 from rich.segment import Segment, SegmentLines
 from rich.text import Text
 
-from lre.app._snapshot import ProcessSnapshot
+from lre.snapshot import ProcessSnapshot
 from lre.tui._render import render_dashboard
 
 __all__ = ["SnapshotGetter", "cbreak", "run_dashboard"]

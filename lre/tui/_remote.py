@@ -7,7 +7,7 @@ import json
 
 import trio
 
-from lre.app._snapshot import ProcessSnapshot
+from lre.snapshot import ProcessSnapshot
 
 __all__ = ["RemoteSnapshots", "fetch_snapshot_json"]
 

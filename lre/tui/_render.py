@@ -22,7 +22,7 @@ from rich.segment import Segment, SegmentLines
 from rich.table import Table
 from rich.text import Text
 
-from lre.app._snapshot import EventKind, InflightAction, ProcessSnapshot, RecentEvent
+from lre.snapshot import EventKind, InflightAction, ProcessSnapshot, RecentEvent
 from lre.tui._format import bar, cpus, short_bytes, short_duration, usage_style
 
 __all__ = ["render_dashboard", "rss_style"]

@@ -35,6 +35,7 @@ from typing import TypeVar
 import trio
 
 from lre.upstream._mailbox import Mailbox
+from lre.upstream._thread_name import name_os_thread
 
 T = TypeVar("T")
 
@@ -69,6 +70,7 @@ class UpstreamLoop:
 
     @staticmethod
     def _main(loop: asyncio.AbstractEventLoop, ready: threading.Event) -> None:
+        name_os_thread(threading.current_thread().name)
         asyncio.set_event_loop(loop)
         loop.call_soon(ready.set)
         try:

@@ -16,7 +16,7 @@ from lre.worker._containment import (
 from lre.worker._process import ProcessOutcome, run_process
 from lre.worker._upload import Adopter
 from lre.worker._workdir import WorkDirectory, WorkDirectoryInUse
-from lre.worker._worker import LocalWorker, WorkerStatistics
+from lre.worker._worker import LocalWorker, LocalWorkerStatistics
 
 __all__ = [
     "CONTAINMENT_MODES",
@@ -26,10 +26,10 @@ __all__ = [
     "Containment",
     "ContainmentUnavailable",
     "LocalWorker",
+    "LocalWorkerStatistics",
     "ProcessOutcome",
     "WorkDirectory",
     "WorkDirectoryInUse",
-    "WorkerStatistics",
     "choose_containment",
     "run_process",
 ]

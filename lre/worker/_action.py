@@ -27,9 +27,8 @@ from typing import Protocol
 
 import trio
 
-from lre.cas import DirectoryCache
-from lre.cas._protocol import BlobStore
-from lre.config._models import LocalWorkerSpec
+from lre.cas import BlobStore, DirectoryCache
+from lre.config import LocalWorkerSpec
 from lre.digest import EMPTY_DIGEST, Digest
 from lre.errors import Cancelled, DeadlineExceeded, Internal, LreError
 from lre.proto import re_pb2
@@ -57,7 +56,6 @@ from lre.worker._outputs import (
     scan_outputs,
 )
 from lre.worker._process import ProcessOutcome, default_containment, run_process
-from lre.worker._properties import max_inflight
 from lre.worker._sampler import ActionUsage, ProcessTreeSampler
 from lre.worker._staging import LinkSource, stage_inputs
 from lre.worker._upload import Adopter, upload_outputs
@@ -103,6 +101,9 @@ class ActionRunner:
     the CAS. ``action_cache`` receives results per the worker's policy.
     ``discard`` (its ``discard``) withdraws a linked input's blob that an
     action altered; ``tainted_inputs`` counts those (see ``_input_guard``).
+    ``max_inflight``: the worker's actions at once (0 = unlimited;
+    ``LocalWorker`` passes its own), which sizes the stock of ready action
+    directories.
     """
 
     def __init__(
@@ -111,6 +112,7 @@ class ActionRunner:
         workdir: WorkDirectory,
         store: BlobStore,
         *,
+        max_inflight: int = 1,
         action_cache: ActionResultWriter | None = None,
         link_source: LinkSource | None = None,
         adopt: Adopter | None = None,
@@ -133,7 +135,7 @@ class ActionRunner:
         self.tainted_inputs = 0
         self.allow_escaping_symlinks = spec.symlink_policy == "allow"
         self.sampler = sampler
-        self.directories = ActionDirectories(workdir, stock=min(128, 2 * max_inflight(spec) or 64))
+        self.directories = ActionDirectories(workdir, stock=min(128, 2 * max_inflight or 64))
         #: Input Directory messages already read and validated (see _input_tree).
         self._directories_seen = DirectoryCache()
         #: lease id -> process group of actions running now

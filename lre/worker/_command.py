@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from lre.config._models import EnvironmentSource
+from lre.config import EnvironmentSource
 from lre.errors import InvalidArgument
 from lre.proto import re_pb2
 from lre.worker._outputs import OutputRequest

@@ -11,7 +11,10 @@ At staging, each distinct linked CAS file is recorded with a ``Snapshot``
 changes). Once the action's process group is gone, ``altered_inputs``
 lstat()s each CAS path again: a path that vanished or now holds another
 inode (evicted, replaced) is not ours to judge; the same inode with another
-mode, size or mtime was altered through the action. Any change, a chmod
+mode or size was altered through the action. When only the mtime moved,
+the file is hashed: the store itself sets mtimes to record uses (a batch
+of them can land while an action runs), so a new mtime over the right bytes
+is not an alteration, and one over other bytes is. Any change, a chmod
 alone included, counts as taint: the worker discards the whole blob from the
 store (``FilesystemStore.discard``), so it is never served again and the
 client re-uploads it when a later action reports it missing; a fresh upload
@@ -24,6 +27,7 @@ read the altered bytes; and an action that deliberately restores the mtime
 
 from __future__ import annotations
 
+import hashlib
 import os
 from typing import NamedTuple
 
@@ -68,6 +72,29 @@ def altered_inputs(linked: LinkedInputs) -> list[tuple[Digest, bool]]:
             continue
         if (now.device, now.inode) != (before.device, before.inode):
             continue
-        if now != before:
-            altered.append(key)
+        if now == before:
+            continue
+        if now._replace(mtime_ns=before.mtime_ns) == before and _holds(path, key[0]):
+            continue
+        altered.append(key)
     return altered
+
+
+def _holds(path: str, digest: Digest) -> bool:
+    """Whether the file at ``path`` (not followed if a symlink) hashes to
+    ``digest``; False when it cannot be read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        hasher = hashlib.sha256()
+        size = 0
+        while chunk := os.read(fd, 1 << 20):
+            hasher.update(chunk)
+            size += len(chunk)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return size == digest.size_bytes and hasher.hexdigest() == digest.hash

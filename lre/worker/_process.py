@@ -40,6 +40,7 @@ from pathlib import Path
 import trio
 
 from lre.errors import InvalidArgument
+from lre.upstream import name_os_thread
 from lre.worker._containment import Containment, SpawnOptions, choose_containment
 from lre.worker._oom import OomCounters
 
@@ -163,6 +164,7 @@ class _Spawner:
                 self._threads.append(thread)
 
     def _serve(self) -> None:
+        name_os_thread(threading.current_thread().name)
         if self._nice:
             try:
                 os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self._nice)

@@ -1,15 +1,13 @@
-"""What a worker offers: platform property values and resource capacity."""
+"""What a worker offers: the values of its platform properties."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import Mapping
 
 import trio
 
-from lre.config import auto_cpu_count, auto_max_inflight_tasks, auto_memory_budget
-from lre.config._models import LocalWorkerSpec, PlatformPropertySpec, ResourceSpec
+from lre.config import PlatformPropertySpec
 from lre.errors import FailedPrecondition
 
 
@@ -50,38 +48,3 @@ async def resolve_properties(
             raise FailedPrecondition(f"platform_properties.{name}: no value offered")
         resolved[name] = frozenset(values)
     return resolved
-
-
-def cpu_count(resources: ResourceSpec) -> int:
-    """CPUs offered: the configured count, or config's ``auto`` rule (the CPUs
-    this process may use)."""
-    if resources.cpu_count != "auto":
-        return resources.cpu_count
-    try:
-        affinity: int | None = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        affinity = None
-    return auto_cpu_count(affinity, os.cpu_count())
-
-
-#: Memory capacity offered when ``memory_budget`` is 0 ("no budget").
-UNLIMITED_MEMORY = 1 << 60
-
-
-def memory_budget(resources: ResourceSpec) -> int:
-    """Bytes all actions may reserve together (``auto``: 75% of RAM minus the
-    floor; 0: no budget, offered as ``UNLIMITED_MEMORY``)."""
-    if resources.memory_budget == 0:
-        return UNLIMITED_MEMORY
-    if resources.memory_budget != "auto":
-        return int(resources.memory_budget)
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return auto_memory_budget(total, int(resources.memory_floor))
-
-
-def max_inflight(spec: LocalWorkerSpec) -> int:
-    """Actions at once at most (0 = unlimited; ``auto`` = config's rule: the
-    whole CPUs of capacity, CPU count x overcommit)."""
-    if spec.max_inflight_tasks == "auto":
-        return auto_max_inflight_tasks(cpu_count(spec.resources), spec.resources.cpu_overcommit)
-    return spec.max_inflight_tasks

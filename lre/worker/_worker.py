@@ -6,7 +6,8 @@ Lifecycle (``run``, started with ``nursery.start``):
    ``WorkDirectoryInUse`` naming the holder's pid before ``started()``);
 2. resolve platform properties (``query_cmd`` run once) and register with
    the scheduler: properties, capacity (CPUs x overcommit in millicpus and
-   the memory budget), ``max_inflight``, timeouts;
+   the memory budget, numbers config worked out: ``WorkerResources``),
+   ``max_inflight``, timeouts;
 3. start the sampler and the action-directory janitor (``ActionDirectories``:
    directories made ahead, recycled and removed in batches off the loop);
 4. loop: ``lease`` -> precondition script -> run the action in its own task
@@ -28,8 +29,8 @@ from dataclasses import dataclass
 
 import trio
 
-from lre.cas._protocol import BlobStore
-from lre.config._models import LocalWorkerSpec
+from lre.cas import BlobStore
+from lre.config import LocalWorkerSpec, WorkerResources
 from lre.errors import LreError, Unavailable
 from lre.scheduler import (
     Backpressure,
@@ -37,14 +38,14 @@ from lre.scheduler import (
     Lease,
     Outcome,
     Reservation,
-    Scheduler,
     WorkerInfo,
+    WorkerScheduler,
 )
 from lre.worker._action import ActionResultWriter, ActionRunner, Discarder
 from lre.worker._containment import Containment, choose_containment
 from lre.worker._input_journal import InputJournal, recover_linked_inputs
 from lre.worker._precondition import precondition_allows
-from lre.worker._properties import cpu_count, max_inflight, memory_budget, resolve_properties
+from lre.worker._properties import resolve_properties
 from lre.worker._sampler import ActionUsage, ProcessTreeSampler
 from lre.worker._staging import LinkSource
 from lre.worker._upload import Adopter
@@ -56,10 +57,14 @@ BACKOFF_START_S = 0.25
 BACKOFF_MAX_S = 5.0
 HEARTBEAT_S = 5.0
 
+#: Memory capacity offered when ``memory_budget`` is 0 ("no budget").
+UNLIMITED_MEMORY = 1 << 60
+
 
 @dataclass(frozen=True, slots=True)
-class WorkerStatistics:
-    """A snapshot of one worker for the TUI and /metrics."""
+class LocalWorkerStatistics:
+    """The local worker's own counters: actions running now, completed and
+    turned back by the precondition script, and its running actions' usage."""
 
     name: str
     running: int
@@ -72,6 +77,8 @@ class WorkerStatistics:
 class LocalWorker:
     """One local worker; see the module docstring.
 
+    - ``resources``: the numbers of ``spec`` with ``"auto"`` worked out
+      (``lre.config.worker_resources``).
     - ``store``: the CAS inputs are read from and outputs written to.
     - ``link_source``: ``path_for_link`` of a filesystem store (hardlinked
       inputs); ``adopt``: its ``adopt_file`` (outputs moved, not copied);
@@ -85,7 +92,8 @@ class LocalWorker:
         self,
         spec: LocalWorkerSpec,
         *,
-        scheduler: Scheduler,
+        resources: WorkerResources,
+        scheduler: WorkerScheduler,
         store: BlobStore,
         action_cache: ActionResultWriter | None = None,
         link_source: LinkSource | None = None,
@@ -94,6 +102,7 @@ class LocalWorker:
         containment: Containment | None = None,
     ) -> None:
         self.spec = spec
+        self.resources = resources
         #: How action processes are contained (default: the spec's mode).
         self.containment = (
             containment if containment is not None else choose_containment(spec.containment)
@@ -131,18 +140,17 @@ class LocalWorker:
 
         Raises ``FailedPrecondition`` naming a property whose query fails.
         """
-        resources = self.spec.resources
-        cpus = cpu_count(resources)
+        resources = self.resources
         capacity = Reservation(
-            millicpus=int(cpus * 1000 * resources.cpu_overcommit),
-            memory_bytes=memory_budget(resources),
+            millicpus=int(resources.cpu_count * 1000 * self.spec.resources.cpu_overcommit),
+            memory_bytes=resources.memory_budget_bytes or UNLIMITED_MEMORY,
         )
         properties = await resolve_properties(self.spec.platform_properties)
         return WorkerInfo(
             name=self.spec.name,
             properties=properties,
             capacity=capacity,
-            max_inflight=max_inflight(self.spec),
+            max_inflight=resources.max_inflight_tasks,
             max_action_timeout_s=float(self.spec.max_action_timeout_s),
             default_timeout_s=float(self.spec.default_timeout_s),
         )
@@ -164,6 +172,7 @@ class LocalWorker:
                 self.spec,
                 workdir,
                 self.store,
+                max_inflight=self.resources.max_inflight_tasks,
                 action_cache=self.action_cache,
                 link_source=self.link_source,
                 adopt=self.adopt,
@@ -202,8 +211,8 @@ class LocalWorker:
         """Return once no action of this worker is running."""
         await self._idle.wait()
 
-    def statistics(self) -> WorkerStatistics:
-        return WorkerStatistics(
+    def statistics(self) -> LocalWorkerStatistics:
+        return LocalWorkerStatistics(
             name=self.spec.name,
             running=self._running,
             completed=self._completed,

@@ -1,11 +1,15 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import grpc
 import trio
 
 from lre.app import Application, ReadyInfo
-from lre.config import Config
+from lre.config import Config, load_config_text, resolve, worker_resources
 from lre.proto import re_grpc, re_pb2
+
+from .conftest import app_config_text
 
 
 def _capabilities(address: str) -> re_pb2.ServerCapabilities:
@@ -60,3 +64,24 @@ async def test_work_directory_is_released_after_stop(app_config: Config) -> None
 
 async def _serve(app: Application, *, task_status: trio.TaskStatus[ReadyInfo]) -> None:
     await app.serve(task_status=task_status)
+
+
+async def test_workers_offer_the_numbers_config_worked_out(tmp_path: Path) -> None:
+    """Config alone works "auto" out: a worker built from a config still
+    holding "auto" offers what the resolved config says."""
+    text = (
+        app_config_text(tmp_path)
+        .replace("max_inflight_tasks: 2", 'max_inflight_tasks: "auto"')
+        .replace('cpu_count: 2, memory_budget: "2GiB"', 'memory_budget: "auto"')
+    )
+    config = load_config_text(text, source="test.json5")
+    resolved = resolve(config)
+    local = resolved.workers[0].local
+    assert local is not None and isinstance(local.max_inflight_tasks, int)
+    for built in (config, resolved):
+        app = Application(built)
+        assert app.worker_resources == {"local": worker_resources(local)}
+        info = await app.workers[0].describe()
+        assert info.max_inflight == local.max_inflight_tasks
+        assert info.capacity.millicpus == int(local.resources.cpu_count) * 1500
+        assert info.capacity.memory_bytes == local.resources.memory_budget

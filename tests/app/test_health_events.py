@@ -8,10 +8,10 @@ from pathlib import Path
 import trio
 
 from lre.app import Application
-from lre.app._events import EventKind
 from lre.config import load_config_text, resolve
 from lre.digest import Digest
-from lre.scheduler import SchedulerEvent, SchedulerEventKind
+from lre.scheduler import SchedulerEvent
+from lre.snapshot import EventKind
 from tests.app.conftest import app_config_text
 
 
@@ -32,7 +32,7 @@ def _app(tmp_path: Path, extra_store: str = "") -> Application:
 def test_worker_health_events_mark_and_clear_a_health_problem(tmp_path: Path) -> None:
     app = _app(tmp_path)
     sick = SchedulerEvent(
-        SchedulerEventKind.WORKER,
+        EventKind.WORKER,
         "worker local: 3 actions in a row failed",
         worker="local",
         healthy=False,
@@ -42,7 +42,7 @@ def test_worker_health_events_mark_and_clear_a_health_problem(tmp_path: Path) ->
     assert not app.assembler().healthy
     app._record_event(
         SchedulerEvent(
-            SchedulerEventKind.WORKER, "worker local: running again", worker="local", healthy=True
+            EventKind.WORKER, "worker local: running again", worker="local", healthy=True
         )
     )
     assert app.health.problems() == ()

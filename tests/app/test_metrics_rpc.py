@@ -13,11 +13,11 @@ from lre.service import (
     GrpcServer,
     InstanceBackends,
     Instances,
+    RpcMetrics,
     ServerOptions,
     TrioBridge,
     cache_servicers,
 )
-from lre.service._rpc_metrics import RpcMetrics
 
 EXPECTED_METHODS = {
     "Capabilities/GetCapabilities",

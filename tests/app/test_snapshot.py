@@ -3,31 +3,24 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
 
 import pytest
 import trio
 
-from lre.app._snapshot import (
-    EventKind,
-    EventLog,
-    HealthBoard,
-    JobserverTokens,
-    ProcessSnapshot,
-    SnapshotAssembler,
-    action_summary,
-    free_space_check,
-    platform_key_set,
-)
+from lre.app._events import EventLog
+from lre.app._health import HealthBoard, free_space_check
+from lre.app._metrics import platform_key_set
+from lre.app._snapshot import SnapshotAssembler
 from lre.scheduler import (
     LeaseStatistics,
+    RegisteredWorkerStatistics,
     Reservation,
     SchedulerStatistics,
-    WorkerStatistics,
 )
-from lre.scheduler._learner import kind_key as command_kind_key
+from lre.snapshot import EventKind, JobserverTokens, ProcessSnapshot, action_summary
 from tests.tui._load import run, start_load, submit
 from tests.tui._sample import sample_snapshot
 
@@ -139,6 +132,7 @@ def test_sampler_usage_joined_by_lease_id() -> None:
         kind_key="cmd:gcc:0123456789abcdef",
         mnemonic="",
         target_id="",
+        summary="gcc",
         reservation=Reservation(2000, 1 << 30),
         exclusive=False,
         attempt=2,
@@ -164,6 +158,10 @@ def test_sampler_usage_joined_by_lease_id() -> None:
     assert row.kill_line_bytes == int(1.5 * (1 << 30))  # the sampler reported no line
     assert (row.attempt, row.ladder_step) == (2, 1)
     assert assembler().jobserver == JobserverTokens(1, 3)
+    # an action the scheduler cannot name still gets a summary in the row
+    unnamed = _statistics(leases=(replace(lease, summary=""),))
+    (row,) = SnapshotAssembler(address="a", scheduler=lambda: unnamed)().inflight
+    assert row.summary == "?"
 
 
 def test_event_log_is_a_bounded_ring_with_totals() -> None:
@@ -196,12 +194,10 @@ def test_health_board_and_disk_check(tmp_path: Path) -> None:
 
 
 def test_summary_and_key_set() -> None:
-    assert action_summary("CppCompile", "bazel:CppCompile://a:b") == "CppCompile"
-    assert action_summary("", "bazel:CppLink://a:b") == "CppLink"
-    assert action_summary("", "cmd:clang++:abcdef") == "clang++"
-    # The key rule really produces what the summary parses.
-    assert action_summary("", command_kind_key("", "", ["/usr/bin/gcc", "-c", "a.c"])) == "gcc"
-    assert action_summary("", "") == "?"
+    assert action_summary("CppCompile", ["/usr/bin/gcc", "-c", "a.c"]) == "CppCompile"
+    assert action_summary("", ["clang++", "-c", "a.cc"]) == "clang++"
+    assert action_summary("", ["/usr/bin/gcc", "-c", "a.c"]) == "gcc"
+    assert action_summary("", []) == ""
     assert platform_key_set("OSFamily=linux,cpu=2,mem=1.0 GiB,exclusive") == (
         "OSFamily,cpu,mem,exclusive"
     )
@@ -213,7 +209,7 @@ def _statistics(
     completions: dict[str, int] | None = None,
     leases: tuple[LeaseStatistics, ...] = (),
 ) -> SchedulerStatistics:
-    worker = WorkerStatistics(
+    worker = RegisteredWorkerStatistics(
         name="local",
         draining=False,
         capacity=Reservation(8000, 8 << 30),

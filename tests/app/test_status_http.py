@@ -9,9 +9,11 @@ import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
-from lre.app._snapshot import EventKind, HealthBoard, ProcessSnapshot, SnapshotAssembler
+from lre.app._health import HealthBoard
+from lre.app._snapshot import SnapshotAssembler
 from lre.app._status_http import StatusServer, parse_listen_address
-from lre.service._rpc_metrics import RpcMetrics
+from lre.service import RpcMetrics
+from lre.snapshot import EventKind, ProcessSnapshot
 from lre.tui import RemoteSnapshots, fetch_snapshot_json
 from tests.tui._load import run, start_load, submit
 

@@ -10,10 +10,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 
 from lre.app._metrics import render_metrics
-from lre.app._snapshot import ProcessSnapshot
 from lre.app._status_http import _status_body
 from lre.app._upstreams import upstream_rows
 from lre.scheduler import ForwardStatistics
+from lre.snapshot import ProcessSnapshot
 from lre.tui import render_dashboard
 from lre.upstream import UpstreamStatistics
 from tests.tui._sample import sample_snapshot

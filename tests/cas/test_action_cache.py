@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from lre.cas import (
     write_bytes,
     write_message,
 )
+from lre.cas._action_log import LOG_NAME, ActionLog
 from lre.digest import Digest, digest_of
 from lre.errors import InvalidArgument, MissingBlobs, ResourceExhausted
 from lre.proto import re_pb2
@@ -86,17 +88,146 @@ async def test_filesystem_action_cache_reads_a_large_entry_in_a_thread(
     await cache.put(ACTION, small)
     await cache.put(other, large)
     reader_threads: list[bool] = []
-    read = FilesystemActionCache._read
+    read = ActionLog.read
 
-    def spy(path: str, limit: int | None) -> bytes | None:
+    def spy(self: ActionLog, key: str) -> bytes | None:
         reader_threads.append(threading.current_thread() is threading.main_thread())
-        return read(path, limit)
+        return read(self, key)
 
-    monkeypatch.setattr(FilesystemActionCache, "_read", staticmethod(spy))
+    monkeypatch.setattr(ActionLog, "read", spy)
     assert await cache.get(ACTION) == small
     assert reader_threads == [True]
     assert await cache.get(other) == large
-    assert reader_threads == [True, True, False]  # refused inline, then read in a thread
+    assert reader_threads == [True, False]
+
+
+def _log_file(tmp_path: Path) -> Path:
+    return tmp_path / "ac" / LOG_NAME
+
+
+async def test_one_file_and_no_file_per_entry(tmp_path: Path) -> None:
+    """Storing a result appends to the log; it makes no file per entry."""
+    cache = FilesystemActionCache(tmp_path / "ac")
+    await cache.open()
+    for i in range(20):
+        await cache.put(digest_of(b"action %d" % i), b"result %d" % i)
+    assert sorted(p.name for p in (tmp_path / "ac").iterdir()) == [LOG_NAME, "tmp"]
+    assert await cache.digests() == [digest_of(b"action %d" % i) for i in range(20)]
+
+
+async def test_a_torn_last_record_is_cut_and_the_rest_kept(tmp_path: Path) -> None:
+    """lre killed in the middle of a write: the records before it survive,
+    the torn one is never served, and the next put lands after a clean cut."""
+    cache = FilesystemActionCache(tmp_path / "ac")
+    await cache.open()
+    await cache.put(ACTION, b"kept result")
+    torn = digest_of(b"torn")
+    await cache.put(torn, b"x" * 200)
+    log_path = _log_file(tmp_path)
+    size = log_path.stat().st_size
+    os.truncate(log_path, size - 50)  # the second record loses its tail
+
+    reopened = FilesystemActionCache(tmp_path / "ac")
+    await reopened.open()
+    assert await reopened.get(ACTION) == b"kept result"
+    assert await reopened.get(torn) is None
+    await reopened.put(torn, b"written again")
+    again = FilesystemActionCache(tmp_path / "ac")
+    await again.open()
+    assert await again.get(torn) == b"written again"
+    assert await again.get(ACTION) == b"kept result"
+
+
+async def test_a_damaged_entry_reads_as_absent(tmp_path: Path) -> None:
+    """A byte flipped on disk under a result: never served, on the open cache
+    (checked at read) nor after a restart (checked at the scan)."""
+    cache = FilesystemActionCache(tmp_path / "ac")
+    await cache.open()
+    await cache.put(ACTION, b"exit code 0, outputs a b c")
+    log_path = _log_file(tmp_path)
+    raw = bytearray(log_path.read_bytes())
+    at = raw.index(b"exit code 0")
+    raw[at] ^= 0x01
+    log_path.write_bytes(bytes(raw))
+    assert await cache.get(ACTION) is None
+    reopened = FilesystemActionCache(tmp_path / "ac")
+    await reopened.open()
+    assert await reopened.get(ACTION) is None
+
+
+async def test_entries_of_the_older_layout_move_into_the_log(tmp_path: Path) -> None:
+    """An upgrade keeps the results a file-per-entry cache held."""
+    old = digest_of(b"old action")
+    shard = tmp_path / "ac" / old.hash[:2]
+    shard.mkdir(parents=True)
+    (shard / f"{old.hash}-{old.size_bytes}").write_bytes(b"old result")
+    cache = FilesystemActionCache(tmp_path / "ac")
+    assert await cache.usage() == ContentUsage(1, 10)
+    await cache.open()
+    assert await cache.get(old) == b"old result"
+    assert not shard.exists()
+    reopened = FilesystemActionCache(tmp_path / "ac")
+    await reopened.open()
+    assert await reopened.get(old) == b"old result"
+
+
+async def test_replaced_records_are_rewritten_away(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same actions stored again and again (a benchmark, a flaky test
+    rerun with --noremote_accept_cached) do not grow the file without end."""
+    monkeypatch.setattr(ActionLog, "wants_compaction", _small_threshold)
+    cache = FilesystemActionCache(tmp_path / "ac")
+    await cache.open()
+    for round_ in range(50):
+        for i in range(4):
+            await cache.put(digest_of(b"action %d" % i), b"result %d of round %03d" % (i, round_))
+    assert _log_file(tmp_path).stat().st_size < 4 * 2 * 200
+    for i in range(4):
+        assert await cache.get(digest_of(b"action %d" % i)) == b"result %d of round 049" % i
+    reopened = FilesystemActionCache(tmp_path / "ac")
+    await reopened.open()
+    assert await reopened.get(digest_of(b"action 3")) == b"result 3 of round 049"
+
+
+def _small_threshold(self: ActionLog, max_bytes: int | None) -> bool:
+    if self.shared:
+        return False
+    if max_bytes is not None and self.live_bytes > max_bytes:
+        return True
+    return self.dead_bytes > max(1000, self.live_bytes)
+
+
+async def test_max_bytes_drops_the_oldest_results(tmp_path: Path) -> None:
+    cache = FilesystemActionCache(tmp_path / "ac", max_bytes=1000)
+    await cache.open()
+    actions = [digest_of(b"action %d" % i) for i in range(30)]
+    for action in actions:
+        await cache.put(action, b"r" * 100)
+    usage = await cache.usage()
+    assert usage.stored_bytes <= 1000
+    assert await cache.get(actions[-1]) == b"r" * 100
+    assert await cache.get(actions[0]) is None
+    kept = await cache.digests()
+    assert kept == actions[len(actions) - len(kept) :]  # the newest survive
+
+
+async def test_another_writer_on_the_same_file_loses_nothing(tmp_path: Path) -> None:
+    """Two caches appending to one file (two configurations naming one
+    directory): each reads its own results, and neither rewrites the file
+    under the other."""
+    first = FilesystemActionCache(tmp_path / "ac", max_bytes=1000)
+    second = FilesystemActionCache(tmp_path / "ac", max_bytes=1000)
+    await first.open()
+    await second.open()
+    for i in range(30):
+        await first.put(digest_of(b"first %d" % i), b"1" * 100)
+        await second.put(digest_of(b"second %d" % i), b"2" * 100)
+    assert await first.get(digest_of(b"first 0")) == b"1" * 100
+    assert await second.get(digest_of(b"second 0")) == b"2" * 100
+    third = FilesystemActionCache(tmp_path / "ac")
+    await third.open()
+    assert len(await third.digests()) == 60
 
 
 async def test_memory_action_cache_is_bounded() -> None:

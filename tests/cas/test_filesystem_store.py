@@ -26,6 +26,7 @@ from lre.cas import (
     read_bytes,
     write_bytes,
 )
+from lre.cas._inline import INLINE_BYTES
 from lre.digest import EMPTY_DIGEST, Digest, digest_of
 from lre.errors import InvalidArgument, NotFound, ResourceExhausted
 
@@ -524,3 +525,34 @@ async def test_discard_forgets_both_variants_until_written_again(
     fresh = await store.path_for_link(digest, executable=False)
     assert fresh == plain
     assert stat.S_IMODE(os.stat(fresh).st_mode) == 0o444
+
+
+async def test_uses_seen_on_another_thread_count_before_eviction(tmp_path: Path) -> None:
+    """A FindMissingBlobs answered on the gRPC thread is a use: the blob it
+    found is not the next one evicted, although the lookup only queued it."""
+    store = await open_store(tmp_path, max_bytes=2000)
+    first = await write_bytes(store, b"a" * 900)
+    second = await write_bytes(store, b"b" * 900)
+
+    def lookup() -> list[int | None] | None:
+        return store.sizes_now([first.hash], [first.size_bytes])
+
+    assert await trio.to_thread.run_sync(lookup) == [900]
+    assert await trio.to_thread.run_sync(store.read_now, first, 0, 0) == b"a" * 900
+    await write_bytes(store, b"c" * 900)  # room for two: the least recently used goes
+    assert await store.has_many([first, second]) == [900, None]
+
+
+async def test_answers_from_another_thread_are_none_when_not_simple(tmp_path: Path) -> None:
+    store = FilesystemStore(tmp_path / "cas", tmp_path / "tmp", 1 << 20)
+    assert store.sizes_now([], []) is None  # not open yet
+    await store.open()
+    small = await write_bytes(store, b"0123456789")
+    assert store.read_now(small, 4, 3) == b"456"
+    assert store.read_now(small, 10, 0) == b""
+    assert store.read_now(small, 11, 0) is None  # a bad range: read() raises it
+    assert store.read_now(small, -1, 0) is None
+    assert store.read_now(digest_of(b"absent"), 0, 0) is None
+    big = await write_bytes(store, b"x" * (INLINE_BYTES + 1))
+    assert store.read_now(big, 0, 0) is None
+    assert store.read_now(big, 0, 100) == b"x" * 100

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
+import struct
 import subprocess
 import sys
+import termios
 from pathlib import Path
 
 import json5
 import pytest
+import trio
 from typer.testing import CliRunner
 
 import lre
+from lre.app._status_http import StatusServer
 from lre.cli import app
 from lre.config import load_config_text
+from tests.tui._sample import sample_snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
@@ -146,11 +152,101 @@ def test_python_dash_m_lre(tmp_path: Path) -> None:
 
 def test_the_command_line_starts_without_the_server_modules() -> None:
     # `lre status`, `lre down`, `lre --help` and the like must not pay for
-    # importing the server (about a second here): only `lre up`, `top` and
-    # `stats` import it, when they run.
+    # importing the server (about a second here) nor the dashboard: `lre up`
+    # imports the server when it runs, `top` and `stats` only the dashboard
+    # (next test).
     heavy = ["trio", "grpc", "google.protobuf", "lre.cas", "lre.app", "lre.tui", "lre.service"]
+    heavy += ["lre.snapshot", "lre.scheduler", "lre.worker", "lre.upstream"]
     code = f"import sys, lre.cli; print(','.join(m for m in {heavy!r} if m in sys.modules))"
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
     )
     assert out.stdout.strip() == ""
+
+
+#: What only a serving lre needs; `lre top` and `lre stats` read a snapshot over HTTP.
+SERVER_MODULES = (
+    "lre.app",
+    "lre.service",
+    "lre.worker",
+    "lre.scheduler",
+    "lre.cas",
+    "lre.upstream",
+    "grpc",
+)
+
+#: Runs the command line given after the record path, then writes every module
+#: it imported to that path, however the command ended.
+RECORD_MODULES = """\
+import sys
+from lre.cli import main
+record, sys.argv = sys.argv[1], ["lre", *sys.argv[2:]]
+try:
+    main()
+finally:
+    with open(record, "w") as f:
+        f.write("\\n".join(sorted(sys.modules)))
+"""
+
+
+def _server_modules(record: Path) -> list[str]:
+    loaded = record.read_text().split()
+    assert "lre.tui" in loaded  # the command really ran
+    return [m for m in loaded if any(m == s or m.startswith(f"{s}.") for s in SERVER_MODULES)]
+
+
+async def _run_top_in_a_terminal(address: str, record: Path) -> bytes:
+    """`lre top` on a pseudo-terminal until it shows the snapshot, then `q`."""
+    main_fd, term_fd = os.openpty()
+    fcntl.ioctl(term_fd, termios.TIOCSWINSZ, struct.pack("HHHH", 36, 120, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    command = [sys.executable, "-c", RECORD_MODULES, str(record), "top", "--address", address]
+    process = await trio.lowlevel.open_process(
+        command, stdin=term_fd, stdout=term_fd, stderr=term_fd, cwd=ROOT, env=env
+    )
+    os.close(term_fd)
+    screen = b""
+    try:
+        with trio.fail_after(60):
+            while b"In flight (5)" not in screen:
+                await trio.lowlevel.wait_readable(main_fd)
+                screen += os.read(main_fd, 1 << 16)
+            os.write(main_fd, b"q")
+            while True:  # keep reading so a full terminal never blocks it
+                await trio.lowlevel.wait_readable(main_fd)
+                try:
+                    if not os.read(main_fd, 1 << 16):
+                        break
+                except OSError:  # EIO: lre top exited and closed the terminal
+                    break
+            assert await process.wait() == 0, screen[-2000:]
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        os.close(main_fd)
+    return screen
+
+
+async def test_top_and_stats_import_no_server_module(nursery: trio.Nursery, tmp_path: Path) -> None:
+    server = StatusServer("127.0.0.1:0", sample_snapshot)
+    address = f"127.0.0.1:{await nursery.start(server.serve)}"
+    for name, args, shown in (
+        ("stats", ["stats", "--address", address], "In flight (5)"),
+        ("stats-json", ["stats", "--json", "--address", address], '"schema": 1'),
+    ):
+        record = tmp_path / f"{name}.modules"
+        result = await trio.run_process(
+            [sys.executable, "-c", RECORD_MODULES, str(record), *args],
+            capture_stdout=True,
+            capture_stderr=True,
+            cwd=ROOT,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr.decode()
+        assert shown in result.stdout.decode()
+        assert _server_modules(record) == [], name
+
+    record = tmp_path / "top.modules"
+    await _run_top_in_a_terminal(address, record)
+    assert _server_modules(record) == []

@@ -1,4 +1,4 @@
-"""The "auto" rules and resolve()."""
+"""The "auto" rules, resolve() and worker_resources()."""
 
 from __future__ import annotations
 
@@ -7,12 +7,14 @@ from pathlib import Path
 
 from lre.config import (
     HostFacts,
+    WorkerResources,
     auto_cpu_count,
     auto_filesystem_max_bytes,
     auto_max_inflight_tasks,
     auto_memory_budget,
     nearest_existing_dir,
     resolve,
+    worker_resources,
 )
 
 from .conftest import MINIMAL, load
@@ -97,3 +99,47 @@ def test_resolve_keeps_explicit_values_and_uses_worker_cpus() -> None:
     assert local.resources.cpu_count == 3
     assert local.max_inflight_tasks == 4  # floor(3 x 1.5)
     assert local.resources.memory_budget == 5 * GIB
+
+
+def test_worker_resources_are_the_numbers_resolve_writes() -> None:
+    """A worker's numbers come from the same rules as ``resolve``, and a
+    resolved config keeps them whatever machine reads it again."""
+    facts = HostFacts(cpu_count=6, total_memory=16 * GIB, free_disk=lambda p: 0)
+    config = load(MINIMAL)
+    local = config.workers[0].local
+    assert local is not None
+    numbers = worker_resources(local, facts)
+    assert numbers == WorkerResources(
+        cpu_count=6, memory_budget_bytes=10 * GIB, max_inflight_tasks=9
+    )
+    resolved = resolve(config, facts).workers[0].local
+    assert resolved is not None
+    elsewhere = HostFacts(cpu_count=64, total_memory=GIB, free_disk=lambda p: 0)
+    assert worker_resources(resolved, elsewhere) == numbers
+    # small machines: the budget never goes below 1 GiB
+    small = HostFacts(cpu_count=1, total_memory=2 * GIB, free_disk=lambda p: 0)
+    assert worker_resources(local, small).memory_budget_bytes == GIB
+
+
+def test_worker_resources_keep_explicit_values_and_no_budget() -> None:
+    text = MINIMAL.replace(
+        'work_directory: "/data/work"',
+        'work_directory: "/data/work", max_inflight_tasks: 0, '
+        "resources: { cpu_count: 3, memory_budget: 0 }",
+    )
+    local = load(text).workers[0].local
+    assert local is not None
+    numbers = worker_resources(
+        local, HostFacts(cpu_count=64, total_memory=GIB, free_disk=lambda p: 0)
+    )
+    assert numbers == WorkerResources(cpu_count=3, memory_budget_bytes=0, max_inflight_tasks=0)
+
+
+def test_worker_resources_measure_this_machine_as_resolve_does() -> None:
+    local = load(MINIMAL).workers[0].local
+    assert local is not None
+    measured = worker_resources(local)
+    resolved = resolve(load(MINIMAL)).workers[0].local
+    assert resolved is not None
+    assert measured == worker_resources(resolved)
+    assert measured.cpu_count >= 1 and measured.memory_budget_bytes >= GIB

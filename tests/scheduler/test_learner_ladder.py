@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from lre.config import ResourceSpec, auto_memory_budget
+from lre.config import ResourceSpec
 from lre.errors import ResourceExhausted, StatusCode
-from lre.scheduler._admission import MemoryAdmission, memory_budget_bytes
+from lre.scheduler._admission import MemoryAdmission
 from lre.scheduler._ladder import LadderStep, MemoryLadder, format_bytes
 
 MiB = 1 << 20
@@ -96,18 +96,6 @@ def test_from_spec_and_validation() -> None:
 # ---------------------------------------------------------------- admission
 
 
-def test_budget_auto_and_fixed() -> None:
-    assert memory_budget_bytes(ResourceSpec(memory_budget=2 * GiB)) == 2 * GiB  # type: ignore[arg-type]
-    auto = ResourceSpec()
-    assert memory_budget_bytes(auto, total_ram_bytes=16 * GiB) == 10 * GiB
-    # small machines: config's floor of 1 GiB, the same rule the worker's capacity uses
-    assert memory_budget_bytes(auto, total_ram_bytes=2 * GiB) == GiB
-    assert memory_budget_bytes(auto, total_ram_bytes=3 * GiB) == auto_memory_budget(
-        3 * GiB, int(auto.memory_floor)
-    )
-    assert memory_budget_bytes(auto) > 0  # reads the real machine
-
-
 def test_budget_admission() -> None:
     adm = MemoryAdmission(2 * GiB, live_memory_veto=False)
     for _ in range(6):
@@ -143,7 +131,7 @@ def test_live_memory_veto() -> None:
     assert adm.statistics().vetoed_live == 1
 
 
-def test_from_spec_uses_psutil() -> None:
-    adm = MemoryAdmission.from_spec(ResourceSpec(memory_budget=4 * GiB))  # type: ignore[arg-type]
+def test_available_memory_is_read_from_psutil() -> None:
+    adm = MemoryAdmission(4 * GiB)
     assert adm.budget_bytes == 4 * GiB
     assert adm.available_bytes() > 0

@@ -1,7 +1,9 @@
 """A real lre gRPC server on 127.0.0.1 and a real grpc client for service tests.
 
 ``cache_server`` starts ``GrpcServer`` with the cache servicers over a
-``MemoryStore`` in the test's Trio nursery (stopped when the test ends). The
+``MemoryStore`` and again over a ``FilesystemStore`` (which answers
+FindMissingBlobs and small reads on the gRPC thread) in the test's Trio
+nursery (stopped when the test ends). The
 client is a synchronous grpc channel whose calls run in worker threads
 (``trio.to_thread``), so the Trio loop - which also runs the server's Trio
 side - never blocks.
@@ -11,13 +13,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
 import pytest
 import trio
 
-from lre.cas import ActionResultCache, MemoryActionCache, MemoryStore
+from lre.cas import ActionResultCache, BlobStore, FilesystemStore, MemoryActionCache, MemoryStore
 from lre.proto import bs_grpc, re_grpc
 from lre.service import (
     CacheServiceOptions,
@@ -64,7 +67,7 @@ class Client:
 @dataclass
 class ServerHandle:
     address: str
-    store: MemoryStore
+    store: BlobStore
     bridge: TrioBridge
     instances: Instances
     client: Client
@@ -97,9 +100,17 @@ async def start_server(
     return address, bridge, instances
 
 
-@pytest.fixture
-async def cache_server(nursery: trio.Nursery) -> AsyncIterator[ServerHandle]:
-    store = MemoryStore(max_bytes=512 << 20)
+@pytest.fixture(params=["memory", "filesystem"])
+async def cache_server(
+    nursery: trio.Nursery, request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[ServerHandle]:
+    store: BlobStore
+    if request.param == "memory":
+        store = MemoryStore(max_bytes=512 << 20)
+    else:
+        filesystem = FilesystemStore(tmp_path / "cas", tmp_path / "tmp", 512 << 20)
+        await filesystem.open()
+        store = filesystem
     results = ActionResultCache(MemoryActionCache(), store)
     backends = {
         "": InstanceBackends(cas=store),

@@ -122,3 +122,34 @@ async def test_malformed_action_digest(cache_server: ServerHandle) -> None:
         await update(cache_server, bad)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "output_files[0].digest" in info.value.details()
+
+
+async def test_a_miss_is_answered_without_trio(
+    cache_server: ServerHandle,
+) -> None:
+    """Buck2 asks GetActionResult before every Execute and Bazel before every
+    cacheable one; most are misses, known from memory on the gRPC thread."""
+    client = cache_server.client
+    before = cache_server.bridge.statistics().started_total
+    for i in range(5):
+        with pytest.raises(grpc.RpcError) as caught:
+            await client.run(
+                client.action_cache.GetActionResult,
+                re_pb2.GetActionResultRequest(
+                    instance_name="main", action_digest=proto(b"no such action %d" % i)
+                ),
+            )
+        assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+        assert "no complete cached result" in (caught.value.details() or "")
+    assert cache_server.bridge.statistics().started_total == before
+
+    with pytest.raises(grpc.RpcError) as caught:
+        await client.run(
+            client.action_cache.GetActionResult,
+            re_pb2.GetActionResultRequest(
+                instance_name="main",
+                action_digest=re_pb2.Digest(hash="xyz", size_bytes=1),
+            ),
+        )
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "action_digest" in (caught.value.details() or "")

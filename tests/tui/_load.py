@@ -8,11 +8,13 @@ from dataclasses import dataclass, field
 
 import trio
 
-from lre.app._snapshot import EventKind, EventLog, SnapshotAssembler
+from lre.app._events import EventLog
+from lre.app._snapshot import SnapshotAssembler
 from lre.cas import MemoryStore, StoreStatistics, write_message
 from lre.config import PropertyModification, PropertyValue, SimpleSchedulerSpec
 from lre.proto import re_pb2
 from lre.scheduler import Completed, Lease, RequestInfo, Reservation, Scheduler, WorkerInfo
+from lre.snapshot import EventKind
 
 GIB = 1 << 30
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from lre.app._snapshot import (
+from lre.snapshot import (
     EventKind,
     InflightAction,
     JobserverTokens,

@@ -13,7 +13,7 @@ import pytest
 import trio
 from rich.console import Console
 
-from lre.app._snapshot import ProcessSnapshot
+from lre.snapshot import ProcessSnapshot
 from lre.tui import run_dashboard
 from tests.tui._sample import sample_snapshot
 

@@ -8,9 +8,9 @@ import trio
 from typer.testing import CliRunner
 
 import lre.cli._top  # noqa: F401  (registers the commands even before lre.cli imports it)
-from lre.app._snapshot import ProcessSnapshot
 from lre.app._status_http import StatusServer
 from lre.cli._app import app
+from lre.snapshot import ProcessSnapshot
 from tests.tui._sample import sample_snapshot
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from lre.app._snapshot import EventKind
 from lre.app._status_http import StatusServer
+from lre.snapshot import EventKind
 from tests.tui._load import run, start_load, submit
 
 REPO = Path(__file__).resolve().parents[2]

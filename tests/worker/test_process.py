@@ -187,6 +187,10 @@ async def test_own_session(tmp_path: Path) -> None:
         os.kill(sleeper, signal.SIGKILL)
 
 
+def kernel_name(native_id: int | None) -> str:
+    return Path(f"/proc/self/task/{native_id}/comm").read_text().strip()
+
+
 async def test_started_by_long_lived_spawner_threads(tmp_path: Path) -> None:
     from lre.worker._process import _SPAWNER
 
@@ -194,6 +198,9 @@ async def test_started_by_long_lived_spawner_threads(tmp_path: Path) -> None:
     _, (second,) = await start(tmp_path, "true")
     threads = _SPAWNER.threads
     assert threads and all(t.daemon and t.is_alive() for t in threads)
+    # named where top -H and bench/bench_capacity.py see them
+    for thread in threads:
+        assert kernel_name(thread.native_id) == thread.name.encode()[:15].decode()
     # the threads outlive every run (the parent-death signal follows the forking thread)
     await trio.sleep(0.05)
     assert _SPAWNER.threads == threads and all(t.is_alive() for t in threads)

@@ -13,6 +13,7 @@ import pytest
 import trio
 
 from lre.cas import MemoryStore, read_bytes, write_message
+from lre.config import worker_resources
 from lre.config._models import (
     LocalWorkerSpec,
     PlatformPropertySpec,
@@ -66,7 +67,10 @@ async def running(
     scheduler = Scheduler(SimpleSchedulerSpec(), cas=store, resources=resources)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
-        workers = [LocalWorker(spec, scheduler=scheduler, store=store) for spec in specs]
+        workers = [
+            LocalWorker(spec, resources=worker_resources(spec), scheduler=scheduler, store=store)
+            for spec in specs
+        ]
         for worker in workers:
             await nursery.start(worker.run)
         yield scheduler, workers
@@ -88,17 +92,13 @@ async def test_auto_inflight_is_whole_cpus_of_capacity(tmp_path: Path, store: Me
     """With the defaults (overcommit 1.5) a 2-CPU worker offers 3,000 millicpus
     and takes three one-CPU actions at once; an explicit limit still wins."""
     scheduler = Scheduler(SimpleSchedulerSpec(), cas=store)
-    auto = LocalWorker(
-        make_spec(tmp_path, resources=ResourceSpec(cpu_count=2)), scheduler=scheduler, store=store
-    )
+    spec = make_spec(tmp_path, resources=ResourceSpec(cpu_count=2))
+    auto = LocalWorker(spec, resources=worker_resources(spec), scheduler=scheduler, store=store)
     info = await auto.describe()
     assert info.capacity.millicpus == 3000
     assert info.max_inflight == 3
-    fixed = LocalWorker(
-        make_spec(tmp_path, max_inflight_tasks=2, resources=ResourceSpec(cpu_count=2)),
-        scheduler=scheduler,
-        store=store,
-    )
+    spec = make_spec(tmp_path, max_inflight_tasks=2, resources=ResourceSpec(cpu_count=2))
+    fixed = LocalWorker(spec, resources=worker_resources(spec), scheduler=scheduler, store=store)
     assert (await fixed.describe()).max_inflight == 2
 
 
@@ -133,7 +133,9 @@ async def test_workers_receive_only_matching_actions(tmp_path: Path, store: Memo
 async def test_second_worker_on_same_directory_refused(tmp_path: Path, store: MemoryStore) -> None:
     spec = make_spec(tmp_path)
     async with running(store, [spec]) as (scheduler, _):
-        second = LocalWorker(spec, scheduler=scheduler, store=store)
+        second = LocalWorker(
+            spec, resources=worker_resources(spec), scheduler=scheduler, store=store
+        )
         async with trio.open_nursery() as nursery:
             with pytest.raises(WorkDirectoryInUse):
                 await nursery.start(second.run)

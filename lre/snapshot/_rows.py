@@ -1,0 +1,91 @@
+"""The rows a ``ProcessSnapshot`` holds: running actions, workers, stores,
+upstream connections and jobserver tokens. Plain frozen data."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+__all__ = [
+    "EMPTY_COUNTS",
+    "InflightAction",
+    "JobserverTokens",
+    "StoreRow",
+    "UpstreamRow",
+    "WorkerRow",
+]
+
+#: The empty mapping every counts field defaults to.
+EMPTY_COUNTS: Mapping[str, int] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class InflightAction:
+    """One running action. ``rss_bytes``/``peak_rss_bytes``/``cpu_millicpus`` are
+    None until the sampler has seen it; ``kill_line_bytes`` 0 means no line.
+    ``operation`` is for people (the TUI, the JSON); metrics never use it."""
+
+    operation: str
+    summary: str
+    target: str
+    worker: str
+    elapsed_s: float
+    reserved_millicpus: int
+    reserved_memory_bytes: int
+    kill_line_bytes: int
+    rss_bytes: int | None
+    peak_rss_bytes: int | None
+    cpu_millicpus: int | None
+    ladder_step: int
+    attempt: int
+    exclusive: bool = False
+    cancelled: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRow:
+    name: str
+    draining: bool
+    inflight: int
+    max_inflight: int  # 0 = unlimited
+    millicpus_reserved: int
+    millicpus_capacity: int
+    memory_reserved_bytes: int
+    memory_capacity_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoreRow:
+    name: str
+    blob_count: int
+    used_bytes: int
+    max_bytes: int  # 0 = unbounded
+    evicted_blobs: int
+    evicted_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamRow:
+    """One connection to an upstream REAPI server (a grpc store, or a forward
+    scheduler's Execution client): its health and its counters (bounded
+    keys: read-through ``ac_hits``/``ac_misses``/``read_blobs``/``read_bytes``,
+    ``forwarded_<reason>``, ``fallback_<grpc code>``, ``refused_<grpc code>``,
+    ``completed_upstream``, ``fell_back_local``)."""
+
+    name: str
+    address: str
+    state: str  # "unknown", "up" or "down"
+    last_error: str = ""
+    calls: int = 0
+    failed_calls: int = 0
+    retries: int = 0
+    counters: Mapping[str, int] = field(default_factory=lambda: EMPTY_COUNTS)
+
+
+@dataclass(frozen=True, slots=True)
+class JobserverTokens:
+    """Tokens of all live jobserver pools: held by clients now, and in total."""
+
+    in_use: int
+    total: int
