@@ -10,8 +10,8 @@ gives the differences:
   actions it reaped; ``lre_threads``: lre's CPU by thread (the main thread,
   which runs Trio, as ``main``; the others by their kernel name, numbered
   pools summed: ``__enter__ from ...`` is the thread running grpc.aio's
-  asyncio loop, ``Trio thread`` Trio's worker threads, ``event_engine``
-  grpc's core);
+  asyncio loop (named after the Trio worker that started it), ``Trio
+  thread`` Trio's worker threads, ``event_engine`` grpc's core);
 - ``other``: what is left of ``busy`` (the Bazel client, other processes);
 - from lre's ``/metrics``: Execute calls and their summed duration, and the
   time spent in the other RPCs Bazel makes per action;
