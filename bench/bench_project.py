@@ -325,7 +325,7 @@ def _run(args: argparse.Namespace) -> None:
                 bazel_server(side.bazel.output_user_root).pid,
                 int(str(info["pid"])),
                 str(info["status_address"]),
-                work / "lre-home" / "ac",
+                work / "lre-home" / "ac" / "actions.log",
             )
         print(f"both tools pass {vectors} test vectors of the release", flush=True)
         splits: dict[tuple[str, str], list[Split]] = {(k, s): [] for k in KINDS for s in SIDES}

@@ -16,8 +16,10 @@ gives the differences:
 - from lre's ``/metrics``: Execute calls and their summed duration, and the
   time spent in the other RPCs Bazel makes per action;
 - from the ``ExecutedActionMetadata`` of the action results lre wrote during
-  the build (files in its action-cache directory): per action the run time,
-  the wait for a free slot, and lre's own time around the run.
+  the build (the records appended to its action-cache log, read with lre's
+  own ``scan``): per action the run time, the wait for a free slot, and lre's
+  own time around the run. If the log was compacted (replaced) during the
+  build, no results are read for it.
 
 Failures: ``Probe`` raises ``RuntimeError`` when a process it watches is
 gone or lre's status listener does not answer.
@@ -37,6 +39,8 @@ import psutil
 from bazel_cpu_split import busy_seconds, children_cpu, own_cpu
 from google.protobuf.timestamp_pb2 import Timestamp
 
+# The log's reader is private to lre.cas; the bench reads the file lre wrote.
+from lre.cas._action_log import scan
 from lre.proto import re_pb2
 
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -77,7 +81,7 @@ class Snapshot:
     lre_threads: dict[int, tuple[str, float]]
     rpc: dict[str, tuple[int, float]]  # method -> (calls, summed seconds)
     counters: dict[str, float]
-    wall_clock: float
+    log_position: tuple[int, int]  # (inode, size) of the action-cache log
 
 
 @dataclass
@@ -152,14 +156,14 @@ class Split:
 class Probe:
     """Reads CPU counters of one Bazel server and one lre, and lre's metrics."""
 
-    def __init__(self, jvm_pid: int, lre_pid: int, status_address: str, ac_dir: Path) -> None:
+    def __init__(self, jvm_pid: int, lre_pid: int, status_address: str, ac_log: Path) -> None:
         self.jvm = psutil.Process(jvm_pid)
         self.lre = psutil.Process(lre_pid)
         self.lre_pid = lre_pid
         self.metrics_url = f"http://{status_address}/metrics"
-        self.ac_dir = ac_dir
-        if not ac_dir.is_dir():
-            raise RuntimeError(f"lre's action-cache directory {ac_dir} does not exist")
+        self.ac_log = ac_log
+        if not ac_log.is_file():
+            raise RuntimeError(f"lre's action-cache log {ac_log} does not exist")
 
     def _metrics(self) -> tuple[dict[str, tuple[int, float]], dict[str, float]]:
         try:
@@ -193,7 +197,7 @@ class Probe:
             lre_threads=_thread_cpu(self.lre_pid),
             rpc={},
             counters={},
-            wall_clock=time.time(),
+            log_position=self._log_position(),
         )
         if not before:
             rpc, counters = self._metrics()
@@ -228,21 +232,26 @@ class Probe:
                 after.counters.get("lre_retries_total", 0)
                 - before.counters.get("lre_retries_total", 0)
             ),
-            actions=self._action_times(before.wall_clock, after.wall_clock),
+            actions=self._action_times(before.log_position, after.log_position),
         )
 
-    def _action_times(self, start: float, end: float) -> ActionTimes:
-        """Timings of the action results lre wrote between ``start`` and ``end``."""
-        times = ActionTimes()
-        for path in self.ac_dir.glob("*/*"):
-            try:
-                if not start <= path.stat().st_mtime <= end + 1:
-                    continue
-                result = re_pb2.ActionResult.FromString(path.read_bytes())
-            except OSError:
-                continue
-            m = result.execution_metadata
+    def _log_position(self) -> tuple[int, int]:
+        stat = self.ac_log.stat()
+        return stat.st_ino, stat.st_size
 
+    def _action_times(self, start: tuple[int, int], end: tuple[int, int]) -> ActionTimes:
+        """Timings of the action results appended to the log between two positions."""
+        times = ActionTimes()
+        if start[0] != end[0] or end[1] < start[1]:
+            return times  # compacted meanwhile: offsets no longer comparable
+        fd = os.open(self.ac_log, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            slots = [slot for slot in scan(fd).index.values() if slot[0] >= start[1]]
+            values = [os.pread(fd, length, offset) for offset, length, _ in slots]
+        finally:
+            os.close(fd)
+        for value in values:
+            m = re_pb2.ActionResult.FromString(value).execution_metadata
             run = _seconds(m.execution_completed_timestamp) - _seconds(m.execution_start_timestamp)
             worker = _seconds(m.worker_completed_timestamp) - _seconds(m.worker_start_timestamp)
             times.run.append(run)
