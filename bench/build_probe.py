@@ -9,9 +9,8 @@ gives the differences:
 - ``lre`` and ``lre_children``: lre's own CPU (all threads) and that of the
   actions it reaped; ``lre_threads``: lre's CPU by thread (the main thread,
   which runs Trio, as ``main``; the others by their kernel name, numbered
-  pools summed: ``__enter__ from ...`` is the thread running grpc.aio's
-  asyncio loop (named after the Trio worker that started it), ``Trio
-  thread`` Trio's worker threads, ``event_engine`` grpc's core);
+  pools summed: ``lre-...`` are lre's own, ``Trio thread`` Trio's worker
+  threads, ``event_engine`` grpc's core);
 - ``other``: what is left of ``busy`` (the Bazel client, other processes);
 - from lre's ``/metrics``: Execute calls and their summed duration, and the
   time spent in the other RPCs Bazel makes per action;
