@@ -2,7 +2,7 @@
 and through lre: clean builds and the edit-rebuild loop, with a CPU and
 latency split per build.
 
-    .venv/bin/python bench/bench_project.py [--rounds 6] [--warmup 2] [--edits 2]
+    .venv/bin/python bench/bench_project.py [--rounds 6] [--warmup 2] [--edits 3]
 
 What it does (see docs/benchmarks.md, "A real project"):
 
@@ -335,10 +335,7 @@ def _run(args: argparse.Namespace) -> None:
             timed = round_ >= args.warmup
             order = SIDES if round_ % 2 == 0 else SIDES[::-1]
             label = f"round {round_ - args.warmup + 1}" if timed else f"warm-up {round_ + 1}"
-            steps: list[tuple[str, int]] = [("clean", -1)] + [
-                ("edit", i) for i in range(args.edits)
-            ]
-            for kind, _ in steps:
+            for kind in ["clean"] + ["edit"] * args.edits:
                 if kind == "edit":
                     serial += 1
                     _edit(ws, original, serial)
