@@ -46,6 +46,8 @@ declare -A BENCH=(
   [replay]="$PY bench/bench_replay.py --rounds 8"
   # the Bazel recording is kept in ~/.cache/lre-bench between runs
   [capacity]="$PY bench/bench_capacity.py"
+  # brotli from its release sources, local sandboxed vs through an lre it starts itself
+  [project]="$PY bench/bench_project.py"
   [upstream]="$PY bench/bench_upstream.py --reps 5"
   [fuzz]="$PY bench/fuzz_parsers.py"
   [crash]="$PY bench/crash_cycles.py --cycles 50"
@@ -53,7 +55,7 @@ declare -A BENCH=(
   # LRE_BASELINE_PYTHON: the python of an older lre's venv, compared in the same run
   [containment]="$PY bench/bench_containment.py --rounds 5 --replay ${LRE_BASELINE_PYTHON:+--baseline-python $LRE_BASELINE_PYTHON}"
 )
-ORDER=(sampler stores cas execute worker grpc_floor memory rustc firehose runnable bazel replay capacity containment upstream fuzz crash soak)
+ORDER=(sampler stores cas execute worker grpc_floor memory rustc firehose runnable bazel project replay capacity containment upstream fuzz crash soak)
 (($#)) && ORDER=("$@")
 
 for name in "${ORDER[@]}"; do

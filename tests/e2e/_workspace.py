@@ -200,6 +200,32 @@ def _stub_repository(root: Path, name: str, package: str, rules: tuple[str, ...]
     _write(base / package / "defs.bzl", "\n".join(defs))
 
 
+def write_offline_scaffold(root: Path, name: str) -> None:
+    """Make ``root`` (created if needed) a Bazel 4.2.3 workspace called ``name``
+    that builds C offline: ``WORKSPACE`` with the two stub repositories under
+    ``third_party/`` (kept out of ``//...`` by ``.bazelignore``) and a
+    ``.bazelrc`` with quiet output. Overwrites those files; BUILD files are
+    the caller's.
+    """
+    root.mkdir(parents=True, exist_ok=True)
+    _stub_repository(root, "rules_cc", "cc", _CC_RULES)
+    _stub_repository(root, "rules_java", "java", _JAVA_RULES)
+    _write(root / ".bazelignore", "third_party\n")
+    _write(
+        root / "WORKSPACE",
+        f'workspace(name = "{name}")\n\n'
+        "# Local stand-ins: Bazel would download these, and nothing can be downloaded here.\n"
+        'local_repository(name = "rules_cc", path = "third_party/rules_cc")\n'
+        'local_repository(name = "rules_java", path = "third_party/rules_java")\n',
+    )
+    _write(
+        root / ".bazelrc",
+        "build --color=no --curses=no --show_progress_rate_limit=5\n"
+        "# Debian's /etc/bazel/bazelrc turns on --sandbox_debug; it is far too noisy.\n"
+        "build --nosandbox_debug\n",
+    )
+
+
 def generate_workspace(
     root: Path,
     *,
@@ -219,23 +245,7 @@ def generate_workspace(
         raise ValueError(f"modules={modules}, funcs={funcs}: both must be at least 1")
     rnd = random.Random(seed)
     mods = tuple(_random_module(rnd, i, funcs) for i in range(modules))
-    root.mkdir(parents=True, exist_ok=True)
-    _stub_repository(root, "rules_cc", "cc", _CC_RULES)
-    _stub_repository(root, "rules_java", "java", _JAVA_RULES)
-    _write(root / ".bazelignore", "third_party\n")
-    _write(
-        root / "WORKSPACE",
-        'workspace(name = "lre_e2e")\n\n'
-        "# Local stand-ins: Bazel would download these, and nothing can be downloaded here.\n"
-        'local_repository(name = "rules_cc", path = "third_party/rules_cc")\n'
-        'local_repository(name = "rules_java", path = "third_party/rules_java")\n',
-    )
-    _write(
-        root / ".bazelrc",
-        "build --color=no --curses=no --show_progress_rate_limit=5\n"
-        "# Debian's /etc/bazel/bazelrc turns on --sandbox_debug; it is far too noisy.\n"
-        "build --nosandbox_debug\n",
-    )
+    write_offline_scaffold(root, "lre_e2e")
     shutil.copytree(TOOLCHAINS_BAZEL, root / "toolchains" / "bazel", dirs_exist_ok=True)
     build = ['COPTS = ["-O2"]\n']
     for mod in mods:

@@ -1,0 +1,375 @@
+"""A real C project (brotli, from its release sources) built locally sandboxed
+and through lre: clean builds and the edit-rebuild loop, with a CPU and
+latency split per build.
+
+    .venv/bin/python bench/bench_project.py [--rounds 6] [--warmup 2] [--edits 3]
+
+What it does (see docs/benchmarks.md, "A real project"):
+
+- fetches brotli's sdist once into ``--cache`` (pip; sha256 checked) and
+  generates an offline Bazel 4.2.3 workspace around its C sources
+  (``real_project.py``);
+- starts lre with ``lre up --detach`` on its embedded default config
+  (``LRE_HOME`` a scratch directory), which writes ``lre.bazelrc`` into the
+  workspace; the remote builds use exactly the ``build:lre`` flags of that
+  file, plus ``--noremote_accept_cached`` so that every spawn executes;
+- keeps two Bazel servers warm, one per side (each its own output_user_root):
+  the lre flags change build options (``--incompatible_strict_action_env``,
+  and ``--remote_download_toplevel`` sets the in-memory .d/.jdeps options), so
+  one server switching between the sides would discard its analysis cache
+  and, since every action's environment changes, re-run every action of an
+  "edit" rebuild;
+- untimed warm-up rounds, then rounds in alternating order (reversed every
+  other round): a clean build on each side (``bazel clean``, then build
+  ``//...``), then ``--edits`` times: change ``c/enc/encode.c`` (a new
+  exported constant, so the object and the tool really change) and rebuild
+  on each side.
+
+It fails (exit 1, with the reason) when a build fails, when the remote build
+ran anything locally or took a cache hit, when a build ran an unexpected
+number of spawns, when Bazel discarded its analysis cache in a timed build,
+when the tool built locally and through lre differ, or when the tool fails
+the release's test vectors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import secrets
+import shlex
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bazel_cpu_split import bazel_server
+from build_probe import Probe, Split
+from real_project import (
+    SPAWNS,
+    ProjectError,
+    ProjectWorkspace,
+    check_tool,
+    default_cache_dir,
+    fetch_sdist,
+    generate_project_workspace,
+    sha256_of,
+)
+
+from tests.e2e._bazel import BazelSession
+
+SIDES = ("local", "lre")
+KINDS = ("clean", "edit")
+_DISCARDED = "discarding analysis cache"
+
+
+class BenchError(Exception):
+    """A build failed or did not run the way the bench requires."""
+
+
+def lre_bazelrc_flags(path: Path) -> list[str]:
+    """The ``build:lre`` flags of the ``lre.bazelrc`` that ``lre up`` wrote."""
+    text = path.read_text()
+    if "build --config=lre" not in text.splitlines():
+        raise BenchError(f"{path} does not make --config=lre the default; was it written by lre?")
+    flags = []
+    for line in text.splitlines():
+        if line.startswith("build:lre "):
+            flags += shlex.split(line.removeprefix("build:lre "))
+    if not any(flag.startswith("--remote_executor=") for flag in flags):
+        raise BenchError(f"{path} has no --remote_executor")
+    return flags
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def running_lre(home: Path, ws: Path) -> Iterator[dict[str, object]]:
+    """``lre up --detach`` for ``ws`` with LRE_HOME=home; yields ``lre status
+    --json``; ``lre down`` at the end. Raises BenchError when lre does not start."""
+    env = {**os.environ, "LRE_HOME": str(home)}
+    lre = [sys.executable, "-m", "lre"]
+    port = str(_free_port())
+    up = subprocess.run(
+        [*lre, "up", "--detach", "--repo", str(ws), "--no-edit", "--port", port],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if up.returncode != 0:
+        raise BenchError(f"lre up failed (exit {up.returncode}):\n{up.stdout}{up.stderr}")
+    try:
+        status = subprocess.run(
+            [*lre, "status", "--json"], env=env, capture_output=True, text=True, timeout=60
+        )
+        info = json.loads(status.stdout)
+        if not info.get("running"):
+            raise BenchError(f"lre status says it is not running: {status.stdout}")
+        yield info
+    finally:
+        subprocess.run([*lre, "down"], env=env, capture_output=True, timeout=120)
+
+
+class Side:
+    """One side of the comparison: its Bazel server, flags and last tool digest."""
+
+    def __init__(self, name: str, bazel: BazelSession, flags: list[str]) -> None:
+        self.name = name
+        self.bazel = bazel
+        self.flags = flags
+        self.bazel_bin: Path | None = None
+        self.probe: Probe | None = None
+
+    def build(self, *, timed: bool, expected_spawns: int | None) -> int:
+        """Build //... and check how its spawns ran; raises BenchError."""
+        result = self.bazel.build(["//..."], self.flags)
+        tail = "\n".join(result.output.splitlines()[-30:])
+        if result.returncode != 0 or result.summary is None:
+            raise BenchError(f"{self.name} build failed (exit {result.returncode}):\n{tail}")
+        summary = result.summary
+        if self.name == "local":
+            ok = summary.local == summary.spawns
+        else:
+            ok = summary.count("remote") == summary.spawns
+        if not ok:
+            raise BenchError(f"{self.name} build ran spawns the wrong way: {summary}")
+        if expected_spawns is not None and summary.spawns != expected_spawns:
+            raise BenchError(
+                f"{self.name} build ran {summary.spawns} spawns, want {expected_spawns}"
+            )
+        if timed and _DISCARDED in result.output:
+            raise BenchError(f"{self.name} build discarded Bazel's analysis cache:\n{tail}")
+        return summary.spawns
+
+    def clean(self) -> None:
+        proc = self.bazel.run("clean", *self.flags)
+        if proc.returncode != 0:
+            raise BenchError(f"{self.name}: bazel clean failed:\n{proc.stdout[-2000:]}")
+
+    def tool(self) -> Path:
+        if self.bazel_bin is None:
+            proc = self.bazel.run("info", *self.flags, "bazel-bin")
+            if proc.returncode != 0:
+                raise BenchError(f"{self.name}: bazel info failed:\n{proc.stdout[-2000:]}")
+            self.bazel_bin = Path(proc.stdout.strip().splitlines()[-1])
+        return self.bazel_bin / ProjectWorkspace.binary
+
+
+def _edit(ws: ProjectWorkspace, original: str, serial: int) -> None:
+    """A real change: ``encode.c`` gets a new exported constant."""
+    token = secrets.token_hex(8)
+    ws.edited_source.write_text(original + f'\nconst char lre_bench_edit_{serial}[] = "{token}";\n')
+
+
+def _fmt(split: Split) -> str:
+    parts = [
+        f"wall {split.wall:.2f}s",
+        f"busy {split.busy:.2f}",
+        f"jvm {split.jvm:.2f}",
+        f"jvm-children {split.jvm_children:.2f}",
+        f"lre {split.lre:.2f}",
+        f"lre-actions {split.lre_children:.2f}",
+        f"other {split.other:.2f}",
+    ]
+    per_action = split.lre_ms_per_action()
+    if per_action is not None:
+        parts.append(f"lre/action {per_action:.1f}ms")
+    if split.executes and len(split.actions.run) != split.executes:
+        # The latency figures then stand for part of the actions only.
+        parts.append(f"action results read {len(split.actions.run)} of {split.executes}")
+    if split.ladder_kills or split.retries:
+        parts.append(f"ladder kills {split.ladder_kills}, retries {split.retries}")
+    return ", ".join(parts)
+
+
+def _median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def _quantile(values: Sequence[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _report(splits: dict[tuple[str, str], list[Split]]) -> None:
+    for kind in KINDS:
+        local = [s.wall for s in splits[(kind, "local")]]
+        remote = [s.wall for s in splits[(kind, "lre")]]
+        ratios = [r / loc for r, loc in zip(remote, local, strict=True)]
+        print(
+            f"{kind}: local median {_median(local):.2f} s, lre median {_median(remote):.2f} s; "
+            f"lre/local: ratio of medians {_median(remote) / _median(local):.3f}x, per-pair "
+            f"ratios median "
+            f"{_median(ratios):.3f}x ({', '.join(f'{r:.2f}' for r in ratios)})"
+        )
+    print("CPU split, medians (CPU-seconds per build; wall in seconds):")
+    columns: dict[str, Callable[[Split], float]] = {
+        "wall": lambda s: s.wall,
+        "busy": lambda s: s.busy,
+        "jvm": lambda s: s.jvm,
+        "jvm children (local actions)": lambda s: s.jvm_children,
+        "lre": lambda s: s.lre,
+        "lre children (lre's actions)": lambda s: s.lre_children,
+        "other": lambda s: s.other,
+    }
+    noisy = []
+    for (kind, side), rows in splits.items():
+        values = ", ".join(f"{c} {_median([f(s) for s in rows]):.2f}" for c, f in columns.items())
+        print(f"  {kind} {side}: {values}")
+        other, busy = _median([s.other for s in rows]), _median([s.busy for s in rows])
+        if other > max(1.0, 0.1 * busy):
+            noisy.append(f"{kind} {side} ({other:.1f} of {busy:.1f} CPU-s)")
+    if noisy:
+        print(
+            "WARNING: other processes kept the machine busy during "
+            + ", ".join(noisy)
+            + ": the wall times and ratios above are not those of a quiet machine"
+        )
+    print("lre per action in the lre builds (per-build figures, median over the builds):")
+    for kind in KINDS:
+        rows = splits[(kind, "lre")]
+        threads: dict[str, list[float]] = {}
+        for s in rows:
+            for name, cpu in s.lre_threads.items():
+                threads.setdefault(name, []).append(1000 * cpu / max(s.executes, 1))
+        by_thread = ", ".join(
+            f"{name} {_median(v):.1f}"
+            for name, v in sorted(threads.items(), key=lambda kv: -_median(kv[1]))
+            if _median(v) >= 0.05
+        )
+        runs = [x for s in rows for x in s.actions.run]
+        overhead = [x for s in rows for x in s.actions.worker_overhead]
+        waits = [x for s in rows for x in s.actions.wait]
+
+        def med(f: Callable[[Split], float | None], rows: list[Split] = rows) -> float:
+            return _median([v for v in map(f, rows) if v is not None])
+
+        print(f"  {kind}: {med(lambda s: s.executes):.0f} Execute calls per build")
+        print(f"    lre CPU {med(Split.lre_ms_per_action):.1f} ms/action (by thread: {by_thread})")
+        print(
+            f"    Execute call {med(Split.execute_ms):.0f} ms mean; the run "
+            f"{1000 * _median(runs):.0f} ms p50; the wait for a free slot "
+            f"{1000 * _median(waits):.0f} ms p50, {1000 * _quantile(waits, 0.99):.0f} ms p99"
+        )
+        print(
+            f"    added by lre {med(Split.added_ms):.1f} ms/action mean (Execute - run - wait): "
+            f"worker side {1000 * _median(overhead):.1f} ms p50, "
+            f"{1000 * _quantile(overhead, 0.99):.1f} ms p99; outside the worker "
+            f"{med(Split.outside_worker_ms):.1f} ms mean"
+        )
+        print(
+            f"    other RPCs (FindMissingBlobs, ByteStream, ...) "
+            f"{med(Split.other_rpcs_ms_per_action):.1f} ms/action; ladder kills "
+            f"{sum(s.ladder_kills for s in rows)}, retries {sum(s.retries for s in rows)}"
+        )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=6, help="timed rounds (default 6)")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed rounds (default 2)")
+    parser.add_argument("--edits", type=int, default=3, help="edit-rebuilds per round (default 3)")
+    parser.add_argument("--cache", type=Path, default=default_cache_dir())
+    args = parser.parse_args()
+    started = time.monotonic()
+    try:
+        _run(args)
+    except (BenchError, ProjectError, RuntimeError) as error:
+        print(f"FAILED: {error}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        print(f"took {time.monotonic() - started:.0f} s", flush=True)
+    return 0
+
+
+def _run(args: argparse.Namespace) -> None:
+    sdist = fetch_sdist(args.cache)
+    print(f"project: {sdist.name}, sha256 {sha256_of(sdist)}", flush=True)
+    with (
+        tempfile.TemporaryDirectory(prefix="lre-bench-project-") as tmp,
+        contextlib.ExitStack() as stack,
+    ):
+        work = Path(tmp)
+        ws = generate_project_workspace(sdist, work)
+        original = ws.edited_source.read_text()
+        info = stack.enter_context(running_lre(work / "lre-home", ws.root))
+        remote = [*lre_bazelrc_flags(ws.root / "lre.bazelrc"), "--noremote_accept_cached"]
+        print(f"lre pid {info['pid']} on {info['grpc_address']}", flush=True)
+        print(f"lre side flags: {' '.join(remote)}", flush=True)
+        sides = {}
+        for name, flags in (("local", []), ("lre", remote)):
+            bazel = stack.enter_context(
+                BazelSession(ws.root, work / f"bazel-{name}", max_idle_secs=900)
+            )
+            sides[name] = Side(name, bazel, flags)
+            sides[name].build(timed=False, expected_spawns=SPAWNS)  # server start, autoconfig
+            vectors = check_tool(sides[name].tool(), ws.testdata, work / f"check-{name}")
+        for side in sides.values():
+            side.probe = Probe(
+                bazel_server(side.bazel.output_user_root).pid,
+                int(str(info["pid"])),
+                str(info["status_address"]),
+                work / "lre-home" / "ac" / "actions.log",
+            )
+        print(f"both tools pass {vectors} test vectors of the release", flush=True)
+        splits: dict[tuple[str, str], list[Split]] = {(k, s): [] for k in KINDS for s in SIDES}
+        serial = 0
+        last_digest = ""
+        for round_ in range(args.warmup + args.rounds):
+            timed = round_ >= args.warmup
+            order = SIDES if round_ % 2 == 0 else SIDES[::-1]
+            label = f"round {round_ - args.warmup + 1}" if timed else f"warm-up {round_ + 1}"
+            for kind in ["clean"] + ["edit"] * args.edits:
+                if kind == "edit":
+                    serial += 1
+                    _edit(ws, original, serial)
+                digests, spawns = {}, {}
+                for name in order:
+                    side = sides[name]
+                    if kind == "clean":
+                        side.clean()
+                    assert side.probe is not None
+                    before = side.probe.snapshot(before=True)
+                    spawns[name] = side.build(
+                        timed=timed, expected_spawns=SPAWNS if kind == "clean" else None
+                    )
+                    split = side.probe.split(before, side.probe.snapshot(before=False))
+                    digests[name] = sha256_of(side.tool())
+                    if timed:
+                        splits[(kind, name)].append(split)
+                    print(f"{label} {kind} {name}: {_fmt(split)}", flush=True)
+                if digests["local"] != digests["lre"]:
+                    raise BenchError(f"{label} {kind}: the tools differ: {digests}")
+                if kind == "edit" and (spawns["local"] != spawns["lre"] or spawns["local"] < 2):
+                    raise BenchError(f"{label} edit: spawns {spawns}, want the same, at least 2")
+                if kind == "edit" and digests["local"] == last_digest:
+                    raise BenchError(f"{label} edit: the tool did not change")
+                last_digest = digests["local"]
+        for name, side in sides.items():
+            check_tool(side.tool(), ws.testdata, work / f"check-{name}")
+        print("after the last edit both tools still pass the release's test vectors", flush=True)
+    print(
+        f"{args.rounds} rounds ({args.warmup} warm-up), {args.edits} edit(s) per round, "
+        f"order reversed every other round:"
+    )
+    _report(splits)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,263 @@
+"""Where the CPU and the time of one Bazel build go, read around the build.
+
+``Probe.snapshot()`` before and after a build; ``Probe.split(before, after)``
+gives the differences:
+
+- ``busy``: CPU-seconds all cores spent not idle (/proc/stat);
+- ``jvm`` and ``jvm_children``: the Bazel server JVM's own CPU and that of
+  the processes it reaped (its sandboxed actions in a local build);
+- ``lre`` and ``lre_children``: lre's own CPU (all threads) and that of the
+  actions it reaped; ``lre_threads``: lre's CPU by thread (the main thread,
+  which runs Trio, as ``main``; the others by their kernel name, numbered
+  pools summed: ``lre-...`` are lre's own, ``Trio thread`` Trio's worker
+  threads, ``event_engine`` grpc's core);
+- ``other``: what is left of ``busy`` (the Bazel client, other processes);
+- from lre's ``/metrics``: Execute calls and their summed duration, and the
+  time spent in the other RPCs Bazel makes per action;
+- from the ``ExecutedActionMetadata`` of the action results lre wrote during
+  the build (the records appended to its action-cache log, read with lre's
+  own ``scan``): per action the run time, the wait for a free slot, and lre's
+  own time around the run. If the log was compacted (replaced) during the
+  build, no results are read for it.
+
+Failures: ``Probe`` raises ``RuntimeError`` when a process it watches is
+gone or lre's status listener does not answer.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import statistics
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+from bazel_cpu_split import busy_seconds, children_cpu, own_cpu
+from google.protobuf.timestamp_pb2 import Timestamp
+
+# The log's reader is private to lre.cas; the bench reads the file lre wrote.
+from lre.cas._action_log import scan
+from lre.proto import re_pb2
+
+_TICK = os.sysconf("SC_CLK_TCK")
+_NUMBERED = re.compile(r"[ _-]*\d+$")
+_RPC_SUM = re.compile(r'^lre_rpc_duration_seconds_(sum|count)\{method="([^"]+)"\} (\S+)$', re.M)
+_COUNTER = re.compile(r"^(lre_ladder_kills_total|lre_retries_total) (\S+)$", re.M)
+
+
+def _seconds(stamp: Timestamp) -> float:
+    return float(stamp.ToNanoseconds()) / 1e9
+
+
+def _thread_cpu(pid: int) -> dict[int, tuple[str, float]]:
+    """Per thread of ``pid``: (group name, CPU seconds)."""
+    threads = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            comm = (task / "comm").read_text().strip()
+            stat = (task / "stat").read_text()
+        except OSError:
+            continue  # the thread ended meanwhile
+        fields = stat.rsplit(")", 1)[1].split()
+        cpu = (int(fields[11]) + int(fields[12])) / _TICK
+        tid = int(task.name)
+        # Numbered pools ("Trio thread 19", "Trio thread 21") count as one name.
+        threads[tid] = ("main" if tid == pid else _NUMBERED.sub("", comm), cpu)
+    return threads
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    at: float
+    busy: float
+    jvm: float
+    jvm_children: float
+    lre: float
+    lre_children: float
+    lre_threads: dict[int, tuple[str, float]]
+    rpc: dict[str, tuple[int, float]]  # method -> (calls, summed seconds)
+    counters: dict[str, float]
+    log_position: tuple[int, int]  # (inode, size) of the action-cache log
+
+
+@dataclass
+class ActionTimes:
+    """Per action (seconds), from the results lre wrote: run time, the wait for
+    a slot (queued to worker start), and lre's own time on the worker side
+    (worker start to worker completed, minus the run)."""
+
+    run: list[float] = field(default_factory=list)
+    wait: list[float] = field(default_factory=list)
+    worker_overhead: list[float] = field(default_factory=list)
+    queued_to_done: list[float] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Split:
+    wall: float
+    busy: float
+    jvm: float
+    jvm_children: float
+    lre: float
+    lre_children: float
+    lre_threads: dict[str, float]
+    rpc: dict[str, tuple[int, float]]
+    ladder_kills: int
+    retries: int
+    actions: ActionTimes
+
+    @property
+    def other(self) -> float:
+        return self.busy - self.jvm - self.jvm_children - self.lre - self.lre_children
+
+    @property
+    def executes(self) -> int:
+        return self.rpc.get("Execution/Execute", (0, 0.0))[0]
+
+    def lre_ms_per_action(self) -> float | None:
+        return 1000 * self.lre / self.executes if self.executes else None
+
+    def execute_ms(self) -> float | None:
+        """Mean duration of one Execute call as lre saw it."""
+        calls, seconds = self.rpc.get("Execution/Execute", (0, 0.0))
+        return 1000 * seconds / calls if calls else None
+
+    def outside_worker_ms(self) -> float | None:
+        """Mean Execute call minus mean queued-to-done: the time an action spends
+        in lre outside the scheduler queue and the worker (request, cache
+        check, result written and sent)."""
+        execute = self.execute_ms()
+        if execute is None or not self.actions.queued_to_done:
+            return None
+        return execute - 1000 * statistics.fmean(self.actions.queued_to_done)
+
+    def added_ms(self) -> float | None:
+        """lre's added latency per action, mean: an Execute call minus the run
+        and minus the wait for a free slot (which is queueing, not overhead)."""
+        execute = self.execute_ms()
+        if execute is None or not self.actions.run or not self.actions.wait:
+            return None
+        return execute - 1000 * (
+            statistics.fmean(self.actions.run) + statistics.fmean(self.actions.wait)
+        )
+
+    def other_rpcs_ms_per_action(self) -> float | None:
+        """Summed duration of every other RPC, per Execute."""
+        if not self.executes:
+            return None
+        seconds = sum(s for m, (_, s) in self.rpc.items() if m != "Execution/Execute")
+        return 1000 * seconds / self.executes
+
+
+class Probe:
+    """Reads CPU counters of one Bazel server and one lre, and lre's metrics."""
+
+    def __init__(self, jvm_pid: int, lre_pid: int, status_address: str, ac_log: Path) -> None:
+        self.jvm = psutil.Process(jvm_pid)
+        self.lre = psutil.Process(lre_pid)
+        self.lre_pid = lre_pid
+        self.metrics_url = f"http://{status_address}/metrics"
+        self.ac_log = ac_log
+        if not ac_log.is_file():
+            raise RuntimeError(f"lre's action-cache log {ac_log} does not exist")
+
+    def _metrics(self) -> tuple[dict[str, tuple[int, float]], dict[str, float]]:
+        try:
+            with urllib.request.urlopen(self.metrics_url, timeout=10) as response:
+                text = response.read().decode()
+        except OSError as error:
+            raise RuntimeError(f"lre's {self.metrics_url} did not answer: {error}") from error
+        sums: dict[str, float] = {}
+        counts: dict[str, int] = {}
+        for kind, method, value in _RPC_SUM.findall(text):
+            if kind == "sum":
+                sums[method] = float(value)
+            else:
+                counts[method] = int(float(value))
+        rpc = {m: (counts.get(m, 0), sums.get(m, 0.0)) for m in counts}
+        counters = {name: float(value) for name, value in _COUNTER.findall(text)}
+        return rpc, counters
+
+    def snapshot(self, *, before: bool) -> Snapshot:
+        """Counters now. ``before``: read lre's metrics first (so that serving
+        them falls outside the build's window), else last."""
+        if before:
+            rpc, counters = self._metrics()
+        snap = Snapshot(
+            at=time.monotonic(),
+            busy=busy_seconds(),
+            jvm=own_cpu(self.jvm),
+            jvm_children=children_cpu(self.jvm),
+            lre=own_cpu(self.lre),
+            lre_children=children_cpu(self.lre),
+            lre_threads=_thread_cpu(self.lre_pid),
+            rpc={},
+            counters={},
+            log_position=self._log_position(),
+        )
+        if not before:
+            rpc, counters = self._metrics()
+        snap.rpc.update(rpc)
+        snap.counters.update(counters)
+        return snap
+
+    def split(self, before: Snapshot, after: Snapshot) -> Split:
+        threads: dict[str, float] = {}
+        for tid, (name, cpu) in after.lre_threads.items():
+            start = before.lre_threads.get(tid, (name, 0.0))[1]
+            threads[name] = threads.get(name, 0.0) + cpu - start
+        rpc = {}
+        for method, (calls, seconds) in after.rpc.items():
+            calls0, seconds0 = before.rpc.get(method, (0, 0.0))
+            if calls > calls0:
+                rpc[method] = (calls - calls0, seconds - seconds0)
+        return Split(
+            wall=after.at - before.at,
+            busy=after.busy - before.busy,
+            jvm=after.jvm - before.jvm,
+            jvm_children=after.jvm_children - before.jvm_children,
+            lre=after.lre - before.lre,
+            lre_children=after.lre_children - before.lre_children,
+            lre_threads=threads,
+            rpc=rpc,
+            ladder_kills=int(
+                after.counters.get("lre_ladder_kills_total", 0)
+                - before.counters.get("lre_ladder_kills_total", 0)
+            ),
+            retries=int(
+                after.counters.get("lre_retries_total", 0)
+                - before.counters.get("lre_retries_total", 0)
+            ),
+            actions=self._action_times(before.log_position, after.log_position),
+        )
+
+    def _log_position(self) -> tuple[int, int]:
+        stat = self.ac_log.stat()
+        return stat.st_ino, stat.st_size
+
+    def _action_times(self, start: tuple[int, int], end: tuple[int, int]) -> ActionTimes:
+        """Timings of the action results appended to the log between two positions."""
+        times = ActionTimes()
+        if start[0] != end[0] or end[1] < start[1]:
+            return times  # compacted meanwhile: offsets no longer comparable
+        fd = os.open(self.ac_log, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            slots = [slot for slot in scan(fd).index.values() if slot[0] >= start[1]]
+            values = [os.pread(fd, length, offset) for offset, length, _ in slots]
+        finally:
+            os.close(fd)
+        for value in values:
+            m = re_pb2.ActionResult.FromString(value).execution_metadata
+            run = _seconds(m.execution_completed_timestamp) - _seconds(m.execution_start_timestamp)
+            worker = _seconds(m.worker_completed_timestamp) - _seconds(m.worker_start_timestamp)
+            times.run.append(run)
+            times.worker_overhead.append(worker - run)
+            if m.HasField("queued_timestamp"):
+                times.wait.append(_seconds(m.worker_start_timestamp) - _seconds(m.queued_timestamp))
+                times.queued_to_done.append(
+                    _seconds(m.worker_completed_timestamp) - _seconds(m.queued_timestamp)
+                )
+        return times
