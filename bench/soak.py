@@ -34,7 +34,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from lre.proto import bs_grpc, bs_pb2, re_grpc, re_pb2
-from tests.reliability._crash import channel, digest_of
+from tests._support.reapi import digest, open_channel
 
 INSTANCE = "main"
 
@@ -43,7 +43,7 @@ def build(stubs: tuple[object, ...], rng: random.Random, history: list[re_pb2.Di
     cas, bytestream, ac = stubs
     calls = 0
     inputs = [rng.randbytes(rng.randrange(1, 20_000)) for _ in range(rng.randrange(5, 40))]
-    digests = [digest_of(b) for b in inputs]
+    digests = [digest(b) for b in inputs]
     missing = cas.FindMissingBlobs(  # type: ignore[attr-defined]
         re_pb2.FindMissingBlobsRequest(instance_name=INSTANCE, blob_digests=digests), timeout=60
     ).missing_blob_digests
@@ -62,7 +62,7 @@ def build(stubs: tuple[object, ...], rng: random.Random, history: list[re_pb2.Di
     calls += 2
     for _ in range(rng.randrange(1, 6)):
         action = (
-            rng.choice(history) if history and rng.random() < 0.3 else digest_of(uuid.uuid4().bytes)
+            rng.choice(history) if history and rng.random() < 0.3 else digest(uuid.uuid4().bytes)
         )
         try:
             ac.GetActionResult(  # type: ignore[attr-defined]
@@ -75,7 +75,7 @@ def build(stubs: tuple[object, ...], rng: random.Random, history: list[re_pb2.Di
             if error.code() != grpc.StatusCode.NOT_FOUND:
                 raise
         output = rng.randbytes(rng.choice([10, 5_000, 200_000, 1_500_000]))
-        out = digest_of(output)
+        out = digest(output)
         name = f"{INSTANCE}/uploads/{uuid.uuid4()}/blobs/{out.hash}/{out.size_bytes}"
         bytestream.Write(  # type: ignore[attr-defined]
             iter([bs_pb2.WriteRequest(resource_name=name, data=output, finish_write=True)]),
@@ -108,7 +108,7 @@ def build(stubs: tuple[object, ...], rng: random.Random, history: list[re_pb2.Di
 def client(address: str, stop: threading.Event, seed: int, totals: list[int]) -> None:
     rng = random.Random(seed)
     history: list[re_pb2.Digest] = []
-    with channel(address) as ch:
+    with open_channel(address) as ch:
         stubs = (
             re_grpc.ContentAddressableStorageStub(ch),
             bs_grpc.ByteStreamStub(ch),
@@ -171,7 +171,7 @@ def in_process(args: argparse.Namespace) -> int:
 
     from lre.app import Application
     from lre.config import load_config_text, resolve
-    from tests.app.conftest import app_config_text
+    from tests._support.configs import app_config_text
 
     root = Path(tempfile.mkdtemp(prefix="lre-soak-"))
     app = Application(resolve(load_config_text(app_config_text(root), source="soak.json5")))

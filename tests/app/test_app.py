@@ -8,8 +8,8 @@ import trio
 from lre.app import Application, ReadyInfo
 from lre.config import Config, load_config_text, resolve, worker_resources
 from lre.proto import re_grpc, re_pb2
-
-from .conftest import app_config_text
+from tests._support.configs import app_config_text
+from tests._support.servers import serve_app
 
 
 def _capabilities(address: str) -> re_pb2.ServerCapabilities:
@@ -24,9 +24,7 @@ def _capabilities(address: str) -> re_pb2.ServerCapabilities:
 async def test_application_serves_and_stops_in_order(app_config: Config) -> None:
     app = Application(app_config)
     async with trio.open_nursery() as nursery:
-        ready: ReadyInfo = await nursery.start(
-            lambda task_status: app.serve(task_status=task_status)
-        )
+        ready: ReadyInfo = await nursery.start(serve_app, app)
         assert len(ready.grpc_addresses) == 1
         caps = await trio.to_thread.run_sync(_capabilities, ready.grpc_addresses[0])
         assert caps.execution_capabilities.exec_enabled
@@ -57,13 +55,9 @@ async def test_work_directory_is_released_after_stop(app_config: Config) -> None
     for _ in range(2):
         app = Application(app_config)
         async with trio.open_nursery() as nursery:
-            await nursery.start(_serve, app)
+            await nursery.start(serve_app, app)
             app.request_stop()
         assert app.stopped.is_set()
-
-
-async def _serve(app: Application, *, task_status: trio.TaskStatus[ReadyInfo]) -> None:
-    await app.serve(task_status=task_status)
 
 
 async def test_workers_offer_the_numbers_config_worked_out(tmp_path: Path) -> None:

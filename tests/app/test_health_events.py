@@ -8,11 +8,10 @@ from pathlib import Path
 import trio
 
 from lre.app import Application
-from lre.config import load_config_text, resolve
 from lre.digest import Digest
 from lre.scheduler import SchedulerEvent
 from lre.snapshot import EventKind
-from tests.app.conftest import app_config_text
+from tests._support.configs import app_config_text, config_of
 
 
 def _dead_port() -> int:
@@ -26,7 +25,7 @@ def _app(tmp_path: Path, extra_store: str = "") -> Application:
     text = app_config_text(tmp_path)
     if extra_store:
         text = text.replace("  stores: [\n", "  stores: [\n    " + extra_store + ",\n", 1)
-    return Application(resolve(load_config_text(text, source="test.json5")))
+    return Application(config_of(text))
 
 
 def test_worker_health_events_mark_and_clear_a_health_problem(tmp_path: Path) -> None:

@@ -20,7 +20,8 @@ from lre.config import EndpointSpec, RetrySpec
 from lre.digest import EMPTY_DIGEST, digest_of
 from lre.errors import InvalidArgument, NotFound, OutOfRange
 from lre.upstream import UpstreamClient, UpstreamUnavailable
-from tests.upstream._cluster import MetadataRecorder, UpstreamLre, config_of, upstream_config_text
+from tests._support.configs import config_of
+from tests.upstream._cluster import MetadataRecorder, UpstreamLre, upstream_config_text
 
 FAST_RETRY = RetrySpec(max_retries=1, delay=0.01, max_delay=0.02)
 

@@ -37,7 +37,7 @@ def bazel_repo_with_config(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
     """A new Bazel repository (``tmp_path/repo``, with ``MODULE.bazel``), a
     small lre config with every directory under ``tmp_path/lre-root``, and an
     environment whose HOME is inside ``tmp_path``: (repo, config, env)."""
-    from tests.app.conftest import app_config_text
+    from tests._support.configs import app_config_text
 
     repo = tmp_path / "repo"
     repo.mkdir()

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.app.conftest import app_config_text
+from tests._support.configs import app_config_text
 from tests.cli._lre import free_port, run_lre
 
 

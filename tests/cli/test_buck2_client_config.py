@@ -9,7 +9,7 @@ import pytest
 
 from lre.cli._buckconfig import read_buckconfig
 from lre.cli._client_config import ClientConfigError, ClientSettings, unlink, write_buck2
-from tests.app.conftest import app_config_text
+from tests._support.configs import app_config_text
 from tests.cli._lre import free_port, run_lre
 from tests.cli.buck2_init import BUCKCONFIG, buck2_init
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.app.conftest import app_config_text
+from tests._support.configs import app_config_text
 from tests.cli._lre import bazel_repo_with_config, free_port, run_lre
 from tests.service.test_auth import make_ca, make_cert
 

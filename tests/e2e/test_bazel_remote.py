@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.app.conftest import app_config_text
+from tests._support.configs import app_config_text
 from tests.cli._lre import free_port, run_lre
 from tests.e2e._bazel import BazelSession, require_bazel
 from tests.e2e._workspace import generate_workspace

@@ -6,13 +6,12 @@ this test says so without a server in the way.
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests._support.processes import require_tool
 from tests.e2e._bazel import (
     BazelSession,
     parse_process_summary,
@@ -20,15 +19,6 @@ from tests.e2e._bazel import (
     read_execution_log,
 )
 from tests.e2e._workspace import generate_workspace
-
-
-def _require_tool(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(f"{name} is not installed")
-        pytest.skip(f"{name} is not installed")
-    return path
 
 
 @pytest.mark.parametrize(
@@ -65,7 +55,7 @@ def test_summary_parser_rejects_what_it_does_not_understand() -> None:
 
 def test_python_model_matches_the_compiled_c(tmp_path: Path) -> None:
     """The checksum model agrees with gcc's build of the same sources (no Bazel)."""
-    gcc = _require_tool("gcc")
+    gcc = require_tool("gcc")
     ws = generate_workspace(tmp_path / "ws", modules=4, funcs=2, seed=7)
     sources = [str(p) for p in sorted((ws.root / "src").glob("*.c"))]
     binary = tmp_path / "app"

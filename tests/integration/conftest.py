@@ -1,6 +1,6 @@
 """Fixtures of the full-stack REAPI client tests: one whole lre
 (``lre.app.Application``) per test module on 127.0.0.1, and a synchronous
-client on it (see ``_reapi``)."""
+client on it (``tests._support.reapi``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.integration._reapi import Client, ServerThread
+from tests._support.reapi import Client
+from tests._support.servers import ServerThread
 
 
 @pytest.fixture(scope="module")

@@ -17,18 +17,9 @@ import psutil
 import pytest
 
 from lre.proto import operations_pb2, re_pb2
-from tests.integration._reapi import (
-    Client,
-    File,
-    Stage,
-    digest,
-    metadata_of,
-    processes_with,
-    require_tool,
-    response_of,
-    tree_files,
-    wait_until,
-)
+from tests._support.actions import File
+from tests._support.processes import processes_with, require_tool, wait_until
+from tests._support.reapi import Client, Stage, digest, metadata_of, response_of, tree_files
 
 OK = grpc.StatusCode.OK.value[0]
 DEADLINE_EXCEEDED = grpc.StatusCode.DEADLINE_EXCEEDED.value[0]
@@ -323,7 +314,7 @@ def test_an_action_writing_an_input_does_not_alter_the_cas(client: Client) -> No
     )
     assert response.status.code == OK, response.status
     # The altered blob was withdrawn: absent, never served with wrong bytes.
-    assert client.missing([digest(content)]) == [digest(content).hash]
+    assert [d.hash for d in client.missing([digest(content)])] == [digest(content).hash]
     with pytest.raises(grpc.RpcError) as raised:
         client.read(digest(content))
     assert raised.value.code() == grpc.StatusCode.NOT_FOUND
@@ -338,6 +329,6 @@ def test_an_action_chmodding_an_input_does_not_change_later_actions(client: Clie
     content = b"plain data " + uuid.uuid4().hex.encode()
     response = client.run(["chmod", "755", "in/f"], inputs={"in/f": content})
     assert (response.status.code, response.result.exit_code) == (OK, 0)
-    assert client.missing([digest(content)]) == [digest(content).hash]
+    assert [d.hash for d in client.missing([digest(content)])] == [digest(content).hash]
     later = client.run(["stat", "-c", "%a", "in/f"], inputs={"in/f": content})
     assert client.stdout(later.result) == b"444\n"

@@ -21,19 +21,9 @@ import grpc
 import pytest
 
 from lre.proto import re_pb2
-from tests.integration._reapi import (
-    Client,
-    File,
-    Link,
-    TreeSpec,
-    build_tree,
-    digest,
-    metadata_of,
-    platform_of,
-    require_tool,
-    response_of,
-    tree_files,
-)
+from tests._support.actions import File, Link, TreeSpec, build_tree, platform_of
+from tests._support.processes import require_tool
+from tests._support.reapi import Client, digest, metadata_of, response_of, tree_files
 
 OK = grpc.StatusCode.OK.value[0]
 SHA256 = re_pb2.DigestFunction.SHA256
@@ -58,9 +48,8 @@ class Buck2:
         missing: set[str] = set()
         hashes = list(unique)
         for start in range(0, len(hashes), 100):  # FindMissingBlobs in batches of 100
-            missing.update(
-                self.client.missing([digest(unique[h]) for h in hashes[start : start + 100]])
-            )
+            found = self.client.missing([digest(unique[h]) for h in hashes[start : start + 100]])
+            missing.update(d.hash for d in found)
         small = [unique[h] for h in missing if len(unique[h]) < self.batch]
         large = [unique[h] for h in missing if len(unique[h]) >= self.batch]
         assert large, "the test needs a blob above the batch size"
@@ -104,14 +93,14 @@ def test_buck2_shaped_action(client: Client) -> None:
     )
     action = re_pb2.Action(
         command_digest=digest(command.SerializeToString()),
-        input_root_digest=root,
+        input_root_digest=root.to_proto(),
         salt=uuid.uuid4().bytes,
     )
     assert not action.HasField("platform")
     action_bytes = action.SerializeToString()
-    buck2.upload([*blobs, command.SerializeToString(), action_bytes])
+    buck2.upload([*blobs.values(), command.SerializeToString(), action_bytes])
     assert buck2.writes == [digest(big).hash]
-    assert client.missing([digest(b) for b in blobs]) == []
+    assert client.missing([digest(b) for b in blobs.values()]) == []
 
     # Buck2 asks the action cache first, then Executes skipping the lookup.
     with pytest.raises(grpc.RpcError) as raised:
@@ -235,7 +224,7 @@ def test_bazel_shaped_action(client: Client) -> None:
     command_bytes = command.SerializeToString()
     action = re_pb2.Action(
         command_digest=digest(command_bytes),
-        input_root_digest=root,
+        input_root_digest=root.to_proto(),
         platform=properties,
         salt=uuid.uuid4().bytes,
     )
@@ -244,7 +233,7 @@ def test_bazel_shaped_action(client: Client) -> None:
     headers = request_metadata(action_digest)
 
     # Bazel: FindMissingBlobs, then one ByteStream Write per missing blob (no batches).
-    everything = [*blobs, command_bytes, action_bytes]
+    everything = [*blobs.values(), command_bytes, action_bytes]
     missing = client.cas.FindMissingBlobs(
         re_pb2.FindMissingBlobsRequest(
             instance_name=client.instance,

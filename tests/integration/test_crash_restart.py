@@ -16,8 +16,8 @@ from pathlib import Path
 import grpc
 import psutil
 
-from tests.app.conftest import app_config_text
-from tests.integration._reapi import Client, digest
+from tests._support.configs import app_config_text
+from tests._support.reapi import Client, digest
 
 
 def _free_port() -> int:

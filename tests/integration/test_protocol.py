@@ -14,17 +14,16 @@ import grpc
 import pytest
 
 from lre.proto import operations_pb2, re_pb2
-from tests.integration._reapi import (
+from tests._support.processes import processes_with, wait_until
+from tests._support.reapi import (
     Client,
     Stage,
     digest,
     metadata_of,
     precondition_failure,
-    processes_with,
     response_of,
     stages,
     subject,
-    wait_until,
 )
 
 OK = grpc.StatusCode.OK.value[0]
@@ -88,7 +87,7 @@ def test_missing_inputs_are_failed_precondition_with_exact_subjects(client: Clie
     prepared = client.prepare(["cat", "src/a.c", "src/b/c.h"], inputs=inputs, upload=False)
     contents = {b"missing one", b"missing two"}
     # Upload everything except two file contents (Directories, Command, Action, "here").
-    client.upload([blob for blob in prepared.blobs if blob not in contents])
+    client.upload([blob for blob in prepared.blobs.values() if blob not in contents])
     started = time.monotonic()
     operations = client.execute(prepared)
     assert time.monotonic() - started < 10
@@ -109,8 +108,8 @@ def test_missing_inputs_are_failed_precondition_with_exact_subjects(client: Clie
 
 def test_missing_command_is_named(client: Client) -> None:
     prepared = client.prepare(["echo", "never uploaded"], upload=False)
-    action_bytes = prepared.blobs[-1]
-    client.upload([b for b in prepared.blobs if b != prepared.blobs[-2]])  # not the Command
+    action_bytes = prepared.blobs[prepared.digest]
+    client.upload([b for d, b in prepared.blobs.items() if d != prepared.command_digest])
     response = response_of(client.execute(prepared)[-1])
     assert response.status.code == FAILED_PRECONDITION
     failure = precondition_failure(response.status)
@@ -122,7 +121,7 @@ def test_missing_command_is_named(client: Client) -> None:
 
 def test_missing_action_is_named(client: Client) -> None:
     prepared = client.prepare(["true"], upload=False)
-    client.upload(prepared.blobs[:-1])
+    client.upload([b for d, b in prepared.blobs.items() if d != prepared.digest])
     response = response_of(client.execute(prepared)[-1])
     assert response.status.code == FAILED_PRECONDITION
     failure = precondition_failure(response.status)

@@ -11,7 +11,8 @@ import grpc
 import pytest
 
 from lre.worker import WorkDirectoryInUse
-from tests.integration._reapi import Client, ServerThread, response_of
+from tests._support.reapi import Client, response_of
+from tests._support.servers import ServerThread
 
 OK = grpc.StatusCode.OK.value[0]
 

@@ -31,13 +31,10 @@ from pathlib import Path
 import grpc
 
 from lre.proto import bs_grpc, bs_pb2, re_grpc, re_pb2
+from tests._support.reapi import digest, open_channel
 
 CHUNK = 64 << 10
 INSTANCE = "main"
-
-
-def digest_of(data: bytes) -> re_pb2.Digest:
-    return re_pb2.Digest(hash=hashlib.sha256(data).hexdigest(), size_bytes=len(data))
 
 
 def key(d: re_pb2.Digest) -> tuple[str, int]:
@@ -105,16 +102,6 @@ class LreProcess:
         return self.proc.returncode
 
 
-def channel(address: str) -> grpc.Channel:
-    return grpc.insecure_channel(
-        address,
-        options=[
-            ("grpc.max_receive_message_length", 64 << 20),
-            ("grpc.max_send_message_length", 64 << 20),
-        ],
-    )
-
-
 @dataclass
 class Ledger:
     """What the clients tried and what the server acknowledged (thread-safe)."""
@@ -157,7 +144,7 @@ def load(address: str, ledger: Ledger, stop: threading.Event, seed: int) -> int:
     """Upload blobs and action results until ``stop`` or the server dies; returns calls made."""
     rng = random.Random(seed)
     calls = 0
-    with channel(address) as ch:
+    with open_channel(address) as ch:
         cas = re_grpc.ContentAddressableStorageStub(ch)
         bytestream = bs_grpc.ByteStreamStub(ch)
         ac = re_grpc.ActionCacheStub(ch)
@@ -165,14 +152,14 @@ def load(address: str, ledger: Ledger, stop: threading.Event, seed: int) -> int:
             try:
                 if rng.random() < 0.5:
                     data = rng.randbytes(rng.choice([1, 100, 70_000, 300_000, 2_000_000]))
-                    d = digest_of(data)
+                    d = digest(data)
                     ledger.attempt(d)
                     bytestream.Write(_write_requests(data, d), timeout=30)
                     ledger.ack(d)
                     outputs = [d]
                 else:
                     blobs = [rng.randbytes(rng.randrange(1, 40_000)) for _ in range(8)]
-                    ds = [digest_of(b) for b in blobs]
+                    ds = [digest(b) for b in blobs]
                     ledger.attempt(*ds)
                     response = cas.BatchUpdateBlobs(
                         re_pb2.BatchUpdateBlobsRequest(
@@ -187,7 +174,7 @@ def load(address: str, ledger: Ledger, stop: threading.Event, seed: int) -> int:
                     ledger.ack(*(r.digest for r in response.responses if r.status.code == 0))
                     outputs = ds
                 calls += 1
-                action = digest_of(uuid.uuid4().bytes)
+                action = digest(uuid.uuid4().bytes)
                 result = re_pb2.ActionResult(
                     output_files=[
                         re_pb2.OutputFile(path=f"out/{i}", digest=d) for i, d in enumerate(outputs)
@@ -231,7 +218,7 @@ def verify(address: str, ledger: Ledger) -> Verdict:
     present: set[tuple[str, int]] = set()
     verified = 0
     complete = 0
-    with channel(address) as ch:
+    with open_channel(address) as ch:
         cas = re_grpc.ContentAddressableStorageStub(ch)
         bytestream = bs_grpc.ByteStreamStub(ch)
         ac = re_grpc.ActionCacheStub(ch)

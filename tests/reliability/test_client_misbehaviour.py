@@ -22,7 +22,7 @@ from lre.cas import MemoryStore
 from lre.digest import digest_of
 from lre.proto import bs_grpc, bs_pb2, re_grpc, re_pb2
 from lre.service import InstanceBackends, TrioBridge
-from tests.service.conftest import start_server
+from tests._support.servers import start_server
 
 BLOB = os.urandom(8 << 20)  # stored; read by the readers
 D = digest_of(BLOB)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from tests.app.conftest import app_config_text
+from tests._support.configs import app_config_text
 from tests.reliability._crash import Ledger, LreProcess, clean_exit_check, crash_cycle, stray_files
 
 

@@ -38,16 +38,10 @@ import psutil
 import pytest
 
 from lre.proto import bs_grpc, bs_pb2, re_grpc, re_pb2
-from tests.app.conftest import app_config_text
-from tests.integration._reapi import (
-    WORKER_EXTRA,
-    Client,
-    Stage,
-    metadata_of,
-    processes_with,
-    response_of,
-)
-from tests.reliability._crash import INSTANCE, Ledger, LreProcess, channel, key, load
+from tests._support.configs import WORKER_EXTRA, app_config_text
+from tests._support.processes import processes_with
+from tests._support.reapi import Client, Stage, metadata_of, open_channel, response_of
+from tests.reliability._crash import INSTANCE, Ledger, LreProcess, key, load
 from tests.reliability.test_execute_faults import leftovers
 
 OK = grpc.StatusCode.OK.value[0]
@@ -213,7 +207,7 @@ def verify_bounded(
       acknowledged one must be found.
     """
     check = Check()
-    with channel(address) as ch:
+    with open_channel(address) as ch:
         cas = re_grpc.ContentAddressableStorageStub(ch)
         bytestream = bs_grpc.ByteStreamStub(ch)
         ac = re_grpc.ActionCacheStub(ch)

@@ -20,10 +20,10 @@ import pytest
 import trio
 
 from lre.app import Application
-from lre.config import load_config_text, resolve
 from lre.proto import bs_grpc, bs_pb2, re_grpc, re_pb2
-from tests.app.conftest import app_config_text
-from tests.reliability._crash import channel, digest_of, stray_files
+from tests._support.configs import app_config_text, config_of
+from tests._support.reapi import digest, open_channel
+from tests.reliability._crash import stray_files
 
 SIZE_MIB = 24
 
@@ -54,7 +54,7 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 
 
 def write(bytestream: bs_grpc.ByteStreamStub, data: bytes) -> tuple[grpc.StatusCode, str]:
-    d = digest_of(data)
+    d = digest(data)
     name = f"main/uploads/{uuid.uuid4()}/blobs/{d.hash}/{d.size_bytes}"
     pieces = [data[i : i + (256 << 10)] for i in range(0, len(data), 256 << 10)]
     requests = (
@@ -74,7 +74,7 @@ def write(bytestream: bs_grpc.ByteStreamStub, data: bytes) -> tuple[grpc.StatusC
 
 
 def read(bytestream: bs_grpc.ByteStreamStub, data: bytes) -> bytes:
-    d = digest_of(data)
+    d = digest(data)
     request = bs_pb2.ReadRequest(resource_name=f"main/blobs/{d.hash}/{d.size_bytes}")
     return b"".join(r.data for r in bytestream.Read(request, timeout=30))
 
@@ -82,7 +82,7 @@ def read(bytestream: bs_grpc.ByteStreamStub, data: bytes) -> bytes:
 def scenario(address: str, disk: Path) -> dict[str, object]:
     """Blocking client part (runs in a thread while the app serves in Trio)."""
     outcome: dict[str, object] = {}
-    with channel(address) as ch:
+    with open_channel(address) as ch:
         bytestream = bs_grpc.ByteStreamStub(ch)
         cas = re_grpc.ContentAddressableStorageStub(ch)
         early = [os.urandom(100_000) for _ in range(5)]
@@ -102,16 +102,14 @@ def scenario(address: str, disk: Path) -> dict[str, object]:
         response = cas.BatchUpdateBlobs(
             re_pb2.BatchUpdateBlobsRequest(
                 instance_name="main",
-                requests=[
-                    re_pb2.BatchUpdateBlobsRequest.Request(digest=digest_of(blob), data=blob)
-                ],
+                requests=[re_pb2.BatchUpdateBlobsRequest.Request(digest=digest(blob), data=blob)],
             ),
             timeout=30,
         )
         outcome["batch_status"] = response.responses[0].status
         outcome["reads_while_full"] = [read(bytestream, b) == b for b in early]
         missing = cas.FindMissingBlobs(
-            re_pb2.FindMissingBlobsRequest(instance_name="main", blob_digests=[digest_of(blob)]),
+            re_pb2.FindMissingBlobsRequest(instance_name="main", blob_digests=[digest(blob)]),
             timeout=30,
         )
         outcome["failed_blob_missing"] = len(missing.missing_blob_digests) == 1
@@ -125,7 +123,7 @@ def scenario(address: str, disk: Path) -> dict[str, object]:
 
 
 async def test_full_disk_refuses_uploads_and_keeps_serving(small_disk: Path) -> None:
-    config = resolve(load_config_text(app_config_text(small_disk), source="test.json5"))
+    config = config_of(app_config_text(small_disk))
     app = Application(config)
     async with trio.open_nursery() as nursery:
         ready = await nursery.start(app.serve)

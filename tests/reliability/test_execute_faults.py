@@ -29,20 +29,12 @@ import pytest
 import trio
 
 from lre.app import Application, ReadyInfo
-from lre.config import load_config_text, resolve
 from lre.proto import operations_pb2, re_pb2
 from lre.scheduler import Scheduler
-from tests.app.conftest import app_config_text
-from tests.integration._reapi import (
-    WORKER_EXTRA,
-    Client,
-    Stage,
-    digest,
-    metadata_of,
-    processes_with,
-    response_of,
-    wait_until,
-)
+from tests._support.configs import WORKER_EXTRA, app_config_text, config_of
+from tests._support.processes import processes_with, wait_until
+from tests._support.reapi import Client, Stage, digest, metadata_of, response_of
+from tests._support.servers import serve_app
 
 OK = grpc.StatusCode.OK.value[0]
 CANCELLED = grpc.StatusCode.CANCELLED.value[0]
@@ -66,19 +58,15 @@ class Running:
 async def running_app(root: Path, *, max_inflight: int) -> AsyncIterator[Running]:
     """A whole lre on 127.0.0.1 in this Trio run; stopped (and checked stopped) on exit."""
     text = app_config_text(root, max_inflight=max_inflight, extra_worker=WORKER_EXTRA)
-    app = Application(resolve(load_config_text(text, source="faults.json5")))
+    app = Application(config_of(text, source="faults.json5"))
     async with trio.open_nursery() as nursery:
-        ready: ReadyInfo = await nursery.start(_serve, app)
+        ready: ReadyInfo = await nursery.start(serve_app, app)
         try:
             yield Running(app, ready.grpc_addresses[0], root / "work" / "local")
         finally:
             app.request_stop()
             with trio.fail_after(60):
                 await app.stopped.wait()
-
-
-async def _serve(app: Application, *, task_status: trio.TaskStatus[ReadyInfo]) -> None:
-    await app.serve(task_status=task_status)
 
 
 def trio_tasks() -> int:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import pytest
 import trio
 
-from lre.cas import MemoryStore, write_bytes, write_message
+from lre.cas import MemoryStore
 from lre.config._models import PropertyModification, PropertyValue, SimpleSchedulerSpec
 from lre.digest import Digest
 from lre.errors import Unavailable
@@ -23,6 +23,7 @@ from lre.scheduler import (
     Stage,
     WorkerInfo,
 )
+from tests._support.actions import blob_digest, build_action, put_blobs
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -51,6 +52,8 @@ def worker_info(
 
 @dataclass
 class ActionBuilder:
+    """Builds actions (``tests._support.actions``) straight into ``cas``."""
+
     cas: MemoryStore
     counter: int = 0
 
@@ -65,33 +68,22 @@ class ActionBuilder:
         upload: bool = True,
     ) -> Digest:
         """Store a Command, input tree and Action; return the Action's digest.
-        Each call makes a distinct action unless ``args`` repeat."""
+        Each call makes a distinct action unless ``args`` repeat. With
+        ``upload`` false the files' contents are left out of the store."""
         self.counter += 1
-        command = re_pb2.Command(arguments=list(args) or ["/bin/true", str(self.counter)])
-        for key, value in sorted((command_platform or {}).items()):
-            command.platform.properties.add(name=key, value=value)
-        root = re_pb2.Directory()
-        for name, data in sorted((files or {}).items()):
-            digest = await write_bytes(self.cas, data) if upload else _digest(data)
-            root.files.add(name=name, digest=digest.to_proto())
-        root_digest = await write_message(self.cas, root)
-        command_digest = await write_message(self.cas, command)
-        action = re_pb2.Action(
-            command_digest=command_digest.to_proto(),
-            input_root_digest=root_digest.to_proto(),
+        built = build_action(
+            list(args) or ["/bin/true", str(self.counter)],
+            inputs=files,
+            action_platform=platform,
+            command_platform=command_platform,
+            timeout_s=timeout_s,
             do_not_cache=do_not_cache,
         )
-        for key, value in sorted((platform or {}).items()):
-            action.platform.properties.add(name=key, value=value)
-        if timeout_s is not None:
-            action.timeout.seconds = timeout_s
-        return await write_message(self.cas, action)
-
-
-def _digest(data: bytes) -> Digest:
-    from lre.digest import digest_of
-
-    return digest_of(data)
+        contents = {blob_digest(data) for data in (files or {}).values()}
+        await put_blobs(
+            self.cas, {d: b for d, b in built.blobs.items() if upload or d not in contents}
+        )
+        return built.digest
 
 
 def execute_request(

@@ -10,7 +10,9 @@ from lre.cas import ActionResultCache, MemoryActionCache, MemoryStore
 from lre.digest import digest_of
 from lre.proto import re_pb2
 from lre.service import InstanceBackends, Instances, TrioBridge
-from tests.service.conftest import Client, ServerHandle, open_channel, start_server
+from tests._support.reapi import Client
+from tests._support.servers import start_server
+from tests.service.conftest import ServerHandle
 from tests.service.test_cas import proto, upload
 
 ACTION = proto(b"some action")
@@ -35,12 +37,12 @@ async def update(
     request = re_pb2.UpdateActionResultRequest(
         instance_name=instance, action_digest=ACTION, action_result=result
     )
-    return await server.client.run(server.client.action_cache.UpdateActionResult, request)
+    return await server.client.in_thread(server.client.action_cache.UpdateActionResult, request)
 
 
 async def get(server: ServerHandle, **flags: object) -> re_pb2.ActionResult:
     request = re_pb2.GetActionResultRequest(instance_name="main", action_digest=ACTION, **flags)
-    return await server.client.run(server.client.action_cache.GetActionResult, request)
+    return await server.client.in_thread(server.client.action_cache.GetActionResult, request)
 
 
 async def test_update_then_get_with_inlining(cache_server: ServerHandle) -> None:
@@ -70,8 +72,8 @@ async def test_incomplete_result_is_not_found(nursery: trio.Nursery) -> None:
     address, _, _ = await start_server(
         nursery, {"main": InstanceBackends(cas=store, action_cache=results)}
     )
-    with open_channel(address) as channel:
-        server = ServerHandle(address, store, TrioBridge(), Instances({}), Client(address, channel))
+    with Client(address) as client:
+        server = ServerHandle(address, store, TrioBridge(), Instances({}), client)
         stdout, output, inner = b"out", b"obj", b"inner file"
         tree = re_pb2.Tree(
             root=re_pb2.Directory(files=[re_pb2.FileNode(name="x", digest=proto(inner))])
@@ -103,7 +105,9 @@ async def test_read_only_and_absent_action_caches(cache_server: ServerHandle) ->
         assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
     request = re_pb2.GetActionResultRequest(instance_name="", action_digest=ACTION)
     with pytest.raises(grpc.RpcError) as info:
-        await cache_server.client.run(cache_server.client.action_cache.GetActionResult, request)
+        await cache_server.client.in_thread(
+            cache_server.client.action_cache.GetActionResult, request
+        )
     assert info.value.code() == grpc.StatusCode.NOT_FOUND
 
 
@@ -112,7 +116,9 @@ async def test_malformed_action_digest(cache_server: ServerHandle) -> None:
         instance_name="main", action_digest=re_pb2.Digest(hash="xyz", size_bytes=1)
     )
     with pytest.raises(grpc.RpcError) as info:
-        await cache_server.client.run(cache_server.client.action_cache.GetActionResult, request)
+        await cache_server.client.in_thread(
+            cache_server.client.action_cache.GetActionResult, request
+        )
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "action_digest.hash" in info.value.details()
     bad = re_pb2.ActionResult(
@@ -133,7 +139,7 @@ async def test_a_miss_is_answered_without_trio(
     before = cache_server.bridge.statistics().started_total
     for i in range(5):
         with pytest.raises(grpc.RpcError) as caught:
-            await client.run(
+            await client.in_thread(
                 client.action_cache.GetActionResult,
                 re_pb2.GetActionResultRequest(
                     instance_name="main", action_digest=proto(b"no such action %d" % i)
@@ -144,7 +150,7 @@ async def test_a_miss_is_answered_without_trio(
     assert cache_server.bridge.statistics().started_total == before
 
     with pytest.raises(grpc.RpcError) as caught:
-        await client.run(
+        await client.in_thread(
             client.action_cache.GetActionResult,
             re_pb2.GetActionResultRequest(
                 instance_name="main",

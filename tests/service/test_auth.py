@@ -22,7 +22,7 @@ import trio
 
 from lre.app import Application
 from lre.cas import MemoryStore
-from lre.config import ConfigError, ListenerSpec, TlsServerSpec, load_config_text, resolve
+from lre.config import ConfigError, ListenerSpec, TlsServerSpec, load_config_text
 from lre.digest import digest_of
 from lre.proto import bs_grpc, bs_pb2, re_grpc, re_pb2
 from lre.service import (
@@ -37,7 +37,7 @@ from lre.service import (
     cache_servicers,
     read_token_file,
 )
-from tests.app.conftest import app_config_text
+from tests._support.configs import app_config_text, config_of
 
 TOKEN = "s3cr3t-token-0123456789abcdef"
 
@@ -358,7 +358,7 @@ def test_app_refuses_world_readable_token_file(tmp_path: Path) -> None:
     path = token_file(tmp_path, mode=0o644)
     text = config_with_listener(tmp_path, f'address: "127.0.0.1:0", auth_token_file: "{path}"')
     with pytest.raises(AuthTokenError, match="accessible to other users"):
-        Application(resolve(load_config_text(text, source="t.json5")))
+        Application(config_of(text, source="t.json5"))
 
 
 async def test_app_with_token_private_dirs_and_root_warning(
@@ -366,7 +366,7 @@ async def test_app_with_token_private_dirs_and_root_warning(
 ) -> None:
     path = token_file(tmp_path)
     text = config_with_listener(tmp_path, f'address: "127.0.0.1:0", auth_token_file: "{path}"')
-    app = Application(resolve(load_config_text(text, source="t.json5")))
+    app = Application(config_of(text, source="t.json5"))
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     caplog.set_level(logging.INFO)
     async with trio.open_nursery() as nursery:
@@ -390,7 +390,7 @@ async def test_no_root_warning_for_a_normal_user(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    app = Application(resolve(load_config_text(app_config_text(tmp_path), source="t.json5")))
+    app = Application(config_of(app_config_text(tmp_path), source="t.json5"))
     async with trio.open_nursery() as nursery:
         await nursery.start(app.serve)
         app.request_stop()

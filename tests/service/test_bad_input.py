@@ -55,7 +55,7 @@ async def still_serving(server: ServerHandle) -> None:
         data=data,
         finish_write=True,
     )
-    response = await client.run(client.bytestream.Write, iter([request]), timeout=10)
+    response = await client.in_thread(client.bytestream.Write, iter([request]), timeout=10)
     assert response.committed_size == len(data)
     chunks = await client.stream(
         client.bytestream.Read, bs_pb2.ReadRequest(resource_name=f"blobs/{d.hash}/{d.size_bytes}")
@@ -101,7 +101,7 @@ async def test_malformed_digest_is_named_in_every_cas_call(
     )
     assert code == grpc.StatusCode.INVALID_ARGUMENT
     assert f"digests[0].{part}" in message and shown in message
-    response = await client.run(
+    response = await client.in_thread(
         client.cas.BatchUpdateBlobs,
         re_pb2.BatchUpdateBlobsRequest(
             requests=[
@@ -184,7 +184,7 @@ async def test_batch_update_data_mismatch_and_bad_compressors(cache_server: Serv
         Req(digest=small.to_proto(), data=bomb, compressor=re_pb2.Compressor.ZSTD),
         Req(digest=digest_of(real).to_proto(), data=b"not zstd", compressor=re_pb2.Compressor.ZSTD),
     ]
-    response = await client.run(
+    response = await client.in_thread(
         client.cas.BatchUpdateBlobs, re_pb2.BatchUpdateBlobsRequest(requests=requests), timeout=30
     )
     statuses = [r.status for r in response.responses]
@@ -278,7 +278,7 @@ async def test_bytestream_reads_past_the_end(cache_server: ServerHandle) -> None
     client = cache_server.client
     data = b"readable"
     d = digest_of(data)
-    await client.run(
+    await client.in_thread(
         client.bytestream.Write,
         writes(f"uploads/u/blobs/{d.hash}/{d.size_bytes}", (0, data, True)),
         timeout=10,
@@ -430,7 +430,7 @@ async def test_output_tree_with_bad_names_is_refused(
     client = cache_server.client
     data = tree.SerializeToString()
     tree_digest = digest_of(data)
-    await client.run(
+    await client.in_thread(
         client.cas.BatchUpdateBlobs,
         re_pb2.BatchUpdateBlobsRequest(
             requests=[

@@ -188,7 +188,7 @@ async def test_random_bad_requests_on_a_real_server(cache_server: ServerHandle) 
         code, message = await trio.to_thread.run_sync(attempt, call, request, kind == "read")
         assert code == grpc.StatusCode.INVALID_ARGUMENT, (kind, bad_hash, size, message)
         assert "internal error" not in message
-    response = await client.run(
+    response = await client.in_thread(
         client.cas.FindMissingBlobs,
         re_pb2.FindMissingBlobsRequest(blob_digests=[re_pb2.Digest(hash="e" * 64, size_bytes=1)]),
         timeout=10,

@@ -27,7 +27,9 @@ from lre.service import (
     stream_rpc,
     unary_rpc,
 )
-from tests.service.conftest import eventually, open_channel, start_server
+from tests._support.reapi import open_channel
+from tests._support.servers import start_server
+from tests.service.conftest import eventually
 
 Context = grpc.aio.ServicerContext[Any, Any]
 SERVICE = "lre.test.Probe"

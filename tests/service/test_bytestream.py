@@ -49,7 +49,7 @@ def write_requests(
 
 
 async def write(server: ServerHandle, requests: Iterator[bs_pb2.WriteRequest]) -> int:
-    response = await server.client.run(server.client.bytestream.Write, requests)
+    response = await server.client.in_thread(server.client.bytestream.Write, requests)
     return int(response.committed_size)
 
 
@@ -117,7 +117,7 @@ async def test_resumable_upload(cache_server: ServerHandle) -> None:
         await write(cache_server, write_requests(name, data[:half], finish=False))
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert f"resume with write_offset {half}" in info.value.details()
-    status = await cache_server.client.run(
+    status = await cache_server.client.in_thread(
         cache_server.client.bytestream.QueryWriteStatus,
         bs_pb2.QueryWriteStatusRequest(resource_name=name),
     )
@@ -134,7 +134,7 @@ async def test_resumable_upload(cache_server: ServerHandle) -> None:
             await write(cache_server, write_requests(name, data[:half], finish=False))
     assert await write(cache_server, write_requests(name, data[half:], offset=half)) == len(data)
     assert await read(cache_server, read_name(data, "main")) == data
-    status = await cache_server.client.run(
+    status = await cache_server.client.in_thread(
         cache_server.client.bytestream.QueryWriteStatus,
         bs_pb2.QueryWriteStatusRequest(resource_name=name),
     )
@@ -254,7 +254,7 @@ async def test_abandoned_read_cancels_trio_side(cache_server: ServerHandle) -> N
 async def test_write_request_that_does_not_parse(cache_server: ServerHandle) -> None:
     method = cache_server.client.channel.stream_unary("/google.bytestream.ByteStream/Write")
     with pytest.raises(grpc.RpcError) as info:
-        await cache_server.client.run(method, iter([b"\x0a\xff\xff\xff\x0f"]))
+        await cache_server.client.in_thread(method, iter([b"\x0a\xff\xff\xff\x0f"]))
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "does not parse" in info.value.details()
 
@@ -283,7 +283,7 @@ async def test_write_cut_off_mid_stream_resumes(cache_server: ServerHandle) -> N
     await sent.acquire()
 
     async def committed() -> int:
-        status = await cache_server.client.run(
+        status = await cache_server.client.in_thread(
             cache_server.client.bytestream.QueryWriteStatus,
             bs_pb2.QueryWriteStatusRequest(resource_name=name),
         )

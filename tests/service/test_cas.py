@@ -22,12 +22,12 @@ async def upload(server: ServerHandle, blobs: list[bytes], instance: str = "") -
         instance_name=instance,
         requests=[re_pb2.BatchUpdateBlobsRequest.Request(digest=proto(b), data=b) for b in blobs],
     )
-    response = await server.client.run(server.client.cas.BatchUpdateBlobs, request)
+    response = await server.client.in_thread(server.client.cas.BatchUpdateBlobs, request)
     assert [r.status.code for r in response.responses] == [0] * len(blobs)
 
 
 async def test_capabilities(cache_server: ServerHandle) -> None:
-    caps = await cache_server.client.run(
+    caps = await cache_server.client.in_thread(
         cache_server.client.capabilities.GetCapabilities,
         re_pb2.GetCapabilitiesRequest(instance_name="team/linux/x86"),
     )
@@ -46,7 +46,7 @@ async def test_capabilities(cache_server: ServerHandle) -> None:
 
 async def test_unknown_instance_is_invalid_argument(cache_server: ServerHandle) -> None:
     with pytest.raises(grpc.RpcError) as info:
-        await cache_server.client.run(
+        await cache_server.client.in_thread(
             cache_server.client.capabilities.GetCapabilities,
             re_pb2.GetCapabilitiesRequest(instance_name="nope"),
         )
@@ -62,7 +62,9 @@ async def test_find_missing_blobs(cache_server: ServerHandle) -> None:
         instance_name="main",
         blob_digests=[proto(b"alpha"), absent, EMPTY_DIGEST.to_proto(), proto(b"beta"), absent],
     )
-    response = await cache_server.client.run(cache_server.client.cas.FindMissingBlobs, request)
+    response = await cache_server.client.in_thread(
+        cache_server.client.cas.FindMissingBlobs, request
+    )
     assert list(response.missing_blob_digests) == [absent]
 
 
@@ -75,15 +77,19 @@ async def test_find_missing_blobs_bulk(cache_server: ServerHandle) -> None:
     request = re_pb2.FindMissingBlobsRequest(
         instance_name="main", blob_digests=asked, digest_function=re_pb2.DigestFunction.SHA256
     )
-    response = await cache_server.client.run(cache_server.client.cas.FindMissingBlobs, request)
+    response = await cache_server.client.in_thread(
+        cache_server.client.cas.FindMissingBlobs, request
+    )
     assert list(response.missing_blob_digests) == absent
     everything = re_pb2.FindMissingBlobsRequest(instance_name="main", blob_digests=absent)
-    response = await cache_server.client.run(cache_server.client.cas.FindMissingBlobs, everything)
+    response = await cache_server.client.in_thread(
+        cache_server.client.cas.FindMissingBlobs, everything
+    )
     assert list(response.missing_blob_digests) == absent
     twice = re_pb2.FindMissingBlobsRequest(
         instance_name="main", blob_digests=[proto(b) for b in present] * 2
     )
-    response = await cache_server.client.run(cache_server.client.cas.FindMissingBlobs, twice)
+    response = await cache_server.client.in_thread(cache_server.client.cas.FindMissingBlobs, twice)
     assert list(response.missing_blob_digests) == []
 
 
@@ -105,7 +111,9 @@ async def test_batch_update_then_read_with_per_blob_status(cache_server: ServerH
             ),
         ]
     )
-    response = await cache_server.client.run(cache_server.client.cas.BatchUpdateBlobs, request)
+    response = await cache_server.client.in_thread(
+        cache_server.client.cas.BatchUpdateBlobs, request
+    )
     codes = [r.status.code for r in response.responses]
     assert codes == [0, grpc.StatusCode.INVALID_ARGUMENT.value[0], 0, 3]
     assert "hashes to" in response.responses[1].status.message
@@ -116,7 +124,7 @@ async def test_batch_update_then_read_with_per_blob_status(cache_server: ServerH
         digests=[proto(good), missing, proto(compressible)],
         acceptable_compressors=[ZSTD],
     )
-    response2 = await cache_server.client.run(cache_server.client.cas.BatchReadBlobs, read)
+    response2 = await cache_server.client.in_thread(cache_server.client.cas.BatchReadBlobs, read)
     assert [r.status.code for r in response2.responses] == [0, 5, 0]
     assert response2.responses[0].data == good
     assert response2.responses[2].data == compressible
@@ -126,7 +134,7 @@ async def test_batch_update_then_read_with_per_blob_status(cache_server: ServerH
 async def test_batch_read_over_the_limit_names_the_total(cache_server: ServerHandle) -> None:
     digests = [re_pb2.Digest(hash=f"{i:064x}", size_bytes=1_500_000) for i in range(3)]
     with pytest.raises(grpc.RpcError) as info:
-        await cache_server.client.run(
+        await cache_server.client.in_thread(
             cache_server.client.cas.BatchReadBlobs, re_pb2.BatchReadBlobsRequest(digests=digests)
         )
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -147,7 +155,7 @@ async def test_find_missing_rejects_malformed_digests(
 ) -> None:
     request = re_pb2.FindMissingBlobsRequest(blob_digests=[proto(b"ok"), digest])
     with pytest.raises(grpc.RpcError) as info:
-        await cache_server.client.run(cache_server.client.cas.FindMissingBlobs, request)
+        await cache_server.client.in_thread(cache_server.client.cas.FindMissingBlobs, request)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert needle in info.value.details()
 
@@ -157,7 +165,7 @@ async def test_find_missing_bulk_names_a_bad_digest(cache_server: ServerHandle) 
     bad = re_pb2.Digest(hash="a" * 64, size_bytes=-5)
     request = re_pb2.FindMissingBlobsRequest(blob_digests=[*good, bad, *good])
     with pytest.raises(grpc.RpcError) as info:
-        await cache_server.client.run(cache_server.client.cas.FindMissingBlobs, request)
+        await cache_server.client.in_thread(cache_server.client.cas.FindMissingBlobs, request)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "blob_digests[200].size_bytes: -5" in info.value.details()
 
@@ -167,13 +175,13 @@ async def test_unsupported_digest_function_is_rejected(cache_server: ServerHandl
         blob_digests=[proto(b"ok")], digest_function=re_pb2.DigestFunction.BLAKE3
     )
     with pytest.raises(grpc.RpcError) as info:
-        await cache_server.client.run(cache_server.client.cas.FindMissingBlobs, request)
+        await cache_server.client.in_thread(cache_server.client.cas.FindMissingBlobs, request)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "BLAKE3" in info.value.details()
     # A 40-character hash with no digest_function matches no supported function.
     request = re_pb2.FindMissingBlobsRequest(blob_digests=[re_pb2.Digest(hash="a" * 40)])
     with pytest.raises(grpc.RpcError) as info:
-        await cache_server.client.run(cache_server.client.cas.FindMissingBlobs, request)
+        await cache_server.client.in_thread(cache_server.client.cas.FindMissingBlobs, request)
     assert "40 hex characters" in info.value.details()
 
 

@@ -22,7 +22,9 @@ from lre.cas._inline import INLINE_BYTES
 from lre.digest import Digest, digest_of
 from lre.proto import bs_pb2, re_pb2
 from lre.service import InstanceBackends
-from tests.service.conftest import Client, ServerHandle, open_channel, start_server
+from tests._support.reapi import Client
+from tests._support.servers import start_server
+from tests.service.conftest import ServerHandle
 
 
 @pytest.fixture
@@ -30,11 +32,8 @@ async def fs_server(nursery: trio.Nursery, tmp_path: Path) -> AsyncIterator[Serv
     store = FilesystemStore(tmp_path / "cas", tmp_path / "tmp", 512 << 20)
     await store.open()
     address, bridge, instances = await start_server(nursery, {"": InstanceBackends(cas=store)})
-    channel = open_channel(address)
-    try:
-        yield ServerHandle(address, store, bridge, instances, Client(address, channel))
-    finally:
-        channel.close()
+    with Client(address) as client:
+        yield ServerHandle(address, store, bridge, instances, client)
 
 
 def _fs(server: ServerHandle) -> FilesystemStore:
@@ -54,7 +53,7 @@ async def _read(server: ServerHandle, request: bs_pb2.ReadRequest) -> bytes:
 
 
 async def _missing(server: ServerHandle, digests: list[Digest]) -> list[Digest]:
-    response = await server.client.run(
+    response = await server.client.in_thread(
         server.client.cas.FindMissingBlobs,
         re_pb2.FindMissingBlobsRequest(blob_digests=[d.to_proto() for d in digests]),
     )
@@ -111,8 +110,7 @@ async def test_answers_stay_right_while_the_store_evicts(
     store = FilesystemStore(tmp_path / "cas", tmp_path / "tmp", 64 << 10)
     await store.open()
     address, _, _ = await start_server(nursery, {"": InstanceBackends(cas=store)})
-    channel = open_channel(address)
-    client = Client(address, channel)
+    client = Client(address)
     blobs = {digest_of(bytes([i]) * 4000): bytes([i]) * 4000 for i in range(60)}
     digests = list(blobs)
     problems: list[str] = []
@@ -157,7 +155,7 @@ async def test_answers_stay_right_while_the_store_evicts(
                 inner.start_soon(run_hammer, seed)
             inner.start_soon(writer)
     finally:
-        channel.close()
+        client.close()
     assert problems == []
     assert sum(results) > 0
     assert store.statistics().evicted_blobs > 0

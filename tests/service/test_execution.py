@@ -20,6 +20,8 @@ from lre.scheduler import Scheduler, Stage
 from lre.service import InstanceBackends, Instances
 from lre.service.execution import STAGE_SETTLE_S, ExecutionServicer
 from lre.service.operations import OperationsServicer
+from tests._support.reapi import open_channel
+from tests._support.servers import start_server
 from tests.scheduler.conftest import (
     ActionBuilder,
     FakeWorker,
@@ -28,7 +30,6 @@ from tests.scheduler.conftest import (
     start_harness,
     worker_info,
 )
-from tests.service.conftest import open_channel, start_server
 
 
 @dataclass

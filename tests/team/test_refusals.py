@@ -15,8 +15,8 @@ import pytest
 import trio
 
 from lre.scheduler import Stage
+from tests._support.actions import shell_action
 from tests.team._buildgrid import INSTANCE, BuildGrid
-from tests.upstream._client import make_action
 from tests.upstream.test_cache import output_digest, stop
 from tests.upstream.test_forward import forward_block, run, run_all, start
 
@@ -28,7 +28,7 @@ async def test_lre_keys_are_dropped_by_default_and_refused_otherwise(
 ) -> None:
     url = running_buildgrid.url
     # The laptop's worker offers no ISA: only BuildGrid's can run this.
-    action = make_action(
+    action = shell_action(
         "echo team > out.txt",
         platform={"cpu_count": "1", "ISA": "x86-64"},
         instance=INSTANCE,
@@ -36,7 +36,7 @@ async def test_lre_keys_are_dropped_by_default_and_refused_otherwise(
     )
     block = forward_block(url, platform=KEEP_EVERYTHING, instance=INSTANCE)
     app, forwarder, client = await start(nursery, tmp_path / "keeps", url, block, instance=INSTANCE)
-    await client.aupload(action.blobs)
+    await client.in_thread(client.upload, action.blobs)
     done, _ = await run(forwarder, action)
     assert done.error is not None and done.error.code == 9, done  # FAILED_PRECONDITION
     assert "cannot run on a local worker" in done.error.message
@@ -46,12 +46,12 @@ async def test_lre_keys_are_dropped_by_default_and_refused_otherwise(
 
     block = forward_block(url, instance=INSTANCE)  # default: drop cpu_count, memory_kb
     app, forwarder, client = await start(nursery, tmp_path / "drops", url, block, instance=INSTANCE)
-    await client.aupload(action.blobs)
+    await client.in_thread(client.upload, action.blobs)
     done, stages = await run(forwarder, action)
     assert done.error is None and done.result is not None, done
     assert done.result.exit_code == 0 and forwarder.is_forwarded(done.name)
     assert stages[-1] == Stage.COMPLETED
-    assert await client.aread(output_digest(done)) == b"team\n"
+    assert await client.in_thread(client.read_blob, output_digest(done)) == b"team\n"
     statistics = forwarder.forward_statistics()
     assert statistics.completed_upstream == 1 and statistics.upstream.state == "up"
     await stop(app)
@@ -72,7 +72,7 @@ async def test_refused_overflow_actions_run_locally_logged_once(
     )
     salt = uuid.uuid4().hex
     actions = [
-        make_action(
+        shell_action(
             f"sleep 0.3; echo {i} > out.txt",
             platform={"cpu_count": "1"},
             instance=INSTANCE,
@@ -81,7 +81,7 @@ async def test_refused_overflow_actions_run_locally_logged_once(
         for i in range(6)
     ]
     for action in actions:
-        await client.aupload(action.blobs)
+        await client.in_thread(client.upload, action.blobs)
     with caplog.at_level(logging.WARNING, logger="lre.scheduler"):
         results = await run_all(forwarder, actions)  # all at once: some overflow
     statistics = forwarder.forward_statistics()
@@ -91,7 +91,7 @@ async def test_refused_overflow_actions_run_locally_logged_once(
     for i, done in results.items():
         assert done.error is None and done.result is not None, done
         assert done.result.exit_code == 0 and not forwarder.is_forwarded(done.name)
-        assert await client.aread(output_digest(done)) == f"{i}\n".encode()
+        assert await client.in_thread(client.read_blob, output_digest(done)) == f"{i}\n".encode()
     logged = [r for r in caplog.records if "did not run a forwarded action" in r.getMessage()]
     assert len(logged) == 1, [r.getMessage() for r in logged]
     assert "Unregistered platform property" in logged[0].getMessage()

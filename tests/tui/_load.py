@@ -10,11 +10,12 @@ import trio
 
 from lre.app._events import EventLog
 from lre.app._snapshot import SnapshotAssembler
-from lre.cas import MemoryStore, StoreStatistics, write_message
+from lre.cas import MemoryStore, StoreStatistics
 from lre.config import PropertyModification, PropertyValue, SimpleSchedulerSpec
 from lre.proto import re_pb2
 from lre.scheduler import Completed, Lease, RequestInfo, Reservation, Scheduler, WorkerInfo
 from lre.snapshot import EventKind
+from tests._support.actions import build_action, put_action
 
 GIB = 1 << 30
 
@@ -64,16 +65,13 @@ async def submit(load: Load, count: int) -> None:
     for _ in range(count):
         n = load.submitted
         load.submitted += 1
-        command = re_pb2.Command(arguments=[f"/usr/bin/tool{n}", f"-O{n % 3}", f"src/file{n}.c"])
-        command_digest = await write_message(load.cas, command)
-        root_digest = await write_message(load.cas, re_pb2.Directory())
-        action = re_pb2.Action(
-            command_digest=command_digest.to_proto(), input_root_digest=root_digest.to_proto()
+        built = build_action(
+            [f"/usr/bin/tool{n}", f"-O{n % 3}", f"src/file{n}.c"],
+            action_platform={"OSFamily": "linux", "cpu_count": str(1 + n % 3)},
+            instance="main",
         )
-        action.platform.properties.add(name="OSFamily", value="linux")
-        action.platform.properties.add(name="cpu_count", value=str(1 + n % 3))
-        digest = await write_message(load.cas, action)
-        request = re_pb2.ExecuteRequest(instance_name="main", action_digest=digest.to_proto())
+        digest = await put_action(load.cas, built)
+        request = built.request
         info = RequestInfo(action_mnemonic=f"Mnemonic{n}", target_id=f"//pkg{n}:target")
         operation = load.scheduler.submit(request, request_info=info)
         load.digests.append(digest.hash)

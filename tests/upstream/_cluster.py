@@ -19,7 +19,8 @@ import grpc.aio
 import trio
 
 from lre.app import Application, ReadyInfo
-from lre.config import Config, load_config_text, resolve
+from lre.config import Config
+from tests._support.configs import app_config_text
 from tests.upstream._execution import ExecutionAdapter
 
 
@@ -32,36 +33,14 @@ def upstream_config_text(
 ) -> str:
     """The cluster: filesystem CAS and AC, one worker offering ``os_family``."""
     values = ", ".join(f'"{v}"' for v in os_family)
-    return f"""{{
-  stores: [
-    {{ name: "cas", filesystem: {{ content_path: "{root}/cas", temp_path: "{root}/tmp/cas",
-                                  eviction_policy: {{ max_bytes: "1GiB" }} }} }},
-    {{ name: "ac", filesystem: {{ content_path: "{root}/ac", temp_path: "{root}/tmp/ac",
-                                 eviction_policy: {{ max_bytes: "64MiB" }} }} }},
-  ],
-  schedulers: [
-    {{ name: "main", property_modifier: {{
-        modifications: [{{ add: {{ name: "cpu_count", value: "1" }} }}], scheduler: "queue" }} }},
-    {{ name: "queue", simple: {{ ac_store: "ac", cas_store: "cas", progress_interval_s: 1 }} }},
-  ],
-  workers: [
-    {{ local: {{ name: "cluster-worker", scheduler: "queue", cas_store: "cas",
-                work_directory: "{root}/work", max_inflight_tasks: {max_inflight},
-                upload_action_result: {{ ac_store: "ac" }},
-                platform_properties: {{ OSFamily: {{ values: [{values}] }} }},
-                resources: {{ cpu_count: 2, memory_budget: "2GiB" }} }} }},
-  ],
-  servers: [
-    {{ listener: {{ address: "127.0.0.1:{port}" }},
-      instances: [{{ instance_name: "*", cas_store: "cas", ac_store: "ac", scheduler: "main" }}] }},
-  ],
-  global: {{ state_dir: "{root}/state", status: {{ address: "" }} }},
-}}
-"""
-
-
-def config_of(text: str) -> Config:
-    return resolve(load_config_text(text, source="test.json5"))
+    return app_config_text(
+        root,
+        port=port,
+        max_inflight=max_inflight,
+        worker_name="cluster-worker",
+        extra_worker=f", platform_properties: {{ OSFamily: {{ values: [{values}] }} }}",
+        extra_scheduler=", progress_interval_s: 1",
+    )
 
 
 class MetadataRecorder(grpc.aio.ServerInterceptor):  # type: ignore[misc]

@@ -13,11 +13,13 @@ from lre.app import Application, ReadyInfo
 from lre.cas import FastSlowActionCache, FastSlowStore, GrpcActionCache, GrpcStore
 from lre.digest import Digest
 from lre.scheduler import OperationSnapshot
-from tests.upstream._client import BuiltAction, Client, make_action
+from tests._support.actions import BuiltAction, shell_action
+from tests._support.configs import config_of
+from tests._support.reapi import Client
+from tests._support.servers import serve_app
 from tests.upstream._cluster import (
     MetadataRecorder,
     UpstreamLre,
-    config_of,
     laptop_config_text,
     upstream_config_text,
 )
@@ -27,7 +29,7 @@ async def start_laptop(
     nursery: trio.Nursery, root: Path, upstream_url: str, **options: str
 ) -> tuple[Application, Client]:
     app = Application(config_of(laptop_config_text(root, upstream_url, **options)))
-    ready: ReadyInfo = await nursery.start(lambda task_status: app.serve(task_status=task_status))
+    ready: ReadyInfo = await nursery.start(serve_app, app)
     return app, Client(ready.grpc_addresses[0], "team")
 
 
@@ -80,14 +82,14 @@ async def test_read_through_from_the_cluster(
     teammate, teammate_client = await start_laptop(
         nursery, tmp_path / "teammate", cluster.url, upload_policy="success_only"
     )
-    action = make_action("echo shared output > out.txt", instance="team")
-    await teammate_client.aupload(action.blobs)
+    action = shell_action("echo shared output > out.txt", instance="team")
+    await teammate_client.in_thread(teammate_client.upload, action.blobs)
     done = await execute_in_process(teammate, action)
     assert done.error is None and done.result is not None and done.result.exit_code == 0
     out = output_digest(done)
     cluster_client = Client(cluster.address, "team")
-    assert await cluster_client.aget_result(action.digest) is not None
-    assert await cluster_client.aread(out) == b"shared output\n"
+    assert await cluster_client.in_thread(cluster_client.get_result, action.digest) is not None
+    assert await cluster_client.in_thread(cluster_client.read_blob, out) == b"shared output\n"
     await stop(teammate)
 
     # My laptop starts empty and gets the result and its output through the cluster.
@@ -95,12 +97,12 @@ async def test_read_through_from_the_cluster(
     local_cas = mine.stores.blob("local-cas")
     local_ac = mine.stores.action_caches["local-ac"]
     assert await local_ac.get(action.digest) is None
-    result = await client.aget_result(action.digest)
+    result = await client.in_thread(client.get_result, action.digest)
     assert result is not None and result.exit_code == 0
     assert await local_ac.get(action.digest) is not None  # filled on the hit
     assert await local_cas.has_many([out]) == [None]  # blobs are fetched lazily
-    assert await client.afind_missing([out]) == []  # present: it is upstream
-    assert await client.aread(out) == b"shared output\n"
+    assert await client.in_thread(client.missing, [out]) == []  # present: it is upstream
+    assert await client.in_thread(client.read_blob, out) == b"shared output\n"
     assert await local_cas.has_many([out]) == [out.size_bytes]  # read filled the local tier
     # The same action submitted to my laptop is a cache hit, nothing runs.
     again = await execute_in_process(mine, action)
@@ -115,21 +117,23 @@ async def test_upload_policies(
     app, client = await start_laptop(
         nursery, tmp_path / "laptop", cluster.url, upload_policy=policy
     )
-    good = make_action("echo good > out.txt", instance="team")
-    bad = make_action("echo bad > out.txt; exit 3", instance="team")
+    good = shell_action("echo good > out.txt", instance="team")
+    bad = shell_action("echo bad > out.txt; exit 3", instance="team")
     for action in (good, bad):
-        await client.aupload(action.blobs)
+        await client.in_thread(client.upload, action.blobs)
         done = await execute_in_process(app, action)
         assert done.result is not None and done.error is None
     assert (await execute_in_process(app, good)).cached_result  # local hit either way
     cluster_client = Client(cluster.address, "team")
-    shared_good = await cluster_client.aget_result(good.digest)
-    shared_bad = await cluster_client.aget_result(bad.digest)
+    shared_good = await cluster_client.in_thread(cluster_client.get_result, good.digest)
+    shared_bad = await cluster_client.in_thread(cluster_client.get_result, bad.digest)
     assert (shared_good is not None) == (policy != "never")
     assert (shared_bad is not None) == (policy == "everything")
     if shared_good is not None:
         (output,) = shared_good.output_files
-        assert await cluster_client.aread(Digest(output.digest.hash, output.digest.size_bytes))
+        assert await cluster_client.in_thread(
+            cluster_client.read_blob, Digest(output.digest.hash, output.digest.size_bytes)
+        )
     await stop(app)
 
 
@@ -139,8 +143,8 @@ async def test_cluster_going_away_mid_build_keeps_local_serving(
     app, client = await start_laptop(
         nursery, tmp_path / "laptop", cluster.url, upload_policy="success_only"
     )
-    first = make_action("echo one > out.txt", instance="team")
-    await client.aupload(first.blobs)
+    first = shell_action("echo one > out.txt", instance="team")
+    await client.in_thread(client.upload, first.blobs)
     done = await execute_in_process(app, first)
     assert done.result is not None and done.result.exit_code == 0
     first_out = output_digest(done)
@@ -148,21 +152,21 @@ async def test_cluster_going_away_mid_build_keeps_local_serving(
     await cluster.stop()
 
     # New work runs locally, its upload upstream is dropped with a warning.
-    second = make_action("cat in.txt > out.txt", instance="team", inputs={"in.txt": b"two\n"})
-    await client.aupload(second.blobs)
-    assert await client.afind_missing(list(second.blobs)) == []
+    second = shell_action("cat in.txt > out.txt", instance="team", inputs={"in.txt": b"two\n"})
+    await client.in_thread(client.upload, second.blobs)
+    assert await client.in_thread(client.missing, list(second.blobs)) == []
     done = await execute_in_process(app, second)
     assert done.error is None and done.result is not None and done.result.exit_code == 0
-    assert await client.aread(output_digest(done)) == b"two\n"
+    assert await client.in_thread(client.read_blob, output_digest(done)) == b"two\n"
     # Earlier results and outputs are still served from the local tier.
-    assert await client.aget_result(first.digest) is not None
-    assert await client.aread(first_out) == b"one\n"
+    assert await client.in_thread(client.get_result, first.digest) is not None
+    assert await client.in_thread(client.read_blob, first_out) == b"one\n"
     assert (await execute_in_process(app, first)).cached_result
     # Unknown blobs are simply missing (not UNAVAILABLE).
-    unknown = make_action("echo never uploaded", instance="team")
-    assert await client.aget_result(unknown.digest) is None
+    unknown = shell_action("echo never uploaded", instance="team")
+    assert await client.in_thread(client.get_result, unknown.digest) is None
     non_empty = {d for d in unknown.blobs if d.size_bytes}
-    assert set(await client.afind_missing(list(non_empty))) == non_empty
+    assert set(await client.in_thread(client.missing, list(non_empty))) == non_empty
     # Visible health, one warning per upstream for the transition.
     states = {s.name: s for s in app.stores.upstream_statistics()}
     assert not states["upstream-cas"].healthy and states["upstream-cas"].transitions_down == 1
@@ -184,12 +188,13 @@ async def test_bearer_token_reaches_the_cluster(tmp_path: Path, nursery: trio.Nu
         upload_policy="everything",
         headers='{ authorization: "Bearer team-token" }',
     )
-    action = make_action("echo authed > out.txt", instance="team")
-    await client.aupload(action.blobs)
+    action = shell_action("echo authed > out.txt", instance="team")
+    await client.in_thread(client.upload, action.blobs)
     done = await execute_in_process(app, action)
     assert done.result is not None and done.result.exit_code == 0
-    with pytest.raises(grpc.RpcError) as refused:  # this test client sends no token
-        await Client(cluster.address, "team").aget_result(action.digest)
+    tokenless = Client(cluster.address, "team")  # this test client sends no token
+    with tokenless, pytest.raises(grpc.RpcError) as refused:
+        await tokenless.in_thread(tokenless.get_result, action.digest)
     assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
     assert recorder.refused == 1
     methods = [m for m, md in recorder.calls if md.get("authorization") == "Bearer team-token"]

@@ -11,8 +11,11 @@ import trio
 from lre.app import Application, ReadyInfo
 from lre.scheduler import ForwardScheduler, OperationSnapshot, Stage
 from lre.service.execution import STAGE_SETTLE_S
-from tests.upstream._client import BuiltAction, Client, make_action
-from tests.upstream._cluster import UpstreamLre, config_of, laptop_config_text, upstream_config_text
+from tests._support.actions import BuiltAction, shell_action
+from tests._support.configs import config_of
+from tests._support.reapi import Client
+from tests._support.servers import serve_app
+from tests.upstream._cluster import UpstreamLre, laptop_config_text, upstream_config_text
 from tests.upstream.test_cache import output_digest, stop
 
 
@@ -40,7 +43,7 @@ async def start(
         root, url, scheduler_block=block, cas_write_policy="fast_only", instance=instance
     )
     app = Application(config_of(text))
-    ready: ReadyInfo = await nursery.start(lambda task_status: app.serve(task_status=task_status))
+    ready: ReadyInfo = await nursery.start(serve_app, app)
     return app, app.forwarders["fwd"], Client(ready.grpc_addresses[0], instance)
 
 
@@ -70,15 +73,16 @@ async def test_unsatisfiable_actions_run_on_the_cluster(
     )
     # Runs long enough for the cluster to stream its EXECUTING stage, which
     # the forwarder must relay (a shorter stage is not streamed).
-    windows = make_action(
+    windows = shell_action(
         f"sleep {STAGE_SETTLE_S + 0.3:g}; cat in.txt in.txt > out.txt",
         platform={"OSFamily": "windows"},
         instance="team",
         inputs={"in.txt": b"forwarded\n"},
     )
-    await client.aupload(windows.blobs)
+    await client.in_thread(client.upload, windows.blobs)
     cluster_client = Client(cluster.address, "team")
-    assert await cluster_client.afind_missing(list(windows.blobs))  # not upstream yet
+    # Not upstream yet:
+    assert await cluster_client.in_thread(cluster_client.missing, list(windows.blobs))
     done, stages = await run(forwarder, windows)
     assert done.error is None, done.error
     assert done.result is not None and done.result.exit_code == 0
@@ -87,17 +91,17 @@ async def test_unsatisfiable_actions_run_on_the_cluster(
     assert stages[-1] == Stage.COMPLETED and Stage.EXECUTING in stages
     # The inputs were uploaded; the output stayed upstream until read through.
     non_empty = [d for d in windows.blobs if d.size_bytes]
-    assert await cluster_client.afind_missing(non_empty) == []
+    assert await cluster_client.in_thread(cluster_client.missing, non_empty) == []
     out = output_digest(done)
     assert await app.stores.blob("local-cas").has_many([out]) == [None]
-    assert await client.aread(out) == b"forwarded\nforwarded\n"
+    assert await client.in_thread(client.read_blob, out) == b"forwarded\nforwarded\n"
     stats = forwarder.forward_statistics()
     assert stats.forwarded == {"unsatisfiable": 1} and stats.completed_upstream == 1
     assert stats.inflight == () and stats.upstream.healthy
 
     # A linux action stays local: the cluster's windows worker could not run it.
-    linux = make_action("echo local > out.txt", platform={"OSFamily": "linux"}, instance="team")
-    await client.aupload(linux.blobs)
+    linux = shell_action("echo local > out.txt", platform={"OSFamily": "linux"}, instance="team")
+    await client.in_thread(client.upload, linux.blobs)
     done, _ = await run(forwarder, linux)
     assert done.result is not None and done.result.exit_code == 0, done
     assert not forwarder.is_forwarded(done.name)
@@ -106,15 +110,15 @@ async def test_unsatisfiable_actions_run_on_the_cluster(
     # With the cluster gone, a windows action fails FAILED_PRECONDITION naming
     # the upstream's reason; linux still runs.
     await cluster.stop()
-    other = make_action("echo again > out.txt", platform={"OSFamily": "windows"}, instance="team")
-    await client.aupload(other.blobs)
+    other = shell_action("echo again > out.txt", platform={"OSFamily": "windows"}, instance="team")
+    await client.in_thread(client.upload, other.blobs)
     done, _ = await run(forwarder, other)
     assert done.error is not None and done.error.code == 9, done
     assert "cannot run on a local worker" in done.error.message
     assert "UNAVAILABLE" in done.error.message, done.error.message
     assert forwarder.forward_statistics().refused == {"UNAVAILABLE": 1}
-    local_again = make_action("echo still > out.txt", instance="team")
-    await client.aupload(local_again.blobs)
+    local_again = shell_action("echo still > out.txt", instance="team")
+    await client.in_thread(client.upload, local_again.blobs)
     done, _ = await run(forwarder, local_again)
     assert done.error is None and done.result is not None and done.result.exit_code == 0
     await stop(app)
@@ -149,11 +153,11 @@ async def test_overflow_goes_to_the_cluster(
     block = forward_block(cluster.url, unsatisfiable=False, overflow=1)
     app, forwarder, client = await start(nursery, tmp_path / "laptop", cluster.url, block)
     actions = [
-        make_action(f"sleep 0.4; echo {i} > out.txt", instance="team", salt=f"{gap_s}-{i}")
+        shell_action(f"sleep 0.4; echo {i} > out.txt", instance="team", salt=f"{gap_s}-{i}")
         for i in range(6)
     ]
     for action in actions:
-        await client.aupload(action.blobs)
+        await client.in_thread(client.upload, action.blobs)
     results = await run_all(forwarder, actions, gap_s=gap_s)
     forwarded = [i for i, r in results.items() if forwarder.is_forwarded(r.name)]
     assert forwarded and len(forwarded) < len(actions), forwarded
@@ -162,7 +166,7 @@ async def test_overflow_goes_to_the_cluster(
         assert len(forwarded) == len(actions) - 2, forwarded
     for i, done in results.items():
         assert done.error is None and done.result is not None and done.result.exit_code == 0
-        assert await client.aread(output_digest(done)) == f"{i}\n".encode()
+        assert await client.in_thread(client.read_blob, output_digest(done)) == f"{i}\n".encode()
     assert forwarder.forward_statistics().forwarded == {"overflow": len(forwarded)}
     await stop(app)
     await cluster.stop()

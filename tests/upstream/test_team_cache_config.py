@@ -11,8 +11,11 @@ import trio
 from lre.app import Application, ReadyInfo
 from lre.cas import FastSlowActionCache, FastSlowStore, GrpcActionCache, GrpcStore
 from lre.config import Config, load_config, resolve
-from tests.upstream._client import Client, make_action
-from tests.upstream._cluster import UpstreamLre, config_of, upstream_config_text
+from tests._support.actions import shell_action
+from tests._support.configs import config_of
+from tests._support.reapi import Client
+from tests._support.servers import serve_app
+from tests.upstream._cluster import UpstreamLre, upstream_config_text
 from tests.upstream.test_cache import output_digest, stop
 
 CONFIG = Path(__file__).parents[2] / "configs" / "team-cache.json5"
@@ -26,9 +29,9 @@ async def test_team_cache_config_against_a_cluster(
     )
     await cluster.start(nursery)
     # A shared result the laptop has never seen.
-    shared = make_action("echo from the team > out.txt", instance="main")
+    shared = shell_action("echo from the team > out.txt", instance="main")
     cluster_client = Client(cluster.address, "main")
-    await cluster_client.aupload(shared.blobs)
+    await cluster_client.in_thread(cluster_client.upload, shared.blobs)
     scheduler = cluster.app.schedulers["main"]
     async with scheduler.watch(scheduler.submit(shared.request).name) as updates:
         async for update in updates:
@@ -51,17 +54,17 @@ async def test_team_cache_config_against_a_cluster(
     assert ac.slow.upload_policy == "never"
     forwarder = app.forwarders["forward"]
     assert forwarder.rules.unsatisfiable and forwarder.rules.overflow_queue_depth == 0
-    ready: ReadyInfo = await nursery.start(lambda task_status: app.serve(task_status=task_status))
+    ready: ReadyInfo = await nursery.start(serve_app, app)
     client = Client(ready.grpc_addresses[0], "main")
     # Read-through of the team's result and output.
-    result = await client.aget_result(shared.digest)
+    result = await client.in_thread(client.get_result, shared.digest)
     assert result is not None and result.exit_code == 0
-    assert await client.aread(shared_out) == b"from the team\n"
+    assert await client.in_thread(client.read_blob, shared_out) == b"from the team\n"
     # A windows action is forwarded, a plain one runs on the laptop.
-    windows = make_action("echo win > out.txt", platform={"OSFamily": "windows"}, instance="main")
-    plain = make_action("echo here > out.txt", instance="main")
+    windows = shell_action("echo win > out.txt", platform={"OSFamily": "windows"}, instance="main")
+    plain = shell_action("echo here > out.txt", instance="main")
     for action, remote in ((windows, True), (plain, False)):
-        await client.aupload(action.blobs)
+        await client.in_thread(client.upload, action.blobs)
         snapshot = forwarder.submit(action.request)
         with trio.fail_after(60):
             async with forwarder.watch(snapshot.name) as updates:
@@ -71,7 +74,7 @@ async def test_team_cache_config_against_a_cluster(
         assert snapshot.result.exit_code == 0
         assert forwarder.is_forwarded(snapshot.name) == remote
     # upload_policy "never": the laptop's own result did not reach the team cache.
-    assert await cluster_client.aget_result(plain.digest) is None
+    assert await cluster_client.in_thread(cluster_client.get_result, plain.digest) is None
     assert (tmp_path / "home" / "cas").is_dir()
     await stop(app)
     await cluster.stop()

@@ -1,4 +1,5 @@
-"""Helpers for worker tests: build input trees in a real store, make leases."""
+"""Fixtures of the worker tests: a real store, a worker spec, leases of actions
+built with ``tests._support.actions``."""
 
 from __future__ import annotations
 
@@ -10,40 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from lre.cas import MemoryStore, write_bytes, write_message
+from lre.cas import MemoryStore
 from lre.config._models import LocalWorkerSpec
 from lre.digest import Digest, DigestFunction
-from lre.proto import re_pb2
 from lre.scheduler._lease import Lease
 from lre.scheduler._model import ActionKey, RequestInfo, Reservation
 from lre.worker import ActionRunner, WorkDirectory
-
-#: A tree spec: name -> bytes (file), ("x", bytes) (executable file),
-#: ("link", target) (symlink) or a nested dict (directory).
-TreeSpec = Mapping[str, object]
+from tests._support.actions import TreeSpec, build_action, put_action
 
 _ids = itertools.count(1)
-
-
-async def put_tree(store: MemoryStore, spec: TreeSpec) -> Digest:
-    """Upload a tree described by ``spec``; returns the root Directory digest."""
-    directory = re_pb2.Directory()
-    for name in sorted(spec):
-        value = spec[name]
-        if isinstance(value, bytes):
-            digest = await write_bytes(store, value)
-            directory.files.add(name=name, digest=digest.to_proto())
-        elif isinstance(value, tuple) and value[0] == "x":
-            digest = await write_bytes(store, value[1])
-            directory.files.add(name=name, digest=digest.to_proto(), is_executable=True)
-        elif isinstance(value, tuple) and value[0] == "link":
-            directory.symlinks.add(name=name, target=value[1])
-        elif isinstance(value, Mapping):
-            child = await put_tree(store, value)
-            directory.directories.add(name=name, digest=child.to_proto())
-        else:
-            raise TypeError(value)
-    return await write_message(store, directory)
 
 
 @dataclass
@@ -83,32 +59,26 @@ async def make_lease(
     do_not_cache: bool = False,
     inline: bool = False,
 ) -> Lease:
-    if input_root is None:
-        input_root = await put_tree(store, inputs or {})
-    command = re_pb2.Command(
-        arguments=arguments,
+    built = build_action(
+        arguments,
+        inputs=inputs,
+        input_root=input_root,
+        env=env,
         output_paths=output_paths,
         output_files=output_files,
         output_directories=output_directories,
         working_directory=working_directory,
-    )
-    for name, value in sorted((env or {}).items()):
-        command.environment_variables.add(name=name, value=value)
-    command_digest = await write_message(store, command)
-    action = re_pb2.Action(
-        command_digest=command_digest.to_proto(),
-        input_root_digest=input_root.to_proto(),
         do_not_cache=do_not_cache,
     )
-    action_digest = await write_message(store, action)
+    await put_action(store, built)
     n = next(_ids)
     return Lease(
         lease_id=f"lease-{n}",
         operation_name=f"operations/{n}",
         worker_name="w1",
-        action_key=ActionKey("", DigestFunction.SHA256, action_digest),
-        action=action,
-        command=command,
+        action_key=ActionKey("", DigestFunction.SHA256, built.digest),
+        action=built.action,
+        command=built.command,
         platform=dict(platform or {}),
         reservation=Reservation(millicpus=millicpus, memory_bytes=256 << 20),
         exclusive=False,

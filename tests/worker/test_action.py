@@ -14,6 +14,7 @@ from lre.errors import DeadlineExceeded, InvalidArgument, MissingBlobs
 from lre.proto import lre_pb2, re_pb2
 from lre.scheduler import Completed
 from lre.worker import ActionRunner, WorkDirectory
+from tests._support.actions import File, Link
 
 from .conftest import Env, make_lease, make_spec
 
@@ -288,11 +289,11 @@ async def test_input_symlinks(env: Env) -> None:
     ok = await run(
         env,
         ["/bin/cat", "d/link"],
-        inputs={"d": {"link": ("link", "../f")}, "f": b"through"},
+        inputs={"d": {"link": Link("../f")}, "f": b"through"},
     )
     assert await blob(env.store, ok.result.stdout_digest) == b"through"
     for target in ("/etc/passwd", "../../outside"):
-        bad = await run(env, ["/bin/true"], inputs={"d": {"link": ("link", target)}})
+        bad = await run(env, ["/bin/true"], inputs={"d": {"link": Link(target)}})
         assert isinstance(bad.error, InvalidArgument) and target in bad.error.message
 
 
@@ -319,7 +320,7 @@ async def test_inputs_are_read_only_and_executable_bits_kept(env: Env) -> None:
     outcome = await run(
         env,
         ["/bin/sh", "-c", "./tool; stat -c '%a' tool data; echo more >> data || echo refused"],
-        inputs={"tool": ("x", b"#!/bin/sh\necho tool ran\n"), "data": b"d"},
+        inputs={"tool": File(b"#!/bin/sh\necho tool ran\n", executable=True), "data": b"d"},
     )
     out = (await blob(env.store, outcome.result.stdout_digest)).decode().split("\n")
     assert out[0] == "tool ran"
@@ -431,7 +432,10 @@ async def test_recycled_directories_show_each_action_exactly_its_tree(env: Env) 
         first = await run(
             env,
             [*listing[:2], listing[2] + "; mkdir -p made/by/action; echo o > out/obj/a.o"],
-            inputs={"src": {"a.c": b"a", "lib": {"a.h": b"h"}}, "tools": {"cc": ("x", b"#")}},
+            inputs={
+                "src": {"a.c": b"a", "lib": {"a.h": b"h"}},
+                "tools": {"cc": File(b"#", executable=True)},
+            },
             output_paths=("out/obj/a.o",),
         )
         assert await blob(env.store, first.result.stdout_digest) == (

@@ -16,6 +16,7 @@ from lre.config._models import UploadActionResultSpec
 from lre.digest import Digest, digest_of
 from lre.scheduler import Completed
 from lre.worker import ActionRunner, WorkDirectory
+from tests._support.actions import File
 
 from .conftest import make_lease, make_spec
 
@@ -46,7 +47,7 @@ async def test_inputs_hardlinked_outputs_moved_results_cached(tmp_path: Path) ->
         lease = await make_lease(
             store,  # type: ignore[arg-type]
             ["/bin/sh", "-c", script],
-            inputs={"data": b"payload", "tool": ("x", b"payload")},
+            inputs={"data": b"payload", "tool": File(b"payload", executable=True)},
             output_paths=("inodes", "big", "small", "big-inode"),
         )
         outcome = await runner.run(lease)

@@ -25,6 +25,7 @@ from lre.digest import Digest, digest_of
 from lre.errors import InvalidArgument, NotFound
 from lre.scheduler import Completed
 from lre.worker import ActionRunner, Containment, WorkDirectory
+from tests._support.actions import Link
 
 from .conftest import make_lease, make_spec
 from .test_containment import backend
@@ -166,9 +167,9 @@ async def test_a_symlink_chain_resolving_outside_the_root_is_refused(
         # climb to "/", and the rest names the host's file. t is a link to s.
         relative_secret = str(secret).lstrip("/")
         inputs = {
-            "a": {"r": ("link", "..")},
-            "s": ("link", "a/r/" * 30 + "../" * 30 + relative_secret),
-            "t": ("link", "s"),
+            "a": {"r": Link("..")},
+            "s": Link("a/r/" * 30 + "../" * 30 + relative_secret),
+            "t": Link("s"),
         }
         outcome = await run(runner, store, f"touch {marker}; cat s", inputs=inputs)
         assert isinstance(outcome.error, InvalidArgument)

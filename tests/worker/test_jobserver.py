@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -13,16 +12,7 @@ from pathlib import Path
 import pytest
 
 from lre.worker._jobserver import JOBSERVER_ENV_VARS, JobserverPool, jobserver_tokens
-
-
-def require_tool(name: str) -> str:
-    """Path of ``name``; skip when missing locally, fail when CI=true."""
-    path = shutil.which(name)
-    if path is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{name} is required in CI but is not on PATH")
-        pytest.skip(f"{name} not installed")
-    return path
+from tests._support.processes import require_tool
 
 
 def max_overlap(intervals: list[tuple[int, int]]) -> int:

@@ -14,15 +14,16 @@ from lre.cas import DirectoryCache, DirectoryReader, FilesystemStore, MemoryStor
 from lre.digest import Digest
 from lre.worker._input_tree import InputTree, fetch_input_tree
 from lre.worker._staging import PARALLEL_FILES, stage_inputs
-
-from .conftest import put_tree
+from tests._support.actions import File, Link, put_tree
 
 
 def big_spec(files: int) -> dict[str, object]:
     spec: dict[str, object] = {}
     for d in range(10):
         spec[f"d{d}"] = {
-            f"f{f:04d}": (("x", f"{d}/{f}".encode()) if f % 7 == 0 else f"{d}/{f}".encode())
+            f"f{f:04d}": (
+                File(f"{d}/{f}".encode(), executable=True) if f % 7 == 0 else f"{d}/{f}".encode()
+            )
             for f in range(files // 10)
         }
     spec["empty"] = b""
@@ -133,7 +134,7 @@ async def test_an_output_parent_under_an_input_symlink_is_made_through_it(
     tmp_path: Path,
 ) -> None:
     store = MemoryStore(1 << 30)
-    spec: dict[str, object] = {"real": {"f": b"x"}, "link": ("link", "real")}
+    spec: dict[str, object] = {"real": {"f": b"x"}, "link": Link("real")}
     tree = await fetch_input_tree(DirectoryReader(store), await put_tree(store, spec))
     root = tmp_path / "root"
     root.mkdir()
@@ -150,7 +151,7 @@ async def test_existing_directories_of_an_empty_tree_are_removed(tmp_path: Path)
 
 async def test_cached_directories_are_not_read_again(tmp_path: Path) -> None:
     store = MemoryStore(1 << 30)
-    shared = {"tools": {"cc": ("x", b"#!/bin/sh\n")}, "include": {"a.h": b"h"}}
+    shared = {"tools": {"cc": File(b"#!/bin/sh\n", executable=True)}, "include": {"a.h": b"h"}}
     first = await put_tree(store, {**shared, "a.c": b"a"})
     second = await put_tree(store, {**shared, "b.c": b"b"})
     cache = DirectoryCache()

@@ -12,7 +12,7 @@ import psutil
 import pytest
 import trio
 
-from lre.cas import MemoryStore, read_bytes, write_message
+from lre.cas import MemoryStore, read_bytes
 from lre.config import worker_resources
 from lre.config._models import (
     LocalWorkerSpec,
@@ -24,8 +24,9 @@ from lre.digest import Digest
 from lre.proto import lre_pb2, re_pb2
 from lre.scheduler import OperationSnapshot, ResourcePolicy, Scheduler
 from lre.worker import LocalWorker, WorkDirectoryInUse
+from tests._support.actions import build_action, put_action
 
-from .conftest import make_spec, put_tree
+from .conftest import make_spec
 
 
 async def submit(
@@ -36,14 +37,8 @@ async def submit(
     platform: Mapping[str, str] | None = None,
     outputs: tuple[str, ...] = (),
 ) -> OperationSnapshot:
-    command = re_pb2.Command(arguments=arguments, output_paths=outputs)
-    for name, value in sorted((platform or {}).items()):
-        command.platform.properties.add(name=name, value=value)
-    action = re_pb2.Action(
-        command_digest=(await write_message(store, command)).to_proto(),
-        input_root_digest=(await put_tree(store, {})).to_proto(),
-    )
-    digest = await write_message(store, action)
+    built = build_action(arguments, output_paths=outputs, command_platform=platform)
+    digest = await put_action(store, built)
     request = re_pb2.ExecuteRequest(action_digest=digest.to_proto(), skip_cache_lookup=True)
     return scheduler.submit(request)
 
@@ -205,13 +200,8 @@ async def test_jobserver_tokens_and_directories_cleaned_at_stop(
     spec = make_spec(tmp_path, resources=ResourceSpec(cpu_count=4))
     async with running(store, [spec]) as (scheduler, (worker,)):
         assert worker.jobserver_tokens() == (0, 0)
-        command = re_pb2.Command(arguments=["/bin/sh", "-c", "sleep 30"])
-        command.platform.properties.add(name="cpu_count", value="3")
-        action = re_pb2.Action(
-            command_digest=(await write_message(store, command)).to_proto(),
-            input_root_digest=(await put_tree(store, {})).to_proto(),
-        )
-        digest = await write_message(store, action)
+        built = build_action(["/bin/sh", "-c", "sleep 30"], command_platform={"cpu_count": "3"})
+        digest = await put_action(store, built)
         scheduler.submit(
             re_pb2.ExecuteRequest(action_digest=digest.to_proto(), skip_cache_lookup=True)
         )

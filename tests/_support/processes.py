@@ -1,0 +1,46 @@
+"""External tools a test needs, processes found by their command line, and
+polling until something holds."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable
+
+import psutil
+import pytest
+
+
+def require_tool(name: str) -> str:
+    """The path of tool ``name``; skips the test without it, fails on CI (CI=true)."""
+    found = shutil.which(name)
+    if found is None:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"{name} is required on CI")
+        pytest.skip(f"{name} is not installed")
+    return found
+
+
+def processes_with(marker: str) -> list[psutil.Process]:
+    """Live (non-zombie) processes whose command line contains ``marker``,
+    except the ``timeout -- 0`` first process the pidns containment puts in
+    front of each action (its command line repeats the action's)."""
+    found = []
+    for process in psutil.process_iter(["cmdline", "status"]):
+        cmdline = process.info["cmdline"] or []
+        if cmdline[1:3] == ["--", "0"] and cmdline[0].endswith("timeout"):
+            continue
+        if process.info["status"] != psutil.STATUS_ZOMBIE and any(marker in a for a in cmdline):
+            found.append(process)
+    return found
+
+
+def wait_until(predicate: Callable[[], object], seconds: float = 10.0) -> bool:
+    """Poll ``predicate`` every 20 ms for up to ``seconds``; its last truth value."""
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > deadline:
+            return bool(predicate())
+        time.sleep(0.02)
+    return True
