@@ -296,3 +296,37 @@ def test_ci_runs_the_readme_test_command_verbatim() -> None:
     assert lines[0] == "#!/usr/bin/env bash"
     assert "set -euo pipefail" in lines
     assert lines[-1] == _setup_commands()[1]
+
+
+def _foreign_conftest_imports(tests: Path) -> list[str]:
+    """``file:line -> module`` for every import of a ``conftest`` that is not
+    in the importing file's own folder (shared plumbing lives in tests/_support)."""
+    found: list[str] = []
+    for path in sorted(tests.rglob("*.py")):
+        own = ".".join(("tests", *path.parent.relative_to(tests).parts, "conftest"))
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and not node.level:
+                modules = [node.module or ""]
+            elif isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            else:
+                continue
+            for module in modules:
+                if module.endswith(".conftest") and module != own:
+                    found.append(f"{path.relative_to(tests.parent)}:{node.lineno} -> {module}")
+    return found
+
+
+def test_no_test_imports_another_folders_conftest() -> None:
+    assert _foreign_conftest_imports(ROOT / "tests") == []
+
+
+def test_foreign_conftest_check_finds_one(tmp_path: Path) -> None:
+    """The check above reports a deliberate import of another folder's conftest."""
+    (tmp_path / "tests" / "a").mkdir(parents=True)
+    (tmp_path / "tests" / "b").mkdir()
+    (tmp_path / "tests" / "a" / "conftest.py").write_text("from tests.a.conftest import x\n")
+    (tmp_path / "tests" / "b" / "test_x.py").write_text("import tests.a.conftest\n")
+    assert _foreign_conftest_imports(tmp_path / "tests") == [
+        "tests/b/test_x.py:1 -> tests.a.conftest"
+    ]

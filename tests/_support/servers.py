@@ -9,6 +9,7 @@ synchronous tests and fixtures that outlive one test's Trio run.
 from __future__ import annotations
 
 import queue
+import socket
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +28,14 @@ from lre.service import (
     cache_servicers,
 )
 from tests._support.configs import WORKER_EXTRA, app_config_text, config_of
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (nothing listens there now)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
 
 
 async def start_server(

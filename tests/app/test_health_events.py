@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import trio
@@ -12,13 +11,7 @@ from lre.digest import Digest
 from lre.scheduler import SchedulerEvent
 from lre.snapshot import EventKind
 from tests._support.configs import app_config_text, config_of
-
-
-def _dead_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port  # closed again: nothing listens there
+from tests._support.servers import free_port
 
 
 def _app(tmp_path: Path, extra_store: str = "") -> Application:
@@ -49,7 +42,7 @@ def test_worker_health_events_mark_and_clear_a_health_problem(tmp_path: Path) ->
 
 
 async def test_an_unreachable_upstream_store_is_an_upstream_event(tmp_path: Path) -> None:
-    address = f"grpc://127.0.0.1:{_dead_port()}"
+    address = f"grpc://127.0.0.1:{free_port()}"
     store = (
         f'{{ name: "up", grpc: {{ endpoints: [{{ address: "{address}" }}], '
         "retry: { max_retries: 0, delay: 0.01, max_delay: 0.02 } } }"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -23,14 +22,6 @@ def run_lre(
         check=False,
         stdin=subprocess.DEVNULL,
     )
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def bazel_repo_with_config(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests._support.configs import app_config_text
-from tests.cli._lre import free_port, run_lre
+from tests._support.servers import free_port
+from tests.cli._lre import run_lre
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ import pytest
 from lre.cli._buckconfig import read_buckconfig
 from lre.cli._client_config import ClientConfigError, ClientSettings, unlink, write_buck2
 from tests._support.configs import app_config_text
-from tests.cli._lre import free_port, run_lre
+from tests._support.servers import free_port
+from tests.cli._lre import run_lre
 from tests.cli.buck2_init import BUCKCONFIG, buck2_init
 
 SETTINGS = ClientSettings(host="127.0.0.1", port=50999, instance_name="main", cpus=2)

@@ -6,7 +6,8 @@ import os
 import stat
 from pathlib import Path
 
-from tests.cli._lre import bazel_repo_with_config, free_port, run_lre
+from tests._support.servers import free_port
+from tests.cli._lre import bazel_repo_with_config, run_lre
 
 
 def _mode(path: Path) -> int:

@@ -15,7 +15,8 @@ import psutil
 import pytest
 
 from tests._support.configs import app_config_text
-from tests.cli._lre import bazel_repo_with_config, free_port, run_lre
+from tests._support.servers import free_port
+from tests.cli._lre import bazel_repo_with_config, run_lre
 from tests.service.test_auth import make_ca, make_cert
 
 

@@ -21,7 +21,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests._support.configs import app_config_text
-from tests.cli._lre import free_port, run_lre
+from tests._support.servers import free_port
+from tests.cli._lre import run_lre
 from tests.e2e._bazel import BazelSession, require_bazel
 from tests.e2e._workspace import generate_workspace
 

@@ -18,13 +18,7 @@ import psutil
 
 from tests._support.configs import app_config_text
 from tests._support.reapi import Client, digest
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+from tests._support.servers import free_port
 
 
 def _start(config: Path, port: int, cwd: Path, log: Path) -> subprocess.Popen[bytes]:
@@ -61,7 +55,7 @@ def _sleepers(marker: str) -> list[int]:
 
 def test_sigkill_mid_action_then_restart_serves_no_altered_blob(tmp_path: Path) -> None:
     root = tmp_path / "lre-root"  # not "lre": python -m lre would import it
-    port = _free_port()
+    port = free_port()
     config = tmp_path / "lre.json5"
     config.write_text(app_config_text(root, port=port))
     log = tmp_path / "lre.log"

@@ -10,7 +10,7 @@ from lre.digest import digest_of
 from lre.errors import FailedPrecondition, InvalidArgument, MissingBlobs
 from lre.proto import re_pb2
 from lre.scheduler import Stage, parse_operation_name
-from tests.scheduler.conftest import Harness, execute_request, worker_info
+from tests._support.scheduler import Harness, execute_request, worker_info
 
 
 async def final_of(harness: Harness, name: str):  # type: ignore[no-untyped-def]

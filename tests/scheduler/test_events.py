@@ -27,7 +27,7 @@ from lre.scheduler import (
 )
 from lre.scheduler._learner import kind_key as learner_kind_key
 from lre.snapshot import EventKind
-from tests.scheduler.conftest import GiB, Harness, MiB, execute_request, start_harness, worker_info
+from tests._support.scheduler import GiB, Harness, MiB, execute_request, start_harness, worker_info
 
 
 async def events_harness(

@@ -9,7 +9,7 @@ from lre.digest import Digest
 from lre.errors import Cancelled, NotFound
 from lre.proto import re_pb2
 from lre.scheduler import Completed, OperationSnapshot, Stage
-from tests.scheduler.conftest import Harness, execute_request, start_harness
+from tests._support.scheduler import Harness, execute_request, start_harness
 
 
 async def collect(harness: Harness, name: str, into: list[OperationSnapshot]) -> None:

@@ -14,7 +14,7 @@ from lre.scheduler import (
     Stage,
     Usage,
 )
-from tests.scheduler.conftest import GiB, Harness, MiB, execute_request, start_harness, worker_info
+from tests._support.scheduler import GiB, Harness, MiB, execute_request, start_harness, worker_info
 
 
 async def test_lower_priority_value_runs_sooner_fifo_within(harness: Harness) -> None:

@@ -31,7 +31,7 @@ from lre.scheduler import (
     Scheduler,
     WorkerInfo,
 )
-from tests.scheduler.conftest import GiB, Harness, MiB, execute_request, start_harness, worker_info
+from tests._support.scheduler import GiB, Harness, MiB, execute_request, start_harness, worker_info
 
 BUDGET = 6 * GiB
 

@@ -15,8 +15,7 @@ import trio.testing
 from lre.errors import NotFound, Unavailable
 from lre.proto import re_pb2
 from lre.scheduler import ActionScheduler, Completed, WorkerScheduler
-
-from .conftest import execute_request, start_harness, worker_info
+from tests._support.scheduler import execute_request, start_harness, worker_info
 
 ROOT = Path(__file__).resolve().parents[2]
 

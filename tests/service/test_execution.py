@@ -21,8 +21,7 @@ from lre.service import InstanceBackends, Instances
 from lre.service.execution import STAGE_SETTLE_S, ExecutionServicer
 from lre.service.operations import OperationsServicer
 from tests._support.reapi import open_channel
-from tests._support.servers import start_server
-from tests.scheduler.conftest import (
+from tests._support.scheduler import (
     ActionBuilder,
     FakeWorker,
     Harness,
@@ -30,6 +29,7 @@ from tests.scheduler.conftest import (
     start_harness,
     worker_info,
 )
+from tests._support.servers import start_server
 
 
 @dataclass

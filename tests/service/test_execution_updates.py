@@ -9,7 +9,7 @@ import trio.testing
 from lre.proto import operations_pb2, re_pb2
 from lre.scheduler import RequestInfo
 from lre.service.execution import STAGE_SETTLE_S, execute_updates
-from tests.scheduler.conftest import execute_request, start_harness
+from tests._support.scheduler import execute_request, start_harness
 
 
 def stage_of(operation: operations_pb2.Operation) -> int:

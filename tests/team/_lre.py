@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -13,16 +12,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from tests._support.servers import free_port
 from tests.team._buildgrid import INSTANCE, REPO, BuildGrid
 
 TEAM_CONFIG = REPO / "configs" / "team-cache.json5"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class TeamLre:
