@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import trio
 
 from lre.cas import MemoryStore
-from lre.config._models import PropertyModification, PropertyValue, SimpleSchedulerSpec
+from lre.config import PropertyModification, PropertyValue, SimpleSchedulerSpec
 from lre.digest import Digest
 from lre.errors import Unavailable
 from lre.proto import re_pb2
