@@ -16,7 +16,9 @@ from typing import Any
 
 from lre.digest import Digest
 from lre.proto import re_pb2
-from tests.integration._reapi import Client, ServerThread, build_tree, response_of
+from tests._support.actions import build_tree
+from tests._support.reapi import Client, response_of
+from tests._support.servers import ServerThread
 
 
 def test_scheduler_and_worker_read_each_directory_once(tmp_path: Path) -> None:
@@ -32,7 +34,7 @@ def test_scheduler_and_worker_read_each_directory_once(tmp_path: Path) -> None:
     store.read = counting_read  # type: ignore[method-assign]
     spec = {"include/a.h": b"int a;\n", "src/a.c": b"#include <a.h>\n", "tools/cc": b"cc\n"}
     root, blobs = build_tree(spec)
-    by_hash = {hashlib.sha256(blob).hexdigest(): blob for blob in blobs}
+    by_hash = {hashlib.sha256(blob).hexdigest(): blob for blob in blobs.values()}
     top = re_pb2.Directory.FromString(by_hash[root.hash])
     directories = {Digest(root.hash, root.size_bytes)} | {
         Digest(node.digest.hash, node.digest.size_bytes) for node in top.directories
@@ -42,7 +44,7 @@ def test_scheduler_and_worker_read_each_directory_once(tmp_path: Path) -> None:
     client = Client(server.ready.grpc_addresses[0])
     try:
         prepared = client.prepare(["/bin/true"], input_root=root, upload=False)
-        client.upload(blobs + prepared.blobs)
+        client.upload({**blobs, **prepared.blobs})
         response = response_of(client.execute(prepared)[-1])
     finally:
         client.close()
