@@ -89,12 +89,6 @@ class WorkerScheduler(Protocol):
         the worker is unregistered."""
         ...
 
-    def lease_nowait(self, worker_name: str) -> Lease | None:
-        """Another action the worker can run now, or None at once when there
-        is none (so a worker takes every admissible action in one go);
-        ``Unavailable`` once the worker is unregistered."""
-        ...
-
     def report(self, lease_id: str, outcome: Outcome) -> bool:
         """The outcome of a lease; False for a lease no longer held."""
         ...

@@ -327,19 +327,6 @@ class Scheduler:
             finally:
                 state.waiters -= 1
 
-    def lease_nowait(self, worker_name: str) -> Lease | None:
-        """``lease`` without waiting: the next action this worker can run now,
-        or None. Raises as ``lease`` (``NotFound`` for a worker it does not
-        know, ``Unavailable`` for one being unregistered). A worker calls it after ``lease``
-        returned, to take every admissible action in one scheduling round
-        (each ``lease`` ends with a checkpoint, so taking them one by one let
-        a busy Trio thread start about one action per round)."""
-        state = self._worker(worker_name)
-        if not state.registered:
-            raise Unavailable(f"worker {worker_name} is unregistered")
-        taken = self._queue.take(state, self._memory_reserved, self._running)
-        return self._start(state, *taken) if taken is not None else None
-
     def report(self, lease_id: str, outcome: Outcome) -> bool:
         """The worker's result for a lease; releases its reservation.
 

@@ -31,7 +31,7 @@ import trio
 
 from lre.cas import BlobStore, DirectoryReader
 from lre.config import LocalWorkerSpec, WorkerResources
-from lre.errors import LreError, NotFound, Unavailable
+from lre.errors import LreError, Unavailable
 from lre.scheduler import (
     Backpressure,
     InfrastructureFailure,
@@ -260,19 +260,9 @@ class LocalWorker:
                     backoff = min(backoff * 2, BACKOFF_MAX_S)
                 continue
             backoff = BACKOFF_START_S
-            self._start(nursery, lease)
-            if self.spec.precondition_script:
-                continue  # each lease asks the script first
-            try:
-                while (more := self.scheduler.lease_nowait(self.spec.name)) is not None:
-                    self._start(nursery, more)
-            except (Unavailable, NotFound):  # unregistered meanwhile: stopping
-                return
-
-    def _start(self, nursery: trio.Nursery, lease: Lease) -> None:
-        self._running += 1
-        self._idle = trio.Event() if self._idle.is_set() else self._idle
-        nursery.start_soon(self._run_one, lease, name=f"action {lease.operation_name}")
+            self._running += 1
+            self._idle = trio.Event() if self._idle.is_set() else self._idle
+            nursery.start_soon(self._run_one, lease, name=f"action {lease.operation_name}")
 
     async def _run_one(self, lease: Lease) -> None:
         assert self.runner is not None
