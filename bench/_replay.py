@@ -31,12 +31,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import trio
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _client import LreProcess, ReapiClient, local_config
 from bench_bazel_ab import remote_flags
 
+from lre.cas import FilesystemActionCache
 from lre.proto import bs_grpc, bs_pb2, re_grpc, re_pb2
 from lre.service import REQUEST_METADATA_KEY
 from tests.e2e._bazel import BazelSession
@@ -173,17 +176,18 @@ def record(
 ) -> list[re_pb2.Digest]:
     """Build the generated workspace with Bazel through ``lre`` (whose home is
     ``home``) and return the digests of the actions it ran, read from the
-    filesystem action cache. Raises ``RuntimeError`` if a spawn ran locally."""
+    filesystem action cache (its log, read while lre runs). Raises
+    ``RuntimeError`` if a spawn ran locally or a result is missing."""
     ws = generate_workspace(work / "ws", modules=modules, funcs=funcs)
     with BazelSession(ws.root, work / "bazel-root") as bazel:
         summary = bazel.build([ws.target], remote_flags(lre.address)).check()
         if summary.count("remote") != summary.spawns:
             raise RuntimeError(f"not every spawn ran remotely: {summary}")
-    keys = []
-    for path in sorted((home / "ac").glob("*/*")):
-        digest_hash, _, size = path.name.rpartition("-")
-        keys.append(re_pb2.Digest(hash=digest_hash, size_bytes=int(size)))
+    stored = trio.run(FilesystemActionCache(home / "ac").digests)
+    keys = [d.to_proto() for d in stored]
     print(f"recorded {len(keys)} actions ({summary.spawns} spawns in the build)")
+    if len(keys) != summary.spawns:
+        raise RuntimeError(f"{len(keys)} results in lre's action cache, {summary.spawns} spawns")
     return keys
 
 
