@@ -113,6 +113,8 @@ class FilesystemActionCache:
         self._limiter = thread_limiter or trio.CapacityLimiter(2)
         self._log = ActionLog(self.path, fsync=self.fsync)
         self._opened = False
+        #: A rewrite failed (disk full, ...): not tried again on every put.
+        self._rewrite_failed = False
         # Held while the log's file may change under a thread (rewrite) or
         # is used by one (fdatasync, a large read).
         self._busy = trio.Lock()
@@ -162,7 +164,11 @@ class FilesystemActionCache:
                     await self._run(self._log.sync)
         else:
             await call_inline(self._append, key, data, action_digest)
-        if self._log.wants_compaction(self.max_bytes) and not self._busy.locked():
+        if (
+            not self._rewrite_failed
+            and not self._busy.locked()
+            and self._log.wants_compaction(self.max_bytes)
+        ):
             await self._compact()
 
     def _append(self, key: str, data: bytes, digest: Digest) -> None:
@@ -188,7 +194,7 @@ class FilesystemActionCache:
                     fd, index, end = await self._run(self._log.compacted, keep, scratch)
             except OSError as error:
                 log.warning("action cache %s: rewrite failed (%s); kept as it is", self.path, error)
-                self._log.shared = True  # do not retry on every put
+                self._rewrite_failed = True
                 return
             self._log.install_compacted(fd, index, end)
         log.info(

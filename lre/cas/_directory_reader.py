@@ -48,16 +48,17 @@ class DirectoryReader:
         the order given). Raises ``InvalidArgument`` for one that does not
         parse or is not a valid Directory."""
         found: dict[Digest, re_pb2.Directory] = {}
-        wanted: list[Digest] = []
+        unknown: dict[Digest, None] = {}  # an ordered set: a level may list thousands
         cache = self.cache
         for digest in digests:
-            if digest in found:
+            if digest in found or digest in unknown:
                 continue
             known = cache.get(digest)
             if known is not None:
                 found[digest] = known
-            elif digest not in wanted:
-                wanted.append(digest)
+            else:
+                unknown[digest] = None
+        wanted = list(unknown)
         if not wanted:
             return found, []
         missing: list[Digest] = []
