@@ -119,6 +119,18 @@ class ActionDirectories:
         return len(self._trash)
 
     @property
+    def idle(self) -> bool:
+        """Nothing released is waiting to be recycled or removed, and no
+        batch is running: the directories on disk are the stock plus those
+        in use."""
+        return not (self._trash or self._doomed or self._in_batch)
+
+    @property
+    def kept_at_most(self) -> int:
+        """The most ready directories kept when idle (twice the stock)."""
+        return 2 * self.stock_size
+
+    @property
     def recycled(self) -> int:
         """Directories put back into the stock instead of being remade."""
         return self._recycled

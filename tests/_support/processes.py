@@ -3,7 +3,6 @@ polling until something holds."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import time
 from collections.abc import Callable
@@ -13,11 +12,10 @@ import pytest
 
 
 def require_tool(name: str) -> str:
-    """The path of tool ``name``; skips the test without it, fails on CI (CI=true)."""
+    """The path of tool ``name``; skips the test without it (a failure under
+    CI, by tests/conftest.py)."""
     found = shutil.which(name)
     if found is None:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(f"{name} is required on CI")
         pytest.skip(f"{name} is not installed")
     return found
 

@@ -29,6 +29,7 @@ from lre.cas import (
 from lre.cas._inline import INLINE_BYTES
 from lre.digest import EMPTY_DIGEST, Digest, digest_of
 from lre.errors import InvalidArgument, NotFound, ResourceExhausted
+from tests._support.ci import in_ci
 
 from .conftest import chunked
 
@@ -367,7 +368,7 @@ def tiny_tmpfs(path: Path, size: str) -> Iterator[bool]:
 
 async def test_disk_full_is_resource_exhausted_and_reads_continue(tmp_path: Path) -> None:
     with tiny_tmpfs(tmp_path / "small", "2m") as mounted:
-        if not mounted and os.environ.get("CI") == "true":
+        if not mounted and in_ci():
             pytest.fail("mounting a tmpfs failed under CI; the disk-full test needs root")
         root = tmp_path / "small"
         # Without a mount the store's own cap plays the full disk.
@@ -397,7 +398,7 @@ async def test_disk_full_is_resource_exhausted_and_reads_continue(tmp_path: Path
 async def test_adopt_across_filesystems_copies(tmp_path: Path) -> None:
     with tiny_tmpfs(tmp_path / "other", "1m") as mounted:
         if not mounted:
-            if os.environ.get("CI") == "true":
+            if in_ci():
                 pytest.fail("mounting a tmpfs failed under CI")
             other = Path("/dev/shm") / f"lre-test-{os.getpid()}"
             other.mkdir()

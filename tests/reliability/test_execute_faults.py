@@ -142,11 +142,24 @@ def resources(server: Running) -> dict[str, int]:
         "live_operations": sum(stats.by_stage.values()),
         "watchers": stats.watchers,
         "inflight": sum(w.inflight for w in stats.workers),
+        # released action directories not yet recycled or removed (the
+        # janitor's batches run in a thread and lag behind on a busy machine)
+        "directories_busy": sum(
+            w.runner is not None and not w.runner.directories.idle for w in server.app.workers
+        ),
     }
 
 
 #: Counts that must come back to exactly zero.
-ZERO = ("bridge_running", "children", "work_leftovers", "live_operations", "watchers", "inflight")
+ZERO = (
+    "bridge_running",
+    "children",
+    "work_leftovers",
+    "live_operations",
+    "watchers",
+    "inflight",
+    "directories_busy",
+)
 #: Threads may differ a little (Trio's idle worker threads come and go).
 THREAD_SLACK = 2
 
@@ -372,7 +385,6 @@ def disconnect_scenario(address: str, work: Path, tag: str) -> dict[str, Any]:
 async def test_disconnect_at_every_stage_leaks_nothing(tmp_path: Path) -> None:
     async with running_app(tmp_path, max_inflight=1) as server:
         await in_thread(warm_up, server.address)
-        dirs: list[int] = []
         for round_ in range(2):  # the second round must not add anything either
             baseline = await quiet_baseline(server)
             before = server.scheduler.statistics()
@@ -395,13 +407,18 @@ async def test_disconnect_at_every_stage_leaks_nothing(tmp_path: Path) -> None:
             assert (
                 stats.completions.get("success", 0) - before.completions.get("success", 0) == 1
             ), stats.completions
-            # The actions' directories are gone: what remains is the lock and
-            # empty ready-made directories (a stock of 1 for max_inflight 1,
-            # plus one made on demand while the stock was empty), never more
-            # from one round to the next.
+            # The actions' directories are gone: once the janitor is idle
+            # (``settled`` waits for it) what remains is the lock and empty
+            # ready-made directories, at most twice the stock (how many of
+            # them are recycled rather than made anew depends on how the
+            # janitor's batches interleave with the takes, so the count
+            # itself is timing; the bound is not), in every round.
             assert leftovers(server.work) == []
-            dirs.append(action_dirs(server.work))
-            assert dirs[-1] <= 2 and dirs[-1] <= dirs[0], (dirs, os.listdir(server.work))
+            (worker,) = server.app.workers
+            assert worker.runner is not None
+            bound = worker.runner.directories.kept_at_most
+            count = action_dirs(server.work)
+            assert count <= bound, (round_, count, bound, os.listdir(server.work))
 
 
 # ------------------------------------------------------------------ 4. 10,000 concurrent calls
