@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-SUITE = '''
+SUITE = """
 import subprocess
 import time
 
@@ -35,7 +35,7 @@ def test_waits_for_a_child():
 @pytest.mark.time_limit(30)
 def test_may_take_longer():
     time.sleep(2)
-'''
+"""
 
 
 def run_suite(tmp_path: Path, ci: str | None, *select: str) -> subprocess.CompletedProcess[str]:
@@ -46,12 +46,16 @@ def run_suite(tmp_path: Path, ci: str | None, *select: str) -> subprocess.Comple
         env["CI"] = ci
     env["PYTHONPATH"] = str(ROOT)
     env["LRE_TEST_TIMEOUT"] = "1"
+    options = ["-p", "no:cacheprovider", "-q", "-rA", "-o", "addopts=", "-o", "trio_mode=false"]
+    tests = [f"test_rules.py::{name}" for name in select]
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA",
-         "-o", "addopts=", "-o", "filterwarnings=error", "-o", "trio_mode=false",
-         *(f"test_rules.py::{name}" for name in select)],  # fmt: skip
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [sys.executable, "-m", "pytest", *options, *tests],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.parametrize("ci", ["true", "1"])
