@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from lre.app._app import Application, ReadyInfo
+from lre.app._limits import raise_open_files_limit
 from lre.app._logging import configure_logging, log_file
 from lre.config import Config
 
@@ -80,5 +81,6 @@ def run_server(
         configure_logging(level, file=log_file(config.global_.state_dir))
     else:
         configure_logging(level, stream=sys.stderr)
+    raise_open_files_limit(config.global_.max_open_files)
     app = Application(config)
     trio.run(serve_until_signal, app, on_ready, companion)

@@ -166,7 +166,10 @@ def build_stores(config: Config) -> Stores:
         spec: StoreSpec = specs[name]
         store: BlobStore
         if spec.memory is not None:
-            store = MemoryStore(_max_bytes(spec.memory.eviction_policy.max_bytes, name))
+            policy = spec.memory.eviction_policy
+            store = MemoryStore(
+                _max_bytes(policy.max_bytes, name), evict_bytes=int(policy.evict_bytes)
+            )
         elif spec.filesystem is not None:
             fs = spec.filesystem
             temp = fs.temp_path or os.path.join(os.path.dirname(fs.content_path.rstrip("/")), "tmp")

@@ -234,8 +234,6 @@ class _Checker:
                 (*path, "evict_bytes"),
                 f"{policy.evict_bytes} must be below max_bytes ({policy.max_bytes})",
             )
-        if policy.max_count < 0:
-            self.fail((*path, "max_count"), f"{policy.max_count} cannot be negative")
 
     def _store_cycles(self) -> None:
         def targets(store: StoreSpec) -> list[str]:

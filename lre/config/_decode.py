@@ -135,8 +135,11 @@ class Decoder:
         fields = model_fields(cls)
         aliases: dict[str, str] = getattr(cls, "KEY_ALIASES", {})
         json_keys = {aliases_inverse(aliases).get(name, name): name for name in fields}
+        retired: Mapping[str, str] = getattr(cls, "RETIRED_KEYS", {})
         for key in raw:
-            if key not in json_keys:
+            if key in retired:
+                self._fail((*path, key), f"not a setting of lre: {retired[key]}")
+            elif key not in json_keys:
                 self._fail((*path, key), unknown_key_message(cls, key))
         kwargs: dict[str, Any] = {}
         for json_key, name in json_keys.items():

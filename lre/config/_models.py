@@ -17,6 +17,7 @@ Parsing builds no live objects; ``lre.app`` builds them from these models.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, NewType
 
@@ -46,11 +47,15 @@ class EvictionPolicy:
         "on every write.",
         default=ByteSize(0),
     )
-    max_seconds: Seconds = doc(
-        "Evict blobs not read or written for this long; 0 turns age eviction off.",
-        default=Seconds(0),
-    )
-    max_count: int = doc("Evict once more than this many blobs are held; 0 = no limit.", default=0)
+
+    #: Keys NativeLink's eviction policy has and lre refuses, with the reason
+    #: the error gives (a blob's life is bounded by size and the clients'
+    #: lifetime contract, not by its age or the number of blobs).
+    RETIRED_KEYS: ClassVar[Mapping[str, str]] = {
+        "max_seconds": "lre does not evict by age (blobs must outlive the clients' "
+        "3 h TTL); bound the store with max_bytes",
+        "max_count": "lre does not evict by blob count; bound the store with max_bytes",
+    }
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

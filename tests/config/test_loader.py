@@ -38,6 +38,17 @@ def test_misspelt_key_names_path_suggestion_and_line() -> None:
     ]
 
 
+@pytest.mark.parametrize("key, why", [("max_seconds", "by age"), ("max_count", "by blob count")])
+def test_nativelinks_eviction_keys_are_refused_with_the_reason(key: str, why: str) -> None:
+    text = MINIMAL.replace(
+        '{ name: "ac", memory: {} }',
+        f'{{ name: "ac", memory: {{ eviction_policy: {{ {key}: 10 }} }} }}',
+    )
+    (message,) = problems(text)
+    assert f"stores[1].memory.eviction_policy.{key}: not a setting of lre" in message
+    assert why in message and "max_bytes" in message
+
+
 def test_misplaced_key_suggests_nested_path() -> None:
     text = MINIMAL.replace('content_path: "/data/cas"', 'content_path: "/data/cas", max_byts: 5')
     (message,) = problems(text)

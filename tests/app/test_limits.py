@@ -1,0 +1,65 @@
+"""global.max_open_files: lre raises its soft open-files limit at start."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from tests._support.configs import app_config_text
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: Runs lre in the foreground with a low soft limit, prints the limits seen
+#: once it serves, and stops it.
+SERVE = textwrap.dedent(
+    """
+    import json, os, resource, signal, sys
+    from lre.app import run_server
+    from tests._support.configs import config_of
+
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+    text = open(sys.argv[1]).read()
+
+    def ready(info):
+        print(json.dumps(resource.getrlimit(resource.RLIMIT_NOFILE)), flush=True)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    run_server(config_of(text), on_ready=ready)
+    """
+)
+
+
+def serve_with(tmp_path: Path, global_extra: str) -> tuple[int, int]:
+    text = app_config_text(tmp_path / "lre")
+    text = text.replace("global: {", "global: {" + global_extra, 1)
+    (tmp_path / "lre.json5").write_text(text)
+    done = subprocess.run(
+        [sys.executable, "-c", SERVE, str(tmp_path / "lre.json5")],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    soft, hard = json.loads(done.stdout.strip().splitlines()[-1])
+    return soft, hard
+
+
+def test_the_soft_limit_is_raised_to_the_setting(tmp_path: Path) -> None:
+    soft, hard = serve_with(tmp_path, " max_open_files: 4000,")
+    assert soft == min(4000, hard)
+
+
+def test_the_hard_limit_caps_it_without_failing_start_up(tmp_path: Path) -> None:
+    import resource
+
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        hard = 1 << 20
+    soft, seen_hard = serve_with(tmp_path, f" max_open_files: {hard * 2},")
+    assert soft == seen_hard
