@@ -15,11 +15,13 @@ the cache is opened.
 What can go wrong and what happens:
 
 - A crash (lre SIGKILLed, power loss) in the middle of a write leaves a torn
-  last record. ``scan`` stops at the first record whose header or CRC does not
-  hold; ``open`` cuts the file there, so the next append starts clean. The
-  records before it are kept.
-- A record damaged on disk later reads as absent (``read`` checks the CRC and
-  forgets the key): a cache never serves bytes it cannot vouch for.
+  last record. ``scan`` ends after the last sound record; ``open`` cuts the
+  file there, so the next append starts clean. The records before it are kept.
+- A record damaged on disk (a flipped byte in its header, key or value) reads
+  as absent: ``scan`` skips it by searching for the next magic that starts a
+  sound record (its bytes count as dead until the next compaction), so the
+  records after it are kept; ``read`` checks the CRC again and forgets a key
+  damaged after the scan. A cache never serves bytes it cannot vouch for.
 - A short write (disk full) is cut off again and raised as ``OSError``.
 - Another process appending to the same file (two lre configurations naming
   one directory) is noticed from the file offsets: its records are not
@@ -70,33 +72,74 @@ def encode(key: bytes, value: bytes) -> tuple[bytes, int]:
     return HEADER.pack(MAGIC, len(key), len(value), crc) + key + value, crc
 
 
+class _Window:
+    """Reads a file through one sliding buffer of about ``_CHUNK`` bytes."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        self.fd = fd
+        self.size = size
+        self.buffer = b""
+        self.start = 0  # file offset of buffer[0]
+
+    def cover(self, pos: int, length: int) -> bool:
+        """Make ``[pos, pos + length)`` readable from ``buffer``; False when the
+        file (as read now) is shorter."""
+        have = self.start + len(self.buffer)
+        if pos < self.start or pos + length > have:
+            keep = self.buffer[pos - self.start :] if self.start <= pos < have else b""
+            at = pos + len(keep)
+            self.buffer = keep + os.pread(self.fd, max(pos + length - at, _CHUNK), at)
+            self.start = pos
+        return pos + length <= self.start + len(self.buffer)
+
+    def find(self, needle: bytes, pos: int) -> int:
+        """Offset of the next ``needle`` at or after ``pos``; -1 when none."""
+        while pos + len(needle) <= self.size:
+            if not self.cover(pos, len(needle)):
+                return -1
+            found = self.buffer.find(needle, pos - self.start)
+            if found >= 0:
+                return self.start + found
+            pos = self.start + len(self.buffer) - len(needle) + 1
+        return -1
+
+
+def _record_at(window: _Window, pos: int) -> tuple[bytes, int, int, int, int] | None:
+    """(key, value offset, value length, CRC, record length) of a sound record
+    starting at ``pos``; None when its header or CRC does not hold."""
+    if not window.cover(pos, HEADER.size):
+        return None
+    magic, key_len, value_len, crc = HEADER.unpack_from(window.buffer, pos - window.start)
+    total = HEADER.size + key_len + value_len
+    if magic != MAGIC or key_len == 0 or key_len > MAX_KEY or pos + total > window.size:
+        return None
+    if not window.cover(pos, total):
+        return None
+    at = pos - window.start + HEADER.size
+    key = window.buffer[at : at + key_len]
+    value = memoryview(window.buffer)[at + key_len : at + key_len + value_len]
+    if zlib.crc32(value, zlib.crc32(key)) != crc:
+        return None
+    return key, pos + HEADER.size + key_len, value_len, crc, total
+
+
 def _records(fd: int, size: int) -> Iterator[tuple[bytes, int, int, int]]:
-    """(key, value offset, value length, CRC) of each sound
-    record from the start of ``fd``, stopping at the first one that is not."""
-    buffer = b""
-    start = 0  # file offset of buffer[0]
+    """(key, value offset, value length, CRC) of each sound record of ``fd``.
+
+    A record whose header or CRC does not hold is skipped by searching for
+    the next magic that starts a sound record (a damaged record in the middle
+    costs only itself); the scan ends where no sound record follows."""
+    window = _Window(fd, size)
     pos = 0
     while pos + HEADER.size <= size:
-        if pos + HEADER.size > start + len(buffer):
-            buffer, start = buffer[pos - start :] + os.pread(fd, _CHUNK, start + len(buffer)), pos
-            if len(buffer) < HEADER.size:
-                return  # the file shrank under us
-        magic, key_len, value_len, crc = HEADER.unpack_from(buffer, pos - start)
-        total = HEADER.size + key_len + value_len
-        if magic != MAGIC or key_len == 0 or key_len > MAX_KEY or pos + total > size:
-            return
-        if pos + total > start + len(buffer):
-            want = pos + total - (start + len(buffer))
-            more = os.pread(fd, max(want, _CHUNK), start + len(buffer))
-            buffer, start = buffer[pos - start :] + more, pos
-            if pos + total > start + len(buffer):
+        record = _record_at(window, pos)
+        if record is None:
+            pos = window.find(MAGIC, pos + 1)
+            if pos < 0:
                 return
-        at = pos - start + HEADER.size
-        key = buffer[at : at + key_len]
-        value = memoryview(buffer)[at + key_len : at + key_len + value_len]
-        if zlib.crc32(value, zlib.crc32(key)) != crc:
-            return
-        yield key, pos + HEADER.size + key_len, value_len, crc
+            continue
+        key, value_at, value_len, crc, total = record
+        yield key, value_at, value_len, crc
         pos += total
 
 
@@ -104,20 +147,26 @@ def scan(fd: int) -> Scanned:
     """Index the records of the log open at ``fd``; reads the whole file."""
     size = os.fstat(fd).st_size
     index: dict[str, Slot] = {}
-    dead = 0
+    live = 0  # bytes of every sound record up to ``end``
     end = 0
     for key, value_at, value_len, crc in _records(fd, size):
         name = key.decode("ascii", "replace")
         old = index.get(name)
         if old is not None:
-            dead += HEADER.size + len(key) + old[1]
+            live -= HEADER.size + len(key) + old[1]
         index[name] = (value_at, value_len, crc)
+        live += HEADER.size + len(key) + value_len
         end = value_at + value_len
-    return Scanned(index, end, size, dead)
+    # superseded records and damaged bytes before ``end`` are dead alike
+    return Scanned(index, end, size, end - live)
 
 
 class ActionLog:
     """The log at ``<directory>/actions.log`` and its in-memory index."""
+
+    #: Dead bytes (superseded, forgotten or damaged records) below which the
+    #: log is not rewritten, however small its live part.
+    compact_after_dead_bytes = 16 << 20
 
     def __init__(self, directory: str, *, fsync: bool = False) -> None:
         self.directory = directory
@@ -215,7 +264,7 @@ class ActionLog:
             return False
         if max_bytes is not None and self.live_bytes > max_bytes:
             return True
-        return self.dead_bytes > max(16 << 20, self.live_bytes)
+        return self.dead_bytes > max(self.compact_after_dead_bytes, self.live_bytes)
 
     def compacted(self, keep_bytes: int | None, scratch: str) -> tuple[int, dict[str, Slot], int]:
         """(Blocking) write the live records, newest ``keep_bytes`` of values

@@ -155,6 +155,36 @@ async def test_a_damaged_entry_reads_as_absent(tmp_path: Path) -> None:
     assert await reopened.get(ACTION) is None
 
 
+@pytest.mark.parametrize("where", ["magic", "key length", "key", "value"])
+async def test_a_damaged_first_record_costs_only_itself(tmp_path: Path, where: str) -> None:
+    """One byte flipped in the first of three records (header or body): after
+    a restart the other two are still served, the damaged one is absent, and
+    new records land after them."""
+    cache = FilesystemActionCache(tmp_path / "ac")
+    await cache.open()
+    actions = [digest_of(b"action %d" % i) for i in range(3)]
+    for i, action in enumerate(actions):
+        await cache.put(action, b"result %d of the build" % i)
+    log_path = _log_file(tmp_path)
+    raw = bytearray(log_path.read_bytes())
+    offset = {"magic": 1, "key length": 4, "key": 20, "value": raw.index(b"result 0")}[where]
+    raw[offset] ^= 0x40
+    log_path.write_bytes(bytes(raw))
+
+    reopened = FilesystemActionCache(tmp_path / "ac")
+    await reopened.open()
+    assert await reopened.get(actions[0]) is None
+    assert await reopened.get(actions[1]) == b"result 1 of the build"
+    assert await reopened.get(actions[2]) == b"result 2 of the build"
+    assert log_path.stat().st_size == len(raw)  # nothing was cut
+    later = digest_of(b"later")
+    await reopened.put(later, b"later result")
+    again = FilesystemActionCache(tmp_path / "ac")
+    await again.open()
+    assert await again.get(later) == b"later result"
+    assert await again.get(actions[2]) == b"result 2 of the build"
+
+
 async def test_entries_of_the_older_layout_move_into_the_log(tmp_path: Path) -> None:
     """An upgrade keeps the results a file-per-entry cache held."""
     old = digest_of(b"old action")
@@ -176,7 +206,7 @@ async def test_replaced_records_are_rewritten_away(
 ) -> None:
     """The same actions stored again and again (a benchmark, a flaky test
     rerun with --noremote_accept_cached) do not grow the file without end."""
-    monkeypatch.setattr(ActionLog, "wants_compaction", _small_threshold)
+    monkeypatch.setattr(ActionLog, "compact_after_dead_bytes", 1000)
     cache = FilesystemActionCache(tmp_path / "ac")
     await cache.open()
     for round_ in range(50):
@@ -188,14 +218,6 @@ async def test_replaced_records_are_rewritten_away(
     reopened = FilesystemActionCache(tmp_path / "ac")
     await reopened.open()
     assert await reopened.get(digest_of(b"action 3")) == b"result 3 of round 049"
-
-
-def _small_threshold(self: ActionLog, max_bytes: int | None) -> bool:
-    if self.shared:
-        return False
-    if max_bytes is not None and self.live_bytes > max_bytes:
-        return True
-    return self.dead_bytes > max(1000, self.live_bytes)
 
 
 async def test_max_bytes_drops_the_oldest_results(tmp_path: Path) -> None:
