@@ -9,6 +9,7 @@ import pytest
 import trio
 
 from lre.cas import MemoryStore, read_bytes, read_message, write_message
+from lre.config import JobserverSpec
 from lre.digest import EMPTY_DIGEST, Digest
 from lre.errors import DeadlineExceeded, InvalidArgument, MissingBlobs
 from lre.proto import lre_pb2, re_pb2
@@ -397,6 +398,38 @@ async def test_private_pool_counted_while_running(env: Env) -> None:
         nursery.cancel_scope.cancel()
     assert seen == [(0, 2)]  # two free tokens, none held
     assert env.runner.jobserver_tokens() == (0, 0)
+
+
+#: From inside an action: find the fifo MAKEFLAGS names, take a token from it
+#: and give it back (what a make >= 4.4 or ninja client does).
+FIFO_CLIENT = (
+    "f=${MAKEFLAGS#*--jobserver-auth=fifo:}; f=${f%% *}; "
+    'test -p "$f" || { echo "not a fifo: $MAKEFLAGS"; exit 3; }; '
+    'head -c1 "$f" > token && cat token > "$f" && printf "%s|%s|" "$f" "$(wc -c < token)"; '
+    'case "$MAKEFLAGS" in *jobserver-fds*) echo "fds too: $MAKEFLAGS"; exit 4;; esac'
+)
+
+
+async def test_fifo_style_reaches_the_action_through_the_runner(
+    tmp_path: Path, store: MemoryStore
+) -> None:
+    """``jobserver.style: fifo`` is what the action gets (not only what the
+    pool can do on its own): its MAKEFLAGS name a fifo in its private directory
+    that serves tokens, and no descriptor pair."""
+    spec = make_spec(tmp_path, jobserver=JobserverSpec(style="fifo"))
+    with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
+        runner = ActionRunner(spec, workdir, store)
+        lease = await make_lease(store, ["/bin/sh", "-c", FIFO_CLIENT], millicpus=3000)
+        outcome = await runner.run(lease)
+        assert isinstance(outcome, Completed), outcome
+        said = (await blob(store, outcome.result.stdout_digest)).decode()
+        assert outcome.result.exit_code == 0, said
+        fifo, taken, _ = said.split("|")
+        assert taken.strip() == "1"
+        assert Path(fifo).name == "jobserver.fifo"
+        assert Path(fifo).is_relative_to(workdir.path)
+        assert runner.jobserver_tokens() == (0, 0)
+        runner.close()
 
 
 async def test_jobserver_disabled_keeps_commands_makeflags(
