@@ -52,10 +52,12 @@ declare -A BENCH=(
   [fuzz]="$PY bench/fuzz_parsers.py"
   [crash]="$PY bench/crash_cycles.py --cycles 50"
   [soak]="$PY bench/soak.py --seconds 120"
+  # break lre on purpose; each mutation's guarding tests must fail
+  [mutations]="$PY bench/mutations.py"
   # LRE_BASELINE_PYTHON: the python of an older lre's venv, compared in the same run
   [containment]="$PY bench/bench_containment.py --rounds 5 --replay ${LRE_BASELINE_PYTHON:+--baseline-python $LRE_BASELINE_PYTHON}"
 )
-ORDER=(sampler stores cas execute worker grpc_floor memory rustc firehose runnable bazel project replay capacity containment upstream fuzz crash soak)
+ORDER=(sampler stores cas execute worker grpc_floor memory rustc firehose runnable bazel project replay capacity containment upstream fuzz crash soak mutations)
 (($#)) && ORDER=("$@")
 
 for name in "${ORDER[@]}"; do
