@@ -198,7 +198,6 @@ PUBLIC_API: dict[str, set[str]] = {
         "Completed",
         "ForwardScheduler",
         "ForwardStatistics",
-        "ForwardWatch",
         "ForwardedOperation",
         "InfrastructureFailure",
         "LadderStep",
@@ -305,7 +304,6 @@ PUBLIC_API: dict[str, set[str]] = {
         "Stores",
         "build_stores",
         "run_server",
-        "serve_until_signal",
         "state_dir_of",
     },
     "lre.tui": {

@@ -6,7 +6,7 @@ entry used by ``lre up``.
 """
 
 from lre.app._app import AppBuildError, Application, ReadyInfo, state_dir_of
-from lre.app._run import run_server, serve_until_signal
+from lre.app._run import run_server
 from lre.app._stores import StoreBuildError, Stores, build_stores
 
 __all__ = [
@@ -17,6 +17,5 @@ __all__ = [
     "Stores",
     "build_stores",
     "run_server",
-    "serve_until_signal",
     "state_dir_of",
 ]

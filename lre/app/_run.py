@@ -25,7 +25,7 @@ from lre.config import Config
 log = logging.getLogger(__name__)
 
 
-async def serve_until_signal(
+async def _serve_until_signal(
     app: Application,
     on_ready: Callable[[ReadyInfo], None] | None = None,
     companion: Callable[[Application], Awaitable[None]] | None = None,
@@ -83,4 +83,4 @@ def run_server(
         configure_logging(level, stream=sys.stderr)
     raise_open_files_limit(config.global_.max_open_files)
     app = Application(config)
-    trio.run(serve_until_signal, app, on_ready, companion)
+    trio.run(_serve_until_signal, app, on_ready, companion)

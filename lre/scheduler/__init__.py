@@ -20,7 +20,6 @@ from lre.scheduler._forward import (
     ForwardedOperation,
     ForwardScheduler,
     ForwardStatistics,
-    ForwardWatch,
 )
 from lre.scheduler._forward_upstream import UpstreamExecutor, UpstreamOutcome
 from lre.scheduler._kind import kind_key
@@ -81,7 +80,6 @@ __all__ = [
     "Completed",
     "ForwardScheduler",
     "ForwardStatistics",
-    "ForwardWatch",
     "ForwardedOperation",
     "InfrastructureFailure",
     "LadderStep",

@@ -180,11 +180,6 @@ class _Op:
         self.waiting = False
 
 
-#: Kept as a name of the public surface: the forwarder's watches are
-#: ``OperationWatch`` objects timing their own progress updates.
-ForwardWatch = OperationWatch
-
-
 class ForwardScheduler:
     """See the module docstring.
 

@@ -24,27 +24,7 @@ from google.protobuf.message import Message
 
 from lre.digest import Digest
 from lre.proto import status_pb2
-
-_VARINTS: dict[int, bytes] = {}
-_VARINTS_MAX = 1 << 16
-
-
-def encode_varint(value: int) -> bytes:
-    """The protobuf varint of ``value`` (>= 0)."""
-    cached = _VARINTS.get(value)
-    if cached is not None:
-        return cached
-    out = bytearray()
-    rest = value
-    while rest > 0x7F:
-        out.append(rest & 0x7F | 0x80)
-        rest >>= 7
-    out.append(rest)
-    encoded = bytes(out)
-    if len(_VARINTS) >= _VARINTS_MAX:
-        _VARINTS.clear()
-    _VARINTS[value] = encoded
-    return encoded
+from lre.service._varint import encode_varint
 
 
 def digest_field(digest: Digest) -> bytes:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lre.service._varint import decode_varint, encode_varint
+
 
 @dataclass(slots=True)
 class WriteChunk:
@@ -27,20 +29,6 @@ class WriteChunk:
     malformed: str = ""
 
 
-def _varint(raw: bytes, pos: int) -> tuple[int, int]:
-    result = 0
-    shift = 0
-    while True:
-        byte = raw[pos]  # IndexError when truncated
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint longer than 10 bytes")
-
-
 def parse_write_request(raw: bytes) -> WriteChunk:
     """Parse one serialized ``WriteRequest`` without copying its data."""
     chunk = WriteChunk()
@@ -49,16 +37,16 @@ def parse_write_request(raw: bytes) -> WriteChunk:
     end = len(raw)
     try:
         while pos < end:
-            key, pos = _varint(raw, pos)
+            key, pos = decode_varint(raw, pos)
             field, wire = key >> 3, key & 7
             if wire == 0:
-                value, pos = _varint(raw, pos)
+                value, pos = decode_varint(raw, pos)
                 if field == 2:
                     chunk.write_offset = value - (1 << 64) if value >= 1 << 63 else value
                 elif field == 3:
                     chunk.finish_write = value != 0
             elif wire == 2:
-                length, pos = _varint(raw, pos)
+                length, pos = decode_varint(raw, pos)
                 stop = pos + length
                 if stop > end:
                     raise ValueError("length-delimited field runs past the end")
@@ -80,15 +68,6 @@ def parse_write_request(raw: bytes) -> WriteChunk:
     return chunk
 
 
-def _encode_varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 _DATA_TAG = bytes([(10 << 3) | 2])
 
 
@@ -96,4 +75,4 @@ def serialize_read_response(data: bytes) -> bytes:
     """The serialized ``ReadResponse(data=data)``."""
     if not data:
         return b""
-    return b"".join((_DATA_TAG, _encode_varint(len(data)), data))
+    return b"".join((_DATA_TAG, encode_varint(len(data)), data))

@@ -9,19 +9,21 @@ from lre.cas import BlobStore, ImmediateReads, read_blobs, sizes_of, write_blobs
 from lre.digest import MAX_BLOB_SIZE, Digest
 from lre.errors import InvalidArgument, LreError
 from lre.proto import re_pb2, status_pb2
-from lre.service._batch_wire import digest_field, encode_varint, read_response, update_response
-from lre.service._digest_functions import check_digest_function as check_function
+from lre.service._batch_wire import digest_field, read_response, update_response
+from lre.service._digest_functions import check_digest_function
 from lre.service._digest_wire import DigestList, DigestListScanner, span_between
 from lre.service._status import rpc_status_of
+from lre.service._varint import encode_varint
 from lre.service._zstd import decompress_bytes
 
 _IDENTITY = re_pb2.Compressor.IDENTITY
 _ZSTD = re_pb2.Compressor.ZSTD
 
 
-def check_digest_function(value: int, digests: Sequence[re_pb2.Digest]) -> None:
-    """Reject an unsupported ``digest_function`` (inferred from the first hash when 0)."""
-    check_function(value, digests[0].hash if digests else None)
+def check_function_of_digests(value: int, digests: Sequence[re_pb2.Digest]) -> None:
+    """``check_digest_function`` for a request listing ``digests`` (the first
+    hash is the sample when ``value`` is 0)."""
+    check_digest_function(value, digests[0].hash if digests else None)
 
 
 _HASHES = re.compile(r"(?:[0-9a-f]{64}\n)*")
@@ -75,7 +77,7 @@ class _MissingQuery:
 
     def __init__(self, request: re_pb2.FindMissingBlobsRequest) -> None:
         protos = request.blob_digests
-        check_digest_function(request.digest_function, protos)
+        check_function_of_digests(request.digest_function, protos)
 
         def raw_of() -> tuple[bytes, bytes, bytes]:
             head = re_pb2.FindMissingBlobsRequest(instance_name=request.instance_name)
@@ -161,7 +163,7 @@ async def batch_update(store: BlobStore, request: re_pb2.BatchUpdateBlobsRequest
     """
     items = request.requests
     protos = [item.digest for item in items]
-    check_digest_function(request.digest_function, protos)
+    check_function_of_digests(request.digest_function, protos)
     statuses: list[status_pb2.Status | None] = [None] * len(items)
     parsed: list[Digest | None] = list(_parse_update_digests(protos, statuses))
     blobs: list[tuple[Digest, bytes]] = []
@@ -224,7 +226,7 @@ async def batch_read(
     more than ``max_total_bytes``.
     """
     protos = request.digests
-    check_digest_function(request.digest_function, protos)
+    check_function_of_digests(request.digest_function, protos)
 
     def raw_of() -> tuple[bytes, bytes, bytes]:
         head = re_pb2.BatchReadBlobsRequest(instance_name=request.instance_name)

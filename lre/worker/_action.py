@@ -21,7 +21,6 @@ import logging
 import os
 import signal
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -82,15 +81,6 @@ class ActionResultWriter(Protocol):
     """
 
     async def put_result(self, action_digest: Digest, result: re_pb2.ActionResult) -> object: ...
-
-
-@dataclass(slots=True)
-class RunStats:
-    """What the runner measured for one action (for the TUI and tests)."""
-
-    staged_files: int = 0
-    linked_files: int = 0
-    timeline: Timeline = field(default_factory=Timeline)
 
 
 class ActionRunner:

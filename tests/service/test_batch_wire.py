@@ -9,9 +9,7 @@ from lre.digest import MAX_BLOB_SIZE, Digest
 from lre.proto import re_pb2, status_pb2
 from lre.service._batch_wire import (
     digest_field,
-    encode_varint,
     read_response,
-    serialize_response,
     update_response,
 )
 from lre.service._digest_wire import DigestListScanner
@@ -62,16 +60,3 @@ def test_scanned_digests_reframe_as_response_fields(listed: list[Digest]) -> Non
     found = DigestListScanner(2).scan(raw, 0, len(raw), len(listed))
     assert found is not None
     assert found.fields(1) == [digest_field(d) for d in listed]
-
-
-@given(st.integers(min_value=1, max_value=(1 << 64) - 1))
-def test_varints(value: int) -> None:
-    framed = re_pb2.Digest(size_bytes=value if value < 1 << 63 else value - (1 << 64))
-    assert framed.SerializeToString() == b"\x10" + encode_varint(value)
-
-
-def test_serializer_passes_bytes_and_serializes_messages() -> None:
-    assert serialize_response(b"\x0a\x00") == b"\x0a\x00"
-    message = re_pb2.BatchUpdateBlobsResponse()
-    message.responses.add(digest=re_pb2.Digest(hash="a" * 64, size_bytes=3))
-    assert serialize_response(message) == message.SerializeToString()
