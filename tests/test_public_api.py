@@ -275,7 +275,6 @@ PUBLIC_API: dict[str, set[str]] = {
         "MethodStatistics",
         "OperationsServicer",
         "REQUEST_METADATA_KEY",
-        "RequestMetadata",
         "RpcMetrics",
         "RpcStatistics",
         "STATUS_DETAILS_KEY",

@@ -76,11 +76,14 @@ class Reservation:
 
 @dataclass(frozen=True, slots=True)
 class RequestInfo:
-    """What the client said about itself (``RequestMetadata`` header), if anything."""
+    """What the client said about itself and the action (the REAPI
+    ``RequestMetadata`` header); empty strings when it said nothing."""
 
     tool_name: str = ""
     tool_version: str = ""
+    action_id: str = ""
     tool_invocation_id: str = ""
+    correlated_invocations_id: str = ""
     action_mnemonic: str = ""
     target_id: str = ""
     configuration_id: str = ""
@@ -92,7 +95,9 @@ class RequestInfo:
         return cls(
             tool_name=message.tool_details.tool_name,
             tool_version=message.tool_details.tool_version,
+            action_id=message.action_id,
             tool_invocation_id=message.tool_invocation_id,
+            correlated_invocations_id=message.correlated_invocations_id,
             action_mnemonic=message.action_mnemonic,
             target_id=message.target_id,
             configuration_id=message.configuration_id,

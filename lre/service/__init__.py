@@ -12,8 +12,8 @@
   schedulers.
 - Status mapping (the only one in lre): ``rpc_status_of``, ``abort_with``,
   ``unary_rpc`` / ``stream_rpc`` decorators for servicer methods.
-- ``RequestMetadata`` / ``request_metadata_from``: the client's
-  RequestMetadata header.
+- ``request_metadata_from``: the client's RequestMetadata header, as the
+  scheduler's ``RequestInfo``.
 - ``BearerTokenInterceptor`` / ``auth_interceptors``: bearer-token
   authentication of a listener (``AuthTokenError`` for an unusable token file).
 - ``RpcMetrics``: counts and latencies per RPC method and status code; its
@@ -41,7 +41,6 @@ from lre.service._cache_servicers import (
 from lre.service._instances import WILDCARD, InstanceBackends, Instances
 from lre.service._metadata import (
     REQUEST_METADATA_KEY,
-    RequestMetadata,
     request_metadata_from,
 )
 from lre.service._resource_names import BlobResource, parse_read_resource, parse_write_resource
@@ -81,7 +80,6 @@ __all__ = [
     "Instances",
     "MethodStatistics",
     "OperationsServicer",
-    "RequestMetadata",
     "RpcMetrics",
     "RpcStatistics",
     "ServerOptions",

@@ -1,15 +1,15 @@
-"""The REAPI ``RequestMetadata`` header, read into a frozen dataclass."""
+"""The REAPI ``RequestMetadata`` header, read into the scheduler's ``RequestInfo``."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Final
 
 from google.protobuf.message import DecodeError
 
 from lre.proto import re_pb2
+from lre.scheduler import RequestInfo
 
 #: Header Bazel and Buck2 send with every call (binary, base64 on the wire;
 #: grpc hands it to the server already decoded).
@@ -17,25 +17,10 @@ REQUEST_METADATA_KEY: Final = "build.bazel.remote.execution.v2.requestmetadata-b
 
 logger = logging.getLogger("lre.service")
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RequestMetadata:
-    """Who sent a request and for which action; empty strings when unknown."""
-
-    tool_name: str = ""
-    tool_version: str = ""
-    action_id: str = ""
-    tool_invocation_id: str = ""
-    correlated_invocations_id: str = ""
-    action_mnemonic: str = ""
-    target_id: str = ""
-    configuration_id: str = ""
+_NOTHING_SAID: Final = RequestInfo()
 
 
-EMPTY_REQUEST_METADATA: Final = RequestMetadata()
-
-
-def request_metadata_from(metadata: Iterable[tuple[str, str | bytes]] | None) -> RequestMetadata:
+def request_metadata_from(metadata: Iterable[tuple[str, str | bytes]] | None) -> RequestInfo:
     """Read ``RequestMetadata`` from invocation metadata.
 
     The header is informational: when it is absent or does not parse, the
@@ -43,7 +28,7 @@ def request_metadata_from(metadata: Iterable[tuple[str, str | bytes]] | None) ->
     Pass ``context.invocation_metadata()``.
     """
     if metadata is None:
-        return EMPTY_REQUEST_METADATA
+        return _NOTHING_SAID
     for key, value in metadata:
         if key != REQUEST_METADATA_KEY:
             continue
@@ -53,15 +38,6 @@ def request_metadata_from(metadata: Iterable[tuple[str, str | bytes]] | None) ->
             message.ParseFromString(raw)
         except DecodeError:
             logger.debug("ignoring a %s header that does not parse", REQUEST_METADATA_KEY)
-            return EMPTY_REQUEST_METADATA
-        return RequestMetadata(
-            tool_name=message.tool_details.tool_name,
-            tool_version=message.tool_details.tool_version,
-            action_id=message.action_id,
-            tool_invocation_id=message.tool_invocation_id,
-            correlated_invocations_id=message.correlated_invocations_id,
-            action_mnemonic=message.action_mnemonic,
-            target_id=message.target_id,
-            configuration_id=message.configuration_id,
-        )
-    return EMPTY_REQUEST_METADATA
+            return _NOTHING_SAID
+        return RequestInfo.from_proto(message)
+    return _NOTHING_SAID

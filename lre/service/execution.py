@@ -100,16 +100,8 @@ def backend_for_operation(instances: Instances, name: str) -> ActionScheduler:
 
 
 def request_info_of(context: Context) -> RequestInfo:
-    """The client's ``RequestMetadata`` header as the scheduler's ``RequestInfo``."""
-    meta = request_metadata_from(context.invocation_metadata())
-    return RequestInfo(
-        tool_name=meta.tool_name,
-        tool_version=meta.tool_version,
-        tool_invocation_id=meta.tool_invocation_id,
-        action_mnemonic=meta.action_mnemonic,
-        target_id=meta.target_id,
-        configuration_id=meta.configuration_id,
-    )
+    """The client's ``RequestMetadata`` header, as the scheduler keeps it."""
+    return request_metadata_from(context.invocation_metadata())
 
 
 async def operation_updates(
