@@ -5,10 +5,11 @@
   (see ``tests._support.ci``) the skip is reported as a failure naming its
   reason, so a missing install step in ``.ci/run`` can never pass silently.
 - **A time limit per test phase.** Setup, call and teardown each get
-  ``LRE_TEST_TIMEOUT`` seconds (default 300; ``@pytest.mark.time_limit(s)``
-  for a test that needs more). Past it the main thread gets ``TestTimeout``
-  (a SIGALRM), every thread's traceback is printed, and the test fails
-  instead of hanging the run.
+  ``LRE_TEST_TIMEOUT`` seconds (default 300, three times that under
+  tests/team and tests/e2e, whose first setup builds BuildGrid or a Bazel
+  server; ``@pytest.mark.time_limit(s)`` for a test that needs more). Past
+  it the main thread gets ``TestTimeout`` (a SIGALRM), every thread's
+  traceback is printed, and the test fails instead of hanging the run.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import signal
 import sys
 import threading
 from collections.abc import Generator
+from pathlib import Path
 from types import FrameType
 
 import pytest
@@ -41,9 +43,20 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+#: Folders whose first test's setup builds something slow once per session
+#: (BuildGrid's venv and database, a Bazel server and its output base).
+SLOW_SETUP_FOLDERS = ("team", "e2e")
+
+
 def _limit_of(item: pytest.Item) -> float:
     marker = item.get_closest_marker("time_limit")
-    return float(marker.args[0]) if marker is not None else DEFAULT_LIMIT_S
+    if marker is not None:
+        return float(marker.args[0])
+    here = Path(__file__).parent
+    slow = item.path.is_relative_to(here) and item.path.relative_to(here).parts[0] in (
+        SLOW_SETUP_FOLDERS
+    )
+    return 3 * DEFAULT_LIMIT_S if slow else DEFAULT_LIMIT_S
 
 
 def _timed(item: pytest.Item, phase: str) -> Generator[None, None, None]:
