@@ -94,17 +94,21 @@ class DirectoryReader:
         return directory
 
     async def read_tree(
-        self, root: Digest, *, max_directories: int | None = None
+        self, root: Digest, *, max_directories: int | None = None, max_levels: int | None = None
     ) -> dict[Digest, re_pb2.Directory]:
         """The distinct directories at and below ``root``, breadth first, root
-        first. Raises ``MissingBlobs`` naming every absent directory of the
-        first level that has one, ``InvalidArgument`` as ``get_many``, and
-        ``ResourceExhausted`` when more than ``max_directories`` distinct
-        directories are reachable."""
+        first; with ``max_levels``, only those at most that many levels below
+        the root (the caller sees the tree is deeper by a directory at that
+        level naming one absent from the result). Raises ``MissingBlobs``
+        naming every absent directory of the first level that has one,
+        ``InvalidArgument`` as ``get_many``, and ``ResourceExhausted`` when
+        more than ``max_directories`` distinct directories are reachable."""
         tree: dict[Digest, re_pb2.Directory] = {}
         level = [root]
         seen = {root}
-        while level:
+        depth = 0
+        while level and (max_levels is None or depth <= max_levels):
+            depth += 1
             found, missing = await self.get_many(level)
             if missing:
                 raise MissingBlobs([d.subject for d in sorted(missing)])

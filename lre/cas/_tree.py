@@ -1,14 +1,17 @@
-"""Directory trees in the CAS: name validation and walking.
+"""Directory trees in the CAS: name validation, walking and measuring.
 
 The same rules serve the CAS (``ActionResultCache``, GetTree) and the worker
 (staging inputs): a ``Directory`` whose entry names are empty, ``.``, ``..``,
 contain ``/`` or NUL, repeat, or are not sorted is refused with
-``InvalidArgument`` naming the directory and the name.
+``InvalidArgument`` naming the directory and the name. ``tree_extent``
+measures a tree as it would be staged (shared subtrees expanded) from its
+distinct messages, without recursion.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from lre.digest import Digest
 from lre.errors import InvalidArgument
@@ -77,3 +80,56 @@ def tree_file_digests(tree: re_pb2.Tree, where: Digest | str) -> set[Digest]:
     """Validate ``tree`` and return the digests of all files in it."""
     validate_tree(tree, where)
     return file_digests([tree.root, *tree.children])
+
+
+@dataclass(frozen=True, slots=True)
+class TreeExtent:
+    """The size of a Directory tree as it would be staged: ``depth`` in
+    directory levels below the root (a root with no subdirectory is 0),
+    ``entries`` (files, symlinks and directories, the root not counted) and
+    ``directories`` (the root counted), every subtree counted as often as
+    it is named. Each figure is capped at ``cap`` (+1 means "over")."""
+
+    depth: int
+    entries: int
+    directories: int
+
+
+def tree_extent(
+    directories: Mapping[Digest, re_pb2.Directory], root: Digest, cap: int
+) -> TreeExtent:
+    """The ``TreeExtent`` of ``root``, computed over the distinct messages of
+    ``directories`` (as ``DirectoryReader.read_tree`` returns them) without
+    expanding shared subtrees, and without recursion: a DAG of a few KB that
+    expands to millions of directories costs one visit per message.
+
+    Figures are capped at ``cap + 1`` so they stay small. A subdirectory
+    absent from ``directories`` counts as an empty directory.
+    """
+    over = cap + 1
+    known: dict[Digest, TreeExtent] = {}
+    empty = TreeExtent(0, 0, 1)
+    stack: list[tuple[Digest, bool]] = [(root, False)]
+    while stack:
+        digest, children_done = stack.pop()
+        if digest in known:
+            continue
+        directory = directories.get(digest)
+        if directory is None:
+            known[digest] = empty
+            continue
+        children = [Digest(n.digest.hash, n.digest.size_bytes) for n in directory.directories]
+        if not children_done:
+            stack.append((digest, True))
+            stack.extend((child, False) for child in dict.fromkeys(children) if child not in known)
+            continue
+        depth = 0
+        entries = len(directory.files) + len(directory.symlinks) + len(children)
+        count = 1
+        for child in children:
+            extent = known.get(child, empty)  # absent only for a cycle (none can hash)
+            depth = max(depth, extent.depth + 1)
+            entries += extent.entries
+            count += extent.directories
+        known[digest] = TreeExtent(min(depth, over), min(entries, over), min(count, over))
+    return known[root]

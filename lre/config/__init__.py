@@ -33,6 +33,7 @@ from lre.config._loader import (
     load_config_text,
 )
 from lre.config._models import (
+    ActionLimitsSpec,
     ByteSize,
     ClientSpec,
     Config,
@@ -75,6 +76,7 @@ from lre.config._units import format_byte_size, parse_byte_size, parse_seconds
 
 __all__ = [
     "DEFAULT_SOURCE",
+    "ActionLimitsSpec",
     "ByteSize",
     "ClientSpec",
     "Config",
