@@ -24,7 +24,7 @@ from google.protobuf.message import DecodeError
 from lre.cas._blob_io import read_blobs, read_bytes
 from lre.cas._directory_cache import DirectoryCache
 from lre.cas._protocol import BlobStore
-from lre.cas._tree import validate_directory
+from lre.cas._tree import non_utf8_entry, validate_directory
 from lre.digest import Digest
 from lre.errors import InvalidArgument, LreError, MissingBlobs, NotFound, ResourceExhausted
 from lre.proto import re_pb2
@@ -86,6 +86,11 @@ class DirectoryReader:
         try:
             directory.ParseFromString(data)
         except DecodeError:
+            odd = non_utf8_entry(data)
+            if odd is not None:
+                raise InvalidArgument(
+                    f"input Directory {digest}: {odd} is not valid UTF-8 (REAPI names are UTF-8)"
+                ) from None
             raise InvalidArgument(
                 f"input Directory {digest}: blob does not parse as a Directory"
             ) from None

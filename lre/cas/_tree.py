@@ -133,3 +133,66 @@ def tree_extent(
             count += extent.directories
         known[digest] = TreeExtent(min(depth, over), min(entries, over), min(count, over))
     return known[root]
+
+
+_ENTRY_KINDS = {1: "file", 2: "directory", 3: "symlink"}
+
+
+def _fields(data: bytes) -> list[tuple[int, bytes | None]]:
+    """The (field number, payload) pairs of a protobuf message's wire bytes;
+    payload None for fields that are not length-delimited. Raises
+    ``ValueError`` on bytes that are not the wire format."""
+
+    def varint(position: int) -> tuple[int, int]:
+        value = shift = 0
+        while True:
+            if position >= len(data) or shift > 63:
+                raise ValueError("truncated varint")
+            byte = data[position]
+            value |= (byte & 0x7F) << shift
+            position += 1
+            shift += 7
+            if not byte & 0x80:
+                return value, position
+
+    fields: list[tuple[int, bytes | None]] = []
+    position = 0
+    while position < len(data):
+        tag, position = varint(position)
+        number, kind = tag >> 3, tag & 7
+        if kind == 0:
+            _, position = varint(position)
+            fields.append((number, None))
+        elif kind == 1 or kind == 5:
+            position += 8 if kind == 1 else 4
+            fields.append((number, None))
+        elif kind == 2:
+            length, position = varint(position)
+            fields.append((number, data[position : position + length]))
+            position += length
+        else:
+            raise ValueError(f"wire type {kind}")
+    return fields
+
+
+def non_utf8_entry(data: bytes) -> str | None:
+    """For the wire bytes of a ``Directory`` that do not parse, a description
+    of the first entry whose name or symlink target is not UTF-8 (bytes
+    shown as ``\\xNN``), e.g. ``"file name 'a\\xffb'"``; None when there is
+    none (or the bytes are not the wire format at all)."""
+    try:
+        for number, payload in _fields(data):
+            kind = _ENTRY_KINDS.get(number)
+            if kind is None or payload is None:
+                continue
+            for inner, value in _fields(payload):
+                if value is None or inner not in (1, 2) or (inner == 2 and kind != "symlink"):
+                    continue
+                try:
+                    value.decode("utf-8")
+                except UnicodeDecodeError:
+                    what = "name" if inner == 1 else "target"
+                    return f"{kind} {what} '{value.decode('utf-8', 'backslashreplace')}'"
+    except ValueError:
+        return None
+    return None

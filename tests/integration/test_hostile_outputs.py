@@ -17,7 +17,7 @@ import pytest
 
 from lre.proto import re_pb2
 from tests._support.configs import WORKER_EXTRA, app_config_text
-from tests._support.reapi import Client, digest
+from tests._support.reapi import Client, digest, response_of
 from tests._support.servers import ServerThread
 
 OK = grpc.StatusCode.OK.value[0]
@@ -64,6 +64,44 @@ def test_a_non_utf8_output_symlink_target_fails_that_action_only(client: Client)
     response = sh(client, "ln -s \"x$(printf '\\376')y\" out.lnk", ["out.lnk"])
     assert response.status.code == INVALID_ARGUMENT, response.status
     assert "x\\xfey" in response.status.message
+    still_serving(client)
+
+
+def _wire(field: int, payload: bytes) -> bytes:
+    """One length-delimited protobuf field (payload under 128 bytes)."""
+    assert len(payload) < 128
+    return bytes([field << 3 | 2, len(payload)]) + payload
+
+
+def test_an_input_name_that_is_not_utf8_is_refused_naming_it(client: Client) -> None:
+    # Directory.files[0] = FileNode(name=b"a\xffb", digest=<empty blob>):
+    # written by hand, as protobuf refuses to build it.
+    empty = digest(b"")
+    node = _wire(1, b"a\xffb") + _wire(2, empty.SerializeToString())
+    root_bytes = _wire(1, node)
+    client.upload([root_bytes])
+    response = client.run(["/bin/true"], input_root=digest(root_bytes))
+    assert response.status.code == INVALID_ARGUMENT, response.status
+    assert "a\\xffb" in response.status.message
+    assert "UTF-8" in response.status.message
+    still_serving(client)
+
+
+def test_a_command_output_path_that_is_not_utf8_is_refused(client: Client) -> None:
+    prepared = client.prepare(["/bin/true"], upload=False)
+    command_bytes = prepared.command.SerializeToString(deterministic=True) + _wire(
+        7, b"out\xfe"
+    )  # Command.output_paths
+    action = re_pb2.Action()
+    action.CopyFrom(prepared.action)
+    action.command_digest.CopyFrom(digest(command_bytes))
+    action_bytes = action.SerializeToString(deterministic=True)
+    client.upload([command_bytes, action_bytes])
+    operations = client.execute(digest(action_bytes))
+    final = operations[-1]
+    status = final.error if final.HasField("error") else response_of(final).status
+    assert status.code == INVALID_ARGUMENT, status
+    assert "UTF-8" in status.message
     still_serving(client)
 
 
