@@ -40,16 +40,17 @@ class ActionLimits:
     @classmethod
     def of(cls, spec: ActionLimitsSpec, cas_max_bytes: int | None) -> ActionLimits:
         """The limits ``spec`` gives, "auto" worked out from the CAS bound."""
-        output = spec.max_output_bytes
-        if output == "auto":
-            output = (
-                int(cas_max_bytes * AUTO_OUTPUT_SHARE) if cas_max_bytes else AUTO_OUTPUT_FALLBACK
-            )
+        if spec.max_output_bytes != "auto":
+            output = int(spec.max_output_bytes)
+        elif cas_max_bytes:
+            output = int(cas_max_bytes * AUTO_OUTPUT_SHARE)
+        else:
+            output = AUTO_OUTPUT_FALLBACK
         return cls(
             max_tree_depth=spec.max_tree_depth,
             max_tree_entries=spec.max_tree_entries,
             max_tree_directories=spec.max_tree_directories,
-            max_output_bytes=max(1, int(output)),
+            max_output_bytes=max(1, output),
         )
 
     @property

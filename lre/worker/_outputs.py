@@ -255,11 +255,10 @@ class _TreeBuilder:
         try:
             while True:
                 level = stack[-1]
-                child = self._step(level)
-                if child is not None:
-                    stack.append(child)
-                    continue
                 if level.next < len(level.entries):
+                    child = self._step(level)
+                    if child is not None:
+                        stack.append(child)
                     continue
                 digest, data = _blob(level.directory)
                 self.found.blobs[digest] = data
