@@ -3,7 +3,8 @@
 The same rules serve the CAS (``ActionResultCache``, GetTree) and the worker
 (staging inputs): a ``Directory`` whose entry names are empty, ``.``, ``..``,
 contain ``/`` or NUL, repeat, or are not sorted is refused with
-``InvalidArgument`` naming the directory and the name. ``tree_extent``
+``InvalidArgument`` naming the directory and the name; so is a name longer
+than ``NAME_MAX`` bytes, which no filesystem could stage. ``tree_extent``
 measures a tree as it would be staged (shared subtrees expanded) from its
 distinct messages, without recursion.
 """
@@ -17,6 +18,9 @@ from lre.digest import Digest
 from lre.errors import InvalidArgument
 from lre.proto import re_pb2
 
+#: Longest name of one directory entry (Linux, and most filesystems).
+NAME_MAX = 255
+
 
 def _check_name(where: str, kind: str, name: str) -> None:
     if not name:
@@ -25,6 +29,11 @@ def _check_name(where: str, kind: str, name: str) -> None:
         raise InvalidArgument(f"{where}: {kind} name {name!r} is not allowed")
     if "/" in name or "\0" in name:
         raise InvalidArgument(f"{where}: {kind} name {name!r} contains '/' or NUL")
+    if len(name) > NAME_MAX // 4 and len(name.encode()) > NAME_MAX:
+        raise InvalidArgument(
+            f"{where}: {kind} name {name[:40]!r}... is {len(name.encode())} bytes, over the "
+            f"{NAME_MAX} a filesystem allows"
+        )
 
 
 def validate_directory(directory: re_pb2.Directory, where: Digest | str) -> None:

@@ -65,6 +65,10 @@ def check_symlink_target(path: str, target: str, *, allow_escaping: bool) -> Non
         )
 
 
+#: Longest path below an input root: PATH_MAX (4096) less room for the
+#: action directory lre stages it in and a name below it.
+MAX_PATH_BYTES = 3584
+
 #: Symlinks the kernel follows in one path lookup before it gives up (ELOOP).
 _MAX_HOPS = 40
 
@@ -179,6 +183,11 @@ async def fetch_input_tree(
                 tree.symlinks.append(InputSymlink(path, link.target))
             for dir_node in directory.directories:
                 path = prefix + dir_node.name
+                if len(path) > MAX_PATH_BYTES // 4 and len(path.encode()) > MAX_PATH_BYTES:
+                    raise InvalidArgument(
+                        f"input directory {path[:60]!r}... is {len(path.encode())} bytes long, "
+                        f"over the {MAX_PATH_BYTES} an action's path may have (PATH_MAX)"
+                    )
                 tree.directories.append(path)
                 child = dir_node.digest
                 next_level.append((path + "/", Digest(child.hash, child.size_bytes)))

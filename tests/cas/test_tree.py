@@ -63,7 +63,10 @@ def test_bad_entry_digest_is_refused() -> None:
 @given(
     st.lists(
         st.text(min_size=1).filter(
-            lambda s: s not in (".", "..") and "/" not in s and "\0" not in s
+            lambda s: s not in (".", "..")
+            and "/" not in s
+            and "\0" not in s
+            and len(s.encode()) <= 255  # NAME_MAX
         ),
         unique=True,
     )
@@ -194,3 +197,9 @@ async def test_read_tree_stops_below_max_levels() -> None:
         )
     assert len(await DirectoryReader(store).read_tree(child, max_levels=3)) == 4
     assert len(await DirectoryReader(store).read_tree(child)) == 11
+
+
+def test_a_name_longer_than_name_max_is_refused() -> None:
+    validate_directory(directory(files=["é" * 127]), "d")  # 254 bytes: fine
+    with pytest.raises(InvalidArgument, match="256 bytes, over the 255"):
+        validate_directory(directory(files=["é" * 128]), "d")
