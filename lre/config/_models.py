@@ -381,8 +381,8 @@ class ActionLimitsSpec:
         default=2_097_152,
     )
     max_tree_directories: int = doc(
-        "Most directories in one input or output tree, counted as staged (a whole "
-        "Chromium checkout has about 60,000).",
+        "Most directories in one input or output tree, counted as staged (a large "
+        "monorepo checkout has tens of thousands).",
         default=131_072,
     )
     max_output_bytes: ByteSize | Literal["auto"] = doc(
