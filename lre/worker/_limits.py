@@ -17,15 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lre.cas import TreeExtent
-from lre.config import ActionLimitsSpec
+from lre.config import ActionLimitsSpec, auto_max_output_bytes
 from lre.errors import InvalidArgument, ResourceExhausted
-
-#: Share of the worker's CAS ``max_bytes`` one action may output when
-#: ``max_output_bytes`` is "auto": a single action can never evict the
-#: whole cache.
-AUTO_OUTPUT_SHARE = 0.5
-#: ``max_output_bytes`` "auto" when the CAS bound is unknown.
-AUTO_OUTPUT_FALLBACK = 16 << 30
 
 _KEY = "workers[].local.limits"
 
@@ -35,17 +28,15 @@ class ActionLimits:
     max_tree_depth: int = 256
     max_tree_entries: int = 2_097_152
     max_tree_directories: int = 131_072
-    max_output_bytes: int = AUTO_OUTPUT_FALLBACK
+    max_output_bytes: int = 16 << 30
 
     @classmethod
     def of(cls, spec: ActionLimitsSpec, cas_max_bytes: int | None) -> ActionLimits:
         """The limits ``spec`` gives, "auto" worked out from the CAS bound."""
         if spec.max_output_bytes != "auto":
             output = int(spec.max_output_bytes)
-        elif cas_max_bytes:
-            output = int(cas_max_bytes * AUTO_OUTPUT_SHARE)
-        else:
-            output = AUTO_OUTPUT_FALLBACK
+        else:  # a spec not resolved by lre.config.resolve (tests, embedders)
+            output = auto_max_output_bytes(cas_max_bytes)
         return cls(
             max_tree_depth=spec.max_tree_depth,
             max_tree_entries=spec.max_tree_entries,
