@@ -30,7 +30,7 @@ import trio
 from lre.cas import BlobStore, DirectoryReader
 from lre.config import LocalWorkerSpec
 from lre.digest import EMPTY_DIGEST, Digest
-from lre.errors import Cancelled, DeadlineExceeded, Internal, LreError
+from lre.errors import Cancelled, DeadlineExceeded, Internal, LreError, MissingBlobs
 from lre.proto import re_pb2
 from lre.scheduler import (
     Completed,
@@ -222,13 +222,17 @@ class ActionRunner:
         except Exception as error:
             log.exception("worker %s: action %s failed", self.spec.name, lease.operation_name)
             failure = Internal(f"worker {self.spec.name}: lre failed on this action: {error!r}")
-            return self._failed(lease, timeline, failure)
+            return self._failed(lease, timeline, failure, quiet=True)
         finally:
             reusable = self._reusable.pop(lease.lease_id, True)
             await self.directories.release(action_dir, reusable=reusable)
 
-    def _failed(self, lease: Lease, timeline: Timeline, error: LreError) -> Outcome:
-        """A request lre cannot run: final, with a result carrying metadata."""
+    def _failed(
+        self, lease: Lease, timeline: Timeline, error: LreError, quiet: bool = False
+    ) -> Outcome:
+        """A request lre cannot run: final, with metadata; logged (INFO if expected)."""
+        level = logging.INFO if quiet or isinstance(error, MissingBlobs) else logging.WARNING
+        log.log(level, "worker %s: %s failed: %s", self.spec.name, lease.operation_name, error)
         timeline.mark("worker_completed")
         result = re_pb2.ActionResult(execution_metadata=timeline.to_proto(self.spec.name))
         return Completed(result, error=error, message=error.message)

@@ -63,10 +63,9 @@ def test_bad_entry_digest_is_refused() -> None:
 @given(
     st.lists(
         st.text(min_size=1).filter(
-            lambda s: s not in (".", "..")
-            and "/" not in s
-            and "\0" not in s
-            and len(s.encode()) <= 255  # NAME_MAX
+            lambda s: (
+                s not in (".", "..") and "/" not in s and "\0" not in s and len(s.encode()) <= 255
+            )  # NAME_MAX
         ),
         unique=True,
     )

@@ -10,6 +10,7 @@ to its digest.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 import grpc
@@ -43,12 +44,16 @@ def sh(client: Client, script: str, outputs: list[str], **action: object) -> re_
 
 
 def test_a_non_utf8_file_name_in_an_output_directory_fails_that_action_only(
-    client: Client,
+    client: Client, caplog: pytest.LogCaptureFixture
 ) -> None:
-    response = sh(client, "mkdir -p out/d && echo x > \"out/d/a$(printf '\\377')b\"", ["out/d"])
+    with caplog.at_level(logging.WARNING, logger="lre"):
+        response = sh(client, "mkdir -p out/d && echo x > \"out/d/a$(printf '\\377')b\"", ["out/d"])
     assert response.status.code == INVALID_ARGUMENT, response.status
     assert "out/d/a\\xffb" in response.status.message
     assert "UTF-8" in response.status.message
+    # Logged once, by the worker, with the path escaped.
+    lines = [r.getMessage() for r in caplog.records if "out/d/a\\xffb" in r.getMessage()]
+    assert len(lines) == 1, lines
     still_serving(client)
 
 
