@@ -31,6 +31,7 @@ from lre.digest import EMPTY_DIGEST, Digest
 from lre.errors import InvalidArgument, LreError
 from lre.worker._beneath import SymlinkInPath, open_beneath
 from lre.worker._outputs import FoundFile
+from lre.worker._task_errors import single_error_nursery
 
 _CHUNK = 1 << 20
 UPLOAD_CONCURRENCY = 16
@@ -118,14 +119,9 @@ async def upload_outputs(
     if len(missing) == 1:
         await one(missing[0])
         return
-    try:
-        async with trio.open_nursery() as nursery:
-            for digest in missing:
-                nursery.start_soon(one, digest)
-    except BaseExceptionGroup as group:
-        if group.subgroup(trio.Cancelled) is not None:
-            raise  # Trio's cancel scopes must see their cancellation
-        raise _first_error(group) from None
+    async with single_error_nursery() as nursery:
+        for digest in missing:
+            nursery.start_soon(one, digest)
 
 
 def _naming(error: LreError, item: FoundFile | None, digest: Digest) -> LreError:
@@ -138,17 +134,3 @@ def _naming(error: LreError, item: FoundFile | None, digest: Digest) -> LreError
     named.message = f"storing {what} ({digest.size_bytes} bytes) failed: {error.message}"
     named.args = (named.message,)
     return named
-
-
-def _first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    """The error to raise for the errors of concurrent uploads: the first,
-    preferring an ``LreError`` (the action's status)."""
-    leaves: list[BaseException] = []
-    pending: list[BaseException] = [group]
-    while pending:
-        current = pending.pop(0)
-        if isinstance(current, BaseExceptionGroup):
-            pending.extend(current.exceptions)
-        else:
-            leaves.append(current)
-    return next((e for e in leaves if isinstance(e, LreError)), leaves[0])
