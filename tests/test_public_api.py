@@ -53,6 +53,8 @@ PUBLIC_API: dict[str, set[str]] = {
         "resolve_digest_function",
     },
     "lre.config": {
+        "ActionLimitsSpec",
+        "auto_max_output_bytes",
         "ByteSize",
         "ClientSpec",
         "Config",
@@ -118,6 +120,8 @@ PUBLIC_API: dict[str, set[str]] = {
         "store_kind",
     },
     "lre.cas": {
+        "TreeExtent",
+        "tree_extent",
         "ActionCache",
         "ActionResultCache",
         "BlobStore",

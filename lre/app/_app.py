@@ -190,6 +190,7 @@ class Application:
                     adopt=filesystem.adopt_file if filesystem is not None else None,
                     discard=filesystem.discard if filesystem is not None else None,
                     containment=containment,
+                    cas_max_bytes=filesystem.max_bytes if filesystem is not None else None,
                 )
             )
         self.bridge = TrioBridge()

@@ -32,7 +32,9 @@ from lre.cas._protocol import BlobStore, PinnableStore
 from lre.cas._statistics import StoreStatistics
 from lre.cas._streams import closing_stream
 from lre.cas._tree import (
+    TreeExtent,
     file_digests,
+    tree_extent,
     tree_file_digests,
     validate_directory,
     validate_tree,
@@ -62,6 +64,7 @@ __all__ = [
     "Pin",
     "PinnableStore",
     "StoreStatistics",
+    "TreeExtent",
     "VerifyStore",
     "call_inline",
     "check_read_range",
@@ -75,6 +78,7 @@ __all__ = [
     "read_message",
     "result_blobs",
     "sizes_of",
+    "tree_extent",
     "tree_file_digests",
     "upload_missing",
     "validate_directory",

@@ -47,9 +47,11 @@ async def read_message(store: BlobStore, digest: Digest, message_type: type[M]) 
     message = message_type()
     try:
         message.ParseFromString(data)
-    except DecodeError:
+    except DecodeError as error:
+        reason = str(error).rpartition(": ")[2] if ": " in str(error) else ""
         raise InvalidArgument(
             f"blob {digest} does not parse as {message_type.DESCRIPTOR.full_name}"
+            + (f" ({reason}; REAPI strings are UTF-8)" if "UTF-8" in reason else "")
         ) from None
     return message
 

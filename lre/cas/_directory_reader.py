@@ -24,7 +24,7 @@ from google.protobuf.message import DecodeError
 from lre.cas._blob_io import read_blobs, read_bytes
 from lre.cas._directory_cache import DirectoryCache
 from lre.cas._protocol import BlobStore
-from lre.cas._tree import validate_directory
+from lre.cas._tree import non_utf8_entry, validate_directory
 from lre.digest import Digest
 from lre.errors import InvalidArgument, LreError, MissingBlobs, NotFound, ResourceExhausted
 from lre.proto import re_pb2
@@ -86,6 +86,11 @@ class DirectoryReader:
         try:
             directory.ParseFromString(data)
         except DecodeError:
+            odd = non_utf8_entry(data)
+            if odd is not None:
+                raise InvalidArgument(
+                    f"input Directory {digest}: {odd} is not valid UTF-8 (REAPI names are UTF-8)"
+                ) from None
             raise InvalidArgument(
                 f"input Directory {digest}: blob does not parse as a Directory"
             ) from None
@@ -94,17 +99,21 @@ class DirectoryReader:
         return directory
 
     async def read_tree(
-        self, root: Digest, *, max_directories: int | None = None
+        self, root: Digest, *, max_directories: int | None = None, max_levels: int | None = None
     ) -> dict[Digest, re_pb2.Directory]:
         """The distinct directories at and below ``root``, breadth first, root
-        first. Raises ``MissingBlobs`` naming every absent directory of the
-        first level that has one, ``InvalidArgument`` as ``get_many``, and
-        ``ResourceExhausted`` when more than ``max_directories`` distinct
-        directories are reachable."""
+        first; with ``max_levels``, only those at most that many levels below
+        the root (the caller sees the tree is deeper by a directory at that
+        level naming one absent from the result). Raises ``MissingBlobs``
+        naming every absent directory of the first level that has one,
+        ``InvalidArgument`` as ``get_many``, and ``ResourceExhausted`` when
+        more than ``max_directories`` distinct directories are reachable."""
         tree: dict[Digest, re_pb2.Directory] = {}
         level = [root]
         seen = {root}
-        while level:
+        depth = 0
+        while level and (max_levels is None or depth <= max_levels):
+            depth += 1
             found, missing = await self.get_many(level)
             if missing:
                 raise MissingBlobs([d.subject for d in sorted(missing)])

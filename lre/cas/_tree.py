@@ -1,18 +1,25 @@
-"""Directory trees in the CAS: name validation and walking.
+"""Directory trees in the CAS: name validation, walking and measuring.
 
 The same rules serve the CAS (``ActionResultCache``, GetTree) and the worker
 (staging inputs): a ``Directory`` whose entry names are empty, ``.``, ``..``,
 contain ``/`` or NUL, repeat, or are not sorted is refused with
-``InvalidArgument`` naming the directory and the name.
+``InvalidArgument`` naming the directory and the name; so is a name longer
+than ``NAME_MAX`` bytes, which no filesystem could stage. ``tree_extent``
+measures a tree as it would be staged (shared subtrees expanded) from its
+distinct messages, without recursion.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from lre.digest import Digest
 from lre.errors import InvalidArgument
 from lre.proto import re_pb2
+
+#: Longest name of one directory entry (Linux, and most filesystems).
+NAME_MAX = 255
 
 
 def _check_name(where: str, kind: str, name: str) -> None:
@@ -22,6 +29,11 @@ def _check_name(where: str, kind: str, name: str) -> None:
         raise InvalidArgument(f"{where}: {kind} name {name!r} is not allowed")
     if "/" in name or "\0" in name:
         raise InvalidArgument(f"{where}: {kind} name {name!r} contains '/' or NUL")
+    if len(name) > NAME_MAX // 4 and len(name.encode()) > NAME_MAX:
+        raise InvalidArgument(
+            f"{where}: {kind} name {name[:40]!r}... is {len(name.encode())} bytes, over the "
+            f"{NAME_MAX} a filesystem allows"
+        )
 
 
 def validate_directory(directory: re_pb2.Directory, where: Digest | str) -> None:
@@ -77,3 +89,119 @@ def tree_file_digests(tree: re_pb2.Tree, where: Digest | str) -> set[Digest]:
     """Validate ``tree`` and return the digests of all files in it."""
     validate_tree(tree, where)
     return file_digests([tree.root, *tree.children])
+
+
+@dataclass(frozen=True, slots=True)
+class TreeExtent:
+    """The size of a Directory tree as it would be staged: ``depth`` in
+    directory levels below the root (a root with no subdirectory is 0),
+    ``entries`` (files, symlinks and directories, the root not counted) and
+    ``directories`` (the root counted), every subtree counted as often as
+    it is named. Each figure is capped at ``cap`` (+1 means "over")."""
+
+    depth: int
+    entries: int
+    directories: int
+
+
+def tree_extent(
+    directories: Mapping[Digest, re_pb2.Directory], root: Digest, cap: int
+) -> TreeExtent:
+    """The ``TreeExtent`` of ``root``, computed over the distinct messages of
+    ``directories`` (as ``DirectoryReader.read_tree`` returns them) without
+    expanding shared subtrees, and without recursion: a DAG of a few KB that
+    expands to millions of directories costs one visit per message.
+
+    Figures are capped at ``cap + 1`` so they stay small. A subdirectory
+    absent from ``directories`` counts as an empty directory.
+    """
+    over = cap + 1
+    known: dict[Digest, TreeExtent] = {}
+    empty = TreeExtent(0, 0, 1)
+    stack: list[tuple[Digest, bool]] = [(root, False)]
+    while stack:
+        digest, children_done = stack.pop()
+        if digest in known:
+            continue
+        directory = directories.get(digest)
+        if directory is None:
+            known[digest] = empty
+            continue
+        children = [Digest(n.digest.hash, n.digest.size_bytes) for n in directory.directories]
+        if not children_done:
+            stack.append((digest, True))
+            stack.extend((child, False) for child in dict.fromkeys(children) if child not in known)
+            continue
+        depth = 0
+        entries = len(directory.files) + len(directory.symlinks) + len(children)
+        count = 1
+        for child in children:
+            extent = known.get(child, empty)  # absent only for a cycle (none can hash)
+            depth = max(depth, extent.depth + 1)
+            entries += extent.entries
+            count += extent.directories
+        known[digest] = TreeExtent(min(depth, over), min(entries, over), min(count, over))
+    return known[root]
+
+
+_ENTRY_KINDS = {1: "file", 2: "directory", 3: "symlink"}
+
+
+def _fields(data: bytes) -> list[tuple[int, bytes | None]]:
+    """The (field number, payload) pairs of a protobuf message's wire bytes;
+    payload None for fields that are not length-delimited. Raises
+    ``ValueError`` on bytes that are not the wire format."""
+
+    def varint(position: int) -> tuple[int, int]:
+        value = shift = 0
+        while True:
+            if position >= len(data) or shift > 63:
+                raise ValueError("truncated varint")
+            byte = data[position]
+            value |= (byte & 0x7F) << shift
+            position += 1
+            shift += 7
+            if not byte & 0x80:
+                return value, position
+
+    fields: list[tuple[int, bytes | None]] = []
+    position = 0
+    while position < len(data):
+        tag, position = varint(position)
+        number, kind = tag >> 3, tag & 7
+        if kind == 0:
+            _, position = varint(position)
+            fields.append((number, None))
+        elif kind == 1 or kind == 5:
+            position += 8 if kind == 1 else 4
+            fields.append((number, None))
+        elif kind == 2:
+            length, position = varint(position)
+            fields.append((number, data[position : position + length]))
+            position += length
+        else:
+            raise ValueError(f"wire type {kind}")
+    return fields
+
+
+def non_utf8_entry(data: bytes) -> str | None:
+    """For the wire bytes of a ``Directory`` that do not parse, a description
+    of the first entry whose name or symlink target is not UTF-8 (bytes
+    shown as ``\\xNN``), e.g. ``"file name 'a\\xffb'"``; None when there is
+    none (or the bytes are not the wire format at all)."""
+    try:
+        for number, payload in _fields(data):
+            kind = _ENTRY_KINDS.get(number)
+            if kind is None or payload is None:
+                continue
+            for inner, value in _fields(payload):
+                if value is None or inner not in (1, 2) or (inner == 2 and kind != "symlink"):
+                    continue
+                try:
+                    value.decode("utf-8")
+                except UnicodeDecodeError:
+                    what = "name" if inner == 1 else "target"
+                    return f"{kind} {what} '{value.decode('utf-8', 'backslashreplace')}'"
+    except ValueError:
+        return None
+    return None

@@ -15,6 +15,7 @@ from lre.config._auto import (
     auto_cpu_count,
     auto_filesystem_max_bytes,
     auto_max_inflight_tasks,
+    auto_max_output_bytes,
     auto_memory_budget,
     nearest_existing_dir,
     resolve,
@@ -33,6 +34,7 @@ from lre.config._loader import (
     load_config_text,
 )
 from lre.config._models import (
+    ActionLimitsSpec,
     ByteSize,
     ClientSpec,
     Config,
@@ -75,6 +77,7 @@ from lre.config._units import format_byte_size, parse_byte_size, parse_seconds
 
 __all__ = [
     "DEFAULT_SOURCE",
+    "ActionLimitsSpec",
     "ByteSize",
     "ClientSpec",
     "Config",
@@ -119,6 +122,7 @@ __all__ = [
     "auto_cpu_count",
     "auto_filesystem_max_bytes",
     "auto_max_inflight_tasks",
+    "auto_max_output_bytes",
     "auto_memory_budget",
     "client_exec_properties",
     "default_config",

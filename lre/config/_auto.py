@@ -13,7 +13,10 @@ by the same rules; no other package works an ``"auto"`` out:
 - worker ``max_inflight_tasks``: the whole CPUs of the worker's capacity,
   ``floor(cpu_count x cpu_overcommit)``, at least 1;
 - worker ``memory_budget``: 75% of physical RAM minus ``memory_floor``, at
-  least 1 GiB.
+  least 1 GiB;
+- worker ``limits.max_output_bytes``: half the ``max_bytes`` of the worker's
+  CAS (the fast tier of a fast_slow store), so one action cannot evict the
+  whole cache; 16 GiB when that store is not in the config.
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ FILESYSTEM_MAX_BYTES_FLOOR = 64 * MIB
 MEMORY_STORE_MAX_BYTES = 1 * GIB
 MEMORY_BUDGET_SHARE_OF_RAM = 0.75
 MEMORY_BUDGET_FLOOR = 1 * GIB
+OUTPUT_SHARE_OF_CAS = 0.5
+OUTPUT_FALLBACK = 16 * GIB
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,11 +124,33 @@ def resolve(config: Config, host: HostFacts | None = None) -> Config:
     machine cannot be measured (e.g. no parent of a content_path is readable).
     """
     facts = host if host is not None else HostFacts.probe()
+    stores = tuple(_resolve_store(store, facts) for store in config.stores)
+    by_name = {store.name: store for store in stores}
     return dataclasses.replace(
         config,
-        stores=tuple(_resolve_store(store, facts) for store in config.stores),
-        workers=tuple(_resolve_worker(worker, facts) for worker in config.workers),
+        stores=stores,
+        workers=tuple(_resolve_worker(worker, facts, by_name) for worker in config.workers),
     )
+
+
+def auto_max_output_bytes(cas_max_bytes: int | None) -> int:
+    """``limits.max_output_bytes`` "auto" for a worker whose CAS holds
+    ``cas_max_bytes`` (None: unknown)."""
+    if not cas_max_bytes:
+        return OUTPUT_FALLBACK
+    return max(1, int(cas_max_bytes * OUTPUT_SHARE_OF_CAS))
+
+
+def _store_max_bytes(name: str, stores: dict[str, StoreSpec]) -> int | None:
+    store = stores.get(name)
+    if store is not None and store.fast_slow is not None:
+        store = stores.get(store.fast_slow.fast)
+    if store is None:
+        return None
+    spec = store.filesystem or store.memory
+    if spec is None or spec.eviction_policy.max_bytes == "auto":
+        return None
+    return int(spec.eviction_policy.max_bytes)
 
 
 def _resolve_store(store: StoreSpec, facts: HostFacts) -> StoreSpec:
@@ -178,7 +205,9 @@ def worker_resources(local: LocalWorkerSpec, host: HostFacts | None = None) -> W
     )
 
 
-def _resolve_worker(worker: WorkerSpec, facts: HostFacts) -> WorkerSpec:
+def _resolve_worker(
+    worker: WorkerSpec, facts: HostFacts, stores: dict[str, StoreSpec]
+) -> WorkerSpec:
     local = worker.local
     if local is None:
         return worker
@@ -188,7 +217,13 @@ def _resolve_worker(worker: WorkerSpec, facts: HostFacts) -> WorkerSpec:
         cpu_count=numbers.cpu_count,
         memory_budget=ByteSize(numbers.memory_budget_bytes),
     )
+    limits = local.limits
+    if limits.max_output_bytes == "auto":
+        cas_bytes = _store_max_bytes(local.cas_store, stores)
+        limits = dataclasses.replace(
+            limits, max_output_bytes=ByteSize(auto_max_output_bytes(cas_bytes))
+        )
     local = dataclasses.replace(
-        local, resources=resources, max_inflight_tasks=numbers.max_inflight_tasks
+        local, resources=resources, max_inflight_tasks=numbers.max_inflight_tasks, limits=limits
     )
     return dataclasses.replace(worker, local=local)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from lre.config._models import (
+    ActionLimitsSpec,
     Config,
     EvictionPolicy,
     GrpcStoreSpec,
@@ -403,6 +404,25 @@ class _Checker:
                     f"source {source.source!r} needs a value naming what to read",
                 )
         self._resources((*path, "resources"), worker.resources)
+        self._limits((*path, "limits"), worker.limits)
+
+    def _limits(self, path: Path, spec: ActionLimitsSpec) -> None:
+        for name, least in (
+            ("max_tree_depth", 1),
+            ("max_tree_entries", 1),
+            ("max_tree_directories", 1),
+        ):
+            value: int = getattr(spec, name)
+            if value < least:
+                self.fail((*path, name), f"{value} must be at least {least}")
+        if spec.max_tree_directories > spec.max_tree_entries:
+            self.fail(
+                (*path, "max_tree_directories"),
+                f"{spec.max_tree_directories} is above max_tree_entries "
+                f"({spec.max_tree_entries}); directories are entries too",
+            )
+        if isinstance(spec.max_output_bytes, int) and spec.max_output_bytes < 1:
+            self.fail((*path, "max_output_bytes"), 'must be at least 1 byte (or "auto")')
 
     def _resources(self, path: Path, spec: ResourceSpec) -> None:
         if isinstance(spec.cpu_count, int) and spec.cpu_count < 1:

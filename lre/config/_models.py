@@ -371,6 +371,34 @@ class UploadActionResultSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ActionLimitsSpec:
+    """Bounds on what one action may hand lre (input trees, outputs): over
+    one, that action fails with a status naming the limit; nothing else."""
+
+    max_tree_depth: int = doc(
+        "Deepest input or output directory tree, in directory levels below its root "
+        "(real trees stay under 50; PATH_MAX allows about 2,000).",
+        default=256,
+    )
+    max_tree_entries: int = doc(
+        "Most files, directories and symlinks in one input or output tree, counted as "
+        "staged: a subtree named twice counts twice.",
+        default=2_097_152,
+    )
+    max_tree_directories: int = doc(
+        "Most directories in one input or output tree, counted as staged (a large "
+        "monorepo checkout has tens of thousands).",
+        default=131_072,
+    )
+    max_output_bytes: ByteSize | Literal["auto"] = doc(
+        "Most bytes of outputs, stdout and stderr of one action, judged from each file's "
+        'size and allocated blocks before it is read; "auto" = half the worker\'s CAS '
+        "max_bytes.",
+        default="auto",
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LocalWorkerSpec:
     name: str = doc("Worker name, shown in results and the TUI.")
     scheduler: str = doc("Scheduler this worker takes actions from.")
@@ -445,6 +473,10 @@ class LocalWorkerSpec:
     resources: ResourceSpec = doc(
         "CPU and memory reservations, sampling and the memory ladder.",
         default_factory=ResourceSpec,
+    )
+    limits: ActionLimitsSpec = doc(
+        "Bounds on one action's trees and outputs (docs/troubleshooting.md).",
+        default_factory=ActionLimitsSpec,
     )
 
 

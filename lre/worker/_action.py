@@ -29,7 +29,7 @@ import trio
 from lre.cas import BlobStore, DirectoryReader
 from lre.config import LocalWorkerSpec
 from lre.digest import EMPTY_DIGEST, Digest
-from lre.errors import Cancelled, DeadlineExceeded, Internal, LreError
+from lre.errors import Cancelled, DeadlineExceeded, Internal, LreError, MissingBlobs
 from lre.proto import re_pb2
 from lre.scheduler import (
     Completed,
@@ -46,7 +46,9 @@ from lre.worker._input_guard import SMALL_CHECK, LinkedInputs, altered_inputs
 from lre.worker._input_journal import InputJournal
 from lre.worker._input_tree import InputTree, fetch_input_tree
 from lre.worker._jobserver import JobserverPool, jobserver_tokens
+from lre.worker._limits import ActionLimits
 from lre.worker._metadata import Timeline, resource_usage_any
+from lre.worker._output_checks import OutputBudget
 from lre.worker._outputs import (
     FoundFile,
     FoundOutputs,
@@ -111,8 +113,11 @@ class ActionRunner:
         containment: Containment | None = None,
         journal: InputJournal | None = None,
         directories: DirectoryReader | None = None,
+        limits: ActionLimits | None = None,
     ) -> None:
         self.spec = spec
+        #: Bounds on each action's trees and outputs (``spec.limits`` resolved).
+        self.limits = limits if limits is not None else ActionLimits.of(spec.limits, None)
         self.containment = containment if containment is not None else default_containment()
         #: Records linked inputs of running actions for crash recovery.
         self.journal = journal
@@ -204,12 +209,20 @@ class ActionRunner:
             return InfrastructureFailure(
                 Internal(f"worker {self.spec.name}: {error.strerror or error}")
             )
+        except Exception as error:
+            log.exception("worker %s: action %s failed", self.spec.name, lease.operation_name)
+            failure = Internal(f"worker {self.spec.name}: lre failed on this action: {error!r}")
+            return self._failed(lease, timeline, failure, quiet=True)
         finally:
             reusable = self._reusable.pop(lease.lease_id, True)
             await self.directories.release(action_dir, reusable=reusable)
 
-    def _failed(self, lease: Lease, timeline: Timeline, error: LreError) -> Outcome:
-        """A request lre cannot run: final, with a result carrying metadata."""
+    def _failed(
+        self, lease: Lease, timeline: Timeline, error: LreError, quiet: bool = False
+    ) -> Outcome:
+        """A request lre cannot run: final, with metadata; logged (INFO if expected)."""
+        level = logging.INFO if quiet or isinstance(error, MissingBlobs) else logging.WARNING
+        log.log(level, "worker %s: %s failed: %s", self.spec.name, lease.operation_name, error)
         timeline.mark("worker_completed")
         result = re_pb2.ActionResult(execution_metadata=timeline.to_proto(self.spec.name))
         return Completed(result, error=error, message=error.message)
@@ -236,7 +249,10 @@ class ActionRunner:
             tree = InputTree()
         else:
             tree = await fetch_input_tree(
-                self._tree_reader, input_root, allow_escaping_symlinks=self.allow_escaping_symlinks
+                self._tree_reader,
+                input_root,
+                allow_escaping_symlinks=self.allow_escaping_symlinks,
+                limits=self.limits,
             )
         parents = [request.relative for request in prepared.outputs]
         if prepared.working_directory:
@@ -385,12 +401,14 @@ class ActionRunner:
         """Scan the outputs and hash stdout/stderr, in one thread round trip
         (or none when there are no outputs and the logs are small)."""
         allow = self.allow_escaping_symlinks
+        limits = self.limits
 
         def collect() -> tuple[FoundOutputs, list[FoundFile]]:
-            found = scan_outputs(root, outputs, allow_escaping_symlinks=allow)
+            budget = OutputBudget(limits)
+            found = scan_outputs(root, outputs, allow_escaping_symlinks=allow, budget=budget)
             return found, [
-                log_file(stdout_path, identities[0]),
-                log_file(stderr_path, identities[1]),
+                log_file(stdout_path, identities[0], budget),
+                log_file(stderr_path, identities[1], budget),
             ]
 
         if not outputs:

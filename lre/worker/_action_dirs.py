@@ -43,7 +43,6 @@ import dataclasses
 import itertools
 import logging
 import os
-import shutil
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +50,7 @@ from pathlib import Path
 import trio
 
 from lre.worker._skeleton import scrub_root
-from lre.worker._workdir import WorkDirectory
+from lre.worker._workdir import WorkDirectory, remove_tree
 
 log = logging.getLogger(__name__)
 
@@ -299,7 +298,7 @@ def _empty_tmp(tmp: Path) -> bool:
         with os.scandir(tmp) as entries:
             for entry in entries:
                 if entry.is_dir(follow_symlinks=False):
-                    shutil.rmtree(entry.path)  # never follows symlinks
+                    remove_tree(Path(entry.path))  # a loop; never follows symlinks
                 else:
                     os.unlink(entry.path)
     except OSError:

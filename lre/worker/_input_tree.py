@@ -13,9 +13,10 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass, field
 
-from lre.cas import DirectoryReader
+from lre.cas import DirectoryReader, tree_extent
 from lre.digest import Digest
 from lre.errors import InvalidArgument
+from lre.worker._limits import ActionLimits
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +64,10 @@ def check_symlink_target(path: str, target: str, *, allow_escaping: bool) -> Non
             "(symlink_policy is reject)"
         )
 
+
+#: Longest path below an input root: PATH_MAX (4096) less room for the
+#: action directory lre stages it in and a name below it.
+MAX_PATH_BYTES = 3584
 
 #: Symlinks the kernel follows in one path lookup before it gives up (ELOOP).
 _MAX_HOPS = 40
@@ -131,18 +136,30 @@ def _escapes(path: str, links: dict[str, str], directories: set[str], files: set
 
 
 async def fetch_input_tree(
-    reader: DirectoryReader, root_digest: Digest, *, allow_escaping_symlinks: bool = False
+    reader: DirectoryReader,
+    root_digest: Digest,
+    *,
+    allow_escaping_symlinks: bool = False,
+    limits: ActionLimits | None = None,
 ) -> InputTree:
     """The whole input tree under ``root_digest`` as a staging plan, its
     Directory messages from ``reader`` (read and validated once per process).
 
+    Before the plan is made (shared subtrees expanded), the tree is measured
+    from its distinct messages, reading at most ``max_tree_depth`` + 1
+    levels: over one of ``limits`` it is refused with ``InvalidArgument``
+    naming the limit's config key.
+
     Raises ``MissingBlobs`` when a Directory blob is absent,
     ``InvalidArgument`` when a blob does not parse as a Directory, a name is
-    invalid (see ``lre.cas.validate_directory``) or a symlink escapes the root,
-    by its text (``check_symlink_target``) or by where it resolves
-    (``check_symlinks_resolve``).
+    invalid (see ``lre.cas.validate_directory``), the tree is over a limit,
+    or a symlink escapes the root, by its text (``check_symlink_target``) or
+    by where it resolves (``check_symlinks_resolve``).
     """
-    parsed = await reader.read_tree(root_digest)
+    limits = limits if limits is not None else ActionLimits()
+    parsed = await reader.read_tree(root_digest, max_levels=limits.max_tree_depth + 1)
+    extent = tree_extent(parsed, root_digest, limits.tree_cap)
+    limits.check_extent(extent, f"input tree {root_digest}")
     tree = InputTree()
     level: list[tuple[str, Digest]] = [("", root_digest)]
     while level:
@@ -166,6 +183,11 @@ async def fetch_input_tree(
                 tree.symlinks.append(InputSymlink(path, link.target))
             for dir_node in directory.directories:
                 path = prefix + dir_node.name
+                if len(path) > MAX_PATH_BYTES // 4 and len(path.encode()) > MAX_PATH_BYTES:
+                    raise InvalidArgument(
+                        f"input directory {path[:60]!r}... is {len(path.encode())} bytes long, "
+                        f"over the {MAX_PATH_BYTES} an action's path may have (PATH_MAX)"
+                    )
                 tree.directories.append(path)
                 child = dir_node.digest
                 next_level.append((path + "/", Digest(child.hash, child.size_bytes)))

@@ -10,7 +10,11 @@ file (digest, executable bit), hashed through the one descriptor it was
 opened with (``O_NONBLOCK``, so a FIFO swapped in cannot hang lre, and a
 non-regular file found there is refused); a directory becomes a ``Tree``
 (root and deduplicated children in topological order) read the same way; a
-symlink stays a symlink. Missing outputs are left out. A file with more than
+symlink stays a symlink. Before a file is read its size is charged to the
+action's ``OutputBudget``, and an output directory is walked with a stack of
+its own, refused as soon as it passes a tree limit (``ActionLimits``); names
+and symlink targets that are not UTF-8 are refused (``_output_checks``).
+Missing outputs are left out. A file with more than
 one link (``ln`` of a file from elsewhere) or owned by another user is marked
 not ``movable``: it is copied into the CAS, never renamed or chmodded.
 ``log_file`` reads the action's stdout or stderr only if it is still the
@@ -31,6 +35,8 @@ from lre.digest import Digest
 from lre.errors import InvalidArgument
 from lre.proto import re_pb2
 from lre.worker._beneath import SymlinkInPath, open_beneath
+from lre.worker._limits import ActionLimits, tree_over_limit
+from lre.worker._output_checks import OutputBudget, check_name, check_target, printable
 
 #: Files up to this size are kept in memory after hashing so the upload
 #: does not read them again.
@@ -92,18 +98,28 @@ def hash_file(path: Path) -> tuple[Digest, bytes | None]:
         os.close(fd)
 
 
-def hash_fd(fd: int) -> tuple[Digest, bytes | None]:
+def hash_fd(fd: int, expected: int | None = None) -> tuple[Digest, bytes | None]:
     """SHA256 digest of the file open as ``fd`` (read from offset 0), plus
-    its bytes when it is small."""
+    its bytes when it is small. With ``expected`` (its size when it was
+    checked), a file that grew past that while being read raises
+    ``InvalidArgument`` instead of being read on."""
     data = os.pread(fd, KEEP_IN_MEMORY + 1, 0)
     if len(data) <= KEEP_IN_MEMORY:
+        if expected is not None and len(data) > expected:
+            raise _grew(expected)
         return Digest(hashlib.sha256(data).hexdigest(), len(data)), data
     hasher = hashlib.sha256(data)
     size = len(data)
     while chunk := os.pread(fd, _READ_CHUNK, size):
         hasher.update(chunk)
         size += len(chunk)
+        if expected is not None and size > expected:
+            raise _grew(expected)
     return Digest(hasher.hexdigest(), size), None
+
+
+def _grew(expected: int) -> InvalidArgument:
+    return InvalidArgument(f"an output grew past {expected} bytes while lre read it")
 
 
 _FILE_FLAGS = os.O_RDONLY | os.O_NONBLOCK
@@ -111,19 +127,27 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY
 
 
 def _read_regular(
-    dir_fd: int, name: str, shown: str
+    dir_fd: int, name: str, shown: str, budget: OutputBudget
 ) -> tuple[Digest, bytes | None, os.stat_result]:
-    """Hash the regular file ``name`` in ``dir_fd`` through one descriptor.
+    """Hash the regular file ``name`` in ``dir_fd`` through one descriptor,
+    after ``budget`` accepted its size (nothing is read otherwise).
 
     Raises ``InvalidArgument`` naming ``shown`` when what is there now is not
-    a regular file (swapped since it was listed).
+    a regular file (swapped since it was listed) or it grows while read, and
+    ``ResourceExhausted`` when it would take the outputs over the limit.
     """
     fd = _open_listed(dir_fd, name, _FILE_FLAGS, shown)
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise InvalidArgument(f"output {shown!r} is no longer a regular file")
-        digest, data = hash_fd(fd)
+            raise InvalidArgument(f"output '{printable(shown)}' is no longer a regular file")
+        budget.charge(shown, info)
+        try:
+            digest, data = hash_fd(fd, info.st_size)
+        except InvalidArgument:
+            raise InvalidArgument(
+                f"output '{printable(shown)}' grew while lre read it (was {info.st_size} bytes)"
+            ) from None
     finally:
         os.close(fd)
     return digest, data, info
@@ -139,7 +163,7 @@ def _open_listed(dir_fd: int, name: str, flags: int, shown: str) -> int:
         return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
     except OSError as error:
         raise InvalidArgument(
-            f"output {shown!r} changed while it was collected ({error.strerror})"
+            f"output '{printable(shown)}' changed while it was collected ({error.strerror})"
         ) from None
 
 
@@ -153,6 +177,7 @@ def _blob(message: re_pb2.Directory | re_pb2.Tree) -> tuple[Digest, bytes]:
 
 
 def _check_output_symlink(name: str, relative_link: str, target: str, allow: bool) -> None:
+    check_target(name, target)
     if allow:
         return
     if target.startswith("/"):
@@ -168,81 +193,149 @@ def _check_output_symlink(name: str, relative_link: str, target: str, allow: boo
         )
 
 
+@dataclass(slots=True)
+class _Level:
+    """One directory being read by ``_TreeBuilder.build``: its listing, the
+    next entry to look at and the message built so far."""
+
+    fd: int
+    relative: str
+    shown: str
+    depth: int
+    entries: list[tuple[str, os.stat_result]]
+    directory: re_pb2.Directory = field(default_factory=re_pb2.Directory)
+    children: list[Digest] = field(default_factory=list)
+    next: int = 0
+
+
 class _TreeBuilder:
-    def __init__(self, found: FoundOutputs, name: str, allow_escaping: bool, root: Path) -> None:
+    """Builds the ``Tree`` of one output directory, depth first with a stack
+    of its own (a directory nested thousands deep costs no Python frames),
+    refusing it as soon as it is over a tree limit or the output budget."""
+
+    def __init__(
+        self,
+        found: FoundOutputs,
+        name: str,
+        allow_escaping: bool,
+        root: Path,
+        limits: ActionLimits,
+        budget: OutputBudget,
+    ) -> None:
         self.found = found
         self.name = name
         self.allow = allow_escaping
         self.root = root
+        self.limits = limits
+        self.budget = budget
         self.directories: dict[Digest, re_pb2.Directory] = {}
         self.edges: dict[Digest, list[Digest]] = {}
+        self.entry_count = 0
+        self.directory_count = 1
+
+    def _listing(self, fd: int, relative: str, shown: str, depth: int) -> _Level:
+        with os.scandir(fd) as listing:
+            items = sorted((entry.name, entry.stat(follow_symlinks=False)) for entry in listing)
+        for entry_name, _ in items:
+            check_name(f"{shown}/{entry_name}")
+        self.entry_count += len(items)
+        if self.entry_count > self.limits.max_tree_entries:
+            raise self._over(self.limits.max_tree_entries, "max_tree_entries", "entries")
+        return _Level(fd, relative, shown, depth, items)
+
+    def _over(self, limit: int, key: str, noun: str) -> InvalidArgument:
+        return tree_over_limit(f"output directory {self.name!r}", limit, key, noun)
 
     def build(self, dir_fd: int, relative: str, shown: str) -> Digest:
         """Directory digest of the directory open as ``dir_fd`` (its path
-        ``relative`` to the input root); ``shown`` is its name in messages."""
-        directory = re_pb2.Directory()
-        children: list[Digest] = []
-        with os.scandir(dir_fd) as entries:
-            items = sorted(entries, key=lambda e: e.name)
-        for entry in items:
-            info = entry.stat(follow_symlinks=False)
-            child_relative = f"{relative}/{entry.name}"
-            child_shown = f"{shown}/{entry.name}"
-            if stat.S_ISLNK(info.st_mode):
-                target = os.readlink(entry.name, dir_fd=dir_fd)
-                _check_output_symlink(child_shown, child_relative, target, self.allow)
-                directory.symlinks.add(name=entry.name, target=target)
-            elif stat.S_ISDIR(info.st_mode):
-                try:
-                    child_fd = os.open(
-                        entry.name, _DIR_FLAGS | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd
-                    )
-                except OSError as error:
-                    raise InvalidArgument(
-                        f"output {child_shown!r} changed while it was collected ({error.strerror})"
-                    ) from None
-                try:
-                    child = self.build(child_fd, child_relative, child_shown)
-                finally:
-                    os.close(child_fd)
-                directory.directories.add(name=entry.name, digest=child.to_proto())
-                children.append(child)
-            elif stat.S_ISREG(info.st_mode):
-                digest, data, opened = _read_regular(dir_fd, entry.name, child_shown)
-                executable = bool(opened.st_mode & stat.S_IXUSR)
-                directory.files.add(
-                    name=entry.name, digest=digest.to_proto(), is_executable=executable
+        ``relative`` to the input root); ``shown`` is its name in messages.
+        ``dir_fd`` stays the caller's; every descriptor opened below is
+        closed, also on failure."""
+        stack = [self._listing(dir_fd, relative, shown, 0)]
+        try:
+            while True:
+                level = stack[-1]
+                if level.next < len(level.entries):
+                    child = self._step(level)
+                    if child is not None:
+                        stack.append(child)
+                    continue
+                digest, data = _blob(level.directory)
+                self.found.blobs[digest] = data
+                self.directories[digest] = level.directory
+                self.edges[digest] = level.children
+                stack.pop()
+                if not stack:
+                    return digest
+                os.close(level.fd)
+                parent = stack[-1]
+                parent.directory.directories.add(
+                    name=level.relative.rpartition("/")[2], digest=digest.to_proto()
                 )
-                self.found.tree_files.append(
-                    FoundFile(
-                        self.root / child_relative,
-                        digest,
-                        executable,
-                        data,
-                        movable=_movable(opened),
-                        root=self.root,
-                        relative=child_relative,
-                    )
+                parent.children.append(digest)
+        finally:
+            for level in stack[1:]:
+                os.close(level.fd)
+
+    def _step(self, level: _Level) -> _Level | None:
+        """Handle ``level``'s next entry; the listing of a subdirectory to
+        descend into, or None."""
+        name, info = level.entries[level.next]
+        level.next += 1
+        child_relative = f"{level.relative}/{name}"
+        child_shown = f"{level.shown}/{name}"
+        if stat.S_ISLNK(info.st_mode):
+            target = os.readlink(name, dir_fd=level.fd)
+            _check_output_symlink(child_shown, child_relative, target, self.allow)
+            level.directory.symlinks.add(name=name, target=target)
+        elif stat.S_ISDIR(info.st_mode):
+            if level.depth + 1 > self.limits.max_tree_depth:
+                raise self._over(self.limits.max_tree_depth, "max_tree_depth", "levels deep")
+            self.directory_count += 1
+            if self.directory_count > self.limits.max_tree_directories:
+                raise self._over(
+                    self.limits.max_tree_directories, "max_tree_directories", "directories"
                 )
-            # Sockets, fifos and devices are not representable; they are left out.
-        digest, data = _blob(directory)
-        self.found.blobs[digest] = data
-        self.directories[digest] = directory
-        self.edges[digest] = children
-        return digest
+            child_fd = _open_listed(level.fd, name, _DIR_FLAGS, child_shown)
+            try:
+                return self._listing(child_fd, child_relative, child_shown, level.depth + 1)
+            except BaseException:
+                os.close(child_fd)
+                raise
+        elif stat.S_ISREG(info.st_mode):
+            digest, data, opened = _read_regular(level.fd, name, child_shown, self.budget)
+            executable = bool(opened.st_mode & stat.S_IXUSR)
+            level.directory.files.add(name=name, digest=digest.to_proto(), is_executable=executable)
+            self.found.tree_files.append(
+                FoundFile(
+                    self.root / child_relative,
+                    digest,
+                    executable,
+                    data,
+                    movable=_movable(opened),
+                    root=self.root,
+                    relative=child_relative,
+                )
+            )
+        # Sockets, fifos and devices are not representable; they are left out.
+        return None
 
     def tree(self, root_digest: Digest) -> re_pb2.Tree:
+        """The Tree: the root, then every distinct child directory, parents
+        before children (a post-order walk with a stack, reversed)."""
         order: list[Digest] = []
         seen: set[Digest] = set()
-
-        def visit(digest: Digest) -> None:
-            for child in self.edges[digest]:
+        stack = [(root_digest, iter(self.edges[root_digest]))]
+        while stack:
+            digest, pending = stack[-1]
+            for child in pending:
                 if child not in seen:
                     seen.add(child)
-                    visit(child)
-            order.append(digest)
-
-        visit(root_digest)
+                    stack.append((child, iter(self.edges[child])))
+                    break
+            else:
+                stack.pop()
+                order.append(digest)
         order.pop()  # the root itself, last in post-order
         order.reverse()  # parents before children
         tree = re_pb2.Tree(root=self.directories[root_digest])
@@ -251,27 +344,42 @@ class _TreeBuilder:
 
 
 def scan_outputs(
-    root: Path, requests: list[OutputRequest], *, allow_escaping_symlinks: bool
+    root: Path,
+    requests: list[OutputRequest],
+    *,
+    allow_escaping_symlinks: bool,
+    budget: OutputBudget | None = None,
 ) -> FoundOutputs:
-    """Describe the requested outputs that exist under ``root``.
+    """Describe the requested outputs that exist under ``root``, within the
+    limits of ``budget`` (the defaults of ``ActionLimits`` if None).
 
     Raises ``InvalidArgument`` naming the output when a parent directory of
-    it is a symlink, when it changed while being read, or when a symlink (an
-    output itself or inside an output directory) is absolute or leaves the
-    root while the symlink policy is reject. Runs blocking filesystem calls.
+    it is a symlink, when it changed while being read, when a name or
+    symlink target in it is not UTF-8, when an output directory is over a
+    tree limit, or when a symlink (an output itself or inside an output
+    directory) is absolute or leaves the root while the symlink policy is
+    reject; ``ResourceExhausted`` when the outputs are over
+    ``max_output_bytes`` (see ``_output_checks``). Runs blocking filesystem
+    calls; no recursion.
     """
     found = FoundOutputs()
+    budget = budget if budget is not None else OutputBudget(ActionLimits())
     root_fd = os.open(root, _DIR_FLAGS | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         for request in requests:
-            _scan_one(found, root, root_fd, request, allow_escaping_symlinks)
+            _scan_one(found, root, root_fd, request, allow_escaping_symlinks, budget)
     finally:
         os.close(root_fd)
     return found
 
 
 def _scan_one(
-    found: FoundOutputs, root: Path, root_fd: int, request: OutputRequest, allow: bool
+    found: FoundOutputs,
+    root: Path,
+    root_fd: int,
+    request: OutputRequest,
+    allow: bool,
+    budget: OutputBudget,
 ) -> None:
     parent, _, leaf = request.relative.rpartition("/")
     try:
@@ -302,7 +410,7 @@ def _scan_one(
                     kind = "file"
             found.symlinks.append((request.name, target, kind))
         elif stat.S_ISREG(info.st_mode):
-            digest, data, opened = _read_regular(parent_fd, leaf, request.name)
+            digest, data, opened = _read_regular(parent_fd, leaf, request.name, budget)
             executable = bool(opened.st_mode & stat.S_IXUSR)
             item = FoundFile(
                 root / request.relative,
@@ -317,7 +425,7 @@ def _scan_one(
         elif stat.S_ISDIR(info.st_mode):
             dir_fd = _open_listed(parent_fd, leaf, _DIR_FLAGS, request.name)
             try:
-                builder = _TreeBuilder(found, request.name, allow, root)
+                builder = _TreeBuilder(found, request.name, allow, root, budget.limits, budget)
                 root_digest = builder.build(dir_fd, request.relative, request.name)
             finally:
                 os.close(dir_fd)
@@ -330,11 +438,15 @@ def _scan_one(
             os.close(parent_fd)
 
 
-def log_file(path: Path, identity: tuple[int, int]) -> FoundFile:
+def log_file(
+    path: Path, identity: tuple[int, int], budget: OutputBudget | None = None
+) -> FoundFile:
     """Hash the action's stdout or stderr file, the very one lre opened for it.
 
     Raises ``InvalidArgument`` when the action put another file (a link to a
-    file elsewhere, a FIFO, a symlink) in its place.
+    file elsewhere, a FIFO, a symlink) in its place or it grows while read,
+    and ``ResourceExhausted`` (before reading it) when it would take the
+    action's outputs over ``budget``.
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -346,7 +458,9 @@ def log_file(path: Path, identity: tuple[int, int]) -> FoundFile:
         info = os.fstat(fd)
         if (info.st_dev, info.st_ino) != identity or not stat.S_ISREG(info.st_mode):
             raise InvalidArgument(f"the action replaced its {path.name} file with another")
-        digest, data = hash_fd(fd)
+        if budget is not None:
+            budget.charge(path.name, info)
+        digest, data = hash_fd(fd, info.st_size)
     finally:
         os.close(fd)
     movable = info.st_nlink == 1 and info.st_uid == os.geteuid()

@@ -32,6 +32,7 @@ from lre.errors import InvalidArgument, MissingBlobs, NotFound
 from lre.worker._input_guard import LinkedInputs, Snapshot
 from lre.worker._input_tree import InputFile, InputTree
 from lre.worker._skeleton import plan_directories
+from lre.worker._task_errors import single_error_nursery
 
 T = TypeVar("T")
 
@@ -89,7 +90,8 @@ async def stage_inputs(
     hardlinked (usually a filesystem store's ``path_for_link``); when it
     raises ``NotFound`` or linking fails (EXDEV, EMLINK, EPERM, ...) the blob is copied
     from ``store``. Raises ``MissingBlobs`` listing every absent file blob and
-    ``InvalidArgument`` when an output parent collides with an input file.
+    ``InvalidArgument`` when an output parent collides with an input file;
+    of errors met by several threads or lanes at once, the first alone.
     """
     stats = StagingStats(files=len(tree.files))
     parents = [p for p in (os.path.dirname(r) for r in output_parents) if p]
@@ -214,7 +216,7 @@ async def stage_inputs(
         async def lane(index: int) -> None:
             results[index] = await trio.to_thread.run_sync(place, files[index::lanes])
 
-        async with trio.open_nursery() as nursery:
+        async with single_error_nursery() as nursery:
             for index in range(lanes):
                 nursery.start_soon(lane, index)
         later = [item for part, _ in results for item in part]
@@ -272,7 +274,7 @@ async def in_lanes(items: Sequence[T], work: Callable[[T], Awaitable[None]]) -> 
         for index in range(start, len(items), lanes):
             await work(items[index])
 
-    async with trio.open_nursery() as nursery:
+    async with single_error_nursery() as nursery:
         for start in range(lanes):
             nursery.start_soon(lane, start)
 

@@ -7,10 +7,18 @@ otherwise small files are written from memory and large ones streamed from
 disk, opened again beneath the input root without following symlinks. The
 store checks every written blob against its digest, so a file changed since
 it was hashed is refused, never stored under the old digest.
+
+Failures end the action, never lre: a store error is re-raised as the same
+kind of ``LreError`` with the output's path and size in its message (a file
+truncated since it was hashed: ``InvalidArgument``; one larger than the
+CAS: ``ResourceExhausted``), and of several uploads failing at once (they
+run side by side in a nursery, which groups their errors) the first is
+raised alone, never an exception group.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import stat
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
@@ -20,9 +28,10 @@ import trio
 
 from lre.cas import BlobStore
 from lre.digest import EMPTY_DIGEST, Digest
-from lre.errors import InvalidArgument
+from lre.errors import InvalidArgument, LreError
 from lre.worker._beneath import SymlinkInPath, open_beneath
 from lre.worker._outputs import FoundFile
+from lre.worker._task_errors import single_error_nursery
 
 _CHUNK = 1 << 20
 UPLOAD_CONCURRENCY = 16
@@ -95,18 +104,33 @@ async def upload_outputs(
     async def one(digest: Digest) -> None:
         async with limiter:
             item = by_digest.get(digest)
-            if item is None:
-                await store.write(digest, _single(blobs[digest]))
-            elif adopt is not None and item.movable:
-                await adopt(item.path, digest, item.executable)
-            elif item.data is not None:
-                await store.write(digest, _single(item.data))
-            else:
-                await store.write(digest, _file_chunks(item))
+            try:
+                if item is None:
+                    await store.write(digest, _single(blobs[digest]))
+                elif adopt is not None and item.movable:
+                    await adopt(item.path, digest, item.executable)
+                elif item.data is not None:
+                    await store.write(digest, _single(item.data))
+                else:
+                    await store.write(digest, _file_chunks(item))
+            except LreError as error:
+                raise _naming(error, item, digest) from None
 
     if len(missing) == 1:
         await one(missing[0])
         return
-    async with trio.open_nursery() as nursery:
+    async with single_error_nursery() as nursery:
         for digest in missing:
             nursery.start_soon(one, digest)
+
+
+def _naming(error: LreError, item: FoundFile | None, digest: Digest) -> LreError:
+    """``error`` of the store, its message saying which output it was about."""
+    if item is None:
+        what = f"the action's Tree or Directory blob {digest}"
+    else:
+        what = f"output {item.relative or item.path.name!r}"
+    named = copy.copy(error)
+    named.message = f"storing {what} ({digest.size_bytes} bytes) failed: {error.message}"
+    named.args = (named.message,)
+    return named

@@ -16,7 +16,6 @@ import errno
 import fcntl
 import os
 import re
-import shutil
 import signal
 import stat
 from pathlib import Path
@@ -49,9 +48,12 @@ class WorkDirectoryInUse(FailedPrecondition):
 def remove_tree(path: Path) -> None:
     """Delete ``path`` (file, symlink or directory) without following symlinks.
 
-    Directories an action made read-only are made writable first. A path that
-    does not exist is ignored. Raises ``OSError`` when something still cannot
-    be removed.
+    Directories an action made read-only or unsearchable are given back
+    their owner's bits first. The walk is a loop holding one directory
+    descriptor (and each level's pending names), never a recursion: a tree
+    thousands of levels deep is removed like any other. A path that does not
+    exist is ignored. Raises ``OSError`` when something still cannot be
+    removed (or a directory was moved while it was being removed).
     """
     try:
         info = os.lstat(path)
@@ -60,21 +62,66 @@ def remove_tree(path: Path) -> None:
     if not stat.S_ISDIR(info.st_mode):
         os.unlink(path)
         return
+    fd = _open_directory(None, str(path))
     try:
-        shutil.rmtree(path)
-        return
+        levels: list[tuple[str, tuple[int, int], list[str]]] = []
+        pending = _clear_directory(fd)
+        while True:
+            if pending:
+                name = pending.pop()
+                child = _open_directory(fd, name)
+                here = os.fstat(fd)
+                levels.append((name, (here.st_dev, here.st_ino), pending))
+                os.close(fd)
+                fd = child
+                pending = _clear_directory(fd)
+                continue
+            if not levels:
+                break
+            name, identity, pending = levels.pop()
+            parent = os.open("..", _DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            here = os.fstat(fd)
+            if (here.st_dev, here.st_ino) != identity:
+                raise OSError(errno.ESTALE, f"{path}: a directory moved while it was removed")
+            os.rmdir(name, dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(path)
+
+
+_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _open_directory(parent: int | None, name: str) -> int:
+    """Open the directory ``name`` (in ``parent``) without following a
+    symlink, giving it mode 0700 first when its owner bits keep lre out."""
+    try:
+        return os.open(name, _DIRECTORY, dir_fd=parent)
     except PermissionError:
-        pass
-    # Some directory lost its write or search bit; restore them top down.
-    # os.walk with followlinks=False never enters symlinked directories, and
-    # chmod is only applied to entries lstat shows to be real directories.
-    for parent, dirnames, _files in os.walk(path, followlinks=False):
-        for name in dirnames:
-            child = os.path.join(parent, name)
-            if stat.S_ISDIR(os.lstat(child).st_mode):
-                os.chmod(child, 0o700)
-    os.chmod(path, 0o700)
-    shutil.rmtree(path)
+        info = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        if not stat.S_ISDIR(info.st_mode):
+            raise
+        os.chmod(name, 0o700, dir_fd=parent)
+        return os.open(name, _DIRECTORY, dir_fd=parent)
+
+
+def _clear_directory(fd: int) -> list[str]:
+    """Unlink everything in the directory ``fd`` but its subdirectories,
+    whose names are returned."""
+    info = os.fstat(fd)
+    if info.st_mode & 0o700 != 0o700 and info.st_uid == os.geteuid():
+        os.fchmod(fd, 0o700)
+    subdirectories: list[str] = []
+    with os.scandir(fd) as listing:
+        entries = [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in listing]
+    for name, is_directory in entries:
+        if is_directory:
+            subdirectories.append(name)
+        else:
+            os.unlink(name, dir_fd=fd)
+    return subdirectories
 
 
 class WorkDirectory:

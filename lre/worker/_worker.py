@@ -44,6 +44,7 @@ from lre.scheduler import (
 from lre.worker._action import ActionResultWriter, ActionRunner, Discarder
 from lre.worker._containment import Containment, choose_containment
 from lre.worker._input_journal import InputJournal, recover_linked_inputs
+from lre.worker._limits import ActionLimits
 from lre.worker._precondition import precondition_allows
 from lre.worker._properties import resolve_properties
 from lre.worker._sampler import ActionUsage, ProcessTreeSampler
@@ -86,6 +87,8 @@ class LocalWorker:
     - ``action_cache``: written per ``upload_action_result``.
     - ``sampler``: a shared ``ProcessTreeSampler``; when None the worker runs
       its own at ``resources.sample_interval``.
+    - ``cas_max_bytes``: the ``max_bytes`` of the worker's CAS, which sets
+      ``limits.max_output_bytes`` "auto" (``ActionLimits.of``).
     """
 
     def __init__(
@@ -101,8 +104,12 @@ class LocalWorker:
         discard: Discarder | None = None,
         containment: Containment | None = None,
         directories: DirectoryReader | None = None,
+        cas_max_bytes: int | None = None,
     ) -> None:
         self.spec = spec
+        #: The limits of ``spec.limits``, "auto" worked out from the bound of
+        #: the worker's CAS (``cas_max_bytes``, unknown if None).
+        self.limits = ActionLimits.of(spec.limits, cas_max_bytes)
         self.resources = resources
         #: The reader of ``store``'s Directory messages, shared with the
         #: scheduler by the composition root (one of its own if not given).
@@ -185,6 +192,7 @@ class LocalWorker:
                 containment=self.containment,
                 journal=journal,
                 directories=self.directories,
+                limits=self.limits,
             )
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.sampler.run)

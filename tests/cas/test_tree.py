@@ -11,11 +11,14 @@ from hypothesis import strategies as st
 from lre.cas import (
     DirectoryReader,
     MemoryStore,
+    TreeExtent,
+    tree_extent,
     tree_file_digests,
     validate_directory,
     write_message,
 )
-from lre.digest import digest_of
+from lre.cas._tree import non_utf8_entry
+from lre.digest import Digest, digest_of
 from lre.errors import InvalidArgument, MissingBlobs
 from lre.proto import re_pb2
 
@@ -60,7 +63,9 @@ def test_bad_entry_digest_is_refused() -> None:
 @given(
     st.lists(
         st.text(min_size=1).filter(
-            lambda s: s not in (".", "..") and "/" not in s and "\0" not in s
+            lambda s: (
+                s not in (".", "..") and "/" not in s and "\0" not in s and len(s.encode()) <= 255
+            )  # NAME_MAX
         ),
         unique=True,
     )
@@ -130,3 +135,70 @@ def test_tree_file_digests_covers_children() -> None:
     tree.children.append(directory(files=["z", "y"]))
     with pytest.raises(InvalidArgument, match="child 1"):
         tree_file_digests(tree, "t")
+
+
+def _doubling(levels: int) -> tuple[Digest, dict[Digest, re_pb2.Directory]]:
+    """A Directory naming the one below it twice, ``levels`` times."""
+    messages: dict[Digest, re_pb2.Directory] = {}
+    leaf = re_pb2.Directory(files=[re_pb2.FileNode(name="f", digest=FILE)])
+    child = digest_of(leaf.SerializeToString(deterministic=True))
+    messages[child] = leaf
+    for _ in range(levels):
+        node = re_pb2.Directory(
+            directories=[
+                re_pb2.DirectoryNode(name="a", digest=child.to_proto()),
+                re_pb2.DirectoryNode(name="b", digest=child.to_proto()),
+            ]
+        )
+        child = digest_of(node.SerializeToString(deterministic=True))
+        messages[child] = node
+    return child, messages
+
+
+def test_extent_counts_shared_subtrees_as_often_as_they_are_named() -> None:
+    root, messages = _doubling(17)
+    extent = tree_extent(messages, root, cap=1 << 30)
+    assert extent == TreeExtent(depth=17, entries=2 * (2**17 - 1) + 2**17, directories=2**18 - 1)
+
+
+def test_extent_of_a_deep_chain_needs_no_recursion() -> None:
+    messages: dict[Digest, re_pb2.Directory] = {}
+    child = digest_of(b"")
+    messages[child] = re_pb2.Directory()
+    for _ in range(5000):
+        node = re_pb2.Directory(
+            directories=[re_pb2.DirectoryNode(name="d", digest=child.to_proto())]
+        )
+        child = digest_of(node.SerializeToString(deterministic=True))
+        messages[child] = node
+    assert tree_extent(messages, child, cap=100) == TreeExtent(101, 101, 101)
+
+
+def test_a_non_utf8_entry_is_named_from_the_wire_bytes() -> None:
+    def field(number: int, payload: bytes) -> bytes:
+        return bytes([number << 3 | 2, len(payload)]) + payload
+
+    good = field(1, field(1, b"ok") + field(2, FILE.SerializeToString()))
+    link = field(3, field(1, b"l") + field(2, b"t\xfe"))
+    assert non_utf8_entry(good + link) == "symlink target 't\\xfe'"
+    assert non_utf8_entry(field(2, field(1, b"a\xffb"))) == "directory name 'a\\xffb'"
+    assert non_utf8_entry(good) is None
+    assert non_utf8_entry(b"\xff\xff\xff") is None  # not the wire format
+
+
+async def test_read_tree_stops_below_max_levels() -> None:
+    store = MemoryStore(1 << 20)
+    child = await write_message(store, re_pb2.Directory())
+    for _ in range(10):
+        child = await write_message(
+            store,
+            re_pb2.Directory(directories=[re_pb2.DirectoryNode(name="d", digest=child.to_proto())]),
+        )
+    assert len(await DirectoryReader(store).read_tree(child, max_levels=3)) == 4
+    assert len(await DirectoryReader(store).read_tree(child)) == 11
+
+
+def test_a_name_longer_than_name_max_is_refused() -> None:
+    validate_directory(directory(files=["é" * 127]), "d")  # 254 bytes: fine
+    with pytest.raises(InvalidArgument, match="256 bytes, over the 255"):
+        validate_directory(directory(files=["é" * 128]), "d")

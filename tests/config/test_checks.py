@@ -249,6 +249,21 @@ def mutate(path: str, value: Any) -> dict[str, Any]:
             "max_action_timeout_s",
         ),
         (
+            "workers.0.local.limits",
+            {"max_tree_depth": 0},
+            "workers[0].local.limits.max_tree_depth: 0 must be at least 1",
+        ),
+        (
+            "workers.0.local.limits",
+            {"max_tree_entries": 10, "max_tree_directories": 20},
+            "workers[0].local.limits.max_tree_directories: 20 is above max_tree_entries (10)",
+        ),
+        (
+            "workers.0.local.limits",
+            {"max_output_bytes": 0},
+            "workers[0].local.limits.max_output_bytes: must be at least 1 byte",
+        ),
+        (
             "servers.0.listener",
             {"address": "0.0.0.0:50051"},
             "servers[0].listener.address: '0.0.0.0:50051' is reachable from other machines",

@@ -4,7 +4,7 @@ that already hold the directories of a previous action."""
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +12,7 @@ import pytest
 
 from lre.cas import DirectoryCache, DirectoryReader, FilesystemStore, MemoryStore
 from lre.digest import Digest
+from lre.errors import Internal
 from lre.worker._input_tree import InputTree, fetch_input_tree
 from lre.worker._staging import PARALLEL_FILES, stage_inputs
 from tests._support.actions import File, Link, put_tree
@@ -170,3 +171,31 @@ async def test_cached_directories_are_not_read_again(tmp_path: Path) -> None:
     assert reads == [second]  # only the new root; tools/ and include/ came from the cache
     assert [f.path for f in again.files] == ["b.c", "include/a.h", "tools/cc"]
     assert again.directories == tree.directories == ["include", "tools"]
+
+
+class _FailingReads(MemoryStore):
+    """A store whose reads fail once ``failing`` is set, as a disk error would."""
+
+    failing = False
+
+    def read(
+        self, digest: Digest, offset: int = 0, limit: int | None = None
+    ) -> AsyncIterator[bytes]:
+        if self.failing:
+            raise Internal(f"cannot read {digest}")
+        return super().read(digest, offset, limit)
+
+    async def read_many(self, digests: Sequence[Digest]) -> list[bytes | None]:
+        if self.failing:
+            raise Internal(f"cannot read {len(digests)} blobs")
+        return await super().read_many(digests)
+
+
+async def test_reads_failing_in_several_lanes_raise_one_error(tmp_path: Path) -> None:
+    store = _FailingReads(1 << 30)
+    spec = {f"f{i}": f"content {i}".encode() for i in range(40)}
+    plan = await fetch_input_tree(DirectoryReader(store), await put_tree(store, spec))
+    store.failing = True
+    (tmp_path / "root").mkdir()
+    with pytest.raises(Internal, match="cannot read"):
+        await stage_inputs(store, plan, tmp_path / "root")

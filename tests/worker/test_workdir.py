@@ -13,6 +13,7 @@ import pytest
 
 from lre.errors import InvalidArgument
 from lre.worker import WorkDirectory, WorkDirectoryInUse
+from lre.worker._workdir import remove_tree
 
 
 def test_created_private_with_pid_in_lock(tmp_path: Path) -> None:
@@ -105,3 +106,26 @@ def test_processes_left_inside_by_a_crashed_run_are_killed_at_open(tmp_path: Pat
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+def test_a_tree_deeper_than_the_recursion_limit_is_removed(tmp_path: Path) -> None:
+    # An action can leave a directory nested deeper than Python's recursion
+    # limit (1,100 levels); clean-up must still remove it, without following
+    # the symlinks in it.
+    top = tmp_path / "deep"
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    os.mkdir("deep", dir_fd=fd)
+    current = os.open("deep", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+    os.close(fd)
+    for level in range(sys.getrecursionlimit() + 100):
+        os.mkdir("d", dir_fd=current)
+        os.close(os.open("f", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=current))
+        os.symlink("/", "up", dir_fd=current)  # never followed
+        if level == 500:
+            os.mkdir("locked", 0o000, dir_fd=current)
+        child = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=current)
+        os.close(current)
+        current = child
+    os.close(current)
+    remove_tree(top)
+    assert not top.exists()
