@@ -54,8 +54,10 @@ from lre.scheduler._names import new_operation_name, parse_operation_name
 from lre.scheduler._protocols import ActionResultReader, ReservationAdvisor
 from lre.scheduler._roles import ActionScheduler, WorkerScheduler
 from lre.scheduler._scheduler import Scheduler
+from lre.scheduler._history import RecordHook, metadata_stamps
 from lre.scheduler._statistics import (
     LeaseStatistics,
+    QueuedStatistics,
     RegisteredWorkerStatistics,
     SchedulerStatistics,
 )
@@ -87,6 +89,8 @@ __all__ = [
     "LadderStep",
     "Lease",
     "LeaseStatistics",
+    "QueuedStatistics",
+    "RecordHook",
     "MemoryAdmission",
     "MemoryExceeded",
     "MemoryLadder",
@@ -122,4 +126,5 @@ __all__ = [
     "parse_operation_name",
     "platform_of",
     "requirements_of",
+    "metadata_stamps",
 ]

@@ -130,7 +130,7 @@ async def test_cardinality_bounded_after_500_actions(nursery: trio.Nursery) -> N
     platforms = {
         dict(labels)["platform"] for name, labels in series(big) if name == "lre_queued_operations"
     }
-    assert platforms == {"OSFamily,cpu"}
+    assert platforms == {"OSFamily"}  # the queue is grouped by platform, not by sizes
     # ten times the actions, the same scheduler series (RPC methods were new)
     non_rpc = {s for s in series(big) if not s[0].startswith("lre_rpc")}
     assert non_rpc == {s for s in series(small) if not s[0].startswith("lre_rpc")}
