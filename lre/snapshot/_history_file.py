@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -117,7 +118,7 @@ def _cut_torn_tail(fd: int, size: int) -> int:
 
 def read_history(directory: str | os.PathLike[str]) -> Iterator[ActionRecord | HostSample]:
     """Every record in the ring, oldest first; lines that are not records are
-    skipped. A missing directory or file reads as empty; other ``OSError``s
+    skipped, and so is a segment that is not a regular file. A missing directory or file reads as empty; other ``OSError``s
     (permissions) propagate."""
     base = Path(directory)
     for name in (OLDER_NAME, CURRENT_NAME):
@@ -126,6 +127,8 @@ def read_history(directory: str | os.PathLike[str]) -> Iterator[ActionRecord | H
         except FileNotFoundError:
             continue
         with handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                continue  # a device or a pipe is never a history (it may never end)
             for raw in handle:
                 try:
                     data = json.loads(raw)
