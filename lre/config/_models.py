@@ -540,9 +540,7 @@ class GlobalSpec:
         "Lowest level logged.", default="info"
     )
     status: StatusSpec = doc("HTTP status and metrics listener.", default_factory=StatusSpec)
-    history: HistorySpec = doc(
-        "The action history in the state dir.", default_factory=HistorySpec
-    )
+    history: HistorySpec = doc("The action history in the state dir.", default_factory=HistorySpec)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -23,6 +23,7 @@ from lre.scheduler._forward import (
     ForwardWatch,
 )
 from lre.scheduler._forward_upstream import UpstreamExecutor, UpstreamOutcome
+from lre.scheduler._history import RecordHook, metadata_stamps
 from lre.scheduler._kind import kind_key
 from lre.scheduler._ladder import LadderStep, MemoryLadder
 from lre.scheduler._learner import ReservationEstimate, ReservationLearner
@@ -54,7 +55,6 @@ from lre.scheduler._names import new_operation_name, parse_operation_name
 from lre.scheduler._protocols import ActionResultReader, ReservationAdvisor
 from lre.scheduler._roles import ActionScheduler, WorkerScheduler
 from lre.scheduler._scheduler import Scheduler
-from lre.scheduler._history import RecordHook, metadata_stamps
 from lre.scheduler._statistics import (
     LeaseStatistics,
     QueuedStatistics,
@@ -89,14 +89,14 @@ __all__ = [
     "LadderStep",
     "Lease",
     "LeaseStatistics",
-    "QueuedStatistics",
-    "RecordHook",
     "MemoryAdmission",
     "MemoryExceeded",
     "MemoryLadder",
     "OperationSnapshot",
     "OperationWatch",
     "Outcome",
+    "QueuedStatistics",
+    "RecordHook",
     "RegisteredWorkerStatistics",
     "RequestInfo",
     "Requirements",
@@ -121,10 +121,10 @@ __all__ = [
     "kind_key",
     "matches_statically",
     "memory_text",
+    "metadata_stamps",
     "millicpus_from_cpu_count",
     "new_operation_name",
     "parse_operation_name",
     "platform_of",
     "requirements_of",
-    "metadata_stamps",
 ]

@@ -11,12 +11,12 @@ from lre.errors import Cancelled, LreError
 from lre.proto import re_pb2
 from lre.scheduler._model import Reservation, Stage
 from lre.scheduler._records import OperationState, WorkerState
+from lre.snapshot import action_summary
 
 if TYPE_CHECKING:
     from lre.scheduler._queue import Bucket
 
 _NO_COUNTS: Mapping[str, int] = MappingProxyType({})
-from lre.snapshot import action_summary
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +78,8 @@ class SchedulerStatistics:
     EXECUTING). ``queued_by_platform`` counts queued operations per
     platform (``OSFamily=linux``, not split by sized reservation);
     ``queued_by_reservation`` per platform and reservation;
-    ``queued_next`` lists the operations that would run first. ``completions`` counts finished operations by outcome:
+    ``queued_next`` lists the operations that would run first. ``completions``
+    counts finished operations by outcome:
     ``success`` (exit 0), ``nonzero_exit``, ``cached``, ``error`` (any error
     status, including timeouts), ``cancelled``.
     """

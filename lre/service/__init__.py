@@ -39,13 +39,13 @@ from lre.service._cache_servicers import (
     cache_servicers,
 )
 from lre.service._instances import WILDCARD, InstanceBackends, Instances
+from lre.service._lookup_hits import LookupHitInterceptor
 from lre.service._metadata import (
     REQUEST_METADATA_KEY,
     RequestMetadata,
     request_metadata_from,
 )
 from lre.service._resource_names import BlobResource, parse_read_resource, parse_write_resource
-from lre.service._lookup_hits import LookupHitInterceptor
 from lre.service._rpc_metrics import MethodStatistics, RpcMetrics, RpcStatistics, method_label
 from lre.service._server import MAX_PENDING_REQUESTS, GrpcServer, ServerOptions, Servicer
 from lre.service._status import (
@@ -61,7 +61,6 @@ from lre.service.execution import ExecutionServicer
 from lre.service.operations import OperationsServicer
 
 __all__ = [
-    "LookupHitInterceptor",
     "INTERNAL_MESSAGE",
     "MAX_PENDING_REQUESTS",
     "REQUEST_METADATA_KEY",
@@ -81,6 +80,7 @@ __all__ = [
     "GrpcServer",
     "InstanceBackends",
     "Instances",
+    "LookupHitInterceptor",
     "MethodStatistics",
     "OperationsServicer",
     "RequestMetadata",

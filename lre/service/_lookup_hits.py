@@ -50,11 +50,7 @@ class LookupHitInterceptor(_InterceptorBase):
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any]:
         handler: grpc.RpcMethodHandler[Any, Any] | None = await continuation(handler_call_details)
-        if (
-            handler is None
-            or handler_call_details.method != _METHOD
-            or handler.unary_unary is None
-        ):
+        if handler is None or handler_call_details.method != _METHOD or handler.unary_unary is None:
             return handler  # type: ignore[return-value]
         inner = handler.unary_unary
         hook = self._hook

@@ -93,8 +93,6 @@ class BuildSummary:
         }
 
 
-
-
 def _summary(invocation: str, records: list[ActionRecord], slowest: int) -> BuildSummary:
     executed = [r for r in records if r.source is Source.EXECUTED]
     queue = [r.queue_seconds for r in executed if r.stamps]

@@ -118,7 +118,8 @@ def _cut_torn_tail(fd: int, size: int) -> int:
 
 def read_history(directory: str | os.PathLike[str]) -> Iterator[ActionRecord | HostSample]:
     """Every record in the ring, oldest first; lines that are not records are
-    skipped, and so is a segment that is not a regular file. A missing directory or file reads as empty; other ``OSError``s
+    skipped, and so is a segment that is not a regular file. A missing
+    directory or file reads as empty; other ``OSError``s
     (permissions) propagate."""
     base = Path(directory)
     for name in (OLDER_NAME, CURRENT_NAME):

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from lre.snapshot._events import RecentEvent
-from lre.snapshot._phases import Phase, PhaseHistogram
 from lre.snapshot._json import (
     event_from_json,
     int_map,
@@ -18,6 +17,7 @@ from lre.snapshot._json import (
     row_from_json,
     upstream_from_json,
 )
+from lre.snapshot._phases import Phase, PhaseHistogram
 from lre.snapshot._rows import (
     EMPTY_COUNTS,
     BuildLine,

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
+
 from lre.snapshot import BOUNDARIES, PHASES, Phase, phase_spans
 
 
 def test_phases_are_named_once_in_order_and_chain_end_to_start() -> None:
     assert [p.value for p in PHASES] == ["queued", "staging", "running", "storing"]
     # each phase starts where the one before ended: no time falls between them
-    for before, after in zip(PHASES, PHASES[1:], strict=False):
+    for before, after in itertools.pairwise(PHASES):
         assert BOUNDARIES[before][1] == BOUNDARIES[after][0]
 
 
