@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections import defaultdict
@@ -73,7 +74,7 @@ def test_trace_has_a_track_per_slot_an_event_per_action_and_counters(tmp_path: P
     assert {names[tid] for tid in slots} == {"slot 1", "slot 2"}
     for tid in slots:  # one slot never runs two actions at once
         spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in actions if e["tid"] == tid)
-        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False))
+        assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
     phases = [e for e in events if e.get("cat") == "phase"]
     assert {e["name"] for e in phases} == {"staging", "running", "storing"}
     for phase in phases:  # nested inside its action on the same track
