@@ -19,7 +19,7 @@ from types import MappingProxyType
 from lre.errors import LreError
 from lre.proto import re_pb2
 from lre.scheduler._lease import Lease
-from lre.scheduler._model import MemoryExceeded, Outcome
+from lre.scheduler._model import Backpressure, MemoryExceeded, Outcome
 from lre.scheduler._records import OperationState
 from lre.snapshot import ActionRecord, Source
 
@@ -57,6 +57,7 @@ class _Attempts:
     millicpus: int = 0
     memory_bytes: int = 0
     worker: str = ""
+    runs: int = 0  # leases that ran (a declined one does not count)
 
 
 class HistoryTap:
@@ -68,12 +69,18 @@ class HistoryTap:
         self._attempts: dict[str, _Attempts] = {}
 
     def lease_ended(self, op: OperationState, lease: Lease, outcome: Outcome) -> None:
+        """Note one attempt's outcome (nothing once ``op`` ended: a cancelled
+        operation's lease reports after its record was written)."""
+        if op.done:
+            return
         attempts = self._attempts.get(op.name)
         if attempts is None:
             attempts = self._attempts[op.name] = _Attempts()
         attempts.millicpus = lease.reservation.millicpus
         attempts.memory_bytes = lease.reservation.memory_bytes
         attempts.worker = lease.worker_name
+        if not isinstance(outcome, Backpressure):
+            attempts.runs += 1
         usage = getattr(outcome, "usage", None)
         if usage is not None:
             attempts.peak_rss_bytes = max(attempts.peak_rss_bytes, usage.peak_rss_bytes)
@@ -96,7 +103,7 @@ def _record(
     result = op.result
     if op.cached:
         source = Source.EXECUTE_HIT
-    elif op.attempt > 0:
+    elif attempts.runs > 0 or op.attempt > 0:
         source = Source.EXECUTED
     else:
         source = Source.NOT_RUN
@@ -128,7 +135,7 @@ def _record(
         reserved_memory_bytes=attempts.memory_bytes,
         peak_rss_bytes=attempts.peak_rss_bytes,
         cpu_seconds=attempts.cpu_seconds,
-        attempts=op.attempt,
+        attempts=attempts.runs,
         kills=op.kills,
         retries=op.retries,
         stamps=MappingProxyType(stamps),
