@@ -1,10 +1,11 @@
 """``HistoryRecorder``: keeps every finished action in lre's state directory.
 
 The scheduler (``on_record``) and the ``GetActionResult`` interceptor hand
-it ``ActionRecord``s; ``record`` only turns one into a JSON line and appends
-it to a buffer under a lock (it is called from the Trio thread and from the
-gRPC thread). ``run`` (a Trio task) writes the buffer to the ring file
-(``lre.snapshot.HistoryFile``) in a worker thread once a second and samples
+it ``ActionRecord``s; ``record`` only counts one (phase histograms, build
+lines) and appends it to a buffer under a lock (it is called from the Trio
+thread and from the gRPC thread). ``run`` (a Trio task) turns the buffer into
+JSON lines and writes them to the ring file (``lre.snapshot.HistoryFile``)
+in a worker thread once a second and samples
 the host (CPU %, memory in use) for the TUI and, while actions run, for the
 history (``HostSample`` lines: the report's CPU and memory over time).
 
@@ -34,6 +35,7 @@ import psutil
 import trio
 
 from lre.snapshot import (
+    BOUNDARIES,
     PHASE_BUCKETS_S,
     PHASES,
     ActionRecord,
@@ -51,6 +53,10 @@ log = logging.getLogger(__name__)
 
 #: ``() -> (reserved millicpus, reserved memory bytes, running actions)``.
 Reserved = Callable[[], tuple[int, int, int]]
+
+#: One encoder for every line (``json.dumps`` with options builds one per call).
+_ENCODE = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
+_PHASE_BOUNDS = tuple((phase, *BOUNDARIES[phase]) for phase in PHASES)
 
 
 @dataclass(slots=True)
@@ -88,7 +94,7 @@ class HistoryRecorder:
         self._reserved = reserved
         self._clock = clock
         self._lock = threading.Lock()
-        self._buffer: deque[str] = deque(maxlen=self.MAX_BUFFERED)
+        self._buffer: deque[ActionRecord | HostSample] = deque(maxlen=self.MAX_BUFFERED)
         self._paused_until = 0.0
         self._counts = {phase: [0] * (len(PHASE_BUCKETS_S) + 1) for phase in PHASES}
         self._sums = dict.fromkeys(PHASES, 0.0)
@@ -101,17 +107,21 @@ class HistoryRecorder:
 
     def record(self, record: ActionRecord) -> None:
         """Buffer ``record`` (thread-safe, never raises for a valid record)."""
-        line = json.dumps(record.to_json(), separators=(",", ":"))
-        spans = record.spans
+        stamps = record.stamps
         with self._lock:
             if len(self._buffer) == self._buffer.maxlen:
                 self.dropped += 1
-            self._buffer.append(line)
+            self._buffer.append(record)
             self.recorded += 1
-            for span in spans:
-                seconds = span.seconds
-                self._counts[span.phase][bisect.bisect_left(PHASE_BUCKETS_S, seconds)] += 1
-                self._sums[span.phase] += seconds
+            if stamps:
+                counts, sums = self._counts, self._sums
+                for phase, first, last in _PHASE_BOUNDS:  # as lre.snapshot.phase_spans
+                    start = stamps.get(first)
+                    end = stamps.get(last)
+                    if start and end:
+                        seconds = end - start if end > start else 0.0
+                        counts[phase][bisect.bisect_left(PHASE_BUCKETS_S, seconds)] += 1
+                        sums[phase] += seconds
             self._count_build(record)
 
     def _count_build(self, record: ActionRecord) -> None:
@@ -200,19 +210,20 @@ class HistoryRecorder:
                 reserved_memory_bytes=reserved_memory,
                 running=running,
             )
-            self._buffer.append(json.dumps(sample.to_json(), separators=(",", ":")))
+            self._buffer.append(sample)
 
     def flush(self) -> None:
         """Write what is buffered (in a worker thread); see the module
         docstring for what happens when the write fails."""
         paused = time.monotonic() < self._paused_until
         with self._lock:
-            lines = list(self._buffer)
+            records = list(self._buffer)
             self._buffer.clear()
             if paused:
-                self.dropped += len(lines)
-        if not lines or paused:
+                self.dropped += len(records)
+        if not records or paused:
             return
+        lines = [_ENCODE(record.to_json()) for record in records]
         try:
             self.file.append(lines)
         except OSError as error:

@@ -62,7 +62,8 @@ class ActionRecord:
     """One action that ended. Times are wall clock (``time.time()``).
 
     ``stamps`` holds the phase boundaries of the last attempt by
-    ``ExecutedActionMetadata`` name (see ``lre.snapshot._phases``);
+    ``ExecutedActionMetadata`` name (see ``lre.snapshot._phases``; the line
+    form keeps them as whole microseconds before ``at``, ``tsu``);
     ``exit_code`` is None when no command ended (an error, a hit);
     ``error`` is the gRPC code name of the error it ended with, or ``""``.
     """
@@ -128,32 +129,47 @@ class ActionRecord:
     def to_json(self) -> dict[str, Any]:
         """The compact line form (defaults left out)."""
         out: dict[str, Any] = {"k": "a", "at": round(self.at, 4), "src": self.source.value}
-        for key, value in (
-            ("inv", self.invocation),
-            ("tool", self.tool),
-            ("inst", self.instance),
-            ("tgt", self.target),
-            ("mn", self.mnemonic),
-            ("act", self.action),
-            ("wk", self.worker),
-            ("err", self.error),
-            ("sub", round(self.submitted_at, 4)),
-            ("wait", list(self.waited_for)),
-            ("mcpu", self.reserved_millicpus),
-            ("mem", self.reserved_memory_bytes),
-            ("rss", self.peak_rss_bytes),
-            ("cpu", round(self.cpu_seconds, 4)),
-            ("n", self.attempts),
-            ("kill", self.kills),
-            ("retry", self.retries),
-            ("frz", self.freezes),
-        ):
-            if value:
-                out[key] = value
+        if self.invocation:
+            out["inv"] = self.invocation
+        if self.tool:
+            out["tool"] = self.tool
+        if self.instance:
+            out["inst"] = self.instance
+        if self.target:
+            out["tgt"] = self.target
+        if self.mnemonic:
+            out["mn"] = self.mnemonic
+        if self.action:
+            out["act"] = self.action
+        if self.worker:
+            out["wk"] = self.worker
+        if self.error:
+            out["err"] = self.error
+        if self.submitted_at:
+            out["sub"] = round(self.submitted_at, 4)
+        if self.waited_for:
+            out["wait"] = list(self.waited_for)
+        if self.reserved_millicpus:
+            out["mcpu"] = self.reserved_millicpus
+        if self.reserved_memory_bytes:
+            out["mem"] = self.reserved_memory_bytes
+        if self.peak_rss_bytes:
+            out["rss"] = self.peak_rss_bytes
+        if self.cpu_seconds:
+            out["cpu"] = round(self.cpu_seconds, 4)
+        if self.attempts:
+            out["n"] = self.attempts
+        if self.kills:
+            out["kill"] = self.kills
+        if self.retries:
+            out["retry"] = self.retries
+        if self.freezes:
+            out["frz"] = self.freezes
         if self.exit_code is not None:
             out["exit"] = self.exit_code
-        if self.stamps:
-            out["ts"] = {k: round(v, 4) for k, v in self.stamps.items()}
+        if self.stamps:  # whole microseconds after ``at``: short, and ints encode fast
+            at = self.at
+            out["tsu"] = {k: int((v - at) * 1e6) for k, v in self.stamps.items()}
         return out
 
     @classmethod
@@ -161,11 +177,13 @@ class ActionRecord:
         """Raises ``ValueError`` naming the field that is missing or malformed."""
         try:
             exit_code = data.get("exit")
-            stamps = data.get("ts") or {}
-            if not isinstance(stamps, Mapping):
-                raise TypeError("ts: expected an object")
+            at = float(data["at"])
+            offsets = data.get("tsu") or {}
+            if not isinstance(offsets, Mapping):
+                raise TypeError("tsu: expected an object")
+            stamps = {str(k): at + int(v) / 1e6 for k, v in offsets.items()}
             return cls(
-                at=float(data["at"]),
+                at=at,
                 source=Source(data["src"]),
                 invocation=str(data.get("inv", "")),
                 tool=str(data.get("tool", "")),
@@ -186,7 +204,7 @@ class ActionRecord:
                 kills=int(data.get("kill", 0)),
                 retries=int(data.get("retry", 0)),
                 freezes=int(data.get("frz", 0)),
-                stamps=MappingProxyType({str(k): float(v) for k, v in stamps.items()}),
+                stamps=MappingProxyType(stamps),
             )
         except KeyError as exc:
             raise ValueError(f"history record field {exc.args[0]!r} is missing") from None
