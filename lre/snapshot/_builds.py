@@ -95,8 +95,14 @@ class BuildSummary:
 
 def _summary(invocation: str, records: list[ActionRecord], slowest: int) -> BuildSummary:
     executed = [r for r in records if r.source is Source.EXECUTED]
-    queue = [r.queue_seconds for r in executed if r.stamps]
-    own = [r.lre_seconds for r in executed if r.stamps]
+    queue: list[float] = []
+    own: list[float] = []
+    for record in executed:
+        if not record.stamps:
+            continue
+        phases = {span.phase: span.seconds for span in record.spans}  # once per record
+        queue.append(phases.get(Phase.QUEUED, 0.0))
+        own.append(phases.get(Phase.STAGING, 0.0) + phases.get(Phase.STORING, 0.0))
     starts = [r.submitted_at or r.at for r in records]
     clients = sorted({r.tool for r in records if r.tool})
     instances = sorted({r.instance for r in records if r.instance})
