@@ -21,6 +21,7 @@ import trio
 
 from lre.app._events import EventLog
 from lre.app._health import HealthBoard, free_space_check
+from lre.app._history import HistoryRecorder
 from lre.app._snapshot import SnapshotAssembler
 from lre.app._status_http import StatusServer
 from lre.app._stores import Stores, build_stores
@@ -53,6 +54,7 @@ from lre.service import (
     GrpcServer,
     InstanceBackends,
     Instances,
+    LookupHitInterceptor,
     OperationsServicer,
     RpcMetrics,
     ServerOptions,
@@ -142,6 +144,14 @@ class Application:
         }
         self.learner = self._build_learner()
         self.events = EventLog()
+        #: Every finished action, in the state dir (None when turned off).
+        self.history: HistoryRecorder | None = None
+        if config.global_.history.enabled:
+            self.history = HistoryRecorder(
+                state_dir_of(config),
+                max_bytes=int(config.global_.history.max_bytes),
+                reserved=self._reserved_now,
+            )
         for upstream in self.stores.upstreams:
             upstream.client.health.on_change = self._upstream_changed
         self.schedulers: dict[str, Scheduler] = {}
@@ -212,6 +222,7 @@ class Application:
                 [f.forward_statistics() for f in self.forwarders.values()],
             ),
             kill_factor=self._kill_factor(),
+            history=self.history,
         )
         self.assembler.containment = self._containment_summary()
         self.servers: list[GrpcServer] = []
@@ -246,6 +257,7 @@ class Application:
                         interceptors=(
                             *auth_interceptors(server.listener),
                             self.rpc_metrics.interceptor(),
+                            *self._history_interceptors(),
                         ),
                     ),
                     servicers,
@@ -254,6 +266,22 @@ class Application:
                     name=server.name,
                 )
             )
+
+    def _history_interceptors(self) -> tuple[LookupHitInterceptor, ...]:
+        """GetActionResult hits go to the history too (the scheduler never sees them)."""
+        if self.history is None:
+            return ()
+        return (LookupHitInterceptor(self.history.record),)
+
+    def _reserved_now(self) -> tuple[int, int, int]:
+        """Reserved millicpus and memory bytes, and running actions, over all schedulers."""
+        millicpus = memory = running = 0
+        for scheduler in dict.fromkeys(self.schedulers.values()):
+            stats = scheduler.statistics()
+            millicpus += stats.millicpus_reserved
+            memory += stats.memory_reserved_bytes
+            running += stats.by_stage.get("EXECUTING", 0)
+        return millicpus, memory, running
 
     def _existing_parent(self) -> str:
         path = Path(self.config.global_.state_dir)
@@ -301,6 +329,7 @@ class Application:
                 available_memory=self._live_memory(simple_name),
                 on_event=self._record_event,
                 directories=self.stores.directories(cas_name),
+                on_record=self.history.record if self.history is not None else None,
             )
             self._scheduler_by_simple[simple_name] = scheduler
         self.schedulers[name] = scheduler
@@ -389,6 +418,7 @@ class Application:
             summary=event.summary or "",
             worker=event.worker or "",
             peak_rss_bytes=event.peak_rss_bytes,
+            target=event.target,
         )
 
     def _local_worker(self, scheduler_name: str) -> LocalWorkerSpec | None:
@@ -457,6 +487,8 @@ class Application:
                 for forwarder in self.forwarders.values():
                     await core.start(forwarder.run)
                 await core.start(self.bridge.run)
+                if self.history is not None:
+                    await core.start(self.history.run)
                 if self.learner is not None:
                     await core.start(self.learner.run)
                 for containment in self.containments.values():

@@ -41,8 +41,11 @@ class EventLog:
         summary: str = "",
         worker: str = "",
         peak_rss_bytes: int | None = None,
+        target: str = "",
     ) -> RecentEvent:
-        event = RecentEvent(self._clock(), kind, message, summary, worker, peak_rss_bytes)
+        event = RecentEvent(
+            self._clock(), kind, message, summary, worker, peak_rss_bytes, target=target
+        )
         self._events.append(event)
         self._totals[kind] += 1
         return event

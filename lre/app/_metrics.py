@@ -9,7 +9,9 @@ made one series per action):
 - ``worker``, ``store``: names from the config;
 - ``platform``: the *keys* of a queued requirement (``OSFamily,cpu,mem``),
   never its values, so bounded by the configured property names;
-- ``method``: RPC methods lre registers (see ``lre.service.method_label``).
+- ``method``: RPC methods lre registers (see ``lre.service.method_label``);
+- ``phase``: ``lre.snapshot.Phase`` (``lre_action_phase_seconds``, see
+  ``_process_metrics``, with ``lre_build_info`` and ``process_*``).
 
 Per-action data (RSS, elapsed, digests, operation names) is aggregated per
 worker or left to ``/api/v1/stats``.
@@ -21,6 +23,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
+from lre.app._process_metrics import phase_lines, process_lines
 from lre.service import RpcStatistics
 from lre.snapshot import ProcessSnapshot
 
@@ -244,6 +247,9 @@ def render_metrics(snapshot: ProcessSnapshot, rpc: RpcStatistics | None = None) 
     _upstream_families(w, snapshot)
     if rpc is not None:
         _rpc_families(w, rpc)
+    if snapshot.phases:
+        w.lines += phase_lines(snapshot.phases)
+    w.lines += process_lines()
     return "\n".join(w.lines) + "\n"
 
 

@@ -22,12 +22,14 @@ from typing import Protocol
 
 from lre.app._events import EventLog
 from lre.app._health import HealthBoard
+from lre.app._history import HistoryRecorder
 from lre.cas import StoreStatistics
 from lre.scheduler import SchedulerStatistics
 from lre.snapshot import (
     InflightAction,
     JobserverTokens,
     ProcessSnapshot,
+    QueuedAction,
     StoreRow,
     UpstreamRow,
     WorkerRow,
@@ -75,6 +77,8 @@ class SnapshotAssembler:
     - ``upstreams``: one ``UpstreamRow`` per upstream connection.
     - ``kill_factor``: the kill line is reservation x this when the sampler
       has not reported a line itself.
+    - ``history``: the history recorder (host usage, build lines, phase
+      histograms), or None.
 
     Any of these callables raising propagates (a bug, not a state to show).
     """
@@ -95,6 +99,7 @@ class SnapshotAssembler:
         health: HealthBoard | None = None,
         upstreams: Callable[[], Iterable[UpstreamRow]] | None = None,
         kill_factor: float = 1.2,
+        history: HistoryRecorder | None = None,
         started_at: float | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -110,6 +115,7 @@ class SnapshotAssembler:
         self.health = health if health is not None else HealthBoard()
         self._upstreams = upstreams
         self._kill_factor = kill_factor
+        self._recorder = history
         self._clock = clock
         self.started_at = clock() if started_at is None else started_at
         self._history: deque[_Rate] = deque()
@@ -142,6 +148,14 @@ class SnapshotAssembler:
             event_totals=self.events.totals(),
             upstreams=tuple(self._upstreams()) if self._upstreams else (),
         )
+        recorder = self._recorder
+        if recorder is not None:
+            snapshot = replace(
+                snapshot,
+                host=recorder.host,
+                builds=recorder.build_lines(),
+                phases=recorder.phase_histograms(),
+            )
         if stats is not None:
             snapshot = _with_scheduler(snapshot, stats, usage, now, self._kill_factor)
         rate = self._rate(now, snapshot.completed)
@@ -228,4 +242,17 @@ def _with_scheduler(
             for w in stats.workers
         ),
         inflight=tuple(inflight),
+        queued_next=tuple(
+            QueuedAction(
+                operation=q.operation_name,
+                target=q.target_id,
+                summary=q.summary or "?",
+                platform=q.platform,
+                waiting_for=q.waiting_for,
+                queued_s=max(0.0, now - q.queued_at),
+                reserved_millicpus=q.reservation.millicpus,
+                reserved_memory_bytes=q.reservation.memory_bytes,
+            )
+            for q in stats.queued_next
+        ),
     )

@@ -31,7 +31,7 @@ from lre.app._metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from lre.app._metrics import render_metrics
 from lre.app._snapshot import SnapshotSource
 from lre.service import RpcStatistics
-from lre.snapshot import ProcessSnapshot
+from lre.snapshot import WAIT_TEXT, ProcessSnapshot
 
 __all__ = ["StatusServer", "parse_listen_address"]
 
@@ -238,6 +238,25 @@ def _upstreams(snapshot: ProcessSnapshot) -> list[dict[str, object]]:
     ]
 
 
+def _queue(snapshot: ProcessSnapshot) -> dict[str, object]:
+    """The queue by platform and the next queued actions with what each waits
+    for (``waiting_for``: a ``lre.snapshot.WaitReason`` value, "" = next in line)."""
+    return {
+        "by_platform": dict(snapshot.queued_by_platform),
+        "next": [
+            {
+                "target": q.target,
+                "mnemonic": q.summary,
+                "platform": q.platform,
+                "waiting_for": q.waiting_for,
+                "waits_for": WAIT_TEXT.get(q.waiting_for, q.waiting_for),
+                "queued_s": round(q.queued_s, 3),
+            }
+            for q in snapshot.queued_next
+        ],
+    }
+
+
 def _status_body(snapshot: ProcessSnapshot) -> tuple[int, str, bytes]:
     if snapshot.healthy:
         body = {
@@ -246,6 +265,7 @@ def _status_body(snapshot: ProcessSnapshot) -> tuple[int, str, bytes]:
             "uptime_s": round(snapshot.uptime_s, 3),
             "running": snapshot.running,
             "queued": snapshot.queued,
+            "queue": _queue(snapshot),
             "containment": snapshot.containment,
             "upstreams": _upstreams(snapshot),
         }
@@ -253,6 +273,7 @@ def _status_body(snapshot: ProcessSnapshot) -> tuple[int, str, bytes]:
     body = {
         "status": "unavailable",
         "problems": list(snapshot.problems),
+        "queue": _queue(snapshot),
         "containment": snapshot.containment,
         "upstreams": _upstreams(snapshot),
     }

@@ -8,9 +8,11 @@ from lre.cli import (  # noqa: F401  (register their commands)
     _completion,
     _config_cmd,
     _doctor,
+    _history_cmd,
     _link,
     _logs,
     _top,
+    _trace_cmd,
     _up,
 )
 from lre.cli._app import app

@@ -554,6 +554,19 @@ class StatusSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class HistorySpec:
+    enabled: bool = doc(
+        "Record every finished action in the state dir (lre history, builds, trace, report).",
+        default=True,
+    )
+    max_bytes: ByteSize = doc(
+        "Bound of the history on disk (two rotating files of half this each; the oldest "
+        "actions go first). About 500 bytes per action.",
+        default=ByteSize(64 << 20),
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GlobalSpec:
     state_dir: str = doc(
         "lre's own state: pid file, logs, learned reservations.",
@@ -564,6 +577,7 @@ class GlobalSpec:
         "Lowest level logged.", default="info"
     )
     status: StatusSpec = doc("HTTP status and metrics listener.", default_factory=StatusSpec)
+    history: HistorySpec = doc("The action history in the state dir.", default_factory=HistorySpec)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

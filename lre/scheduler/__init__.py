@@ -22,6 +22,7 @@ from lre.scheduler._forward import (
     ForwardStatistics,
 )
 from lre.scheduler._forward_upstream import UpstreamExecutor, UpstreamOutcome
+from lre.scheduler._history import RecordHook, metadata_stamps
 from lre.scheduler._kind import kind_key
 from lre.scheduler._ladder import LadderStep, MemoryLadder
 from lre.scheduler._learner import ReservationEstimate, ReservationLearner
@@ -55,6 +56,7 @@ from lre.scheduler._roles import ActionScheduler, WorkerScheduler
 from lre.scheduler._scheduler import Scheduler
 from lre.scheduler._statistics import (
     LeaseStatistics,
+    QueuedStatistics,
     RegisteredWorkerStatistics,
     SchedulerStatistics,
 )
@@ -91,6 +93,8 @@ __all__ = [
     "OperationSnapshot",
     "OperationWatch",
     "Outcome",
+    "QueuedStatistics",
+    "RecordHook",
     "RegisteredWorkerStatistics",
     "RequestInfo",
     "Requirements",
@@ -115,6 +119,7 @@ __all__ = [
     "kind_key",
     "matches_statically",
     "memory_text",
+    "metadata_stamps",
     "millicpus_from_cpu_count",
     "new_operation_name",
     "parse_operation_name",

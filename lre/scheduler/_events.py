@@ -38,6 +38,7 @@ class SchedulerEvent:
     worker: str | None = None
     summary: str | None = None
     healthy: bool | None = None
+    target: str = ""
 
 
 EventHook = Callable[[SchedulerEvent], None]
@@ -61,7 +62,9 @@ def failure_event(
     text = f"{error.code.name}: {error.message}"
     if message and message != error.message:
         text = f"{text} ({message})"
-    return SchedulerEvent(kind, text, peak_rss_bytes, worker, _summary(op))
+    return SchedulerEvent(
+        kind, text, peak_rss_bytes, worker, _summary(op), target=op.request_info.target_id
+    )
 
 
 def _held(lease: Lease) -> str:
@@ -79,11 +82,12 @@ def kill_event(op: OperationState, lease: Lease, outcome: MemoryExceeded) -> Sch
     held = _held(lease)
     return SchedulerEvent(
         EventKind.KILL,
-        f"{op.name}: killed at {memory_text(outcome.peak_rss_bytes)} peak RSS, over its "
+        f"{action_label(op)}: killed at {memory_text(outcome.peak_rss_bytes)} peak RSS, over its "
         f"reservation of {held} (ladder step {lease.ladder_step})",
         outcome.peak_rss_bytes,
         lease.worker_name,
         _summary(op),
+        target=op.request_info.target_id,
     )
 
 
@@ -94,10 +98,11 @@ def escalation_event(op: OperationState, lease: Lease, outcome: MemoryExceeded) 
         target = f"{target} (ladder step {op.ladder_step})"
     return SchedulerEvent(
         EventKind.ESCALATION,
-        f"{op.name}: requeued to reserve {target} after {op.kills} kill(s)",
+        f"{action_label(op)}: requeued to reserve {target} after {op.kills} kill(s)",
         outcome.peak_rss_bytes,
         lease.worker_name,
         _summary(op),
+        target=op.request_info.target_id,
     )
 
 
@@ -106,10 +111,11 @@ def backpressure_event(op: OperationState, lease: Lease, outcome: Backpressure) 
     reason = f": {outcome.reason}" if outcome.reason else ""
     return SchedulerEvent(
         EventKind.BACKPRESSURE,
-        f"worker {lease.worker_name} declined {op.name}{reason}; requeued",
+        f"worker {lease.worker_name} declined {action_label(op)}{reason}; requeued",
         None,
         lease.worker_name,
         _summary(op),
+        target=op.request_info.target_id,
     )
 
 
@@ -157,6 +163,7 @@ def oom_event(op: OperationState, lease: Lease, peak_rss_bytes: int | None) -> S
         peak_rss_bytes,
         lease.worker_name,
         _summary(op),
+        target=op.request_info.target_id,
     )
 
 

@@ -73,6 +73,13 @@ class Requirements:
     present: tuple[str, ...]
     reservation: Reservation
 
+    def platform_label(self) -> str:
+        """The platform alone, without the sized reservation: ``OSFamily=linux``
+        (``any`` when the action asks for nothing in particular)."""
+        parts = [f"{k}={v}" for k, v in self.exact]
+        parts += list(self.present)
+        return ",".join(parts) or "any"
+
     def label(self) -> str:
         """Short text for statistics: ``OSFamily=linux,cpu=2,mem=1 GiB``."""
         parts = [f"{k}={v}" for k, v in self.exact]

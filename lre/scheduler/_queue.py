@@ -6,6 +6,12 @@ ordered by (priority, submission order): lower ``execution_policy.priority``
 runs sooner, as the REAPI says, FIFO within a priority. A worker takes the
 best head among the buckets it can run right now, so a small action may
 overtake a large one that does not fit yet (backfill).
+
+Each time a bucket's head cannot start for want of something (CPU, memory
+budget, host memory, an idle worker, a worker slot) the bucket notes it
+(``Bucket.block``); an operation leaving the queue takes the reasons noted
+while it was there into ``OperationState.waited_for``, and
+``Bucket.waiting_for`` says what the head waits for now (``/status``, TUI).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from typing import Any
 from lre.scheduler._matching import Requirements, matches_statically
 from lre.scheduler._model import Reservation, ResourcePolicy
 from lre.scheduler._records import OperationState, WorkerState
+from lre.snapshot import WaitReason
 
 HeapEntry = tuple[int, int, int, OperationState]
 
@@ -27,14 +34,18 @@ class Bucket:
     """Queued operations that need the same thing, ordered by (priority, seq)."""
 
     __slots__ = (
+        "blocked",
+        "blocks",
         "exclusive",
         "heap",
         "key",
         "label",
         "live",
         "matches",
+        "platform",
         "requirements",
         "timeout_s",
+        "waiting_for",
     )
 
     def __init__(
@@ -48,6 +59,25 @@ class Bucket:
         self.live = 0
         self.matches: dict[str, bool] = {}
         self.label = requirements.label() + (",exclusive" if exclusive else "")
+        #: The platform alone (no sized reservation): what the queue is grouped by.
+        self.platform = requirements.platform_label()
+        self.blocks = 0
+        self.blocked: dict[str, int] = {}
+        self.waiting_for = ""
+
+    def block(self, reason: str) -> None:
+        """The head could not start for want of ``reason`` (a ``WaitReason``)."""
+        self.blocks += 1
+        self.blocked[reason] = self.blocks
+        self.waiting_for = reason
+
+    def leave(self, op: OperationState) -> None:
+        """``op`` leaves the queue to run: it takes the reasons noted since it came."""
+        mark = op.wait_mark
+        for reason, block in self.blocked.items():
+            if block > mark:
+                op.waited_for.add(reason)
+        self.waiting_for = ""
 
     def head(self) -> HeapEntry | None:
         """The first live entry; stale ones (requeued or finished) are dropped."""
@@ -99,6 +129,7 @@ class RunQueue:
             bucket = self.buckets[key] = Bucket(key, sized, op.exclusive, timeout)
         op.ticket += 1
         op.bucket = bucket
+        op.wait_mark = bucket.blocks
         bucket.live += 1
         heapq.heappush(bucket.heap, (op.priority, op.seq, op.ticket, op))
 
@@ -121,11 +152,32 @@ class RunQueue:
             del self.buckets[key]
 
     def queued_by_platform(self) -> Counter[str]:
+        """Queued operations per platform (not split by sized reservation)."""
+        counts: Counter[str] = Counter()
+        for bucket in self.buckets.values():
+            if bucket.live:
+                counts[bucket.platform] += bucket.live
+        return counts
+
+    def queued_by_reservation(self) -> Counter[str]:
+        """Queued operations per bucket label (platform and sized reservation)."""
         counts: Counter[str] = Counter()
         for bucket in self.buckets.values():
             if bucket.live:
                 counts[bucket.label] += bucket.live
         return counts
+
+    def next_queued(self, limit: int) -> list[tuple[OperationState, Bucket]]:
+        """The ``limit`` operations that would run first, by (priority, order)."""
+        entries = [
+            (entry[0], entry[1], entry[3], bucket)
+            for bucket in self.buckets.values()
+            if bucket.live
+            for entry in heapq.nsmallest(limit, bucket.heap)
+            if entry[3].ticket == entry[2] and entry[3].bucket is bucket
+        ]
+        entries.sort(key=lambda e: (e[0], e[1]))
+        return [(op, bucket) for _, _, op, bucket in entries[:limit]]
 
     def take(
         self, state: WorkerState, memory_reserved: int, running: int
@@ -137,6 +189,9 @@ class RunQueue:
         if state.draining:
             return None
         if info.max_inflight and len(state.leases) >= info.max_inflight:
+            for bucket in self.buckets.values():
+                if bucket.live and bucket.matches.get(info.name):
+                    bucket.block(WaitReason.WORKER_SLOTS)
             return None
         free = info.capacity - state.reserved
         budget = self._resources.memory_budget_bytes
@@ -162,20 +217,25 @@ class RunQueue:
                 continue
             if bucket.exclusive:
                 if state.leases or (budget is not None and memory_reserved > 0):
+                    bucket.block(WaitReason.IDLE_WORKER)
                     continue
                 memory = min(info.capacity.memory_bytes, budget or info.capacity.memory_bytes)
             else:
                 reservation = bucket.requirements.reservation
                 if not reservation.fits_in(free):
+                    short_of_memory = reservation.memory_bytes > free.memory_bytes
+                    bucket.block(WaitReason.MEMORY_BUDGET if short_of_memory else WaitReason.CPU)
                     continue
                 memory = reservation.memory_bytes
                 if memory > budget_free:
+                    bucket.block(WaitReason.MEMORY_BUDGET)
                     continue
             if memory and self._available_memory is not None and running > 0:
                 if available is None:
                     available = float(self._available_memory())
                 if memory > available:
                     self.vetoed = True
+                    bucket.block(WaitReason.HOST_MEMORY)
                     continue
             best, best_order, best_memory = bucket, order, memory
         if best is None:
@@ -183,6 +243,7 @@ class RunQueue:
         entry = heapq.heappop(best.heap)
         op = entry[3]
         best.live -= 1
+        best.leave(op)
         op.bucket = None
         op.ticket += 1
         if best.exclusive:

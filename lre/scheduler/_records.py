@@ -79,6 +79,8 @@ class OperationState:
         "stage",
         "steps_tried",
         "ticket",
+        "wait_mark",
+        "waited_for",
         "watchers",
     )
 
@@ -119,6 +121,10 @@ class OperationState:
         self.queued_at = time.time()
         self.lease: LeaseRecord | None = None
         self.ticket = 0
+        #: What held it in the queue (``lre.snapshot.WaitReason`` values), over
+        #: all its stays; ``wait_mark`` is its bucket's block count when it joined.
+        self.waited_for: set[str] = set()
+        self.wait_mark = 0
         self.bucket: Bucket | None = None
         self.dedup = False
         self.cached_snapshot: OperationSnapshot | None = None

@@ -53,6 +53,7 @@ from lre.scheduler._events import (
     memory_kill_text,
     oom_event,
 )
+from lre.scheduler._history import HistoryTap, RecordHook
 from lre.scheduler._lease import Lease
 from lre.scheduler._matching import matches_statically
 from lre.scheduler._model import (
@@ -106,6 +107,8 @@ class Scheduler:
       successes); exceptions it raises are logged and ignored.
     - ``directories``: the reader of ``cas``'s Directory messages shared with
       the workers (the composition root passes one; one of its own if not).
+    - ``on_record``: called synchronously with an ``lre.snapshot.ActionRecord``
+      for every operation that ends (the history); exceptions are logged.
 
     Raises ``ValueError`` when ``spec.progress_interval_s`` is not in (0, 30].
     """
@@ -123,6 +126,7 @@ class Scheduler:
         detach_grace_s: float = 2.0,
         on_event: EventHook | None = None,
         directories: DirectoryReader | None = None,
+        on_record: RecordHook | None = None,
     ) -> None:
         if not 0 < spec.progress_interval_s <= 30:
             raise ValueError(
@@ -144,6 +148,7 @@ class Scheduler:
         self._queue = RunQueue(self._resources, available_memory)
         self._detach_grace_s = detach_grace_s
         self._on_event = on_event
+        self._history = HistoryTap(on_record) if on_record is not None else None
         self._worker_health = WorkerHealth()
         self.progress_interval_s = float(spec.progress_interval_s)
         self._nursery: trio.Nursery | None = None
@@ -351,6 +356,8 @@ class Scheduler:
         return collect_statistics(
             workers=self._workers.values(),
             queued_by_platform=self._queue.queued_by_platform(),
+            queued_by_reservation=self._queue.queued_by_reservation(),
+            queued_next=self._queue.next_queued(10),
             stage_counts=self._stage_counts,
             completions=self._completions,
             counters=self._counters,
@@ -478,6 +485,8 @@ class Scheduler:
                     self._on_event, failure_event(event, op, error, message, worker, peak_rss_bytes)
                 )
         self._retained.append((trio.current_time() + self._spec.retain_completed_for_s, op))
+        if self._history is not None:
+            self._history.finished(op, error)
         op.notify()
 
     def _progress_tick(self) -> None:
@@ -545,6 +554,8 @@ class Scheduler:
         self._running -= 1
         if op.lease is record:
             op.lease = None
+        if self._history is not None:
+            self._history.lease_ended(op, lease, outcome)
         self._wake_workers()
         if self._advisor is not None:
             record_usage(self._advisor, lease, outcome)

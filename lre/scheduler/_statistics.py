@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from lre.errors import Cancelled, LreError
 from lre.proto import re_pb2
 from lre.scheduler._model import Reservation, Stage
 from lre.scheduler._records import OperationState, WorkerState
 from lre.snapshot import action_summary
+
+if TYPE_CHECKING:
+    from lre.scheduler._queue import Bucket
+
+_NO_COUNTS: Mapping[str, int] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +42,21 @@ class LeaseStatistics:
 
 
 @dataclass(frozen=True, slots=True)
+class QueuedStatistics:
+    """One of the next queued operations: what it is, on which platform, and
+    what it waits for now (a ``lre.snapshot.WaitReason`` value, ``""`` when
+    nothing held it yet)."""
+
+    operation_name: str
+    target_id: str
+    summary: str
+    platform: str
+    waiting_for: str
+    queued_at: float
+    reservation: Reservation
+
+
+@dataclass(frozen=True, slots=True)
 class RegisteredWorkerStatistics:
     """The scheduler's view of one registered worker: what it offers, what
     its leases reserve now and the leases themselves."""
@@ -55,7 +76,10 @@ class SchedulerStatistics:
 
     ``by_stage`` counts live operations per stage name (CACHE_CHECK, QUEUED,
     EXECUTING). ``queued_by_platform`` counts queued operations per
-    requirement label. ``completions`` counts finished operations by outcome:
+    platform (``OSFamily=linux``, not split by sized reservation);
+    ``queued_by_reservation`` per platform and reservation;
+    ``queued_next`` lists the operations that would run first. ``completions``
+    counts finished operations by outcome:
     ``success`` (exit 0), ``nonzero_exit``, ``cached``, ``error`` (any error
     status, including timeouts), ``cancelled``.
     """
@@ -78,6 +102,8 @@ class SchedulerStatistics:
     memory_budget_bytes: int | None
     millicpus_reserved: int
     millicpus_capacity: int
+    queued_by_reservation: Mapping[str, int] = field(default_factory=lambda: _NO_COUNTS)
+    queued_next: tuple[QueuedStatistics, ...] = ()
 
 
 def completion_kind(
@@ -105,6 +131,8 @@ def collect_statistics(
     operations: Collection[OperationState],
     memory_reserved: int,
     memory_budget: int | None,
+    queued_by_reservation: Mapping[str, int] | None = None,
+    queued_next: Iterable[tuple[OperationState, Bucket]] = (),
 ) -> SchedulerStatistics:
     """A frozen ``SchedulerStatistics`` of the scheduler's records."""
     rows = []
@@ -168,4 +196,20 @@ def collect_statistics(
         memory_budget_bytes=memory_budget,
         millicpus_reserved=reserved_cpu,
         millicpus_capacity=capacity_cpu,
+        queued_by_reservation=MappingProxyType(dict(queued_by_reservation or {})),
+        queued_next=tuple(
+            QueuedStatistics(
+                operation_name=op.name,
+                target_id=op.request_info.target_id,
+                summary=action_summary(
+                    op.request_info.action_mnemonic,
+                    op.command.arguments if op.command is not None else (),
+                ),
+                platform=bucket.platform,
+                waiting_for=bucket.waiting_for,
+                queued_at=op.queued_at,
+                reservation=op.reservation,
+            )
+            for op, bucket in queued_next
+        ),
     )

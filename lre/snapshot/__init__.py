@@ -9,16 +9,37 @@ when the document is not a snapshot of ``SCHEMA_VERSION``), which is how
 ``lre top`` and ``lre stats`` read one from ``/api/v1/stats``.
 ``action_summary`` is the one rule for what an action is called.
 
+The history lives here too, so ``lre history``/``builds``/``trace``/``report``
+read it with lre down: the phase model (``Phase``, ``phase_spans``), one
+finished action (``ActionRecord``) or host sample (``HostSample``), the
+bounded ring file (``HistoryFile``, ``read_history``) and builds grouped by
+tool invocation id (``summarize_builds``).
+
 This package imports only the standard library, so the dashboard and the
 scheduler can both use it without loading the server. The composition root
 (``lre.app``) builds snapshots from the live components.
 """
 
+from lre.snapshot._builds import BuildSummary, find_build, percentile, summarize_builds
 from lre.snapshot._events import EventKind, RecentEvent
+from lre.snapshot._history import WAIT_TEXT, ActionRecord, HostSample, Source, WaitReason
+from lre.snapshot._history_file import HistoryFile, read_history
+from lre.snapshot._phases import (
+    BOUNDARIES,
+    PHASE_BUCKETS_S,
+    PHASES,
+    Phase,
+    PhaseHistogram,
+    PhaseSpan,
+    phase_spans,
+)
 from lre.snapshot._process import SCHEMA_VERSION, ProcessSnapshot
 from lre.snapshot._rows import (
+    BuildLine,
+    HostUsage,
     InflightAction,
     JobserverTokens,
+    QueuedAction,
     StoreRow,
     UpstreamRow,
     WorkerRow,
@@ -26,14 +47,35 @@ from lre.snapshot._rows import (
 from lre.snapshot._summary import action_summary
 
 __all__ = [
+    "BOUNDARIES",
+    "PHASES",
+    "PHASE_BUCKETS_S",
     "SCHEMA_VERSION",
+    "WAIT_TEXT",
+    "ActionRecord",
+    "BuildLine",
+    "BuildSummary",
     "EventKind",
+    "HistoryFile",
+    "HostSample",
+    "HostUsage",
     "InflightAction",
     "JobserverTokens",
+    "Phase",
+    "PhaseHistogram",
+    "PhaseSpan",
     "ProcessSnapshot",
+    "QueuedAction",
     "RecentEvent",
+    "Source",
     "StoreRow",
     "UpstreamRow",
+    "WaitReason",
     "WorkerRow",
     "action_summary",
+    "find_build",
+    "percentile",
+    "phase_spans",
+    "read_history",
+    "summarize_builds",
 ]

@@ -41,3 +41,4 @@ class RecentEvent:
     summary: str = ""  # mnemonic or command summary of the action, if any
     worker: str = ""
     peak_rss_bytes: int | None = None
+    target: str = ""  # the client's target label of the action, if it sent one

@@ -85,4 +85,5 @@ def event_from_json(value: Any) -> RecentEvent:
         summary=str(value.get("summary", "")),
         worker=str(value.get("worker", "")),
         peak_rss_bytes=optional_int(value.get("peak_rss_bytes")),
+        target=str(value.get("target", "")),
     )

@@ -17,10 +17,14 @@ from lre.snapshot._json import (
     row_from_json,
     upstream_from_json,
 )
+from lre.snapshot._phases import Phase, PhaseHistogram
 from lre.snapshot._rows import (
     EMPTY_COUNTS,
+    BuildLine,
+    HostUsage,
     InflightAction,
     JobserverTokens,
+    QueuedAction,
     StoreRow,
     UpstreamRow,
     WorkerRow,
@@ -75,6 +79,13 @@ class ProcessSnapshot:
     events: tuple[RecentEvent, ...] = ()
     event_totals: Mapping[str, int] = field(default_factory=lambda: EMPTY_COUNTS)
     upstreams: tuple[UpstreamRow, ...] = ()
+    #: The next queued actions and what each waits for.
+    queued_next: tuple[QueuedAction, ...] = ()
+    host: HostUsage | None = None
+    #: The current build (if one runs) and the last one, newest first.
+    builds: tuple[BuildLine, ...] = ()
+    #: Per-phase duration histograms of every action recorded since start.
+    phases: tuple[PhaseHistogram, ...] = ()
 
     # ------------------------------------------------------------------ derived
 
@@ -135,6 +146,7 @@ class ProcessSnapshot:
             )
         try:
             jobserver = data.get("jobserver")
+            host = data.get("host")
             return cls(
                 taken_at=float(data["taken_at"]),
                 started_at=float(data["started_at"]),
@@ -166,6 +178,12 @@ class ProcessSnapshot:
                 events=tuple(event_from_json(e) for e in data.get("events", ())),
                 event_totals=int_map(data.get("event_totals", {})),
                 upstreams=tuple(upstream_from_json(u) for u in data.get("upstreams", ())),
+                queued_next=tuple(
+                    row_from_json(QueuedAction, q) for q in data.get("queued_next", ())
+                ),
+                host=None if host is None else row_from_json(HostUsage, host),
+                builds=tuple(row_from_json(BuildLine, b) for b in data.get("builds", ())),
+                phases=tuple(phase_from_json(p) for p in data.get("phases", ())),
             )
         except KeyError as exc:
             raise ValueError(f"snapshot field {exc.args[0]!r} is missing") from None
@@ -179,3 +197,14 @@ class ProcessSnapshot:
         if not isinstance(data, dict):
             raise ValueError(f"snapshot must be a JSON object, got {type(data).__name__}")
         return cls.from_json(data)
+
+
+def phase_from_json(value: Any) -> PhaseHistogram:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"phases: expected an object, got {type(value).__name__}")
+    return PhaseHistogram(
+        phase=Phase(value["phase"]),
+        bucket_counts=tuple(int(n) for n in value["bucket_counts"]),
+        count=int(value["count"]),
+        sum_seconds=float(value["sum_seconds"]),
+    )

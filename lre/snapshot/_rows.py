@@ -9,8 +9,11 @@ from types import MappingProxyType
 
 __all__ = [
     "EMPTY_COUNTS",
+    "BuildLine",
+    "HostUsage",
     "InflightAction",
     "JobserverTokens",
+    "QueuedAction",
     "StoreRow",
     "UpstreamRow",
     "WorkerRow",
@@ -89,3 +92,43 @@ class JobserverTokens:
 
     in_use: int
     total: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedAction:
+    """One of the next queued actions: ``waiting_for`` is a ``WaitReason``
+    value (``""`` when nothing held it yet: it is next in line)."""
+
+    operation: str
+    target: str
+    summary: str
+    platform: str
+    waiting_for: str
+    queued_s: float
+    reserved_millicpus: int
+    reserved_memory_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class HostUsage:
+    """What the machine uses now (all processes, not only lre's actions)."""
+
+    cpu_percent: float
+    cpu_count: int
+    memory_used_bytes: int
+    memory_total_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class BuildLine:
+    """The TUI's line of one build (the current one or the last)."""
+
+    invocation: str
+    client: str
+    started_at: float
+    ended_at: float
+    executed: int
+    cache_hits: int
+    failed: int
+    killed: int
+    running: bool

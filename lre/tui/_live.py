@@ -28,7 +28,7 @@ from rich.segment import Segment, SegmentLines
 from rich.text import Text
 
 from lre.snapshot import ProcessSnapshot
-from lre.tui._render import render_dashboard
+from lre.tui._render import TOP_FOOTER, UP_FOOTER, render_dashboard
 
 __all__ = ["SnapshotGetter", "cbreak", "run_dashboard"]
 
@@ -59,11 +59,16 @@ async def _watch_keys(fd: int, scope: trio.CancelScope) -> None:
 
 
 def _screen(
-    console: Console, snapshot: ProcessSnapshot | None, notice: str | None
+    console: Console,
+    snapshot: ProcessSnapshot | None,
+    notice: str | None,
+    keys: tuple[tuple[str, str], ...],
 ) -> RenderableType:
     if snapshot is None:
         return Text(notice or "waiting for the first snapshot…", style="bold red" if notice else "")
-    return render_dashboard(snapshot, width=console.width, height=console.height, notice=notice)
+    return render_dashboard(
+        snapshot, width=console.width, height=console.height, notice=notice, keys=keys
+    )
 
 
 async def run_dashboard(
@@ -114,7 +119,8 @@ async def run_dashboard(
                 # A frame equal to the one on the terminal is not sent again:
                 # an idle dashboard changes once a second (its uptime), and
                 # each redraw costs lre and the terminal a full screen.
-                lines = console.render_lines(_screen(console, last, notice), pad=False)
+                keys = TOP_FOOTER if quit_keys else UP_FOOTER
+                lines = console.render_lines(_screen(console, last, notice, keys), pad=False)
                 if shown != (console.size, lines):
                     shown = (console.size, lines)
                     live.update(SegmentLines(lines, new_lines=True), refresh=True)

@@ -1,46 +1,43 @@
 """Render one ``ProcessSnapshot`` as the dashboard (pure: same snapshot, same screen).
 
-Four parts, top to bottom: a header (address, uptime, health, CPU and memory
-reserved against the budget as bars, queue, running, completed/s, cache hit
-ratio, CAS use, jobserver tokens), the in-flight table (one row per running
-action, longest-running first, RSS bar red near the kill line), the queue by
-platform, and recent events. Columns are dropped by priority as the width
-shrinks and rows are cut to ``height`` (with a "... more" line); any width
-from 1 up renders without error.
+Five parts, top to bottom: a header (address, uptime, health; CPU and memory
+reserved against the budget as bars, with the host's CPU % and RAM in use
+beside them; queue, running, completed/s, cache hit ratio, CAS use,
+jobserver tokens; the current and the last build), the in-flight table (one
+row per running action, longest-running first, RSS bar red near the kill
+line), the queue (by platform; the next actions and what each waits for),
+recent events (named by target) and a footer with the keys.
+
+In-flight columns are as wide as their content (Action, Target and Worker
+up to a cap) and are dropped by priority as the width shrinks; Target is
+always left of Worker and kept longer, and Worker is not shown at all when
+one worker runs everything. Rows are cut to ``height`` (with a "... more"
+line); any width from 1 up renders without error.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
 
 from rich import box
-from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.console import Group, RenderableType
 from rich.constrain import Constrain
 from rich.panel import Panel
-from rich.segment import Segment, SegmentLines
-from rich.table import Table
 from rich.text import Text
 
-from lre.snapshot import EventKind, InflightAction, ProcessSnapshot, RecentEvent
+from lre.snapshot import BuildLine, InflightAction, ProcessSnapshot
 from lre.tui._format import bar, cpus, short_bytes, short_duration, usage_style
+from lre.tui._panes import events_pane, footer, queue_pane, queue_pane_lines
 
-__all__ = ["render_dashboard", "rss_style"]
+__all__ = ["TOP_FOOTER", "UP_FOOTER", "render_dashboard", "rss_style"]
+
+#: The footer of ``lre top`` (``q`` leaves, lre keeps running).
+TOP_FOOTER: tuple[tuple[str, str], ...] = (("q", "quit"), ("Ctrl-C", "quit (lre keeps running)"))
+#: The footer of the dashboard in ``lre up`` (it is lre).
+UP_FOOTER: tuple[tuple[str, str], ...] = (("Ctrl-C", "stop lre"),)
 
 #: An action whose RSS reaches this fraction of its kill line shows red.
 NEAR_KILL_LINE = 0.9
-
-_EVENT_STYLES = {
-    EventKind.KILL: "bold red",
-    EventKind.OOM: "bold red",
-    EventKind.ESCALATION: "yellow",
-    EventKind.FAILURE: "red",
-    EventKind.TIMEOUT: "magenta",
-    EventKind.UNMATCHABLE: "red",
-    EventKind.BACKPRESSURE: "yellow",
-    EventKind.WORKER: "bold red",
-    EventKind.UPSTREAM: "yellow",
-}
 
 
 def rss_style(action: InflightAction) -> str:
@@ -56,6 +53,9 @@ def rss_style(action: InflightAction) -> str:
 
 
 # ---------------------------------------------------------------------- header
+
+#: From this width on, the host's use shares the line of the reservations.
+_ONE_LINE_HOST = 130
 
 
 def _header(snapshot: ProcessSnapshot, width: int) -> RenderableType:
@@ -77,14 +77,32 @@ def _header(snapshot: ProcessSnapshot, width: int) -> RenderableType:
     budget = Text()
     cpu_cap = snapshot.millicpus_capacity
     cpu_frac = snapshot.millicpus_reserved / cpu_cap if cpu_cap else None
+    host = snapshot.host
+    budget.append("reserved ", style="grey70")
     budget.append("CPU ")
     budget.append_text(bar(cpu_frac, bar_width, usage_style(cpu_frac)))
-    budget.append(f" {cpus(snapshot.millicpus_reserved)}/{cpus(cpu_cap)}   ")
+    budget.append(f" {cpus(snapshot.millicpus_reserved)}/{cpus(cpu_cap)}")
+    budget.append("   ")
     mem_cap = snapshot.effective_memory_capacity_bytes
     mem_frac = snapshot.memory_reserved_bytes / mem_cap if mem_cap else None
     budget.append("MEM ")
     budget.append_text(bar(mem_frac, bar_width, usage_style(mem_frac)))
     budget.append(f" {short_bytes(snapshot.memory_reserved_bytes)}/{short_bytes(mem_cap)}")
+    if host is not None:
+        used = Text()
+        used.append("host ", style="grey70")
+        used.append("CPU ")
+        used.append(f"{host.cpu_percent:.0f}%", style="bold")
+        used.append(f" of {host.cpu_count} cores   ", style="grey70")
+        used.append("RAM ")
+        used.append(short_bytes(host.memory_used_bytes), style="bold")
+        used.append(f"/{short_bytes(host.memory_total_bytes)} in use", style="grey70")
+        if width >= _ONE_LINE_HOST:
+            budget.append("   ")
+            budget.append_text(used)
+        else:
+            lines.append(budget)
+            budget = used
     lines.append(budget)
 
     figures = Text()
@@ -109,7 +127,30 @@ def _header(snapshot: ProcessSnapshot, width: int) -> RenderableType:
     lines.append(figures)
     if snapshot.upstreams:
         lines.append(_upstream_line(snapshot))
+    for build in snapshot.builds:
+        lines.append(_build_line(build, snapshot.taken_at, client=width >= 100))
     return Panel(Group(*lines), box=box.ROUNDED, padding=(0, 1), width=width)
+
+
+def _build_line(build: BuildLine, now: float, *, client: bool) -> Text:
+    """``build 5f0c3a52 bazel 7.1.0 running 35s: 120 run  80 cached  1 failed  0 killed``."""
+    line = Text()
+    line.append("build " if build.running else "last build ", style="grey70")
+    line.append(build.invocation[:8] or "(no id)", style="cyan")
+    if build.client and client:
+        line.append(f" {build.client}")
+    ended = now if build.running else build.ended_at
+    state = "running" if build.running else "took"
+    line.append(f" {state} {short_duration(max(0.0, ended - build.started_at))}:", style="grey70")
+    for name, value, style in (
+        ("run", build.executed, "bold"),
+        ("cached", build.cache_hits, "bold"),
+        ("failed", build.failed, "bold red" if build.failed else "bold"),
+        ("killed", build.killed, "bold yellow" if build.killed else "bold"),
+    ):
+        line.append(f" {value}", style=style)
+        line.append(f" {name}", style="grey70")
+    return line
 
 
 _STATE_STYLE = {"up": "green", "down": "bold red", "unknown": "grey70"}
@@ -150,20 +191,25 @@ def _upstream_line(snapshot: ProcessSnapshot) -> Text:
 class _Column:
     name: str
     priority: int  # lower = kept longer
-    width: int
+    width: int  # the fixed width, or the cap of a column sized to its content
     justify: str = "left"
+    sized: bool = False  # as wide as its widest cell (and title), up to ``width``
 
 
 _BAR_WIDTH = 10
+_MIN_TARGET = 12
+_SOFT_TARGET = 28
+#: Columns of this priority and above go before a long target label is cut.
+_SOFT_CUT_BEFORE = 6
 _COLUMNS = (
-    _Column("action", 0, 14),
-    _Column("target", 5, 18),
-    _Column("worker", 4, 8),
+    _Column("action", 0, 24, sized=True),
+    _Column("target", 1, 64, sized=True),
+    _Column("worker", 5, 12, sized=True),
     _Column("elapsed", 0, 7, "right"),
     _Column("rss", 1, 10, "right"),
-    _Column("bar", 2, _BAR_WIDTH),
-    _Column("peak", 3, 6, "right"),
-    _Column("cpu%", 1, 5, "right"),
+    _Column("bar", 3, _BAR_WIDTH),
+    _Column("peak", 4, 6, "right"),
+    _Column("cpu%", 2, 5, "right"),
     _Column("cpus", 6, 4, "right"),
     _Column("step", 7, 4, "right"),
     _Column("try", 7, 3, "right"),
@@ -183,33 +229,62 @@ _TITLES = {
 }
 
 
-def _fit_columns(width: int) -> list[_Column]:
+def _content_width(column: _Column, actions: tuple[InflightAction, ...]) -> int:
+    if not column.sized:
+        return column.width
+    widest = max((_cell(a, column.name).cell_len for a in actions), default=1)
+    return min(column.width, max(len(_TITLES[column.name]), widest))
+
+
+def _fit_columns(
+    width: int, actions: tuple[InflightAction, ...], *, show_worker: bool
+) -> list[_Column]:
     """Columns kept at ``width`` (each costs its width plus 3 cells: padding
-    and divider, the outer edges excepted), in display order; the action
-    column widens into what is left (up to 40), then the target column."""
-    kept: set[str] = set()
-    used = 0
+    and divider, the outer edges excepted), in display order. Sized columns
+    take their content's width; when the row is too wide, columns go by
+    priority, and the target column narrows (to ``_MIN_TARGET``) before the
+    next one would go (a label longer than ``_SOFT_TARGET`` is cut to it
+    before any column goes)."""
+    candidates = [
+        replace(c, width=_content_width(c, actions))
+        for c in _COLUMNS
+        if show_worker or c.name != "worker"
+    ]
     width += 3  # no padding or divider outside the first and last column
-    for column in sorted(_COLUMNS, key=lambda c: c.priority):
-        cost = column.width + 3
-        if used + cost <= width or not kept:
-            kept.add(column.name)
-            used += cost
-    spare = max(0, width - used)
-    result = []
-    for column in _COLUMNS:
-        if column.name not in kept:
+    kept = {c.name: c for c in candidates}
+
+    def cost() -> int:
+        return sum(c.width + 3 for c in kept.values())
+
+    soft_cut = False
+    for column in sorted(candidates, key=lambda c: -c.priority):
+        over = cost() - width
+        if over <= 0:
+            break
+        target = kept.get("target")
+        if target is not None and not soft_cut and column.priority < _SOFT_CUT_BEFORE:
+            # a very long label gives way before a useful column does
+            soft_cut = True
+            if target.width > _SOFT_TARGET:
+                target = kept["target"] = replace(
+                    target, width=max(_SOFT_TARGET, target.width - over)
+                )
+                over = cost() - width
+                if over <= 0:
+                    break
+        if target is None or column.priority > target.priority:
+            if len(kept) > 1:  # less important than the target: goes first
+                del kept[column.name]
             continue
-        if column.name == "action" and spare:
-            grow = min(spare, 40 - column.width)
-            column = _Column(column.name, column.priority, column.width + grow, column.justify)
-            spare -= grow
-        if column.name == "target" and spare:
-            grow = min(spare, 24)
-            column = _Column(column.name, column.priority, column.width + grow, column.justify)
-            spare -= grow
-        result.append(column)
-    return result
+        if target.width > _MIN_TARGET:
+            shrink = min(over, target.width - _MIN_TARGET)
+            kept["target"] = replace(target, width=target.width - shrink)
+            over -= shrink
+            if over <= 0:
+                break
+        if len(kept) > 1:
+            del kept[column.name]
+    return [kept[c.name] for c in candidates if c.name in kept]
 
 
 def _cell(action: InflightAction, name: str) -> Text:
@@ -253,7 +328,7 @@ def _inflight(snapshot: ProcessSnapshot, width: int, max_rows: int | None) -> Re
     measures and pads every cell on every frame, ~1.5 ms per row here, which
     at four frames a second cost more CPU than some actions."""
     actions = sorted(snapshot.inflight, key=lambda a: (-a.elapsed_s, a.operation))
-    columns = _fit_columns(width)
+    columns = _fit_columns(width, snapshot.inflight, show_worker=_several_workers(snapshot))
     if len(columns) == 1 and columns[0].width > width:  # narrower than one column
         columns = [replace(columns[0], width=width)]
     total = sum(c.width for c in columns) + 3 * (len(columns) - 1)
@@ -289,112 +364,9 @@ def _row(cells: list[Text], columns: list[_Column], style: str = "") -> Text:
     return line
 
 
-# ---------------------------------------------------------------------- queue, events
-
-
-class _Memo:
-    """A renderable drawn by ``build()``, whose rendered lines are kept for
-    the next frames with the same ``key`` and console width: the queue and
-    event tables change a few times a minute, and rich takes milliseconds
-    to lay out a table. ``key`` must determine everything ``build`` draws.
-    Up to ``_MEMO_SIZE`` renderings are kept (module-wide, so the dashboard
-    of ``lre up`` and of ``lre top`` share it harmlessly)."""
-
-    def __init__(self, key: Hashable, build: Callable[[], RenderableType]) -> None:
-        self._key = key
-        self._build = build
-
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        key = (self._key, options.max_width, console.color_system, options.ascii_only)
-        lines = _MEMO.pop(key, None)
-        if lines is None:
-            lines = console.render_lines(self._build(), options, pad=False)
-        _MEMO[key] = lines  # most recent last
-        while len(_MEMO) > _MEMO_SIZE:
-            del _MEMO[next(iter(_MEMO))]
-        yield SegmentLines(lines, new_lines=True)
-
-
-_MEMO_SIZE = 8
-_MEMO: dict[Hashable, list[list[Segment]]] = {}
-
-
-def _queued(snapshot: ProcessSnapshot, max_rows: int) -> RenderableType | None:
-    if not snapshot.queued_by_platform:
-        return None
-    items = sorted(snapshot.queued_by_platform.items(), key=lambda kv: (-kv[1], kv[0]))
-    return _Memo(("queued", max_rows, tuple(items)), lambda: _queued_table(items, max_rows))
-
-
-def _queued_table(items: list[tuple[str, int]], max_rows: int) -> RenderableType:
-    table = Table(
-        box=None,
-        padding=(0, 1),
-        pad_edge=False,
-        show_header=False,
-        title=f"Queued by platform ({sum(n for _, n in items)})",
-        title_justify="left",
-        title_style="bold",
-    )
-    table.add_column("n", justify="right", no_wrap=True)
-    table.add_column("platform", no_wrap=True, overflow="ellipsis")
-    shown = items[:max_rows]
-    for label, count in shown:
-        table.add_row(str(count), label or "(no requirements)")
-    if len(items) > len(shown):
-        rest = sum(n for _, n in items[len(shown) :])
-        table.add_row(str(rest), Text(f"… {len(items) - len(shown)} more platforms", "grey50"))
-    return table
-
-
-def _event_detail(event: RecentEvent) -> str:
-    detail = event.message
-    if event.peak_rss_bytes is not None:
-        detail = f"peak {short_bytes(event.peak_rss_bytes)} · {detail}"
-    return detail
-
-
-def _events(snapshot: ProcessSnapshot, width: int, max_rows: int) -> RenderableType | None:
-    events = snapshot.events[:max_rows]
-    if not events:
-        return None
-    wide = width >= 80
-    rows = tuple(
-        (
-            short_duration(snapshot.taken_at - event.at),
-            event.kind,
-            event.summary or "-",
-            event.worker or "-",
-            _event_detail(event),
-        )
-        for event in events
-    )
-    return _Memo(("events", wide, rows), lambda: _events_table(rows, wide))
-
-
-def _events_table(rows: tuple[tuple[str, EventKind, str, str, str], ...], wide: bool) -> Table:
-    table = Table(
-        box=None,
-        padding=(0, 1),
-        pad_edge=False,
-        show_header=False,
-        title="Recent events",
-        title_justify="left",
-        title_style="bold",
-    )
-    table.add_column("age", justify="right", no_wrap=True, min_width=6)
-    table.add_column("kind", no_wrap=True, min_width=12)
-    if wide:
-        table.add_column("action", no_wrap=True, overflow="ellipsis", min_width=10, max_width=16)
-        table.add_column("worker", no_wrap=True, overflow="ellipsis", min_width=6, max_width=10)
-    table.add_column("detail", no_wrap=True, overflow="ellipsis")
-    for age, kind, summary, worker, detail in rows:
-        cells: list[Text | str] = [age, Text(kind.value, style=_EVENT_STYLES.get(kind, ""))]
-        if wide:
-            cells += [summary, worker]
-        cells.append(detail)
-        table.add_row(*cells)
-    return table
+def _several_workers(snapshot: ProcessSnapshot) -> bool:
+    names = {w.name for w in snapshot.workers} | {a.worker for a in snapshot.inflight}
+    return len(names) > 1
 
 
 def render_dashboard(
@@ -403,10 +375,12 @@ def render_dashboard(
     width: int,
     height: int | None = None,
     notice: str | None = None,
+    keys: tuple[tuple[str, str], ...] = TOP_FOOTER,
 ) -> RenderableType:
     """The whole screen for ``snapshot`` at ``width`` columns. ``height`` (rows)
     cuts the in-flight table so the queue and events stay visible; None keeps
-    every row. ``notice`` is a line shown on top in red (e.g. "cannot reach lre")."""
+    every row. ``notice`` is a line shown on top in red (e.g. "cannot reach
+    lre"). ``keys`` is what the footer lists (``TOP_FOOTER``, ``UP_FOOTER``)."""
     width = max(1, width)
     parts: list[RenderableType] = []
     if notice:
@@ -414,16 +388,17 @@ def render_dashboard(
     parts.append(_header(snapshot, width))
     events_rows = 6 if height is None or height >= 30 else 3
     queue_rows = 4 if height is None or height >= 30 else 2
-    queued = _queued(snapshot, queue_rows)
-    events = _events(snapshot, width, events_rows)
+    queued = queue_pane(snapshot, width, queue_rows)
+    events = events_pane(snapshot, width, events_rows, show_worker=_several_workers(snapshot))
     max_rows: int | None = None
     if height is not None:
-        # header panel (3 lines + problems + borders), notice, table title/head/rule
-        reserved = 5 + len(snapshot.problems) + (1 if notice else 0) + 3
+        # header panel (3 lines + problems + builds + borders), notice,
+        # table title/head/rule, footer
+        reserved = 5 + len(snapshot.problems) + (1 if notice else 0) + 3 + 1
+        reserved += len(snapshot.builds)
+        reserved += 1 if snapshot.host is not None and width < _ONE_LINE_HOST else 0
         reserved += 1 if snapshot.upstreams else 0
-        if queued is not None:
-            platforms = len(snapshot.queued_by_platform)
-            reserved += 1 + min(queue_rows, platforms) + (1 if platforms > queue_rows else 0)
+        reserved += queue_pane_lines(snapshot, queue_rows)
         if events is not None:
             reserved += 1 + min(events_rows, len(snapshot.events))
         max_rows = max(1, height - reserved)
@@ -432,4 +407,5 @@ def render_dashboard(
         parts.append(queued)
     if events is not None:
         parts.append(events)
+    parts.append(footer(keys, width))
     return Group(*parts)

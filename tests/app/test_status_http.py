@@ -66,6 +66,7 @@ async def test_status_ok_then_503_with_reason(nursery: trio.Nursery) -> None:
     assert json.loads(body) == {
         "status": "unavailable",
         "problems": ["worker:local: failed to start: work directory is locked"],
+        "queue": {"by_platform": {}, "next": []},
         "containment": "pidns",
         "upstreams": [],
     }
@@ -187,3 +188,30 @@ async def test_port_in_use_names_the_setting(nursery: trio.Nursery) -> None:
     _, port = await start(nursery, SnapshotAssembler(address="a"))
     with pytest.raises(OSError, match=r"global\.status\.address"):
         await nursery.start(StatusServer(f"127.0.0.1:{port}", SnapshotAssembler(address="a")).serve)
+
+
+async def test_status_lists_the_next_queued_targets_and_what_they_wait_for(
+    nursery: trio.Nursery,
+) -> None:
+    load = await start_load(nursery, cpus=2)
+    # cpu_count 1, 2, 3, 1, 2, 3 on a 2-CPU worker: the 3-CPU ones can never run,
+    # the 1-CPU ones run, the 2-CPU ones wait for CPU
+    await submit(load, 6)
+    await run(load, 0, hold=2)
+    with trio.move_on_after(0.2):  # nothing fits now: the queue notes why each waits
+        await load.scheduler.lease(load.worker)
+    load.assembler.events.add(EventKind.KILL, "killed", summary="Mnemonic0", target="//pkg0:target")
+    _, port = await start(nursery, load.assembler)
+    status, _, body = await request(port, get("/status"))
+    assert status == 200
+    queue = json.loads(body)["queue"]
+    assert queue["by_platform"] == {"OSFamily=linux": 2}
+    assert [q["target"] for q in queue["next"]] == ["//pkg1:target", "//pkg4:target"]
+    first = queue["next"][0]
+    assert first["target"] == "//pkg1:target" and first["mnemonic"] == "Mnemonic1"
+    assert first["waiting_for"] == "cpu" and first["waits_for"] == "CPU slots"
+    assert first["platform"] == "OSFamily=linux"
+    _, _, stats = await request(port, get("/api/v1/stats"))
+    (event,) = json.loads(stats)["events"]
+    assert event["target"] == "//pkg0:target"
+    assert ProcessSnapshot.loads(stats).queued_next[0].target == "//pkg1:target"

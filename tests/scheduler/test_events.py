@@ -52,7 +52,9 @@ async def test_kill_and_escalation_events_carry_peak_worker_and_summary(
     assert [e.kind for e in events] == ["kill", "escalation"]
     kill, escalation = events
     assert kill.peak_rss_bytes == 300 * MiB and kill.worker == "w1" and kill.summary == "ld"
-    assert "256 MiB" in kill.message and op.name in kill.message
+    # events name the action (target, else mnemonic), never the operation UUID
+    assert "256 MiB" in kill.message and kill.message.startswith("ld: ")
+    assert op.name not in kill.message and op.name not in escalation.message
     assert "1 GiB (ladder step 1)" in escalation.message
     lease = await worker.next_lease()
     harness.scheduler.report(lease.lease_id, MemoryExceeded(2 * GiB))
@@ -73,6 +75,7 @@ async def test_timeout_failure_and_backpressure_events(nursery: trio.Nursery) ->
     harness.scheduler.report(lease.lease_id, Backpressure("load too high"))
     assert events[-1].kind == EventKind.BACKPRESSURE
     assert "load too high" in events[-1].message and events[-1].summary == "CppCompile"
+    assert events[-1].target == "//a:b" and "CppCompile //a:b" in events[-1].message
     lease = await worker.next_lease()
     usage = Usage(peak_rss_bytes=5 * MiB, cpu_seconds=1.0, wall_seconds=2.0)
     harness.scheduler.report(

@@ -200,7 +200,7 @@ async def test_reservations_never_exceed_capacity_under_random_load(
                     continue
                 # An idle worker under an idle budget: anything still queued must
                 # be unable to run on it.
-                for label, count in stats.queued_by_platform.items():
+                for label, count in stats.queued_by_reservation.items():
                     assert count > 0
                     fields = dict(part.split("=", 1) for part in label.split(",") if "=" in part)
                     offered = next(iter(self.workers[worker.name].properties["OSFamily"]))

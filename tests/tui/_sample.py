@@ -5,10 +5,13 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from lre.snapshot import (
+    BuildLine,
     EventKind,
+    HostUsage,
     InflightAction,
     JobserverTokens,
     ProcessSnapshot,
+    QueuedAction,
     RecentEvent,
     StoreRow,
     WorkerRow,
@@ -97,6 +100,7 @@ def sample_snapshot() -> ProcessSnapshot:
             "CppLink",
             "local",
             650 * MIB,
+            target="//src/app:main_binary_with_a_long_name",
         ),
         RecentEvent(
             T0 + 3550,
@@ -107,7 +111,12 @@ def sample_snapshot() -> ProcessSnapshot:
             4200 * MIB,
         ),
         RecentEvent(
-            T0 + 3400, EventKind.TIMEOUT, "exceeded its timeout of 600s", "Genrule", "local"
+            T0 + 3400,
+            EventKind.TIMEOUT,
+            "exceeded its timeout of 600s",
+            "Genrule",
+            "local",
+            target="//gen:slow",
         ),
         RecentEvent(T0 + 3000, EventKind.UNMATCHABLE, "no worker offers OSFamily=windows"),
         RecentEvent(
@@ -120,12 +129,55 @@ def sample_snapshot() -> ProcessSnapshot:
         address="127.0.0.1:50051",
         status_address="127.0.0.1:50061",
         by_stage=MappingProxyType({"CACHE_CHECK": 1, "QUEUED": 42, "EXECUTING": 5}),
-        queued_by_platform=MappingProxyType(
-            {
-                "OSFamily=linux,cpu=1": 30,
-                "OSFamily=linux,cpu=2,mem=1.0 GiB": 9,
-                "OSFamily=windows,cpu=1": 3,
-            }
+        queued_by_platform=MappingProxyType({"OSFamily=linux": 39, "OSFamily=windows": 3}),
+        queued_next=(
+            QueuedAction(
+                "main/operations/0010",
+                "//src/core:parser",
+                "CppCompile",
+                "OSFamily=linux",
+                "cpu",
+                4.0,
+                1000,
+                512 * MIB,
+            ),
+            QueuedAction(
+                "main/operations/0011",
+                "//src/app:tests",
+                "CppLink",
+                "OSFamily=linux",
+                "memory_budget",
+                2.5,
+                2000,
+                1 * GIB,
+            ),
+            QueuedAction(
+                "main/operations/0012",
+                "//win:tool",
+                "Genrule",
+                "OSFamily=windows",
+                "no_worker",
+                1.0,
+                1000,
+                0,
+            ),
+            QueuedAction(
+                "main/operations/0013",
+                "",
+                "gcc",
+                "OSFamily=linux",
+                "",
+                0.2,
+                1000,
+                0,
+            ),
+        ),
+        host=HostUsage(
+            cpu_percent=87.0, cpu_count=16, memory_used_bytes=14 * GIB, memory_total_bytes=24 * GIB
+        ),
+        builds=(
+            BuildLine("5f0c3a52-8d7e", "bazel 7.1.0", T0 + 3465, T0 + 3599, 120, 80, 1, 2, True),
+            BuildLine("a1b2c3d4-0000", "bazel 7.1.0", T0 + 1000, T0 + 1300, 40, 400, 0, 0, False),
         ),
         completions=MappingProxyType(
             {"success": 900, "nonzero_exit": 7, "cached": 310, "error": 2, "cancelled": 1}

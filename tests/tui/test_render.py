@@ -50,32 +50,51 @@ def test_wide_screen_content() -> None:
     lines = plain(120).splitlines()
     assert lines[1].startswith("│ lre 127.0.0.1:50051  up 1h00m  ● ok")
     # 13 of 16 CPUs -> 16 of 20 cells; 10.5 of min(12 budget, 24 capacity) GiB -> 18 of 20
-    assert "CPU ████████████████░░░░ 13/16   MEM ██████████████████░░ 10.5G/12.0G" in lines[2]
-    assert "queued 42  running 5  done/s 3.4  done 1220  cache hits 25%" in lines[3]
-    assert "CAS cas 3.2G/10.0G  tokens 5/14" in lines[3]
+    # reservations, and beside them what the host really uses
+    assert (
+        "reserved CPU ████████████████░░░░ 13/16   MEM ██████████████████░░ 10.5G/12.0G" in lines[2]
+    )
+    assert "host CPU 87% of 16 cores   RAM 14.0G/24.0G in use" in lines[3]
+    assert "queued 42  running 5  done/s 3.4  done 1220  cache hits 25%" in lines[4]
+    assert "CAS cas 3.2G/10.0G  tokens 5/14" in lines[4]
+    assert (
+        "build 5f0c3a52 bazel 7.1.0 running 2m15s: 120 run 80 cached 1 failed 2 killed" in lines[5]
+    )
+    assert "last build a1b2c3d4 bazel 7.1.0 took 5m00s: 40 run 400 cached" in lines[6]
     header = next(line for line in lines if line.startswith("Action"))
     assert header.split() == [
         "Action", "Target", "Worker", "Elapsed", "RSS/resv", "Kill", "line",
-        "Peak", "CPU%", "CPUs", "Step", "Try",
+        "Peak", "CPU%", "CPUs",
     ]  # fmt: skip
     rows = [line.split()[0] for line in lines[lines.index(header) + 2 :][:5]]
     assert rows == ["rustc", "CppLink", "gcc", "CppCompile", "Javac"]  # longest first
     gcc = next(line for line in lines if line.startswith("gcc"))
     assert gcc.split() == ["gcc", "-", "local", "12s", "700M/512M", "██████████", "710M",
-                           "95", "1", "0", "2"]  # fmt: skip
+                           "95", "1"]  # fmt: skip
+    assert any("//src/app:main_binary_with_a_long_name " in line for line in lines)  # whole
     rustc = next(line for line in lines if line.startswith("rustc"))
-    assert " all " in rustc and "█████░░░░░" in rustc  # exclusive; 5 of 9.6 GiB kill line
-    assert any(line.strip().startswith("30  OSFamily=linux,cpu=1") for line in lines)
+    assert " all" in rustc and "█████░░░░░" in rustc  # exclusive; 5 of 9.6 GiB kill line
+    # the queue by platform (not by sizes), the next targets and what each waits for
+    assert any(
+        line.startswith("Queued 42: OSFamily=linux 39 · OSFamily=windows 3") for line in lines
+    )
+    parser = next(line for line in lines if line.startswith("//src/core:parser"))
+    assert parser.split()[:3] == ["//src/core:parser", "CppCompile", "4.0s"]
+    assert "waits for CPU slots" in parser
+    assert any(line.startswith("//src/app:tests") and "waits for memory budget" in line
+               for line in lines)  # fmt: skip
+    # events name the target
     kill = next(line for line in lines if " kill " in line)
-    assert kill.split()[:5] == ["10s", "kill", "CppLink", "local", "peak"]
-    assert "650M" in kill
+    assert kill.split()[:2] == ["10s", "kill"] and "//src/app:main_binary" in kill
+    assert "650M" in kill and "local" in kill
+    assert lines[-1].split() == ["q", "quit", "Ctrl-C", "quit", "(lre", "keeps", "running)"]
 
 
 def test_narrow_screen_drops_columns_not_rows() -> None:
     lines = plain(60).splitlines()
     assert all(len(line) <= 60 for line in lines)
     header = next(line for line in lines if line.startswith("Action"))
-    assert header.split() == ["Action", "Elapsed", "RSS/resv", "Kill", "line", "CPU%"]
+    assert header.split() == ["Action", "Target", "Elapsed", "RSS/resv"]
     assert "In flight (5)" in lines[lines.index(header) - 1]
     assert sum(line.split()[0] in {"rustc", "CppLink", "gcc", "CppCompile", "Javac"}
                for line in lines if line.strip()) == 5  # fmt: skip
@@ -106,12 +125,12 @@ def test_any_width_renders_within_bounds() -> None:
 
 
 def test_height_cuts_rows_with_a_count() -> None:
-    text = plain(120, height=20)
-    assert "… 2 more" in text
-    assert "CppLink" in text and "gcc" in text and "Javac" not in text
+    text = plain(120, height=22)
+    assert "… 3 more" in text
+    assert "rustc " in text and "1m15s" in text and "3.2s" not in text  # two rows of five
     assert "Recent events" in text and "3m20s  timeout" in text
-    assert len(text.splitlines()) == 20
-    assert "… 2 more" not in plain(120, height=24)
+    assert len(text.splitlines()) == 22
+    assert "more" not in plain(120, height=24)
     notice = plain(80, notice="cannot reach lre at 127.0.0.1:1: refused").splitlines()
     assert notice[0] == "cannot reach lre at 127.0.0.1:1: refused"
 
@@ -129,8 +148,57 @@ def test_kept_table_renderings_follow_the_snapshot() -> None:
     aged = console.export_text()
     assert aged != first
     assert "1h00m  kill" in aged  # the newest event, 10 s old before, now 1h00m10s -> 1h00m
-    requeued = replace(sample_snapshot(), queued_by_platform={"OSFamily=linux,cpu=1": 7})
+    requeued = replace(sample_snapshot(), queued_by_platform={"OSFamily=linux": 7})
     console.print(render_dashboard(requeued, width=120))
-    assert "Queued by platform (7)" in console.export_text()
+    assert "Queued 7: OSFamily=linux 7" in console.export_text()
     assert plain(60) == (HERE / "screen_60.txt").read_text()
     assert plain(120) == first
+
+
+def _header_of(snapshot: object, width: int) -> list[str]:
+    console = Console(
+        width=width, file=io.StringIO(), color_system=None, force_terminal=False, record=True
+    )
+    console.print(render_dashboard(snapshot, width=width))  # type: ignore[arg-type]
+    lines = console.export_text().splitlines()
+    return next(line for line in lines if line.startswith("Action")).split()
+
+
+def test_target_before_worker_at_every_width_and_no_worker_column_for_one_worker() -> None:
+    several = sample_snapshot()
+    for width in range(30, 241, 7):
+        header = _header_of(several, width)
+        if "Worker" in header:
+            assert "Target" in header and header.index("Target") < header.index("Worker")
+        if width >= 50:
+            assert "Target" in header, width
+    single = replace(
+        several,
+        workers=several.workers[1:],
+        inflight=tuple(replace(a, worker="local") for a in several.inflight),
+    )
+    for width in (80, 160, 240):
+        assert "Worker" not in _header_of(single, width)
+    assert "Target" in _header_of(single, 80)
+
+
+def test_columns_are_as_wide_as_their_content() -> None:
+    lines = plain(160).splitlines()
+    header = next(line for line in lines if line.startswith("Action"))
+    # Action is as wide as "CppCompile", Target as the longest target
+    assert header.index("Target") == len("CppCompile") + 3
+    longest = "//src/app:main_binary_with_a_long_name"
+    assert header.index("Worker") == header.index("Target") + len(longest) + 3
+    row = next(line for line in lines if "CppLink" in line and "1m15s" in line)
+    assert "1000M/1.0G" in row and "1010M" in row  # nothing cut next to a wide column
+    assert row.rstrip().endswith("1     1")
+
+
+def test_the_footer_names_the_keys_of_each_dashboard() -> None:
+    from lre.tui._render import UP_FOOTER
+
+    console = Console(
+        width=100, file=io.StringIO(), color_system=None, force_terminal=False, record=True
+    )
+    console.print(render_dashboard(sample_snapshot(), width=100, keys=UP_FOOTER))
+    assert console.export_text().splitlines()[-1].split() == ["Ctrl-C", "stop", "lre"]

@@ -31,7 +31,8 @@ async def tmux(socket: Path, *args: str) -> str:
     return result.stdout.decode()
 
 
-async def test_lre_top_in_tmux(nursery: trio.Nursery, tmp_path: Path) -> None:
+@pytest.mark.parametrize("width", [80, 160])
+async def test_lre_top_in_tmux(nursery: trio.Nursery, tmp_path: Path, width: int) -> None:
     if shutil.which("tmux") is None:
         pytest.skip("tmux not installed")
     load = await start_load(nursery, cpus=16)
@@ -39,7 +40,7 @@ async def test_lre_top_in_tmux(nursery: trio.Nursery, tmp_path: Path) -> None:
     await run(load, 25, hold=6)
     load.assembler.events.add(
         EventKind.KILL, "over its line of 614.4M; requeued at 1.0G", summary="Mnemonic3",
-        worker="local", peak_rss_bytes=650 << 20,
+        worker="local", peak_rss_bytes=650 << 20, target="//pkg3:target",
     )  # fmt: skip
     server = StatusServer("127.0.0.1:0", load.assembler)
     port = await nursery.start(server.serve)
@@ -49,7 +50,7 @@ async def test_lre_top_in_tmux(nursery: trio.Nursery, tmp_path: Path) -> None:
     # which rich would obey over the real pane size
     command = f"env -u COLUMNS -u LINES {sys.executable} -c '{TOP}' top --address 127.0.0.1:{port}"
     env_cwd = str(REPO)
-    await tmux(socket, "-f", "/dev/null", "new-session", "-d", "-x", "120", "-y", "36",
+    await tmux(socket, "-f", "/dev/null", "new-session", "-d", "-x", str(width), "-y", "40",
                "-c", env_cwd, "-s", "top", command)  # fmt: skip
     try:
         screen = ""
@@ -64,6 +65,20 @@ async def test_lre_top_in_tmux(nursery: trio.Nursery, tmp_path: Path) -> None:
         assert "queued 9  running 6" in screen
         assert "Mnemonic" in screen and "Recent events" in screen
         assert "peak 650M" in screen
+        assert all(len(line) <= width for line in lines)
+        # one worker: no Worker column; the target is shown at every width
+        header = next(line for line in lines if line.startswith("Action"))
+        assert header.split()[:3] == ["Action", "Target", "Elapsed"], header
+        assert "Worker" not in header
+        row = next(line for line in lines if line.startswith("Mnemonic2"))
+        assert row.split()[1].startswith("//pkg2")
+        # the queue: by platform, with the next targets and what they wait for
+        queue = next(line for line in lines if line.startswith("Queued 9: OSFamily=linux 9"))
+        after = lines[lines.index(queue) + 1]
+        assert after.startswith("//pkg") and ("next in line" in after or "waits for" in after)
+        kill = next(line for line in lines if " kill " in line)
+        assert "//pkg3:target" in kill and "main/operations" not in kill
+        assert "q  quit" in lines[-1] or "q  quit" in screen.rstrip().splitlines()[-1]
         capture = os.environ.get("LRE_CAPTURE_SCREEN")
         if capture:
             await trio.Path(capture).write_text(screen.rstrip("\n") + "\n")

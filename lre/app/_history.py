@@ -1,0 +1,247 @@
+"""``HistoryRecorder``: keeps every finished action in lre's state directory.
+
+The scheduler (``on_record``) and the ``GetActionResult`` interceptor hand
+it ``ActionRecord``s; ``record`` only counts one (phase histograms, build
+lines) and appends it to a buffer under a lock (it is called from the Trio
+thread and from the gRPC thread). ``run`` (a Trio task) turns the buffer into
+JSON lines and writes them to the ring file (``lre.snapshot.HistoryFile``)
+in a worker thread once a second and samples
+the host (CPU %, memory in use) for the TUI and, while actions run, for the
+history (``HostSample`` lines: the report's CPU and memory over time).
+
+Failure: a write that fails (a full disk, a read-only state dir) is logged
+once, the buffered lines are dropped and recording pauses for
+``PAUSE_AFTER_ERROR_S``; serving goes on untouched. The buffer is bounded
+(``MAX_BUFFERED`` lines; the oldest are dropped) so a stuck disk cannot
+grow lre's memory.
+
+It also keeps, in memory, the per-phase histograms for ``/metrics`` and the
+recent builds' counters for the TUI's build lines.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import logging
+import os
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import psutil
+import trio
+
+from lre.snapshot import (
+    BOUNDARIES,
+    PHASE_BUCKETS_S,
+    PHASES,
+    ActionRecord,
+    BuildLine,
+    HistoryFile,
+    HostSample,
+    HostUsage,
+    PhaseHistogram,
+    Source,
+)
+
+__all__ = ["HistoryRecorder", "Reserved"]
+
+log = logging.getLogger(__name__)
+
+#: ``() -> (reserved millicpus, reserved memory bytes, running actions)``.
+Reserved = Callable[[], tuple[int, int, int]]
+
+#: One encoder for every line (``json.dumps`` with options builds one per call).
+_ENCODE = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
+_PHASE_BOUNDS = tuple((phase, *BOUNDARIES[phase]) for phase in PHASES)
+
+
+@dataclass(slots=True)
+class _Build:
+    invocation: str
+    client: str
+    started_at: float
+    ended_at: float
+    executed: int = 0
+    cache_hits: int = 0
+    failed: int = 0
+    killed: int = 0
+
+
+class HistoryRecorder:
+    """See the module docstring. ``directory`` is lre's state dir (or a
+    ``history`` directory in it), ``max_bytes`` bounds both ring segments."""
+
+    FLUSH_INTERVAL_S = 1.0
+    PAUSE_AFTER_ERROR_S = 30.0
+    MAX_BUFFERED = 20_000
+    #: A build with no new action for this long is no longer "current".
+    BUILD_IDLE_S = 10.0
+    KEPT_BUILDS = 16
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        max_bytes: int,
+        reserved: Reserved | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.file = HistoryFile(directory, max_bytes)
+        self._reserved = reserved
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._buffer: deque[ActionRecord | HostSample] = deque(maxlen=self.MAX_BUFFERED)
+        self._paused_until = 0.0
+        self._counts = {phase: [0] * (len(PHASE_BUCKETS_S) + 1) for phase in PHASES}
+        self._sums = dict.fromkeys(PHASES, 0.0)
+        self._builds: OrderedDict[str, _Build] = OrderedDict()
+        self.recorded = 0
+        self.dropped = 0
+        self.host: HostUsage | None = None
+
+    # ------------------------------------------------------------ producers
+
+    def record(self, record: ActionRecord) -> None:
+        """Buffer ``record`` (thread-safe, never raises for a valid record)."""
+        stamps = record.stamps
+        with self._lock:
+            if len(self._buffer) == self._buffer.maxlen:
+                self.dropped += 1
+            self._buffer.append(record)
+            self.recorded += 1
+            if stamps:
+                counts, sums = self._counts, self._sums
+                for phase, first, last in _PHASE_BOUNDS:  # as lre.snapshot.phase_spans
+                    start = stamps.get(first)
+                    end = stamps.get(last)
+                    if start and end:
+                        seconds = end - start if end > start else 0.0
+                        counts[phase][bisect.bisect_left(PHASE_BUCKETS_S, seconds)] += 1
+                        sums[phase] += seconds
+            self._count_build(record)
+
+    def _count_build(self, record: ActionRecord) -> None:
+        build = self._builds.get(record.invocation)
+        if build is None:
+            start = record.submitted_at or record.at
+            build = _Build(record.invocation, record.tool, start, record.at)
+            self._builds[record.invocation] = build
+            while len(self._builds) > self.KEPT_BUILDS:
+                self._builds.popitem(last=False)
+        build.ended_at = max(build.ended_at, record.at)
+        if record.source is Source.EXECUTED:
+            build.executed += 1
+        elif record.source in (Source.EXECUTE_HIT, Source.LOOKUP_HIT):
+            build.cache_hits += 1
+        if record.failed:
+            build.failed += 1
+        if record.kills:
+            build.killed += 1
+
+    # ------------------------------------------------------------ readers
+
+    def phase_histograms(self) -> tuple[PhaseHistogram, ...]:
+        with self._lock:
+            return tuple(
+                PhaseHistogram(
+                    phase=phase,
+                    bucket_counts=tuple(self._counts[phase][: len(PHASE_BUCKETS_S)]),
+                    count=sum(self._counts[phase]),
+                    sum_seconds=self._sums[phase],
+                )
+                for phase in PHASES
+            )
+
+    def build_lines(self) -> tuple[BuildLine, ...]:
+        """The newest two builds, newest first; ``running`` while actions still come."""
+        now = self._clock()
+        with self._lock:
+            newest = sorted(self._builds.values(), key=lambda b: -b.ended_at)[:2]
+            return tuple(
+                BuildLine(
+                    invocation=b.invocation,
+                    client=b.client,
+                    started_at=b.started_at,
+                    ended_at=b.ended_at,
+                    executed=b.executed,
+                    cache_hits=b.cache_hits,
+                    failed=b.failed,
+                    killed=b.killed,
+                    running=now - b.ended_at < self.BUILD_IDLE_S,
+                )
+                for b in newest
+            )
+
+    # ------------------------------------------------------------ the task
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Flush and sample every ``FLUSH_INTERVAL_S`` until cancelled; the
+        last lines are written on the way out."""
+        psutil.cpu_percent(None)  # the first call only starts the measurement
+        task_status.started()
+        try:
+            while True:
+                await trio.sleep(self.FLUSH_INTERVAL_S)
+                self._sample()
+                await trio.to_thread.run_sync(self.flush)
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(self.close)
+
+    def _sample(self) -> None:
+        memory = psutil.virtual_memory()
+        cpu = psutil.cpu_percent(None)
+        used = int(memory.total - memory.available)
+        self.host = HostUsage(cpu, psutil.cpu_count() or 1, used, int(memory.total))
+        millicpus, reserved_memory, running = self._reserved() if self._reserved else (0, 0, 0)
+        with self._lock:
+            if not running and not self._buffer:
+                return
+            sample = HostSample(
+                at=self._clock(),
+                cpu_percent=cpu,
+                memory_used_bytes=used,
+                memory_total_bytes=int(memory.total),
+                reserved_millicpus=millicpus,
+                reserved_memory_bytes=reserved_memory,
+                running=running,
+            )
+            self._buffer.append(sample)
+
+    def flush(self) -> None:
+        """Write what is buffered (in a worker thread); see the module
+        docstring for what happens when the write fails."""
+        paused = time.monotonic() < self._paused_until
+        with self._lock:
+            records = list(self._buffer)
+            self._buffer.clear()
+            if paused:
+                self.dropped += len(records)
+        if not records or paused:
+            return
+        lines = [_ENCODE(record.to_json()) for record in records]
+        try:
+            self.file.append(lines)
+        except OSError as error:
+            self._paused_until = time.monotonic() + self.PAUSE_AFTER_ERROR_S
+            self.file.close()
+            with self._lock:
+                self.dropped += len(lines)
+            log.warning(
+                "history: cannot write to %s (%s); %d record(s) dropped, recording pauses "
+                "for %g s (serving is not affected)",
+                self.file.current,
+                error.strerror or error,
+                len(lines),
+                self.PAUSE_AFTER_ERROR_S,
+            )
+
+    def close(self) -> None:
+        """Write the rest and close the file (errors as in ``flush``)."""
+        self._paused_until = 0.0
+        self.flush()
+        self.file.close()

@@ -1,0 +1,88 @@
+"""One build's records from the history, as ``lre trace`` and ``lre report`` use them.
+
+``load_build(state_dir, wanted)`` reads the history files directly (lre may
+be down), picks the build (``last``, an id or a unique prefix of one) and
+returns its actions, the host samples taken while it ran, and its summary.
+Raises ``LookupError`` with a message for people when there is no such build.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from lre.snapshot import (
+    ActionRecord,
+    BuildSummary,
+    HostSample,
+    Source,
+    find_build,
+    read_history,
+    summarize_builds,
+)
+
+__all__ = ["BuildData", "Slotted", "load_build", "slot_actions"]
+
+
+@dataclass(frozen=True, slots=True)
+class BuildData:
+    summary: BuildSummary
+    actions: tuple[ActionRecord, ...]
+    samples: tuple[HostSample, ...]
+
+    @property
+    def origin(self) -> float:
+        """Time zero of the timeline: the build's first request."""
+        return self.summary.started_at
+
+
+def load_build(state_dir: Path, wanted: str) -> BuildData:
+    actions: list[ActionRecord] = []
+    samples: list[HostSample] = []
+    for record in read_history(state_dir):
+        if isinstance(record, ActionRecord):
+            actions.append(record)
+        else:
+            samples.append(record)
+    summary = find_build(summarize_builds(actions), wanted)
+    mine = tuple(a for a in actions if a.invocation == summary.invocation)
+    during = tuple(s for s in samples if summary.started_at - 1.0 <= s.at <= summary.ended_at + 1.0)
+    return BuildData(summary, mine, during)
+
+
+@dataclass(frozen=True, slots=True)
+class Slotted:
+    """An executed action placed on a running slot (0-based), with the
+    wall-clock span it held the slot: ``worker_start`` to ``worker_completed``."""
+
+    record: ActionRecord
+    slot: int
+    start: float
+    end: float
+
+
+def slot_actions(actions: tuple[ActionRecord, ...]) -> list[Slotted]:
+    """Place every executed action that reached a worker on the lowest slot
+    free at its start, so no two actions on one slot overlap; the number of
+    slots is the most actions that ran at once."""
+    spans = []
+    for record in actions:
+        if record.source is not Source.EXECUTED:
+            continue
+        start = record.stamps.get("worker_start", 0.0)
+        end = record.stamps.get("worker_completed", 0.0) or record.at
+        if start:
+            spans.append((start, max(start, end), record))
+    spans.sort(key=lambda s: (s[0], s[1]))
+    free_at: list[float] = []
+    placed = []
+    for start, end, record in spans:
+        for slot, busy_until in enumerate(free_at):
+            if busy_until <= start:
+                free_at[slot] = end
+                break
+        else:
+            slot = len(free_at)
+            free_at.append(end)
+        placed.append(Slotted(record, slot, start, end))
+    return placed

@@ -1,0 +1,288 @@
+"""``lre history`` (recent actions) and ``lre builds`` / ``lre builds show`` (builds).
+
+These read the history files in the state dir directly (``lre.snapshot``'s
+``read_history``), so they work while lre is down and never load the
+server. The state dir is the one of ``--config`` (else the embedded
+default config, i.e. ``$LRE_HOME`` or ``~/.local/state/lre``). A running
+lre writes its buffered records once a second, so the newest second may be
+missing. Exit status 1 with a message when the build asked for is unknown.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from lre.cli._app import app
+from lre.cli._byte_text import human_bytes
+from lre.cli._config_cmd import load_or_default
+from lre.config import resolve
+from lre.snapshot import (
+    WAIT_TEXT,
+    ActionRecord,
+    BuildSummary,
+    Phase,
+    find_build,
+    read_history,
+    summarize_builds,
+)
+
+__all__ = ["duration_text", "history_dir", "table"]
+
+ConfigOption = Annotated[
+    Path | None, typer.Option("--config", "-c", help="Config whose state dir holds the history.")
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+builds_app = typer.Typer(
+    help="Recent builds (by the client's tool invocation id), from the history.",
+    invoke_without_command=True,
+    no_args_is_help=False,
+)
+app.add_typer(builds_app, name="builds")
+
+
+def history_dir(config: Path | None) -> Path:
+    """The state dir of ``config`` (or the default config), where the history is."""
+    return Path(resolve(load_or_default(config)).global_.state_dir)
+
+
+def duration_text(seconds: float) -> str:
+    if seconds >= 60:
+        return f"{int(seconds // 60)}m{seconds % 60:04.1f}s"
+    if seconds >= 1:
+        return f"{seconds:.2f}s"
+    return f"{seconds * 1000:.1f}ms"
+
+
+def _when(at: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]], numeric: set[int]) -> str:
+    """Columns as wide as their widest cell; ``numeric`` columns right-aligned."""
+    widths = [len(h) for h in header]
+    for row in rows:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+
+    def line(cells: Sequence[str]) -> str:
+        out = [
+            cell.rjust(widths[i]) if i in numeric else cell.ljust(widths[i])
+            for i, cell in enumerate(cells)
+        ]
+        return "  ".join(out).rstrip()
+
+    return "\n".join([line(header), *(line(r) for r in rows)])
+
+
+def _records(config: Path | None) -> list[ActionRecord]:
+    return [r for r in read_history(history_dir(config)) if isinstance(r, ActionRecord)]
+
+
+def record_json(record: ActionRecord) -> dict[str, Any]:
+    """One record for ``--json`` (full field names, phases in seconds)."""
+    return {
+        "finished_at": record.at,
+        "source": record.source.value,
+        "invocation": record.invocation,
+        "tool": record.tool,
+        "instance": record.instance,
+        "target": record.target,
+        "mnemonic": record.mnemonic,
+        "action_digest": record.action,
+        "worker": record.worker,
+        "exit_code": record.exit_code,
+        "error": record.error,
+        "wall_s": round(record.wall_seconds, 4),
+        "phases_s": {s.phase.value: round(s.seconds, 4) for s in record.spans},
+        "waited_for": list(record.waited_for),
+        "reserved_millicpus": record.reserved_millicpus,
+        "reserved_memory_bytes": record.reserved_memory_bytes,
+        "peak_rss_bytes": record.peak_rss_bytes,
+        "cpu_s": round(record.cpu_seconds, 4),
+        "attempts": record.attempts,
+        "kills": record.kills,
+        "retries": record.retries,
+        "freezes": record.freezes,
+    }
+
+
+def _matches(record: ActionRecord, pattern: str) -> bool:
+    if any(c in pattern for c in "*?["):
+        return fnmatch.fnmatchcase(record.target, pattern)
+    return record.target == pattern
+
+
+def _outcome(record: ActionRecord) -> str:
+    if record.error:
+        return record.error
+    if record.exit_code is None:
+        return "-"
+    return str(record.exit_code)
+
+
+@app.command("history")
+def history(
+    target: Annotated[
+        str | None,
+        typer.Option("--target", "-t", help="Only this target (a glob such as '//pkg/*' works)."),
+    ] = None,
+    build: Annotated[
+        str | None, typer.Option("--build", "-b", help="Only this build (id, prefix or 'last').")
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", help="The newest N actions.")] = 50,
+    as_json: JsonOption = False,
+    config: ConfigOption = None,
+) -> None:
+    """Recent actions: target, mnemonic, wall time, queue wait and why, reservation,
+    peak RSS, exit code, kills and retries (newest last)."""
+    records = _records(config)
+    if build is not None:
+        try:
+            wanted = find_build(summarize_builds(records), build)
+        except LookupError as error:
+            typer.echo(str(error), err=True)
+            raise typer.Exit(1) from None
+        records = [r for r in records if r.invocation == wanted.invocation]
+    if target is not None:
+        records = [r for r in records if _matches(r, target)]
+    records = records[-limit:] if limit > 0 else records
+    if as_json:
+        typer.echo(json.dumps([record_json(r) for r in records], indent=2))
+        return
+    if not records:
+        typer.echo("no actions recorded (yet) in " + str(history_dir(config)))
+        return
+    rows = []
+    for r in records:
+        cpus = f"{r.reserved_millicpus / 1000:g}" if r.reserved_millicpus else "-"
+        memory = human_bytes(r.reserved_memory_bytes) if r.reserved_memory_bytes else "-"
+        rows.append(
+            [
+                _when(r.at)[11:],
+                r.target or "?",
+                r.mnemonic or "-",
+                r.source.value,
+                duration_text(r.wall_seconds),
+                duration_text(r.queue_seconds),
+                ", ".join(WAIT_TEXT.get(w, w) for w in r.waited_for) or "-",
+                f"{cpus} / {memory}",
+                human_bytes(r.peak_rss_bytes) if r.peak_rss_bytes else "-",
+                _outcome(r),
+                f"{r.kills}/{r.retries}",
+            ]
+        )
+    header = [
+        "time",
+        "target",
+        "mnemonic",
+        "source",
+        "wall",
+        "queued",
+        "waited for",
+        "reserved cpu/mem",
+        "peak RSS",
+        "exit",
+        "kills/retries",
+    ]
+    typer.echo(table(header, rows, numeric={4, 5, 8}))
+
+
+def _builds(config: Path | None) -> list[BuildSummary]:
+    return summarize_builds(_records(config))
+
+
+@builds_app.callback()
+def builds(
+    ctx: typer.Context,
+    limit: Annotated[int, typer.Option("--limit", "-n", help="The newest N builds.")] = 20,
+    as_json: JsonOption = False,
+    config: ConfigOption = None,
+) -> None:
+    """Recent builds: start, duration, client, instance and what they did."""
+    if ctx.invoked_subcommand is not None:
+        return
+    found = _builds(config)[-limit:]
+    if as_json:
+        typer.echo(json.dumps([b.to_json() for b in found], indent=2))
+        return
+    if not found:
+        typer.echo("no builds recorded (yet) in " + str(history_dir(config)))
+        return
+    rows = [
+        [
+            b.invocation[:12] or "(no id)",
+            _when(b.started_at),
+            duration_text(b.duration_s),
+            b.client or "?",
+            b.instance or "?",
+            str(b.executed),
+            str(b.cache_hits),
+            str(b.failed),
+            str(b.killed),
+        ]
+        for b in found
+    ]
+    header = ["build", "started", "duration", "client", "instance", "run", "cached"]
+    header += ["failed", "killed"]
+    typer.echo(table(header, rows, numeric={2, 5, 6, 7, 8}))
+
+
+def summary_text(b: BuildSummary) -> str:
+    """``lre builds show`` as text."""
+    lines = [
+        f"build      {b.invocation or '(no id)'}",
+        f"client     {b.client or '?'}   instance {b.instance or '?'}",
+        f"started    {_when(b.started_at)}   duration {duration_text(b.duration_s)}",
+        f"executed   {b.executed}",
+        f"from cache {b.cache_hits} (Execute {b.execute_hits}, GetActionResult {b.lookup_hits})",
+        f"failed     {b.failed}   not run {b.not_run}",
+        f"killed     {b.killed} (and retried up the memory ladder)   retried {b.retried}"
+        f"   frozen {b.frozen}",
+        f"queue wait p50 {duration_text(b.queue_p50_s)}   p95 {duration_text(b.queue_p95_s)}",
+        f"lre's own time per action {duration_text(b.lre_per_action_s)} (staging + storing)",
+        f"peak memory of one action {human_bytes(b.peak_rss_bytes)}",
+    ]
+    if b.slowest:
+        lines.append("")
+        lines.append("slowest actions:")
+        rows = [
+            [
+                r.target or "?",
+                r.mnemonic or "-",
+                duration_text(r.wall_seconds),
+                duration_text(r.phase_seconds(Phase.QUEUED)),
+                duration_text(r.phase_seconds(Phase.RUNNING)),
+                human_bytes(r.peak_rss_bytes),
+            ]
+            for r in b.slowest
+        ]
+        header = ["target", "mnemonic", "wall", "queued", "running", "peak RSS"]
+        lines.append(table(header, rows, numeric={2, 3, 4, 5}))
+    return "\n".join(lines)
+
+
+@builds_app.command("show")
+def show(
+    build: Annotated[str, typer.Argument(help="A build id, a unique prefix, or 'last'.")] = "last",
+    as_json: JsonOption = False,
+    config: ConfigOption = None,
+) -> None:
+    """One build's summary: executed, from the cache, killed, failed, queue wait,
+    lre's own time, peak memory and the slowest actions."""
+    try:
+        found = find_build(_builds(config), build)
+    except LookupError as error:
+        typer.echo(str(error), err=True)
+        raise typer.Exit(1) from None
+    if as_json:
+        typer.echo(json.dumps(found.to_json(), indent=2))
+    else:
+        typer.echo(summary_text(found))

@@ -1,0 +1,285 @@
+"""A build as one self-contained HTML page: ``lre report``.
+
+Everything is inline: the timeline and the CPU/memory charts are SVG drawn
+here, the stylesheet and the one small script (details of the action under
+the pointer) are in the page, and a Content-Security-Policy forbids any
+network access, so the page works offline and from a mail attachment.
+
+The timeline has one lane per running slot and one ``<g class="action">``
+per executed action (``data-target`` and a ``<title>`` name it), its phases
+(``lre.snapshot.Phase``) as coloured parts; actions that were killed or
+retried before are marked with a red triangle. Below: host CPU % and
+reserved CPUs, memory in use and reserved memory, over time; then the
+summary, the slowest actions and what actions waited for.
+"""
+
+from __future__ import annotations
+
+import html
+from collections import Counter
+from collections.abc import Sequence
+
+from lre.cli._build_data import BuildData, slot_actions
+from lre.snapshot import WAIT_TEXT, HostSample, Phase
+
+__all__ = ["report_html"]
+
+_WIDTH = 1100
+_LANE = 22
+_LEFT = 70
+_COLOURS = {
+    Phase.STAGING: "#f2b134",
+    Phase.RUNNING: "#3a7bd5",
+    Phase.STORING: "#7cc47f",
+}
+
+_STYLE = """
+body{font:14px system-ui,sans-serif;margin:16px;color:#222}
+h1{font-size:20px}h2{font-size:16px;margin-top:24px}
+table{border-collapse:collapse}td,th{padding:2px 10px;border-bottom:1px solid #ddd;text-align:left}
+td.n{text-align:right;font-variant-numeric:tabular-nums}
+svg text{font:11px system-ui,sans-serif}
+.lane{fill:#f6f6f6}.label{fill:#fff;pointer-events:none}
+.action:hover rect{stroke:#000;stroke-width:1}
+.kill-mark{fill:#d62728}
+#details{min-height:1.5em;color:#444}
+.legend span{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px;vertical-align:middle}
+"""
+
+_SCRIPT = """
+(function () {
+  var details = document.getElementById('details');
+  var actions = document.querySelectorAll('g.action');
+  actions.forEach(function (g) {
+    g.addEventListener('mouseenter', function () {
+      details.textContent = g.getAttribute('data-details');
+    });
+  });
+  document.documentElement.setAttribute('data-rendered-actions', String(actions.length));
+})();
+"""
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _ms(seconds: float) -> str:
+    if seconds >= 10:
+        return f"{seconds:.1f} s"
+    if seconds >= 1:
+        return f"{seconds:.2f} s"
+    return f"{seconds * 1000:.1f} ms"
+
+
+def _mib(count: int) -> str:
+    return f"{count / 2**20:.1f} MiB"
+
+
+def _timeline(build: BuildData) -> str:
+    slotted = slot_actions(build.actions)
+    origin = build.origin
+    span = max(build.summary.duration_s, max((s.end - origin for s in slotted), default=0), 1e-3)
+    scale = (_WIDTH - _LEFT - 10) / span
+    lanes = max((s.slot for s in slotted), default=-1) + 1
+    height = lanes * _LANE + 24
+    parts = [
+        f'<svg id="timeline" xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" '
+        f'height="{height}" role="img" aria-label="timeline of {len(slotted)} actions">'
+    ]
+    for lane in range(lanes):
+        y = lane * _LANE
+        parts.append(
+            f'<rect class="lane" x="{_LEFT}" y="{y}" width="{_WIDTH - _LEFT - 10}" '
+            f'height="{_LANE - 2}"/><text x="4" y="{y + 15}">slot {lane + 1}</text>'
+        )
+    for tick in range(6):
+        seconds = span * tick / 5
+        x = _LEFT + seconds * scale
+        parts.append(
+            f'<text x="{x:.1f}" y="{height - 6}" text-anchor="middle">{_ms(seconds)}</text>'
+        )
+    for index, placed in enumerate(slotted):
+        record = placed.record
+        y = placed.slot * _LANE
+        x = _LEFT + (placed.start - origin) * scale
+        width = max(1.0, (placed.end - placed.start) * scale)
+        label = record.target or record.mnemonic or record.action[:12]
+        phases = ", ".join(f"{s.phase.value} {_ms(s.seconds)}" for s in record.spans)
+        detail = (
+            f"{record.name}: {phases}; peak {_mib(record.peak_rss_bytes)}, exit "
+            f"{record.exit_code if record.exit_code is not None else record.error or '-'}"
+        )
+        if record.waited_for:
+            detail += "; waited for " + ", ".join(WAIT_TEXT.get(r, r) for r in record.waited_for)
+        if record.kills or record.retries:
+            detail += f"; {record.kills} kill(s), {record.retries} retry(ies) before"
+        parts.append(
+            f'<g class="action" data-target="{_e(record.target)}" '
+            f'data-mnemonic="{_e(record.mnemonic)}" data-kills="{record.kills}" '
+            f'data-details="{_e(detail)}" aria-label="{_e(label)}">'
+            f"<title>{_e(detail)}</title>"
+            f'<clipPath id="c{index}"><rect x="{x:.1f}" y="{y}" width="{width:.1f}" '
+            f'height="{_LANE - 2}"/></clipPath>'
+            f'<rect class="action-shape" x="{x:.1f}" y="{y}" width="{width:.1f}" '
+            f'height="{_LANE - 2}" fill="#9aa"/>'
+        )
+        for phase_span in record.spans:
+            colour = _COLOURS.get(phase_span.phase)
+            if colour is None:
+                continue
+            px = _LEFT + (phase_span.start - origin) * scale
+            pw = max(0.5, phase_span.seconds * scale)
+            parts.append(
+                f'<rect class="phase {phase_span.phase.value}" x="{px:.1f}" y="{y}" '
+                f'width="{pw:.1f}" height="{_LANE - 2}" fill="{colour}"/>'
+            )
+        parts.append(
+            f'<text class="label" x="{x + 3:.1f}" y="{y + 14}" '
+            f'clip-path="url(#c{index})">{_e(label)}</text>'
+        )
+        if record.kills or record.retries:
+            parts.append(
+                f'<path class="kill-mark" d="M{x:.1f} {y}l6 0l-6 8z">'
+                f"<title>{record.kills} kill(s), {record.retries} retry(ies)</title></path>"
+            )
+        parts.append("</g>")
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _chart(
+    samples: Sequence[HostSample],
+    origin: float,
+    span: float,
+    title: str,
+    series: list[tuple[str, str, list[float]]],
+    top: float,
+) -> str:
+    height = 120
+    scale = (_WIDTH - _LEFT - 10) / max(span, 1e-3)
+    parts = [
+        f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" '
+        f'height="{height + 20}" role="img" aria-label="{_e(title)}">'
+        f'<rect class="lane" x="{_LEFT}" y="0" width="{_WIDTH - _LEFT - 10}" height="{height}"/>'
+        f'<text x="4" y="14">{_e(title)}</text><text x="4" y="{height}">0</text>'
+        f'<text x="4" y="30">{top:.0f}</text>'
+    ]
+    top = max(top, 1e-9)
+    for name, colour, values in series:
+        points = " ".join(
+            f"{_LEFT + (s.at - origin) * scale:.1f},{height - min(v, top) / top * height:.1f}"
+            for s, v in zip(samples, values, strict=True)
+        )
+        parts.append(
+            f'<polyline class="series" data-series="{_e(name)}" fill="none" '
+            f'stroke="{colour}" stroke-width="1.5" points="{points}"/>'
+        )
+    legend = " · ".join(f'<tspan fill="{c}">{_e(n)}</tspan>' for n, c, _ in series)
+    parts.append(f'<text x="{_LEFT}" y="{height + 16}">{legend}</text></svg>')
+    return "".join(parts)
+
+
+def _resources(build: BuildData) -> str:
+    samples = build.samples
+    if not samples:
+        return "<p>No host samples were taken during this build.</p>"
+    origin = build.origin
+    span = max(build.summary.duration_s, samples[-1].at - origin)
+    cpu = _chart(
+        samples,
+        origin,
+        span,
+        "CPU (% of the host; reserved CPUs x 100 / cores is not shown, see the table)",
+        [
+            ("host CPU %", "#3a7bd5", [s.cpu_percent for s in samples]),
+        ],
+        100.0,
+    )
+    total = max(s.memory_total_bytes for s in samples) / 2**20
+    memory = _chart(
+        samples,
+        origin,
+        span,
+        f"Memory (MiB of {total:.0f})",
+        [
+            ("host in use", "#d62728", [s.memory_used_bytes / 2**20 for s in samples]),
+            ("reserved by lre", "#7cc47f", [s.reserved_memory_bytes / 2**20 for s in samples]),
+        ],
+        total,
+    )
+    return cpu + memory
+
+
+def _summary_table(build: BuildData) -> str:
+    s = build.summary
+    rows = [
+        ("build (tool invocation id)", s.invocation or "(no id)"),
+        ("client", s.client or "?"),
+        ("instance", s.instance or "?"),
+        ("duration", _ms(s.duration_s)),
+        ("actions executed", s.executed),
+        ("served from the cache (Execute)", s.execute_hits),
+        ("served from the cache (GetActionResult)", s.lookup_hits),
+        ("failed", s.failed),
+        ("killed and retried (memory)", s.killed),
+        ("retried (infrastructure)", s.retried),
+        ("frozen", s.frozen),
+        ("queue wait p50 / p95", f"{_ms(s.queue_p50_s)} / {_ms(s.queue_p95_s)}"),
+        ("lre's own time per action", _ms(s.lre_per_action_s)),
+        ("peak memory of one action", _mib(s.peak_rss_bytes)),
+    ]
+    body = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
+    return f'<table id="summary">{body}</table>'
+
+
+def _slowest_table(build: BuildData) -> str:
+    rows = "".join(
+        f"<tr><td>{_e(r.target or '?')}</td><td>{_e(r.mnemonic)}</td>"
+        f'<td class="n">{_ms(r.wall_seconds)}</td>'
+        f'<td class="n">{_ms(r.phase_seconds(Phase.QUEUED))}</td>'
+        f'<td class="n">{_ms(r.phase_seconds(Phase.RUNNING))}</td>'
+        f'<td class="n">{_mib(r.peak_rss_bytes)}</td></tr>'
+        for r in build.summary.slowest
+    )
+    return (
+        '<table id="slowest"><tr><th>target</th><th>mnemonic</th><th>wall</th>'
+        f"<th>queued</th><th>running</th><th>peak RSS</th></tr>{rows}</table>"
+    )
+
+
+def _waits_table(build: BuildData) -> str:
+    counts: Counter[str] = Counter()
+    for record in build.actions:
+        counts.update(record.waited_for)
+    if not counts:
+        return "<p>No action waited for resources.</p>"
+    rows = "".join(
+        f'<tr><td>{_e(WAIT_TEXT.get(r, r))}</td><td class="n">{n}</td></tr>'
+        for r, n in counts.most_common()
+    )
+    return f'<table id="waits"><tr><th>waited for</th><th>actions</th></tr>{rows}</table>'
+
+
+def report_html(build: BuildData) -> str:
+    """The whole page; see the module docstring."""
+    s = build.summary
+    legend = "".join(f'<span style="background:{c}"></span>{p.value}' for p, c in _COLOURS.items())
+    title = f"lre build {s.invocation or '(no id)'}"
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
+        "style-src 'unsafe-inline'; script-src 'unsafe-inline'\">"
+        f"<title>{_e(title)}</title><style>{_STYLE}</style></head><body>"
+        f"<h1>{_e(title)}</h1>"
+        f"<p>{s.executed} executed, {s.cache_hits} from the cache, {s.failed} failed, "
+        f"{s.killed} killed, in {_ms(s.duration_s)}.</p>"
+        f'<h2>Timeline</h2><p class="legend">{legend}'
+        '<span style="background:#d62728"></span>killed or retried before</p>'
+        f'{_timeline(build)}<p id="details"></p>'
+        f"<h2>CPU and memory</h2>{_resources(build)}"
+        f"<h2>Summary</h2>{_summary_table(build)}"
+        f"<h2>Slowest actions</h2>{_slowest_table(build)}"
+        f"<h2>What actions waited for</h2>{_waits_table(build)}"
+        f"<script>{_SCRIPT}</script></body></html>\n"
+    )

@@ -1,0 +1,186 @@
+"""A build as Chrome trace-event JSON (the format of Bazel's ``--profile``).
+
+Opens in Perfetto (ui.perfetto.dev) and ``chrome://tracing``. Layout:
+
+- one thread (track) per running slot, ``slot 1``..``slot N``: one complete
+  event (``ph: "X"``) per executed action named after its target, spanning
+  the time it held the slot, with its phases (``lre.snapshot.Phase``:
+  staging, running, storing) as complete events nested inside it;
+- its ``queued`` phase as an async span (``ph: "b"``/``"e"``) on the queue
+  track, since queued actions overlap;
+- kills and retries as instant events (``ph: "i"``) at the final attempt;
+- cache hits as instant events on the ``cache`` track;
+- counters (``ph: "C"``): host CPU % and reserved CPUs, memory in use and
+  reserved memory (MiB), from the samples lre took while the build ran.
+
+Timestamps are microseconds since the build's first request.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lre.cli._build_data import BuildData, slot_actions
+from lre.snapshot import Phase, Source
+
+__all__ = ["chrome_trace"]
+
+_PID = 1
+_QUEUE_TID = 1000
+_CACHE_TID = 1001
+
+
+def _us(seconds: float) -> float:
+    return round(seconds * 1e6, 1)
+
+
+def chrome_trace(build: BuildData) -> dict[str, Any]:
+    """The trace document (``json.dump`` it); see the module docstring."""
+    origin = build.origin
+    summary = build.summary
+    events: list[dict[str, Any]] = [
+        _meta("process_name", 0, f"lre build {summary.invocation or '(no id)'}"),
+        _meta("thread_name", _QUEUE_TID, "queue"),
+        _meta("thread_name", _CACHE_TID, "cache hits"),
+    ]
+    slotted = slot_actions(build.actions)
+    for slot in sorted({s.slot for s in slotted}):
+        events.append(_meta("thread_name", slot + 1, f"slot {slot + 1}"))
+        events.append(
+            {
+                "name": "thread_sort_index",
+                "ph": "M",
+                "pid": _PID,
+                "tid": slot + 1,
+                "args": {"sort_index": slot},
+            }
+        )
+    for index, placed in enumerate(slotted):
+        record = placed.record
+        tid = placed.slot + 1
+        name = record.target or record.mnemonic or record.action[:12]
+        args: dict[str, Any] = {
+            "target": record.target,
+            "mnemonic": record.mnemonic,
+            "exit_code": record.exit_code,
+            "error": record.error,
+            "peak_rss_bytes": record.peak_rss_bytes,
+            "reserved_millicpus": record.reserved_millicpus,
+            "reserved_memory_bytes": record.reserved_memory_bytes,
+            "waited_for": list(record.waited_for),
+            "attempts": record.attempts,
+            "kills": record.kills,
+            "retries": record.retries,
+        }
+        for span in record.spans:
+            args[f"{span.phase.value}_ms"] = round(span.seconds * 1000, 3)
+        events.append(
+            {
+                "name": name,
+                "cat": record.mnemonic or "action",
+                "ph": "X",
+                "ts": _us(placed.start - origin),
+                "dur": _us(placed.end - placed.start),
+                "pid": _PID,
+                "tid": tid,
+                "args": args,
+            }
+        )
+        for span in record.spans:
+            if span.phase is Phase.QUEUED:
+                for ph, at in (("b", span.start), ("e", span.end)):
+                    events.append(
+                        {
+                            "name": name,
+                            "cat": "queued",
+                            "ph": ph,
+                            "ts": _us(at - origin),
+                            "pid": _PID,
+                            "tid": _QUEUE_TID,
+                            "id": index + 1,
+                            "args": {"waited_for": list(record.waited_for)} if ph == "b" else {},
+                        }
+                    )
+                continue
+            events.append(
+                {
+                    "name": span.phase.value,
+                    "cat": "phase",
+                    "ph": "X",
+                    "ts": _us(span.start - origin),
+                    "dur": _us(span.seconds),
+                    "pid": _PID,
+                    "tid": tid,
+                    "args": {"target": record.target},
+                }
+            )
+        if record.kills or record.retries:
+            events.append(
+                {
+                    "name": f"{name}: {record.kills} kill(s), {record.retries} retry(ies) before",
+                    "cat": "kill",
+                    "ph": "i",
+                    "s": "t",
+                    "ts": _us(placed.start - origin),
+                    "pid": _PID,
+                    "tid": tid,
+                    "args": {"kills": record.kills, "retries": record.retries},
+                }
+            )
+    for record in build.actions:
+        if record.source in (Source.EXECUTE_HIT, Source.LOOKUP_HIT):
+            events.append(
+                {
+                    "name": record.target or record.mnemonic or record.action[:12],
+                    "cat": record.source.value,
+                    "ph": "i",
+                    "s": "t",
+                    "ts": _us(record.at - origin),
+                    "pid": _PID,
+                    "tid": _CACHE_TID,
+                    "args": {"target": record.target, "mnemonic": record.mnemonic},
+                }
+            )
+    for sample in build.samples:
+        ts = _us(max(0.0, sample.at - origin))
+        events.append(
+            {
+                "name": "CPU",
+                "ph": "C",
+                "ts": ts,
+                "pid": _PID,
+                "tid": 0,
+                "args": {
+                    "host_percent": sample.cpu_percent,
+                    "reserved_cpus": sample.reserved_millicpus / 1000,
+                },
+            }
+        )
+        events.append(
+            {
+                "name": "Memory (MiB)",
+                "ph": "C",
+                "ts": ts,
+                "pid": _PID,
+                "tid": 0,
+                "args": {
+                    "host_used": round(sample.memory_used_bytes / 2**20, 1),
+                    "reserved": round(sample.reserved_memory_bytes / 2**20, 1),
+                },
+            }
+        )
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "invocation": summary.invocation,
+            "client": summary.client,
+            "instance": summary.instance,
+            "started_at": summary.started_at,
+            "phases": [p.value for p in Phase],
+        },
+    }
+
+
+def _meta(name: str, tid: int, value: str) -> dict[str, Any]:
+    return {"name": name, "ph": "M", "pid": _PID, "tid": tid, "args": {"name": value}}

@@ -1,0 +1,161 @@
+"""Builds: the history's actions grouped by the client's tool invocation id.
+
+Bazel and Buck2 send a ``tool_invocation_id`` in every request's
+``RequestMetadata``; one id is one build (one ``bazel build`` / ``buck2
+build`` command). Actions that came without one are grouped under ``""``
+("no id"). ``summarize_builds`` turns records into ``BuildSummary``s, the
+one summary ``lre builds``, ``lre builds show``, the trace, the report and
+the TUI's build lines use.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from lre.snapshot._history import ActionRecord, Source
+from lre.snapshot._phases import Phase
+
+__all__ = ["BuildSummary", "find_build", "percentile", "summarize_builds"]
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    """The nearest-rank percentile of ``values`` (0.0 when empty)."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    rank = max(1, math.ceil(fraction * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+@dataclass(frozen=True, slots=True)
+class BuildSummary:
+    """What one build did, from its actions' records."""
+
+    invocation: str
+    started_at: float
+    ended_at: float
+    client: str
+    instance: str
+    actions: int
+    executed: int
+    execute_hits: int
+    lookup_hits: int
+    not_run: int
+    failed: int
+    killed: int
+    retried: int
+    frozen: int
+    queue_p50_s: float
+    queue_p95_s: float
+    lre_per_action_s: float
+    peak_rss_bytes: int
+    slowest: tuple[ActionRecord, ...]
+
+    @property
+    def duration_s(self) -> float:
+        return max(0.0, self.ended_at - self.started_at)
+
+    @property
+    def cache_hits(self) -> int:
+        return self.execute_hits + self.lookup_hits
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "invocation": self.invocation,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "duration_s": round(self.duration_s, 3),
+            "client": self.client,
+            "instance": self.instance,
+            "actions": self.actions,
+            "executed": self.executed,
+            "cache_hits": {"execute": self.execute_hits, "get_action_result": self.lookup_hits},
+            "not_run": self.not_run,
+            "failed": self.failed,
+            "killed": self.killed,
+            "retried": self.retried,
+            "frozen": self.frozen,
+            "queue_wait_s": {"p50": round(self.queue_p50_s, 4), "p95": round(self.queue_p95_s, 4)},
+            "lre_per_action_s": round(self.lre_per_action_s, 5),
+            "peak_rss_bytes": self.peak_rss_bytes,
+            "slowest": [
+                {
+                    "target": r.target,
+                    "mnemonic": r.mnemonic,
+                    "wall_s": round(r.wall_seconds, 3),
+                    "running_s": round(r.phase_seconds(Phase.RUNNING), 3),
+                    "peak_rss_bytes": r.peak_rss_bytes,
+                }
+                for r in self.slowest
+            ],
+        }
+
+
+def _summary(invocation: str, records: list[ActionRecord], slowest: int) -> BuildSummary:
+    executed = [r for r in records if r.source is Source.EXECUTED]
+    queue: list[float] = []
+    own: list[float] = []
+    for record in executed:
+        if not record.stamps:
+            continue
+        phases = {span.phase: span.seconds for span in record.spans}  # once per record
+        queue.append(phases.get(Phase.QUEUED, 0.0))
+        own.append(phases.get(Phase.STAGING, 0.0) + phases.get(Phase.STORING, 0.0))
+    starts = [r.submitted_at or r.at for r in records]
+    clients = sorted({r.tool for r in records if r.tool})
+    instances = sorted({r.instance for r in records if r.instance})
+    by_wall = sorted(executed, key=lambda r: -r.wall_seconds)
+    return BuildSummary(
+        invocation=invocation,
+        started_at=min(starts),
+        ended_at=max(r.at for r in records),
+        client=", ".join(clients),
+        instance=", ".join(instances),
+        actions=len(records),
+        executed=len(executed),
+        execute_hits=sum(1 for r in records if r.source is Source.EXECUTE_HIT),
+        lookup_hits=sum(1 for r in records if r.source is Source.LOOKUP_HIT),
+        not_run=sum(1 for r in records if r.source is Source.NOT_RUN),
+        failed=sum(1 for r in records if r.failed),
+        killed=sum(1 for r in records if r.kills),
+        retried=sum(1 for r in records if r.retries),
+        frozen=sum(1 for r in records if r.freezes),
+        queue_p50_s=percentile(queue, 0.5),
+        queue_p95_s=percentile(queue, 0.95),
+        lre_per_action_s=sum(own) / len(own) if own else 0.0,
+        peak_rss_bytes=max((r.peak_rss_bytes for r in records), default=0),
+        slowest=tuple(by_wall[:slowest]),
+    )
+
+
+def summarize_builds(records: Iterable[ActionRecord], *, slowest: int = 10) -> list[BuildSummary]:
+    """One summary per invocation id, oldest build first."""
+    groups: dict[str, list[ActionRecord]] = {}
+    for record in records:
+        groups.setdefault(record.invocation, []).append(record)
+    builds = [_summary(key, group, slowest) for key, group in groups.items()]
+    builds.sort(key=lambda b: b.started_at)
+    return builds
+
+
+def find_build(builds: Sequence[BuildSummary], wanted: str) -> BuildSummary:
+    """``last`` (the newest), a whole invocation id, or a unique prefix of one.
+
+    Raises ``LookupError`` with a message naming ``wanted`` when none or
+    several match.
+    """
+    if not builds:
+        raise LookupError("no builds recorded yet (lre records every action it serves)")
+    if wanted in ("", "last"):
+        return max(builds, key=lambda b: b.started_at)
+    exact = [b for b in builds if b.invocation == wanted]
+    if exact:
+        return exact[0]
+    matching = [b for b in builds if b.invocation.startswith(wanted)]
+    if len(matching) == 1:
+        return matching[0]
+    if not matching:
+        raise LookupError(f"no build {wanted!r} in the history (see `lre builds`)")
+    raise LookupError(f"build {wanted!r} is ambiguous: {len(matching)} ids start with it")

@@ -1,0 +1,265 @@
+"""One finished action as lre's history keeps it, and one host sample.
+
+``ActionRecord`` is written by the scheduler for every operation that ends
+(executed, served from the action cache through Execute, failed, cancelled)
+and by the service for every ``GetActionResult`` hit. ``HostSample`` is what
+lre samples of the machine once a second while actions run. Both have a
+compact JSON form (one line of the history file; ``to_json``/``from_json``;
+``from_json`` raises ``ValueError`` naming the field when a line is not a
+record) so that 100,000 actions stay a few tens of MB.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from lre.snapshot._phases import Phase, PhaseSpan, phase_spans
+
+__all__ = ["ActionRecord", "HostSample", "Source", "WaitReason", "record_from_json"]
+
+_NO_STAMPS: Mapping[str, float] = MappingProxyType({})
+
+
+class Source(enum.StrEnum):
+    """Where an action's result came from."""
+
+    EXECUTED = "executed"  # lre ran it (or tried to)
+    EXECUTE_HIT = "execute_hit"  # Execute answered from the action cache
+    LOOKUP_HIT = "lookup_hit"  # GetActionResult answered it (the client never called Execute)
+    NOT_RUN = "not_run"  # ended before it ran: missing inputs, cancelled, unmatchable
+
+
+class WaitReason(enum.StrEnum):
+    """What a queued action waited for (the queue says which held it)."""
+
+    CPU = "cpu"  # the worker's free CPU slots
+    MEMORY_BUDGET = "memory_budget"  # the memory budget or the worker's memory
+    HOST_MEMORY = "host_memory"  # the host's available memory (live veto)
+    FROZEN = "frozen"  # memory control held new starts while actions were frozen
+    IDLE_WORKER = "idle_worker"  # a whole idle worker (top of the memory ladder)
+    WORKER_SLOTS = "worker_slots"  # the worker's max_inflight
+    NO_WORKER = "no_worker"  # no registered worker can run it now
+
+
+#: What people read for each reason.
+WAIT_TEXT: Mapping[str, str] = {
+    WaitReason.CPU: "CPU slots",
+    WaitReason.MEMORY_BUDGET: "memory budget",
+    WaitReason.HOST_MEMORY: "host memory",
+    WaitReason.FROZEN: "frozen actions",
+    WaitReason.IDLE_WORKER: "an idle worker",
+    WaitReason.WORKER_SLOTS: "worker slots",
+    WaitReason.NO_WORKER: "a worker",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ActionRecord:
+    """One action that ended. Times are wall clock (``time.time()``).
+
+    ``stamps`` holds the phase boundaries of the last attempt by
+    ``ExecutedActionMetadata`` name (see ``lre.snapshot._phases``; the line
+    form keeps them as whole microseconds before ``at``, ``tsu``);
+    ``exit_code`` is None when no command ended (an error, a hit);
+    ``error`` is the gRPC code name of the error it ended with, or ``""``.
+    """
+
+    at: float
+    source: Source
+    invocation: str = ""
+    tool: str = ""
+    instance: str = ""
+    target: str = ""
+    mnemonic: str = ""
+    action: str = ""  # action digest hash
+    worker: str = ""
+    exit_code: int | None = None
+    error: str = ""
+    submitted_at: float = 0.0
+    waited_for: tuple[str, ...] = ()
+    reserved_millicpus: int = 0
+    reserved_memory_bytes: int = 0
+    peak_rss_bytes: int = 0
+    cpu_seconds: float = 0.0
+    attempts: int = 0
+    kills: int = 0
+    retries: int = 0
+    freezes: int = 0
+    stamps: Mapping[str, float] = field(default_factory=lambda: _NO_STAMPS)
+
+    @property
+    def spans(self) -> tuple[PhaseSpan, ...]:
+        return phase_spans(self.stamps)
+
+    def phase_seconds(self, phase: Phase) -> float:
+        for span in self.spans:
+            if span.phase is phase:
+                return span.seconds
+        return 0.0
+
+    @property
+    def wall_seconds(self) -> float:
+        """From the Execute request (or the lookup) to the end."""
+        return max(0.0, self.at - self.submitted_at) if self.submitted_at else 0.0
+
+    @property
+    def queue_seconds(self) -> float:
+        return self.phase_seconds(Phase.QUEUED)
+
+    @property
+    def lre_seconds(self) -> float:
+        """lre's own time around the command: staging plus storing."""
+        return self.phase_seconds(Phase.STAGING) + self.phase_seconds(Phase.STORING)
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.error) or (self.exit_code is not None and self.exit_code != 0)
+
+    @property
+    def name(self) -> str:
+        """What people call it: the target (and mnemonic), else the mnemonic, else the digest."""
+        if self.target and self.mnemonic:
+            return f"{self.target} {self.mnemonic}"
+        return self.target or self.mnemonic or self.action[:12] or "?"
+
+    def to_json(self) -> dict[str, Any]:
+        """The compact line form (defaults left out)."""
+        out: dict[str, Any] = {"k": "a", "at": round(self.at, 4), "src": self.source.value}
+        if self.invocation:
+            out["inv"] = self.invocation
+        if self.tool:
+            out["tool"] = self.tool
+        if self.instance:
+            out["inst"] = self.instance
+        if self.target:
+            out["tgt"] = self.target
+        if self.mnemonic:
+            out["mn"] = self.mnemonic
+        if self.action:
+            out["act"] = self.action
+        if self.worker:
+            out["wk"] = self.worker
+        if self.error:
+            out["err"] = self.error
+        if self.submitted_at:
+            out["sub"] = round(self.submitted_at, 4)
+        if self.waited_for:
+            out["wait"] = list(self.waited_for)
+        if self.reserved_millicpus:
+            out["mcpu"] = self.reserved_millicpus
+        if self.reserved_memory_bytes:
+            out["mem"] = self.reserved_memory_bytes
+        if self.peak_rss_bytes:
+            out["rss"] = self.peak_rss_bytes
+        if self.cpu_seconds:
+            out["cpu"] = round(self.cpu_seconds, 4)
+        if self.attempts:
+            out["n"] = self.attempts
+        if self.kills:
+            out["kill"] = self.kills
+        if self.retries:
+            out["retry"] = self.retries
+        if self.freezes:
+            out["frz"] = self.freezes
+        if self.exit_code is not None:
+            out["exit"] = self.exit_code
+        if self.stamps:  # whole microseconds after ``at``: short, and ints encode fast
+            at = self.at
+            out["tsu"] = {k: int((v - at) * 1e6) for k, v in self.stamps.items()}
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ActionRecord:
+        """Raises ``ValueError`` naming the field that is missing or malformed."""
+        try:
+            exit_code = data.get("exit")
+            at = float(data["at"])
+            offsets = data.get("tsu") or {}
+            if not isinstance(offsets, Mapping):
+                raise TypeError("tsu: expected an object")
+            stamps = {str(k): at + int(v) / 1e6 for k, v in offsets.items()}
+            return cls(
+                at=at,
+                source=Source(data["src"]),
+                invocation=str(data.get("inv", "")),
+                tool=str(data.get("tool", "")),
+                instance=str(data.get("inst", "")),
+                target=str(data.get("tgt", "")),
+                mnemonic=str(data.get("mn", "")),
+                action=str(data.get("act", "")),
+                worker=str(data.get("wk", "")),
+                exit_code=None if exit_code is None else int(exit_code),
+                error=str(data.get("err", "")),
+                submitted_at=float(data.get("sub", 0.0)),
+                waited_for=tuple(str(r) for r in data.get("wait", ())),
+                reserved_millicpus=int(data.get("mcpu", 0)),
+                reserved_memory_bytes=int(data.get("mem", 0)),
+                peak_rss_bytes=int(data.get("rss", 0)),
+                cpu_seconds=float(data.get("cpu", 0.0)),
+                attempts=int(data.get("n", 0)),
+                kills=int(data.get("kill", 0)),
+                retries=int(data.get("retry", 0)),
+                freezes=int(data.get("frz", 0)),
+                stamps=MappingProxyType(stamps),
+            )
+        except KeyError as exc:
+            raise ValueError(f"history record field {exc.args[0]!r} is missing") from None
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"history record has a malformed field: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class HostSample:
+    """The machine and lre's reservations at ``at``: ``cpu_percent`` of all
+    cores (0-100), memory in use, reserved CPU and memory, actions running."""
+
+    at: float
+    cpu_percent: float
+    memory_used_bytes: int
+    memory_total_bytes: int
+    reserved_millicpus: int
+    reserved_memory_bytes: int
+    running: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "k": "s",
+            "at": round(self.at, 3),
+            "cpu": round(self.cpu_percent, 1),
+            "used": self.memory_used_bytes,
+            "total": self.memory_total_bytes,
+            "mcpu": self.reserved_millicpus,
+            "mem": self.reserved_memory_bytes,
+            "run": self.running,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> HostSample:
+        try:
+            return cls(
+                at=float(data["at"]),
+                cpu_percent=float(data["cpu"]),
+                memory_used_bytes=int(data["used"]),
+                memory_total_bytes=int(data.get("total", 0)),
+                reserved_millicpus=int(data.get("mcpu", 0)),
+                reserved_memory_bytes=int(data.get("mem", 0)),
+                running=int(data.get("run", 0)),
+            )
+        except KeyError as exc:
+            raise ValueError(f"host sample field {exc.args[0]!r} is missing") from None
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"host sample has a malformed field: {exc}") from None
+
+
+def record_from_json(data: Mapping[str, Any]) -> ActionRecord | HostSample:
+    """The record one history line holds (``k`` tells which); ``ValueError`` otherwise."""
+    kind = data.get("k")
+    if kind == "a":
+        return ActionRecord.from_json(data)
+    if kind == "s":
+        return HostSample.from_json(data)
+    raise ValueError(f"history line kind {kind!r} is not 'a' or 's'")

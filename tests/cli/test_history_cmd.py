@@ -1,0 +1,64 @@
+"""``lre history`` and ``lre builds [show]`` read the state dir with lre down."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from tests._support.history import INVOCATION, OTHER, write_history
+from tests.cli._lre import run_lre
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "LRE_HOME": str(tmp_path / "state"), "HOME": str(tmp_path)}
+
+
+def test_history_lists_actions_with_waits_kills_and_filters(tmp_path: Path) -> None:
+    write_history(tmp_path / "state")
+    env = _env(tmp_path)
+    shown = run_lre("history", cwd=tmp_path, env=env)
+    assert shown.returncode == 0, shown.stderr
+    header, *rows = shown.stdout.splitlines()
+    assert header.split()[:3] == ["time", "target", "mnemonic"]
+    assert len(rows) == 9
+    killed = next(r for r in rows if "//pkg:t3 " in r)
+    assert "memory budget" in killed and killed.rstrip().endswith("2/0")
+    as_json = json.loads(
+        run_lre("history", "--json", "-t", "//pkg:t5", cwd=tmp_path, env=env).stdout
+    )
+    assert [r["target"] for r in as_json] == ["//pkg:t5"] and as_json[0]["exit_code"] == 1
+    assert set(as_json[0]["phases_s"]) == {"queued", "staging", "running", "storing"}
+    globbed = json.loads(
+        run_lre("history", "--json", "-t", "//pkg:cach*", cwd=tmp_path, env=env).stdout
+    )
+    assert {r["source"] for r in globbed} == {"lookup_hit", "execute_hit"}
+
+
+def test_builds_lists_and_shows_a_summary(tmp_path: Path) -> None:
+    write_history(tmp_path / "state")
+    env = _env(tmp_path)
+    listed = json.loads(run_lre("builds", "--json", cwd=tmp_path, env=env).stdout)
+    assert [b["invocation"] for b in listed] == [OTHER, INVOCATION]
+    assert listed[0]["client"] == "buck2 2024-05-01"
+    last = json.loads(run_lre("builds", "show", "last", "--json", cwd=tmp_path, env=env).stdout)
+    assert last["invocation"] == INVOCATION
+    assert (last["executed"], last["failed"], last["killed"]) == (6, 1, 1)
+    assert last["cache_hits"] == {"execute": 1, "get_action_result": 1}
+    assert last["queue_wait_s"] == {"p50": 0.1, "p95": 0.1}
+    assert last["slowest"][0]["target"] == "//pkg:t6"
+    by_prefix = run_lre("builds", "show", OTHER[:6], cwd=tmp_path, env=env)
+    assert by_prefix.returncode == 0 and OTHER in by_prefix.stdout
+    assert "slowest actions:" in by_prefix.stdout
+    unknown = run_lre("builds", "show", "nope", cwd=tmp_path, env=env)
+    assert unknown.returncode == 1 and "no build 'nope'" in unknown.stderr
+    table = run_lre("builds", cwd=tmp_path, env=env).stdout.splitlines()
+    assert table[0].split()[:4] == ["build", "started", "duration", "client"]
+    assert len(table) == 3
+
+
+def test_empty_history_says_so(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    assert "no actions recorded" in run_lre("history", cwd=tmp_path, env=env).stdout
+    shown = run_lre("builds", "show", cwd=tmp_path, env=env)
+    assert shown.returncode == 1 and "no builds recorded" in shown.stderr

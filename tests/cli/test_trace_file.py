@@ -1,0 +1,96 @@
+"""``lre trace``: the Chrome trace-event format, checked field by field per event type."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from tests._support.history import write_history
+from tests.cli._lre import run_lre
+
+#: Fields every event of a phase type must have (the Trace Event Format document).
+REQUIRED: dict[str, set[str]] = {
+    "X": {"name", "cat", "ph", "ts", "dur", "pid", "tid"},
+    "B": {"name", "ph", "ts", "pid", "tid"},
+    "E": {"ph", "ts", "pid", "tid"},
+    "i": {"name", "ph", "ts", "pid", "tid", "s"},
+    "C": {"name", "ph", "ts", "pid", "args"},
+    "b": {"name", "cat", "ph", "ts", "pid", "id"},
+    "e": {"name", "cat", "ph", "ts", "pid", "id"},
+    "M": {"name", "ph", "pid", "args"},
+}
+
+
+def check_trace_format(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """Assert ``document`` is a valid JSON-object trace; return its events."""
+    assert isinstance(document["traceEvents"], list)
+    assert document.get("displayTimeUnit", "ms") in ("ms", "ns")
+    events: list[dict[str, Any]] = document["traceEvents"]
+    for event in events:
+        ph = event["ph"]
+        assert ph in REQUIRED, event
+        missing = REQUIRED[ph] - set(event)
+        assert not missing, (missing, event)
+        assert isinstance(event["pid"], int)
+        if "tid" in event:
+            assert isinstance(event["tid"], int)
+        if "ts" in event:
+            assert isinstance(event["ts"], int | float) and event["ts"] >= 0
+        if ph == "X":
+            assert isinstance(event["dur"], int | float) and event["dur"] >= 0
+        if ph == "i":
+            assert event["s"] in ("g", "p", "t")
+        if ph == "C":
+            assert event["args"] and all(isinstance(v, int | float) for v in event["args"].values())
+        if ph == "M":
+            assert event["name"] in ("process_name", "thread_name", "thread_sort_index")
+        if "args" in event:
+            assert isinstance(event["args"], dict)
+    # async begin/end pairs match by (cat, id)
+    opened: dict[tuple[str, Any], int] = defaultdict(int)
+    for event in events:
+        if event["ph"] in ("b", "e"):
+            opened[(event["cat"], event["id"])] += 1 if event["ph"] == "b" else -1
+    assert all(n == 0 for n in opened.values())
+    return events
+
+
+def test_trace_has_a_track_per_slot_an_event_per_action_and_counters(tmp_path: Path) -> None:
+    write_history(tmp_path / "state")
+    env = {**os.environ, "LRE_HOME": str(tmp_path / "state"), "HOME": str(tmp_path)}
+    out = tmp_path / "trace.json"
+    done = run_lre("trace", "last", "-o", str(out), cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    events = check_trace_format(json.loads(out.read_text()))
+    actions = [e for e in events if e["ph"] == "X" and e["cat"] != "phase"]
+    assert sorted(e["name"] for e in actions) == [f"//pkg:t{n}" for n in range(1, 7)]
+    slots = {e["tid"] for e in actions}
+    assert len(slots) == 2  # two ran at a time
+    names = {e["tid"]: e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert {names[tid] for tid in slots} == {"slot 1", "slot 2"}
+    for tid in slots:  # one slot never runs two actions at once
+        spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in actions if e["tid"] == tid)
+        assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
+    phases = [e for e in events if e.get("cat") == "phase"]
+    assert {e["name"] for e in phases} == {"staging", "running", "storing"}
+    for phase in phases:  # nested inside its action on the same track
+        parent = next(a for a in actions if a["name"] == phase["args"]["target"])
+        assert parent["tid"] == phase["tid"]
+        assert (
+            parent["ts"]
+            <= phase["ts"]
+            <= phase["ts"] + phase["dur"]
+            <= parent["ts"] + parent["dur"] + 0.2
+        )
+    queued = [e for e in events if e.get("cat") == "queued"]
+    assert len(queued) == 12
+    assert any(e.get("cat") == "kill" and "//pkg:t3" in e["name"] for e in events)
+    assert {e["name"] for e in events if e["ph"] == "C"} == {"CPU", "Memory (MiB)"}
+    assert {e["cat"] for e in events if e["tid"] == 1001 and e["ph"] == "i"} == {
+        "lookup_hit",
+        "execute_hit",
+    }

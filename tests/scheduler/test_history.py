@@ -1,0 +1,104 @@
+"""Every operation that ends becomes one ``ActionRecord``: waits, kills, retries."""
+
+from __future__ import annotations
+
+import trio
+
+from lre.errors import Unavailable
+from lre.proto import re_pb2
+from lre.scheduler import (
+    Completed,
+    InfrastructureFailure,
+    MemoryExceeded,
+    RequestInfo,
+    ResourcePolicy,
+    Stage,
+    Usage,
+)
+from lre.snapshot import ActionRecord, Source, WaitReason
+from tests._support.scheduler import GiB, MiB, execute_request, start_harness, worker_info
+
+
+def _info(target: str) -> RequestInfo:
+    return RequestInfo(
+        tool_name="bazel", tool_invocation_id="inv-1", action_mnemonic="Genrule", target_id=target
+    )
+
+
+async def test_records_say_what_an_action_waited_for_and_how_often_it_ran(
+    nursery: trio.Nursery,
+) -> None:
+    records: list[ActionRecord] = []
+    policy = ResourcePolicy(cold_memory_bytes=256 * MiB, ladder=(1 * GiB,), max_steps=3)
+    harness = await start_harness(nursery, on_record=records.append, resources=policy)
+    worker = await harness.add_worker(worker_info(cpus=1, memory=4 * GiB))
+    first = harness.scheduler.submit(
+        execute_request(await harness.builder.action()), request_info=_info("//a:first")
+    )
+    lease_a = await worker.next_lease()
+    second = harness.scheduler.submit(
+        execute_request(await harness.builder.action()), request_info=_info("//a:second")
+    )
+    await harness.wait_stage(second.name, Stage.QUEUED)
+    # the queue says what the next action waits for: the one CPU is taken
+    with trio.fail_after(5):
+        while True:
+            (queued,) = harness.scheduler.statistics().queued_next
+            if queued.waiting_for:
+                break
+            await trio.sleep(0.01)
+    assert (queued.target_id, queued.waiting_for) == ("//a:second", WaitReason.CPU)
+    assert harness.scheduler.statistics().queued_by_platform == {"any": 1}  # cpu is no platform
+    worker.complete(lease_a)
+    lease_b = await worker.next_lease()
+    harness.scheduler.report(lease_b.lease_id, MemoryExceeded(300 * MiB))  # a kill
+    lease_b = await worker.next_lease()
+    harness.scheduler.report(lease_b.lease_id, InfrastructureFailure(Unavailable("lost")))
+    lease_b = await worker.next_lease()
+    result = re_pb2.ActionResult(exit_code=2)
+    harness.scheduler.report(
+        lease_b.lease_id,
+        Completed(result, usage=Usage(peak_rss_bytes=5 * MiB, cpu_seconds=0.1, wall_seconds=0.2)),
+    )
+    await harness.wait_stage(second.name, Stage.COMPLETED)
+    by_target = {r.target: r for r in records}
+    a, b = by_target["//a:first"], by_target["//a:second"]
+    assert a.source is Source.EXECUTED and a.invocation == "inv-1" and a.tool == "bazel"
+    assert a.waited_for == () and a.attempts == 1 and a.exit_code is None  # no stamps sent
+    assert a.stamps["queued"] == first.queued_at
+    assert b.waited_for == (WaitReason.CPU,)
+    assert (b.kills, b.retries, b.attempts) == (1, 1, 3)
+    assert b.peak_rss_bytes == 300 * MiB  # the highest over its attempts
+    assert b.reserved_memory_bytes == 1 * GiB  # the last attempt's, one ladder step up
+    assert b.worker == "w1" and b.instance == "main" and not b.error
+
+
+async def test_a_failing_hook_never_ends_an_operation(nursery: trio.Nursery) -> None:
+    def broken(record: ActionRecord) -> None:
+        raise RuntimeError("disk on fire")
+
+    harness = await start_harness(nursery, on_record=broken)
+    worker = await harness.add_worker()
+    op = harness.scheduler.submit(execute_request(await harness.builder.action()))
+    worker.complete(await worker.next_lease())
+    done = await harness.wait_stage(op.name, Stage.COMPLETED)
+    assert done.error is None and done.result is not None
+
+
+async def test_a_cancelled_running_action_is_recorded_once_and_forgotten(
+    nursery: trio.Nursery,
+) -> None:
+    records: list[ActionRecord] = []
+    harness = await start_harness(nursery, on_record=records.append)
+    worker = await harness.add_worker()
+    op = harness.scheduler.submit(
+        execute_request(await harness.builder.action()), request_info=_info("//a:c")
+    )
+    lease = await worker.next_lease()
+    harness.scheduler.cancel(op.name)
+    worker.complete(lease)  # the worker reports after the end
+    assert [(r.target, r.source, r.error) for r in records] == [
+        ("//a:c", Source.EXECUTED, "CANCELLED")
+    ]
+    assert harness.scheduler._history is not None
+    assert harness.scheduler._history._attempts == {}  # nothing kept for it
