@@ -28,6 +28,7 @@ import typer
 from lre.cli._app import app
 from lre.cli._byte_text import human_bytes, size_option
 from lre.cli._local_stores import LocalStores, LocalStoresError, local_stores
+from lre.cli._quarantine_report import quarantine_entries, quarantine_lines
 from lre.cli._running import Lookup, look_up
 from lre.cli._up import ConfigOption
 
@@ -193,10 +194,15 @@ def cache_summary(
             "misses": lookups.misses if lookups else None,
             "hit_rate": lookups.rate if lookups else None,
             "lookups": asdict(lookups) if lookups else None,
+            "quarantine": [
+                {"path": str(e.path), "reason": e.reason} for e in quarantine_entries(lookup.config)
+            ],
         }
         typer.echo(json.dumps(document, indent=2))
         return
     for line in _summary_lines(lookup, figures, live, problem, lookups):
+        typer.echo(line)
+    for line in quarantine_lines(lookup.config):
         typer.echo(line)
 
 

@@ -22,6 +22,7 @@ from lre.cli._client_config import find_repo_root
 from lre.cli._doctor_clients import repository_checks
 from lre.cli._doctor_host import host_checks
 from lre.cli._local_stores import LocalStores, LocalStoresError, local_stores
+from lre.cli._quarantine_report import quarantine_check
 from lre.cli._running import look_up
 from lre.cli._up import ConfigOption
 
@@ -38,6 +39,7 @@ def run_checks(config_path: Path | None, repo: Path | None) -> list[Check]:
         )
         stores = LocalStores((), ())
     checks += host_checks(lookup, stores)
+    checks.append(quarantine_check(lookup.config))
     checks += repository_checks(repo, lookup.server)
     return checks
 

@@ -14,6 +14,7 @@ from lre.worker._containment import (
     choose_containment,
 )
 from lre.worker._process import ProcessOutcome, run_process
+from lre.worker._quarantine import QuarantinedEntry, quarantined
 from lre.worker._upload import Adopter
 from lre.worker._workdir import WorkDirectory, WorkDirectoryInUse
 from lre.worker._worker import LocalWorker, LocalWorkerStatistics
@@ -28,8 +29,10 @@ __all__ = [
     "LocalWorker",
     "LocalWorkerStatistics",
     "ProcessOutcome",
+    "QuarantinedEntry",
     "WorkDirectory",
     "WorkDirectoryInUse",
     "choose_containment",
+    "quarantined",
     "run_process",
 ]

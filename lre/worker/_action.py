@@ -42,6 +42,7 @@ from lre.scheduler import (
 from lre.worker._action_dirs import ActionDirectories, ActionDirectory
 from lre.worker._command import PreparedCommand, prepare_command
 from lre.worker._containment import Containment
+from lre.worker._disk_full import request_error
 from lre.worker._input_guard import SMALL_CHECK, LinkedInputs, altered_inputs
 from lre.worker._input_journal import InputJournal
 from lre.worker._input_tree import InputTree, fetch_input_tree
@@ -204,7 +205,14 @@ class ActionRunner:
             )
         except LreError as error:
             return self._failed(lease, timeline, error)
-        except OSError as error:
+        except (OSError, ExceptionGroup) as error:
+            # A full disk (issue 26) or failed concurrent stores end this request only.
+            known = request_error(error, self.spec.name)
+            if known is not None:
+                log.warning("worker %s: %s: %s", self.spec.name, lease.operation_name, known)
+                return self._failed(lease, timeline, known)
+            if isinstance(error, ExceptionGroup):
+                raise
             log.exception("worker %s: action %s failed", self.spec.name, lease.operation_name)
             return InfrastructureFailure(
                 Internal(f"worker {self.spec.name}: {error.strerror or error}")

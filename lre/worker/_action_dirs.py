@@ -32,9 +32,11 @@ costs more CPU than the calls themselves. ``ActionDirectories`` therefore:
   shielded.
 
 Without ``run`` (a runner used on its own, in tests) or after it stopped,
-``release`` removes the directory in a thread before returning. A
-directory that cannot be removed is logged and left for the next start
-(``WorkDirectory.open`` empties the work directory).
+``release`` removes the directory in a thread before returning. Before a
+released directory is recycled or removed, mounts an action left below it are
+detached (lre's mount table is re-read only when it changed); one that cannot
+be removed is moved into the worker's quarantine (``_quarantine.py``), whose
+entries ``run`` retries every ``RETRY_S`` seconds.
 """
 
 from __future__ import annotations
@@ -49,8 +51,10 @@ from pathlib import Path
 
 import trio
 
+from lre.worker._quarantine import RETRY_S
+from lre.worker._removal import remove_tree
 from lre.worker._skeleton import scrub_root
-from lre.worker._workdir import WorkDirectory, remove_tree
+from lre.worker._workdir import WorkDirectory
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +187,11 @@ class ActionDirectories:
         task_status.started()
         try:
             while True:
-                await self._wake.wait()
+                with trio.move_on_after(RETRY_S) as idle:
+                    await self._wake.wait()
+                if idle.cancelled_caught:
+                    await self._retry_quarantine()
+                    continue
                 self._wake = trio.Event()
                 trash, self._trash = self._trash, []
                 doomed, self._doomed = self._doomed, []
@@ -208,10 +216,20 @@ class ActionDirectories:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(self._remove_all, trash)
 
+    async def _retry_quarantine(self) -> None:
+        quarantine = self.workdir.quarantine
+        if not quarantine.path.exists():
+            return
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(quarantine.retry)
+
     # ------------------------------------------------------------------ in threads
 
     def _make(self) -> ActionDirectory:
-        directory = ActionDirectory.at(self.workdir.new_action_dir(f"a{next(self._numbers)}"))
+        name = f"a{next(self._numbers)}"
+        while name in self.workdir.stuck:
+            name = f"a{next(self._numbers)}"
+        directory = ActionDirectory.at(self.workdir.new_action_dir(name))
         os.mkdir(directory.root, 0o755)
         os.mkdir(directory.tmp, 0o700)
         return directory
@@ -229,6 +247,10 @@ class ActionDirectories:
         at the next burst.)"""
         ready: list[ActionDirectory] = []
         removing: list[ActionDirectory] = []
+        mounts = self.workdir.mounts
+        for directory in (*trash, *doomed):
+            if mounts.below(directory.path):  # cheap while the mount table is unchanged
+                mounts.detach_below(directory.path)
         for directory in trash:
             recycled = _recycle(directory) if len(ready) < keep else None
             if recycled is not None:
@@ -297,10 +319,7 @@ def _empty_tmp(tmp: Path) -> bool:
             return False
         with os.scandir(tmp) as entries:
             for entry in entries:
-                if entry.is_dir(follow_symlinks=False):
-                    remove_tree(Path(entry.path))  # a loop; never follows symlinks
-                else:
-                    os.unlink(entry.path)
+                remove_tree(Path(entry.path))  # never follows symlinks nor crosses mounts
     except OSError:
         return False
     return True

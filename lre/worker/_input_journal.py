@@ -16,13 +16,19 @@ path]`` when an action starts and ``["E", token]`` when its check is done;
 the file is truncated whenever no action is in flight and it has grown past
 ``COMPACT_BYTES``. A torn last line (lre died while writing it) is ignored:
 its action had not started yet. Each record is one ``write`` on a file opened
-with ``O_APPEND``; there is no fsync (a lost tail after a power failure can
-only lose records of actions whose processes died with the machine, before
-they could write anything more).
+with ``O_APPEND``; a write the disk had no room for (``ENOSPC``, or a short
+write) is cut off again, so no torn line is left for the next record to be
+glued to and lost: the action that wanted to start fails (RESOURCE_EXHAUSTED),
+every record before it stays. An end record that finds no room is logged and
+dropped (its action is merely checked again at the next start). There is no
+fsync (a lost tail after a power failure can only lose records of actions
+whose processes died with the machine, before they could write anything more).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import logging
 import os
@@ -78,18 +84,33 @@ class InputJournal:
         return token
 
     def ended(self, token: int) -> None:
-        """Record that the action's linked inputs were checked."""
-        self._write(json.dumps(["E", token]).encode() + b"\n")
+        """Record that the action's linked inputs were checked. No room for
+        the record is logged, not raised (see the module docstring)."""
+        try:
+            self._write(json.dumps(["E", token]).encode() + b"\n")
+        except OSError as error:
+            log.warning("linked-inputs journal %s: end record dropped: %s", self.path, error)
         self._open.discard(token)
         if not self._open and self._size > COMPACT_BYTES:
             os.ftruncate(self._fd, 0)
             self._size = 0
 
     def _write(self, data: bytes) -> None:
-        written = os.write(self._fd, data)
-        self._size += written
+        before = self._size
+        try:
+            written = os.write(self._fd, data)
+        except OSError:
+            self._cut(before)
+            raise
         if written != len(data):  # a short write to a regular file: disk full
-            raise OSError(f"{self.path}: short write to the linked-inputs journal")
+            self._cut(before)
+            raise OSError(errno.ENOSPC, "no space left on device (short write)", str(self.path))
+        self._size += written
+
+    def _cut(self, size: int) -> None:
+        """Drop whatever part of a failed record reached the file."""
+        with contextlib.suppress(OSError):
+            os.ftruncate(self._fd, size)
 
     def close(self) -> None:
         if self._fd >= 0:

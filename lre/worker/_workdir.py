@@ -6,14 +6,19 @@ exclusive ``flock`` is taken on ``{dir}/.lock`` (which records the holder's
 pid), and everything a previous, crashed run of this worker left behind is
 removed: its files, and processes still running inside the directory (the
 background children of its actions, which the parent-death signal misses).
-Nothing outside that directory is ever touched and symlinks found
-inside it are removed, never followed.
+Mounts an action left below the directory are detached first; an entry that
+still cannot be removed (an immutable file, a directory of another user) is
+moved into the quarantine (``_quarantine.py``) and start-up goes on: leftovers
+never keep lre from starting. Nothing outside that directory is ever touched,
+no mount point below it is crossed and symlinks found inside it are removed,
+never followed (``_removal.py``).
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
+import logging
 import os
 import re
 import signal
@@ -21,6 +26,12 @@ import stat
 from pathlib import Path
 
 from lre.errors import FailedPrecondition, InvalidArgument
+from lre.worker._quarantine import QUARANTINE_NAME, RETRY_S, Quarantine
+from lre.worker._removal import MountTable, remove_tree
+
+__all__ = ["JOURNAL_NAME", "LOCK_NAME", "WorkDirectory", "WorkDirectoryInUse", "remove_tree"]
+
+log = logging.getLogger(__name__)
 
 LOCK_NAME = ".lock"
 #: Kept across restarts (``_input_journal.py`` reads it before it is emptied).
@@ -45,85 +56,6 @@ class WorkDirectoryInUse(FailedPrecondition):
         )
 
 
-def remove_tree(path: Path) -> None:
-    """Delete ``path`` (file, symlink or directory) without following symlinks.
-
-    Directories an action made read-only or unsearchable are given back
-    their owner's bits first. The walk is a loop holding one directory
-    descriptor (and each level's pending names), never a recursion: a tree
-    thousands of levels deep is removed like any other. A path that does not
-    exist is ignored. Raises ``OSError`` when something still cannot be
-    removed (or a directory was moved while it was being removed).
-    """
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISDIR(info.st_mode):
-        os.unlink(path)
-        return
-    fd = _open_directory(None, str(path))
-    try:
-        levels: list[tuple[str, tuple[int, int], list[str]]] = []
-        pending = _clear_directory(fd)
-        while True:
-            if pending:
-                name = pending.pop()
-                child = _open_directory(fd, name)
-                here = os.fstat(fd)
-                levels.append((name, (here.st_dev, here.st_ino), pending))
-                os.close(fd)
-                fd = child
-                pending = _clear_directory(fd)
-                continue
-            if not levels:
-                break
-            name, identity, pending = levels.pop()
-            parent = os.open("..", _DIRECTORY, dir_fd=fd)
-            os.close(fd)
-            fd = parent
-            here = os.fstat(fd)
-            if (here.st_dev, here.st_ino) != identity:
-                raise OSError(errno.ESTALE, f"{path}: a directory moved while it was removed")
-            os.rmdir(name, dir_fd=fd)
-    finally:
-        os.close(fd)
-    os.rmdir(path)
-
-
-_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def _open_directory(parent: int | None, name: str) -> int:
-    """Open the directory ``name`` (in ``parent``) without following a
-    symlink, giving it mode 0700 first when its owner bits keep lre out."""
-    try:
-        return os.open(name, _DIRECTORY, dir_fd=parent)
-    except PermissionError:
-        info = os.stat(name, dir_fd=parent, follow_symlinks=False)
-        if not stat.S_ISDIR(info.st_mode):
-            raise
-        os.chmod(name, 0o700, dir_fd=parent)
-        return os.open(name, _DIRECTORY, dir_fd=parent)
-
-
-def _clear_directory(fd: int) -> list[str]:
-    """Unlink everything in the directory ``fd`` but its subdirectories,
-    whose names are returned."""
-    info = os.fstat(fd)
-    if info.st_mode & 0o700 != 0o700 and info.st_uid == os.geteuid():
-        os.fchmod(fd, 0o700)
-    subdirectories: list[str] = []
-    with os.scandir(fd) as listing:
-        entries = [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in listing]
-    for name, is_directory in entries:
-        if is_directory:
-            subdirectories.append(name)
-        else:
-            os.unlink(name, dir_fd=fd)
-    return subdirectories
-
-
 class WorkDirectory:
     """The locked, private directory of one worker.
 
@@ -135,6 +67,12 @@ class WorkDirectory:
     def __init__(self, path: Path, lock_fd: int) -> None:
         self.path = path
         self._lock_fd: int | None = lock_fd
+        self.mounts = MountTable()
+        #: Where entries that cannot be removed are moved aside.
+        self.quarantine = Quarantine(path, self.mounts)
+        #: Names of entries that could be neither removed nor moved aside:
+        #: never given to a new action directory.
+        self.stuck: set[str] = set()
 
     @classmethod
     def open(cls, root: str | os.PathLike[str], worker_name: str) -> WorkDirectory:
@@ -169,6 +107,7 @@ class WorkDirectory:
         lock_fd = os.open(
             path / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
         )
+        directory: WorkDirectory | None = None
         try:
             try:
                 fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -183,6 +122,8 @@ class WorkDirectory:
             directory.remove_leftovers()
         except BaseException:
             os.close(lock_fd)
+            if directory is not None:
+                directory.mounts.close()
             raise
         return directory
 
@@ -218,11 +159,30 @@ class WorkDirectory:
         return killed
 
     def remove_leftovers(self) -> None:
-        """Delete every entry of the directory except the lock file and the
-        linked-inputs journal."""
-        for entry in os.scandir(self.path):
-            if entry.name not in (LOCK_NAME, JOURNAL_NAME):
-                remove_tree(Path(entry.path))
+        """Delete every entry of the directory except the lock file, the
+        linked-inputs journal and the quarantine (detaching mounts below it
+        first; what cannot be removed is quarantined), then retry the
+        quarantined entries. Logs, once, what stays quarantined. Raises
+        ``OSError`` only when the directory itself cannot be read."""
+        self.mounts.detach_below(self.path)
+        with os.scandir(self.path) as listing:
+            names = [entry.name for entry in listing]
+        for name in names:
+            kept = name in (LOCK_NAME, JOURNAL_NAME, QUARANTINE_NAME)
+            if not kept and not self.quarantine.clear(self.path / name):
+                self.stuck.add(name)
+        left = self.quarantine.retry()
+        if left:
+            log.warning(
+                "worker directory %s: %d leftover(s) could not be removed and stay in %s "
+                "(retried every %d minutes and at each start): %s. See 'Quarantined "
+                "leftovers' in docs/troubleshooting.md",
+                self.path,
+                len(left),
+                self.quarantine.path,
+                RETRY_S // 60,
+                "; ".join(f"{entry.path.name}: {entry.reason}" for entry in left),
+            )
 
     @property
     def journal_path(self) -> Path:
@@ -232,24 +192,32 @@ class WorkDirectory:
     def new_action_dir(self, action_id: str) -> Path:
         """Create an empty ``{dir}/{action_id}/`` (0700) and return its path.
 
-        A leftover directory of the same name is removed first. Raises
-        ``InvalidArgument`` when ``action_id`` is not a plain file name.
+        A leftover directory of the same name is removed (or quarantined)
+        first. Raises ``InvalidArgument`` when ``action_id`` is not a plain
+        file name, ``OSError`` when the directory cannot be made.
         """
-        if not _SAFE_NAME.match(action_id) or action_id in (".", "..", LOCK_NAME, JOURNAL_NAME):
+        reserved = (".", "..", LOCK_NAME, JOURNAL_NAME, QUARANTINE_NAME)
+        if not _SAFE_NAME.match(action_id) or action_id in reserved:
             raise InvalidArgument(f"action id {action_id!r} cannot name a directory")
         path = self.path / action_id
         try:
             os.mkdir(path, 0o700)
         except FileExistsError:  # a leftover of a crashed run with the same id
-            remove_tree(path)
+            if not self.quarantine.clear(path):
+                self.stuck.add(action_id)
+                raise
             os.mkdir(path, 0o700)
         return path
 
     def remove_action_dir(self, path: Path) -> None:
-        """Delete an action directory made by ``new_action_dir``."""
+        """Delete an action directory made by ``new_action_dir``; one that
+        cannot be deleted is quarantined. Raises ``OSError`` only when it could
+        be neither (it stays, and its name is never reused)."""
         if path.parent != self.path:
             raise ValueError(f"{path} is not an action directory of {self.path}")
-        remove_tree(path)
+        if not self.quarantine.clear(path):
+            self.stuck.add(path.name)
+            raise OSError(errno.EBUSY, "could be neither removed nor quarantined", str(path))
 
     @property
     def locked(self) -> bool:
@@ -260,6 +228,7 @@ class WorkDirectory:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+        self.mounts.close()
 
     def __enter__(self) -> WorkDirectory:
         return self

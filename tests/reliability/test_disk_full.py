@@ -8,6 +8,7 @@ under CI=true, where it fails.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
@@ -20,9 +21,11 @@ import pytest
 import trio
 
 from lre.app import Application
+from lre.digest import Digest
 from lre.proto import bs_grpc, bs_pb2, re_grpc, re_pb2
+from tests._support.actions import as_digest
 from tests._support.configs import app_config_text, config_of
-from tests._support.reapi import digest, open_channel
+from tests._support.reapi import Client, digest, open_channel, response_of
 from tests.reliability._crash import stray_files
 
 SIZE_MIB = 24
@@ -141,4 +144,105 @@ async def test_full_disk_refuses_uploads_and_keeps_serving(small_disk: Path) -> 
     assert outcome["temp_leftovers"] == []
     assert outcome["after_space_returns"] == (grpc.StatusCode.OK, "")
     assert outcome["read_after"]
+    assert stray_files(small_disk) == []
+
+
+def fill(disk: Path) -> Path:
+    """A ballast file taking every byte left on ``disk``."""
+    ballast = disk / "ballast-full"
+    with ballast.open("wb", buffering=0) as sink:
+        for size in (1 << 20, 64 << 10, 4 << 10, 512, 1):
+            piece = b"\0" * size
+            try:
+                while True:
+                    sink.write(piece)
+            except OSError as error:
+                assert error.errno == errno.ENOSPC, error
+    return ballast
+
+
+def action_scenario(address: str, disk: Path) -> dict[str, object]:
+    """Execute and cache writes while lre's state, journal and action-cache
+    log are on a full disk (blocking client; runs in a thread)."""
+    outcome: dict[str, object] = {}
+    with Client(address, instance="main") as client:
+        early = client.prepare(
+            ["/bin/sh", "-c", "cat in > out"], inputs={"in": b"early\n"}, output_files=["out"]
+        )
+        first = response_of(client.execute(early)[-1])
+        assert first.status.code == 0 and first.result.exit_code == 0, first
+        outcome["early"] = (as_digest(early.action_digest), first.result)
+        # An action whose output needs lre to store a Tree and a result
+        # (uploaded while there is room: uploads to a full disk fail, see above).
+        full = client.prepare(
+            ["/bin/sh", "-c", "mkdir -p d && : > d/empty"],
+            inputs={"in": b"while full\n"},
+            output_directories=["d"],
+        )
+        ballast = fill(disk)
+        late = response_of(client.execute(full)[-1])
+        outcome["execute_status"] = (late.status.code, late.status.message)
+        # A client's own cache write.
+        try:
+            client.action_cache.UpdateActionResult(
+                re_pb2.UpdateActionResultRequest(
+                    instance_name="main",
+                    action_digest=digest(b"a made-up action"),
+                    action_result=re_pb2.ActionResult(exit_code=0, stdout_raw=b"x" * 100_000),
+                ),
+                timeout=30,
+            )
+            outcome["update_status"] = (grpc.StatusCode.OK, "")
+        except grpc.RpcError as error:
+            outcome["update_status"] = (error.code(), error.details())
+        outcome["early_while_full"] = (
+            client.get_result(as_digest(early.action_digest)) == first.result
+        )
+        outcome["early_output"] = client.read(first.result.output_files[0].digest)
+        ballast.unlink()
+        again = response_of(client.execute(full)[-1])
+        outcome["after_space_returns"] = (again.status.code, again.result.exit_code)
+    return outcome
+
+
+def results_of(address: str, actions: list[tuple[Digest, re_pb2.ActionResult]]) -> bool:
+    """Whether the action cache serves exactly these results."""
+    with Client(address, instance="main") as client:
+        return all(client.get_result(d) == result for d, result in actions)
+
+
+async def test_full_disk_fails_actions_and_cache_writes_resource_exhausted_keeps_all_stored(
+    small_disk: Path,
+) -> None:
+    config = config_of(app_config_text(small_disk))
+    app = Application(config)
+    async with trio.open_nursery() as nursery:
+        ready = await nursery.start(app.serve)
+        try:
+            outcome = await trio.to_thread.run_sync(
+                action_scenario, ready.grpc_addresses[0], small_disk
+            )
+        finally:
+            app.request_stop()
+    code, message = outcome["execute_status"]  # type: ignore[misc]
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0], message
+    assert "no space left" in message.lower(), message
+    update_code, update_message = outcome["update_status"]  # type: ignore[misc]
+    assert update_code == grpc.StatusCode.RESOURCE_EXHAUSTED, update_message
+    assert outcome["early_while_full"]
+    assert outcome["early_output"] == b"early\n"
+    assert outcome["after_space_returns"] == (0, 0)
+    # Restarted on the same disk, nothing stored before it filled is lost.
+    app = Application(config)
+    async with trio.open_nursery() as nursery:
+        ready = await nursery.start(app.serve)
+        try:
+            kept = await trio.to_thread.run_sync(
+                results_of,
+                ready.grpc_addresses[0],
+                [outcome["early"]],
+            )
+        finally:
+            app.request_stop()
+    assert kept
     assert stray_files(small_disk) == []

@@ -64,7 +64,9 @@ async def gone(marker: str, within: float = 1.0) -> bool:
 
 
 async def started(marker: str, count: int = 1) -> None:
-    with trio.fail_after(10):
+    # Generous: on a loaded machine the stand-in lre's start (a Python with
+    # trio and lre to import) alone can take many seconds.
+    with trio.fail_after(60):
         while len(sleepers(marker)) < count:  # noqa: ASYNC110
             await trio.sleep(0.01)
 

@@ -1,0 +1,48 @@
+"""A full disk under an action: that request fails, lre goes on.
+
+``request_error(error)`` turns what running one action raised because a disk
+filled up (``ENOSPC`` or ``EDQUOT`` from lre's own writes: the action
+directory, the linked-inputs journal, the CAS or the action cache) into the
+``ResourceExhausted`` that ends that request alone, naming the path when the
+error has one. Several concurrent writes failing together arrive as an
+exception group; a group made only of such failures (and of other
+``LreError``s) is answered with its first one. Anything else gives None and
+is left to propagate as before.
+"""
+
+from __future__ import annotations
+
+import errno
+
+from lre.errors import LreError, ResourceExhausted
+
+__all__ = ["request_error"]
+
+_SPACE = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded"}
+
+
+def _leaves(error: BaseException) -> list[BaseException]:
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
+    return [error]
+
+
+def _mapped(error: BaseException, worker: str) -> LreError | None:
+    if isinstance(error, LreError):
+        return error
+    if isinstance(error, OSError) and error.errno in _SPACE:
+        where = f" writing {error.filename}" if error.filename else ""
+        return ResourceExhausted(
+            f"worker {worker}: {_SPACE[error.errno]}{where}; free disk space under lre's "
+            "work, state and store directories (nothing already stored was lost)"
+        )
+    return None
+
+
+def request_error(error: BaseException, worker: str) -> LreError | None:
+    """The error to end this request with, or None (see the module docstring)."""
+    mapped = [_mapped(leaf, worker) for leaf in _leaves(error)]
+    if not mapped or any(m is None for m in mapped):
+        return None
+    space = [m for m in mapped if isinstance(m, ResourceExhausted)]
+    return space[0] if space else mapped[0]

@@ -1,0 +1,55 @@
+"""Actions that leave a mount in their directory: lre's clean-up detaches it
+and never deletes the files of the directory mounted there."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+
+from lre.worker import Containment
+
+from .test_containment import backend
+from .test_hostile_actions import run, runner_with_janitor
+from .test_removal import mounted_below, need_root, scrub
+
+
+@pytest.fixture(params=["pidns", "portable"])
+def containment(request: pytest.FixtureRequest) -> Containment:
+    # userns actions have no right to mount in lre's namespace at all.
+    return backend(request.param)
+
+
+@pytest.fixture(autouse=True)
+def scrubbed(tmp_path: Path) -> Iterator[None]:
+    yield
+    scrub(tmp_path)
+
+
+async def test_an_action_bind_mounting_a_host_directory_cannot_make_lre_delete_it(
+    tmp_path: Path, containment: Containment
+) -> None:
+    need_root("mounting from inside an action")
+    host = tmp_path / "users-files"
+    (host / "src").mkdir(parents=True)
+    (host / "precious").write_text("keep me\n")
+    (host / "src" / "main.c").write_text("int main(void) { return 0; }\n")
+    async with runner_with_janitor(tmp_path, containment) as (runner, store):
+        script = f"mkdir -p mnt/deeper && mount --bind {host} mnt && mount -t tmpfs tmpfs mnt/src"
+        outcome = await run(runner, store, script)
+        assert outcome.error is None
+        assert outcome.result.exit_code == 0
+        # Later actions get the recycled directories meanwhile.
+        for _ in range(3):
+            later = await run(runner, store, "true")
+            assert later.result.exit_code == 0
+        deadline = time.monotonic() + 30
+        # Polling the mount table: no event says the janitor's batch is done.
+        while mounted_below(tmp_path / "work") and time.monotonic() < deadline:  # noqa: ASYNC110
+            await trio.sleep(0.05)
+        assert mounted_below(tmp_path / "work") == []
+    assert (host / "precious").read_text() == "keep me\n"
+    assert (host / "src" / "main.c").exists()
