@@ -53,6 +53,7 @@ from lre.service import (
     GrpcServer,
     InstanceBackends,
     Instances,
+    LocalPeers,
     OperationsServicer,
     RpcMetrics,
     ServerOptions,
@@ -194,6 +195,8 @@ class Application:
             )
         self.bridge = TrioBridge()
         self.rpc_metrics = RpcMetrics()
+        #: Tells lre's listeners whether a client is one of lre's own actions.
+        self.local_peers = LocalPeers()
         self.health = HealthBoard()
         self.health.add_check("disk", free_space_check(self._existing_parent(), 1 << 30))
         first = next(iter(self.schedulers.values()), None)
@@ -246,6 +249,7 @@ class Application:
                             *auth_interceptors(server.listener),
                             self.rpc_metrics.interceptor(),
                         ),
+                        local_peers=self.local_peers,
                     ),
                     servicers,
                     self.bridge,
@@ -473,6 +477,7 @@ class Application:
                             self.config.global_.status.address,
                             self.assembler,
                             rpc=self.rpc_metrics.statistics,
+                            local_peers=self.local_peers,
                         )
                         await front.start(status.serve)
                         status_address = status.bound_address
@@ -490,6 +495,7 @@ class Application:
                 core.cancel_scope.cancel()
         finally:
             await self.stores.close()
+            self.local_peers.close()
             if self.learner is not None:
                 with trio.CancelScope(shield=True):
                     await trio.to_thread.run_sync(self.learner.close)

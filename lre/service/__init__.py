@@ -39,6 +39,7 @@ from lre.service._cache_servicers import (
     cache_servicers,
 )
 from lre.service._instances import WILDCARD, InstanceBackends, Instances
+from lre.service._local_peers import LocalPeers, PeerVerdict
 from lre.service._metadata import (
     REQUEST_METADATA_KEY,
     RequestMetadata,
@@ -79,8 +80,10 @@ __all__ = [
     "GrpcServer",
     "InstanceBackends",
     "Instances",
+    "LocalPeers",
     "MethodStatistics",
     "OperationsServicer",
+    "PeerVerdict",
     "RequestMetadata",
     "RpcMetrics",
     "RpcStatistics",
