@@ -25,6 +25,7 @@ from types import FrameType
 
 import pytest
 
+from tests._support import attack_report
 from tests._support.ci import in_ci
 
 DEFAULT_LIMIT_S = float(os.environ.get("LRE_TEST_TIMEOUT", "300"))
@@ -38,6 +39,8 @@ class TestTimeout(BaseException):
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # the ``attack`` marker and its results file (tests/_support/attack_report.py)
+    config.pluginmanager.register(attack_report, "lre-attack-report")
     config.addinivalue_line(
         "markers", "time_limit(seconds): this test's phases may take this long (default 300 s)"
     )

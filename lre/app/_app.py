@@ -54,6 +54,7 @@ from lre.service import (
     GrpcServer,
     InstanceBackends,
     Instances,
+    LocalPeers,
     LookupHitInterceptor,
     OperationsServicer,
     RpcMetrics,
@@ -205,6 +206,8 @@ class Application:
             )
         self.bridge = TrioBridge()
         self.rpc_metrics = RpcMetrics()
+        #: Tells lre's listeners whether a client is one of lre's own actions.
+        self.local_peers = LocalPeers()
         self.health = HealthBoard()
         self.health.add_check("disk", free_space_check(self._existing_parent(), 1 << 30))
         first = next(iter(self.schedulers.values()), None)
@@ -259,6 +262,7 @@ class Application:
                             self.rpc_metrics.interceptor(),
                             *self._history_interceptors(),
                         ),
+                        local_peers=self.local_peers,
                     ),
                     servicers,
                     self.bridge,
@@ -506,6 +510,7 @@ class Application:
                             self.config.global_.status.address,
                             self.assembler,
                             rpc=self.rpc_metrics.statistics,
+                            local_peers=self.local_peers,
                         )
                         await front.start(status.serve)
                         status_address = status.bound_address
@@ -523,6 +528,7 @@ class Application:
                 core.cancel_scope.cancel()
         finally:
             await self.stores.close()
+            self.local_peers.close()
             if self.learner is not None:
                 with trio.CancelScope(shield=True):
                     await trio.to_thread.run_sync(self.learner.close)

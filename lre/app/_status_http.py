@@ -30,7 +30,7 @@ from lre.app._logging import log_rejected
 from lre.app._metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from lre.app._metrics import render_metrics
 from lre.app._snapshot import SnapshotSource
-from lre.service import RpcStatistics
+from lre.service import LocalPeers, RpcStatistics
 from lre.snapshot import WAIT_TEXT, ProcessSnapshot
 
 __all__ = ["StatusServer", "parse_listen_address"]
@@ -40,6 +40,7 @@ log = logging.getLogger("lre.status")
 _REASONS: Final = {
     200: "OK",
     400: "Bad Request",
+    403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
     408: "Request Timeout",
@@ -91,8 +92,12 @@ class StatusServer:
         request_timeout_s: float = 5.0,
         max_request_bytes: int = 8192,
         max_connections: int = 64,
+        local_peers: LocalPeers | None = None,
     ) -> None:
         self.host, self.port = parse_listen_address(address)
+        #: When set, connections from lre's own actions get 403 (see
+        #: ``lre.service.LocalPeers``).
+        self.local_peers = local_peers
         self.source = source
         self.rpc = rpc
         self.request_timeout_s = request_timeout_s
@@ -129,9 +134,34 @@ class StatusServer:
                 return
             self._active += 1
             try:
+                refusal = await self._refusal(stream)
+                if refusal is not None:
+                    log_rejected(
+                        log, "HTTP request", status="403", reason=refusal, peer=_peer(stream)
+                    )
+                    await self._send_quietly(stream, 403, _TEXT, (refusal + "\n").encode(), False)
+                    return
                 await self._handle(stream)
             finally:
                 self._active -= 1
+
+    async def _refusal(self, stream: trio.SocketStream) -> str | None:
+        """Why this connection is refused (it is one of lre's actions), or None."""
+        peers = self.local_peers
+        if peers is None or not peers.available:
+            return None
+        try:
+            remote = stream.socket.getpeername()
+            local = stream.socket.getsockname()
+        except OSError:
+            return None
+        kind = "ipv6" if stream.socket.family == trio.socket.AF_INET6 else "ipv4"
+        host = f"[{remote[0]}]" if kind == "ipv6" else remote[0]
+        peer = f"{kind}:{host}:{remote[1]}"
+        verdict = await trio.to_thread.run_sync(peers.judge, peer, int(local[1]), str(local[0]))
+        if verdict is None or verdict.allowed:
+            return None
+        return f"lre does not serve its own actions: {verdict.reason}"
 
     async def _handle(self, stream: trio.SocketStream) -> None:
         peer = _peer(stream)

@@ -39,6 +39,7 @@ from lre.service._cache_servicers import (
     cache_servicers,
 )
 from lre.service._instances import WILDCARD, InstanceBackends, Instances
+from lre.service._local_peers import LocalPeers, PeerVerdict
 from lre.service._lookup_hits import LookupHitInterceptor
 from lre.service._metadata import (
     REQUEST_METADATA_KEY,
@@ -79,9 +80,11 @@ __all__ = [
     "GrpcServer",
     "InstanceBackends",
     "Instances",
+    "LocalPeers",
     "LookupHitInterceptor",
     "MethodStatistics",
     "OperationsServicer",
+    "PeerVerdict",
     "RpcMetrics",
     "RpcStatistics",
     "ServerOptions",

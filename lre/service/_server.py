@@ -27,6 +27,8 @@ import trio
 
 from lre.config import ListenerSpec
 from lre.service._bridge import TrioBridge
+from lre.service._local_peers import LocalPeers
+from lre.service._peer_guard import ActionPeerInterceptor
 from lre.service._request_decoding import RequestDecodingInterceptor
 from lre.upstream import name_os_thread
 
@@ -69,6 +71,9 @@ class ServerOptions:
     min_client_ping_interval_ms: int = 10_000
     server_credentials: grpc.ServerCredentials | None = None
     interceptors: tuple[grpc.aio.ServerInterceptor[Any, Any], ...] = ()
+    #: When set, calls from processes lre started (its actions) are refused
+    #: with PERMISSION_DENIED (``_peer_guard.py``), before any other interceptor.
+    local_peers: LocalPeers | None = None
 
     @classmethod
     def from_listener(cls, listener: ListenerSpec, **overrides: Any) -> ServerOptions:
@@ -171,10 +176,20 @@ class GrpcServer:
         # The first grpc.aio object starts grpc's completion-queue poller
         # thread, which inherits this thread's name; name both apart.
         name_os_thread("lre-grpc-poll")
+        guard = (
+            ActionPeerInterceptor(options.local_peers)
+            if options.local_peers is not None and not options.address.startswith("unix:")
+            else None
+        )
         server = grpc.aio.server(
             options=options.channel_options(),
+            # Outermost: calls from lre's own actions end before anything runs.
             # Innermost: requests that do not parse become INVALID_ARGUMENT.
-            interceptors=(*options.interceptors, RequestDecodingInterceptor()),
+            interceptors=(
+                *((guard,) if guard is not None else ()),
+                *options.interceptors,
+                RequestDecodingInterceptor(),
+            ),
         )
         name_os_thread("lre-grpc-aio")
         for servicer in self.servicers:
@@ -194,5 +209,7 @@ class GrpcServer:
         else:
             host = address.rsplit(":", 1)[0]
             bound = f"{host}:{port}"
+            if guard is not None:
+                guard.listening_on(host, port)
         await server.start()
         return server, bound

@@ -8,20 +8,38 @@ each containment backend (``_containment.py``) lists its actions here. With
 
 - lre starts the guardian once, on the first action, with ``posix_spawn``:
   ``python -I -S`` running this file, in a session of its own (a Ctrl-C in
-  lre's terminal does not reach it), stdin the read end of a pipe whose write
-  end only lre holds (close-on-exec, so no action inherits it).
+  lre's terminal does not reach it), stdin one end of a Unix socket pair
+  whose other end only lre holds (close-on-exec, so no action inherits it).
+- The channel is a socket, not a pipe, because a pipe can be reopened by
+  anyone who may read ``/proc/<guardian>/fd/0``: an action of lre's user
+  could then write commands (make a clean shutdown kill any process) or hold
+  a write end open, so that the guardian never sees lre's death. A socket
+  cannot be opened through ``/proc`` (ENXIO, even for root), a socket pair has
+  no address to connect to, and the guardian makes itself non-dumpable, so
+  a process of the same user can neither ptrace it nor copy its descriptor
+  with ``pidfd_getfd``. It checks that the peer of its stdin is lre (its pid
+  is the guardian's argument; ``SO_PEERCRED``) and serves nothing otherwise.
+  It holds nothing else of lre's: lre closes its inheritable descriptors in
+  the spawn, the guardian closes any others, and lre waits for its "ready"
+  byte (sent once it is non-dumpable) before the first action starts.
 - lre writes ``+PGID`` when an action's group starts and ``-PGID`` just before
   it reaps the group's leader (the zombie keeps the id reserved until then, so
   a listed id never names a stranger's group); ``*PID`` / ``/PID`` list and
   unlist single orphans that lre adopted as subreaper and left running.
-- When the pipe reaches end of file (lre exited, however it exited) the
-  guardian reads the process table once and SIGKILLs every listed group, every
-  listed orphan and every descendant of those, then exits. After a clean
-  shutdown the lists are empty.
+  Numbers below 2 (``-1`` is every process of the user, ``0`` the guardian's
+  own group, ``1`` init) are ignored.
+- When the channel reaches end of file (lre exited, however it exited, or
+  ``close`` was called) the guardian reads the process table once and
+  SIGKILLs every listed group, every listed orphan and every descendant of
+  those, then exits. After a clean shutdown the lists are empty. So a guardian
+  lives exactly as long as lre's end of the channel, and so no longer than
+  the last action lre ran.
 
 Limits: an orphan re-parented to lre and not yet listed (lre lists the ones
 it finds when an action ends) is re-parented to init when lre dies and is not
-found; the next lre start kills processes left in its work directory.
+found; the next lre start kills processes left in its work directory. Under
+``portable`` an action runs as lre's user in lre's PID namespace and can
+SIGKILL the guardian; lre then logs that it is gone at its next command.
 
 The guardian itself uses the standard library only and imports nothing of
 lre, so starting it costs one small interpreter. If it cannot be started or
@@ -34,12 +52,20 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
+import struct
 import sys
 import threading
 
-__all__ = ["ProcessGuardian"]
+__all__ = ["ProcessGuardian", "parse_command"]
 
 log = logging.getLogger(__name__)
+
+_PR_SET_DUMPABLE = 4
+_KINDS = (b"+", b"-", b"*", b"/")
+#: What the guardian sends once it is ready, and how long lre waits for it.
+_READY = b"!"
+_READY_TIMEOUT_S = 30.0
 
 
 class ProcessGuardian:
@@ -76,6 +102,21 @@ class ProcessGuardian:
         """Unlist the process ``pid``; call before it is reaped."""
         self._send(b"/%d\n" % pid)
 
+    def close(self) -> None:
+        """Close lre's end of the channel (what lre's exit does) and reap the
+        guardian, which kills whatever is still listed and exits."""
+        with self._lock:
+            fd, self._fd = self._fd, None
+            self._gave_up = True
+        if fd is None:
+            return
+        os.close(fd)
+        if self._pid is not None:
+            try:
+                os.waitpid(self._pid, 0)
+            except ChildProcessError:
+                pass
+
     def _send(self, line: bytes) -> None:
         with self._lock:
             if self._fd is None and not self._gave_up:
@@ -98,13 +139,16 @@ class ProcessGuardian:
 
     def _start(self) -> None:
         """(under the lock) spawn the guardian; on failure log and give up."""
-        read_end, write_end = os.pipe()  # both close-on-exec
+        # Both ends close-on-exec; posix_spawn's dup2 clears it on the copy.
+        theirs, ours = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        read_end = theirs.detach()
         try:
             self._pid = os.posix_spawn(
                 sys.executable,
-                [sys.executable, "-I", "-S", os.path.abspath(__file__)],
+                [sys.executable, "-I", "-S", os.path.abspath(__file__), str(os.getpid())],
                 {},
                 file_actions=[
+                    *((os.POSIX_SPAWN_CLOSE, fd) for fd in _inheritable_fds() if fd > 2),
                     (os.POSIX_SPAWN_DUP2, read_end, 0),
                     (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
                     (os.POSIX_SPAWN_DUP2, 1, 2),
@@ -112,7 +156,7 @@ class ProcessGuardian:
                 setsid=True,
             )
         except OSError as error:
-            os.close(write_end)
+            ours.close()
             log.warning(
                 "cannot start the process guardian (%s); background children of "
                 "actions may outlive an lre crash until the next start",
@@ -122,7 +166,42 @@ class ProcessGuardian:
             return
         finally:
             os.close(read_end)
-        self._fd = write_end
+        # Wait until it is untraceable and holds nothing of lre's but the
+        # channel (once per lre, before the first action runs).
+        try:
+            ours.settimeout(_READY_TIMEOUT_S)
+            ready = ours.recv(1)
+            ours.settimeout(None)
+            ours.shutdown(socket.SHUT_RD)
+        except OSError:
+            ready = b""
+        if ready != _READY:
+            log.warning(
+                "the process guardian (pid %s) did not start; background children of "
+                "actions may outlive an lre crash until the next start",
+                self._pid,
+            )
+            ours.close()
+            self._gave_up = True
+            return
+        self._fd = ours.detach()
+
+
+def _inheritable_fds() -> list[int]:
+    """lre's descriptors without close-on-exec (inherited from whoever started
+    lre): the guardian closes them before it runs anything."""
+    found = []
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return []
+    for name in names:
+        try:
+            if os.get_inheritable(int(name)):
+                found.append(int(name))
+        except OSError:
+            continue
+    return found
 
 
 def _process_table() -> list[tuple[int, int, int]]:
@@ -159,10 +238,59 @@ def doomed(groups: set[int], pids: set[int], table: list[tuple[int, int, int]]) 
     return found
 
 
-def serve(stdin: int = 0) -> None:
-    """The guardian's loop (see the module docstring); returns at end of file."""
+def parse_command(line: bytes) -> tuple[bytes, int] | None:
+    """``(kind, number)`` of one command line, or None when it is not one: an
+    unknown kind, anything but decimal digits, or a number below 2."""
+    kind, digits = line[:1], line[1:]
+    if kind not in _KINDS or not digits.isdigit():
+        return None
+    number = int(digits)
+    return (kind, number) if number >= 2 else None
+
+
+def _refuse_tracing() -> None:
+    """Make this process non-dumpable: processes of the same user can then not
+    ptrace it, read its ``/proc`` descriptors or copy them (best effort)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _peer_is(stdin: int, lre: int) -> bool:
+    """False when ``stdin`` is a Unix socket whose peer is not process ``lre``
+    (any other kind of stdin, as in tests, is taken as it is)."""
+    copy = os.dup(stdin)
+    try:
+        channel = socket.socket(fileno=copy)
+    except OSError:  # not a socket
+        os.close(copy)
+        return True
+    with channel:
+        if channel.family != socket.AF_UNIX:
+            return True
+        try:
+            raw = channel.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+        except OSError:
+            return False
+    pid: int = struct.unpack("3i", raw)[0]
+    return pid == lre
+
+
+def serve(stdin: int = 0, lre: int | None = None) -> None:
+    """The guardian's loop (see the module docstring); returns at end of file,
+    at once when the channel's peer is not ``lre`` (lre's pid, when given)."""
+    _refuse_tracing()
     for terminal_signal in (signal.SIGINT, signal.SIGHUP):
         signal.signal(terminal_signal, signal.SIG_IGN)
+    if lre is not None and not _peer_is(stdin, lre):
+        return
+    try:
+        os.write(stdin, _READY)
+    except OSError:
+        pass  # a pipe (tests): nobody waits
     groups: set[int] = set()
     pids: set[int] = set()
     pending = b""
@@ -176,11 +304,10 @@ def serve(stdin: int = 0) -> None:
         pending += chunk
         *lines, pending = pending.split(b"\n")
         for line in lines:
-            try:
-                number = int(line[1:])
-            except ValueError:
+            command = parse_command(line)
+            if command is None:
                 continue
-            kind = line[:1]
+            kind, number = command
             if kind == b"+":
                 groups.add(number)
             elif kind == b"-":
@@ -208,4 +335,7 @@ def serve(stdin: int = 0) -> None:
 
 
 if __name__ == "__main__":
-    serve()
+    # Descriptors lre had without close-on-exec are none of the guardian's
+    # (lre closes the ones it knows of at spawn; this catches the rest).
+    os.closerange(3, 1 << 20)
+    serve(lre=int(sys.argv[1]) if len(sys.argv) > 1 else None)

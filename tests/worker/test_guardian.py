@@ -8,9 +8,18 @@ import sys
 import time
 
 import psutil
+import pytest
 
 from lre.worker import _guardian
 from lre.worker._guardian import ProcessGuardian
+from tests._support.lre_as import (
+    IDENTITIES,
+    run_driver,
+    scratch_for,
+    start_driver,
+    start_victim,
+)
+from tests._support.processes import processes_with, wait_until
 
 
 def sleeper_group() -> subprocess.Popen[bytes]:
@@ -83,3 +92,85 @@ def test_process_guardian_starts_once_and_is_told_of_groups() -> None:
         if group_alive(group.pid):
             os.killpg(group.pid, 9)
         group.wait()
+
+
+# --------------------------------------------------------------------------- attacks
+# Each runs the attack from inside a real action of a driver lre
+# (tests/_support/lre_driver.py), as lre's own user and as nobody.
+
+BACKENDS = ("pidns", "userns", "portable")
+
+
+def _available(mode: str, identity: str) -> None:
+    if identity == "nobody" and mode == "pidns":
+        pytest.skip("pidns needs CAP_SYS_ADMIN, which nobody lacks (it gets userns)")
+    if mode == "pidns" and os.geteuid() != 0:
+        if os.environ.get("CI"):
+            pytest.fail("CI runs as root: pidns must be available")
+        pytest.skip("pidns needs root")
+
+
+#: Writes a command to every descriptor of the guardian it can open: a
+#: "kill this process at shutdown" line naming a process outside any action.
+COMMAND_THE_GUARDIAN = (
+    "for fd in /proc/{guardian}/fd/*; do "
+    'printf \'*%d\\n\' {victim} 2>/dev/null > "$fd" && echo "wrote $fd"; done; true'
+)
+
+
+@pytest.mark.attack("guardian channel: an action commands the guardian")
+@pytest.mark.parametrize("identity", IDENTITIES)
+@pytest.mark.parametrize("containment", BACKENDS)
+def test_an_action_cannot_make_a_clean_shutdown_kill_a_process(
+    containment: str, identity: str
+) -> None:
+    _available(containment, identity)
+    victim = start_victim(identity)
+    try:
+        with scratch_for(identity) as scratch:
+            request = {"mode": containment, "script": COMMAND_THE_GUARDIAN, "then": "down"}
+            answer = run_driver(identity, {**request, "victim": victim.pid}, scratch)
+        assert answer["exit_code"] == 0, answer
+        time.sleep(0.2)
+        assert victim.poll() is None, f"the guardian took the action's command: {answer}"
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+@pytest.mark.attack("guardian channel: an action outlives a SIGKILL of lre")
+@pytest.mark.parametrize("identity", IDENTITIES)
+@pytest.mark.parametrize("containment", BACKENDS)
+def test_holding_the_guardian_channel_does_not_outlive_lre(containment: str, identity: str) -> None:
+    _available(containment, identity)
+    marker = f"{5000 + os.getpid() % 1000}.{time.monotonic_ns() % 10**9:09d}"
+    script = (
+        "{{ echo held; exec sleep " + marker + "; }} 3>/proc/{guardian}/fd/0 "
+        "|| {{ echo refused; exec sleep " + marker + "; }}"
+    )
+    with scratch_for(identity) as scratch:
+        driver = start_driver(
+            identity, {"mode": containment, "script": script, "then": "hang"}, scratch
+        )
+        try:
+            assert driver.stdout is not None
+            line = driver.stdout.readline()
+            assert line, f"the driver ended early: {driver.communicate()[1]}"
+            driver.kill()  # lre SIGKILLed
+            driver.communicate()
+            gone = wait_until(lambda: not processes_with(marker), 5.0)
+            assert gone, f"the action outlived lre ({line.strip()})"
+        finally:
+            for process in processes_with(marker):
+                process.kill()
+            driver.kill()
+            driver.communicate()
+
+
+def test_the_guardian_refuses_numbers_that_name_no_single_process() -> None:
+    # kill(-1) is every process of the user, kill(0) the guardian's own group,
+    # kill(1) init: never a listed action's process or group.
+    for line in (b"*-1", b"*0", b"*1", b"+0", b"+1", b"+-5", b"/-1", b"*12x", b"?12"):
+        assert _guardian.parse_command(line) is None, line
+    assert _guardian.parse_command(b"*4242") == (b"*", 4242)
+    assert _guardian.parse_command(b"+77") == (b"+", 77)

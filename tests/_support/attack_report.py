@@ -1,0 +1,88 @@
+"""The ``attack`` marker and the results file ``bench/security_table.py`` reads.
+
+An attack test is the attack itself, run from inside a real action; it passes
+when lre held. Mark it ``@pytest.mark.attack("class of attack")``. Its backend
+is the value of a ``containment`` or ``backend`` parameter (a string, or an
+object with a ``name``), else ``"-"``; its identity is an ``identity``
+parameter when the test has one, else the user running the test.
+
+With ``LRE_ATTACK_RESULTS=/path/file.jsonl`` set, each attack test's outcome
+is appended to that file as one JSON object per line::
+
+    {"attack": "...", "backend": "pidns", "identity": "root",
+     "outcome": "held" | "broken" | "skipped", "test": "<node id>"}
+
+A failing or erroring attack test is ``broken``; a skipped one ``skipped``.
+Nothing is written without the variable (an unwritable path fails the run).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+from typing import Any
+
+import pytest
+
+RESULTS_VARIABLE = "LRE_ATTACK_RESULTS"
+
+
+def _param_name(value: object) -> str:
+    if isinstance(value, str):
+        return value
+    name = getattr(value, "name", None)
+    return name if isinstance(name, str) else str(value)
+
+
+def _own_identity() -> str:
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return str(os.geteuid())
+
+
+def describe(item: pytest.Item) -> dict[str, str] | None:
+    """The attack class, backend and identity of ``item``; None when unmarked."""
+    marker = item.get_closest_marker("attack")
+    if marker is None:
+        return None
+    if not marker.args or not isinstance(marker.args[0], str):
+        raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.attack needs the class as a string")
+    params: dict[str, Any] = getattr(getattr(item, "callspec", None), "params", {})
+    backend = "-"
+    for key in ("containment", "backend"):
+        if key in params:
+            backend = _param_name(params[key])
+            break
+    identity = _param_name(params["identity"]) if "identity" in params else _own_identity()
+    return {"attack": marker.args[0], "backend": backend, "identity": identity}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "attack(name): a hostile action; its outcome goes to the security table "
+        "(see tests/_support/attack_report.py)",
+    )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    path = os.environ.get(RESULTS_VARIABLE)
+    described = describe(item) if path else None
+    if path and described is not None:
+        outcome = None
+        if report.when == "call" or (report.when == "setup" and not report.passed):
+            if report.skipped:
+                outcome = "skipped"
+            elif report.failed:
+                outcome = "broken"
+            elif report.when == "call":
+                outcome = "held"
+        if outcome is not None:
+            with open(path, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps({**described, "outcome": outcome, "test": item.nodeid}))
+                handle.write("\n")
+    return report

@@ -1,0 +1,102 @@
+"""Running a small lre-side driver as lre's own user or as ``nobody``.
+
+Attack tests run the attack from inside a real action; the "lre" that starts
+the action is ``tests/_support/lre_driver.py`` in a subprocess, so that a test
+can SIGKILL it, and so that it can run as an unprivileged user: ``nobody``
+through ``setpriv`` (needs root; CI runs as root, so there it must work), with
+the system's Python and this checkout's packages on ``PYTHONPATH``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+#: Values of an attack test's ``identity`` parameter.
+IDENTITIES = ("own", "nobody")
+
+_ROOT = Path(__file__).parents[2]
+DRIVER = Path(__file__).with_name("lre_driver.py")
+
+
+def _site_packages() -> str:
+    import grpc
+
+    return str(Path(grpc.__file__).parents[1])
+
+
+def python_for(identity: str) -> tuple[list[str], dict[str, str]]:
+    """argv prefix and environment that run Python as ``identity``."""
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "PYTHONPATH": f"{_ROOT}:{_site_packages()}",
+        "LC_ALL": "C.UTF-8",
+    }
+    if identity == "own":
+        return [sys.executable], env
+    if os.geteuid() != 0:
+        if os.environ.get("CI"):
+            pytest.fail("CI runs as root; this test switches to nobody")
+        pytest.skip("needs root to run as another user")
+    system_python = shutil.which("python3", path="/usr/bin:/bin")
+    if system_python is None:
+        pytest.fail("no /usr/bin/python3 to run lre as nobody")
+    setpriv = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+    return [*setpriv, system_python], env
+
+
+@contextmanager
+def scratch_for(identity: str) -> Iterator[Path]:
+    """A fresh directory ``identity`` may write (removed afterwards)."""
+    path = Path(tempfile.mkdtemp(prefix="lre-attack-"))
+    try:
+        if identity == "nobody":
+            entry = pwd.getpwnam("nobody")
+            os.chown(path, entry.pw_uid, entry.pw_gid)
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def start_victim(identity: str) -> subprocess.Popen[bytes]:
+    """A ``sleep`` running as ``identity`` outside any action (kill it after use)."""
+    prefix, env = python_for(identity)
+    return subprocess.Popen([*prefix[:-1], "sleep", "300"], env=env)
+
+
+def start_driver(identity: str, request: dict[str, object], cwd: Path) -> subprocess.Popen[str]:
+    """Start the driver as ``identity`` with ``request`` (see lre_driver.py)."""
+    prefix, env = python_for(identity)
+    return subprocess.Popen(
+        [*prefix, str(DRIVER), json.dumps(request)],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def run_driver(identity: str, request: dict[str, object], cwd: Path) -> dict[str, object]:
+    """Run the driver to its end; its JSON answer (fails the test if it crashed)."""
+    driver = start_driver(identity, request, cwd)
+    try:
+        out, err = driver.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        driver.kill()
+        out, err = driver.communicate()
+        pytest.fail(f"driver timed out: {err}")
+    if driver.returncode != 0:
+        pytest.fail(f"driver failed ({driver.returncode}): {err}")
+    answer: dict[str, object] = json.loads(out.strip().splitlines()[-1])
+    return answer

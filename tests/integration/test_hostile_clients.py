@@ -1,0 +1,101 @@
+"""An action cannot call lre's own services (gRPC or the status port), while a
+normal client can: each attack from inside a real action of a whole lre that
+runs as lre's own user or as nobody, under each containment backend."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from tests._support.configs import WORKER_EXTRA, app_config_text
+from tests._support.lre_as import IDENTITIES, python_for, scratch_for
+from tests._support.processes import processes_with
+from tests._support.reapi import Client, response_of
+
+BACKENDS = ("pidns", "userns", "portable")
+HOSTILE = Path(__file__).parents[1] / "_support" / "hostile_client.py"
+
+
+def _available(mode: str, identity: str) -> None:
+    if identity == "nobody" and mode == "pidns":
+        pytest.skip("pidns needs CAP_SYS_ADMIN, which nobody lacks (it gets userns)")
+    if mode == "pidns" and os.geteuid() != 0:
+        if os.environ.get("CI"):
+            pytest.fail("CI runs as root: pidns must be available")
+        pytest.skip("pidns needs root")
+
+
+@contextmanager
+def lre_as(identity: str, containment: str) -> Iterator[dict[str, str]]:
+    """A whole lre running as ``identity``; its addresses."""
+    prefix, env = python_for(identity)
+    with scratch_for(identity) as root:
+        text = app_config_text(
+            root, status_port=0, extra_worker=f'{WORKER_EXTRA}, containment: "{containment}"'
+        )
+        config = root / "lre.json5"
+        config.write_text(text)
+        os.chmod(config, 0o644)
+        server = subprocess.Popen(
+            [*prefix, str(HOSTILE.with_name("lre_server_as.py")), str(config)],
+            cwd=root,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert server.stdout is not None and server.stdin is not None
+            line = server.stdout.readline()
+            if not line:
+                pytest.fail(f"lre did not start: {server.communicate(timeout=60)[1][-3000:]}")
+            yield json.loads(line)
+        finally:
+            try:  # end of input stops it
+                server.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.communicate()
+
+
+@pytest.mark.attack("lre's listeners: an action forges a result, runs a helper, reads /status")
+@pytest.mark.parametrize("identity", IDENTITIES)
+@pytest.mark.parametrize("containment", BACKENDS)
+def test_an_action_cannot_call_lres_own_services(containment: str, identity: str) -> None:
+    _available(containment, identity)
+    marker = f"1001.{os.getpid() % 1000:03d}{abs(hash(containment + identity)) % 10**6:06d}"
+    prefix, env = python_for(identity)
+    with lre_as(identity, containment) as addresses, Client(addresses["grpc"]) as client:
+        victim = client.prepare(["/bin/echo", "the true result"])
+        helper = client.prepare(["/bin/sh", "-c", f"sleep {marker}"])
+        attack = client.prepare(
+            [
+                prefix[-1],
+                str(HOSTILE),
+                addresses["grpc"],
+                addresses["status"],
+                client.instance,
+                f"{victim.digest.hash}/{victim.digest.size_bytes}",
+                f"{helper.digest.hash}/{helper.digest.size_bytes}",
+            ],
+            env={"PYTHONPATH": env["PYTHONPATH"], "PATH": env["PATH"]},
+        )
+        response = response_of(client.execute(attack)[-1])  # a normal client works
+        output = client.stdout(response.result).decode()
+        assert response.result.exit_code == 0, (output, client.stderr(response.result))
+        assert client.get_result(victim.digest) is None, f"the forged result is served: {output}"
+        assert not processes_with(marker), f"the helper runs: {output}"
+        lines = dict(line.split(": ", 1) for line in output.splitlines())
+        assert lines["update"].startswith("refused PERMISSION_DENIED"), output
+        assert lines["execute"].startswith("refused PERMISSION_DENIED"), output
+        assert lines["status"] == "403", output
+        # ... and the victim still runs for real.
+        real = client.run(["/bin/echo", "the true result"], salt=None)
+        assert client.stdout(real.result) == b"the true result\n"
