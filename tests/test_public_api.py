@@ -271,6 +271,8 @@ PUBLIC_API: dict[str, set[str]] = {
     },
     "lre.worker": {
         "CONTAINMENT_MODES",
+        "QuarantinedEntry",
+        "quarantined",
         "ActionResultWriter",
         "ActionRunner",
         "Adopter",
@@ -285,7 +287,9 @@ PUBLIC_API: dict[str, set[str]] = {
         "run_process",
     },
     "lre.service": {
+        "LocalPeers",
         "LookupHitInterceptor",
+        "PeerVerdict",
         "ActionCacheServicer",
         "AuthStatistics",
         "AuthTokenError",
