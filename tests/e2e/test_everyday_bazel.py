@@ -111,3 +111,90 @@ def test_a_token_listener_gets_the_header_from_the_token_file(tmp_path: Path) ->
         down = run_lre("down", "--config", str(config), cwd=ws.root, env=env)
     assert down.returncode == 0, down.stderr
     _runs_right(ws)
+
+
+def _status_json(address: str) -> tuple[int, dict[str, object]]:
+    import json
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://{address}/status", timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def test_a_cancelled_build_is_not_a_worker_fault(tmp_path: Path) -> None:
+    """Ctrl-C in ``bazel build``: lre cancels the running actions, and stays healthy."""
+    import signal
+    import time
+
+    from tests.e2e._workspace import write_offline_scaffold
+
+    require_bazel()
+    ws = tmp_path / "ws"
+    write_offline_scaffold(ws, "cancelled")
+    (ws / "BUILD").write_text(
+        "".join(
+            f'genrule(name = "slow{i}", outs = ["slow{i}.txt"], '
+            f'cmd = "sleep 300; echo {i} > $@")\n'
+            for i in range(4)
+        )
+    )
+    status_port = free_port()
+    config = tmp_path / "lre.json5"
+    config.write_text(
+        app_config_text(
+            tmp_path / "lre-root",
+            status_port=status_port,
+            max_inflight=4,
+            extra_worker=', platform_properties: { OSFamily: { values: ["Linux"] } }',
+        ).replace("cpu_count: 2,", "cpu_count: 4,")
+    )
+    env = {**os.environ, "HOME": str(tmp_path / "home")}
+    address = f"127.0.0.1:{status_port}"
+    up = run_lre("up", "--detach", "--config", str(config), cwd=ws, env=env)
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        with BazelSession(ws, tmp_path / "bazel") as bazel:
+            for _round in range(2):
+                build = subprocess.Popen(
+                    [bazel._bazel, *bazel._startup, "build", "//:all"],
+                    cwd=ws,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                )
+                try:
+                    deadline = time.monotonic() + 300
+                    while _status_json(address)[1].get("running", 0) < 2:
+                        assert build.poll() is None, build.communicate()[0]
+                        assert time.monotonic() < deadline, "the actions never ran"
+                        time.sleep(0.5)
+                    build.send_signal(signal.SIGINT)  # the user's Ctrl-C
+                    output = build.communicate(timeout=120)[0]
+                finally:
+                    if build.poll() is None:
+                        build.kill()
+                        build.wait()
+                assert build.returncode != 0, output
+                deadline = time.monotonic() + 120
+                while _status_json(address)[1].get("running", 1) != 0:
+                    assert time.monotonic() < deadline, _status_json(address)
+                    time.sleep(0.5)
+        code, body = _status_json(address)
+        assert code == 200, body
+        status = run_lre("status", "--config", str(config), cwd=ws, env=env)
+        assert status.returncode == 0, status.stdout + status.stderr
+        doctor = run_lre("doctor", "--json", "--config", str(config), cwd=ws, env=env)
+        import json
+
+        checks = {c["name"]: c for c in json.loads(doctor.stdout)["checks"]}
+        assert checks["lre"]["status"] == "OK", checks["lre"]
+    finally:
+        down = run_lre("down", "--now", "--config", str(config), cwd=ws, env=env)
+        if down.returncode != 0:
+            down = run_lre("down", "--config", str(config), cwd=ws, env=env)
+    assert down.returncode == 0, down.stderr
