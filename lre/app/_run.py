@@ -1,9 +1,11 @@
-"""Run an Application in the foreground until SIGINT/SIGTERM.
+"""Run an Application in the foreground until SIGINT/SIGTERM/SIGHUP.
 
 Trio owns the process: ``trio.run`` here, signals received with
 ``trio.open_signal_receiver`` (explicit handlers, so a server started from a
 non-interactive shell that ignores SIGINT still stops on SIGTERM and Ctrl-C).
-The first signal begins the ordered shutdown; a second one cancels at once
+SIGHUP (the terminal of a foreground lre closed) stops it as the other two
+do: a server nobody watches any more must still make its clients' config
+inert. The first signal begins the ordered shutdown; a second one cancels at once
 (running actions are still killed and reaped by their cancel scopes).
 """
 
@@ -29,8 +31,8 @@ async def serve_until_signal(
     on_ready: Callable[[ReadyInfo], None] | None = None,
     companion: Callable[[Application], Awaitable[None]] | None = None,
 ) -> None:
-    """Serve ``app`` until SIGINT or SIGTERM, then shut it down in order."""
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    """Serve ``app`` until SIGINT, SIGTERM or SIGHUP, then shut it down in order."""
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
         async with trio.open_nursery() as nursery:
             await nursery.start(
                 lambda task_status: app.serve(on_ready=on_ready, task_status=task_status)
@@ -43,7 +45,10 @@ async def serve_until_signal(
                     name = signal.Signals(signum).name
                     if count == 1:
                         log.info("%s received: shutting down (again to force)", name)
-                        print(f"lre: {name} received, shutting down", file=sys.stderr)
+                        try:
+                            print(f"lre: {name} received, shutting down", file=sys.stderr)
+                        except OSError:  # the terminal is gone (SIGHUP)
+                            pass
                         app.request_stop()
                     else:
                         log.warning("%s received again: cancelling everything", name)

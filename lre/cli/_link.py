@@ -10,7 +10,7 @@ down`` can make its config inert and the next ``lre up`` can restore it.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Protocol
 
 import typer
 
@@ -76,14 +76,20 @@ def client_settings_for(server: RunningServer, instance: str) -> ClientSettings:
     )
 
 
-def print_report(report: WriteReport) -> None:
+class Echo(Protocol):
+    """Where a command's lines go (``typer.echo``, or also the dashboard's notes)."""
+
+    def __call__(self, text: str, err: bool = False) -> None: ...
+
+
+def print_report(report: WriteReport, echo: Echo = typer.echo) -> None:
     """What a write or removal did: one line per file, notes on stderr."""
     for path in report.written:
-        typer.echo(f"wrote {path}")
+        echo(f"wrote {path}")
     for path in report.removed:
-        typer.echo(f"removed {path}")
+        echo(f"removed {path}")
     for warning in report.warnings:
-        typer.echo(f"note: {warning}", err=True)
+        echo(f"note: {warning}", err=True)
 
 
 def _platform_source() -> Path | None:
@@ -130,7 +136,9 @@ def _merge(into: WriteReport, report: WriteReport) -> None:
     into.warnings += report.warnings
 
 
-def point_linked_repos(server: RunningServer, state_dir: Path, *, skip: Path | None) -> None:
+def point_linked_repos(
+    server: RunningServer, state_dir: Path, *, skip: Path | None, echo: Echo = typer.echo
+) -> None:
     """Point every recorded repository (but ``skip``) at ``server`` again, saying so.
 
     A repository whose lre files are gone (unlinked by hand, deleted) is left
@@ -144,10 +152,10 @@ def point_linked_repos(server: RunningServer, state_dir: Path, *, skip: Path | N
         try:
             report = point_repo(repo, server, link, state_dir)
         except (ClientConfigError, OSError) as error:
-            typer.echo(f"error: {repo}: {error}", err=True)
+            echo(f"error: {repo}: {error}", err=True)
             continue
-        print_report(report)
-        typer.echo(f"{repo} uses lre again")
+        print_report(report, echo)
+        echo(f"{repo} uses lre again")
 
 
 RepoOption = Annotated[

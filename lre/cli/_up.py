@@ -17,6 +17,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Annotated
 
 import psutil
@@ -43,6 +44,7 @@ from lre.cli._daemon import (
 from lre.cli._git_exclude import set_excluded
 from lre.cli._link import (
     BuckLocalOption,
+    Echo,
     InstanceOption,
     NoEditOption,
     RepoOption,
@@ -90,20 +92,44 @@ def _server_record(
     )
 
 
-def _point_repos(server: RunningServer, state_dir: Path, repo: Path | None, link: Link) -> None:
+def _point_repos(
+    server: RunningServer,
+    state_dir: Path,
+    repo: Path | None,
+    link: Link,
+    echo: Echo = typer.echo,
+) -> None:
     """Point ``repo`` and every repository linked before at ``server``; print what changed."""
     if repo is not None:
         try:
-            print_report(point_repo(repo, server, link, state_dir))
+            print_report(point_repo(repo, server, link, state_dir), echo)
         except (ClientConfigError, OSError) as error:
-            typer.echo(f"error: {error}", err=True)
-    point_linked_repos(server, state_dir, skip=repo)
+            echo(f"error: {error}", err=True)
+    point_linked_repos(server, state_dir, skip=repo, echo=echo)
 
 
-async def _dashboard(application: Application) -> None:
-    from lre.tui import run_dashboard
+def say(text: str, err: bool = False) -> None:
+    """``typer.echo`` that survives a terminal that is gone (SIGHUP, a closed pipe)."""
+    try:
+        typer.echo(text, err=err)
+    except OSError:
+        pass
 
-    await run_dashboard(application.assembler)
+
+def _dashboard_of(notes: list[str]) -> Callable[[Application], Awaitable[None]]:
+    """The dashboard of a foreground ``lre up``: ``q`` stops lre, as Ctrl-C does;
+    ``notes`` (what lre wrote while starting) stay on top of the screen."""
+
+    async def dashboard(application: Application) -> None:
+        from lre.tui import run_dashboard
+
+        try:
+            await run_dashboard(application.assembler, quit_keys=True, notes=notes)
+        except OSError:  # the terminal went away: SIGHUP stops lre
+            return
+        application.request_stop()
+
+    return dashboard
 
 
 @app.command()
@@ -175,24 +201,31 @@ def up(
         )
         return
 
+    from lre.app import AppBuildError, StoreBuildError, run_server
+
+    dashboard = sys.stdout.isatty() and not no_tui
+    ready_seen = False
+    notes: list[str] = []
+
+    def echo(text: str, err: bool = False) -> None:
+        say(text, err)
+        if dashboard:
+            notes.append(text)
+
     def announce(ready: ReadyInfo) -> None:
         server = _server_record(config, ready, state_dir, repo_root)
         # Client config first: the pid file means "ready", and a build
         # started then must already find lre.bazelrc (Bazel's try-import
         # skips a missing file silently).
         if not no_client_config:
-            _point_repos(server, state_dir, repo_root, link)
+            _point_repos(server, state_dir, repo_root, link, echo)
         write_pid_file(state_dir, server)
-        typer.echo(
+        echo(
             f"lre listening on {', '.join(ready.grpc_addresses)}"
-            + (f"; status on http://{ready.status_address}/status" if ready.status_address else ""),
+            + (f"; status on http://{ready.status_address}/status" if ready.status_address else "")
+            + ("; q or Ctrl-C stops it" if dashboard else ""),
             err=True,
         )
-
-    from lre.app import AppBuildError, StoreBuildError, run_server
-
-    dashboard = sys.stdout.isatty() and not no_tui
-    ready_seen = False
 
     def on_ready(ready: ReadyInfo) -> None:
         nonlocal ready_seen
@@ -203,7 +236,7 @@ def up(
         run_server(
             config,
             on_ready=on_ready,
-            companion=_dashboard if dashboard else None,
+            companion=_dashboard_of(notes) if dashboard else None,
             log_level=log_level,
             log_to_file=dashboard,
         )
@@ -220,9 +253,9 @@ def up(
     finally:
         remove_pid_file(state_dir, os.getpid())
         if ready_seen and not no_client_config:
-            # Stopped in the foreground (Ctrl-C, q, SIGTERM): as `lre down` does.
+            # Stopped in the foreground (Ctrl-C, q, SIGTERM, SIGHUP): as `lre down` does.
             _make_repos_inert(state_dir, None)
-    typer.echo("lre stopped", err=True)
+    say("lre stopped", err=True)
 
 
 def _use_running(
@@ -344,18 +377,22 @@ def _make_repos_inert(state_dir: Path, server: RunningServer | None) -> None:
     repos = set(read_links(state_dir))
     if server is not None and server.repo:
         repos.add(Path(server.repo))
+    # Every repository first, then what happened: the terminal may be gone.
+    lines: list[tuple[str, bool]] = []
     for repo in sorted(repos):
         try:
             make_inert(repo)
             files = client_config_files(repo)
         except (ClientConfigError, OSError) as error:
-            typer.echo(f"error: {repo}: {error}", err=True)
+            lines.append((f"error: {repo}: {error}", True))
             continue
         if files:
             names = ", ".join(str(p.relative_to(repo)) for p in files)
-            typer.echo(f"{repo}: builds locally now ({names} inert until `lre up`)")
+            lines.append((f"{repo}: builds locally now ({names} inert until `lre up`)", False))
             if any("buckconfig" in p.name for p in files):
-                typer.echo(f"note: {repo}: run `buck2 kill` so Buck2 rereads it", err=True)
+                lines.append((f"note: {repo}: run `buck2 kill` so Buck2 rereads it", True))
+    for text, err in lines:
+        say(text, err)
 
 
 @app.command()
