@@ -16,6 +16,8 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TextIO
 
 import trio
 
@@ -61,6 +63,15 @@ async def serve_until_signal(
             nursery.cancel_scope.cancel()
 
 
+def _is_file(stream: TextIO, path: Path) -> bool:
+    """Whether ``stream`` writes into the file at ``path``."""
+    try:
+        mine, theirs = os.fstat(stream.fileno()), os.stat(path)
+    except (OSError, ValueError):
+        return False
+    return (mine.st_ino, mine.st_dev) == (theirs.st_ino, theirs.st_dev)
+
+
 def run_server(
     config: Config,
     *,
@@ -80,10 +91,13 @@ def run_server(
     ``WorkDirectoryInUse``); returns after a clean shutdown.
     """
     level = log_level or config.global_.log_level
+    os.makedirs(config.global_.state_dir, mode=0o700, exist_ok=True)
+    path = log_file(config.global_.state_dir)
     if log_to_file:
-        os.makedirs(config.global_.state_dir, mode=0o700, exist_ok=True)
-        configure_logging(level, file=log_file(config.global_.state_dir))
-    else:
+        configure_logging(level, file=path)
+    elif _is_file(sys.stderr, path):  # detached: stderr already is the log file
         configure_logging(level, stream=sys.stderr)
+    else:  # the terminal, and the file `lre logs` reads
+        configure_logging(level, file=path, stream=sys.stderr)
     app = Application(config)
     trio.run(serve_until_signal, app, on_ready, companion)
