@@ -8,6 +8,7 @@ from lre.cli import (  # noqa: F401  (register their commands)
     _completion,
     _config_cmd,
     _doctor,
+    _lifecycle,
     _link,
     _logs,
     _top,

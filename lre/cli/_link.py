@@ -79,10 +79,15 @@ def client_settings_for(server: RunningServer, instance: str) -> ClientSettings:
 class Echo(Protocol):
     """Where a command's lines go (``typer.echo``, or also the dashboard's notes)."""
 
-    def __call__(self, text: str, err: bool = False) -> None: ...
+    def __call__(self, text: str, *, err: bool = False) -> None: ...
 
 
-def print_report(report: WriteReport, echo: Echo = typer.echo) -> None:
+def echo_line(text: str, *, err: bool = False) -> None:
+    """``typer.echo`` as an ``Echo``."""
+    typer.echo(text, err=err)
+
+
+def print_report(report: WriteReport, echo: Echo = echo_line) -> None:
     """What a write or removal did: one line per file, notes on stderr."""
     for path in report.written:
         echo(f"wrote {path}")
@@ -137,7 +142,7 @@ def _merge(into: WriteReport, report: WriteReport) -> None:
 
 
 def point_linked_repos(
-    server: RunningServer, state_dir: Path, *, skip: Path | None, echo: Echo = typer.echo
+    server: RunningServer, state_dir: Path, *, skip: Path | None, echo: Echo = echo_line
 ) -> None:
     """Point every recorded repository (but ``skip``) at ``server`` again, saying so.
 

@@ -62,8 +62,7 @@ def parse_since(text: str, now: float | None = None) -> float:
         when = datetime.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:
         raise typer.BadParameter(
-            f"{text!r} is neither a duration (30s, 10m, 2h, 1d) nor an ISO time "
-            "(2026-12-01T09:00)",
+            f"{text!r} is neither a duration (30s, 10m, 2h, 1d) nor an ISO time (2026-12-01T09:00)",
             param_hint="--since",
         ) from None
     return when.timestamp()
@@ -90,9 +89,7 @@ def _since(lines: Iterable[bytes], cutoff: float) -> Iterator[bytes]:
             yield line
 
 
-def copy_rest(
-    f: BinaryIO, out: BinaryIO, lines: int | None, since: float | None = None
-) -> None:
+def copy_rest(f: BinaryIO, out: BinaryIO, lines: int | None, since: float | None = None) -> None:
     """Copy ``f`` from its position to its end into ``out``; only the lines
     logged at ``since`` or later, and of those the last ``lines``, when given.
     ``OSError`` propagates."""
@@ -161,9 +158,7 @@ def logs(
     ] = False,
     lines: Annotated[
         int | None,
-        typer.Option(
-            "--tail", "--lines", "-n", min=0, help="Print only the last N lines first."
-        ),
+        typer.Option("--tail", "--lines", "-n", min=0, help="Print only the last N lines first."),
     ] = None,
     since: Annotated[
         str | None,

@@ -8,16 +8,11 @@ stops it and leaves every repository it pointed at itself building locally.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
-from pathlib import Path
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import psutil
@@ -37,7 +32,6 @@ from lre.cli._daemon import (
     RunningServer,
     read_pid_file,
     remove_pid_file,
-    stop_server,
     wait_for_pid_file,
     write_pid_file,
 )
@@ -48,6 +42,7 @@ from lre.cli._link import (
     InstanceOption,
     NoEditOption,
     RepoOption,
+    echo_line,
     link_repo_or_exit,
     point_linked_repos,
     point_repo,
@@ -97,7 +92,7 @@ def _point_repos(
     state_dir: Path,
     repo: Path | None,
     link: Link,
-    echo: Echo = typer.echo,
+    echo: Echo = echo_line,
 ) -> None:
     """Point ``repo`` and every repository linked before at ``server``; print what changed."""
     if repo is not None:
@@ -108,7 +103,7 @@ def _point_repos(
     point_linked_repos(server, state_dir, skip=repo, echo=echo)
 
 
-def say(text: str, err: bool = False) -> None:
+def say(text: str, *, err: bool = False) -> None:
     """``typer.echo`` that survives a terminal that is gone (SIGHUP, a closed pipe)."""
     try:
         typer.echo(text, err=err)
@@ -207,8 +202,8 @@ def up(
     ready_seen = False
     notes: list[str] = []
 
-    def echo(text: str, err: bool = False) -> None:
-        say(text, err)
+    def echo(text: str, *, err: bool = False) -> None:
+        say(text, err=err)
         if dashboard:
             notes.append(text)
 
@@ -254,7 +249,7 @@ def up(
         remove_pid_file(state_dir, os.getpid())
         if ready_seen and not no_client_config:
             # Stopped in the foreground (Ctrl-C, q, SIGTERM, SIGHUP): as `lre down` does.
-            _make_repos_inert(state_dir, None)
+            make_repos_inert(state_dir, None)
     say("lre stopped", err=True)
 
 
@@ -351,28 +346,7 @@ def _tail(path: Path, offset: int, lines: int = 20) -> list[str]:
     return text.splitlines()[-lines:]
 
 
-def _containment_of(detail: str) -> str:
-    """The containment mode named in a /status body, or "" when it names none."""
-    try:
-        body = json.loads(detail)
-    except ValueError:
-        return ""
-    return str(body.get("containment", "")) if isinstance(body, dict) else ""
-
-
-def _status_of(server: RunningServer) -> tuple[bool, str]:
-    if not server.status_address:
-        return True, "no status listener configured"
-    try:
-        with urllib.request.urlopen(f"http://{server.status_address}/status", timeout=5) as r:
-            return True, r.read().decode("utf-8", "replace").strip()
-    except urllib.error.HTTPError as error:
-        return False, error.read().decode("utf-8", "replace").strip()
-    except OSError as error:
-        return False, f"status endpoint unreachable: {error}"
-
-
-def _make_repos_inert(state_dir: Path, server: RunningServer | None) -> None:
+def make_repos_inert(state_dir: Path, server: RunningServer | None) -> None:
     """Leave every repository lre pointed at itself building locally; say so per repository."""
     repos = set(read_links(state_dir))
     if server is not None and server.repo:
@@ -392,77 +366,7 @@ def _make_repos_inert(state_dir: Path, server: RunningServer | None) -> None:
             if any("buckconfig" in p.name for p in files):
                 lines.append((f"note: {repo}: run `buck2 kill` so Buck2 rereads it", True))
     for text, err in lines:
-        say(text, err)
-
-
-@app.command()
-def down(config_path: ConfigOption = None) -> None:
-    """Stop lre; every repository it pointed at itself builds locally again."""
-    state_dir = state_dir_of(resolve(load_or_default(config_path)))
-    server = read_pid_file(state_dir)
-    if server is None or not server.alive():
-        typer.echo("lre is not running")
-        if server is not None:
-            remove_pid_file(state_dir, server.pid)
-        _make_repos_inert(state_dir, server)
-        return
-    clean = stop_server(server)
-    remove_pid_file(state_dir, server.pid)
-    typer.echo(f"lre (pid {server.pid}) stopped" + ("" if clean else " (killed after timeout)"))
-    _make_repos_inert(state_dir, server)
-
-
-def status_urls(status_address: str) -> dict[str, str]:
-    """The status listener's URLs by name ("status", "metrics"); {} when it is off."""
-    if not status_address:
-        return {}
-    return {name: f"http://{status_address}/{name}" for name in ("status", "metrics")}
-
-
-@app.command()
-def status(
-    config_path: ConfigOption = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-) -> None:
-    """Tell whether lre runs, where, and whether it is healthy (exit 0 only if so).
-
-    `lre stats` shows what it is doing (the dashboard as text).
-    """
-    state_dir = state_dir_of(resolve(load_or_default(config_path)))
-    server = read_pid_file(state_dir)
-    if server is None or not server.alive():
-        if as_json:
-            typer.echo(json.dumps({"running": False}))
-        else:
-            typer.echo("lre is not running")
-        raise typer.Exit(1)
-    healthy, detail = _status_of(server)
-    urls = status_urls(server.status_address)
-    if as_json:
-        typer.echo(
-            json.dumps(
-                {
-                    "running": True,
-                    "healthy": healthy,
-                    "detail": detail,
-                    "urls": urls,
-                    **dataclasses.asdict(server),
-                }
-            )
-        )
-    else:
-        uptime = time.time() - server.started
-        typer.echo(
-            f"lre pid {server.pid} on {server.grpc_address}, up {uptime:.0f} s, "
-            f"{'healthy' if healthy else 'UNHEALTHY'}: {detail}"
-        )
-        containment = _containment_of(detail)
-        if containment:
-            typer.echo(f"containment of actions: {containment}")
-        for name, url in urls.items():
-            typer.echo(f"{name}: {url}")
-    if not healthy:
-        raise typer.Exit(2)
+        say(text, err=err)
 
 
 @app.command("unlink")

@@ -104,8 +104,17 @@ def test_logs_of_a_foreground_lre_are_that_servers(tmp_path: Path) -> None:
     home.state_dir.mkdir(parents=True)
     (home.state_dir / "lre.log").write_text("2020-01-01T00:00:00.000Z INFO lre an older lre\n")
     server = subprocess.Popen(
-        [sys.executable, "-m", "lre", "up", "--no-tui", "--config", str(home.config),
-         "--port", str(home.grpc_port)],  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "lre",
+            "up",
+            "--no-tui",
+            "--config",
+            str(home.config),
+            "--port",
+            str(home.grpc_port),
+        ],  # fmt: skip
         cwd=repo,
         env=home.env,
         stdin=subprocess.DEVNULL,

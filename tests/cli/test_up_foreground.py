@@ -53,7 +53,9 @@ def _controlling_tty() -> None:
 
 
 @contextmanager
-def foreground_lre(tmp_path: Path, *args: str) -> Iterator[tuple[Terminal, Path, Path, dict[str, str]]]:
+def foreground_lre(
+    tmp_path: Path, *args: str
+) -> Iterator[tuple[Terminal, Path, Path, dict[str, str]]]:
     """``lre up ARGS`` in a new Bazel repository, its stdin/stdout/stderr a pty
     that is its controlling terminal; waits until it is ready."""
     repo, config, env = bazel_repo_with_config(tmp_path)
