@@ -11,6 +11,7 @@ from lre.cli import (  # noqa: F401  (register their commands)
     _lifecycle,
     _link,
     _logs,
+    _service,
     _top,
     _up,
 )

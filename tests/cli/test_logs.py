@@ -114,7 +114,7 @@ def test_logs_of_a_foreground_lre_are_that_servers(tmp_path: Path) -> None:
             str(home.config),
             "--port",
             str(home.grpc_port),
-        ],  # fmt: skip
+        ],
         cwd=repo,
         env=home.env,
         stdin=subprocess.DEVNULL,

@@ -127,7 +127,7 @@ def test_q_stops_lre_and_the_notes_show_on_the_dashboard(tmp_path: Path) -> None
 
 
 def test_closing_the_terminal_stops_lre_cleanly(tmp_path: Path) -> None:
-    with foreground_lre(tmp_path) as (terminal, repo, config, env):
+    with foreground_lre(tmp_path) as (terminal, repo, _config, _env):
         os.close(terminal.master)  # the terminal window closed: the kernel sends SIGHUP
         code = _wait_for(terminal.process, "the terminal closed", terminal)
         assert code == 0, terminal.output[-3000:]
