@@ -20,8 +20,8 @@ from lre.cli._client_config import (
     ClientSettings,
     WriteReport,
     detect_bazel_version,
-    find_repo_root,
     owned_paths,
+    resolve_repository,
     write_bazel,
     write_buck2,
 )
@@ -193,10 +193,11 @@ def link_command(
     if server is None or not server.alive():
         typer.echo("error: lre is not running; `lre up` starts it", err=True)
         raise typer.Exit(1)
-    root = repo.resolve() if repo is not None else find_repo_root(Path.cwd())
-    if root is None:
-        typer.echo("error: no repository found here; pass --repo DIR", err=True)
-        raise typer.Exit(1)
+    try:
+        root = resolve_repository(repo, Path.cwd())
+    except ClientConfigError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(1) from None
     link_repo_or_exit(root, server, Link(instance, not no_edit, buck_local), state_dir)
 
 

@@ -22,8 +22,8 @@ from lre.cli._app import app
 from lre.cli._client_config import (
     ClientConfigError,
     client_config_files,
-    find_repo_root,
     make_inert,
+    resolve_repository,
     unlink,
 )
 from lre.cli._config_cmd import load_or_default
@@ -159,11 +159,17 @@ def up(
     When lre already runs for this state directory, only point the
     repository at it (like `lre link`) and exit 0.
     """
-    repo_root = repo.resolve() if repo is not None else find_repo_root(Path.cwd())
+    repo_root: Path | None = None
+    try:
+        repo_root = resolve_repository(repo, Path.cwd())
+    except ClientConfigError as error:
+        if repo is not None or clean_config:
+            typer.echo(f"error: {error}", err=True)
+            raise typer.Exit(1) from None
+        if not no_client_config:
+            typer.echo(f"note: {error}; no client config written", err=True)
     if clean_config:
-        if repo_root is None:
-            typer.echo("error: no repository found here", err=True)
-            raise typer.Exit(1)
+        assert repo_root is not None
         print_report(unlink(repo_root))
         return
     config = resolve(with_port(load_or_default(config_path), port))
@@ -377,10 +383,11 @@ def unlink_command(
     config_path: ConfigOption = None,
 ) -> None:
     """Remove exactly the Bazel/Buck2 config that `lre up` wrote (and lre's git excludes)."""
-    root = repo.resolve() if repo is not None else find_repo_root(Path.cwd())
-    if root is None:
-        typer.echo("error: no repository found here", err=True)
-        raise typer.Exit(1)
+    try:
+        root = resolve_repository(repo, Path.cwd())
+    except ClientConfigError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(1) from None
     report = unlink(root)
     try:
         exclude = set_excluded(root, [])
