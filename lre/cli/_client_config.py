@@ -4,9 +4,10 @@ Everything lre writes into a user's repository is marked so that ``lre unlink``
 removes exactly that and nothing else:
 
 - ``lre.bazelrc``: a whole file lre owns (first line is ``MARKER``);
-- ``.bazelrc``: two lines, the marker comment ``BAZELRC_COMMENT`` and
-  ``try-import %workspace%/lre.bazelrc`` right under it (a try-import line
-  the user wrote without lre's comment above it is theirs and stays);
+- the ``try-import %workspace%/lre.bazelrc`` line under lre's comment, in
+  the file ``_bazelrc_import`` picks so that no file git tracks is edited
+  (``.bazelrc``, ``user.bazelrc`` or ``~/.bazelrc``); a try-import line the
+  user wrote without lre's comment above it is theirs and stays;
 - ``.buckconfig.d/lre.buckconfig``: a whole file lre owns;
 - ``.buckconfig.local`` (with ``--buck-local``, or to override an execution
   platform that runs only locally): a block between ``BEGIN``/``END`` marker
@@ -35,6 +36,14 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lre.cli._bazelrc_import import (
+    TRY_IMPORT,
+    USER_BAZELRC,
+    add_import,
+    import_target,
+    only_lre_lines,
+    remove_import,
+)
 from lre.cli._buckconfig import (
     BuckConfigError,
     canonical_label,
@@ -47,8 +56,6 @@ from lre.cli._buckconfig import (
 MARKER = "# Written by `lre up`; `lre unlink` removes it. Do not edit: it is rewritten."
 BEGIN = "# >>> lre (written by `lre up --buck-local`; `lre unlink` removes this block) >>>"
 END = "# <<< lre <<<"
-TRY_IMPORT = "try-import %workspace%/lre.bazelrc"
-BAZELRC_COMMENT = "# Added by `lre up`: use lre for remote execution (`lre unlink` removes it)."
 
 REPO_MARKERS = ("MODULE.bazel", "WORKSPACE", "WORKSPACE.bazel", ".buckconfig", ".git")
 
@@ -109,6 +116,10 @@ class WriteReport:
     written: list[Path] = field(default_factory=list)
     removed: list[Path] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    #: Files lre added its import line to (other lines in them are the user's).
+    imported_from: list[Path] = field(default_factory=list)
+    #: Files lre took its lines out of, keeping the rest.
+    cleaned: list[Path] = field(default_factory=list)
 
 
 def find_repo_root(start: Path) -> Path | None:
@@ -118,62 +129,6 @@ def find_repo_root(start: Path) -> Path | None:
         if any((candidate / name).exists() for name in REPO_MARKERS):
             return candidate
     return None
-
-
-#: What makes a directory a Bazel or Buck2 workspace (``.git`` alone does not).
-WORKSPACE_MARKERS = ("MODULE.bazel", "WORKSPACE", "WORKSPACE.bazel", ".buckconfig")
-
-
-def resolve_repository(option: Path | None, cwd: Path) -> Path:
-    """The repository ``lre up``, ``link``, ``unlink`` and ``doctor`` mean: ``--repo``
-    as given (an existing directory: lre creates none), else the nearest
-    directory at or above ``cwd`` holding a marker, which must then be a
-    Bazel or Buck2 workspace (a bare git checkout, lre's own among them, is
-    not). The directory must be writable.
-
-    Raises ``ClientConfigError`` saying which of these failed and what to do.
-    """
-    if option is not None:
-        path = option.expanduser()
-        if not path.exists():
-            raise ClientConfigError(f"--repo {option}: no such directory (lre creates none)")
-        if not path.is_dir():
-            raise ClientConfigError(
-                f"--repo {option}: not a directory; pass the repository's top directory"
-            )
-        root = path.resolve()
-    else:
-        found = find_repo_root(cwd)
-        if found is None:
-            raise ClientConfigError(
-                f"no repository here: no {', '.join(REPO_MARKERS)} in {cwd.resolve()} or "
-                "above; run it inside your repository or pass --repo DIR"
-            )
-        if not any((found / name).exists() for name in WORKSPACE_MARKERS):
-            raise ClientConfigError(
-                f"{found} is not a Bazel or Buck2 workspace (no MODULE.bazel, WORKSPACE or "
-                f".buckconfig); run it in your workspace, or `lre link --repo {found}` to "
-                "write client config there anyway"
-            )
-        root = found
-    check_writable(root)
-    return root
-
-
-def check_writable(repo: Path) -> None:
-    """``ClientConfigError`` when lre cannot write into ``repo`` (read-only file
-    system or no write permission), naming the way out."""
-    try:
-        read_only = bool(os.statvfs(repo).f_flag & os.ST_RDONLY)
-    except OSError:
-        read_only = False
-    if read_only or not os.access(repo, os.W_OK):
-        why = "is on a read-only file system" if read_only else "is not writable by you"
-        raise ClientConfigError(
-            f"{repo} {why}, and lre writes its client config (lre.bazelrc or "
-            ".buckconfig.d/lre.buckconfig) there; build from a writable copy, or point the "
-            "build tool at lre by hand (`lre status` shows its address)"
-        )
 
 
 def parse_bazel_version(text: str) -> tuple[int, int, int]:
@@ -369,8 +324,11 @@ def write_bazel(
     *,
     edit_bazelrc: bool,
     version: tuple[int, int, int] | None,
+    home: Path | None = None,
 ) -> WriteReport:
-    """Write ``lre.bazelrc`` and (when ``edit_bazelrc``) the try-import line."""
+    """Write ``lre.bazelrc`` and (when ``edit_bazelrc``) the try-import line,
+    into the file ``_bazelrc_import.import_target`` picks (``home``: the
+    user's home directory, default ``Path.home()``)."""
     report = WriteReport()
     _write_owned(
         repo / "lre.bazelrc",
@@ -391,18 +349,18 @@ def write_bazel(
             'with "Unix domain sockets are unsupported on this platform"; give lre a TCP '
             "listener (with auth_token_file) for those"
         )
-    bazelrc = repo / ".bazelrc"
-    existing = bazelrc.read_text(encoding="utf-8") if bazelrc.exists() else ""
-    if TRY_IMPORT in (line.strip() for line in existing.splitlines()):
+    target, why = import_target(repo, Path.home() if home is None else home)
+    if target is None:
         return report
     if not edit_bazelrc:
         report.warnings.append(
-            f"add `{TRY_IMPORT}` to {bazelrc} (or pass --bazelrc=lre.bazelrc) to use lre"
+            f"add `{TRY_IMPORT}` to {target} (or pass --bazelrc=lre.bazelrc) to use lre"
         )
         return report
-    prefix = existing if existing.endswith("\n") or not existing else existing + "\n"
-    bazelrc.write_text(prefix + BAZELRC_COMMENT + "\n" + TRY_IMPORT + "\n", encoding="utf-8")
-    report.written.append(bazelrc)
+    add_import(target)
+    report.imported_from.append(target)
+    if why:
+        report.warnings.append(f"{why}: Bazel reads lre.bazelrc through {target}")
     return report
 
 
@@ -608,36 +566,14 @@ def unlink(repo: Path) -> WriteReport:
         if directory.is_dir() and not any(directory.iterdir()):
             directory.rmdir()
             report.removed.append(directory)
-    bazelrc = repo / ".bazelrc"
-    if bazelrc.exists():
-        lines = bazelrc.read_text(encoding="utf-8").splitlines(keepends=True)
-        kept = _without_lre_import(lines)
-        if kept != lines:
-            if kept:
-                bazelrc.write_text("".join(kept), encoding="utf-8")
-            else:
-                bazelrc.unlink()
-            report.removed.append(bazelrc)
+    for rc in (repo / ".bazelrc", repo / USER_BAZELRC):
+        done = remove_import(rc)
+        if done == "deleted":
+            report.removed.append(rc)
+        elif done == "edited":
+            report.cleaned.append(rc)
     _write_local_block(repo / ".buckconfig.local", "", report)
     return report
-
-
-def _without_lre_import(lines: list[str]) -> list[str]:
-    """``lines`` of a .bazelrc without lre's comment and the try-import right under it.
-
-    A try-import line not under lre's comment was written by the user and stays.
-    """
-    kept: list[str] = []
-    skip_next = False
-    for line in lines:
-        text = line.rstrip("\n")
-        if skip_next and text.strip() == TRY_IMPORT:
-            skip_next = False
-            continue
-        skip_next = text == BAZELRC_COMMENT
-        if not skip_next:
-            kept.append(line)
-    return kept
 
 
 def client_config_files(repo: Path) -> list[Path]:
@@ -681,11 +617,7 @@ def owned_paths(repo: Path) -> list[Path]:
     platforms = repo / "lre_platforms"
     if platforms.is_dir() and all(_owned(p) for p in platforms.iterdir()):
         paths.append(platforms)
-    bazelrc = repo / ".bazelrc"
-    if bazelrc.is_file():
-        lines = bazelrc.read_text(encoding="utf-8").splitlines(keepends=True)
-        if lines and not "".join(_without_lre_import(lines)).strip():
-            paths.append(bazelrc)
+    paths += [rc for rc in (repo / ".bazelrc", repo / USER_BAZELRC) if only_lre_lines(rc)]
     local = repo / ".buckconfig.local"
     if local.is_file():
         text = local.read_text(encoding="utf-8")

@@ -21,7 +21,6 @@ from lre.cli._client_config import (
     WriteReport,
     detect_bazel_version,
     owned_paths,
-    resolve_repository,
     write_bazel,
     write_buck2,
 )
@@ -30,6 +29,7 @@ from lre.cli._daemon import RunningServer, read_pid_file
 from lre.cli._git_exclude import set_excluded
 from lre.cli._links import Link, read_links, record_link
 from lre.cli._ports import split_address
+from lre.cli._repository import resolve_repository
 from lre.config import resolve
 
 #: Addresses a server may listen on that a client cannot connect to as such.
@@ -91,8 +91,12 @@ def print_report(report: WriteReport, echo: Echo = echo_line) -> None:
     """What a write or removal did: one line per file, notes on stderr."""
     for path in report.written:
         echo(f"wrote {path}")
+    for path in report.imported_from:
+        echo(f"added `try-import %workspace%/lre.bazelrc` to {path}")
     for path in report.removed:
         echo(f"removed {path}")
+    for path in report.cleaned:
+        echo(f"removed lre's lines from {path} (the rest is as it was)")
     for warning in report.warnings:
         echo(f"note: {warning}", err=True)
 
@@ -137,6 +141,8 @@ def point_repo(repo: Path, server: RunningServer, link: Link, state_dir: Path) -
 
 def _merge(into: WriteReport, report: WriteReport) -> None:
     into.written += report.written
+    into.imported_from += report.imported_from
+    into.cleaned += report.cleaned
     into.removed += report.removed
     into.warnings += report.warnings
 

@@ -23,7 +23,6 @@ from lre.cli._client_config import (
     ClientConfigError,
     client_config_files,
     make_inert,
-    resolve_repository,
     unlink,
 )
 from lre.cli._config_cmd import load_or_default
@@ -50,6 +49,7 @@ from lre.cli._link import (
 )
 from lre.cli._links import Link, forget_link, read_links
 from lre.cli._ports import check_port, listeners_in_use, split_address, with_port
+from lre.cli._repository import resolve_repository
 from lre.config import Config, ListenerSpec, client_exec_properties, resolve
 from lre.errors import LreError
 
