@@ -146,3 +146,36 @@ def only_lre_lines(path: Path) -> bool:
         return False
     lines = _text(path).splitlines(keepends=True)
     return bool(lines) and not "".join(without_lre_import(lines)).strip()
+
+
+#: The line of ``lre.bazelrc`` that makes lre the default; a user who deletes
+#: it makes lre opt-in (``bazel build --config=lre``), and lre keeps it so.
+DEFAULT_ON = "build --config=lre"
+OPT_IN_KEPT = (
+    "# Opt-in here: the `build --config=lre` line was deleted, and `lre up` leaves it out."
+)
+
+
+def opted_in(text: str) -> bool:
+    """Whether an ``lre.bazelrc`` (lre's, live or inert) says the user made lre
+    opt-in: live flags without ``DEFAULT_ON``, or the ``OPT_IN_KEPT`` note."""
+    lines = [line.strip() for line in text.splitlines()]
+    if OPT_IN_KEPT in lines:
+        return True
+    live = any(line.startswith("build:lre ") for line in lines)
+    return live and DEFAULT_ON not in lines
+
+
+def without_default_on(text: str) -> str:
+    """``text`` (a freshly generated ``lre.bazelrc``) with ``DEFAULT_ON`` and
+    the comment right above it replaced by ``OPT_IN_KEPT``."""
+    lines = text.split("\n")
+    out: list[str] = []
+    for line in lines:
+        if line.strip() == DEFAULT_ON:
+            if out and out[-1].startswith("#"):
+                out.pop()
+            out.append(OPT_IN_KEPT)
+            continue
+        out.append(line)
+    return "\n".join(out)

@@ -37,12 +37,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lre.cli._bazelrc_import import (
+    OPT_IN_KEPT,
     TRY_IMPORT,
     USER_BAZELRC,
     add_import,
     import_target,
     only_lre_lines,
+    opted_in,
     remove_import,
+    without_default_on,
 )
 from lre.cli._buckconfig import (
     BuckConfigError,
@@ -289,6 +292,11 @@ INERT_BUCKCONFIG = (
 )
 
 
+def _opted_in(path: Path) -> bool:
+    """Whether lre's ``path`` (``lre.bazelrc``) was made opt-in by its user."""
+    return _owned(path) and opted_in(path.read_text(encoding="utf-8"))
+
+
 def _owned(path: Path) -> bool:
     try:
         with path.open(encoding="utf-8") as f:
@@ -330,12 +338,10 @@ def write_bazel(
     into the file ``_bazelrc_import.import_target`` picks (``home``: the
     user's home directory, default ``Path.home()``)."""
     report = WriteReport()
-    _write_owned(
-        repo / "lre.bazelrc",
-        bazelrc_text(settings, version),
-        report,
-        private=bool(settings.auth_token),
-    )
+    text = bazelrc_text(settings, version)
+    if _opted_in(repo / "lre.bazelrc"):
+        text = without_default_on(text)
+    _write_owned(repo / "lre.bazelrc", text, report, private=bool(settings.auth_token))
     if settings.auth_token:
         report.warnings.append(f"{repo / 'lre.bazelrc'} holds the listener's token (mode 0600)")
     if settings.tls:
@@ -599,7 +605,8 @@ def make_inert(repo: Path) -> WriteReport:
     report = WriteReport()
     for path in client_config_files(repo):
         if path.name == "lre.bazelrc":
-            _write_owned(path, INERT_BAZELRC, report)
+            kept = OPT_IN_KEPT + "\n" if _opted_in(path) else ""
+            _write_owned(path, INERT_BAZELRC + kept, report)
         elif path.name == ".buckconfig.local":
             _write_local_block(path, INERT_BUCKCONFIG, report)
         else:

@@ -76,3 +76,21 @@ def test_user_bazelrc_convention_and_the_users_own_import(tmp_path: Path) -> Non
     unlinked = home.run("unlink", cwd=other)
     assert (other / ".bazelrc").read_text() == own
     assert ".bazelrc" not in unlinked.stdout.replace("lre.bazelrc", "")
+
+
+def test_deleting_the_default_line_makes_lre_opt_in_for_good(tmp_path: Path) -> None:
+    home = private_home(tmp_path)
+    repo = bazel_repo(tmp_path)
+    rc = repo / "lre.bazelrc"
+    with detached(home, repo):
+        text = rc.read_text()
+        assert "\nbuild --config=lre\n" in text
+        rc.write_text(text.replace("\nbuild --config=lre\n", "\n"))  # what the file offers
+        assert home.run("link", cwd=repo).returncode == 0
+        assert "\nbuild --config=lre\n" not in rc.read_text()
+        assert "build:lre --remote_executor=grpc://" in rc.read_text()
+    assert "--remote_executor" not in rc.read_text()  # inert while lre is stopped
+    with detached(home, repo):  # a later `lre up` (another repository's, too)
+        assert "build:lre --remote_executor=grpc://" in rc.read_text()
+        assert "\nbuild --config=lre\n" not in rc.read_text()
+        assert "Opt-in here" in rc.read_text()
