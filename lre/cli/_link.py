@@ -29,6 +29,7 @@ from lre.cli._daemon import RunningServer, read_pid_file
 from lre.cli._git_exclude import set_excluded
 from lre.cli._links import Link, read_links, record_link
 from lre.cli._ports import split_address
+from lre.cli._repo_owner import serving_elsewhere
 from lre.cli._repository import resolve_repository
 from lre.config import resolve
 
@@ -114,8 +115,15 @@ def point_repo(repo: Path, server: RunningServer, link: Link, state_dir: Path) -
 
     Bazel config is written unless the repository is Buck2 only. Raises
     ClientConfigError (a file lre would write is the user's, the token
-    cannot be read) or OSError.
+    cannot be read, another live lre serves the repository) or OSError.
     """
+    other = serving_elsewhere(repo, server.grpc_address)
+    if other is not None:
+        raise ClientConfigError(
+            f"{repo} is pointed at another lre, which answers on {other}; lre does not take "
+            "it over: stop that lre (`lre down` with its --config or LRE_HOME), or "
+            f"`lre unlink --repo {repo}` first"
+        )
     settings = client_settings_for(server, link.instance)
     report = WriteReport()
     is_buck = (repo / ".buckconfig").exists()

@@ -49,6 +49,7 @@ from lre.cli._link import (
 )
 from lre.cli._links import Link, forget_link, read_links
 from lre.cli._ports import check_port, listeners_in_use, split_address, with_port
+from lre.cli._repo_owner import serving_elsewhere
 from lre.cli._repository import resolve_repository
 from lre.config import Config, ListenerSpec, client_exec_properties, resolve
 from lre.errors import LreError
@@ -213,8 +214,11 @@ def up(
         if dashboard:
             notes.append(text)
 
+    started: list[RunningServer] = []
+
     def announce(ready: ReadyInfo) -> None:
         server = _server_record(config, ready, state_dir, repo_root)
+        started.append(server)
         # Client config first: the pid file means "ready", and a build
         # started then must already find lre.bazelrc (Bazel's try-import
         # skips a missing file silently).
@@ -255,7 +259,7 @@ def up(
         remove_pid_file(state_dir, os.getpid())
         if ready_seen and not no_client_config:
             # Stopped in the foreground (Ctrl-C, q, SIGTERM, SIGHUP): as `lre down` does.
-            make_repos_inert(state_dir, None)
+            make_repos_inert(state_dir, started[0] if started else None)
     say("lre stopped", err=True)
 
 
@@ -353,13 +357,19 @@ def _tail(path: Path, offset: int, lines: int = 20) -> list[str]:
 
 
 def make_repos_inert(state_dir: Path, server: RunningServer | None) -> None:
-    """Leave every repository lre pointed at itself building locally; say so per repository."""
+    """Leave every repository lre pointed at itself building locally; say so per
+    repository. One that another live lre serves now is left alone."""
     repos = set(read_links(state_dir))
     if server is not None and server.repo:
         repos.add(Path(server.repo))
+    ours = server.grpc_address if server is not None else ""
     # Every repository first, then what happened: the terminal may be gone.
     lines: list[tuple[str, bool]] = []
     for repo in sorted(repos):
+        other = serving_elsewhere(repo, ours) if ours else None
+        if other is not None:
+            lines.append((f"{repo}: left alone: another lre serves it on {other}", False))
+            continue
         try:
             make_inert(repo)
             files = client_config_files(repo)
