@@ -48,6 +48,7 @@ from lre.cli._bazelrc_import import (
     without_default_on,
 )
 from lre.cli._buckconfig import (
+    BuckConfig,
     BuckConfigError,
     canonical_label,
     read_buckconfig,
@@ -57,7 +58,12 @@ from lre.cli._buckconfig import (
 )
 
 MARKER = "# Written by `lre up`; `lre unlink` removes it. Do not edit: it is rewritten."
-BEGIN = "# >>> lre (written by `lre up --buck-local`; `lre unlink` removes this block) >>>"
+BEGIN = "# >>> lre (written by `lre up`; `lre unlink` removes this block) >>>"
+#: What older lre versions wrote as ``BEGIN`` (recognised, never written: it
+#: named --buck-local also when that flag was not given).
+OLD_BEGINS = ("# >>> lre (written by `lre up --buck-local`; `lre unlink` removes this block) >>>",)
+#: Buck2's build file name when ``[buildfile] name`` does not say.
+DEFAULT_BUILDFILE = "BUCK"
 END = "# <<< lre <<<"
 
 REPO_MARKERS = ("MODULE.bazel", "WORKSPACE", "WORKSPACE.bazel", ".buckconfig", ".git")
@@ -415,7 +421,7 @@ def write_buck2(
                 "Buck2 will run actions locally"
             )
         else:
-            _copy_platform(repo, platform_source, report)
+            _copy_platform(repo, platform_source, report, _buildfile_name(user))
             if current is None:
                 platform_here = lre_platform
             else:
@@ -455,18 +461,37 @@ def _platform_section(platform: str) -> str:
     return f"[build]\nexecution_platforms = {platform}\n"
 
 
-def _copy_platform(repo: Path, platform_source: Path, report: WriteReport) -> None:
-    for name in ("BUCK", "defs.bzl"):
-        src = (platform_source / name).read_text(encoding="utf-8")
+def _buildfile_name(config: BuckConfig) -> str:
+    """The build file name Buck2 reads in this repository: the first of
+    ``[buildfile] name_v2``, else ``name`` (a comma-separated list), else BUCK."""
+    for key in ("name_v2", "name"):
+        winner = config.winner("buildfile", key)
+        if winner is not None:
+            first = winner.value.split(",")[0].strip()
+            if first:
+                return first
+    return DEFAULT_BUILDFILE
+
+
+def _copy_platform(repo: Path, platform_source: Path, report: WriteReport, buildfile: str) -> None:
+    """Copy lre's platform into ``lre_platforms/``, its BUCK file named ``buildfile``;
+    an owned build file of another name (written before) is removed."""
+    target = repo / "lre_platforms"
+    for source, name in (("BUCK", buildfile), ("defs.bzl", "defs.bzl")):
+        src = (platform_source / source).read_text(encoding="utf-8")
         body = src if src.startswith(MARKER) else MARKER + "\n" + src
-        _write_owned(repo / "lre_platforms" / name, body, report)
+        _write_owned(target / name, body, report)
+    for stale in sorted(target.iterdir()):
+        if stale.name not in (buildfile, "defs.bzl") and _owned(stale):
+            stale.unlink()
+            report.removed.append(stale)
 
 
 def _block_lines(lines: list[str]) -> range:
     """1-based line numbers of lre's block in ``.buckconfig.local`` lines."""
     begin = end = 0
     for number, line in enumerate(lines, start=1):
-        if line == BEGIN and not begin:
+        if (line == BEGIN or line in OLD_BEGINS) and not begin:
             begin = number
         elif line == END and begin:
             end = number
@@ -545,7 +570,7 @@ def _strip_block(text: str) -> str:
     inside = False
     for line in text.splitlines(keepends=True):
         stripped = line.rstrip("\n")
-        if stripped == BEGIN:
+        if stripped == BEGIN or stripped in OLD_BEGINS:
             inside = True
             continue
         if inside and stripped == END:
@@ -559,12 +584,9 @@ def _strip_block(text: str) -> str:
 def unlink(repo: Path) -> WriteReport:
     """Remove exactly what ``write_bazel``/``write_buck2`` wrote."""
     report = WriteReport()
-    for path in (
-        repo / "lre.bazelrc",
-        repo / ".buckconfig.d" / "lre.buckconfig",
-        repo / "lre_platforms" / "BUCK",
-        repo / "lre_platforms" / "defs.bzl",
-    ):
+    platforms = repo / "lre_platforms"
+    platform_files = sorted(platforms.iterdir()) if platforms.is_dir() else []
+    for path in (repo / "lre.bazelrc", repo / ".buckconfig.d" / "lre.buckconfig", *platform_files):
         if _owned(path):
             path.unlink()
             report.removed.append(path)
@@ -590,7 +612,7 @@ def client_config_files(repo: Path) -> list[Path]:
         if _owned(path)
     ]
     local = repo / ".buckconfig.local"
-    if local.is_file() and BEGIN in local.read_text(encoding="utf-8").splitlines():
+    if local.is_file() and _block_lines(local.read_text(encoding="utf-8").splitlines()):
         files.append(local)
     return files
 
