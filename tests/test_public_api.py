@@ -340,6 +340,7 @@ PUBLIC_API: dict[str, set[str]] = {
         "state_dir_of",
     },
     "lre.tui": {
+        "UP_FOOTER",
         "RemoteSnapshots",
         "SnapshotGetter",
         "fetch_snapshot_json",

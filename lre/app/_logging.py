@@ -140,29 +140,32 @@ def configure_logging(
     """Send every log record at ``level`` or above through ``LineFormatter``.
 
     Writes to ``file`` when given (``OSError`` if its directory cannot be
-    created or the file opened), else to ``stream`` (default stderr).
-    Calling it again replaces the handler installed before. Returns the
-    handler (tests and shutdown may ``flush``/``close`` it).
+    created or the file opened), else to ``stream`` (default stderr); to
+    both when both are given (a foreground lre: its terminal, and the file
+    ``lre logs`` reads). Calling it again replaces the handlers installed
+    before. Returns the first handler (tests and shutdown may
+    ``flush``/``close`` it).
     """
     numeric = parse_level(level)
-    handler: logging.Handler
+    handlers: list[logging.Handler] = []
     if file is not None:
         file.parent.mkdir(parents=True, exist_ok=True)
-        handler = _PrivateRotatingFileHandler(
-            file, maxBytes=10 << 20, backupCount=3, encoding="utf-8"
+        handlers.append(
+            _PrivateRotatingFileHandler(file, maxBytes=10 << 20, backupCount=3, encoding="utf-8")
         )
-    else:
-        handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
-    handler.setFormatter(LineFormatter())
-    setattr(handler, _HANDLER_MARK, True)
+    if file is None or stream is not None:
+        handlers.append(logging.StreamHandler(stream if stream is not None else sys.stderr))
     root = logging.getLogger()
     for old in list(root.handlers):
         if getattr(old, _HANDLER_MARK, False):
             root.removeHandler(old)
             old.close()
-    root.addHandler(handler)
+    for handler in handlers:
+        handler.setFormatter(LineFormatter())
+        setattr(handler, _HANDLER_MARK, True)
+        root.addHandler(handler)
     root.setLevel(numeric)
-    return handler
+    return handlers[0]
 
 
 def log_rejected(

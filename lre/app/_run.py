@@ -1,9 +1,11 @@
-"""Run an Application in the foreground until SIGINT/SIGTERM.
+"""Run an Application in the foreground until SIGINT/SIGTERM/SIGHUP.
 
 Trio owns the process: ``trio.run`` here, signals received with
 ``trio.open_signal_receiver`` (explicit handlers, so a server started from a
 non-interactive shell that ignores SIGINT still stops on SIGTERM and Ctrl-C).
-The first signal begins the ordered shutdown; a second one cancels at once
+SIGHUP (the terminal of a foreground lre closed) stops it as the other two
+do: a server nobody watches any more must still make its clients' config
+inert. The first signal begins the ordered shutdown; a second one cancels at once
 (running actions are still killed and reaped by their cancel scopes).
 """
 
@@ -14,6 +16,8 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TextIO
 
 import trio
 
@@ -30,8 +34,8 @@ async def _serve_until_signal(
     on_ready: Callable[[ReadyInfo], None] | None = None,
     companion: Callable[[Application], Awaitable[None]] | None = None,
 ) -> None:
-    """Serve ``app`` until SIGINT or SIGTERM, then shut it down in order."""
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    """Serve ``app`` until SIGINT, SIGTERM or SIGHUP, then shut it down in order."""
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
         async with trio.open_nursery() as nursery:
             await nursery.start(
                 lambda task_status: app.serve(on_ready=on_ready, task_status=task_status)
@@ -44,7 +48,10 @@ async def _serve_until_signal(
                     name = signal.Signals(signum).name
                     if count == 1:
                         log.info("%s received: shutting down (again to force)", name)
-                        print(f"lre: {name} received, shutting down", file=sys.stderr)
+                        try:
+                            print(f"lre: {name} received, shutting down", file=sys.stderr)
+                        except OSError:  # the terminal is gone (SIGHUP)
+                            pass
                         app.request_stop()
                     else:
                         log.warning("%s received again: cancelling everything", name)
@@ -55,6 +62,15 @@ async def _serve_until_signal(
                 nursery.start_soon(companion, app)
             await app.stopped.wait()
             nursery.cancel_scope.cancel()
+
+
+def _is_file(stream: TextIO, path: Path) -> bool:
+    """Whether ``stream`` writes into the file at ``path``."""
+    try:
+        mine, theirs = os.fstat(stream.fileno()), os.stat(path)
+    except (OSError, ValueError):
+        return False
+    return (mine.st_ino, mine.st_dev) == (theirs.st_ino, theirs.st_dev)
 
 
 def run_server(
@@ -76,11 +92,14 @@ def run_server(
     ``WorkDirectoryInUse``); returns after a clean shutdown.
     """
     level = log_level or config.global_.log_level
+    os.makedirs(config.global_.state_dir, mode=0o700, exist_ok=True)
+    path = log_file(config.global_.state_dir)
     if log_to_file:
-        os.makedirs(config.global_.state_dir, mode=0o700, exist_ok=True)
-        configure_logging(level, file=log_file(config.global_.state_dir))
-    else:
+        configure_logging(level, file=path)
+    elif _is_file(sys.stderr, path):  # detached: stderr already is the log file
         configure_logging(level, stream=sys.stderr)
+    else:  # the terminal, and the file `lre logs` reads
+        configure_logging(level, file=path, stream=sys.stderr)
     raise_open_files_limit(config.global_.max_open_files)
     app = Application(config)
     trio.run(_serve_until_signal, app, on_ready, companion)

@@ -4,9 +4,10 @@ Everything lre writes into a user's repository is marked so that ``lre unlink``
 removes exactly that and nothing else:
 
 - ``lre.bazelrc``: a whole file lre owns (first line is ``MARKER``);
-- ``.bazelrc``: two lines, the marker comment ``BAZELRC_COMMENT`` and
-  ``try-import %workspace%/lre.bazelrc`` right under it (a try-import line
-  the user wrote without lre's comment above it is theirs and stays);
+- the ``try-import %workspace%/lre.bazelrc`` line under lre's comment, in
+  the file ``_bazelrc_import`` picks so that no file git tracks is edited
+  (``.bazelrc``, ``user.bazelrc`` or ``~/.bazelrc``); a try-import line the
+  user wrote without lre's comment above it is theirs and stays;
 - ``.buckconfig.d/lre.buckconfig``: a whole file lre owns;
 - ``.buckconfig.local`` (with ``--buck-local``, or to override an execution
   platform that runs only locally): a block between ``BEGIN``/``END`` marker
@@ -35,7 +36,19 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lre.cli._bazelrc_import import (
+    OPT_IN_KEPT,
+    TRY_IMPORT,
+    USER_BAZELRC,
+    add_import,
+    import_target,
+    only_lre_lines,
+    opted_in,
+    remove_import,
+    without_default_on,
+)
 from lre.cli._buckconfig import (
+    BuckConfig,
     BuckConfigError,
     canonical_label,
     read_buckconfig,
@@ -45,10 +58,13 @@ from lre.cli._buckconfig import (
 )
 
 MARKER = "# Written by `lre up`; `lre unlink` removes it. Do not edit: it is rewritten."
-BEGIN = "# >>> lre (written by `lre up --buck-local`; `lre unlink` removes this block) >>>"
+BEGIN = "# >>> lre (written by `lre up`; `lre unlink` removes this block) >>>"
+#: What older lre versions wrote as ``BEGIN`` (recognised, never written: it
+#: named --buck-local also when that flag was not given).
+OLD_BEGINS = ("# >>> lre (written by `lre up --buck-local`; `lre unlink` removes this block) >>>",)
+#: Buck2's build file name when ``[buildfile] name`` does not say.
+DEFAULT_BUILDFILE = "BUCK"
 END = "# <<< lre <<<"
-TRY_IMPORT = "try-import %workspace%/lre.bazelrc"
-BAZELRC_COMMENT = "# Added by `lre up`: use lre for remote execution (`lre unlink` removes it)."
 
 REPO_MARKERS = ("MODULE.bazel", "WORKSPACE", "WORKSPACE.bazel", ".buckconfig", ".git")
 
@@ -109,6 +125,10 @@ class WriteReport:
     written: list[Path] = field(default_factory=list)
     removed: list[Path] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    #: Files lre added its import line to (other lines in them are the user's).
+    imported_from: list[Path] = field(default_factory=list)
+    #: Files lre took its lines out of, keeping the rest.
+    cleaned: list[Path] = field(default_factory=list)
 
 
 def find_repo_root(start: Path) -> Path | None:
@@ -278,6 +298,11 @@ INERT_BUCKCONFIG = (
 )
 
 
+def _opted_in(path: Path) -> bool:
+    """Whether lre's ``path`` (``lre.bazelrc``) was made opt-in by its user."""
+    return _owned(path) and opted_in(path.read_text(encoding="utf-8"))
+
+
 def _owned(path: Path) -> bool:
     try:
         with path.open(encoding="utf-8") as f:
@@ -313,15 +338,16 @@ def write_bazel(
     *,
     edit_bazelrc: bool,
     version: tuple[int, int, int] | None,
+    home: Path | None = None,
 ) -> WriteReport:
-    """Write ``lre.bazelrc`` and (when ``edit_bazelrc``) the try-import line."""
+    """Write ``lre.bazelrc`` and (when ``edit_bazelrc``) the try-import line,
+    into the file ``_bazelrc_import.import_target`` picks (``home``: the
+    user's home directory, default ``Path.home()``)."""
     report = WriteReport()
-    _write_owned(
-        repo / "lre.bazelrc",
-        bazelrc_text(settings, version),
-        report,
-        private=bool(settings.auth_token),
-    )
+    text = bazelrc_text(settings, version)
+    if _opted_in(repo / "lre.bazelrc"):
+        text = without_default_on(text)
+    _write_owned(repo / "lre.bazelrc", text, report, private=bool(settings.auth_token))
     if settings.auth_token:
         report.warnings.append(f"{repo / 'lre.bazelrc'} holds the listener's token (mode 0600)")
     if settings.tls:
@@ -335,18 +361,18 @@ def write_bazel(
             'with "Unix domain sockets are unsupported on this platform"; give lre a TCP '
             "listener (with auth_token_file) for those"
         )
-    bazelrc = repo / ".bazelrc"
-    existing = bazelrc.read_text(encoding="utf-8") if bazelrc.exists() else ""
-    if TRY_IMPORT in (line.strip() for line in existing.splitlines()):
+    target, why = import_target(repo, Path.home() if home is None else home)
+    if target is None:
         return report
     if not edit_bazelrc:
         report.warnings.append(
-            f"add `{TRY_IMPORT}` to {bazelrc} (or pass --bazelrc=lre.bazelrc) to use lre"
+            f"add `{TRY_IMPORT}` to {target} (or pass --bazelrc=lre.bazelrc) to use lre"
         )
         return report
-    prefix = existing if existing.endswith("\n") or not existing else existing + "\n"
-    bazelrc.write_text(prefix + BAZELRC_COMMENT + "\n" + TRY_IMPORT + "\n", encoding="utf-8")
-    report.written.append(bazelrc)
+    add_import(target)
+    report.imported_from.append(target)
+    if why:
+        report.warnings.append(f"{why}: Bazel reads lre.bazelrc through {target}")
     return report
 
 
@@ -395,7 +421,7 @@ def write_buck2(
                 "Buck2 will run actions locally"
             )
         else:
-            _copy_platform(repo, platform_source, report)
+            _copy_platform(repo, platform_source, report, _buildfile_name(user))
             if current is None:
                 platform_here = lre_platform
             else:
@@ -435,18 +461,37 @@ def _platform_section(platform: str) -> str:
     return f"[build]\nexecution_platforms = {platform}\n"
 
 
-def _copy_platform(repo: Path, platform_source: Path, report: WriteReport) -> None:
-    for name in ("BUCK", "defs.bzl"):
-        src = (platform_source / name).read_text(encoding="utf-8")
+def _buildfile_name(config: BuckConfig) -> str:
+    """The build file name Buck2 reads in this repository: the first of
+    ``[buildfile] name_v2``, else ``name`` (a comma-separated list), else BUCK."""
+    for key in ("name_v2", "name"):
+        winner = config.winner("buildfile", key)
+        if winner is not None:
+            first = winner.value.split(",")[0].strip()
+            if first:
+                return first
+    return DEFAULT_BUILDFILE
+
+
+def _copy_platform(repo: Path, platform_source: Path, report: WriteReport, buildfile: str) -> None:
+    """Copy lre's platform into ``lre_platforms/``, its BUCK file named ``buildfile``;
+    an owned build file of another name (written before) is removed."""
+    target = repo / "lre_platforms"
+    for source, name in (("BUCK", buildfile), ("defs.bzl", "defs.bzl")):
+        src = (platform_source / source).read_text(encoding="utf-8")
         body = src if src.startswith(MARKER) else MARKER + "\n" + src
-        _write_owned(repo / "lre_platforms" / name, body, report)
+        _write_owned(target / name, body, report)
+    for stale in sorted(target.iterdir()):
+        if stale.name not in (buildfile, "defs.bzl") and _owned(stale):
+            stale.unlink()
+            report.removed.append(stale)
 
 
 def _block_lines(lines: list[str]) -> range:
     """1-based line numbers of lre's block in ``.buckconfig.local`` lines."""
     begin = end = 0
     for number, line in enumerate(lines, start=1):
-        if line == BEGIN and not begin:
+        if (line == BEGIN or line in OLD_BEGINS) and not begin:
             begin = number
         elif line == END and begin:
             end = number
@@ -525,7 +570,7 @@ def _strip_block(text: str) -> str:
     inside = False
     for line in text.splitlines(keepends=True):
         stripped = line.rstrip("\n")
-        if stripped == BEGIN:
+        if stripped == BEGIN or stripped in OLD_BEGINS:
             inside = True
             continue
         if inside and stripped == END:
@@ -539,12 +584,9 @@ def _strip_block(text: str) -> str:
 def unlink(repo: Path) -> WriteReport:
     """Remove exactly what ``write_bazel``/``write_buck2`` wrote."""
     report = WriteReport()
-    for path in (
-        repo / "lre.bazelrc",
-        repo / ".buckconfig.d" / "lre.buckconfig",
-        repo / "lre_platforms" / "BUCK",
-        repo / "lre_platforms" / "defs.bzl",
-    ):
+    platforms = repo / "lre_platforms"
+    platform_files = sorted(platforms.iterdir()) if platforms.is_dir() else []
+    for path in (repo / "lre.bazelrc", repo / ".buckconfig.d" / "lre.buckconfig", *platform_files):
         if _owned(path):
             path.unlink()
             report.removed.append(path)
@@ -552,36 +594,14 @@ def unlink(repo: Path) -> WriteReport:
         if directory.is_dir() and not any(directory.iterdir()):
             directory.rmdir()
             report.removed.append(directory)
-    bazelrc = repo / ".bazelrc"
-    if bazelrc.exists():
-        lines = bazelrc.read_text(encoding="utf-8").splitlines(keepends=True)
-        kept = _without_lre_import(lines)
-        if kept != lines:
-            if kept:
-                bazelrc.write_text("".join(kept), encoding="utf-8")
-            else:
-                bazelrc.unlink()
-            report.removed.append(bazelrc)
+    for rc in (repo / ".bazelrc", repo / USER_BAZELRC):
+        done = remove_import(rc)
+        if done == "deleted":
+            report.removed.append(rc)
+        elif done == "edited":
+            report.cleaned.append(rc)
     _write_local_block(repo / ".buckconfig.local", "", report)
     return report
-
-
-def _without_lre_import(lines: list[str]) -> list[str]:
-    """``lines`` of a .bazelrc without lre's comment and the try-import right under it.
-
-    A try-import line not under lre's comment was written by the user and stays.
-    """
-    kept: list[str] = []
-    skip_next = False
-    for line in lines:
-        text = line.rstrip("\n")
-        if skip_next and text.strip() == TRY_IMPORT:
-            skip_next = False
-            continue
-        skip_next = text == BAZELRC_COMMENT
-        if not skip_next:
-            kept.append(line)
-    return kept
 
 
 def client_config_files(repo: Path) -> list[Path]:
@@ -592,7 +612,7 @@ def client_config_files(repo: Path) -> list[Path]:
         if _owned(path)
     ]
     local = repo / ".buckconfig.local"
-    if local.is_file() and BEGIN in local.read_text(encoding="utf-8").splitlines():
+    if local.is_file() and _block_lines(local.read_text(encoding="utf-8").splitlines()):
         files.append(local)
     return files
 
@@ -607,7 +627,8 @@ def make_inert(repo: Path) -> WriteReport:
     report = WriteReport()
     for path in client_config_files(repo):
         if path.name == "lre.bazelrc":
-            _write_owned(path, INERT_BAZELRC, report)
+            kept = OPT_IN_KEPT + "\n" if _opted_in(path) else ""
+            _write_owned(path, INERT_BAZELRC + kept, report)
         elif path.name == ".buckconfig.local":
             _write_local_block(path, INERT_BUCKCONFIG, report)
         else:
@@ -625,11 +646,7 @@ def owned_paths(repo: Path) -> list[Path]:
     platforms = repo / "lre_platforms"
     if platforms.is_dir() and all(_owned(p) for p in platforms.iterdir()):
         paths.append(platforms)
-    bazelrc = repo / ".bazelrc"
-    if bazelrc.is_file():
-        lines = bazelrc.read_text(encoding="utf-8").splitlines(keepends=True)
-        if lines and not "".join(_without_lre_import(lines)).strip():
-            paths.append(bazelrc)
+    paths += [rc for rc in (repo / ".bazelrc", repo / USER_BAZELRC) if only_lre_lines(rc)]
     local = repo / ".buckconfig.local"
     if local.is_file():
         text = local.read_text(encoding="utf-8")

@@ -24,9 +24,10 @@ def points_at(
     """Check ``name``: the client config at ``where`` sends builds to
     ``address``; OK when that is where ``server`` listens."""
     if server is None:
+        # A build fails now, so this is a FAIL (doctor exits 1), not a warning.
         return Check(
             name,
-            "WARN",
+            "FAIL",
             f"{where} points at {address} but lre is not running: builds fail with "
             "'Connection refused'",
             "start lre (`lre up --detach`) or build locally (`lre unlink`)",

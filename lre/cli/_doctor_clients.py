@@ -17,8 +17,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from lre.cli._bazelrc_import import TRY_IMPORT, importer
 from lre.cli._checks import Check
-from lre.cli._client_config import TRY_IMPORT, parse_bazel_version
+from lre.cli._client_config import parse_bazel_version
 from lre.cli._client_target import points_at
 from lre.cli._daemon import RunningServer
 from lre.cli._doctor_buck2 import buck2_checks
@@ -62,8 +63,8 @@ def bazel_config_check(repo: Path, server: RunningServer | None) -> Check:
         w.split("=", 1)[-1] for f, w in bazelrc_flags(rc.read_text()) if f == "remote_executor"
     ]
     bazelrc = repo / ".bazelrc"
-    imported = bazelrc.exists() and TRY_IMPORT in _active_lines(bazelrc.read_text())
-    if not imported:
+    through = importer(repo, Path.home())
+    if through is None:
         return Check(
             name,
             "FAIL",
@@ -82,7 +83,9 @@ def bazel_config_check(repo: Path, server: RunningServer | None) -> Check:
             f"run `lre up` in {repo}",
         )
     applied = any(_applies_lre(line) for line in _active_lines(rc.read_text()))
-    applied = applied or any(_applies_lre(ln) for ln in _active_lines(bazelrc.read_text()))
+    for rc_file in {bazelrc, through}:
+        if rc_file.is_file():
+            applied = applied or any(_applies_lre(ln) for ln in _active_lines(rc_file.read_text()))
     if not applied:
         # Only ``build:lre`` lines: lre is opt-in (or was made inert by ``lre down``).
         if server is None:

@@ -38,6 +38,11 @@ def _git(repo: Path, *args: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
+def is_tracked(repo: Path, name: str) -> bool:
+    """Whether git tracks ``repo/name`` (False outside a work tree or without git)."""
+    return _git(repo, "ls-files", "--error-unmatch", "--", name) is not None
+
+
 def exclude_file(repo: Path) -> tuple[Path, Path] | None:
     """``(work tree top, info/exclude path)`` of the git work tree holding ``repo``.
 

@@ -10,7 +10,7 @@ down`` can make its config inert and the next ``lre up`` can restore it.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Protocol
 
 import typer
 
@@ -20,7 +20,6 @@ from lre.cli._client_config import (
     ClientSettings,
     WriteReport,
     detect_bazel_version,
-    find_repo_root,
     owned_paths,
     write_bazel,
     write_buck2,
@@ -30,6 +29,8 @@ from lre.cli._daemon import RunningServer, read_pid_file
 from lre.cli._git_exclude import set_excluded
 from lre.cli._links import Link, read_links, record_link
 from lre.cli._ports import split_address
+from lre.cli._repo_owner import serving_elsewhere
+from lre.cli._repository import resolve_repository
 from lre.config import resolve
 
 #: Addresses a server may listen on that a client cannot connect to as such.
@@ -76,14 +77,29 @@ def client_settings_for(server: RunningServer, instance: str) -> ClientSettings:
     )
 
 
-def print_report(report: WriteReport) -> None:
+class Echo(Protocol):
+    """Where a command's lines go (``typer.echo``, or also the dashboard's notes)."""
+
+    def __call__(self, text: str, *, err: bool = False) -> None: ...
+
+
+def echo_line(text: str, *, err: bool = False) -> None:
+    """``typer.echo`` as an ``Echo``."""
+    typer.echo(text, err=err)
+
+
+def print_report(report: WriteReport, echo: Echo = echo_line) -> None:
     """What a write or removal did: one line per file, notes on stderr."""
     for path in report.written:
-        typer.echo(f"wrote {path}")
+        echo(f"wrote {path}")
+    for path in report.imported_from:
+        echo(f"added `try-import %workspace%/lre.bazelrc` to {path}")
     for path in report.removed:
-        typer.echo(f"removed {path}")
+        echo(f"removed {path}")
+    for path in report.cleaned:
+        echo(f"removed lre's lines from {path} (the rest is as it was)")
     for warning in report.warnings:
-        typer.echo(f"note: {warning}", err=True)
+        echo(f"note: {warning}", err=True)
 
 
 def _platform_source() -> Path | None:
@@ -99,8 +115,15 @@ def point_repo(repo: Path, server: RunningServer, link: Link, state_dir: Path) -
 
     Bazel config is written unless the repository is Buck2 only. Raises
     ClientConfigError (a file lre would write is the user's, the token
-    cannot be read) or OSError.
+    cannot be read, another live lre serves the repository) or OSError.
     """
+    other = serving_elsewhere(repo, server.grpc_address)
+    if other is not None:
+        raise ClientConfigError(
+            f"{repo} is pointed at another lre, which answers on {other}; lre does not take "
+            "it over: stop that lre (`lre down` with its --config or LRE_HOME), or "
+            f"`lre unlink --repo {repo}` first"
+        )
     settings = client_settings_for(server, link.instance)
     report = WriteReport()
     is_buck = (repo / ".buckconfig").exists()
@@ -126,11 +149,15 @@ def point_repo(repo: Path, server: RunningServer, link: Link, state_dir: Path) -
 
 def _merge(into: WriteReport, report: WriteReport) -> None:
     into.written += report.written
+    into.imported_from += report.imported_from
+    into.cleaned += report.cleaned
     into.removed += report.removed
     into.warnings += report.warnings
 
 
-def point_linked_repos(server: RunningServer, state_dir: Path, *, skip: Path | None) -> None:
+def point_linked_repos(
+    server: RunningServer, state_dir: Path, *, skip: Path | None, echo: Echo = echo_line
+) -> None:
     """Point every recorded repository (but ``skip``) at ``server`` again, saying so.
 
     A repository whose lre files are gone (unlinked by hand, deleted) is left
@@ -144,10 +171,10 @@ def point_linked_repos(server: RunningServer, state_dir: Path, *, skip: Path | N
         try:
             report = point_repo(repo, server, link, state_dir)
         except (ClientConfigError, OSError) as error:
-            typer.echo(f"error: {repo}: {error}", err=True)
+            echo(f"error: {repo}: {error}", err=True)
             continue
-        print_report(report)
-        typer.echo(f"{repo} uses lre again")
+        print_report(report, echo)
+        echo(f"{repo} uses lre again")
 
 
 RepoOption = Annotated[
@@ -180,10 +207,11 @@ def link_command(
     if server is None or not server.alive():
         typer.echo("error: lre is not running; `lre up` starts it", err=True)
         raise typer.Exit(1)
-    root = repo.resolve() if repo is not None else find_repo_root(Path.cwd())
-    if root is None:
-        typer.echo("error: no repository found here; pass --repo DIR", err=True)
-        raise typer.Exit(1)
+    try:
+        root = resolve_repository(repo, Path.cwd())
+    except ClientConfigError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(1) from None
     link_repo_or_exit(root, server, Link(instance, not no_edit, buck_local), state_dir)
 
 

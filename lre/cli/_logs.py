@@ -3,7 +3,9 @@
 The log is the file the pid file names while lre runs, else
 ``{state_dir}/lre.log``: ``lre up --detach`` sends everything the server
 prints there, and ``lre up`` with the dashboard sends its log records there
-(a plain ``lre up --no-tui`` logs to its terminal and writes no file).
+(a plain ``lre up --no-tui`` logs to its terminal and to that file).
+``--tail N`` prints only the last N lines, ``--since 10m`` (or an ISO time)
+only what was logged since then.
 
 Following works like ``tail -F``: new bytes are copied as they arrive; when
 the file is replaced (rotation renames it and starts a new one) the rest of
@@ -13,11 +15,13 @@ is truncated, from its new start. Ctrl-C (SIGINT) ends it with status 0.
 
 from __future__ import annotations
 
+import datetime
 import os
+import re
 import sys
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Annotated, BinaryIO
 
@@ -42,15 +46,59 @@ def log_path(state_dir: Path) -> Path:
     return state_dir / LOG_FILE
 
 
-def copy_rest(f: BinaryIO, out: BinaryIO, lines: int | None) -> None:
-    """Copy ``f`` from its position to its end into ``out``; only the last
-    ``lines`` lines when given. ``OSError`` propagates."""
-    if lines is None:
+_TIMESTAMP = re.compile(rb"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?)Z ")
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_since(text: str, now: float | None = None) -> float:
+    """``--since``: a duration back from now (``90s``, ``10m``, ``2h``, ``1d``) or
+    an ISO 8601 time (``2026-12-01T09:00``, local time unless it names a zone)
+    as a Unix time. ``typer.BadParameter`` naming the value otherwise."""
+    match = _DURATION.match(text.strip())
+    if match:
+        return (time.time() if now is None else now) - float(match[1]) * _UNIT_S[match[2]]
+    try:
+        when = datetime.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise typer.BadParameter(
+            f"{text!r} is neither a duration (30s, 10m, 2h, 1d) nor an ISO time (2026-12-01T09:00)",
+            param_hint="--since",
+        ) from None
+    return when.timestamp()
+
+
+def _line_time(line: bytes) -> float | None:
+    """The Unix time a log line starts with (lre's UTC timestamps), else None."""
+    match = _TIMESTAMP.match(line)
+    if match is None:
+        return None
+    stamp = datetime.datetime.fromisoformat(match[1].decode()).replace(tzinfo=datetime.UTC)
+    return stamp.timestamp()
+
+
+def _since(lines: Iterable[bytes], cutoff: float) -> Iterator[bytes]:
+    """The lines logged at ``cutoff`` or later; a line without a timestamp
+    (a traceback's) goes with the line before it."""
+    keep = False
+    for line in lines:
+        stamp = _line_time(line)
+        if stamp is not None:
+            keep = stamp >= cutoff
+        if keep:
+            yield line
+
+
+def copy_rest(f: BinaryIO, out: BinaryIO, lines: int | None, since: float | None = None) -> None:
+    """Copy ``f`` from its position to its end into ``out``; only the lines
+    logged at ``since`` or later, and of those the last ``lines``, when given.
+    ``OSError`` propagates."""
+    if lines is None and since is None:
         while chunk := f.read(_CHUNK):
             out.write(chunk)
     else:
-        kept: deque[bytes] = deque(maxlen=lines)
-        kept.extend(f)
+        source: Iterable[bytes] = f if since is None else _since(f, since)
+        kept: deque[bytes] = deque(source, maxlen=lines)
         out.write(b"".join(kept))
     out.flush()
 
@@ -110,10 +158,19 @@ def logs(
     ] = False,
     lines: Annotated[
         int | None,
-        typer.Option("--lines", "-n", min=0, help="Print only the last N lines first."),
+        typer.Option("--tail", "--lines", "-n", min=0, help="Print only the last N lines first."),
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since",
+            help="Only lines logged since then: a duration back (30s, 10m, 2h, 1d) "
+            "or an ISO time (2026-12-01T09:00).",
+        ),
     ] = None,
 ) -> None:
     """Print the log of the running (or last) lre; -f follows it like tail -F."""
+    cutoff = None if since is None else parse_since(since)
     state_dir = state_dir_of(resolve(load_or_default(config_path)))
     path = log_path(state_dir)
     out = sys.stdout.buffer
@@ -132,7 +189,7 @@ def logs(
                 raise typer.Exit(1) from None
             typer.echo(message + "; waiting for it to appear", err=True)
         if current is not None:
-            copy_rest(current, out, lines)
+            copy_rest(current, out, lines, cutoff)
         if follow_log:
             follow(path, out, current)
             current = None

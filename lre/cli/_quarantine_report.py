@@ -8,10 +8,13 @@ so they work whether or not lre is running.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lre.cli._checks import Check
 from lre.config import Config
-from lre.worker import QuarantinedEntry, quarantined
+
+if TYPE_CHECKING:  # the worker package pulls in trio and the stores
+    from lre.worker import QuarantinedEntry
 
 FIX = (
     "see 'Quarantined leftovers' in docs/troubleshooting.md: undo what blocks removal "
@@ -21,6 +24,8 @@ FIX = (
 
 def quarantine_entries(config: Config) -> list[QuarantinedEntry]:
     """Every quarantined entry of the configuration's local workers."""
+    from lre.worker import quarantined  # only when asked: `lre --help` stays light
+
     entries: list[QuarantinedEntry] = []
     for worker in config.workers:
         if worker.local is not None:

@@ -8,14 +8,10 @@ stops it and leaves every repository it pointed at itself building locally.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -26,7 +22,6 @@ from lre.cli._app import app
 from lre.cli._client_config import (
     ClientConfigError,
     client_config_files,
-    find_repo_root,
     make_inert,
     unlink,
 )
@@ -36,16 +31,17 @@ from lre.cli._daemon import (
     RunningServer,
     read_pid_file,
     remove_pid_file,
-    stop_server,
     wait_for_pid_file,
     write_pid_file,
 )
 from lre.cli._git_exclude import set_excluded
 from lre.cli._link import (
     BuckLocalOption,
+    Echo,
     InstanceOption,
     NoEditOption,
     RepoOption,
+    echo_line,
     link_repo_or_exit,
     point_linked_repos,
     point_repo,
@@ -53,6 +49,8 @@ from lre.cli._link import (
 )
 from lre.cli._links import Link, forget_link, read_links
 from lre.cli._ports import check_port, listeners_in_use, split_address, with_port
+from lre.cli._repo_owner import serving_elsewhere
+from lre.cli._repository import resolve_repository
 from lre.config import Config, ListenerSpec, client_exec_properties, resolve
 from lre.errors import LreError
 
@@ -90,20 +88,46 @@ def _server_record(
     )
 
 
-def _point_repos(server: RunningServer, state_dir: Path, repo: Path | None, link: Link) -> None:
+def _point_repos(
+    server: RunningServer,
+    state_dir: Path,
+    repo: Path | None,
+    link: Link,
+    echo: Echo = echo_line,
+) -> None:
     """Point ``repo`` and every repository linked before at ``server``; print what changed."""
     if repo is not None:
         try:
-            print_report(point_repo(repo, server, link, state_dir))
+            print_report(point_repo(repo, server, link, state_dir), echo)
         except (ClientConfigError, OSError) as error:
-            typer.echo(f"error: {error}", err=True)
-    point_linked_repos(server, state_dir, skip=repo)
+            echo(f"error: {error}", err=True)
+    point_linked_repos(server, state_dir, skip=repo, echo=echo)
 
 
-async def _dashboard(application: Application) -> None:
-    from lre.tui import run_dashboard
+def say(text: str, *, err: bool = False) -> None:
+    """``typer.echo`` that survives a terminal that is gone (SIGHUP, a closed pipe)."""
+    try:
+        typer.echo(text, err=err)
+    except OSError:
+        pass
 
-    await run_dashboard(application.assembler)
+
+def _dashboard_of(notes: list[str]) -> Callable[[Application], Awaitable[None]]:
+    """The dashboard of a foreground ``lre up``: ``q`` stops lre, as Ctrl-C does;
+    ``notes`` (what lre wrote while starting) stay on top of the screen."""
+
+    async def dashboard(application: Application) -> None:
+        from lre.tui import UP_FOOTER, run_dashboard
+
+        try:
+            await run_dashboard(
+                application.assembler, quit_keys=True, notes=notes, footer=UP_FOOTER
+            )
+        except OSError:  # the terminal went away: SIGHUP stops lre
+            return
+        application.request_stop()
+
+    return dashboard
 
 
 @app.command()
@@ -138,11 +162,17 @@ def up(
     When lre already runs for this state directory, only point the
     repository at it (like `lre link`) and exit 0.
     """
-    repo_root = repo.resolve() if repo is not None else find_repo_root(Path.cwd())
+    repo_root: Path | None = None
+    try:
+        repo_root = resolve_repository(repo, Path.cwd())
+    except ClientConfigError as error:
+        if repo is not None or clean_config:
+            typer.echo(f"error: {error}", err=True)
+            raise typer.Exit(1) from None
+        if not no_client_config:
+            typer.echo(f"note: {error}; no client config written", err=True)
     if clean_config:
-        if repo_root is None:
-            typer.echo("error: no repository found here", err=True)
-            raise typer.Exit(1)
+        assert repo_root is not None
         print_report(unlink(repo_root))
         return
     config = resolve(with_port(load_or_default(config_path), port))
@@ -175,24 +205,34 @@ def up(
         )
         return
 
-    def announce(ready: ReadyInfo) -> None:
-        server = _server_record(config, ready, state_dir, repo_root)
-        # Client config first: the pid file means "ready", and a build
-        # started then must already find lre.bazelrc (Bazel's try-import
-        # skips a missing file silently).
-        if not no_client_config:
-            _point_repos(server, state_dir, repo_root, link)
-        write_pid_file(state_dir, server)
-        typer.echo(
-            f"lre listening on {', '.join(ready.grpc_addresses)}"
-            + (f"; status on http://{ready.status_address}/status" if ready.status_address else ""),
-            err=True,
-        )
-
     from lre.app import AppBuildError, StoreBuildError, run_server
 
     dashboard = sys.stdout.isatty() and not no_tui
     ready_seen = False
+    notes: list[str] = []
+
+    def echo(text: str, *, err: bool = False) -> None:
+        say(text, err=err)
+        if dashboard:
+            notes.append(text)
+
+    started: list[RunningServer] = []
+
+    def announce(ready: ReadyInfo) -> None:
+        server = _server_record(config, ready, state_dir, repo_root)
+        started.append(server)
+        # Client config first: the pid file means "ready", and a build
+        # started then must already find lre.bazelrc (Bazel's try-import
+        # skips a missing file silently).
+        if not no_client_config:
+            _point_repos(server, state_dir, repo_root, link, echo)
+        write_pid_file(state_dir, server)
+        echo(
+            f"lre listening on {', '.join(ready.grpc_addresses)}"
+            + (f"; status on http://{ready.status_address}/status" if ready.status_address else "")
+            + ("; q or Ctrl-C stops it" if dashboard else ""),
+            err=True,
+        )
 
     def on_ready(ready: ReadyInfo) -> None:
         nonlocal ready_seen
@@ -203,7 +243,7 @@ def up(
         run_server(
             config,
             on_ready=on_ready,
-            companion=_dashboard if dashboard else None,
+            companion=_dashboard_of(notes) if dashboard else None,
             log_level=log_level,
             log_to_file=dashboard,
         )
@@ -220,9 +260,9 @@ def up(
     finally:
         remove_pid_file(state_dir, os.getpid())
         if ready_seen and not no_client_config:
-            # Stopped in the foreground (Ctrl-C, q, SIGTERM): as `lre down` does.
-            _make_repos_inert(state_dir, None)
-    typer.echo("lre stopped", err=True)
+            # Stopped in the foreground (Ctrl-C, q, SIGTERM, SIGHUP): as `lre down` does.
+            make_repos_inert(state_dir, started[0] if started else None)
+    say("lre stopped", err=True)
 
 
 def _use_running(
@@ -318,114 +358,33 @@ def _tail(path: Path, offset: int, lines: int = 20) -> list[str]:
     return text.splitlines()[-lines:]
 
 
-def _containment_of(detail: str) -> str:
-    """The containment mode named in a /status body, or "" when it names none."""
-    try:
-        body = json.loads(detail)
-    except ValueError:
-        return ""
-    return str(body.get("containment", "")) if isinstance(body, dict) else ""
-
-
-def _status_of(server: RunningServer) -> tuple[bool, str]:
-    if not server.status_address:
-        return True, "no status listener configured"
-    try:
-        with urllib.request.urlopen(f"http://{server.status_address}/status", timeout=5) as r:
-            return True, r.read().decode("utf-8", "replace").strip()
-    except urllib.error.HTTPError as error:
-        return False, error.read().decode("utf-8", "replace").strip()
-    except OSError as error:
-        return False, f"status endpoint unreachable: {error}"
-
-
-def _make_repos_inert(state_dir: Path, server: RunningServer | None) -> None:
-    """Leave every repository lre pointed at itself building locally; say so per repository."""
+def make_repos_inert(state_dir: Path, server: RunningServer | None) -> None:
+    """Leave every repository lre pointed at itself building locally; say so per
+    repository. One that another live lre serves now is left alone."""
     repos = set(read_links(state_dir))
     if server is not None and server.repo:
         repos.add(Path(server.repo))
+    ours = server.grpc_address if server is not None else ""
+    # Every repository first, then what happened: the terminal may be gone.
+    lines: list[tuple[str, bool]] = []
     for repo in sorted(repos):
+        other = serving_elsewhere(repo, ours) if ours else None
+        if other is not None:
+            lines.append((f"{repo}: left alone: another lre serves it on {other}", False))
+            continue
         try:
             make_inert(repo)
             files = client_config_files(repo)
         except (ClientConfigError, OSError) as error:
-            typer.echo(f"error: {repo}: {error}", err=True)
+            lines.append((f"error: {repo}: {error}", True))
             continue
         if files:
             names = ", ".join(str(p.relative_to(repo)) for p in files)
-            typer.echo(f"{repo}: builds locally now ({names} inert until `lre up`)")
+            lines.append((f"{repo}: builds locally now ({names} inert until `lre up`)", False))
             if any("buckconfig" in p.name for p in files):
-                typer.echo(f"note: {repo}: run `buck2 kill` so Buck2 rereads it", err=True)
-
-
-@app.command()
-def down(config_path: ConfigOption = None) -> None:
-    """Stop lre; every repository it pointed at itself builds locally again."""
-    state_dir = state_dir_of(resolve(load_or_default(config_path)))
-    server = read_pid_file(state_dir)
-    if server is None or not server.alive():
-        typer.echo("lre is not running")
-        if server is not None:
-            remove_pid_file(state_dir, server.pid)
-        _make_repos_inert(state_dir, server)
-        return
-    clean = stop_server(server)
-    remove_pid_file(state_dir, server.pid)
-    typer.echo(f"lre (pid {server.pid}) stopped" + ("" if clean else " (killed after timeout)"))
-    _make_repos_inert(state_dir, server)
-
-
-def status_urls(status_address: str) -> dict[str, str]:
-    """The status listener's URLs by name ("status", "metrics"); {} when it is off."""
-    if not status_address:
-        return {}
-    return {name: f"http://{status_address}/{name}" for name in ("status", "metrics")}
-
-
-@app.command()
-def status(
-    config_path: ConfigOption = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-) -> None:
-    """Tell whether lre runs, where, and whether it is healthy (exit 0 only if so).
-
-    `lre stats` shows what it is doing (the dashboard as text).
-    """
-    state_dir = state_dir_of(resolve(load_or_default(config_path)))
-    server = read_pid_file(state_dir)
-    if server is None or not server.alive():
-        if as_json:
-            typer.echo(json.dumps({"running": False}))
-        else:
-            typer.echo("lre is not running")
-        raise typer.Exit(1)
-    healthy, detail = _status_of(server)
-    urls = status_urls(server.status_address)
-    if as_json:
-        typer.echo(
-            json.dumps(
-                {
-                    "running": True,
-                    "healthy": healthy,
-                    "detail": detail,
-                    "urls": urls,
-                    **dataclasses.asdict(server),
-                }
-            )
-        )
-    else:
-        uptime = time.time() - server.started
-        typer.echo(
-            f"lre pid {server.pid} on {server.grpc_address}, up {uptime:.0f} s, "
-            f"{'healthy' if healthy else 'UNHEALTHY'}: {detail}"
-        )
-        containment = _containment_of(detail)
-        if containment:
-            typer.echo(f"containment of actions: {containment}")
-        for name, url in urls.items():
-            typer.echo(f"{name}: {url}")
-    if not healthy:
-        raise typer.Exit(2)
+                lines.append((f"note: {repo}: run `buck2 kill` so Buck2 rereads it", True))
+    for text, err in lines:
+        say(text, err=err)
 
 
 @app.command("unlink")
@@ -436,10 +395,11 @@ def unlink_command(
     config_path: ConfigOption = None,
 ) -> None:
     """Remove exactly the Bazel/Buck2 config that `lre up` wrote (and lre's git excludes)."""
-    root = repo.resolve() if repo is not None else find_repo_root(Path.cwd())
-    if root is None:
-        typer.echo("error: no repository found here", err=True)
-        raise typer.Exit(1)
+    try:
+        root = resolve_repository(repo, Path.cwd())
+    except ClientConfigError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(1) from None
     report = unlink(root)
     try:
         exclude = set_excluded(root, [])

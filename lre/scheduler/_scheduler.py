@@ -559,7 +559,10 @@ class Scheduler:
         self._wake_workers()
         if self._advisor is not None:
             record_usage(self._advisor, lease, outcome)
-        health = self._worker_health.observe(lease.worker_name, outcome)
+        # An operation that ended before its lease did was cancelled (by the
+        # client, a lost watcher, shutdown): how the action stopped says
+        # nothing about the worker.
+        health = None if op.done else self._worker_health.observe(lease.worker_name, outcome)
         if health is not None:
             log.warning("%s", health.message)
             emit_event(self._on_event, health)

@@ -4,9 +4,10 @@
 
 from lre.tui._live import SnapshotGetter, run_dashboard
 from lre.tui._remote import RemoteSnapshots, fetch_snapshot_json
-from lre.tui._render import render_dashboard, rss_style
+from lre.tui._render import UP_FOOTER, render_dashboard, rss_style
 
 __all__ = [
+    "UP_FOOTER",
     "RemoteSnapshots",
     "SnapshotGetter",
     "fetch_snapshot_json",

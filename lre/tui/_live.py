@@ -18,17 +18,17 @@ import os
 import sys
 import termios
 import tty
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import trio
-from rich.console import Console, ConsoleDimensions, RenderableType
+from rich.console import Console, ConsoleDimensions, Group, RenderableType
 from rich.live import Live
 from rich.segment import Segment, SegmentLines
 from rich.text import Text
 
 from lre.snapshot import ProcessSnapshot
-from lre.tui._render import TOP_FOOTER, UP_FOOTER, render_dashboard
+from lre.tui._render import TOP_FOOTER, render_dashboard
 
 __all__ = ["SnapshotGetter", "cbreak", "run_dashboard"]
 
@@ -40,13 +40,17 @@ QUIT_KEYS = frozenset(b"qQ")
 @contextmanager
 def cbreak(fd: int) -> Iterator[None]:
     """Put terminal ``fd`` in cbreak mode (keys arrive one by one, unechoed;
-    Ctrl-C still signals) and restore its previous mode on exit."""
+    Ctrl-C still signals) and restore its previous mode on exit (unless the
+    terminal hung up)."""
     saved = termios.tcgetattr(fd)
     try:
         tty.setcbreak(fd)
         yield
     finally:
-        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+        try:
+            termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+        except termios.error:  # the terminal is gone (hung up): nothing to restore
+            pass
 
 
 async def _watch_keys(fd: int, scope: trio.CancelScope) -> None:
@@ -63,12 +67,20 @@ def _screen(
     snapshot: ProcessSnapshot | None,
     notice: str | None,
     keys: tuple[tuple[str, str], ...],
+    notes: Sequence[str] = (),
 ) -> RenderableType:
     if snapshot is None:
-        return Text(notice or "waiting for the first snapshot…", style="bold red" if notice else "")
-    return render_dashboard(
-        snapshot, width=console.width, height=console.height, notice=notice, keys=keys
-    )
+        body: RenderableType = Text(
+            notice or "waiting for the first snapshot…", style="bold red" if notice else ""
+        )
+    else:
+        height = max(1, console.height - len(notes))
+        body = render_dashboard(
+            snapshot, width=console.width, height=height, notice=notice, keys=keys
+        )
+    if not notes:
+        return body
+    return Group(Text("\n".join(notes), style="yellow", overflow="ellipsis", no_wrap=True), body)
 
 
 async def run_dashboard(
@@ -79,9 +91,13 @@ async def run_dashboard(
     quit_keys: bool = False,
     screen: bool = True,
     max_frames: int | None = None,
+    notes: Sequence[str] = (),
+    footer: tuple[tuple[str, str], ...] = TOP_FOOTER,
 ) -> None:
     """Show the dashboard of ``get_snapshot()`` until cancelled, ``q`` (with
-    ``quit_keys``) or ``max_frames`` refreshes (tests).
+    ``quit_keys``) or ``max_frames`` refreshes (tests). ``notes`` are lines
+    kept on top of every frame (what ``lre up`` wrote before the dashboard
+    took the screen).
 
     ``get_snapshot`` may be sync or async. ``OSError``/``ValueError`` from it
     (lre unreachable, a bad answer) keep the last screen with a red notice
@@ -119,8 +135,8 @@ async def run_dashboard(
                 # A frame equal to the one on the terminal is not sent again:
                 # an idle dashboard changes once a second (its uptime), and
                 # each redraw costs lre and the terminal a full screen.
-                keys = TOP_FOOTER if quit_keys else UP_FOOTER
-                lines = console.render_lines(_screen(console, last, notice, keys), pad=False)
+                frame = _screen(console, last, notice, footer, notes)
+                lines = console.render_lines(frame, pad=False)
                 if shown != (console.size, lines):
                     shown = (console.size, lines)
                     live.update(SegmentLines(lines, new_lines=True), refresh=True)

@@ -34,7 +34,7 @@ __all__ = ["TOP_FOOTER", "UP_FOOTER", "render_dashboard", "rss_style"]
 #: The footer of ``lre top`` (``q`` leaves, lre keeps running).
 TOP_FOOTER: tuple[tuple[str, str], ...] = (("q", "quit"), ("Ctrl-C", "quit (lre keeps running)"))
 #: The footer of the dashboard in ``lre up`` (it is lre).
-UP_FOOTER: tuple[tuple[str, str], ...] = (("Ctrl-C", "stop lre"),)
+UP_FOOTER: tuple[tuple[str, str], ...] = (("q", "stop lre"), ("Ctrl-C", "stop lre"))
 
 #: An action whose RSS reaches this fraction of its kill line shows red.
 NEAR_KILL_LINE = 0.9

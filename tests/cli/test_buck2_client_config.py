@@ -164,3 +164,24 @@ def test_a_configuration_buck2_refuses_is_reported_and_left_alone(tmp_path: Path
     with pytest.raises(ClientConfigError, match=r"\.buckconfig:1: included file .*missing"):
         write_buck2(repo, SETTINGS, local=False, platform_source=TOOLCHAINS, home=tmp_path)
     assert sorted(p.name for p in repo.iterdir()) == [".buckconfig"]
+
+
+def test_buildfile_name_is_the_repositorys_and_the_block_header_is_truthful(
+    tmp_path: Path,
+) -> None:
+    repo = buck2_init(tmp_path / "repo")
+    home = tmp_path / "home"
+    with (repo / ".buckconfig").open("a") as f:
+        f.write("\n[buildfile]\n  name = TARGETS,BUCK\n")
+    write_buck2(repo, SETTINGS, local=False, platform_source=TOOLCHAINS, home=home)
+    assert (repo / "lre_platforms" / "TARGETS").read_text().count("lre_platforms(") == 1
+    assert not (repo / "lre_platforms" / "BUCK").exists()
+    local = (repo / ".buckconfig.local").read_text()
+    assert "--buck-local" not in local  # it was not given
+    assert "# >>> lre (written by `lre up`; `lre unlink` removes this block) >>>" in local
+    # A block an older lre wrote (with the old header) is still lre's.
+    old = "# >>> lre (written by `lre up --buck-local`; `lre unlink` removes this block) >>>"
+    (repo / ".buckconfig.local").write_text(local.replace(local.splitlines()[0], old))
+    unlink(repo)
+    assert not (repo / ".buckconfig.local").exists()
+    assert not (repo / "lre_platforms").exists()

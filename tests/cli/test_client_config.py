@@ -164,9 +164,12 @@ def test_write_bazel_is_idempotent_and_keeps_user_lines(tmp_path: Path) -> None:
     assert rc.startswith("build --verbose_failures\n")
     assert (tmp_path / "lre.bazelrc").read_text().startswith(MARKER)
     report = unlink(tmp_path)
-    assert (tmp_path / ".bazelrc").read_text() == "build --verbose_failures\n"
+    # Byte for byte: the file had no final newline, and has none again.
+    assert (tmp_path / ".bazelrc").read_text() == "build --verbose_failures"
     assert not (tmp_path / "lre.bazelrc").exists()
     assert tmp_path / "lre.bazelrc" in report.removed
+    assert report.cleaned == [tmp_path / ".bazelrc"]  # kept, not "removed"
+    assert tmp_path / ".bazelrc" not in report.removed
 
 
 def test_write_bazel_without_edit_only_warns(tmp_path: Path) -> None:

@@ -101,7 +101,8 @@ def test_client_config_for_a_stopped_lre(tmp_path: Path) -> None:
     flags = "build:lre --remote_executor=grpc://127.0.0.1:50051\nbuild:lre --jobs=16\n"
     (repo / "lre.bazelrc").write_text(flags + "build --config=lre\n")
     code, checks = _checks(home, repo)
-    assert checks["bazel config"]["status"] == "WARN"
+    assert checks["bazel config"]["status"] == "FAIL"
+    assert code == 1  # doctor says builds will fail, so it exits non-zero
     assert "builds fail with 'Connection refused'" in checks["bazel config"]["message"]
     assert checks["bazel config"]["fix"] == (
         "start lre (`lre up --detach`) or build locally (`lre unlink`)"

@@ -96,3 +96,71 @@ def test_follow_goes_on_across_rotation_and_truncation_and_ends_on_ctrl_c(
                 process.kill()
         assert process.stderr is not None
         assert "Traceback" not in process.stderr.read()
+
+
+def test_logs_of_a_foreground_lre_are_that_servers(tmp_path: Path) -> None:
+    home = private_home(tmp_path)
+    repo = bazel_repo(tmp_path)
+    home.state_dir.mkdir(parents=True)
+    (home.state_dir / "lre.log").write_text("2020-01-01T00:00:00.000Z INFO lre an older lre\n")
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "lre",
+            "up",
+            "--no-tui",
+            "--config",
+            str(home.config),
+            "--port",
+            str(home.grpc_port),
+        ],
+        cwd=repo,
+        env=home.env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while home.run("status", cwd=repo).returncode != 0:
+            assert server.poll() is None and time.monotonic() < deadline, "lre did not start"
+            time.sleep(0.2)
+        shown = home.run("logs", cwd=repo)
+        assert shown.returncode == 0, shown.stderr
+        assert f"listening on 127.0.0.1:{home.grpc_port}" in shown.stdout, shown.stdout
+        recent = home.run("logs", "--since", "1h", cwd=repo)
+        assert "an older lre" not in recent.stdout
+        assert f"listening on 127.0.0.1:{home.grpc_port}" in recent.stdout
+    finally:
+        server.send_signal(signal.SIGTERM)
+        _, err = server.communicate(timeout=60)
+    assert server.returncode == 0, err
+    assert f"listening on 127.0.0.1:{home.grpc_port}" in err  # the terminal still gets it
+
+
+def test_tail_and_since(tmp_path: Path) -> None:
+    home = private_home(tmp_path)
+    home.state_dir.mkdir(parents=True)
+    (home.state_dir / "lre.log").write_text(
+        "2026-01-01T08:00:00.000Z INFO lre one\n"
+        "2026-01-01T09:00:00.000Z ERROR lre two\n"
+        "Traceback (most recent call last): part of two\n"
+        "2026-01-01T10:00:00.000Z INFO lre three\n"
+    )
+    tail = home.run("logs", "--tail", "2", cwd=tmp_path)
+    assert tail.returncode == 0, tail.stderr
+    assert tail.stdout.splitlines() == [
+        "Traceback (most recent call last): part of two",
+        "2026-01-01T10:00:00.000Z INFO lre three",
+    ]
+    since = home.run("logs", "--since", "2026-01-01T09:00:00+00:00", cwd=tmp_path)
+    assert since.returncode == 0, since.stderr
+    assert [ln.split()[-1] for ln in since.stdout.splitlines()] == ["two", "two", "three"]
+    both = home.run("logs", "--since", "2026-01-01T09:00Z", "-n", "1", cwd=tmp_path)
+    assert both.stdout.split()[-1] == "three"
+    assert home.run("logs", "--since", "100000d", cwd=tmp_path).stdout.count("\n") == 4
+    bad = home.run("logs", "--since", "yesterday", cwd=tmp_path)
+    assert bad.returncode == 2
+    assert "'yesterday' is neither a duration" in bad.stderr

@@ -53,7 +53,7 @@ def test_detach_status_down_and_client_config(tmp_path: Path) -> None:
         down = run_lre("down", "--config", str(config), cwd=repo, env=env)
     assert down.returncode == 0, down.stderr
     assert "stopped" in down.stdout
-    assert run_lre("status", "--config", str(config), cwd=repo, env=env).returncode == 1
+    assert run_lre("status", "--config", str(config), cwd=repo, env=env).returncode == 3
     for proc in psutil.process_iter(["cmdline"]):
         cmdline = proc.info["cmdline"] or []
         assert str(config) not in cmdline, f"lre still running: {proc.pid}"
@@ -190,11 +190,11 @@ def test_second_repo_link_down_makes_all_inert_and_up_restores(tmp_path: Path) -
 
         status = run_lre("status", "--config", str(config), cwd=first, env=env)
         assert status.returncode == 0, status.stdout + status.stderr
-        urls = dict(
-            line.split(": ", 1)
+        urls = {
+            line.split()[0].rstrip(":"): line.split()[1]
             for line in status.stdout.splitlines()
-            if line.startswith(("status: ", "metrics: "))
-        )
+            if line.strip().startswith(("status:", "metrics:"))
+        }
         assert urls["status"].endswith("/status") and urls["metrics"].endswith("/metrics")
         assert _get(urls["status"]) == 200 and _get(urls["metrics"]) == 200
         assert f"status on {urls['status']}" in started.stdout

@@ -18,7 +18,7 @@ import pytest
 from tests._support.configs import app_config_text
 from tests._support.servers import free_port
 from tests.cli._lre import run_lre
-from tests.e2e._bazel import BazelSession, require_bazel
+from tests.e2e._bazel import BazelSession, parse_process_summary, require_bazel
 from tests.e2e._workspace import Workspace, generate_workspace
 
 pytestmark = [pytest.mark.slow, pytest.mark.bazel]
@@ -111,3 +111,152 @@ def test_a_token_listener_gets_the_header_from_the_token_file(tmp_path: Path) ->
         down = run_lre("down", "--config", str(config), cwd=ws.root, env=env)
     assert down.returncode == 0, down.stderr
     _runs_right(ws)
+
+
+def _status_json(address: str) -> tuple[int, dict[str, object]]:
+    import json
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://{address}/status", timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def test_a_cancelled_build_is_not_a_worker_fault(tmp_path: Path) -> None:
+    """Ctrl-C in ``bazel build``: lre cancels the running actions, and stays healthy."""
+    import signal
+    import time
+
+    from tests.e2e._workspace import write_offline_scaffold
+
+    require_bazel()
+    ws = tmp_path / "ws"
+    write_offline_scaffold(ws, "cancelled")
+    (ws / "BUILD").write_text(
+        "".join(
+            f'genrule(name = "slow{i}", outs = ["slow{i}.txt"], cmd = "sleep 300; echo {i} > $@")\n'
+            for i in range(4)
+        )
+    )
+    status_port = free_port()
+    config = tmp_path / "lre.json5"
+    config.write_text(
+        app_config_text(
+            tmp_path / "lre-root",
+            status_port=status_port,
+            max_inflight=4,
+            extra_worker=', platform_properties: { OSFamily: { values: ["Linux"] } }',
+        ).replace("cpu_count: 2,", "cpu_count: 4,")
+    )
+    env = {**os.environ, "HOME": str(tmp_path / "home")}
+    address = f"127.0.0.1:{status_port}"
+    up = run_lre("up", "--detach", "--config", str(config), cwd=ws, env=env)
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        with BazelSession(ws, tmp_path / "bazel") as bazel:
+            for _round in range(2):
+                build = subprocess.Popen(
+                    [bazel._bazel, *bazel._startup, "build", "//:all"],
+                    cwd=ws,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                )
+                try:
+                    deadline = time.monotonic() + 300
+                    while _status_json(address)[1].get("running", 0) < 2:
+                        assert build.poll() is None, build.communicate()[0]
+                        assert time.monotonic() < deadline, "the actions never ran"
+                        time.sleep(0.5)
+                    build.send_signal(signal.SIGINT)  # the user's Ctrl-C
+                    output = build.communicate(timeout=120)[0]
+                finally:
+                    if build.poll() is None:
+                        build.kill()
+                        build.wait()
+                assert build.returncode != 0, output
+                deadline = time.monotonic() + 120
+                while _status_json(address)[1].get("running", 1) != 0:
+                    assert time.monotonic() < deadline, _status_json(address)
+                    time.sleep(0.5)
+        code, body = _status_json(address)
+        assert code == 200, body
+        status = run_lre("status", "--config", str(config), cwd=ws, env=env)
+        assert status.returncode == 0, status.stdout + status.stderr
+        doctor = run_lre("doctor", "--json", "--config", str(config), cwd=ws, env=env)
+        import json
+
+        checks = {c["name"]: c for c in json.loads(doctor.stdout)["checks"]}
+        assert checks["lre"]["status"] == "OK", checks["lre"]
+    finally:
+        down = run_lre("down", "--now", "--config", str(config), cwd=ws, env=env)
+        if down.returncode != 0:
+            down = run_lre("down", "--config", str(config), cwd=ws, env=env)
+    assert down.returncode == 0, down.stderr
+
+
+def test_down_during_a_build_waits_for_it_and_now_cancels(tmp_path: Path) -> None:
+    """``lre down`` mid-build says so and lets the build finish; ``--now`` cancels it."""
+    import time
+
+    from tests.e2e._workspace import write_offline_scaffold
+
+    require_bazel()
+    ws = tmp_path / "ws"
+    write_offline_scaffold(ws, "drain")
+    status_port = free_port()
+    config = tmp_path / "lre.json5"
+    config.write_text(
+        app_config_text(
+            tmp_path / "lre-root",
+            status_port=status_port,
+            extra_worker=', platform_properties: { OSFamily: { values: ["Linux"] } }',
+        )
+    )
+    env = {**os.environ, "HOME": str(tmp_path / "home")}
+    address = f"127.0.0.1:{status_port}"
+    with BazelSession(ws, tmp_path / "bazel") as bazel:
+        for round_, flag in enumerate(("", "--now")):
+            (ws / "BUILD").write_text(
+                'genrule(name = "slow", outs = ["slow.txt"], '
+                f'cmd = "sleep 15; echo {round_} > $@")\n'
+            )
+            up = run_lre("up", "--detach", "--config", str(config), cwd=ws, env=env)
+            assert up.returncode == 0, up.stdout + up.stderr
+            build = subprocess.Popen(
+                [bazel._bazel, *bazel._startup, "build", "//:slow"],
+                cwd=ws,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            try:
+                deadline = time.monotonic() + 300
+                while _status_json(address)[1].get("running", 0) < 1:
+                    assert build.poll() is None, build.communicate()[0]
+                    assert time.monotonic() < deadline, "the action never ran"
+                    time.sleep(0.3)
+                down = run_lre(
+                    "down", *([flag] if flag else []), "--config", str(config), cwd=ws, env=env
+                )
+                output = build.communicate(timeout=300)[0]
+            finally:
+                if build.poll() is None:
+                    build.kill()
+                    build.wait()
+            assert down.returncode == 0, down.stdout + down.stderr
+            assert "stopped" in down.stdout
+            if flag:
+                assert "cancelling 1 running and 0 queued action(s)" in down.stdout, down.stdout
+                assert build.returncode != 0, output
+            else:
+                assert "is running 1 action(s)" in down.stdout, down.stdout
+                assert "waiting for them to finish" in down.stdout
+                assert build.returncode == 0, output
+                summary = parse_process_summary(output)
+                assert summary is not None and summary.count("remote") == 1, output

@@ -201,4 +201,6 @@ def test_the_footer_names_the_keys_of_each_dashboard() -> None:
         width=100, file=io.StringIO(), color_system=None, force_terminal=False, record=True
     )
     console.print(render_dashboard(sample_snapshot(), width=100, keys=UP_FOOTER))
-    assert console.export_text().splitlines()[-1].split() == ["Ctrl-C", "stop", "lre"]
+    assert console.export_text().splitlines()[-1].split() == [
+        "q", "stop", "lre", "Ctrl-C", "stop", "lre"
+    ]  # fmt: skip

@@ -1,0 +1,66 @@
+"""``lre status``/``ps``/``stop``/``start``/``restart`` as docker compose and LSB users expect."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.cli.running_lre import bazel_repo, private_home
+
+
+def test_status_ps_stop_start_restart(tmp_path: Path) -> None:
+    home = private_home(tmp_path)
+    repo = bazel_repo(tmp_path)
+
+    stopped = home.run("status", cwd=repo)
+    assert stopped.returncode == 3, stopped  # LSB: program is not running
+    assert stopped.stdout.strip() == "lre is not running"
+    assert json.loads(home.run("status", "--json", cwd=repo).stdout)["running"] is False
+    empty = home.run("ps", cwd=repo)
+    assert empty.returncode == 0 and empty.stdout.split() == [
+        "PID", "ADDRESS", "STATUS", "STATE", "RUNNING", "QUEUED", "UP"
+    ]  # fmt: skip
+
+    started = home.run("up", "--detach", "--port", str(home.grpc_port), cwd=repo)
+    assert started.returncode == 0, started.stderr
+    try:
+        shown = home.run("status", cwd=repo)
+        assert shown.returncode == 0, shown.stdout + shown.stderr
+        assert "{" not in shown.stdout, shown.stdout  # no raw JSON
+        assert shown.stdout.startswith("lre is running: healthy\n"), shown.stdout
+        assert f"gRPC         127.0.0.1:{home.grpc_port}" in shown.stdout
+        assert "actions      0 running, 0 queued" in shown.stdout
+        assert f"repositories {repo}" in shown.stdout
+        record = json.loads(home.run("status", "--json", cwd=repo).stdout)
+        assert record["status"]["status"] == "ok"  # an object, not JSON in a string
+        assert record["repositories"] == [str(repo)]
+        assert record["healthy"] is True
+
+        rows = json.loads(home.run("ps", "--json", cwd=repo).stdout)
+        assert [r["address"] for r in rows] == [f"127.0.0.1:{home.grpc_port}"]
+        assert rows[0]["state"] == "healthy" and rows[0]["running"] == 0
+        table = home.run("ps", cwd=repo).stdout.splitlines()
+        assert len(table) == 2 and table[1].split()[0] == str(rows[0]["pid"])
+
+        restarted = home.run("restart", cwd=tmp_path)
+        assert restarted.returncode == 0, restarted.stdout + restarted.stderr
+        assert f"lre (pid {rows[0]['pid']}) stopped" in restarted.stdout
+        again = json.loads(home.run("ps", "--json", cwd=repo).stdout)
+        assert len(again) == 1 and again[0]["pid"] != rows[0]["pid"]
+        assert again[0]["address"] == f"127.0.0.1:{home.grpc_port}"  # the same port
+        assert f"{repo} uses lre again" in restarted.stdout
+        assert f"grpc://127.0.0.1:{home.grpc_port}" in (repo / "lre.bazelrc").read_text()
+
+        stop = home.run("stop", cwd=tmp_path)
+        assert stop.returncode == 0, stop.stderr
+        assert f"{repo}: builds locally now" in stop.stdout
+        assert home.run("status", cwd=repo).returncode == 3
+        assert "--remote_executor" not in (repo / "lre.bazelrc").read_text()
+
+        start = home.run("start", "--port", str(home.grpc_port), cwd=tmp_path)
+        assert start.returncode == 0, start.stderr
+        assert "lre running in the background" in start.stdout
+        assert f"grpc://127.0.0.1:{home.grpc_port}" in (repo / "lre.bazelrc").read_text()
+    finally:
+        down = home.run("down", cwd=repo)
+    assert down.returncode == 0, down.stderr
