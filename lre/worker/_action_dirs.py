@@ -61,7 +61,10 @@ ROOT_NAME = "root"
 LOG_NAMES = ("stdout", "stderr")
 #: Name of the action's private temporary directory (its TMPDIR).
 TMP_NAME = "tmp"
-_RECYCLABLE = frozenset((ROOT_NAME, TMP_NAME, *LOG_NAMES))
+#: Name of the directory holding the overlay layers of an action's view
+#: (``view/upper``: what the action wrote; ``view/work``: the overlay's own).
+VIEW_NAME = "view"
+_RECYCLABLE = frozenset((ROOT_NAME, TMP_NAME, VIEW_NAME, *LOG_NAMES))
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,14 +78,24 @@ class ActionDirectory:
     stderr: Path
     #: The action's private temporary directory (outside its input root).
     tmp: Path
+    #: The overlay's upper layer and work directory (made on first use).
+    upper: Path
+    overlay_work: Path
     #: Empty directories already under ``root`` (relative paths), left by
     #: the previous action; ``stage_inputs`` reuses or removes them.
     existing: frozenset[str] = frozenset()
 
     @classmethod
     def at(cls, path: Path) -> ActionDirectory:
+        view = path / VIEW_NAME
         return cls(
-            path, path / ROOT_NAME, path / LOG_NAMES[0], path / LOG_NAMES[1], path / TMP_NAME
+            path,
+            path / ROOT_NAME,
+            path / LOG_NAMES[0],
+            path / LOG_NAMES[1],
+            path / TMP_NAME,
+            view / "upper",
+            view / "work",
         )
 
 
@@ -268,10 +281,31 @@ def _recycle(directory: ActionDirectory) -> ActionDirectory | None:
         return None
     if not _empty_tmp(directory.tmp):
         return None
+    if VIEW_NAME in names and not _empty_view(directory):
+        return None
     existing = scrub_root(directory.root)
     if existing is None:
         return None
     return dataclasses.replace(directory, existing=existing)
+
+
+def _empty_view(directory: ActionDirectory) -> bool:
+    """Empty the overlay's upper layer and drop the work directory's marker of
+    a volatile mount (which would refuse the next one); False when a call
+    fails (the action directory is then removed whole)."""
+    try:
+        with os.scandir(directory.upper) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path)  # never follows symlinks
+                else:
+                    os.unlink(entry.path)
+        incompat = directory.overlay_work / "work" / "incompat"
+        if os.path.lexists(incompat):
+            shutil.rmtree(incompat)
+    except OSError:
+        return False
+    return True
 
 
 def _empty_tmp(tmp: Path) -> bool:

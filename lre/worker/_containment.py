@@ -68,6 +68,7 @@ from dataclasses import dataclass
 import trio
 
 from lre.worker._guardian import ProcessGuardian
+from lre.worker._view import ActionView, build_view
 
 __all__ = [
     "CONTAINMENT_MODES",
@@ -76,6 +77,7 @@ __all__ = [
     "PidNamespace",
     "ProcessGroupSweep",
     "choose_containment",
+    "prepare_spawner_thread",
 ]
 
 log = logging.getLogger(__name__)
@@ -83,6 +85,8 @@ log = logging.getLogger(__name__)
 #: Values of ``worker.local.containment``.
 CONTAINMENT_MODES = ("strongest", "pidns", "userns", "portable")
 
+_CLONE_NEWNS = 0x00020000
+_CLONE_FS = 0x00000200
 _CLONE_NEWNET = 0x40000000
 _CLONE_NEWPID = 0x20000000
 _PR_SET_PDEATHSIG = 1
@@ -124,6 +128,9 @@ class SpawnOptions:
 
     #: Run without network: a network namespace of its own with only loopback.
     block_network: bool = False
+    #: Run in a mount namespace shaped as this view (``_view.py``); only
+    #: where ``can_view``.
+    view: ActionView | None = None
 
 
 class Containment(ABC):
@@ -144,14 +151,20 @@ class Containment(ABC):
     #: True when the first process reports a signal that killed the command
     #: as exit code 128 + signal (it cannot re-raise it).
     signals_as_exit_codes: bool = False
+    #: True when this backend can run an action in a view of its own
+    #: (``SpawnOptions.view``): a mount namespace with the host read-only,
+    #: lre's directories hidden, inputs behind an overlay and a /proc of its
+    #: own. Without it none of those protections hold (docs/security.md).
+    can_view: bool = False
 
     def __init__(self) -> None:
         #: Kills every listed action when lre dies (started on first use).
         self.guardian = ProcessGuardian()
 
     @abstractmethod
-    def command(self, argv: Sequence[str]) -> list[str]:
-        """The argv to execute for the action's ``argv``."""
+    def command(self, argv: Sequence[str], *, view: bool = False) -> list[str]:
+        """The argv to execute for the action's ``argv`` (in a view when
+        ``view``, only where ``can_view``)."""
 
     @contextmanager
     def spawn_context(self, options: SpawnOptions) -> Iterator[None]:
@@ -202,6 +215,19 @@ def _killpg(pgid: int, sig: int) -> None:
         pass
 
 
+def prepare_spawner_thread() -> None:
+    """Give the calling (spawner) thread a filesystem context (root, cwd) of
+    its own: a thread sharing it with the others may not enter a mount
+    namespace, so without this no view can be made from it. Logs and goes
+    on when the call fails (views then fail at their first use)."""
+    if _LIBC is None:
+        return
+    try:
+        _call("unshare", _CLONE_FS)
+    except OSError as error:
+        log.warning("spawner thread: cannot unshare its filesystem context (%s)", error)
+
+
 # --------------------------------------------------------------------------- pidns
 
 
@@ -217,6 +243,7 @@ class PidNamespace(Containment):
     can_block_network = True
     ends_alone = True
     signals_as_exit_codes = True
+    can_view = True
 
     def __init__(self) -> None:
         if _LIBC is None:
@@ -228,9 +255,32 @@ class PidNamespace(Containment):
             )
         super().__init__()
         self._init = init
+        #: util-linux unshare, which mounts each view's /proc (see _view.py)
+        self._unshare = shutil.which("unshare")
         self._own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
         self._own_net_ns = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        self._own_mnt_ns = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
         self._probe()
+        self.can_view = self._unshare is not None and self._probe_view()
+
+    def _probe_view(self) -> bool:
+        """Whether a mount namespace can be made and left here (logged if not)."""
+        failure: list[BaseException] = []
+
+        def probe() -> None:
+            try:
+                _call("unshare", _CLONE_FS)
+                _call("unshare", _CLONE_NEWNS)
+                _call("setns", self._own_mnt_ns, _CLONE_NEWNS)
+            except OSError as error:
+                failure.append(error)
+
+        thread = threading.Thread(target=probe, name="lre-view-probe")
+        thread.start()
+        thread.join()
+        if failure:
+            log.warning("containment pidns: actions get no view of their own (%s)", failure[0])
+        return not failure
 
     def _probe(self) -> None:
         """Make and leave one namespace in a throwaway thread, so that a
@@ -252,10 +302,14 @@ class PidNamespace(Containment):
                 f"cannot make a PID namespace ({failure[0]}); it needs CAP_SYS_ADMIN"
             )
 
-    def command(self, argv: Sequence[str]) -> list[str]:
+    def command(self, argv: Sequence[str], *, view: bool = False) -> list[str]:
         # timeout execvp()s argv with the action's PATH, argv[0] unchanged;
-        # a duration of 0 sets no limit.
-        return [self._init, "--", "0", *argv]
+        # a duration of 0 sets no limit. In a view, unshare first mounts the
+        # namespace's own /proc, then executes timeout (still pid 1).
+        init = [self._init, "--", "0", *argv]
+        if view and self._unshare is not None:
+            return [self._unshare, "--mount-proc", "--propagation", "unchanged", "--", *init]
+        return init
 
     @contextmanager
     def spawn_context(self, options: SpawnOptions) -> Iterator[None]:
@@ -265,17 +319,31 @@ class PidNamespace(Containment):
         _call("setns", self._own_pid_ns, _CLONE_NEWPID)
         _call("unshare", _CLONE_NEWPID)
         try:
-            if options.block_network:
-                _call("unshare", _CLONE_NEWNET)
+            if options.view is not None:
+                _call("unshare", _CLONE_NEWNS)
                 try:
-                    _loopback_up()
-                    yield
+                    build_view(options.view)
+                    with self._network(options):
+                        yield
                 finally:
-                    _call("setns", self._own_net_ns, _CLONE_NEWNET)
+                    _call("setns", self._own_mnt_ns, _CLONE_NEWNS)
             else:
-                yield
+                with self._network(options):
+                    yield
         finally:
             _call("setns", self._own_pid_ns, _CLONE_NEWPID)
+
+    @contextmanager
+    def _network(self, options: SpawnOptions) -> Iterator[None]:
+        if not options.block_network:
+            yield
+            return
+        _call("unshare", _CLONE_NEWNET)
+        try:
+            _loopback_up()
+            yield
+        finally:
+            _call("setns", self._own_net_ns, _CLONE_NEWNET)
 
     def signal_action(self, pid: int, sig: int) -> None:
         # The group reaches the children; pid 1 of the namespace gets a signal
@@ -345,7 +413,7 @@ class UserNamespace(Containment):
             reason = probe.stderr.decode(errors="replace").strip() or f"exit {probe.returncode}"
             raise ContainmentUnavailable(f"unprivileged user namespaces refused: {reason}")
 
-    def command(self, argv: Sequence[str]) -> list[str]:
+    def command(self, argv: Sequence[str], *, view: bool = False) -> list[str]:
         return [*self._prefix, *argv]
 
     def signal_action(self, pid: int, sig: int) -> None:
@@ -398,7 +466,7 @@ class ProcessGroupSweep(Containment):
                 log.warning("cannot make lre a child subreaper (%s); orphans escape", error)
         self._main_children = f"/proc/self/task/{threading.main_thread().native_id}/children"
 
-    def command(self, argv: Sequence[str]) -> list[str]:
+    def command(self, argv: Sequence[str], *, view: bool = False) -> list[str]:
         return list(argv)
 
     def spawn_started(self, pid: int) -> None:

@@ -41,8 +41,14 @@ import trio
 
 from lre.errors import InvalidArgument
 from lre.upstream import name_os_thread
-from lre.worker._containment import Containment, SpawnOptions, choose_containment
+from lre.worker._containment import (
+    Containment,
+    SpawnOptions,
+    choose_containment,
+    prepare_spawner_thread,
+)
 from lre.worker._oom import OomCounters
+from lre.worker._view import ActionView
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +171,7 @@ class _Spawner:
 
     def _serve(self) -> None:
         name_os_thread(threading.current_thread().name)
+        prepare_spawner_thread()
         if self._nice:
             try:
                 os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self._nice)
@@ -247,13 +254,15 @@ async def run_process(
     nice: int = 0,
     containment: Containment | None = None,
     block_network: bool = False,
+    view: ActionView | None = None,
 ) -> ProcessOutcome:
     """Run ``argv`` to completion, timeout or cancellation.
 
     The process starts at niceness ``nice`` (0-19; see ``_Spawner``), inside
     ``containment`` (default: ``default_containment()``), without network
     when ``block_network`` (raises ``InvalidArgument`` when the containment
-    cannot do that).
+    cannot do that), and in ``view`` (its own mount namespace, ``_view.py``;
+    raises ``InvalidArgument`` when the containment cannot make one).
 
     ``on_started(pid)`` is called right after the fork (the pid is also the
     process group id). Returns a ``ProcessOutcome`` for normal ends and
@@ -268,8 +277,13 @@ async def run_process(
             "Platform property block-network: this lre runs actions with containment "
             f"{contained.name!r}, which cannot take an action's network away"
         )
-    command = contained.command(argv)
-    options = SpawnOptions(block_network=block_network)
+    if view is not None and not contained.can_view:
+        raise InvalidArgument(
+            f"this lre runs actions with containment {contained.name!r}, which cannot "
+            "give an action a view of its own"
+        )
+    command = contained.command(argv, view=view is not None)
+    options = SpawnOptions(block_network=block_network, view=view)
     environment = dict(env)
     log_files: list[tuple[int, int]] = []
     fds = tuple(pass_fds)
@@ -277,7 +291,7 @@ async def run_process(
     def start() -> tuple[subprocess.Popen[bytes], int, tuple[int, ...]]:
         # Runs in a spawner thread (see the module docstring).
         _resolve_program(argv[0], cwd, env)  # a clear error instead of exit 127
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
         stdout_fd = os.open(stdout_path, flags, 0o600)
         try:
             stderr_fd = os.open(stderr_path, flags, 0o600)
