@@ -41,6 +41,7 @@ from lre.scheduler import (
     Usage,
 )
 from lre.worker._action_dirs import ActionDirectories, ActionDirectory
+from lre.worker._adoption import unshared_adopter
 from lre.worker._command import PreparedCommand, prepare_command
 from lre.worker._containment import Containment
 from lre.worker._input_guard import SMALL_CHECK, LinkedInputs, altered_inputs
@@ -136,7 +137,8 @@ class ActionRunner:
         self.store = store
         self.action_cache = action_cache
         self.link_source = link_source
-        self.adopt = adopt
+        #: moves an output into the CAS only when no other process holds it
+        self.adopt = unshared_adopter(adopt, store) if adopt is not None else None
         self.discard = discard
         #: Linked inputs found altered by their action (and discarded).
         self.tainted_inputs = 0

@@ -31,6 +31,7 @@ import os
 import queue
 import shutil
 import signal
+import stat
 import subprocess
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -291,10 +292,9 @@ async def run_process(
     def start() -> tuple[subprocess.Popen[bytes], int, tuple[int, ...]]:
         # Runs in a spawner thread (see the module docstring).
         _resolve_program(argv[0], cwd, env)  # a clear error instead of exit 127
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
-        stdout_fd = os.open(stdout_path, flags, 0o600)
+        stdout_fd = _open_log(stdout_path)
         try:
-            stderr_fd = os.open(stderr_path, flags, 0o600)
+            stderr_fd = _open_log(stderr_path)
             try:
                 for fd in (stdout_fd, stderr_fd):
                     info = os.fstat(fd)
@@ -355,6 +355,25 @@ async def run_process(
         on_started,
         (log_files[0], log_files[1]),
     )
+
+
+def _open_log(path: Path) -> int:
+    """(spawner thread) A new, empty regular file at ``path`` for a log.
+
+    Whatever else is there (a symlink or FIFO an action planted without a
+    view of its own, a hardlink to another file) is unlinked, never
+    followed or truncated. Raises ``OSError`` when that fails.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        pass
+    else:
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+            os.unlink(path)
+            flags |= os.O_EXCL
+    return os.open(path, flags, 0o600)
 
 
 async def _supervise(

@@ -101,9 +101,12 @@ class LocalWorker:
         discard: Discarder | None = None,
         containment: Containment | None = None,
         directories: DirectoryReader | None = None,
+        hidden_paths: tuple[str, ...] = (),
     ) -> None:
         self.spec = spec
         self.resources = resources
+        #: lre's directories hidden from every action's view (``_view.py``).
+        self.hidden_paths = hidden_paths
         #: The reader of ``store``'s Directory messages, shared with the
         #: scheduler by the composition root (one of its own if not given).
         self.directories = directories if directories is not None else DirectoryReader(store)
@@ -185,6 +188,7 @@ class LocalWorker:
                 containment=self.containment,
                 journal=journal,
                 directories=self.directories,
+                hidden_paths=self.hidden_paths,
             )
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.sampler.run)

@@ -158,8 +158,7 @@ async def test_shutdown_kills_running_actions(tmp_path: Path, store: MemoryStore
     # view, /proc inside is the action's own and shows only its own pids).
     token = str(300 + os.getpid() % 1000)
     script = (
-        f"sh -c 'exec sleep {token}' & sh -c 'exec sleep {token}' & "
-        f"echo started > {pidfile}; wait"
+        f"sh -c 'exec sleep {token}' & sh -c 'exec sleep {token}' & echo started > {pidfile}; wait"
     )
 
     def sleepers() -> list[int]:
