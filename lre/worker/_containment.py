@@ -48,17 +48,11 @@ the one named, failing with a message that says why when it is unavailable.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import fcntl
 import logging
 import os
 import shutil
 import signal
-import socket
-import struct
 import subprocess
-import sys
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
@@ -68,7 +62,15 @@ from dataclasses import dataclass
 import trio
 
 from lre.worker._guardian import ProcessGuardian
+from lre.worker._syscalls import LIBC as _LIBC
+from lre.worker._syscalls import call as _call
+from lre.worker._syscalls import kill as _kill
+from lre.worker._syscalls import killpg as _killpg
+from lre.worker._syscalls import loopback_up as _loopback_up
+from lre.worker._syscalls import reap as _reap
+from lre.worker._syscalls import stat_fields as _stat_fields
 from lre.worker._view import ActionView, build_view
+from lre.worker._view_helper import ViewHelper
 
 __all__ = [
     "CONTAINMENT_MODES",
@@ -91,35 +93,12 @@ _CLONE_NEWNET = 0x40000000
 _CLONE_NEWPID = 0x20000000
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
-_SIOCGIFFLAGS = 0x8913
-_SIOCSIFFLAGS = 0x8914
-_IFF_UP = 0x1
 #: Sweeps at most this many generations of orphans at an action's end.
 _SWEEP_PASSES = 16
 
 
 class ContainmentUnavailable(Exception):
     """The containment mode asked for cannot work on this machine (the message says why)."""
-
-
-def _libc() -> ctypes.CDLL | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-    except OSError:
-        return None
-
-
-_LIBC = _libc()
-
-
-def _call(name: str, *args: int) -> None:
-    """Call a libc function that returns -1 and sets errno on failure."""
-    assert _LIBC is not None
-    if getattr(_LIBC, name)(*args) != 0:
-        code = ctypes.get_errno()
-        raise OSError(code, f"{name}: {os.strerror(code)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +110,8 @@ class SpawnOptions:
     #: Run in a mount namespace shaped as this view (``_view.py``); only
     #: where ``can_view``.
     view: ActionView | None = None
+    #: The action's working directory (a path in its view).
+    cwd: str = ""
 
 
 class Containment(ABC):
@@ -167,11 +148,12 @@ class Containment(ABC):
         ``view``, only where ``can_view``)."""
 
     @contextmanager
-    def spawn_context(self, options: SpawnOptions) -> Iterator[None]:
-        """Wraps the fork of one action (in the spawner thread). Raises
-        ``OSError`` when the namespace cannot be made. Callers ask for
-        ``block_network`` only where ``can_block_network``."""
-        yield
+    def spawn_context(self, options: SpawnOptions) -> Iterator[list[str]]:
+        """Wraps the fork of one action (in the spawner thread) and gives the
+        argv to put in front of ``command`` (empty unless a backend needs
+        one). Raises ``OSError`` when the namespace cannot be made. Callers
+        ask for ``block_network`` only where ``can_block_network``."""
+        yield []
 
     def spawn_started(self, pid: int) -> None:
         """The action's first process ``pid`` was forked (spawner thread):
@@ -199,20 +181,6 @@ class Containment(ABC):
         """A background task the composition root runs for the backend while
         lre serves (none by default)."""
         task_status.started()
-
-
-def _kill(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _killpg(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def prepare_spawner_thread() -> None:
@@ -312,7 +280,7 @@ class PidNamespace(Containment):
         return init
 
     @contextmanager
-    def spawn_context(self, options: SpawnOptions) -> Iterator[None]:
+    def spawn_context(self, options: SpawnOptions) -> Iterator[list[str]]:
         # The thread's namespace for children is set back to lre's own first:
         # a thread whose last child namespace already had its first process
         # cannot fork again (ENOMEM) nor unshare a new one (EINVAL).
@@ -324,12 +292,12 @@ class PidNamespace(Containment):
                 try:
                     build_view(options.view)
                     with self._network(options):
-                        yield
+                        yield []
                 finally:
                     _call("setns", self._own_mnt_ns, _CLONE_NEWNS)
             else:
                 with self._network(options):
-                    yield
+                    yield []
         finally:
             _call("setns", self._own_pid_ns, _CLONE_NEWPID)
 
@@ -358,14 +326,6 @@ class PidNamespace(Containment):
         # first process was reported as exited.
         self.guardian.remove(pid)
         return True
-
-
-def _loopback_up() -> None:
-    """Bring ``lo`` up in the calling thread's (new) network namespace."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        request = struct.pack("16sH14x", b"lo", 0)
-        flags = struct.unpack("16sH14x", fcntl.ioctl(sock, _SIOCGIFFLAGS, request))[1]
-        fcntl.ioctl(sock, _SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | _IFF_UP))
 
 
 # --------------------------------------------------------------------------- userns
@@ -413,36 +373,69 @@ class UserNamespace(Containment):
             reason = probe.stderr.decode(errors="replace").strip() or f"exit {probe.returncode}"
             raise ContainmentUnavailable(f"unprivileged user namespaces refused: {reason}")
 
+        #: Builds views inside a user namespace (None: actions get none).
+        self._views: ViewHelper | None = None
+        #: first pid -> the helper's descriptor of its view
+        self._view_of: dict[int, int] = {}
+        self._pending = threading.local()
+        nsenter = shutil.which("nsenter")
+        if nsenter is not None:
+            helper = ViewHelper(unshare, nsenter)
+            try:
+                helper.start()
+            except OSError as error:
+                log.warning("containment userns: actions get no view of their own (%s)", error)
+            else:
+                self._views = helper
+                self.can_view = True
+        self._inner = [init, "--", "0"]
+
     def command(self, argv: Sequence[str], *, view: bool = False) -> list[str]:
+        if view and self._views is not None:
+            inner = self._views.inner(os.geteuid(), os.getegid())
+            return [*inner, *self._inner, *argv]
         return [*self._prefix, *argv]
+
+    @contextmanager
+    def spawn_context(self, options: SpawnOptions) -> Iterator[list[str]]:
+        if options.view is None or self._views is None:
+            yield []
+            return
+        fd = self._views.build(options.view)
+        self._pending.fd = fd
+        try:
+            yield self._views.enter(fd, options.cwd)
+        except BaseException:
+            self._pending.fd = None
+            self._views.release(fd)
+            raise
+
+    def spawn_started(self, pid: int) -> None:
+        super().spawn_started(pid)
+        fd = getattr(self._pending, "fd", None)
+        if fd is not None:
+            self._pending.fd = None
+            self._view_of[pid] = fd
+
+    def _forget_view(self, pid: int) -> None:
+        fd = self._view_of.pop(pid, None)
+        if fd is not None and self._views is not None:
+            self._views.release(fd)
+
+    def spawn_abandoned(self, pid: int) -> None:
+        self._forget_view(pid)
+        super().spawn_abandoned(pid)
 
     def signal_action(self, pid: int, sig: int) -> None:
         _killpg(pid, sig)
 
     def end(self, pid: int, *, killed: bool = False) -> bool:
+        self._forget_view(pid)
         self.guardian.remove(pid)
         return not killed
 
 
 # --------------------------------------------------------------------------- portable
-
-
-def _stat_fields(pid: int) -> tuple[str, int] | None:
-    """State and start time (clock ticks since boot) of ``pid``; None when gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            data = handle.read()
-    except OSError:
-        return None
-    fields = data[data.rindex(b")") + 2 :].split()
-    return fields[0].decode(), int(fields[19])
-
-
-def _reap(pid: int) -> None:
-    try:
-        os.waitpid(pid, 0)
-    except ChildProcessError:
-        pass
 
 
 class ProcessGroupSweep(Containment):

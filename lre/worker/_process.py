@@ -284,7 +284,7 @@ async def run_process(
             "give an action a view of its own"
         )
     command = contained.command(argv, view=view is not None)
-    options = SpawnOptions(block_network=block_network, view=view)
+    options = SpawnOptions(block_network=block_network, view=view, cwd=str(cwd))
     environment = dict(env)
     log_files: list[tuple[int, int]] = []
     fds = tuple(pass_fds)
@@ -301,9 +301,9 @@ async def run_process(
                     log_files.append((info.st_dev, info.st_ino))
                 oom_before = _OOM.read_recent()
                 try:
-                    with contained.spawn_context(options):
+                    with contained.spawn_context(options) as prefix:
                         popen = subprocess.Popen(
-                            command,
+                            [*prefix, *command],
                             cwd=cwd,
                             env=environment,
                             stdin=subprocess.DEVNULL,

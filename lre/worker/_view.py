@@ -231,6 +231,9 @@ def build_view(view: ActionView) -> None:
         shared = [(_clone_tree(path), path) for path in writable]
         detached.extend(shared)
         _setattr("/", set_=_MOUNT_ATTR_RDONLY, propagation=_MS_SLAVE, recursive=True)
+        # The host's /proc stays writable until the action's first process
+        # covers it with its own: unshare writes /proc/self/uid_map there.
+        _setattr("/proc", clear=_MOUNT_ATTR_RDONLY)
         for path in fresh:
             _mount_tmpfs(path, TMPFS_OPTIONS)
         for fd, path in shared:

@@ -50,12 +50,9 @@ _VIEWLESS = {
     "proc-lre-mem-environ",
     "inplace-input-write",
 }
-#: (backend, attack): protections a backend does not have (docs/security.md).
-#: Under userns an action's processes hold no capability over lre's user
-#: namespace, which the kernel asks for before it shows /proc/<lre>/mem.
-KNOWN_MISSING = {("portable", a) for a in _VIEWLESS} | {
-    ("userns", a) for a in _VIEWLESS - {"proc-lre-mem-environ"}
-}
+#: (backend, attack): protections a backend does not have (docs/security.md):
+#: portable makes no view.
+KNOWN_MISSING = {("portable", a) for a in _VIEWLESS}
 
 
 @dataclass
