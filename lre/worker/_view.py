@@ -54,6 +54,7 @@ _MOUNT_ATTR_RDONLY = 0x1
 _MOUNT_ATTR_NOSUID = 0x2
 _MOUNT_ATTR_NODEV = 0x4
 _MS_SLAVE = 1 << 19
+_MS_RDONLY = 0x1
 _MS_NOSUID = 0x2
 _MS_NODEV = 0x4
 _FSOPEN_CLOEXEC = 0x1
@@ -109,7 +110,8 @@ class ActionView:
     work: str
     #: The action's private temporary directory, writable at its own path.
     tmp: str
-    #: lre's directories, each covered by an empty read-only tmpfs.
+    #: lre's directories, each covered by an empty read-only tmpfs (none
+    #: inside another: ``outermost``).
     hidden: tuple[str, ...] = ()
     #: Host paths bound writable at their own paths (existing directories).
     writable: tuple[str, ...] = ()
@@ -240,12 +242,19 @@ def build_view(view: ActionView) -> None:
             _attach_at(fd, path, fresh)
         # What is still there of lre's own (a writable path may hold some of
         # it, and /tmp hides it already unless a writable path brought it back).
-        masks = [path for path in outermost(view.hidden) if os.path.isdir(path)]
+        # ``hidden`` is outermost already (``ViewPolicy``). A mask that will
+        # hold the action's own mount points is made read-only after them.
+        masks = [path for path in view.hidden if os.path.isdir(path)]
+        later: list[str] = []
         for path in masks:
-            _mount_tmpfs(path, _MASK_OPTIONS)
+            if covered_by(view.root, [path]) or covered_by(view.tmp, [path]):
+                _mount_tmpfs(path, _MASK_OPTIONS)
+                later.append(path)
+            else:
+                _mount_tmpfs(path, _MASK_OPTIONS, _MS_NOSUID | _MS_NODEV | _MS_RDONLY)
         for fd, path in own:
             _attach_at(fd, path, [*masks, *fresh])
-        for path in masks:
+        for path in later:
             _setattr(path, set_=_MOUNT_ATTR_RDONLY)
     finally:
         for fd, _ in detached:
