@@ -80,9 +80,10 @@ class ReadyInfo:
 
 
 def _lre_directories(config: Config) -> tuple[str, ...]:
-    """Every directory of lre's own that actions must not see (the state
+    """Every path of lre's own that actions must not see (the state
     directory, each filesystem store's content and temporary paths, each
-    worker's work directory); see lre/worker/_view.py."""
+    worker's work directory, the listeners' token and TLS key files); see
+    lre/worker/_view.py."""
     paths = [config.global_.state_dir]
     for store in config.stores:
         if store.filesystem is not None:
@@ -92,6 +93,10 @@ def _lre_directories(config: Config) -> tuple[str, ...]:
     for worker in config.workers:
         if worker.local is not None:
             paths.append(worker.local.work_directory)
+    for server in config.servers:  # secrets: shown as /dev/null
+        paths.append(server.listener.auth_token_file)
+        if server.listener.tls is not None:
+            paths.append(server.listener.tls.key_file)
     return tuple(p for p in paths if p)
 
 

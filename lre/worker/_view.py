@@ -23,8 +23,9 @@ and shapes that namespace, which the action's first process then inherits:
   bound writable at their own paths;
 - lre's own directories (state, stores, temporary and work roots: ``hidden``)
   each covered by an empty read-only tmpfs, so the CAS, the action cache,
-  journals, logs, tokens, idle and other actions' directories are not there
-  by any path; only the action's own root and tmp are mounted back inside.
+  journals, logs, idle and other actions' directories are not there by any
+  path; only the action's own root and tmp are mounted back inside. A
+  hidden regular file (a bearer token, a TLS key) shows ``/dev/null``.
 
 ``/proc`` is made by the action's first process (util-linux ``unshare
 --mount-proc``, before it executes the namespace's init), since a procfs
@@ -245,6 +246,11 @@ def build_view(view: ActionView) -> None:
         # ``hidden`` is outermost already (``ViewPolicy``). A mask that will
         # hold the action's own mount points is made read-only after them.
         masks = [path for path in view.hidden if os.path.isdir(path)]
+        for path in view.hidden:
+            if os.path.isfile(path):  # a token or key file: /dev/null in its place
+                fd = _clone_tree("/dev/null")
+                detached.append((fd, path))
+                _attach(fd, path)
         later: list[str] = []
         for path in masks:
             if covered_by(view.root, [path]) or covered_by(view.tmp, [path]):

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from lre.cas import MemoryStore
+from lre.cas import MemoryStore, read_bytes
+from lre.digest import Digest
 from lre.errors import InvalidArgument
 from lre.scheduler import Completed
 from lre.worker import ActionRunner, Containment, WorkDirectory
@@ -85,3 +86,21 @@ async def test_sandbox_debug_keeps_a_failed_actions_directory(
         )
         await runner.run(passing)
         assert not list(workdir.path.glob("a*/view/upper/ok.txt"))
+
+
+async def test_a_hidden_file_shows_nothing(
+    tmp_path: Path, store: MemoryStore, viewing: Containment
+) -> None:
+    token = tmp_path / "token"
+    token.write_text("secret-token\n")
+    # tmp_path is visible (writable even); the token file in it is not.
+    spec = make_spec(tmp_path, sandbox_writable_paths=(str(tmp_path),))
+    with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
+        runner = ActionRunner(spec, workdir, store, containment=viewing, hidden_paths=(str(token),))
+        lease = await make_lease(store, ["/bin/sh", "-c", f"cat {token}; echo end"])
+        outcome = await runner.run(lease)
+    assert isinstance(outcome, Completed) and outcome.error is None, outcome
+    assert await read_bytes(store, Digest.from_proto(outcome.result.stdout_digest, field="")) == (
+        b"end\n"
+    )
+    assert token.read_text() == "secret-token\n"
