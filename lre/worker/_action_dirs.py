@@ -300,7 +300,17 @@ def _empty_view(directory: ActionDirectory) -> bool:
                     shutil.rmtree(entry.path)  # never follows symlinks
                 else:
                     os.unlink(entry.path)
-        incompat = directory.overlay_work / "work" / "incompat"
+        # overlayfs leaves its work/work at mode 0: lre (not root) must open
+        # it up before it can take the marker out.
+        inner = directory.overlay_work / "work"
+        incompat = inner / "incompat"
+        try:
+            info = os.lstat(inner)
+        except FileNotFoundError:
+            pass  # no overlay was mounted here
+        else:
+            if stat.S_ISDIR(info.st_mode) and not info.st_mode & stat.S_IXUSR:
+                os.chmod(inner, 0o700)
         if os.path.lexists(incompat):
             shutil.rmtree(incompat)
     except OSError:

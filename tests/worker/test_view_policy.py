@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import trio
 
 from lre.cas import MemoryStore, read_bytes
 from lre.digest import Digest
@@ -104,3 +105,27 @@ async def test_a_hidden_file_shows_nothing(
         b"end\n"
     )
     assert token.read_text() == "secret-token\n"
+
+
+async def test_directories_of_viewed_actions_are_recycled(
+    tmp_path: Path, store: MemoryStore, viewing: Containment
+) -> None:
+    """The overlay leaves its work directory at mode 0 and a marker in it;
+    recycling must clear both, also for an lre that is not root."""
+    spec = make_spec(tmp_path, max_inflight_tasks=1)
+    with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
+        runner = ActionRunner(spec, workdir, store, containment=viewing)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(runner.directories.run)
+            for _ in range(4):
+                lease = await make_lease(
+                    store,
+                    ["/bin/sh", "-c", "mkdir -p out && echo o > out/o"],
+                    output_paths=("out/o",),
+                )
+                outcome = await runner.run(lease)
+                assert isinstance(outcome, Completed) and outcome.error is None, outcome
+            with trio.fail_after(10):
+                while runner.directories.recycled < 3:  # noqa: ASYNC110 (thread work)
+                    await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
