@@ -51,7 +51,7 @@ from pathlib import Path
 import trio
 
 from lre.worker._skeleton import scrub_root
-from lre.worker._workdir import WorkDirectory
+from lre.worker._workdir import WorkDirectory, remove_tree
 
 log = logging.getLogger(__name__)
 
@@ -300,19 +300,21 @@ def _empty_view(directory: ActionDirectory) -> bool:
                     shutil.rmtree(entry.path)  # never follows symlinks
                 else:
                     os.unlink(entry.path)
-        # overlayfs leaves its work/work at mode 0: lre (not root) must open
-        # it up before it can take the marker out.
+        # overlayfs leaves work/work, work/work/incompat and its "volatile"
+        # marker at mode 0: an lre that is not root must open each up first.
         inner = directory.overlay_work / "work"
-        incompat = inner / "incompat"
-        try:
-            info = os.lstat(inner)
-        except FileNotFoundError:
-            pass  # no overlay was mounted here
-        else:
-            if stat.S_ISDIR(info.st_mode) and not info.st_mode & stat.S_IXUSR:
-                os.chmod(inner, 0o700)
-        if os.path.lexists(incompat):
-            shutil.rmtree(incompat)
+        marker = inner / "incompat" / "volatile"
+        for path in (inner, marker.parent, marker):
+            try:
+                info = os.lstat(path)
+            except FileNotFoundError:
+                break  # no overlay was mounted here, or no marker left
+            if not stat.S_ISDIR(info.st_mode):
+                return False
+            if not info.st_mode & stat.S_IXUSR:
+                os.chmod(path, 0o700)
+        if os.path.lexists(marker.parent):
+            remove_tree(marker.parent)  # opens up what lies below, never follows links
     except OSError:
         return False
     return True
