@@ -82,6 +82,27 @@ class ReadyInfo:
     status_address: str
 
 
+def _lre_directories(config: Config) -> tuple[str, ...]:
+    """Every path of lre's own that actions must not see (the state
+    directory, each filesystem store's content and temporary paths, each
+    worker's work directory, the listeners' token and TLS key files); see
+    lre/worker/_view.py."""
+    paths = [config.global_.state_dir]
+    for store in config.stores:
+        if store.filesystem is not None:
+            content = store.filesystem.content_path
+            temp = store.filesystem.temp_path or os.path.join(content, "..", "tmp")
+            paths += [content, os.path.normpath(temp)]
+    for worker in config.workers:
+        if worker.local is not None:
+            paths.append(worker.local.work_directory)
+    for server in config.servers:  # secrets: shown as /dev/null
+        paths.append(server.listener.auth_token_file)
+        if server.listener.tls is not None:
+            paths.append(server.listener.tls.key_file)
+    return tuple(p for p in paths if p)
+
+
 def state_dir_of(config: Config) -> Path:
     """lre's own state directory for ``config`` (pid file, logs, learned data)."""
     return Path(config.global_.state_dir)
@@ -202,6 +223,7 @@ class Application:
                     discard=filesystem.discard if filesystem is not None else None,
                     containment=containment,
                     cas_max_bytes=filesystem.max_bytes if filesystem is not None else None,
+                    hidden_paths=_lre_directories(config),
                 )
             )
         self.bridge = TrioBridge()

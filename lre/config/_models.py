@@ -179,6 +179,8 @@ class SimpleSchedulerSpec:
             "pool": "exact",
             "block-network": "ignore",
             "requires-network": "ignore",
+            "sandbox-writable-path": "ignore",
+            "sandbox-debug": "ignore",
         },
     )
     retain_completed_for_s: Seconds = doc(
@@ -465,6 +467,25 @@ class LocalWorkerSpec:
         "Give each action its own temporary directory (TMPDIR, TMP and TEMP point into "
         "its action directory unless the Command sets them); removed with the action.",
         default=True,
+    )
+    sandbox_view: bool = doc(
+        "Run each action in a view of its own where the containment can make one (pidns): "
+        "the host read-only, lre's directories hidden, inputs behind an overlay, private "
+        "/tmp, /dev/shm and /proc (docs/security.md). false = the host as lre sees it.",
+        default=True,
+    )
+    sandbox_writable_paths: tuple[str, ...] = doc(
+        "Host directories every action's view shows writable (like Bazel's "
+        "--sandbox_writable_path, e.g. a ccache directory); per action also the platform "
+        "property sandbox-writable-path (absolute paths separated by ':'). None may be "
+        "or lie inside one of lre's own directories.",
+        default=(),
+    )
+    sandbox_debug: bool = doc(
+        "Keep the directory and the view of every failed action (non-zero exit, signal or "
+        "timeout) and log how to enter them (docs/troubleshooting.md); per action also the "
+        "platform property sandbox-debug. Kept directories are removed at the next start.",
+        default=False,
     )
     upload_action_result: UploadActionResultSpec = doc(
         "Action cache writes.", default_factory=UploadActionResultSpec

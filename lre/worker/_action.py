@@ -40,6 +40,7 @@ from lre.scheduler import (
     Usage,
 )
 from lre.worker._action_dirs import ActionDirectories, ActionDirectory
+from lre.worker._adoption import unshared_adopter
 from lre.worker._command import PreparedCommand, prepare_command
 from lre.worker._containment import Containment
 from lre.worker._disk_full import request_error
@@ -61,6 +62,7 @@ from lre.worker._process import ProcessOutcome, default_containment, run_process
 from lre.worker._sampler import ActionUsage, ProcessTreeSampler
 from lre.worker._staging import LinkSource, stage_inputs
 from lre.worker._upload import Adopter, upload_outputs
+from lre.worker._view_policy import ViewOf, ViewPolicy, blocks_network
 from lre.worker._workdir import WorkDirectory
 
 log = logging.getLogger(__name__)
@@ -115,18 +117,24 @@ class ActionRunner:
         journal: InputJournal | None = None,
         directories: DirectoryReader | None = None,
         limits: ActionLimits | None = None,
+        hidden_paths: tuple[str, ...] = (),
     ) -> None:
         self.spec = spec
         #: Bounds on each action's trees and outputs (``spec.limits`` resolved).
         self.limits = limits if limits is not None else ActionLimits.of(spec.limits, None)
         self.containment = containment if containment is not None else default_containment()
+        #: Each action's view (None: it sees the host as lre does).
+        self.view_policy = ViewPolicy.for_worker(
+            spec, self.containment, workdir, store, hidden_paths
+        )
         #: Records linked inputs of running actions for crash recovery.
         self.journal = journal
         self.workdir = workdir
         self.store = store
         self.action_cache = action_cache
         self.link_source = link_source
-        self.adopt = adopt
+        #: moves an output into the CAS only when no other process holds it
+        self.adopt = unshared_adopter(adopt, store) if adopt is not None else None
         self.discard = discard
         #: Linked inputs found altered by their action (and discarded).
         self.tainted_inputs = 0
@@ -142,6 +150,8 @@ class ActionRunner:
         self._over_limit: dict[str, ActionUsage] = {}
         #: lease id -> whether its directory may be recycled (see ``run``)
         self._reusable: dict[str, bool] = {}
+        #: leases whose directory is kept for debugging (never released)
+        self._kept: set[str] = set()
         #: lease id -> private jobserver pool of actions running now
         self._pools: dict[str, JobserverPool] = {}
         #: One empty pool shared by every action that reserves less than two
@@ -223,7 +233,10 @@ class ActionRunner:
             return self._failed(lease, timeline, failure, quiet=True)
         finally:
             reusable = self._reusable.pop(lease.lease_id, True)
-            await self.directories.release(action_dir, reusable=reusable)
+            if lease.lease_id in self._kept:
+                self._kept.discard(lease.lease_id)
+            else:
+                await self.directories.release(action_dir, reusable=reusable)
 
     def _failed(
         self, lease: Lease, timeline: Timeline, error: LreError, quiet: bool = False
@@ -283,12 +296,20 @@ class ActionRunner:
 
         stdout_path = action_dir.stdout
         stderr_path = action_dir.stderr
+        view = (
+            self.view_policy.view_for(lease.platform, action_dir)
+            if self.view_policy is not None
+            else None
+        )
+        # In a view the inputs sit in an overlay's lower layer, which nothing
+        # of the action can write: no journal, no check afterwards.
+        linked = staged.links if view is None else {}
         token = None
-        if staged.links and self.journal is not None:
-            token = self.journal.started(staged.links)
+        if linked and self.journal is not None:
+            token = self.journal.started(linked)
         try:
             process, sampled = await self._execute(
-                lease, prepared, root, stdout_path, stderr_path, timeline
+                lease, prepared, root, stdout_path, stderr_path, timeline, view
             )
         except BaseException:
             # Ended by cancellation or an error: the process was ended and
@@ -297,9 +318,9 @@ class ActionRunner:
             unsure = not self.containment.ends_alone
             if unsure:
                 self._reusable[lease.lease_id] = False
-            if staged.links:
+            if linked:
                 with trio.CancelScope(shield=True):
-                    await self._check_inputs(lease, staged.links, all_altered=unsure)
+                    await self._check_inputs(lease, linked, all_altered=unsure)
             if token is not None and self.journal is not None:
                 self.journal.ended(token)
             raise
@@ -309,9 +330,9 @@ class ActionRunner:
         alone = process.ended_alone
         if not alone:
             self._reusable[lease.lease_id] = False
-        if staged.links:
+        if linked:
             with trio.CancelScope(shield=True):
-                await self._check_inputs(lease, staged.links, all_altered=not alone)
+                await self._check_inputs(lease, linked, all_altered=not alone)
         if token is not None and self.journal is not None:
             self.journal.ended(token)
         peak_rss = process.max_rss_bytes
@@ -330,9 +351,19 @@ class ActionRunner:
         if over is not None:
             return MemoryExceeded(max(over.peak_rss_bytes, peak_rss), usage=usage)
 
+        if self.view_policy is not None and self.view_policy.keeps(lease.platform, process):
+            # Never recycled (so never released); the next start removes it.
+            self._reusable[lease.lease_id] = False
+            self._kept.add(lease.lease_id)
+            self.view_policy.log_kept(self.spec.name, lease.operation_name, action_dir, process)
         timeline.mark("output_upload_start")
+        # In a view, what the action wrote is in the overlay's upper layer.
         found, logs = await self._collect(
-            root, prepared.outputs, stdout_path, stderr_path, process.log_files
+            root if view is None else action_dir.upper,
+            prepared.outputs,
+            stdout_path,
+            stderr_path,
+            process.log_files,
         )
         inline = self._inline_files(lease, found)
         all_files = [f for _, f in found.files] + found.tree_files + logs
@@ -463,6 +494,7 @@ class ActionRunner:
         stdout_path: Path,
         stderr_path: Path,
         timeline: Timeline,
+        view: ViewOf | None = None,
     ) -> tuple[ProcessOutcome, ActionUsage | None]:
         env = prepared.env
         lease_id = lease.lease_id
@@ -495,7 +527,8 @@ class ActionRunner:
                 on_started=started,
                 nice=self.spec.nice,
                 containment=self.containment,
-                block_network=self._blocks_network(lease),
+                block_network=blocks_network(lease.platform, self.spec.network == "block"),
+                view=view,
             )
             timeline.mark("execution_completed")
         finally:
@@ -508,18 +541,6 @@ class ActionRunner:
                     self._pools.pop(lease_id, None)
                     pool.close()
         return process, sampled
-
-    def _blocks_network(self, lease: Lease) -> bool:
-        """Whether ``lease`` runs without network: the platform properties
-        ``requires-network`` (allow) and ``block-network`` (block) win over
-        the worker's ``network`` setting; a value of false, 0 or no is as if
-        the property were absent."""
-        platform = lease.platform
-        if _truthy(platform.get("requires-network")):
-            return False
-        if _truthy(platform.get("block-network")):
-            return True
-        return self.spec.network == "block"
 
     def _inline_files(self, lease: Lease, found: FoundOutputs) -> set[str]:
         wanted = set(lease.inline_output_files)
@@ -592,7 +613,3 @@ class ActionRunner:
             log.exception(
                 "worker %s: could not cache result of %s", self.spec.name, lease.operation_name
             )
-
-
-def _truthy(value: str | None) -> bool:
-    return value is not None and value.strip().lower() not in ("false", "0", "no")

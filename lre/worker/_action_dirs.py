@@ -64,7 +64,10 @@ ROOT_NAME = "root"
 LOG_NAMES = ("stdout", "stderr")
 #: Name of the action's private temporary directory (its TMPDIR).
 TMP_NAME = "tmp"
-_RECYCLABLE = frozenset((ROOT_NAME, TMP_NAME, *LOG_NAMES))
+#: Name of the directory holding the overlay layers of an action's view
+#: (``view/upper``: what the action wrote; ``view/work``: the overlay's own).
+VIEW_NAME = "view"
+_RECYCLABLE = frozenset((ROOT_NAME, TMP_NAME, VIEW_NAME, *LOG_NAMES))
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,14 +81,24 @@ class ActionDirectory:
     stderr: Path
     #: The action's private temporary directory (outside its input root).
     tmp: Path
+    #: The overlay's upper layer and work directory (made on first use).
+    upper: Path
+    overlay_work: Path
     #: Empty directories already under ``root`` (relative paths), left by
     #: the previous action; ``stage_inputs`` reuses or removes them.
     existing: frozenset[str] = frozenset()
 
     @classmethod
     def at(cls, path: Path) -> ActionDirectory:
+        view = path / VIEW_NAME
         return cls(
-            path, path / ROOT_NAME, path / LOG_NAMES[0], path / LOG_NAMES[1], path / TMP_NAME
+            path,
+            path / ROOT_NAME,
+            path / LOG_NAMES[0],
+            path / LOG_NAMES[1],
+            path / TMP_NAME,
+            view / "upper",
+            view / "work",
         )
 
 
@@ -301,10 +314,40 @@ def _recycle(directory: ActionDirectory) -> ActionDirectory | None:
         return None
     if not _empty_tmp(directory.tmp):
         return None
+    if VIEW_NAME in names and not _empty_view(directory):
+        return None
     existing = scrub_root(directory.root)
     if existing is None:
         return None
     return dataclasses.replace(directory, existing=existing)
+
+
+def _empty_view(directory: ActionDirectory) -> bool:
+    """Empty the overlay's upper layer and drop the work directory's marker of
+    a volatile mount (which would refuse the next one); False when a call
+    fails (the action directory is then removed whole)."""
+    try:
+        with os.scandir(directory.upper) as entries:
+            for entry in entries:
+                remove_tree(Path(entry.path))  # never follows symlinks nor crosses mounts
+        # overlayfs leaves work/work, work/work/incompat and its "volatile"
+        # marker at mode 0: an lre that is not root must open each up first.
+        inner = directory.overlay_work / "work"
+        marker = inner / "incompat" / "volatile"
+        for path in (inner, marker.parent, marker):
+            try:
+                info = os.lstat(path)
+            except FileNotFoundError:
+                break  # no overlay was mounted here, or no marker left
+            if not stat.S_ISDIR(info.st_mode):
+                return False
+            if not info.st_mode & stat.S_IXUSR:
+                os.chmod(path, 0o700)
+        if os.path.lexists(marker.parent):
+            remove_tree(marker.parent)  # opens up what lies below, never follows links
+    except OSError:
+        return False
+    return True
 
 
 def _empty_tmp(tmp: Path) -> bool:

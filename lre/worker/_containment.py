@@ -48,17 +48,11 @@ the one named, failing with a message that says why when it is unavailable.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import fcntl
 import logging
 import os
 import shutil
 import signal
-import socket
-import struct
 import subprocess
-import sys
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
@@ -68,6 +62,15 @@ from dataclasses import dataclass
 import trio
 
 from lre.worker._guardian import ProcessGuardian
+from lre.worker._syscalls import LIBC as _LIBC
+from lre.worker._syscalls import call as _call
+from lre.worker._syscalls import kill as _kill
+from lre.worker._syscalls import killpg as _killpg
+from lre.worker._syscalls import loopback_up as _loopback_up
+from lre.worker._syscalls import reap as _reap
+from lre.worker._syscalls import stat_fields as _stat_fields
+from lre.worker._view import ActionView, build_view
+from lre.worker._view_helper import ViewHelper
 
 __all__ = [
     "CONTAINMENT_MODES",
@@ -76,6 +79,7 @@ __all__ = [
     "PidNamespace",
     "ProcessGroupSweep",
     "choose_containment",
+    "prepare_spawner_thread",
 ]
 
 log = logging.getLogger(__name__)
@@ -83,13 +87,12 @@ log = logging.getLogger(__name__)
 #: Values of ``worker.local.containment``.
 CONTAINMENT_MODES = ("strongest", "pidns", "userns", "portable")
 
+_CLONE_NEWNS = 0x00020000
+_CLONE_FS = 0x00000200
 _CLONE_NEWNET = 0x40000000
 _CLONE_NEWPID = 0x20000000
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
-_SIOCGIFFLAGS = 0x8913
-_SIOCSIFFLAGS = 0x8914
-_IFF_UP = 0x1
 #: Sweeps at most this many generations of orphans at an action's end.
 _SWEEP_PASSES = 16
 
@@ -98,32 +101,17 @@ class ContainmentUnavailable(Exception):
     """The containment mode asked for cannot work on this machine (the message says why)."""
 
 
-def _libc() -> ctypes.CDLL | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-    except OSError:
-        return None
-
-
-_LIBC = _libc()
-
-
-def _call(name: str, *args: int) -> None:
-    """Call a libc function that returns -1 and sets errno on failure."""
-    assert _LIBC is not None
-    if getattr(_LIBC, name)(*args) != 0:
-        code = ctypes.get_errno()
-        raise OSError(code, f"{name}: {os.strerror(code)}")
-
-
 @dataclass(frozen=True, slots=True)
 class SpawnOptions:
     """Per-action choices a backend applies when it starts the process."""
 
     #: Run without network: a network namespace of its own with only loopback.
     block_network: bool = False
+    #: Run in a mount namespace shaped as this view (``_view.py``); only
+    #: where ``can_view``.
+    view: ActionView | None = None
+    #: The action's working directory (a path in its view).
+    cwd: str = ""
 
 
 class Containment(ABC):
@@ -144,21 +132,28 @@ class Containment(ABC):
     #: True when the first process reports a signal that killed the command
     #: as exit code 128 + signal (it cannot re-raise it).
     signals_as_exit_codes: bool = False
+    #: True when this backend can run an action in a view of its own
+    #: (``SpawnOptions.view``): a mount namespace with the host read-only,
+    #: lre's directories hidden, inputs behind an overlay and a /proc of its
+    #: own. Without it none of those protections hold (docs/security.md).
+    can_view: bool = False
 
     def __init__(self) -> None:
         #: Kills every listed action when lre dies (started on first use).
         self.guardian = ProcessGuardian()
 
     @abstractmethod
-    def command(self, argv: Sequence[str]) -> list[str]:
-        """The argv to execute for the action's ``argv``."""
+    def command(self, argv: Sequence[str], *, view: bool = False) -> list[str]:
+        """The argv to execute for the action's ``argv`` (in a view when
+        ``view``, only where ``can_view``)."""
 
     @contextmanager
-    def spawn_context(self, options: SpawnOptions) -> Iterator[None]:
-        """Wraps the fork of one action (in the spawner thread). Raises
-        ``OSError`` when the namespace cannot be made. Callers ask for
-        ``block_network`` only where ``can_block_network``."""
-        yield
+    def spawn_context(self, options: SpawnOptions) -> Iterator[list[str]]:
+        """Wraps the fork of one action (in the spawner thread) and gives the
+        argv to put in front of ``command`` (empty unless a backend needs
+        one). Raises ``OSError`` when the namespace cannot be made. Callers
+        ask for ``block_network`` only where ``can_block_network``."""
+        yield []
 
     def spawn_started(self, pid: int) -> None:
         """The action's first process ``pid`` was forked (spawner thread):
@@ -188,18 +183,17 @@ class Containment(ABC):
         task_status.started()
 
 
-def _kill(pid: int, sig: int) -> None:
+def prepare_spawner_thread() -> None:
+    """Give the calling (spawner) thread a filesystem context (root, cwd) of
+    its own: a thread sharing it with the others may not enter a mount
+    namespace, so without this no view can be made from it. Logs and goes
+    on when the call fails (views then fail at their first use)."""
+    if _LIBC is None:
+        return
     try:
-        os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _killpg(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+        _call("unshare", _CLONE_FS)
+    except OSError as error:
+        log.warning("spawner thread: cannot unshare its filesystem context (%s)", error)
 
 
 # --------------------------------------------------------------------------- pidns
@@ -217,6 +211,7 @@ class PidNamespace(Containment):
     can_block_network = True
     ends_alone = True
     signals_as_exit_codes = True
+    can_view = True
 
     def __init__(self) -> None:
         if _LIBC is None:
@@ -228,9 +223,32 @@ class PidNamespace(Containment):
             )
         super().__init__()
         self._init = init
+        #: util-linux unshare, which mounts each view's /proc (see _view.py)
+        self._unshare = shutil.which("unshare")
         self._own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
         self._own_net_ns = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        self._own_mnt_ns = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
         self._probe()
+        self.can_view = self._unshare is not None and self._probe_view()
+
+    def _probe_view(self) -> bool:
+        """Whether a mount namespace can be made and left here (logged if not)."""
+        failure: list[BaseException] = []
+
+        def probe() -> None:
+            try:
+                _call("unshare", _CLONE_FS)
+                _call("unshare", _CLONE_NEWNS)
+                _call("setns", self._own_mnt_ns, _CLONE_NEWNS)
+            except OSError as error:
+                failure.append(error)
+
+        thread = threading.Thread(target=probe, name="lre-view-probe")
+        thread.start()
+        thread.join()
+        if failure:
+            log.warning("containment pidns: actions get no view of their own (%s)", failure[0])
+        return not failure
 
     def _probe(self) -> None:
         """Make and leave one namespace in a throwaway thread, so that a
@@ -252,30 +270,48 @@ class PidNamespace(Containment):
                 f"cannot make a PID namespace ({failure[0]}); it needs CAP_SYS_ADMIN"
             )
 
-    def command(self, argv: Sequence[str]) -> list[str]:
+    def command(self, argv: Sequence[str], *, view: bool = False) -> list[str]:
         # timeout execvp()s argv with the action's PATH, argv[0] unchanged;
-        # a duration of 0 sets no limit.
-        return [self._init, "--", "0", *argv]
+        # a duration of 0 sets no limit. In a view, unshare first mounts the
+        # namespace's own /proc, then executes timeout (still pid 1).
+        init = [self._init, "--", "0", *argv]
+        if view and self._unshare is not None:
+            return [self._unshare, "--mount-proc", "--propagation", "unchanged", "--", *init]
+        return init
 
     @contextmanager
-    def spawn_context(self, options: SpawnOptions) -> Iterator[None]:
+    def spawn_context(self, options: SpawnOptions) -> Iterator[list[str]]:
         # The thread's namespace for children is set back to lre's own first:
         # a thread whose last child namespace already had its first process
         # cannot fork again (ENOMEM) nor unshare a new one (EINVAL).
         _call("setns", self._own_pid_ns, _CLONE_NEWPID)
         _call("unshare", _CLONE_NEWPID)
         try:
-            if options.block_network:
-                _call("unshare", _CLONE_NEWNET)
+            if options.view is not None:
+                _call("unshare", _CLONE_NEWNS)
                 try:
-                    _loopback_up()
-                    yield
+                    build_view(options.view)
+                    with self._network(options):
+                        yield []
                 finally:
-                    _call("setns", self._own_net_ns, _CLONE_NEWNET)
+                    _call("setns", self._own_mnt_ns, _CLONE_NEWNS)
             else:
-                yield
+                with self._network(options):
+                    yield []
         finally:
             _call("setns", self._own_pid_ns, _CLONE_NEWPID)
+
+    @contextmanager
+    def _network(self, options: SpawnOptions) -> Iterator[None]:
+        if not options.block_network:
+            yield
+            return
+        _call("unshare", _CLONE_NEWNET)
+        try:
+            _loopback_up()
+            yield
+        finally:
+            _call("setns", self._own_net_ns, _CLONE_NEWNET)
 
     def signal_action(self, pid: int, sig: int) -> None:
         # The group reaches the children; pid 1 of the namespace gets a signal
@@ -290,14 +326,6 @@ class PidNamespace(Containment):
         # first process was reported as exited.
         self.guardian.remove(pid)
         return True
-
-
-def _loopback_up() -> None:
-    """Bring ``lo`` up in the calling thread's (new) network namespace."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        request = struct.pack("16sH14x", b"lo", 0)
-        flags = struct.unpack("16sH14x", fcntl.ioctl(sock, _SIOCGIFFLAGS, request))[1]
-        fcntl.ioctl(sock, _SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | _IFF_UP))
 
 
 # --------------------------------------------------------------------------- userns
@@ -345,36 +373,69 @@ class UserNamespace(Containment):
             reason = probe.stderr.decode(errors="replace").strip() or f"exit {probe.returncode}"
             raise ContainmentUnavailable(f"unprivileged user namespaces refused: {reason}")
 
-    def command(self, argv: Sequence[str]) -> list[str]:
+        #: Builds views inside a user namespace (None: actions get none).
+        self._views: ViewHelper | None = None
+        #: first pid -> the helper's descriptor of its view
+        self._view_of: dict[int, int] = {}
+        self._pending = threading.local()
+        nsenter = shutil.which("nsenter")
+        if nsenter is not None:
+            helper = ViewHelper(unshare, nsenter)
+            try:
+                helper.start()
+            except OSError as error:
+                log.warning("containment userns: actions get no view of their own (%s)", error)
+            else:
+                self._views = helper
+                self.can_view = True
+        self._inner = [init, "--", "0"]
+
+    def command(self, argv: Sequence[str], *, view: bool = False) -> list[str]:
+        if view and self._views is not None:
+            inner = self._views.inner(os.geteuid(), os.getegid())
+            return [*inner, *self._inner, *argv]
         return [*self._prefix, *argv]
+
+    @contextmanager
+    def spawn_context(self, options: SpawnOptions) -> Iterator[list[str]]:
+        if options.view is None or self._views is None:
+            yield []
+            return
+        fd = self._views.build(options.view)
+        self._pending.fd = fd
+        try:
+            yield self._views.enter(fd, options.cwd)
+        except BaseException:
+            self._pending.fd = None
+            self._views.release(fd)
+            raise
+
+    def spawn_started(self, pid: int) -> None:
+        super().spawn_started(pid)
+        fd = getattr(self._pending, "fd", None)
+        if fd is not None:
+            self._pending.fd = None
+            self._view_of[pid] = fd
+
+    def _forget_view(self, pid: int) -> None:
+        fd = self._view_of.pop(pid, None)
+        if fd is not None and self._views is not None:
+            self._views.release(fd)
+
+    def spawn_abandoned(self, pid: int) -> None:
+        self._forget_view(pid)
+        super().spawn_abandoned(pid)
 
     def signal_action(self, pid: int, sig: int) -> None:
         _killpg(pid, sig)
 
     def end(self, pid: int, *, killed: bool = False) -> bool:
+        self._forget_view(pid)
         self.guardian.remove(pid)
         return not killed
 
 
 # --------------------------------------------------------------------------- portable
-
-
-def _stat_fields(pid: int) -> tuple[str, int] | None:
-    """State and start time (clock ticks since boot) of ``pid``; None when gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            data = handle.read()
-    except OSError:
-        return None
-    fields = data[data.rindex(b")") + 2 :].split()
-    return fields[0].decode(), int(fields[19])
-
-
-def _reap(pid: int) -> None:
-    try:
-        os.waitpid(pid, 0)
-    except ChildProcessError:
-        pass
 
 
 class ProcessGroupSweep(Containment):
@@ -398,7 +459,7 @@ class ProcessGroupSweep(Containment):
                 log.warning("cannot make lre a child subreaper (%s); orphans escape", error)
         self._main_children = f"/proc/self/task/{threading.main_thread().native_id}/children"
 
-    def command(self, argv: Sequence[str]) -> list[str]:
+    def command(self, argv: Sequence[str], *, view: bool = False) -> list[str]:
         return list(argv)
 
     def spawn_started(self, pid: int) -> None:

@@ -31,6 +31,7 @@ import os
 import queue
 import shutil
 import signal
+import stat
 import subprocess
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -41,8 +42,14 @@ import trio
 
 from lre.errors import InvalidArgument
 from lre.upstream import name_os_thread
-from lre.worker._containment import Containment, SpawnOptions, choose_containment
+from lre.worker._containment import (
+    Containment,
+    SpawnOptions,
+    choose_containment,
+    prepare_spawner_thread,
+)
 from lre.worker._oom import OomCounters
+from lre.worker._view import ActionView
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +172,7 @@ class _Spawner:
 
     def _serve(self) -> None:
         name_os_thread(threading.current_thread().name)
+        prepare_spawner_thread()
         if self._nice:
             try:
                 os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self._nice)
@@ -247,13 +255,15 @@ async def run_process(
     nice: int = 0,
     containment: Containment | None = None,
     block_network: bool = False,
+    view: ActionView | None = None,
 ) -> ProcessOutcome:
     """Run ``argv`` to completion, timeout or cancellation.
 
     The process starts at niceness ``nice`` (0-19; see ``_Spawner``), inside
     ``containment`` (default: ``default_containment()``), without network
     when ``block_network`` (raises ``InvalidArgument`` when the containment
-    cannot do that).
+    cannot do that), and in ``view`` (its own mount namespace, ``_view.py``;
+    raises ``InvalidArgument`` when the containment cannot make one).
 
     ``on_started(pid)`` is called right after the fork (the pid is also the
     process group id). Returns a ``ProcessOutcome`` for normal ends and
@@ -268,8 +278,13 @@ async def run_process(
             "Platform property block-network: this lre runs actions with containment "
             f"{contained.name!r}, which cannot take an action's network away"
         )
-    command = contained.command(argv)
-    options = SpawnOptions(block_network=block_network)
+    if view is not None and not contained.can_view:
+        raise InvalidArgument(
+            f"this lre runs actions with containment {contained.name!r}, which cannot "
+            "give an action a view of its own"
+        )
+    command = contained.command(argv, view=view is not None)
+    options = SpawnOptions(block_network=block_network, view=view, cwd=str(cwd))
     environment = dict(env)
     log_files: list[tuple[int, int]] = []
     fds = tuple(pass_fds)
@@ -277,19 +292,18 @@ async def run_process(
     def start() -> tuple[subprocess.Popen[bytes], int, tuple[int, ...]]:
         # Runs in a spawner thread (see the module docstring).
         _resolve_program(argv[0], cwd, env)  # a clear error instead of exit 127
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
-        stdout_fd = os.open(stdout_path, flags, 0o600)
+        stdout_fd = _open_log(stdout_path)
         try:
-            stderr_fd = os.open(stderr_path, flags, 0o600)
+            stderr_fd = _open_log(stderr_path)
             try:
                 for fd in (stdout_fd, stderr_fd):
                     info = os.fstat(fd)
                     log_files.append((info.st_dev, info.st_ino))
                 oom_before = _OOM.read_recent()
                 try:
-                    with contained.spawn_context(options):
+                    with contained.spawn_context(options) as prefix:
                         popen = subprocess.Popen(
-                            command,
+                            [*prefix, *command],
                             cwd=cwd,
                             env=environment,
                             stdin=subprocess.DEVNULL,
@@ -341,6 +355,25 @@ async def run_process(
         on_started,
         (log_files[0], log_files[1]),
     )
+
+
+def _open_log(path: Path) -> int:
+    """(spawner thread) A new, empty regular file at ``path`` for a log.
+
+    Whatever else is there (a symlink or FIFO an action planted without a
+    view of its own, a hardlink to another file) is unlinked, never
+    followed or truncated. Raises ``OSError`` when that fails.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        pass
+    else:
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+            os.unlink(path)
+            flags |= os.O_EXCL
+    return os.open(path, flags, 0o600)
 
 
 async def _supervise(

@@ -105,12 +105,15 @@ class LocalWorker:
         containment: Containment | None = None,
         directories: DirectoryReader | None = None,
         cas_max_bytes: int | None = None,
+        hidden_paths: tuple[str, ...] = (),
     ) -> None:
         self.spec = spec
         #: The limits of ``spec.limits``, "auto" worked out from the bound of
         #: the worker's CAS (``cas_max_bytes``, unknown if None).
         self.limits = ActionLimits.of(spec.limits, cas_max_bytes)
         self.resources = resources
+        #: lre's directories hidden from every action's view (``_view.py``).
+        self.hidden_paths = hidden_paths
         #: The reader of ``store``'s Directory messages, shared with the
         #: scheduler by the composition root (one of its own if not given).
         self.directories = directories if directories is not None else DirectoryReader(store)
@@ -193,6 +196,7 @@ class LocalWorker:
                 journal=journal,
                 directories=self.directories,
                 limits=self.limits,
+                hidden_paths=self.hidden_paths,
             )
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.sampler.run)

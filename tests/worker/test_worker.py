@@ -154,19 +154,29 @@ async def test_precondition_backpressure_then_runs(tmp_path: Path, store: Memory
 
 async def test_shutdown_kills_running_actions(tmp_path: Path, store: MemoryStore) -> None:
     pidfile = tmp_path / "pids"
-    # Each process writes its own pid as lre sees it: inside a PID namespace
-    # $$ and $! are the namespace's numbers, /proc/self is the host's.
+    # Each process is found from outside by its unusual sleep duration (in a
+    # view, /proc inside is the action's own and shows only its own pids).
+    token = str(300 + os.getpid() % 1000)
     script = (
-        f"sh -c 'read me rest < /proc/self/stat; echo $me >> {pidfile}; exec sleep 300' & "
-        f"read me rest < /proc/self/stat; echo $me >> {pidfile}; wait"
+        f"sh -c 'exec sleep {token}' & sh -c 'exec sleep {token}' & echo started > {pidfile}; wait"
     )
-    async with running(store, [make_spec(tmp_path)]) as (scheduler, (worker,)):
+
+    def sleepers() -> list[int]:
+        found = []
+        for process in psutil.process_iter(["cmdline"]):
+            if process.info["cmdline"] == ["sleep", token]:
+                found.append(process.pid)
+        return found
+
+    # The marker file lies outside lre's directories, writable in the view.
+    spec = make_spec(tmp_path, sandbox_writable_paths=(str(tmp_path),))
+    async with running(store, [spec]) as (scheduler, (worker,)):
         await submit(scheduler, store, ["/bin/sh", "-c", script])
         with trio.fail_after(10):
-            while not pidfile.exists() or len(pidfile.read_text().split()) < 2:  # noqa: ASYNC110
+            while not pidfile.exists() or len(sleepers()) < 2:  # noqa: ASYNC110
                 await trio.sleep(0.02)
         assert worker.statistics().running == 1
-    pids = [int(p) for p in pidfile.read_text().split()]
+        pids = sleepers()
     with trio.move_on_after(5):
         while any(psutil.pid_exists(p) for p in pids):  # noqa: ASYNC110 (other processes)
             await trio.sleep(0.02)

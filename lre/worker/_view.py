@@ -1,0 +1,267 @@
+"""An action's view of the filesystem: one mount namespace per action.
+
+``build_view(view)`` runs in a spawner thread that has just left lre's mount
+namespace for a new one (``unshare(CLONE_NEWNS)``, see ``_containment.py``)
+and shapes that namespace, which the action's first process then inherits:
+
+- the host's files, every mount of them, read-only (``mount_setattr`` with
+  ``AT_RECURSIVE`` and slave propagation: one call, whatever the number of
+  mounts, and nothing mounted here ever reaches the host);
+- the action's input root, at its own path, as an overlay whose lower layer
+  is the staged tree (hardlinks to the CAS's own inodes) and whose upper
+  layer is the action directory's ``view/upper``: whatever the action writes,
+  chmods or truncates, an input included and through any path
+  (``/proc/self/fd`` too), lands in a copy in the upper layer, so the CAS
+  inode cannot change (root included: the lower layer is never written).
+  Outputs are therefore read from the upper layer. The overlay is
+  ``volatile`` (its unmount would otherwise sync the whole upper filesystem
+  at every action's end); its work directory must then lose
+  ``work/incompat`` before the next mount (``ActionDirectories`` does so);
+- the action's private temporary directory (its ``TMPDIR``) writable at its
+  own path, a fresh tmpfs on ``/tmp`` and on ``/dev/shm``;
+- configured writable host paths (like Bazel's ``--sandbox_writable_path``),
+  bound writable at their own paths;
+- lre's own directories (state, stores, temporary and work roots: ``hidden``)
+  each covered by an empty read-only tmpfs, so the CAS, the action cache,
+  journals, logs, idle and other actions' directories are not there by any
+  path; only the action's own root and tmp are mounted back inside. A
+  hidden regular file (a bearer token, a TLS key) shows ``/dev/null``.
+
+``/proc`` is made by the action's first process (util-linux ``unshare
+--mount-proc``, before it executes the namespace's init), since a procfs
+shows the PID namespace of the process that mounts it.
+
+Every failing call raises ``OSError`` naming the call and the path; the
+caller then abandons the namespace (nothing was started in it).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import sys
+from dataclasses import dataclass
+
+__all__ = ["ActionView", "build_view", "covered_by", "outermost"]
+
+_AT_FDCWD = -100
+_AT_RECURSIVE = 0x8000
+_AT_EMPTY_PATH = 0x1000
+_OPEN_TREE_CLONE = 1
+_OPEN_TREE_CLOEXEC = os.O_CLOEXEC
+_MOVE_MOUNT_F_EMPTY_PATH = 0x4
+_MOUNT_ATTR_RDONLY = 0x1
+_MOUNT_ATTR_NOSUID = 0x2
+_MOUNT_ATTR_NODEV = 0x4
+_MS_SLAVE = 1 << 19
+_MS_RDONLY = 0x1
+_MS_NOSUID = 0x2
+_MS_NODEV = 0x4
+_FSOPEN_CLOEXEC = 0x1
+_FSMOUNT_CLOEXEC = 0x1
+_FSCONFIG_SET_FLAG = 0
+_FSCONFIG_SET_STRING = 1
+_FSCONFIG_CMD_CREATE = 6
+
+#: x86_64 and aarch64 share these numbers (the new mount API came after the
+#: generic table was unified).
+_SYS = {"open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432}
+_SYS_MOUNT_SETATTR = 442
+
+#: Size of the tmpfs given to /tmp and /dev/shm of each action (pages are
+#: only used when written, and charged to the writer's memory cgroup).
+TMPFS_OPTIONS = "mode=1777,size=50%"
+#: The empty tmpfs covering one of lre's directories.
+_MASK_OPTIONS = "mode=0755,size=64k,nr_inodes=4096"
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
+
+
+def _load() -> ctypes.CDLL | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    except OSError:
+        return None
+    libc.syscall.restype = ctypes.c_long
+    return libc
+
+
+_LIBC = _load()
+
+
+@dataclass(frozen=True, slots=True)
+class ActionView:
+    """What one action's namespace shows (host paths, all absolute)."""
+
+    #: The staged input root: the overlay's lower layer, mounted over itself.
+    root: str
+    #: The overlay's upper layer (the action's writes, outputs included).
+    upper: str
+    #: The overlay's work directory (same filesystem as ``upper``).
+    work: str
+    #: The action's private temporary directory, writable at its own path.
+    tmp: str
+    #: lre's directories, each covered by an empty read-only tmpfs (none
+    #: inside another: ``outermost``).
+    hidden: tuple[str, ...] = ()
+    #: Host paths bound writable at their own paths (existing directories).
+    writable: tuple[str, ...] = ()
+
+
+def _fail(call: str, path: str) -> OSError:
+    code = ctypes.get_errno()
+    return OSError(code, f"{call} {path}: {os.strerror(code)}")
+
+
+def _syscall(name: str, path: str, *args: object) -> int:
+    assert _LIBC is not None
+    result = int(_LIBC.syscall(_SYS[name], *args))
+    if result < 0:
+        raise _fail(name, path)
+    return result
+
+
+def _setattr(
+    path: str,
+    *,
+    set_: int = 0,
+    clear: int = 0,
+    propagation: int = 0,
+    recursive: bool = False,
+    fd: int = _AT_FDCWD,
+) -> None:
+    assert _LIBC is not None
+    attr = _MountAttr(set_, clear, propagation, 0)
+    flags = (_AT_RECURSIVE if recursive else 0) | (_AT_EMPTY_PATH if fd != _AT_FDCWD else 0)
+    target = b"" if fd != _AT_FDCWD else path.encode()
+    if (
+        _LIBC.syscall(
+            _SYS_MOUNT_SETATTR, fd, target, flags, ctypes.byref(attr), ctypes.sizeof(attr)
+        )
+        != 0
+    ):
+        raise _fail("mount_setattr", path)
+
+
+def _mount_tmpfs(path: str, options: str, flags: int = _MS_NOSUID | _MS_NODEV) -> None:
+    assert _LIBC is not None
+    if _LIBC.mount(b"tmpfs", path.encode(), b"tmpfs", ctypes.c_ulong(flags), options.encode()) != 0:
+        raise _fail("mount tmpfs on", path)
+
+
+def _clone_tree(path: str) -> int:
+    """A detached, writable copy of the mounts at ``path`` (bind + recursive)."""
+    return _syscall(
+        "open_tree",
+        path,
+        _AT_FDCWD,
+        path.encode(),
+        _OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC | _AT_RECURSIVE,
+    )
+
+
+def _attach(fd: int, path: str) -> None:
+    _syscall("move_mount", path, fd, b"", _AT_FDCWD, path.encode(), _MOVE_MOUNT_F_EMPTY_PATH)
+
+
+def _overlay(view: ActionView) -> int:
+    """The input root's overlay as a detached mount (paths resolved now,
+    while nothing covers them)."""
+    fs = _syscall("fsopen", "overlay", b"overlay", _FSOPEN_CLOEXEC)
+    try:
+        for key, value in (
+            ("lowerdir", view.root),
+            ("upperdir", view.upper),
+            ("workdir", view.work),
+        ):
+            _syscall("fsconfig", value, fs, _FSCONFIG_SET_STRING, key.encode(), value.encode(), 0)
+        for flag in ("volatile",):
+            _syscall("fsconfig", flag, fs, _FSCONFIG_SET_FLAG, flag.encode(), None, 0)
+        _syscall("fsconfig", view.root, fs, _FSCONFIG_CMD_CREATE, None, None, 0)
+        return _syscall("fsmount", view.root, fs, _FSMOUNT_CLOEXEC, 0)
+    finally:
+        os.close(fs)
+
+
+def covered_by(path: str, parents: tuple[str, ...] | list[str]) -> str | None:
+    """The first of ``parents`` that is ``path`` or one of its ancestors."""
+    for parent in parents:
+        if path == parent or path.startswith(parent.rstrip("/") + "/"):
+            return parent
+    return None
+
+
+def outermost(paths: tuple[str, ...] | list[str]) -> list[str]:
+    """``paths`` normalised, without those inside another one (order kept)."""
+    normal = [os.path.normpath(p) for p in paths if p]
+    kept: list[str] = []
+    for path in sorted(set(normal), key=len):
+        if covered_by(path, kept) is None:
+            kept.append(path)
+    return kept
+
+
+def _attach_at(fd: int, path: str, tmpfs: list[str]) -> None:
+    """Attach the detached mount ``fd`` at ``path``, making the mount point
+    first when it lies in one of the new ``tmpfs``."""
+    if covered_by(path, tmpfs) is not None:
+        os.makedirs(path, exist_ok=True)
+    _attach(fd, path)
+
+
+def build_view(view: ActionView) -> None:
+    """Shape the calling thread's (new, unshared) mount namespace into
+    ``view`` (see the module docstring). Raises ``OSError``."""
+    if _LIBC is None:
+        raise OSError("mount namespaces need Linux")
+    fresh = ["/tmp", "/dev/shm"]
+    writable = outermost(view.writable)
+    # Detached copies first: once the masks are mounted these paths are gone.
+    detached: list[tuple[int, str]] = []
+    try:
+        own = [(_overlay(view), view.root), (_clone_tree(view.tmp), view.tmp)]
+        detached.extend(own)
+        shared = [(_clone_tree(path), path) for path in writable]
+        detached.extend(shared)
+        _setattr("/", set_=_MOUNT_ATTR_RDONLY, propagation=_MS_SLAVE, recursive=True)
+        # The host's /proc stays writable until the action's first process
+        # covers it with its own: unshare writes /proc/self/uid_map there.
+        _setattr("/proc", clear=_MOUNT_ATTR_RDONLY)
+        for path in fresh:
+            _mount_tmpfs(path, TMPFS_OPTIONS)
+        for fd, path in shared:
+            _attach_at(fd, path, fresh)
+        # What is still there of lre's own (a writable path may hold some of
+        # it, and /tmp hides it already unless a writable path brought it back).
+        # ``hidden`` is outermost already (``ViewPolicy``). A mask that will
+        # hold the action's own mount points is made read-only after them.
+        masks = [path for path in view.hidden if os.path.isdir(path)]
+        for path in view.hidden:
+            if os.path.isfile(path):  # a token or key file: /dev/null in its place
+                fd = _clone_tree("/dev/null")
+                detached.append((fd, path))
+                _attach(fd, path)
+        later: list[str] = []
+        for path in masks:
+            if covered_by(view.root, [path]) or covered_by(view.tmp, [path]):
+                _mount_tmpfs(path, _MASK_OPTIONS)
+                later.append(path)
+            else:
+                _mount_tmpfs(path, _MASK_OPTIONS, _MS_NOSUID | _MS_NODEV | _MS_RDONLY)
+        for fd, path in own:
+            _attach_at(fd, path, [*masks, *fresh])
+        for path in later:
+            _setattr(path, set_=_MOUNT_ATTR_RDONLY)
+    finally:
+        for fd, _ in detached:
+            os.close(fd)

@@ -1,0 +1,196 @@
+"""Views for actions of an unprivileged lre: a helper inside a user namespace.
+
+A process without privileges may mount only inside a user namespace of its
+own, and lre, being multi-threaded, cannot enter one. So the ``userns``
+backend starts one helper per lre, ``unshare --user --map-root-user --mount
+python3 <this file>``: a single-threaded Python process holding every
+capability inside that namespace (and none outside it). For each action
+lre asks it, over its stdin/stdout, to build the action's view
+(``_view.build_view``) in a new mount namespace; the helper keeps that
+namespace open as a descriptor and answers its number ``N``. The action
+then starts as ``nsenter --user=/proc/H/ns/user --mount=/proc/H/fd/N
+--preserve-credentials -- unshare --user --map-user=<uid> ...``: the inner
+user namespace locks every mount of the view (its processes cannot unmount
+a mask or make a read-only mount writable) and drops the capabilities the
+outer one gave. lre tells the helper to let a descriptor go once that
+action ended (piggybacked on the next request).
+
+The helper imports ``_view.py`` by its file name and nothing else of lre
+(so it needs only the standard library). It exits when its stdin closes,
+so it never outlives lre. Protocol: one JSON object per line each way;
+``{"build": {...ActionView fields}, "release": [N, ...]}`` ->
+``{"fd": N}`` or ``{"error": "message"}``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+_CLONE_NEWNS = 0x00020000
+
+
+class ViewHelper:
+    """lre's side of the helper (see the module docstring); thread-safe.
+
+    Raises ``OSError`` from ``start`` when no interpreter can run the helper
+    inside a user namespace, and from ``build`` when a view cannot be made
+    (the message is the helper's).
+    """
+
+    def __init__(self, unshare: str, nsenter: str) -> None:
+        self._unshare = unshare
+        self._nsenter = nsenter
+        self._lock = threading.Lock()
+        self._released: list[int] = []
+        self._process: subprocess.Popen[str] | None = None
+
+    def start(self) -> None:
+        """Start the helper with the first interpreter that works in a user
+        namespace (this one, else ``python3`` on PATH: an interpreter under a
+        directory closed to the namespace's unmapped owner cannot)."""
+        failures: list[str] = []
+        candidates = [sys.executable, shutil.which("python3") or ""]
+        for python in dict.fromkeys(c for c in candidates if c):
+            argv = [self._unshare, "--user", "--map-root-user", "--mount", "--"]
+            process = subprocess.Popen(
+                [*argv, python, os.path.abspath(__file__)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                close_fds=True,
+            )
+            assert process.stdin is not None and process.stdout is not None
+            try:
+                process.stdin.write(json.dumps({"echo": True}) + "\n")
+                process.stdin.flush()
+                answer = process.stdout.readline()
+            except OSError as error:
+                answer = ""
+                failures.append(str(error))
+            if answer.strip() == '{"ready": true}':
+                self._process = process
+                return
+            process.kill()
+            _, err = process.communicate()
+            failures.append(f"{python}: {err.strip()[-300:] or 'no answer'}")
+        raise OSError(f"no view helper could start: {'; '.join(failures)}")
+
+    @property
+    def pid(self) -> int:
+        assert self._process is not None
+        return self._process.pid
+
+    def build(self, view: object) -> int:
+        """Have the helper make ``view`` (an ``ActionView``); the number of
+        the descriptor holding its mount namespace in the helper."""
+        fields = dataclasses.asdict(view)  # type: ignore[call-overload]
+        with self._lock:
+            process = self._process
+            if process is None or process.stdin is None or process.stdout is None:
+                raise OSError("the view helper is not running")
+            released, self._released = self._released, []
+            process.stdin.write(json.dumps({"build": fields, "release": released}) + "\n")
+            process.stdin.flush()
+            line = process.stdout.readline()
+        if not line:
+            raise OSError("the view helper exited")
+        answer: dict[str, Any] = json.loads(line)
+        if "fd" not in answer:
+            raise OSError(f"view helper: {answer.get('error', line.strip())}")
+        return int(answer["fd"])
+
+    def release(self, fd: int) -> None:
+        """The action of view ``fd`` ended: its descriptor may go (with the
+        next request)."""
+        with self._lock:
+            self._released.append(fd)
+
+    def enter(self, fd: int, cwd: str) -> list[str]:
+        """The argv prefix that enters view ``fd`` and changes to ``cwd``
+        there (entering a mount namespace moves to its root), then runs
+        what follows."""
+        proc = f"/proc/{self.pid}"
+        return [
+            self._nsenter,
+            f"--user={proc}/ns/user",
+            f"--mount={proc}/fd/{fd}",
+            "--preserve-credentials",
+            f"--wdns={cwd}",
+            "--",
+        ]
+
+    def inner(self, uid: int, gid: int) -> Sequence[str]:
+        """The inner user namespace (locking the view's mounts) and the PID
+        namespace with its own /proc, as ``unshare`` options."""
+        return (
+            self._unshare,
+            "--user",
+            f"--map-user={uid}",
+            f"--map-group={gid}",
+            *("--pid", "--fork", "--kill-child", "--mount-proc", "--"),
+        )
+
+
+def _load_view() -> object:
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_view.py")
+    spec = importlib.util.spec_from_file_location("_lre_view", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["_lre_view"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def main() -> None:
+    """Serve build requests on stdin until it closes."""
+    view = _load_view()
+    libc = ctypes.CDLL(None, use_errno=True)
+    base = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+    out = sys.stdout
+    for line in sys.stdin:
+        request = json.loads(line)
+        if request.get("echo"):
+            out.write(json.dumps({"ready": True}) + "\n")
+            out.flush()
+            continue
+        for fd in request.get("release", ()):
+            try:
+                os.close(int(fd))
+            except OSError:
+                pass
+        fields = request.get("build")
+        if fields is None:
+            continue
+        try:
+            if libc.unshare(_CLONE_NEWNS) != 0:
+                code = ctypes.get_errno()
+                raise OSError(code, f"unshare(CLONE_NEWNS): {os.strerror(code)}")
+            try:
+                fields["hidden"] = tuple(fields["hidden"])
+                fields["writable"] = tuple(fields["writable"])
+                view.build_view(view.ActionView(**fields))  # type: ignore[attr-defined]
+                fd = os.open("/proc/self/ns/mnt", os.O_RDONLY)  # inheritable: no O_CLOEXEC
+            finally:
+                if libc.setns(base, _CLONE_NEWNS) != 0:
+                    code = ctypes.get_errno()
+                    raise SystemExit(f"lre view helper: cannot return: {os.strerror(code)}")
+            answer: dict[str, object] = {"fd": fd}
+        except (OSError, TypeError, KeyError) as error:
+            answer = {"error": str(error)}
+        out.write(json.dumps(answer) + "\n")
+        out.flush()
+
+
+if __name__ == "__main__":
+    main()

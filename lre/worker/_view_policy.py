@@ -1,0 +1,180 @@
+"""Which view each action of a worker gets: hidden and writable paths, debugging.
+
+``ViewPolicy`` is made by the runner when its containment can make views
+(``Containment.can_view``) and the worker's ``sandbox_view`` is on. It holds
+lre's directories to hide and the configured writable host paths, and per
+action reads two platform properties:
+
+- ``sandbox-writable-path``: more host directories, absolute, separated by
+  ``:``, bound writable in that action's view (like Bazel's
+  ``--sandbox_writable_path``);
+- ``sandbox-debug``: keep the action's directory if it fails (as the
+  worker's ``sandbox_debug``).
+
+A writable path that is relative, is or lies inside one of lre's own
+directories (it would expose them), or is not an existing directory is
+refused with ``InvalidArgument`` naming the property (or the config field)
+and the value. A writable path *containing* lre's directories is fine: they
+stay hidden inside it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+from collections.abc import Mapping, Sequence
+
+from lre.config import LocalWorkerSpec
+from lre.errors import InvalidArgument
+from lre.worker._action_dirs import ActionDirectory
+from lre.worker._containment import Containment
+from lre.worker._process import ProcessOutcome
+from lre.worker._view import ActionView, covered_by, outermost
+from lre.worker._workdir import WorkDirectory
+
+__all__ = [
+    "DEBUG_PROPERTY",
+    "WRITABLE_PROPERTY",
+    "ViewOf",
+    "ViewPolicy",
+    "blocks_network",
+    "truthy",
+]
+
+#: The view one action runs in (re-exported for the runner).
+ViewOf = ActionView
+
+WRITABLE_PROPERTY = "sandbox-writable-path"
+DEBUG_PROPERTY = "sandbox-debug"
+
+
+log = logging.getLogger(__name__)
+
+
+def truthy(value: str | None) -> bool:
+    """Whether a platform property's value turns it on (present, even empty,
+    unless false, 0 or no)."""
+    return value is not None and value.strip().lower() not in ("false", "0", "no")
+
+
+def blocks_network(platform: Mapping[str, str], default: bool) -> bool:
+    """Whether an action runs without network: the platform properties
+    ``requires-network`` (allow) and ``block-network`` (block) win over the
+    worker's ``network`` setting (``default``: True for block); a value of
+    false, 0 or no is as if the property were absent."""
+    if truthy(platform.get("requires-network")):
+        return False
+    if truthy(platform.get("block-network")):
+        return True
+    return default
+
+
+class ViewPolicy:
+    """Hidden and writable paths of a worker's views (see the module docstring).
+
+    Raises ``InvalidArgument`` naming ``sandbox_writable_paths`` when a
+    configured writable path is refused.
+    """
+
+    def __init__(
+        self, hidden: Sequence[str], writable: Sequence[str], *, debug: bool = False
+    ) -> None:
+        self.hidden = tuple(outermost([os.path.abspath(p) for p in hidden if p]))
+        self.debug = debug
+        self.writable = self._checked(writable, "sandbox_writable_paths")
+
+    @classmethod
+    def for_worker(
+        cls,
+        spec: LocalWorkerSpec,
+        containment: Containment,
+        workdir: WorkDirectory,
+        store: object,
+        hidden: Sequence[str] = (),
+    ) -> ViewPolicy | None:
+        """The policy of a worker, or None when its views are off or its
+        containment cannot make them. Always hidden besides ``hidden``: the
+        root of the work directory and the store's content and temporary
+        paths (when it is a filesystem store)."""
+        if not spec.sandbox_view or not containment.can_view:
+            return None
+        own = [str(workdir.path.parent)]
+        for name in ("content_path", "temp_path"):
+            value = getattr(store, name, None)
+            if isinstance(value, str) and value:
+                own.append(value)
+        return cls((*own, *hidden), spec.sandbox_writable_paths, debug=spec.sandbox_debug)
+
+    def _checked(self, paths: Sequence[str], field: str) -> tuple[str, ...]:
+        checked: list[str] = []
+        for path in paths:
+            if not path:
+                continue
+            if not os.path.isabs(path):
+                raise InvalidArgument(f"{field}: {path!r} is not an absolute path")
+            normal = os.path.normpath(path)
+            inside = covered_by(normal, self.hidden)
+            if inside is not None:
+                raise InvalidArgument(
+                    f"{field}: {path!r} would expose lre's own directory {inside!r} to actions"
+                )
+            if not os.path.isdir(normal):
+                raise InvalidArgument(f"{field}: {path!r} is not an existing directory")
+            checked.append(normal)
+        return tuple(checked)
+
+    def writable_for(self, platform: Mapping[str, str]) -> tuple[str, ...]:
+        """The writable paths of an action with these platform properties."""
+        extra = platform.get(WRITABLE_PROPERTY, "")
+        if not extra.strip():
+            return self.writable
+        more = self._checked(extra.split(":"), f"Platform property {WRITABLE_PROPERTY}")
+        return (*self.writable, *more)
+
+    def view_for(self, platform: Mapping[str, str], directory: ActionDirectory) -> ActionView:
+        """The view of an action in ``directory``; makes the overlay's layers
+        when missing (raises ``OSError`` when it cannot)."""
+        writable = self.writable_for(platform)
+        for path in (directory.upper, directory.overlay_work):
+            if not path.is_dir():
+                path.mkdir(mode=0o700, parents=True)
+        return ActionView(
+            root=str(directory.root),
+            upper=str(directory.upper),
+            work=str(directory.overlay_work),
+            tmp=str(directory.tmp),
+            hidden=self.hidden,
+            writable=writable,
+        )
+
+    def keeps(self, platform: Mapping[str, str], process: ProcessOutcome) -> bool:
+        """Whether a finished action's directory is kept for debugging: it
+        failed (non-zero exit, signal, timeout) and debugging is on for it."""
+        failed = process.exit_code != 0 or process.signal is not None or process.timed_out
+        wanted = self.debug or truthy(platform.get(DEBUG_PROPERTY))
+        return failed and wanted
+
+    def log_kept(
+        self, worker: str, operation: str, directory: ActionDirectory, process: ProcessOutcome
+    ) -> None:
+        """Say where a kept directory is and how to look at it."""
+        log.warning(
+            "worker %s: action %s %s; kept its directory %s for debugging (inputs in root/, "
+            "what it wrote in view/upper/, its TMPDIR in tmp/); to see its view again: %s",
+            worker,
+            operation,
+            process.describe,
+            directory.path,
+            self.enter_hint(directory),
+        )
+
+    @staticmethod
+    def enter_hint(directory: ActionDirectory) -> str:
+        """A shell command that shows a kept directory as its action saw it."""
+        quoted = shlex.quote(str(directory.path))
+        return (
+            f"cd {quoted} && rm -rf view/work/work/incompat && "
+            "unshare --mount sh -c 'mount -t overlay overlay -o "
+            "lowerdir=root,upperdir=view/upper,workdir=view/work root && cd root && exec sh'"
+        )

@@ -1,0 +1,131 @@
+"""Writable host paths and kept directories of actions' views (pidns and userns)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+
+from lre.cas import MemoryStore, read_bytes
+from lre.digest import Digest
+from lre.errors import InvalidArgument
+from lre.scheduler import Completed
+from lre.worker import ActionRunner, Containment, WorkDirectory
+
+from .conftest import make_lease, make_spec
+from .test_containment import backend
+
+
+@pytest.fixture(params=["pidns", "userns"])
+def viewing(request: pytest.FixtureRequest) -> Containment:
+    containment = backend(request.param)
+    assert containment.can_view, f"{request.param} gives actions no view here"
+    return containment
+
+
+async def test_only_the_writable_paths_of_the_host_are_writable(
+    tmp_path: Path, store: MemoryStore, viewing: Containment
+) -> None:
+    cache = tmp_path / "cache"
+    extra = tmp_path / "extra"
+    other = tmp_path / "other"
+    for path in (cache, extra, other):
+        path.mkdir()
+    spec = make_spec(tmp_path, sandbox_writable_paths=(str(cache),))
+    script = (
+        f"echo c > {cache}/c; echo e > {extra}/e; echo o > {other}/o 2>/dev/null || echo refused"
+    )
+    with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
+        runner = ActionRunner(spec, workdir, store, containment=viewing)
+        lease = await make_lease(
+            store, ["/bin/sh", "-c", script], platform={"sandbox-writable-path": str(extra)}
+        )
+        outcome = await runner.run(lease)
+    assert isinstance(outcome, Completed) and outcome.error is None, outcome
+    assert (cache / "c").read_text() == "c\n"
+    assert (extra / "e").read_text() == "e\n"
+    assert not (other / "o").exists()
+
+
+async def test_a_writable_path_inside_lres_directories_is_refused(
+    tmp_path: Path, store: MemoryStore, viewing: Containment
+) -> None:
+    spec = make_spec(tmp_path)
+    with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
+        runner = ActionRunner(spec, workdir, store, containment=viewing)
+        lease = await make_lease(
+            store, ["/bin/true"], platform={"sandbox-writable-path": str(workdir.path)}
+        )
+        outcome = await runner.run(lease)
+    assert isinstance(outcome, Completed)
+    assert isinstance(outcome.error, InvalidArgument)
+    assert "sandbox-writable-path" in outcome.message and str(workdir.path) in outcome.message
+
+
+async def test_sandbox_debug_keeps_a_failed_actions_directory(
+    tmp_path: Path, store: MemoryStore, viewing: Containment
+) -> None:
+    spec = make_spec(tmp_path)
+    with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
+        runner = ActionRunner(spec, workdir, store, containment=viewing)
+        failing = await make_lease(
+            store,
+            ["/bin/sh", "-c", "echo partial > out.txt; exit 3"],
+            inputs={"in.txt": b"input\n"},
+            platform={"sandbox-debug": "1"},
+        )
+        outcome = await runner.run(failing)
+        assert isinstance(outcome, Completed) and outcome.result.exit_code == 3
+        kept = [p for p in workdir.path.glob("a*") if (p / "view" / "upper" / "out.txt").exists()]
+        assert len(kept) == 1, list(workdir.path.iterdir())
+        assert (kept[0] / "root" / "in.txt").read_bytes() == b"input\n"
+        assert (kept[0] / "view" / "upper" / "out.txt").read_text() == "partial\n"
+        # A successful action's directory is not kept.
+        passing = await make_lease(
+            store, ["/bin/sh", "-c", "echo fine > ok.txt"], platform={"sandbox-debug": "1"}
+        )
+        await runner.run(passing)
+        assert not list(workdir.path.glob("a*/view/upper/ok.txt"))
+
+
+async def test_a_hidden_file_shows_nothing(
+    tmp_path: Path, store: MemoryStore, viewing: Containment
+) -> None:
+    token = tmp_path / "token"
+    token.write_text("secret-token\n")
+    # tmp_path is visible (writable even); the token file in it is not.
+    spec = make_spec(tmp_path, sandbox_writable_paths=(str(tmp_path),))
+    with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
+        runner = ActionRunner(spec, workdir, store, containment=viewing, hidden_paths=(str(token),))
+        lease = await make_lease(store, ["/bin/sh", "-c", f"cat {token}; echo end"])
+        outcome = await runner.run(lease)
+    assert isinstance(outcome, Completed) and outcome.error is None, outcome
+    assert await read_bytes(store, Digest.from_proto(outcome.result.stdout_digest, field="")) == (
+        b"end\n"
+    )
+    assert token.read_text() == "secret-token\n"
+
+
+async def test_directories_of_viewed_actions_are_recycled(
+    tmp_path: Path, store: MemoryStore, viewing: Containment
+) -> None:
+    """The overlay leaves its work directory at mode 0 and a marker in it;
+    recycling must clear both, also for an lre that is not root."""
+    spec = make_spec(tmp_path, max_inflight_tasks=1)
+    with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
+        runner = ActionRunner(spec, workdir, store, containment=viewing)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(runner.directories.run)
+            for _ in range(4):
+                lease = await make_lease(
+                    store,
+                    ["/bin/sh", "-c", "mkdir -p out && echo o > out/o"],
+                    output_paths=("out/o",),
+                )
+                outcome = await runner.run(lease)
+                assert isinstance(outcome, Completed) and outcome.error is None, outcome
+            with trio.fail_after(10):
+                while runner.directories.recycled < 3:  # noqa: ASYNC110 (thread work)
+                    await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
