@@ -39,7 +39,7 @@ from lre.scheduler import (
     Outcome,
     Usage,
 )
-from lre.worker._action_dirs import ActionDirectories, ActionDirectory
+from lre.worker._action_dirs import TMP_NAME, ActionDirectories, ActionDirectory
 from lre.worker._adoption import unshared_adopter
 from lre.worker._command import PreparedCommand, prepare_command
 from lre.worker._containment import Containment
@@ -469,11 +469,14 @@ class ActionRunner:
         with nothing in it no client can take a token, and a SIGKILLed client
         cannot lose one. A client that writes tokens it never read is the only
         way tokens appear there; they are drained (and logged) after every
-        action that used the pool. Larger actions get a private pool.
+        action that used the pool. Larger actions get a private pool. A fifo
+        lies in ``fifo_dir``, the action's private temporary directory (the one
+        directory of lre's its view shows), so the fifo style has no shared
+        pool: a fifo in the worker's directory would be out of every view.
         """
         tokens = jobserver_tokens(lease.reservation.millicpus)
         style = self.spec.jobserver.style
-        if tokens:
+        if tokens or style == "fifo":
             return JobserverPool(
                 tokens, style=style, fifo_dir=fifo_dir, name=lease.operation_name
             ), False
@@ -501,7 +504,7 @@ class ActionRunner:
         pool: JobserverPool | None = None
         shared = False
         if self.spec.jobserver.enabled:
-            pool, shared = self._jobserver_for(lease, str(stdout_path.parent))
+            pool, shared = self._jobserver_for(lease, str(stdout_path.parent / TMP_NAME))
             if not shared:
                 self._pools[lease_id] = pool
             env = pool.environment(env)

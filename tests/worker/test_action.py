@@ -414,8 +414,9 @@ async def test_fifo_style_reaches_the_action_through_the_runner(
     tmp_path: Path, store: MemoryStore
 ) -> None:
     """``jobserver.style: fifo`` is what the action gets (not only what the
-    pool can do on its own): its MAKEFLAGS name a fifo in its private directory
-    that serves tokens, and no descriptor pair."""
+    pool can do on its own): its MAKEFLAGS name a fifo in its private
+    temporary directory (reachable in its view) that serves tokens, and no
+    descriptor pair; a one-CPU action gets a fifo too."""
     spec = make_spec(tmp_path, jobserver=JobserverSpec(style="fifo"))
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
         runner = ActionRunner(spec, workdir, store)
@@ -427,8 +428,18 @@ async def test_fifo_style_reaches_the_action_through_the_runner(
         fifo, taken, _ = said.split("|")
         assert taken.strip() == "1"
         assert Path(fifo).name == "jobserver.fifo"
+        assert Path(fifo).parent.name == "tmp"  # the action's own, shown in its view
         assert Path(fifo).is_relative_to(workdir.path)
         assert runner.jobserver_tokens() == (0, 0)
+        # a one-CPU action has no token to take (only its implicit one), but
+        # its MAKEFLAGS still name a fifo it can open
+        probe = 'f=${MAKEFLAGS#*--jobserver-auth=fifo:}; f=${f%% *}; test -p "$f" && echo "$f"'
+        one_cpu = await make_lease(store, ["/bin/sh", "-c", probe], millicpus=1000)
+        outcome = await runner.run(one_cpu)
+        assert isinstance(outcome, Completed), outcome
+        said = (await blob(store, outcome.result.stdout_digest)).decode()
+        assert outcome.result.exit_code == 0, said
+        assert Path(said.strip()).parent.name == "tmp"
         runner.close()
 
 

@@ -41,7 +41,10 @@ async def test_an_action_bind_mounting_a_host_directory_cannot_make_lre_delete_i
         script = f"mkdir -p mnt/deeper && mount --bind {host} mnt && mount -t tmpfs tmpfs mnt/src"
         outcome = await run(runner, store, script)
         assert outcome.error is None
-        assert outcome.result.exit_code == 0
+        if runner.view_policy is None:
+            assert outcome.result.exit_code == 0  # the mounts are made: lre must cope
+        # In a view (pidns) the host directory is not there to mount (the
+        # view's /tmp is the action's own): the attack fails by construction.
         # Later actions get the recycled directories meanwhile.
         for _ in range(3):
             later = await run(runner, store, "true")
