@@ -120,6 +120,7 @@ PUBLIC_API: dict[str, set[str]] = {
         "store_kind",
     },
     "lre.cas": {
+        "ExtentMemo",
         "TreeExtent",
         "tree_extent",
         "ActionCache",

@@ -104,8 +104,16 @@ class TreeExtent:
     directories: int
 
 
+#: ``tree_extent``'s memo: extents of directories already measured, by
+#: (hash, size), valid for one ``cap`` (a Directory's extent never changes).
+ExtentMemo = dict[tuple[str, int], TreeExtent]
+
+
 def tree_extent(
-    directories: Mapping[Digest, re_pb2.Directory], root: Digest, cap: int
+    directories: Mapping[Digest, re_pb2.Directory],
+    root: Digest,
+    cap: int,
+    known: ExtentMemo | None = None,
 ) -> TreeExtent:
     """The ``TreeExtent`` of ``root``, computed over the distinct messages of
     ``directories`` (as ``DirectoryReader.read_tree`` returns them) without
@@ -113,35 +121,39 @@ def tree_extent(
     expands to millions of directories costs one visit per message.
 
     Figures are capped at ``cap + 1`` so they stay small. A subdirectory
-    absent from ``directories`` counts as an empty directory.
+    absent from ``directories`` counts as an empty directory. ``known``
+    (kept by the caller across calls with the same ``cap``) saves measuring
+    the subtrees a build's actions share again.
     """
     over = cap + 1
-    known: dict[Digest, TreeExtent] = {}
+    memo: ExtentMemo = known if known is not None else {}
+    messages = {(d.hash, d.size_bytes): m for d, m in directories.items()}
     empty = TreeExtent(0, 0, 1)
-    stack: list[tuple[Digest, bool]] = [(root, False)]
+    root_key = (root.hash, root.size_bytes)
+    stack: list[tuple[tuple[str, int], bool]] = [(root_key, False)]
     while stack:
-        digest, children_done = stack.pop()
-        if digest in known:
+        key, children_done = stack.pop()
+        if key in memo:
             continue
-        directory = directories.get(digest)
+        directory = messages.get(key)
         if directory is None:
-            known[digest] = empty
+            memo[key] = empty
             continue
-        children = [Digest(n.digest.hash, n.digest.size_bytes) for n in directory.directories]
+        children = [(n.digest.hash, n.digest.size_bytes) for n in directory.directories]
         if not children_done:
-            stack.append((digest, True))
-            stack.extend((child, False) for child in dict.fromkeys(children) if child not in known)
+            stack.append((key, True))
+            stack.extend((child, False) for child in dict.fromkeys(children) if child not in memo)
             continue
         depth = 0
         entries = len(directory.files) + len(directory.symlinks) + len(children)
         count = 1
         for child in children:
-            extent = known.get(child, empty)  # absent only for a cycle (none can hash)
+            extent = memo.get(child, empty)  # absent only for a cycle (none can hash)
             depth = max(depth, extent.depth + 1)
             entries += extent.entries
             count += extent.directories
-        known[digest] = TreeExtent(min(depth, over), min(entries, over), min(count, over))
-    return known[root]
+        memo[key] = TreeExtent(min(depth, over), min(entries, over), min(count, over))
+    return memo[root_key]
 
 
 _ENTRY_KINDS = {1: "file", 2: "directory", 3: "symlink"}

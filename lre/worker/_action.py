@@ -27,7 +27,7 @@ from typing import Protocol
 
 import trio
 
-from lre.cas import BlobStore, DirectoryReader
+from lre.cas import BlobStore, DirectoryReader, ExtentMemo
 from lre.config import LocalWorkerSpec
 from lre.digest import EMPTY_DIGEST, Digest
 from lre.errors import Cancelled, DeadlineExceeded, Internal, LreError, MissingBlobs
@@ -128,6 +128,7 @@ class ActionRunner:
         self.spec = spec
         #: Bounds on each action's trees and outputs (``spec.limits`` resolved).
         self.limits = limits if limits is not None else ActionLimits.of(spec.limits, None)
+        self._extents: ExtentMemo = {}  # input subtrees measured (for self.limits)
         self.containment = containment if containment is not None else default_containment()
         #: Records linked inputs of running actions for crash recovery.
         self.journal = journal
@@ -219,20 +220,18 @@ class ActionRunner:
             return InfrastructureFailure(
                 Internal(f"worker {self.spec.name}: {error.strerror or error}")
             )
-        except Exception as error:
-            log.exception("worker %s: action %s failed", self.spec.name, lease.operation_name)
+        except Exception as error:  # a defect met by one action ends that action only
             failure = Internal(f"worker {self.spec.name}: lre failed on this action: {error!r}")
-            return self._failed(lease, timeline, failure, quiet=True)
+            return self._failed(lease, timeline, failure)  # logged there, with the trace
         finally:
             reusable = self._reusable.pop(lease.lease_id, True)
             await self.directories.release(action_dir, reusable=reusable)
 
-    def _failed(
-        self, lease: Lease, timeline: Timeline, error: LreError, quiet: bool = False
-    ) -> Outcome:
+    def _failed(self, lease: Lease, timeline: Timeline, error: LreError) -> Outcome:
         """A request lre cannot run: final, with metadata; logged (INFO if expected)."""
-        level = logging.INFO if quiet or isinstance(error, MissingBlobs) else logging.WARNING
-        log.log(level, "worker %s: %s failed: %s", self.spec.name, lease.operation_name, error)
+        level = logging.INFO if isinstance(error, MissingBlobs) else logging.WARNING
+        name, trace = lease.operation_name, isinstance(error, Internal)
+        log.log(level, "worker %s: %s failed: %s", self.spec.name, name, error, exc_info=trace)
         timeline.mark("worker_completed")
         result = re_pb2.ActionResult(execution_metadata=timeline.to_proto(self.spec.name))
         return Completed(result, error=error, message=error.message)
@@ -263,6 +262,7 @@ class ActionRunner:
                 input_root,
                 allow_escaping_symlinks=self.allow_escaping_symlinks,
                 limits=self.limits,
+                extents=self._extents,
             )
         parents = [request.relative for request in prepared.outputs]
         if prepared.working_directory:

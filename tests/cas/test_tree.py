@@ -202,3 +202,12 @@ def test_a_name_longer_than_name_max_is_refused() -> None:
     validate_directory(directory(files=["é" * 127]), "d")  # 254 bytes: fine
     with pytest.raises(InvalidArgument, match="256 bytes, over the 255"):
         validate_directory(directory(files=["é" * 128]), "d")
+
+
+def test_extent_memo_is_reused_across_trees() -> None:
+    root, messages = _doubling(10)
+    memo: dict[tuple[str, int], TreeExtent] = {}
+    first = tree_extent(messages, root, cap=1 << 30, known=memo)
+    assert len(memo) == 11  # one per distinct message
+    # A second tree sharing every subtree: measured from the memo alone.
+    assert tree_extent({}, root, cap=1 << 30, known=memo) == first
