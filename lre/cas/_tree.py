@@ -121,7 +121,9 @@ def tree_extent(
     expands to millions of directories costs one visit per message.
 
     Figures are capped at ``cap + 1`` so they stay small. A subdirectory
-    absent from ``directories`` counts as an empty directory. ``known``
+    absent from ``directories`` counts as an empty directory (and is not
+    remembered in ``known``, so a later tree holding it whole is measured
+    whole). ``known``
     (kept by the caller across calls with the same ``cap``) saves measuring
     the subtrees a build's actions share again.
     """
@@ -137,23 +139,26 @@ def tree_extent(
             continue
         directory = messages.get(key)
         if directory is None:
-            memo[key] = empty
-            continue
+            continue  # not read (below max_levels): empty here, never remembered
         children = [(n.digest.hash, n.digest.size_bytes) for n in directory.directories]
         if not children_done:
             stack.append((key, True))
-            stack.extend((child, False) for child in dict.fromkeys(children) if child not in memo)
+            stack.extend(
+                (child, False)
+                for child in dict.fromkeys(children)
+                if child not in memo and child in messages
+            )
             continue
         depth = 0
         entries = len(directory.files) + len(directory.symlinks) + len(children)
         count = 1
         for child in children:
-            extent = memo.get(child, empty)  # absent only for a cycle (none can hash)
+            extent = memo.get(child, empty)  # absent: not read, or a cycle (none can hash)
             depth = max(depth, extent.depth + 1)
             entries += extent.entries
             count += extent.directories
         memo[key] = TreeExtent(min(depth, over), min(entries, over), min(count, over))
-    return memo[root_key]
+    return memo.get(root_key, empty)
 
 
 _ENTRY_KINDS = {1: "file", 2: "directory", 3: "symlink"}

@@ -211,3 +211,15 @@ def test_extent_memo_is_reused_across_trees() -> None:
     assert len(memo) == 11  # one per distinct message
     # A second tree sharing every subtree: measured from the memo alone.
     assert tree_extent({}, root, cap=1 << 30, known=memo) == first
+
+
+def test_a_directory_not_read_is_never_remembered_as_empty() -> None:
+    # A tree cut short (read only to max_levels) must not teach the memo that
+    # its deepest directories are empty: a later tree naming one of them
+    # directly would pass the limits while it expands to millions.
+    below, messages = _doubling(30)
+    chain = re_pb2.Directory(directories=[re_pb2.DirectoryNode(name="d", digest=below.to_proto())])
+    top = digest_of(chain.SerializeToString(deterministic=True))
+    memo: dict[tuple[str, int], TreeExtent] = {}
+    assert tree_extent({top: chain}, top, cap=1000, known=memo).depth == 1  # cut short
+    assert tree_extent(messages, below, cap=1000, known=memo).directories == 1001  # over
