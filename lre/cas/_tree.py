@@ -121,44 +121,51 @@ def tree_extent(
     expands to millions of directories costs one visit per message.
 
     Figures are capped at ``cap + 1`` so they stay small. A subdirectory
-    absent from ``directories`` counts as an empty directory (and is not
-    remembered in ``known``, so a later tree holding it whole is measured
-    whole). ``known``
-    (kept by the caller across calls with the same ``cap``) saves measuring
-    the subtrees a build's actions share again.
+    absent from ``directories`` (not read: below ``max_levels``) counts as
+    an empty directory. ``known`` (kept by the caller across calls with the
+    same ``cap``) saves measuring again the subtrees a build's actions
+    share; only directories measured whole go into it, never one with an
+    unread directory below it, so a later tree holding that one whole is
+    measured whole.
     """
     over = cap + 1
     memo: ExtentMemo = known if known is not None else {}
+    partial: ExtentMemo = {}  # measured with something unread below: this call only
     messages = {(d.hash, d.size_bytes): m for d, m in directories.items()}
     empty = TreeExtent(0, 0, 1)
     root_key = (root.hash, root.size_bytes)
     stack: list[tuple[tuple[str, int], bool]] = [(root_key, False)]
     while stack:
         key, children_done = stack.pop()
-        if key in memo:
+        if key in memo or key in partial:
             continue
         directory = messages.get(key)
         if directory is None:
-            continue  # not read (below max_levels): empty here, never remembered
+            continue  # not read: empty here, and never remembered
         children = [(n.digest.hash, n.digest.size_bytes) for n in directory.directories]
         if not children_done:
             stack.append((key, True))
             stack.extend(
                 (child, False)
                 for child in dict.fromkeys(children)
-                if child not in memo and child in messages
+                if child not in memo and child not in partial
             )
             continue
         depth = 0
         entries = len(directory.files) + len(directory.symlinks) + len(children)
         count = 1
+        whole = True
         for child in children:
-            extent = memo.get(child, empty)  # absent: not read, or a cycle (none can hash)
+            extent = memo.get(child)
+            if extent is None:
+                whole = False  # unread (or in a cycle, which no digest can make)
+                extent = partial.get(child, empty)
             depth = max(depth, extent.depth + 1)
             entries += extent.entries
             count += extent.directories
-        memo[key] = TreeExtent(min(depth, over), min(entries, over), min(count, over))
-    return memo.get(root_key, empty)
+        measured = TreeExtent(min(depth, over), min(entries, over), min(count, over))
+        (memo if whole else partial)[key] = measured
+    return memo.get(root_key) or partial.get(root_key, empty)
 
 
 _ENTRY_KINDS = {1: "file", 2: "directory", 3: "symlink"}

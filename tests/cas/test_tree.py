@@ -223,3 +223,18 @@ def test_a_directory_not_read_is_never_remembered_as_empty() -> None:
     memo: dict[tuple[str, int], TreeExtent] = {}
     assert tree_extent({top: chain}, top, cap=1000, known=memo).depth == 1  # cut short
     assert tree_extent(messages, below, cap=1000, known=memo).directories == 1001  # over
+
+
+def test_an_ancestor_of_an_unread_directory_is_never_remembered() -> None:
+    # The same with the cut deeper down: the directories above the unread
+    # one were measured short and must not be remembered either.
+    below, messages = _doubling(30)
+    middle = re_pb2.Directory(directories=[re_pb2.DirectoryNode(name="m", digest=below.to_proto())])
+    mid = digest_of(middle.SerializeToString(deterministic=True))
+    top = re_pb2.Directory(directories=[re_pb2.DirectoryNode(name="t", digest=mid.to_proto())])
+    top_digest = digest_of(top.SerializeToString(deterministic=True))
+    memo: dict[tuple[str, int], TreeExtent] = {}
+    assert tree_extent({top_digest: top, mid: middle}, top_digest, cap=1000, known=memo).depth == 2
+    assert memo == {}
+    messages[mid] = middle
+    assert tree_extent(messages, mid, cap=1000, known=memo).directories == 1001
