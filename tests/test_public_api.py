@@ -120,7 +120,6 @@ PUBLIC_API: dict[str, set[str]] = {
         "store_kind",
     },
     "lre.cas": {
-        "ExtentMemo",
         "TreeExtent",
         "tree_extent",
         "ActionCache",

@@ -32,7 +32,6 @@ from lre.cas._protocol import BlobStore, PinnableStore
 from lre.cas._statistics import StoreStatistics
 from lre.cas._streams import closing_stream
 from lre.cas._tree import (
-    ExtentMemo,
     TreeExtent,
     file_digests,
     tree_extent,
@@ -53,7 +52,6 @@ __all__ = [
     "ContentUsage",
     "DirectoryCache",
     "DirectoryReader",
-    "ExtentMemo",
     "FastSlowActionCache",
     "FastSlowStore",
     "FilesystemActionCache",

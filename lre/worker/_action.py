@@ -27,7 +27,7 @@ from typing import Protocol
 
 import trio
 
-from lre.cas import BlobStore, DirectoryReader, ExtentMemo
+from lre.cas import BlobStore, DirectoryReader, TreeExtent
 from lre.config import LocalWorkerSpec
 from lre.digest import EMPTY_DIGEST, Digest
 from lre.errors import Cancelled, DeadlineExceeded, Internal, LreError, MissingBlobs
@@ -126,9 +126,9 @@ class ActionRunner:
         limits: ActionLimits | None = None,
     ) -> None:
         self.spec = spec
-        #: Bounds on each action's trees and outputs (``spec.limits`` resolved).
+        #: Bounds on each action's trees and outputs; input subtrees measured.
         self.limits = limits if limits is not None else ActionLimits.of(spec.limits, None)
-        self._extents: ExtentMemo = {}  # input subtrees measured (for self.limits)
+        self._extents: dict[tuple[str, int], TreeExtent] = {}
         self.containment = containment if containment is not None else default_containment()
         #: Records linked inputs of running actions for crash recovery.
         self.journal = journal

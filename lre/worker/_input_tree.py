@@ -13,7 +13,7 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass, field
 
-from lre.cas import DirectoryReader, ExtentMemo, tree_extent
+from lre.cas import DirectoryReader, TreeExtent, tree_extent
 from lre.digest import Digest
 from lre.errors import InvalidArgument
 from lre.worker._limits import ActionLimits
@@ -144,7 +144,7 @@ async def fetch_input_tree(
     *,
     allow_escaping_symlinks: bool = False,
     limits: ActionLimits | None = None,
-    extents: ExtentMemo | None = None,
+    extents: dict[tuple[str, int], TreeExtent] | None = None,
 ) -> InputTree:
     """The whole input tree under ``root_digest`` as a staging plan, its
     Directory messages from ``reader`` (read and validated once per process).

@@ -54,13 +54,15 @@ async def test_two_failing_uploads_raise_one_error(tmp_path: Path) -> None:
     await small.open()
     root = tmp_path / "root"
     root.mkdir()
-    found = scan_outputs(root, _outputs(root, ["x", "y"]), allow_escaping_symlinks=False)
-    (root / "z").write_bytes(b"z" * (5 << 20))
-    more = scan_outputs(root, [OutputRequest("z", "z", "path")], allow_escaping_symlinks=False)
-    files = [item for _, item in found.files + more.files]
+    (root / "x").write_bytes(b"x" * (1 << 20 | 5))  # fits
+    (root / "z1").write_bytes(b"1" * (5 << 20))  # each larger than the CAS
+    (root / "z2").write_bytes(b"2" * (5 << 20))
+    requests = [OutputRequest(name, name, "path") for name in ("x", "z1", "z2")]
+    found = scan_outputs(root, requests, allow_escaping_symlinks=False)
+    files = [item for _, item in found.files]
     with pytest.raises(ResourceExhausted) as caught:
         await upload_outputs(small, files, {})
-    assert "'z'" in caught.value.message
+    assert "'z1'" in caught.value.message or "'z2'" in caught.value.message
     assert str(5 << 20) in caught.value.message
-    assert digest_of(b"z" * (5 << 20)) == files[2].digest
+    assert digest_of(b"1" * (5 << 20)) == files[1].digest
     await small.close()
