@@ -104,8 +104,16 @@ class TreeExtent:
     directories: int
 
 
+#: ``tree_extent``'s memo: extents of directories already measured, by
+#: (hash, size), valid for one ``cap`` (a Directory's extent never changes).
+ExtentMemo = dict[tuple[str, int], TreeExtent]
+
+
 def tree_extent(
-    directories: Mapping[Digest, re_pb2.Directory], root: Digest, cap: int
+    directories: Mapping[Digest, re_pb2.Directory],
+    root: Digest,
+    cap: int,
+    known: ExtentMemo | None = None,
 ) -> TreeExtent:
     """The ``TreeExtent`` of ``root``, computed over the distinct messages of
     ``directories`` (as ``DirectoryReader.read_tree`` returns them) without
@@ -113,35 +121,51 @@ def tree_extent(
     expands to millions of directories costs one visit per message.
 
     Figures are capped at ``cap + 1`` so they stay small. A subdirectory
-    absent from ``directories`` counts as an empty directory.
+    absent from ``directories`` (not read: below ``max_levels``) counts as
+    an empty directory. ``known`` (kept by the caller across calls with the
+    same ``cap``) saves measuring again the subtrees a build's actions
+    share; only directories measured whole go into it, never one with an
+    unread directory below it, so a later tree holding that one whole is
+    measured whole.
     """
     over = cap + 1
-    known: dict[Digest, TreeExtent] = {}
+    memo: ExtentMemo = known if known is not None else {}
+    partial: ExtentMemo = {}  # measured with something unread below: this call only
+    messages = {(d.hash, d.size_bytes): m for d, m in directories.items()}
     empty = TreeExtent(0, 0, 1)
-    stack: list[tuple[Digest, bool]] = [(root, False)]
+    root_key = (root.hash, root.size_bytes)
+    stack: list[tuple[tuple[str, int], bool]] = [(root_key, False)]
     while stack:
-        digest, children_done = stack.pop()
-        if digest in known:
+        key, children_done = stack.pop()
+        if key in memo or key in partial:
             continue
-        directory = directories.get(digest)
+        directory = messages.get(key)
         if directory is None:
-            known[digest] = empty
-            continue
-        children = [Digest(n.digest.hash, n.digest.size_bytes) for n in directory.directories]
+            continue  # not read: empty here, and never remembered
+        children = [(n.digest.hash, n.digest.size_bytes) for n in directory.directories]
         if not children_done:
-            stack.append((digest, True))
-            stack.extend((child, False) for child in dict.fromkeys(children) if child not in known)
+            stack.append((key, True))
+            stack.extend(
+                (child, False)
+                for child in dict.fromkeys(children)
+                if child not in memo and child not in partial
+            )
             continue
         depth = 0
         entries = len(directory.files) + len(directory.symlinks) + len(children)
         count = 1
+        whole = True
         for child in children:
-            extent = known.get(child, empty)  # absent only for a cycle (none can hash)
+            extent = memo.get(child)
+            if extent is None:
+                whole = False  # unread (or in a cycle, which no digest can make)
+                extent = partial.get(child, empty)
             depth = max(depth, extent.depth + 1)
             entries += extent.entries
             count += extent.directories
-        known[digest] = TreeExtent(min(depth, over), min(entries, over), min(count, over))
-    return known[root]
+        measured = TreeExtent(min(depth, over), min(entries, over), min(count, over))
+        (memo if whole else partial)[key] = measured
+    return memo.get(root_key) or partial.get(root_key, empty)
 
 
 _ENTRY_KINDS = {1: "file", 2: "directory", 3: "symlink"}

@@ -26,7 +26,7 @@ from typing import Protocol
 
 import trio
 
-from lre.cas import BlobStore, DirectoryReader
+from lre.cas import BlobStore, DirectoryReader, TreeExtent
 from lre.config import LocalWorkerSpec
 from lre.digest import EMPTY_DIGEST, Digest
 from lre.errors import Cancelled, DeadlineExceeded, Internal, LreError, MissingBlobs
@@ -120,8 +120,9 @@ class ActionRunner:
         hidden_paths: tuple[str, ...] = (),
     ) -> None:
         self.spec = spec
-        #: Bounds on each action's trees and outputs (``spec.limits`` resolved).
+        #: Bounds on each action's trees and outputs; input subtrees measured.
         self.limits = limits if limits is not None else ActionLimits.of(spec.limits, None)
+        self._extents: dict[tuple[str, int], TreeExtent] = {}
         self.containment = containment if containment is not None else default_containment()
         #: Each action's view (None: it sees the host as lre does).
         self.view_policy = ViewPolicy.for_worker(
@@ -227,10 +228,9 @@ class ActionRunner:
             return InfrastructureFailure(
                 Internal(f"worker {self.spec.name}: {error.strerror or error}")
             )
-        except Exception as error:
-            log.exception("worker %s: action %s failed", self.spec.name, lease.operation_name)
+        except Exception as error:  # a defect met by one action ends that action only
             failure = Internal(f"worker {self.spec.name}: lre failed on this action: {error!r}")
-            return self._failed(lease, timeline, failure, quiet=True)
+            return self._failed(lease, timeline, failure)  # logged there, with the trace
         finally:
             reusable = self._reusable.pop(lease.lease_id, True)
             if lease.lease_id in self._kept:
@@ -238,12 +238,11 @@ class ActionRunner:
             else:
                 await self.directories.release(action_dir, reusable=reusable)
 
-    def _failed(
-        self, lease: Lease, timeline: Timeline, error: LreError, quiet: bool = False
-    ) -> Outcome:
+    def _failed(self, lease: Lease, timeline: Timeline, error: LreError) -> Outcome:
         """A request lre cannot run: final, with metadata; logged (INFO if expected)."""
-        level = logging.INFO if quiet or isinstance(error, MissingBlobs) else logging.WARNING
-        log.log(level, "worker %s: %s failed: %s", self.spec.name, lease.operation_name, error)
+        level = logging.INFO if isinstance(error, MissingBlobs) else logging.WARNING
+        name, trace = lease.operation_name, isinstance(error, Internal)
+        log.log(level, "worker %s: %s failed: %s", self.spec.name, name, error, exc_info=trace)
         timeline.mark("worker_completed")
         result = re_pb2.ActionResult(execution_metadata=timeline.to_proto(self.spec.name))
         return Completed(result, error=error, message=error.message)
@@ -274,6 +273,7 @@ class ActionRunner:
                 input_root,
                 allow_escaping_symlinks=self.allow_escaping_symlinks,
                 limits=self.limits,
+                extents=self._extents,
             )
         parents = [request.relative for request in prepared.outputs]
         if prepared.working_directory:

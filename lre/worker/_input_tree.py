@@ -13,7 +13,7 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass, field
 
-from lre.cas import DirectoryReader, tree_extent
+from lre.cas import DirectoryReader, TreeExtent, tree_extent
 from lre.digest import Digest
 from lre.errors import InvalidArgument
 from lre.worker._limits import ActionLimits
@@ -64,6 +64,9 @@ def check_symlink_target(path: str, target: str, *, allow_escaping: bool) -> Non
             "(symlink_policy is reject)"
         )
 
+
+#: Directories whose extent ``fetch_input_tree`` remembers at most.
+MAX_REMEMBERED_EXTENTS = 1 << 18
 
 #: Longest path below an input root: PATH_MAX (4096) less room for the
 #: action directory lre stages it in and a name below it.
@@ -141,6 +144,7 @@ async def fetch_input_tree(
     *,
     allow_escaping_symlinks: bool = False,
     limits: ActionLimits | None = None,
+    extents: dict[tuple[str, int], TreeExtent] | None = None,
 ) -> InputTree:
     """The whole input tree under ``root_digest`` as a staging plan, its
     Directory messages from ``reader`` (read and validated once per process).
@@ -148,7 +152,9 @@ async def fetch_input_tree(
     Before the plan is made (shared subtrees expanded), the tree is measured
     from its distinct messages, reading at most ``max_tree_depth`` + 1
     levels: over one of ``limits`` it is refused with ``InvalidArgument``
-    naming the limit's config key.
+    naming the limit's config key. ``extents`` (kept by the caller for one
+    ``limits``) remembers the subtrees measured before; it is emptied when
+    it holds more than ``MAX_REMEMBERED_EXTENTS``.
 
     Raises ``MissingBlobs`` when a Directory blob is absent,
     ``InvalidArgument`` when a blob does not parse as a Directory, a name is
@@ -158,7 +164,9 @@ async def fetch_input_tree(
     """
     limits = limits if limits is not None else ActionLimits()
     parsed = await reader.read_tree(root_digest, max_levels=limits.max_tree_depth + 1)
-    extent = tree_extent(parsed, root_digest, limits.tree_cap)
+    if extents is not None and len(extents) > MAX_REMEMBERED_EXTENTS:
+        extents.clear()
+    extent = tree_extent(parsed, root_digest, limits.tree_cap, extents)
     limits.check_extent(extent, f"input tree {root_digest}")
     tree = InputTree()
     level: list[tuple[str, Digest]] = [("", root_digest)]

@@ -8,7 +8,8 @@
 - Sizes: ``OutputBudget`` adds up the bytes of every file lre is about to
   read (outputs, files inside output directories, stdout, stderr), each
   judged from its ``fstat``: its apparent size counts towards the total,
-  and no one file may have more blocks allocated than the limit either. Over
+  and no one file may have more blocks allocated beyond its size (made with
+  ``fallocate``) than the limit either. Over
   ``max_output_bytes`` the action fails with ``ResourceExhausted`` naming
   the file and the limit, before a byte of the file is read: a sparse
   terabyte costs one ``fstat``.
@@ -69,7 +70,8 @@ class OutputBudget:
         ``ResourceExhausted`` when the outputs are then over the limit."""
         allocated = info.st_blocks * 512
         self.total += info.st_size
-        if self.total > self.limits.max_output_bytes or allocated > self.limits.max_output_bytes:
+        limit = self.limits.max_output_bytes
+        if self.total > limit or allocated - info.st_size > limit:
             raise self.limits.output_over_limit(
-                printable(what), info.st_size, allocated, max(self.total, allocated)
+                printable(what), info.st_size, allocated, self.total
             )

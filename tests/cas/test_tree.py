@@ -202,3 +202,39 @@ def test_a_name_longer_than_name_max_is_refused() -> None:
     validate_directory(directory(files=["é" * 127]), "d")  # 254 bytes: fine
     with pytest.raises(InvalidArgument, match="256 bytes, over the 255"):
         validate_directory(directory(files=["é" * 128]), "d")
+
+
+def test_extent_memo_is_reused_across_trees() -> None:
+    root, messages = _doubling(10)
+    memo: dict[tuple[str, int], TreeExtent] = {}
+    first = tree_extent(messages, root, cap=1 << 30, known=memo)
+    assert len(memo) == 11  # one per distinct message
+    # A second tree sharing every subtree: measured from the memo alone.
+    assert tree_extent({}, root, cap=1 << 30, known=memo) == first
+
+
+def test_a_directory_not_read_is_never_remembered_as_empty() -> None:
+    # A tree cut short (read only to max_levels) must not teach the memo that
+    # its deepest directories are empty: a later tree naming one of them
+    # directly would pass the limits while it expands to millions.
+    below, messages = _doubling(30)
+    chain = re_pb2.Directory(directories=[re_pb2.DirectoryNode(name="d", digest=below.to_proto())])
+    top = digest_of(chain.SerializeToString(deterministic=True))
+    memo: dict[tuple[str, int], TreeExtent] = {}
+    assert tree_extent({top: chain}, top, cap=1000, known=memo).depth == 1  # cut short
+    assert tree_extent(messages, below, cap=1000, known=memo).directories == 1001  # over
+
+
+def test_an_ancestor_of_an_unread_directory_is_never_remembered() -> None:
+    # The same with the cut deeper down: the directories above the unread
+    # one were measured short and must not be remembered either.
+    below, messages = _doubling(30)
+    middle = re_pb2.Directory(directories=[re_pb2.DirectoryNode(name="m", digest=below.to_proto())])
+    mid = digest_of(middle.SerializeToString(deterministic=True))
+    top = re_pb2.Directory(directories=[re_pb2.DirectoryNode(name="t", digest=mid.to_proto())])
+    top_digest = digest_of(top.SerializeToString(deterministic=True))
+    memo: dict[tuple[str, int], TreeExtent] = {}
+    assert tree_extent({top_digest: top, mid: middle}, top_digest, cap=1000, known=memo).depth == 2
+    assert memo == {}
+    messages[mid] = middle
+    assert tree_extent(messages, mid, cap=1000, known=memo).directories == 1001

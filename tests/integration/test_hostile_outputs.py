@@ -11,6 +11,7 @@ to its digest.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 
 import grpc
@@ -197,6 +198,44 @@ def test_a_sparse_terabyte_stdout_is_refused_without_reading_it(client: Client) 
     assert "stdout" in response.status.message
     assert "max_output_bytes" in response.status.message
     still_serving(client)
+
+
+AS_NOBODY = "setpriv --reuid=nobody --regid=nogroup --clear-groups"
+
+
+@pytest.mark.parametrize(
+    ("attack", "code", "named"),
+    [
+        ("mkdir out/d && echo x > \"out/d/a$(printf '\\377')b\"", INVALID_ARGUMENT, "a\\xffb"),
+        (f"truncate -s {TIB} out/big", RESOURCE_EXHAUSTED, "out/big"),
+        (
+            "p=out; i=0; while [ $i -lt 300 ]; do p=$p/d; i=$((i+1)); done; mkdir -p $p",
+            INVALID_ARGUMENT,
+            "max_tree_depth",
+        ),
+    ],
+    ids=["non-utf8-name", "sparse-terabyte", "deep"],
+)
+def test_the_same_attacks_as_an_unprivileged_user(
+    client: Client, attack: str, code: int, named: str
+) -> None:
+    # The action drops to nobody before it makes its outputs: files lre does
+    # not own are copied, never moved, and judged the same way.
+    if not _can_become_nobody():
+        pytest.fail("setpriv to nobody is needed (run as root)")
+    script = f"mkdir -m 777 out && {AS_NOBODY} sh -c {_quote(attack)}"
+    response = sh(client, script, ["out"])
+    assert response.status.code == code, (response.status, client.stderr(response.result))
+    assert named in response.status.message
+    still_serving(client)
+
+
+def _can_become_nobody() -> bool:
+    return os.geteuid() == 0
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "'\\''") + "'"
 
 
 # ------------------------------------------------------------------ storage errors

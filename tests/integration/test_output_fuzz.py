@@ -11,8 +11,9 @@ hardlinks), nesting (sometimes past ``max_tree_depth``) and symlinks
 The plan also says what lre must answer: OK with exactly the plan's regular
 files (everything else left out or kept as a symlink), or INVALID_ARGUMENT /
 RESOURCE_EXHAUSTED when the plan holds something the default limits or
-rules refuse. Every blob an OK result names must hash to its digest, and
-lre must keep serving throughout. Bounded: ``CASES`` cases, fixed seeds.
+rules refuse. Every blob an OK result names must hash to its digest (and,
+after the last case, every blob file in lre's CAS to its name), and lre
+must keep serving throughout. Bounded: ``CASES`` cases, fixed seeds.
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ from __future__ import annotations
 import hashlib
 import random
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import grpc
 import pytest
 
 from lre.proto import re_pb2
 from tests._support.reapi import Client
+from tests._support.servers import ServerThread
 
 from .test_hostile_outputs import still_serving
 
@@ -234,8 +237,22 @@ def _verify_ok(client: Client, plan: Plan, result: re_pb2.ActionResult) -> None:
     assert found == plan.files
 
 
+def _check_whole_cas(content: Path) -> int:
+    """Every blob file of the filesystem CAS at ``content`` (named
+    ``<hash>-<size>``, ``.x`` for the executable variant) hashes to its name;
+    the number checked."""
+    checked = 0
+    for path in content.glob("*/*"):
+        name = path.name.removesuffix(".x")
+        expected_hash, _, size = name.partition("-")
+        data = path.read_bytes()
+        assert (hashlib.sha256(data).hexdigest(), len(data)) == (expected_hash, int(size)), path
+        checked += 1
+    return checked
+
+
 @pytest.mark.parametrize("seed", SEEDS)
-def test_output_trees_of_real_actions(client: Client, seed: int) -> None:
+def test_output_trees_of_real_actions(client: Client, lre_server: ServerThread, seed: int) -> None:
     plan = make_plan(seed)
     program = _PROGRAM.format(ops=plan.operations)
     response = client.run(["/usr/bin/python3", "-c", program], output_paths=["out"])
@@ -252,3 +269,5 @@ def test_output_trees_of_real_actions(client: Client, seed: int) -> None:
     assert status.code == OK or "limits" in status.message or "output" in status.message
     if seed % 8 == 7:
         still_serving(client)
+    if seed == SEEDS[-1]:  # after the whole run: nothing stored is corrupt
+        assert _check_whole_cas(lre_server.root / "cas") > 0

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from lre.cas import FilesystemStore, read_bytes
+from lre.digest import digest_of
 from lre.errors import InvalidArgument, NotFound, ResourceExhausted
 from lre.worker._outputs import OutputRequest, scan_outputs
 from lre.worker._upload import upload_outputs
@@ -49,24 +50,19 @@ async def test_a_file_truncated_between_hash_and_upload_fails_naming_it(
 
 
 async def test_two_failing_uploads_raise_one_error(tmp_path: Path) -> None:
-    # x (3 MiB) fits the 16 MiB store; y and z (17 and 18 MiB) can never fit,
-    # so both fail, in whatever order the uploads run: one error comes out,
-    # naming one of them, never an exception group.
-    small = FilesystemStore(tmp_path / "cas", tmp_path / "cas-tmp", 16 << 20)
+    small = FilesystemStore(tmp_path / "cas", tmp_path / "cas-tmp", 4 << 20)
     await small.open()
     root = tmp_path / "root"
     root.mkdir()
-    found = scan_outputs(root, _outputs(root, ["x"]), allow_escaping_symlinks=False)
-    sizes = {"y": 17 << 20, "z": 18 << 20}
-    for name, size in sizes.items():
-        (root / name).write_bytes(name.encode() * size)
-    more = scan_outputs(
-        root, [OutputRequest(n, n, "path") for n in sizes], allow_escaping_symlinks=False
-    )
-    files = [item for _, item in found.files + more.files]
+    (root / "x").write_bytes(b"x" * (1 << 20 | 5))  # fits
+    (root / "z1").write_bytes(b"1" * (5 << 20))  # each larger than the CAS
+    (root / "z2").write_bytes(b"2" * (5 << 20))
+    requests = [OutputRequest(name, name, "path") for name in ("x", "z1", "z2")]
+    found = scan_outputs(root, requests, allow_escaping_symlinks=False)
+    files = [item for _, item in found.files]
     with pytest.raises(ResourceExhausted) as caught:
         await upload_outputs(small, files, {})
-    named = [n for n in sizes if f"'{n}'" in caught.value.message]
-    assert len(named) == 1, caught.value.message
-    assert str(sizes[named[0]]) in caught.value.message
+    assert "'z1'" in caught.value.message or "'z2'" in caught.value.message
+    assert str(5 << 20) in caught.value.message
+    assert digest_of(b"1" * (5 << 20)) == files[1].digest
     await small.close()

@@ -113,9 +113,24 @@ def test_a_tree_deeper_than_the_recursion_limit_is_removed(tmp_path: Path) -> No
     # limit (1,100 levels); clean-up must still remove it, without following
     # the symlinks in it.
     top = tmp_path / "deep"
-    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
-    os.mkdir("deep", dir_fd=fd)
-    current = os.open("deep", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+    _make_deep(top)
+    remove_tree(top)
+    assert not top.exists()
+
+
+def test_a_deep_leftover_does_not_stop_the_next_start(tmp_path: Path) -> None:
+    _make_deep(tmp_path / "root" / "w1" / "a7" / "root" / "out")
+    with WorkDirectory.open(tmp_path / "root", "w1") as workdir:
+        assert sorted(os.listdir(workdir.path)) == [".lock"]
+
+
+def _make_deep(top: Path) -> None:
+    """``top`` with a chain of directories deeper than the recursion limit
+    below it, each holding a file and a symlink to /."""
+    top.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(top.parent, os.O_RDONLY | os.O_DIRECTORY)
+    os.mkdir(top.name, dir_fd=fd)
+    current = os.open(top.name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
     os.close(fd)
     for level in range(sys.getrecursionlimit() + 100):
         os.mkdir("d", dir_fd=current)
@@ -127,5 +142,3 @@ def test_a_tree_deeper_than_the_recursion_limit_is_removed(tmp_path: Path) -> No
         os.close(current)
         current = child
     os.close(current)
-    remove_tree(top)
-    assert not top.exists()
