@@ -43,6 +43,7 @@ from lre.errors import InvalidArgument
 from lre.upstream import name_os_thread
 from lre.worker._containment import Containment, SpawnOptions, choose_containment
 from lre.worker._oom import OomCounters
+from lre.worker._process_limit import process_limits
 
 log = logging.getLogger(__name__)
 
@@ -247,13 +248,16 @@ async def run_process(
     nice: int = 0,
     containment: Containment | None = None,
     block_network: bool = False,
+    max_processes: int = 0,
 ) -> ProcessOutcome:
     """Run ``argv`` to completion, timeout or cancellation.
 
     The process starts at niceness ``nice`` (0-19; see ``_Spawner``), inside
     ``containment`` (default: ``default_containment()``), without network
     when ``block_network`` (raises ``InvalidArgument`` when the containment
-    cannot do that).
+    cannot do that), with at most ``max_processes`` tasks at once where this
+    machine lets lre enforce that (0 = no limit; ``_process_limit.py``: the
+    caller asks ``process_limits().ended(pid)`` whether a fork was refused).
 
     ``on_started(pid)`` is called right after the fork (the pid is also the
     process group id). Returns a ``ProcessOutcome`` for normal ends and
@@ -268,7 +272,8 @@ async def run_process(
             "Platform property block-network: this lre runs actions with containment "
             f"{contained.name!r}, which cannot take an action's network away"
         )
-    command = contained.command(argv)
+    limits = process_limits()
+    command = limits.command(contained.name, contained.command(argv), max_processes)
     options = SpawnOptions(block_network=block_network)
     environment = dict(env)
     log_files: list[tuple[int, int]] = []
@@ -287,7 +292,7 @@ async def run_process(
                     log_files.append((info.st_dev, info.st_ino))
                 oom_before = _OOM.read_recent()
                 try:
-                    with contained.spawn_context(options):
+                    with contained.spawn_context(options), limits.around_fork(max_processes):
                         popen = subprocess.Popen(
                             command,
                             cwd=cwd,
@@ -299,11 +304,14 @@ async def run_process(
                             pass_fds=fds,
                             start_new_session=True,
                         )
+                    limits.started(popen.pid)
                 except (FileNotFoundError, PermissionError, NotADirectoryError) as error:
+                    limits.abandoned()
                     raise InvalidArgument(
                         f"Command.arguments[0]: {argv[0]!r} cannot be executed: {error.strerror}"
                     ) from None
                 except OSError as error:
+                    limits.abandoned()
                     if error.errno != errno.E2BIG:
                         raise
                     raise InvalidArgument(

@@ -1,0 +1,210 @@
+"""A per-action limit on processes, enforced by the kernel at fork time.
+
+``workers[].local.max_processes`` bounds the tasks (processes and threads)
+one action may have at once; a ``fork`` or ``clone`` past it fails with
+EAGAIN, so a fork bomb cannot take the machine. What enforces it depends on
+what lre may do here (measured on Linux 6.18, see docs/troubleshooting.md):
+
+- **pids cgroup** (lre may create cgroups in the v1 ``pids`` hierarchy, e.g.
+  as root): each action gets ``/sys/fs/cgroup/pids/lre-{pid}/a{n}/`` with
+  ``pids.max``. The spawner thread moves itself into it just before the fork
+  and back right after (v1 places threads, not only processes), so the
+  action's first process is born inside and nothing escapes before it is
+  counted. ``pids.events`` then tells whether a fork was refused; the action
+  fails naming the limit. Works for every containment backend.
+- **RLIMIT_NPROC in the action's user namespace** (``userns``, lre not root):
+  ``prlimit --nproc`` runs inside the namespace ``unshare`` made, so the
+  kernel (>= 5.14, through ucounts) counts only the processes of that
+  namespace, not every process of the user. Whether the limit was hit is
+  not reported by the kernel.
+- Otherwise (``pidns`` or ``portable`` without cgroups, or anything as root,
+  which RLIMIT_NPROC exempts): no limit; ``describe()`` says so at start-up.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import logging
+import os
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from lre.errors import ResourceExhausted
+
+__all__ = ["ProcessLimits", "limit_error", "process_limits"]
+
+log = logging.getLogger(__name__)
+
+_PIDS_ROOT = Path("/sys/fs/cgroup/pids")
+CONFIG_KEY = "workers[].local.max_processes"
+
+
+def limit_error(worker: str, operation: str, limit: int) -> ResourceExhausted:
+    """The (logged) error of an action that hit the limit."""
+    error = ResourceExhausted(
+        f"worker {worker}: the action tried to run more than {limit} processes and threads "
+        f"at once (a fork was refused); raise {CONFIG_KEY} if a real build needs more"
+    )
+    log.warning("worker %s: %s: %s", worker, operation, error)
+    return error
+
+
+def _own_cgroup(controller: str) -> str | None:
+    """This thread's cgroup path in the v1 hierarchy of ``controller``."""
+    try:
+        text = Path("/proc/thread-self/cgroup").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        _, controllers, path = line.split(":", 2)
+        if controller in controllers.split(","):
+            return path
+    return None
+
+
+class ProcessLimits:
+    """Per-action pids cgroups of this lre process, or the lack of them."""
+
+    def __init__(self, root: Path = _PIDS_ROOT) -> None:
+        self.root = root
+        self.base: Path | None = None
+        self._numbers = itertools.count(1)
+        self._by_pid: dict[int, Path] = {}
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self.why_not = ""
+        self._open()
+
+    def _open(self) -> None:
+        own = _own_cgroup("pids")
+        if own is None or not (self.root / "tasks").exists():
+            self.why_not = "no cgroup v1 pids hierarchy at /sys/fs/cgroup/pids"
+            return
+        self._home = self.root / own.lstrip("/")
+        base = self.root / f"lre-{os.getpid()}"
+        try:
+            self._remove_stale()
+            base.mkdir(exist_ok=True)
+        except OSError as error:
+            self.why_not = f"cannot create a pids cgroup ({error.strerror})"
+            return
+        self.base = base
+
+    def _remove_stale(self) -> None:
+        """Empty cgroups of lre processes that are gone."""
+        for entry in self.root.glob("lre-*"):
+            pid = entry.name[4:]
+            if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+                for child in entry.iterdir():
+                    if child.is_dir():
+                        _rmdir(child)
+                _rmdir(entry)
+
+    @property
+    def enforced_by_cgroup(self) -> bool:
+        return self.base is not None
+
+    def describe(self, containment: str) -> str:
+        """How the limit is enforced for actions of ``containment`` here."""
+        if self.base is not None:
+            return "pids cgroup per action"
+        if containment == "userns" and os.geteuid() != 0:
+            return "RLIMIT_NPROC in the action's user namespace"
+        return f"not enforced ({self.why_not}; RLIMIT_NPROC does not bound root)"
+
+    def command(self, containment: str, command: Sequence[str], limit: int) -> list[str]:
+        """``command`` with ``prlimit`` placed inside the user namespace when
+        that is how the limit is enforced (after ``unshare``'s ``--``)."""
+        if not limit or self.base is not None or containment != "userns":
+            return list(command)
+        if os.geteuid() == 0 or "--" not in command:
+            return list(command)
+        at = list(command).index("--") + 1
+        return [*command[:at], "prlimit", f"--nproc={limit}:{limit}", "--", *command[at:]]
+
+    @contextmanager
+    def around_fork(self, limit: int) -> Iterator[None]:
+        """In the spawner thread, around the fork of one action's first
+        process: the thread sits in a new cgroup of ``limit`` tasks. Raises
+        ``OSError`` when the cgroup cannot be made or joined."""
+        if not limit or self.base is None:
+            self._local.cgroup = None
+            yield
+            return
+        group = self.base / f"a{next(self._numbers)}"
+        group.mkdir()
+        tid = str(threading.get_native_id())
+        try:
+            (group / "pids.max").write_text(str(limit))
+            (group / "tasks").write_text(tid)
+        except BaseException:
+            _rmdir(group)
+            raise
+        try:
+            self._local.cgroup = group
+            yield
+        finally:
+            (self._home / "tasks").write_text(tid)
+
+    def started(self, pid: int) -> None:
+        """``pid`` was forked by this thread inside ``around_fork``."""
+        group = getattr(self._local, "cgroup", None)
+        if group is not None:
+            with self._lock:
+                self._by_pid[pid] = group
+            self._local.cgroup = None
+
+    def abandoned(self) -> None:
+        """The fork inside ``around_fork`` failed: drop its cgroup."""
+        group = getattr(self._local, "cgroup", None)
+        self._local.cgroup = None
+        if group is not None:
+            _rmdir(group)
+
+    def ended(self, pid: int) -> bool:
+        """The action whose first process was ``pid`` ended and was reaped:
+        whether a fork was refused; its cgroup is removed."""
+        with self._lock:
+            group = self._by_pid.pop(pid, None)
+        if group is None:
+            return False
+        hit = False
+        try:
+            for line in (group / "pids.events").read_text().splitlines():
+                name, _, count = line.partition(" ")
+                hit = hit or (name == "max" and int(count) > 0)
+        except (OSError, ValueError):
+            pass
+        _rmdir(group)
+        return hit
+
+    def close(self) -> None:
+        if self.base is not None:
+            for child in self.base.iterdir():
+                if child.is_dir():
+                    _rmdir(child)
+            _rmdir(self.base)
+
+
+def _rmdir(path: Path) -> None:
+    try:
+        os.rmdir(path)
+    except OSError as error:
+        log.debug("cannot remove cgroup %s yet: %s", path, error)
+
+
+_LIMITS: ProcessLimits | None = None
+_LIMITS_LOCK = threading.Lock()
+
+
+def process_limits() -> ProcessLimits:
+    """The process-wide ``ProcessLimits`` (made on first use)."""
+    global _LIMITS
+    with _LIMITS_LOCK:
+        if _LIMITS is None:
+            _LIMITS = ProcessLimits()
+            atexit.register(_LIMITS.close)
+        return _LIMITS
