@@ -6,12 +6,15 @@ EAGAIN, so a fork bomb cannot take the machine. What enforces it depends on
 what lre may do here (measured on Linux 6.18, see docs/troubleshooting.md):
 
 - **pids cgroup** (lre may create cgroups in the v1 ``pids`` hierarchy, e.g.
-  as root): each action gets ``/sys/fs/cgroup/pids/lre-{pid}/a{n}/`` with
-  ``pids.max``. The spawner thread moves itself into it just before the fork
-  and back right after (v1 places threads, not only processes), so the
-  action's first process is born inside and nothing escapes before it is
-  counted. ``pids.events`` then tells whether a fork was refused; the action
-  fails naming the limit. Works for every containment backend.
+  as root): each action runs in a cgroup ``/sys/fs/cgroup/pids/lre-{pid}/a{n}/``
+  of its own with ``pids.max``. The spawner thread moves itself into it just
+  before the fork (v1 places threads, not only processes), so the action's
+  first process is born inside and nothing escapes before it is counted; the
+  thread stays until its next fork (a migration costs 0.3-1 ms of wall time
+  here, two per action were measurable), and cgroups whose action ended are
+  reused rather than removed and made again. ``pids.events`` then tells
+  whether a fork was refused; the action fails naming the limit. Works for
+  every containment backend.
 - **RLIMIT_NPROC in the action's user namespace** (``userns``, lre not root):
   ``prlimit --nproc`` runs inside the namespace ``unshare`` made, so the
   kernel (>= 5.14, through ucounts) counts only the processes of that
@@ -72,7 +75,14 @@ class ProcessLimits:
         self.root = root
         self.base: Path | None = None
         self._numbers = itertools.count(1)
-        self._by_pid: dict[int, Path] = {}
+        #: first pid of a running action -> its cgroup and refusals before it
+        self._by_pid: dict[int, tuple[Path, int]] = {}
+        #: cgroups free for another action, with their limit
+        self._idle: list[tuple[Path, int]] = []
+        self._limits: dict[Path, int] = {}
+        #: cgroups a spawner thread sits in, and those of them whose action ended
+        self._occupied: set[Path] = set()
+        self._finished: set[Path] = set()
         self._lock = threading.Lock()
         self._local = threading.local()
         self.why_not = ""
@@ -128,57 +138,91 @@ class ProcessLimits:
     @contextmanager
     def around_fork(self, limit: int) -> Iterator[None]:
         """In the spawner thread, around the fork of one action's first
-        process: the thread sits in a new cgroup of ``limit`` tasks. Raises
-        ``OSError`` when the cgroup cannot be made or joined."""
+        process: the thread moves into a cgroup of ``limit`` tasks (plus
+        itself) and stays there until its next fork, so each spawn costs one
+        migration; cgroups are reused, not made per action (see
+        ``_release``). Raises ``OSError`` when the cgroup cannot be joined."""
+        self._local.pending = None
         if not limit or self.base is None:
-            self._local.cgroup = None
             yield
             return
-        group = self.base / f"a{next(self._numbers)}"
-        group.mkdir()
-        tid = str(threading.get_native_id())
+        group = self._take(limit)
         try:
-            (group / "pids.max").write_text(str(limit))
-            (group / "tasks").write_text(tid)
+            baseline = _refused(group)
+            (group / "tasks").write_text(str(threading.get_native_id()))
+        except BaseException:
+            self._release(group)
+            raise
+        previous = getattr(self._local, "sitting", None)
+        self._local.sitting = group
+        with self._lock:
+            self._occupied.add(group)
+            if previous is not None:
+                self._occupied.discard(previous)
+        if previous is not None and previous in self._finished:
+            self._release(previous)
+        self._local.pending = (group, baseline)
+        yield
+
+    def _take(self, limit: int) -> Path:
+        with self._lock:
+            for at, (group, group_limit) in enumerate(self._idle):
+                if group_limit == limit:
+                    del self._idle[at]
+                    return group
+        group = self.base / f"a{next(self._numbers)}"  # type: ignore[operator]
+        group.mkdir()
+        try:
+            (group / "pids.max").write_text(str(limit + 1))  # + the spawner thread
         except BaseException:
             _rmdir(group)
             raise
+        with self._lock:
+            self._limits[group] = limit
+        return group
+
+    def _release(self, group: Path) -> None:
+        """``group``'s action ended and no spawner thread sits in it: back to
+        the idle cgroups when empty (a process that outlived its action, under
+        ``portable``, keeps it out until lre exits)."""
+        with self._lock:
+            if group in self._occupied:
+                self._finished.add(group)
+                return
+            self._finished.discard(group)
         try:
-            self._local.cgroup = group
-            yield
-        finally:
-            (self._home / "tasks").write_text(tid)
+            empty = (group / "pids.current").read_text().strip() == "0"
+        except OSError:
+            empty = False
+        if empty:
+            with self._lock:
+                self._idle.append((group, self._limits[group]))
 
     def started(self, pid: int) -> None:
         """``pid`` was forked by this thread inside ``around_fork``."""
-        group = getattr(self._local, "cgroup", None)
-        if group is not None:
+        pending = getattr(self._local, "pending", None)
+        self._local.pending = None
+        if pending is not None:
             with self._lock:
-                self._by_pid[pid] = group
-            self._local.cgroup = None
+                self._by_pid[pid] = pending
 
     def abandoned(self) -> None:
-        """The fork inside ``around_fork`` failed: drop its cgroup."""
-        group = getattr(self._local, "cgroup", None)
-        self._local.cgroup = None
-        if group is not None:
-            _rmdir(group)
+        """The fork inside ``around_fork`` failed: its cgroup is free again."""
+        pending = getattr(self._local, "pending", None)
+        self._local.pending = None
+        if pending is not None:
+            self._release(pending[0])
 
     def ended(self, pid: int) -> bool:
         """The action whose first process was ``pid`` ended and was reaped:
-        whether a fork was refused; its cgroup is removed."""
+        whether a fork of it was refused."""
         with self._lock:
-            group = self._by_pid.pop(pid, None)
-        if group is None:
+            pending = self._by_pid.pop(pid, None)
+        if pending is None:
             return False
-        hit = False
-        try:
-            for line in (group / "pids.events").read_text().splitlines():
-                name, _, count = line.partition(" ")
-                hit = hit or (name == "max" and int(count) > 0)
-        except (OSError, ValueError):
-            pass
-        _rmdir(group)
+        group, baseline = pending
+        hit = _refused(group) > baseline
+        self._release(group)
         return hit
 
     def close(self) -> None:
@@ -187,6 +231,18 @@ class ProcessLimits:
                 if child.is_dir():
                     _rmdir(child)
             _rmdir(self.base)
+
+
+def _refused(group: Path) -> int:
+    """Forks ``group`` refused so far (its ``pids.events`` max counter)."""
+    try:
+        for line in (group / "pids.events").read_text().splitlines():
+            name, _, count = line.partition(" ")
+            if name == "max":
+                return int(count)
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def _rmdir(path: Path) -> None:

@@ -135,3 +135,21 @@ def test_an_action_directory_holding_a_mount_is_detached_then_removed(
         assert mounted_below(workdir.path) == []
     assert (host_files / "precious").read_text() == "keep me\n"
     assert (host_files / "sub" / "also").exists()
+
+
+def test_a_quarantine_swapped_for_a_symlink_is_never_followed(
+    tmp_path: Path, host_files: Path
+) -> None:
+    need_root("chattr +i")
+    with WorkDirectory.open(tmp_path / "work", "w") as workdir:
+        (workdir.path / ".quarantine").symlink_to(host_files)
+        action = workdir.new_action_dir("a1")
+        (action / "immutable").write_text("x")
+        subprocess.run(["chattr", "+i", str(action / "immutable")], check=True)
+        workdir.remove_action_dir(action)  # quarantined, not removed
+        assert workdir.quarantine.retry() != []
+        assert (workdir.path / ".quarantine").is_dir()
+        assert not (workdir.path / ".quarantine").is_symlink()
+    assert (host_files / "precious").read_text() == "keep me\n"
+    assert (host_files / "sub" / "also").exists()
+    assert sorted(p.name for p in host_files.iterdir()) == ["precious", "sub"]
