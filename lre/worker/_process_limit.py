@@ -146,6 +146,12 @@ class ProcessLimits:
         if not limit or self.base is None:
             yield
             return
+        previous = getattr(self._local, "sitting", None)
+        if previous is not None and self._reusable_in_place(previous, limit):
+            # The thread's last action ended and left nothing: no migration.
+            self._local.pending = (previous, _refused(previous))
+            yield
+            return
         group = self._take(limit)
         try:
             baseline = _refused(group)
@@ -153,7 +159,6 @@ class ProcessLimits:
         except BaseException:
             self._release(group)
             raise
-        previous = getattr(self._local, "sitting", None)
         self._local.sitting = group
         with self._lock:
             self._occupied.add(group)
@@ -163,6 +168,21 @@ class ProcessLimits:
             self._release(previous)
         self._local.pending = (group, baseline)
         yield
+
+    def _reusable_in_place(self, group: Path, limit: int) -> bool:
+        """Whether the cgroup this thread sits in is free: its action ended
+        and only the thread itself is left in it."""
+        with self._lock:
+            if group not in self._finished or self._limits.get(group) != limit:
+                return False
+        try:
+            if (group / "pids.current").read_text().strip() != "1":
+                return False
+        except OSError:
+            return False
+        with self._lock:
+            self._finished.discard(group)
+        return True
 
     def _take(self, limit: int) -> Path:
         with self._lock:
