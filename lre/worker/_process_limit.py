@@ -155,7 +155,7 @@ class ProcessLimits:
         group = self._take(limit)
         try:
             baseline = _refused(group)
-            (group / "tasks").write_text(str(threading.get_native_id()))
+            _write(f"{group}/tasks", str(threading.get_native_id()))
         except BaseException:
             self._release(group)
             raise
@@ -175,10 +175,7 @@ class ProcessLimits:
         with self._lock:
             if group not in self._finished or self._limits.get(group) != limit:
                 return False
-        try:
-            if (group / "pids.current").read_text().strip() != "1":
-                return False
-        except OSError:
+        if _current(group) != 1:
             return False
         with self._lock:
             self._finished.discard(group)
@@ -210,11 +207,7 @@ class ProcessLimits:
                 self._finished.add(group)
                 return
             self._finished.discard(group)
-        try:
-            empty = (group / "pids.current").read_text().strip() == "0"
-        except OSError:
-            empty = False
-        if empty:
+        if _current(group) == 0:
             with self._lock:
                 self._idle.append((group, self._limits[group]))
 
@@ -253,16 +246,40 @@ class ProcessLimits:
             _rmdir(self.base)
 
 
+def _read(path: str) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.read(fd, 256)
+    finally:
+        os.close(fd)
+
+
+def _write(path: str, data: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, data.encode())
+    finally:
+        os.close(fd)
+
+
 def _refused(group: Path) -> int:
     """Forks ``group`` refused so far (its ``pids.events`` max counter)."""
     try:
-        for line in (group / "pids.events").read_text().splitlines():
-            name, _, count = line.partition(" ")
-            if name == "max":
+        for line in _read(f"{group}/pids.events").splitlines():
+            name, _, count = line.partition(b" ")
+            if name == b"max":
                 return int(count)
     except (OSError, ValueError):
         pass
     return 0
+
+
+def _current(group: Path) -> int | None:
+    """Tasks in ``group`` now (None when unreadable)."""
+    try:
+        return int(_read(f"{group}/pids.current"))
+    except (OSError, ValueError):
+        return None
 
 
 def _rmdir(path: Path) -> None:
