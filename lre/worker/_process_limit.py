@@ -12,7 +12,10 @@ what lre may do here (measured on Linux 6.18, see docs/troubleshooting.md):
   first process is born inside and nothing escapes before it is counted; the
   thread stays until its next fork (a migration costs 0.3-1 ms of wall time
   here, two per action were measurable), and cgroups whose action ended are
-  reused rather than removed and made again. ``pids.events`` then tells
+  reused rather than removed and made again (a process the spawner thread
+  itself starts meanwhile, the guardian at the first action, lands in that
+  cgroup too: it is never reused then, and the guardian counts as one task of
+  that first action). ``pids.events`` then tells
   whether a fork was refused; the action fails naming the limit. Works for
   every containment backend.
 - **RLIMIT_NPROC in the action's user namespace** (``userns``, lre not root):
@@ -83,6 +86,8 @@ class ProcessLimits:
         #: cgroups a spawner thread sits in, and those of them whose action ended
         self._occupied: set[Path] = set()
         self._finished: set[Path] = set()
+        #: spawner thread id -> the cgroup it sits in
+        self._threads: dict[int, Path] = {}
         self._lock = threading.Lock()
         self._local = threading.local()
         self.why_not = ""
@@ -162,6 +167,7 @@ class ProcessLimits:
         self._local.sitting = group
         with self._lock:
             self._occupied.add(group)
+            self._threads[threading.get_native_id()] = group
             if previous is not None:
                 self._occupied.discard(previous)
         if previous is not None and previous in self._finished:
@@ -239,7 +245,16 @@ class ProcessLimits:
         return hit
 
     def close(self) -> None:
+        """Move the spawner threads home and remove the cgroups (at exit);
+        what cannot be removed yet goes when the next lre starts."""
         if self.base is not None:
+            with self._lock:
+                threads = list(self._threads)
+            for tid in threads:
+                try:
+                    _write(f"{self._home}/tasks", str(tid))
+                except OSError:
+                    pass  # the thread is gone
             for child in self.base.iterdir():
                 if child.is_dir():
                     _rmdir(child)
