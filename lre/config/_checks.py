@@ -384,6 +384,8 @@ class _Checker:
                 (*path, "max_inflight_tasks"),
                 f"{worker.max_inflight_tasks} cannot be negative (0 = unlimited)",
             )
+        if worker.max_processes < 0:
+            self.fail((*path, "max_processes"), f"{worker.max_processes} cannot be negative")
         if not 0 <= worker.nice <= 19:
             self.fail((*path, "nice"), f"{worker.nice} is not in 0..19")
         if worker.max_action_timeout_s <= 0:

@@ -463,6 +463,13 @@ class LocalWorkerSpec:
         "block-network and requires-network override it.",
         default="allow",
     )
+    max_processes: int = doc(
+        "Processes and threads one action may run at once; a fork past it fails (EAGAIN) "
+        "and the action fails naming this key. Enforced at fork time by a pids cgroup per "
+        "action where lre may make one (root, cgroup v1), else by RLIMIT_NPROC inside the "
+        "action's user namespace (containment userns); docs/troubleshooting.md. 0 = no limit.",
+        default=4096,
+    )
     private_tmp: bool = doc(
         "Give each action its own temporary directory (TMPDIR, TMP and TEMP point into "
         "its action directory unless the Command sets them); removed with the action.",

@@ -59,6 +59,7 @@ from lre.worker._outputs import (
     scan_outputs,
 )
 from lre.worker._process import ProcessOutcome, default_containment, run_process
+from lre.worker._process_limit import limit_error, process_limits
 from lre.worker._sampler import ActionUsage, ProcessTreeSampler
 from lre.worker._staging import LinkSource, stage_inputs
 from lre.worker._upload import Adopter, upload_outputs
@@ -149,6 +150,8 @@ class ActionRunner:
         self._groups: dict[str, int] = {}
         #: lease id -> usage at the moment the sampler found it over its line
         self._over_limit: dict[str, ActionUsage] = {}
+        #: leases whose action had a fork refused by ``max_processes``
+        self._process_limited: set[str] = set()
         #: lease id -> whether its directory may be recycled (see ``run``)
         self._reusable: dict[str, bool] = {}
         #: leases whose directory is kept for debugging (never released)
@@ -217,10 +220,8 @@ class ActionRunner:
         except LreError as error:
             return self._failed(lease, timeline, error)
         except (OSError, ExceptionGroup) as error:
-            # A full disk (issue 26) or failed concurrent stores end this request only.
-            known = request_error(error, self.spec.name)
+            known = request_error(error, self.spec.name, lease.operation_name)  # disk full
             if known is not None:
-                log.warning("worker %s: %s: %s", self.spec.name, lease.operation_name, known)
                 return self._failed(lease, timeline, known)
             if isinstance(error, ExceptionGroup):
                 raise
@@ -350,6 +351,10 @@ class ActionRunner:
         over = self._over_limit.pop(lease.lease_id, None)
         if over is not None:
             return MemoryExceeded(max(over.peak_rss_bytes, peak_rss), usage=usage)
+        if lease.lease_id in self._process_limited:
+            self._process_limited.discard(lease.lease_id)
+            limited = limit_error(self.spec.name, lease.operation_name, self.spec.max_processes)
+            return self._failed(lease, timeline, limited)
 
         if self.view_policy is not None and self.view_policy.keeps(lease.platform, process):
             # Never recycled (so never released); the next start removes it.
@@ -532,10 +537,13 @@ class ActionRunner:
                 containment=self.containment,
                 block_network=blocks_network(lease.platform, self.spec.network == "block"),
                 view=view,
+                max_processes=self.spec.max_processes,
             )
             timeline.mark("execution_completed")
         finally:
-            self._groups.pop(lease_id, None)
+            first = self._groups.pop(lease_id, None)
+            if first is not None and process_limits().ended(first):
+                self._process_limited.add(lease_id)
             sampled = self.sampler.unregister(lease_id) if self.sampler is not None else None
             if pool is not None:
                 if shared:

@@ -13,10 +13,13 @@ is left to propagate as before.
 from __future__ import annotations
 
 import errno
+import logging
 
 from lre.errors import LreError, ResourceExhausted
 
 __all__ = ["request_error"]
+
+log = logging.getLogger(__name__)
 
 _SPACE = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded"}
 
@@ -39,10 +42,14 @@ def _mapped(error: BaseException, worker: str) -> LreError | None:
     return None
 
 
-def request_error(error: BaseException, worker: str) -> LreError | None:
-    """The error to end this request with, or None (see the module docstring)."""
+def request_error(error: BaseException, worker: str, operation: str) -> LreError | None:
+    """The error to end ``operation`` with (logged), or None (see the module
+    docstring)."""
     mapped = [_mapped(leaf, worker) for leaf in _leaves(error)]
     if not mapped or any(m is None for m in mapped):
         return None
     space = [m for m in mapped if isinstance(m, ResourceExhausted)]
-    return space[0] if space else mapped[0]
+    chosen = space[0] if space else mapped[0]
+    assert chosen is not None
+    log.warning("worker %s: %s: %s", worker, operation, chosen)
+    return chosen

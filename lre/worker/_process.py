@@ -49,6 +49,7 @@ from lre.worker._containment import (
     prepare_spawner_thread,
 )
 from lre.worker._oom import OomCounters
+from lre.worker._process_limit import process_limits
 from lre.worker._view import ActionView
 
 log = logging.getLogger(__name__)
@@ -256,14 +257,18 @@ async def run_process(
     containment: Containment | None = None,
     block_network: bool = False,
     view: ActionView | None = None,
+    max_processes: int = 0,
 ) -> ProcessOutcome:
     """Run ``argv`` to completion, timeout or cancellation.
 
     The process starts at niceness ``nice`` (0-19; see ``_Spawner``), inside
     ``containment`` (default: ``default_containment()``), without network
     when ``block_network`` (raises ``InvalidArgument`` when the containment
-    cannot do that), and in ``view`` (its own mount namespace, ``_view.py``;
-    raises ``InvalidArgument`` when the containment cannot make one).
+    cannot do that), in ``view`` (its own mount namespace, ``_view.py``;
+    raises ``InvalidArgument`` when the containment cannot make one), with at
+    most ``max_processes`` tasks at once where this machine lets lre enforce
+    that (0 = no limit; ``_process_limit.py``: the caller asks
+    ``process_limits().ended(pid)`` whether a fork was refused).
 
     ``on_started(pid)`` is called right after the fork (the pid is also the
     process group id). Returns a ``ProcessOutcome`` for normal ends and
@@ -283,7 +288,10 @@ async def run_process(
             f"this lre runs actions with containment {contained.name!r}, which cannot "
             "give an action a view of its own"
         )
-    command = contained.command(argv, view=view is not None)
+    limits = process_limits()
+    command = limits.command(
+        contained.name, contained.command(argv, view=view is not None), max_processes
+    )
     options = SpawnOptions(block_network=block_network, view=view, cwd=str(cwd))
     environment = dict(env)
     log_files: list[tuple[int, int]] = []
@@ -301,7 +309,10 @@ async def run_process(
                     log_files.append((info.st_dev, info.st_ino))
                 oom_before = _OOM.read_recent()
                 try:
-                    with contained.spawn_context(options) as prefix:
+                    with (
+                        contained.spawn_context(options) as prefix,
+                        limits.around_fork(max_processes),
+                    ):
                         popen = subprocess.Popen(
                             [*prefix, *command],
                             cwd=cwd,
@@ -313,11 +324,14 @@ async def run_process(
                             pass_fds=fds,
                             start_new_session=True,
                         )
+                    limits.started(popen.pid)
                 except (FileNotFoundError, PermissionError, NotADirectoryError) as error:
+                    limits.abandoned()
                     raise InvalidArgument(
                         f"Command.arguments[0]: {argv[0]!r} cannot be executed: {error.strerror}"
                     ) from None
                 except OSError as error:
+                    limits.abandoned()
                     if error.errno != errno.E2BIG:
                         raise
                     raise InvalidArgument(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +49,8 @@ def quarantined(worker_directory: Path) -> list[QuarantinedEntry]:
     it has no quarantine). Never raises for a missing or unreadable one."""
     where = worker_directory / QUARANTINE_NAME
     try:
+        if not stat.S_ISDIR(os.lstat(where).st_mode):  # never a symlink's target
+            return []
         names = sorted(os.listdir(where))
     except OSError:
         return []
@@ -102,7 +105,7 @@ class Quarantine:
         if error.filename is None and error.strerror is None:
             reason = str(error)
         try:
-            os.makedirs(self.path, mode=0o700, exist_ok=True)
+            self._make()
             target = self.path / f"{path.name}.{time.time_ns()}"
             os.rename(path, target)
         except OSError as failure:
@@ -127,6 +130,18 @@ class Quarantine:
             target,
         )
         return True
+
+    def _make(self) -> None:
+        """Make the quarantine a real directory of lre's (a symlink or file in
+        its place is removed first, never followed)."""
+        try:
+            info = os.lstat(self.path)
+        except FileNotFoundError:
+            os.mkdir(self.path, 0o700)
+            return
+        if not stat.S_ISDIR(info.st_mode):
+            os.unlink(self.path)
+            os.mkdir(self.path, 0o700)
 
     def entries(self) -> list[QuarantinedEntry]:
         return quarantined(self.path.parent)

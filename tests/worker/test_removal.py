@@ -135,3 +135,77 @@ def test_an_action_directory_holding_a_mount_is_detached_then_removed(
         assert mounted_below(workdir.path) == []
     assert (host_files / "precious").read_text() == "keep me\n"
     assert (host_files / "sub" / "also").exists()
+
+
+def test_a_quarantine_swapped_for_a_symlink_is_never_followed(
+    tmp_path: Path, host_files: Path
+) -> None:
+    need_root("chattr +i")
+    with WorkDirectory.open(tmp_path / "work", "w") as workdir:
+        (workdir.path / ".quarantine").symlink_to(host_files)
+        action = workdir.new_action_dir("a1")
+        (action / "immutable").write_text("x")
+        subprocess.run(["chattr", "+i", str(action / "immutable")], check=True)
+        workdir.remove_action_dir(action)  # quarantined, not removed
+        assert workdir.quarantine.retry() != []
+        assert (workdir.path / ".quarantine").is_dir()
+        assert not (workdir.path / ".quarantine").is_symlink()
+    assert (host_files / "precious").read_text() == "keep me\n"
+    assert (host_files / "sub" / "also").exists()
+    assert sorted(p.name for p in host_files.iterdir()) == ["precious", "sub"]
+
+
+_AS_NOBODY = """
+import os, sys
+from pathlib import Path
+from lre.worker import WorkDirectory, quarantined
+top = Path(sys.argv[1])
+with WorkDirectory.open(top / "work", "w") as workdir:
+    print(sorted(os.listdir(workdir.path)))
+    print([entry.path.name.split(".")[0] for entry in quarantined(workdir.path)])
+"""
+
+
+def test_an_unprivileged_lre_removes_its_mode_000_leftovers_and_quarantines_roots(
+    tmp_path: Path,
+) -> None:
+    # lre as nobody: a leftover tree of its own with modes 000 and 0500 is
+    # removed (owner bits given back first); one holding a directory of
+    # root's that it may not change is quarantined, and lre starts.
+    need_root("switching to nobody")
+    import shutil
+    import sys
+    import tempfile
+
+    top = Path(tempfile.mkdtemp(prefix="lre-nobody-"))  # nobody cannot enter pytest's dirs
+    os.chmod(top, 0o755)
+    try:
+        worker = top / "work" / "w"
+        (worker / "a1" / "root" / "x" / "y").mkdir(parents=True)
+        (worker / "a1" / "root" / "x" / "y" / "f").write_text("x")
+        (worker / "a2" / "root" / "theirs").mkdir(parents=True)
+        (worker / "a2" / "root" / "theirs" / "f").write_text("x")
+        for path in (top / "work", *sorted(top.glob("work/**/*"))):
+            if path.name != "theirs" and path.parent.name != "theirs":
+                os.chown(path, 65534, 65534)
+        os.chmod(worker / "a1" / "root" / "x" / "y", 0)
+        os.chmod(worker / "a1" / "root" / "x", 0o500)
+        os.chmod(worker / "a2" / "root" / "theirs", 0o755)
+        ran = subprocess.run(
+            [
+                *("setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"),
+                *(sys.executable, "-c", _AS_NOBODY, str(top)),
+            ],
+            capture_output=True,
+            text=True,
+            cwd="/",
+            env={"PATH": os.environ["PATH"], "PYTHONPATH": str(Path(__file__).parents[2])},
+            timeout=60,
+            check=False,
+        )
+        assert ran.returncode == 0, ran.stderr
+        listing, kept = ran.stdout.splitlines()[-2:]
+        assert listing == "['.lock', '.quarantine']", ran.stdout
+        assert kept == "['a2']", ran.stdout
+    finally:
+        shutil.rmtree(top)

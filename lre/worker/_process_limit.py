@@ -1,0 +1,318 @@
+"""A per-action limit on processes, enforced by the kernel at fork time.
+
+``workers[].local.max_processes`` bounds the tasks (processes and threads)
+one action may have at once; a ``fork`` or ``clone`` past it fails with
+EAGAIN, so a fork bomb cannot take the machine. What enforces it depends on
+what lre may do here (measured on Linux 6.18, see docs/troubleshooting.md):
+
+- **pids cgroup** (lre may create cgroups in the v1 ``pids`` hierarchy, e.g.
+  as root): each action runs in a cgroup ``/sys/fs/cgroup/pids/lre-{pid}/a{n}/``
+  of its own with ``pids.max``. The spawner thread moves itself into it just
+  before the fork (v1 places threads, not only processes), so the action's
+  first process is born inside and nothing escapes before it is counted; the
+  thread stays until its next fork (a migration costs 0.3-1 ms of wall time
+  here, two per action were measurable), and cgroups whose action ended are
+  reused rather than removed and made again (a process the spawner thread
+  itself starts meanwhile, the guardian at the first action, lands in that
+  cgroup too: it is never reused then, and the guardian counts as one task of
+  that first action). ``pids.events`` then tells
+  whether a fork was refused; the action fails naming the limit. Works for
+  every containment backend.
+- **RLIMIT_NPROC in the action's user namespace** (``userns``, lre not root):
+  ``prlimit --nproc`` runs inside the namespace ``unshare`` made, so the
+  kernel (>= 5.14, through ucounts) counts only the processes of that
+  namespace, not every process of the user. Whether the limit was hit is
+  not reported by the kernel.
+- Otherwise (``pidns`` or ``portable`` without cgroups, or anything as root,
+  which RLIMIT_NPROC exempts): no limit; ``describe()`` says so at start-up.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import logging
+import os
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from lre.errors import ResourceExhausted
+
+__all__ = ["ProcessLimits", "limit_error", "process_limits"]
+
+log = logging.getLogger(__name__)
+
+_PIDS_ROOT = Path("/sys/fs/cgroup/pids")
+CONFIG_KEY = "workers[].local.max_processes"
+
+
+def limit_error(worker: str, operation: str, limit: int) -> ResourceExhausted:
+    """The (logged) error of an action that hit the limit."""
+    error = ResourceExhausted(
+        f"worker {worker}: the action tried to run more than {limit} processes and threads "
+        f"at once (a fork was refused); raise {CONFIG_KEY} if a real build needs more"
+    )
+    log.warning("worker %s: %s: %s", worker, operation, error)
+    return error
+
+
+def _own_cgroup(controller: str) -> str | None:
+    """This thread's cgroup path in the v1 hierarchy of ``controller``."""
+    try:
+        text = Path("/proc/thread-self/cgroup").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        _, controllers, path = line.split(":", 2)
+        if controller in controllers.split(","):
+            return path
+    return None
+
+
+class ProcessLimits:
+    """Per-action pids cgroups of this lre process, or the lack of them."""
+
+    def __init__(self, root: Path = _PIDS_ROOT) -> None:
+        self.root = root
+        self.base: Path | None = None
+        self._numbers = itertools.count(1)
+        #: first pid of a running action -> its cgroup and refusals before it
+        self._by_pid: dict[int, tuple[Path, int]] = {}
+        #: cgroups free for another action, with their limit
+        self._idle: list[tuple[Path, int]] = []
+        self._limits: dict[Path, int] = {}
+        #: cgroups a spawner thread sits in, and those of them whose action ended
+        self._occupied: set[Path] = set()
+        self._finished: set[Path] = set()
+        #: spawner thread id -> the cgroup it sits in
+        self._threads: dict[int, Path] = {}
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self.why_not = ""
+        self._open()
+
+    def _open(self) -> None:
+        own = _own_cgroup("pids")
+        if own is None or not (self.root / "tasks").exists():
+            self.why_not = "no cgroup v1 pids hierarchy at /sys/fs/cgroup/pids"
+            return
+        self._home = self.root / own.lstrip("/")
+        base = self.root / f"lre-{os.getpid()}"
+        try:
+            self._remove_stale()
+            base.mkdir(exist_ok=True)
+        except OSError as error:
+            self.why_not = f"cannot create a pids cgroup ({error.strerror})"
+            return
+        self.base = base
+
+    def _remove_stale(self) -> None:
+        """Empty cgroups of lre processes that are gone."""
+        for entry in self.root.glob("lre-*"):
+            pid = entry.name[4:]
+            if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+                for child in entry.iterdir():
+                    if child.is_dir():
+                        _rmdir(child)
+                _rmdir(entry)
+
+    @property
+    def enforced_by_cgroup(self) -> bool:
+        return self.base is not None
+
+    def describe(self, containment: str) -> str:
+        """How the limit is enforced for actions of ``containment`` here."""
+        if self.base is not None:
+            return "pids cgroup per action"
+        if containment == "userns" and os.geteuid() != 0:
+            return "RLIMIT_NPROC in the action's user namespace"
+        return f"not enforced ({self.why_not}; RLIMIT_NPROC does not bound root)"
+
+    def command(self, containment: str, command: Sequence[str], limit: int) -> list[str]:
+        """``command`` with ``prlimit`` placed inside the user namespace when
+        that is how the limit is enforced (after ``unshare``'s ``--``)."""
+        if not limit or self.base is not None or containment != "userns":
+            return list(command)
+        if os.geteuid() == 0 or "--" not in command:
+            return list(command)
+        at = list(command).index("--") + 1
+        return [*command[:at], "prlimit", f"--nproc={limit}:{limit}", "--", *command[at:]]
+
+    @contextmanager
+    def around_fork(self, limit: int) -> Iterator[None]:
+        """In the spawner thread, around the fork of one action's first
+        process: the thread moves into a cgroup of ``limit`` tasks (plus
+        itself) and stays there until its next fork, so each spawn costs one
+        migration; cgroups are reused, not made per action (see
+        ``_release``). Raises ``OSError`` when the cgroup cannot be joined."""
+        self._local.pending = None
+        if not limit or self.base is None:
+            yield
+            return
+        previous = getattr(self._local, "sitting", None)
+        if previous is not None and self._reusable_in_place(previous, limit):
+            # The thread's last action ended and left nothing: no migration.
+            self._local.pending = (previous, _refused(previous))
+            yield
+            return
+        group = self._take(limit)
+        try:
+            baseline = _refused(group)
+            _write(f"{group}/tasks", str(threading.get_native_id()))
+        except BaseException:
+            self._release(group)
+            raise
+        self._local.sitting = group
+        with self._lock:
+            self._occupied.add(group)
+            self._threads[threading.get_native_id()] = group
+            if previous is not None:
+                self._occupied.discard(previous)
+        if previous is not None and previous in self._finished:
+            self._release(previous)
+        self._local.pending = (group, baseline)
+        yield
+
+    def _reusable_in_place(self, group: Path, limit: int) -> bool:
+        """Whether the cgroup this thread sits in is free: its action ended
+        and only the thread itself is left in it."""
+        with self._lock:
+            if group not in self._finished or self._limits.get(group) != limit:
+                return False
+        if _current(group) != 1:
+            return False
+        with self._lock:
+            self._finished.discard(group)
+        return True
+
+    def _take(self, limit: int) -> Path:
+        with self._lock:
+            for at, (group, group_limit) in enumerate(self._idle):
+                if group_limit == limit:
+                    del self._idle[at]
+                    return group
+        group = self.base / f"a{next(self._numbers)}"  # type: ignore[operator]
+        group.mkdir()
+        try:
+            (group / "pids.max").write_text(str(limit + 1))  # + the spawner thread
+        except BaseException:
+            _rmdir(group)
+            raise
+        with self._lock:
+            self._limits[group] = limit
+        return group
+
+    def _release(self, group: Path) -> None:
+        """``group``'s action ended and no spawner thread sits in it: back to
+        the idle cgroups when empty (a process that outlived its action, under
+        ``portable``, keeps it out until lre exits)."""
+        with self._lock:
+            if group in self._occupied:
+                self._finished.add(group)
+                return
+            self._finished.discard(group)
+        if _current(group) == 0:
+            with self._lock:
+                self._idle.append((group, self._limits[group]))
+
+    def started(self, pid: int) -> None:
+        """``pid`` was forked by this thread inside ``around_fork``."""
+        pending = getattr(self._local, "pending", None)
+        self._local.pending = None
+        if pending is not None:
+            with self._lock:
+                self._by_pid[pid] = pending
+
+    def abandoned(self) -> None:
+        """The fork inside ``around_fork`` failed: its cgroup is free again."""
+        pending = getattr(self._local, "pending", None)
+        self._local.pending = None
+        if pending is not None:
+            self._release(pending[0])
+
+    def ended(self, pid: int) -> bool:
+        """The action whose first process was ``pid`` ended and was reaped:
+        whether a fork of it was refused."""
+        with self._lock:
+            pending = self._by_pid.pop(pid, None)
+        if pending is None:
+            return False
+        group, baseline = pending
+        hit = _refused(group) > baseline
+        self._release(group)
+        return hit
+
+    def close(self) -> None:
+        """Move the spawner threads home and remove the cgroups (at exit);
+        what cannot be removed yet goes when the next lre starts."""
+        if self.base is not None:
+            with self._lock:
+                threads = list(self._threads)
+            for tid in threads:
+                try:
+                    _write(f"{self._home}/tasks", str(tid))
+                except OSError:
+                    pass  # the thread is gone
+            for child in self.base.iterdir():
+                if child.is_dir():
+                    _rmdir(child)
+            _rmdir(self.base)
+
+
+def _read(path: str) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.read(fd, 256)
+    finally:
+        os.close(fd)
+
+
+def _write(path: str, data: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, data.encode())
+    finally:
+        os.close(fd)
+
+
+def _refused(group: Path) -> int:
+    """Forks ``group`` refused so far (its ``pids.events`` max counter)."""
+    try:
+        for line in _read(f"{group}/pids.events").splitlines():
+            name, _, count = line.partition(b" ")
+            if name == b"max":
+                return int(count)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _current(group: Path) -> int | None:
+    """Tasks in ``group`` now (None when unreadable)."""
+    try:
+        return int(_read(f"{group}/pids.current"))
+    except (OSError, ValueError):
+        return None
+
+
+def _rmdir(path: Path) -> None:
+    try:
+        os.rmdir(path)
+    except OSError as error:
+        log.debug("cannot remove cgroup %s yet: %s", path, error)
+
+
+_LIMITS: ProcessLimits | None = None
+_LIMITS_LOCK = threading.Lock()
+
+
+def process_limits() -> ProcessLimits:
+    """The process-wide ``ProcessLimits`` (made on first use)."""
+    global _LIMITS
+    with _LIMITS_LOCK:
+        if _LIMITS is None:
+            _LIMITS = ProcessLimits()
+            atexit.register(_LIMITS.close)
+        return _LIMITS

@@ -1,0 +1,144 @@
+"""A real fork bomb inside an action: the kernel refuses its forks at the
+per-action limit (``workers[].local.max_processes``), the action fails
+naming the limit, lre keeps serving and none of the bomb survives
+(``lre/worker/_process_limit.py``)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import grpc
+import pytest
+
+from lre.config._models import LocalWorkerSpec
+from lre.worker._process_limit import CONFIG_KEY, process_limits
+from tests._support.configs import WORKER_EXTRA, app_config_text
+from tests._support.processes import processes_with, wait_until
+from tests._support.reapi import Client, response_of
+from tests._support.servers import ServerThread
+
+LIMIT = 64
+
+
+def bomb(marker: str) -> list[str]:
+    """The classic shell fork bomb; every copy's command line holds ``marker``."""
+    return ["/bin/sh", "-c", f": {marker}; b() {{ b | b & }}; b; wait"]
+
+
+def test_the_default_is_generous() -> None:
+    # 4096 tasks: a parallel make -j64 of compilers and shells needs a few
+    # hundred, a multi-threaded link or JVM a few dozen threads more.
+    assert LocalWorkerSpec.__dataclass_fields__["max_processes"].default == 4096
+
+
+def test_a_fork_bomb_fails_its_action_naming_the_limit_and_lre_keeps_serving(
+    tmp_path: Path,
+) -> None:
+    limits = process_limits()
+    if not limits.enforced_by_cgroup:
+        # Never run an unbounded fork bomb on a shared machine.
+        if os.environ.get("CI"):
+            pytest.fail(f"CI runs as root with cgroup v1 pids: {limits.why_not}")
+        pytest.skip(f"the process limit is not enforced by a cgroup here: {limits.why_not}")
+    marker = f"bomb-{uuid.uuid4().hex}"
+    text = app_config_text(
+        tmp_path, extra_worker=f"{WORKER_EXTRA}, max_processes: {LIMIT}, containment: 'pidns'"
+    )
+    server = ServerThread(tmp_path, text)
+    ready = server.start()
+    try:
+        with Client(ready.grpc_addresses[0]) as client:
+            prepared = client.prepare(bomb(marker), timeout_s=4)
+            response = response_of(client.execute(prepared, timeout=120)[-1])
+            assert response.status.code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0], response
+            assert CONFIG_KEY in response.status.message
+            assert f"more than {LIMIT} processes" in response.status.message
+            assert wait_until(lambda: not processes_with(marker), 20), processes_with(marker)
+            # lre goes on serving.
+            after = client.run(["/bin/sh", "-c", "echo still here"])
+            assert after.status.code == 0, after.status
+            assert client.stdout(after.result) == b"still here\n"
+    finally:
+        server.stop()
+    assert not processes_with(marker)
+
+
+_PROBE = """
+import os, signal, sys, time
+pids = []
+for _ in range(int(sys.argv[1])):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(60)
+        os._exit(0)
+    pids.append(pid)
+print(len(pids))
+for pid in pids:
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+"""
+
+_RUN_AS_NOBODY = """
+import sys, trio
+from pathlib import Path
+from lre.worker import choose_containment, run_process
+
+async def main() -> None:
+    work = Path(sys.argv[1])
+    outcome = await run_process(
+        ["/usr/bin/python3", "-c", sys.argv[2], "300"],
+        cwd=work, env={"PATH": "/usr/bin:/bin"},
+        stdout_path=work / "stdout", stderr_path=work / "stderr",
+        timeout=60, kill_grace=0.5, containment=choose_containment("userns"),
+        max_processes=int(sys.argv[3]),
+    )
+    print(outcome.exit_code, (work / "stdout").read_text().strip())
+
+trio.run(main)
+"""
+
+
+def test_an_unprivileged_lre_limits_forks_per_user_namespace() -> None:
+    # lre as nobody (containment userns): RLIMIT_NPROC inside the action's
+    # own user namespace counts that namespace only, not nobody's other
+    # processes (30 sleepers of nobody's run meanwhile).
+    if os.geteuid() != 0:
+        if os.environ.get("CI"):
+            pytest.fail("CI runs as root; this test switches to nobody")
+        pytest.skip("needs root to run as another user")
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    as_nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+    # Outside pytest's 0700 temporary directories, which nobody cannot enter.
+    work = Path(tempfile.mkdtemp(prefix="lre-nproc-"))
+    os.chown(work, 65534, 65534)
+    marker = f"1000.{uuid.uuid4().int % 10**9:09d}"
+    sleepers = [subprocess.Popen([*as_nobody, "sleep", marker]) for _ in range(30)]
+    try:
+        ran = subprocess.run(
+            [*as_nobody, sys.executable, "-c", _RUN_AS_NOBODY, str(work), _PROBE, str(LIMIT)],
+            capture_output=True,
+            text=True,
+            cwd="/",
+            env={"PATH": os.environ["PATH"], "PYTHONPATH": str(Path(__file__).parents[2])},
+            timeout=120,
+            check=False,
+        )
+    finally:
+        for sleeper in sleepers:
+            sleeper.kill()
+            sleeper.wait()
+        shutil.rmtree(work)
+    assert ran.returncode == 0, ran.stderr
+    exit_code, forked = ran.stdout.split()[-2:]
+    assert exit_code == "0", ran.stdout
+    # The probe itself and pid 1 of the namespace count too.
+    assert LIMIT - 4 <= int(forked) < LIMIT, ran.stdout
