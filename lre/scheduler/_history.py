@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from lre.errors import LreError
@@ -43,8 +43,8 @@ _STAMPS = (
 def metadata_stamps(metadata: re_pb2.ExecutedActionMetadata) -> dict[str, float]:
     """The set timestamps of ``metadata`` by phase-boundary name, in seconds."""
     out: dict[str, float] = {}
-    for name, field in _STAMPS:
-        stamp = getattr(metadata, field)
+    for name, attribute in _STAMPS:
+        stamp = getattr(metadata, attribute)
         if stamp.seconds or stamp.nanos:
             out[name] = stamp.seconds + stamp.nanos / 1e9
     return out
@@ -58,6 +58,7 @@ class _Attempts:
     memory_bytes: int = 0
     worker: str = ""
     runs: int = 0  # leases that ran (a declined one does not count)
+    killed_at: list[float] = field(default_factory=list)
 
 
 class HistoryTap:
@@ -87,6 +88,7 @@ class HistoryTap:
             attempts.cpu_seconds += usage.cpu_seconds
         if isinstance(outcome, MemoryExceeded):
             attempts.peak_rss_bytes = max(attempts.peak_rss_bytes, outcome.peak_rss_bytes)
+            attempts.killed_at.append(self._clock())
 
     def finished(self, op: OperationState, error: LreError | None) -> None:
         """Record ``op`` (done now); never raises."""
@@ -139,4 +141,5 @@ def _record(
         kills=op.kills,
         retries=op.retries,
         stamps=MappingProxyType(stamps),
+        killed_at=tuple(attempts.killed_at),
     )
