@@ -6,6 +6,7 @@ server. The state dir is the one of ``--config`` (else the embedded
 default config, i.e. ``$LRE_HOME`` or ``~/.local/state/lre``). A running
 lre writes its buffered records once a second, so the newest second may be
 missing. Exit status 1 with a message when the build asked for is unknown.
+``lre.snapshot`` is imported when a command runs, not when ``lre`` starts.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -23,15 +24,9 @@ from lre.cli._app import app
 from lre.cli._byte_text import human_bytes
 from lre.cli._config_cmd import load_or_default
 from lre.config import resolve
-from lre.snapshot import (
-    WAIT_TEXT,
-    ActionRecord,
-    BuildSummary,
-    Phase,
-    find_build,
-    read_history,
-    summarize_builds,
-)
+
+if TYPE_CHECKING:
+    from lre.snapshot import ActionRecord, BuildSummary
 
 __all__ = ["duration_text", "history_dir", "table"]
 
@@ -83,6 +78,8 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]], numeric: set[int
 
 
 def _records(config: Path | None) -> list[ActionRecord]:
+    from lre.snapshot import ActionRecord, read_history
+
     return [r for r in read_history(history_dir(config)) if isinstance(r, ActionRecord)]
 
 
@@ -143,6 +140,8 @@ def history(
 ) -> None:
     """Recent actions: target, mnemonic, wall time, queue wait and why, reservation,
     peak RSS, exit code, kills and retries (newest last)."""
+    from lre.snapshot import WAIT_TEXT, find_build, summarize_builds
+
     records = _records(config)
     if build is not None:
         try:
@@ -196,6 +195,8 @@ def history(
 
 
 def _builds(config: Path | None) -> list[BuildSummary]:
+    from lre.snapshot import summarize_builds
+
     return summarize_builds(_records(config))
 
 
@@ -237,6 +238,8 @@ def builds(
 
 def summary_text(b: BuildSummary) -> str:
     """``lre builds show`` as text."""
+    from lre.snapshot import Phase
+
     lines = [
         f"build      {b.invocation or '(no id)'}",
         f"client     {b.client or '?'}   instance {b.instance or '?'}",
@@ -277,6 +280,8 @@ def show(
 ) -> None:
     """One build's summary: executed, from the cache, killed, failed, queue wait,
     lre's own time, peak memory and the slowest actions."""
+    from lre.snapshot import find_build
+
     try:
         found = find_build(_builds(config), build)
     except LookupError as error:

@@ -3,7 +3,8 @@
 Both read the history files in the state dir directly (lre may be down);
 see ``_history_cmd`` for which state dir. ``-o -`` writes to stdout.
 Exit status 1 with a message when the build is unknown or the file cannot
-be written.
+be written. The generators (and ``lre.snapshot``) are imported when a
+command runs, not when ``lre`` starts.
 """
 
 from __future__ import annotations
@@ -11,20 +12,22 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from lre.cli._app import app
-from lre.cli._build_data import BuildData, load_build
 from lre.cli._history_cmd import ConfigOption, history_dir
-from lre.cli._report_page import report_html
-from lre.cli._trace_file import chrome_trace
+
+if TYPE_CHECKING:
+    from lre.cli._build_data import BuildData
 
 BuildArgument = Annotated[str, typer.Argument(help="A build id, a unique prefix, or 'last'.")]
 
 
 def _load(build: str, config: Path | None) -> BuildData:
+    from lre.cli._build_data import load_build
+
     try:
         return load_build(history_dir(config), build)
     except LookupError as error:
@@ -55,6 +58,8 @@ def trace(
     """A build's timeline as Chrome trace-event JSON (open it in ui.perfetto.dev or
     chrome://tracing): one track per running slot, one event per action with its
     phases, CPU and memory counters."""
+    from lre.cli._trace_file import chrome_trace
+
     data = _load(build, config)
     _write(output, json.dumps(chrome_trace(data), separators=(",", ":")) + "\n")
 
@@ -69,4 +74,6 @@ def report(
 ) -> None:
     """A build as one self-contained HTML page (no network): the timeline, CPU and
     memory over time, kills marked, and the summary tables."""
+    from lre.cli._report_page import report_html
+
     _write(output, report_html(_load(build, config)))
