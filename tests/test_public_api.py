@@ -282,7 +282,7 @@ PUBLIC_API: dict[str, set[str]] = {
         "run_process",
     },
     "lre.service": {
-        "LookupHitInterceptor",
+        "LookupHits",
         "ActionCacheServicer",
         "AuthStatistics",
         "AuthTokenError",

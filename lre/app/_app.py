@@ -54,7 +54,7 @@ from lre.service import (
     GrpcServer,
     InstanceBackends,
     Instances,
-    LookupHitInterceptor,
+    LookupHits,
     OperationsServicer,
     RpcMetrics,
     ServerOptions,
@@ -255,8 +255,7 @@ class Application:
                         server.listener,
                         interceptors=(
                             *auth_interceptors(server.listener),
-                            self.rpc_metrics.interceptor(),
-                            *self._history_interceptors(),
+                            self.rpc_metrics.interceptor(lookup_hits=self._lookup_hits()),
                         ),
                     ),
                     servicers,
@@ -266,11 +265,9 @@ class Application:
                 )
             )
 
-    def _history_interceptors(self) -> tuple[LookupHitInterceptor, ...]:
+    def _lookup_hits(self) -> LookupHits | None:
         """GetActionResult hits go to the history too (the scheduler never sees them)."""
-        if self.history is None:
-            return ()
-        return (LookupHitInterceptor(self.history.record),)
+        return LookupHits(self.history.record) if self.history is not None else None
 
     def _reserved_now(self) -> tuple[int, int, int]:
         """Reserved millicpus and memory bytes, and running actions, over all schedulers."""

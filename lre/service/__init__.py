@@ -39,7 +39,7 @@ from lre.service._cache_servicers import (
     cache_servicers,
 )
 from lre.service._instances import WILDCARD, InstanceBackends, Instances
-from lre.service._lookup_hits import LookupHitInterceptor
+from lre.service._lookup_hits import LookupHits
 from lre.service._metadata import (
     REQUEST_METADATA_KEY,
     RequestMetadata,
@@ -80,7 +80,7 @@ __all__ = [
     "GrpcServer",
     "InstanceBackends",
     "Instances",
-    "LookupHitInterceptor",
+    "LookupHits",
     "MethodStatistics",
     "OperationsServicer",
     "RequestMetadata",
