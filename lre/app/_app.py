@@ -273,10 +273,8 @@ class Application:
         """Reserved millicpus and memory bytes, and running actions, over all schedulers."""
         millicpus = memory = running = 0
         for scheduler in dict.fromkeys(self.schedulers.values()):
-            stats = scheduler.statistics()
-            millicpus += stats.millicpus_reserved
-            memory += stats.memory_reserved_bytes
-            running += stats.by_stage.get("EXECUTING", 0)
+            cpu, mem, run = scheduler.reserved()
+            millicpus, memory, running = millicpus + cpu, memory + mem, running + run
         return millicpus, memory, running
 
     def _existing_parent(self) -> str:
