@@ -288,7 +288,7 @@ PUBLIC_API: dict[str, set[str]] = {
     },
     "lre.service": {
         "LocalPeers",
-        "LookupHitInterceptor",
+        "LookupHits",
         "PeerVerdict",
         "ActionCacheServicer",
         "AuthStatistics",

@@ -55,7 +55,7 @@ from lre.service import (
     InstanceBackends,
     Instances,
     LocalPeers,
-    LookupHitInterceptor,
+    LookupHits,
     OperationsServicer,
     RpcMetrics,
     ServerOptions,
@@ -281,8 +281,7 @@ class Application:
                         server.listener,
                         interceptors=(
                             *auth_interceptors(server.listener),
-                            self.rpc_metrics.interceptor(),
-                            *self._history_interceptors(),
+                            self.rpc_metrics.interceptor(lookup_hits=self._lookup_hits()),
                         ),
                         local_peers=self.local_peers,
                     ),
@@ -293,20 +292,16 @@ class Application:
                 )
             )
 
-    def _history_interceptors(self) -> tuple[LookupHitInterceptor, ...]:
+    def _lookup_hits(self) -> LookupHits | None:
         """GetActionResult hits go to the history too (the scheduler never sees them)."""
-        if self.history is None:
-            return ()
-        return (LookupHitInterceptor(self.history.record),)
+        return LookupHits(self.history.record) if self.history is not None else None
 
     def _reserved_now(self) -> tuple[int, int, int]:
         """Reserved millicpus and memory bytes, and running actions, over all schedulers."""
         millicpus = memory = running = 0
         for scheduler in dict.fromkeys(self.schedulers.values()):
-            stats = scheduler.statistics()
-            millicpus += stats.millicpus_reserved
-            memory += stats.memory_reserved_bytes
-            running += stats.by_stage.get("EXECUTING", 0)
+            cpu, mem, run = scheduler.reserved()
+            millicpus, memory, running = millicpus + cpu, memory + mem, running + run
         return millicpus, memory, running
 
     def _existing_parent(self) -> str:

@@ -6,6 +6,7 @@ server. The state dir is the one of ``--config`` (else the embedded
 default config, i.e. ``$LRE_HOME`` or ``~/.local/state/lre``). A running
 lre writes its buffered records once a second, so the newest second may be
 missing. Exit status 1 with a message when the build asked for is unknown.
+``lre.snapshot`` is imported when a command runs, not when ``lre`` starts.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from lre.cli._byte_text import human_bytes
 from lre.cli._config_cmd import load_or_default
 from lre.config import resolve
 
-if TYPE_CHECKING:  # imported where used: `lre --help` loads no data model
+if TYPE_CHECKING:
     from lre.snapshot import ActionRecord, BuildSummary
 
 __all__ = ["duration_text", "history_dir", "table"]

@@ -144,6 +144,14 @@ def _timeline(build: BuildData) -> str:
                 f"<title>{record.kills} kill(s), {record.retries} retry(ies)</title></path>"
             )
         parts.append("</g>")
+    for record in build.actions:
+        for killed in record.killed_at:  # the moment an attempt was killed, across all lanes
+            x = _LEFT + max(0.0, killed - origin) * scale
+            parts.append(
+                f'<line class="kill-line" x1="{x:.1f}" x2="{x:.1f}" y1="0" '
+                f'y2="{lanes * _LANE}" stroke="#d62728" stroke-dasharray="3 2">'
+                f"<title>{_e(record.name)} killed for its memory</title></line>"
+            )
     parts.append("</svg>")
     return "".join(parts)
 

@@ -3,7 +3,8 @@
 Both read the history files in the state dir directly (lre may be down);
 see ``_history_cmd`` for which state dir. ``-o -`` writes to stdout.
 Exit status 1 with a message when the build is unknown or the file cannot
-be written.
+be written. The generators (and ``lre.snapshot``) are imported when a
+command runs, not when ``lre`` starts.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import typer
 from lre.cli._app import app
 from lre.cli._history_cmd import ConfigOption, history_dir
 
-if TYPE_CHECKING:  # imported where used: `lre --help` loads no data model
+if TYPE_CHECKING:
     from lre.cli._build_data import BuildData
 
 BuildArgument = Annotated[str, typer.Argument(help="A build id, a unique prefix, or 'last'.")]

@@ -8,7 +8,9 @@ Opens in Perfetto (ui.perfetto.dev) and ``chrome://tracing``. Layout:
   staging, running, storing) as complete events nested inside it;
 - its ``queued`` phase as an async span (``ph: "b"``/``"e"``) on the queue
   track, since queued actions overlap;
-- kills and retries as instant events (``ph: "i"``) at the final attempt;
+- kills and retries as instant events (``ph: "i"``) at the final attempt,
+  and each memory kill as a global instant event (a line across all tracks)
+  at the moment lre killed the attempt;
 - cache hits as instant events on the ``cache`` track;
 - counters (``ph: "C"``): host CPU % and reserved CPUs, memory in use and
   reserved memory (MiB), from the samples lre took while the build ran.
@@ -128,6 +130,19 @@ def chrome_trace(build: BuildData) -> dict[str, Any]:
                 }
             )
     for record in build.actions:
+        for killed in record.killed_at:
+            events.append(
+                {
+                    "name": f"killed {record.target or record.mnemonic} (memory)",
+                    "cat": "kill",
+                    "ph": "i",
+                    "s": "g",
+                    "ts": _us(max(0.0, killed - origin)),
+                    "pid": _PID,
+                    "tid": 0,
+                    "args": {"target": record.target, "peak_rss_bytes": record.peak_rss_bytes},
+                }
+            )
         if record.source in (Source.EXECUTE_HIT, Source.LOOKUP_HIT):
             events.append(
                 {

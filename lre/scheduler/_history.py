@@ -13,40 +13,36 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from types import MappingProxyType
+from dataclasses import dataclass, field
 
 from lre.errors import LreError
 from lre.proto import re_pb2
 from lre.scheduler._lease import Lease
 from lre.scheduler._model import Backpressure, MemoryExceeded, Outcome
 from lre.scheduler._records import OperationState
-from lre.snapshot import ActionRecord, Source
+from lre.snapshot import BOUNDARIES, ActionRecord, Source
 
 log = logging.getLogger(__name__)
 
 RecordHook = Callable[[ActionRecord], None]
 
-_STAMPS = (
-    ("queued", "queued_timestamp"),
-    ("worker_start", "worker_start_timestamp"),
-    ("input_fetch_start", "input_fetch_start_timestamp"),
-    ("input_fetch_completed", "input_fetch_completed_timestamp"),
-    ("execution_start", "execution_start_timestamp"),
-    ("execution_completed", "execution_completed_timestamp"),
-    ("output_upload_start", "output_upload_start_timestamp"),
-    ("output_upload_completed", "output_upload_completed_timestamp"),
-    ("worker_completed", "worker_completed_timestamp"),
+#: The boundaries of the phase model (``lre.snapshot.BOUNDARIES``) and their
+#: ``ExecutedActionMetadata`` fields; the other timestamps are not kept.
+_STAMPS = tuple(
+    (name, f"{name}_timestamp")
+    for name in dict.fromkeys(bound for pair in BOUNDARIES.values() for bound in pair)
 )
 
 
 def metadata_stamps(metadata: re_pb2.ExecutedActionMetadata) -> dict[str, float]:
-    """The set timestamps of ``metadata`` by phase-boundary name, in seconds."""
+    """The phase boundaries set in ``metadata`` by name (``queued``,
+    ``worker_start``, ...), in seconds."""
     out: dict[str, float] = {}
-    for name, field in _STAMPS:
-        stamp = getattr(metadata, field)
-        if stamp.seconds or stamp.nanos:
-            out[name] = stamp.seconds + stamp.nanos / 1e9
+    for name, attribute in _STAMPS:
+        stamp = getattr(metadata, attribute)
+        seconds = stamp.seconds
+        if seconds:
+            out[name] = seconds + stamp.nanos / 1e9
     return out
 
 
@@ -58,6 +54,7 @@ class _Attempts:
     memory_bytes: int = 0
     worker: str = ""
     runs: int = 0  # leases that ran (a declined one does not count)
+    killed_at: list[float] = field(default_factory=list)
 
 
 class HistoryTap:
@@ -87,6 +84,7 @@ class HistoryTap:
             attempts.cpu_seconds += usage.cpu_seconds
         if isinstance(outcome, MemoryExceeded):
             attempts.peak_rss_bytes = max(attempts.peak_rss_bytes, outcome.peak_rss_bytes)
+            attempts.killed_at.append(self._clock())
 
     def finished(self, op: OperationState, error: LreError | None) -> None:
         """Record ``op`` (done now); never raises."""
@@ -138,5 +136,6 @@ def _record(
         attempts=attempts.runs,
         kills=op.kills,
         retries=op.retries,
-        stamps=MappingProxyType(stamps),
+        stamps=stamps,
+        killed_at=tuple(attempts.killed_at),
     )

@@ -40,7 +40,7 @@ from lre.service._cache_servicers import (
 )
 from lre.service._instances import WILDCARD, InstanceBackends, Instances
 from lre.service._local_peers import LocalPeers, PeerVerdict
-from lre.service._lookup_hits import LookupHitInterceptor
+from lre.service._lookup_hits import LookupHits
 from lre.service._metadata import (
     REQUEST_METADATA_KEY,
     request_metadata_from,
@@ -81,7 +81,7 @@ __all__ = [
     "InstanceBackends",
     "Instances",
     "LocalPeers",
-    "LookupHitInterceptor",
+    "LookupHits",
     "MethodStatistics",
     "OperationsServicer",
     "PeerVerdict",

@@ -90,6 +90,8 @@ class ActionRecord:
     retries: int = 0
     freezes: int = 0
     stamps: Mapping[str, float] = field(default_factory=lambda: _NO_STAMPS)
+    #: When lre killed an attempt for its memory (wall clock), oldest first.
+    killed_at: tuple[float, ...] = ()
 
     @property
     def spans(self) -> tuple[PhaseSpan, ...]:
@@ -167,9 +169,11 @@ class ActionRecord:
             out["frz"] = self.freezes
         if self.exit_code is not None:
             out["exit"] = self.exit_code
+        at = self.at
         if self.stamps:  # whole microseconds after ``at``: short, and ints encode fast
-            at = self.at
             out["tsu"] = {k: int((v - at) * 1e6) for k, v in self.stamps.items()}
+        if self.killed_at:
+            out["klu"] = [int((v - at) * 1e6) for v in self.killed_at]
         return out
 
     @classmethod
@@ -205,6 +209,7 @@ class ActionRecord:
                 retries=int(data.get("retry", 0)),
                 freezes=int(data.get("frz", 0)),
                 stamps=MappingProxyType(stamps),
+                killed_at=tuple(at + int(v) / 1e6 for v in data.get("klu", ())),
             )
         except KeyError as exc:
             raise ValueError(f"history record field {exc.args[0]!r} is missing") from None

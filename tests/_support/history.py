@@ -50,7 +50,12 @@ def write_history(state: Path, t0: float = 1_800_000_000.0) -> list[ActionRecord
     for n in range(6):
         extra: dict[str, object] = {}
         if n == 2:
-            extra = {"kills": 2, "attempts": 3, "waited_for": ("memory_budget",)}
+            extra = {
+                "kills": 2,
+                "attempts": 3,
+                "waited_for": ("memory_budget",),
+                "killed_at": (t0 + 1.5, t0 + 1.8),
+            }
         if n == 4:
             extra = {"exit_code": 1}
         records.append(action(n + 1, t0 + (n // 2) * 1.5, slot_seconds=1.0 + n * 0.1, **extra))

@@ -100,6 +100,7 @@ def test_report_renders_one_labelled_shape_per_action_without_console_errors(
         assert action["target"] in action["text"]  # its label and title name it
     assert parsed.rendered == str(len(executed))  # the page's script ran
     assert re.search(r'class="kill-mark"', dom)
+    assert dom.count('class="kill-line"') == 2  # each kill where it happened
     assert dom.count('class="series"') == 3  # host CPU, memory in use, reserved memory
     for table in ('id="summary"', 'id="slowest"', 'id="waits"'):
         assert table in dom

@@ -89,6 +89,8 @@ def test_trace_has_a_track_per_slot_an_event_per_action_and_counters(tmp_path: P
     queued = [e for e in events if e.get("cat") == "queued"]
     assert len(queued) == 12
     assert any(e.get("cat") == "kill" and "//pkg:t3" in e["name"] for e in events)
+    kills = [e for e in events if e.get("cat") == "kill" and e["s"] == "g"]
+    assert [round(e["ts"]) for e in kills] == [1_500_000, 1_800_000]  # when they happened
     assert {e["name"] for e in events if e["ph"] == "C"} == {"CPU", "Memory (MiB)"}
     assert {e["cat"] for e in events if e["tid"] == 1001 and e["ph"] == "i"} == {
         "lookup_hit",

@@ -69,6 +69,7 @@ async def test_records_say_what_an_action_waited_for_and_how_often_it_ran(
     assert b.waited_for == (WaitReason.CPU,)
     assert (b.kills, b.retries, b.attempts) == (1, 1, 3)
     assert b.peak_rss_bytes == 300 * MiB  # the highest over its attempts
+    assert len(b.killed_at) == 1 and b.killed_at[0] <= b.at
     assert b.reserved_memory_bytes == 1 * GiB  # the last attempt's, one ladder step up
     assert b.worker == "w1" and b.instance == "main" and not b.error
 

@@ -92,8 +92,12 @@ async def run(load: Load, finish: int, *, hold: int = 0) -> None:
         result = re_pb2.ActionResult(exit_code=1 if i % 7 == 0 else 0)
         load.scheduler.report(lease.lease_id, Completed(result))
         if i % 11 == 0:
+            target = lease.request_info.target_id
             load.assembler.events.add(
-                EventKind.FAILURE, f"{lease.operation_name} failed", summary=f"Mnemonic{i}"
+                EventKind.FAILURE,
+                f"Mnemonic{i} {target} failed",
+                summary=f"Mnemonic{i}",
+                target=target,
             )
     for _ in range(hold):
         with trio.fail_after(5):

@@ -5,11 +5,14 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from lre.snapshot import (
+    PHASE_BUCKETS_S,
     BuildLine,
     EventKind,
     HostUsage,
     InflightAction,
     JobserverTokens,
+    Phase,
+    PhaseHistogram,
     ProcessSnapshot,
     QueuedAction,
     RecentEvent,
@@ -203,6 +206,9 @@ def sample_snapshot() -> ProcessSnapshot:
         stores=(StoreRow("cas", 120_000, 3 * GIB + 200 * MIB, 10 * GIB, 5000, 900 * MIB),),
         jobserver=JobserverTokens(in_use=5, total=14),
         completed_per_second=3.4,
+        phases=tuple(
+            PhaseHistogram(phase, tuple(range(len(PHASE_BUCKETS_S))), 100, 12.5) for phase in Phase
+        ),
         events=events,
         event_totals=MappingProxyType({k.value: 1 for k in EventKind}),
     )
