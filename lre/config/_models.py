@@ -533,9 +533,9 @@ class GlobalSpec:
 class ClientSpec:
     exec_properties: dict[str, str] | None = doc(
         "Platform properties the client config `lre up` writes sends with every action. "
-        "null = automatic: cpu_count=1 and OSFamily=Linux without an upstream; none with an "
-        "upstream (set here what the team's own clients send, so action digests match "
-        "its cache).",
+        "null = none: actions keep the platform the repository's own flags give them (what "
+        "lre needs to run them it adds on the server side), so a laptop's action digests "
+        "equal CI's. Set it only to what the team's own clients send as well.",
         default=None,
     )
 
