@@ -134,6 +134,9 @@ class SnapshotAssembler:
                     max_bytes=s.max_bytes,
                     evicted_blobs=s.evicted_blobs,
                     evicted_bytes=s.evicted_bytes,
+                    overrun_bytes=s.overrun_bytes,
+                    min_free_bytes=s.min_free_bytes,
+                    keep_told_s=s.keep_told_s,
                 )
                 for name, s in sorted(stores.items())
             ),

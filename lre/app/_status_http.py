@@ -238,6 +238,19 @@ def _upstreams(snapshot: ProcessSnapshot) -> list[dict[str, object]]:
     ]
 
 
+def _cache_notices(snapshot: ProcessSnapshot) -> list[str]:
+    """What the stores say about the cache contract (an overrun of max_bytes
+    does not make lre unhealthy: it is the contract at work)."""
+    return [
+        f"store {row.name} holds {row.overrun_bytes} bytes beyond its max_bytes of "
+        f"{row.max_bytes}: blobs lre told clients exist in the last {row.keep_told_s:.0f} s "
+        f"(or inputs of running actions) may not be evicted; it keeps {row.min_free_bytes} "
+        "bytes of the disk free and refuses new blobs below that"
+        for row in snapshot.stores
+        if row.overrun_bytes
+    ]
+
+
 def _status_body(snapshot: ProcessSnapshot) -> tuple[int, str, bytes]:
     if snapshot.healthy:
         body = {
@@ -248,6 +261,7 @@ def _status_body(snapshot: ProcessSnapshot) -> tuple[int, str, bytes]:
             "queued": snapshot.queued,
             "containment": snapshot.containment,
             "upstreams": _upstreams(snapshot),
+            "cache": _cache_notices(snapshot),
         }
         return 200, _JSON, json.dumps(body).encode() + b"\n"
     body = {
@@ -255,6 +269,7 @@ def _status_body(snapshot: ProcessSnapshot) -> tuple[int, str, bytes]:
         "problems": list(snapshot.problems),
         "containment": snapshot.containment,
         "upstreams": _upstreams(snapshot),
+        "cache": _cache_notices(snapshot),
     }
     return 503, _JSON, json.dumps(body).encode() + b"\n"
 

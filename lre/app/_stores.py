@@ -7,6 +7,7 @@ anywhere is built as an action cache, every other name as a blob store.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -30,6 +31,14 @@ from lre.cas import (
 )
 from lre.config import Config, GrpcStoreSpec, StoreSpec
 from lre.upstream import UpstreamClient, UpstreamStatistics
+
+log = logging.getLogger("lre.cas")
+
+
+def _log_overrun(message: str) -> None:
+    """How a filesystem store's overrun of max_bytes is said (once per episode)."""
+    log.warning("%s", message)
+
 
 #: Threads the stores may use together for blocking file I/O.
 STORE_THREADS = 8
@@ -178,6 +187,9 @@ def build_stores(config: Config) -> Stores:
                 fsync=fs.fsync,
                 read_chunk_size=int(fs.read_buffer_size),
                 thread_limiter=limiter,
+                keep_told_s=float(fs.eviction_policy.keep_told),
+                min_free_bytes=int(fs.eviction_policy.min_free_disk),
+                on_overrun=_log_overrun,
             )
             stores.filesystems.append(filesystem)
             store = filesystem

@@ -19,6 +19,7 @@ from lre.cas._blob_io import (
     write_message,
 )
 from lre.cas._blob_scan import ContentUsage, content_usage
+from lre.cas._content_index import ShrinkReport, disk_free_bytes
 from lre.cas._directory_cache import DirectoryCache
 from lre.cas._directory_reader import DirectoryReader
 from lre.cas._filesystem import FilesystemStore
@@ -61,12 +62,14 @@ __all__ = [
     "MemoryStore",
     "Pin",
     "PinnableStore",
+    "ShrinkReport",
     "StoreStatistics",
     "VerifyStore",
     "call_inline",
     "check_read_range",
     "closing_stream",
     "content_usage",
+    "disk_free_bytes",
     "file_digests",
     "immediate_reads",
     "missing_digests",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from lre.config._models import Config
 
+
 def has_upstream(config: Config) -> bool:
     """Whether ``config`` reads from or forwards to an upstream REAPI server."""
     return any(s.grpc is not None for s in config.stores) or any(

@@ -51,6 +51,22 @@ class EvictionPolicy:
         default=Seconds(0),
     )
     max_count: int = doc("Evict once more than this many blobs are held; 0 = no limit.", default=0)
+    keep_told: Seconds = doc(
+        "The cache contract (filesystem stores): a blob lre told a client exists (a "
+        "FindMissingBlobs answer, a result it served, an upload it accepted) is not evicted "
+        "for this long after that, since clients rely on it: Bazel's "
+        "--experimental_remote_cache_ttl and Buck2's cas_ttl_secs are 3 h. 0 = plain LRU "
+        "(a build may then fail on a blob evicted under it).",
+        default=Seconds(10800),
+    )
+    min_free_disk: ByteSize = doc(
+        "Free-disk floor (filesystem stores): when blobs under the contract fill max_bytes "
+        "the store overruns it (logged once, shown in /status and `lre doctor`) while the "
+        "disk keeps this much free; past it a new upload or output fails with "
+        "RESOURCE_EXHAUSTED naming the floor, so lre's own state never meets a full disk. "
+        "0 = no overrun: a store full of such blobs refuses writes.",
+        default=ByteSize(2 << 30),
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -68,6 +68,7 @@ async def test_status_ok_then_503_with_reason(nursery: trio.Nursery) -> None:
         "problems": ["worker:local: failed to start: work directory is locked"],
         "containment": "pidns",
         "upstreams": [],
+        "cache": [],
     }
     health.clear("worker:local")
     health.add_check("disk", lambda: "disk nearly full: 0 bytes free")
@@ -187,3 +188,30 @@ async def test_port_in_use_names_the_setting(nursery: trio.Nursery) -> None:
     _, port = await start(nursery, SnapshotAssembler(address="a"))
     with pytest.raises(OSError, match=r"global\.status\.address"):
         await nursery.start(StatusServer(f"127.0.0.1:{port}", SnapshotAssembler(address="a")).serve)
+
+
+async def test_status_says_when_a_store_overruns_for_the_cache_contract(
+    nursery: trio.Nursery,
+) -> None:
+    from lre.cas import StoreStatistics
+
+    overrun = StoreStatistics(
+        blob_count=3,
+        stored_bytes=5000,
+        max_bytes=3000,
+        pinned_blobs=0,
+        evicted_blobs=0,
+        evicted_bytes=0,
+        overrun_bytes=2000,
+        min_free_bytes=1 << 30,
+        keep_told_s=10800,
+    )
+    source = SnapshotAssembler(
+        address="127.0.0.1:50051", health=HealthBoard(), stores=lambda: {"cas": overrun}
+    )
+    _, port = await start(nursery, source)
+    status, _, body = await request(port, get("/status"))
+    assert status == 200  # the contract at work is not a fault
+    (notice,) = json.loads(body)["cache"]
+    assert "store cas holds 2000 bytes beyond its max_bytes of 3000" in notice
+    assert "10800 s" in notice and str(1 << 30) in notice
