@@ -300,7 +300,9 @@ PUBLIC_API: dict[str, set[str]] = {
         "unary_rpc",
     },
     "lre.app": {
+        "ADMIN_TOKEN_FILE",
         "AppBuildError",
+        "CacheAdmin",
         "Application",
         "ReadyInfo",
         "StoreBuildError",
@@ -309,6 +311,7 @@ PUBLIC_API: dict[str, set[str]] = {
         "run_server",
         "serve_until_signal",
         "state_dir_of",
+        "write_admin_token",
     },
     "lre.tui": {
         "RemoteSnapshots",

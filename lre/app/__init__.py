@@ -6,12 +6,15 @@ entry used by ``lre up``.
 """
 
 from lre.app._app import AppBuildError, Application, ReadyInfo, state_dir_of
+from lre.app._cache_admin import ADMIN_TOKEN_FILE, CacheAdmin, write_admin_token
 from lre.app._run import run_server, serve_until_signal
 from lre.app._stores import StoreBuildError, Stores, build_stores
 
 __all__ = [
+    "ADMIN_TOKEN_FILE",
     "AppBuildError",
     "Application",
+    "CacheAdmin",
     "ReadyInfo",
     "StoreBuildError",
     "Stores",
@@ -19,4 +22,5 @@ __all__ = [
     "run_server",
     "serve_until_signal",
     "state_dir_of",
+    "write_admin_token",
 ]

@@ -19,13 +19,14 @@ from pathlib import Path
 
 import trio
 
+from lre.app._cache_admin import CacheAdmin, write_admin_token
 from lre.app._events import EventLog
 from lre.app._health import HealthBoard, free_space_check
 from lre.app._snapshot import SnapshotAssembler
 from lre.app._status_http import StatusServer
 from lre.app._stores import Stores, build_stores
 from lre.app._upstreams import upstream_rows
-from lre.cas import GrpcStore, StoreStatistics
+from lre.cas import FilesystemActionCache, FilesystemStore, GrpcStore, StoreStatistics
 from lre.config import (
     Config,
     ForwardSchedulerSpec,
@@ -456,6 +457,7 @@ class Application:
                 for forwarder in self.forwarders.values():
                     await core.start(forwarder.run)
                 await core.start(self.bridge.run)
+                await core.start(self.stores.save_uses)
                 if self.learner is not None:
                     await core.start(self.learner.run)
                 for containment in self.containments.values():
@@ -473,6 +475,8 @@ class Application:
                             self.config.global_.status.address,
                             self.assembler,
                             rpc=self.rpc_metrics.statistics,
+                            admin=self._cache_admin(),
+                            admin_token=write_admin_token(str(state_dir_of(self.config))),
                         )
                         await front.start(status.serve)
                         status_address = status.bound_address
@@ -495,6 +499,22 @@ class Application:
                     await trio.to_thread.run_sync(self.learner.close)
             self.stopped.set()
             log.info("stopped")
+
+    def _cache_admin(self) -> CacheAdmin:
+        """What ``lre cache gc``/``clean`` change through the running server:
+        the filesystem stores and action caches, by config name."""
+        return CacheAdmin(
+            blob_stores={
+                name: store
+                for name, store in self.stores.blobs.items()
+                if isinstance(store, FilesystemStore)
+            },
+            action_caches={
+                name: cache
+                for name, cache in self.stores.action_caches.items()
+                if isinstance(cache, FilesystemActionCache)
+            },
+        )
 
     def request_stop(self) -> None:
         """Begin the ordered shutdown of ``serve`` (safe to call repeatedly)."""

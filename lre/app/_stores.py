@@ -142,6 +142,25 @@ class Stores:
         for cache in self.filesystem_caches:
             await cache.open()
 
+    async def save_uses(
+        self,
+        interval_s: float = 60.0,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Every ``interval_s``, save each filesystem store's recent uses as
+        file mtimes, so a crash of lre loses at most that much of the cache
+        contract's record (a restart rebuilds it from the mtimes). Runs until
+        cancelled; an ``OSError`` of one round is logged and the next retries."""
+        task_status.started()
+        while True:
+            await trio.sleep(interval_s)
+            for store in self.filesystems:
+                try:
+                    await store.flush_access_times()
+                except OSError as error:
+                    log.warning("saving the uses of %s failed: %s", store.content_path, error)
+
     async def close(self) -> None:
         for store in self.filesystems:
             with trio.CancelScope(shield=True):

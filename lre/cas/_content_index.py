@@ -424,7 +424,8 @@ class ContentIndex:
         return ShrinkReport(
             evicted_blobs=self._evicted_blobs - before_blobs,
             evicted_bytes=self._evicted_bytes - before_bytes,
-            kept_told_bytes=max(0, left),
+            # Short of the target, every blob left is one eviction may not take.
+            kept_told_bytes=self._stored_bytes if left > 0 else 0,
         )
 
     def told_bytes(self) -> int:

@@ -14,6 +14,7 @@ import trio
 
 from lre.cas import FilesystemActionCache, FilesystemStore, write_bytes
 from lre.digest import Digest, digest_of
+from tests._support.reapi import Client
 from tests.cli.running_lre import LreHome, bazel_repo, detached, private_home
 from tests.e2e._bazel import BazelSession
 from tests.e2e._workspace import generate_workspace
@@ -145,24 +146,35 @@ def test_clean_yes_skips_the_question(tmp_path: Path) -> None:
     assert _present(home, digests) == [False]
 
 
-def test_live_figures_and_refusals_while_lre_runs(tmp_path: Path) -> None:
+def test_live_figures_and_gc_through_the_running_lre(tmp_path: Path) -> None:
     home = private_home(tmp_path)
-    digests = _fill(home, [100, 200])
+    digests = _fill(home, [100, 200, 300])
     repo = bazel_repo(tmp_path)
     with detached(home, repo):
         text = home.run("cache", cwd=repo)
         assert text.returncode == 0, text.stderr
         assert "live figures" in text.stdout
-        assert "CAS cas: 2 blobs, 300 B of 1.0 GiB" in text.stdout
+        assert "CAS cas: 3 blobs, 600 B of 1.0 GiB" in text.stdout
         assert "hit rate: no action looked up since lre started" in text.stdout
         document = _summary(home, repo)
         assert (document["source"], document["hits"], document["misses"]) == ("live", 0, 0)
-        for command in (["clean", "--yes"], ["gc", "--to", "1"]):
-            refused = home.run("cache", *command, cwd=repo)
-            assert refused.returncode == 1
-            assert "lre is running" in refused.stderr
-            assert "`lre down` first" in refused.stderr
-        assert _present(home, digests) == [True, True]
+        # A client asks for the last blob: lre has now told it that it exists.
+        with Client(f"127.0.0.1:{home.grpc_port}") as client:
+            assert client.missing([digests[2]]) == []
+        shrunk = home.run("cache", "gc", "--to", "1", cwd=repo)
+        assert shrunk.returncode == 0, shrunk.stderr
+        assert "through the running lre" in shrunk.stdout
+        assert "evicted 2 blobs" in shrunk.stdout
+        assert "kept 300 B that lre told clients exist in the last 3 h" in shrunk.stdout
+        assert _present(home, digests) == [False, False, True]
+        assert "CAS cas: 1 blobs, 300 B" in home.run("cache", cwd=repo).stdout
+        with Client(f"127.0.0.1:{home.grpc_port}") as client:
+            assert client.missing(digests[:2]) == digests[:2]  # the index knows
+        forced = home.run("cache", "clean", "--yes", "--force", cwd=repo)
+        assert forced.returncode == 0, forced.stderr
+        assert "deleted 316 B" in forced.stdout
+        assert "`bazel clean`" in forced.stdout and "`buck2 kill`" in forced.stdout
+        assert _present(home, digests) == [False, False, False]
 
 
 def test_hit_rate_after_a_real_bazel_rebuild_from_the_cache(tmp_path: Path) -> None:
