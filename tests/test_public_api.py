@@ -53,7 +53,9 @@ PUBLIC_API: dict[str, set[str]] = {
         "resolve_digest_function",
     },
     "lre.config": {
+        "ADMIN_TOKEN_FILE",
         "ByteSize",
+        "HITS_FILE",
         "ClientSpec",
         "Config",
         "ConfigError",
@@ -300,9 +302,10 @@ PUBLIC_API: dict[str, set[str]] = {
         "unary_rpc",
     },
     "lre.app": {
-        "ADMIN_TOKEN_FILE",
         "AppBuildError",
         "CacheAdmin",
+        "ClientHits",
+        "HitCounts",
         "Application",
         "ReadyInfo",
         "StoreBuildError",

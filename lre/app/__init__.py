@@ -6,15 +6,17 @@ entry used by ``lre up``.
 """
 
 from lre.app._app import AppBuildError, Application, ReadyInfo, state_dir_of
-from lre.app._cache_admin import ADMIN_TOKEN_FILE, CacheAdmin, write_admin_token
+from lre.app._cache_admin import CacheAdmin, write_admin_token
+from lre.app._hits import ClientHits, HitCounts
 from lre.app._run import run_server, serve_until_signal
 from lre.app._stores import StoreBuildError, Stores, build_stores
 
 __all__ = [
-    "ADMIN_TOKEN_FILE",
     "AppBuildError",
     "Application",
     "CacheAdmin",
+    "ClientHits",
+    "HitCounts",
     "ReadyInfo",
     "StoreBuildError",
     "Stores",

@@ -25,10 +25,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from lre.cas import FilesystemActionCache, FilesystemStore
+from lre.config import ADMIN_TOKEN_FILE
 
-__all__ = ["ADMIN_TOKEN_FILE", "CacheAdmin", "write_admin_token"]
-
-ADMIN_TOKEN_FILE = "admin.token"
+__all__ = ["CacheAdmin", "write_admin_token"]
 
 
 def write_admin_token(state_dir: str) -> str:

@@ -22,6 +22,7 @@ from typing import Protocol
 
 from lre.app._events import EventLog
 from lre.app._health import HealthBoard
+from lre.app._hits import HitCounts
 from lre.cas import StoreStatistics
 from lre.scheduler import SchedulerStatistics
 from lre.snapshot import (
@@ -95,6 +96,7 @@ class SnapshotAssembler:
         health: HealthBoard | None = None,
         upstreams: Callable[[], Iterable[UpstreamRow]] | None = None,
         kill_factor: float = 1.2,
+        hits: Callable[[], HitCounts] | None = None,
         started_at: float | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -110,6 +112,10 @@ class SnapshotAssembler:
         self.health = health if health is not None else HealthBoard()
         self._upstreams = upstreams
         self._kill_factor = kill_factor
+        #: Set by the composition root once the hit counts are loaded.
+        self.hits = hits
+        #: What the cache has to say (``MissReport.notices``), if anything.
+        self.cache_notices: Callable[[], tuple[str, ...]] | None = None
         self._clock = clock
         self.started_at = clock() if started_at is None else started_at
         self._history: deque[_Rate] = deque()
@@ -148,7 +154,19 @@ class SnapshotAssembler:
         if stats is not None:
             snapshot = _with_scheduler(snapshot, stats, usage, now, self._kill_factor)
         rate = self._rate(now, snapshot.completed)
-        return replace(snapshot, completed_per_second=rate)
+        snapshot = replace(snapshot, completed_per_second=rate)
+        if self.hits is not None:
+            hits = self.hits()
+            snapshot = replace(
+                snapshot,
+                client_get_action_result_hits=hits.get_action_result_hits,
+                client_execute_hits=hits.execute_hits,
+                client_misses=hits.misses,
+                client_hits_since=hits.since,
+            )
+        if self.cache_notices is not None:
+            snapshot = replace(snapshot, cache_notices=self.cache_notices())
+        return snapshot
 
     def _rate(self, now: float, completed: int) -> float:
         history = self._history

@@ -305,9 +305,10 @@ def _upstreams(snapshot: ProcessSnapshot) -> list[dict[str, object]]:
 
 
 def _cache_notices(snapshot: ProcessSnapshot) -> list[str]:
-    """What the stores say about the cache contract (an overrun of max_bytes
-    does not make lre unhealthy: it is the contract at work)."""
-    return [
+    """What lre says about its cache: why upstream lookups keep missing, and
+    overruns of max_bytes for the cache contract (neither makes lre
+    unhealthy)."""
+    return list(snapshot.cache_notices) + [
         f"store {row.name} holds {row.overrun_bytes} bytes beyond its max_bytes of "
         f"{row.max_bytes}: blobs lre told clients exist in the last {row.keep_told_s:.0f} s "
         f"(or inputs of running actions) may not be evicted; it keeps {row.min_free_bytes} "

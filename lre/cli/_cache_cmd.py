@@ -19,7 +19,6 @@ unless ``--force``, which then prints what Bazel and Buck2 must do.
 from __future__ import annotations
 
 import json
-import re
 import sys
 import urllib.request
 from collections.abc import Awaitable, Callable
@@ -120,7 +119,8 @@ def _live_figures(stores: LocalStores, data: dict[str, Any]) -> list[StoreFigure
 
 @dataclass(frozen=True, slots=True)
 class Lookups:
-    """Action-cache lookups since lre started, counted per action: a hit is
+    """Action-cache lookups since the counts were last zeroed (``lre stats
+    --zero``; they survive restarts), counted per action: a hit is
     an action answered from the action cache, by GetActionResult (Bazel and
     Buck2 ask that first) or by Execute (lre's scheduler looks there before
     running anything); a miss is an action lre had to run."""
@@ -139,26 +139,13 @@ class Lookups:
         return self.hits / total if total else None
 
 
-_GET_ACTION_RESULT_OK = re.compile(
-    r"^lre_rpc_requests_total\{(?=[^}]*method=\"ActionCache/GetActionResult\")"
-    r"(?=[^}]*code=\"OK\")[^}]*\}\s+(\d+(?:\.\d+)?)\s*$",
-    re.MULTILINE,
-)
-
-
-def _lookups(status_address: str, live: dict[str, Any]) -> Lookups | None:
-    """The lookups from ``/api/v1/stats`` (``live``) and ``/metrics``; None
-    when ``/metrics`` cannot be read."""
-    try:
-        with urllib.request.urlopen(f"http://{status_address}/metrics", timeout=5) as reply:
-            metrics = reply.read().decode("utf-8", "replace")
-    except OSError:
-        return None
-    found = _GET_ACTION_RESULT_OK.search(metrics)
+def _lookups(live: dict[str, Any]) -> Lookups:
+    """The client-visible lookups of a ``/api/v1/stats`` document (kept across
+    restarts since ``client_hits_since``)."""
     return Lookups(
-        get_action_result_hits=int(float(found[1])) if found else 0,
-        execute_hits=int(live.get("cache_hits", 0)),
-        misses=int(live.get("cache_misses", 0)),
+        get_action_result_hits=int(live.get("client_get_action_result_hits", 0)),
+        execute_hits=int(live.get("client_execute_hits", 0)),
+        misses=int(live.get("client_misses", 0)),
     )
 
 
@@ -184,9 +171,7 @@ def cache_summary(
             problem = str(error)
     figures = _live_figures(stores, live) if live is not None else _disk_figures(stores)
     figures += _action_cache_figures(stores)
-    lookups = None
-    if live is not None and lookup.server is not None:
-        lookups = _lookups(lookup.server.status_address, live)
+    lookups = _lookups(live) if live is not None else None
     if as_json:
         document = {
             "running": lookup.server is not None,
@@ -229,16 +214,14 @@ def _summary_lines(
             lines.append(f"  action cache {f.name}: {f.entries} entries, {size} in {f.path}")
     if not figures:
         lines.append("  no store of this configuration is on local disk")
-    if live is None:
+    if live is None or lookups is None:
         lines.append("  hit rate: unknown (lre counts hits while it runs)")
-    elif lookups is None:
-        lines.append("  hit rate: unknown (lre's /metrics did not answer)")
     elif lookups.rate is None:
-        lines.append("  hit rate: no action looked up since lre started")
+        lines.append("  hit rate: no action looked up yet")
     else:
         lines.append(
             f"  hit rate: {100 * lookups.rate:.0f}% ({lookups.hits} of "
-            f"{lookups.hits + lookups.misses} actions since lre started: "
+            f"{lookups.hits + lookups.misses} actions since the counts were zeroed: "
             f"{lookups.get_action_result_hits} found by GetActionResult, "
             f"{lookups.execute_hits} by Execute in the action cache, {lookups.misses} executed)"
         )
@@ -274,7 +257,7 @@ AFTER_FORCE = (
 )
 
 
-def _admin_post(lookup: Lookup, route: str, query: str) -> dict[str, Any] | None:
+def admin_post(lookup: Lookup, route: str, query: str) -> dict[str, Any] | None:
     """POST ``route`` to the running lre's status listener with its admin
     token; None when lre is not running. Exits with status 1 when lre runs
     without a status listener or does not answer."""
@@ -289,7 +272,7 @@ def _admin_post(lookup: Lookup, route: str, query: str) -> dict[str, Any] | None
             err=True,
         )
         raise typer.Exit(1)
-    from lre.app import ADMIN_TOKEN_FILE
+    from lre.config import ADMIN_TOKEN_FILE
 
     try:
         token = (lookup.state_dir / ADMIN_TOKEN_FILE).read_text(encoding="ascii").strip()
@@ -392,7 +375,7 @@ def clean(
         if not typer.confirm(f"Delete all of it ({human_bytes(total)})?", default=False):
             typer.echo("nothing deleted")
             raise typer.Exit(1)
-    answer = _admin_post(lookup, "/api/v1/cache/clean", f"force={int(force)}")
+    answer = admin_post(lookup, "/api/v1/cache/clean", f"force={int(force)}")
     if answer is not None:
         rows = list(answer["stores"])
         cleared = sum(int(c["bytes"]) for c in answer["action_caches"])
@@ -433,7 +416,7 @@ def gc(
     lre runs, through it. Blobs clients may still rely on stay unless --force."""
 
     lookup = look_up(config_path)
-    answer = _admin_post(lookup, "/api/v1/cache/gc", f"to={to}&force={int(force)}")
+    answer = admin_post(lookup, "/api/v1/cache/gc", f"to={to}&force={int(force)}")
     if answer is not None:
         rows = list(answer["stores"])
         typer.echo(f"through the running lre (pid {lookup.server.pid}):")  # type: ignore[union-attr]

@@ -19,6 +19,7 @@ import typer
 from lre.cli._app import app
 from lre.cli._checks import Check
 from lre.cli._client_config import find_repo_root
+from lre.cli._doctor_cache import cache_checks
 from lre.cli._doctor_clients import repository_checks
 from lre.cli._doctor_host import host_checks
 from lre.cli._local_stores import LocalStores, LocalStoresError, local_stores
@@ -38,6 +39,7 @@ def run_checks(config_path: Path | None, repo: Path | None) -> list[Check]:
         )
         stores = LocalStores((), ())
     checks += host_checks(lookup, stores)
+    checks += cache_checks(lookup)
     checks += repository_checks(repo, lookup.server)
     return checks
 

@@ -11,7 +11,18 @@ from lre.snapshot import ProcessSnapshot
 from tests.tui._load import run, start_load, submit
 from tests.tui._sample import sample_snapshot
 
-ALLOWED_LABELS = {"worker", "stage", "platform", "outcome", "method", "code", "store", "kind", "le"}
+ALLOWED_LABELS = {
+    "worker",
+    "stage",
+    "platform",
+    "outcome",
+    "method",
+    "code",
+    "store",
+    "kind",
+    "le",
+    "via",
+}
 
 
 def parse(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
