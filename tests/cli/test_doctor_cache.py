@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lre.cli._daemon import RunningServer
-from lre.cli._doctor_cache import cache_checks
+from lre.cli._doctor_cache import bytes_check, cache_checks
 from lre.cli._running import Lookup
 from lre.config import default_config
 
@@ -33,3 +33,17 @@ def test_each_notice_is_a_warning_with_its_step(tmp_path: Path) -> None:
     assert fine.status == "OK"
     (skipped,) = cache_checks(_lookup(tmp_path, False))
     assert skipped.status == "SKIP"
+
+
+def test_building_without_the_bytes_on_old_bazel_is_a_warning(tmp_path: Path) -> None:
+    (tmp_path / ".bazelrc").write_text(
+        "# build --remote_download_minimal\nbuild --remote_download_toplevel\n"
+        "try-import %workspace%/lre.bazelrc\n"
+    )
+    old = bytes_check(tmp_path, (4, 2, 3))
+    assert old.status == "WARN"
+    assert f"{tmp_path / '.bazelrc'}:2" in old.message and "bulk transfer" in old.message
+    assert "bazel clean" in old.fix
+    assert bytes_check(tmp_path, (6, 2, 0)).status == "OK"
+    (tmp_path / ".bazelrc").write_text("build --jobs=4\n")
+    assert bytes_check(tmp_path, (4, 2, 3)).status == "OK"
