@@ -14,6 +14,7 @@ lines Bazel 4.2.3 really prints. The same after a gc without --force, and
 with lre's own config after the forced gc.
 
     .venv/bin/python bench/bench_cache_contract.py [--rounds 3] [--modules 12]
+        [--project generated|brotli] [--skip-volume] [--skip-messages]
 
 Needs Bazel at /usr/bin/bazel. Servers listen on 127.0.0.1 and stop with
 the script; everything lives under a temporary directory.
@@ -31,6 +32,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from tests.cli.running_lre import LreHome, detached, private_home
 from tests.e2e._bazel import BazelSession
@@ -58,14 +60,26 @@ def interesting(output: str) -> list[str]:
     return [line for line in output.splitlines() if any(k in line for k in keep)][:12]
 
 
-def part_one(tmp: Path, rounds: int, modules: int, out: list[str]) -> None:
-    ws = generate_workspace(tmp / "ws", modules=modules, funcs=3)
+def _project(tmp: Path, project: str, modules: int) -> tuple[Path, str, str]:
+    """(workspace root, target, description) of the workspace to measure."""
+    if project == "brotli":
+        import real_project
+
+        sdist = real_project.fetch_sdist(real_project.default_cache_dir())
+        ws = real_project.generate_project_workspace(sdist, tmp / "brotli")
+        return ws.root, "//...", f"brotli {real_project.VERSION} ({real_project.SPAWNS} spawns)"
+    generated = generate_workspace(tmp / "ws", modules=modules, funcs=3)
+    return generated.root, generated.target, f"generated C, {generated.spawn_count} spawns"
+
+
+def part_one(tmp: Path, rounds: int, modules: int, project: str, out: list[str]) -> None:
+    root, target, what = _project(tmp, project, modules)
     (tmp / "lre1").mkdir()
     home = private_home(tmp / "lre1", max_bytes="4GiB")
     modes = ("lre config (download all)", "+ --remote_download_toplevel")
     rows: dict[str, list[tuple[float, int, int]]] = {k: [] for k in modes}
-    with detached(home, ws.root), BazelSession(ws.root, tmp / "bazel1") as bazel:
-        bazel.build([ws.target]).check()  # warm the toolchain and lre's cache
+    with detached(home, root), BazelSession(root, tmp / "bazel1") as bazel:
+        bazel.build([target]).check()  # warm the toolchain and lre's cache
         for r in range(rounds):
             order = list(rows) if r % 2 == 0 else list(reversed(rows))
             for mode in order:
@@ -74,12 +88,12 @@ def part_one(tmp: Path, rounds: int, modules: int, out: list[str]) -> None:
                     flags.append("--remote_download_toplevel")
                 bazel.clean()
                 started = time.monotonic()
-                built = bazel.build([ws.target], flags)
+                built = bazel.build([target], flags)
                 wall = time.monotonic() - started
                 built.check()
-                out_dir = ws.root / "bazel-out"
-                rows[mode].append((wall, tree_bytes(out_dir.resolve()), cas_bytes(home, ws.root)))
-    out.append(f"workspace: {modules} modules, {ws.spawn_count} actions, {rounds} rounds")
+                out_dir = root / "bazel-out"
+                rows[mode].append((wall, tree_bytes(out_dir.resolve()), cas_bytes(home, root)))
+    out.append(f"workspace: {what}, {rounds} rounds")
     for mode, values in rows.items():
         walls = [v[0] for v in values]
         out.append(
@@ -130,12 +144,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--modules", type=int, default=12)
     parser.add_argument("--skip-volume", action="store_true")
+    parser.add_argument("--skip-messages", action="store_true")
+    parser.add_argument("--project", choices=("generated", "brotli"), default="generated")
     args = parser.parse_args()
     out: list[str] = [f"# bench_cache_contract {time.strftime('%Y-%m-%d %H:%M:%S %Z')}"]
     with tempfile.TemporaryDirectory(prefix="lre-bench29-") as tmp:
         if not args.skip_volume:
-            part_one(Path(tmp), args.rounds, args.modules, out)
-        part_two(Path(tmp), out)
+            part_one(Path(tmp), args.rounds, args.modules, args.project, out)
+        if not args.skip_messages:
+            part_two(Path(tmp), out)
     print("\n".join(out))
 
 

@@ -27,6 +27,7 @@ PEER_TOOLS = Path(os.environ.get("LRE_PEER_TOOLS", REPO.parent / "shared" / "too
 #: The only instance name the harness's config serves.
 INSTANCE = "main"
 
+
 def straight_flags(url: str, *, jobs: int = 8) -> list[str]:
     """Bazel straight against BuildGrid at ``url``, as the team's CI builds:
     where actions run and nothing else; the repository's own flags (none
