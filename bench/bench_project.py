@@ -13,12 +13,10 @@ What it does (see docs/benchmarks.md, "A real project"):
   (``LRE_HOME`` a scratch directory), which writes ``lre.bazelrc`` into the
   workspace; the remote builds use exactly the ``build:lre`` flags of that
   file, plus ``--noremote_accept_cached`` so that every spawn executes;
-- keeps two Bazel servers warm, one per side (each its own output_user_root):
-  the lre flags change build options (``--incompatible_strict_action_env``,
-  and ``--remote_download_toplevel`` sets the in-memory .d/.jdeps options), so
-  one server switching between the sides would discard its analysis cache
-  and, since every action's environment changes, re-run every action of an
-  "edit" rebuild;
+- keeps two Bazel servers warm, one per side (each its own output_user_root),
+  so each side's timings start from the same warm state (the lre flags no
+  longer change build options or action keys since issue 29, but a shared
+  server would still hand one side the other's local action cache);
 - untimed warm-up rounds, then rounds in alternating order (reversed every
   other round): a clean build on each side (``bazel clean``, then build
   ``//...``), then ``--edits`` times: change ``c/enc/encode.c`` (a new

@@ -6,16 +6,22 @@ entry used by ``lre up``.
 """
 
 from lre.app._app import AppBuildError, Application, ReadyInfo, state_dir_of
+from lre.app._cache_admin import CacheAdmin, write_admin_token
+from lre.app._hits import ClientHits, HitCounts
 from lre.app._run import run_server
 from lre.app._stores import StoreBuildError, Stores, build_stores
 
 __all__ = [
     "AppBuildError",
     "Application",
+    "CacheAdmin",
+    "ClientHits",
+    "HitCounts",
     "ReadyInfo",
     "StoreBuildError",
     "Stores",
     "build_stores",
     "run_server",
     "state_dir_of",
+    "write_admin_token",
 ]

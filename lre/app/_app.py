@@ -19,14 +19,23 @@ from pathlib import Path
 
 import trio
 
+from lre.app._cache_admin import CacheAdmin, write_admin_token
 from lre.app._events import EventLog
 from lre.app._health import HealthBoard, free_space_check
 from lre.app._history import HistoryRecorder
+from lre.app._hits import ClientHits, HitCounts
+from lre.app._miss_report import MissReport, MissWatch
 from lre.app._snapshot import SnapshotAssembler
 from lre.app._status_http import StatusServer
 from lre.app._stores import Stores, build_stores
 from lre.app._upstreams import upstream_rows
-from lre.cas import GrpcStore, StoreStatistics
+from lre.cas import (
+    FastSlowActionCache,
+    FilesystemActionCache,
+    FilesystemStore,
+    GrpcStore,
+    StoreStatistics,
+)
 from lre.config import (
     Config,
     ForwardSchedulerSpec,
@@ -250,6 +259,10 @@ class Application:
             history=self.history,
         )
         self.assembler.containment = self._containment_summary()
+        self._first_scheduler = first
+        self.hits: ClientHits | None = None
+        self.miss_report = MissReport(self._miss_watches())
+        self.assembler.cache_notices = self.miss_report.notices
         self.servers: list[GrpcServer] = []
         for server in config.servers:
             backends: dict[str, InstanceBackends] = {}
@@ -500,6 +513,8 @@ class Application:
         if self.workers:
             log.info("containment of action processes: %s", self.assembler.containment)
         os.makedirs(state_dir_of(self.config), mode=0o700, exist_ok=True)
+        self.hits = ClientHits(str(state_dir_of(self.config)), self._live_hits)
+        self.assembler.hits = self.hits.totals
         await self.stores.open()
         try:
             async with trio.open_nursery() as core:
@@ -510,6 +525,9 @@ class Application:
                 await core.start(self.bridge.run)
                 if self.history is not None:
                     await core.start(self.history.run)
+                await core.start(self.stores.save_uses)
+                await core.start(self.hits.run)
+                await core.start(self.miss_report.run)
                 if self.learner is not None:
                     await core.start(self.learner.run)
                 for containment in self.containments.values():
@@ -528,6 +546,8 @@ class Application:
                             self.assembler,
                             rpc=self.rpc_metrics.statistics,
                             local_peers=self.local_peers,
+                            admin=self._cache_admin(),
+                            admin_token=write_admin_token(str(state_dir_of(self.config))),
                         )
                         await front.start(status.serve)
                         status_address = status.bound_address
@@ -551,6 +571,55 @@ class Application:
                     await trio.to_thread.run_sync(self.learner.close)
             self.stopped.set()
             log.info("stopped")
+
+    def _miss_watches(self) -> list[MissWatch]:
+        """The upstream action caches the instances look in, with their CAS."""
+        watches: dict[str, MissWatch] = {}
+        for server in self.config.servers:
+            for instance in server.instances:
+                cache = self.stores.action_caches.get(instance.ac_store or "")
+                if isinstance(cache, FastSlowActionCache) and instance.ac_store not in watches:
+                    watches[instance.ac_store] = MissWatch(
+                        instance.ac_store, cache, self.stores.blob(instance.cas_store)
+                    )
+        return list(watches.values())
+
+    def _live_hits(self) -> HitCounts:
+        """This run's client-visible hits: GetActionResult answers that found a
+        result (OK), Execute calls answered from the action cache, and the
+        executions that ran."""
+        found = 0
+        for method in self.rpc_metrics.statistics().methods:
+            if method.method == "ActionCache/GetActionResult":
+                found = method.codes.get("OK", 0)
+        first = self._first_scheduler
+        if first is None:
+            return HitCounts(get_action_result_hits=found)
+        stats = first.statistics()
+        ran = max(0, stats.submitted - stats.dedup_hits - stats.cache_hits)
+        return HitCounts(found, stats.cache_hits, ran)
+
+    async def _zero_hits(self) -> None:
+        if self.hits is not None:
+            self.hits.zero()
+        await trio.lowlevel.checkpoint()
+
+    def _cache_admin(self) -> CacheAdmin:
+        """What ``lre cache gc``/``clean`` change through the running server:
+        the filesystem stores and action caches, by config name."""
+        return CacheAdmin(
+            blob_stores={
+                name: store
+                for name, store in self.stores.blobs.items()
+                if isinstance(store, FilesystemStore)
+            },
+            action_caches={
+                name: cache
+                for name, cache in self.stores.action_caches.items()
+                if isinstance(cache, FilesystemActionCache)
+            },
+            zero_hits=self._zero_hits,
+        )
 
     def request_stop(self) -> None:
         """Begin the ordered shutdown of ``serve`` (safe to call repeatedly)."""

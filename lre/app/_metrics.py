@@ -121,6 +121,22 @@ def render_metrics(snapshot: ProcessSnapshot, rpc: RpcStatistics | None = None) 
     )
 
     w.family(
+        "lre_client_cache_hits_total",
+        "counter",
+        "Action-cache hits as the client sees them, by the call that found them "
+        "(get_action_result, execute); kept across restarts, reset by `lre stats --zero`.",
+        [
+            ({"via": "get_action_result"}, snapshot.client_get_action_result_hits),
+            ({"via": "execute"}, snapshot.client_execute_hits),
+        ],
+    )
+    w.family(
+        "lre_client_cache_misses_total",
+        "counter",
+        "Actions lre ran (no cached result); kept across restarts like the hits.",
+        [({}, snapshot.client_misses)],
+    )
+    w.family(
         "lre_completed_total",
         "counter",
         "Finished operations by outcome.",

@@ -23,6 +23,7 @@ from typing import Protocol
 from lre.app._events import EventLog
 from lre.app._health import HealthBoard
 from lre.app._history import HistoryRecorder
+from lre.app._hits import HitCounts
 from lre.cas import StoreStatistics
 from lre.scheduler import SchedulerStatistics
 from lre.snapshot import (
@@ -100,6 +101,7 @@ class SnapshotAssembler:
         upstreams: Callable[[], Iterable[UpstreamRow]] | None = None,
         kill_factor: float = 1.2,
         history: HistoryRecorder | None = None,
+        hits: Callable[[], HitCounts] | None = None,
         started_at: float | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -116,6 +118,10 @@ class SnapshotAssembler:
         self._upstreams = upstreams
         self._kill_factor = kill_factor
         self._recorder = history
+        #: Set by the composition root once the hit counts are loaded.
+        self.hits = hits
+        #: What the cache has to say (``MissReport.notices``), if anything.
+        self.cache_notices: Callable[[], tuple[str, ...]] | None = None
         self._clock = clock
         self.started_at = clock() if started_at is None else started_at
         self._history: deque[_Rate] = deque()
@@ -140,6 +146,9 @@ class SnapshotAssembler:
                     max_bytes=s.max_bytes,
                     evicted_blobs=s.evicted_blobs,
                     evicted_bytes=s.evicted_bytes,
+                    overrun_bytes=s.overrun_bytes,
+                    min_free_bytes=s.min_free_bytes,
+                    keep_told_s=s.keep_told_s,
                 )
                 for name, s in sorted(stores.items())
             ),
@@ -159,7 +168,19 @@ class SnapshotAssembler:
         if stats is not None:
             snapshot = _with_scheduler(snapshot, stats, usage, now, self._kill_factor)
         rate = self._rate(now, snapshot.completed)
-        return replace(snapshot, completed_per_second=rate)
+        snapshot = replace(snapshot, completed_per_second=rate)
+        if self.hits is not None:
+            hits = self.hits()
+            snapshot = replace(
+                snapshot,
+                client_get_action_result_hits=hits.get_action_result_hits,
+                client_execute_hits=hits.execute_hits,
+                client_misses=hits.misses,
+                client_hits_since=hits.since,
+            )
+        if self.cache_notices is not None:
+            snapshot = replace(snapshot, cache_notices=self.cache_notices())
+        return snapshot
 
     def _rate(self, now: float, completed: int) -> float:
         history = self._history

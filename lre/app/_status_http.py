@@ -7,6 +7,13 @@ Routes (GET or HEAD; one request per connection, ``Connection: close``):
 - ``/metrics``: Prometheus text format 0.0.4 (``render_metrics``);
 - ``/api/v1/stats``: the ``ProcessSnapshot`` as JSON (``lre top`` reads it).
 
+POST routes (``CacheAdmin``; they need ``Authorization: Bearer <admin
+token>``, else 401; the parameters are in the query string):
+
+- ``/api/v1/cache/gc?to=BYTES&force=0|1``, ``/api/v1/cache/clean?force=0|1``
+  (``lre cache gc`` / ``clean`` while lre runs);
+- ``/api/v1/stats/zero`` (``lre stats --zero``).
+
 Robustness: the request head must arrive within ``request_timeout_s``
 (else 408) and fit in ``max_request_bytes`` (else 431); a malformed request
 line gets 400, another method 405, another path 404; each is logged once at
@@ -21,11 +28,14 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
+import urllib.parse
 from collections.abc import Callable
 from typing import Final
 
 import trio
 
+from lre.app._cache_admin import CacheAdmin
 from lre.app._logging import log_rejected
 from lre.app._metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from lre.app._metrics import render_metrics
@@ -40,6 +50,7 @@ log = logging.getLogger("lre.status")
 _REASONS: Final = {
     200: "OK",
     400: "Bad Request",
+    401: "Unauthorized",
     403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
@@ -49,6 +60,7 @@ _REASONS: Final = {
     503: "Service Unavailable",
 }
 _JSON: Final = "application/json"
+_GET_ROUTES: Final = ("/status", "/metrics", "/api/v1/stats")
 _DRAIN_LIMIT: Final = 1 << 20
 _TEXT: Final = "text/plain; charset=utf-8"
 
@@ -93,11 +105,15 @@ class StatusServer:
         max_request_bytes: int = 8192,
         max_connections: int = 64,
         local_peers: LocalPeers | None = None,
+        admin: CacheAdmin | None = None,
+        admin_token: str = "",
     ) -> None:
         self.host, self.port = parse_listen_address(address)
         #: When set, connections from lre's own actions get 403 (see
         #: ``lre.service.LocalPeers``).
         self.local_peers = local_peers
+        self.admin = admin
+        self.admin_token = admin_token
         self.source = source
         self.rpc = rpc
         self.request_timeout_s = request_timeout_s
@@ -168,9 +184,12 @@ class StatusServer:
         head_only = False
         try:
             with trio.fail_after(self.request_timeout_s):
-                method, path = await self._read_request(stream)
+                method, path, query, headers = await self._read_request(stream)
             head_only = method == "HEAD"
-            status, content_type, body = self._respond(method, path)
+            if method == "POST":
+                status, content_type, body = await self._post(path, query, headers)
+            else:
+                status, content_type, body = self._respond(method, path)
         except _Rejected as rejected:
             log_rejected(
                 log, "HTTP request", status=str(rejected.status), reason=rejected.reason, peer=peer
@@ -185,7 +204,9 @@ class StatusServer:
             return  # the client went away; nothing to answer
         await self._send_quietly(stream, status, content_type, body, head_only)
 
-    async def _read_request(self, stream: trio.SocketStream) -> tuple[str, str]:
+    async def _read_request(
+        self, stream: trio.SocketStream
+    ) -> tuple[str, str, dict[str, str], dict[str, str]]:
         buffer = bytearray()
         while b"\r\n\r\n" not in buffer and b"\n\n" not in buffer:
             if len(buffer) > self.max_request_bytes:
@@ -196,20 +217,58 @@ class StatusServer:
                     raise trio.BrokenResourceError("closed before a request")
                 raise _Rejected(400, "connection closed mid-request")
             buffer += chunk
-        head = bytes(buffer).split(b"\n", 1)[0].rstrip(b"\r")
+        lines = bytes(buffer).replace(b"\r\n", b"\n").split(b"\n\n", 1)[0].split(b"\n")
         try:
-            line = head.decode("ascii")
+            line = lines[0].decode("ascii")
         except UnicodeDecodeError:
             raise _Rejected(400, "request line is not ASCII") from None
         parts = line.split(" ")
         if len(parts) != 3 or not parts[2].startswith("HTTP/1.") or not parts[1].startswith("/"):
             raise _Rejected(400, f"malformed request line {line[:80]!r}")
-        return parts[0], parts[1].split("?", 1)[0]
+        headers: dict[str, str] = {}
+        for raw in lines[1:]:
+            name, sep, value = raw.decode("latin-1").partition(":")
+            if sep:
+                headers[name.strip().lower()] = value.strip()
+        path, _, query_text = parts[1].partition("?")
+        query = dict(urllib.parse.parse_qsl(query_text))
+        return parts[0], path, query, headers
+
+    async def _post(
+        self, path: str, query: dict[str, str], headers: dict[str, str]
+    ) -> tuple[int, str, bytes]:
+        """A ``CacheAdmin`` call; 401 without the admin token, 400 naming a
+        bad parameter, 404 for another path."""
+        routes = ("/api/v1/cache/gc", "/api/v1/cache/clean", "/api/v1/stats/zero")
+        if path in _GET_ROUTES:
+            raise _Rejected(405, f"{path} answers GET or HEAD, not POST")
+        if path not in routes:
+            raise _Rejected(404, f"no such POST path {path[:80]!r} ({', '.join(routes)})")
+        admin = self.admin
+        given = headers.get("authorization", "")
+        if (
+            admin is None
+            or not self.admin_token
+            or not secrets.compare_digest(given, f"Bearer {self.admin_token}")
+        ):
+            raise _Rejected(401, "POST needs Authorization: Bearer <lre's admin.token>")
+        force = _flag(query, "force")
+        if path == "/api/v1/cache/gc":
+            to = query.get("to", "")
+            if not to.isdigit():
+                raise _Rejected(400, f"to: {to[:40]!r} is not a number of bytes")
+            answer = await admin.gc(int(to), force=force)
+        elif path == "/api/v1/cache/clean":
+            answer = await admin.clean(force=force)
+        else:
+            answer = await admin.zero()
+        log.info("status listener: %s done (%s)", path, "forced" if force else "contract kept")
+        return 200, _JSON, json.dumps(answer).encode() + b"\n"
 
     def _respond(self, method: str, path: str) -> tuple[int, str, bytes]:
         if method not in ("GET", "HEAD"):
-            raise _Rejected(405, f"method {method[:16]!r} not allowed (GET or HEAD)")
-        if path not in ("/status", "/metrics", "/api/v1/stats"):
+            raise _Rejected(405, f"method {method[:16]!r} not allowed (GET, HEAD or POST)")
+        if path not in _GET_ROUTES:
             raise _Rejected(404, f"no such path {path[:80]!r} (/status, /metrics, /api/v1/stats)")
         try:
             snapshot = self.source()
@@ -253,6 +312,13 @@ class StatusServer:
             pass
 
 
+def _flag(query: dict[str, str], name: str) -> bool:
+    value = query.get(name, "0")
+    if value not in ("0", "1"):
+        raise _Rejected(400, f"{name}: {value[:40]!r} is not 0 or 1")
+    return value == "1"
+
+
 def _upstreams(snapshot: ProcessSnapshot) -> list[dict[str, object]]:
     """Each upstream's state, last error and counters (an upstream that is down
     does not make lre unhealthy: builds continue local-only)."""
@@ -287,6 +353,20 @@ def _queue(snapshot: ProcessSnapshot) -> dict[str, object]:
     }
 
 
+def _cache_notices(snapshot: ProcessSnapshot) -> list[str]:
+    """What lre says about its cache: why upstream lookups keep missing, and
+    overruns of max_bytes for the cache contract (neither makes lre
+    unhealthy)."""
+    return list(snapshot.cache_notices) + [
+        f"store {row.name} holds {row.overrun_bytes} bytes beyond its max_bytes of "
+        f"{row.max_bytes}: blobs lre told clients exist in the last {row.keep_told_s:.0f} s "
+        f"(or inputs of running actions) may not be evicted; it keeps {row.min_free_bytes} "
+        "bytes of the disk free and refuses new blobs below that"
+        for row in snapshot.stores
+        if row.overrun_bytes
+    ]
+
+
 def _status_body(snapshot: ProcessSnapshot) -> tuple[int, str, bytes]:
     if snapshot.healthy:
         body = {
@@ -298,6 +378,7 @@ def _status_body(snapshot: ProcessSnapshot) -> tuple[int, str, bytes]:
             "queue": _queue(snapshot),
             "containment": snapshot.containment,
             "upstreams": _upstreams(snapshot),
+            "cache": _cache_notices(snapshot),
         }
         return 200, _JSON, json.dumps(body).encode() + b"\n"
     body = {
@@ -306,6 +387,7 @@ def _status_body(snapshot: ProcessSnapshot) -> tuple[int, str, bytes]:
         "queue": _queue(snapshot),
         "containment": snapshot.containment,
         "upstreams": _upstreams(snapshot),
+        "cache": _cache_notices(snapshot),
     }
     return 503, _JSON, json.dumps(body).encode() + b"\n"
 

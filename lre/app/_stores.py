@@ -7,6 +7,7 @@ anywhere is built as an action cache, every other name as a blob store.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -30,6 +31,14 @@ from lre.cas import (
 )
 from lre.config import Config, GrpcStoreSpec, StoreSpec
 from lre.upstream import UpstreamClient, UpstreamStatistics
+
+log = logging.getLogger("lre.cas")
+
+
+def _log_overrun(message: str) -> None:
+    """How a filesystem store's overrun of max_bytes is said (once per episode)."""
+    log.warning("%s", message)
+
 
 #: Threads the stores may use together for blocking file I/O.
 STORE_THREADS = 8
@@ -133,6 +142,25 @@ class Stores:
         for cache in self.filesystem_caches:
             await cache.open()
 
+    async def save_uses(
+        self,
+        interval_s: float = 60.0,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Every ``interval_s``, save each filesystem store's recent uses as
+        file mtimes, so a crash of lre loses at most that much of the cache
+        contract's record (a restart rebuilds it from the mtimes). Runs until
+        cancelled; an ``OSError`` of one round is logged and the next retries."""
+        task_status.started()
+        while True:
+            await trio.sleep(interval_s)
+            for store in self.filesystems:
+                try:
+                    await store.flush_access_times()
+                except OSError as error:
+                    log.warning("saving the uses of %s failed: %s", store.content_path, error)
+
     async def close(self) -> None:
         for store in self.filesystems:
             with trio.CancelScope(shield=True):
@@ -181,6 +209,9 @@ def build_stores(config: Config) -> Stores:
                 fsync=fs.fsync,
                 read_chunk_size=int(fs.read_buffer_size),
                 thread_limiter=limiter,
+                keep_told_s=float(fs.eviction_policy.keep_told),
+                min_free_bytes=int(fs.eviction_policy.min_free_disk),
+                on_overrun=_log_overrun,
             )
             stores.filesystems.append(filesystem)
             store = filesystem

@@ -19,6 +19,7 @@ from lre.cas._blob_io import (
     write_message,
 )
 from lre.cas._blob_scan import ContentUsage, content_usage
+from lre.cas._content_index import ShrinkReport, disk_free_bytes
 from lre.cas._directory_cache import DirectoryCache
 from lre.cas._directory_reader import DirectoryReader
 from lre.cas._filesystem import FilesystemStore
@@ -63,6 +64,7 @@ __all__ = [
     "MemoryStore",
     "Pin",
     "PinnableStore",
+    "ShrinkReport",
     "StoreStatistics",
     "TreeExtent",
     "VerifyStore",
@@ -70,6 +72,7 @@ __all__ = [
     "check_read_range",
     "closing_stream",
     "content_usage",
+    "disk_free_bytes",
     "file_digests",
     "immediate_reads",
     "missing_digests",

@@ -43,6 +43,12 @@ def entry_bytes(entry: int) -> int:
 def scan_content(content_path: str, temp_path: str) -> list[tuple[str, int]]:
     """(thread) ``(hash, entry)`` of every blob on disk, least recently used
     first; see the module docstring for what is created and removed."""
+    return [(h, entry) for h, entry, _ in scan_content_used(content_path, temp_path)]
+
+
+def scan_content_used(content_path: str, temp_path: str) -> list[tuple[str, int, float]]:
+    """(thread) ``scan_content`` with each blob's last use (its newest file
+    mtime, seconds since the epoch) as a third item."""
     os.makedirs(content_path, mode=0o700, exist_ok=True)
     os.makedirs(temp_path, mode=0o700, exist_ok=True)
     if os.stat(content_path).st_dev != os.stat(temp_path).st_dev:
@@ -54,7 +60,7 @@ def scan_content(content_path: str, temp_path: str) -> list[tuple[str, int]]:
     found, mtimes, junk = _walk(content_path, create_shards=True)
     for path in junk:
         _remove(path)
-    return [(h, found[h]) for h in sorted(mtimes, key=mtimes.__getitem__)]
+    return [(h, found[h], mtimes[h] / 1e9) for h in sorted(mtimes, key=mtimes.__getitem__)]
 
 
 @dataclass(frozen=True, slots=True)

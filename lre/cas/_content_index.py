@@ -15,8 +15,24 @@ Entries are plain ints (``size << 2 | variants``, as ``scan_content``
 returns them): no per-blob object, so 100k blobs cost the garbage collector
 nothing.
 
+The cache contract (docs/configuration.md): a blob lre told a client
+exists (a lookup that found it, a read, an accepted write) stays for
+``keep_told_s`` seconds after that last use (Bazel's
+``--experimental_remote_cache_ttl`` and Buck2's ``cas_ttl_secs`` are 3 h).
+Eviction never removes such a blob, nor a pinned or busy one. When those
+alone exceed ``max_bytes`` the store overruns it, as long as the disk keeps
+``min_free_bytes`` free (``free_disk`` measures it); the first overrun of
+an episode is reported once through ``on_overrun``. The last use of each blob
+is kept beside the LRU order (the order is by that time), rebuilt at
+``open`` from the files' mtimes. Uses seen on another thread
+(``peek_*``) are queued and count from when the owning thread applies them
+(later, so never shorter); a lock makes each such lookup and the choice and
+removal of victims exclusive, so a blob a peek found present is never a
+victim picked before its use was queued.
+
 Failure: ``reserve`` raises ``ResourceExhausted`` and reserves nothing when
-pinned or busy blobs hold too many bytes. Deleted blobs leave the index
+the new bytes would leave less than ``min_free_bytes`` of the disk free (the
+message names the floor), after evicting what the contract allows. Deleted blobs leave the index
 before their files are unlinked (in a thread call shielded from
 cancellation), so they are never served again even when the unlink fails;
 its ``OSError`` then propagates (a file already gone is not an error). A
@@ -26,9 +42,13 @@ blob that is absent is never an error here: lookups answer 0 or ``None``.
 from __future__ import annotations
 
 import collections
+import os
+import threading
+import time
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import trio
 
@@ -48,6 +68,22 @@ def _size(entry: int) -> int:
     return entry >> 2
 
 
+def disk_free_bytes(path: str) -> int:
+    """Bytes an unprivileged writer may still use on ``path``'s filesystem."""
+    stat = os.statvfs(path)
+    return stat.f_bavail * stat.f_frsize
+
+
+@dataclass(frozen=True, slots=True)
+class ShrinkReport:
+    """What ``shrink_to`` did: blobs and bytes removed, and the bytes it had to
+    keep because the cache contract (or a pin) holds them."""
+
+    evicted_blobs: int
+    evicted_bytes: int
+    kept_told_bytes: int
+
+
 class ContentIndex:
     """The blobs under ``content_path``, in LRU order, within ``max_bytes``.
 
@@ -64,13 +100,28 @@ class ContentIndex:
         evict_bytes: int,
         pins: PinTable,
         limiter: trio.CapacityLimiter,
+        *,
+        keep_told_s: float = 0.0,
+        min_free_bytes: int = 0,
+        clock: Callable[[], float] = time.time,
+        free_disk: Callable[[], int] | None = None,
+        on_overrun: Callable[[str], None] | None = None,
     ) -> None:
         self.content_path = content_path
         self.max_bytes = max_bytes
         self.evict_bytes = evict_bytes
+        self.keep_told_s = keep_told_s
+        self.min_free_bytes = min_free_bytes
+        self._clock = clock
+        self._free_disk = free_disk or (lambda: disk_free_bytes(content_path))
+        self._on_overrun = on_overrun
+        self._overrunning = False
         self._pins = pins
         self._limiter = limiter
         self._entries: OrderedDict[str, int] = OrderedDict()
+        #: Last use of each entry (``clock`` seconds), in the order of ``_entries``.
+        self._used_at: dict[str, float] = {}
+        self._lock = threading.Lock()
         self._stored_bytes = 0
         self._reserved_bytes = 0
         self._busy: dict[str, int] = {}
@@ -82,17 +133,22 @@ class ContentIndex:
         self._evicted_blobs = 0
         self._evicted_bytes = 0
 
-    def load(self, entries: Sequence[tuple[str, int]]) -> None:
-        """Replace the contents with ``(hash, entry)`` pairs, least recently used
-        first (what ``scan_content`` returns), even beyond ``max_bytes``."""
-        self._entries = OrderedDict(entries)
+    def load(self, entries: Sequence[tuple[str, int, float]]) -> None:
+        """Replace the contents with ``(hash, entry, last use)`` triples, least
+        recently used first (what ``scan_content_used`` returns), even beyond
+        ``max_bytes``. A last use in the future counts as now."""
+        now = self._clock()
+        self._entries = OrderedDict((h, entry) for h, entry, _ in entries)
+        self._used_at = {h: min(used, now) for h, _, used in entries}
         self._stored_bytes = sum(map(entry_bytes, self._entries.values()))
 
     async def trim(self) -> None:
         """Evict down to ``max_bytes - evict_bytes`` if over ``max_bytes``
-        (after ``load``); ``ResourceExhausted`` as in ``reserve``."""
+        (after ``load``), keeping what the contract holds (an overrun then)."""
         if self._stored_bytes > self.max_bytes:
-            await self.reserve(EMPTY_DIGEST, 0)
+            excess = self._stored_bytes - max(self.max_bytes - self.evict_bytes, 0)
+            await self._evict(self._take_victims(excess) or ([], []))
+            self._note_overrun("at start")
 
     def path(self, digest: Digest, variant: int) -> str:
         """The content file of ``digest``'s ``variant``."""
@@ -113,6 +169,11 @@ class ContentIndex:
     def reserved_bytes(self) -> int:
         """Bytes set aside by ``reserve`` and not yet given back."""
         return self._reserved_bytes
+
+    @property
+    def overrun_bytes(self) -> int:
+        """Bytes stored or reserved beyond ``max_bytes`` (0 within it)."""
+        return max(0, self._stored_bytes + self._reserved_bytes - self.max_bytes)
 
     @property
     def evicted_blobs(self) -> int:
@@ -140,6 +201,8 @@ class ContentIndex:
         entries = self._entries
         touch = entries.move_to_end
         touched = self._touched
+        used_at = self._used_at
+        now = self._clock()
         result: list[int | None] = []
         append = result.append
         empty = EMPTY_DIGEST.hash
@@ -148,6 +211,7 @@ class ContentIndex:
             if entry is not None and entry >> 2 == d.size_bytes:
                 touch(d.hash)
                 touched.add(d.hash)
+                used_at[d.hash] = now
                 append(d.size_bytes)
             elif d.size_bytes == 0 and d.hash == empty:
                 append(0)
@@ -162,10 +226,13 @@ class ContentIndex:
         result: list[int | None] = [None] * len(found)
         touch = entries.move_to_end
         touched = self._touched
+        used_at = self._used_at
+        now = self._clock()
         for i, entry in enumerate(found):
             if entry is not None and entry >> 2 == sizes[i]:
                 touch(hashes[i])
                 touched.add(hashes[i])
+                used_at[hashes[i]] = now
                 result[i] = sizes[i]
         mark_empty_blob(hashes, sizes, result)
         return result
@@ -176,13 +243,14 @@ class ContentIndex:
         GIL) and queues the uses, which the owning thread applies before it
         next picks eviction victims or saves access times."""
         entries = self._entries
-        found = list(map(entries.get, hashes))
-        result: list[int | None] = [None] * len(found)
+        result: list[int | None] = [None] * len(hashes)
         touches = self._foreign_touches
-        for i, entry in enumerate(found):
-            if entry is not None and entry >> 2 == sizes[i]:
-                touches.append(hashes[i])
-                result[i] = sizes[i]
+        with self._lock:
+            found = list(map(entries.get, hashes))
+            for i, entry in enumerate(found):
+                if entry is not None and entry >> 2 == sizes[i]:
+                    touches.append(hashes[i])
+                    result[i] = sizes[i]
         mark_empty_blob(hashes, sizes, result)
         return result
 
@@ -190,20 +258,26 @@ class ContentIndex:
         """The content file to read ``digest`` from, safe to call from another
         thread (the use is queued as in ``peek_many_hashes``); ``None`` when it
         is not stored."""
-        entry = self._entries.get(digest.hash)
-        if entry is None or _size(entry) != digest.size_bytes:
-            return None
-        self._foreign_touches.append(digest.hash)
+        with self._lock:
+            entry = self._entries.get(digest.hash)
+            if entry is None or _size(entry) != digest.size_bytes:
+                return None
+            self._foreign_touches.append(digest.hash)
         return self.path(digest, PLAIN_VARIANT if entry & PLAIN_VARIANT else EXEC_VARIANT)
 
     def _apply_foreign_touches(self) -> None:
         touches = self._foreign_touches
+        if not touches:
+            return
         entries = self._entries
+        used_at = self._used_at
+        now = self._clock()
         while touches:
             key = touches.popleft()
             if key in entries:
                 entries.move_to_end(key)
                 self._touched.add(key)
+                used_at[key] = now
 
     def touch(self, digest: Digest) -> None:
         """Count a use of a stored blob: it becomes the most recently used."""
@@ -211,6 +285,7 @@ class ContentIndex:
         if key in self._entries:
             self._entries.move_to_end(key)
             self._touched.add(key)
+            self._used_at[key] = self._clock()
 
     # ------------------------------------------------------------ changes
 
@@ -226,11 +301,14 @@ class ContentIndex:
                 self._entries[key] = entry | variant
                 self._stored_bytes += digest.size_bytes
             self._entries.move_to_end(key)
+        self._used_at[key] = self._clock()
         self._touched.discard(key)
 
     def forget(self, digest: Digest) -> None:
         """Drop ``digest`` (its files vanished behind the store's back)."""
-        entry = self._entries.pop(digest.hash, None)
+        with self._lock:
+            entry = self._entries.pop(digest.hash, None)
+        self._used_at.pop(digest.hash, None)
         if entry is not None:
             self._stored_bytes -= entry_bytes(entry)
         self._touched.discard(digest.hash)
@@ -265,69 +343,148 @@ class ContentIndex:
     async def reserve(self, digest: Digest, size: int) -> None:
         """Set ``size`` bytes aside for ``digest``, evicting if needed.
 
-        Victims leave the index at once; their files are unlinked in a
-        shielded thread call. Raises ``ResourceExhausted`` (reserving and
-        evicting nothing) when pinned or busy blobs hold too much. Give the
+        Over ``max_bytes``, blobs the contract allows to go are evicted, least
+        recently used first, down to ``max_bytes - evict_bytes``; what the
+        contract, pins and adds in progress hold stays, and the store then
+        overruns ``max_bytes`` (reported once per episode). Whenever the new
+        bytes would leave less than ``min_free_bytes`` of the disk free,
+        evictable blobs go first; if that is not enough ``ResourceExhausted``
+        names the floor and nothing is reserved. Victims leave the index at
+        once; their files are unlinked in a shielded thread call. Give the
         bytes back with ``unreserve`` once the blob was added or failed.
         """
         used = self._stored_bytes + self._reserved_bytes
-        if used + size <= self.max_bytes:
-            self._reserved_bytes += size
-            return
-        excess = used + size - max(self.max_bytes - self.evict_bytes, 0)
-        victims, freed = self._victims(excess)
-        if used - freed + size > self.max_bytes:
-            raise ResourceExhausted(
-                f"filesystem store is full: blob {digest} needs {size} bytes and "
-                f"{used - freed} of {self.max_bytes} bytes are held by pinned or busy blobs"
-            )
-        self._reserved_bytes += size
-        try:
+        if used + size > self.max_bytes:
+            excess = used + size - max(self.max_bytes - self.evict_bytes, 0)
+            # Without a floor there is no overrun: take victims only when they
+            # make room, else fail without evicting anything.
+            need = None if self.min_free_bytes else used + size - self.max_bytes
+            victims = self._take_victims(excess, need=need)
+            if victims is None:
+                raise ResourceExhausted(
+                    f"filesystem store is full: blob {digest} needs {size} bytes and "
+                    f"{used} of {self.max_bytes} bytes are held by pinned or busy blobs "
+                    "or blobs lre told clients exist (set eviction_policy.min_free_disk "
+                    "to let the store overrun max_bytes for those)"
+                )
             await self._evict(victims)
-        except BaseException:
-            self._reserved_bytes -= size
-            raise
+        if self.min_free_bytes:
+            short = self._floor_shortfall(size)
+            if short > 0:
+                await self._evict(self._take_victims(short) or ([], []))
+                short = self._floor_shortfall(size)
+            if short > 0:
+                raise ResourceExhausted(
+                    f"filesystem store {self.content_path}: blob {digest} needs {size} "
+                    f"bytes and the disk would keep less than the free-disk floor of "
+                    f"{self.min_free_bytes} bytes (eviction_policy.min_free_disk); "
+                    f"{self._stored_bytes} bytes are held by blobs lre told clients exist "
+                    f"in the last {self.keep_told_s:.0f} s or by running actions"
+                )
+        self._reserved_bytes += size
+        self._note_overrun(f"while storing {digest}")
 
-    async def shrink_to(self, target_bytes: int) -> None:
-        """Evict unpinned, idle blobs, least recently used first, until at
-        most ``target_bytes`` are stored or reserved (``max_bytes`` stays as
-        it is). Pinned and busy blobs are kept even when that leaves more
-        than ``target_bytes``; unlink errors propagate as in ``reserve``."""
+    def _floor_shortfall(self, size: int) -> int:
+        """How many bytes short of ``min_free_bytes`` the disk would be after
+        ``size`` more bytes and the reservations not yet written."""
+        return self.min_free_bytes - (self._free_disk() - self._reserved_bytes - size)
+
+    def _note_overrun(self, when: str) -> None:
+        over = self.overrun_bytes
+        if not over:
+            self._overrunning = False
+            return
+        if self._overrunning:
+            return
+        self._overrunning = True
+        if self._on_overrun is not None:
+            self._on_overrun(
+                f"filesystem store {self.content_path} holds {over} bytes beyond its "
+                f"max_bytes of {self.max_bytes} ({when}): the blobs lre "
+                f"told clients exist in the last {self.keep_told_s:.0f} s and those of "
+                "running actions may not be evicted (the cache contract); it keeps "
+                f"{self.min_free_bytes} bytes of the disk free and evicts again as their "
+                "time runs out"
+            )
+
+    async def shrink_to(self, target_bytes: int, *, force: bool = False) -> ShrinkReport:
+        """Evict idle blobs, least recently used first, until at most
+        ``target_bytes`` are stored or reserved (``max_bytes`` stays as it
+        is). Blobs under the contract are kept unless ``force``; pinned and
+        busy blobs are always kept, even when that leaves more than
+        ``target_bytes``; unlink errors propagate as in ``reserve``."""
+        before_blobs, before_bytes = self._evicted_blobs, self._evicted_bytes
         excess = self._stored_bytes + self._reserved_bytes - max(target_bytes, 0)
-        victims, _ = self._victims(excess) if excess > 0 else ([], 0)
-        if victims:
+        victims = (self._take_victims(excess, force=force) if excess > 0 else None) or ([], [])
+        if victims[0]:
             await self._evict(victims)
         else:
             await trio.lowlevel.checkpoint()
+        left = self._stored_bytes + self._reserved_bytes - max(target_bytes, 0)
+        return ShrinkReport(
+            evicted_blobs=self._evicted_blobs - before_blobs,
+            evicted_bytes=self._evicted_bytes - before_bytes,
+            # Short of the target, every blob left is one eviction may not take.
+            kept_told_bytes=self._stored_bytes if left > 0 else 0,
+        )
 
-    def _victims(self, excess: int) -> tuple[list[tuple[str, int]], int]:
-        """The least recently used unpinned, idle entries holding at least
-        ``excess`` bytes (all of them when they hold less), and their bytes."""
+    def told_bytes(self) -> int:
+        """Bytes of the blobs the contract holds right now (a pass over the
+        newest entries only)."""
         self._apply_foreign_touches()
-        victims: list[tuple[str, int]] = []
-        freed = 0
-        for key, entry in self._entries.items():
-            if freed >= excess:
+        if self.keep_told_s <= 0:
+            return 0
+        since = self._clock() - self.keep_told_s
+        held = 0
+        used_at = self._used_at
+        for key in reversed(self._entries):
+            if used_at.get(key, 0.0) <= since:
                 break
-            if key in self._busy or self._pins.is_pinned(key):
-                continue
-            victims.append((key, entry))
-            freed += entry_bytes(entry)
-        return victims, freed
+            held += entry_bytes(self._entries[key])
+        return held
 
-    async def _evict(self, victims: list[tuple[str, int]]) -> None:
-        """Drop ``victims`` from the index at once and unlink their files."""
-        if not victims:
-            return
+    def _take_victims(
+        self, excess: int, *, force: bool = False, need: int | None = None
+    ) -> tuple[list[str], list[str]] | None:
+        """Remove from the index the least recently used idle, unpinned entries
+        the contract lets go (all of them with ``force``) holding at least
+        ``excess`` bytes (all of them when they hold less); their keys and
+        files, to unlink with ``_evict``. With ``need``, when they hold less
+        than ``need`` bytes nothing is removed and the answer is None."""
+        since = self._clock() - self.keep_told_s if self.keep_told_s > 0 and not force else None
+        keys: list[str] = []
         paths: list[str] = []
-        for key, entry in victims:
-            del self._entries[key]
+        freed = 0
+        used_at = self._used_at
+        with self._lock:
+            self._apply_foreign_touches()
+            for key, entry in self._entries.items():
+                if freed >= excess:
+                    break
+                if since is not None and used_at.get(key, 0.0) > since:
+                    break  # this and every later entry were used since
+                if key in self._busy or self._pins.is_pinned(key):
+                    continue
+                keys.append(key)
+                freed += entry_bytes(entry)
+            if need is not None and freed < need:
+                return None
+            for key in keys:
+                entry = self._entries.pop(key)
+                paths.extend(self._paths(key, entry))
+                self._stored_bytes -= entry_bytes(entry)
+                self._evicted_bytes += entry_bytes(entry)
+        self._evicted_blobs += len(keys)
+        for key in keys:
             self._touched.discard(key)
-            self._stored_bytes -= entry_bytes(entry)
-            self._evicted_blobs += 1
-            self._evicted_bytes += entry_bytes(entry)
-            paths.extend(self._paths(key, entry))
-        await self._delete([key for key, _ in victims], paths)
+            used_at.pop(key, None)
+        return keys, paths
+
+    async def _evict(self, victims: tuple[list[str], list[str]]) -> None:
+        """Unlink the files of victims ``_take_victims`` removed."""
+        keys, paths = victims
+        if keys:
+            await self._delete(keys, paths)
 
     def oversize_error(self, digest: Digest) -> ResourceExhausted | None:
         """The error for ``digest`` when it is larger than the whole store (no

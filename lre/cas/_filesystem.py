@@ -44,6 +44,7 @@ file calls run on the event loop.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import (
     AsyncIterable,
     AsyncIterator,
@@ -65,9 +66,9 @@ from lre.cas._blob_files import (
     touch_all,
 )
 from lre.cas._blob_io import blob_mismatch, single_chunk
-from lre.cas._blob_scan import EXEC_VARIANT, PLAIN_VARIANT, scan_content
+from lre.cas._blob_scan import EXEC_VARIANT, PLAIN_VARIANT, scan_content_used
 from lre.cas._blob_writes import BlobWriter
-from lre.cas._content_index import ContentIndex
+from lre.cas._content_index import ContentIndex, ShrinkReport
 from lre.cas._inline import INLINE_BYTES, call_inline
 from lre.cas._pins import Pin, PinTable
 from lre.cas._statistics import StoreStatistics
@@ -103,8 +104,13 @@ class FilesystemStore:
     Build it, then ``await open()`` (scans the content directory; blobs
     become readable). ``max_bytes`` bounds the bytes of all variant files;
     writes beyond it evict unpinned blobs, least recently used first, down
-    to ``max_bytes - evict_bytes``; when that is impossible the write raises
-    ``ResourceExhausted`` and stores nothing. Running out of disk space
+    to ``max_bytes - evict_bytes``. The cache contract: a blob used (found,
+    read, written) in the last ``keep_told_s`` seconds is never evicted, nor
+    a pinned one; when those fill ``max_bytes`` the store overruns it while
+    the disk keeps ``min_free_bytes`` free (``on_overrun`` hears of each
+    overrun once), and a write past that floor raises ``ResourceExhausted``
+    naming it and stores nothing. Without a floor (0) there is no overrun:
+    a write that does not fit raises ``ResourceExhausted``. Running out of disk space
     (ENOSPC/EDQUOT) also raises ``ResourceExhausted``, leaves nothing
     partial and keeps every present blob readable.
 
@@ -123,6 +129,11 @@ class FilesystemStore:
         fsync: Literal["never", "always"] = "never",
         read_chunk_size: int = 1 << 20,
         thread_limiter: trio.CapacityLimiter | None = None,
+        keep_told_s: float = 0.0,
+        min_free_bytes: int = 0,
+        on_overrun: Callable[[str], None] | None = None,
+        clock: Callable[[], float] = time.time,
+        free_disk: Callable[[], int] | None = None,
     ) -> None:
         if max_bytes <= 0:
             raise ValueError(f"max_bytes: {max_bytes} must be positive (no store is unbounded)")
@@ -142,7 +153,16 @@ class FilesystemStore:
         self._writer = BlobWriter(self.temp_path, fsync=self.fsync)
         self._pins = PinTable()
         self._index = ContentIndex(
-            self.content_path, max_bytes, evict_bytes, self._pins, self._limiter
+            self.content_path,
+            max_bytes,
+            evict_bytes,
+            self._pins,
+            self._limiter,
+            keep_told_s=keep_told_s,
+            min_free_bytes=min_free_bytes,
+            clock=clock,
+            free_disk=free_disk,
+            on_overrun=on_overrun,
         )
         self._variants = VariantFiles(self._index, self._writer, self._limiter)
         self._opened = False
@@ -156,7 +176,7 @@ class FilesystemStore:
         different filesystems. If the blobs found exceed ``max_bytes`` the
         oldest are evicted.
         """
-        entries = await self._run(scan_content, self.content_path, self.temp_path)
+        entries = await self._run(scan_content_used, self.content_path, self.temp_path)
         self._index.load(entries)
         self._opened = True
         await self._index.trim()
@@ -453,15 +473,21 @@ class FilesystemStore:
 
     # ------------------------------------------------------------ extras
 
-    async def evict_to(self, max_bytes: int) -> None:
-        """Evict unpinned blobs, least recently used first, until the store
-        holds at most ``max_bytes`` (0 empties it); its own bound is
-        unchanged. ``lre cache gc`` and ``lre cache clean`` use this on a
-        store no server has open. Pinned blobs stay; unlink errors other
-        than a vanished file propagate (the evicted blobs are gone from the
-        index either way)."""
+    async def evict_to(self, max_bytes: int, *, force: bool = False) -> ShrinkReport:
+        """Evict idle, unpinned blobs, least recently used first, until the
+        store holds at most ``max_bytes`` (0 empties it); its own bound is
+        unchanged. Blobs under the cache contract (told to a client within
+        ``keep_told_s``) stay unless ``force``; pinned ones always stay.
+        ``lre cache gc`` and ``lre cache clean`` use this, through the running
+        server or on a store no server has open. Unlink errors other than a
+        vanished file propagate (the evicted blobs are gone from the index
+        either way)."""
         self._check_open()
-        await self._index.shrink_to(max_bytes)
+        return await self._index.shrink_to(max_bytes, force=force)
+
+    def told_bytes(self) -> int:
+        """Bytes of the blobs the cache contract holds right now."""
+        return self._index.told_bytes()
 
     def pin(self, digests: Iterable[Digest]) -> Pin:
         """Keep ``digests`` (both variants) from eviction until released."""
@@ -475,6 +501,9 @@ class FilesystemStore:
             pinned_blobs=len(self._pins),
             evicted_blobs=self._index.evicted_blobs,
             evicted_bytes=self._index.evicted_bytes,
+            overrun_bytes=self._index.overrun_bytes,
+            min_free_bytes=self._index.min_free_bytes,
+            keep_told_s=self._index.keep_told_s,
         )
 
     async def path_for_link(self, digest: Digest, executable: bool) -> str:

@@ -23,6 +23,7 @@ client asks). ``put`` writes the fast tier, then the slow one unless
 
 from __future__ import annotations
 
+import collections
 import logging
 from typing import Literal
 
@@ -185,6 +186,11 @@ class FastSlowActionCache:
         self.slow = slow
         self.write_policy = write_policy
         self.slow_hits = 0
+        self.slow_misses = 0
+        #: Slow-tier misses since its last hit (what "lookups keep missing" watches).
+        self.slow_misses_in_a_row = 0
+        #: The action digests of the latest slow-tier misses, newest last.
+        self.recent_slow_misses: collections.deque[Digest] = collections.deque(maxlen=16)
 
     async def get(self, action_digest: Digest) -> bytes | None:
         data = await self.fast.get(action_digest)
@@ -192,8 +198,12 @@ class FastSlowActionCache:
             return data
         data = await self.slow.get(action_digest)
         if data is None:
+            self.slow_misses += 1
+            self.slow_misses_in_a_row += 1
+            self.recent_slow_misses.append(action_digest)
             return None
         self.slow_hits += 1
+        self.slow_misses_in_a_row = 0
         try:
             await self.fast.put(action_digest, data)
         except ResourceExhausted:

@@ -15,3 +15,9 @@ class StoreStatistics:
     pinned_blobs: int
     evicted_blobs: int
     evicted_bytes: int
+    #: Bytes held beyond ``max_bytes`` because the cache contract keeps them.
+    overrun_bytes: int = 0
+    #: The free-disk floor the store keeps (0: none, then no overrun).
+    min_free_bytes: int = 0
+    #: How long a blob lre told a client exists is kept (0: no contract).
+    keep_told_s: float = 0.0

@@ -5,18 +5,20 @@ live counts, and the hit rate since it started), else from the disk
 (``lre.cas.content_usage``, which only reads). Action-cache entries are
 always counted on disk.
 
-``clean`` and ``gc`` refuse while lre runs with this configuration's state
-directory: the server keeps the CAS index in memory and would go on
-announcing deleted blobs to Bazel and Buck2 (`lre down` first). Offline
+``clean`` and ``gc`` run through the running lre when there is one (its
+status listener's POST routes, ``lre.app.CacheAdmin``: the server keeps the
+CAS index in memory, so only it can shrink the CAS safely), else offline:
 they open each filesystem store as the server would (which also removes
 uploads a crash left behind) and evict least recently used blobs through
 ``FilesystemStore.evict_to``; ``clean`` also empties the action caches.
+Either way blobs under the cache contract (told to a client within
+``eviction_policy.keep_told``, known offline from the files' mtimes) stay
+unless ``--force``, which then prints what Bazel and Buck2 must do.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import sys
 import urllib.request
 from collections.abc import Awaitable, Callable
@@ -118,7 +120,8 @@ def _live_figures(stores: LocalStores, data: dict[str, Any]) -> list[StoreFigure
 
 @dataclass(frozen=True, slots=True)
 class Lookups:
-    """Action-cache lookups since lre started, counted per action: a hit is
+    """Action-cache lookups since the counts were last zeroed (``lre stats
+    --zero``; they survive restarts), counted per action: a hit is
     an action answered from the action cache, by GetActionResult (Bazel and
     Buck2 ask that first) or by Execute (lre's scheduler looks there before
     running anything); a miss is an action lre had to run."""
@@ -137,26 +140,13 @@ class Lookups:
         return self.hits / total if total else None
 
 
-_GET_ACTION_RESULT_OK = re.compile(
-    r"^lre_rpc_requests_total\{(?=[^}]*method=\"ActionCache/GetActionResult\")"
-    r"(?=[^}]*code=\"OK\")[^}]*\}\s+(\d+(?:\.\d+)?)\s*$",
-    re.MULTILINE,
-)
-
-
-def _lookups(status_address: str, live: dict[str, Any]) -> Lookups | None:
-    """The lookups from ``/api/v1/stats`` (``live``) and ``/metrics``; None
-    when ``/metrics`` cannot be read."""
-    try:
-        with urllib.request.urlopen(f"http://{status_address}/metrics", timeout=5) as reply:
-            metrics = reply.read().decode("utf-8", "replace")
-    except OSError:
-        return None
-    found = _GET_ACTION_RESULT_OK.search(metrics)
+def _lookups(live: dict[str, Any]) -> Lookups:
+    """The client-visible lookups of a ``/api/v1/stats`` document (kept across
+    restarts since ``client_hits_since``)."""
     return Lookups(
-        get_action_result_hits=int(float(found[1])) if found else 0,
-        execute_hits=int(live.get("cache_hits", 0)),
-        misses=int(live.get("cache_misses", 0)),
+        get_action_result_hits=int(live.get("client_get_action_result_hits", 0)),
+        execute_hits=int(live.get("client_execute_hits", 0)),
+        misses=int(live.get("client_misses", 0)),
     )
 
 
@@ -182,9 +172,7 @@ def cache_summary(
             problem = str(error)
     figures = _live_figures(stores, live) if live is not None else _disk_figures(stores)
     figures += _action_cache_figures(stores)
-    lookups = None
-    if live is not None and lookup.server is not None:
-        lookups = _lookups(lookup.server.status_address, live)
+    lookups = _lookups(live) if live is not None else None
     if as_json:
         document = {
             "running": lookup.server is not None,
@@ -232,16 +220,14 @@ def _summary_lines(
             lines.append(f"  action cache {f.name}: {f.entries} entries, {size} in {f.path}")
     if not figures:
         lines.append("  no store of this configuration is on local disk")
-    if live is None:
+    if live is None or lookups is None:
         lines.append("  hit rate: unknown (lre counts hits while it runs)")
-    elif lookups is None:
-        lines.append("  hit rate: unknown (lre's /metrics did not answer)")
     elif lookups.rate is None:
-        lines.append("  hit rate: no action looked up since lre started")
+        lines.append("  hit rate: no action looked up yet")
     else:
         lines.append(
             f"  hit rate: {100 * lookups.rate:.0f}% ({lookups.hits} of "
-            f"{lookups.hits + lookups.misses} actions since lre started: "
+            f"{lookups.hits + lookups.misses} actions since the counts were zeroed: "
             f"{lookups.get_action_result_hits} found by GetActionResult, "
             f"{lookups.execute_hits} by Execute in the action cache, {lookups.misses} executed)"
         )
@@ -263,25 +249,123 @@ def _run_offline(work: Callable[[], Awaitable[T]]) -> T:
         raise typer.Exit(1) from None
 
 
-def _refuse_while_running(lookup: Lookup, what: str) -> None:
-    if lookup.server is not None:
+#: What a client must do after ``--force`` removed blobs it was told exist.
+AFTER_FORCE = (
+    "blobs lre had told clients exist were deleted (--force). What each client must do:\n"
+    "  - Bazel with lre's config (4.2.3 here: it downloads every output) recovers by\n"
+    "    itself: its next build re-uploads or re-runs what is missing. If your own\n"
+    "    bazelrc builds without the bytes (--remote_download_toplevel or _minimal),\n"
+    "    run `bazel clean` in each repository before the next build; Bazel 6.2 and\n"
+    "    later with lre's config (--experimental_remote_cache_eviction_retries)\n"
+    "    rerun the build by themselves.\n"
+    "  - Buck2: run `buck2 kill` in each repository (its daemon trusts digests it\n"
+    "    was told about for cas_ttl_secs, 3 h)."
+)
+
+
+def admin_post(lookup: Lookup, route: str, query: str) -> dict[str, Any] | None:
+    """POST ``route`` to the running lre's status listener with its admin
+    token; None when lre is not running. Exits with status 1 when lre runs
+    without a status listener or does not answer."""
+    server = lookup.server
+    if server is None:
+        return None
+    if not server.status_address:
         typer.echo(
-            f"error: lre is running (pid {lookup.server.pid}); it keeps the cache's index "
-            f"in memory, so {what} only while it is stopped: `lre down` first",
+            f"error: lre is running (pid {server.pid}) without a status listener "
+            "(global.status.address), so the cache cannot be changed through it; "
+            "`lre down` first",
             err=True,
         )
         raise typer.Exit(1)
+    from lre.config import ADMIN_TOKEN_FILE
+
+    try:
+        token = (lookup.state_dir / ADMIN_TOKEN_FILE).read_text(encoding="ascii").strip()
+    except OSError as error:
+        typer.echo(f"error: cannot read lre's admin token: {error}", err=True)
+        raise typer.Exit(1) from None
+    request = urllib.request.Request(
+        f"http://{server.status_address}{route}?{query}",
+        data=b"",
+        method="POST",
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=600) as reply:
+            answer: dict[str, Any] = json.loads(reply.read().decode("utf-8"))
+    except (OSError, ValueError) as error:
+        typer.echo(f"error: the running lre (pid {server.pid}) did not do it: {error}", err=True)
+        raise typer.Exit(1) from None
+    return answer
+
+
+def _shrink_lines(rows: list[dict[str, Any]], to: int) -> list[str]:
+    """One line per CAS of a gc/clean answer."""
+    lines = []
+    for row in rows:
+        before, after = int(row["before_bytes"]), int(row["after_bytes"])
+        line = f"CAS {row['name']}: "
+        if before <= to:
+            line += f"{human_bytes(before)}, already within {human_bytes(to)}"
+        else:
+            line += (
+                f"evicted {row['evicted_blobs']} blobs, {human_bytes(before)} -> "
+                f"{human_bytes(after)}"
+            )
+        kept = int(row.get("kept_told_bytes", 0))
+        if kept and after > to:
+            hours = float(row.get("keep_told_s", 0)) / 3600
+            line += (
+                f"; kept {human_bytes(kept)} that lre told clients exist in the last "
+                f"{hours:g} h (the cache contract; --force deletes them too)"
+            )
+        lines.append(line)
+    return lines
+
+
+async def _shrink_offline(stores: LocalStores, to: int, force: bool) -> list[dict[str, Any]]:
+    """``CacheAdmin.gc`` on stores opened here (no server has them open)."""
+    rows = []
+    for name, store in stores.blobs:
+        await store.open()
+        before = store.statistics()
+        report = await store.evict_to(to, force=force)
+        await store.close()
+        rows.append(
+            {
+                "name": name,
+                "before_bytes": before.stored_bytes,
+                "after_bytes": store.statistics().stored_bytes,
+                "evicted_blobs": report.evicted_blobs,
+                "evicted_bytes": report.evicted_bytes,
+                "kept_told_bytes": report.kept_told_bytes,
+                "keep_told_s": before.keep_told_s,
+            }
+        )
+    return rows
+
+
+ForceOption = Annotated[
+    bool,
+    typer.Option(
+        "--force",
+        help="Also delete blobs lre told a client exists within eviction_policy.keep_told "
+        "(builds relying on them then need the steps printed).",
+    ),
+]
 
 
 @cache_app.command("clean")
 def clean(
     config_path: ConfigOption = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    force: ForceOption = False,
 ) -> None:
-    """Delete every blob and action result lre stored on disk (asks first)."""
+    """Delete every blob and action result lre stored (asks first); while lre runs,
+    through it. Blobs clients may still rely on stay unless --force."""
 
     lookup = look_up(config_path)
-    _refuse_while_running(lookup, "`lre cache clean` runs")
     stores = _stores_of(lookup)
     figures = _disk_figures(stores) + _action_cache_figures(stores)
     if not figures:
@@ -297,17 +381,26 @@ def clean(
         if not typer.confirm(f"Delete all of it ({human_bytes(total)})?", default=False):
             typer.echo("nothing deleted")
             raise typer.Exit(1)
+    answer = admin_post(lookup, "/api/v1/cache/clean", f"force={int(force)}")
+    if answer is not None:
+        rows = list(answer["stores"])
+        cleared = sum(int(c["bytes"]) for c in answer["action_caches"])
+        typer.echo(f"through the running lre (pid {lookup.server.pid}):")  # type: ignore[union-attr]
+    else:
 
-    async def empty() -> None:
-        for _, store in stores.blobs:
-            await store.open()
-            await store.evict_to(0)
-            await store.close()
-        for _, cache in stores.action_caches:
-            await cache.clear()
+        async def empty() -> tuple[list[dict[str, Any]], int]:
+            shrunk = await _shrink_offline(stores, 0, force)
+            emptied = 0
+            for _, cache in stores.action_caches:
+                emptied += (await cache.clear()).stored_bytes
+            return shrunk, emptied
 
-    _run_offline(empty)
-    typer.echo(f"deleted {human_bytes(total)}")
+        rows, cleared = _run_offline(empty)
+    for line in _shrink_lines(rows, 0):
+        typer.echo(line)
+    typer.echo(f"deleted {human_bytes(sum(int(r['evicted_bytes']) for r in rows) + cleared)}")
+    if force:
+        typer.echo(AFTER_FORCE)
 
 
 @cache_app.command("gc")
@@ -323,39 +416,23 @@ def gc(
         ),
     ],
     config_path: ConfigOption = None,
+    force: ForceOption = False,
 ) -> None:
-    """Evict least recently used blobs until each CAS holds at most --to SIZE."""
+    """Evict least recently used blobs until each CAS holds at most --to SIZE; while
+    lre runs, through it. Blobs clients may still rely on stay unless --force."""
 
     lookup = look_up(config_path)
-    _refuse_while_running(lookup, "`lre cache gc` runs")
-    stores = _stores_of(lookup)
-    if not stores.blobs:
-        typer.echo("no CAS of this configuration is on local disk; nothing to do")
-        return
-
-    async def shrink() -> list[tuple[str, int, int, int]]:
-        results = []
-        for name, store in stores.blobs:
-            await store.open()
-            before = store.statistics()
-            await store.evict_to(to)
-            await store.close()
-            after = store.statistics()
-            results.append(
-                (
-                    name,
-                    before.stored_bytes,
-                    after.stored_bytes,
-                    before.blob_count - after.blob_count,
-                )
-            )
-        return results
-
-    for name, before, after, evicted in _run_offline(shrink):
-        if before <= to:
-            typer.echo(f"CAS {name}: {human_bytes(before)}, already within {human_bytes(to)}")
-        else:
-            typer.echo(
-                f"CAS {name}: evicted {evicted} blobs, "
-                f"{human_bytes(before)} -> {human_bytes(after)}"
-            )
+    answer = admin_post(lookup, "/api/v1/cache/gc", f"to={to}&force={int(force)}")
+    if answer is not None:
+        rows = list(answer["stores"])
+        typer.echo(f"through the running lre (pid {lookup.server.pid}):")  # type: ignore[union-attr]
+    else:
+        stores = _stores_of(lookup)
+        if not stores.blobs:
+            typer.echo("no CAS of this configuration is on local disk; nothing to do")
+            return
+        rows = _run_offline(lambda: _shrink_offline(stores, to, force))
+    for line in _shrink_lines(rows, to):
+        typer.echo(line)
+    if force:
+        typer.echo(AFTER_FORCE)

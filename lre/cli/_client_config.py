@@ -85,9 +85,9 @@ class ClientSettings:
     port: int
     instance_name: str = "main"
     cpus: int = field(default_factory=lambda: os.cpu_count() or 2)
-    os_family: str = "Linux"
-    #: Sent with every action; None = ``cpu_count=1`` and ``OSFamily=os_family``
-    #: (``lre.config.client_exec_properties`` decides what ``lre up`` records).
+    #: Sent with every action (None or empty: none, so the repository's own
+    #: flags decide the platform; ``lre.config.client_exec_properties`` says
+    #: what ``lre up`` records: only what ``client.exec_properties`` sets).
     exec_properties: tuple[tuple[str, str], ...] | None = None
     #: The listener speaks TLS; ``tls_ca_file`` is the PEM the client trusts.
     tls: bool = False
@@ -170,7 +170,14 @@ def bazelrc_text(settings: ClientSettings, version: tuple[int, int, int] | None)
 
     All flags sit under ``build:lre``; a final ``build --config=lre`` makes
     lre the default, and a user who wants it opt-in deletes that one line.
-    Flags newer than the installed Bazel are left out.
+    Flags newer than the installed Bazel are left out. No line is a build
+    option or changes an action's key (the cache contract in
+    docs/configuration.md): no ``--incompatible_strict_action_env``, no
+    ``--remote_download_*`` (4.2.3 expands ``--remote_download_toplevel`` into
+    C++ options, and it builds without the bytes, which Bazel 4.2.3 cannot
+    recover from once a blob goes: docs/benchmarks.md measured what fetching
+    every output costs), and platform properties only when
+    ``client.exec_properties`` names them.
 
     ``bazel build --config=lre`` with the default line in place expands the
     config twice. Every flag here takes the last value given, except
@@ -188,15 +195,15 @@ def bazelrc_text(settings: ClientSettings, version: tuple[int, int, int] | None)
         )
     else:
         found = f"# Bazel {'.'.join(map(str, v))} found; flags it does not know are left out."
-    properties = (
-        dict(settings.exec_properties)
-        if settings.exec_properties is not None
-        else {"cpu_count": "1", "OSFamily": settings.os_family}
-    )
+    properties = dict(settings.exec_properties or ())
     lines = [
         MARKER,
         f"# lre at {settings.location}, instance {settings.instance_name!r}.",
         found,
+        "# Every line says where actions run, none what they are: no build option (a",
+        "# toggle would discard Bazel's analysis cache) and nothing that enters an",
+        "# action's key (environment, platform, arguments), so actions keep the keys",
+        "# the repository's own flags give them (docs/configuration.md, cache contract).",
         f"build:lre --remote_executor={settings.bazel_endpoint}",
         f"build:lre --remote_instance_name={settings.instance_name}",
         *_bazel_properties(properties, platform_flag=v < (9, 0, 0)),
@@ -205,16 +212,15 @@ def bazelrc_text(settings: ClientSettings, version: tuple[int, int, int] | None)
         f"build:lre --jobs={jobs}",
         "build:lre --remote_timeout=600",
         "build:lre --spawn_strategy=remote,sandboxed,local",
-        "build:lre --incompatible_strict_action_env",
     ]
     if v >= (7, 0, 0):
         lines.append("build:lre --remote_cache_compression")
     elif v >= (5, 0, 0):
         lines.append("build:lre --experimental_remote_cache_compression")
-    if v >= (4, 0, 0):
-        # Intermediate outputs stay in lre's CAS; Bazel fetches only what was
-        # asked for (the bench's clean remote build: docs/benchmarks.md).
-        lines.append("build:lre --remote_download_toplevel")
+    if (6, 2, 0) <= v < (8, 0, 0):
+        # From 6.2 Bazel can rerun a build whose remote inputs went missing;
+        # 8.0 made 5 the default.
+        lines.append("build:lre --experimental_remote_cache_eviction_retries=5")
     lines += [
         "",
         "# Delete this line to make lre opt-in (`bazel build --config=lre`).",

@@ -19,7 +19,8 @@ import typer
 from lre.cli._app import app
 from lre.cli._checks import Check
 from lre.cli._client_config import find_repo_root
-from lre.cli._doctor_clients import repository_checks
+from lre.cli._doctor_cache import bytes_check, cache_checks
+from lre.cli._doctor_clients import bazel_version, is_bazel_repo, repository_checks
 from lre.cli._doctor_host import host_checks
 from lre.cli._local_stores import LocalStores, LocalStoresError, local_stores
 from lre.cli._quarantine_report import quarantine_check
@@ -40,6 +41,9 @@ def run_checks(config_path: Path | None, repo: Path | None) -> list[Check]:
         stores = LocalStores((), ())
     checks += host_checks(lookup, stores)
     checks.append(quarantine_check(lookup.config))
+    checks += cache_checks(lookup)
+    if repo is not None and is_bazel_repo(repo):
+        checks.append(bytes_check(repo, bazel_version()[1]))
     checks += repository_checks(repo, lookup.server)
     return checks
 

@@ -101,11 +101,18 @@ def stats(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the snapshot as JSON (for scripts).")
     ] = False,
+    zero: Annotated[
+        bool,
+        typer.Option("--zero", help="Reset the cache hit counts (kept across restarts) and exit."),
+    ] = False,
 ) -> None:
     """Print one snapshot of a running lre (the dashboard as text, or --json).
 
     Exits with status 1 when lre cannot be reached or answers badly.
     """
+    if zero:
+        _zero_hits(config)
+        return
     from rich.console import Console
 
     from lre.snapshot import ProcessSnapshot
@@ -123,3 +130,18 @@ def stats(
         return
     console = Console()
     console.print(render_dashboard(snapshot, width=console.width))
+
+
+def _zero_hits(config: Path | None) -> None:
+    """``lre stats --zero``: through the running lre (its admin route), else by
+    removing the saved counts from the state directory."""
+    from lre.cli._cache_cmd import admin_post
+    from lre.cli._running import look_up
+    from lre.config import HITS_FILE
+
+    lookup = look_up(config)
+    if admin_post(lookup, "/api/v1/stats/zero", "") is not None:
+        typer.echo("cache hit counts reset (through the running lre)")
+        return
+    (lookup.state_dir / HITS_FILE).unlink(missing_ok=True)
+    typer.echo("cache hit counts reset")

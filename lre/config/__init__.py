@@ -74,10 +74,13 @@ from lre.config._models import (
     VerifyStoreSpec,
     WorkerSpec,
 )
+from lre.config._state_files import ADMIN_TOKEN_FILE, HITS_FILE
 from lre.config._units import format_byte_size, parse_byte_size, parse_seconds
 
 __all__ = [
+    "ADMIN_TOKEN_FILE",
     "DEFAULT_SOURCE",
+    "HITS_FILE",
     "ActionLimitsSpec",
     "ByteSize",
     "ClientSpec",

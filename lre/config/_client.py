@@ -2,22 +2,17 @@
 
 An action's platform is part of its digest, so a laptop shares cache hits
 with a team only when it sends exactly what the team's own clients send.
-``client.exec_properties`` says what that is. Left null, lre decides:
-
-- without an upstream: ``cpu_count=1`` and ``OSFamily=Linux`` (lre's own
-  reservation default and the family its local worker offers);
-- with an upstream (a ``grpc`` store or a ``forward`` scheduler): nothing,
-  since lre's own keys would make every digest differ from the team's
-  (the property modifier still adds the reservation defaults to what runs
-  locally, without changing any digest).
+``client.exec_properties`` says what that is. Left null, the client config
+sends none, with or without an upstream: an action's key is then what the
+repository's own flags make it, the same on a laptop as on CI. What lre
+needs to run an action it adds on the server side (the property modifier
+adds the reservation default ``cpu_count``, and a worker that offers an
+``OSFamily`` runs actions that name none), without changing any digest.
 """
 
 from __future__ import annotations
 
 from lre.config._models import Config
-
-#: What ``lre up`` sends when no upstream is configured and nothing is set.
-LOCAL_EXEC_PROPERTIES: tuple[tuple[str, str], ...] = (("cpu_count", "1"), ("OSFamily", "Linux"))
 
 
 def has_upstream(config: Config) -> bool:
@@ -33,4 +28,4 @@ def client_exec_properties(config: Config) -> tuple[tuple[str, str], ...]:
     configured = config.client.exec_properties
     if configured is not None:
         return tuple(sorted(configured.items()))
-    return () if has_upstream(config) else LOCAL_EXEC_PROPERTIES
+    return ()

@@ -56,6 +56,22 @@ class EvictionPolicy:
         "3 h TTL); bound the store with max_bytes",
         "max_count": "lre does not evict by blob count; bound the store with max_bytes",
     }
+    keep_told: Seconds = doc(
+        "The cache contract (filesystem stores): a blob lre told a client exists (a "
+        "FindMissingBlobs answer, a result it served, an upload it accepted) is not evicted "
+        "for this long after that, since clients rely on it: Bazel's "
+        "--experimental_remote_cache_ttl and Buck2's cas_ttl_secs are 3 h. 0 = plain LRU "
+        "(a build may then fail on a blob evicted under it).",
+        default=Seconds(10800),
+    )
+    min_free_disk: ByteSize = doc(
+        "Free-disk floor (filesystem stores): when blobs under the contract fill max_bytes "
+        "the store overruns it (logged once, shown in /status and `lre doctor`) while the "
+        "disk keeps this much free; past it a new upload or output fails with "
+        "RESOURCE_EXHAUSTED naming the floor, so lre's own state never meets a full disk. "
+        "0 = no overrun: a store full of such blobs refuses writes.",
+        default=ByteSize(2 << 30),
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -612,9 +628,9 @@ class GlobalSpec:
 class ClientSpec:
     exec_properties: dict[str, str] | None = doc(
         "Platform properties the client config `lre up` writes sends with every action. "
-        "null = automatic: cpu_count=1 and OSFamily=Linux without an upstream; none with an "
-        "upstream (set here what the team's own clients send, so action digests match "
-        "its cache).",
+        "null = none: actions keep the platform the repository's own flags give them (what "
+        "lre needs to run them it adds on the server side), so a laptop's action digests "
+        "equal CI's. Set it only to what the team's own clients send as well.",
         default=None,
     )
 

@@ -86,6 +86,15 @@ class ProcessSnapshot:
     builds: tuple[BuildLine, ...] = ()
     #: Per-phase duration histograms of every action recorded since start.
     phases: tuple[PhaseHistogram, ...] = ()
+    #: Hits as the client sees them, since ``client_hits_since`` (epoch s;
+    #: kept across restarts, reset by ``lre stats --zero``): GetActionResult
+    #: hits, Execute cache hits, and actions lre ran.
+    client_get_action_result_hits: int = 0
+    client_execute_hits: int = 0
+    client_misses: int = 0
+    client_hits_since: float = 0.0
+    #: What lre says about its cache (why upstream lookups keep missing).
+    cache_notices: tuple[str, ...] = ()
 
     # ------------------------------------------------------------------ derived
 
@@ -110,10 +119,16 @@ class ProcessSnapshot:
         return sum(self.completions.values())
 
     @property
+    def client_hits(self) -> int:
+        """GetActionResult hits plus Execute cache hits (``client_hits_since``)."""
+        return self.client_get_action_result_hits + self.client_execute_hits
+
+    @property
     def cache_hit_ratio(self) -> float | None:
-        """Hits / (hits + misses), None before the first lookup."""
-        looked_up = self.cache_hits + self.cache_misses
-        return self.cache_hits / looked_up if looked_up else None
+        """The client's hits / (hits + misses) since ``client_hits_since``,
+        None before the first lookup."""
+        looked_up = self.client_hits + self.client_misses
+        return self.client_hits / looked_up if looked_up else None
 
     @property
     def effective_memory_capacity_bytes(self) -> int:
@@ -184,6 +199,11 @@ class ProcessSnapshot:
                 host=None if host is None else row_from_json(HostUsage, host),
                 builds=tuple(row_from_json(BuildLine, b) for b in data.get("builds", ())),
                 phases=tuple(phase_from_json(p) for p in data.get("phases", ())),
+                client_get_action_result_hits=int(data.get("client_get_action_result_hits", 0)),
+                client_execute_hits=int(data.get("client_execute_hits", 0)),
+                client_misses=int(data.get("client_misses", 0)),
+                client_hits_since=float(data.get("client_hits_since", 0.0)),
+                cache_notices=tuple(str(n) for n in data.get("cache_notices", ())),
             )
         except KeyError as exc:
             raise ValueError(f"snapshot field {exc.args[0]!r} is missing") from None

@@ -112,7 +112,13 @@ def _header(snapshot: ProcessSnapshot, width: int) -> RenderableType:
         ("running", str(snapshot.running)),
         ("done/s", f"{snapshot.completed_per_second:.1f}"),
         ("done", str(snapshot.completed)),
-        ("cache hits", "-" if ratio is None else f"{ratio * 100:.0f}%"),
+        (
+            "cache hits",
+            "-"
+            if ratio is None
+            else f"{ratio * 100:.0f}% (AC {snapshot.client_get_action_result_hits} + "
+            f"exec {snapshot.client_execute_hits})",
+        ),
     ]
     for store in snapshot.stores:
         cap = short_bytes(store.max_bytes) if store.max_bytes else "∞"

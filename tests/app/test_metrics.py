@@ -11,7 +11,18 @@ from lre.snapshot import ProcessSnapshot
 from tests.tui._load import run, start_load, submit
 from tests.tui._sample import sample_snapshot
 
-ALLOWED_LABELS = {"worker", "stage", "platform", "outcome", "method", "code", "store", "kind", "le"}
+ALLOWED_LABELS = {
+    "worker",
+    "stage",
+    "platform",
+    "outcome",
+    "method",
+    "code",
+    "store",
+    "kind",
+    "le",
+    "via",
+}
 # lre_build_info's two labels have one value each per process; phase is lre.snapshot.Phase
 ALLOWED_LABELS |= {"version", "python", "phase"}
 

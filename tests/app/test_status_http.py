@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 import pytest
 import trio
@@ -69,6 +70,7 @@ async def test_status_ok_then_503_with_reason(nursery: trio.Nursery) -> None:
         "queue": {"by_platform": {}, "next": []},
         "containment": "pidns",
         "upstreams": [],
+        "cache": [],
     }
     health.clear("worker:local")
     health.add_check("disk", lambda: "disk nearly full: 0 bytes free")
@@ -215,3 +217,65 @@ async def test_status_lists_the_next_queued_targets_and_what_they_wait_for(
     (event,) = json.loads(stats)["events"]
     assert event["target"] == "//pkg0:target"
     assert ProcessSnapshot.loads(stats).queued_next[0].target == "//pkg1:target"
+
+
+async def test_status_says_when_a_store_overruns_for_the_cache_contract(
+    nursery: trio.Nursery,
+) -> None:
+    from lre.cas import StoreStatistics
+
+    overrun = StoreStatistics(
+        blob_count=3,
+        stored_bytes=5000,
+        max_bytes=3000,
+        pinned_blobs=0,
+        evicted_blobs=0,
+        evicted_bytes=0,
+        overrun_bytes=2000,
+        min_free_bytes=1 << 30,
+        keep_told_s=10800,
+    )
+    source = SnapshotAssembler(
+        address="127.0.0.1:50051", health=HealthBoard(), stores=lambda: {"cas": overrun}
+    )
+    _, port = await start(nursery, source)
+    status, _, body = await request(port, get("/status"))
+    assert status == 200  # the contract at work is not a fault
+    (notice,) = json.loads(body)["cache"]
+    assert "store cas holds 2000 bytes beyond its max_bytes of 3000" in notice
+    assert "10800 s" in notice and str(1 << 30) in notice
+
+
+def post(path: str, token: str = "") -> bytes:
+    auth = f"Authorization: Bearer {token}\r\n" if token else ""
+    return f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Content-Length: 0\r\n\r\n".encode()
+
+
+async def test_cache_gc_through_the_listener_needs_the_admin_token(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    from lre.app import CacheAdmin, write_admin_token
+    from lre.cas import FilesystemStore, write_bytes
+
+    store = FilesystemStore(tmp_path / "cas", tmp_path / "tmp", 1 << 20, keep_told_s=10800)
+    await store.open()
+    told = await write_bytes(store, b"told to a client")
+    token = write_admin_token(str(tmp_path))
+    assert (tmp_path / "admin.token").read_text().strip() == token
+    assert (tmp_path / "admin.token").stat().st_mode & 0o777 == 0o600
+    source = SnapshotAssembler(address="127.0.0.1:50051", health=HealthBoard())
+    admin = CacheAdmin(blob_stores={"cas": store}, action_caches={})
+    _, port = await start(nursery, source, admin=admin, admin_token=token)
+
+    for refused in (post("/api/v1/cache/gc?to=0"), post("/api/v1/cache/gc?to=0", "wrong")):
+        assert (await request(port, refused))[0] == 401
+    status, _, body = await request(port, post("/api/v1/cache/gc?to=lots", token))
+    assert status == 400 and b"to: 'lots'" in body
+    status, _, body = await request(port, post("/api/v1/cache/gc?to=0", token))
+    assert status == 200
+    (row,) = json.loads(body)["stores"]
+    assert (row["evicted_blobs"], row["kept_told_bytes"]) == (0, told.size_bytes)
+    assert await store.has_many([told]) == [told.size_bytes]
+    status, _, body = await request(port, post("/api/v1/cache/gc?to=0&force=1", token))
+    assert status == 200 and json.loads(body)["stores"][0]["evicted_blobs"] == 1
+    assert await store.has_many([told]) == [None]

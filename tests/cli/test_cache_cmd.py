@@ -8,12 +8,14 @@ import pty
 import shutil
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import trio
 
 from lre.cas import FilesystemActionCache, FilesystemStore, write_bytes
 from lre.digest import Digest, digest_of
+from tests._support.reapi import Client, response_of
 from tests.cli.running_lre import LreHome, bazel_repo, detached, private_home
 from tests.e2e._bazel import BazelSession
 from tests.e2e._workspace import generate_workspace
@@ -145,24 +147,35 @@ def test_clean_yes_skips_the_question(tmp_path: Path) -> None:
     assert _present(home, digests) == [False]
 
 
-def test_live_figures_and_refusals_while_lre_runs(tmp_path: Path) -> None:
+def test_live_figures_and_gc_through_the_running_lre(tmp_path: Path) -> None:
     home = private_home(tmp_path)
-    digests = _fill(home, [100, 200])
+    digests = _fill(home, [100, 200, 300])
     repo = bazel_repo(tmp_path)
     with detached(home, repo):
         text = home.run("cache", cwd=repo)
         assert text.returncode == 0, text.stderr
         assert "live figures" in text.stdout
-        assert "CAS cas: 2 blobs, 300 B of 1.0 GiB" in text.stdout
-        assert "hit rate: no action looked up since lre started" in text.stdout
+        assert "CAS cas: 3 blobs, 600 B of 1.0 GiB" in text.stdout
+        assert "hit rate: no action looked up yet" in text.stdout
         document = _summary(home, repo)
         assert (document["source"], document["hits"], document["misses"]) == ("live", 0, 0)
-        for command in (["clean", "--yes"], ["gc", "--to", "1"]):
-            refused = home.run("cache", *command, cwd=repo)
-            assert refused.returncode == 1
-            assert "lre is running" in refused.stderr
-            assert "`lre down` first" in refused.stderr
-        assert _present(home, digests) == [True, True]
+        # A client asks for the last blob: lre has now told it that it exists.
+        with Client(f"127.0.0.1:{home.grpc_port}") as client:
+            assert client.missing([digests[2]]) == []
+        shrunk = home.run("cache", "gc", "--to", "1", cwd=repo)
+        assert shrunk.returncode == 0, shrunk.stderr
+        assert "through the running lre" in shrunk.stdout
+        assert "evicted 2 blobs" in shrunk.stdout
+        assert "kept 300 B that lre told clients exist in the last 3 h" in shrunk.stdout
+        assert _present(home, digests) == [False, False, True]
+        assert "CAS cas: 1 blobs, 300 B" in home.run("cache", cwd=repo).stdout
+        with Client(f"127.0.0.1:{home.grpc_port}") as client:
+            assert client.missing(digests[:2]) == digests[:2]  # the index knows
+        forced = home.run("cache", "clean", "--yes", "--force", cwd=repo)
+        assert forced.returncode == 0, forced.stderr
+        assert "deleted 316 B" in forced.stdout
+        assert "`bazel clean`" in forced.stdout and "`buck2 kill`" in forced.stdout
+        assert _present(home, digests) == [False, False, False]
 
 
 def test_hit_rate_after_a_real_bazel_rebuild_from_the_cache(tmp_path: Path) -> None:
@@ -186,9 +199,9 @@ def test_hit_rate_after_a_real_bazel_rebuild_from_the_cache(tmp_path: Path) -> N
         assert second["hit_rate"] == 0.5
         text = home.run("cache", cwd=ws.root)
         assert (
-            f"hit rate: 50% ({ws.spawn_count} of {2 * ws.spawn_count} actions since lre "
-            f"started: {ws.spawn_count} found by GetActionResult, 0 by Execute in the action "
-            f"cache, {ws.spawn_count} executed)"
+            f"hit rate: 50% ({ws.spawn_count} of {2 * ws.spawn_count} actions since the "
+            f"counts were zeroed: {ws.spawn_count} found by GetActionResult, 0 by Execute "
+            f"in the action cache, {ws.spawn_count} executed)"
         ) in text.stdout
         stores = second["stores"]
         assert isinstance(stores, list)
@@ -208,3 +221,38 @@ def test_a_store_that_cannot_be_opened_is_one_error_line(tmp_path: Path) -> None
     assert result.returncode == 1
     assert result.stderr.startswith("error: filesystem store: content_path and temp_path must")
     assert "Traceback" not in result.stderr
+
+
+def test_client_hits_split_survive_a_restart_and_zero(tmp_path: Path) -> None:
+    home = private_home(tmp_path)
+    repo = bazel_repo(tmp_path)
+    address = f"127.0.0.1:{home.grpc_port}"
+    with detached(home, repo):
+        with Client(address) as client:
+            prepared = client.prepare(["/bin/true"])
+            done = response_of(client.execute(prepared)[-1])
+            assert done.status.code == 0 and not done.cached_result  # one miss
+            assert client.get_result(Digest.from_proto(prepared.action_digest)) is not None
+            again = response_of(client.execute(prepared)[-1])
+            assert again.cached_result  # an Execute hit
+        first = _summary(home, repo)
+        assert first["lookups"] == {"get_action_result_hits": 1, "execute_hits": 1, "misses": 1}
+        metrics = home.run("stats", "--json", cwd=repo)
+        assert metrics.returncode == 0, metrics.stderr
+        shown = home.run("stats", cwd=repo).stdout
+        assert "67% (AC 1 + exec 1)" in " ".join(shown.split()), shown
+    with detached(home, repo):  # a restart keeps them
+        assert _summary(home, repo)["lookups"] == first["lookups"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{home.status_port}/metrics") as reply:
+            text = reply.read().decode()
+        assert 'lre_client_cache_hits_total{via="get_action_result"} 1' in text
+        assert 'lre_client_cache_hits_total{via="execute"} 1' in text
+        assert "lre_client_cache_misses_total 1" in text
+        zeroed = home.run("stats", "--zero", cwd=repo)
+        assert zeroed.returncode == 0, zeroed.stderr
+        assert "through the running lre" in zeroed.stdout
+        assert _summary(home, repo)["lookups"] == {
+            "get_action_result_hits": 0,
+            "execute_hits": 0,
+            "misses": 0,
+        }

@@ -51,29 +51,62 @@ def test_bazelrc_flags_follow_the_bazel_version() -> None:
     old = bazelrc_text(SETTINGS, (4, 2, 3))
     assert "build:lre --remote_executor=grpc://127.0.0.1:50999" in old
     assert "build:lre --remote_instance_name=main" in old
-    # One single-valued flag: `--config=lre` on top of the default line
-    # repeats it harmlessly (a repeated exec property crashes Bazel 4.2.3).
-    assert (
-        "build:lre --remote_default_platform_properties=\"properties:{name:'cpu_count' "
-        "value:'1'} properties:{name:'OSFamily' value:'Linux'}\""
-    ) in old
-    assert "--remote_default_exec_properties=" not in old
     assert "build:lre --spawn_strategy=remote,sandboxed,local" in old
-    assert "build:lre --incompatible_strict_action_env" in old
     assert "compression" not in old
-    assert "build:lre --remote_download_toplevel" in old
-    assert "remote_download_toplevel" not in bazelrc_text(SETTINGS, (3, 7, 2))
+    assert "eviction_retries" not in old  # Bazel 6.2 added it
     assert "\nbuild --config=lre\n" in old
     mid = bazelrc_text(SETTINGS, (6, 0, 0))
     assert "build:lre --experimental_remote_cache_compression" in mid
-    assert "build:lre --remote_download_toplevel" in mid
+    assert "eviction_retries" not in mid
+    recovering = bazelrc_text(SETTINGS, (6, 2, 0))
+    assert "build:lre --experimental_remote_cache_eviction_retries=5" in recovering
     new = bazelrc_text(SETTINGS, (7, 0, 0))
     assert "build:lre --remote_cache_compression" in new
     assert "experimental_remote_cache_compression" not in new
+    assert "build:lre --experimental_remote_cache_eviction_retries=5" in new
+    # From 8.0 five retries are Bazel's default.
+    assert "eviction_retries" not in bazelrc_text(SETTINGS, (8, 0, 0))
+
+
+#: Flags that change an action's key (environment, platform, arguments) or
+#: are build options (toggling one discards Bazel's analysis cache).
+KEY_CHANGING = (
+    "--incompatible_strict_action_env",
+    "--action_env",
+    "--host_action_env",
+    "--remote_download_",
+    "--experimental_inmemory",
+    "--remote_default_platform_properties",
+    "--remote_default_exec_properties",
+    "--define",
+    "--copt",
+    "--platforms",
+    "--host_platform",
+    "--extra_execution_platforms",
+    "--compilation_mode",
+)
+
+
+@pytest.mark.parametrize("version", [(4, 2, 3), (5, 4, 0), (6, 4, 0), (7, 1, 0), (9, 0, 0)])
+def test_no_line_lre_writes_changes_an_action_key(version: tuple[int, int, int]) -> None:
+    text = bazelrc_text(SETTINGS, version)
+    flags = [line.split(maxsplit=1)[1] for line in text.splitlines() if line.startswith("build")]
+    assert flags
+    for flag in flags:
+        assert not flag.startswith(KEY_CHANGING), (version, flag)
+
+
+def test_platform_properties_only_when_configured() -> None:
+    chosen = dataclasses.replace(SETTINGS, exec_properties=(("OSFamily", "linux"),))
+    # One single-valued flag: `--config=lre` on top of the default line
+    # repeats it harmlessly (a repeated exec property crashes Bazel 4.2.3).
+    assert (
+        "build:lre --remote_default_platform_properties=\"properties:{name:'OSFamily' "
+        "value:'linux'}\""
+    ) in bazelrc_text(chosen, (4, 2, 3))
     # Bazel 9 deleted --remote_default_platform_properties.
-    nine = bazelrc_text(SETTINGS, (9, 0, 0))
-    assert "build:lre --remote_default_exec_properties=cpu_count=1" in nine
-    assert "build:lre --remote_default_exec_properties=OSFamily=Linux" in nine
+    nine = bazelrc_text(chosen, (9, 0, 0))
+    assert "build:lre --remote_default_exec_properties=OSFamily=linux" in nine
     assert "remote_default_platform_properties" not in nine
 
 

@@ -1,5 +1,5 @@
-"""The platform properties lre.bazelrc sends: lre's defaults without an
-upstream, what the config says (the team's) with one."""
+"""The platform properties lre.bazelrc sends: none unless the config names
+some (the team's), so actions keep the keys the repository gives them."""
 
 from __future__ import annotations
 
@@ -42,38 +42,31 @@ def platform_flag(text: str) -> str | None:
     return found[0] if found else None
 
 
-def test_without_an_upstream_lre_sends_its_own_defaults() -> None:
-    config = default_config()
-    assert not has_upstream(config)
-    properties = client_exec_properties(config)
-    assert properties == (("cpu_count", "1"), ("OSFamily", "Linux"))
-    settings = ClientSettings(host="127.0.0.1", port=1, exec_properties=properties)
-    assert flags(bazelrc_text(settings, BAZEL_9)) == ["cpu_count=1", "OSFamily=Linux"]
-    assert platform_flag(bazelrc_text(settings, (4, 2, 3))) == (
-        "\"properties:{name:'cpu_count' value:'1'} properties:{name:'OSFamily' value:'Linux'}\""
-    )
-
-
-def test_with_an_upstream_nothing_of_lre_s_own_and_the_configured_set_verbatim(
+def test_by_default_nothing_with_or_without_an_upstream(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     for name in [n for n in os.environ if n.startswith("LRE_")]:
         monkeypatch.delenv(name)
+    config = default_config()
+    assert not has_upstream(config)
     team = load_config(TEAM)
     assert has_upstream(team)
-    assert client_exec_properties(team) == (("OSFamily", "linux"),)
-    settings = ClientSettings(host="h", port=1, exec_properties=client_exec_properties(team))
-    assert flags(bazelrc_text(settings, BAZEL_9)) == ["OSFamily=linux"]
-    old_bazel = bazelrc_text(settings, (4, 2, 3))
-    assert platform_flag(old_bazel) == "\"properties:{name:'OSFamily' value:'linux'}\""
-    assert "cpu_count" not in old_bazel
-    automatic = dataclasses.replace(team, client=ClientSpec())
-    assert client_exec_properties(automatic) == ()
-    none = ClientSettings(host="h", port=1, exec_properties=())
-    assert flags(bazelrc_text(none, BAZEL_9)) == []
-    assert platform_flag(bazelrc_text(none, (4, 2, 3))) is None
+    for each in (config, team):
+        assert client_exec_properties(each) == ()
+        settings = ClientSettings(host="h", port=1, exec_properties=client_exec_properties(each))
+        assert flags(bazelrc_text(settings, BAZEL_9)) == []
+        assert platform_flag(bazelrc_text(settings, (4, 2, 3))) is None
+
+
+def test_the_configured_set_verbatim() -> None:
+    team = load_config(TEAM)
     several = dataclasses.replace(team, client=ClientSpec(exec_properties={"b": "2", "a": "1"}))
     assert client_exec_properties(several) == (("a", "1"), ("b", "2"))
+    settings = ClientSettings(host="h", port=1, exec_properties=client_exec_properties(several))
+    assert flags(bazelrc_text(settings, BAZEL_9)) == ["a=1", "b=2"]
+    assert platform_flag(bazelrc_text(settings, (4, 2, 3))) == (
+        "\"properties:{name:'a' value:'1'} properties:{name:'b' value:'2'}\""
+    )
 
 
 def test_the_pid_file_carries_them_to_lre_link(tmp_path: Path) -> None:

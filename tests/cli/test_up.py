@@ -141,7 +141,8 @@ def test_detach_returns_once_the_client_config_is_written(tmp_path: Path) -> Non
         assert started.returncode == 0, started.stderr
         rc = (repo / "lre.bazelrc").read_text()
         assert f"--remote_executor=grpc://127.0.0.1:{port}" in rc
-        assert "--remote_download_toplevel" in rc  # written for the Bazel 7 that answered
+        # written for the Bazel 7 that answered
+        assert "--experimental_remote_cache_eviction_retries=5" in rc
     finally:
         down = run_lre("down", "--config", str(config), cwd=repo, env=env)
     assert down.returncode == 0, down.stderr

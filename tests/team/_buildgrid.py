@@ -27,26 +27,18 @@ PEER_TOOLS = Path(os.environ.get("LRE_PEER_TOOLS", REPO.parent / "shared" / "too
 #: The only instance name the harness's config serves.
 INSTANCE = "main"
 
-#: What the team's CI sends (the platform of configs/team-cache.json5's
-#: client.exec_properties); BuildGrid's worker offers OSFamily=linux.
-TEAM_PLATFORM = "OSFamily=linux"
 
-
-def straight_flags(url: str, *, jobs: int = 8, toplevel: bool = False) -> list[str]:
+def straight_flags(url: str, *, jobs: int = 8) -> list[str]:
     """Bazel straight against BuildGrid at ``url``, as the team's CI builds:
-    the team's platform and the flags of lre.bazelrc that shape action
-    digests (``--incompatible_strict_action_env``); ``toplevel`` adds
-    ``--remote_download_toplevel`` (as lre.bazelrc does)."""
-    flags = [
+    where actions run and nothing else; the repository's own flags (none
+    here) decide the actions' keys, as they do through lre."""
+    return [
         f"--remote_executor={url}",
         f"--remote_instance_name={INSTANCE}",
-        f"--remote_default_exec_properties={TEAM_PLATFORM}",
-        "--incompatible_strict_action_env",
         "--spawn_strategy=remote",
         f"--jobs={jobs}",
         "--remote_timeout=600",
     ]
-    return [*flags, "--remote_download_toplevel"] if toplevel else flags
 
 
 def require_peer_tools() -> Path:
