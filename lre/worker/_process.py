@@ -309,9 +309,11 @@ async def run_process(
                     log_files.append((info.st_dev, info.st_ino))
                 oom_before = _OOM.read_recent()
                 try:
+                    # The cgroup first: once the view is built, the spawner
+                    # thread's own /sys is read-only.
                     with (
-                        contained.spawn_context(options) as prefix,
                         limits.around_fork(max_processes),
+                        contained.spawn_context(options) as prefix,
                     ):
                         popen = subprocess.Popen(
                             [*prefix, *command],
