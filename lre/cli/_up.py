@@ -25,7 +25,7 @@ from lre.cli._client_config import (
     make_inert,
     unlink,
 )
-from lre.cli._config_cmd import load_or_default
+from lre.cli._config_cmd import CONFIG_HELP, load_or_default
 from lre.cli._daemon import (
     LOG_FILE,
     RunningServer,
@@ -64,9 +64,7 @@ def state_dir_of(config: Config) -> Path:
     return Path(config.global_.state_dir)
 
 
-ConfigOption = Annotated[
-    Path | None, typer.Option("--config", "-c", help="Config file (default: embedded).")
-]
+ConfigOption = Annotated[Path | None, typer.Option("--config", "-c", help=CONFIG_HELP)]
 
 
 def _server_record(

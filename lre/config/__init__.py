@@ -26,9 +26,11 @@ from lre.config._dump import dump_config
 from lre.config._env import ExpansionError, escape_env, expand_env
 from lre.config._errors import ConfigError
 from lre.config._loader import (
+    CONFIG_ENV,
     DEFAULT_SOURCE,
     default_config,
     default_config_text,
+    find_config_file,
     load_config,
     load_config_text,
 )
@@ -74,6 +76,7 @@ from lre.config._models import (
 from lre.config._units import format_byte_size, parse_byte_size, parse_seconds
 
 __all__ = [
+    "CONFIG_ENV",
     "DEFAULT_SOURCE",
     "ByteSize",
     "ClientSpec",
@@ -126,6 +129,7 @@ __all__ = [
     "dump_config",
     "escape_env",
     "expand_env",
+    "find_config_file",
     "format_byte_size",
     "has_upstream",
     "load_config",
