@@ -29,6 +29,7 @@ from lre.cli._config_cmd import CONFIG_HELP, load_or_default
 from lre.cli._daemon import (
     LOG_FILE,
     RunningServer,
+    name_process,
     read_pid_file,
     remove_pid_file,
     wait_for_pid_file,
@@ -246,6 +247,8 @@ def up(
         return
 
     from lre.app import AppBuildError, StoreBuildError, run_server
+
+    name_process()
 
     dashboard = sys.stdout.isatty() and not no_tui
     ready_seen = False
