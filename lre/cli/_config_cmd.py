@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -15,8 +16,10 @@ from lre.config import (
     default_config,
     dump_config,
     find_config_file,
+    format_path,
     load_config,
     resolve,
+    value_origins,
 )
 
 config_app = typer.Typer(
@@ -66,13 +69,48 @@ def show(
         Path | None,
         typer.Option("--config", "-c", help=CONFIG_HELP),
     ] = None,
+    origin: Annotated[
+        bool,
+        typer.Option(
+            "--origin",
+            help="One line per value, saying where it came from (the file, the embedded "
+            "default or the built-in default).",
+        ),
+    ] = False,
 ) -> None:
     """Print the effective config as JSON5, defaults filled and "auto" resolved."""
     loaded = load_or_default(config)
     found = config_file(config)
     source = f"{found} over {DEFAULT_SOURCE}" if found is not None else DEFAULT_SOURCE
+    text = dump_config(resolve(loaded))
+    if origin:
+        _print_origins(text, found)
+        return
     typer.echo(f'// lre effective config from {source}; "auto" values resolved on this host')
-    typer.echo(dump_config(resolve(loaded)), nl=False)
+    typer.echo(text, nl=False)
+
+
+def _leaves(value: Any, at: tuple[str | int, ...]) -> list[tuple[tuple[str | int, ...], Any]]:
+    if isinstance(value, dict):
+        return [leaf for key, item in value.items() for leaf in _leaves(item, (*at, key))]
+    if isinstance(value, list) and value:
+        return [leaf for i, item in enumerate(value) for leaf in _leaves(item, (*at, i))]
+    return [(at, value)]
+
+
+def _print_origins(text: str, found: Path | None) -> None:
+    """One line per effective value: ``path = value  # where it came from``."""
+    import json5
+
+    try:
+        origins = value_origins(found)
+    except ConfigError as error:
+        for message in error.messages:
+            typer.echo(message, err=True)
+        raise typer.Exit(1) from error
+    for path, value in _leaves(json5.loads(text), ()):
+        where = origins.get(path, "built-in default")
+        typer.echo(f"{format_path(path)} = {json.dumps(value)}  # {where}")
 
 
 @config_app.command("check")

@@ -33,6 +33,7 @@ from lre.config._loader import (
     find_config_file,
     load_config,
     load_config_text,
+    value_origins,
 )
 from lre.config._models import (
     ByteSize,
@@ -73,6 +74,7 @@ from lre.config._models import (
     VerifyStoreSpec,
     WorkerSpec,
 )
+from lre.config._paths import format_path
 from lre.config._units import format_byte_size, parse_byte_size, parse_seconds
 
 __all__ = [
@@ -131,6 +133,7 @@ __all__ = [
     "expand_env",
     "find_config_file",
     "format_byte_size",
+    "format_path",
     "has_upstream",
     "load_config",
     "load_config_text",
@@ -140,5 +143,6 @@ __all__ = [
     "resolve",
     "scheduler_kind",
     "store_kind",
+    "value_origins",
     "worker_resources",
 ]

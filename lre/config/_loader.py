@@ -161,3 +161,41 @@ def _render(problems: Sequence[Problem], text: str, source: str) -> list[str]:
         where = f"{source}:{line}" if line is not None else source
         out.append(f"{where}: {problem.render()}")
     return out
+
+
+def value_origins(path: str | os.PathLike[str] | None) -> dict[tuple[str | int, ...], str]:
+    """Where each value set in a document came from, by its path in the
+    document: the file at ``path`` (merged over the default, as
+    ``load_config`` does) or ``DEFAULT_SOURCE``. A path absent from the
+    result has the model's built-in default. ``ConfigError`` as ``load_config``."""
+    default = parse_json5(default_config_text(), DEFAULT_SOURCE)
+    origins: dict[tuple[str | int, ...], str] = {}
+    _mark(default, (), DEFAULT_SOURCE, origins)
+    if path is not None:
+        source = os.fspath(path)
+        try:
+            text = FilePath(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise ConfigError([f"{source}: cannot read the config: {error}"]) from error
+        raw = parse_json5(text, source)
+        for key, value in raw.items() if isinstance(raw, dict) else ():
+            if not isinstance(value, dict):  # replaced whole: nothing of the default's stays
+                for old in [p for p in origins if p[:1] == (key,)]:
+                    del origins[old]
+        _mark(raw, (), source, origins)
+    return origins
+
+
+def _mark(
+    value: Any, at: tuple[str | int, ...], source: str, out: dict[tuple[str | int, ...], str]
+) -> None:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _mark(item, (*at, key), source, out)
+    elif isinstance(value, list):
+        for old in [p for p in out if p[: len(at)] == at and len(p) > len(at)]:
+            del out[old]
+        for index, item in enumerate(value):
+            _mark(item, (*at, index), source, out)
+    else:
+        out[at] = source

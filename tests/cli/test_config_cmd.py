@@ -70,3 +70,15 @@ def test_search_path_lre_config_then_xdg_config_home(tmp_path: Path) -> None:
     missing = run_lre("status", cwd=tmp_path, env=env)
     assert missing.returncode == 1
     assert f"LRE_CONFIG={tmp_path / 'missing.json5'}: no such config file" in missing.stderr
+
+
+def test_show_origin_says_where_each_value_came_from(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    one_knob = tmp_path / "debug.json5"
+    one_knob.write_text('{ global: { log_level: "debug" } }\n')
+    shown = run_lre("config", "show", "--origin", "--config", str(one_knob), cwd=tmp_path, env=env)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert f'global.log_level = "debug"  # {one_knob}' in lines
+    assert 'stores[0].name = "cas"  # <embedded default>' in lines
+    assert "global.max_open_files = 24576  # built-in default" in lines
