@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -14,8 +15,11 @@ from lre.config import (
     ConfigError,
     default_config,
     dump_config,
+    find_config_file,
+    format_path,
     load_config,
     resolve,
+    value_origins,
 )
 
 config_app = typer.Typer(
@@ -24,13 +28,35 @@ config_app = typer.Typer(
 app.add_typer(config_app, name="config")
 
 
+CONFIG_HELP = (
+    "Config file, merged over the embedded default (default: $LRE_CONFIG, else "
+    "~/.config/lre/config.json5 when it exists, else the embedded default alone)."
+)
+
+
+def config_file(path: Path | None) -> Path | None:
+    """The config file in effect: ``path`` (``--config``), else ``$LRE_CONFIG``,
+    else ``~/.config/lre/config.json5`` when it exists; None = the embedded
+    default alone. Exits with status 1 when ``$LRE_CONFIG`` names no file."""
+    if path is not None:
+        return path
+    try:
+        return find_config_file()
+    except ConfigError as error:
+        for message in error.messages:
+            typer.echo(f"error: {message}", err=True)
+        raise typer.Exit(1) from error
+
+
 def load_or_default(path: Path | None) -> Config:
-    """The config at ``path``, or the embedded default when ``path`` is None.
+    """The config file in effect (``config_file``) merged over the embedded
+    default, or the default alone when there is none.
 
     Prints every problem to stderr and exits with status 1 when it is invalid.
     """
+    found = config_file(path)
     try:
-        return load_config(path) if path is not None else default_config()
+        return load_config(found) if found is not None else default_config()
     except ConfigError as error:
         for message in error.messages:
             typer.echo(message, err=True)
@@ -41,14 +67,50 @@ def load_or_default(path: Path | None) -> Config:
 def show(
     config: Annotated[
         Path | None,
-        typer.Option("--config", "-c", help="Config file (default: the embedded default)."),
+        typer.Option("--config", "-c", help=CONFIG_HELP),
     ] = None,
+    origin: Annotated[
+        bool,
+        typer.Option(
+            "--origin",
+            help="One line per value, saying where it came from (the file, the embedded "
+            "default or the built-in default).",
+        ),
+    ] = False,
 ) -> None:
     """Print the effective config as JSON5, defaults filled and "auto" resolved."""
     loaded = load_or_default(config)
-    source = str(config) if config is not None else DEFAULT_SOURCE
+    found = config_file(config)
+    source = f"{found} over {DEFAULT_SOURCE}" if found is not None else DEFAULT_SOURCE
+    text = dump_config(resolve(loaded))
+    if origin:
+        _print_origins(text, found)
+        return
     typer.echo(f'// lre effective config from {source}; "auto" values resolved on this host')
-    typer.echo(dump_config(resolve(loaded)), nl=False)
+    typer.echo(text, nl=False)
+
+
+def _leaves(value: Any, at: tuple[str | int, ...]) -> list[tuple[tuple[str | int, ...], Any]]:
+    if isinstance(value, dict):
+        return [leaf for key, item in value.items() for leaf in _leaves(item, (*at, key))]
+    if isinstance(value, list) and value:
+        return [leaf for i, item in enumerate(value) for leaf in _leaves(item, (*at, i))]
+    return [(at, value)]
+
+
+def _print_origins(text: str, found: Path | None) -> None:
+    """One line per effective value: ``path = value  # where it came from``."""
+    import json5
+
+    try:
+        origins = value_origins(found)
+    except ConfigError as error:
+        for message in error.messages:
+            typer.echo(message, err=True)
+        raise typer.Exit(1) from error
+    for path, value in _leaves(json5.loads(text), ()):
+        where = origins.get(path, "built-in default")
+        typer.echo(f"{format_path(path)} = {json.dumps(value)}  # {where}")
 
 
 @config_app.command("check")

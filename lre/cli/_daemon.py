@@ -120,3 +120,14 @@ def wait_for_pid_file(state_dir: Path, child: psutil.Process, timeout: float) ->
             raise RuntimeError(f"lre exited during start-up (status {child.wait(1)})")
         time.sleep(0.05)
     raise RuntimeError(f"lre did not become ready within {timeout:.0f} s")
+
+
+def name_process(name: str = "lre") -> None:
+    """Show this process as ``name`` in ps, top and pgrep (its ``comm``), not
+    ``python3``. Linux only; elsewhere (or when /proc is not writable)
+    nothing happens."""
+    try:
+        with open("/proc/self/comm", "w", encoding="ascii") as comm:
+            comm.write(name[:15])
+    except OSError:
+        pass

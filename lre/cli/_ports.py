@@ -89,8 +89,9 @@ def with_port(config: Config, port: int | None) -> Config:
     """The config with the first server's TCP port replaced by ``port``.
 
     The status listener follows when its configured port is taken (by a
-    first lre, typically): to ``port + 10`` when that is free, else to any
-    free port (chosen when it binds). So a second lre started with another
+    first lre, typically) or is ``port`` itself (``--port 50061``): to
+    ``port + 10`` when that is free, else to any free port (chosen when it
+    binds). So a second lre started with another
     ``--port`` (and another ``LRE_HOME``) starts beside the first.
     """
     if port is None or not config.servers:
@@ -103,7 +104,7 @@ def with_port(config: Config, port: int | None) -> Config:
     servers = (dataclasses.replace(first, listener=listener), *config.servers[1:])
     global_ = config.global_
     status = split_address(global_.status.address) if global_.status.address else None
-    if status is not None and status[1] != 0 and not port_is_free(*status):
+    if status is not None and status[1] != 0 and (status[1] == port or not port_is_free(*status)):
         status_host = global_.status.address.rpartition(":")[0]
         wanted = port + STATUS_PORT_OFFSET
         moved = wanted if wanted <= 65535 and port_is_free(status[0], wanted) else 0

@@ -25,6 +25,7 @@ import typer
 from lre.cli._app import app
 from lre.cli._config_cmd import load_or_default
 from lre.cli._daemon import read_pid_file
+from lre.cli._running import look_up
 from lre.config import resolve
 
 AddressOption = Annotated[
@@ -118,6 +119,15 @@ def stats(
     from lre.snapshot import ProcessSnapshot
     from lre.tui import fetch_snapshot_json, render_dashboard
 
+    if address is None:
+        lookup = look_up(config)
+        if lookup.server is None:
+            typer.echo(
+                f"lre is not running (no live lre recorded in {lookup.state_dir}); "
+                "`lre up --detach` starts it",
+                err=True,
+            )
+            raise typer.Exit(1)
     target = status_address(address, config)
     try:
         data = fetch_snapshot_json(target)

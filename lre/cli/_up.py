@@ -25,16 +25,18 @@ from lre.cli._client_config import (
     make_inert,
     unlink,
 )
-from lre.cli._config_cmd import load_or_default
+from lre.cli._config_cmd import CONFIG_HELP, load_or_default
 from lre.cli._daemon import (
     LOG_FILE,
     RunningServer,
+    name_process,
     read_pid_file,
     remove_pid_file,
     wait_for_pid_file,
     write_pid_file,
 )
 from lre.cli._git_exclude import set_excluded
+from lre.cli._knobs import Knobs, with_knobs
 from lre.cli._link import (
     BuckLocalOption,
     Echo,
@@ -58,15 +60,25 @@ if TYPE_CHECKING:
     from lre.app import Application, ReadyInfo
 
 
+#: What --log-level accepts (global.log_level's values).
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _check_log_level(value: str | None) -> str | None:
+    """``--log-level``: one of ``LOG_LEVELS`` (any case), else typer's usage error."""
+    if value is None or value.lower() in LOG_LEVELS:
+        return value.lower() if value else value
+    choices = ", ".join(repr(level) for level in LOG_LEVELS)
+    raise typer.BadParameter(f"{value!r} is not one of {choices}", param_hint="--log-level")
+
+
 def state_dir_of(config: Config) -> Path:
     """lre's state directory (pid file, log). The app is imported lazily: it is
     slow to import and only ``lre up`` needs it."""
     return Path(config.global_.state_dir)
 
 
-ConfigOption = Annotated[
-    Path | None, typer.Option("--config", "-c", help="Config file (default: embedded).")
-]
+ConfigOption = Annotated[Path | None, typer.Option("--config", "-c", help=CONFIG_HELP)]
 
 
 def _server_record(
@@ -155,7 +167,37 @@ def up(
     buck_local: BuckLocalOption = False,
     instance: InstanceOption = "main",
     repo: RepoOption = None,
-    log_level: Annotated[str | None, typer.Option("--log-level")] = None,
+    log_level: Annotated[
+        str | None,
+        typer.Option(
+            "--log-level",
+            callback=_check_log_level,
+            help="Lowest level logged (default: global.log_level of the config, info).",
+        ),
+    ] = None,
+    cache_size: Annotated[
+        str | None,
+        typer.Option("--cache-size", help="CAS size limit, e.g. 20G (default: the config's)."),
+    ] = None,
+    cpus: Annotated[
+        int | None,
+        typer.Option("--cpus", min=1, help="CPUs the worker offers (default: the config's)."),
+    ] = None,
+    memory_budget: Annotated[
+        str | None,
+        typer.Option(
+            "--memory-budget", help="Memory all actions may reserve, e.g. 8G (default: auto)."
+        ),
+    ] = None,
+    status_port: Annotated[
+        int | None,
+        typer.Option(
+            "--status-port",
+            min=0,
+            max=65535,
+            help="Port of /status and /metrics (0: any free port; default 50061).",
+        ),
+    ] = None,
 ) -> None:
     """Start lre and point the repository's Bazel/Buck2 at it.
 
@@ -175,7 +217,8 @@ def up(
         assert repo_root is not None
         print_report(unlink(repo_root))
         return
-    config = resolve(with_port(load_or_default(config_path), port))
+    knobs = Knobs(cache_size, cpus, memory_budget, status_port)
+    config = resolve(with_port(with_knobs(load_or_default(config_path), knobs), port))
     state_dir = state_dir_of(config)
     link = Link(instance=instance, edit_bazelrc=not no_edit, buck_local=buck_local)
     running = read_pid_file(state_dir)
@@ -193,7 +236,7 @@ def up(
         )
         raise typer.Exit(1)
     if detach:
-        server = _detach(config_path, port, state_dir, repo_root, instance, log_level)
+        server = _detach(config_path, port, state_dir, repo_root, instance, log_level, knobs)
         if not no_client_config:
             _point_repos(server, state_dir, repo_root, link)
         where = (
@@ -206,6 +249,8 @@ def up(
         return
 
     from lre.app import AppBuildError, StoreBuildError, run_server
+
+    name_process()
 
     dashboard = sys.stdout.isatty() and not no_tui
     ready_seen = False
@@ -297,6 +342,7 @@ def _detach(
     repo_root: Path | None,
     instance: str,
     log_level: str | None,
+    knobs: Knobs,
 ) -> RunningServer:
     """Start ``lre up`` in the background and wait until it listens.
 
@@ -314,6 +360,7 @@ def _detach(
         argv += ["--repo", str(repo_root)]
     if log_level:
         argv += ["--log-level", log_level]
+    argv += knobs.argv()
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     log_path = state_dir / LOG_FILE
     # Owner-only like the log lre itself writes (lre.app's LOG_FILE_MODE).

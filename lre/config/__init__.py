@@ -27,11 +27,14 @@ from lre.config._dump import dump_config
 from lre.config._env import ExpansionError, escape_env, expand_env
 from lre.config._errors import ConfigError
 from lre.config._loader import (
+    CONFIG_ENV,
     DEFAULT_SOURCE,
     default_config,
     default_config_text,
+    find_config_file,
     load_config,
     load_config_text,
+    value_origins,
 )
 from lre.config._models import (
     ActionLimitsSpec,
@@ -74,11 +77,13 @@ from lre.config._models import (
     VerifyStoreSpec,
     WorkerSpec,
 )
+from lre.config._paths import format_path
 from lre.config._state_files import ADMIN_TOKEN_FILE, HITS_FILE
 from lre.config._units import format_byte_size, parse_byte_size, parse_seconds
 
 __all__ = [
     "ADMIN_TOKEN_FILE",
+    "CONFIG_ENV",
     "DEFAULT_SOURCE",
     "HITS_FILE",
     "ActionLimitsSpec",
@@ -135,7 +140,9 @@ __all__ = [
     "dump_config",
     "escape_env",
     "expand_env",
+    "find_config_file",
     "format_byte_size",
+    "format_path",
     "has_upstream",
     "load_config",
     "load_config_text",
@@ -145,5 +152,6 @@ __all__ = [
     "resolve",
     "scheduler_kind",
     "store_kind",
+    "value_origins",
     "worker_resources",
 ]

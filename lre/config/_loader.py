@@ -31,7 +31,8 @@ DEFAULT_SOURCE = "<embedded default>"
 
 
 def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Config:
-    """Load and validate the config file at ``path``.
+    """Load and validate the config file at ``path``, merged over the embedded
+    default (``merge_over_default``: a partial file, even ``{}``, is valid).
 
     ``env`` is used for ``${VAR}`` expansion (default: ``os.environ``).
     Raises ``ConfigError`` if the file cannot be read or is invalid.
@@ -40,17 +41,67 @@ def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = No
         text = FilePath(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError([f"{os.fspath(path)}: cannot read the config: {error}"]) from error
-    return load_config_text(text, source=os.fspath(path), env=env)
+    source = os.fspath(path)
+    raw = merge_over_default(parse_json5(text, source), source)
+    return _validate(raw, text, source, env)
+
+
+def merge_over_default(raw: Any, source: str) -> Any:
+    """The user's document ``raw`` laid over the embedded default: objects are
+    merged key by key (recursively), anything else (lists such as ``stores``
+    or ``workers``, numbers, strings) replaces the default's value. So ``{}``
+    is the default, and a file that gives ``stores`` gives all of them.
+    ``ConfigError`` when ``raw`` is not an object."""
+    if not isinstance(raw, dict):
+        raise ConfigError([f"{source}: the config must be an object ({{...}})"])
+    return _merged(parse_json5(default_config_text(), DEFAULT_SOURCE), raw)
+
+
+def _merged(base: Any, over: Any) -> Any:
+    if isinstance(base, dict) and isinstance(over, dict):
+        out = dict(base)
+        for key, value in over.items():
+            out[key] = _merged(base[key], value) if key in base else value
+        return out
+    return over
+
+
+#: Where lre looks for a config file when ``--config`` is not given.
+CONFIG_ENV = "LRE_CONFIG"
+
+
+def find_config_file(env: Mapping[str, str] | None = None) -> FilePath | None:
+    """The config file to use without ``--config``: ``$LRE_CONFIG`` (which must
+    exist), else ``$XDG_CONFIG_HOME/lre/config.json5`` (default
+    ``~/.config``) when it exists, else None (the embedded default).
+    ``ConfigError`` when ``$LRE_CONFIG`` names no file."""
+    env = os.environ if env is None else env
+    named = env.get(CONFIG_ENV, "")
+    if named:
+        if not FilePath(named).is_file():
+            raise ConfigError([f"{CONFIG_ENV}={named}: no such config file"])
+        return FilePath(named)
+    base = env.get("XDG_CONFIG_HOME") or (
+        os.path.join(env["HOME"], ".config") if env.get("HOME") else ""
+    )
+    if not base:
+        return None
+    candidate = FilePath(base) / "lre" / "config.json5"
+    return candidate if candidate.is_file() else None
 
 
 def load_config_text(
     text: str, source: str = "<string>", env: Mapping[str, str] | None = None
 ) -> Config:
-    """Parse and validate JSON5 ``text``; ``source`` names it in messages.
+    """Parse and validate JSON5 ``text`` as a complete config (nothing merged);
+    ``source`` names it in messages.
 
     Raises ``ConfigError`` listing every problem found.
     """
-    raw = parse_json5(text, source)
+    return _validate(parse_json5(text, source), text, source, env)
+
+
+def _validate(raw: Any, text: str, source: str, env: Mapping[str, str] | None) -> Config:
     decoder = Decoder(os.environ if env is None else env)
     config = decoder.decode(Config, raw, ())
     if decoder.problems or config is INVALID:
@@ -110,3 +161,41 @@ def _render(problems: Sequence[Problem], text: str, source: str) -> list[str]:
         where = f"{source}:{line}" if line is not None else source
         out.append(f"{where}: {problem.render()}")
     return out
+
+
+def value_origins(path: str | os.PathLike[str] | None) -> dict[tuple[str | int, ...], str]:
+    """Where each value set in a document came from, by its path in the
+    document: the file at ``path`` (merged over the default, as
+    ``load_config`` does) or ``DEFAULT_SOURCE``. A path absent from the
+    result has the model's built-in default. ``ConfigError`` as ``load_config``."""
+    default = parse_json5(default_config_text(), DEFAULT_SOURCE)
+    origins: dict[tuple[str | int, ...], str] = {}
+    _mark(default, (), DEFAULT_SOURCE, origins)
+    if path is not None:
+        source = os.fspath(path)
+        try:
+            text = FilePath(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise ConfigError([f"{source}: cannot read the config: {error}"]) from error
+        raw = parse_json5(text, source)
+        for key, value in raw.items() if isinstance(raw, dict) else ():
+            if not isinstance(value, dict):  # replaced whole: nothing of the default's stays
+                for old in [p for p in origins if p[:1] == (key,)]:
+                    del origins[old]
+        _mark(raw, (), source, origins)
+    return origins
+
+
+def _mark(
+    value: Any, at: tuple[str | int, ...], source: str, out: dict[tuple[str | int, ...], str]
+) -> None:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _mark(item, (*at, key), source, out)
+    elif isinstance(value, list):
+        for old in [p for p in out if p[: len(at)] == at and len(p) > len(at)]:
+            del out[old]
+        for index, item in enumerate(value):
+            _mark(item, (*at, index), source, out)
+    else:
+        out[at] = source

@@ -13,6 +13,7 @@ including Ctrl-C (which stays a ``KeyboardInterrupt`` for the caller).
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import os
 import sys
@@ -75,6 +76,9 @@ def _screen(
         )
     else:
         height = max(1, console.height - len(notes))
+        if notice:
+            # The last picture is stale: its header must not keep saying "ok".
+            snapshot = dataclasses.replace(snapshot, problems=(f"not answering: {notice}",))
         body = render_dashboard(
             snapshot, width=console.width, height=height, notice=notice, keys=keys
         )

@@ -64,3 +64,22 @@ def test_status_ps_stop_start_restart(tmp_path: Path) -> None:
     finally:
         down = home.run("down", cwd=repo)
     assert down.returncode == 0, down.stderr
+
+
+def test_the_detached_process_is_named_lre_and_stats_says_when_lre_is_down(
+    tmp_path: Path,
+) -> None:
+    import psutil
+
+    home = private_home(tmp_path)
+    repo = bazel_repo(tmp_path)
+    down = home.run("stats", cwd=repo)
+    assert down.returncode == 1
+    assert "lre is not running" in down.stderr and "Errno" not in down.stderr
+    started = home.run("up", "--detach", "--port", str(home.grpc_port), cwd=repo)
+    assert started.returncode == 0, started.stderr
+    try:
+        pid = json.loads(home.run("status", "--json", cwd=repo).stdout)["pid"]
+        assert psutil.Process(pid).name() == "lre"
+    finally:
+        assert home.run("down", cwd=repo).returncode == 0

@@ -78,6 +78,9 @@ async def test_errors_show_a_notice_and_keep_the_last_screen() -> None:
     assert "refused" in text
     last_frame = text[text.rindex("gone") :]
     assert "In flight (5)" in last_frame  # the last good snapshot stays on screen
+    good_frame = text[text.index("refused") : text.rindex("gone")]
+    assert "● ok" in good_frame
+    assert "● ok" not in last_frame  # lre stopped: the stale header no longer says ok
 
 
 async def test_q_on_a_terminal_quits_and_restores_the_mode(
