@@ -63,7 +63,14 @@ from lre.service import (
 )
 from lre.snapshot import EventKind, JobserverTokens
 from lre.upstream import UpstreamClient, UpstreamStatistics
-from lre.worker import Containment, ContainmentUnavailable, LocalWorker, choose_containment
+from lre.worker import (
+    Containment,
+    ContainmentUnavailable,
+    LocalWorker,
+    choose_containment,
+    missing_protections,
+    namespace_refusals,
+)
 
 log = logging.getLogger(__name__)
 
@@ -268,6 +275,22 @@ class Application:
         locals_ = [w.local for w in self.config.workers if w.local is not None]
         return locals_[0].resources.kill_factor if locals_ else 1.2
 
+    def protections_missing(self) -> tuple[str, ...]:
+        """What this lre cannot give its actions here (empty when nothing is
+        missing): per containment backend in use, and lre's listener guard;
+        followed by the kernel settings that refuse namespaces, if any."""
+        missing: list[str] = []
+        for worker in self.workers:
+            for text in missing_protections(worker.containment.name):
+                line = f"{worker.name}: {text}"
+                if line not in missing:
+                    missing.append(line)
+        if not self.local_peers.available:
+            missing.append("lre's listeners refusing its own actions (needs Linux sock_diag)")
+        if missing:
+            missing.extend(f"because {refusal}" for refusal in namespace_refusals())
+        return tuple(missing)
+
     def _containment_summary(self) -> str:
         """``pidns`` when every worker uses it, else ``name=mode`` per worker."""
         modes = {worker.name: worker.containment.name for worker in self.workers}
@@ -451,6 +474,8 @@ class Application:
             log.warning("running as root: actions run as root too; start lre as your own user")
         if self.workers:
             log.info("containment of action processes: %s", self.assembler.containment)
+        for missing in self.protections_missing():
+            log.warning("protection missing: %s", missing)
         os.makedirs(state_dir_of(self.config), mode=0o700, exist_ok=True)
         await self.stores.open()
         try:
@@ -478,6 +503,7 @@ class Application:
                             self.assembler,
                             rpc=self.rpc_metrics.statistics,
                             local_peers=self.local_peers,
+                            protections_missing=self.protections_missing(),
                         )
                         await front.start(status.serve)
                         status_address = status.bound_address

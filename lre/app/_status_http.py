@@ -93,11 +93,14 @@ class StatusServer:
         max_request_bytes: int = 8192,
         max_connections: int = 64,
         local_peers: LocalPeers | None = None,
+        protections_missing: tuple[str, ...] = (),
     ) -> None:
         self.host, self.port = parse_listen_address(address)
         #: When set, connections from lre's own actions get 403 (see
         #: ``lre.service.LocalPeers``).
         self.local_peers = local_peers
+        #: Shown in ``/status`` (what lre cannot give its actions here).
+        self.protections_missing = protections_missing
         self.source = source
         self.rpc = rpc
         self.request_timeout_s = request_timeout_s
@@ -214,7 +217,7 @@ class StatusServer:
         try:
             snapshot = self.source()
             if path == "/status":
-                return _status_body(snapshot)
+                return _status_body(snapshot, self.protections_missing)
             if path == "/metrics":
                 rpc = self.rpc() if self.rpc is not None else None
                 return 200, METRICS_CONTENT_TYPE, render_metrics(snapshot, rpc).encode()
@@ -268,7 +271,9 @@ def _upstreams(snapshot: ProcessSnapshot) -> list[dict[str, object]]:
     ]
 
 
-def _status_body(snapshot: ProcessSnapshot) -> tuple[int, str, bytes]:
+def _status_body(
+    snapshot: ProcessSnapshot, protections_missing: tuple[str, ...] = ()
+) -> tuple[int, str, bytes]:
     if snapshot.healthy:
         body = {
             "status": "ok",
@@ -277,6 +282,7 @@ def _status_body(snapshot: ProcessSnapshot) -> tuple[int, str, bytes]:
             "running": snapshot.running,
             "queued": snapshot.queued,
             "containment": snapshot.containment,
+            "protections_missing": list(protections_missing),
             "upstreams": _upstreams(snapshot),
         }
         return 200, _JSON, json.dumps(body).encode() + b"\n"
@@ -284,6 +290,7 @@ def _status_body(snapshot: ProcessSnapshot) -> tuple[int, str, bytes]:
         "status": "unavailable",
         "problems": list(snapshot.problems),
         "containment": snapshot.containment,
+        "protections_missing": list(protections_missing),
         "upstreams": _upstreams(snapshot),
     }
     return 503, _JSON, json.dumps(body).encode() + b"\n"

@@ -68,6 +68,7 @@ from dataclasses import dataclass
 import trio
 
 from lre.worker._guardian import ProcessGuardian
+from lre.worker._protections import missing_protections, namespace_refusals
 
 __all__ = [
     "CONTAINMENT_MODES",
@@ -81,7 +82,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 #: Values of ``worker.local.containment``.
-CONTAINMENT_MODES = ("strongest", "pidns", "userns", "portable")
+CONTAINMENT_MODES = ("strongest", "strict", "pidns", "userns", "portable")
 
 _CLONE_NEWNET = 0x40000000
 _CLONE_NEWPID = 0x20000000
@@ -506,19 +507,31 @@ def choose_containment(mode: str) -> Containment:
     """The backend for ``mode`` (one of ``CONTAINMENT_MODES``).
 
     ``"strongest"`` takes the first of ``pidns``, ``userns`` and ``portable``
-    that works here (logging why the others do not). A named mode that cannot
-    work raises ``ContainmentUnavailable``.
+    that works here (logging why the others do not). ``"strict"`` is the same
+    without ``portable``: where the kernel refuses both namespace backends it
+    raises ``ContainmentUnavailable`` naming the missing protections and the
+    kernel settings that refuse them (``_protections.py``). A named mode that
+    cannot work raises ``ContainmentUnavailable``.
     """
     if mode not in CONTAINMENT_MODES:
         raise ValueError(f"containment: {mode!r} is not one of {', '.join(CONTAINMENT_MODES)}")
     candidates: list[type[Containment]] = [PidNamespace, UserNamespace]
+    reasons: list[str] = []
     for backend in candidates:
-        if mode not in ("strongest", backend.name):
+        if mode not in ("strongest", "strict", backend.name):
             continue
         try:
             return backend()
         except ContainmentUnavailable as error:
             if mode == backend.name:
                 raise
+            reasons.append(f"{backend.name}: {error}")
             log.info("containment: %s unavailable (%s)", backend.name, error)
+    if mode == "strict":
+        raise ContainmentUnavailable(
+            "'strict' needs a PID namespace per action and the kernel refuses both ways to "
+            f"make one ({'; '.join(reasons)}); missing: "
+            f"{'; '.join(missing_protections('portable'))}"
+            + "".join(f"; {refusal}" for refusal in namespace_refusals())
+        )
     return ProcessGroupSweep()
