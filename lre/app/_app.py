@@ -203,7 +203,7 @@ class Application:
         self.bridge = TrioBridge()
         self.rpc_metrics = RpcMetrics()
         #: Tells lre's listeners whether a client is one of lre's own actions.
-        self.local_peers = LocalPeers()
+        self.local_peers = LocalPeers(self._action_roots)
         self.health = HealthBoard()
         self.health.add_check("disk", free_space_check(self._existing_parent(), 1 << 30))
         first = next(iter(self.schedulers.values()), None)
@@ -274,6 +274,11 @@ class Application:
     def _kill_factor(self) -> float:
         locals_ = [w.local for w in self.config.workers if w.local is not None]
         return locals_[0].resources.kill_factor if locals_ else 1.2
+
+    def _action_roots(self) -> list[int]:
+        """(any thread) the processes every running action's processes are or
+        descend from, over every containment backend in use."""
+        return [pid for c in list(self.containments.values()) for pid in c.action_roots()]
 
     def protections_missing(self) -> tuple[str, ...]:
         """What this lre cannot give its actions here (empty when nothing is

@@ -172,6 +172,12 @@ class Containment(ABC):
         self.signal_action(pid, signal.SIGKILL)
         self.guardian.remove(pid)
 
+    def action_roots(self) -> list[int]:
+        """Processes every running action's processes descend from (or are):
+        the first processes and listed orphans (lre's listeners refuse
+        connections held by any of them or their descendants)."""
+        return list(self.guardian.listed())
+
     @abstractmethod
     def signal_action(self, pid: int, sig: int) -> None:
         """Send ``sig`` to the action whose first process is ``pid``."""
@@ -415,6 +421,17 @@ class ProcessGroupSweep(Containment):
 
     def signal_action(self, pid: int, sig: int) -> None:
         _killpg(pid, sig)
+
+    def action_roots(self) -> list[int]:
+        # An orphan re-parented to lre is listed within ``watch``'s interval;
+        # until then it is one of the main thread's children.
+        roots = super().action_roots()
+        with self._lock:
+            running = bool(self._running)
+        if running:
+            guardian = self.guardian.pid
+            roots.extend(p for p in self.orphans() if p != guardian and p not in roots)
+        return roots
 
     def orphans(self) -> list[int]:
         """Processes re-parented to lre (children of its main thread)."""
