@@ -74,7 +74,14 @@ from lre.service import (
 )
 from lre.snapshot import EventKind, JobserverTokens
 from lre.upstream import UpstreamClient, UpstreamStatistics
-from lre.worker import Containment, ContainmentUnavailable, LocalWorker, choose_containment
+from lre.worker import (
+    Containment,
+    ContainmentUnavailable,
+    LocalWorker,
+    choose_containment,
+    missing_protections,
+    namespace_refusals,
+)
 
 log = logging.getLogger(__name__)
 
@@ -238,7 +245,7 @@ class Application:
         self.bridge = TrioBridge()
         self.rpc_metrics = RpcMetrics()
         #: Tells lre's listeners whether a client is one of lre's own actions.
-        self.local_peers = LocalPeers()
+        self.local_peers = LocalPeers(self._action_roots)
         self.health = HealthBoard()
         self.health.add_check("disk", free_space_check(self._existing_parent(), 1 << 30))
         first = next(iter(self.schedulers.values()), None)
@@ -326,6 +333,27 @@ class Application:
     def _kill_factor(self) -> float:
         locals_ = [w.local for w in self.config.workers if w.local is not None]
         return locals_[0].resources.kill_factor if locals_ else 1.2
+
+    def _action_roots(self) -> list[int]:
+        """(any thread) the processes every running action's processes are or
+        descend from, over every containment backend in use."""
+        return [pid for c in list(self.containments.values()) for pid in c.action_roots()]
+
+    def protections_missing(self) -> tuple[str, ...]:
+        """What this lre cannot give its actions here (empty when nothing is
+        missing): per containment backend in use, and lre's listener guard;
+        followed by the kernel settings that refuse namespaces, if any."""
+        missing: list[str] = []
+        for worker in self.workers:
+            for text in missing_protections(worker.containment.name):
+                line = f"{worker.name}: {text}"
+                if line not in missing:
+                    missing.append(line)
+        if not self.local_peers.available:
+            missing.append("lre's listeners refusing its own actions (needs Linux sock_diag)")
+        if missing:
+            missing.extend(f"because {refusal}" for refusal in namespace_refusals())
+        return tuple(missing)
 
     def _containment_summary(self) -> str:
         """``pidns`` when every worker uses it, else ``name=mode`` per worker."""
@@ -512,6 +540,8 @@ class Application:
             log.warning("running as root: actions run as root too; start lre as your own user")
         if self.workers:
             log.info("containment of action processes: %s", self.assembler.containment)
+        for missing in self.protections_missing():
+            log.warning("protection missing: %s", missing)
         os.makedirs(state_dir_of(self.config), mode=0o700, exist_ok=True)
         self.hits = ClientHits(str(state_dir_of(self.config)), self._live_hits)
         self.assembler.hits = self.hits.totals
@@ -548,6 +578,7 @@ class Application:
                             local_peers=self.local_peers,
                             admin=self._cache_admin(),
                             admin_token=write_admin_token(str(state_dir_of(self.config))),
+                            protections_missing=self.protections_missing(),
                         )
                         await front.start(status.serve)
                         status_address = status.bound_address

@@ -107,6 +107,7 @@ class StatusServer:
         local_peers: LocalPeers | None = None,
         admin: CacheAdmin | None = None,
         admin_token: str = "",
+        protections_missing: tuple[str, ...] = (),
     ) -> None:
         self.host, self.port = parse_listen_address(address)
         #: When set, connections from lre's own actions get 403 (see
@@ -114,6 +115,8 @@ class StatusServer:
         self.local_peers = local_peers
         self.admin = admin
         self.admin_token = admin_token
+        #: Shown in ``/status`` (what lre cannot give its actions here).
+        self.protections_missing = protections_missing
         self.source = source
         self.rpc = rpc
         self.request_timeout_s = request_timeout_s
@@ -273,7 +276,7 @@ class StatusServer:
         try:
             snapshot = self.source()
             if path == "/status":
-                return _status_body(snapshot)
+                return _status_body(snapshot, self.protections_missing)
             if path == "/metrics":
                 rpc = self.rpc() if self.rpc is not None else None
                 return 200, METRICS_CONTENT_TYPE, render_metrics(snapshot, rpc).encode()
@@ -367,7 +370,9 @@ def _cache_notices(snapshot: ProcessSnapshot) -> list[str]:
     ]
 
 
-def _status_body(snapshot: ProcessSnapshot) -> tuple[int, str, bytes]:
+def _status_body(
+    snapshot: ProcessSnapshot, protections_missing: tuple[str, ...] = ()
+) -> tuple[int, str, bytes]:
     if snapshot.healthy:
         body = {
             "status": "ok",
@@ -377,6 +382,7 @@ def _status_body(snapshot: ProcessSnapshot) -> tuple[int, str, bytes]:
             "queued": snapshot.queued,
             "queue": _queue(snapshot),
             "containment": snapshot.containment,
+            "protections_missing": list(protections_missing),
             "upstreams": _upstreams(snapshot),
             "cache": _cache_notices(snapshot),
         }
@@ -386,6 +392,7 @@ def _status_body(snapshot: ProcessSnapshot) -> tuple[int, str, bytes]:
         "problems": list(snapshot.problems),
         "queue": _queue(snapshot),
         "containment": snapshot.containment,
+        "protections_missing": list(protections_missing),
         "upstreams": _upstreams(snapshot),
         "cache": _cache_notices(snapshot),
     }

@@ -5,7 +5,9 @@
   and lre holds them; without, the configured ports are free (or who holds them);
 - ``disk``: free space where each CAS lives against what it may still grow
   by (its max_bytes minus what it holds now);
-- ``containment``: the ``containment`` key of lre's ``/status``;
+- ``containment``: the ``containment`` and ``protections_missing`` keys of
+  lre's ``/status``, and the kernel settings of this machine that refuse
+  unprivileged namespaces (AppArmor's restriction, ``unprivileged_userns_clone``);
 - ``user``: whether lre (or, when it is not running, you) runs as root;
 - ``clock``: there is no network, so nothing is compared with true time.
   Two things are measured: (1) file timestamps: a file is written in the
@@ -38,6 +40,7 @@ from lre.cli._local_stores import LocalStores
 from lre.cli._ports import holder_of_port
 from lre.cli._running import Lookup
 from lre.config import nearest_existing_dir
+from lre.worker import namespace_refusals
 
 #: Below this much free disk lre reports itself unhealthy (as its own health check).
 MIN_FREE_BYTES = 1 << 30
@@ -217,10 +220,25 @@ def disk_checks(stores: LocalStores) -> list[Check]:
     return checks
 
 
-def containment_check(server: RunningServer | None, status: dict[str, Any] | None) -> Check:
+def containment_check(
+    server: RunningServer | None,
+    status: dict[str, Any] | None,
+    refusals: tuple[str, ...] | None = None,
+) -> Check:
     """The mode from ``/status``: ``pidns``/``userns`` (a PID namespace per
-    action) are OK; ``portable`` (process groups and a sweep) is a WARN."""
+    action) are OK; ``portable`` (process groups and a sweep), or any protection
+    ``/status`` says is missing, is a WARN naming them and the kernel settings
+    here that refuse namespaces (``refusals``, read from this machine when None);
+    without lre running those settings alone make a WARN."""
+    refused = namespace_refusals() if refusals is None else refusals
     if server is None or status is None:
+        if refused:
+            return Check(
+                "containment",
+                "WARN",
+                "the kernel refuses unprivileged namespaces: " + "; ".join(refused),
+                "without them lre runs actions with containment portable (docs/security.md)",
+            )
         return Check("containment", "SKIP", "unknown (lre too old or not running)")
     value = status.get("containment")
     if not value:
@@ -231,6 +249,16 @@ def containment_check(server: RunningServer | None, status: dict[str, Any] | Non
             "restart lre with this version: `lre down && lre up --detach`",
         )
     shown = value if isinstance(value, str) else json.dumps(value)
+    missing = [str(m) for m in status.get("protections_missing", ()) if m]
+    if missing:
+        return Check(
+            "containment",
+            "WARN",
+            f"actions run with containment {shown}; missing: " + "; ".join(missing),
+            "; ".join(refused)
+            or "allow unprivileged user namespaces (then lre uses userns) or start lre as "
+            "root (pidns); docs/security.md compares the modes",
+        )
     if "portable" in shown:
         return Check(
             "containment",

@@ -465,12 +465,14 @@ class LocalWorkerSpec:
         'followed by "..").',
         default="reject",
     )
-    containment: Literal["strongest", "pidns", "userns", "portable"] = doc(
+    containment: Literal["strongest", "strict", "pidns", "userns", "portable"] = doc(
         "How everything an action starts is kept from outliving it (docs/security.md): "
         '"pidns" = a PID namespace per action (needs CAP_SYS_ADMIN, e.g. root); '
         '"userns" = the same without privileges, inside a user namespace (util-linux '
         'unshare); "portable" = process group, lre as subreaper and a sweep of orphans; '
-        '"strongest" = the first of these that works on this machine (tried at start-up).',
+        '"strongest" = the first of these that works on this machine (tried at start-up); '
+        '"strict" = the first of pidns and userns that works, refusing to start when the '
+        "kernel refuses both (instead of running with portable).",
         default="strongest",
     )
     network: Literal["allow", "block"] = doc(

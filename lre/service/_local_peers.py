@@ -39,6 +39,7 @@ import struct
 import sys
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 __all__ = ["LocalPeers", "PeerVerdict", "parse_peer"]
@@ -114,7 +115,10 @@ class LocalPeers:
     """Tells whether a TCP peer of lre's is a process lre started (see the
     module docstring). Thread-safe; one per lre."""
 
-    def __init__(self) -> None:
+    def __init__(self, action_roots: Callable[[], Iterable[int]] | None = None) -> None:
+        #: The processes every action process is (or descends from); None:
+        #: lre's own children (for a process that starts nothing but actions).
+        self._action_roots = action_roots
         self._lock = threading.Lock()
         self._verdicts: OrderedDict[int, PeerVerdict] = OrderedDict()
         self._local_addresses: dict[str, bool] = {}
@@ -318,7 +322,12 @@ class LocalPeers:
         with self._lock:
             self.lookups += 1
         target = f"socket:[{inode}]"
-        for pid in _descendants(os.getpid()):
+        if self._action_roots is None:
+            processes = _descendants(os.getpid())
+        else:
+            roots = set(self._action_roots())
+            processes = sorted(roots.union(*(_descendants(root) for root in roots)))
+        for pid in processes:
             try:
                 names = os.listdir(f"/proc/{pid}/fd")
             except FileNotFoundError:

@@ -14,6 +14,7 @@ from lre.worker._containment import (
     choose_containment,
 )
 from lre.worker._process import ProcessOutcome, run_process
+from lre.worker._protections import missing_protections, namespace_refusals
 from lre.worker._quarantine import QuarantinedEntry, quarantined
 from lre.worker._upload import Adopter
 from lre.worker._workdir import WorkDirectory, WorkDirectoryInUse
@@ -33,6 +34,8 @@ __all__ = [
     "WorkDirectory",
     "WorkDirectoryInUse",
     "choose_containment",
+    "missing_protections",
+    "namespace_refusals",
     "quarantined",
     "run_process",
 ]

@@ -62,6 +62,7 @@ from dataclasses import dataclass
 import trio
 
 from lre.worker._guardian import ProcessGuardian
+from lre.worker._protections import missing_protections, namespace_refusals
 from lre.worker._syscalls import LIBC as _LIBC
 from lre.worker._syscalls import call as _call
 from lre.worker._syscalls import kill as _kill
@@ -85,7 +86,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 #: Values of ``worker.local.containment``.
-CONTAINMENT_MODES = ("strongest", "pidns", "userns", "portable")
+CONTAINMENT_MODES = ("strongest", "strict", "pidns", "userns", "portable")
 
 _CLONE_NEWNS = 0x00020000
 _CLONE_FS = 0x00000200
@@ -165,6 +166,12 @@ class Containment(ABC):
         caller reaps it)."""
         self.signal_action(pid, signal.SIGKILL)
         self.guardian.remove(pid)
+
+    def action_roots(self) -> list[int]:
+        """Processes every running action's processes descend from (or are):
+        the first processes and listed orphans (lre's listeners refuse
+        connections held by any of them or their descendants)."""
+        return list(self.guardian.listed())
 
     @abstractmethod
     def signal_action(self, pid: int, sig: int) -> None:
@@ -476,6 +483,17 @@ class ProcessGroupSweep(Containment):
     def signal_action(self, pid: int, sig: int) -> None:
         _killpg(pid, sig)
 
+    def action_roots(self) -> list[int]:
+        # An orphan re-parented to lre is listed within ``watch``'s interval;
+        # until then it is one of the main thread's children.
+        roots = super().action_roots()
+        with self._lock:
+            running = bool(self._running)
+        if running:
+            guardian = self.guardian.pid
+            roots.extend(p for p in self.orphans() if p != guardian and p not in roots)
+        return roots
+
     def orphans(self) -> list[int]:
         """Processes re-parented to lre (children of its main thread)."""
         if not self._subreaper:
@@ -567,19 +585,31 @@ def choose_containment(mode: str) -> Containment:
     """The backend for ``mode`` (one of ``CONTAINMENT_MODES``).
 
     ``"strongest"`` takes the first of ``pidns``, ``userns`` and ``portable``
-    that works here (logging why the others do not). A named mode that cannot
-    work raises ``ContainmentUnavailable``.
+    that works here (logging why the others do not). ``"strict"`` is the same
+    without ``portable``: where the kernel refuses both namespace backends it
+    raises ``ContainmentUnavailable`` naming the missing protections and the
+    kernel settings that refuse them (``_protections.py``). A named mode that
+    cannot work raises ``ContainmentUnavailable``.
     """
     if mode not in CONTAINMENT_MODES:
         raise ValueError(f"containment: {mode!r} is not one of {', '.join(CONTAINMENT_MODES)}")
     candidates: list[type[Containment]] = [PidNamespace, UserNamespace]
+    reasons: list[str] = []
     for backend in candidates:
-        if mode not in ("strongest", backend.name):
+        if mode not in ("strongest", "strict", backend.name):
             continue
         try:
             return backend()
         except ContainmentUnavailable as error:
             if mode == backend.name:
                 raise
+            reasons.append(f"{backend.name}: {error}")
             log.info("containment: %s unavailable (%s)", backend.name, error)
+    if mode == "strict":
+        raise ContainmentUnavailable(
+            "'strict' needs a PID namespace per action and the kernel refuses both ways to "
+            f"make one ({'; '.join(reasons)}); missing: "
+            f"{'; '.join(missing_protections('portable'))}"
+            + "".join(f"; {refusal}" for refusal in namespace_refusals())
+        )
     return ProcessGroupSweep()

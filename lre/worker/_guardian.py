@@ -80,26 +80,44 @@ class ProcessGuardian:
         self._fd: int | None = None
         self._pid: int | None = None
         self._gave_up = False
+        #: What is listed now (mirrors the guardian's lists; see ``listed``).
+        self._groups: set[int] = set()
+        self._pids: set[int] = set()
 
     @property
     def pid(self) -> int | None:
         """The guardian's pid once started (for tests and diagnostics)."""
         return self._pid
 
+    def listed(self) -> tuple[int, ...]:
+        """Every listed group leader and single process: the first processes of
+        the running actions and the orphans lre adopted (whatever an action
+        runs is one of them or a descendant of one)."""
+        with self._lock:
+            return (*self._groups, *self._pids)
+
     def add(self, pgid: int) -> None:
         """List ``pgid`` as a live action group (starts the guardian if needed)."""
+        with self._lock:
+            self._groups.add(pgid)
         self._send(b"+%d\n" % pgid)
 
     def remove(self, pgid: int) -> None:
         """Unlist ``pgid``; call before its leader is reaped."""
+        with self._lock:
+            self._groups.discard(pgid)
         self._send(b"-%d\n" % pgid)
 
     def add_process(self, pid: int) -> None:
         """List the single process ``pid`` (an orphan lre adopted)."""
+        with self._lock:
+            self._pids.add(pid)
         self._send(b"*%d\n" % pid)
 
     def remove_process(self, pid: int) -> None:
         """Unlist the process ``pid``; call before it is reaped."""
+        with self._lock:
+            self._pids.discard(pid)
         self._send(b"/%d\n" % pid)
 
     def close(self) -> None:

@@ -4,7 +4,8 @@ An attack test is the attack itself, run from inside a real action; it passes
 when lre held. Mark it ``@pytest.mark.attack("class of attack")``. Its backend
 is the value of a ``containment`` or ``backend`` parameter (a string, or an
 object with a ``name``), else ``"-"``; its identity is an ``identity``
-parameter when the test has one, else the user running the test.
+parameter when the test has one (``"own"``, lre's own user, is written as the
+name of the user running the tests), else that user.
 
 With ``LRE_ATTACK_RESULTS=/path/file.jsonl`` set, each attack test's outcome
 is appended to that file as one JSON object per line::
@@ -55,7 +56,9 @@ def describe(item: pytest.Item) -> dict[str, str] | None:
         if key in params:
             backend = _param_name(params[key])
             break
-    identity = _param_name(params["identity"]) if "identity" in params else _own_identity()
+    identity = _param_name(params["identity"]) if "identity" in params else "own"
+    if identity == "own":  # lre's own user: the one running the tests
+        identity = _own_identity()
     return {"attack": marker.args[0], "backend": backend, "identity": identity}
 
 

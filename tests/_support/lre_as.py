@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import shlex
 import shutil
 import subprocess
 import sys
@@ -100,3 +101,20 @@ def run_driver(identity: str, request: dict[str, object], cwd: Path) -> dict[str
         pytest.fail(f"driver failed ({driver.returncode}): {err}")
     answer: dict[str, object] = json.loads(out.strip().splitlines()[-1])
     return answer
+
+
+def refusing_namespaces(argv: list[str]) -> list[str]:
+    """``argv`` run where the kernel really refuses both namespace backends:
+    inside a user namespace whose ``user.max_user_namespaces`` is 0 (no nested
+    user namespace: ENOSPC) with every capability dropped (no PID namespace:
+    EPERM), as a distribution restricting unprivileged namespaces does."""
+    setpriv = shutil.which("setpriv")
+    unshare = shutil.which("unshare")
+    if setpriv is None or unshare is None:
+        pytest.fail("util-linux setpriv and unshare are needed")
+    inner = " ".join(shlex.quote(a) for a in argv)
+    return [
+        *(unshare, "--user", "--map-root-user", "--", "/bin/sh", "-c"),
+        "echo 0 > /proc/sys/user/max_user_namespaces && "
+        f"exec {setpriv} --bounding-set=-all --inh-caps=-all {inner}",
+    ]

@@ -79,3 +79,14 @@ async def test_workers_offer_the_numbers_config_worked_out(tmp_path: Path) -> No
         assert info.max_inflight == local.max_inflight_tasks
         assert info.capacity.millicpus == int(local.resources.cpu_count) * 1500
         assert info.capacity.memory_bytes == local.resources.memory_budget
+
+
+def test_the_protections_a_backend_lacks_are_reported(tmp_path: Path) -> None:
+    portable = app_config_text(tmp_path, extra_worker=', containment: "portable"')
+    missing = Application(resolve(load_config_text(portable, source="t.json5")))
+    assert any("local: a PID namespace per action" in m for m in missing.protections_missing())
+    (tmp_path / "b").mkdir()
+    pidns = app_config_text(tmp_path / "b", extra_worker=', containment: "pidns"')
+    assert (
+        Application(resolve(load_config_text(pidns, source="t.json5"))).protections_missing() == ()
+    )

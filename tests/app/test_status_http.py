@@ -69,6 +69,7 @@ async def test_status_ok_then_503_with_reason(nursery: trio.Nursery) -> None:
         "problems": ["worker:local: failed to start: work directory is locked"],
         "queue": {"by_platform": {}, "next": []},
         "containment": "pidns",
+        "protections_missing": [],
         "upstreams": [],
         "cache": [],
     }
@@ -76,6 +77,16 @@ async def test_status_ok_then_503_with_reason(nursery: trio.Nursery) -> None:
     health.add_check("disk", lambda: "disk nearly full: 0 bytes free")
     status, _, body = await request(port, get("/status"))
     assert status == 503 and b"disk nearly full" in body
+
+
+async def test_status_names_the_protections_lre_cannot_give(nursery: trio.Nursery) -> None:
+    source = SnapshotAssembler(address="127.0.0.1:50051", health=HealthBoard())
+    source.containment = "portable"
+    missing = ("local: a PID namespace per action", "because user.max_user_namespaces = 0")
+    _, port = await start(nursery, source, protections_missing=missing)
+    status, _, body = await request(port, get("/status"))
+    assert status == 200
+    assert json.loads(body)["protections_missing"] == list(missing)
 
 
 async def test_metrics_and_stats_during_real_scheduling(nursery: trio.Nursery) -> None:

@@ -276,6 +276,24 @@ def test_containment_is_read_from_status() -> None:
     )
 
 
+def test_missing_protections_and_refusing_kernel_settings_are_named() -> None:
+    server = RunningServer(1, "127.0.0.1:1", "127.0.0.1:2", "", "", 0.0)
+    refusal = ("kernel.apparmor_restrict_unprivileged_userns = 1: AppArmor restricts ...",)
+    status = {
+        "status": "ok",
+        "containment": "portable",
+        "protections_missing": ["local: a PID namespace per action"],
+    }
+    check = containment_check(server, status, refusal)
+    assert check.status == "WARN"
+    assert "missing: local: a PID namespace per action" in check.message
+    assert check.fix == refusal[0]
+    # lre not running: the kernel settings alone are reported
+    alone = containment_check(None, None, refusal)
+    assert (alone.status, refusal[0] in alone.message) == ("WARN", True)
+    assert containment_check(None, None, ()).status == "SKIP"
+
+
 def test_bazel_is_installed() -> None:
     # The checks above need the real Bazel (Debian's bazel-bootstrap).
     assert shutil.which("bazel"), "install bazel-bootstrap (apt-get install bazel-bootstrap)"

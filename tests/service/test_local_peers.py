@@ -67,3 +67,48 @@ def test_a_connection_of_a_child_process_is_refused_and_ours_is_not() -> None:
                 child.kill()
                 child.communicate()
     peers.close()
+
+
+def test_only_action_processes_are_refused_when_lre_names_them() -> None:
+    # lre inside a test process: the test's own child processes are clients,
+    # not actions; a child counts only as a listed action root (or below one).
+    code = (
+        "import socket, sys; s = socket.create_connection(('127.0.0.1', int(sys.argv[1])));"
+        "print('up', flush=True); sys.stdin.read()"
+    )
+    roots: list[int] = []
+    peers = LocalPeers(lambda: roots)
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        child = subprocess.Popen(
+            [sys.executable, "-c", code, str(port)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert child.stdout is not None and child.stdout.readline() == "up\n"
+            accepted, _ = server.accept()
+            with accepted:
+                verdict = peers.judge(_grpc_name(accepted), port, "127.0.0.1")
+                assert verdict is not None and verdict.allowed, verdict
+        finally:
+            child.communicate("")
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        child = subprocess.Popen(
+            [sys.executable, "-c", code, str(port)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            roots[:] = [child.pid]
+            assert child.stdout is not None and child.stdout.readline() == "up\n"
+            accepted, _ = server.accept()
+            with accepted:
+                verdict = peers.judge(_grpc_name(accepted), port, "127.0.0.1")
+                assert verdict is not None and not verdict.allowed, verdict
+        finally:
+            child.communicate("")
+    peers.close()
