@@ -40,7 +40,6 @@ from lre.cli._local_stores import LocalStores
 from lre.cli._ports import holder_of_port
 from lre.cli._running import Lookup
 from lre.config import nearest_existing_dir
-from lre.worker import namespace_refusals
 
 #: Below this much free disk lre reports itself unhealthy (as its own health check).
 MIN_FREE_BYTES = 1 << 30
@@ -230,7 +229,11 @@ def containment_check(
     ``/status`` says is missing, is a WARN naming them and the kernel settings
     here that refuse namespaces (``refusals``, read from this machine when None);
     without lre running those settings alone make a WARN."""
-    refused = namespace_refusals() if refusals is None else refusals
+    if refusals is None:
+        from lre.worker import namespace_refusals  # only when asked: `lre --help` stays light
+
+        refusals = namespace_refusals()
+    refused = refusals
     if server is None or status is None:
         if refused:
             return Check(

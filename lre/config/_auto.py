@@ -81,8 +81,10 @@ def auto_cpu_count(affinity: int | None, os_count: int | None) -> int:
 
 
 def auto_filesystem_max_bytes(free_bytes: int) -> int:
-    """A filesystem store's cap: 25% of ``free_bytes``, within [64 MiB, 50 GiB]."""
-    share = int(free_bytes * FILESYSTEM_SHARE_OF_FREE_DISK)
+    """A filesystem store's cap: 25% of ``free_bytes``, within [64 MiB, 50 GiB],
+    rounded down to 64 MiB (so that the value, and what is worked out from it,
+    does not change with every file written between two starts)."""
+    share = int(free_bytes * FILESYSTEM_SHARE_OF_FREE_DISK) // (64 << 20) * (64 << 20)
     return max(FILESYSTEM_MAX_BYTES_FLOOR, min(FILESYSTEM_MAX_BYTES_CAP, share))
 
 
