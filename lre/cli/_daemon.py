@@ -8,6 +8,7 @@ means "ready") and removed when it stops.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -97,13 +98,29 @@ def stop_server(server: RunningServer, *, timeout: float = 30.0) -> bool:
         proc.send_signal(signal.SIGTERM)
     except psutil.NoSuchProcess:
         return True
-    try:
-        proc.wait(timeout)
+    if _gone_within(proc, timeout):
         return True
-    except psutil.TimeoutExpired:
+    with contextlib.suppress(psutil.Error):
         proc.kill()
-        proc.wait(10)
-        return False
+    _gone_within(proc, 10)
+    return False
+
+
+def _gone_within(proc: psutil.Process, timeout: float) -> bool:
+    """Whether ``proc`` (not our child: polled, never waited for) is gone or a
+    zombie within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        except psutil.Error:
+            pass
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
 
 
 def wait_for_pid_file(state_dir: Path, child: psutil.Process, timeout: float) -> RunningServer:
