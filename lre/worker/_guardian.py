@@ -96,6 +96,16 @@ class ProcessGuardian:
         with self._lock:
             return (*self._groups, *self._pids)
 
+    def start(self) -> None:
+        """Start the guardian now if it is not running (idempotent; on failure
+        it logs and gives up, as ``add`` would). Called by the spawner thread
+        before it joins an action's cgroup, so the guardian is never born in
+        one (a cgroup of the first action would count it, and its kill at
+        that action's end would take the guardian with it)."""
+        with self._lock:
+            if self._fd is None and not self._gave_up:
+                self._start()
+
     def add(self, pgid: int) -> None:
         """List ``pgid`` as a live action group (starts the guardian if needed)."""
         with self._lock:

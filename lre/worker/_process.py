@@ -308,6 +308,9 @@ async def run_process(
                     info = os.fstat(fd)
                     log_files.append((info.st_dev, info.st_ino))
                 oom_before = _OOM.read_recent()
+                # Before the thread sits in any action's cgroup (the first
+                # spawn starts it; later calls do nothing).
+                contained.guardian.start()
                 try:
                     # The cgroup first: once the view is built, the spawner
                     # thread's own /sys is read-only.

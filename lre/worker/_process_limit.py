@@ -12,10 +12,9 @@ what lre may do here (measured on Linux 6.18, see docs/troubleshooting.md):
   first process is born inside and nothing escapes before it is counted; the
   thread stays until its next fork (a migration costs 0.3-1 ms of wall time
   here, two per action were measurable), and cgroups whose action ended are
-  reused rather than removed and made again (a process the spawner thread
-  itself starts meanwhile, the guardian at the first action, lands in that
-  cgroup too: it is never reused then, and the guardian counts as one task of
-  that first action). ``pids.events`` then tells
+  reused rather than removed and made again (the spawner thread starts the
+  guardian before its first migration, so it never lands in one; see
+  ``ProcessGuardian.start``). ``pids.events`` then tells
   whether a fork was refused; the action fails naming the limit. Works for
   every containment backend.
 - **RLIMIT_NPROC in the action's user namespace** (``userns``, lre not root):

@@ -1,6 +1,7 @@
-"""A real ``lre up`` SIGKILLed while its action taints a hardlinked input, then
-restarted: the action's processes are gone within a second, and the altered
-blob is never served under its old digest."""
+"""A real ``lre up`` SIGKILLed while its action writes a hardlinked input, then
+restarted: the action's processes are gone within a second (the guardian,
+never born in the action's cgroup, kills them), and the restarted lre serves
+the input's true bytes (the action wrote a copy in its own view)."""
 
 from __future__ import annotations
 
@@ -60,7 +61,11 @@ def test_sigkill_mid_action_then_restart_serves_no_altered_blob(tmp_path: Path) 
     config.write_text(app_config_text(root, port=port))
     log = tmp_path / "lre.log"
     payload = b"the input as uploaded\n"
-    marker = tmp_path / "tainted"
+    # The one host directory the action's view shows writable: the action
+    # says there that it ran.
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    marker = shared / "tainted"
     forever = f"{5000 + os.getpid() % 1000}.{time.monotonic_ns() % 10**9:09d}"
     # Same size, different bytes: a check of sizes alone cannot see it.
     script = (
@@ -70,7 +75,11 @@ def test_sigkill_mid_action_then_restart_serves_no_altered_blob(tmp_path: Path) 
     lre = _start(config, port, tmp_path, log)
     try:
         client = Client(f"127.0.0.1:{port}")
-        prepared = client.prepare(["/bin/sh", "-c", script], inputs={"data": payload})
+        prepared = client.prepare(
+            ["/bin/sh", "-c", script],
+            inputs={"data": payload},
+            action_platform={"sandbox-writable-path": str(shared)},
+        )
 
         def execute() -> None:
             try:
@@ -100,9 +109,10 @@ def test_sigkill_mid_action_then_restart_serves_no_altered_blob(tmp_path: Path) 
     try:
         client = Client(f"127.0.0.1:{port}")
         data = digest(payload)
-        if client.missing([data]) == []:
-            assert client.read(data) == payload  # if still stored, the true bytes
-        assert "altered by an action running when lre stopped" in log.read_text()
+        # The action wrote its input in its own view (a copy): the CAS file
+        # was never writable, so the restarted lre still has the true bytes.
+        assert client.missing([data]) == []
+        assert client.read(data) == payload
         client.close()
     finally:
         lre.terminate()

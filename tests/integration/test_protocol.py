@@ -207,9 +207,18 @@ def test_stages_are_in_order_and_lasting_ones_are_seen(client: Client) -> None:
     )
 
 
+def writable(directory: Path) -> dict[str, str]:
+    """The platform that shows ``directory`` writable in the action's view
+    (the test counts runs there; every other host path is read-only)."""
+    return {"sandbox-writable-path": str(directory)}
+
+
 def test_second_execute_is_a_cache_hit(client: Client, tmp_path: Path) -> None:
     runs = tmp_path / "runs"
-    prepared = client.prepare(["/bin/sh", "-c", f"echo ran >> {runs}; echo cached output"])
+    prepared = client.prepare(
+        ["/bin/sh", "-c", f"echo ran >> {runs}; echo cached output"],
+        action_platform=writable(tmp_path),
+    )
     first = response_of(client.execute(prepared)[-1])
     assert not first.cached_result and first.result.exit_code == 0
 
@@ -231,7 +240,11 @@ def test_second_execute_is_a_cache_hit(client: Client, tmp_path: Path) -> None:
 def test_uncacheable_results_run_again(client: Client, tmp_path: Path, kind: str) -> None:
     runs = tmp_path / "runs"
     script = f"echo ran >> {runs}" + ("; exit 1" if kind == "failure" else "")
-    prepared = client.prepare(["/bin/sh", "-c", script], do_not_cache=kind == "do_not_cache")
+    prepared = client.prepare(
+        ["/bin/sh", "-c", script],
+        do_not_cache=kind == "do_not_cache",
+        action_platform=writable(tmp_path),
+    )
     for _ in range(2):
         response = response_of(client.execute(prepared)[-1])
         assert not response.cached_result
@@ -248,7 +261,10 @@ def test_uncacheable_results_run_again(client: Client, tmp_path: Path, kind: str
 
 def test_concurrent_identical_executes_run_once(client: Client, tmp_path: Path) -> None:
     runs = tmp_path / "runs"
-    prepared = client.prepare(["/bin/sh", "-c", f"echo ran >> {runs}; sleep 2; echo shared"])
+    prepared = client.prepare(
+        ["/bin/sh", "-c", f"echo ran >> {runs}; sleep 2; echo shared"],
+        action_platform=writable(tmp_path),
+    )
     streams = in_threads(lambda: client.execute(prepared), lambda: client.execute(prepared))
     first, second = (response_of(ops[-1]) for ops in streams)
     assert runs.read_text() == "ran\n"
