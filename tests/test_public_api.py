@@ -293,6 +293,8 @@ PUBLIC_API: dict[str, set[str]] = {
         "WorkDirectoryInUse",
         "LocalWorkerStatistics",
         "run_process",
+        "missing_protections",
+        "namespace_refusals",
     },
     "lre.service": {
         "LocalPeers",

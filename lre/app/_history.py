@@ -182,6 +182,15 @@ class HistoryRecorder:
         """Flush and sample every ``FLUSH_INTERVAL_S`` until cancelled; the
         last lines are written on the way out."""
         psutil.cpu_percent(None)  # the first call only starts the measurement
+        try:
+            # Opened up front: lre's descriptors do not grow at the first flush.
+            await trio.to_thread.run_sync(self.file.open)
+        except OSError as error:
+            log.warning(
+                "history: cannot open %s (%s); the first flush tries again",
+                self.file.current,
+                error.strerror or error,
+            )
         task_status.started()
         try:
             while True:

@@ -49,6 +49,13 @@ class HistoryFile:
         self._fd = -1
         self._size = 0
 
+    def open(self) -> None:
+        """Open (and cut a torn tail of) the current segment now rather than at
+        the first ``append``, so lre holds its descriptor from the start; does
+        nothing when open. Raises ``OSError`` as the filesystem does."""
+        if self._fd < 0:
+            self._open()
+
     def _open(self) -> None:
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd = os.open(self.current, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)

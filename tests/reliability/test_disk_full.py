@@ -124,7 +124,7 @@ def scenario(address: str, disk: Path) -> dict[str, object]:
 
 
 async def test_full_disk_refuses_uploads_and_keeps_serving(small_disk: Path) -> None:
-    config = config_of(app_config_text(small_disk))
+    config = config_of(real_full_disk(app_config_text(small_disk)))
     app = Application(config)
     async with trio.open_nursery() as nursery:
         ready = await nursery.start(app.serve)
@@ -145,6 +145,14 @@ async def test_full_disk_refuses_uploads_and_keeps_serving(small_disk: Path) -> 
     assert outcome["after_space_returns"] == (grpc.StatusCode.OK, "")
     assert outcome["read_after"]
     assert stray_files(small_disk) == []
+
+
+def real_full_disk(text: str) -> str:
+    """The config with no free-disk floor, so the small disk really fills
+    (ENOSPC) instead of lre refusing 2 GiB before it (tests/cas cover the floor)."""
+    return text.replace('max_bytes: "1GiB" }', 'max_bytes: "1GiB", min_free_disk: 0 }').replace(
+        'max_bytes: "64MiB" }', 'max_bytes: "64MiB", min_free_disk: 0 }'
+    )
 
 
 def fill(disk: Path) -> Path:
@@ -214,7 +222,7 @@ def results_of(address: str, actions: list[tuple[Digest, re_pb2.ActionResult]]) 
 async def test_full_disk_fails_actions_and_cache_writes_resource_exhausted_keeps_all_stored(
     small_disk: Path,
 ) -> None:
-    config = config_of(app_config_text(small_disk))
+    config = config_of(real_full_disk(app_config_text(small_disk)))
     app = Application(config)
     async with trio.open_nursery() as nursery:
         ready = await nursery.start(app.serve)
