@@ -19,10 +19,11 @@ at a time (a pair of descriptors), by overlayfs's own rules:
 - a name only the lower layer has is the lower entry; a directory so comes
   wholly from the lower layer.
 
-What is assumed of the mount (``_view.py`` pins it: ``redirect_dir=off``,
-``metacopy=off``, ``index=off``, no ``userxattr``): overlayfs keeps its
-marks in ``trusted.overlay.*`` xattrs, never redirects a directory to
-another lower path and copies a file's data up with its metadata. An upper
+What is assumed of the mount (``_view.OVERLAY_OPTIONS`` pins it whatever
+the kernel's defaults: ``redirect_dir=nofollow``, ``metacopy=off``,
+``index=off``; and no ``userxattr``): overlayfs keeps its marks in
+``trusted.overlay.*`` xattrs, never redirects a directory to another lower
+path and copies a file's data up with its metadata. An upper
 directory carrying ``trusted.overlay.redirect``, or an upper file carrying
 ``trusted.overlay.metacopy`` (an overlay mounted otherwise), is refused with
 ``InvalidArgument`` rather than read as something the action did not see.
