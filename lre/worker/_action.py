@@ -362,9 +362,11 @@ class ActionRunner:
             self._kept.add(lease.lease_id)
             self.view_policy.log_kept(self.spec.name, lease.operation_name, action_dir, process)
         timeline.mark("output_upload_start")
-        # In a view, what the action wrote is in the overlay's upper layer.
+        # In a view, what the action wrote is in the overlay's upper layer,
+        # over the staged tree: outputs are read from both, merged.
         found, logs = await self._collect(
             root if view is None else action_dir.upper,
+            None if view is None else root,
             prepared.outputs,
             stdout_path,
             stderr_path,
@@ -437,19 +439,23 @@ class ActionRunner:
     async def _collect(
         self,
         root: Path,
+        lower: Path | None,
         outputs: list[OutputRequest],
         stdout_path: Path,
         stderr_path: Path,
         identities: tuple[tuple[int, int], tuple[int, int]],
     ) -> tuple[FoundOutputs, list[FoundFile]]:
-        """Scan the outputs and hash stdout/stderr, in one thread round trip
-        (or none when there are no outputs and the logs are small)."""
+        """Scan the outputs (``root`` over ``lower``, see ``scan_outputs``)
+        and hash stdout/stderr, in one thread round trip (or none when there
+        are no outputs and the logs are small)."""
         allow = self.allow_escaping_symlinks
         limits = self.limits
 
         def collect() -> tuple[FoundOutputs, list[FoundFile]]:
             budget = OutputBudget(limits)
-            found = scan_outputs(root, outputs, allow_escaping_symlinks=allow, budget=budget)
+            found = scan_outputs(
+                root, outputs, allow_escaping_symlinks=allow, budget=budget, lower=lower
+            )
             return found, [
                 log_file(stdout_path, identities[0], budget),
                 log_file(stderr_path, identities[1], budget),

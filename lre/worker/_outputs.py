@@ -1,10 +1,14 @@
 """Finding an action's outputs on disk and describing them.
 
 ``scan_outputs`` runs in a worker thread after the action ended. Everything
-is reached from a descriptor of the input root, never through a symlink
-(``open_beneath``): an output whose parent directory the action replaced by
+is reached from a descriptor of the input root, one name at a time, never
+through a symlink: an output whose parent directory the action replaced by
 a symlink is refused with ``InvalidArgument`` naming it, so nothing outside
-the action directory is ever read as an output, moved or emptied. For each
+the action directory is ever read as an output, moved or emptied. After an
+action that ran in a view the input root is read as the action saw it: the
+overlay's upper layer (what it wrote) over the staged tree, merged again
+by ``_layers`` (removed inputs absent, untouched ones read from the staged
+tree). For each
 requested output it looks at what exists: a regular file becomes an output
 file (digest, executable bit), hashed through the one descriptor it was
 opened with (``O_NONBLOCK``, so a FIFO swapped in cannot hang lre, and a
@@ -15,8 +19,10 @@ action's ``OutputBudget``, and an output directory is walked with a stack of
 its own, refused as soon as it passes a tree limit (``ActionLimits``); names
 and symlink targets that are not UTF-8 are refused (``_output_checks``).
 Missing outputs are left out. A file with more than
-one link (``ln`` of a file from elsewhere) or owned by another user is marked
-not ``movable``: it is copied into the CAS, never renamed or chmodded.
+one link (``ln`` of a file from elsewhere), owned by another user or found
+in the staged tree (a CAS inode) is marked not ``movable``: it is copied
+into the CAS, never renamed or chmodded, and is opened again at its path in
+the layer it was found in.
 ``log_file`` reads the action's stdout or stderr only if it is still the
 file lre opened for it. Nothing is uploaded here; ``lre.worker._upload``
 does that.
@@ -34,7 +40,8 @@ from pathlib import Path
 from lre.digest import Digest
 from lre.errors import InvalidArgument
 from lre.proto import re_pb2
-from lre.worker._beneath import SymlinkInPath, open_beneath
+from lre.worker._beneath import SymlinkInPath
+from lre.worker._layers import Entry, MergedDir, open_listed, refuse_metacopy, walk
 from lre.worker._limits import ActionLimits, tree_over_limit
 from lre.worker._output_checks import OutputBudget, check_name, check_target, printable
 
@@ -123,24 +130,26 @@ def _grew(expected: int) -> InvalidArgument:
 
 
 _FILE_FLAGS = os.O_RDONLY | os.O_NONBLOCK
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY
 
 
 def _read_regular(
-    dir_fd: int, name: str, shown: str, budget: OutputBudget
+    dir_fd: int, name: str, shown: str, budget: OutputBudget, *, upper_of_overlay: bool = False
 ) -> tuple[Digest, bytes | None, os.stat_result]:
     """Hash the regular file ``name`` in ``dir_fd`` through one descriptor,
     after ``budget`` accepted its size (nothing is read otherwise).
 
     Raises ``InvalidArgument`` naming ``shown`` when what is there now is not
-    a regular file (swapped since it was listed) or it grows while read, and
+    a regular file (swapped since it was listed), it grows while read or
+    (``upper_of_overlay``) it is an overlay metacopy file, and
     ``ResourceExhausted`` when it would take the outputs over the limit.
     """
-    fd = _open_listed(dir_fd, name, _FILE_FLAGS, shown)
+    fd = open_listed(dir_fd, name, _FILE_FLAGS, shown)
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise InvalidArgument(f"output '{printable(shown)}' is no longer a regular file")
+        if upper_of_overlay:
+            refuse_metacopy(fd, shown)
         budget.charge(shown, info)
         try:
             digest, data = hash_fd(fd, info.st_size)
@@ -151,20 +160,6 @@ def _read_regular(
     finally:
         os.close(fd)
     return digest, data, info
-
-
-def _open_listed(dir_fd: int, name: str, flags: int, shown: str) -> int:
-    """Open ``name``, just listed in ``dir_fd``, without following a link.
-
-    Raises ``InvalidArgument`` naming ``shown`` when it cannot be opened so
-    (removed, or swapped for a symlink or another kind of file since).
-    """
-    try:
-        return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-    except OSError as error:
-        raise InvalidArgument(
-            f"output '{printable(shown)}' changed while it was collected ({error.strerror})"
-        ) from None
 
 
 def _movable(info: os.stat_result) -> bool:
@@ -198,14 +193,38 @@ class _Level:
     """One directory being read by ``_TreeBuilder.build``: its listing, the
     next entry to look at and the message built so far."""
 
-    fd: int
+    dir: MergedDir
     relative: str
     shown: str
     depth: int
-    entries: list[tuple[str, os.stat_result]]
+    entries: list[Entry]
     directory: re_pb2.Directory = field(default_factory=re_pb2.Directory)
     children: list[Digest] = field(default_factory=list)
     next: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Roots:
+    """Where files found are opened again: the directory the action wrote
+    to and, in a view, the staged tree under it (files from there are CAS
+    inodes, never movable)."""
+
+    upper: Path
+    lower: Path | None
+
+    def found(
+        self, entry: Entry, relative: str, digest: Digest, data: bytes | None, info: os.stat_result
+    ) -> FoundFile:
+        root = self.lower if entry.from_lower and self.lower is not None else self.upper
+        return FoundFile(
+            root / relative,
+            digest,
+            bool(info.st_mode & stat.S_IXUSR),
+            data,
+            movable=not entry.from_lower and _movable(info),
+            root=root,
+            relative=relative,
+        )
 
 
 class _TreeBuilder:
@@ -218,14 +237,14 @@ class _TreeBuilder:
         found: FoundOutputs,
         name: str,
         allow_escaping: bool,
-        root: Path,
+        roots: _Roots,
         limits: ActionLimits,
         budget: OutputBudget,
     ) -> None:
         self.found = found
         self.name = name
         self.allow = allow_escaping
-        self.root = root
+        self.roots = roots
         self.limits = limits
         self.budget = budget
         self.directories: dict[Digest, re_pb2.Directory] = {}
@@ -233,25 +252,24 @@ class _TreeBuilder:
         self.entry_count = 0
         self.directory_count = 1
 
-    def _listing(self, fd: int, relative: str, shown: str, depth: int) -> _Level:
-        with os.scandir(fd) as listing:
-            items = sorted((entry.name, entry.stat(follow_symlinks=False)) for entry in listing)
-        for entry_name, _ in items:
-            check_name(f"{shown}/{entry_name}")
+    def _listing(self, merged: MergedDir, relative: str, shown: str, depth: int) -> _Level:
+        items = merged.listing()
+        for item in items:
+            check_name(f"{shown}/{item.name}")
         self.entry_count += len(items)
         if self.entry_count > self.limits.max_tree_entries:
             raise self._over(self.limits.max_tree_entries, "max_tree_entries", "entries")
-        return _Level(fd, relative, shown, depth, items)
+        return _Level(merged, relative, shown, depth, items)
 
     def _over(self, limit: int, key: str, noun: str) -> InvalidArgument:
         return tree_over_limit(f"output directory {self.name!r}", limit, key, noun)
 
-    def build(self, dir_fd: int, relative: str, shown: str) -> Digest:
-        """Directory digest of the directory open as ``dir_fd`` (its path
+    def build(self, merged: MergedDir, relative: str, shown: str) -> Digest:
+        """Directory digest of the directory ``merged`` (its path
         ``relative`` to the input root); ``shown`` is its name in messages.
-        ``dir_fd`` stays the caller's; every descriptor opened below is
+        ``merged`` stays the caller's; every descriptor opened below is
         closed, also on failure."""
-        stack = [self._listing(dir_fd, relative, shown, 0)]
+        stack = [self._listing(merged, relative, shown, 0)]
         try:
             while True:
                 level = stack[-1]
@@ -267,7 +285,7 @@ class _TreeBuilder:
                 stack.pop()
                 if not stack:
                     return digest
-                os.close(level.fd)
+                level.dir.close()
                 parent = stack[-1]
                 parent.directory.directories.add(
                     name=level.relative.rpartition("/")[2], digest=digest.to_proto()
@@ -275,17 +293,18 @@ class _TreeBuilder:
                 parent.children.append(digest)
         finally:
             for level in stack[1:]:
-                os.close(level.fd)
+                level.dir.close()
 
     def _step(self, level: _Level) -> _Level | None:
         """Handle ``level``'s next entry; the listing of a subdirectory to
         descend into, or None."""
-        name, info = level.entries[level.next]
+        entry = level.entries[level.next]
         level.next += 1
+        name, info = entry.name, entry.info
         child_relative = f"{level.relative}/{name}"
         child_shown = f"{level.shown}/{name}"
         if stat.S_ISLNK(info.st_mode):
-            target = os.readlink(name, dir_fd=level.fd)
+            target = os.readlink(name, dir_fd=level.dir.fd_of(entry))
             _check_output_symlink(child_shown, child_relative, target, self.allow)
             level.directory.symlinks.add(name=name, target=target)
         elif stat.S_ISDIR(info.st_mode):
@@ -296,27 +315,25 @@ class _TreeBuilder:
                 raise self._over(
                     self.limits.max_tree_directories, "max_tree_directories", "directories"
                 )
-            child_fd = _open_listed(level.fd, name, _DIR_FLAGS, child_shown)
+            child = level.dir.child(entry, child_shown)
             try:
-                return self._listing(child_fd, child_relative, child_shown, level.depth + 1)
+                return self._listing(child, child_relative, child_shown, level.depth + 1)
             except BaseException:
-                os.close(child_fd)
+                child.close()
                 raise
         elif stat.S_ISREG(info.st_mode):
-            digest, data, opened = _read_regular(level.fd, name, child_shown, self.budget)
-            executable = bool(opened.st_mode & stat.S_IXUSR)
-            level.directory.files.add(name=name, digest=digest.to_proto(), is_executable=executable)
-            self.found.tree_files.append(
-                FoundFile(
-                    self.root / child_relative,
-                    digest,
-                    executable,
-                    data,
-                    movable=_movable(opened),
-                    root=self.root,
-                    relative=child_relative,
-                )
+            digest, data, opened = _read_regular(
+                level.dir.fd_of(entry),
+                name,
+                child_shown,
+                self.budget,
+                upper_of_overlay=level.dir.layered and not entry.from_lower,
             )
+            item = self.roots.found(entry, child_relative, digest, data, opened)
+            level.directory.files.add(
+                name=name, digest=digest.to_proto(), is_executable=item.executable
+            )
+            self.found.tree_files.append(item)
         # Sockets, fifos and devices are not representable; they are left out.
         return None
 
@@ -349,93 +366,131 @@ def scan_outputs(
     *,
     allow_escaping_symlinks: bool,
     budget: OutputBudget | None = None,
+    lower: Path | None = None,
 ) -> FoundOutputs:
     """Describe the requested outputs that exist under ``root``, within the
     limits of ``budget`` (the defaults of ``ActionLimits`` if None).
 
+    ``root`` is the input root the action wrote to; after an action that ran
+    in a view it is the overlay's upper layer and ``lower`` the staged tree
+    under it, and the outputs are read from both as the action saw them
+    (``_layers``): an input the action left alone is found in ``lower``,
+    never moved (``movable`` False), one it removed is absent.
+
     Raises ``InvalidArgument`` naming the output when a parent directory of
     it is a symlink, when it changed while being read, when a name or
     symlink target in it is not UTF-8, when an output directory is over a
-    tree limit, or when a symlink (an output itself or inside an output
+    tree limit, when a symlink (an output itself or inside an output
     directory) is absolute or leaves the root while the symlink policy is
-    reject; ``ResourceExhausted`` when the outputs are over
+    reject, or when an overlay mark lre does not follow (redirect,
+    metacopy) is on it; ``ResourceExhausted`` when the outputs are over
     ``max_output_bytes`` (see ``_output_checks``). Runs blocking filesystem
     calls; no recursion.
     """
     found = FoundOutputs()
     budget = budget if budget is not None else OutputBudget(ActionLimits())
-    root_fd = os.open(root, _DIR_FLAGS | os.O_NOFOLLOW | os.O_CLOEXEC)
+    roots = _Roots(root, lower)
+    merged = MergedDir.open_root(root, lower)
     try:
         for request in requests:
-            _scan_one(found, root, root_fd, request, allow_escaping_symlinks, budget)
+            _scan_one(found, roots, merged, request, allow_escaping_symlinks, budget)
     finally:
-        os.close(root_fd)
+        merged.close()
     return found
 
 
 def _scan_one(
     found: FoundOutputs,
-    root: Path,
-    root_fd: int,
+    roots: _Roots,
+    root: MergedDir,
     request: OutputRequest,
     allow: bool,
     budget: OutputBudget,
 ) -> None:
-    parent, _, leaf = request.relative.rpartition("/")
+    parent_relative, _, leaf = request.relative.rpartition("/")
     try:
-        parent_fd = open_beneath(root_fd, parent, _DIR_FLAGS)
+        parent = walk(root, parent_relative, request.name)
     except SymlinkInPath:
         raise InvalidArgument(
             f"output {request.name!r}: a directory on its path was replaced by a symlink; "
             "outputs are collected only beneath the input root, without following links"
         ) from None
-    except (FileNotFoundError, NotADirectoryError):
+    if parent is None:
         return
     try:
-        try:
-            info = os.stat(leaf, dir_fd=parent_fd, follow_symlinks=False)
-        except (FileNotFoundError, NotADirectoryError):
+        entry = parent.lookup(leaf)
+        if entry is None:
             return
+        info = entry.info
         if stat.S_ISLNK(info.st_mode):
-            target = os.readlink(leaf, dir_fd=parent_fd)
+            dir_fd = parent.fd_of(entry)
+            target = os.readlink(leaf, dir_fd=dir_fd)
             _check_output_symlink(request.name, request.relative, target, allow)
             kind = request.declared
             if kind == "path":
-                # Only the kind of what it points at is looked up (metadata;
-                # nothing is opened through the link).
-                try:
-                    pointed = os.stat(leaf, dir_fd=parent_fd)
-                    kind = "directory" if stat.S_ISDIR(pointed.st_mode) else "file"
-                except OSError:
-                    kind = "file"
+                kind = _pointed_kind(root, dir_fd, request.relative, target)
             found.symlinks.append((request.name, target, kind))
         elif stat.S_ISREG(info.st_mode):
-            digest, data, opened = _read_regular(parent_fd, leaf, request.name, budget)
-            executable = bool(opened.st_mode & stat.S_IXUSR)
-            item = FoundFile(
-                root / request.relative,
-                digest,
-                executable,
-                data,
-                movable=_movable(opened),
-                root=root,
-                relative=request.relative,
+            digest, data, opened = _read_regular(
+                parent.fd_of(entry),
+                leaf,
+                request.name,
+                budget,
+                upper_of_overlay=parent.layered and not entry.from_lower,
             )
-            found.files.append((request.name, item))
+            found.files.append(
+                (request.name, roots.found(entry, request.relative, digest, data, opened))
+            )
         elif stat.S_ISDIR(info.st_mode):
-            dir_fd = _open_listed(parent_fd, leaf, _DIR_FLAGS, request.name)
+            merged = parent.child(entry, request.name)
             try:
-                builder = _TreeBuilder(found, request.name, allow, root, budget.limits, budget)
-                root_digest = builder.build(dir_fd, request.relative, request.name)
+                builder = _TreeBuilder(found, request.name, allow, roots, budget.limits, budget)
+                root_digest = builder.build(merged, request.relative, request.name)
             finally:
-                os.close(dir_fd)
+                merged.close()
             tree = builder.tree(root_digest)
             tree_digest, tree_data = _blob(tree)
             found.blobs[tree_digest] = tree_data
             found.directories.append((request.name, tree_digest, root_digest))
     finally:
-        if parent_fd != root_fd:
-            os.close(parent_fd)
+        if parent is not root:
+            parent.close()
+
+
+def _pointed_kind(root: MergedDir, dir_fd: int, relative_link: str, target: str) -> str:
+    """``"directory"`` or ``"file"``: what the output symlink at
+    ``relative_link`` (in ``dir_fd``) points at, only looked up (metadata;
+    nothing is opened through the link), ``"file"`` when nothing is there.
+    Beneath an overlay a relative target inside the input root is looked up
+    in the merged layers, not following a further symlink; any other
+    through the filesystem."""
+    joined = posixpath.normpath(posixpath.join(posixpath.dirname(relative_link), target))
+    if (
+        root.layered
+        and not target.startswith("/")
+        and joined != ".."
+        and not joined.startswith("../")
+    ):
+        if joined == ".":
+            return "directory"
+        parent_relative, _, leaf = joined.rpartition("/")
+        try:
+            parent = walk(root, parent_relative, joined)
+        except (SymlinkInPath, InvalidArgument):
+            return "file"
+        if parent is None:
+            return "file"
+        try:
+            entry = parent.lookup(leaf)
+        finally:
+            if parent is not root:
+                parent.close()
+        return "directory" if entry is not None and stat.S_ISDIR(entry.info.st_mode) else "file"
+    try:
+        pointed = os.stat(posixpath.basename(relative_link), dir_fd=dir_fd)
+    except OSError:
+        return "file"
+    return "directory" if stat.S_ISDIR(pointed.st_mode) else "file"
 
 
 def log_file(

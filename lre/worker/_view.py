@@ -13,7 +13,12 @@ and shapes that namespace, which the action's first process then inherits:
   chmods or truncates, an input included and through any path
   (``/proc/self/fd`` too), lands in a copy in the upper layer, so the CAS
   inode cannot change (root included: the lower layer is never written).
-  Outputs are therefore read from the upper layer. The overlay is
+  Outputs are therefore read from the upper layer over the staged tree
+  (``_layers``; ``OVERLAY_OPTIONS`` keeps the upper layer simple enough for
+  that). lre mounts it without ``userxattr``, so overlayfs keeps its marks
+  (opaque directories) in ``trusted.overlay.*``; in a user namespace it
+  can write none (the ``userns`` backend's overlays have whiteouts only,
+  and an action there cannot remove a directory holding inputs). The overlay is
   ``volatile`` (its unmount would otherwise sync the whole upper filesystem
   at every action's end); its work directory must then lose
   ``work/incompat`` before the next mount (``ActionDirectories`` does so);
@@ -72,6 +77,13 @@ _SYS_MOUNT_SETATTR = 442
 #: Size of the tmpfs given to /tmp and /dev/shm of each action (pages are
 #: only used when written, and charged to the writer's memory cgroup).
 TMPFS_OPTIONS = "mode=1777,size=50%"
+#: Set whatever the kernel's defaults: the upper layer then holds only what
+#: ``_layers`` knows how to merge again (no directory redirected to another
+#: lower path, no file whose data stayed below). ``nofollow``, not ``off``:
+#: an overlay in a user namespace accepts only that one (and never follows
+#: a redirect). Renaming an input directory fails with EXDEV inside the
+#: action (``mv`` copies instead).
+OVERLAY_OPTIONS = (("redirect_dir", "nofollow"), ("metacopy", "off"), ("index", "off"))
 #: The empty tmpfs covering one of lre's directories.
 _MASK_OPTIONS = "mode=0755,size=64k,nr_inodes=4096"
 
@@ -183,6 +195,7 @@ def _overlay(view: ActionView) -> int:
             ("lowerdir", view.root),
             ("upperdir", view.upper),
             ("workdir", view.work),
+            *OVERLAY_OPTIONS,
         ):
             _syscall("fsconfig", value, fs, _FSCONFIG_SET_STRING, key.encode(), value.encode(), 0)
         for flag in ("volatile",):

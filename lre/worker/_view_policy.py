@@ -30,7 +30,7 @@ from lre.errors import InvalidArgument
 from lre.worker._action_dirs import ActionDirectory
 from lre.worker._containment import Containment
 from lre.worker._process import ProcessOutcome
-from lre.worker._view import ActionView, covered_by, outermost
+from lre.worker._view import OVERLAY_OPTIONS, ActionView, covered_by, outermost
 from lre.worker._workdir import WorkDirectory
 
 __all__ = [
@@ -173,8 +173,10 @@ class ViewPolicy:
     def enter_hint(directory: ActionDirectory) -> str:
         """A shell command that shows a kept directory as its action saw it."""
         quoted = shlex.quote(str(directory.path))
+        options = "".join(f",{key}={value}" for key, value in OVERLAY_OPTIONS)
         return (
             f"cd {quoted} && rm -rf view/work/work/incompat && "
             "unshare --mount sh -c 'mount -t overlay overlay -o "
-            "lowerdir=root,upperdir=view/upper,workdir=view/work root && cd root && exec sh'"
+            f"lowerdir=root,upperdir=view/upper,workdir=view/work{options} root && "
+            "cd root && exec sh'"
         )

@@ -20,6 +20,8 @@ from tests._support.actions import File
 from tests._support.processes import processes_with, require_tool, wait_until
 from tests._support.reapi import Client, Stage, digest, metadata_of, response_of, tree_files
 
+from .test_hostile_clients import lre_as
+
 OK = grpc.StatusCode.OK.value[0]
 DEADLINE_EXCEEDED = grpc.StatusCode.DEADLINE_EXCEEDED.value[0]
 
@@ -268,6 +270,58 @@ def test_inputs_named_as_outputs(client: Client) -> None:
     assert client.read(digest(content)) == content
     later = client.run(["/bin/sh", "-c", "cat in/f; stat -c %a in/f in/tool"], inputs=inputs)
     assert client.stdout(later.result) == content + b"444\n555\n"
+
+
+def test_an_input_removed_inside_an_output_directory_is_absent(client: Client) -> None:
+    inputs = {"in/f": b"kept", "in/tool": File(b"#!/bin/sh\n", executable=True), "in/sub/g": b"g"}
+    response = client.run(
+        ["/bin/sh", "-c", "rm in/tool in/sub/g && echo new > in/sub/new"],
+        inputs=inputs,
+        output_paths=["in", "in/tool"],
+    )
+    result = response.result
+    assert (response.status.code, result.exit_code) == (OK, 0), client.stderr(result)
+    assert not result.output_files  # in/tool is gone
+    (directory,) = result.output_directories
+    files = tree_files(re_pb2.Tree.FromString(client.read(directory.tree_digest)))
+    assert sorted(files) == ["f", "sub/new"]
+    assert client.read(files["f"].digest) == b"kept"
+
+
+def test_a_directory_removed_and_made_again_holds_only_its_new_entries(client: Client) -> None:
+    inputs = {"in/f": b"kept", "in/sub/old": b"old", "in/sub/deeper/x": b"x"}
+    response = client.run(
+        ["/bin/sh", "-c", "rm -rf in/sub && mkdir in/sub && echo new > in/sub/new"],
+        inputs=inputs,
+        output_paths=["in"],
+    )
+    result = response.result
+    assert (response.status.code, result.exit_code) == (OK, 0), client.stderr(result)
+    (directory,) = result.output_directories
+    files = tree_files(re_pb2.Tree.FromString(client.read(directory.tree_digest)))
+    assert sorted(files) == ["f", "sub/new"]
+    assert client.read(files["sub/new"].digest) == b"new\n"
+
+
+def test_inputs_inside_an_output_directory_of_an_unprivileged_lre() -> None:
+    # The userns backend's overlay (mounted in a user namespace, as nobody):
+    # whiteouts only, and outputs read by an lre that cannot read trusted.*.
+    with lre_as("nobody", "userns") as addresses, Client(addresses["grpc"]) as client:
+        inputs = {"in/f": b"kept", "in/tool": b"tool", "in/sub/g": b"g"}
+        response = client.run(
+            ["/bin/sh", "-c", "rm in/tool && echo new > in/sub/new"],
+            inputs=inputs,
+            output_paths=["in", "in/f"],
+        )
+        result = response.result
+        assert (response.status.code, result.exit_code) == (OK, 0), client.stderr(result)
+        assert [f.path for f in result.output_files] == ["in/f"]
+        (directory,) = result.output_directories
+        files = tree_files(re_pb2.Tree.FromString(client.read(directory.tree_digest)))
+        assert sorted(files) == ["f", "sub/g", "sub/new"]
+        # Untouched inputs were copied from the staged tree, never moved.
+        again = client.run(["/bin/cat", "in/f", "in/sub/g"], inputs=inputs)
+        assert client.stdout(again.result) == b"keptg"
 
 
 @pytest.mark.parametrize(
