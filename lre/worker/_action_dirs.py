@@ -60,6 +60,11 @@ log = logging.getLogger(__name__)
 
 #: Name of the input root inside an action directory.
 ROOT_NAME = "root"
+#: Mode of the input root, and of the overlay's upper layer, whose own mode
+#: is the mode the action sees on its input root (a user the action switches
+#: to must be able to enter it, as in Bazel's sandboxes; the action directory
+#: around it is 0700, so no other user of the host can).
+ROOT_MODE = 0o755
 #: Names of the action's stdout and stderr files inside an action directory.
 LOG_NAMES = ("stdout", "stderr")
 #: Name of the action's private temporary directory (its TMPDIR).
@@ -243,7 +248,7 @@ class ActionDirectories:
         while name in self.workdir.stuck:
             name = f"a{next(self._numbers)}"
         directory = ActionDirectory.at(self.workdir.new_action_dir(name))
-        os.mkdir(directory.root, 0o755)
+        os.mkdir(directory.root, ROOT_MODE)
         os.mkdir(directory.tmp, 0o700)
         return directory
 
@@ -323,10 +328,17 @@ def _recycle(directory: ActionDirectory) -> ActionDirectory | None:
 
 
 def _empty_view(directory: ActionDirectory) -> bool:
-    """Empty the overlay's upper layer and drop the work directory's marker of
-    a volatile mount (which would refuse the next one); False when a call
-    fails (the action directory is then removed whole)."""
+    """Empty the overlay's upper layer, give it back ``ROOT_MODE`` (an action
+    that chmods its input root changes the upper layer's own mode) and drop
+    the work directory's marker of a volatile mount (which would refuse the
+    next one); False when a call fails or the upper layer is not a directory
+    of lre's user any more (the action directory is then removed whole)."""
     try:
+        upper = os.lstat(directory.upper)
+        if not stat.S_ISDIR(upper.st_mode) or upper.st_uid != os.geteuid():
+            return False
+        if stat.S_IMODE(upper.st_mode) != ROOT_MODE:
+            os.chmod(directory.upper, ROOT_MODE)
         with os.scandir(directory.upper) as entries:
             for entry in entries:
                 remove_tree(Path(entry.path))  # never follows symlinks nor crosses mounts

@@ -117,7 +117,8 @@ class ActionView:
 
     #: The staged input root: the overlay's lower layer, mounted over itself.
     root: str
-    #: The overlay's upper layer (the action's writes, outputs included).
+    #: The overlay's upper layer (the action's writes, outputs included);
+    #: its own mode and owner are those the action sees on its input root.
     upper: str
     #: The overlay's work directory (same filesystem as ``upper``).
     work: str

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 
 from lre.config import LocalWorkerSpec
 from lre.errors import InvalidArgument
-from lre.worker._action_dirs import ActionDirectory
+from lre.worker._action_dirs import ROOT_MODE, ActionDirectory
 from lre.worker._containment import Containment
 from lre.worker._process import ProcessOutcome
 from lre.worker._view import OVERLAY_OPTIONS, ActionView, covered_by, outermost
@@ -136,9 +136,12 @@ class ViewPolicy:
         """The view of an action in ``directory``; makes the overlay's layers
         when missing (raises ``OSError`` when it cannot)."""
         writable = self.writable_for(platform)
-        for path in (directory.upper, directory.overlay_work):
+        # The upper layer's own mode is the one the action sees on its input
+        # root: 0700 would shut out any user the action switches to.
+        for path, mode in ((directory.upper, ROOT_MODE), (directory.overlay_work, 0o700)):
             if not path.is_dir():
                 path.mkdir(mode=0o700, parents=True)
+                os.chmod(path, mode)  # the umask may have dropped bits
         return ActionView(
             root=str(directory.root),
             upper=str(directory.upper),

@@ -23,8 +23,51 @@ from pathlib import Path
 
 import pytest
 
+from tests._support.ci import in_ci
+
 #: Values of an attack test's ``identity`` parameter.
 IDENTITIES = ("own", "nobody")
+
+#: The (containment, identity) pairs an lre can run under, and so the only
+#: ones an attack test generates. lre's own user gets every backend (pidns
+#: where it holds CAP_SYS_ADMIN: root, as in CI); nobody lacks
+#: CAP_SYS_ADMIN, so it gets userns and portable, never pidns.
+SETUPS: tuple[tuple[str, str], ...] = (
+    ("pidns", "own"),
+    ("userns", "own"),
+    ("portable", "own"),
+    ("userns", "nobody"),
+    ("portable", "nobody"),
+)
+
+
+def each_setup() -> pytest.MarkDecorator:
+    """Parametrize a test's ``containment`` and ``identity`` over ``SETUPS``
+    (ids like ``userns-nobody``); the test calls ``require_setup`` first."""
+    return pytest.mark.parametrize(
+        ("containment", "identity"), SETUPS, ids=[f"{c}-{i}" for c, i in SETUPS]
+    )
+
+
+def require_setup(containment: str, identity: str) -> None:
+    """Fail a pair that is not one of ``SETUPS``; skip pidns where lre's own
+    user is not root (a laptop; CI runs as root, so there this fails)."""
+    assert (containment, identity) in SETUPS, f"{containment} as {identity} cannot exist"
+    if containment == "pidns" and os.geteuid() != 0:
+        if in_ci():
+            pytest.fail("CI runs as root: pidns must be available")
+        pytest.skip("pidns needs CAP_SYS_ADMIN (root)")
+
+
+def user_name(identity: str) -> str:
+    """The user ``identity`` names (``own``: the one running the tests)."""
+    if identity != "own":
+        return identity
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return str(os.geteuid())
+
 
 _ROOT = Path(__file__).parents[2]
 DRIVER = Path(__file__).with_name("lre_driver.py")

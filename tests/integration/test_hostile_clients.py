@@ -14,21 +14,11 @@ from pathlib import Path
 import pytest
 
 from tests._support.configs import WORKER_EXTRA, app_config_text
-from tests._support.lre_as import IDENTITIES, python_for, scratch_for
+from tests._support.lre_as import each_setup, python_for, require_setup, scratch_for
 from tests._support.processes import processes_with
 from tests._support.reapi import Client, response_of
 
-BACKENDS = ("pidns", "userns", "portable")
 HOSTILE = Path(__file__).parents[1] / "_support" / "hostile_client.py"
-
-
-def _available(mode: str, identity: str) -> None:
-    if identity == "nobody" and mode == "pidns":
-        pytest.skip("pidns needs CAP_SYS_ADMIN, which nobody lacks (it gets userns)")
-    if mode == "pidns" and os.geteuid() != 0:
-        if os.environ.get("CI"):
-            pytest.fail("CI runs as root: pidns must be available")
-        pytest.skip("pidns needs root")
 
 
 @contextmanager
@@ -66,10 +56,9 @@ def lre_as(identity: str, containment: str) -> Iterator[dict[str, str]]:
 
 
 @pytest.mark.attack("lre's listeners: an action forges a result, runs a helper, reads /status")
-@pytest.mark.parametrize("identity", IDENTITIES)
-@pytest.mark.parametrize("containment", BACKENDS)
+@each_setup()
 def test_an_action_cannot_call_lres_own_services(containment: str, identity: str) -> None:
-    _available(containment, identity)
+    require_setup(containment, identity)
     marker = f"1001.{os.getpid() % 1000:03d}{abs(hash(containment + identity)) % 10**6:06d}"
     prefix, env = python_for(identity)
     with lre_as(identity, containment) as addresses, Client(addresses["grpc"]) as client:

@@ -13,7 +13,8 @@ import pytest
 from lre.worker import _guardian
 from lre.worker._guardian import ProcessGuardian
 from tests._support.lre_as import (
-    IDENTITIES,
+    each_setup,
+    require_setup,
     run_driver,
     scratch_for,
     start_driver,
@@ -98,17 +99,6 @@ def test_process_guardian_starts_once_and_is_told_of_groups() -> None:
 # Each runs the attack from inside a real action of a driver lre
 # (tests/_support/lre_driver.py), as lre's own user and as nobody.
 
-BACKENDS = ("pidns", "userns", "portable")
-
-
-def _available(mode: str, identity: str) -> None:
-    if identity == "nobody" and mode == "pidns":
-        pytest.skip("pidns needs CAP_SYS_ADMIN, which nobody lacks (it gets userns)")
-    if mode == "pidns" and os.geteuid() != 0:
-        if os.environ.get("CI"):
-            pytest.fail("CI runs as root: pidns must be available")
-        pytest.skip("pidns needs root")
-
 
 #: Writes a command to every descriptor of the guardian it can open: a
 #: "kill this process at shutdown" line naming a process outside any action.
@@ -119,12 +109,11 @@ COMMAND_THE_GUARDIAN = (
 
 
 @pytest.mark.attack("guardian channel: an action commands the guardian")
-@pytest.mark.parametrize("identity", IDENTITIES)
-@pytest.mark.parametrize("containment", BACKENDS)
+@each_setup()
 def test_an_action_cannot_make_a_clean_shutdown_kill_a_process(
     containment: str, identity: str
 ) -> None:
-    _available(containment, identity)
+    require_setup(containment, identity)
     victim = start_victim(identity)
     try:
         with scratch_for(identity) as scratch:
@@ -139,10 +128,9 @@ def test_an_action_cannot_make_a_clean_shutdown_kill_a_process(
 
 
 @pytest.mark.attack("guardian channel: an action outlives a SIGKILL of lre")
-@pytest.mark.parametrize("identity", IDENTITIES)
-@pytest.mark.parametrize("containment", BACKENDS)
+@each_setup()
 def test_holding_the_guardian_channel_does_not_outlive_lre(containment: str, identity: str) -> None:
-    _available(containment, identity)
+    require_setup(containment, identity)
     marker = f"{5000 + os.getpid() % 1000}.{time.monotonic_ns() % 10**9:09d}"
     script = (
         "{{ echo held; exec sleep " + marker + "; }} 3>/proc/{guardian}/fd/0 "

@@ -4,13 +4,9 @@ as lre's own user and as nobody, under each backend."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-from tests._support.lre_as import IDENTITIES, run_driver, scratch_for
-
-BACKENDS = ("pidns", "userns", "portable")
+from tests._support.lre_as import each_setup, require_setup, run_driver, scratch_for
 
 #: Every descriptor of the listing process, with its target.
 LIST_OWN_FDS = (
@@ -18,22 +14,12 @@ LIST_OWN_FDS = (
 )
 
 
-def _available(mode: str, identity: str) -> None:
-    if identity == "nobody" and mode == "pidns":
-        pytest.skip("pidns needs CAP_SYS_ADMIN, which nobody lacks (it gets userns)")
-    if mode == "pidns" and os.geteuid() != 0:
-        if os.environ.get("CI"):
-            pytest.fail("CI runs as root: pidns must be available")
-        pytest.skip("pidns needs root")
-
-
 @pytest.mark.attack("inheritance: an action or the guardian holds lre's descriptors")
-@pytest.mark.parametrize("identity", IDENTITIES)
-@pytest.mark.parametrize("containment", BACKENDS)
+@each_setup()
 def test_an_action_and_the_guardian_hold_no_descriptor_of_lres(
     containment: str, identity: str
 ) -> None:
-    _available(containment, identity)
+    require_setup(containment, identity)
     with scratch_for(identity) as scratch:
         answer = run_driver(
             identity,

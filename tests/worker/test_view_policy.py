@@ -129,3 +129,27 @@ async def test_directories_of_viewed_actions_are_recycled(
                 while runner.directories.recycled < 3:  # noqa: ASYNC110 (thread work)
                     await trio.sleep(0.01)
             nursery.cancel_scope.cancel()
+
+
+async def test_the_input_root_keeps_mode_0755_across_recycling(
+    tmp_path: Path, store: MemoryStore, viewing: Containment
+) -> None:
+    """The overlay's upper layer gives the input root its mode: 0755, so that
+    a user the action switches to may enter it; an action that chmods its
+    root must not hand that mode to the next action in the same directory."""
+    spec = make_spec(tmp_path, max_inflight_tasks=1)
+    with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
+        runner = ActionRunner(spec, workdir, store, containment=viewing)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(runner.directories.run)
+            for done in range(3):
+                with trio.fail_after(10):
+                    while runner.directories.recycled < done:  # noqa: ASYNC110 (thread work)
+                        await trio.sleep(0.01)
+                lease = await make_lease(store, ["/bin/sh", "-c", "stat -c %a .; chmod 700 ."])
+                outcome = await runner.run(lease)
+                assert isinstance(outcome, Completed) and outcome.error is None, outcome
+                stdout = Digest.from_proto(outcome.result.stdout_digest, field="")
+                assert await read_bytes(store, stdout) == b"755\n", done
+            assert runner.directories.recycled >= 2
+            nursery.cancel_scope.cancel()
