@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 cache_app = typer.Typer(
+    rich_markup_mode=None,
     help="Size, entries and hit rate of lre's cache; clean it or shrink it.",
     invoke_without_command=True,
     add_completion=False,

@@ -56,7 +56,10 @@ def run_checks(config_path: Path | None, repo: Path | None) -> list[Check]:
 def doctor(
     config_path: ConfigOption = None,
     repo: Annotated[
-        Path | None, typer.Option("--repo", help="Repository (default: detected from cwd).")
+        Path | None,
+        typer.Option(
+            "--repo", help="Repository.", show_default="detected from the current directory"
+        ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
