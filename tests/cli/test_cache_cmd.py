@@ -81,7 +81,7 @@ def test_summary_from_disk_and_gc_to_a_size(tmp_path: Path) -> None:
             "path": str(home.root / "ac"),
             "entries": 2,
             "bytes": 16,
-            "max_bytes": 0,
+            "max_bytes": 64 << 20,  # no eviction_policy in this config: the default
         },
     ]
 
