@@ -19,6 +19,16 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=True,
     pretty_exceptions_enable=False,
+    # Plain help (click's): a flag shows no type, every option its default and
+    # the environment variable that sets it.
+    rich_markup_mode=None,
+    epilog=(
+        "Environment: LRE_CONFIG names the config file (else ~/.config/lre/config.json5 "
+        "when it exists). With the embedded default, LRE_HOME is the one directory of "
+        "lre's cache and state; unset, the cache is in $XDG_CACHE_HOME/lre "
+        "(~/.cache/lre) and the log and pid file in $XDG_STATE_HOME/lre "
+        "(~/.local/state/lre)."
+    ),
 )
 
 

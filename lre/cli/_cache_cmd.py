@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 cache_app = typer.Typer(
+    rich_markup_mode=None,
     help="Size, entries and hit rate of lre's cache; clean it or shrink it.",
     invoke_without_command=True,
     add_completion=False,
@@ -49,7 +50,8 @@ app.add_typer(cache_app, name="cache")
 
 @dataclass(frozen=True, slots=True)
 class StoreFigures:
-    """One store as ``lre cache`` prints it (``max_bytes`` 0: not bounded)."""
+    """One store as ``lre cache`` prints it (``max_bytes`` 0: not bounded;
+    for an action cache, the size its log is compacted to)."""
 
     name: str
     kind: str  # "cas" or "action_cache"
@@ -75,7 +77,14 @@ def _action_cache_figures(stores: LocalStores) -> list[StoreFigures]:
         for name, cache in stores.action_caches:
             usage = await cache.usage()
             out.append(
-                StoreFigures(name, "action_cache", cache.path, usage.count, usage.stored_bytes, 0)
+                StoreFigures(
+                    name,
+                    "action_cache",
+                    cache.path,
+                    usage.count,
+                    usage.stored_bytes,
+                    cache.max_bytes or 0,
+                )
             )
         return out
 
@@ -217,6 +226,8 @@ def _summary_lines(
                 size += f" of {human_bytes(f.max_bytes)} ({100 * f.bytes / f.max_bytes:.0f}%)"
             lines.append(f"  CAS {f.name}: {f.entries} blobs, {size} in {f.path}")
         else:
+            if f.max_bytes:
+                size += f" of {human_bytes(f.max_bytes)} ({100 * f.bytes / f.max_bytes:.0f}%)"
             lines.append(f"  action cache {f.name}: {f.entries} entries, {size} in {f.path}")
     if not figures:
         lines.append("  no store of this configuration is on local disk")

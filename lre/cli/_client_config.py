@@ -427,7 +427,9 @@ def write_buck2(
                 "Buck2 will run actions locally"
             )
         else:
-            _copy_platform(repo, platform_source, report, _buildfile_name(user))
+            _copy_platform(
+                repo, platform_source, report, _buildfile_name(user), _constraints_cell(user)
+            )
             if current is None:
                 platform_here = lre_platform
             else:
@@ -479,12 +481,27 @@ def _buildfile_name(config: BuckConfig) -> str:
     return DEFAULT_BUILDFILE
 
 
-def _copy_platform(repo: Path, platform_source: Path, report: WriteReport, buildfile: str) -> None:
-    """Copy lre's platform into ``lre_platforms/``, its BUCK file named ``buildfile``;
-    an owned build file of another name (written before) is removed."""
+def _constraints_cell(config: BuckConfig) -> str:
+    """The cell holding the host constraints (``os:linux``, ``cpu:x86_64``):
+    ``config`` when the repository names it (``buck2 init`` aliases it to the
+    prelude), else ``prelude``."""
+    for section in ("cells", "cell_aliases", "repositories"):
+        if config.section(section).get("config") is not None:
+            return "config"
+    return "prelude"
+
+
+def _copy_platform(
+    repo: Path, platform_source: Path, report: WriteReport, buildfile: str, constraints_cell: str
+) -> None:
+    """Copy lre's platform into ``lre_platforms/``, its BUCK file named ``buildfile``
+    and its host constraints in ``constraints_cell``; an owned build file of
+    another name (written before) is removed."""
     target = repo / "lre_platforms"
     for source, name in (("BUCK", buildfile), ("defs.bzl", "defs.bzl")):
         src = (platform_source / source).read_text(encoding="utf-8")
+        if source == "BUCK":
+            src = src.replace('"config//', f'"{constraints_cell}//')
         body = src if src.startswith(MARKER) else MARKER + "\n" + src
         _write_owned(target / name, body, report)
     for stale in sorted(target.iterdir()):

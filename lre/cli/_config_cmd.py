@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -10,6 +11,7 @@ import typer
 
 from lre.cli._app import app
 from lre.config import (
+    CONFIG_ENV,
     DEFAULT_SOURCE,
     Config,
     ConfigError,
@@ -23,15 +25,31 @@ from lre.config import (
 )
 
 config_app = typer.Typer(
-    help="Show or check lre's configuration.", no_args_is_help=True, add_completion=False
+    rich_markup_mode=None,
+    help="Show or check lre's configuration.",
+    no_args_is_help=True,
+    add_completion=False,
 )
 app.add_typer(config_app, name="config")
 
 
-CONFIG_HELP = (
-    "Config file, merged over the embedded default (default: $LRE_CONFIG, else "
-    "~/.config/lre/config.json5 when it exists, else the embedded default alone)."
-)
+CONFIG_HELP = "Config file, merged over the embedded default."
+
+#: What ``--config`` means when neither it nor ``$LRE_CONFIG`` is given.
+CONFIG_DEFAULT = "~/.config/lre/config.json5 when it exists, else the embedded default alone"
+
+
+def config_option(help_text: str = CONFIG_HELP) -> Any:
+    """The ``--config``/``-c`` option of every command that reads lre's
+    config: set by ``$LRE_CONFIG`` too (help says so, and the default)."""
+    return typer.Option(
+        "--config",
+        "-c",
+        help=help_text,
+        envvar=CONFIG_ENV,
+        show_envvar=True,
+        show_default=CONFIG_DEFAULT,
+    )
 
 
 def config_file(path: Path | None) -> Path | None:
@@ -39,6 +57,10 @@ def config_file(path: Path | None) -> Path | None:
     else ``~/.config/lre/config.json5`` when it exists; None = the embedded
     default alone. Exits with status 1 when ``$LRE_CONFIG`` names no file."""
     if path is not None:
+        named = os.environ.get(CONFIG_ENV, "")
+        if named and Path(named) == path and not path.is_file():
+            typer.echo(f"error: {CONFIG_ENV}={named}: no such config file", err=True)
+            raise typer.Exit(1)
         return path
     try:
         return find_config_file()
@@ -67,7 +89,7 @@ def load_or_default(path: Path | None) -> Config:
 def show(
     config: Annotated[
         Path | None,
-        typer.Option("--config", "-c", help=CONFIG_HELP),
+        config_option(),
     ] = None,
     origin: Annotated[
         bool,

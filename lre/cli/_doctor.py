@@ -22,10 +22,12 @@ from lre.cli._client_config import find_repo_root
 from lre.cli._doctor_cache import bytes_check, cache_checks
 from lre.cli._doctor_clients import bazel_version, is_bazel_repo, repository_checks
 from lre.cli._doctor_host import host_checks
+from lre.cli._links import read_links
 from lre.cli._local_stores import LocalStores, LocalStoresError, local_stores
 from lre.cli._quarantine_report import quarantine_check
 from lre.cli._running import look_up
 from lre.cli._up import ConfigOption
+from lre.cli._written_addresses import written_addresses
 
 
 def run_checks(config_path: Path | None, repo: Path | None) -> list[Check]:
@@ -39,7 +41,9 @@ def run_checks(config_path: Path | None, repo: Path | None) -> list[Check]:
             Check("stores", "FAIL", str(error), "fix the configuration (`lre config check`)")
         )
         stores = LocalStores((), ())
-    checks += host_checks(lookup, stores)
+    repos = list(read_links(lookup.state_dir)) + ([repo] if repo is not None else [])
+    written = written_addresses(repos) if lookup.server is None else {}
+    checks += host_checks(lookup, stores, written)
     checks.append(quarantine_check(lookup.config))
     checks += cache_checks(lookup)
     if repo is not None and is_bazel_repo(repo):
@@ -52,7 +56,10 @@ def run_checks(config_path: Path | None, repo: Path | None) -> list[Check]:
 def doctor(
     config_path: ConfigOption = None,
     repo: Annotated[
-        Path | None, typer.Option("--repo", help="Repository (default: detected from cwd).")
+        Path | None,
+        typer.Option(
+            "--repo", help="Repository.", show_default="detected from the current directory"
+        ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:

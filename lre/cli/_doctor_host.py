@@ -2,7 +2,9 @@
 
 - ``lre``: running, and healthy by its ``/status``;
 - ``grpc port`` / ``status port``: with lre running, its addresses answer
-  and lre holds them; without, the configured ports are free (or who holds them);
+  and lre holds them; without, the ports the client configs lre wrote send
+  builds to (in the linked repositories and this one; else the configured
+  ports) are free, or who holds them;
 - ``disk``: free space where each CAS lives against what it may still grow
   by (its max_bytes minus what it holds now);
 - ``containment``: the ``containment`` and ``protections_missing`` keys of
@@ -22,6 +24,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -29,6 +32,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -153,7 +157,10 @@ def _free_port_check(name: str, address: str, option: str) -> Check:
     return Check(name, "OK", f"{address} is free for lre")
 
 
-def port_checks(lookup: Lookup) -> list[Check]:
+def port_checks(lookup: Lookup, written: dict[str, list[Path]] | None = None) -> list[Check]:
+    """With lre running: its listeners answer. Without: each port the client
+    configs lre wrote (``written``: address -> files) send builds to, then the
+    configured ones, is free for ``lre up`` (or who holds it)."""
     server = lookup.server
     if server is not None:
         checks = [_running_port_check("grpc port", server.grpc_address, server)]
@@ -171,10 +178,16 @@ def port_checks(lookup: Lookup) -> list[Check]:
             )
         return checks
     config = lookup.config
-    checks = [
-        _free_port_check("grpc port", s.listener.address, "`lre up --port N`")
-        for s in config.servers
-    ]
+    configured = [s.listener.address for s in config.servers]
+    checks = []
+    for address, files in (written or {}).items():
+        check = _free_port_check("grpc port", address, f"`lre up --port N` in {files[0].parent}")
+        note = f"the port {', '.join(str(f) for f in files)} sends builds to"
+        if configured and address not in configured:
+            note += f"; `lre up` without --port listens on {configured[0]} and rewrites it"
+        checks.append(dataclasses.replace(check, message=f"{check.message} ({note})"))
+    if not checks:
+        checks = [_free_port_check("grpc port", a, "`lre up --port N`") for a in configured]
     status = config.global_.status.address
     if status:
         checks.append(_free_port_check("status port", status, "global.status.address"))
@@ -371,7 +384,11 @@ def _clock_step(recorded: RunningServer | None) -> float | None:
         return None
 
 
-def host_checks(lookup: Lookup, stores: LocalStores) -> list[Check]:
+def host_checks(
+    lookup: Lookup, stores: LocalStores, written: dict[str, list[Path]] | None = None
+) -> list[Check]:
+    """lre, its ports (``written``: see ``port_checks``), disk, containment,
+    user and clock."""
     server = lookup.server
     status: dict[str, Any] | None = None
     status_error = ""
@@ -382,7 +399,7 @@ def host_checks(lookup: Lookup, stores: LocalStores) -> list[Check]:
             status_error = str(error)
     return [
         lre_check(lookup, status, status_error),
-        *port_checks(lookup),
+        *port_checks(lookup, written),
         *disk_checks(stores),
         containment_check(server, status),
         user_check(server),

@@ -22,7 +22,7 @@ import typer
 
 from lre.cli._app import app
 from lre.cli._byte_text import human_bytes
-from lre.cli._config_cmd import load_or_default
+from lre.cli._config_cmd import config_option, load_or_default
 from lre.config import resolve
 
 if TYPE_CHECKING:
@@ -31,11 +31,15 @@ if TYPE_CHECKING:
 __all__ = ["duration_text", "history_dir", "table"]
 
 ConfigOption = Annotated[
-    Path | None, typer.Option("--config", "-c", help="Config whose state dir holds the history.")
+    Path | None,
+    config_option(
+        "Config whose state dir holds the history ($LRE_HOME with the embedded default)."
+    ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 builds_app = typer.Typer(
+    rich_markup_mode=None,
     help="Recent builds (by the client's tool invocation id), from the history.",
     invoke_without_command=True,
     no_args_is_help=False,
@@ -129,10 +133,21 @@ def _outcome(record: ActionRecord) -> str:
 def history(
     target: Annotated[
         str | None,
-        typer.Option("--target", "-t", help="Only this target (a glob such as '//pkg/*' works)."),
+        typer.Option(
+            "--target",
+            "-t",
+            help="Only this target (a glob such as '//pkg/*' works).",
+            show_default="every target",
+        ),
     ] = None,
     build: Annotated[
-        str | None, typer.Option("--build", "-b", help="Only this build (id, prefix or 'last').")
+        str | None,
+        typer.Option(
+            "--build",
+            "-b",
+            help="Only this build (id, prefix or 'last').",
+            show_default="every build",
+        ),
     ] = None,
     limit: Annotated[int, typer.Option("--limit", "-n", help="The newest N actions.")] = 50,
     as_json: JsonOption = False,

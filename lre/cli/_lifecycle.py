@@ -173,7 +173,12 @@ def _start(config_path: Path | None, port: int | None) -> None:
 @app.command()
 def start(
     config_path: ConfigOption = None,
-    port: Annotated[int | None, typer.Option("--port", help="Port of the gRPC listener.")] = None,
+    port: Annotated[
+        int | None,
+        typer.Option(
+            "--port", help="Port of the gRPC listener.", show_default="the config's, 50051"
+        ),
+    ] = None,
 ) -> None:
     """Start lre in the background (`lre up --detach`); repositories linked before use it."""
     _start(config_path, port)

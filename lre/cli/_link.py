@@ -24,7 +24,7 @@ from lre.cli._client_config import (
     write_bazel,
     write_buck2,
 )
-from lre.cli._config_cmd import load_or_default
+from lre.cli._config_cmd import config_option, load_or_default
 from lre.cli._daemon import RunningServer, read_pid_file
 from lre.cli._git_exclude import set_excluded
 from lre.cli._links import Link, read_links, record_link
@@ -178,7 +178,8 @@ def point_linked_repos(
 
 
 RepoOption = Annotated[
-    Path | None, typer.Option("--repo", help="Repository (default: detected from cwd).")
+    Path | None,
+    typer.Option("--repo", help="Repository.", show_default="detected from the current directory"),
 ]
 InstanceOption = Annotated[
     str, typer.Option("--instance", help="Instance name written into client config.")
@@ -194,9 +195,7 @@ BuckLocalOption = Annotated[
 @app.command("link")
 def link_command(
     repo: RepoOption = None,
-    config_path: Annotated[
-        Path | None, typer.Option("--config", "-c", help="Config of the running lre.")
-    ] = None,
+    config_path: Annotated[Path | None, config_option("Config of the running lre.")] = None,
     instance: InstanceOption = "main",
     no_edit: NoEditOption = False,
     buck_local: BuckLocalOption = False,

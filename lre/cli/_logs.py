@@ -158,7 +158,14 @@ def logs(
     ] = False,
     lines: Annotated[
         int | None,
-        typer.Option("--tail", "--lines", "-n", min=0, help="Print only the last N lines first."),
+        typer.Option(
+            "--tail",
+            "--lines",
+            "-n",
+            min=0,
+            help="Print only the last N lines first.",
+            show_default="every line",
+        ),
     ] = None,
     since: Annotated[
         str | None,
@@ -166,6 +173,7 @@ def logs(
             "--since",
             help="Only lines logged since then: a duration back (30s, 10m, 2h, 1d) "
             "or an ISO time (2026-12-01T09:00).",
+            show_default="the whole log",
         ),
     ] = None,
 ) -> None:

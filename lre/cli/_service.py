@@ -23,7 +23,10 @@ import typer
 from lre.cli._app import app
 
 service_app = typer.Typer(
-    name="service", help="Start lre with your session (a systemd user unit).", no_args_is_help=True
+    rich_markup_mode=None,
+    name="service",
+    help="Start lre with your session (a systemd user unit).",
+    no_args_is_help=True,
 )
 app.add_typer(service_app)
 

@@ -23,7 +23,7 @@ from typing import Annotated
 import typer
 
 from lre.cli._app import app
-from lre.cli._config_cmd import load_or_default
+from lre.cli._config_cmd import config_option, load_or_default
 from lre.cli._daemon import read_pid_file
 from lre.cli._running import look_up
 from lre.config import resolve
@@ -33,12 +33,13 @@ AddressOption = Annotated[
     typer.Option(
         "--address",
         "-a",
-        help="Status listener of the running lre (host:port; default: global.status.address).",
+        help="Status listener of the running lre (host:port).",
+        show_default="the config's global.status.address, 127.0.0.1:50061",
     ),
 ]
 ConfigOption = Annotated[
     Path | None,
-    typer.Option("--config", "-c", help="Config whose global.status.address to use."),
+    config_option("Config whose global.status.address to use."),
 ]
 
 

@@ -25,7 +25,7 @@ from lre.cli._client_config import (
     make_inert,
     unlink,
 )
-from lre.cli._config_cmd import CONFIG_HELP, load_or_default
+from lre.cli._config_cmd import config_option, load_or_default
 from lre.cli._daemon import (
     LOG_FILE,
     RunningServer,
@@ -78,7 +78,7 @@ def state_dir_of(config: Config) -> Path:
     return Path(config.global_.state_dir)
 
 
-ConfigOption = Annotated[Path | None, typer.Option("--config", "-c", help=CONFIG_HELP)]
+ConfigOption = Annotated[Path | None, config_option()]
 
 
 def _server_record(
@@ -151,6 +151,7 @@ def up(
             "--port",
             callback=lambda value: check_port(value, "--port"),
             help="Port of the gRPC listener (the status listener moves too if its port is taken).",
+            show_default="the config's, 50051",
         ),
     ] = None,
     detach: Annotated[bool, typer.Option("--detach", "-d", help="Run in the background.")] = False,
@@ -172,21 +173,33 @@ def up(
         typer.Option(
             "--log-level",
             callback=_check_log_level,
-            help="Lowest level logged (default: global.log_level of the config, info).",
+            help="Lowest level logged.",
+            show_default="the config's global.log_level, info",
         ),
     ] = None,
     cache_size: Annotated[
         str | None,
-        typer.Option("--cache-size", help="CAS size limit, e.g. 20G (default: the config's)."),
+        typer.Option(
+            "--cache-size",
+            help="CAS size limit, e.g. 20G.",
+            show_default="the config's; auto: 25% of the free disk",
+        ),
     ] = None,
     cpus: Annotated[
         int | None,
-        typer.Option("--cpus", min=1, help="CPUs the worker offers (default: the config's)."),
+        typer.Option(
+            "--cpus",
+            min=1,
+            help="CPUs the worker offers.",
+            show_default="the config's; auto: every CPU lre may use",
+        ),
     ] = None,
     memory_budget: Annotated[
         str | None,
         typer.Option(
-            "--memory-budget", help="Memory all actions may reserve, e.g. 8G (default: auto)."
+            "--memory-budget",
+            help="Memory all actions may reserve, e.g. 8G.",
+            show_default="the config's; auto: 75% of RAM minus memory_floor",
         ),
     ] = None,
     status_port: Annotated[
@@ -195,7 +208,8 @@ def up(
             "--status-port",
             min=0,
             max=65535,
-            help="Port of /status and /metrics (0: any free port; default 50061).",
+            help="Port of /status and /metrics (0: any free port).",
+            show_default="the config's, 50061",
         ),
     ] = None,
 ) -> None:
@@ -437,7 +451,10 @@ def make_repos_inert(state_dir: Path, server: RunningServer | None) -> None:
 @app.command("unlink")
 def unlink_command(
     repo: Annotated[
-        Path | None, typer.Option("--repo", help="Repository (default: detected).")
+        Path | None,
+        typer.Option(
+            "--repo", help="Repository.", show_default="detected from the current directory"
+        ),
     ] = None,
     config_path: ConfigOption = None,
 ) -> None:

@@ -89,8 +89,9 @@ def auto_filesystem_max_bytes(free_bytes: int) -> int:
 
 
 def auto_memory_budget(total_memory: int, memory_floor: int) -> int:
-    """Memory actions may reserve: 75% of RAM minus ``memory_floor``, at least 1 GiB."""
-    budget = int(total_memory * MEMORY_BUDGET_SHARE_OF_RAM) - memory_floor
+    """Memory actions may reserve: 75% of RAM minus ``memory_floor``, at least
+    1 GiB, rounded down to a MiB (so that ``lre config show`` prints it as one)."""
+    budget = (int(total_memory * MEMORY_BUDGET_SHARE_OF_RAM) - memory_floor) >> 20 << 20
     return max(MEMORY_BUDGET_FLOOR, budget)
 
 

@@ -59,6 +59,15 @@ _FORMAT_UNITS = (
     ("KiB", 1 << 10),
 )
 
+#: Decimal units used when printing sizes no binary unit divides, largest first.
+_DECIMAL_FORMAT_UNITS = (
+    ("PB", 1000**5),
+    ("TB", 1000**4),
+    ("GB", 1000**3),
+    ("MB", 1000**2),
+    ("KB", 1000),
+)
+
 
 def parse_byte_size(value: object) -> int:
     """Bytes meant by ``value`` (an int or a size string).
@@ -127,10 +136,25 @@ def parse_seconds(value: object) -> float:
 
 
 def format_byte_size(size: int) -> int | str:
-    """``size`` as an exact binary-unit string such as ``"10GiB"`` when the
-    largest unit dividing it leaves a short number (< 10000), else the int."""
+    """``size`` as a size string that parses back to exactly ``size``, so that
+    every size lre prints reads the same way: a whole number of the largest
+    binary unit below 10000 (``"10GiB"``, ``"1536MiB"``), else of a decimal
+    unit (``"4MB"``), else a short fraction of a binary unit (``"19.125GiB"``),
+    else a whole number of MiB or KiB (``"16030MiB"``), else bytes (``"123B"``).
+    0 stays the int 0 (it means "none" or "off" where it is allowed)."""
+    if size == 0:
+        return 0
     for unit, multiplier in _FORMAT_UNITS:
-        if size and size % multiplier == 0:
-            count = size // multiplier
-            return f"{count}{unit}" if count < 10000 else size
-    return size
+        if size % multiplier == 0 and size // multiplier < 10000:
+            return f"{size // multiplier}{unit}"
+    for unit, multiplier in _DECIMAL_FORMAT_UNITS:
+        if size % multiplier == 0 and size // multiplier < 10000:
+            return f"{size // multiplier}{unit}"
+    for unit, multiplier in _FORMAT_UNITS:
+        if size > multiplier and size % multiplier and (size * 1000) % multiplier == 0:
+            whole, thousandths = divmod(size * 1000 // multiplier, 1000)
+            return f"{whole}.{thousandths:03d}".rstrip("0") + unit
+    for unit, multiplier in _FORMAT_UNITS:
+        if size % multiplier == 0:
+            return f"{size // multiplier}{unit}"
+    return f"{size}B"

@@ -13,6 +13,7 @@ from tests._support.configs import app_config_text
 from tests._support.servers import free_port
 from tests.cli._lre import run_lre
 from tests.cli.buck2_init import BUCKCONFIG, buck2_init
+from tests.cli.running_lre import detached, private_home
 
 SETTINGS = ClientSettings(host="127.0.0.1", port=50999, instance_name="main", cpus=2)
 TOOLCHAINS = Path(__file__).resolve().parents[2] / "toolchains" / "buck2"
@@ -185,3 +186,33 @@ def test_buildfile_name_is_the_repositorys_and_the_block_header_is_truthful(
     unlink(repo)
     assert not (repo / ".buckconfig.local").exists()
     assert not (repo / "lre_platforms").exists()
+
+
+def test_lre_up_gives_buck2_a_host_constrained_platform_without_properties(
+    tmp_path: Path,
+) -> None:
+    # A `buck2 init` repository (the prelude aliased as `config`) and one whose
+    # build files are TARGETS and which names no `config` cell.
+    home = private_home(tmp_path)
+    repo = buck2_init(tmp_path / "repo")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / ".buckconfig").write_text(
+        "[cells]\n  root = .\n  prelude = prelude\n\n[buildfile]\n  name = TARGETS\n"
+    )
+    with detached(home, repo):
+        linked = home.run("link", "--repo", str(other), cwd=tmp_path)
+        assert linked.returncode == 0, linked.stderr
+    build = (repo / "lre_platforms" / "BUCK").read_text()
+    assert '"config//os:linux"' in build and '"config//cpu:x86_64"' in build
+    assert "constraints = [_OS, _CPU]" in build
+    defs = (repo / "lre_platforms" / "defs.bzl").read_text()
+    assert "constraints.update(dep[ConfigurationInfo].constraints)" in defs
+    # No property of its own: they enter every action's key (issue 29).
+    code = defs.split('"""', 2)[2]
+    assert "OSFamily" not in code and "cpu_count" not in code
+    assert "remote_execution_properties = dict(ctx.attrs.properties)" in defs
+    # The file Buck2 reads there, with the constraints in the prelude.
+    assert not (other / "lre_platforms" / "BUCK").exists()
+    targets = (other / "lre_platforms" / "TARGETS").read_text()
+    assert '"prelude//os:linux"' in targets and "config//" not in targets

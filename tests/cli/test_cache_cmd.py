@@ -16,6 +16,7 @@ import trio
 from lre.cas import FilesystemActionCache, FilesystemStore, write_bytes
 from lre.digest import Digest, digest_of
 from tests._support.reapi import Client, response_of
+from tests.cli._lre import run_lre
 from tests.cli.running_lre import LreHome, bazel_repo, detached, private_home
 from tests.e2e._bazel import BazelSession
 from tests.e2e._workspace import generate_workspace
@@ -80,7 +81,7 @@ def test_summary_from_disk_and_gc_to_a_size(tmp_path: Path) -> None:
             "path": str(home.root / "ac"),
             "entries": 2,
             "bytes": 16,
-            "max_bytes": 0,
+            "max_bytes": 64 << 20,  # no eviction_policy in this config: the default
         },
     ]
 
@@ -256,3 +257,17 @@ def test_client_hits_split_survive_a_restart_and_zero(tmp_path: Path) -> None:
             "execute_hits": 0,
             "misses": 0,
         }
+
+
+def test_the_action_cache_shows_its_configured_size(tmp_path: Path) -> None:
+    # The embedded default, as a new user has it: action cache "ac" of 1GiB.
+    env = {**os.environ, "HOME": str(tmp_path / "home"), "LRE_HOME": str(tmp_path / "state")}
+    env.pop("LRE_CONFIG", None)
+    env.pop("XDG_CONFIG_HOME", None)
+    shown = run_lre("cache", "--json", cwd=tmp_path, env=env)
+    assert shown.returncode == 0, shown.stderr
+    stores = {s["name"]: s for s in json.loads(shown.stdout)["stores"]}
+    assert stores["ac"]["kind"] == "action_cache"
+    assert stores["ac"]["max_bytes"] == 1 << 30
+    text = run_lre("cache", cwd=tmp_path, env=env)
+    assert "action cache ac: 0 entries, 0 B of 1.0 GiB (0%)" in text.stdout, text.stdout

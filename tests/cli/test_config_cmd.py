@@ -22,7 +22,7 @@ def _body(shown: str) -> list[str]:
     """The shown config without the header line naming the source, and without
     the "auto" CAS size (a share of the free disk, which other processes change)."""
     lines = shown.split("\n")[1:]
-    return [line for line in lines if not re.fullmatch(r"\s*max_bytes: \d+,", line)]
+    return [line for line in lines if not re.fullmatch(r'\s*max_bytes: "[\d.]+\w+",', line)]
 
 
 def test_partial_files_merge_over_the_default(tmp_path: Path) -> None:
@@ -82,3 +82,17 @@ def test_show_origin_says_where_each_value_came_from(tmp_path: Path) -> None:
     assert f'global.log_level = "debug"  # {one_knob}' in lines
     assert 'stores[0].name = "cas"  # <embedded default>' in lines
     assert "global.max_open_files = 24576  # built-in default" in lines
+
+
+def test_show_prints_every_size_with_a_unit(tmp_path: Path) -> None:
+    # One way to read sizes: the "auto" ones resolved from the disk and RAM
+    # (no round number) print with a unit as the configured ones do.
+    env = _env(tmp_path, LRE_HOME=str(tmp_path / "state"))
+    shown = run_lre("config", "show", cwd=tmp_path, env=env)
+    assert shown.returncode == 0, shown.stderr
+    sizes = re.findall(
+        r"^\s*(\w*(?:bytes|budget|_size|_floor|free_disk)): (.*),$", shown.stdout, re.M
+    )
+    assert {"max_bytes", "memory_budget", "max_batch_total_size_bytes"} <= {k for k, _ in sizes}
+    for key, value in sizes:
+        assert value == "0" or re.fullmatch(r'"[\d.]+(B|[KMGTP]i?B)"', value), (key, value)

@@ -6,11 +6,13 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
+import time
 from pathlib import Path
 
 from lre.cli._checks import Check
-from lre.cli._daemon import RunningServer
+from lre.cli._daemon import RunningServer, read_pid_file
 from lre.cli._doctor_host import containment_check
 from tests.cli.buck2_init import buck2_init
 from tests.cli.running_lre import LreHome, bazel_repo, detached, private_home
@@ -297,3 +299,40 @@ def test_missing_protections_and_refusing_kernel_settings_are_named() -> None:
 def test_bazel_is_installed() -> None:
     # The checks above need the real Bazel (Debian's bazel-bootstrap).
     assert shutil.which("bazel"), "install bazel-bootstrap (apt-get install bazel-bootstrap)"
+
+
+def test_without_lre_the_port_the_repositories_were_written_for_is_checked(
+    tmp_path: Path,
+) -> None:
+    # `kill -9` leaves lre.bazelrc pointing at lre's --port; that port, not the
+    # configured one, is what builds try, so the doctor checks it and says why.
+    home = private_home(tmp_path)
+    repo = bazel_repo(tmp_path)
+    started = home.run("up", "--detach", "--port", str(home.grpc_port), cwd=repo)
+    assert started.returncode == 0, started.stderr
+    server = read_pid_file(home.state_dir)
+    assert server is not None
+    os.kill(server.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while server.alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    holder = socket.socket()
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # lre's own, TIME_WAIT
+    try:
+        while True:  # the killed lre's helpers may hold its socket a moment longer
+            try:
+                holder.bind(("127.0.0.1", home.grpc_port))
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        holder.listen()
+        code, checks = _checks(home, tmp_path)  # from outside the repository: repos.json
+    finally:
+        holder.close()
+    assert code == 1
+    grpc = checks["grpc port"]
+    assert grpc["status"] == "FAIL", grpc
+    assert f"127.0.0.1:{home.grpc_port} is held by pid {os.getpid()}" in grpc["message"]
+    assert f"the port {repo / 'lre.bazelrc'} sends builds to" in grpc["message"]

@@ -38,7 +38,7 @@ def test_dump_uses_global_key_sizes_and_escapes_dollars() -> None:
     assert "global" in raw and "global_" not in raw
     assert raw["stores"][0]["filesystem"]["content_path"] == "/data/$$cas"
     assert raw["stores"][0]["filesystem"]["read_buffer_size"] == "1MiB"
-    assert raw["servers"][0]["max_batch_total_size_bytes"] == 4_000_000
+    assert raw["servers"][0]["max_batch_total_size_bytes"] == "4MB"
     assert "memory" not in raw["stores"][0]  # unset union members are left out
     assert load_config_text(dumped, env={}) == config
 

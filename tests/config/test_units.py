@@ -78,8 +78,12 @@ def test_bad_durations(value: object) -> None:
 def test_format_byte_size_is_exact_and_short() -> None:
     assert format_byte_size(1 << 30) == "1GiB"
     assert format_byte_size(3 << 29) == "1536MiB"
-    assert format_byte_size(4_000_000) == 4_000_000
+    assert format_byte_size(4_000_000) == "4MB"
     assert format_byte_size(0) == 0
-    assert format_byte_size(20_000 << 10) == 20_000 << 10
-    for size in (1 << 30, 3 << 29, 4_000_000, 123, 64 << 20):
+    assert format_byte_size(20_000 << 10) == "20000KiB"
+    assert format_byte_size(19584 << 20) == "19.125GiB"
+    assert format_byte_size(16030 << 20) == "16030MiB"
+    assert format_byte_size(123) == "123B"
+    assert format_byte_size(12_345_678_901) == "12345678901B"
+    for size in (1 << 30, 3 << 29, 4_000_000, 123, 64 << 20, 19584 << 20, 1536, 12_345_678_901):
         assert parse_byte_size(format_byte_size(size)) == size
