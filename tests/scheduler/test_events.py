@@ -144,10 +144,6 @@ def test_resource_control_names_are_exported() -> None:
     for name in (
         "ReservationLearner",
         "ReservationEstimate",
-        "MemoryLadder",
-        "LadderStep",
-        "MemoryAdmission",
-        "AdmissionDecision",
         "SchedulerEvent",
     ):
         assert name in lre.scheduler.__all__
