@@ -203,6 +203,7 @@ PUBLIC_API: dict[str, set[str]] = {
         "StoreRow",
         "UpstreamRow",
         "WorkerRow",
+        "MemoryControlRow",
         "action_summary",
     },
     "lre.upstream": {

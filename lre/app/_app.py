@@ -71,7 +71,7 @@ from lre.service import (
     auth_interceptors,
     cache_servicers,
 )
-from lre.snapshot import EventKind, JobserverTokens
+from lre.snapshot import EventKind, JobserverTokens, MemoryControlRow
 from lre.upstream import UpstreamClient, UpstreamStatistics
 from lre.worker import (
     Containment,
@@ -268,6 +268,7 @@ class Application:
             history=self.history,
         )
         self.assembler.containment = self._containment_summary()
+        self.assembler.memory_control = self._memory_control_rows
         self._first_scheduler = first
         self.hits: ClientHits | None = None
         self.miss_report = MissReport(self._miss_watches())
@@ -512,6 +513,26 @@ class Application:
         if local is None or not local.resources.live_memory_veto:
             return None
         return self._pressure_of(local).room_bytes
+
+    def _memory_control_rows(self) -> tuple[MemoryControlRow, ...]:
+        """Each local worker's memory control (``ProcessSnapshot.memory_control``)."""
+        rows = []
+        for worker in self.workers:
+            stats = worker.memory.statistics()
+            rows.append(
+                MemoryControlRow(
+                    worker=worker.name,
+                    frozen_now=stats.frozen_now,
+                    frozen=stats.frozen,
+                    thawed=stats.thawed,
+                    killed=stats.killed,
+                    short_reason=stats.short_reason,
+                    available_bytes=stats.available_bytes,
+                    pressure_full_avg10=stats.pressure_full_avg10,
+                    frozen_leases=stats.frozen_ids,
+                )
+            )
+        return tuple(rows)
 
     def _pressure_of(self, local: LocalWorkerSpec) -> PressureMonitor:
         """The host memory readings of ``local``, shared by its worker's memory
