@@ -75,6 +75,11 @@ async def until(check: Callable[[], object], timeout: float = 20.0) -> None:
             await trio.sleep(0.02)
 
 
+def registered(worker: LocalWorker) -> int:
+    """Actions the worker's sampler (and memory control) know as started."""
+    return len(worker.statistics().usage)
+
+
 @asynccontextmanager
 async def running(
     store: MemoryStore,
@@ -144,8 +149,10 @@ async def test_short_memory_freezes_the_newest_action_and_thaws_it_later(
     async with running(store, tmp_path, governed(), pressure) as (scheduler, worker):
         old = await submit(scheduler, store, argv(old_marker, 0, stop_old))
         await until(lambda: processes_of(old_marker))
+        await until(lambda: registered(worker) == 1)  # the oldest, also to lre
         new = await submit(scheduler, store, argv(new_marker, 400, stop_new))
         await until(lambda: processes_of(new_marker))
+        await until(lambda: registered(worker) == 2)
         available[0] = int(1.5 * GiB)  # short: someone else took the memory
         await until(lambda: stopped(new_marker))
         assert stopped(old_marker) is False  # never the oldest
@@ -185,8 +192,10 @@ async def test_under_the_hard_floor_the_frozen_action_is_killed_and_retried_one_
     async with running(store, tmp_path, governed(), pressure, policy) as (scheduler, worker):
         old = await submit(scheduler, store, argv(old_marker, 0, stop_old))
         await until(lambda: processes_of(old_marker))
+        await until(lambda: registered(worker) == 1)  # the oldest, also to lre
         new = await submit(scheduler, store, argv(new_marker, 400, stop_new))
         await until(lambda: processes_of(new_marker))
+        await until(lambda: registered(worker) == 2)
         available[0] = int(1.5 * GiB)
         await until(lambda: stopped(new_marker))
         stop_new.touch()  # the retry ends at once
@@ -232,9 +241,11 @@ async def test_a_real_process_outside_lre_holding_memory_freezes_the_newest_acti
     async with running(store, tmp_path, resources, None) as (scheduler, worker):
         old = await submit(scheduler, store, argv(old_marker, 0, stop_old))
         await until(lambda: processes_of(old_marker))
+        await until(lambda: registered(worker) == 1)  # the oldest, also to lre
         # grows 80 MiB/s for 5 s, to 400 MiB
         new = await submit(scheduler, store, argv(new_marker, 400, stop_new))
         await until(lambda: processes_of(new_marker))
+        await until(lambda: registered(worker) == 2)
         hog = subprocess.Popen(  # noqa: ASYNC220 (a plain outside process, no trio child)
             [sys.executable, "-c", hog_code], stdout=subprocess.PIPE
         )
