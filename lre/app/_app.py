@@ -49,7 +49,6 @@ from lre.config import (
 from lre.scheduler import (
     ActionScheduler,
     ForwardScheduler,
-    MemoryAdmission,
     ReservationLearner,
     ResourcePolicy,
     Scheduler,
@@ -72,12 +71,13 @@ from lre.service import (
     auth_interceptors,
     cache_servicers,
 )
-from lre.snapshot import EventKind, JobserverTokens
+from lre.snapshot import EventKind, JobserverTokens, MemoryControlRow
 from lre.upstream import UpstreamClient, UpstreamStatistics
 from lre.worker import (
     Containment,
     ContainmentUnavailable,
     LocalWorker,
+    PressureMonitor,
     choose_containment,
     missing_protections,
     namespace_refusals,
@@ -193,6 +193,7 @@ class Application:
         for upstream in self.stores.upstreams:
             upstream.client.health.on_change = self._upstream_changed
         self.schedulers: dict[str, Scheduler] = {}
+        self._pressure: dict[str, PressureMonitor] = {}
         self._scheduler_by_simple: dict[str, Scheduler] = {}
         #: Forward schedulers by name (each wraps a local scheduler).
         self.forwarders: dict[str, ForwardScheduler] = {}
@@ -240,6 +241,7 @@ class Application:
                     containment=containment,
                     cas_max_bytes=filesystem.max_bytes if filesystem is not None else None,
                     hidden_paths=_lre_directories(config),
+                    pressure=self._pressure_of(local),
                 )
             )
         self.bridge = TrioBridge()
@@ -266,6 +268,7 @@ class Application:
             history=self.history,
         )
         self.assembler.containment = self._containment_summary()
+        self.assembler.memory_control = self._memory_control_rows
         self._first_scheduler = first
         self.hits: ClientHits | None = None
         self.miss_report = MissReport(self._miss_watches())
@@ -504,12 +507,42 @@ class Application:
         )
 
     def _live_memory(self, scheduler_name: str) -> Callable[[], int] | None:
-        """The host's available memory, when the worker asks for the live veto."""
+        """Memory new actions may take (0 while memory is short), when the
+        worker asks for the live veto."""
         local = self._local_worker(scheduler_name)
         if local is None or not local.resources.live_memory_veto:
             return None
-        budget = self.worker_resources[local.name].memory_budget_bytes
-        return MemoryAdmission(budget, live_memory_veto=True).available_bytes
+        return self._pressure_of(local).room_bytes
+
+    def _memory_control_rows(self) -> tuple[MemoryControlRow, ...]:
+        """Each local worker's memory control (``ProcessSnapshot.memory_control``)."""
+        rows = []
+        for worker in self.workers:
+            stats = worker.memory.statistics()
+            rows.append(
+                MemoryControlRow(
+                    worker=worker.name,
+                    frozen_now=stats.frozen_now,
+                    frozen=stats.frozen,
+                    thawed=stats.thawed,
+                    killed=stats.killed,
+                    short_reason=stats.short_reason,
+                    available_bytes=stats.available_bytes,
+                    pressure_full_avg10=stats.pressure_full_avg10,
+                    frozen_leases=stats.frozen_ids,
+                )
+            )
+        return tuple(rows)
+
+    def _pressure_of(self, local: LocalWorkerSpec) -> PressureMonitor:
+        """The host memory readings of ``local``, shared by its worker's memory
+        control and its scheduler's admission (made on first use)."""
+        monitor = self._pressure.get(local.name)
+        if monitor is None:
+            monitor = self._pressure[local.name] = PressureMonitor(
+                int(local.resources.memory_headroom)
+            )
+        return monitor
 
     def _build_learner(self) -> ReservationLearner | None:
         """One learned-reservation store per process, in the state directory.

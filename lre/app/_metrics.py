@@ -159,8 +159,18 @@ def render_metrics(snapshot: ProcessSnapshot, rpc: RpcStatistics | None = None) 
         ),
         (
             "lre_ladder_kills_total",
-            "Actions killed for outgrowing their memory reservation.",
+            "Actions killed while memory was short (requeued up the ladder or failed).",
             snapshot.ladder_kills,
+        ),
+        (
+            "lre_memory_frozen_total",
+            "Actions frozen (SIGSTOP) while memory was short.",
+            sum(r.frozen for r in snapshot.memory_control),
+        ),
+        (
+            "lre_memory_thawed_total",
+            "Frozen actions woken again.",
+            sum(r.thawed for r in snapshot.memory_control),
         ),
         (
             "lre_lease_cancellations_total",

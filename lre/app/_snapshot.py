@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Protocol
@@ -29,6 +30,7 @@ from lre.scheduler import SchedulerStatistics
 from lre.snapshot import (
     InflightAction,
     JobserverTokens,
+    MemoryControlRow,
     ProcessSnapshot,
     QueuedAction,
     StoreRow,
@@ -122,6 +124,8 @@ class SnapshotAssembler:
         self.hits = hits
         #: What the cache has to say (``MissReport.notices``), if anything.
         self.cache_notices: Callable[[], tuple[str, ...]] | None = None
+        #: The local workers' memory control rows (set by the composition root).
+        self.memory_control: Callable[[], tuple[MemoryControlRow, ...]] | None = None
         self._clock = clock
         self.started_at = clock() if started_at is None else started_at
         self._history: deque[_Rate] = deque()
@@ -165,8 +169,11 @@ class SnapshotAssembler:
                 builds=recorder.build_lines(),
                 phases=recorder.phase_histograms(),
             )
+        memory_rows = self.memory_control() if self.memory_control is not None else ()
+        snapshot = replace(snapshot, memory_control=memory_rows)
+        frozen = {lease for row in memory_rows for lease in row.frozen_leases}
         if stats is not None:
-            snapshot = _with_scheduler(snapshot, stats, usage, now, self._kill_factor)
+            snapshot = _with_scheduler(snapshot, stats, usage, now, self._kill_factor, frozen)
         rate = self._rate(now, snapshot.completed)
         snapshot = replace(snapshot, completed_per_second=rate)
         if self.hits is not None:
@@ -200,6 +207,7 @@ def _with_scheduler(
     usage: Mapping[str, SampledUsage],
     now: float,
     kill_factor: float,
+    frozen: AbstractSet[str] = frozenset(),
 ) -> ProcessSnapshot:
     inflight: list[InflightAction] = []
     for worker in stats.workers:
@@ -227,6 +235,7 @@ def _with_scheduler(
                     attempt=lease.attempt,
                     exclusive=lease.exclusive,
                     cancelled=lease.cancelled,
+                    frozen=lease.lease_id in frozen,
                 )
             )
     inflight.sort(key=lambda a: (-a.elapsed_s, a.operation))

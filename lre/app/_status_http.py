@@ -370,6 +370,33 @@ def _cache_notices(snapshot: ProcessSnapshot) -> list[str]:
     ]
 
 
+def _memory(snapshot: ProcessSnapshot) -> dict[str, object]:
+    """The memory control: whether memory is short, the frozen operations now,
+    and frozen / thawed / killed (per worker) and retried (ladder requeues)
+    since start."""
+    rows = snapshot.memory_control
+    return {
+        "short": [f"{r.worker}: {r.short_reason}" for r in rows if r.short_reason],
+        "available_bytes": min((r.available_bytes for r in rows), default=None),
+        "frozen_now": [a.operation for a in snapshot.inflight if a.frozen],
+        "frozen": sum(r.frozen for r in rows),
+        "thawed": sum(r.thawed for r in rows),
+        "killed": sum(r.killed for r in rows),
+        "retried": snapshot.ladder_kills,
+        "workers": [
+            {
+                "worker": r.worker,
+                "frozen_now": r.frozen_now,
+                "frozen": r.frozen,
+                "thawed": r.thawed,
+                "killed": r.killed,
+                "pressure_full_avg10": r.pressure_full_avg10,
+            }
+            for r in rows
+        ],
+    }
+
+
 def _status_body(
     snapshot: ProcessSnapshot, protections_missing: tuple[str, ...] = ()
 ) -> tuple[int, str, bytes]:
@@ -385,6 +412,7 @@ def _status_body(
             "protections_missing": list(protections_missing),
             "upstreams": _upstreams(snapshot),
             "cache": _cache_notices(snapshot),
+            "memory": _memory(snapshot),
         }
         return 200, _JSON, json.dumps(body).encode() + b"\n"
     body = {
@@ -395,6 +423,7 @@ def _status_body(
         "protections_missing": list(protections_missing),
         "upstreams": _upstreams(snapshot),
         "cache": _cache_notices(snapshot),
+        "memory": _memory(snapshot),
     }
     return 503, _JSON, json.dumps(body).encode() + b"\n"
 

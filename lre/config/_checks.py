@@ -452,8 +452,21 @@ class _Checker:
             self.fail((*path, "ladder", 0), "must be above 0")
         if spec.max_steps < 1:
             self.fail((*path, "max_steps"), f"{spec.max_steps} must be at least 1")
-        if spec.sample_interval <= 0:
-            self.fail((*path, "sample_interval"), "must be above 0")
+        for name in ("sample_interval", "pressure_sample_interval", "max_frozen"):
+            if getattr(spec, name) <= 0:
+                self.fail((*path, name), "must be above 0")
+        if spec.memory_hard_floor > spec.memory_headroom:
+            self.fail(
+                (*path, "memory_hard_floor"),
+                f"{spec.memory_hard_floor} is above memory_headroom ({spec.memory_headroom}): "
+                "actions would be killed before any is frozen",
+            )
+        if not 0 < spec.budget_short_share <= 1:
+            self.fail((*path, "budget_short_share"), f"{spec.budget_short_share} must be in (0, 1]")
+        if spec.pressure_threshold < 0:
+            self.fail((*path, "pressure_threshold"), "must be at least 0 (0 = ignore)")
+        if spec.thaw_interval < 0:
+            self.fail((*path, "thaw_interval"), "must be at least 0")
         if not 0 < spec.learner.percentile <= 100:
             self.fail(
                 (*path, "learner", "percentile"), f"{spec.learner.percentile} must be in (0, 100]"

@@ -331,6 +331,11 @@ class LearnerSpec:
     window: Seconds = doc("Samples older than this are forgotten.", default=Seconds(7 * 86400))
     percentile: float = doc("Percentile of past peaks that is reserved.", default=95.0)
     factor: float = doc("Reservation = percentile x factor.", default=1.2)
+    min_memory: ByteSize = doc(
+        "Least memory a learned reservation holds (a kind whose runs peaked at 2 MiB "
+        "reserves this, so tiny samples do not make reservations that nothing fits).",
+        default=ByteSize(64 << 20),
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -358,21 +363,57 @@ class ResourceSpec:
         "Memory reserved by an action of a kind never seen before.", default=ByteSize(512 << 20)
     )
     kill_factor: float = doc(
-        "An action whose RSS exceeds its reservation x this is killed and retried one "
-        "ladder step up.",
+        "Hard ceiling = the top ladder step (the memory budget, else the last ladder "
+        "entry) x this: an action whose RSS passes it is killed and fails with "
+        "RESOURCE_EXHAUSTED at any time. Below it, exceeding a reservation kills nothing.",
         default=1.2,
     )
     ladder: tuple[ByteSize, ...] = doc(
-        "Memory reservations tried after successive kills.",
+        "Memory reservations tried after successive kills under memory shortage.",
         default=(ByteSize(1 << 30), ByteSize(2 << 30), ByteSize(4 << 30), ByteSize(8 << 30)),
     )
     max_steps: int = doc("Kills after which the action fails with RESOURCE_EXHAUSTED.", default=5)
     sample_interval: Seconds = doc(
         "How often running actions' process trees are sampled.", default=Seconds(0.25)
     )
+    pressure_sample_interval: Seconds = doc(
+        "Sampling interval while memory is short (or an action is frozen).",
+        default=Seconds(0.05),
+    )
     live_memory_veto: bool = doc(
-        "Do not start an action while the host has less available memory than it reserves.",
+        "Do not start an action while memory is short, or while the host's available "
+        "memory minus memory_headroom is less than it reserves.",
         default=True,
+    )
+    memory_headroom: ByteSize = doc(
+        "Memory left to the rest of the machine: memory is short when the host's "
+        "MemAvailable is below this (whoever uses the memory). Then no action starts "
+        "and growing actions are frozen, newest first, never the oldest.",
+        default=ByteSize(2 << 30),
+    )
+    memory_hard_floor: ByteSize = doc(
+        "When MemAvailable falls below this, the newest frozen action is killed and "
+        "requeued one ladder step up (freezing frees no memory). At most memory_headroom.",
+        default=ByteSize(1 << 30),
+    )
+    budget_short_share: float = doc(
+        "Memory is short too when the running actions' summed RSS passes the memory "
+        "budget x this (0-1; no budget: never).",
+        default=0.95,
+    )
+    pressure_threshold: float = doc(
+        "Memory is short too when /proc/pressure/memory's full avg10 (percent of time "
+        "all tasks stalled on memory) reaches this; 0 = ignore pressure stall information.",
+        default=10.0,
+    )
+    max_frozen: Seconds = doc(
+        "A frozen action still frozen after this long is killed and requeued one ladder "
+        "step up, so a steady outside memory user cannot hang a build.",
+        default=Seconds(120),
+    )
+    thaw_interval: Seconds = doc(
+        "Least time between two thaws (frozen actions wake one at a time).",
+        default=Seconds(1.0),
     )
     learner: LearnerSpec = doc("Learned reservations.", default_factory=LearnerSpec)
 

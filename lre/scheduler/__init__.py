@@ -14,7 +14,6 @@ CPU is counted in thousandths ("millicpus") everywhere inside lre; the only
 conversion from the clients' whole-CPU ``cpu_count`` is in ``_units``.
 """
 
-from lre.scheduler._admission import AdmissionDecision, MemoryAdmission
 from lre.scheduler._events import SchedulerEvent
 from lre.scheduler._forward import (
     ForwardedOperation,
@@ -24,7 +23,6 @@ from lre.scheduler._forward import (
 from lre.scheduler._forward_upstream import UpstreamExecutor, UpstreamOutcome
 from lre.scheduler._history import RecordHook, metadata_stamps
 from lre.scheduler._kind import kind_key
-from lre.scheduler._ladder import LadderStep, MemoryLadder
 from lre.scheduler._learner import ReservationEstimate, ReservationLearner
 from lre.scheduler._lease import CancelSignal, Lease
 from lre.scheduler._matching import (
@@ -76,7 +74,6 @@ __all__ = [
     "ActionKey",
     "ActionResultReader",
     "ActionScheduler",
-    "AdmissionDecision",
     "Backpressure",
     "CancelSignal",
     "Completed",
@@ -84,12 +81,9 @@ __all__ = [
     "ForwardStatistics",
     "ForwardedOperation",
     "InfrastructureFailure",
-    "LadderStep",
     "Lease",
     "LeaseStatistics",
-    "MemoryAdmission",
     "MemoryExceeded",
-    "MemoryLadder",
     "OperationSnapshot",
     "OperationWatch",
     "Outcome",

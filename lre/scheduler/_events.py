@@ -78,12 +78,12 @@ def _next_reservation(op: OperationState) -> str:
 
 
 def kill_event(op: OperationState, lease: Lease, outcome: MemoryExceeded) -> SchedulerEvent:
-    """The worker killed ``lease`` for outgrowing its memory reservation."""
+    """The worker's memory control killed ``lease`` (memory short, or the ceiling)."""
     held = _held(lease)
     return SchedulerEvent(
         EventKind.KILL,
-        f"{action_label(op)}: killed at {memory_text(outcome.peak_rss_bytes)} peak RSS, over its "
-        f"reservation of {held} (ladder step {lease.ladder_step})",
+        f"{action_label(op)}: killed at {memory_text(outcome.peak_rss_bytes)} peak RSS"
+        f"{_why(outcome)}, reserving {held} (ladder step {lease.ladder_step})",
         outcome.peak_rss_bytes,
         lease.worker_name,
         _summary(op),
@@ -119,6 +119,10 @@ def backpressure_event(op: OperationState, lease: Lease, outcome: Backpressure) 
     )
 
 
+def _why(outcome: MemoryExceeded) -> str:
+    return f" ({outcome.reason})" if outcome.reason else ""
+
+
 def action_label(op: OperationState) -> str:
     """How a log line names ``op``'s action: mnemonic (or program) and target,
     e.g. ``CppCompile //pkg:lib``; the operation name when neither is known."""
@@ -138,7 +142,7 @@ def memory_kill_text(
     held = _held(lease)
     text = (
         f"memory ladder: {action_label(op)} ({op.name}) killed on worker {lease.worker_name} "
-        f"at {memory_text(outcome.peak_rss_bytes)} peak RSS, over its reservation of {held} "
+        f"at {memory_text(outcome.peak_rss_bytes)} peak RSS{_why(outcome)}, reserving {held} "
         f"(ladder step {lease.ladder_step}); "
     )
     if error is not None:

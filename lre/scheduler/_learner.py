@@ -269,8 +269,10 @@ class ReservationLearner:
             factor = self.spec.factor
             rss = percentile([s[1] for s in kind.samples], p)
             cpu = percentile([s[2] for s in kind.samples], p)
-            step = percentile([s[3] for s in kind.samples], p)
-            kind.aggregate = (math.ceil(cpu * factor), math.ceil(rss * factor), int(step))
+            # the latest run's step: one run that fits brings the kind down
+            step = kind.samples[-1][3]
+            memory = max(math.ceil(rss * factor), int(self.spec.min_memory))
+            kind.aggregate = (math.ceil(cpu * factor), memory, int(step))
         return kind.aggregate
 
     def estimate(

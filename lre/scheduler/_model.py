@@ -210,12 +210,15 @@ class Backpressure:
 
 @dataclass(frozen=True, slots=True)
 class MemoryExceeded:
-    """The worker killed the action for outgrowing its memory reservation.
-    Requeued one ladder step up; not a retry. After ``max_steps`` kills the
+    """The worker killed the action because memory was short (``reason`` says
+    why). Requeued one ladder step up; not a retry. After ``max_steps`` kills,
+    or at once when ``final`` (it passed the hard ceiling, the top step), the
     operation fails with RESOURCE_EXHAUSTED naming the peak and the steps."""
 
     peak_rss_bytes: int
     usage: Usage | None = None
+    reason: str = ""
+    final: bool = False
 
 
 Outcome = Completed | InfrastructureFailure | Backpressure | MemoryExceeded

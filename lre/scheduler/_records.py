@@ -59,6 +59,7 @@ class OperationState:
         "inline_stderr",
         "inline_stdout",
         "key",
+        "kill_notes",
         "kills",
         "kind_key",
         "ladder_step",
@@ -116,6 +117,8 @@ class OperationState:
         self.ladder_step = 0
         self.kills = 0
         self.steps_tried: tuple[str, ...] = ()
+        #: One line per memory kill, for the client's ExecuteResponse.message.
+        self.kill_notes: tuple[str, ...] = ()
         self.retries = 0
         self.attempt = 0
         self.queued_at = time.time()

@@ -477,6 +477,11 @@ class Scheduler:
         op.result = result
         op.cached = cached
         op.error = error
+        if op.kill_notes:
+            # shown by the client for this reply only (never stored in the result)
+            retried = "" if error is not None else f"; retried, ran at ladder step {op.ladder_step}"
+            notes = "lre memory control: " + "; ".join(op.kill_notes) + retried
+            message = f"{notes}. {message}" if message else notes
         op.message = message
         self._undedup(op)
         kind = completion_kind(result=result, cached=cached, error=error)

@@ -116,10 +116,15 @@ def escalate(
     op.kills += 1
     tried = "whole worker" if lease.exclusive else memory_text(lease.reservation.memory_bytes)
     op.steps_tried = (*op.steps_tried, tried)
-    if op.kills >= resources.max_steps:
+    why = f" ({outcome.reason})" if outcome.reason else ""
+    op.kill_notes = (
+        *op.kill_notes,
+        f"killed at {memory_text(outcome.peak_rss_bytes)} RSS reserving {tried}{why}",
+    )
+    if outcome.final or op.kills >= resources.max_steps:
         return ResourceExhausted(
-            f"action {op.key.action_digest} was killed {op.kills} time(s) for "
-            f"exceeding its memory reservation; peak RSS "
+            f"action {op.key.action_digest} was killed {op.kills} time(s) while memory "
+            f"was short or over the hard ceiling{why}; peak RSS "
             f"{memory_text(outcome.peak_rss_bytes)}; steps tried: " + ", ".join(op.steps_tried)
         )
     if not op.exclusive:
@@ -156,7 +161,11 @@ def record_usage(advisor: ReservationAdvisor, lease: Lease, outcome: Outcome) ->
         # rounding (10 ms per process); 0 means "no CPU figure", so the kind
         # keeps the CPUs its client asks for.
         average = 0
+    # A killed run sends the kind's next run one step up; a run that ended
+    # brings it back to step 0, where its peak (x the learner's factor) is
+    # reserved anyway.
+    step = lease.ladder_step + 1 if isinstance(outcome, MemoryExceeded) else 0
     try:
-        advisor.record(lease.kind_key, peak, average, lease.ladder_step)
+        advisor.record(lease.kind_key, peak, average, step)
     except Exception:
         log.exception("reservation advisor record failed for %s", lease.kind_key)

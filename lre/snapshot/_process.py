@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from lre.snapshot._events import RecentEvent
@@ -24,6 +24,7 @@ from lre.snapshot._rows import (
     HostUsage,
     InflightAction,
     JobserverTokens,
+    MemoryControlRow,
     QueuedAction,
     StoreRow,
     UpstreamRow,
@@ -72,6 +73,8 @@ class ProcessSnapshot:
     millicpus_reserved: int = 0
     millicpus_capacity: int = 0
     workers: tuple[WorkerRow, ...] = ()
+    #: Per local worker: frozen, thawed, killed for memory, and whether memory is short.
+    memory_control: tuple[MemoryControlRow, ...] = ()
     inflight: tuple[InflightAction, ...] = ()
     stores: tuple[StoreRow, ...] = ()
     jobserver: JobserverTokens | None = None
@@ -186,6 +189,7 @@ class ProcessSnapshot:
                 millicpus_reserved=int(data.get("millicpus_reserved", 0)),
                 millicpus_capacity=int(data.get("millicpus_capacity", 0)),
                 workers=tuple(row_from_json(WorkerRow, w) for w in data.get("workers", ())),
+                memory_control=tuple(_memory_row(m) for m in data.get("memory_control", ())),
                 inflight=tuple(row_from_json(InflightAction, a) for a in data.get("inflight", ())),
                 stores=tuple(row_from_json(StoreRow, s) for s in data.get("stores", ())),
                 jobserver=None if jobserver is None else row_from_json(JobserverTokens, jobserver),
@@ -228,3 +232,8 @@ def phase_from_json(value: Any) -> PhaseHistogram:
         count=int(value["count"]),
         sum_seconds=float(value["sum_seconds"]),
     )
+
+
+def _memory_row(value: Any) -> MemoryControlRow:
+    row = row_from_json(MemoryControlRow, value)
+    return replace(row, frozen_leases=tuple(str(x) for x in row.frozen_leases))

@@ -13,6 +13,7 @@ __all__ = [
     "HostUsage",
     "InflightAction",
     "JobserverTokens",
+    "MemoryControlRow",
     "QueuedAction",
     "StoreRow",
     "UpstreamRow",
@@ -44,6 +45,25 @@ class InflightAction:
     attempt: int
     exclusive: bool = False
     cancelled: bool = False
+    #: Stopped by the memory control while memory is short.
+    frozen: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryControlRow:
+    """One local worker's memory control: counts since start and the state now
+    (``short_reason`` "" = memory is not short; ``frozen_leases`` are the
+    leases whose actions are stopped now)."""
+
+    worker: str
+    frozen_now: int
+    frozen: int
+    thawed: int
+    killed: int
+    short_reason: str
+    available_bytes: int
+    pressure_full_avg10: float | None = None
+    frozen_leases: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -296,6 +296,8 @@ def _fit_columns(
 def _cell(action: InflightAction, name: str) -> Text:
     if name == "action":
         label = action.summary + (" ⊘" if action.cancelled else "")
+        if action.frozen:  # stopped by the memory control until memory frees
+            return Text(label + " [frozen]", style="cyan")
         return Text(label, style="bold" if not action.cancelled else "grey50")
     if name == "target":
         return Text(action.target or "-")

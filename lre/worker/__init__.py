@@ -3,7 +3,9 @@
 ``LocalWorker`` is the live worker built by ``lre.app`` from a
 ``LocalWorkerSpec``; ``ActionRunner`` runs one leased action end to end;
 ``WorkDirectory`` is a worker's locked private directory; ``Containment``
-(from ``choose_containment``) keeps each action's processes within its life.
+(from ``choose_containment``) keeps each action's processes within its life;
+``PressureMonitor`` reads the host's memory for the worker's memory control
+and the scheduler's admission.
 """
 
 from lre.worker._action import ActionResultWriter, ActionRunner
@@ -13,6 +15,8 @@ from lre.worker._containment import (
     ContainmentUnavailable,
     choose_containment,
 )
+from lre.worker._memory_control import MemoryControlStatistics
+from lre.worker._pressure import PressureMonitor
 from lre.worker._process import ProcessOutcome, run_process
 from lre.worker._protections import missing_protections, namespace_refusals
 from lre.worker._quarantine import QuarantinedEntry, quarantined
@@ -29,6 +33,8 @@ __all__ = [
     "ContainmentUnavailable",
     "LocalWorker",
     "LocalWorkerStatistics",
+    "MemoryControlStatistics",
+    "PressureMonitor",
     "ProcessOutcome",
     "QuarantinedEntry",
     "WorkDirectory",

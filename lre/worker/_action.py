@@ -7,7 +7,8 @@ lre; it returns the ``Outcome`` to report:
   with the partial result on timeout), and also when the request itself is
   unusable (invalid names, missing blobs, a symlink the policy refuses):
   those end the operation with that error and are not retried.
-- ``MemoryExceeded`` when the sampler killed it for outgrowing its reservation.
+- ``MemoryExceeded`` when the memory control killed it: memory was short
+  (requeued one ladder step up) or it passed the hard ceiling (final).
 - ``InfrastructureFailure`` when lre failed (disk full, unexpected errors)
   or the lease was cancelled.
 
@@ -49,6 +50,7 @@ from lre.worker._input_journal import InputJournal
 from lre.worker._input_tree import InputTree, fetch_input_tree
 from lre.worker._jobserver import JobserverPool, jobserver_tokens
 from lre.worker._limits import ActionLimits
+from lre.worker._memory_control import MemoryControl
 from lre.worker._metadata import Timeline, resource_usage_any
 from lre.worker._output_checks import OutputBudget
 from lre.worker._outputs import (
@@ -119,8 +121,14 @@ class ActionRunner:
         directories: DirectoryReader | None = None,
         limits: ActionLimits | None = None,
         hidden_paths: tuple[str, ...] = (),
+        memory: MemoryControl | None = None,
+        ceiling_bytes: int = 0,
     ) -> None:
         self.spec = spec
+        #: Freezes, thaws and kills actions when memory is short (None: never).
+        self.memory = memory
+        #: RSS above which an action is killed and fails at any time (0 = none).
+        self.ceiling_bytes = ceiling_bytes
         #: Bounds on each action's trees and outputs; input subtrees measured.
         self.limits = limits if limits is not None else ActionLimits.of(spec.limits, None)
         self._extents: dict[tuple[str, int], TreeExtent] = {}
@@ -148,8 +156,10 @@ class ActionRunner:
         self._tree_reader = directories if directories is not None else DirectoryReader(store)
         #: lease id -> process group of actions running now
         self._groups: dict[str, int] = {}
-        #: lease id -> usage at the moment the sampler found it over its line
-        self._over_limit: dict[str, ActionUsage] = {}
+        #: lease id -> (usage, reason, final) of actions killed for memory
+        self._over_limit: dict[str, tuple[ActionUsage | None, str, bool]] = {}
+        #: lease id -> seconds its action spent frozen (see ``MemoryControl``)
+        self._frozen_s: dict[str, float] = {}
         #: leases whose action had a fork refused by ``max_processes``
         self._process_limited: set[str] = set()
         #: lease id -> whether its directory may be recycled (see ``run``)
@@ -177,27 +187,25 @@ class ActionRunner:
             self._empty_pool = None
 
     def over_limit(self, usage: ActionUsage) -> None:
-        """Sampler hook: an action outgrew its memory line; kill its group now.
+        """Sampler hook: an action passed the hard ceiling; kill it (final)."""
+        self.memory_kill(usage.action_id, "it passed the hard memory ceiling", True)
 
-        The run then ends with ``MemoryExceeded`` instead of a result.
-        """
-        group = self._groups.get(usage.action_id)
+    def memory_kill(self, action_id: str, reason: str, final: bool) -> None:
+        """Kill the action's whole tree now (frozen or not); its run then ends
+        with ``MemoryExceeded`` (``final``: not retried). Unknown ids are ignored."""
+        group = self._groups.get(action_id)
         if group is None:
             return
-        self._over_limit[usage.action_id] = usage
-        # The scheduler logs the kill readably (mnemonic, sizes, next step).
-        log.debug(
-            "worker %s: %s uses %d bytes, over its line of %d; killing it",
-            self.spec.name,
-            usage.action_id,
-            usage.rss_bytes,
-            usage.kill_line_bytes,
-        )
+        usage = self.sampler.snapshot(action_id) if self.sampler is not None else None
+        self._over_limit[action_id] = (usage, reason, final)
+        log.debug("worker %s: killing %s: %s", self.spec.name, action_id, reason)
         self.containment.signal_action(group, signal.SIGKILL)
-
-    def _kill_line(self, lease: Lease) -> int:
-        memory = lease.reservation.memory_bytes
-        return int(memory * self.spec.resources.kill_factor) if memory > 0 else 0
+        members = self.sampler.members(action_id) if self.sampler is not None else ()
+        for pid in members:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
 
     async def run(self, lease: Lease) -> Outcome:
         """Run one attempt of ``lease``'s action and return its outcome."""
@@ -233,6 +241,8 @@ class ActionRunner:
             failure = Internal(f"worker {self.spec.name}: lre failed on this action: {error!r}")
             return self._failed(lease, timeline, failure)  # logged there, with the trace
         finally:
+            self._frozen_s.pop(lease.lease_id, None)
+            self._over_limit.pop(lease.lease_id, None)
             reusable = self._reusable.pop(lease.lease_id, True)
             if lease.lease_id in self._kept:
                 self._kept.discard(lease.lease_id)
@@ -343,14 +353,19 @@ class ActionRunner:
             peak_rss = sampled.peak_rss_bytes
             cpu_seconds = max(cpu_seconds, sampled.cpu_seconds)
             samples = sampled.samples
+        frozen_s = self._frozen_s.pop(lease.lease_id, 0.0)
         usage = Usage(
             peak_rss_bytes=peak_rss,
             cpu_seconds=cpu_seconds,
-            wall_seconds=process.ended_at - process.started_at,
+            wall_seconds=max(0.0, process.ended_at - process.started_at - frozen_s),
         )
         over = self._over_limit.pop(lease.lease_id, None)
         if over is not None:
-            return MemoryExceeded(max(over.peak_rss_bytes, peak_rss), usage=usage)
+            killed_usage, reason, final = over
+            killed_peak = killed_usage.peak_rss_bytes if killed_usage is not None else 0
+            return MemoryExceeded(
+                max(killed_peak, peak_rss), usage=usage, reason=reason, final=final
+            )
         if lease.lease_id in self._process_limited:
             self._process_limited.discard(lease.lease_id)
             limited = limit_error(self.spec.name, lease.operation_name, self.spec.max_processes)
@@ -525,7 +540,11 @@ class ActionRunner:
         def started(pid: int) -> None:
             self._groups[lease_id] = pid
             if self.sampler is not None:
-                self.sampler.register(lease_id, pid, kill_line_bytes=self._kill_line(lease))
+                self.sampler.register(lease_id, pid, kill_line_bytes=self.ceiling_bytes)
+            if self.memory is not None:
+                self.memory.started(lease_id, pid, lease.reservation.memory_bytes)
+
+        memory = self.memory
 
         try:
             timeline.mark("execution_start")
@@ -544,9 +563,14 @@ class ActionRunner:
                 block_network=blocks_network(lease.platform, self.spec.network == "block"),
                 view=view,
                 max_processes=self.spec.max_processes,
+                paused_seconds=(
+                    (lambda: memory.frozen_seconds(lease_id)) if memory is not None else None
+                ),
             )
             timeline.mark("execution_completed")
         finally:
+            if memory is not None:
+                self._frozen_s[lease_id] = memory.ended(lease_id)
             first = self._groups.pop(lease_id, None)
             if first is not None and process_limits().ended(first):
                 self._process_limited.add(lease_id)

@@ -258,8 +258,12 @@ async def run_process(
     block_network: bool = False,
     view: ActionView | None = None,
     max_processes: int = 0,
+    paused_seconds: Callable[[], float] | None = None,
 ) -> ProcessOutcome:
     """Run ``argv`` to completion, timeout or cancellation.
+
+    ``paused_seconds()`` (optional) says how long the action has been frozen
+    so far; that time is added to ``timeout`` (a frozen action never times out).
 
     The process starts at niceness ``nice`` (0-19; see ``_Spawner``), inside
     ``containment`` (default: ``default_containment()``), without network
@@ -373,6 +377,7 @@ async def run_process(
         oom_before,
         on_started,
         (log_files[0], log_files[1]),
+        paused_seconds,
     )
 
 
@@ -405,6 +410,7 @@ async def _supervise(
     oom_before: tuple[int, ...],
     on_started: Callable[[int], None] | None,
     log_files: tuple[tuple[int, int], tuple[int, int]],
+    paused_seconds: Callable[[], float] | None = None,
 ) -> ProcessOutcome:
     pid = popen.pid
     timed_out = False
@@ -415,8 +421,15 @@ async def _supervise(
         if on_started is not None:
             on_started(pid)
         try:
-            with trio.move_on_after(timeout) as scope:
-                await trio.lowlevel.wait_readable(pidfd)
+            while True:
+                paused = paused_seconds() if paused_seconds is not None else 0.0
+                left = started_at + timeout + paused - trio.current_time()
+                with trio.move_on_after(max(0.0, left)) as scope:
+                    await trio.lowlevel.wait_readable(pidfd)
+                if not scope.cancelled_caught:
+                    break
+                if paused_seconds is None or paused_seconds() <= paused:
+                    break  # no new frozen time: the timeout is reached
             if scope.cancelled_caught:
                 timed_out = True
                 we_killed = True

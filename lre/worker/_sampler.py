@@ -104,6 +104,7 @@ class _Tracked:
         "kill_line",
         "latched",
         "leader",
+        "member_pids",
         "namespace",
         "namespace_pending",
         "peak_processes",
@@ -120,6 +121,7 @@ class _Tracked:
         self.leader = leader
         self.kill_line = kill_line
         self.latched = False
+        self.member_pids: tuple[int, ...] = ()
         self.namespace: str | None = None
         self.namespace_pending = False
         self.registered_at = time.monotonic()
@@ -180,6 +182,9 @@ class ProcessTreeSampler:
             raise ValueError(f"sample_interval must be > 0, got {interval}")
         self.interval = interval
         self._on_over_limit = on_over_limit
+        #: Called (no arguments) at the end of every pass, after the
+        #: over-limit hooks: the worker's memory control decides there.
+        self.on_pass: Callable[[], object] | None = None
         self._by_id: dict[str, _Tracked] = {}
         self._by_leader: dict[int, _Tracked] = {}
         # pid -> number of the pass that classified it as belonging to no action
@@ -249,6 +254,11 @@ class ProcessTreeSampler:
         tracked = self._by_id.get(action_id)
         return None if tracked is None else tracked.snapshot(time.monotonic())
 
+    def members(self, action_id: str) -> tuple[int, ...]:
+        """Pids the last pass counted for the action (live ones; empty if unknown)."""
+        tracked = self._by_id.get(action_id)
+        return () if tracked is None else tracked.member_pids
+
     def snapshots(self) -> tuple[ActionUsage, ...]:
         now = time.monotonic()
         return tuple(t.snapshot(now) for t in self._by_id.values())
@@ -281,6 +291,7 @@ class ProcessTreeSampler:
         old_foreign = self._foreign
         recheck_from, self._recheck_from = self._recheck_from, 1 << 62
         foreign: dict[int, int] = {}
+        # per leader: [rss pages, CPU ticks, live members, pid of each live member...]
         sums: dict[int, list[int]] = {leader: [0, 0, 0] for leader in leaders}
         members = 0
         try:
@@ -333,6 +344,7 @@ class ProcessTreeSampler:
                 if fields[0] not in (b"Z", b"X"):  # dead: no memory, runs nothing
                     acc[0] += int(fields[21])
                     acc[2] += 1
+                    acc.append(pid)
                     members += 1
                 if pid in leaders:
                     tracked = leaders[pid]
@@ -350,8 +362,9 @@ class ProcessTreeSampler:
         self._foreign = foreign
         over: list[ActionUsage] = []
         now = time.monotonic()
-        for leader, (rss, ticks, count) in sums.items():
+        for leader, (rss, ticks, count, *pids) in sums.items():
             tracked = leaders[leader]
+            tracked.member_pids = tuple(pids)
             tracked.samples += 1
             tracked.rss_pages = rss
             tracked.processes = count
@@ -376,6 +389,11 @@ class ProcessTreeSampler:
                     hook(usage)
                 except Exception:
                     log.exception("sampler: over-limit hook failed for %s", usage.action_id)
+        if self.on_pass is not None:
+            try:
+                self.on_pass()
+            except Exception:
+                log.exception("sampler: pass hook failed")
         return elapsed
 
     def _adopt_namespace(self, tracked: _Tracked, child: str) -> None:

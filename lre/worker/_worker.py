@@ -8,7 +8,9 @@ Lifecycle (``run``, started with ``nursery.start``):
    the scheduler: properties, capacity (CPUs x overcommit in millicpus and
    the memory budget, numbers config worked out: ``WorkerResources``),
    ``max_inflight``, timeouts;
-3. start the sampler and the action-directory janitor (``ActionDirectories``:
+3. start the sampler (after each pass the memory control freezes, thaws or
+   kills actions when memory is short: ``_memory_control``) and the
+   action-directory janitor (``ActionDirectories``:
    directories made ahead, recycled and removed in batches off the loop);
 4. loop: ``lease`` -> precondition script -> run the action in its own task
    (one cancel scope per action, tied to the lease's cancellation) ->
@@ -43,9 +45,12 @@ from lre.scheduler import (
 )
 from lre.worker._action import ActionResultWriter, ActionRunner, Discarder
 from lre.worker._containment import Containment, choose_containment
+from lre.worker._governor import GovernorLimits, MemoryGovernor
 from lre.worker._input_journal import InputJournal, recover_linked_inputs
 from lre.worker._limits import ActionLimits
+from lre.worker._memory_control import MemoryControl, MemoryControlStatistics
 from lre.worker._precondition import precondition_allows
+from lre.worker._pressure import PressureMonitor
 from lre.worker._properties import resolve_properties
 from lre.worker._sampler import ActionUsage, ProcessTreeSampler
 from lre.worker._staging import LinkSource
@@ -73,6 +78,7 @@ class LocalWorkerStatistics:
     backpressured: int
     draining: bool
     usage: tuple[ActionUsage, ...]
+    memory: MemoryControlStatistics | None = None
 
 
 class LocalWorker:
@@ -89,6 +95,8 @@ class LocalWorker:
       its own at ``resources.sample_interval``.
     - ``cas_max_bytes``: the ``max_bytes`` of the worker's CAS, which sets
       ``limits.max_output_bytes`` "auto" (``ActionLimits.of``).
+    - ``pressure``: the host memory readings shared with the scheduler's
+      admission (``PressureMonitor.room_bytes``); one of its own if None.
     """
 
     def __init__(
@@ -106,6 +114,7 @@ class LocalWorker:
         directories: DirectoryReader | None = None,
         cas_max_bytes: int | None = None,
         hidden_paths: tuple[str, ...] = (),
+        pressure: PressureMonitor | None = None,
     ) -> None:
         self.spec = spec
         #: The limits of ``spec.limits``, "auto" worked out from the bound of
@@ -130,6 +139,22 @@ class LocalWorker:
         self.sampler = ProcessTreeSampler(
             float(spec.resources.sample_interval), on_over_limit=self._over_limit
         )
+        res = spec.resources
+        self.pressure = pressure if pressure is not None else pressure_monitor(spec)
+        #: RSS above which an action is killed and fails: the top step (the
+        #: whole worker's budget, else the last ladder entry) x kill_factor.
+        top = resources.memory_budget_bytes or (int(res.ladder[-1]) if res.ladder else 0)
+        self.ceiling_bytes = int(top * res.kill_factor)
+        self.memory = MemoryControl(
+            MemoryGovernor(governor_limits(spec, resources, self.ceiling_bytes)),
+            self.pressure,
+            self.sampler,
+            self.containment,
+            kill=self._memory_kill,
+            normal_interval=float(res.sample_interval),
+            pressure_interval=float(res.pressure_sample_interval),
+        )
+        self.sampler.on_pass = self.memory.after_pass
         self.runner: ActionRunner | None = None
         self.workdir: WorkDirectory | None = None
         self.info: WorkerInfo | None = None
@@ -148,6 +173,10 @@ class LocalWorker:
     def _over_limit(self, usage: ActionUsage) -> None:
         if self.runner is not None:
             self.runner.over_limit(usage)
+
+    def _memory_kill(self, action_id: str, reason: str, final: bool) -> None:
+        if self.runner is not None:
+            self.runner.memory_kill(action_id, reason, final)
 
     async def describe(self) -> WorkerInfo:
         """What this worker offers (runs the ``query_cmd`` of its properties).
@@ -197,6 +226,8 @@ class LocalWorker:
                 directories=self.directories,
                 limits=self.limits,
                 hidden_paths=self.hidden_paths,
+                memory=self.memory,
+                ceiling_bytes=self.ceiling_bytes,
             )
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.sampler.run)
@@ -208,6 +239,7 @@ class LocalWorker:
                     await self._loop(nursery)
                 finally:
                     nursery.cancel_scope.cancel()
+                    self.memory.thaw_all()  # a stopped process does not end on SIGTERM
                     with trio.CancelScope(shield=True):
                         await self._idle.wait()
                     self.scheduler.unregister_worker(self.spec.name)
@@ -236,6 +268,7 @@ class LocalWorker:
             backpressured=self._backpressured,
             draining=self._draining,
             usage=self.sampler.snapshots(),
+            memory=self.memory.statistics(),
         )
 
     def jobserver_tokens(self) -> tuple[int, int]:
@@ -298,3 +331,25 @@ class LocalWorker:
             finished.set()
             if self._running == 0:
                 self._idle.set()
+
+
+def pressure_monitor(spec: LocalWorkerSpec) -> PressureMonitor:
+    """The host memory readings for ``spec`` (real ``/proc`` readers)."""
+    return PressureMonitor(int(spec.resources.memory_headroom))
+
+
+def governor_limits(
+    spec: LocalWorkerSpec, resources: WorkerResources, ceiling_bytes: int
+) -> GovernorLimits:
+    """The memory policy's thresholds from the worker's config."""
+    res = spec.resources
+    return GovernorLimits(
+        headroom_bytes=int(res.memory_headroom),
+        floor_bytes=int(res.memory_hard_floor),
+        ceiling_bytes=ceiling_bytes,
+        budget_bytes=resources.memory_budget_bytes,
+        budget_share=res.budget_short_share,
+        pressure_threshold=res.pressure_threshold,
+        max_frozen_s=float(res.max_frozen),
+        thaw_interval_s=float(res.thaw_interval),
+    )

@@ -72,6 +72,16 @@ async def test_status_ok_then_503_with_reason(nursery: trio.Nursery) -> None:
         "protections_missing": [],
         "upstreams": [],
         "cache": [],
+        "memory": {
+            "short": [],
+            "available_bytes": None,
+            "frozen_now": [],
+            "frozen": 0,
+            "thawed": 0,
+            "killed": 0,
+            "retried": 0,
+            "workers": [],
+        },
     }
     health.clear("worker:local")
     health.add_check("disk", lambda: "disk nearly full: 0 bytes free")
@@ -290,3 +300,31 @@ async def test_cache_gc_through_the_listener_needs_the_admin_token(
     status, _, body = await request(port, post("/api/v1/cache/gc?to=0&force=1", token))
     assert status == 200 and json.loads(body)["stores"][0]["evicted_blobs"] == 1
     assert await store.has_many([told]) == [None]
+
+
+async def test_status_shows_the_memory_control(nursery: trio.Nursery) -> None:
+    from lre.snapshot import MemoryControlRow
+
+    source = SnapshotAssembler(address="127.0.0.1:50051", health=HealthBoard())
+    row = MemoryControlRow(
+        worker="local",
+        frozen_now=1,
+        frozen=3,
+        thawed=2,
+        killed=1,
+        short_reason="host MemAvailable 900 MiB is under the headroom of 2048 MiB",
+        available_bytes=900 << 20,
+        pressure_full_avg10=0.5,
+        frozen_leases=("local/7",),
+    )
+    source.memory_control = lambda: (row,)
+    _, port = await start(nursery, source)
+    status, _, body = await request(port, get("/status"))
+    assert status == 200
+    memory = json.loads(body)["memory"]
+    assert (memory["frozen"], memory["thawed"], memory["killed"]) == (3, 2, 1)
+    assert memory["short"] == ["local: host MemAvailable 900 MiB is under the headroom of 2048 MiB"]
+    assert memory["available_bytes"] == 900 << 20
+    _, _, stats = await request(port, get("/api/v1/stats"))
+    (again,) = ProcessSnapshot.loads(stats).memory_control
+    assert again == row

@@ -144,10 +144,6 @@ def test_resource_control_names_are_exported() -> None:
     for name in (
         "ReservationLearner",
         "ReservationEstimate",
-        "MemoryLadder",
-        "LadderStep",
-        "MemoryAdmission",
-        "AdmissionDecision",
         "SchedulerEvent",
     ):
         assert name in lre.scheduler.__all__
@@ -173,10 +169,10 @@ async def test_memory_kills_are_logged_in_human_units_with_mnemonic_and_target(
     lines = [r.getMessage() for r in caplog.records if "memory ladder" in r.getMessage()]
     assert lines == [
         f"memory ladder: CppCompile //big:lib ({op.name}) killed on worker w1 at 661 MiB "
-        "peak RSS, over its reservation of 256 MiB (ladder step 0); requeued at ladder "
+        "peak RSS, reserving 256 MiB (ladder step 0); requeued at ladder "
         "step 1 reserving 1 GiB (kill 1)",
         f"memory ladder: CppCompile //big:lib ({op.name}) killed on worker w1 at 1.5 GiB "
-        "peak RSS, over its reservation of 1 GiB (ladder step 1); not retried: failed with "
+        "peak RSS, reserving 1 GiB (ladder step 1); not retried: failed with "
         "RESOURCE_EXHAUSTED after 2 kill(s), reservations tried: 256 MiB, 1 GiB",
     ]
     first = next(r for r in caplog.records if "memory ladder" in r.getMessage())

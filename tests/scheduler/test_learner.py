@@ -13,7 +13,7 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lre.config import LearnerSpec
+from lre.config import ByteSize, LearnerSpec
 from lre.scheduler._learner import (
     LEARNER_DB_NAME,
     ReservationLearner,
@@ -187,6 +187,25 @@ def test_ladder_step_is_learned() -> None:
         assert est.ladder_step == 1
 
 
+def test_one_run_that_fits_brings_the_step_back_down() -> None:
+    # the step is the latest run's, not a percentile that a kill holds up for 7 days
+    with ReservationLearner(":memory:") as learner:
+        for _ in range(5):
+            learner.record("k", 100 * MiB, 0, 0)
+        learner.record("k", 300 * MiB, 0, 1)  # a kill: the next run one step up
+        assert learner.estimate("k", 0, 0).ladder_step == 1
+        learner.record("k", 120 * MiB, 0, 0)  # that run ended
+        assert learner.estimate("k", 0, 0).ladder_step == 0
+
+
+def test_learned_memory_has_a_floor() -> None:
+    with ReservationLearner(":memory:", LearnerSpec(min_memory=ByteSize(64 * MiB))) as learner:
+        learner.record("tiny", 2 * MiB, 0, 0)
+        assert learner.estimate("tiny", 0, 0).memory_bytes == 64 * MiB
+        learner.record("big", 100 * MiB, 0, 0)
+        assert learner.estimate("big", 0, 0).memory_bytes == math.ceil(100 * MiB * 1.2)
+
+
 def test_disabled_learner_is_always_cold() -> None:
     with ReservationLearner(":memory:", LearnerSpec(enabled=False)) as learner:
         learner.record("k", 1 << 30, 4000, 3)
@@ -205,7 +224,7 @@ def test_samples_per_key_are_capped(tmp_path: Path) -> None:
     learner = ReservationLearner(path, max_samples_per_key=5, clock=clock)
     for i in range(12):
         clock.now += 1
-        learner.record("k", (i + 1) * MiB, 0, 0)
+        learner.record("k", (i + 100) * MiB, 0, 0)
     assert learner.flush() == 12
     assert learner.flush() == 0
     learner.close()
@@ -213,7 +232,7 @@ def test_samples_per_key_are_capped(tmp_path: Path) -> None:
     assert count == 5
     with ReservationLearner(path, max_samples_per_key=5, clock=clock) as again:
         learned = again.lookup("k")
-        assert learned is not None and learned[1] == math.ceil(12 * MiB * 1.2)
+        assert learned is not None and learned[1] == math.ceil(111 * MiB * 1.2)
 
 
 def test_corrupt_database_is_moved_aside(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

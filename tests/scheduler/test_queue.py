@@ -111,7 +111,8 @@ async def test_memory_ladder_steps_up_then_whole_worker_then_fails(
     final = await harness.wait_stage(op.name, Stage.COMPLETED)
     assert isinstance(final.error, ResourceExhausted)
     assert final.error.message.endswith(
-        "was killed 4 time(s) for exceeding its memory reservation; peak RSS 6 GiB; "
+        "was killed 4 time(s) while memory was short or over the hard ceiling; "
+        "peak RSS 6 GiB; "
         "steps tried: 256 MiB, 1 GiB, whole worker, whole worker"
     )
     assert harness.scheduler.statistics().ladder_kills == 4

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -21,7 +20,7 @@ from lre.config._models import (
     SimpleSchedulerSpec,
 )
 from lre.digest import Digest
-from lre.proto import lre_pb2, re_pb2
+from lre.proto import re_pb2
 from lre.scheduler import OperationSnapshot, ResourcePolicy, Scheduler
 from lre.worker import LocalWorker, WorkDirectoryInUse
 from tests._support.actions import build_action, put_action
@@ -185,23 +184,6 @@ async def test_shutdown_kills_running_actions(tmp_path: Path, store: MemoryStore
     # The lock was released: a new worker may take the directory.
     async with running(store, [make_spec(tmp_path)]):
         pass
-
-
-async def test_memory_ladder_kill_and_retry_one_step_up(tmp_path: Path, store: MemoryStore) -> None:
-    spec = make_spec(tmp_path, resources=ResourceSpec(sample_interval=0.05, kill_factor=1.2))
-    policy = ResourcePolicy(cold_memory_bytes=40 << 20, ladder=(512 << 20,), max_steps=3)
-    grow = "import time; b = bytearray(150 << 20); b[::4096] = b'x' * len(b[::4096]); time.sleep(1)"
-    async with running(store, [spec], resources=policy) as (scheduler, _):
-        op = await submit(scheduler, store, [sys.executable, "-c", grow])
-        done = await finish(scheduler, op.name)
-    assert done.result is not None, done.error
-    assert done.result.exit_code == 0
-    usage = lre_pb2.ResourceUsage()
-    assert done.result.execution_metadata.auxiliary_metadata[0].Unpack(usage)
-    assert usage.ladder_step == 1
-    assert usage.reserved_memory_bytes == 512 << 20
-    assert usage.peak_rss_bytes > 150 << 20
-    assert usage.samples > 0
 
 
 async def test_jobserver_tokens_and_directories_cleaned_at_stop(

@@ -1,0 +1,252 @@
+"""Carrying out the memory policy: freezing, thawing and killing actions.
+
+``MemoryControl`` runs after every sampler pass (``ProcessTreeSampler.on_pass``):
+it gives the ``MemoryGovernor`` the running actions' RSS and the host's reading
+(``PressureMonitor``) and does what it decides:
+
+- freeze: SIGSTOP to the action's process group and to every process the
+  sampler counted for it (its session, group or PID namespace); a fresh pass
+  then looks for members that appeared meanwhile, until the list is stable
+  (at most ``FREEZE_ROUNDS`` times). lre owns no cgroup it could freeze here,
+  so this signal path is the one used. A process that leaves both session and
+  group under the portable containment is not reached (as for sampling).
+- thaw: SIGCONT to the same processes (the group and the last pass's members).
+- kill: through ``kill`` (the runner's ``memory_kill``), which ends the run
+  as ``MemoryExceeded`` (requeued one ladder step up unless ``final``); a
+  frozen action is killed as it is, SIGKILL needs no thaw.
+
+While memory is short or an action is frozen, the sampler runs at the fast
+interval. Frozen time is kept per action (``frozen_seconds``), so the worker
+can leave it out of the action's timeout and its learned wall time.
+
+Failures of a signal (the process already gone) are ignored: the action is
+ending anyway. Counters: ``statistics()``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from lre.worker._containment import Containment
+from lre.worker._governor import GovernedAction, MemoryDecision, MemoryGovernor
+from lre.worker._pressure import PressureMonitor
+from lre.worker._sampler import ProcessTreeSampler
+
+__all__ = ["MemoryControl", "MemoryControlStatistics"]
+
+log = logging.getLogger(__name__)
+
+#: Passes made while freezing one action to catch children forked meanwhile.
+FREEZE_ROUNDS = 4
+
+#: ``kill(action_id, reason, final)``
+Killer = Callable[[str, str, bool], object]
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryControlStatistics:
+    """Counters since start, and the state now."""
+
+    frozen_now: int
+    frozen: int
+    thawed: int
+    killed: int
+    short: bool
+    short_reason: str
+    available_bytes: int
+    pressure_full_avg10: float | None
+    frozen_ids: tuple[str, ...]
+
+
+class _Governed:
+    __slots__ = ("frozen_seconds", "frozen_since", "group", "killed", "order", "reserved")
+
+    def __init__(self, group: int, order: int, reserved: int) -> None:
+        self.group = group
+        self.order = order
+        self.reserved = reserved
+        self.frozen_since: float | None = None
+        self.frozen_seconds = 0.0
+        self.killed = False
+
+
+class MemoryControl:
+    """See the module docstring. ``clock`` is monotonic seconds (tests pass their own)."""
+
+    def __init__(
+        self,
+        governor: MemoryGovernor,
+        monitor: PressureMonitor,
+        sampler: ProcessTreeSampler,
+        containment: Containment,
+        *,
+        kill: Killer,
+        normal_interval: float,
+        pressure_interval: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.governor = governor
+        self.monitor = monitor
+        self.sampler = sampler
+        self.containment = containment
+        self._kill = kill
+        self._normal_interval = normal_interval
+        self._pressure_interval = pressure_interval
+        self._clock = clock
+        self._actions: dict[str, _Governed] = {}
+        self._order = itertools.count()
+        self._busy = False
+        self._frozen = self._thawed = self._killed = 0
+        self._last_decision = MemoryDecision(False)
+
+    # ------------------------------------------------------------------ registration
+
+    def started(self, action_id: str, group: int, reserved_bytes: int) -> None:
+        """Govern the action whose process group is ``group`` (call after spawn)."""
+        self._actions[action_id] = _Governed(group, next(self._order), reserved_bytes)
+
+    def ended(self, action_id: str) -> float:
+        """Stop governing the action; returns the seconds it spent frozen."""
+        governed = self._actions.pop(action_id, None)
+        if governed is None:
+            return 0.0
+        if governed.frozen_since is not None:
+            governed.frozen_seconds += self._clock() - governed.frozen_since
+        self._publish()
+        return governed.frozen_seconds
+
+    def frozen_seconds(self, action_id: str) -> float:
+        """Seconds the action has been frozen so far (also while frozen now)."""
+        governed = self._actions.get(action_id)
+        if governed is None:
+            return 0.0
+        ongoing = 0.0 if governed.frozen_since is None else self._clock() - governed.frozen_since
+        return governed.frozen_seconds + ongoing
+
+    def is_frozen(self, action_id: str) -> bool:
+        governed = self._actions.get(action_id)
+        return governed is not None and governed.frozen_since is not None
+
+    # ------------------------------------------------------------------ the pass hook
+
+    def after_pass(self) -> MemoryDecision:
+        """Decide and act once (the sampler's ``on_pass``)."""
+        if self._busy:  # a pass made while freezing
+            return self._last_decision
+        self._busy = True
+        try:
+            return self._step()
+        finally:
+            self._busy = False
+
+    def _step(self) -> MemoryDecision:
+        now = self._clock()
+        actions = []
+        for action_id, governed in self._actions.items():
+            if governed.killed:
+                continue
+            usage = self.sampler.snapshot(action_id)
+            actions.append(
+                GovernedAction(
+                    action_id,
+                    governed.order,
+                    usage.rss_bytes if usage is not None else 0,
+                    governed.reserved,
+                    governed.frozen_since,
+                )
+            )
+        reading = self.monitor.read()
+        settling = any(g.killed for g in self._actions.values())
+        decision = self.governor.decide(actions, reading, now, settling=settling)
+        self._last_decision = decision
+        for action_id, reason, final in decision.kill:
+            self._killed += 1
+            # still known (``frozen_seconds``) until the run ends (``ended``),
+            # but no longer governed: ``_step`` skips it from now on
+            victim = self._actions.get(action_id)
+            if victim is not None:
+                victim.killed = True
+            log.warning("memory control: killing %s: %s", action_id, reason)
+            self._kill(action_id, reason, final)
+        for action_id in decision.freeze:
+            self._freeze(action_id, decision.reason, now)
+        for action_id in decision.thaw:
+            self._thaw(action_id, now)
+        self._publish()
+        return decision
+
+    def _publish(self) -> None:
+        frozen = sum(1 for g in self._actions.values() if g.frozen_since is not None)
+        short = self._last_decision.reason
+        self.monitor.set_state(short, frozen)
+        fast = bool(short) or frozen > 0
+        self.sampler.interval = self._pressure_interval if fast else self._normal_interval
+
+    # ------------------------------------------------------------------ signals
+
+    def _signal(self, governed: _Governed, pids: tuple[int, ...], sig: int) -> None:
+        try:
+            self.containment.signal_action(governed.group, sig)
+        except OSError:
+            pass
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+
+    def _freeze(self, action_id: str, reason: str, now: float) -> None:
+        governed = self._actions.get(action_id)
+        if governed is None or governed.frozen_since is not None:
+            return
+        stopped: set[int] = set()
+        for _ in range(FREEZE_ROUNDS):
+            pids = tuple(p for p in self.sampler.members(action_id) if p not in stopped)
+            if stopped and not pids:
+                break
+            self._signal(governed, pids, signal.SIGSTOP)
+            stopped.update(pids)
+            self.sampler.sample_once()  # new members forked before the stop
+        governed.frozen_since = now
+        self._frozen += 1
+        log.warning(
+            "memory control: froze %s (%d process(es)): %s", action_id, len(stopped), reason
+        )
+
+    def _thaw(self, action_id: str, now: float) -> None:
+        governed = self._actions.get(action_id)
+        if governed is None or governed.frozen_since is None:
+            return
+        self._signal(governed, self.sampler.members(action_id), signal.SIGCONT)
+        governed.frozen_seconds += now - governed.frozen_since
+        governed.frozen_since = None
+        self._thawed += 1
+        log.info("memory control: thawed %s", action_id)
+
+    def thaw_all(self) -> None:
+        """Wake every frozen action (shutdown: a stopped process ignores SIGTERM)."""
+        now = self._clock()
+        for action_id in list(self._actions):
+            self._thaw(action_id, now)
+        self._publish()
+
+    def statistics(self) -> MemoryControlStatistics:
+        reading = self.monitor.last_reading
+        frozen_ids = tuple(a for a, g in self._actions.items() if g.frozen_since is not None)
+        return MemoryControlStatistics(
+            frozen_now=len(frozen_ids),
+            frozen=self._frozen,
+            thawed=self._thawed,
+            killed=self._killed,
+            short=bool(self._last_decision.reason),
+            short_reason=self._last_decision.reason,
+            available_bytes=reading.available_bytes,
+            pressure_full_avg10=reading.pressure_full_avg10,
+            frozen_ids=frozen_ids,
+        )

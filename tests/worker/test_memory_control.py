@@ -1,0 +1,269 @@
+"""Freeze, thaw and kill of real actions (lre/worker/_memory_control.py).
+
+Most tests give the worker a ``PressureMonitor`` whose MemAvailable the test
+sets; the last one holds real memory in a process outside lre and lets the
+real ``/proc/meminfo`` reading see it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import psutil
+import trio
+
+from lre.cas import MemoryStore
+from lre.config import ByteSize, worker_resources
+from lre.config._models import ResourceSpec, SimpleSchedulerSpec
+from lre.proto import lre_pb2
+from lre.scheduler import ResourcePolicy, Scheduler
+from lre.worker import LocalWorker, PressureMonitor
+from lre.worker._pressure import read_mem_available
+
+from .conftest import make_spec
+from .test_worker import finish, submit
+
+MiB = 1 << 20
+GiB = 1 << 30
+
+#: argv: marker, MiB to grow to (4 MiB every 50 ms), stop file. Grows, then
+#: waits for the stop file (which also ends the growth early).
+GROW = """
+import os, sys, time
+limit, stop = int(sys.argv[2]), sys.argv[3]
+chunks = []
+while len(chunks) * 4 < limit and not os.path.exists(stop):
+    b = bytearray(4 << 20); b[::4096] = b"x" * len(b[::4096]); chunks.append(b)
+    time.sleep(0.05)
+while not os.path.exists(stop):
+    time.sleep(0.02)
+"""
+
+
+def argv(marker: str, limit_mib: int, stop: Path) -> list[str]:
+    return [sys.executable, "-c", GROW, marker, str(limit_mib), str(stop)]
+
+
+def processes_of(marker: str) -> list[psutil.Process]:
+    """The action's processes, found from outside by the marker in their argv."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        if marker in (process.info["cmdline"] or ()):
+            found.append(process)
+    return found
+
+
+def stopped(marker: str) -> bool | None:
+    """True when every process of the action is stopped; None when none is seen."""
+    found = processes_of(marker)
+    if not found:
+        return None
+    try:
+        return all(p.status() == psutil.STATUS_STOPPED for p in found)
+    except psutil.NoSuchProcess:
+        return None
+
+
+async def until(check: Callable[[], object], timeout: float = 20.0) -> None:
+    """Poll ``check`` (state of other processes: no event to wait for)."""
+    with trio.fail_after(timeout):
+        while not check():  # noqa: ASYNC110
+            await trio.sleep(0.02)
+
+
+def registered(worker: LocalWorker) -> int:
+    """Actions the worker's sampler (and memory control) know as started."""
+    return len(worker.statistics().usage)
+
+
+@asynccontextmanager
+async def running(
+    store: MemoryStore,
+    tmp_path: Path,
+    resources: ResourceSpec,
+    pressure: PressureMonitor | None,
+    policy: ResourcePolicy | None = None,
+) -> AsyncIterator[tuple[Scheduler, LocalWorker]]:
+    spec = make_spec(tmp_path, resources=resources, sandbox_writable_paths=(str(tmp_path),))
+    scheduler = Scheduler(SimpleSchedulerSpec(), cas=store, resources=policy)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        worker = LocalWorker(
+            spec,
+            resources=worker_resources(spec),
+            scheduler=scheduler,
+            store=store,
+            pressure=pressure,
+        )
+        await nursery.start(worker.run)
+        yield scheduler, worker
+        nursery.cancel_scope.cancel()
+
+
+def governed(**kw: object) -> ResourceSpec:
+    values: dict[str, object] = {
+        "cpu_count": 4,
+        "sample_interval": 0.05,
+        "pressure_sample_interval": 0.02,
+        "memory_headroom": ByteSize(2 * GiB),
+        "memory_hard_floor": ByteSize(1 * GiB),
+        "thaw_interval": 0.1,
+        "max_frozen": 60.0,
+    }
+    values.update(kw)
+    return ResourceSpec(**values)  # type: ignore[arg-type]
+
+
+async def test_an_action_over_its_reservation_on_an_idle_machine_is_not_killed(
+    tmp_path: Path, store: MemoryStore
+) -> None:
+    spec = make_spec(tmp_path, resources=ResourceSpec(sample_interval=0.05))
+    policy = ResourcePolicy(cold_memory_bytes=40 << 20, ladder=(512 << 20,), max_steps=3)
+    available = [16 * GiB]
+    pressure = PressureMonitor(2 * GiB, available=lambda: available[0], pressure=lambda: None)
+    grow = "import time; b = bytearray(150 << 20); b[::4096] = b'x' * len(b[::4096]); time.sleep(1)"
+    async with running(store, tmp_path, spec.resources, pressure, policy) as (scheduler, worker):
+        op = await submit(scheduler, store, [sys.executable, "-c", grow])
+        done = await finish(scheduler, op.name)
+        memory = worker.statistics().memory
+    assert done.result is not None and done.result.exit_code == 0, done.error
+    usage = lre_pb2.ResourceUsage()
+    assert done.result.execution_metadata.auxiliary_metadata[0].Unpack(usage)
+    assert usage.ladder_step == 0 and usage.attempt == 1
+    assert usage.reserved_memory_bytes == 40 << 20 and usage.peak_rss_bytes > 150 << 20
+    assert memory is not None and (memory.killed, memory.frozen) == (0, 0)
+    assert "memory control" not in done.message
+
+
+async def test_short_memory_freezes_the_newest_action_and_thaws_it_later(
+    tmp_path: Path, store: MemoryStore
+) -> None:
+    available = [16 * GiB]
+    pressure = PressureMonitor(2 * GiB, available=lambda: available[0], pressure=lambda: None)
+    old_marker, new_marker = f"old-{tmp_path.name}", f"new-{tmp_path.name}"
+    stop_old, stop_new = tmp_path / "stop-old", tmp_path / "stop-new"
+    async with running(store, tmp_path, governed(), pressure) as (scheduler, worker):
+        old = await submit(scheduler, store, argv(old_marker, 0, stop_old))
+        await until(lambda: processes_of(old_marker))
+        await until(lambda: registered(worker) == 1)  # the oldest, also to lre
+        new = await submit(scheduler, store, argv(new_marker, 400, stop_new))
+        await until(lambda: processes_of(new_marker))
+        await until(lambda: registered(worker) == 2)
+        available[0] = int(1.5 * GiB)  # short: someone else took the memory
+        await until(lambda: stopped(new_marker))
+        assert stopped(old_marker) is False  # never the oldest
+        memory = worker.statistics().memory
+        assert memory is not None and memory.frozen_now == 1 and memory.short
+        await trio.sleep(0.3)
+        assert stopped(new_marker) and stopped(old_marker) is False
+        available[0] = 16 * GiB
+        await until(lambda: stopped(new_marker) is False)
+        stop_old.touch()
+        stop_new.touch()
+        done_old = await finish(scheduler, old.name)
+        done_new = await finish(scheduler, new.name)
+        memory = worker.statistics().memory
+    for done in (done_old, done_new):
+        assert done.result is not None and done.result.exit_code == 0, done.error
+    assert memory is not None
+    assert (memory.frozen, memory.thawed, memory.killed, memory.frozen_now) == (1, 1, 0, 0)
+
+
+async def test_under_the_hard_floor_the_frozen_action_is_killed_and_retried_one_step_up(
+    tmp_path: Path, store: MemoryStore
+) -> None:
+    available = [16 * GiB]
+    dips = [0]  # readings left under the floor
+
+    def read() -> int:
+        if dips[0]:
+            dips[0] -= 1
+            return 512 * MiB
+        return available[0]
+
+    pressure = PressureMonitor(2 * GiB, available=read, pressure=lambda: None, cache_s=0)
+    policy = ResourcePolicy(cold_memory_bytes=64 * MiB, ladder=(512 * MiB,), max_steps=3)
+    old_marker, new_marker = f"old-{tmp_path.name}", f"new-{tmp_path.name}"
+    stop_old, stop_new = tmp_path / "stop-old", tmp_path / "stop-new"
+    async with running(store, tmp_path, governed(), pressure, policy) as (scheduler, worker):
+        old = await submit(scheduler, store, argv(old_marker, 0, stop_old))
+        await until(lambda: processes_of(old_marker))
+        await until(lambda: registered(worker) == 1)  # the oldest, also to lre
+        new = await submit(scheduler, store, argv(new_marker, 400, stop_new))
+        await until(lambda: processes_of(new_marker))
+        await until(lambda: registered(worker) == 2)
+        available[0] = int(1.5 * GiB)
+        await until(lambda: stopped(new_marker))
+        stop_new.touch()  # the retry ends at once
+        dips[0] = 1  # freezing freed nothing: a reading under the floor
+        await until(lambda: (worker.statistics().memory or memory_none).killed == 1)
+        assert stopped(old_marker) is False
+        available[0] = 16 * GiB
+        done_new = await finish(scheduler, new.name)
+        stop_old.touch()
+        done_old = await finish(scheduler, old.name)
+    assert done_old.result is not None and done_old.result.exit_code == 0
+    assert done_new.result is not None and done_new.result.exit_code == 0, done_new.error
+    usage = lre_pb2.ResourceUsage()
+    assert done_new.result.execution_metadata.auxiliary_metadata[0].Unpack(usage)
+    assert usage.ladder_step == 1 and usage.reserved_memory_bytes == 512 * MiB
+    assert "lre memory control: killed at" in done_new.message
+    assert "hard floor" in done_new.message and "ladder step 1" in done_new.message
+
+
+class _NoMemory:
+    killed = 0
+
+
+memory_none = _NoMemory()
+
+
+async def test_a_real_process_outside_lre_holding_memory_freezes_the_newest_action(
+    tmp_path: Path, store: MemoryStore
+) -> None:
+    """A real outside hog of 700 MiB; the "short" line is drawn 300 MiB under
+    what is available when the test starts, so it needs no full machine."""
+    old_marker, new_marker = f"old-{tmp_path.name}", f"new-{tmp_path.name}"
+    stop_old, stop_new = tmp_path / "stop-old", tmp_path / "stop-new"
+    start = read_mem_available()
+    headroom = start - 300 * MiB
+    resources = governed(
+        memory_headroom=ByteSize(headroom), memory_hard_floor=ByteSize(0), sample_interval=0.1
+    )
+    hog_code = (
+        "import sys, time; b = bytearray(700 << 20); b[::4096] = b'x' * len(b[::4096]); "
+        "print('held', flush=True); time.sleep(120)"
+    )
+    async with running(store, tmp_path, resources, None) as (scheduler, worker):
+        old = await submit(scheduler, store, argv(old_marker, 0, stop_old))
+        await until(lambda: processes_of(old_marker))
+        await until(lambda: registered(worker) == 1)  # the oldest, also to lre
+        # grows 80 MiB/s for 5 s, to 400 MiB
+        new = await submit(scheduler, store, argv(new_marker, 400, stop_new))
+        await until(lambda: processes_of(new_marker))
+        await until(lambda: registered(worker) == 2)
+        hog = subprocess.Popen(  # noqa: ASYNC220 (a plain outside process, no trio child)
+            [sys.executable, "-c", hog_code], stdout=subprocess.PIPE
+        )
+        try:
+            assert hog.stdout is not None
+            await trio.to_thread.run_sync(hog.stdout.readline)
+            await until(lambda: stopped(new_marker))
+            assert stopped(old_marker) is False
+        finally:
+            hog.kill()
+            hog.wait()
+            if hog.stdout is not None:
+                hog.stdout.close()
+        stop_new.touch()
+        stop_old.touch()
+        done_new = await finish(scheduler, new.name)
+        done_old = await finish(scheduler, old.name)
+        memory = worker.statistics().memory
+    assert done_old.result is not None and done_old.result.exit_code == 0
+    assert done_new.result is not None and done_new.result.exit_code == 0, done_new.error
+    assert memory is not None and memory.frozen >= 1 and memory.frozen_now == 0
