@@ -65,6 +65,7 @@ from lre.worker._process_limit import limit_error, process_limits
 from lre.worker._sampler import ActionUsage, ProcessTreeSampler
 from lre.worker._staging import LinkSource, stage_inputs
 from lre.worker._upload import Adopter, upload_outputs
+from lre.worker._view import OverlayXattrs
 from lre.worker._view_policy import ViewOf, ViewPolicy, blocks_network
 from lre.worker._workdir import WorkDirectory
 
@@ -382,6 +383,7 @@ class ActionRunner:
         found, logs = await self._collect(
             root if view is None else action_dir.upper,
             None if view is None else root,
+            "trusted" if view is None else view.xattrs,
             prepared.outputs,
             stdout_path,
             stderr_path,
@@ -455,12 +457,14 @@ class ActionRunner:
         self,
         root: Path,
         lower: Path | None,
+        xattrs: OverlayXattrs,
         outputs: list[OutputRequest],
         stdout_path: Path,
         stderr_path: Path,
         identities: tuple[tuple[int, int], tuple[int, int]],
     ) -> tuple[FoundOutputs, list[FoundFile]]:
-        """Scan the outputs (``root`` over ``lower``, see ``scan_outputs``)
+        """Scan the outputs (``root`` over ``lower``, its overlay marks in
+        ``xattrs``, see ``scan_outputs``)
         and hash stdout/stderr, in one thread round trip (or none when there
         are no outputs and the logs are small)."""
         allow = self.allow_escaping_symlinks
@@ -469,7 +473,12 @@ class ActionRunner:
         def collect() -> tuple[FoundOutputs, list[FoundFile]]:
             budget = OutputBudget(limits)
             found = scan_outputs(
-                root, outputs, allow_escaping_symlinks=allow, budget=budget, lower=lower
+                root,
+                outputs,
+                allow_escaping_symlinks=allow,
+                budget=budget,
+                lower=lower,
+                xattrs=xattrs,
             )
             return found, [
                 log_file(stdout_path, identities[0], budget),

@@ -70,7 +70,7 @@ from lre.worker._syscalls import killpg as _killpg
 from lre.worker._syscalls import loopback_up as _loopback_up
 from lre.worker._syscalls import reap as _reap
 from lre.worker._syscalls import stat_fields as _stat_fields
-from lre.worker._view import ActionView, build_view
+from lre.worker._view import ActionView, OverlayXattrs, build_view
 from lre.worker._view_helper import ViewHelper
 
 __all__ = [
@@ -138,6 +138,10 @@ class Containment(ABC):
     #: lre's directories hidden, inputs behind an overlay and a /proc of its
     #: own. Without it none of those protections hold (docs/security.md).
     can_view: bool = False
+    #: Where the overlays of this backend's views keep their marks
+    #: (``ActionView.xattrs``): ``user`` where the view is built inside a
+    #: user namespace, which cannot write ``trusted.*`` xattrs.
+    overlay_xattrs: OverlayXattrs = "trusted"
 
     def __init__(self) -> None:
         #: Kills every listed action when lre dies (started on first use).
@@ -357,6 +361,8 @@ class UserNamespace(Containment):
 
     name = "userns"
     signals_as_exit_codes = True
+    # The view helper mounts each overlay inside its user namespace.
+    overlay_xattrs: OverlayXattrs = "user"
 
     def __init__(self) -> None:
         if _LIBC is None:

@@ -12,26 +12,27 @@ at a time (a pair of descriptors), by overlayfs's own rules:
 - a whiteout (a character device numbered 0/0) in the upper layer hides
   the name: it is absent (the action removed it);
 - an upper directory over a lower directory shows the entries of both,
-  unless it is opaque (``trusted.overlay.opaque`` = ``y``: the action
+  unless it is opaque (``<ns>.overlay.opaque`` = ``y``: the action
   removed the directory and made a new one), then only its own;
 - any other upper entry (a file over a directory, a directory over a file)
   stands alone;
 - a name only the lower layer has is the lower entry; a directory so comes
   wholly from the lower layer.
 
-What is assumed of the mount (``_view.OVERLAY_OPTIONS`` pins it whatever
-the kernel's defaults: ``redirect_dir=nofollow``, ``metacopy=off``,
-``index=off``; and no ``userxattr``): overlayfs keeps its marks in
-``trusted.overlay.*`` xattrs, never redirects a directory to another lower
-path and copies a file's data up with its metadata. An upper
-directory carrying ``trusted.overlay.redirect``, or an upper file carrying
-``trusted.overlay.metacopy`` (an overlay mounted otherwise), is refused with
+``<ns>`` is the xattr namespace the overlay kept its marks in, as the
+view named it (``ActionView.xattrs``, given to ``MergedDir.open_root``):
+``trusted`` for an overlay lre mounted with the host's privileges
+(``pidns``), ``user`` for one mounted with ``userxattr`` inside a user
+namespace (``userns``, which can write no ``trusted.*`` xattr). Only that
+namespace's marks are read: marks in the other one were not the overlay's.
+
+What else is assumed of the mount (``_view.OVERLAY_OPTIONS`` pins it
+whatever the kernel's defaults: ``redirect_dir=nofollow``,
+``metacopy=off``, ``index=off``): overlayfs never redirects a directory to
+another lower path and copies a file's data up with its metadata. An upper
+directory carrying ``<ns>.overlay.redirect``, or an upper file carrying
+``<ns>.overlay.metacopy`` (an overlay mounted otherwise), is refused with
 ``InvalidArgument`` rather than read as something the action did not see.
-An overlay mounted inside an unprivileged user namespace (the ``userns``
-backend) cannot write ``trusted.*`` xattrs: it makes no opaque directories
-(removing a directory that holds inputs fails inside the action) and only
-whiteouts, which need none; an unprivileged lre reads no ``trusted.*`` xattr
-either, so nothing is misread there.
 
 Without a view there is one layer (``lower`` None) and the same code reads
 it as it is; a device there is left out of the outputs as before, so a
@@ -55,13 +56,19 @@ from pathlib import Path
 from lre.errors import InvalidArgument
 from lre.worker._beneath import SymlinkInPath
 from lre.worker._output_checks import printable
+from lre.worker._view import OverlayXattrs
 
-__all__ = ["DIR_FLAGS", "Entry", "MergedDir", "open_listed", "refuse_metacopy", "walk"]
+__all__ = [
+    "DIR_FLAGS",
+    "Entry",
+    "MergedDir",
+    "OverlayXattrs",
+    "open_listed",
+    "refuse_metacopy",
+    "walk",
+]
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY
-_OPAQUE = "trusted.overlay.opaque"
-_REDIRECT = "trusted.overlay.redirect"
-_METACOPY = "trusted.overlay.metacopy"
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,19 +98,24 @@ def open_listed(dir_fd: int, name: str, flags: int, shown: str) -> int:
         ) from None
 
 
-def _overlay_marks(fd: int) -> list[str]:
+def _overlay_marks(fd: int, xattrs: OverlayXattrs) -> list[str]:
+    """The overlay's marks on ``fd``: names of its xattrs under
+    ``<xattrs>.overlay.``, without that prefix (``opaque``, ``redirect``)."""
+    prefix = f"{xattrs}.overlay."
     try:
-        return [name for name in os.listxattr(fd) if name.startswith("trusted.overlay.")]
+        names = os.listxattr(fd)
     except OSError as error:
         if error.errno in (errno.ENOTSUP, errno.EOPNOTSUPP):
             return []
         raise
+    return [name.removeprefix(prefix) for name in names if name.startswith(prefix)]
 
 
-def refuse_metacopy(fd: int, shown: str) -> None:
+def refuse_metacopy(fd: int, shown: str, xattrs: OverlayXattrs) -> None:
     """Raise ``InvalidArgument`` naming ``shown`` when the upper file open
-    as ``fd`` holds metadata only (its data would be in the lower layer)."""
-    if _METACOPY in _overlay_marks(fd):
+    as ``fd`` holds metadata only (its data would be in the lower layer):
+    it carries ``<xattrs>.overlay.metacopy``."""
+    if "metacopy" in _overlay_marks(fd, xattrs):
         raise InvalidArgument(
             f"output '{printable(shown)}' is an overlay metacopy file; lre mounts its "
             "overlays with metacopy=off and does not read such files"
@@ -114,20 +126,26 @@ class MergedDir:
     """One directory of the input root as the action saw it: its upper
     directory, its lower one, or both (merged), each an open descriptor or
     None. ``layered``: the directory belongs to an overlay (upper files may
-    carry overlay marks). The owner closes it (``close``)."""
+    carry overlay marks, in the ``xattrs`` namespace). The owner closes it
+    (``close``)."""
 
-    __slots__ = ("layered", "lower", "upper")
+    __slots__ = ("layered", "lower", "upper", "xattrs")
 
-    def __init__(self, upper: int | None, lower: int | None, *, layered: bool) -> None:
+    def __init__(
+        self, upper: int | None, lower: int | None, *, layered: bool, xattrs: OverlayXattrs
+    ) -> None:
         self.upper = upper
         self.lower = lower
         self.layered = layered
+        self.xattrs: OverlayXattrs = xattrs
 
     @classmethod
-    def open_root(cls, upper: Path, lower: Path | None) -> MergedDir:
+    def open_root(cls, upper: Path, lower: Path | None, *, xattrs: OverlayXattrs) -> MergedDir:
         """The input root: ``upper`` over ``lower`` (``upper`` alone when
-        ``lower`` is None). Raises ``OSError`` when either cannot be opened
-        as a directory without following a symlink."""
+        ``lower`` is None), the overlay's marks read in ``xattrs``
+        (``ActionView.xattrs`` of the action's view). Raises ``OSError``
+        when either cannot be opened as a directory without following a
+        symlink."""
         flags = DIR_FLAGS | os.O_NOFOLLOW | os.O_CLOEXEC
         upper_fd = os.open(upper, flags)
         try:
@@ -135,7 +153,7 @@ class MergedDir:
         except BaseException:
             os.close(upper_fd)
             raise
-        return cls(upper_fd, lower_fd, layered=lower is not None)
+        return cls(upper_fd, lower_fd, layered=lower is not None, xattrs=xattrs)
 
     def close(self) -> None:
         for fd in (self.upper, self.lower):
@@ -184,7 +202,10 @@ class MergedDir:
         if entry.from_lower:
             assert self.lower is not None
             return MergedDir(
-                None, open_listed(self.lower, entry.name, DIR_FLAGS, shown), layered=self.layered
+                None,
+                open_listed(self.lower, entry.name, DIR_FLAGS, shown),
+                layered=self.layered,
+                xattrs=self.xattrs,
             )
         assert self.upper is not None
         upper = open_listed(self.upper, entry.name, DIR_FLAGS, shown)
@@ -193,18 +214,19 @@ class MergedDir:
         except BaseException:
             os.close(upper)
             raise
-        return MergedDir(upper, lower, layered=self.layered)
+        return MergedDir(upper, lower, layered=self.layered, xattrs=self.xattrs)
 
     def _lower_under(self, upper: int, name: str, shown: str) -> int | None:
         """The lower directory merged under the upper directory ``name``
         (open as ``upper``): None when there is none or ``upper`` is opaque."""
-        marks = _overlay_marks(upper)
-        if _REDIRECT in marks:
+        marks = _overlay_marks(upper, self.xattrs)
+        if "redirect" in marks:
             raise InvalidArgument(
                 f"output '{printable(shown)}' is an overlay directory redirected elsewhere; "
                 "lre mounts its overlays with redirect_dir=off and does not follow redirects"
             )
-        if self.lower is None or (_OPAQUE in marks and os.getxattr(upper, _OPAQUE) == b"y"):
+        opaque = f"{self.xattrs}.overlay.opaque"
+        if self.lower is None or ("opaque" in marks and os.getxattr(upper, opaque) == b"y"):
             return None
         try:
             info = os.stat(name, dir_fd=self.lower, follow_symlinks=False)

@@ -41,7 +41,14 @@ from lre.digest import Digest
 from lre.errors import InvalidArgument
 from lre.proto import re_pb2
 from lre.worker._beneath import SymlinkInPath
-from lre.worker._layers import Entry, MergedDir, open_listed, refuse_metacopy, walk
+from lre.worker._layers import (
+    Entry,
+    MergedDir,
+    OverlayXattrs,
+    open_listed,
+    refuse_metacopy,
+    walk,
+)
 from lre.worker._limits import ActionLimits, tree_over_limit
 from lre.worker._output_checks import OutputBudget, check_name, check_target, printable
 
@@ -133,14 +140,20 @@ _FILE_FLAGS = os.O_RDONLY | os.O_NONBLOCK
 
 
 def _read_regular(
-    dir_fd: int, name: str, shown: str, budget: OutputBudget, *, upper_of_overlay: bool = False
+    dir_fd: int,
+    name: str,
+    shown: str,
+    budget: OutputBudget,
+    *,
+    upper_of_overlay: OverlayXattrs | None = None,
 ) -> tuple[Digest, bytes | None, os.stat_result]:
     """Hash the regular file ``name`` in ``dir_fd`` through one descriptor,
     after ``budget`` accepted its size (nothing is read otherwise).
 
     Raises ``InvalidArgument`` naming ``shown`` when what is there now is not
     a regular file (swapped since it was listed), it grows while read or
-    (``upper_of_overlay``) it is an overlay metacopy file, and
+    (``upper_of_overlay``: the xattr namespace of the overlay whose upper
+    layer holds it) it is an overlay metacopy file, and
     ``ResourceExhausted`` when it would take the outputs over the limit.
     """
     fd = open_listed(dir_fd, name, _FILE_FLAGS, shown)
@@ -148,8 +161,8 @@ def _read_regular(
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise InvalidArgument(f"output '{printable(shown)}' is no longer a regular file")
-        if upper_of_overlay:
-            refuse_metacopy(fd, shown)
+        if upper_of_overlay is not None:
+            refuse_metacopy(fd, shown, upper_of_overlay)
         budget.charge(shown, info)
         try:
             digest, data = hash_fd(fd, info.st_size)
@@ -160,6 +173,12 @@ def _read_regular(
     finally:
         os.close(fd)
     return digest, data, info
+
+
+def _marked_in(directory: MergedDir, entry: Entry) -> OverlayXattrs | None:
+    """Where ``entry`` of ``directory`` may carry overlay marks: the
+    overlay's xattr namespace for a file of its upper layer, else None."""
+    return directory.xattrs if directory.layered and not entry.from_lower else None
 
 
 def _movable(info: os.stat_result) -> bool:
@@ -327,7 +346,7 @@ class _TreeBuilder:
                 name,
                 child_shown,
                 self.budget,
-                upper_of_overlay=level.dir.layered and not entry.from_lower,
+                upper_of_overlay=_marked_in(level.dir, entry),
             )
             item = self.roots.found(entry, child_relative, digest, data, opened)
             level.directory.files.add(
@@ -367,6 +386,7 @@ def scan_outputs(
     allow_escaping_symlinks: bool,
     budget: OutputBudget | None = None,
     lower: Path | None = None,
+    xattrs: OverlayXattrs = "trusted",
 ) -> FoundOutputs:
     """Describe the requested outputs that exist under ``root``, within the
     limits of ``budget`` (the defaults of ``ActionLimits`` if None).
@@ -375,7 +395,10 @@ def scan_outputs(
     in a view it is the overlay's upper layer and ``lower`` the staged tree
     under it, and the outputs are read from both as the action saw them
     (``_layers``): an input the action left alone is found in ``lower``,
-    never moved (``movable`` False), one it removed is absent.
+    never moved (``movable`` False), one it removed is absent. ``xattrs``
+    is where that overlay kept its marks (the view's ``ActionView.xattrs``:
+    ``user`` for one mounted with ``userxattr`` in a user namespace); an
+    opaque directory is found, and a redirect or metacopy refused, there only.
 
     Raises ``InvalidArgument`` naming the output when a parent directory of
     it is a symlink, when it changed while being read, when a name or
@@ -390,7 +413,7 @@ def scan_outputs(
     found = FoundOutputs()
     budget = budget if budget is not None else OutputBudget(ActionLimits())
     roots = _Roots(root, lower)
-    merged = MergedDir.open_root(root, lower)
+    merged = MergedDir.open_root(root, lower, xattrs=xattrs)
     try:
         for request in requests:
             _scan_one(found, roots, merged, request, allow_escaping_symlinks, budget)
@@ -436,7 +459,7 @@ def _scan_one(
                 leaf,
                 request.name,
                 budget,
-                upper_of_overlay=parent.layered and not entry.from_lower,
+                upper_of_overlay=_marked_in(parent, entry),
             )
             found.files.append(
                 (request.name, roots.found(entry, request.relative, digest, data, opened))

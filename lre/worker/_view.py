@@ -15,10 +15,16 @@ and shapes that namespace, which the action's first process then inherits:
   inode cannot change (root included: the lower layer is never written).
   Outputs are therefore read from the upper layer over the staged tree
   (``_layers``; ``OVERLAY_OPTIONS`` keeps the upper layer simple enough for
-  that). lre mounts it without ``userxattr``, so overlayfs keeps its marks
-  (opaque directories) in ``trusted.overlay.*``; in a user namespace it
-  can write none (the ``userns`` backend's overlays have whiteouts only,
-  and an action there cannot remove a directory holding inputs). The overlay is
+  that). overlayfs keeps its marks (opaque directories: a directory holding
+  inputs removed, or removed and made again) in xattrs, in the namespace
+  the view names (``ActionView.xattrs``): ``trusted.overlay.*`` where lre
+  mounts it with ``CAP_SYS_ADMIN`` of the host (``pidns``), or
+  ``user.overlay.*`` (the ``userxattr`` option, Linux 5.11+) where it is
+  mounted inside a user namespace (``userns``), which cannot write
+  ``trusted.*`` at all (the rmdir would fail with EIO inside the action).
+  A kernel without ``userxattr`` fails the view (``fsconfig``, EINVAL);
+  mainline kernels before 5.11 mount no overlay in a user namespace at
+  all. The overlay is
   ``volatile`` (its unmount would otherwise sync the whole upper filesystem
   at every action's end); its work directory must then lose
   ``work/incompat`` before the next mount (``ActionDirectories`` does so);
@@ -47,8 +53,9 @@ import ctypes.util
 import os
 import sys
 from dataclasses import dataclass
+from typing import Literal
 
-__all__ = ["ActionView", "build_view", "covered_by", "outermost"]
+__all__ = ["ActionView", "OverlayXattrs", "build_view", "covered_by", "outermost"]
 
 _AT_FDCWD = -100
 _AT_RECURSIVE = 0x8000
@@ -84,6 +91,11 @@ TMPFS_OPTIONS = "mode=1777,size=50%"
 #: a redirect). Renaming an input directory fails with EXDEV inside the
 #: action (``mv`` copies instead).
 OVERLAY_OPTIONS = (("redirect_dir", "nofollow"), ("metacopy", "off"), ("index", "off"))
+#: The xattr namespace an overlay keeps its marks in: ``trusted``
+#: (``trusted.overlay.opaque`` & co., writable only with ``CAP_SYS_ADMIN``
+#: of the host) or ``user`` (``user.overlay.*``: mounted with ``userxattr``,
+#: what an overlay mounted inside a user namespace needs).
+OverlayXattrs = Literal["trusted", "user"]
 #: The empty tmpfs covering one of lre's directories.
 _MASK_OPTIONS = "mode=0755,size=64k,nr_inodes=4096"
 
@@ -124,6 +136,10 @@ class ActionView:
     work: str
     #: The action's private temporary directory, writable at its own path.
     tmp: str
+    #: Where the overlay keeps its marks: ``user`` mounts it with
+    #: ``userxattr`` (a view built inside a user namespace must), and
+    #: whoever reads its upper layer again must look there (``_layers``).
+    xattrs: OverlayXattrs
     #: lre's directories, each covered by an empty read-only tmpfs (none
     #: inside another: ``outermost``).
     hidden: tuple[str, ...] = ()
@@ -187,6 +203,12 @@ def _attach(fd: int, path: str) -> None:
     _syscall("move_mount", path, fd, b"", _AT_FDCWD, path.encode(), _MOVE_MOUNT_F_EMPTY_PATH)
 
 
+def _overlay_flags(xattrs: OverlayXattrs) -> tuple[str, ...]:
+    """The overlay's flag options besides ``OVERLAY_OPTIONS``: always
+    ``volatile``, and ``userxattr`` for marks in ``user.overlay.*``."""
+    return ("volatile", "userxattr") if xattrs == "user" else ("volatile",)
+
+
 def _overlay(view: ActionView) -> int:
     """The input root's overlay as a detached mount (paths resolved now,
     while nothing covers them)."""
@@ -199,7 +221,7 @@ def _overlay(view: ActionView) -> int:
             *OVERLAY_OPTIONS,
         ):
             _syscall("fsconfig", value, fs, _FSCONFIG_SET_STRING, key.encode(), value.encode(), 0)
-        for flag in ("volatile",):
+        for flag in _overlay_flags(view.xattrs):
             _syscall("fsconfig", flag, fs, _FSCONFIG_SET_FLAG, flag.encode(), None, 0)
         _syscall("fsconfig", view.root, fs, _FSCONFIG_CMD_CREATE, None, None, 0)
         return _syscall("fsmount", view.root, fs, _FSMOUNT_CLOEXEC, 0)

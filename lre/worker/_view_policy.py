@@ -30,7 +30,7 @@ from lre.errors import InvalidArgument
 from lre.worker._action_dirs import ROOT_MODE, ActionDirectory
 from lre.worker._containment import Containment
 from lre.worker._process import ProcessOutcome
-from lre.worker._view import OVERLAY_OPTIONS, ActionView, covered_by, outermost
+from lre.worker._view import OVERLAY_OPTIONS, ActionView, OverlayXattrs, covered_by, outermost
 from lre.worker._workdir import WorkDirectory
 
 __all__ = [
@@ -73,15 +73,23 @@ def blocks_network(platform: Mapping[str, str], default: bool) -> bool:
 class ViewPolicy:
     """Hidden and writable paths of a worker's views (see the module docstring).
 
+    ``xattrs`` is where the containment's overlays keep their marks
+    (``Containment.overlay_xattrs``); every view and debug hint says so.
     Raises ``InvalidArgument`` naming ``sandbox_writable_paths`` when a
     configured writable path is refused.
     """
 
     def __init__(
-        self, hidden: Sequence[str], writable: Sequence[str], *, debug: bool = False
+        self,
+        hidden: Sequence[str],
+        writable: Sequence[str],
+        *,
+        xattrs: OverlayXattrs,
+        debug: bool = False,
     ) -> None:
         self.hidden = tuple(outermost([os.path.abspath(p) for p in hidden if p]))
         self.debug = debug
+        self.xattrs: OverlayXattrs = xattrs
         self.writable = self._checked(writable, "sandbox_writable_paths")
 
     @classmethod
@@ -104,7 +112,12 @@ class ViewPolicy:
             value = getattr(store, name, None)
             if isinstance(value, str) and value:
                 own.append(value)
-        return cls((*own, *hidden), spec.sandbox_writable_paths, debug=spec.sandbox_debug)
+        return cls(
+            (*own, *hidden),
+            spec.sandbox_writable_paths,
+            xattrs=containment.overlay_xattrs,
+            debug=spec.sandbox_debug,
+        )
 
     def _checked(self, paths: Sequence[str], field: str) -> tuple[str, ...]:
         checked: list[str] = []
@@ -149,6 +162,7 @@ class ViewPolicy:
             tmp=str(directory.tmp),
             hidden=self.hidden,
             writable=writable,
+            xattrs=self.xattrs,
         )
 
     def keeps(self, platform: Mapping[str, str], process: ProcessOutcome) -> bool:
@@ -172,14 +186,22 @@ class ViewPolicy:
             self.enter_hint(directory),
         )
 
-    @staticmethod
-    def enter_hint(directory: ActionDirectory) -> str:
-        """A shell command that shows a kept directory as its action saw it."""
+    def enter_hint(self, directory: ActionDirectory) -> str:
+        """A shell command that shows a kept directory as its action saw it:
+        the overlay mounted again with the action's options. Marks in
+        ``user.overlay.*`` need ``userxattr`` (without it the overlay would
+        ignore the opaque directories and show removed inputs again), and
+        then a user namespace, which lets lre's own user run it (root there
+        may also clear the work directory overlayfs left at mode 0)."""
         quoted = shlex.quote(str(directory.path))
         options = "".join(f",{key}={value}" for key, value in OVERLAY_OPTIONS)
+        unshare = "unshare --mount"
+        if self.xattrs == "user":
+            options += ",userxattr"
+            unshare = "unshare --user --map-root-user --mount"
         return (
-            f"cd {quoted} && rm -rf view/work/work/incompat && "
-            "unshare --mount sh -c 'mount -t overlay overlay -o "
+            f"cd {quoted} && {unshare} sh -c 'rm -rf view/work/work/incompat && "
+            "mount -t overlay overlay -o "
             f"lowerdir=root,upperdir=view/upper,workdir=view/work{options} root && "
             "cd root && exec sh'"
         )

@@ -17,6 +17,7 @@ import pytest
 
 from lre.proto import operations_pb2, re_pb2
 from tests._support.actions import File
+from tests._support.lre_as import SETUPS, require_setup
 from tests._support.processes import processes_with, require_tool, wait_until
 from tests._support.reapi import Client, Stage, digest, metadata_of, response_of, tree_files
 
@@ -322,6 +323,45 @@ def test_inputs_inside_an_output_directory_of_an_unprivileged_lre() -> None:
         # Untouched inputs were copied from the staged tree, never moved.
         again = client.run(["/bin/cat", "in/f", "in/sub/g"], inputs=inputs)
         assert client.stdout(again.result) == b"keptg"
+
+
+#: Every setup whose overlay is mounted inside a user namespace.
+USERNS_SETUPS = [setup for setup in SETUPS if setup[0] == "userns"]
+
+
+@pytest.mark.parametrize(
+    ("containment", "identity"), USERNS_SETUPS, ids=[f"{c}-{i}" for c, i in USERNS_SETUPS]
+)
+def test_input_directories_removed_in_a_user_namespaces_overlay(
+    containment: str, identity: str
+) -> None:
+    # Mounted inside a user namespace, the overlay can keep its marks only in
+    # user.overlay.* (userxattr): removing a directory that holds inputs, or
+    # making it again, needs an opaque directory.
+    require_setup(containment, identity)
+    with lre_as(identity, containment) as addresses, Client(addresses["grpc"]) as client:
+        inputs = {"in/f": b"kept", "in/sub/old": b"old", "in/sub/deeper/x": b"x"}
+        removed = client.run(
+            ["/bin/sh", "-c", "rm -rf in/sub && ls -A in"], inputs=inputs, output_paths=["in"]
+        )
+        result = removed.result
+        assert (removed.status.code, result.exit_code) == (OK, 0), client.stderr(result)
+        assert client.stdout(result) == b"f\n"
+        (directory,) = result.output_directories
+        files = tree_files(re_pb2.Tree.FromString(client.read(directory.tree_digest)))
+        assert sorted(files) == ["f"]
+        remade = client.run(
+            ["/bin/sh", "-c", "rm -rf in/sub && mkdir in/sub && echo new > in/sub/new"],
+            inputs=inputs,
+            output_paths=["in"],
+        )
+        result = remade.result
+        assert (remade.status.code, result.exit_code) == (OK, 0), client.stderr(result)
+        (directory,) = result.output_directories
+        files = tree_files(re_pb2.Tree.FromString(client.read(directory.tree_digest)))
+        assert sorted(files) == ["f", "sub/new"]
+        assert client.read(files["sub/new"].digest) == b"new\n"
+        assert client.read(files["f"].digest) == b"kept"
 
 
 @pytest.mark.parametrize(

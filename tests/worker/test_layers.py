@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 
 from lre.worker._beneath import SymlinkInPath
-from lre.worker._layers import MergedDir, walk
+from lre.worker._layers import MergedDir, OverlayXattrs, walk
 
 
 def _root(tmp_path: Path) -> tuple[Path, Path, MergedDir]:
     upper, lower = tmp_path / "upper", tmp_path / "lower"
     for layer in (upper, lower):
         (layer / "a" / "b").mkdir(parents=True)
-    return upper, lower, MergedDir.open_root(upper, lower)
+    return upper, lower, MergedDir.open_root(upper, lower, xattrs="trusted")
 
 
 def test_a_path_is_followed_through_both_layers_and_into_the_lower_one(tmp_path: Path) -> None:
@@ -69,5 +69,29 @@ def test_a_symlink_on_the_path_in_either_layer_is_refused(tmp_path: Path, layer:
             walk(root, "a/link", "a/link/f")
         with pytest.raises(SymlinkInPath):
             walk(root, "a/../a", "a/../a/f")
+    finally:
+        root.close()
+
+
+@pytest.mark.parametrize("xattrs", ["user", "trusted"])
+def test_an_opaque_mark_counts_only_in_the_overlays_own_namespace(
+    tmp_path: Path, xattrs: OverlayXattrs
+) -> None:
+    # What a userxattr overlay (userns) leaves for ``rm -rf a/b; mkdir a/b``;
+    # a trusted.* overlay would not have made it, so there it is no mark.
+    upper, lower = tmp_path / "upper", tmp_path / "lower"
+    for layer in (upper, lower):
+        (layer / "a" / "b").mkdir(parents=True)
+    (lower / "a" / "b" / "old").write_bytes(b"old")
+    (upper / "a" / "b" / "new").write_bytes(b"new")
+    os.setxattr(upper / "a" / "b", "user.overlay.opaque", b"y")
+    root = MergedDir.open_root(upper, lower, xattrs=xattrs)
+    try:
+        merged = walk(root, "a/b", "a/b")
+        assert merged is not None and merged.xattrs == xattrs
+        names = [entry.name for entry in merged.listing()]
+        assert names == (["new"] if xattrs == "user" else ["new", "old"])
+        assert (merged.lower is None) == (xattrs == "user")
+        merged.close()
     finally:
         root.close()

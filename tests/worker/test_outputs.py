@@ -15,6 +15,7 @@ from lre.worker import _outputs
 from lre.worker._limits import ActionLimits
 from lre.worker._output_checks import OutputBudget
 from lre.worker._outputs import OutputRequest, log_file, scan_outputs
+from lre.worker._view import OverlayXattrs
 
 
 def _scan(root: Path, names: list[str], limits: ActionLimits) -> _outputs.FoundOutputs:
@@ -97,13 +98,21 @@ def _layers(tmp_path: Path) -> tuple[Path, Path]:
     return upper, lower
 
 
-def _scan_layers(upper: Path, lower: Path, names: list[str]) -> _outputs.FoundOutputs:
+def _scan_layers(
+    upper: Path, lower: Path, names: list[str], xattrs: OverlayXattrs = "trusted"
+) -> _outputs.FoundOutputs:
     return scan_outputs(
         upper,
         [OutputRequest(name, name, "path") for name in names],
         allow_escaping_symlinks=False,
         lower=lower,
+        xattrs=xattrs,
     )
+
+
+#: Both namespaces an overlay's marks can be in; setting trusted.* needs
+#: root, user.* only the file's owner (the userns backend's overlays).
+XATTRS = [pytest.param("trusted", marks=needs_root), "user"]
 
 
 def _tree_files(found: _outputs.FoundOutputs) -> dict[str, _outputs.FoundFile]:
@@ -194,18 +203,37 @@ def test_a_whiteout_hides_the_lower_entry(tmp_path: Path) -> None:
     assert not re_pb2.Tree.FromString(found.blobs[tree_digest]).root.directories
 
 
-@needs_root
-def test_an_opaque_directory_hides_the_lower_one(tmp_path: Path) -> None:
+@pytest.mark.parametrize("xattrs", XATTRS)
+def test_an_opaque_directory_hides_the_lower_one(tmp_path: Path, xattrs: OverlayXattrs) -> None:
     upper, lower = _layers(tmp_path)
     (lower / "in" / "sub").mkdir()
     (lower / "in" / "sub" / "old").write_bytes(b"old")
     (lower / "in" / "keep").write_bytes(b"keep")
     (upper / "in" / "sub").mkdir()  # ``rm -rf in/sub; mkdir in/sub``
-    os.setxattr(upper / "in" / "sub", "trusted.overlay.opaque", b"y")
+    os.setxattr(upper / "in" / "sub", f"{xattrs}.overlay.opaque", b"y")
     (upper / "in" / "sub" / "new").write_bytes(b"new")
-    files = _tree_files(_scan_layers(upper, lower, ["in"]))
+    files = _tree_files(_scan_layers(upper, lower, ["in"], xattrs))
     assert sorted(files) == ["keep", "sub/new"]
     assert _from(files["sub/new"], upper) and _from(files["keep"], lower)
+
+
+@pytest.mark.parametrize("xattrs", XATTRS)
+def test_marks_in_the_other_namespace_are_not_the_overlays(
+    tmp_path: Path, xattrs: OverlayXattrs
+) -> None:
+    # An action under a trusted.* overlay can set user.overlay.opaque on a
+    # directory of its own: only the namespace the overlay used counts.
+    other: OverlayXattrs = "user" if xattrs == "trusted" else "trusted"
+    upper, lower = _layers(tmp_path)
+    (lower / "in" / "sub").mkdir()
+    (lower / "in" / "sub" / "old").write_bytes(b"old")
+    (upper / "in" / "sub").mkdir()
+    os.setxattr(upper / "in" / "sub", f"{xattrs}.overlay.opaque", b"y")
+    os.setxattr(upper / "in" / "sub", f"{xattrs}.overlay.redirect", b"/elsewhere")
+    (upper / "in" / "sub" / "new").write_bytes(b"new")
+    os.setxattr(upper / "in" / "sub" / "new", f"{xattrs}.overlay.metacopy", b"")
+    files = _tree_files(_scan_layers(upper, lower, ["in", "in/sub/new"], other))
+    assert sorted(files) == ["sub/new", "sub/old"]
 
 
 def test_an_upper_file_hides_a_lower_directory(tmp_path: Path) -> None:
@@ -237,12 +265,10 @@ def test_a_symlink_in_the_lower_layer_is_not_followed(tmp_path: Path) -> None:
         _scan_layers(upper, lower, ["in/link/secret"])
 
 
-@needs_root
-@pytest.mark.parametrize(
-    ("xattr", "kind"), [("trusted.overlay.redirect", "dir"), ("trusted.overlay.metacopy", "file")]
-)
+@pytest.mark.parametrize("xattrs", XATTRS)
+@pytest.mark.parametrize(("mark", "kind"), [("redirect", "dir"), ("metacopy", "file")])
 def test_overlay_marks_lre_does_not_follow_are_refused(
-    tmp_path: Path, xattr: str, kind: str
+    tmp_path: Path, mark: str, kind: str, xattrs: OverlayXattrs
 ) -> None:
     upper, lower = _layers(tmp_path)
     (lower / "in" / "x").mkdir()
@@ -252,6 +278,6 @@ def test_overlay_marks_lre_does_not_follow_are_refused(
         marked.mkdir()
     else:
         marked.write_bytes(b"")
-    os.setxattr(marked, xattr, b"/elsewhere" if kind == "dir" else b"")
+    os.setxattr(marked, f"{xattrs}.overlay.{mark}", b"/elsewhere" if kind == "dir" else b"")
     with pytest.raises(InvalidArgument, match=r"output 'in/x'.*overlay"):
-        _scan_layers(upper, lower, ["in" if kind == "dir" else "in/x"])
+        _scan_layers(upper, lower, ["in" if kind == "dir" else "in/x"], xattrs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -87,6 +88,40 @@ async def test_sandbox_debug_keeps_a_failed_actions_directory(
         )
         await runner.run(passing)
         assert not list(workdir.path.glob("a*/view/upper/ok.txt"))
+
+
+async def test_the_debug_hint_shows_a_kept_directory_as_its_action_saw_it(
+    tmp_path: Path,
+    store: MemoryStore,
+    viewing: Containment,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Only an overlay mounted with the action's options (userxattr under
+    # userns) shows a directory that was removed and made again as opaque.
+    spec = make_spec(tmp_path)
+    script = "rm -rf in/sub && mkdir in/sub && echo new > in/sub/new; exit 3"
+    with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
+        runner = ActionRunner(spec, workdir, store, containment=viewing)
+        lease = await make_lease(
+            store,
+            ["/bin/sh", "-c", script],
+            inputs={"in/f": b"f", "in/sub/old": b"old"},
+            platform={"sandbox-debug": "1"},
+        )
+        with caplog.at_level(logging.WARNING, logger="lre.worker._view_policy"):
+            outcome = await runner.run(lease)
+        assert isinstance(outcome, Completed) and outcome.result.exit_code == 3
+        (message,) = [r.getMessage() for r in caplog.records if "for debugging" in r.message]
+        hint = message.partition("to see its view again: ")[2]
+        assert hint, message
+        shown = await trio.run_process(
+            ["/bin/sh", "-c", hint],
+            stdin=b"ls -A in in/sub\n",
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+    assert (shown.returncode, shown.stdout) == (0, b"in:\nf\nsub\n\nin/sub:\nnew\n"), shown.stderr
 
 
 async def test_a_hidden_file_shows_nothing(
