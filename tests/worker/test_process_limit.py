@@ -23,8 +23,11 @@ LIMIT = 64
 
 
 def bomb(marker: str) -> list[str]:
-    """The classic shell fork bomb; every copy's command line holds ``marker``."""
-    return ["/bin/sh", "-c", f": {marker}; b() {{ b | b & }}; b; wait"]
+    """The classic shell fork bomb; every copy's command line holds ``marker``.
+    The first shell then sleeps until the action's timeout: with a plain
+    ``wait`` it could exit (and its namespace with it) before the bomb met
+    the limit, when its own pipeline happened to end first."""
+    return ["/bin/sh", "-c", f": {marker}; b() {{ b | b & }}; b; sleep 30"]
 
 
 def test_the_default_is_generous() -> None:
