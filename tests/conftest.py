@@ -4,6 +4,11 @@
   root, an old kernel) calls ``pytest.skip``; when ``CI`` holds any true value
   (see ``tests._support.ci``) the skip is reported as a failure naming its
   reason, so a missing install step in ``.ci/run`` can never pass silently.
+- **Parallel workers keep what shares state together.** The suite runs on
+  pytest-xdist workers (``-n`` in pyproject's addopts, ``--dist loadgroup``):
+  every test of a module with a module- or session-scoped fixture (one lre
+  or one BuildGrid for many tests), and all of tests/team, go to one worker;
+  other tests go to whichever worker is free. ``-n 0`` runs in one process.
 - **A time limit per test phase.** Setup, call and teardown each get
   ``LRE_TEST_TIMEOUT`` seconds (default 300, three times that under
   tests/team and tests/e2e, whose first setup builds BuildGrid or a Bazel
@@ -44,6 +49,34 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "time_limit(seconds): this test's phases may take this long (default 300 s)"
     )
+
+
+def _shares_state(item: pytest.Item) -> str | None:
+    """The xdist group of ``item``: its folder for tests/team (one BuildGrid
+    per session), its module when the module holds a fixture wider than a
+    function, else None (any worker)."""
+    here = Path(__file__).parent
+    if not item.path.is_relative_to(here):
+        return None
+    relative = item.path.relative_to(here)
+    if relative.parts[0] == "team":
+        return "team"
+    fixtures = getattr(item, "_fixtureinfo", None)
+    if fixtures is not None:
+        for name in fixtures.names_closure:
+            for definition in fixtures.name2fixturedefs.get(name, ()):
+                if definition.scope in ("module", "package", "session"):
+                    return str(relative)
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        group = _shares_state(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 #: Folders whose first test's setup builds something slow once per session

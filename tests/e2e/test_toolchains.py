@@ -105,28 +105,25 @@ def test_buck2_platform_uses_the_documented_api() -> None:
     assert set(_keywords(registration)) == {"platforms"}
 
 
-def test_buck2_properties_use_only_keys_lre_matches_on() -> None:
+def test_buck2_platform_sends_no_properties_by_default() -> None:
+    # The properties are part of every action's key: the platform lre writes
+    # adds none of its own (lre's defaults match an empty platform), so a
+    # build keys its actions as it would without lre.
     source = (TOOLCHAINS / "buck2" / "defs.bzl").read_text()
     tree = ast.parse(source)
-    keys = {
-        node.slice.value
+    defaults = [
+        node.keywords
         for node in ast.walk(tree)
-        if isinstance(node, ast.Subscript)
-        and isinstance(node.value, ast.Name)
-        and node.value.id == "properties"
-        and isinstance(node.slice, ast.Constant)
-    }
-    dict_keys = {
-        key.value
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Assign)
-        and [t.id for t in node.targets if isinstance(t, ast.Name)] == ["properties"]
-        and isinstance(node.value, ast.Dict)
-        for key in node.value.keys
-        if isinstance(key, ast.Constant) and isinstance(key.value, str)
-    }
-    assert {"OSFamily", "cpu_count"} <= dict_keys
-    assert keys | dict_keys <= _lre_property_keys()
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "dict"
+    ]
+    assert defaults, "the properties attribute is gone"
+    for keywords in defaults:
+        for keyword in keywords:
+            if keyword.arg == "default":
+                assert isinstance(keyword.value, ast.Dict) and keyword.value.keys == []
+    assert "remote_execution_properties = dict(ctx.attrs.properties)" in source
 
 
 def test_buck2_target_is_the_one_lre_up_points_at() -> None:

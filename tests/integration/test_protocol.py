@@ -162,7 +162,7 @@ def test_stage_sequence_when_the_action_has_to_wait(client: Client, marker: str)
     # Both of the worker's slots (max_inflight_tasks=2) are busy for a moment,
     # so the third action is visibly QUEUED before it runs.
     blockers = [
-        client.prepare(["/bin/sh", "-c", f"sleep 2.5; : {marker}"], do_not_cache=True)
+        client.prepare(["/bin/sh", "-c", f"sleep 6; : {marker}"], do_not_cache=True)
         for _ in range(2)
     ]
     # Updates carry the latest state, so the waiting action runs long enough
@@ -170,7 +170,9 @@ def test_stage_sequence_when_the_action_has_to_wait(client: Client, marker: str)
     waiting = client.prepare(["/bin/sh", "-c", "sleep 0.5; echo after the blockers"])
 
     def third() -> list[operations_pb2.Operation]:
-        assert wait_until(lambda: len(processes_with(marker)) == 2)
+        # Long enough that a busy machine starting the second blocker late
+        # still finds the first one running.
+        assert wait_until(lambda: len(processes_with(marker)) == 2, seconds=30)
         return client.execute(waiting)
 
     first, second, operations = in_threads(
