@@ -21,8 +21,11 @@ process under lre (not lre itself), and per action process (found by the tag
 in its argv) its CPU time. Attempts per action = distinct host pids seen with
 its tag; a kill = an attempt that was not the last; CPU thrown away = the
 CPU last seen of those attempts (undercounts by <= 50 ms of CPU each). If
-MemAvailable falls under ``--abort-below`` (800 MiB) it SIGKILLs the outside
-hog and records the abort; the hog watches MemAvailable itself too.
+MemAvailable falls under ``--abort-below`` (800 MiB; ``--abort-below-old``,
+1.5 GiB, for the old lre, which admits until the host is nearly out: with an
+800 MiB guard it read MemAvailable 0 once before the hog's memory came back)
+it SIGKILLs every process under lre, then the outside hog, and records the
+abort; the hog watches MemAvailable itself too.
 
 Scenarios:
 
@@ -84,7 +87,8 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 
 ALLOC = """\
 import sys, time
-tag, mb, rate, work, hold = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
+mb, rate = int(sys.argv[2]), float(sys.argv[3])
+work, hold = float(sys.argv[4]), float(sys.argv[5])
 step = 10
 n = max(1, mb // step)
 chunks = []
@@ -131,6 +135,13 @@ def _monitor(root: int, out: str, abort_below: int, hog_pid_file: str) -> None:
         min_avail = min(min_avail, avail)
         if avail < abort_below and not aborted:
             aborted = {"at_s": time.monotonic() - started, "available": avail}
+            # stop the growth first (every process under lre: the actions),
+            # then free the hog's memory
+            for pid, _, _ in list(_walk(root)):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
             try:
                 os.kill(int(Path(hog_pid_file).read_text()), signal.SIGKILL)
             except (OSError, ValueError):
@@ -340,11 +351,12 @@ def run_scenario(
     result = Result(name, version)
     outcomes: list[Outcome] = []
     with python_path(tree), LreProcess(local_config(home, worker), home) as lre:
-        monitor = Monitor(lre.proc.pid, home / "monitor.json", args.abort_below, tmp / "hog.pid")
+        abort = args.abort_below_old if version == "old" else args.abort_below
+        monitor = Monitor(lre.proc.pid, home / "monitor.json", abort, tmp / "hog.pid")
         try:
             started = time.monotonic()
             if hog_bytes:
-                with hog(tmp, args.hog_leave, hog_bytes, args.abort_below) as held:
+                with hog(tmp, args.hog_leave, hog_bytes, abort) as held:
                     result.figures["hog_GiB"] = held["held"] / GiB
                     result.figures["avail_before_GiB"] = held["available"] / GiB
                     started = time.monotonic()
@@ -536,11 +548,15 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=200.0, help="MB/s per action (at most)")
     parser.add_argument("--hog-leave", type=float, default=3.5, help="GiB left available")
     parser.add_argument("--abort-below", type=float, default=800, help="MiB")
+    parser.add_argument(
+        "--abort-below-old", type=float, default=1536, help="MiB, for the old lre (it overshoots)"
+    )
     parser.add_argument("--versions", default="old,new")
     parser.add_argument("--keep", type=Path, help="copy each scenario's scratch here")
     args = parser.parse_args()
     args.hog_leave = int(args.hog_leave * GiB)
     args.abort_below = int(args.abort_below * MiB)
+    args.abort_below_old = int(args.abort_below_old * MiB)
     versions = [v for v in args.versions.split(",") if v != "old" or args.old_tree]
     results = []
     print(
