@@ -149,7 +149,9 @@ def _monitor(root: int, out: str, abort_below: int, hog_pid_file: str) -> None:
         rss = 0
         for pid, _, fields in _walk(root):
             rss += int(fields[21]) * PAGE
-            if pid not in tags:
+            if tags.get(pid) is None:
+                # read again until tagged: a pid seen between fork and exec
+                # shows its parent's argv
                 try:
                     argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
                 except OSError:
