@@ -393,8 +393,10 @@ class ResourceSpec:
     )
     memory_hard_floor: ByteSize = doc(
         "When MemAvailable falls below this, the newest frozen action is killed and "
-        "requeued one ladder step up (freezing frees no memory). At most memory_headroom.",
-        default=ByteSize(1 << 30),
+        "requeued one ladder step up (freezing frees no memory). At most memory_headroom. "
+        "Set a quarter above the 1 GiB the machine should never go under: the kill and "
+        "the freeing of its memory take a sampling interval or two.",
+        default=ByteSize(1280 << 20),
     )
     budget_short_share: float = doc(
         "Memory is short too when the running actions' summed RSS passes the memory "

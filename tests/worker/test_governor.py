@@ -66,18 +66,21 @@ def test_the_oldest_running_action_is_never_frozen() -> None:
     assert alone.decide([action("old", 0, 900)], SHORT, 1.0).freeze == ()
 
 
-def test_furthest_over_its_reservation_is_frozen_first_then_the_next() -> None:
+def test_every_growing_action_is_frozen_at_once_furthest_over_first() -> None:
+    # One per pass let the others grow on for a sampling interval each: ten
+    # actions at 200 MB/s overshot a 2 GiB budget by 300 MiB (bench (b)).
     gov = governor()
     actions = [action("a", 0, 10), action("b", 1, 150), action("c", 2, 400), action("d", 3, 120)]
     gov.decide([action(a.action_id, a.order, 1) for a in actions], PLENTY, 0.0)
-    assert gov.decide(actions, SHORT, 1.0).freeze == ("c",)
-    grown = [
-        action("a", 0, 10),
-        action("b", 1, 190),
-        action("c", 2, 400, frozen=1.0),
-        action("d", 3, 160),
-    ]
-    assert gov.decide(grown, SHORT, 1.1).freeze == ("b",)
+    assert gov.decide(actions, SHORT, 1.0).freeze == ("c", "b", "d")
+
+
+def test_only_the_actions_that_grew_are_frozen() -> None:
+    gov = governor()
+    first = [action("a", 0, 10), action("b", 1, 150), action("c", 2, 400), action("d", 3, 120)]
+    gov.decide(first, PLENTY, 0.0)
+    grown = [action("a", 0, 10), action("b", 1, 150), action("c", 2, 400), action("d", 3, 160)]
+    assert gov.decide(grown, SHORT, 1.0).freeze == ("d",)
 
 
 def test_nothing_more_is_frozen_while_nothing_grows() -> None:
