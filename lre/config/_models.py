@@ -401,7 +401,7 @@ class ResourceSpec:
     budget_short_share: float = doc(
         "Memory is short too when the running actions' summed RSS passes the memory "
         "budget x this (0-1; no budget: never).",
-        default=0.95,
+        default=0.9,
     )
     pressure_threshold: float = doc(
         "Memory is short too when /proc/pressure/memory's full avg10 (percent of time "

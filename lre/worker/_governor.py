@@ -9,7 +9,8 @@ Memory is *short* when any of:
 
 - the host's MemAvailable is below ``headroom_bytes`` (whoever uses the memory:
   lre's actions, the user's browser, another build);
-- the running actions' summed RSS passes ``budget_bytes x budget_share``;
+- the running actions' summed RSS, plus its growth since the last call (one
+  more interval of it), passes ``budget_bytes x budget_share``;
 - PSI's ``full avg10`` of ``/proc/pressure/memory`` reaches
   ``pressure_threshold`` (where the kernel has PSI; 0 = not looked at).
 
@@ -92,7 +93,7 @@ class GovernorLimits:
     floor_bytes: int
     ceiling_bytes: int = 0
     budget_bytes: int = 0
-    budget_share: float = 0.95
+    budget_share: float = 0.9
     pressure_threshold: float = 10.0
     max_frozen_s: float = 120.0
     thaw_interval_s: float = 1.0
@@ -122,6 +123,7 @@ class MemoryGovernor:
         self.limits = limits
         self._last_running_rss: int | None = None
         self._last_rss: dict[str, int] = {}
+        self._last_total: int | None = None
         self._last_thaw = -1e18
 
     def shortage(self, actions: Sequence[GovernedAction], reading: MemoryReading) -> str:
@@ -133,10 +135,13 @@ class MemoryGovernor:
                 f"headroom of {limits.headroom_bytes >> 20} MiB"
             )
         total = sum(a.rss_bytes for a in actions)
-        if limits.budget_bytes and total > limits.budget_bytes * limits.budget_share:
+        # One more interval at the last interval's growth: the budget is
+        # passed before the next reading could show it otherwise.
+        growth = max(0, total - self._last_total) if self._last_total is not None else 0
+        if limits.budget_bytes and total + growth > limits.budget_bytes * limits.budget_share:
             return (
                 f"running actions use {total >> 20} MiB of the "
-                f"{limits.budget_bytes >> 20} MiB budget"
+                f"{limits.budget_bytes >> 20} MiB budget (growing {growth >> 20} MiB per pass)"
             )
         pressure = reading.pressure_full_avg10
         threshold = limits.pressure_threshold
@@ -167,6 +172,7 @@ class MemoryGovernor:
         )
         self._last_running_rss = running_rss
         previous, self._last_rss = self._last_rss, {a.action_id: a.rss_bytes for a in actions}
+        self._last_total = sum(a.rss_bytes for a in actions)
 
         if limits.ceiling_bytes:
             for action in by_age:

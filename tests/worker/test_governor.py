@@ -103,6 +103,20 @@ def test_pressure_stall_information_counts() -> None:
     assert not off.decide([action("a", 0, 10)], MemoryReading(16 * GiB, 90.0), 0.0).short
 
 
+def test_the_budget_counts_one_more_interval_of_growth() -> None:
+    # 700 MiB now, 300 MiB more since the last pass: the next pass would find
+    # 1000 MiB, past 90% of 1 GiB, so memory is short already.
+    gov = governor(budget_bytes=1 * GiB, budget_share=0.9)
+    assert not gov.decide([action("a", 0, 200), action("b", 1, 200)], PLENTY, 0.0).short
+    decision = gov.decide([action("a", 0, 350), action("b", 1, 350)], PLENTY, 0.25)
+    assert decision.short and "budget" in decision.reason
+    assert decision.freeze == ("b",)
+    # without growth the same 700 MiB is not short
+    steady = governor(budget_bytes=1 * GiB, budget_share=0.9)
+    steady.decide([action("a", 0, 350), action("b", 1, 350)], PLENTY, 0.0)
+    assert not steady.decide([action("a", 0, 350), action("b", 1, 350)], PLENTY, 0.25).short
+
+
 def test_summed_rss_near_the_budget_counts() -> None:
     gov = governor(budget_bytes=1 * GiB, budget_share=0.9)
     decision = gov.decide([action("a", 0, 500), action("b", 1, 450)], PLENTY, 0.0)
