@@ -223,7 +223,8 @@ class MergedDir:
         if "redirect" in marks:
             raise InvalidArgument(
                 f"output '{printable(shown)}' is an overlay directory redirected elsewhere; "
-                "lre mounts its overlays with redirect_dir=off and does not follow redirects"
+                "lre mounts its overlays with redirect_dir=nofollow "
+                "(it makes no redirects and follows none)"
             )
         opaque = f"{self.xattrs}.overlay.opaque"
         if self.lower is None or ("opaque" in marks and os.getxattr(upper, opaque) == b"y"):
