@@ -12,6 +12,7 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 import psutil
 import trio
@@ -20,7 +21,7 @@ from lre.cas import MemoryStore
 from lre.config import ByteSize, worker_resources
 from lre.config._models import ResourceSpec, SimpleSchedulerSpec
 from lre.proto import lre_pb2
-from lre.scheduler import ResourcePolicy, Scheduler
+from lre.scheduler import OperationSnapshot, ResourcePolicy, Scheduler
 from lre.worker import LocalWorker, PressureMonitor
 from lre.worker._pressure import read_mem_available
 
@@ -104,6 +105,34 @@ async def running(
         nursery.cancel_scope.cancel()
 
 
+class OldAndNew(NamedTuple):
+    """An idle oldest action and a growing newest one, each found from outside
+    by its marker; their stop files end them."""
+
+    old: OperationSnapshot
+    new: OperationSnapshot
+    old_marker: str
+    new_marker: str
+    stop_old: Path
+    stop_new: Path
+
+
+async def start_old_and_new(
+    scheduler: Scheduler, worker: LocalWorker, store: MemoryStore, tmp_path: Path, grow_mib: int
+) -> OldAndNew:
+    """Start the oldest (idle), then the newest (growing to ``grow_mib``); each
+    once the worker's sampler knows the one before, so lre sees the same order."""
+    old_marker, new_marker = f"old-{tmp_path.name}", f"new-{tmp_path.name}"
+    stop_old, stop_new = tmp_path / "stop-old", tmp_path / "stop-new"
+    old = await submit(scheduler, store, argv(old_marker, 0, stop_old))
+    await until(lambda: processes_of(old_marker))
+    await until(lambda: registered(worker) == 1)  # the oldest, also to lre
+    new = await submit(scheduler, store, argv(new_marker, grow_mib, stop_new))
+    await until(lambda: processes_of(new_marker))
+    await until(lambda: registered(worker) == 2)
+    return OldAndNew(old, new, old_marker, new_marker, stop_old, stop_new)
+
+
 def governed(**kw: object) -> ResourceSpec:
     values: dict[str, object] = {
         "cpu_count": 4,
@@ -144,15 +173,9 @@ async def test_short_memory_freezes_the_newest_action_and_thaws_it_later(
 ) -> None:
     available = [16 * GiB]
     pressure = PressureMonitor(2 * GiB, available=lambda: available[0], pressure=lambda: None)
-    old_marker, new_marker = f"old-{tmp_path.name}", f"new-{tmp_path.name}"
-    stop_old, stop_new = tmp_path / "stop-old", tmp_path / "stop-new"
     async with running(store, tmp_path, governed(), pressure) as (scheduler, worker):
-        old = await submit(scheduler, store, argv(old_marker, 0, stop_old))
-        await until(lambda: processes_of(old_marker))
-        await until(lambda: registered(worker) == 1)  # the oldest, also to lre
-        new = await submit(scheduler, store, argv(new_marker, 400, stop_new))
-        await until(lambda: processes_of(new_marker))
-        await until(lambda: registered(worker) == 2)
+        started = await start_old_and_new(scheduler, worker, store, tmp_path, 400)
+        old, new, old_marker, new_marker, stop_old, stop_new = started
         available[0] = int(1.5 * GiB)  # short: someone else took the memory
         await until(lambda: stopped(new_marker))
         assert stopped(old_marker) is False  # never the oldest
@@ -187,15 +210,9 @@ async def test_under_the_hard_floor_the_frozen_action_is_killed_and_retried_one_
 
     pressure = PressureMonitor(2 * GiB, available=read, pressure=lambda: None, cache_s=0)
     policy = ResourcePolicy(cold_memory_bytes=64 * MiB, ladder=(512 * MiB,), max_steps=3)
-    old_marker, new_marker = f"old-{tmp_path.name}", f"new-{tmp_path.name}"
-    stop_old, stop_new = tmp_path / "stop-old", tmp_path / "stop-new"
     async with running(store, tmp_path, governed(), pressure, policy) as (scheduler, worker):
-        old = await submit(scheduler, store, argv(old_marker, 0, stop_old))
-        await until(lambda: processes_of(old_marker))
-        await until(lambda: registered(worker) == 1)  # the oldest, also to lre
-        new = await submit(scheduler, store, argv(new_marker, 400, stop_new))
-        await until(lambda: processes_of(new_marker))
-        await until(lambda: registered(worker) == 2)
+        started = await start_old_and_new(scheduler, worker, store, tmp_path, 400)
+        old, new, old_marker, new_marker, stop_old, stop_new = started
         available[0] = int(1.5 * GiB)
         await until(lambda: stopped(new_marker))
         stop_new.touch()  # the retry ends at once
@@ -227,8 +244,6 @@ async def test_a_real_process_outside_lre_holding_memory_freezes_the_newest_acti
 ) -> None:
     """A real outside hog of 700 MiB; the "short" line is drawn 300 MiB under
     what is available when the test starts, so it needs no full machine."""
-    old_marker, new_marker = f"old-{tmp_path.name}", f"new-{tmp_path.name}"
-    stop_old, stop_new = tmp_path / "stop-old", tmp_path / "stop-new"
     start = read_mem_available()
     headroom = start - 300 * MiB
     resources = governed(
@@ -239,13 +254,9 @@ async def test_a_real_process_outside_lre_holding_memory_freezes_the_newest_acti
         "print('held', flush=True); time.sleep(120)"
     )
     async with running(store, tmp_path, resources, None) as (scheduler, worker):
-        old = await submit(scheduler, store, argv(old_marker, 0, stop_old))
-        await until(lambda: processes_of(old_marker))
-        await until(lambda: registered(worker) == 1)  # the oldest, also to lre
-        # grows 80 MiB/s for 5 s, to 400 MiB
-        new = await submit(scheduler, store, argv(new_marker, 400, stop_new))
-        await until(lambda: processes_of(new_marker))
-        await until(lambda: registered(worker) == 2)
+        # the newest grows 80 MiB/s for 5 s, to 400 MiB
+        started = await start_old_and_new(scheduler, worker, store, tmp_path, 400)
+        old, new, old_marker, new_marker, stop_old, stop_new = started
         hog = subprocess.Popen(  # noqa: ASYNC220 (a plain outside process, no trio child)
             [sys.executable, "-c", hog_code], stdout=subprocess.PIPE
         )
