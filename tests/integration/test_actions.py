@@ -273,6 +273,12 @@ def test_inputs_named_as_outputs(client: Client) -> None:
     assert client.stdout(later.result) == content + b"444\n555\n"
 
 
+def directory_files(client: Client, result: re_pb2.ActionResult) -> dict[str, re_pb2.FileNode]:
+    """The files of the result's one output directory, by path."""
+    (directory,) = result.output_directories
+    return tree_files(re_pb2.Tree.FromString(client.read(directory.tree_digest)))
+
+
 def test_an_input_removed_inside_an_output_directory_is_absent(client: Client) -> None:
     inputs = {"in/f": b"kept", "in/tool": File(b"#!/bin/sh\n", executable=True), "in/sub/g": b"g"}
     response = client.run(
@@ -283,25 +289,32 @@ def test_an_input_removed_inside_an_output_directory_is_absent(client: Client) -
     result = response.result
     assert (response.status.code, result.exit_code) == (OK, 0), client.stderr(result)
     assert not result.output_files  # in/tool is gone
-    (directory,) = result.output_directories
-    files = tree_files(re_pb2.Tree.FromString(client.read(directory.tree_digest)))
+    files = directory_files(client, result)
     assert sorted(files) == ["f", "sub/new"]
     assert client.read(files["f"].digest) == b"kept"
 
 
-def test_a_directory_removed_and_made_again_holds_only_its_new_entries(client: Client) -> None:
-    inputs = {"in/f": b"kept", "in/sub/old": b"old", "in/sub/deeper/x": b"x"}
+#: Inputs whose subdirectory ``in/sub`` an action removes (and makes again).
+REMOVABLE_INPUTS = {"in/f": b"kept", "in/sub/old": b"old", "in/sub/deeper/x": b"x"}
+
+
+def remade_directory_files(client: Client) -> dict[str, re_pb2.FileNode]:
+    """Output ``in`` of an action that removed ``in/sub`` and made it again."""
     response = client.run(
         ["/bin/sh", "-c", "rm -rf in/sub && mkdir in/sub && echo new > in/sub/new"],
-        inputs=inputs,
+        inputs=REMOVABLE_INPUTS,
         output_paths=["in"],
     )
     result = response.result
     assert (response.status.code, result.exit_code) == (OK, 0), client.stderr(result)
-    (directory,) = result.output_directories
-    files = tree_files(re_pb2.Tree.FromString(client.read(directory.tree_digest)))
+    files = directory_files(client, result)
     assert sorted(files) == ["f", "sub/new"]
     assert client.read(files["sub/new"].digest) == b"new\n"
+    return files
+
+
+def test_a_directory_removed_and_made_again_holds_only_its_new_entries(client: Client) -> None:
+    remade_directory_files(client)
 
 
 def test_inputs_inside_an_output_directory_of_an_unprivileged_lre() -> None:
@@ -317,8 +330,7 @@ def test_inputs_inside_an_output_directory_of_an_unprivileged_lre() -> None:
         result = response.result
         assert (response.status.code, result.exit_code) == (OK, 0), client.stderr(result)
         assert [f.path for f in result.output_files] == ["in/f"]
-        (directory,) = result.output_directories
-        files = tree_files(re_pb2.Tree.FromString(client.read(directory.tree_digest)))
+        files = directory_files(client, result)
         assert sorted(files) == ["f", "sub/g", "sub/new"]
         # Untouched inputs were copied from the staged tree, never moved.
         again = client.run(["/bin/cat", "in/f", "in/sub/g"], inputs=inputs)
@@ -340,27 +352,17 @@ def test_input_directories_removed_in_a_user_namespaces_overlay(
     # making it again, needs an opaque directory.
     require_setup(containment, identity)
     with lre_as(identity, containment) as addresses, Client(addresses["grpc"]) as client:
-        inputs = {"in/f": b"kept", "in/sub/old": b"old", "in/sub/deeper/x": b"x"}
         removed = client.run(
-            ["/bin/sh", "-c", "rm -rf in/sub && ls -A in"], inputs=inputs, output_paths=["in"]
+            ["/bin/sh", "-c", "rm -rf in/sub && ls -A in"],
+            inputs=REMOVABLE_INPUTS,
+            output_paths=["in"],
         )
         result = removed.result
         assert (removed.status.code, result.exit_code) == (OK, 0), client.stderr(result)
         assert client.stdout(result) == b"f\n"
-        (directory,) = result.output_directories
-        files = tree_files(re_pb2.Tree.FromString(client.read(directory.tree_digest)))
+        files = directory_files(client, result)
         assert sorted(files) == ["f"]
-        remade = client.run(
-            ["/bin/sh", "-c", "rm -rf in/sub && mkdir in/sub && echo new > in/sub/new"],
-            inputs=inputs,
-            output_paths=["in"],
-        )
-        result = remade.result
-        assert (remade.status.code, result.exit_code) == (OK, 0), client.stderr(result)
-        (directory,) = result.output_directories
-        files = tree_files(re_pb2.Tree.FromString(client.read(directory.tree_digest)))
-        assert sorted(files) == ["f", "sub/new"]
-        assert client.read(files["sub/new"].digest) == b"new\n"
+        files = remade_directory_files(client)
         assert client.read(files["f"].digest) == b"kept"
 
 
