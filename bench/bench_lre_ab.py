@@ -191,7 +191,12 @@ class Side:
 
 
 async def _run(args: argparse.Namespace, sides: list[Side]) -> None:
-    recording = cached_recording(args.recording_cache, 40, 8) if args.work == "true" else None
+    # A first run records the build with its own asyncio loop: off this one.
+    recording = (
+        await asyncio.to_thread(cached_recording, args.recording_cache, 40, 8)
+        if args.work == "true"
+        else None
+    )
     batches: dict[str, Iterator[list[Plan]]] = {}
     calls: dict[str, dict[str, Callable[[], Awaitable[None]]]] = {}
     for side in sides:
