@@ -15,6 +15,7 @@ from lre.config import Config
 from lre.proto import re_pb2
 from lre.snapshot import ActionRecord, Phase, Source, read_history, summarize_builds
 from lre.snapshot._history_file import CURRENT_NAME
+from tests._support.configs import app_config_text, config_of
 from tests._support.reapi import Client, response_of
 from tests._support.servers import serve_app
 
@@ -94,4 +95,17 @@ async def test_a_full_disk_stops_recording_not_serving(app_config: Config) -> No
     app = await _serve_and_build(app_config, "full-disk")  # asserts the build worked
     assert app.history is not None
     assert app.history.recorded >= 3 and app.history.dropped >= 3
+    assert list(read_history(state)) == []
+
+
+async def test_with_history_off_nothing_is_recorded_and_builds_work(tmp_path: Path) -> None:
+    """``global.history.enabled: false`` switches the whole recording off (the
+    scheduler's tap, the lookup hook, the writer and the host sampling): the
+    recording-cost A/B runs the same tree with it on and off."""
+    text = app_config_text(tmp_path).replace("global: {", "global: { history: { enabled: false },")
+    config = config_of(text)
+    app = await _serve_and_build(config, "no-history")  # asserts the build worked
+    assert app.history is None
+    state = Path(config.global_.state_dir)
+    assert not (state / CURRENT_NAME).exists()
     assert list(read_history(state)) == []
