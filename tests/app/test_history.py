@@ -109,3 +109,24 @@ async def test_with_history_off_nothing_is_recorded_and_builds_work(tmp_path: Pa
     state = Path(config.global_.state_dir)
     assert not (state / CURRENT_NAME).exists()
     assert list(read_history(state)) == []
+
+
+async def test_an_execute_answered_from_the_cache_is_an_execute_hit(app_config: Config) -> None:
+    def build(address: str) -> None:
+        with Client(address) as client:
+            prepared = client.prepare(["/bin/sh", "-c", "echo hi > out"], output_paths=["out"])
+            for _ in range(2):  # the second Execute finds the first's result
+                operations = client.execute(prepared, metadata=_metadata("hits", "//pkg:hit"))
+                assert response_of(operations[-1]).result.exit_code == 0
+            assert response_of(operations[-1]).cached_result
+
+    app = Application(app_config)
+    async with trio.open_nursery() as nursery:
+        ready = await nursery.start(serve_app, app)
+        await trio.to_thread.run_sync(build, ready.grpc_addresses[0])
+        app.request_stop()
+    records = [r for r in read_history(app_config.global_.state_dir) if isinstance(r, ActionRecord)]
+    assert [r.source for r in records] == [Source.EXECUTED, Source.EXECUTE_HIT]
+    (summary,) = summarize_builds(records)
+    assert (summary.executed, summary.execute_hits, summary.lookup_hits) == (1, 1, 0)
+    assert summary.to_json()["cache_hits"] == {"execute": 1, "get_action_result": 0}
