@@ -52,10 +52,12 @@ Per level it reports:
   ``client`` = (Execute call made -> final message received, this client's
   ``time.time()``) - (execution_completed - execution_start): everything,
   including the client's own scheduling (it shares the cores with lre);
-  with the p50 of where the time goes (``in``: client send to queued, across
-  processes on the same clock; ``wait``: queued to worker_start; ``stage``:
-  input fetch; ``spawn``: input fetch done to exec start; ``out``: exec end to
-  outputs uploaded; ``back``: worker_completed to final message received).
+  with the p50 of where the time goes, by lre's one phase model
+  (``lre.snapshot.PHASES``, the names and boundaries of the history, the trace
+  and ``/metrics``: ``queued``, ``staging``, ``storing``; ``running`` is the
+  command itself, left out) and the two hops outside it (``in``: client send
+  to queued, across processes on the same clock; ``back``: worker_completed
+  to final message received).
 
 The machine's fork+exec rate of ``/bin/true`` (``os.posix_spawn`` + ``waitpid``
 in a loop, one and two loops in parallel, lre idle) is measured in the same run:
@@ -105,6 +107,7 @@ from _replay import (
 
 from lre.proto import bs_grpc, re_grpc, re_pb2
 from lre.service import REQUEST_METADATA_KEY
+from lre.snapshot import PHASES, Phase, phase_spans
 
 SHAPES = ("bazel", "buck2")
 
@@ -120,6 +123,10 @@ STAMPS = (
     "output_upload_completed",
     "worker_completed",
 )
+
+
+#: Where an action's added latency goes: the hop in, lre's phases, the hop back.
+PARTS = ("in", *(phase.value for phase in PHASES), "back")
 
 
 def capacity_worker(inflight: int) -> dict[str, object]:
@@ -480,22 +487,19 @@ def peak_inside(p: Pass) -> int:
 
 
 def latency(p: Pass) -> dict[str, list[float]]:
-    """Per action, in ms: the two added-latency views and the parts."""
-    out: dict[str, list[float]] = {
-        k: [] for k in ("server", "client", "in", "wait", "stage", "spawn", "out", "back")
-    }
+    """Per action, in ms: the two added-latency views and the parts (the
+    phases of ``lre.snapshot``, and the hops ``in`` and ``back``)."""
+    out: dict[str, list[float]] = {k: [] for k in ("server", "client", *PARTS)}
     for s in p.samples:
         m = s.result.execution_metadata
         t = {name: _ts(getattr(m, f"{name}_timestamp")) for name in STAMPS}
-        run = t["execution_completed"] - t["execution_start"]
+        phases = {span.phase.value: span.seconds for span in phase_spans(t)}
+        run = phases.get(Phase.RUNNING, 0.0)
         parts = {
             "server": t["worker_completed"] - t["queued"] - run,
             "client": s.received - s.sent - run,
             "in": t["queued"] - s.sent,
-            "wait": t["worker_start"] - t["queued"],
-            "stage": t["input_fetch_completed"] - t["input_fetch_start"],
-            "spawn": t["execution_start"] - t["input_fetch_completed"],
-            "out": t["output_upload_completed"] - t["execution_completed"],
+            **{phase.value: phases.get(phase, 0.0) for phase in PHASES},
             "back": s.received - t["worker_completed"],
         }
         for k, v in parts.items():
@@ -544,7 +548,7 @@ def report(p: Pass) -> str:
     per = {g: cpu / n * 1000 for g, cpu in p.threads.items()}
     busiest = max(per, key=lambda g: per[g])
     lat = latency(p)
-    parts = ("in", "wait", "stage", "spawn", "out", "back")
+    parts = [k for k in PARTS if k != Phase.RUNNING]
     return "\n".join(
         [
             f"{p.shape} {p.level} in flight: {n} actions in {p.wall:.1f} s, "

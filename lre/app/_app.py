@@ -392,6 +392,7 @@ class Application:
                 resources=self._resource_policy(simple_name),
                 advisor=self.learner,
                 available_memory=self._live_memory(simple_name),
+                memory_frozen=self._memory_frozen(simple_name),
                 on_event=self._record_event,
                 directories=self.stores.directories(cas_name),
                 on_record=self.history.record if self.history is not None else None,
@@ -513,6 +514,15 @@ class Application:
         if local is None or not local.resources.live_memory_veto:
             return None
         return self._pressure_of(local).room_bytes
+
+    def _memory_frozen(self, scheduler_name: str) -> Callable[[], bool] | None:
+        """Whether the live veto holds starts because the memory control keeps
+        actions frozen (the queue then says ``frozen``), with ``_live_memory``."""
+        local = self._local_worker(scheduler_name)
+        if local is None or not local.resources.live_memory_veto:
+            return None
+        pressure = self._pressure_of(local)
+        return lambda: pressure.frozen > 0
 
     def _memory_control_rows(self) -> tuple[MemoryControlRow, ...]:
         """Each local worker's memory control (``ProcessSnapshot.memory_control``)."""

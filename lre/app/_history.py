@@ -28,7 +28,7 @@ import os
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import psutil
@@ -156,11 +156,32 @@ class HistoryRecorder:
                 for phase in PHASES
             )
 
-    def build_lines(self) -> tuple[BuildLine, ...]:
-        """The newest two builds, newest first; ``running`` while actions still come."""
+    def build_lines(
+        self, active: Mapping[str, tuple[str, float]] | None = None
+    ) -> tuple[BuildLine, ...]:
+        """The newest two builds, newest first; ``running`` while actions still
+        end or still run. ``active`` maps the invocation id of each build with
+        an action running now to (client, when that action started): such a
+        build is current even before its first action ends (it is kept from
+        then on) and through a long action with nothing else ending."""
         now = self._clock()
+        active = active or {}
         with self._lock:
-            newest = sorted(self._builds.values(), key=lambda b: -b.ended_at)[:2]
+            for invocation, (client, started_at) in active.items():
+                build = self._builds.get(invocation)
+                if build is None:
+                    self._builds[invocation] = _Build(invocation, client, started_at, started_at)
+                    while len(self._builds) > self.KEPT_BUILDS:
+                        self._builds.popitem(last=False)
+                elif started_at < build.started_at:
+                    build.started_at = started_at
+
+            def running(build: _Build) -> bool:
+                return build.invocation in active or now - build.ended_at < self.BUILD_IDLE_S
+
+            newest = sorted(
+                self._builds.values(), key=lambda b: -(now if running(b) else b.ended_at)
+            )[:2]
             return tuple(
                 BuildLine(
                     invocation=b.invocation,
@@ -171,7 +192,7 @@ class HistoryRecorder:
                     cache_hits=b.cache_hits,
                     failed=b.failed,
                     killed=b.killed,
-                    running=now - b.ended_at < self.BUILD_IDLE_S,
+                    running=running(b),
                 )
                 for b in newest
             )

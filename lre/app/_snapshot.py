@@ -166,7 +166,7 @@ class SnapshotAssembler:
             snapshot = replace(
                 snapshot,
                 host=recorder.host,
-                builds=recorder.build_lines(),
+                builds=recorder.build_lines(_running_builds(stats)),
                 phases=recorder.phase_histograms(),
             )
         memory_rows = self.memory_control() if self.memory_control is not None else ()
@@ -199,6 +199,18 @@ class SnapshotAssembler:
         if span <= 0:
             return 0.0
         return max(0.0, (completed - first.completed) / span)
+
+
+def _running_builds(stats: SchedulerStatistics | None) -> dict[str, tuple[str, float]]:
+    """Each build with an action running now: invocation id -> (client, when
+    its oldest running action started)."""
+    builds: dict[str, tuple[str, float]] = {}
+    for worker in stats.workers if stats is not None else ():
+        for lease in worker.leases:
+            known = builds.get(lease.invocation)
+            if known is None or lease.started_at < known[1]:
+                builds[lease.invocation] = (lease.tool, lease.started_at)
+    return builds
 
 
 def _with_scheduler(

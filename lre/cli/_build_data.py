@@ -32,8 +32,11 @@ class BuildData:
 
     @property
     def origin(self) -> float:
-        """Time zero of the timeline: the build's first request."""
-        return self.summary.started_at
+        """Time zero of the timeline: the build's first request, or an earlier
+        phase stamp (the file keeps ``submitted_at`` to 0.1 ms and the stamps
+        to 1 us, so a first ``queued`` stamp may lie up to 50 us before it)."""
+        stamps = (v for a in self.actions for v in a.stamps.values() if v)
+        return min(self.summary.started_at, min(stamps, default=self.summary.started_at))
 
 
 def load_build(state_dir: Path, wanted: str) -> BuildData:

@@ -36,6 +36,12 @@ def _us(seconds: float) -> float:
     return round(seconds * 1e6, 1)
 
 
+def _dur(start: float, end: float, origin: float) -> float:
+    """``end - start`` as the difference of the two rounded timestamps, so a
+    phase ends exactly where its action does, never 0.1 us after it."""
+    return max(0.0, round(_us(end - origin) - _us(start - origin), 1))
+
+
 def chrome_trace(build: BuildData) -> dict[str, Any]:
     """The trace document (``json.dump`` it); see the module docstring."""
     origin = build.origin
@@ -82,7 +88,7 @@ def chrome_trace(build: BuildData) -> dict[str, Any]:
                 "cat": record.mnemonic or "action",
                 "ph": "X",
                 "ts": _us(placed.start - origin),
-                "dur": _us(placed.end - placed.start),
+                "dur": _dur(placed.start, placed.end, origin),
                 "pid": _PID,
                 "tid": tid,
                 "args": args,
@@ -110,7 +116,7 @@ def chrome_trace(build: BuildData) -> dict[str, Any]:
                     "cat": "phase",
                     "ph": "X",
                     "ts": _us(span.start - origin),
-                    "dur": _us(span.seconds),
+                    "dur": _dur(span.start, span.end, origin),
                     "pid": _PID,
                     "tid": tid,
                     "args": {"target": record.target},

@@ -54,6 +54,7 @@ class _Attempts:
     memory_bytes: int = 0
     worker: str = ""
     runs: int = 0  # leases that ran (a declined one does not count)
+    freezes: int = 0  # runs the memory control froze at least once
     killed_at: list[float] = field(default_factory=list)
 
 
@@ -82,6 +83,8 @@ class HistoryTap:
         if usage is not None:
             attempts.peak_rss_bytes = max(attempts.peak_rss_bytes, usage.peak_rss_bytes)
             attempts.cpu_seconds += usage.cpu_seconds
+            if usage.frozen_seconds > 0:
+                attempts.freezes += 1
         if isinstance(outcome, MemoryExceeded):
             attempts.peak_rss_bytes = max(attempts.peak_rss_bytes, outcome.peak_rss_bytes)
             attempts.killed_at.append(self._clock())
@@ -136,6 +139,7 @@ def _record(
         attempts=attempts.runs,
         kills=op.kills,
         retries=op.retries,
+        freezes=attempts.freezes,
         stamps=stamps,
         killed_at=tuple(attempts.killed_at),
     )

@@ -163,11 +163,14 @@ class OperationSnapshot:
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """What the worker measured for one run (whole process tree)."""
+    """What the worker measured for one run (whole process tree).
+    ``wall_seconds`` leaves out ``frozen_seconds``, the time the memory
+    control kept the run stopped (SIGSTOP)."""
 
     peak_rss_bytes: int
     cpu_seconds: float
     wall_seconds: float
+    frozen_seconds: float = 0.0
 
     @property
     def average_millicpus(self) -> int:

@@ -97,14 +97,21 @@ class RunQueue:
     ``available_memory`` (optional) returns the host's available memory; an
     action does not start while it reserves more than that unless nothing
     is running. ``vetoed`` records that this happened, so the scheduler
-    retries later (memory may come back without any event).
+    retries later (memory may come back without any event). ``memory_frozen``
+    (optional) says whether that veto is the memory control holding starts
+    while it keeps actions frozen (the wait is then ``frozen``, not ``host
+    memory``).
     """
 
     def __init__(
-        self, resources: ResourcePolicy, available_memory: Callable[[], int] | None
+        self,
+        resources: ResourcePolicy,
+        available_memory: Callable[[], int] | None,
+        memory_frozen: Callable[[], bool] | None = None,
     ) -> None:
         self._resources = resources
         self._available_memory = available_memory
+        self._memory_frozen = memory_frozen
         self.buckets: dict[tuple[Any, ...], Bucket] = {}
         self.vetoed = False
 
@@ -235,7 +242,8 @@ class RunQueue:
                     available = float(self._available_memory())
                 if memory > available:
                     self.vetoed = True
-                    bucket.block(WaitReason.HOST_MEMORY)
+                    frozen = self._memory_frozen is not None and self._memory_frozen()
+                    bucket.block(WaitReason.FROZEN if frozen else WaitReason.HOST_MEMORY)
                     continue
             best, best_order, best_memory = bucket, order, memory
         if best is None:

@@ -99,6 +99,9 @@ class Scheduler:
     - ``available_memory``: returns the host's available memory in bytes; when
       given, an action does not start while it reserves more than that, unless
       nothing is running at all (so the queue always moves).
+    - ``memory_frozen``: whether the memory control holds new starts now
+      because it keeps actions frozen (what ``available_memory``'s veto is
+      then called: ``WaitReason.FROZEN``, else ``HOST_MEMORY``).
     - ``detach_grace_s``: how long an unfinished operation with no watcher is
       kept before it is cancelled (a client may re-attach with WaitExecution).
     - ``on_event``: called synchronously with a ``SchedulerEvent`` for ladder
@@ -123,6 +126,7 @@ class Scheduler:
         resources: ResourcePolicy | None = None,
         advisor: ReservationAdvisor | None = None,
         available_memory: Callable[[], int] | None = None,
+        memory_frozen: Callable[[], bool] | None = None,
         detach_grace_s: float = 2.0,
         on_event: EventHook | None = None,
         directories: DirectoryReader | None = None,
@@ -145,7 +149,7 @@ class Scheduler:
             advisor,
             directories,
         )
-        self._queue = RunQueue(self._resources, available_memory)
+        self._queue = RunQueue(self._resources, available_memory, memory_frozen)
         self._detach_grace_s = detach_grace_s
         self._on_event = on_event
         self._history = HistoryTap(on_record) if on_record is not None else None

@@ -24,7 +24,8 @@ class LeaseStatistics:
     """One running lease. ``lease_id`` is ``Lease.lease_id`` (what the worker's
     sampler keys its per-action usage by). ``summary`` is what the action is
     called (``lre.snapshot.action_summary``: the mnemonic, else the program;
-    ``""`` when neither is known)."""
+    ``""`` when neither is known). ``invocation`` and ``tool`` are the
+    client's tool invocation id and "name version" (the build it belongs to)."""
 
     operation_name: str
     action_hash: str
@@ -39,6 +40,8 @@ class LeaseStatistics:
     started_at: float  # wall clock
     cancelled: bool
     lease_id: str = ""
+    invocation: str = ""
+    tool: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +124,10 @@ def completion_kind(
     return "success"
 
 
+def _tool(name: str, version: str) -> str:
+    return f"{name} {version}".strip()
+
+
 def collect_statistics(
     *,
     workers: Iterable[WorkerState],
@@ -158,6 +165,8 @@ def collect_statistics(
                 ladder_step=r.lease.ladder_step,
                 started_at=r.started_at,
                 cancelled=r.lease.cancelled,
+                invocation=r.lease.request_info.tool_invocation_id,
+                tool=_tool(r.lease.request_info.tool_name, r.lease.request_info.tool_version),
             )
             for r in state.leases.values()
         )

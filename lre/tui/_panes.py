@@ -147,12 +147,35 @@ def events_pane(
         )
         for event in events
     )
+    if not wide:
+        return _narrow_events(rows, width)
     key = ("events", wide, show_worker, rows)
     return Memo(key, lambda: _events_table(rows, wide, show_worker))
 
 
+def _narrow_events(rows: tuple[tuple[str, EventKind, str, str, str], ...], width: int) -> Group:
+    """Below 80 columns: kind, target and detail (no age or worker); the
+    target stays, since two genrules differ only by it."""
+    kind_width = max(len(row[1].value) for row in rows)
+    name_width = min(_NARROW_EVENT_TARGET, max(len(row[2]) for row in rows))
+    lines: list[RenderableType] = [Text("Recent events", style="bold")]
+    for _, kind, name, _, detail in rows:
+        line = Text(no_wrap=True, overflow="ellipsis")
+        line.append(kind.value.ljust(kind_width), style=_EVENT_STYLES.get(kind, ""))
+        cell = Text(name)
+        cell.truncate(name_width, overflow="ellipsis", pad=True)
+        line.append("  ")
+        line.append_text(cell)
+        line.append("  " + detail)
+        line.truncate(max(1, width), overflow="ellipsis")
+        lines.append(line)
+    return Group(*lines)
+
+
 #: The target column of the events is at least this wide when a target is that long.
 _EVENT_TARGET_MIN = 24
+#: Below 80 columns the events keep kind, target (up to this) and detail.
+_NARROW_EVENT_TARGET = 20
 
 
 def _events_table(

@@ -352,10 +352,18 @@ def _inflight(snapshot: ProcessSnapshot, width: int, max_rows: int | None) -> Re
     for action in shown:
         lines.append(_row([_cell(action, c.name) for c in columns], columns))
     if hidden:
-        lines.append(_row([Text(f"… {hidden} more", style="grey50")], columns))
+        lines.append(_line(Text(f"… {hidden} more", style="grey50"), total))
     if not actions:
-        lines.append(_row([Text("nothing running", style="grey50")], columns))
+        lines.append(_line(Text("nothing running", style="grey50"), total))
     return Group(*lines)
+
+
+def _line(text: Text, width: int) -> Text:
+    """A note across the whole table (not cut to its first column)."""
+    line = text.copy()
+    line.no_wrap, line.overflow, line.end = True, "crop", "\n"
+    line.truncate(max(1, width), overflow="ellipsis")
+    return line
 
 
 def _row(cells: list[Text], columns: list[_Column], style: str = "") -> Text:

@@ -359,6 +359,7 @@ class ActionRunner:
             peak_rss_bytes=peak_rss,
             cpu_seconds=cpu_seconds,
             wall_seconds=max(0.0, process.ended_at - process.started_at - frozen_s),
+            frozen_seconds=frozen_s,
         )
         over = self._over_limit.pop(lease.lease_id, None)
         if over is not None:

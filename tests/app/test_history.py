@@ -11,11 +11,16 @@ from pathlib import Path
 import trio
 
 from lre.app import Application
+from lre.app._history import HistoryRecorder
+from lre.app._snapshot import SnapshotAssembler
 from lre.config import Config
 from lre.proto import re_pb2
+from lre.scheduler import RequestInfo, Stage
 from lre.snapshot import ActionRecord, Phase, Source, read_history, summarize_builds
 from lre.snapshot._history_file import CURRENT_NAME
+from tests._support.configs import app_config_text, config_of
 from tests._support.reapi import Client, response_of
+from tests._support.scheduler import execute_request, start_harness
 from tests._support.servers import serve_app
 
 METADATA_KEY = "build.bazel.remote.execution.v2.requestmetadata-bin"
@@ -95,3 +100,86 @@ async def test_a_full_disk_stops_recording_not_serving(app_config: Config) -> No
     assert app.history is not None
     assert app.history.recorded >= 3 and app.history.dropped >= 3
     assert list(read_history(state)) == []
+
+
+async def test_with_history_off_nothing_is_recorded_and_builds_work(tmp_path: Path) -> None:
+    """``global.history.enabled: false`` switches the whole recording off (the
+    scheduler's tap, the lookup hook, the writer and the host sampling): the
+    recording-cost A/B runs the same tree with it on and off."""
+    text = app_config_text(tmp_path).replace("global: {", "global: { history: { enabled: false },")
+    config = config_of(text)
+    app = await _serve_and_build(config, "no-history")  # asserts the build worked
+    assert app.history is None
+    state = Path(config.global_.state_dir)
+    assert not (state / CURRENT_NAME).exists()
+    assert list(read_history(state)) == []
+
+
+async def test_an_execute_answered_from_the_cache_is_an_execute_hit(app_config: Config) -> None:
+    def build(address: str) -> None:
+        with Client(address) as client:
+            prepared = client.prepare(["/bin/sh", "-c", "echo hi > out"], output_paths=["out"])
+            for _ in range(2):  # the second Execute finds the first's result
+                operations = client.execute(prepared, metadata=_metadata("hits", "//pkg:hit"))
+                assert response_of(operations[-1]).result.exit_code == 0
+            assert response_of(operations[-1]).cached_result
+
+    app = Application(app_config)
+    async with trio.open_nursery() as nursery:
+        ready = await nursery.start(serve_app, app)
+        await trio.to_thread.run_sync(build, ready.grpc_addresses[0])
+        app.request_stop()
+    records = [r for r in read_history(app_config.global_.state_dir) if isinstance(r, ActionRecord)]
+    assert [r.source for r in records] == [Source.EXECUTED, Source.EXECUTE_HIT]
+    (summary,) = summarize_builds(records)
+    assert (summary.executed, summary.execute_hits, summary.lookup_hits) == (1, 1, 0)
+    assert summary.to_json()["cache_hits"] == {"execute": 1, "get_action_result": 0}
+
+
+def test_a_build_with_actions_running_is_the_current_build(tmp_path: Path) -> None:
+    """The TUI's current build: one whose actions still run is current even
+    before its first action ends, and stays current through a long action
+    with nothing else finishing (a 2-minute link at the end)."""
+    now = [1_000.0]
+    recorder = HistoryRecorder(tmp_path, max_bytes=1 << 20, clock=lambda: now[0])
+    recorder.record(ActionRecord(at=900.0, source=Source.EXECUTED, invocation="old", tool="b"))
+    now[0] = 1_000.0
+    lines = recorder.build_lines(active={"new": ("bazel 7.1.0", 990.0)})
+    assert [(b.invocation, b.running, b.executed) for b in lines] == [
+        ("new", True, 0),
+        ("old", False, 1),
+    ]
+    assert lines[0].client == "bazel 7.1.0" and lines[0].started_at == 990.0
+    recorder.record(ActionRecord(at=1_001.0, source=Source.EXECUTED, invocation="new"))
+    now[0] = 1_100.0  # 99 s without a finished action, one still running
+    current, _ = recorder.build_lines(active={"new": ("bazel 7.1.0", 1_050.0)})
+    assert (current.invocation, current.running, current.executed) == ("new", True, 1)
+    assert current.started_at == 990.0  # from when its first action was seen running
+    current, _ = recorder.build_lines()
+    assert not current.running  # idle and nothing running: the last build
+
+
+async def test_the_snapshot_shows_a_build_current_while_its_first_action_runs(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    recorder = HistoryRecorder(tmp_path, max_bytes=1 << 20)
+    harness = await start_harness(nursery, on_record=recorder.record)
+    assembler = SnapshotAssembler(
+        address="127.0.0.1:0", scheduler=harness.scheduler.statistics, history=recorder
+    )
+    worker = await harness.add_worker()
+    info = RequestInfo(tool_name="bazel", tool_version="7.1.0", tool_invocation_id="inv-run")
+    op = harness.scheduler.submit(
+        execute_request(await harness.builder.action()), request_info=info
+    )
+    lease = await worker.next_lease()
+    (current,) = assembler().builds  # nothing has ended yet
+    assert (current.invocation, current.client, current.running) == (
+        "inv-run",
+        "bazel 7.1.0",
+        True,
+    )
+    worker.complete(lease)
+    await harness.wait_stage(op.name, Stage.COMPLETED)
+    (current,) = assembler().builds
+    assert (current.invocation, current.executed) == ("inv-run", 1)

@@ -9,7 +9,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from tests._support.history import write_history
+from lre.snapshot import HistoryFile
+from tests._support.history import action, write_history
 from tests.cli._lre import run_lre
 
 #: Fields every event of a phase type must have (the Trace Event Format document).
@@ -96,3 +97,26 @@ def test_trace_has_a_track_per_slot_an_event_per_action_and_counters(tmp_path: P
         "lookup_hit",
         "execute_hit",
     }
+
+
+def test_no_event_starts_before_time_zero_when_stamps_round_differently(tmp_path: Path) -> None:
+    """The file keeps ``submitted_at`` to 0.1 ms but the phase stamps to 1 us,
+    so a real build's first queued stamp can lie up to 50 us before the
+    build's rounded start (seen with Bazel 4.2.3: ``ts: -49.1``). Time zero is
+    the earliest moment any record names, and phases nest exactly in their
+    action (same rounding on both ends)."""
+    t0 = 1_800_000_000.0
+    records = [action(n, t0 + 0.00006 + n * 0.0000137, slot_seconds=0.3333337) for n in range(4)]
+    history = HistoryFile(tmp_path / "state", 1 << 20)
+    history.append([json.dumps(r.to_json()) for r in records])
+    history.close()
+    env = {**os.environ, "LRE_HOME": str(tmp_path / "state"), "HOME": str(tmp_path)}
+    out = tmp_path / "trace.json"
+    done = run_lre("trace", "last", "-o", str(out), cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    events = check_trace_format(json.loads(out.read_text()))
+    actions = [e for e in events if e["ph"] == "X" and e["cat"] != "phase"]
+    for phase in (e for e in events if e.get("cat") == "phase"):
+        parent = next(a for a in actions if a["name"] == phase["args"]["target"])
+        assert parent["ts"] <= phase["ts"]
+        assert phase["ts"] + phase["dur"] <= parent["ts"] + parent["dur"]

@@ -103,3 +103,47 @@ async def test_a_cancelled_running_action_is_recorded_once_and_forgotten(
     ]
     assert harness.scheduler._history is not None
     assert harness.scheduler._history._attempts == {}  # nothing kept for it
+
+
+async def test_a_start_held_by_frozen_actions_says_frozen_and_frozen_runs_are_counted(
+    nursery: trio.Nursery,
+) -> None:
+    """Memory control freezes actions (SIGSTOP) and, while any is frozen, the
+    live veto lets nothing new start: the queue must say ``frozen`` (not
+    ``host memory``), and the frozen action's record counts the freeze."""
+    records: list[ActionRecord] = []
+    available = [10 * GiB]
+    frozen = [False]
+    harness = await start_harness(
+        nursery,
+        on_record=records.append,
+        resources=ResourcePolicy(cold_memory_bytes=512 * MiB),
+        available_memory=lambda: available[0],
+        memory_frozen=lambda: frozen[0],
+    )
+    worker = await harness.add_worker(worker_info(cpus=8, memory=16 * GiB))
+    harness.scheduler.submit(
+        execute_request(await harness.builder.action()), request_info=_info("//a:big")
+    )
+    first = await worker.next_lease()
+    frozen[0], available[0] = True, 0  # as PressureMonitor.room_bytes while frozen
+    held = harness.scheduler.submit(
+        execute_request(await harness.builder.action()), request_info=_info("//a:held")
+    )
+    with trio.fail_after(10):
+        while True:
+            queued = harness.scheduler.statistics().queued_next
+            if queued and queued[0].waiting_for:
+                break
+            await trio.sleep(0.01)
+    assert queued[0].waiting_for == WaitReason.FROZEN
+    frozen[0], available[0] = False, 10 * GiB  # thawed: the periodic re-check starts it
+    second = await worker.next_lease(timeout=5)
+    usage = Usage(peak_rss_bytes=MiB, cpu_seconds=0.1, wall_seconds=0.2, frozen_seconds=1.5)
+    harness.scheduler.report(first.lease_id, Completed(re_pb2.ActionResult(), usage=usage))
+    worker.complete(second)
+    await harness.wait_stage(held.name, Stage.COMPLETED)
+    by_target = {r.target: r for r in records}
+    assert by_target["//a:big"].freezes == 1
+    assert by_target["//a:held"].freezes == 0
+    assert by_target["//a:held"].waited_for == (WaitReason.FROZEN,)

@@ -204,3 +204,23 @@ def test_the_footer_names_the_keys_of_each_dashboard() -> None:
     assert console.export_text().splitlines()[-1].split() == [
         "q", "stop", "lre", "Ctrl-C", "stop", "lre"
     ]  # fmt: skip
+
+
+def test_events_name_their_targets_at_narrow_widths_too() -> None:
+    for width in (60, 79):
+        lines = plain(width).splitlines()
+        events = lines[next(i for i, line in enumerate(lines) if "Recent events" in line) + 1 :]
+        kill = next(line for line in events if " kill " in f" {line}")
+        assert "//src/app:main" in kill, (width, kill)
+        timeout = next(line for line in events if "timeout" in line)
+        assert "//gen:slow" in timeout, (width, timeout)
+
+
+def test_nothing_running_is_said_in_full() -> None:
+    idle = replace(sample_snapshot(), inflight=())
+    for width in (80, 160):
+        console = Console(
+            width=width, file=io.StringIO(), color_system=None, force_terminal=False, record=True
+        )
+        console.print(render_dashboard(idle, width=width))
+        assert "nothing running" in console.export_text(), width
