@@ -263,16 +263,23 @@ FLOOR_MIB = 8
 
 
 def floor_scenario(address: str, disk: Path) -> dict[str, object]:
-    """Upload 1 MiB blobs until lre refuses one; what it said, and the disk's
-    free bytes then (blocking client; runs in a thread)."""
+    """Upload 1 MiB blobs until lre refuses one, then run an action with a
+    1 MiB output; what lre said to each, and the disk's free bytes then
+    (blocking client; runs in a thread)."""
     outcome: dict[str, object] = {"failure": None}
-    with open_channel(address) as ch:
+    with open_channel(address) as ch, Client(address, instance="main") as client:
+        # Uploaded while there is room (the Action, Command and input root).
+        big_output = client.prepare(
+            ["/bin/sh", "-c", "head -c 1048576 /dev/zero > out"], output_files=["out"]
+        )
         bytestream = bs_grpc.ByteStreamStub(ch)
         for _ in range(4 * SIZE_MIB):
             code, message = write(bytestream, os.urandom(1 << 20))
             if code != grpc.StatusCode.OK:
                 outcome["failure"] = (code, message)
                 break
+        done = response_of(client.execute(big_output)[-1])
+        outcome["execute_status"] = (done.status.code, done.status.message)
     stat = os.statvfs(disk)
     outcome["free_after"] = stat.f_bavail * stat.f_frsize
     return outcome
@@ -302,6 +309,10 @@ async def test_with_a_floor_uploads_stop_there_naming_it_and_lre_keeps_room(
     assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, message
     assert f"free-disk floor of {FLOOR_MIB << 20} bytes" in message, message
     assert "no space left" not in message.lower(), message
+    # An action's output past the floor fails the same way.
+    code, message = outcome["execute_status"]  # type: ignore[misc]
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0], message
+    assert f"free-disk floor of {FLOOR_MIB << 20} bytes" in message, message
     # The floor held (lre's state files took a few KiB of it), so lre's own
     # writes at stop found room: the hit counts were saved.
     free_after = outcome["free_after"]
