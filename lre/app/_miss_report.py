@@ -12,7 +12,9 @@ carried, and how to compare them with CI's (Bazel's
 clears it.
 
 Failure: a missed action whose Action or Command is not in the CAS (or does
-not parse) is skipped; when none could be read the notice says so.
+not parse) is skipped; when none could be read the notice says so, and the
+next looks try again (Bazel asks GetActionResult before it uploads them
+with Execute), replacing the notice (and logging it) once some are read.
 """
 
 from __future__ import annotations
@@ -91,6 +93,8 @@ class MissReport:
         self.watches = tuple(watches)
         self.threshold = threshold
         self._notices: dict[str, str] = {}
+        #: Watches whose notice names the keys of some missed actions.
+        self._named: set[str] = set()
 
     def notices(self) -> tuple[str, ...]:
         return tuple(self._notices[name] for name in sorted(self._notices))
@@ -105,14 +109,19 @@ class MissReport:
             in_a_row = watch.cache.slow_misses_in_a_row
             if in_a_row < self.threshold:
                 self._notices.pop(watch.name, None)
+                self._named.discard(watch.name)
                 continue
-            if watch.name in self._notices:
+            if watch.name in self._named:
                 continue
             keys = []
             for digest in dict.fromkeys(watch.cache.recent_slow_misses):
                 found = await _keys_of(watch.cas, digest)
                 if found is not None:
                     keys.append(found)
+            if keys:
+                self._named.add(watch.name)
+            elif watch.name in self._notices:
+                continue  # still none readable: keep the notice as it is
             text = explain(watch.name, in_a_row, keys)
             self._notices[watch.name] = text
             log.warning("%s", text)

@@ -42,6 +42,7 @@ blob that is absent is never an error here: lookups answer 0 or ``None``.
 from __future__ import annotations
 
 import collections
+import math
 import os
 import threading
 import time
@@ -49,6 +50,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import compress
 
 import trio
 
@@ -62,6 +64,9 @@ from lre.errors import ResourceExhausted
 _SUFFIX = {PLAIN_VARIANT: "", EXEC_VARIANT: ".x"}
 #: Uses piled up before ``touched_batch`` hands their files to a write to touch.
 _TOUCH_BATCH = 4096
+#: How long (seconds) one free-disk reading may stand for the disk while it is
+#: far above the floor (see ``_free_disk_now``).
+FREE_DISK_MAX_AGE_S = 1.0
 
 
 def _size(entry: int) -> int:
@@ -106,6 +111,7 @@ class ContentIndex:
         clock: Callable[[], float] = time.time,
         free_disk: Callable[[], int] | None = None,
         on_overrun: Callable[[str], None] | None = None,
+        free_disk_max_age_s: float = FREE_DISK_MAX_AGE_S,
     ) -> None:
         self.content_path = content_path
         self.max_bytes = max_bytes
@@ -114,6 +120,12 @@ class ContentIndex:
         self.min_free_bytes = min_free_bytes
         self._clock = clock
         self._free_disk = free_disk or (lambda: disk_free_bytes(content_path))
+        self._free_disk_max_age_s = free_disk_max_age_s
+        #: The last free-disk reading: bytes free, when (monotonic), and
+        #: ``stored_bytes`` then (lre's own writes since count against it).
+        self._free_read = 0
+        self._free_read_at = -math.inf
+        self._free_read_stored = 0
         self._on_overrun = on_overrun
         self._overrunning = False
         self._pins = pins
@@ -127,8 +139,8 @@ class ContentIndex:
         self._busy: dict[str, int] = {}
         self._deleting: dict[str, trio.Event] = {}
         self._touched: set[str] = set()
-        # Uses seen by ``peek_many_hashes`` on another thread, applied here
-        # (deque appends and pops are safe between threads).
+        # Uses seen by ``peek_*`` on another thread, applied here (deque
+        # appends and pops are safe between threads).
         self._foreign_touches: collections.deque[str] = collections.deque()
         self._evicted_blobs = 0
         self._evicted_bytes = 0
@@ -241,16 +253,17 @@ class ContentIndex:
         """``find_many_hashes`` safe to call from another thread: it only
         reads the index (one dict lookup per digest, each atomic under the
         GIL) and queues the uses, which the owning thread applies before it
-        next picks eviction victims or saves access times."""
+        next picks eviction victims or saves access times. The lookup and the
+        queueing are one step under the lock (the found hashes are queued
+        in one ``extend``)."""
         entries = self._entries
-        result: list[int | None] = [None] * len(hashes)
-        touches = self._foreign_touches
         with self._lock:
-            found = list(map(entries.get, hashes))
-            for i, entry in enumerate(found):
-                if entry is not None and entry >> 2 == sizes[i]:
-                    touches.append(hashes[i])
-                    result[i] = sizes[i]
+            result: list[int | None] = [
+                size if entry is not None and entry >> 2 == size else None
+                for entry, size in zip(map(entries.get, hashes), sizes, strict=True)
+            ]
+            # Size 0 is falsy: the empty blob needs no use (it is always present).
+            self._foreign_touches.extend(compress(hashes, result))
         mark_empty_blob(hashes, sizes, result)
         return result
 
@@ -387,7 +400,29 @@ class ContentIndex:
     def _floor_shortfall(self, size: int) -> int:
         """How many bytes short of ``min_free_bytes`` the disk would be after
         ``size`` more bytes and the reservations not yet written."""
-        return self.min_free_bytes - (self._free_disk() - self._reserved_bytes - size)
+        return self.min_free_bytes - (self._free_disk_now(size) - self._reserved_bytes - size)
+
+    def _free_disk_now(self, size: int) -> int:
+        """The disk's free bytes: the last reading less what this store wrote
+        since, while that reading is younger than ``free_disk_max_age_s`` and
+        the disk would still keep twice the floor after ``size`` more bytes
+        (one ``statvfs`` then serves many writes); else a new reading. Near
+        the floor every write reads the disk, so another program's writes
+        are seen there; far from it they are seen within the maximum age.
+        The estimate is never above the reading itself (bytes evicted since
+        only offset bytes written since)."""
+        written = max(0, self._stored_bytes - self._free_read_stored)
+        estimate = self._free_read - written
+        now = time.monotonic()
+        if (
+            now - self._free_read_at < self._free_disk_max_age_s
+            and estimate - self._reserved_bytes - size >= 2 * self.min_free_bytes
+        ):
+            return estimate
+        self._free_read = self._free_disk()
+        self._free_read_at = now
+        self._free_read_stored = self._stored_bytes
+        return self._free_read
 
     def _note_overrun(self, when: str) -> None:
         over = self.overrun_bytes

@@ -68,7 +68,7 @@ from lre.cas._blob_files import (
 from lre.cas._blob_io import blob_mismatch, single_chunk
 from lre.cas._blob_scan import EXEC_VARIANT, PLAIN_VARIANT, scan_content_used
 from lre.cas._blob_writes import BlobWriter
-from lre.cas._content_index import ContentIndex, ShrinkReport
+from lre.cas._content_index import FREE_DISK_MAX_AGE_S, ContentIndex, ShrinkReport
 from lre.cas._inline import INLINE_BYTES, call_inline
 from lre.cas._pins import Pin, PinTable
 from lre.cas._statistics import StoreStatistics
@@ -109,7 +109,9 @@ class FilesystemStore:
     a pinned one; when those fill ``max_bytes`` the store overruns it while
     the disk keeps ``min_free_bytes`` free (``on_overrun`` hears of each
     overrun once), and a write past that floor raises ``ResourceExhausted``
-    naming it and stores nothing. Without a floor (0) there is no overrun:
+    naming it and stores nothing (the free disk is read with ``statvfs``
+    at most every ``free_disk_max_age_s`` while the disk keeps twice the floor,
+    at every write nearer to it). Without a floor (0) there is no overrun:
     a write that does not fit raises ``ResourceExhausted``. Running out of disk space
     (ENOSPC/EDQUOT) also raises ``ResourceExhausted``, leaves nothing
     partial and keeps every present blob readable.
@@ -134,6 +136,7 @@ class FilesystemStore:
         on_overrun: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.time,
         free_disk: Callable[[], int] | None = None,
+        free_disk_max_age_s: float = FREE_DISK_MAX_AGE_S,
     ) -> None:
         if max_bytes <= 0:
             raise ValueError(f"max_bytes: {max_bytes} must be positive (no store is unbounded)")
@@ -163,6 +166,7 @@ class FilesystemStore:
             clock=clock,
             free_disk=free_disk,
             on_overrun=on_overrun,
+            free_disk_max_age_s=free_disk_max_age_s,
         )
         self._variants = VariantFiles(self._index, self._writer, self._limiter)
         self._opened = False

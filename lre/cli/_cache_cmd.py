@@ -13,7 +13,8 @@ uploads a crash left behind) and evict least recently used blobs through
 ``FilesystemStore.evict_to``; ``clean`` also empties the action caches.
 Either way blobs under the cache contract (told to a client within
 ``eviction_policy.keep_told``, known offline from the files' mtimes) stay
-unless ``--force``, which then prints what Bazel and Buck2 must do.
+unless ``--force``, which then prints what Bazel and Buck2 must do
+(``lre.cli._force_steps``: for the Bazel on PATH and this repository's flags).
 """
 
 from __future__ import annotations
@@ -23,12 +24,14 @@ import sys
 import urllib.request
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
 from lre.cli._app import app
 from lre.cli._byte_text import human_bytes, size_option
+from lre.cli._force_steps import after_force_steps_here
 from lre.cli._local_stores import LocalStores, LocalStoresError, local_stores
 from lre.cli._quarantine_report import quarantine_entries, quarantine_lines
 from lre.cli._running import Lookup, look_up
@@ -260,20 +263,6 @@ def _run_offline(work: Callable[[], Awaitable[T]]) -> T:
         raise typer.Exit(1) from None
 
 
-#: What a client must do after ``--force`` removed blobs it was told exist.
-AFTER_FORCE = (
-    "blobs lre had told clients exist were deleted (--force). What each client must do:\n"
-    "  - Bazel with lre's config (4.2.3 here: it downloads every output) recovers by\n"
-    "    itself: its next build re-uploads or re-runs what is missing. If your own\n"
-    "    bazelrc builds without the bytes (--remote_download_toplevel or _minimal),\n"
-    "    run `bazel clean` in each repository before the next build; Bazel 6.2 and\n"
-    "    later with lre's config (--experimental_remote_cache_eviction_retries)\n"
-    "    rerun the build by themselves.\n"
-    "  - Buck2: run `buck2 kill` in each repository (its daemon trusts digests it\n"
-    "    was told about for cas_ttl_secs, 3 h)."
-)
-
-
 def admin_post(lookup: Lookup, route: str, query: str) -> dict[str, Any] | None:
     """POST ``route`` to the running lre's status listener with its admin
     token; None when lre is not running. Exits with status 1 when lre runs
@@ -411,7 +400,7 @@ def clean(
         typer.echo(line)
     typer.echo(f"deleted {human_bytes(sum(int(r['evicted_bytes']) for r in rows) + cleared)}")
     if force:
-        typer.echo(AFTER_FORCE)
+        typer.echo(after_force_steps_here(Path.cwd()))
 
 
 @cache_app.command("gc")
@@ -446,4 +435,4 @@ def gc(
     for line in _shrink_lines(rows, to):
         typer.echo(line)
     if force:
-        typer.echo(AFTER_FORCE)
+        typer.echo(after_force_steps_here(Path.cwd()))

@@ -51,3 +51,22 @@ async def test_unreadable_actions_still_say_how_to_compare() -> None:
     await report.check()
     (notice,) = report.notices()
     assert "could not be read from the CAS" in notice and "--execution_log_json_file" in notice
+
+
+async def test_a_notice_made_before_the_actions_were_uploaded_names_their_keys_later() -> None:
+    # Bazel asks GetActionResult before it uploads the Action and Command
+    # (with Execute), so the first look may find none of them in the CAS.
+    cas = MemoryStore(1 << 20)
+    cache = FastSlowActionCache(MemoryActionCache(), MemoryActionCache())
+    report = MissReport([MissWatch("team", cache, cas)], threshold=2)
+    actions = [build_action(["cc", str(i)], env={"PATH": "/usr/bin"}) for i in range(2)]
+    for action in actions:
+        assert await cache.get(action.digest) is None
+    await report.check()
+    (first,) = report.notices()
+    assert "could not be read from the CAS" in first
+    for action in actions:
+        await write_blobs(cas, list(action.blobs.items()))
+    await report.check()
+    (later,) = report.notices()
+    assert "environment keys [PATH]" in later, later

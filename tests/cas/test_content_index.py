@@ -174,3 +174,61 @@ async def test_pinned_blobs_overrun_too_and_never_leave(tmp_path: Path) -> None:
         assert await store.has_many([*pinned, extra]) == [1000, 1000, 1000]
         assert store.statistics().overrun_bytes == 1000
     assert digest_of(blob(7)) == extra
+
+
+class CountingDisk(Disk):
+    """``Disk`` that counts its readings; ``others`` are bytes another
+    program wrote to the same disk."""
+
+    def __init__(self, free: int) -> None:
+        super().__init__(free)
+        self.readings = 0
+        self.others = 0
+
+    def __call__(self) -> int:
+        self.readings += 1
+        return super().__call__() - self.others
+
+
+async def test_the_free_disk_is_read_again_near_the_floor_or_once_the_reading_is_old(
+    tmp_path: Path,
+) -> None:
+    def opened(max_age: float) -> tuple[FilesystemStore, CountingDisk]:
+        disk = CountingDisk(100_000)
+        store = FilesystemStore(
+            tmp_path / f"cas{max_age}",
+            tmp_path / f"tmp{max_age}",
+            1 << 20,
+            keep_told_s=3 * HOUR,
+            min_free_bytes=10_000,
+            free_disk=disk,
+            free_disk_max_age_s=max_age,
+        )
+        disk.store = store
+        return store, disk
+
+    # Far above the floor one reading serves many writes (lre's own writes
+    # are counted against it)...
+    store, disk = opened(3600.0)
+    await store.open()
+    for i in range(40):
+        await write_bytes(store, blob(i))
+    assert disk.readings <= 2, disk.readings
+    # ...and within twice the floor of it every write reads the disk again,
+    # so another program's bytes are seen and the floor still holds.
+    for i in range(40, 81):
+        await write_bytes(store, blob(i))  # 81,000 held: 19,000 free
+    near = disk.readings
+    for i in range(81, 86):
+        await write_bytes(store, blob(i))  # 86,000 held: 14,000 free
+    assert disk.readings == near + 5
+    disk.others = 3_500  # 10,500 free
+    with pytest.raises(ResourceExhausted) as caught:
+        await write_bytes(store, blob(99))  # would leave 9,500
+    assert "free-disk floor of 10000 bytes" in str(caught.value)
+    # An old reading is never used: with no age allowed, every write reads.
+    fresh, fresh_disk = opened(0.0)
+    await fresh.open()
+    for i in range(5):
+        await write_bytes(fresh, blob(i))
+    assert fresh_disk.readings == 5

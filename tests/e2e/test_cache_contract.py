@@ -57,6 +57,8 @@ def test_a_cas_smaller_than_one_build_builds_and_rebuilds(tmp_path: Path) -> Non
         assert first.check().count("remote") == ws.spawn_count
         (notice,) = _status(home)["cache"]  # type: ignore[misc]
         assert "beyond its max_bytes of 8192" in str(notice), notice
+        doctor = " ".join(home.run("doctor", cwd=ws.root).stdout.split())
+        assert "WARN" in doctor and "beyond its max_bytes of 8192" in doctor, doctor
         _edit(ws, "a")
         _ok(bazel.build([ws.target]), home)
         bazel.clean()
@@ -64,6 +66,9 @@ def test_a_cas_smaller_than_one_build_builds_and_rebuilds(tmp_path: Path) -> Non
         _ok(again, home)
         summary = again.check()
         assert summary.count("remote cache hit") >= ws.spawn_count - 2, summary
+    # Said once in the log (one overrun from the first build on), not per write.
+    log = (home.state_dir / "lre.log").read_text()
+    assert log.count("beyond its max_bytes of 8192") == 1, log[-4000:]
 
 
 def test_after_gc_running_and_stopped_the_next_build_needs_no_clean(tmp_path: Path) -> None:

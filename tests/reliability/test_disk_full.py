@@ -1,6 +1,8 @@
 """Disk full: the CAS on a small tmpfs. Uploads fail RESOURCE_EXHAUSTED, reads
 keep working, nothing partial or corrupt is left, and uploads work again once
-space returns.
+space returns. With the free-disk floor (``eviction_policy.min_free_disk``)
+uploads stop at the floor instead, naming it, and the disk keeps that room
+for lre's own state.
 
 Mounting needs root (CAP_SYS_ADMIN). Without it the test is skipped, except
 under CI=true, where it fails.
@@ -21,6 +23,7 @@ import pytest
 import trio
 
 from lre.app import Application
+from lre.config import HITS_FILE
 from lre.digest import Digest
 from lre.proto import bs_grpc, bs_pb2, re_grpc, re_pb2
 from tests._support.actions import as_digest
@@ -253,4 +256,67 @@ async def test_full_disk_fails_actions_and_cache_writes_resource_exhausted_keeps
         finally:
             app.request_stop()
     assert kept
+    assert stray_files(small_disk) == []
+
+
+FLOOR_MIB = 8
+
+
+def floor_scenario(address: str, disk: Path) -> dict[str, object]:
+    """Upload 1 MiB blobs until lre refuses one, then run an action with a
+    1 MiB output; what lre said to each, and the disk's free bytes then
+    (blocking client; runs in a thread)."""
+    outcome: dict[str, object] = {"failure": None}
+    with open_channel(address) as ch, Client(address, instance="main") as client:
+        # Uploaded while there is room (the Action, Command and input root).
+        big_output = client.prepare(
+            ["/bin/sh", "-c", "head -c 1048576 /dev/zero > out"], output_files=["out"]
+        )
+        bytestream = bs_grpc.ByteStreamStub(ch)
+        for _ in range(4 * SIZE_MIB):
+            code, message = write(bytestream, os.urandom(1 << 20))
+            if code != grpc.StatusCode.OK:
+                outcome["failure"] = (code, message)
+                break
+        done = response_of(client.execute(big_output)[-1])
+        outcome["execute_status"] = (done.status.code, done.status.message)
+    stat = os.statvfs(disk)
+    outcome["free_after"] = stat.f_bavail * stat.f_frsize
+    return outcome
+
+
+async def test_with_a_floor_uploads_stop_there_naming_it_and_lre_keeps_room(
+    small_disk: Path,
+) -> None:
+    floor = f'min_free_disk: "{FLOOR_MIB}MiB" }}'
+    text = (
+        app_config_text(small_disk)
+        .replace('max_bytes: "1GiB" }', f'max_bytes: "1GiB", {floor}')
+        .replace('max_bytes: "64MiB" }', f'max_bytes: "64MiB", {floor}')
+    )
+    app = Application(config_of(text))
+    async with trio.open_nursery() as nursery:
+        ready = await nursery.start(app.serve)
+        try:
+            outcome = await trio.to_thread.run_sync(
+                floor_scenario, ready.grpc_addresses[0], small_disk
+            )
+        finally:
+            app.request_stop()
+    failure = outcome["failure"]
+    assert failure is not None, "lre stored more than the disk holds"
+    code, message = failure  # type: ignore[misc]
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, message
+    assert f"free-disk floor of {FLOOR_MIB << 20} bytes" in message, message
+    assert "no space left" not in message.lower(), message
+    # An action's output past the floor fails the same way.
+    code, message = outcome["execute_status"]  # type: ignore[misc]
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0], message
+    assert f"free-disk floor of {FLOOR_MIB << 20} bytes" in message, message
+    # The floor held (lre's state files took a few KiB of it), so lre's own
+    # writes at stop found room: the hit counts were saved.
+    free_after = outcome["free_after"]
+    assert isinstance(free_after, int)
+    assert free_after >= (FLOOR_MIB - 1) << 20, free_after
+    assert (small_disk / "state" / HITS_FILE).stat().st_size > 0
     assert stray_files(small_disk) == []
