@@ -346,6 +346,8 @@ def _empty_view(directory: ActionDirectory) -> bool:
         # marker at mode 0: an lre that is not root must open each up first.
         inner = directory.overlay_work / "work"
         marker = inner / "incompat" / "volatile"
+        if _drop_volatile_marker(marker):
+            return True
         for path in (inner, marker.parent, marker):
             try:
                 info = os.lstat(path)
@@ -359,6 +361,31 @@ def _empty_view(directory: ActionDirectory) -> bool:
             remove_tree(marker.parent)  # opens up what lies below, never follows links
     except OSError:
         return False
+    return True
+
+
+def _drop_volatile_marker(marker: Path) -> bool:
+    """The usual case, in a few calls: ``incompat/volatile`` holding only the
+    ``dirty`` file overlayfs put there, removed as it was left (the general
+    descriptor-based removal costs about twice as much CPU on ext4). False
+    when anything else is found or a call fails (mode 0 for an lre that is
+    not root, another entry): the caller then takes the general way, which
+    copes with both. Opened one name at a time with ``O_NOFOLLOW``: no
+    symlink is followed."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    opened: list[int] = []
+    try:
+        opened.append(os.open(marker.parent.parent, flags))
+        opened.append(os.open(marker.parent.name, flags, dir_fd=opened[-1]))
+        opened.append(os.open(marker.name, flags, dir_fd=opened[-1]))
+        os.unlink("dirty", dir_fd=opened[2])
+        os.rmdir(marker.name, dir_fd=opened[1])
+        os.rmdir(marker.parent.name, dir_fd=opened[0])
+    except OSError:
+        return False
+    finally:
+        for fd in opened:
+            os.close(fd)
     return True
 
 

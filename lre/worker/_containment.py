@@ -15,6 +15,17 @@ which on Linux means running with CAP_SYS_ADMIN, for example as root)
     (``unshare(CLONE_NEWPID)`` just before the fork and ``setns`` back to
     lre's own namespace right after): it costs no extra process.
 
+    In a view (``SpawnOptions.view``) the spawner thread also makes the
+    action's mount namespace, and where the kernel can mount a procfs for a
+    named PID namespace (Linux 6.15+) it mounts the action's ``/proc``
+    itself, right after the fork: the first process is then POSIX ``sh``
+    reading a gate on its stdin (a pipe lre holds) before it executes
+    ``timeout`` with stdin from ``/dev/null``; lre writes ``go`` once the
+    mount is there, and closes the pipe without it when the mount failed
+    (the gate then exits 125 and nothing of the action ran). Elsewhere
+    ``unshare --mount-proc`` (an extra exec and an extra mount namespace per
+    action) mounts it before executing ``timeout``.
+
     The first process is coreutils ``timeout 0`` (no time limit), which runs
     the command as its child, forwards SIGTERM to it and exits with its
     status. The command must not be pid 1 itself: pid 1 of a namespace does
@@ -70,7 +81,13 @@ from lre.worker._syscalls import killpg as _killpg
 from lre.worker._syscalls import loopback_up as _loopback_up
 from lre.worker._syscalls import reap as _reap
 from lre.worker._syscalls import stat_fields as _stat_fields
-from lre.worker._view import ActionView, OverlayXattrs, build_view
+from lre.worker._view import (
+    ActionView,
+    OverlayXattrs,
+    build_view,
+    mount_children_proc,
+    proc_pidns_works,
+)
 from lre.worker._view_helper import ViewHelper
 
 __all__ = [
@@ -94,6 +111,12 @@ _CLONE_NEWNET = 0x40000000
 _CLONE_NEWPID = 0x20000000
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
+#: The first process of a view whose /proc the spawner mounts: it waits for
+#: ``go`` on its stdin (lre's end of a pipe), then executes the rest of its
+#: arguments with stdin from /dev/null; 125 when lre did not say ``go``.
+_PROC_GATE = 'IFS= read -r gate; [ "$gate" = go ] || exit 125; exec "$@" </dev/null'
+#: Exit status of a gate that was not opened (the view's /proc is missing).
+GATE_CLOSED_EXIT = 125
 #: Sweeps at most this many generations of orphans at an action's end.
 _SWEEP_PASSES = 16
 
@@ -159,6 +182,12 @@ class Containment(ABC):
         one). Raises ``OSError`` when the namespace cannot be made. Callers
         ask for ``block_network`` only where ``can_block_network``."""
         yield []
+
+    def spawn_stdin(self) -> int:
+        """(spawner thread, inside ``spawn_context``) The first process's
+        stdin: ``subprocess.DEVNULL`` unless the backend gates it (a pipe
+        descriptor, see ``PidNamespace``)."""
+        return subprocess.DEVNULL
 
     def spawn_started(self, pid: int) -> None:
         """The action's first process ``pid`` was forked (spawner thread):
@@ -234,13 +263,20 @@ class PidNamespace(Containment):
             )
         super().__init__()
         self._init = init
-        #: util-linux unshare, which mounts each view's /proc (see _view.py)
+        #: POSIX sh: the gate of a view whose /proc the spawner mounts
+        #: (None: the kernel cannot, or no sh; then util-linux unshare
+        #: mounts each view's /proc, see _view.py)
+        sh = shutil.which("sh")
+        self._gate_sh = sh if sh is not None and proc_pidns_works() else None
         self._unshare = shutil.which("unshare")
         self._own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
         self._own_net_ns = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
         self._own_mnt_ns = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+        #: per spawner thread: the read end of the running spawn's gate
+        self._gate = threading.local()
         self._probe()
-        self.can_view = self._unshare is not None and self._probe_view()
+        can_mount_proc = self._gate_sh is not None or self._unshare is not None
+        self.can_view = can_mount_proc and self._probe_view()
 
     def _probe_view(self) -> bool:
         """Whether a mount namespace can be made and left here (logged if not)."""
@@ -283,12 +319,19 @@ class PidNamespace(Containment):
 
     def command(self, argv: Sequence[str], *, view: bool = False) -> list[str]:
         # timeout execvp()s argv with the action's PATH, argv[0] unchanged;
-        # a duration of 0 sets no limit. In a view, unshare first mounts the
-        # namespace's own /proc, then executes timeout (still pid 1).
+        # a duration of 0 sets no limit. In a view, the gate waits for the
+        # spawner's /proc (or unshare first mounts the namespace's own),
+        # then executes timeout (still pid 1).
         init = [self._init, "--", "0", *argv]
+        if view and self._gate_sh is not None:
+            return [self._gate_sh, "-c", _PROC_GATE, "sh", *init]
         if view and self._unshare is not None:
             return [self._unshare, "--mount-proc", "--propagation", "unchanged", "--", *init]
         return init
+
+    def spawn_stdin(self) -> int:
+        gate: int | None = getattr(self._gate, "read", None)
+        return subprocess.DEVNULL if gate is None else gate
 
     @contextmanager
     def spawn_context(self, options: SpawnOptions) -> Iterator[list[str]]:
@@ -301,8 +344,8 @@ class PidNamespace(Containment):
             if options.view is not None:
                 _call("unshare", _CLONE_NEWNS)
                 try:
-                    build_view(options.view)
-                    with self._network(options):
+                    build_view(options.view, host_proc_writable=self._gate_sh is None)
+                    with self._gated(), self._network(options):
                         yield []
                 finally:
                     _call("setns", self._own_mnt_ns, _CLONE_NEWNS)
@@ -311,6 +354,31 @@ class PidNamespace(Containment):
                     yield []
         finally:
             _call("setns", self._own_pid_ns, _CLONE_NEWPID)
+
+    @contextmanager
+    def _gated(self) -> Iterator[None]:
+        """Around the fork of a view's first process: its gate (``spawn_stdin``),
+        and once it was forked, the view's /proc mounted and the gate opened.
+        A /proc that cannot be mounted leaves the gate closed (logged)."""
+        if self._gate_sh is None:
+            yield
+            return
+        read, write = os.pipe2(os.O_CLOEXEC)
+        self._gate.read = read
+        try:
+            yield
+            # The first process exists (the fork returned): its namespace can
+            # be named now.
+            try:
+                mount_children_proc()
+            except OSError as error:
+                log.error("containment pidns: no /proc for the action's view (%s)", error)
+            else:
+                os.write(write, b"go\n")
+        finally:
+            self._gate.read = None
+            os.close(read)
+            os.close(write)
 
     @contextmanager
     def _network(self, options: SpawnOptions) -> Iterator[None]:

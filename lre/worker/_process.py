@@ -326,7 +326,7 @@ async def run_process(
                             [*prefix, *command],
                             cwd=cwd,
                             env=environment,
-                            stdin=subprocess.DEVNULL,
+                            stdin=contained.spawn_stdin(),
                             stdout=stdout_fd,
                             stderr=stderr_fd,
                             close_fds=True,

@@ -38,9 +38,14 @@ and shapes that namespace, which the action's first process then inherits:
   path; only the action's own root and tmp are mounted back inside. A
   hidden regular file (a bearer token, a TLS key) shows ``/dev/null``.
 
-``/proc`` is made by the action's first process (util-linux ``unshare
---mount-proc``, before it executes the namespace's init), since a procfs
-shows the PID namespace of the process that mounts it.
+``/proc``: a procfs shows the PID namespace its mounter names. Where the
+kernel takes procfs's ``pidns=`` option (Linux 6.15+, ``proc_pidns_works``)
+the spawner mounts it itself once the action's first process exists
+(``mount_children_proc``: ``pidns=`` names the namespace of the thread's
+children, which opens only after that first fork), and the first process
+waits at a gate until then (``_containment.PidNamespace``). Elsewhere the
+first process makes it (util-linux ``unshare --mount-proc``: an extra mount
+namespace per action, copied from the view and torn down at its end).
 
 Every failing call raises ``OSError`` naming the call and the path; the
 caller then abandons the namespace (nothing was started in it).
@@ -55,7 +60,15 @@ import sys
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["ActionView", "OverlayXattrs", "build_view", "covered_by", "outermost"]
+__all__ = [
+    "ActionView",
+    "OverlayXattrs",
+    "build_view",
+    "covered_by",
+    "mount_children_proc",
+    "outermost",
+    "proc_pidns_works",
+]
 
 _AT_FDCWD = -100
 _AT_RECURSIVE = 0x8000
@@ -66,6 +79,7 @@ _MOVE_MOUNT_F_EMPTY_PATH = 0x4
 _MOUNT_ATTR_RDONLY = 0x1
 _MOUNT_ATTR_NOSUID = 0x2
 _MOUNT_ATTR_NODEV = 0x4
+_MOUNT_ATTR_NOEXEC = 0x8
 _MS_SLAVE = 1 << 19
 _MS_RDONLY = 0x1
 _MS_NOSUID = 0x2
@@ -203,6 +217,54 @@ def _attach(fd: int, path: str) -> None:
     _syscall("move_mount", path, fd, b"", _AT_FDCWD, path.encode(), _MOVE_MOUNT_F_EMPTY_PATH)
 
 
+def _proc_with_pidns(pidns: str) -> int:
+    """A procfs superblock's context showing the PID namespace at ``pidns``
+    (a namespace file), created but not mounted; the caller closes it."""
+    fs = _syscall("fsopen", "proc", b"proc", _FSOPEN_CLOEXEC)
+    try:
+        _syscall("fsconfig", pidns, fs, _FSCONFIG_SET_STRING, b"pidns", pidns.encode(), 0)
+        _syscall("fsconfig", pidns, fs, _FSCONFIG_CMD_CREATE, None, None, 0)
+    except BaseException:
+        os.close(fs)
+        raise
+    return fs
+
+
+def proc_pidns_works() -> bool:
+    """Whether this kernel mounts a procfs for a named PID namespace
+    (``pidns=``, Linux 6.15+) for this process (it needs ``CAP_SYS_ADMIN``)."""
+    if _LIBC is None:
+        return False
+    try:
+        os.close(_proc_with_pidns("/proc/self/ns/pid"))
+    except OSError:
+        return False
+    return True
+
+
+def mount_children_proc() -> None:
+    """Mount at ``/proc`` of the calling thread's mount namespace a procfs of
+    the PID namespace its children are born in (``nosuid,nodev,noexec``, as
+    util-linux mounts it), over the host's. Only once the thread forked the
+    namespace's first process: before that the namespace cannot be named.
+    Raises ``OSError`` naming the call."""
+    fs = _proc_with_pidns("/proc/thread-self/ns/pid_for_children")
+    try:
+        mount = _syscall(
+            "fsmount",
+            "/proc",
+            fs,
+            _FSMOUNT_CLOEXEC,
+            _MOUNT_ATTR_NOSUID | _MOUNT_ATTR_NODEV | _MOUNT_ATTR_NOEXEC,
+        )
+    finally:
+        os.close(fs)
+    try:
+        _attach(mount, "/proc")
+    finally:
+        os.close(mount)
+
+
 def _overlay_flags(xattrs: OverlayXattrs) -> tuple[str, ...]:
     """The overlay's flag options besides ``OVERLAY_OPTIONS``: always
     ``volatile``, and ``userxattr`` for marks in ``user.overlay.*``."""
@@ -255,9 +317,11 @@ def _attach_at(fd: int, path: str, tmpfs: list[str]) -> None:
     _attach(fd, path)
 
 
-def build_view(view: ActionView) -> None:
+def build_view(view: ActionView, *, host_proc_writable: bool = True) -> None:
     """Shape the calling thread's (new, unshared) mount namespace into
-    ``view`` (see the module docstring). Raises ``OSError``."""
+    ``view`` (see the module docstring). The host's ``/proc`` stays writable
+    when ``host_proc_writable`` (for whoever covers it with the action's
+    own; read-only otherwise). Raises ``OSError``."""
     if _LIBC is None:
         raise OSError("mount namespaces need Linux")
     fresh = ["/tmp", "/dev/shm"]
@@ -272,7 +336,8 @@ def build_view(view: ActionView) -> None:
         _setattr("/", set_=_MOUNT_ATTR_RDONLY, propagation=_MS_SLAVE, recursive=True)
         # The host's /proc stays writable until the action's first process
         # covers it with its own: unshare writes /proc/self/uid_map there.
-        _setattr("/proc", clear=_MOUNT_ATTR_RDONLY)
+        if host_proc_writable:
+            _setattr("/proc", clear=_MOUNT_ATTR_RDONLY)
         for path in fresh:
             _mount_tmpfs(path, TMPFS_OPTIONS)
         for fd, path in shared:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -188,3 +189,50 @@ async def test_the_input_root_keeps_mode_0755_across_recycling(
                 assert await read_bytes(store, stdout) == b"755\n", done
             assert runner.directories.recycled >= 2
             nursery.cancel_scope.cancel()
+
+
+async def test_a_views_proc_shows_only_the_action_and_its_stdin_is_empty(
+    tmp_path: Path, store: MemoryStore, viewing: Containment
+) -> None:
+    """pidns mounts the view's /proc from the spawner behind a gate on the
+    first process's stdin: the action must see its own namespace there and
+    read nothing (not the gate) on stdin."""
+    script = (
+        "cat /proc/1/cmdline | tr '\\0' ' '; echo; "
+        f"test -e /proc/{os.getpid()} && echo lre-seen || ls /proc | grep -c '^[0-9]'; "
+        "readlink /proc/self/fd/0; wc -c </dev/stdin"
+    )
+    spec = make_spec(tmp_path)
+    with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
+        runner = ActionRunner(spec, workdir, store, containment=viewing)
+        lease = await make_lease(store, ["/bin/sh", "-c", script])
+        outcome = await runner.run(lease)
+    assert isinstance(outcome, Completed) and outcome.error is None, outcome
+    out = await read_bytes(store, Digest.from_proto(outcome.result.stdout_digest, field=""))
+    pid1, processes, stdin, size = out.decode().splitlines()
+    assert "timeout -- 0 /bin/sh -c" in pid1, out  # its own namespace, no gate left
+    assert int(processes) <= 6, out  # timeout, sh, its pipeline: nothing of lre's
+    assert (stdin, size.strip()) == ("/dev/null", "0"), out
+
+
+async def test_a_view_whose_proc_cannot_be_mounted_runs_nothing(
+    tmp_path: Path, store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the spawner mounts the view's /proc, a failed mount keeps the
+    gate shut: the command never runs (it would see the host's /proc)."""
+    containment = backend("pidns")
+    if not getattr(containment, "_gate_sh", None):
+        pytest.fail("this kernel cannot mount a procfs for a named PID namespace (Linux 6.15+)")
+
+    def refuse() -> None:
+        raise OSError(1, "fsmount /proc: refused by the test")
+
+    monkeypatch.setattr("lre.worker._containment.mount_children_proc", refuse)
+    marker = tmp_path / "ran"
+    spec = make_spec(tmp_path, sandbox_writable_paths=(str(tmp_path),))
+    with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
+        runner = ActionRunner(spec, workdir, store, containment=containment)
+        lease = await make_lease(store, ["/bin/sh", "-c", f"touch {marker}"])
+        outcome = await runner.run(lease)
+    assert isinstance(outcome, Completed) and outcome.result.exit_code == 125, outcome
+    assert not marker.exists()
