@@ -25,7 +25,15 @@ Workloads (``--work``):
   blobs, a ByteStream Read of a 1.5 KB blob, a GetActionResult miss and a
   one-message ByteStream Write of a new 600-byte blob.
 
-Raises ``RuntimeError`` when an action fails.
+Same code, two configurations: ``--tree-b`` defaults to ``--tree-a``, and
+``--override-a KEY=JSON`` / ``--override-b KEY=JSON`` (repeatable) set a
+dotted path of the generated config on one side (list items by index, e.g.
+``workers.0.local.max_processes=0``; a missing last key is added, a missing
+inner one or an index out of range is an error), so a feature's cost can be
+isolated in a same-run A/B (feature on vs off).
+
+Raises ``RuntimeError`` when an action fails; ``SystemExit`` (argparse) on a
+malformed override.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import json
 import os
 import statistics
 import sys
@@ -67,6 +76,49 @@ def _python_path(tree: Path) -> Iterator[None]:
             del os.environ["PYTHONPATH"]
         else:
             os.environ["PYTHONPATH"] = old
+
+
+def parse_override(text: str) -> tuple[list[str], object]:
+    """``KEY=JSON`` as (the dotted key's parts, the decoded value).
+
+    Raises ``argparse.ArgumentTypeError`` without ``=``, with an empty key part,
+    or when the value is not JSON."""
+    key, sep, value = text.partition("=")
+    parts = key.split(".")
+    if not sep or not all(parts):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=JSON with a dotted KEY")
+    try:
+        return parts, json.loads(value)
+    except json.JSONDecodeError as error:
+        raise argparse.ArgumentTypeError(f"{text!r}: the value is not JSON ({error})") from None
+
+
+def apply_overrides(config_text: str, overrides: list[tuple[list[str], object]]) -> str:
+    """The config (JSON) with each override's dotted path set to its value.
+
+    Raises ``KeyError`` naming the path when an inner key or list index does
+    not exist (a typo would otherwise measure an unchanged config)."""
+    config = json.loads(config_text)
+    for parts, value in overrides:
+        node = config
+        for depth, part in enumerate(parts):
+            last = depth == len(parts) - 1
+            where = ".".join(parts[: depth + 1])
+            if isinstance(node, list):
+                if not part.isdigit() or int(part) >= len(node):
+                    raise KeyError(f"override {'.'.join(parts)}: no list item {where}")
+                index: int | str = int(part)
+            elif isinstance(node, dict):
+                if not last and part not in node:
+                    raise KeyError(f"override {'.'.join(parts)}: no key {where}")
+                index = part
+            else:
+                raise KeyError(f"override {'.'.join(parts)}: {where} is not inside a map or list")
+            if last:
+                node[index] = value
+            else:
+                node = node[index]
+    return json.dumps(config, indent=2)
 
 
 def _thread_cpu(pid: int) -> dict[int, tuple[str, float]]:
@@ -285,7 +337,17 @@ def _report(args: argparse.Namespace, sides: list[Side]) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--tree-a", type=Path, required=True, help="source tree of side A")
-    ap.add_argument("--tree-b", type=Path, required=True, help="source tree of side B")
+    ap.add_argument("--tree-b", type=Path, help="source tree of side B (default: --tree-a)")
+    for side in ("a", "b"):
+        ap.add_argument(
+            f"--override-{side}",
+            type=parse_override,
+            action="append",
+            default=[],
+            metavar="KEY=JSON",
+            help=f"set a dotted config path on side {side.upper()}, e.g. "
+            "workers.0.local.max_processes=0 (repeatable)",
+        )
     ap.add_argument("--work", choices=("true", "fresh", "rpc"), default="true")
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--reps", type=int, default=2, help="batches of 42 actions per round")
@@ -294,18 +356,27 @@ def main() -> int:
     ap.add_argument("--calls", type=int, default=1500, help="calls per kind and round (rpc)")
     ap.add_argument("--recording-cache", type=Path, default=Path.home() / ".cache" / "lre-bench")
     args = ap.parse_args()
+    if args.tree_b is None:
+        args.tree_b = args.tree_a
     started = time.monotonic()
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="lre-bench-ab.") as tmp:
         sides: list[Side] = []
         try:
+            configs = {}
+            for name, overrides in (("A", args.override_a), ("B", args.override_b)):
+                home = Path(tmp) / name
+                configs[name] = apply_overrides(local_config(home, BAZEL_WORKER), overrides)
             for name, tree in (("A", args.tree_a), ("B", args.tree_b)):
                 home = Path(tmp) / name
                 with _python_path(tree.resolve()):
-                    lre = LreProcess(local_config(home, BAZEL_WORKER), home)
+                    lre = LreProcess(configs[name], home)
                 sides.append(Side(name, lre))
             print(f"A = {args.tree_a}, B = {args.tree_b}, work {args.work}")
+            for name, overrides in (("A", args.override_a), ("B", args.override_b)):
+                for parts, value in overrides:
+                    print(f"  {name}: {'.'.join(parts)} = {json.dumps(value)}")
             asyncio.run(_run(args, sides))
             _report(args, sides)
         finally:

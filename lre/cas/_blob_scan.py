@@ -22,10 +22,10 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import stat
 from dataclasses import dataclass
 
+from lre.cas._leftovers import remove_leftover
 from lre.errors import FailedPrecondition
 
 PLAIN_VARIANT = 1
@@ -132,7 +132,7 @@ def _empty(directory: str) -> None:
     with os.scandir(directory) as leftovers:
         for item in leftovers:
             if item.is_dir(follow_symlinks=False):
-                shutil.rmtree(item.path, ignore_errors=True)
+                remove_leftover(item.path)  # no recursion, never crosses a mount
             else:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(item.path)
@@ -140,7 +140,7 @@ def _empty(directory: str) -> None:
 
 def _remove(path: str) -> None:
     if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path, ignore_errors=True)
+        remove_leftover(path)
     else:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)

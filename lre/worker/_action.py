@@ -470,6 +470,13 @@ class ActionRunner:
         are no outputs and the logs are small)."""
         allow = self.allow_escaping_symlinks
         limits = self.limits
+        # Mounts the action left in lre's namespace (cheap while the table is
+        # unchanged): what they show is copied, never moved out of its place.
+        mounts = tuple(
+            point
+            for point in self.workdir.mounts.below(root.parent)
+            if point == str(root) or point.startswith(f"{root}/")
+        )
 
         def collect() -> tuple[FoundOutputs, list[FoundFile]]:
             budget = OutputBudget(limits)
@@ -480,6 +487,7 @@ class ActionRunner:
                 budget=budget,
                 lower=lower,
                 xattrs=xattrs,
+                mounts=mounts,
             )
             return found, [
                 log_file(stdout_path, identities[0], budget),

@@ -230,6 +230,15 @@ class _Roots:
 
     upper: Path
     lower: Path | None
+    #: mount points (lre's namespace) at or below ``upper``: a file reached
+    #: through one is not the action's, whoever owns it
+    mounts: tuple[str, ...] = ()
+
+    def movable(self, entry: Entry, path: Path, info: os.stat_result) -> bool:
+        if entry.from_lower or not _movable(info):
+            return False
+        shown = str(path)
+        return not any(shown == point or shown.startswith(point + "/") for point in self.mounts)
 
     def found(
         self, entry: Entry, relative: str, digest: Digest, data: bytes | None, info: os.stat_result
@@ -240,7 +249,7 @@ class _Roots:
             digest,
             bool(info.st_mode & stat.S_IXUSR),
             data,
-            movable=not entry.from_lower and _movable(info),
+            movable=self.movable(entry, root / relative, info),
             root=root,
             relative=relative,
         )
@@ -387,6 +396,7 @@ def scan_outputs(
     budget: OutputBudget | None = None,
     lower: Path | None = None,
     xattrs: OverlayXattrs = "trusted",
+    mounts: tuple[str, ...] = (),
 ) -> FoundOutputs:
     """Describe the requested outputs that exist under ``root``, within the
     limits of ``budget`` (the defaults of ``ActionLimits`` if None).
@@ -399,6 +409,9 @@ def scan_outputs(
     is where that overlay kept its marks (the view's ``ActionView.xattrs``:
     ``user`` for one mounted with ``userxattr`` in a user namespace); an
     opaque directory is found, and a redirect or metacopy refused, there only.
+    ``mounts`` are the mount points at or below ``root`` in lre's namespace
+    (an action that can mount there left them): files under one are copied
+    into the CAS, never moved (they belong to whatever was mounted there).
 
     Raises ``InvalidArgument`` naming the output when a parent directory of
     it is a symlink, when it changed while being read, when a name or
@@ -412,7 +425,7 @@ def scan_outputs(
     """
     found = FoundOutputs()
     budget = budget if budget is not None else OutputBudget(ActionLimits())
-    roots = _Roots(root, lower)
+    roots = _Roots(root, lower, mounts)
     merged = MergedDir.open_root(root, lower, xattrs=xattrs)
     try:
         for request in requests:

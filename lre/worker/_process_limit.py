@@ -10,8 +10,10 @@ what lre may do here (measured on Linux 6.18, see docs/troubleshooting.md):
   of its own with ``pids.max``. The spawner thread moves itself into it just
   before the fork (v1 places threads, not only processes), so the action's
   first process is born inside and nothing escapes before it is counted; the
-  thread stays until its next fork (a migration costs 0.3-1 ms of wall time
-  here, two per action were measurable), and cgroups whose action ended are
+  thread stays until its next fork (it writes ``0``, itself, to ``tasks``: a
+  migration by pid takes a global lock and waits for an RCU grace period,
+  0.1-1 ms of wall time here, by ``0`` about 20 us; two per action were
+  measurable), and cgroups whose action ended are
   reused rather than removed and made again (the spawner thread starts the
   guardian before its first migration, so it never lands in one; see
   ``ProcessGuardian.start``). ``pids.events`` then tells
@@ -82,6 +84,10 @@ class ProcessLimits:
         #: cgroups free for another action, with their limit
         self._idle: list[tuple[Path, int]] = []
         self._limits: dict[Path, int] = {}
+        #: refused forks counted in each cgroup when its last action ended (or
+        #: 0 when new): no fork can happen in a free cgroup, so this is the
+        #: next action's baseline without reading pids.events again
+        self._refusals: dict[Path, int] = {}
         #: cgroups a spawner thread sits in, and those of them whose action ended
         self._occupied: set[Path] = set()
         self._finished: set[Path] = set()
@@ -153,13 +159,16 @@ class ProcessLimits:
         previous = getattr(self._local, "sitting", None)
         if previous is not None and self._reusable_in_place(previous, limit):
             # The thread's last action ended and left nothing: no migration.
-            self._local.pending = (previous, _refused(previous))
+            self._local.pending = (previous, self._baseline(previous))
             yield
             return
         group = self._take(limit)
         try:
-            baseline = _refused(group)
-            _write(f"{group}/tasks", str(threading.get_native_id()))
+            baseline = self._baseline(group)
+            # "0" is this thread: the kernel then moves one thread without
+            # the global threadgroup lock (and its RCU grace period) that
+            # naming a pid takes, about a fifth of the wall time here.
+            _write(f"{group}/tasks", "0")
         except BaseException:
             self._release(group)
             raise
@@ -173,6 +182,11 @@ class ProcessLimits:
             self._release(previous)
         self._local.pending = (group, baseline)
         yield
+
+    def _baseline(self, group: Path) -> int:
+        with self._lock:
+            known = self._refusals.get(group)
+        return _refused(group) if known is None else known
 
     def _reusable_in_place(self, group: Path, limit: int) -> bool:
         """Whether the cgroup this thread sits in is free: its action ended
@@ -201,6 +215,7 @@ class ProcessLimits:
             raise
         with self._lock:
             self._limits[group] = limit
+            self._refusals[group] = 0
         return group
 
     def _release(self, group: Path) -> None:
@@ -229,6 +244,8 @@ class ProcessLimits:
         pending = getattr(self._local, "pending", None)
         self._local.pending = None
         if pending is not None:
+            with self._lock:
+                self._refusals.pop(pending[0], None)  # read afresh next time
             self._release(pending[0])
 
     def ended(self, pid: int) -> bool:
@@ -239,9 +256,11 @@ class ProcessLimits:
         if pending is None:
             return False
         group, baseline = pending
-        hit = _refused(group) > baseline
+        refused = _refused(group)
+        with self._lock:
+            self._refusals[group] = refused
         self._release(group)
-        return hit
+        return refused > baseline
 
     def close(self) -> None:
         """Move the spawner threads home and remove the cgroups (at exit);

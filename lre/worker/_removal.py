@@ -36,6 +36,7 @@ import select
 import stat
 import struct
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -231,7 +232,9 @@ def _unescape(field: bytes) -> str:
 
 class MountTable:
     """The mount points of this process's mount namespace (see the module
-    docstring). Never raises: without ``/proc`` it knows no mounts."""
+    docstring). Never raises: without ``/proc`` it knows no mounts.
+    Thread-safe: the janitor's threads and the worker's event loop share one
+    (a caller that waited for another's re-read sees its result)."""
 
     def __init__(self, source: str = "/proc/self/mountinfo") -> None:
         self.source = source
@@ -245,6 +248,7 @@ class MountTable:
         except OSError:
             self._poll = None
         self._stale = True
+        self._lock = threading.Lock()
 
     def _refresh(self) -> None:
         if self._poll is not None and not self._stale and not self._poll.poll(0):
@@ -270,9 +274,11 @@ class MountTable:
 
     def below(self, directory: Path) -> list[str]:
         """Mount points strictly below ``directory``, deepest first."""
-        self._refresh()
+        with self._lock:
+            self._refresh()
+            points = self._points
         prefix = str(directory).rstrip("/") + "/"
-        return sorted((p for p in self._points if p.startswith(prefix)), key=len, reverse=True)
+        return sorted((p for p in points if p.startswith(prefix)), key=len, reverse=True)
 
     def detach_below(self, directory: Path) -> list[str]:
         """Detach every mount below ``directory`` (stacked ones too); returns

@@ -111,6 +111,69 @@ async def test_open_removes_leftovers_and_damaged_files(tmp_path: Path) -> None:
     assert [p.name for p in content_files(tmp_path)] == [f"{good.hash}-9"]
 
 
+def _deep(path: Path, levels: int) -> None:
+    """``levels`` directories nested under ``path``, made relative to a
+    descriptor (their path is longer than PATH_MAX allows at the bottom)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(levels):
+            os.mkdir("d", dir_fd=fd)
+            child = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        with open(os.open("leaf", os.O_WRONLY | os.O_CREAT, dir_fd=fd), "w") as leaf:
+            leaf.write("x")
+    finally:
+        os.close(fd)
+
+
+async def test_open_survives_leftover_trees_deeper_than_the_recursion_limit(
+    tmp_path: Path,
+) -> None:
+    # Issue 26: lre never refuses to start over leftovers. An action running
+    # as lre's user (portable containment) can leave such trees in the CAS
+    # directories; shutil.rmtree recursed into them and raised RecursionError.
+    store = await open_store(tmp_path)
+    good = await write_bytes(store, b"good blob")
+    (tmp_path / "tmp" / "deep").mkdir()
+    _deep(tmp_path / "tmp" / "deep", 1200)
+    (tmp_path / "tmp" / "past-path-max").mkdir()
+    _deep(tmp_path / "tmp" / "past-path-max", 2100)
+    (tmp_path / "cas" / "00" / "junk-dir").mkdir()
+    _deep(tmp_path / "cas" / "00" / "junk-dir", 1200)
+
+    reopened = await open_store(tmp_path)
+    assert await reopened.has_many([good]) == [9]
+    assert list((tmp_path / "tmp").iterdir()) == []
+    assert not (tmp_path / "cas" / "00" / "junk-dir").exists()
+    assert [p.name for p in content_files(tmp_path)] == [f"{good.hash}-9"]
+
+
+async def test_open_never_deletes_through_a_mount_or_a_symlink_in_its_directories(
+    tmp_path: Path,
+) -> None:
+    if os.geteuid() != 0:
+        if os.environ.get("CI"):
+            pytest.fail("CI runs as root: mounting must work")
+        pytest.skip("mounting needs root")
+    host = tmp_path / "users-files"
+    (host / "src").mkdir(parents=True)
+    (host / "src" / "main.c").write_text("int main;\n")
+    await open_store(tmp_path)
+    (tmp_path / "tmp" / "link").symlink_to(host)
+    (tmp_path / "tmp" / "holder" / "mnt").mkdir(parents=True)
+    await trio.run_process(["mount", "--bind", host, tmp_path / "tmp" / "holder" / "mnt"])
+    try:
+        reopened = await open_store(tmp_path)
+        assert reopened.statistics().blob_count == 0
+        assert (host / "src" / "main.c").read_text() == "int main;\n"
+        assert not (tmp_path / "tmp" / "link").is_symlink()
+        assert (tmp_path / "tmp" / "holder" / "mnt" / "src" / "main.c").exists()  # left alone
+    finally:
+        await trio.run_process(["umount", tmp_path / "tmp" / "holder" / "mnt"])
+    assert (host / "src" / "main.c").exists()
+
+
 async def test_open_evicts_when_over_a_lowered_cap(tmp_path: Path) -> None:
     store = await open_store(tmp_path)
     for i in range(4):

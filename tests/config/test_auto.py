@@ -143,3 +143,28 @@ def test_worker_resources_measure_this_machine_as_resolve_does() -> None:
     assert resolved is not None
     assert measured == worker_resources(resolved)
     assert measured.cpu_count >= 1 and measured.memory_budget_bytes >= GIB
+
+
+def _max_output_bytes(text: str, free_disk: int) -> object:
+    facts = HostFacts(cpu_count=2, total_memory=8 * GIB, free_disk=lambda path: free_disk)
+    local = resolve(load(text), facts).workers[0].local
+    assert local is not None
+    return local.limits.max_output_bytes
+
+
+def test_max_output_bytes_is_half_the_cas_and_far_below_a_terabyte_by_default() -> None:
+    # Issue 26: one action cannot evict more than half the cache, and a 1 TiB
+    # sparse output is refused under the defaults on any disk (the auto CAS
+    # is capped at 50 GiB).
+    assert _max_output_bytes(MINIMAL, 40 * GIB) == 5 * GIB
+    assert _max_output_bytes(MINIMAL, 1 << 50) == 25 * GIB
+    explicit_cas = MINIMAL.replace(
+        '{ content_path: "/data/cas" }',
+        '{ content_path: "/data/cas", eviction_policy: { max_bytes: "8GiB" } }',
+    )
+    assert _max_output_bytes(explicit_cas, 1 << 50) == 4 * GIB
+    explicit = MINIMAL.replace(
+        'work_directory: "/data/work"',
+        'work_directory: "/data/work", limits: { max_output_bytes: "3GiB" }',
+    )
+    assert _max_output_bytes(explicit, 40 * GIB) == 3 * GIB

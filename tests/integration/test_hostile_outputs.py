@@ -22,6 +22,8 @@ from tests._support.configs import WORKER_EXTRA, app_config_text
 from tests._support.reapi import Client, digest, response_of
 from tests._support.servers import ServerThread
 
+from .test_hostile_clients import lre_as
+
 OK = grpc.StatusCode.OK.value[0]
 INVALID_ARGUMENT = grpc.StatusCode.INVALID_ARGUMENT.value[0]
 RESOURCE_EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
@@ -228,6 +230,61 @@ def test_the_same_attacks_as_an_unprivileged_user(
     assert response.status.code == code, (response.status, client.stderr(response.result))
     assert named in response.status.message
     still_serving(client)
+
+
+#: (attack script, outputs, status code, what the message must name): each
+#: one of the cases above, made in the action of an lre that is itself
+#: unprivileged.
+_UNPRIVILEGED_ATTACKS = [
+    (
+        "mkdir -p out/d && echo x > \"out/d/a$(printf '\\377')b\"",
+        ["out"],
+        INVALID_ARGUMENT,
+        "a\\xffb",
+    ),
+    ("ln -s \"x$(printf '\\376')y\" out.lnk", ["out.lnk"], INVALID_ARGUMENT, "x\\xfey"),
+    (f"truncate -s {TIB} big", ["big"], RESOURCE_EXHAUSTED, "max_output_bytes"),
+    (f"truncate -s {TIB} /dev/stdout", [], RESOURCE_EXHAUSTED, "stdout"),
+    (
+        "mkdir out && cd out && i=0; while [ $i -lt 1100 ]; do mkdir d && cd d; i=$((i+1)); done",
+        ["out"],
+        INVALID_ARGUMENT,
+        "max_tree_depth",
+    ),
+    # Left in the action directory, not an output: only clean-up meets it.
+    (
+        "mkdir -p junk/x && chmod 000 junk/x && i=0; cd junk; "
+        "while [ $i -lt 1100 ]; do mkdir d && cd d; i=$((i+1)); done; chmod 000 .",
+        [],
+        OK,
+        "",
+    ),
+]
+
+
+@pytest.mark.parametrize("containment", ["userns", "portable"])
+def test_the_same_attacks_on_an_unprivileged_lre(containment: str) -> None:
+    # lre itself runs as nobody (no cgroups, no CAP_SYS_ADMIN, a user
+    # namespace per action under userns): every case still ends its own
+    # action only, and the shared-subtree DAG and the deep input tree are
+    # refused by the same default limits.
+    if not _can_become_nobody():
+        pytest.fail("starting lre as nobody needs root")
+    with lre_as("nobody", containment) as addresses, Client(addresses["grpc"]) as client:
+        for script, outputs, code, named in _UNPRIVILEGED_ATTACKS:
+            response = sh(client, script, outputs, timeout_s=120)
+            assert response.status.code == code, (script, response.status)
+            assert named in response.status.message, (script, response.status)
+            still_serving(client)
+        for root, blobs, key in (
+            (*_chain(1100), "max_tree_depth"),
+            (*_doubling(17), "max_tree_directories"),
+        ):
+            client.upload(blobs)
+            response = client.run(["/bin/true"], input_root=root)
+            assert response.status.code == INVALID_ARGUMENT, response.status
+            assert key in response.status.message
+        still_serving(client)
 
 
 def _can_become_nobody() -> bool:

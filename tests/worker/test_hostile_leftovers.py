@@ -3,6 +3,8 @@ and never deletes the files of the directory mounted there."""
 
 from __future__ import annotations
 
+import os
+import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,3 +58,34 @@ async def test_an_action_bind_mounting_a_host_directory_cannot_make_lre_delete_i
         assert mounted_below(tmp_path / "work") == []
     assert (host / "precious").read_text() == "keep me\n"
     assert (host / "src" / "main.c").exists()
+
+
+async def test_an_output_directory_holding_a_bind_mount_never_moves_the_hosts_files(
+    tmp_path: Path, containment: Containment
+) -> None:
+    # Files reached through a mount in an output directory are lre's user's
+    # own with one link, like the action's: they must be copied into the CAS,
+    # never moved (renamed away or unlinked) nor chmodded.
+    need_root("mounting from inside an action")
+    host = tmp_path / "users-files"
+    host.mkdir()
+    (host / "precious").write_text("keep me\n")
+    (host / "tool").write_text("#!/bin/sh\n")
+    os.chmod(host / "tool", 0o700)
+    (host / "shared").write_text("same as an output\n")
+    async with runner_with_janitor(tmp_path, containment) as (runner, store):
+        script = (
+            f"mkdir -p out/src && echo 'same as an output' > out/own && mount --bind {host} out/src"
+        )
+        outcome = await run(runner, store, script, output_paths=("out",))
+        assert outcome.error is None, outcome.error
+        if runner.view_policy is None:
+            assert outcome.result.exit_code == 0  # mounted in lre's namespace
+            (directory,) = outcome.result.output_directories
+            assert directory.tree_digest.size_bytes > 0
+        deadline = time.monotonic() + 30
+        while mounted_below(tmp_path / "work") and time.monotonic() < deadline:  # noqa: ASYNC110
+            await trio.sleep(0.05)
+    assert (host / "precious").read_text() == "keep me\n"
+    assert (host / "shared").read_text() == "same as an output\n"
+    assert stat.S_IMODE(os.stat(host / "tool").st_mode) == 0o700

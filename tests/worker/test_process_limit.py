@@ -6,20 +6,26 @@ naming the limit, lre keeps serving and none of the bomb survives
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import grpc
 import pytest
 
 from lre.config._models import LocalWorkerSpec
-from lre.worker._process_limit import CONFIG_KEY, process_limits
+from lre.worker._process_limit import CONFIG_KEY, ProcessLimits, process_limits
 from tests._support.configs import WORKER_EXTRA, app_config_text
 from tests._support.processes import processes_with, wait_until
 from tests._support.reapi import Client, response_of
 from tests._support.servers import ServerThread
 
 LIMIT = 64
+T = TypeVar("T")
 
 
 def bomb(marker: str) -> list[str]:
@@ -145,3 +151,87 @@ def test_an_unprivileged_lre_limits_forks_per_user_namespace() -> None:
     assert exit_code == "0", ran.stdout
     # The probe itself and pid 1 of the namespace count too.
     assert LIMIT - 4 <= int(forked) < LIMIT, ran.stdout
+
+
+# A bounded probe: forks up to 40 sleepers (a limit of 8 refuses most), then
+# kills them; the action's refusals are then counted in its cgroup.
+_FORKS = [sys.executable, "-c", _PROBE, "40"]
+
+
+def _cgroup_limits() -> ProcessLimits:
+    """This process's ``ProcessLimits`` (one per process: its cgroups are
+    named by pid), when a cgroup enforces the limit here."""
+    limits = process_limits()
+    if not limits.enforced_by_cgroup:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI runs as root with cgroup v1 pids: {limits.why_not}")
+        pytest.skip(f"no pids cgroup here: {limits.why_not}")
+    return limits
+
+
+def _action(limits: ProcessLimits, argv: list[str], limit: int) -> tuple[bool, Path, str]:
+    """One action spawned as a spawner thread spawns it: (whether a fork was
+    refused, the cgroup it ran in, its stdout)."""
+    with limits.around_fork(limit):
+        popen = subprocess.Popen(argv, stdout=subprocess.PIPE, close_fds=True)
+    limits.started(popen.pid)
+    group = limits._by_pid[popen.pid][0]
+    out, _ = popen.communicate(timeout=120)
+    return limits.ended(popen.pid), group, out.decode().strip()
+
+
+def _in_thread(work: Callable[[], T]) -> T:
+    """``work()``'s result, run in a thread of its own (a spawner thread)."""
+    results: list[T] = []
+    failures: list[BaseException] = []
+
+    def body() -> None:
+        try:
+            results.append(work())
+        except BaseException as error:
+            failures.append(error)
+
+    thread = threading.Thread(target=body)
+    thread.start()
+    thread.join()
+    if failures:
+        raise failures[0]
+    return results[0]
+
+
+def test_a_reused_cgroup_reports_only_its_own_actions_refusals() -> None:
+    # Cgroups are reused and pids.events only grows: each action is judged
+    # against the count its cgroup had when the action started.
+    limits = _cgroup_limits()
+
+    def three_actions() -> list[tuple[bool, Path, str]]:
+        return [
+            _action(limits, _FORKS, 8),
+            _action(limits, ["/bin/true"], 8),
+            _action(limits, _FORKS, 8),
+        ]
+
+    (bomb_hit, first, forked), (quiet_hit, second, _), (again_hit, third, _) = _in_thread(
+        three_actions
+    )
+    assert first == second == third  # one cgroup, reused in place
+    assert int(forked) < 8, forked
+    assert bomb_hit
+    assert not quiet_hit
+    assert again_hit
+
+
+def test_only_the_spawner_thread_moves_into_an_actions_cgroup() -> None:
+    # lre's other threads (the event loop, gRPC) stay where they were: were
+    # the whole process moved, every later action's count would include them.
+    limits = _cgroup_limits()
+    main_thread = threading.get_native_id()
+    before = Path(f"/proc/self/task/{main_thread}/cgroup").read_text()
+
+    def spawn() -> tuple[str, Path]:
+        _, group, _ = _action(limits, ["/bin/true"], 8)
+        return Path("/proc/thread-self/cgroup").read_text(), group
+
+    spawner_cgroup, group = _in_thread(spawn)
+    assert Path(f"/proc/self/task/{main_thread}/cgroup").read_text() == before
+    assert f"pids:/{group.relative_to(limits.root)}\n" in spawner_cgroup
