@@ -104,7 +104,7 @@ from _replay import (
 )
 
 from lre.proto import bs_grpc, re_grpc, re_pb2
-from lre.service import REQUEST_METADATA_KEY
+from lre.service._metadata import REQUEST_METADATA_KEY
 
 SHAPES = ("bazel", "buck2")
 

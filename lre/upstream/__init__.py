@@ -16,29 +16,24 @@ scheduler (``lre.scheduler``) and the composition root (``lre.app``).
 
 from lre.hop import name_os_thread
 from lre.upstream._client import (
-    DEFAULT_BATCH_LIMIT,
     Connection,
     Metadata,
     UpstreamClient,
     metadata_of,
-    parse_endpoint,
 )
 from lre.upstream._errors import UpstreamUnavailable, error_for_code
-from lre.upstream._health import HealthState, UpstreamHealth, UpstreamStatistics
+from lre.upstream._health import HealthState, UpstreamStatistics
 from lre.upstream._loop import UpstreamLoop
 
 __all__ = [
-    "DEFAULT_BATCH_LIMIT",
     "Connection",
     "HealthState",
     "Metadata",
     "UpstreamClient",
-    "UpstreamHealth",
     "UpstreamLoop",
     "UpstreamStatistics",
     "UpstreamUnavailable",
     "error_for_code",
     "metadata_of",
     "name_os_thread",
-    "parse_endpoint",
 ]
