@@ -41,7 +41,7 @@ from bench_bazel_ab import remote_flags
 
 from lre.cas import FilesystemActionCache
 from lre.proto import bs_grpc, bs_pb2, re_grpc, re_pb2
-from lre.service import REQUEST_METADATA_KEY
+from lre.service._metadata import REQUEST_METADATA_KEY
 from tests.e2e._bazel import BazelSession
 from tests.e2e._workspace import generate_workspace
 

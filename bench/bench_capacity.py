@@ -106,7 +106,7 @@ from _replay import (
 )
 
 from lre.proto import bs_grpc, re_grpc, re_pb2
-from lre.service import REQUEST_METADATA_KEY
+from lre.service._metadata import REQUEST_METADATA_KEY
 from lre.snapshot import PHASES, Phase, phase_spans
 
 SHAPES = ("bazel", "buck2")

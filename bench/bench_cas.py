@@ -63,8 +63,8 @@ def serve(store_kind: str, directory: str) -> None:
         ServerOptions,
         TrioBridge,
         cache_servicers,
-        stream_rpc,
     )
+    from lre.service._status import stream_rpc
 
     class Hold:
         """An Execute-like stream: one message, then open until the client leaves."""

@@ -28,8 +28,8 @@ from lre.config import ConfigError, load_config_text
 from lre.digest import MAX_BLOB_SIZE, Digest
 from lre.errors import InvalidArgument
 from lre.proto import re_pb2
-from lre.service import parse_read_resource, parse_write_resource
 from lre.service._cas_ops import parse_digests
+from lre.service._resource_names import parse_read_resource, parse_write_resource
 from tests.config.conftest import MINIMAL
 
 HEX = "0123456789abcdef"

@@ -54,7 +54,6 @@ from lre.scheduler import (
     Scheduler,
     SchedulerEvent,
     UpstreamExecutor,
-    WorkerInfo,
 )
 from lre.service import (
     CacheServiceOptions,
@@ -413,7 +412,7 @@ class Application:
         forwarder = self.forwarders.get(forward_name)
         if forwarder is not None:
             return forwarder
-        simple, _, modifications = _simple_of(self.config, name)
+        simple, _, _ = _simple_of(self.config, name)
         upstream_cas = None
         if spec.upstream_cas_store:
             store = self.stores.blob(spec.upstream_cas_store)
@@ -434,20 +433,7 @@ class Application:
             platform=spec.platform,
             directories=self.stores.directories(simple.cas_store),
         )
-
-        def local_workers() -> list[WorkerInfo]:
-            return [w.info for w in self.workers if w.info is not None and w.scheduler is local]
-
-        forwarder = ForwardScheduler(
-            local,
-            executor,
-            rules=spec.rules,
-            local_cas=local_cas,
-            property_types=simple.supported_platform_properties,
-            local_workers=local_workers,
-            modifications=modifications,
-            retain_completed_for_s=float(simple.retain_completed_for_s),
-        )
+        forwarder = ForwardScheduler(local, executor, rules=spec.rules)
         self.forwarders[forward_name] = forwarder
         return forwarder
 

@@ -299,8 +299,12 @@ class _Checker:
                 self._store_ref((*spath, "cas_store"), spec.cas_store, "cas")
             if spec.max_job_retries < 0:
                 self.fail((*spath, "max_job_retries"), "cannot be negative")
-            if spec.progress_interval_s <= 0:
-                self.fail((*spath, "progress_interval_s"), "must be above 0")
+            if not 0 < spec.progress_interval_s <= 30:
+                self.fail(
+                    (*spath, "progress_interval_s"),
+                    f"{spec.progress_interval_s:g} must be above 0 and at most 30 "
+                    "(clients' keepalives expire otherwise)",
+                )
         if scheduler.property_modifier is not None:
             self._scheduler_ref(
                 (*path, "property_modifier", "scheduler"), scheduler.property_modifier.scheduler

@@ -7,7 +7,6 @@ Protobuf ``Digest`` messages are converted at the edges with
 from lre.digest._digest import (
     EMPTY_DIGEST,
     MAX_BLOB_SIZE,
-    SUPPORTED_DIGEST_FUNCTIONS,
     Digest,
     DigestFunction,
     digest_of,
@@ -17,7 +16,6 @@ from lre.digest._digest import (
 __all__ = [
     "EMPTY_DIGEST",
     "MAX_BLOB_SIZE",
-    "SUPPORTED_DIGEST_FUNCTIONS",
     "Digest",
     "DigestFunction",
     "digest_of",

@@ -29,7 +29,7 @@ from lre.scheduler._matching import (
     platform_of,
     requirements_of,
 )
-from lre.scheduler._model import ResourcePolicy, WorkerInfo
+from lre.scheduler._model import ActionKey, ResourcePolicy, WorkerInfo
 from lre.scheduler._protocols import ReservationAdvisor
 from lre.scheduler._records import OperationState
 from lre.scheduler._sizing import size_initial
@@ -63,6 +63,26 @@ class ActionChecker:
     def workers_changed(self) -> None:
         """Forget which workers match which platform (a worker came, went or changed)."""
         self._fits.clear()
+
+    async def why_unsatisfiable(self, key: ActionKey, workers: Sequence[WorkerInfo]) -> str | None:
+        """Why none of ``workers`` can ever run the action ``key`` names (its
+        platform after the modifications), or None: also when the Action or
+        Command cannot be read or the platform is malformed (``check``
+        reports those)."""
+        try:
+            action = await read_message(self._cas, key.action_digest, re_pb2.Action)
+            command_digest = Digest.from_proto(action.command_digest, field="command_digest")
+            command = await read_message(self._cas, command_digest, re_pb2.Command)
+        except (NotFound, InvalidArgument):
+            return None
+        platform = apply_modifications(platform_of(action, command), self._modifications)
+        try:
+            requirements = requirements_of(platform, self._types)
+        except FailedPrecondition as error:
+            return error.message
+        except InvalidArgument:
+            return None
+        return explain_unsatisfiable(requirements, workers)
 
     async def check(
         self,

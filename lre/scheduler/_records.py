@@ -46,6 +46,7 @@ class OperationState:
         "abandon_token",
         "action",
         "attempt",
+        "away",
         "bucket",
         "cached",
         "cached_snapshot",
@@ -75,6 +76,7 @@ class OperationState:
         "reservation",
         "result",
         "retries",
+        "route_scope",
         "seq",
         "skip_cache_lookup",
         "stage",
@@ -131,6 +133,10 @@ class OperationState:
         self.bucket: Bucket | None = None
         self.dedup = False
         self.cached_snapshot: OperationSnapshot | None = None
+        #: Run elsewhere by the route it was submitted with (``_routing``).
+        self.away = False
+        #: The scope of the route while it runs (cancelled when the operation ends).
+        self.route_scope: trio.CancelScope | None = None
 
     def snapshot(self) -> OperationSnapshot:
         """The client's view (built once per change: ``notify`` drops it)."""

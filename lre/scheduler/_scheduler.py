@@ -12,10 +12,12 @@ All methods run on the Trio thread. Three roles use it:
 progress; it owns the tasks that check caches and inputs and the expiry of
 finished operations.
 
-This module holds the operation registry and lifecycle (stages, dedup,
+This module holds the one operation registry and lifecycle (stages, dedup,
 watchers, cancellation, retention) and the outcome of leases (retries,
 ladder kills). The queue and leasing are in ``_queue``, the checks before
-queueing in ``_preparation``, reservation sizing in ``_sizing``.
+queueing in ``_preparation``, reservation sizing in ``_sizing``; a wrapping
+scheduler that runs some operations elsewhere routes them through
+``_routing`` (they stay in this registry).
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ from lre.scheduler._preparation import ActionChecker
 from lre.scheduler._protocols import ActionResultReader, ReservationAdvisor
 from lre.scheduler._queue import RunQueue
 from lre.scheduler._records import LeaseRecord, OperationState, WorkerState
+from lre.scheduler._routing import Route, run_route
 from lre.scheduler._sizing import escalate, record_usage
 from lre.scheduler._statistics import SchedulerStatistics, collect_statistics, completion_kind
 from lre.scheduler._watch import OperationWatch, attach_watcher, detach_watcher
@@ -196,10 +199,15 @@ class Scheduler:
     # ================================================================ clients
 
     def submit(
-        self, request: re_pb2.ExecuteRequest, *, request_info: RequestInfo | None = None
+        self,
+        request: re_pb2.ExecuteRequest,
+        *,
+        request_info: RequestInfo | None = None,
+        route: Route | None = None,
     ) -> OperationSnapshot:
         """Accept an Execute request and return its operation (stage CACHE_CHECK,
         or a later stage when it joined an identical operation in flight).
+        A new operation is first handed to ``route`` when given (``_routing``).
 
         Only the request itself is validated here: ``InvalidArgument`` for a
         malformed digest or digest function, ``Unavailable`` when the scheduler
@@ -230,7 +238,7 @@ class Scheduler:
         if not request.skip_cache_lookup:
             self._dedup[key] = op
             op.dedup = True
-        self._nursery.start_soon(self._prepare, op)
+        self._nursery.start_soon(self._prepare, op, route)
         return op.snapshot()
 
     def watch(self, name: str) -> OperationWatch[OperationState]:
@@ -264,6 +272,18 @@ class Scheduler:
         still finishes). ``NotFound`` like ``watch``."""
         op = self._find(name)
         del self._ops[op.name]
+
+    def is_routed_away(self, name: str) -> bool:
+        """Whether operation ``name`` runs (or ran) elsewhere, taken away by
+        its route. ``NotFound`` like ``watch``."""
+        return self._find(name).away
+
+    async def why_unsatisfiable(self, key: ActionKey) -> str | None:
+        """Why none of the registered workers can ever run the action ``key``
+        names (its platform after the property modifications), or None,
+        also when its Action or Command cannot be read (the check before
+        queueing reports that)."""
+        return await self._checker.why_unsatisfiable(key, self._worker_infos())
 
     # ================================================================ workers
 
@@ -409,9 +429,11 @@ class Scheduler:
             self._counters["lease_cancellations"] += 1
         self._complete(op, error=Cancelled(f"operation {op.name}: {reason}"))
 
-    async def _prepare(self, op: OperationState) -> None:
+    async def _prepare(self, op: OperationState, route: Route | None) -> None:
         try:
-            if await self._prepare_inner(op):
+            if route is not None:
+                await run_route(self, op, route)
+            if not op.done and await self._prepare_inner(op):
                 self._set_stage(op, Stage.QUEUED)
                 self._enqueue(op)
         except LreError as exc:
@@ -453,6 +475,9 @@ class Scheduler:
 
     def _set_stage(self, op: OperationState, stage: Stage) -> None:
         op.cached_snapshot = None
+        if op.away:  # not in the local counts
+            op.stage = stage
+            return
         self._stage_counts[op.stage] -= 1
         op.stage = stage
         if stage is not Stage.COMPLETED:
@@ -472,9 +497,11 @@ class Scheduler:
     ) -> None:
         """End ``op``. An error other than a cancellation is also an event:
         ``event`` when given, else TIMEOUT for ``DeadlineExceeded``, else
-        FAILURE."""
+        FAILURE (not for an operation routed away: see ``_routing``)."""
         if op.done:
             return
+        if op.route_scope is not None:
+            op.route_scope.cancel()
         self._queue.remove(op)
         self._set_stage(op, Stage.COMPLETED)
         op.done = True
@@ -488,6 +515,10 @@ class Scheduler:
             message = f"{notes}. {message}" if message else notes
         op.message = message
         self._undedup(op)
+        self._retained.append((trio.current_time() + self._spec.retain_completed_for_s, op))
+        if op.away:
+            op.notify()
+            return
         kind = completion_kind(result=result, cached=cached, error=error)
         self._completions[kind] += 1
         if kind == "error" and error is not None:
@@ -498,7 +529,6 @@ class Scheduler:
                 emit_event(
                     self._on_event, failure_event(event, op, error, message, worker, peak_rss_bytes)
                 )
-        self._retained.append((trio.current_time() + self._spec.retain_completed_for_s, op))
         if self._history is not None:
             self._history.finished(op, error)
         op.notify()

@@ -1,10 +1,10 @@
 """``OperationWatch``: a client's view of one operation's updates.
 
-Both schedulers hand these out (``Scheduler.watch`` and
-``ForwardScheduler.watch``); each is the watch's ``WatchOwner``, which counts
-watchers and builds snapshots of its own kind of operation record. Both
-count watchers with ``attach_watcher`` / ``detach_watcher``: an operation
-nobody watches any more is cancelled, at once or after a grace period.
+``Scheduler.watch`` hands these out (``ForwardScheduler.watch`` is the
+scheduler's it wraps); the scheduler is the watch's ``WatchOwner``, which
+counts watchers with ``attach_watcher`` / ``detach_watcher`` (an operation
+nobody watches any more is cancelled, at once or after a grace period) and
+builds the snapshots.
 """
 
 from __future__ import annotations
@@ -89,24 +89,20 @@ class OperationWatch(Generic[OpT]):
 
     The first iteration yields the current state at once; later ones yield
     after every change, and at least every progress interval while the
-    operation waits or runs (the same state again). The owner either wakes
-    every unfinished operation's watchers on a tick of its own
-    (``progress_interval_s`` None: no timer per watcher) or gives the interval
-    for each watch to time itself. Iteration ends after the snapshot with
+    operation waits or runs (the same state again): the owner wakes every
+    unfinished operation's watchers on a tick of its own, so a watch has no
+    timer. Iteration ends after the snapshot with
     ``done``. Leaving the ``async with`` detaches the watcher; when the last
     watcher of an unfinished operation leaves, the owner cancels the
     operation after its ``detach_grace_s``. Iterating outside the
     ``async with`` raises ``RuntimeError``.
     """
 
-    __slots__ = ("_entered", "_event", "_finished", "_first", "_interval", "_op", "_owner")
+    __slots__ = ("_entered", "_event", "_finished", "_first", "_op", "_owner")
 
-    def __init__(
-        self, owner: WatchOwner[OpT], op: OpT, *, progress_interval_s: float | None = None
-    ) -> None:
+    def __init__(self, owner: WatchOwner[OpT], op: OpT) -> None:
         self._owner = owner
         self._op = op
-        self._interval = progress_interval_s
         self._first = True
         self._finished = False
         self._entered = False
@@ -138,11 +134,8 @@ class OperationWatch(Generic[OpT]):
         if self._first:
             self._first = False
             await trio.lowlevel.checkpoint()
-        elif self._interval is None:
-            await self._event.wait()  # woken by a change or by the owner's tick
         else:
-            with trio.move_on_after(self._interval):
-                await self._event.wait()
+            await self._event.wait()  # woken by a change or by the owner's tick
         op = self._op
         self._event = op.changed
         snapshot = self._owner._snapshot(op)

@@ -23,7 +23,7 @@ How a request crosses (no thread ever blocks):
   the bridge's own nursery.
 - Out: the Trio task posts results through its loop's outbox (a ``Mailbox``
   over ``loop.call_soon_threadsafe``). Mailboxes batch: posts made while a
-  drain is pending share its wake-up (see ``_mailbox.py``).
+  drain is pending share its wake-up (see ``lre.hop``).
 - Cancellation, asyncio -> Trio: when grpc cancels the handler (client gone,
   deadline passed) the bridge posts ``cancel`` to the request's Trio cancel
   scope, even if the task has not started yet.
@@ -38,6 +38,10 @@ How a request crosses (no thread ever blocks):
   bridge's nursery is closed, the asyncio side gets ``Unavailable``; if the
   asyncio loop is already closed, results are dropped (nobody waits).
 
+Each kind of call starts its Trio side through one helper, ``_run``: a
+request task under the call's cancel scope that either delivers its outcome
+or, cut short, delivers ``Unavailable``.
+
 Every callback that runs on the Trio thread is exception-safe: an exception
 escaping a ``run_sync_soon`` callback would crash the Trio run.
 
@@ -49,6 +53,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import logging
 import math
 import threading
@@ -60,7 +65,7 @@ from typing import Any, Generic, TypeVar
 import trio
 
 from lre.errors import Unavailable
-from lre.upstream import Mailbox
+from lre.hop import Mailbox
 
 T = TypeVar("T")
 Req = TypeVar("Req")
@@ -286,6 +291,33 @@ class TrioBridge:
         except trio.RunFinishedError:
             pass
 
+    async def _run(
+        self,
+        call: _Call,
+        body: Callable[[], Awaitable[None]],
+        fail: Callable[[BaseException], None],
+    ) -> None:
+        """(Trio thread) one request task: ``await body()`` under ``call``'s
+        cancel scope; ``body`` posts its own outcome. An exception it raises
+        goes to ``fail``; when it was cancelled before delivering (the bridge
+        is stopping, or the asyncio side gave up), ``fail`` gets
+        ``Unavailable``."""
+        self._running += 1
+        self._started_total += 1
+        delivered = False
+        try:
+            with trio.CancelScope() as scope:
+                call.attach(scope)
+                await body()
+                delivered = True
+        except Exception as exc:
+            fail(exc)
+            delivered = True
+        finally:
+            self._running -= 1
+            if not delivered:
+                fail(_stopping())
+
     # ------------------------------------------------------------ unary
 
     async def call(self, fn: Callable[[], Awaitable[T]]) -> T:
@@ -294,41 +326,17 @@ class TrioBridge:
         outbox = _outbox_for(loop)
         future: asyncio.Future[T] = loop.create_future()
         call = _Call()
-        self._submit(
-            self._spawn,
-            self._run_unary,
-            (call, fn, outbox, future),
-            lambda: _post(outbox, _set_exception, future, _stopping()),
-        )
+        fail = functools.partial(_post, outbox, _set_exception, future)
+
+        async def body() -> None:  # Trio thread
+            _post(outbox, _set_result, future, await fn())
+
+        self._submit(self._spawn, self._run, (call, body, fail), lambda: fail(_stopping()))
         try:
             return await future
         except asyncio.CancelledError:
             self._request_cancel(call)
             raise
-
-    async def _run_unary(
-        self,
-        call: _Call,
-        fn: Callable[[], Awaitable[T]],
-        outbox: Mailbox,
-        future: asyncio.Future[T],
-    ) -> None:
-        self._running += 1
-        self._started_total += 1
-        delivered = False
-        try:
-            with trio.CancelScope() as scope:
-                call.attach(scope)
-                value = await fn()
-                _post(outbox, _set_result, future, value)
-                delivered = True
-        except Exception as exc:
-            _post(outbox, _set_exception, future, exc)
-            delivered = True
-        finally:
-            self._running -= 1
-            if not delivered:
-                _post(outbox, _set_exception, future, _stopping())
 
     # ------------------------------------------------------------ server streaming
 
@@ -355,12 +363,21 @@ class TrioBridge:
                 waiter.set_result(None)
 
         call: _StreamCall[T] = _StreamCall(buffer)
-        self._submit(
-            self._spawn,
-            self._run_stream,
-            (call, fn, outbox, deliver),
-            lambda: _post(outbox, deliver, _ERROR, _stopping()),
-        )
+        fail = functools.partial(_post, outbox, deliver, _ERROR)
+
+        async def body() -> None:  # Trio thread
+            iterable = fn()
+            try:
+                async for item in iterable:
+                    await call.credits.take()
+                    _post(outbox, deliver, _ITEM, item)
+            finally:
+                aclose = getattr(iterable, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+            _post(outbox, deliver, _END, None)
+
+        self._submit(self._spawn, self._run, (call, body, fail), lambda: fail(_stopping()))
         return_at = max(1, buffer // 2)
         consumed = 0
         finished = False
@@ -387,38 +404,6 @@ class TrioBridge:
         finally:
             if not finished:
                 self._request_cancel(call)
-
-    async def _run_stream(
-        self,
-        call: _StreamCall[T],
-        fn: Callable[[], AsyncIterable[T]],
-        outbox: Mailbox,
-        deliver: Callable[[int, Any], None],
-    ) -> None:
-        self._running += 1
-        self._started_total += 1
-        delivered = False
-        try:
-            with trio.CancelScope() as scope:
-                call.attach(scope)
-                iterable = fn()
-                try:
-                    async for item in iterable:
-                        await call.credits.take()
-                        _post(outbox, deliver, _ITEM, item)
-                finally:
-                    aclose = getattr(iterable, "aclose", None)
-                    if aclose is not None:
-                        await aclose()
-                _post(outbox, deliver, _END, None)
-                delivered = True
-        except Exception as exc:
-            _post(outbox, deliver, _ERROR, exc)
-            delivered = True
-        finally:
-            self._running -= 1
-            if not delivered:
-                _post(outbox, deliver, _ERROR, _stopping())
 
     # ------------------------------------------------------------ client streaming
 
@@ -448,12 +433,30 @@ class TrioBridge:
             for _ in range(count):
                 credit.release()
 
-        self._submit(
-            self._spawn,
-            self._run_with_requests,
-            (feed, fn, outbox, future, release, max(1, buffer // 2)),
-            lambda: _post(outbox, _set_exception, future, _stopping()),
-        )
+        return_at = max(1, buffer // 2)
+        fail = functools.partial(_post, outbox, _set_exception, future)
+
+        async def trio_requests() -> AsyncGenerator[Req, None]:  # Trio thread
+            taken = 0
+            async for kind, payload in feed.receive:
+                if kind == _ERROR:
+                    raise payload
+                taken += 1
+                if taken >= return_at:
+                    _post(outbox, release, taken)
+                    taken = 0
+                yield payload
+
+        async def body() -> None:  # Trio thread
+            iterator = trio_requests()
+            try:
+                value = await fn(iterator)
+            finally:
+                await iterator.aclose()
+                feed.receive.close()
+            _post(outbox, _set_result, future, value)
+
+        self._submit(self._spawn, self._run, (feed, body, fail), lambda: fail(_stopping()))
         pump = asyncio.ensure_future(self._pump(feed, requests, credit))
         try:
             return await future
@@ -477,46 +480,3 @@ class TrioBridge:
                 self._submit(feed.push, _ERROR, exc)
             except Unavailable:
                 pass
-
-    async def _run_with_requests(
-        self,
-        feed: _RequestFeed[Req],
-        fn: Callable[[AsyncIterator[Req]], Awaitable[T]],
-        outbox: Mailbox,
-        future: asyncio.Future[T],
-        release: Callable[[int], None],
-        return_at: int,
-    ) -> None:
-        self._running += 1
-        self._started_total += 1
-        delivered = False
-
-        async def requests() -> AsyncGenerator[Req, None]:
-            taken = 0
-            async for kind, payload in feed.receive:
-                if kind == _ERROR:
-                    raise payload
-                taken += 1
-                if taken >= return_at:
-                    _post(outbox, release, taken)
-                    taken = 0
-                yield payload
-
-        try:
-            with trio.CancelScope() as scope:
-                feed.attach(scope)
-                iterator = requests()
-                try:
-                    value = await fn(iterator)
-                finally:
-                    await iterator.aclose()
-                    feed.receive.close()
-                _post(outbox, _set_result, future, value)
-                delivered = True
-        except Exception as exc:
-            _post(outbox, _set_exception, future, exc)
-            delivered = True
-        finally:
-            self._running -= 1
-            if not delivered:
-                _post(outbox, _set_exception, future, _stopping())

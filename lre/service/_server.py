@@ -26,11 +26,11 @@ import grpc.aio
 import trio
 
 from lre.config import ListenerSpec
+from lre.hop import name_os_thread
 from lre.service._bridge import TrioBridge
 from lre.service._local_peers import LocalPeers
 from lre.service._peer_guard import ActionPeerInterceptor
 from lre.service._request_decoding import RequestDecodingInterceptor
-from lre.upstream import name_os_thread
 
 logger = logging.getLogger("lre.service")
 

@@ -17,8 +17,7 @@ request:
   unchanged.
 
 This is the mirror of ``lre.service``'s server-side bridge; both cross
-with ``Mailbox``, which lives here because ``service`` sits above this
-package and may import it, not the other way round. Why not sync
+with ``lre.hop.Mailbox``. Why not sync
 grpc stubs in ``trio.to_thread``: one hop here costs two cross-thread
 wake-ups (about 30-60 us), needs no worker thread per in-flight call (an
 upstream read of a large blob would pin a thread for its whole duration),
@@ -34,8 +33,7 @@ from typing import TypeVar
 
 import trio
 
-from lre.upstream._mailbox import Mailbox
-from lre.upstream._thread_name import name_os_thread
+from lre.hop import Mailbox, name_os_thread
 
 T = TypeVar("T")
 

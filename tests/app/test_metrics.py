@@ -6,7 +6,8 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from lre.app._metrics import render_metrics
-from lre.service import RpcMetrics, method_label
+from lre.service import RpcMetrics
+from lre.service._rpc_metrics import method_label
 from lre.snapshot import ProcessSnapshot
 from tests.tui._load import run, start_load, submit
 from tests.tui._sample import sample_snapshot

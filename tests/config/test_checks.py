@@ -233,6 +233,11 @@ def mutate(path: str, value: Any) -> dict[str, Any]:
             "resources.learner.percentile: 150.0 must be in (0, 100]",
         ),
         (
+            "schedulers.2.simple.progress_interval_s",
+            60,
+            "schedulers[2].simple.progress_interval_s: 60 must be above 0 and at most 30",
+        ),
+        (
             "workers.0.local.max_inflight_tasks",
             -1,
             "workers[0].local.max_inflight_tasks: -1 cannot be negative",

@@ -22,8 +22,8 @@ from lre.cas import validate_directory
 from lre.digest import MAX_BLOB_SIZE, Digest
 from lre.errors import InvalidArgument
 from lre.proto import bs_pb2, re_pb2
-from lre.service import parse_read_resource, parse_write_resource
 from lre.service._cas_ops import parse_digests
+from lre.service._resource_names import parse_read_resource, parse_write_resource
 from tests.service.conftest import ServerHandle
 
 HEX = "0123456789abcdef"

@@ -18,11 +18,10 @@ import trio
 from lre.cas import MemoryStore
 from lre.errors import InvalidArgument, MissingBlobs
 from lre.proto import error_details_pb2, re_pb2, status_pb2
-from lre.service import (
+from lre.service import InstanceBackends, TrioBridge
+from lre.service._status import (
     INTERNAL_MESSAGE,
     STATUS_DETAILS_KEY,
-    InstanceBackends,
-    TrioBridge,
     rpc_status_of,
     stream_rpc,
     unary_rpc,

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import trio
 
-from lre.upstream import Mailbox
+from lre.hop import Mailbox
 
 #: The thread id running each fixture loop.
 OWNERS: dict[asyncio.AbstractEventLoop, int | None] = {}

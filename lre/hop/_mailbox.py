@@ -31,7 +31,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-logger = logging.getLogger("lre.upstream.hop")
+logger = logging.getLogger(__name__)
 
 
 class Mailbox:
