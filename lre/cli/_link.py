@@ -15,6 +15,7 @@ from typing import Annotated, Protocol
 import typer
 
 from lre.cli._app import app
+from lre.cli._bazelrc_import import TRY_IMPORT, importer, remove_import
 from lre.cli._client_config import (
     ClientConfigError,
     ClientSettings,
@@ -129,12 +130,13 @@ def point_repo(repo: Path, server: RunningServer, link: Link, state_dir: Path) -
     is_buck = (repo / ".buckconfig").exists()
     is_bazel = any((repo / n).exists() for n in ("MODULE.bazel", "WORKSPACE", "WORKSPACE.bazel"))
     if is_bazel or not is_buck:
-        _merge(
-            report,
-            write_bazel(
-                repo, settings, edit_bazelrc=link.edit_bazelrc, version=detect_bazel_version()
-            ),
+        bazel = write_bazel(
+            repo, settings, edit_bazelrc=link.edit_bazelrc, version=detect_bazel_version()
         )
+        _merge(report, bazel)
+        via = importer(repo, Path.home())
+        if not bazel.imported_from and via is not None and via != repo / ".bazelrc":
+            report.warnings.append(f"Bazel reads lre.bazelrc through {via} (its line is there)")
     if is_buck:
         _merge(
             report,
@@ -144,6 +146,34 @@ def point_repo(repo: Path, server: RunningServer, link: Link, state_dir: Path) -
     if exclude is not None:
         report.written.append(exclude)
     record_link(state_dir, repo, link)
+    return report
+
+
+def release_home_import(repo: Path, state_dir: Path, home: Path) -> WriteReport:
+    """Before ``repo`` is unlinked: take lre's line out of ``home``'s ``.bazelrc``
+    when ``repo`` reads ``lre.bazelrc`` through it and no other recorded
+    repository does; else say why it stays. Raises OSError."""
+    report = WriteReport()
+    home_rc = home / ".bazelrc"
+    if importer(repo, home) != home_rc:
+        return report
+    others = [
+        other
+        for other in read_links(state_dir)
+        if other != repo.resolve()
+        and (other / "lre.bazelrc").exists()
+        and importer(other, home) == home_rc
+    ]
+    if others:
+        report.warnings.append(
+            f"kept `{TRY_IMPORT}` in {home_rc}: {others[0]} still reads lre.bazelrc through it"
+        )
+        return report
+    done = remove_import(home_rc)
+    if done == "deleted":
+        report.removed.append(home_rc)
+    elif done == "edited":
+        report.cleaned.append(home_rc)
     return report
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -27,6 +27,10 @@ from lre.cli._config_cmd import config_option, load_or_default
 from lre.cli._daemon import read_pid_file
 from lre.cli._running import look_up
 from lre.config import resolve
+
+if TYPE_CHECKING:
+    from lre.snapshot import ProcessSnapshot
+    from lre.tui import RemoteSnapshots
 
 AddressOption = Annotated[
     str | None,
@@ -66,6 +70,27 @@ def status_address(address: str | None, config: Path | None) -> str:
     return configured
 
 
+class _SaysWhenStopped:
+    """Snapshots from ``source``; when none comes and the lre recorded in
+    ``state_dir`` is not alive, the error says lre is not running (not a raw
+    connection error)."""
+
+    def __init__(self, source: RemoteSnapshots, state_dir: Path) -> None:
+        self.source = source
+        self.state_dir = state_dir
+
+    async def __call__(self) -> ProcessSnapshot:
+        try:
+            return await self.source()
+        except OSError:
+            server = read_pid_file(self.state_dir)
+            if server is None or not server.alive():
+                raise OSError(
+                    "lre is not running (`lre up --detach` starts it; q leaves)"
+                ) from None
+            raise
+
+
 @app.command("top")
 def top(
     address: AddressOption = None,
@@ -88,9 +113,11 @@ def top(
     except ValueError as error:
         typer.echo(str(error), err=True)
         raise typer.Exit(2) from error
+    state_dir = None if address else Path(resolve(load_or_default(config)).global_.state_dir)
+    getter = source if state_dir is None else _SaysWhenStopped(source, state_dir)
     try:
         trio.run(
-            lambda: run_dashboard(source, refresh_per_second=refresh, quit_keys=True, screen=True)
+            lambda: run_dashboard(getter, refresh_per_second=refresh, quit_keys=True, screen=True)
         )
     except KeyboardInterrupt:
         pass

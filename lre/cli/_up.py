@@ -48,6 +48,7 @@ from lre.cli._link import (
     point_linked_repos,
     point_repo,
     print_report,
+    release_home_import,
 )
 from lre.cli._links import Link, forget_link, read_links
 from lre.cli._ports import check_port, listeners_in_use, split_address, with_port
@@ -464,13 +465,16 @@ def unlink_command(
     except ClientConfigError as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(1) from None
-    report = unlink(root)
+    state_dir = state_dir_of(resolve(load_or_default(config_path)))
     try:
+        home = release_home_import(root, state_dir, Path.home())
+        report = unlink(root)
         exclude = set_excluded(root, [])
-        forget_link(state_dir_of(resolve(load_or_default(config_path))), root)
+        forget_link(state_dir, root)
     except OSError as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(1) from error
-    if exclude is not None:
-        report.removed.append(exclude)
+    if exclude is not None:  # the file stays: only lre's lines went
+        report.cleaned.append(exclude)
     print_report(report)
+    print_report(home)

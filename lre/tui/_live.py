@@ -78,7 +78,7 @@ def _screen(
         height = max(1, console.height - len(notes))
         if notice:
             # The last picture is stale: its header must not keep saying "ok".
-            snapshot = dataclasses.replace(snapshot, problems=(f"not answering: {notice}",))
+            snapshot = dataclasses.replace(snapshot, problems=("figures from its last answer",))
         body = render_dashboard(
             snapshot, width=console.width, height=height, notice=notice, keys=keys
         )

@@ -58,7 +58,7 @@ def rss_style(action: InflightAction) -> str:
 _ONE_LINE_HOST = 130
 
 
-def _header(snapshot: ProcessSnapshot, width: int) -> RenderableType:
+def _header(snapshot: ProcessSnapshot, width: int, *, stale: bool = False) -> RenderableType:
     bar_width = 20 if width >= 100 else 12 if width >= 70 else 6
     lines: list[Text] = []
 
@@ -66,7 +66,9 @@ def _header(snapshot: ProcessSnapshot, width: int) -> RenderableType:
     top.append("lre ", style="bold")
     top.append(snapshot.address or "-", style="cyan")
     top.append(f"  up {short_duration(snapshot.uptime_s)}  ")
-    if snapshot.healthy:
+    if stale:  # the figures are the last answer's: lre stopped or does not answer
+        top.append("● not answering", style="bold red")
+    elif snapshot.healthy:
         top.append("● ok", style="green")
     else:
         top.append("● UNHEALTHY", style="bold red")
@@ -401,7 +403,7 @@ def render_dashboard(
     parts: list[RenderableType] = []
     if notice:
         parts.append(Text(notice, style="bold red"))
-    parts.append(_header(snapshot, width))
+    parts.append(_header(snapshot, width, stale=bool(notice)))
     events_rows = 6 if height is None or height >= 30 else 3
     queue_rows = 4 if height is None or height >= 30 else 2
     queued = queue_pane(snapshot, width, queue_rows)

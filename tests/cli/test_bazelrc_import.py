@@ -42,11 +42,32 @@ def test_tracked_bazelrc_is_left_alone_and_unlink_restores_every_byte(tmp_path: 
         doctor = home.run("doctor", "--json", cwd=repo)
         assert '"bazel config"' in doctor.stdout
         assert "does not import lre.bazelrc" not in doctor.stdout
+        # A second repository with a tracked .bazelrc: the line already in
+        # ~/.bazelrc serves it, and lre says so rather than nothing.
+        second = tmp_path / "second"
+        second.mkdir()
+        _committed(second, {".bazelrc": "build --verbose_failures\n", "WORKSPACE": ""})
+        linked = home.run("link", cwd=second)
+        assert linked.returncode == 0, linked.stderr
+        assert f"Bazel reads lre.bazelrc through {users_rc}" in linked.stderr
+        assert users_rc.read_text().count("try-import %workspace%/lre.bazelrc") == 1
     unlinked = home.run("unlink", cwd=repo)
     assert unlinked.returncode == 0, unlinked.stderr
     assert f"removed {repo / '.bazelrc'}" not in unlinked.stdout
+    # The git exclude file stays (only lre's lines go), and unlink says just that.
+    exclude = repo / ".git" / "info" / "exclude"
+    assert exclude.exists()
+    assert f"removed {exclude}\n" not in unlinked.stdout
+    assert f"removed lre's lines from {exclude}" in unlinked.stdout
+    # ~/.bazelrc keeps its line while another linked repository reads through it, and says so.
+    assert f"kept `try-import %workspace%/lre.bazelrc` in {users_rc}" in unlinked.stderr
     assert (repo / ".bazelrc").read_text() == "build --verbose_failures"
     assert _git(repo, "status", "--porcelain", "--untracked-files=all") == ""
+    # The last repository that needs it unlinked: ~/.bazelrc is as it was, byte for byte.
+    unlinked = home.run("unlink", cwd=second)
+    assert unlinked.returncode == 0, unlinked.stderr
+    assert f"removed lre's lines from {users_rc}" in unlinked.stdout
+    assert users_rc.read_text() == "startup --host_jvm_args=-Xmx2g"
 
 
 def test_user_bazelrc_convention_and_the_users_own_import(tmp_path: Path) -> None:

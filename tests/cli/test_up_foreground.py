@@ -8,48 +8,17 @@ building locally.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import signal
 import subprocess
 import sys
-import termios
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.cli._lre import bazel_repo_with_config, run_lre
-
-
-@dataclass
-class Terminal:
-    """The master side of the pty a foreground lre runs on, read by a thread."""
-
-    master: int
-    process: subprocess.Popen[bytes]
-    chunks: list[bytes] = field(default_factory=list)
-
-    @property
-    def output(self) -> str:
-        return b"".join(self.chunks).decode("utf-8", "replace")
-
-    def read(self) -> None:
-        while True:
-            try:
-                data = os.read(self.master, 65536)
-            except OSError:
-                return
-            if not data:
-                return
-            self.chunks.append(data)
-
-
-def _controlling_tty() -> None:
-    # After setsid (start_new_session): the pty on fd 0 becomes the session's terminal.
-    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+from tests.cli._terminal import Terminal, start_on_terminal
 
 
 @contextmanager
@@ -60,21 +29,10 @@ def foreground_lre(
     that is its controlling terminal; waits until it is ready."""
     repo, config, env = bazel_repo_with_config(tmp_path)
     env = {**env, "TERM": "xterm", "COLUMNS": "120", "LINES": "40"}
-    master, slave = os.openpty()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "lre", "up", "--config", str(config), *args],
-        cwd=repo,
-        env=env,
-        stdin=slave,
-        stdout=slave,
-        stderr=slave,
-        start_new_session=True,
-        preexec_fn=_controlling_tty,
+    terminal, reader = start_on_terminal(
+        [sys.executable, "-m", "lre", "up", "--config", str(config), *args], cwd=repo, env=env
     )
-    os.close(slave)
-    terminal = Terminal(master, process)
-    reader = threading.Thread(target=terminal.read, daemon=True)
-    reader.start()
+    process, master = terminal.process, terminal.master
     try:
         deadline = time.monotonic() + 90
         while run_lre("status", "--config", str(config), cwd=repo, env=env).returncode != 0:
