@@ -584,6 +584,7 @@ class ActionRunner:
                 paused_seconds=(
                     (lambda: memory.frozen_seconds(lease_id)) if memory is not None else None
                 ),
+                end_frozen=((lambda: memory.end_frozen(lease_id)) if memory is not None else None),
             )
             timeline.mark("execution_completed")
         finally:

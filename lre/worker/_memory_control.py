@@ -4,16 +4,23 @@
 it gives the ``MemoryGovernor`` the running actions' RSS and the host's reading
 (``PressureMonitor``) and does what it decides:
 
-- freeze: SIGSTOP to the action's process group and to every process the
-  sampler counted for it (its session, group or PID namespace); a fresh pass
-  then looks for members that appeared meanwhile, until the list is stable
-  (at most ``FREEZE_ROUNDS`` times). lre owns no cgroup it could freeze here,
-  so this signal path is the one used. A process that leaves both session and
-  group under the portable containment is not reached (as for sampling).
-- thaw: SIGCONT to the same processes (the group and the last pass's members).
+- freeze: where lre owns a cgroup freezer (``CgroupFreezer``, v1 here, as
+  root), the action's processes are moved into a frozen cgroup of its own;
+  otherwise SIGSTOP goes to the action's process group and to every process
+  the sampler counted for it (its session, group or PID namespace). Either
+  way a fresh pass then looks for members that appeared meanwhile, until the
+  list is stable (at most ``FREEZE_ROUNDS`` times). A process that leaves
+  both session and group under the portable containment is not reached (as
+  for sampling). If the cgroup cannot be made or frozen, SIGSTOP is used.
+- thaw: ``THAWED`` for the cgroup, else SIGCONT to the same processes (the
+  group and the last pass's members).
 - kill: through ``kill`` (the runner's ``memory_kill``), which ends the run
   as ``MemoryExceeded`` (requeued one ladder step up unless ``final``); a
-  frozen action is killed as it is, SIGKILL needs no thaw.
+  frozen action is then thawed, since a task frozen by a cgroup acts on no
+  signal, not even SIGKILL, until thawed (a SIGSTOPped one dies anyway).
+- ending a frozen run (cancellation, shutdown): ``end_frozen`` kills and
+  thaws it at once, so the run ends without waiting for the kill grace (a
+  stopped process acts on no SIGTERM).
 
 While memory is short or an action is frozen, the sampler runs at the fast
 interval. Frozen time is kept per action (``frozen_seconds``), so the worker
@@ -34,6 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from lre.worker._containment import Containment
+from lre.worker._freezer import CgroupFreezer
 from lre.worker._governor import GovernedAction, MemoryDecision, MemoryGovernor
 from lre.worker._pressure import PressureMonitor
 from lre.worker._sampler import ProcessTreeSampler
@@ -65,7 +73,15 @@ class MemoryControlStatistics:
 
 
 class _Governed:
-    __slots__ = ("frozen_seconds", "frozen_since", "group", "killed", "order", "reserved")
+    __slots__ = (
+        "by_cgroup",
+        "frozen_seconds",
+        "frozen_since",
+        "group",
+        "killed",
+        "order",
+        "reserved",
+    )
 
     def __init__(self, group: int, order: int, reserved: int) -> None:
         self.group = group
@@ -74,10 +90,14 @@ class _Governed:
         self.frozen_since: float | None = None
         self.frozen_seconds = 0.0
         self.killed = False
+        #: frozen through the cgroup freezer (else by SIGSTOP)
+        self.by_cgroup = False
 
 
 class MemoryControl:
-    """See the module docstring. ``clock`` is monotonic seconds (tests pass their own)."""
+    """See the module docstring. ``clock`` is monotonic seconds (tests pass
+    their own); ``freezer``: the cgroup freezer to use where it is available
+    (None or unavailable: SIGSTOP)."""
 
     def __init__(
         self,
@@ -90,7 +110,9 @@ class MemoryControl:
         normal_interval: float,
         pressure_interval: float,
         clock: Callable[[], float] = time.monotonic,
+        freezer: CgroupFreezer | None = None,
     ) -> None:
+        self.freezer = freezer if freezer is not None and freezer.available else None
         self.governor = governor
         self.monitor = monitor
         self.sampler = sampler
@@ -118,8 +140,25 @@ class MemoryControl:
             return 0.0
         if governed.frozen_since is not None:
             governed.frozen_seconds += self._clock() - governed.frozen_since
+        if self.freezer is not None:
+            self.freezer.release(action_id)
         self._publish()
         return governed.frozen_seconds
+
+    def end_frozen(self, action_id: str) -> bool:
+        """The run is being ended by lre (cancelled, timed out, shut down):
+        when the action is frozen, SIGKILL its processes and thaw it, so it
+        dies now rather than after the kill grace (a frozen process acts on no
+        SIGTERM; one frozen by a cgroup not even on SIGKILL until thawed).
+        Returns whether it was frozen."""
+        governed = self._actions.get(action_id)
+        if governed is None or governed.frozen_since is None:
+            return False
+        governed.killed = True
+        self._signal(governed, self._members(action_id), signal.SIGKILL)
+        self._thaw(action_id, self._clock(), count=False)
+        self._publish()
+        return True
 
     def frozen_seconds(self, action_id: str) -> float:
         """Seconds the action has been frozen so far (also while frozen now)."""
@@ -174,6 +213,9 @@ class MemoryControl:
                 victim.killed = True
             log.warning("memory control: killing %s: %s", action_id, reason)
             self._kill(action_id, reason, final)
+            if victim is not None and victim.frozen_since is not None:
+                # SIGKILL is pending: it dies as it wakes
+                self._thaw(action_id, now, count=False)
         for action_id in decision.freeze:
             self._freeze(action_id, decision.reason, now)
         for action_id in decision.thaw:
@@ -201,33 +243,66 @@ class MemoryControl:
             except OSError:
                 pass
 
+    def _members(self, action_id: str) -> tuple[int, ...]:
+        members = set(self.sampler.members(action_id))
+        if self.freezer is not None:
+            members.update(self.freezer.members(action_id))
+        return tuple(sorted(members))
+
     def _freeze(self, action_id: str, reason: str, now: float) -> None:
         governed = self._actions.get(action_id)
         if governed is None or governed.frozen_since is not None:
             return
         stopped: set[int] = set()
+        by_cgroup = self.freezer is not None
         for _ in range(FREEZE_ROUNDS):
             pids = tuple(p for p in self.sampler.members(action_id) if p not in stopped)
             if stopped and not pids:
                 break
-            self._signal(governed, pids, signal.SIGSTOP)
+            if by_cgroup:
+                assert self.freezer is not None
+                try:
+                    self.freezer.freeze(action_id, pids)
+                except OSError as error:
+                    log.warning(
+                        "memory control: cannot freeze %s by cgroup (%s); SIGSTOP instead",
+                        action_id,
+                        error,
+                    )
+                    by_cgroup = False
+                    self.freezer.thaw(action_id)
+                    pids = (*stopped, *pids)
+            if not by_cgroup:
+                self._signal(governed, pids, signal.SIGSTOP)
             stopped.update(pids)
             self.sampler.sample_once()  # new members forked before the stop
         governed.frozen_since = now
+        governed.by_cgroup = by_cgroup
         self._frozen += 1
         log.warning(
-            "memory control: froze %s (%d process(es)): %s", action_id, len(stopped), reason
+            "memory control: froze %s (%d process(es), %s): %s",
+            action_id,
+            len(stopped),
+            "cgroup freezer" if by_cgroup else "SIGSTOP",
+            reason,
         )
 
-    def _thaw(self, action_id: str, now: float) -> None:
+    def _thaw(self, action_id: str, now: float, *, count: bool = True) -> None:
+        """Thaw (``count``: as a decision, counted in ``thawed``; else to let
+        a killed action die)."""
         governed = self._actions.get(action_id)
         if governed is None or governed.frozen_since is None:
             return
-        self._signal(governed, self.sampler.members(action_id), signal.SIGCONT)
+        if governed.by_cgroup and self.freezer is not None:
+            self.freezer.thaw(action_id)
+        else:
+            self._signal(governed, self.sampler.members(action_id), signal.SIGCONT)
         governed.frozen_seconds += now - governed.frozen_since
         governed.frozen_since = None
-        self._thawed += 1
-        log.info("memory control: thawed %s", action_id)
+        governed.by_cgroup = False
+        if count:
+            self._thawed += 1
+            log.info("memory control: thawed %s", action_id)
 
     def thaw_all(self) -> None:
         """Wake every frozen action (shutdown: a stopped process ignores SIGTERM)."""

@@ -259,11 +259,16 @@ async def run_process(
     view: ActionView | None = None,
     max_processes: int = 0,
     paused_seconds: Callable[[], float] | None = None,
+    end_frozen: Callable[[], bool] | None = None,
 ) -> ProcessOutcome:
     """Run ``argv`` to completion, timeout or cancellation.
 
     ``paused_seconds()`` (optional) says how long the action has been frozen
     so far; that time is added to ``timeout`` (a frozen action never times out).
+    ``end_frozen()`` (optional) is called when lre ends the run (cancellation,
+    timeout): it returns True when the action was frozen and has been killed
+    and thawed (``MemoryControl.end_frozen``); then no SIGTERM and no kill
+    grace are spent on it, since a frozen process acts on neither.
 
     The process starts at niceness ``nice`` (0-19; see ``_Spawner``), inside
     ``containment`` (default: ``default_containment()``), without network
@@ -378,6 +383,7 @@ async def run_process(
         on_started,
         (log_files[0], log_files[1]),
         paused_seconds,
+        end_frozen,
     )
 
 
@@ -411,6 +417,7 @@ async def _supervise(
     on_started: Callable[[int], None] | None,
     log_files: tuple[tuple[int, int], tuple[int, int]],
     paused_seconds: Callable[[], float] | None = None,
+    end_frozen: Callable[[], bool] | None = None,
 ) -> ProcessOutcome:
     pid = popen.pid
     timed_out = False
@@ -433,11 +440,11 @@ async def _supervise(
             if scope.cancelled_caught:
                 timed_out = True
                 we_killed = True
-                await _terminate(containment, pid, pidfd, kill_grace)
+                await _terminate(containment, pid, pidfd, kill_grace, end_frozen)
         except BaseException:
             we_killed = True
             with trio.CancelScope(shield=True):
-                await _terminate(containment, pid, pidfd, kill_grace)
+                await _terminate(containment, pid, pidfd, kill_grace, end_frozen)
             raise
     finally:
         # The leader has exited, or was sent SIGKILL and is waited for here
@@ -474,8 +481,18 @@ async def _supervise(
     )
 
 
-async def _terminate(containment: Containment, pid: int, pidfd: int, kill_grace: float) -> None:
-    """SIGTERM the action, wait up to ``kill_grace`` for the leader, SIGKILL it."""
+async def _terminate(
+    containment: Containment,
+    pid: int,
+    pidfd: int,
+    kill_grace: float,
+    end_frozen: Callable[[], bool] | None = None,
+) -> None:
+    """SIGTERM the action, wait up to ``kill_grace`` for the leader, SIGKILL
+    it; a frozen action (``end_frozen()`` True) is sent SIGKILL at once."""
+    if end_frozen is not None and end_frozen():
+        containment.signal_action(pid, signal.SIGKILL)
+        return
     containment.signal_action(pid, signal.SIGTERM)
     with trio.move_on_after(kill_grace):
         await trio.lowlevel.wait_readable(pidfd)

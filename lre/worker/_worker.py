@@ -45,6 +45,7 @@ from lre.scheduler import (
 )
 from lre.worker._action import ActionResultWriter, ActionRunner, Discarder
 from lre.worker._containment import Containment, choose_containment
+from lre.worker._freezer import cgroup_freezer
 from lre.worker._governor import GovernorLimits, MemoryGovernor
 from lre.worker._input_journal import InputJournal, recover_linked_inputs
 from lre.worker._limits import ActionLimits
@@ -153,6 +154,7 @@ class LocalWorker:
             kill=self._memory_kill,
             normal_interval=float(res.sample_interval),
             pressure_interval=float(res.pressure_sample_interval),
+            freezer=cgroup_freezer(),
         )
         self.sampler.on_pass = self.memory.after_pass
         self.runner: ActionRunner | None = None

@@ -58,13 +58,31 @@ def processes_of(marker: str) -> list[psutil.Process]:
     return found
 
 
+def cgroup_frozen(pid: int) -> bool:
+    """Whether ``pid`` sits in a v1 freezer cgroup whose state is FROZEN."""
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return False
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "freezer" in controllers.split(","):
+            state = Path("/sys/fs/cgroup/freezer") / path.lstrip("/") / "freezer.state"
+            try:
+                return state.read_text().strip() == "FROZEN"
+            except OSError:
+                return False
+    return False
+
+
 def stopped(marker: str) -> bool | None:
-    """True when every process of the action is stopped; None when none is seen."""
+    """True when every process of the action is stopped (SIGSTOP) or frozen
+    by a cgroup; None when none is seen."""
     found = processes_of(marker)
     if not found:
         return None
     try:
-        return all(p.status() == psutil.STATUS_STOPPED for p in found)
+        return all(p.status() == psutil.STATUS_STOPPED or cgroup_frozen(p.pid) for p in found)
     except psutil.NoSuchProcess:
         return None
 
@@ -88,8 +106,11 @@ async def running(
     resources: ResourceSpec,
     pressure: PressureMonitor | None,
     policy: ResourcePolicy | None = None,
+    **spec_overrides: object,
 ) -> AsyncIterator[tuple[Scheduler, LocalWorker]]:
-    spec = make_spec(tmp_path, resources=resources, sandbox_writable_paths=(str(tmp_path),))
+    spec = make_spec(
+        tmp_path, resources=resources, sandbox_writable_paths=(str(tmp_path),), **spec_overrides
+    )
     scheduler = Scheduler(SimpleSchedulerSpec(), cas=store, resources=policy)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
@@ -278,3 +299,41 @@ async def test_a_real_process_outside_lre_holding_memory_freezes_the_newest_acti
     assert done_old.result is not None and done_old.result.exit_code == 0
     assert done_new.result is not None and done_new.result.exit_code == 0, done_new.error
     assert memory is not None and memory.frozen >= 1 and memory.frozen_now == 0
+
+
+async def test_a_cancelled_frozen_action_ends_without_waiting_for_the_kill_grace(
+    tmp_path: Path, store: MemoryStore
+) -> None:
+    """A frozen process acts on no SIGTERM (one frozen by a cgroup not even on
+    SIGKILL until thawed): with a 300 s kill grace, the cancelled frozen
+    action must still be gone within the poll's 20 s."""
+    available = [16 * GiB]
+    pressure = PressureMonitor(2 * GiB, available=lambda: available[0], pressure=lambda: None)
+    async with running(store, tmp_path, governed(), pressure, kill_grace_s=300.0) as (
+        scheduler,
+        worker,
+    ):
+        started = await start_old_and_new(scheduler, worker, store, tmp_path, 400)
+        available[0] = int(1.5 * GiB)
+        await until(lambda: stopped(started.new_marker))
+        scheduler.cancel(started.new.name)
+        await until(lambda: not processes_of(started.new_marker))
+        assert stopped(started.old_marker) is False
+        available[0] = 16 * GiB
+        started.stop_old.touch()
+        done_old = await finish(scheduler, started.old.name)
+    assert done_old.result is not None and done_old.result.exit_code == 0
+
+
+def test_the_v1_freezer_is_what_freezes_here_as_root() -> None:
+    """This machine mounts the v1 freezer read-write; as root lre must use it
+    (elsewhere SIGSTOP is the path, and this says why)."""
+    from lre.worker._freezer import cgroup_freezer
+
+    freezer = cgroup_freezer()
+    import os
+
+    if os.geteuid() == 0 and Path("/sys/fs/cgroup/freezer/tasks").exists():
+        assert freezer.available, freezer.why_not
+    else:
+        assert not freezer.available and freezer.why_not
