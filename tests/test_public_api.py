@@ -88,7 +88,6 @@ NOT_YET_PRIVATE: frozenset[str] = frozenset(
         "scheduler.explain_unsatisfiable",
         "scheduler.kind_key",
         "scheduler.matches_statically",
-        "scheduler.memory_text",
         "scheduler.metadata_stamps",
         "scheduler.millicpus_from_cpu_count",
         "scheduler.new_operation_name",

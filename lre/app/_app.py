@@ -24,6 +24,7 @@ from lre.app._events import EventLog
 from lre.app._health import HealthBoard, free_space_check
 from lre.app._history import HistoryRecorder
 from lre.app._hits import ClientHits, HitCounts
+from lre.app._memory_events import MemoryEventRecorder
 from lre.app._miss_report import MissReport, MissWatch
 from lre.app._snapshot import SnapshotAssembler
 from lre.app._status_http import StatusServer
@@ -268,6 +269,10 @@ class Application:
         )
         self.assembler.containment = self._containment_summary()
         self.assembler.memory_control = self._memory_control_rows
+        for worker in self.workers:  # freezes and thaws as events, named by target
+            worker.memory.on_event = MemoryEventRecorder(
+                self.events, worker.name, self._scheduler(worker.spec.scheduler).statistics
+            )
         self._first_scheduler = first
         self.hits: ClientHits | None = None
         self.miss_report = MissReport(self._miss_watches())

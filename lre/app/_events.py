@@ -2,9 +2,9 @@
 
 The composition root owns one ``EventLog`` and calls ``add`` on the Trio
 thread whenever something worth a line happens (a memory kill, a ladder
-escalation, an OOM kill, a failure, ...); ``SnapshotAssembler`` copies it
-into every ``ProcessSnapshot``. The kinds and the row type are
-``lre.snapshot``'s ``EventKind`` and ``RecentEvent``.
+escalation, a freeze or thaw by the memory control, an OOM kill, a failure,
+...); ``SnapshotAssembler`` copies it into every ``ProcessSnapshot``. The
+kinds and the row type are ``lre.snapshot``'s ``EventKind`` and ``RecentEvent``.
 """
 
 from __future__ import annotations

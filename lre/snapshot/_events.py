@@ -20,7 +20,9 @@ class EventKind(enum.StrEnum):
     change once released.
     """
 
-    KILL = "kill"  # killed for outgrowing its memory line (requeued one ladder step up)
+    KILL = "kill"  # killed by the memory control (requeued one ladder step up, or failed)
+    FREEZE = "freeze"  # frozen by the memory control while memory is short
+    THAW = "thaw"  # thawed by the memory control (memory freed, or it is the oldest)
     ESCALATION = "escalation"  # requeued at a higher ladder step / whole worker
     OOM = "oom"  # the kernel OOM killer struck before lre's kill line
     FAILURE = "failure"  # the operation ended with an error status

@@ -1,5 +1,6 @@
 """The dashboard's lower panes: the queue (by platform, the next actions and
-what each waits for), recent events (named by target), and the keys footer.
+what each waits for), recent events (named by target; the memory control's
+freezes, thaws and kills among them), and the keys footer.
 
 Each pane is drawn once per content and width (``Memo``) and reused by the
 next frames: they change a few times a second at most, and rich takes
@@ -22,6 +23,8 @@ __all__ = ["events_pane", "footer", "queue_pane", "queue_pane_lines"]
 
 _EVENT_STYLES = {
     EventKind.KILL: "bold red",
+    EventKind.FREEZE: "cyan",
+    EventKind.THAW: "green",
     EventKind.OOM: "bold red",
     EventKind.ESCALATION: "yellow",
     EventKind.FAILURE: "red",
@@ -124,7 +127,13 @@ def _queue_table(
 
 
 def _event_detail(event: RecentEvent) -> str:
+    """The message after the peak; a leading ``<mnemonic> <target>: `` loses
+    the target, which the row shows already (the RSS and reason matter more)."""
     detail = event.message
+    label = " ".join(p for p in (event.summary, event.target) if p)
+    if event.target and detail.startswith(f"{label}: "):
+        rest = detail[len(label) + 2 :]
+        detail = f"{event.summary}: {rest}" if event.summary else rest
     if event.peak_rss_bytes is not None:
         detail = f"peak {short_bytes(event.peak_rss_bytes)} · {detail}"
     return detail
@@ -190,6 +199,7 @@ def _events_table(
         title="Recent events",
         title_justify="left",
         title_style="bold",
+        expand=True,
     )
     table.add_column("age", justify="right", no_wrap=True, min_width=6)
     table.add_column("kind", no_wrap=True, min_width=12)
@@ -202,7 +212,9 @@ def _events_table(
             table.add_column(
                 "worker", no_wrap=True, overflow="ellipsis", min_width=worker_width, max_width=10
             )
-    table.add_column("detail", no_wrap=True, overflow="ellipsis")
+    # ratio: the detail takes what is left, so a long message never squeezes
+    # the other columns away
+    table.add_column("detail", no_wrap=True, overflow="ellipsis", ratio=1)
     for age, kind, name, worker, detail in rows:
         cells: list[Text | str] = [age, Text(kind.value, style=_EVENT_STYLES.get(kind, ""))]
         if wide:

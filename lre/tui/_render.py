@@ -2,10 +2,12 @@
 
 Five parts, top to bottom: a header (address, uptime, health; CPU and memory
 reserved against the budget as bars, with the host's CPU % and RAM in use
-beside them; queue, running, completed/s, cache hit ratio, CAS use,
-jobserver tokens; the current and the last build), the in-flight table (one
-row per running action, longest-running first, RSS bar red near the kill
-line), the queue (by platform; the next actions and what each waits for),
+beside them; the running actions' summed RSS against the memory budget, which
+is what the memory control watches, and the hard ceiling; queue, running,
+completed/s, cache hit ratio, CAS use, jobserver tokens; the current and the
+last build), the in-flight table (one row per running action, longest-running
+first, its RSS as a bar against its worker's memory budget, red near the hard
+ceiling), the queue (by platform; the next actions and what each waits for),
 recent events (named by target) and a footer with the keys.
 
 In-flight columns are as wide as their content (Action, Target and Worker
@@ -106,6 +108,7 @@ def _header(snapshot: ProcessSnapshot, width: int, *, stale: bool = False) -> Re
             lines.append(budget)
             budget = used
     lines.append(budget)
+    lines.append(_rss_line(snapshot, bar_width))
 
     figures = Text()
     ratio = snapshot.cache_hit_ratio
@@ -138,6 +141,41 @@ def _header(snapshot: ProcessSnapshot, width: int, *, stale: bool = False) -> Re
     for build in snapshot.builds:
         lines.append(_build_line(build, snapshot.taken_at, client=width >= 100))
     return Panel(Group(*lines), box=box.ROUNDED, padding=(0, 1), width=width)
+
+
+#: A capacity this large is no budget (a worker without one offers 2**60 bytes).
+_NO_BUDGET = 1 << 59
+
+
+def _budget(capacity: int) -> int:
+    """``capacity`` as a memory budget; 0 when there is none."""
+    return capacity if 0 < capacity < _NO_BUDGET else 0
+
+
+def _rss_line(snapshot: ProcessSnapshot, bar_width: int) -> Text:
+    """``actions RSS ███░░ 6.9G/12.0G budget  ceiling 14.4G``: what the running
+    actions hold (frozen ones too) against the memory budget (memory is short
+    from 90 % of it, where the bar turns red), and the hard ceiling one
+    action may not pass (the running actions' kill line)."""
+    rss = sum(a.rss_bytes or 0 for a in snapshot.inflight)
+    budget = _budget(snapshot.effective_memory_capacity_bytes)
+    line = Text()
+    line.append("actions ", style="grey70")
+    line.append("RSS ")
+    if budget:
+        fraction = rss / budget
+        line.append_text(bar(fraction, bar_width, usage_style(fraction)))
+        line.append(f" {short_bytes(rss)}/{short_bytes(budget)} budget")
+    else:
+        line.append(f"{short_bytes(rss)} (no memory budget)")
+    ceiling = max((a.kill_line_bytes for a in snapshot.inflight), default=0)
+    if ceiling > 0:
+        line.append("   ceiling ", style="grey70")
+        line.append(short_bytes(ceiling))
+    frozen = sum(1 for a in snapshot.inflight if a.frozen)
+    if frozen:
+        line.append(f"   {frozen} frozen", style="bold cyan")
+    return line
 
 
 def _build_line(build: BuildLine, now: float, *, client: bool) -> Text:
@@ -228,7 +266,7 @@ _TITLES = {
     "worker": "Worker",
     "elapsed": "Elapsed",
     "rss": "RSS/resv",
-    "bar": "Kill line",
+    "bar": "RSS/budget",
     "peak": "Peak",
     "cpu%": "CPU%",
     "cpus": "CPUs",
@@ -295,7 +333,9 @@ def _fit_columns(
     return [kept[c.name] for c in candidates if c.name in kept]
 
 
-def _cell(action: InflightAction, name: str) -> Text:
+def _cell(action: InflightAction, name: str, budget: int = 0) -> Text:
+    """One cell of ``action``'s row; ``budget`` is its worker's memory budget
+    (0: none), what the RSS bar is measured against."""
     if name == "action":
         label = action.summary + (" ⊘" if action.cancelled else "")
         if action.frozen:  # stopped by the memory control until memory frees
@@ -311,9 +351,9 @@ def _cell(action: InflightAction, name: str) -> Text:
         resv = short_bytes(action.reserved_memory_bytes) if action.reserved_memory_bytes else "-"
         return Text(f"{short_bytes(action.rss_bytes)}/{resv}", style=rss_style(action))
     if name == "bar":
-        if action.rss_bytes is None or action.kill_line_bytes <= 0:
+        if action.rss_bytes is None or budget <= 0:
             return bar(None, _BAR_WIDTH, "grey50")
-        return bar(action.rss_bytes / action.kill_line_bytes, _BAR_WIDTH, rss_style(action))
+        return bar(action.rss_bytes / budget, _BAR_WIDTH, rss_style(action))
     if name == "peak":
         return Text(short_bytes(action.peak_rss_bytes))
     if name == "cpu%":
@@ -351,8 +391,11 @@ def _inflight(snapshot: ProcessSnapshot, width: int, max_rows: int | None) -> Re
     if max_rows is not None and len(actions) > max_rows:
         keep = max(0, max_rows - 1)
         shown, hidden = actions[:keep], len(actions) - keep
+    budgets = {w.name: _budget(w.memory_capacity_bytes) for w in snapshot.workers}
+    overall = _budget(snapshot.effective_memory_capacity_bytes)
     for action in shown:
-        lines.append(_row([_cell(action, c.name) for c in columns], columns))
+        budget = budgets.get(action.worker) or overall
+        lines.append(_row([_cell(action, c.name, budget) for c in columns], columns))
     if hidden:
         lines.append(_line(Text(f"… {hidden} more", style="grey50"), total))
     if not actions:
@@ -410,9 +453,9 @@ def render_dashboard(
     events = events_pane(snapshot, width, events_rows, show_worker=_several_workers(snapshot))
     max_rows: int | None = None
     if height is not None:
-        # header panel (3 lines + problems + builds + borders), notice,
+        # header panel (4 lines + problems + builds + borders), notice,
         # table title/head/rule, footer
-        reserved = 5 + len(snapshot.problems) + (1 if notice else 0) + 3 + 1
+        reserved = 6 + len(snapshot.problems) + (1 if notice else 0) + 3 + 1
         reserved += len(snapshot.builds)
         reserved += 1 if snapshot.host is not None and width < _ONE_LINE_HOST else 0
         reserved += 1 if snapshot.upstreams else 0

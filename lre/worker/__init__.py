@@ -5,7 +5,8 @@
 ``WorkDirectory`` is a worker's locked private directory; ``Containment``
 (from ``choose_containment``) keeps each action's processes within its life;
 ``PressureMonitor`` reads the host's memory for the worker's memory control
-and the scheduler's admission.
+and the scheduler's admission; the memory control tells each freeze and thaw
+as a ``MemoryAction`` (``LocalWorker.memory.on_event``).
 """
 
 from lre.worker._action import ActionResultWriter, ActionRunner
@@ -15,7 +16,7 @@ from lre.worker._containment import (
     ContainmentUnavailable,
     choose_containment,
 )
-from lre.worker._memory_control import MemoryControlStatistics
+from lre.worker._memory_control import MemoryAction, MemoryControlStatistics
 from lre.worker._pressure import PressureMonitor
 from lre.worker._process import ProcessOutcome, run_process
 from lre.worker._protections import missing_protections, namespace_refusals
@@ -33,6 +34,7 @@ __all__ = [
     "ContainmentUnavailable",
     "LocalWorker",
     "LocalWorkerStatistics",
+    "MemoryAction",
     "MemoryControlStatistics",
     "PressureMonitor",
     "ProcessOutcome",

@@ -22,6 +22,12 @@ it gives the ``MemoryGovernor`` the running actions' RSS and the host's reading
   thaws it at once, so the run ends without waiting for the kill grace (a
   stopped process acts on no SIGTERM).
 
+Each freeze and each decided thaw is also told to ``on_event`` (when set) as
+a ``MemoryAction`` naming the action, its RSS and reservation and why, so the
+app can show it (the TUI's events pane, ``/api/v1/stats``); kills reach the
+app through the scheduler (``MemoryExceeded``). An exception the hook raises
+is logged and ignored: the policy goes on.
+
 While memory is short or an action is frozen, the sampler runs at the fast
 interval. Frozen time is kept per action (``frozen_seconds``), so the worker
 can leave it out of the action's timeout and its learned wall time.
@@ -39,14 +45,15 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from lre.worker._containment import Containment
 from lre.worker._freezer import CgroupFreezer
-from lre.worker._governor import GovernedAction, MemoryDecision, MemoryGovernor
+from lre.worker._governor import GovernedAction, MemoryDecision, MemoryGovernor, MemoryReading
 from lre.worker._pressure import PressureMonitor
 from lre.worker._sampler import ProcessTreeSampler
 
-__all__ = ["MemoryControl", "MemoryControlStatistics"]
+__all__ = ["MemoryAction", "MemoryControl", "MemoryControlStatistics"]
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +62,28 @@ FREEZE_ROUNDS = 4
 
 #: ``kill(action_id, reason, final)``
 Killer = Callable[[str, str, bool], object]
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryAction:
+    """One freeze or thaw of an action (``action_id``: the lease id). ``rss_bytes``
+    is the action's RSS at the last pass, ``reserved_bytes`` its reservation;
+    ``reason`` says why (for a freeze: why memory is short; for a thaw: what
+    made room); ``frozen_seconds`` is how long a thawed action was frozen;
+    ``method`` is how it was (or had been) frozen: ``SIGSTOP`` or
+    ``cgroup freezer``."""
+
+    kind: Literal["freeze", "thaw"]
+    action_id: str
+    rss_bytes: int
+    reserved_bytes: int
+    reason: str
+    method: str
+    frozen_seconds: float = 0.0
+
+
+#: Told of every ``MemoryAction`` (on the Trio thread, from the sampler's pass).
+MemoryActionHook = Callable[[MemoryAction], object]
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +140,10 @@ class MemoryControl:
         pressure_interval: float,
         clock: Callable[[], float] = time.monotonic,
         freezer: CgroupFreezer | None = None,
+        on_event: MemoryActionHook | None = None,
     ) -> None:
+        #: Told of each freeze and thaw (see the module docstring).
+        self.on_event = on_event
         self.freezer = freezer if freezer is not None and freezer.available else None
         self.governor = governor
         self.monitor = monitor
@@ -219,9 +251,40 @@ class MemoryControl:
         for action_id in decision.freeze:
             self._freeze(action_id, decision.reason, now)
         for action_id in decision.thaw:
-            self._thaw(action_id, now)
+            self._thaw(action_id, now, reason=self._thaw_reason(action_id, reading))
         self._publish()
         return decision
+
+    def _thaw_reason(self, action_id: str, reading: MemoryReading) -> str:
+        """Why the governor thawed ``action_id``: it is the oldest action (which
+        always runs), else memory freed up."""
+        governed = self._actions.get(action_id)
+        live = [g.order for g in self._actions.values() if not g.killed]
+        if governed is not None and live and governed.order == min(live):
+            return "the oldest running action always runs"
+        return f"memory freed: host MemAvailable {reading.available_bytes >> 20} MiB"
+
+    def _tell(
+        self, kind: Literal["freeze", "thaw"], action_id: str, reason: str, method: str
+    ) -> None:
+        """Give ``on_event`` one ``MemoryAction`` (errors logged, not raised)."""
+        if self.on_event is None:
+            return
+        governed = self._actions.get(action_id)
+        usage = self.sampler.snapshot(action_id)
+        event = MemoryAction(
+            kind,
+            action_id,
+            usage.rss_bytes if usage is not None else 0,
+            governed.reserved if governed is not None else 0,
+            reason,
+            method,
+            governed.frozen_seconds if governed is not None and kind == "thaw" else 0.0,
+        )
+        try:
+            self.on_event(event)
+        except Exception:
+            log.exception("memory control: event hook failed for %s of %s", kind, action_id)
 
     def _publish(self) -> None:
         frozen = sum(1 for g in self._actions.values() if g.frozen_since is not None)
@@ -279,20 +342,23 @@ class MemoryControl:
         governed.frozen_since = now
         governed.by_cgroup = by_cgroup
         self._frozen += 1
+        method = _method(by_cgroup)
         log.warning(
             "memory control: froze %s (%d process(es), %s): %s",
             action_id,
             len(stopped),
-            "cgroup freezer" if by_cgroup else "SIGSTOP",
+            method,
             reason,
         )
+        self._tell("freeze", action_id, reason, method)
 
-    def _thaw(self, action_id: str, now: float, *, count: bool = True) -> None:
-        """Thaw (``count``: as a decision, counted in ``thawed``; else to let
-        a killed action die)."""
+    def _thaw(self, action_id: str, now: float, *, count: bool = True, reason: str = "") -> None:
+        """Thaw (``count``: as a decision, counted in ``thawed`` and told to
+        ``on_event`` with ``reason``; else to let a killed action die)."""
         governed = self._actions.get(action_id)
         if governed is None or governed.frozen_since is None:
             return
+        method = _method(governed.by_cgroup)
         if governed.by_cgroup and self.freezer is not None:
             self.freezer.thaw(action_id)
         else:
@@ -302,13 +368,14 @@ class MemoryControl:
         governed.by_cgroup = False
         if count:
             self._thawed += 1
-            log.info("memory control: thawed %s", action_id)
+            log.info("memory control: thawed %s: %s", action_id, reason)
+            self._tell("thaw", action_id, reason, method)
 
     def thaw_all(self) -> None:
         """Wake every frozen action (shutdown: a stopped process ignores SIGTERM)."""
         now = self._clock()
         for action_id in list(self._actions):
-            self._thaw(action_id, now)
+            self._thaw(action_id, now, reason="the worker is stopping")
         self._publish()
 
     def statistics(self) -> MemoryControlStatistics:
@@ -325,3 +392,7 @@ class MemoryControl:
             pressure_full_avg10=reading.pressure_full_avg10,
             frozen_ids=frozen_ids,
         )
+
+
+def _method(by_cgroup: bool) -> str:
+    return "cgroup freezer" if by_cgroup else "SIGSTOP"

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from lre.snapshot import EventKind, ProcessSnapshot, RecentEvent
 from lre.tui import render_dashboard, rss_style
 from tests.tui._sample import MIB, sample_snapshot
 
@@ -55,25 +56,26 @@ def test_wide_screen_content() -> None:
         "reserved CPU ████████████████░░░░ 13/16   MEM ██████████████████░░ 10.5G/12.0G" in lines[2]
     )
     assert "host CPU 87% of 16 cores   RAM 14.0G/24.0G in use" in lines[3]
-    assert "queued 42  running 5  done/s 3.4  done 1220  cache hits 25%" in lines[4]
-    assert "CAS cas 3.2G/10.0G  tokens 5/14" in lines[4]
+    assert "actions RSS ███████████░░░░░░░░░ 6.8G/12.0G budget" in lines[4]
+    assert "queued 42  running 5  done/s 3.4  done 1220  cache hits 25%" in lines[5]
+    assert "CAS cas 3.2G/10.0G  tokens 5/14" in lines[5]
     assert (
-        "build 5f0c3a52 bazel 7.1.0 running 2m15s: 120 run 80 cached 1 failed 2 killed" in lines[5]
+        "build 5f0c3a52 bazel 7.1.0 running 2m15s: 120 run 80 cached 1 failed 2 killed" in lines[6]
     )
-    assert "last build a1b2c3d4 bazel 7.1.0 took 5m00s: 40 run 400 cached" in lines[6]
+    assert "last build a1b2c3d4 bazel 7.1.0 took 5m00s: 40 run 400 cached" in lines[7]
     header = next(line for line in lines if line.startswith("Action"))
     assert header.split() == [
-        "Action", "Target", "Worker", "Elapsed", "RSS/resv", "Kill", "line",
+        "Action", "Target", "Worker", "Elapsed", "RSS/resv", "RSS/budget",
         "Peak", "CPU%", "CPUs",
     ]  # fmt: skip
     rows = [line.split()[0] for line in lines[lines.index(header) + 2 :][:5]]
     assert rows == ["rustc", "CppLink", "gcc", "CppCompile", "Javac"]  # longest first
     gcc = next(line for line in lines if line.startswith("gcc"))
-    assert gcc.split() == ["gcc", "-", "local", "12s", "700M/512M", "██████████", "710M",
+    assert gcc.split() == ["gcc", "-", "local", "12s", "700M/512M", "█░░░░░░░░░", "710M",
                            "95", "1"]  # fmt: skip
     assert any("//src/app:main_binary_with_a_long_name " in line for line in lines)  # whole
     rustc = next(line for line in lines if line.startswith("rustc"))
-    assert " all" in rustc and "█████░░░░░" in rustc  # exclusive; 5 of 9.6 GiB kill line
+    assert " all" in rustc and "████░░░░░░" in rustc  # exclusive; 5 of its worker's 12 GiB
     # the queue by platform (not by sizes), the next targets and what each waits for
     assert any(
         line.startswith("Queued 42: OSFamily=linux 39 · OSFamily=windows 3") for line in lines
@@ -110,9 +112,9 @@ def test_rss_turns_red_near_the_kill_line() -> None:
     text = ansi(120)
     gcc_line = next(line for line in text.splitlines() if "gcc" in line)
     compile_line = next(line for line in text.splitlines() if "CppCompile" in line)
-    assert "\x1b[1;31m██████████" in gcc_line
+    assert "\x1b[1;31m 700M/512M" in gcc_line and "\x1b[1;31m█" in gcc_line
     assert "\x1b[31m" not in compile_line and "\x1b[1;31m" not in compile_line
-    assert "\x1b[32m██" in compile_line
+    assert "\x1b[32m 120M/512M" in compile_line
 
 
 def test_any_width_renders_within_bounds() -> None:
@@ -125,12 +127,12 @@ def test_any_width_renders_within_bounds() -> None:
 
 
 def test_height_cuts_rows_with_a_count() -> None:
-    text = plain(120, height=22)
+    text = plain(120, height=23)
     assert "… 3 more" in text
     assert "rustc " in text and "1m15s" in text and "3.2s" not in text  # two rows of five
     assert "Recent events" in text and "3m20s  timeout" in text
-    assert len(text.splitlines()) == 22
-    assert "more" not in plain(120, height=24)
+    assert len(text.splitlines()) == 23
+    assert "more" not in plain(120, height=25)
     notice = plain(80, notice="cannot reach lre at 127.0.0.1:1: refused").splitlines()
     assert notice[0] == "cannot reach lre at 127.0.0.1:1: refused"
 
@@ -224,3 +226,93 @@ def test_nothing_running_is_said_in_full() -> None:
         )
         console.print(render_dashboard(idle, width=width))
         assert "nothing running" in console.export_text(), width
+
+
+def _screen(snapshot: ProcessSnapshot, width: int, *, color: bool = False) -> str:
+    out = io.StringIO()
+    console = Console(
+        width=width,
+        file=out,
+        color_system="standard" if color else None,
+        force_terminal=color,
+        record=not color,
+    )
+    console.print(render_dashboard(snapshot, width=width))
+    return out.getvalue() if color else console.export_text()
+
+
+_FROZEN_TARGET = "//src/app:main_binary_with_a_long_name"
+
+
+def _with_memory_events() -> ProcessSnapshot:
+    snapshot = sample_snapshot()
+    now = snapshot.taken_at
+    frozen = RecentEvent(
+        now - 2,
+        EventKind.FREEZE,
+        f"CppLink {_FROZEN_TARGET}: frozen (SIGSTOP) at 1000 MiB RSS, reserving 1 GiB: "
+        "host MemAvailable 1536 MiB is under the headroom of 2048 MiB",
+        "CppLink",
+        "local",
+        target=_FROZEN_TARGET,
+    )
+    thawed = RecentEvent(
+        now - 1,
+        EventKind.THAW,
+        "CppCompile //src/core:engine: thawed after 4.3 s frozen, at 120 MiB RSS, reserving "
+        "512 MiB: memory freed: host MemAvailable 9000 MiB",
+        "CppCompile",
+        "local",
+        target="//src/core:engine",
+    )
+    return replace(snapshot, events=(thawed, frozen, *snapshot.events))
+
+
+def test_freezes_and_thaws_are_events_naming_target_mnemonic_rss_and_reason() -> None:
+    snapshot = _with_memory_events()
+    lines = _screen(snapshot, 200).splitlines()
+    freeze = next(line for line in lines if " freeze " in line)
+    assert freeze.split()[:2] == ["2.0s", "freeze"]
+    assert freeze.split()[2].startswith("//src/app:main_binary")  # cut at 32 cells
+    # the target is not repeated in the detail; mnemonic, RSS and reason are there
+    assert freeze.count("main_binary") == 1
+    assert (
+        "CppLink: frozen (SIGSTOP) at 1000 MiB RSS, reserving 1 GiB: host MemAvailable " in freeze
+    )
+    assert "under the headroom of 2048 MiB" in freeze
+    thaw = next(line for line in lines if " thaw " in line)
+    assert "//src/core:engine" in thaw and "CppCompile: thawed after 4.3 s frozen" in thaw
+    assert "memory freed" in thaw
+    for width in (60, 79):  # narrow: kind, target, detail
+        narrow = _screen(snapshot, width).splitlines()
+        assert any(line.startswith("freeze") and "//src/app:main" in line for line in narrow)
+        assert any(line.startswith("thaw") and "//src/core:engine" in line for line in narrow)
+    # a long message leaves age, kind, target and worker their columns
+    wide = _screen(snapshot, 120).splitlines()
+    assert any(line.split()[:2] == ["2.0s", "freeze"] and " local " in line for line in wide)
+    colored = _screen(snapshot, 120, color=True)
+    assert "\x1b[36mfreeze" in colored and "\x1b[32mthaw" in colored
+
+
+def test_the_memory_bar_is_the_actions_rss_against_the_budget_with_the_ceiling() -> None:
+    lines = plain(120).splitlines()
+    # 120M + 1000M + 700M + 5G = 6.8G of the 12G budget -> 11 of 20 cells; the
+    # hard ceiling (the actions' kill line) beside it
+    assert "actions RSS ███████████░░░░░░░░░ 6.8G/12.0G budget   ceiling 9.6G" in lines[4], lines[4]
+    header = next(line for line in lines if line.startswith("Action"))
+    assert "RSS/budget" in header and "Kill line" not in header
+    rustc = next(line for line in lines if line.startswith("rustc"))
+    assert "████░░░░░░" in rustc  # 5G of the big worker's 12G budget, not of its 9.6G line
+    frozen = replace(
+        sample_snapshot(),
+        inflight=tuple(replace(a, frozen=a.summary == "gcc") for a in sample_snapshot().inflight),
+    )
+    assert "   1 frozen" in _screen(frozen, 120).splitlines()[4]
+    unbudgeted = replace(
+        sample_snapshot(),
+        memory_budget_bytes=None,
+        memory_capacity_bytes=2 << 60,
+        workers=tuple(replace(w, memory_capacity_bytes=1 << 60) for w in sample_snapshot().workers),
+    )
+    line = _screen(unbudgeted, 120).splitlines()[4]
+    assert "actions RSS 6.8G (no memory budget)   ceiling 9.6G" in line, line

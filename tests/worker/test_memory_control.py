@@ -22,7 +22,7 @@ from lre.config import ByteSize, worker_resources
 from lre.config._models import ResourceSpec, SimpleSchedulerSpec
 from lre.proto import lre_pb2
 from lre.scheduler import OperationSnapshot, ResourcePolicy, Scheduler
-from lre.worker import LocalWorker, PressureMonitor
+from lre.worker import LocalWorker, MemoryAction, PressureMonitor
 from lre.worker._pressure import read_mem_available
 
 from .conftest import make_spec
@@ -194,7 +194,9 @@ async def test_short_memory_freezes_the_newest_action_and_thaws_it_later(
 ) -> None:
     available = [16 * GiB]
     pressure = PressureMonitor(2 * GiB, available=lambda: available[0], pressure=lambda: None)
+    acts: list[MemoryAction] = []
     async with running(store, tmp_path, governed(), pressure) as (scheduler, worker):
+        worker.memory.on_event = acts.append
         started = await start_old_and_new(scheduler, worker, store, tmp_path, 400)
         old, new, old_marker, new_marker, stop_old, stop_new = started
         available[0] = int(1.5 * GiB)  # short: someone else took the memory
@@ -215,6 +217,14 @@ async def test_short_memory_freezes_the_newest_action_and_thaws_it_later(
         assert done.result is not None and done.result.exit_code == 0, done.error
     assert memory is not None
     assert (memory.frozen, memory.thawed, memory.killed, memory.frozen_now) == (1, 1, 0, 0)
+    # each act is told, naming the action, its RSS and why
+    assert [a.kind for a in acts] == ["freeze", "thaw"]
+    freeze, thaw = acts
+    assert freeze.action_id == thaw.action_id and freeze.rss_bytes > 0
+    assert "MemAvailable 1536 MiB is under the headroom" in freeze.reason
+    assert freeze.method in ("SIGSTOP", "cgroup freezer")
+    assert thaw.reason.startswith("memory freed: host MemAvailable 16384 MiB")
+    assert thaw.frozen_seconds >= 0.3 and thaw.rss_bytes > 0
 
 
 async def test_under_the_hard_floor_the_frozen_action_is_killed_and_retried_one_step_up(
