@@ -531,6 +531,8 @@ class Application:
                     available_bytes=stats.available_bytes,
                     pressure_full_avg10=stats.pressure_full_avg10,
                     frozen_leases=stats.frozen_ids,
+                    sampling=stats.sampling,
+                    pressure_events=stats.pressure_events,
                 )
             )
         return tuple(rows)

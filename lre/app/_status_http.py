@@ -373,7 +373,8 @@ def _cache_notices(snapshot: ProcessSnapshot) -> list[str]:
 def _memory(snapshot: ProcessSnapshot) -> dict[str, object]:
     """The memory control: whether memory is short, the frozen operations now,
     and frozen / thawed / killed (per worker) and retried (ladder requeues)
-    since start."""
+    since start; per worker also what wakes its control (``sampling``: a PSI
+    trigger or the timer alone, and why) and the PSI events so far."""
     rows = snapshot.memory_control
     return {
         "short": [f"{r.worker}: {r.short_reason}" for r in rows if r.short_reason],
@@ -391,6 +392,8 @@ def _memory(snapshot: ProcessSnapshot) -> dict[str, object]:
                 "thawed": r.thawed,
                 "killed": r.killed,
                 "pressure_full_avg10": r.pressure_full_avg10,
+                "sampling": r.sampling,
+                "pressure_events": r.pressure_events,
             }
             for r in rows
         ],

@@ -53,7 +53,9 @@ class InflightAction:
 class MemoryControlRow:
     """One local worker's memory control: counts since start and the state now
     (``short_reason`` "" = memory is not short; ``frozen_leases`` are the
-    leases whose actions are stopped now)."""
+    leases whose actions are stopped now; ``sampling``: what wakes the
+    control besides its timer, "psi trigger: ..." or "timer: <why none>";
+    ``pressure_events``: PSI stall events that woke it)."""
 
     worker: str
     frozen_now: int
@@ -64,6 +66,8 @@ class MemoryControlRow:
     available_bytes: int
     pressure_full_avg10: float | None = None
     frozen_leases: tuple[str, ...] = ()
+    sampling: str = ""
+    pressure_events: int = 0
 
 
 @dataclass(frozen=True, slots=True)

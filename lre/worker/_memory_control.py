@@ -29,8 +29,11 @@ app through the scheduler (``MemoryExceeded``). An exception the hook raises
 is logged and ignored: the policy goes on.
 
 While memory is short or an action is frozen, the sampler runs at the fast
-interval. Frozen time is kept per action (``frozen_seconds``), so the worker
-can leave it out of the action's timeout and its learned wall time.
+interval. A PSI stall event (``PsiTrigger``, ``lre/worker/_psi_trigger.py``,
+calling ``pressure_event``) makes the sampler pass at once and keeps it at the
+fast interval for ``PRESSURE_EVENT_FAST_S`` after the event. Frozen time is
+kept per action (``frozen_seconds``), so the worker can leave it out of the
+action's timeout and its learned wall time.
 
 Failures of a signal (the process already gone) are ignored: the action is
 ending anyway. Counters: ``statistics()``.
@@ -51,6 +54,7 @@ from lre.worker._containment import Containment
 from lre.worker._freezer import CgroupFreezer
 from lre.worker._governor import GovernedAction, MemoryDecision, MemoryGovernor, MemoryReading
 from lre.worker._pressure import PressureMonitor
+from lre.worker._psi_trigger import PsiTrigger
 from lre.worker._sampler import ProcessTreeSampler
 
 __all__ = ["MemoryAction", "MemoryControl", "MemoryControlStatistics"]
@@ -59,6 +63,10 @@ log = logging.getLogger(__name__)
 
 #: Passes made while freezing one action to catch children forked meanwhile.
 FREEZE_ROUNDS = 4
+
+#: Seconds the sampler stays at the fast interval after a PSI stall event
+#: (the unprivileged trigger's window: another event may follow within it).
+PRESSURE_EVENT_FAST_S = 2.0
 
 #: ``kill(action_id, reason, final)``
 Killer = Callable[[str, str, bool], object]
@@ -99,6 +107,11 @@ class MemoryControlStatistics:
     available_bytes: int
     pressure_full_avg10: float | None
     frozen_ids: tuple[str, ...]
+    #: What wakes the control besides its timer: "psi trigger: <line> (<file>)"
+    #: or "timer: <why there is no trigger>".
+    sampling: str = "timer: no psi trigger"
+    #: PSI stall events that woke the control so far.
+    pressure_events: int = 0
 
 
 class _Governed:
@@ -158,6 +171,11 @@ class MemoryControl:
         self._busy = False
         self._frozen = self._thawed = self._killed = 0
         self._last_decision = MemoryDecision(False)
+        #: The PSI trigger that calls ``pressure_event`` (set by the worker;
+        #: None: the timer alone), shown in ``statistics().sampling``.
+        self.trigger: PsiTrigger | None = None
+        self._pressure_events = 0
+        self._fast_until = -1e18
 
     # ------------------------------------------------------------------ registration
 
@@ -286,11 +304,19 @@ class MemoryControl:
         except Exception:
             log.exception("memory control: event hook failed for %s of %s", kind, action_id)
 
+    def pressure_event(self) -> None:
+        """The kernel reported a memory stall (PSI trigger; Trio thread):
+        sample now and at the fast interval for ``PRESSURE_EVENT_FAST_S``."""
+        self._pressure_events += 1
+        self._fast_until = self._clock() + PRESSURE_EVENT_FAST_S
+        self.sampler.interval = self._pressure_interval
+        self.sampler.wake()
+
     def _publish(self) -> None:
         frozen = sum(1 for g in self._actions.values() if g.frozen_since is not None)
         short = self._last_decision.reason
         self.monitor.set_state(short, frozen)
-        fast = bool(short) or frozen > 0
+        fast = bool(short) or frozen > 0 or self._clock() < self._fast_until
         self.sampler.interval = self._pressure_interval if fast else self._normal_interval
 
     # ------------------------------------------------------------------ signals
@@ -391,6 +417,8 @@ class MemoryControl:
             available_bytes=reading.available_bytes,
             pressure_full_avg10=reading.pressure_full_avg10,
             frozen_ids=frozen_ids,
+            sampling=self.trigger.mode if self.trigger is not None else "timer: no psi trigger",
+            pressure_events=self._pressure_events,
         )
 
 

@@ -205,6 +205,8 @@ class ProcessTreeSampler:
         # open/read/close each pass; at most max_open_fds are kept)
         self._member_fds: dict[int, int] = {}
         self._max_open_fds = max_open_fds
+        # set by ``wake``: ``run`` makes its next pass at once
+        self._woken: trio.Event | None = None
 
     # ------------------------------------------------------------------ registration
 
@@ -417,10 +419,20 @@ class ProcessTreeSampler:
         found[pid] = leader
         return sums[leader]
 
+    def wake(self) -> None:
+        """Make the next pass now rather than at the next tick (Trio thread;
+        the memory control calls it on a PSI stall event). Before ``run`` has
+        started, or twice before a pass, it has no further effect."""
+        if self._woken is not None:
+            self._woken.set()
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Sample every ``interval`` until cancelled; passes are skipped while no
-        action is registered, and a late pass does not cause a burst of catch-up
-        passes. Cached file descriptors are closed when the task ends."""
+        """Sample every ``interval`` until cancelled, and at once after ``wake``
+        (the next tick is then ``interval`` after that pass); passes are
+        skipped while no action is registered, and a late pass does not cause
+        a burst of catch-up passes. Cached file descriptors are closed when
+        the task ends."""
+        self._woken = woken = trio.Event()
         task_status.started()
         deadline = trio.current_time()
         try:
@@ -433,6 +445,11 @@ class ProcessTreeSampler:
                 now = trio.current_time()
                 if deadline < now:
                     deadline = now
-                await trio.sleep_until(deadline)
+                with trio.move_on_at(deadline):
+                    await woken.wait()
+                if woken.is_set():
+                    self._woken = woken = trio.Event()
+                    deadline = trio.current_time()
         finally:
+            self._woken = None
             self.close()

@@ -9,7 +9,9 @@ Lifecycle (``run``, started with ``nursery.start``):
    the memory budget, numbers config worked out: ``WorkerResources``),
    ``max_inflight``, timeouts;
 3. start the sampler (after each pass the memory control freezes, thaws or
-   kills actions when memory is short: ``_memory_control``) and the
+   kills actions when memory is short: ``_memory_control``), the PSI trigger
+   that makes the sampler pass at once on a memory stall where the kernel
+   lets lre register one (``_psi_trigger``; else the timer alone) and the
    action-directory janitor (``ActionDirectories``:
    directories made ahead, recycled and removed in batches off the loop);
 4. loop: ``lease`` -> precondition script -> run the action in its own task
@@ -53,6 +55,7 @@ from lre.worker._memory_control import MemoryControl, MemoryControlStatistics
 from lre.worker._precondition import precondition_allows
 from lre.worker._pressure import PressureMonitor
 from lre.worker._properties import resolve_properties
+from lre.worker._psi_trigger import PsiTrigger
 from lre.worker._sampler import ActionUsage, ProcessTreeSampler
 from lre.worker._staging import LinkSource
 from lre.worker._upload import Adopter
@@ -157,6 +160,9 @@ class LocalWorker:
             freezer=cgroup_freezer(),
         )
         self.sampler.on_pass = self.memory.after_pass
+        #: Wakes the memory control on a kernel memory stall event.
+        self.pressure_trigger = PsiTrigger(self.memory.pressure_event)
+        self.memory.trigger = self.pressure_trigger
         self.runner: ActionRunner | None = None
         self.workdir: WorkDirectory | None = None
         self.info: WorkerInfo | None = None
@@ -233,6 +239,7 @@ class LocalWorker:
             )
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.sampler.run)
+                await nursery.start(self.pressure_trigger.run)
                 await nursery.start(self.runner.directories.run)
                 nursery.start_soon(self._heartbeat)
                 self.scheduler.register_worker(self.info)

@@ -316,6 +316,8 @@ async def test_status_shows_the_memory_control(nursery: trio.Nursery) -> None:
         available_bytes=900 << 20,
         pressure_full_avg10=0.5,
         frozen_leases=("local/7",),
+        sampling="psi trigger: some 100000 2000000 (/proc/pressure/memory)",
+        pressure_events=4,
     )
     source.memory_control = lambda: (row,)
     _, port = await start(nursery, source)
@@ -325,6 +327,9 @@ async def test_status_shows_the_memory_control(nursery: trio.Nursery) -> None:
     assert (memory["frozen"], memory["thawed"], memory["killed"]) == (3, 2, 1)
     assert memory["short"] == ["local: host MemAvailable 900 MiB is under the headroom of 2048 MiB"]
     assert memory["available_bytes"] == 900 << 20
+    (worker,) = memory["workers"]
+    assert worker["sampling"] == "psi trigger: some 100000 2000000 (/proc/pressure/memory)"
+    assert worker["pressure_events"] == 4
     _, _, stats = await request(port, get("/api/v1/stats"))
     (again,) = ProcessSnapshot.loads(stats).memory_control
     assert again == row
