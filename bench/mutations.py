@@ -42,7 +42,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "jobserver-style-ignored",
         "jobserver.style fifo is ignored: every action gets a pipe",
-        "lre/worker/_action.py",
+        "lre/worker/_action_jobservers.py",
         "        style = self.spec.jobserver.style\n",
         '        style = "pipe"\n',
         ("tests/worker/test_action.py", "-k", "fifo"),

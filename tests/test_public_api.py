@@ -55,7 +55,6 @@ NOT_YET_PRIVATE: frozenset[str] = frozenset(
         "app.write_admin_token",
         "cas.BlobVerifier",
         "cas.BulkBlobStore",
-        "cas.PinnableStore",
         "cas.check_read_range",
         "cas.disk_free_bytes",
         "cas.file_digests",

@@ -1,7 +1,18 @@
-"""One leased action, end to end: stage, run, collect, cache, describe.
+"""One leased action, end to end, in four named phases.
 
-``ActionRunner.run(lease)`` never raises for problems of the action or of
-lre; it returns the ``Outcome`` to report:
+``ActionRunner.run(lease)`` takes an action directory and runs:
+
+1. *stage* (``_stage``): the Command prepared, the input tree read and
+   staged (hardlinked from a filesystem CAS where it can), the view chosen;
+2. *execute* (``_execute``): the process run to its end under the worker's
+   containment, jobserver, sampler and memory control, its linked inputs
+   journaled meanwhile and checked afterwards on every path;
+3. *collect* (``_collect``): outputs and logs read and put in the CAS;
+4. *record* (``_record``): the ``ActionResult`` with its metadata, written
+   to the action cache per the worker's policy.
+
+It never raises for problems of the action or of lre; it returns the
+``Outcome`` to report:
 
 - ``Completed`` when the action ran (any exit code; ``DeadlineExceeded``
   with the partial result on timeout), and also when the request itself is
@@ -21,13 +32,11 @@ from __future__ import annotations
 import logging
 import os
 import signal
-from collections.abc import Awaitable, Callable
-from pathlib import Path
-from typing import Protocol
+from dataclasses import dataclass
 
 import trio
 
-from lre.cas import BlobStore, DirectoryReader, TreeExtent
+from lre.cas import DirectoryReader, TreeExtent
 from lre.config import LocalWorkerSpec
 from lre.digest import EMPTY_DIGEST, Digest
 from lre.errors import Cancelled, DeadlineExceeded, Internal, LreError, MissingBlobs
@@ -41,66 +50,66 @@ from lre.scheduler import (
     Usage,
 )
 from lre.worker._action_dirs import TMP_NAME, ActionDirectories, ActionDirectory
+from lre.worker._action_jobservers import ActionJobservers
+from lre.worker._action_result import ActionResultWriter, action_result, cache_result
 from lre.worker._adoption import unshared_adopter
+from lre.worker._cas_handle import CasHandle
 from lre.worker._command import PreparedCommand, prepare_command
 from lre.worker._containment import Containment
 from lre.worker._disk_full import request_error
 from lre.worker._input_guard import SMALL_CHECK, LinkedInputs, altered_inputs
 from lre.worker._input_journal import InputJournal
 from lre.worker._input_tree import InputTree, fetch_input_tree
-from lre.worker._jobserver import JobserverPool, jobserver_tokens
+from lre.worker._jobserver import JobserverPool
 from lre.worker._limits import ActionLimits
 from lre.worker._memory_control import MemoryControl
 from lre.worker._metadata import Timeline, resource_usage_any
-from lre.worker._output_checks import OutputBudget
-from lre.worker._outputs import (
-    FoundFile,
-    FoundOutputs,
-    OutputRequest,
-    log_file,
-    scan_outputs,
-)
+from lre.worker._output_collection import collect_outputs
+from lre.worker._outputs import FoundFile, FoundOutputs
 from lre.worker._process import ProcessOutcome, default_containment, run_process
 from lre.worker._process_limit import limit_error, process_limits
 from lre.worker._sampler import ActionUsage, ProcessTreeSampler
-from lre.worker._staging import LinkSource, stage_inputs
-from lre.worker._upload import Adopter, upload_outputs
-from lre.worker._view import OverlayXattrs
+from lre.worker._staging import stage_inputs
+from lre.worker._upload import upload_outputs
 from lre.worker._view_policy import ViewOf, ViewPolicy, blocks_network
 from lre.worker._workdir import WorkDirectory
 
+__all__ = ["ActionResultWriter", "ActionRunner"]
+
 log = logging.getLogger(__name__)
 
-#: Largest stdout/stderr/output file inlined into a result on request.
-INLINE_LIMIT = 1 << 20
-#: When an action asked for no outputs and its stdout and stderr are at most
-#: this big, they are hashed on the event loop instead of in a thread (a
-#: thread round trip costs more than reading and hashing 64 KiB).
-SMALL_LOGS = 64 << 10
 
-#: ``discard(digest, executable)`` withdraws a blob whose hardlinked file an
-#: action altered (a filesystem store's ``discard``).
-Discarder = Callable[[Digest, bool], Awaitable[object]]
+@dataclass(frozen=True, slots=True)
+class _Staged:
+    """What the stage phase leaves for the others."""
+
+    prepared: PreparedCommand
+    #: The action's view (None: it sees the host as lre does).
+    view: ViewOf | None
+    #: Inputs hardlinked from the CAS that the action could alter (none in a
+    #: view: there the inputs sit in an overlay's lower layer, which nothing
+    #: of the action can write).
+    linked: LinkedInputs
 
 
-class ActionResultWriter(Protocol):
-    """Where results are cached (``lre.cas.ActionResultCache``).
+@dataclass(frozen=True, slots=True)
+class _Executed:
+    """What the execute phase leaves for the others."""
 
-    ``put_result`` raises ``LreError`` subclasses (missing blobs, full).
-    """
-
-    async def put_result(self, action_digest: Digest, result: re_pb2.ActionResult) -> object: ...
+    process: ProcessOutcome
+    usage: Usage
+    #: Passes of the sampler over the action's processes (0: none).
+    samples: int
 
 
 class ActionRunner:
     """Runs leased actions for one worker.
 
-    ``link_source`` (a filesystem store's ``path_for_link``) lets inputs be
-    hardlinked; ``adopt`` (its ``adopt_file``) lets outputs be moved into
-    the CAS. ``action_cache`` receives results per the worker's policy.
-    ``discard`` (its ``discard``) withdraws a linked input's blob that an
-    action altered; ``tainted_inputs`` counts those (see ``_input_guard``).
-    ``max_inflight``: the worker's actions at once (0 = unlimited;
+    ``cas`` is the store inputs are read from and outputs written to, with
+    what a filesystem store adds (``CasHandle``: hardlinked inputs, adopted
+    outputs, altered inputs discarded; ``tainted_inputs`` counts those, see
+    ``_input_guard``). ``action_cache`` receives results per the worker's
+    policy. ``max_inflight``: the worker's actions at once (0 = unlimited;
     ``LocalWorker`` passes its own), which sizes the stock of ready action
     directories.
     """
@@ -109,14 +118,11 @@ class ActionRunner:
         self,
         spec: LocalWorkerSpec,
         workdir: WorkDirectory,
-        store: BlobStore,
+        cas: CasHandle,
         *,
         max_inflight: int = 1,
         action_cache: ActionResultWriter | None = None,
-        link_source: LinkSource | None = None,
-        adopt: Adopter | None = None,
         sampler: ProcessTreeSampler | None = None,
-        discard: Discarder | None = None,
         containment: Containment | None = None,
         journal: InputJournal | None = None,
         directories: DirectoryReader | None = None,
@@ -136,17 +142,15 @@ class ActionRunner:
         self.containment = containment if containment is not None else default_containment()
         #: Each action's view (None: it sees the host as lre does).
         self.view_policy = ViewPolicy.for_worker(
-            spec, self.containment, workdir, store, hidden_paths
+            spec, self.containment, workdir, cas.store, hidden_paths
         )
         #: Records linked inputs of running actions for crash recovery.
         self.journal = journal
         self.workdir = workdir
-        self.store = store
+        self.cas = cas
         self.action_cache = action_cache
-        self.link_source = link_source
         #: moves an output into the CAS only when no other process holds it
-        self.adopt = unshared_adopter(adopt, store) if adopt is not None else None
-        self.discard = discard
+        self.adopt = unshared_adopter(cas.adopt, cas.store) if cas.adopt is not None else None
         #: Linked inputs found altered by their action (and discarded).
         self.tainted_inputs = 0
         self.allow_escaping_symlinks = spec.symlink_policy == "allow"
@@ -154,7 +158,9 @@ class ActionRunner:
         self.directories = ActionDirectories(workdir, stock=min(128, 2 * max_inflight or 64))
         #: Input Directory messages, each read and validated once (shared
         #: with the scheduler by the composition root).
-        self._tree_reader = directories if directories is not None else DirectoryReader(store)
+        self._tree_reader = directories if directories is not None else DirectoryReader(cas.store)
+        #: The jobserver pools of running actions.
+        self.jobservers = ActionJobservers(spec, workdir.path)
         #: lease id -> process group of actions running now
         self._groups: dict[str, int] = {}
         #: lease id -> (usage, reason, final) of actions killed for memory
@@ -167,25 +173,14 @@ class ActionRunner:
         self._reusable: dict[str, bool] = {}
         #: leases whose directory is kept for debugging (never released)
         self._kept: set[str] = set()
-        #: lease id -> private jobserver pool of actions running now
-        self._pools: dict[str, JobserverPool] = {}
-        #: One empty pool shared by every action that reserves less than two
-        #: CPUs (see ``_jobserver_for``); made on first use.
-        self._empty_pool: JobserverPool | None = None
 
     def jobserver_tokens(self) -> tuple[int, int]:
         """``(in_use, total)`` tokens over the private pools of running actions."""
-        in_use = total = 0
-        for pool in self._pools.values():
-            in_use += pool.in_use()
-            total += pool.expected_tokens
-        return in_use, total
+        return self.jobservers.tokens()
 
     def close(self) -> None:
         """Release the shared empty jobserver pool (call when no action runs)."""
-        if self._empty_pool is not None:
-            self._empty_pool.close()
-            self._empty_pool = None
+        self.jobservers.close()
 
     def over_limit(self, usage: ActionUsage) -> None:
         """Sampler hook: an action passed the hard ceiling; kill it (final)."""
@@ -260,6 +255,26 @@ class ActionRunner:
         return Completed(result, error=error, message=error.message)
 
     async def _run(self, lease: Lease, action_dir: ActionDirectory, timeline: Timeline) -> Outcome:
+        """The four phases in order; an action killed for memory or refused a
+        fork ends after *execute*, with no outputs collected."""
+        staged = await self._stage(lease, action_dir, timeline)
+        executed = await self._execute(lease, staged, action_dir, timeline)
+        stopped = self._stopped(lease, executed, timeline)
+        if stopped is not None:
+            return stopped
+        found, logs = await self._collect(lease, staged, action_dir, executed.process, timeline)
+        return await self._record(lease, found, logs, executed, timeline)
+
+    async def _stage(
+        self, lease: Lease, action_dir: ActionDirectory, timeline: Timeline
+    ) -> _Staged:
+        """Stage phase: the Command prepared, the input tree read and staged
+        into ``action_dir`` (its blobs pinned meanwhile), the view chosen.
+
+        Raises ``LreError`` subclasses for an unusable request (invalid
+        names, missing blobs, a symlink the policy refuses, limits passed)
+        and ``OSError`` when the filesystem fails.
+        """
         root = action_dir.root
         timeline.mark("input_fetch_start")
         prepared = prepare_command(
@@ -290,63 +305,57 @@ class ActionRunner:
         parents = [request.relative for request in prepared.outputs]
         if prepared.working_directory:
             parents.append(prepared.working_directory + "/.")
-        pin = getattr(self.store, "pin", None) if tree.files else None
+        pin = self.cas.pin if tree.files else None
         held = pin([f.digest for f in tree.files]) if pin is not None else None
         try:
             staged = await stage_inputs(
-                self.store,
+                self.cas.store,
                 tree,
                 root,
                 output_parents=parents,
-                link_source=self.link_source,
+                link_source=self.cas.link_source,
                 existing=action_dir.existing,
             )
         finally:
             if held is not None:
                 held.release()
         timeline.mark("input_fetch_completed")
-
-        stdout_path = action_dir.stdout
-        stderr_path = action_dir.stderr
         view = (
             self.view_policy.view_for(lease.platform, action_dir)
             if self.view_policy is not None
             else None
         )
-        # In a view the inputs sit in an overlay's lower layer, which nothing
-        # of the action can write: no journal, no check afterwards.
-        linked = staged.links if view is None else {}
+        return _Staged(prepared, view, staged.links if view is None else {})
+
+    async def _execute(
+        self, lease: Lease, staged: _Staged, action_dir: ActionDirectory, timeline: Timeline
+    ) -> _Executed:
+        """Execute phase: the process run to its end (``_spawn``), its linked
+        inputs journaled while it runs; then, however it ended (an error and
+        cancellation included), the inputs it altered withdrawn and the
+        journal entry closed. Errors of the run propagate after that."""
+        linked = staged.linked
         token = None
         if linked and self.journal is not None:
             token = self.journal.started(linked)
+        # Whether nothing the action started can still run. Until the run
+        # returned (an error or a cancellation ended and reaped the process),
+        # that is known only to a backend that always ends actions alone.
+        alone = self.containment.ends_alone
         try:
-            process, sampled = await self._execute(
-                lease, prepared, root, stdout_path, stderr_path, timeline, view
-            )
-        except BaseException:
-            # Ended by cancellation or an error: the process was ended and
-            # reaped, but whether it ended alone is known only to a backend
-            # that always ends actions alone.
-            unsure = not self.containment.ends_alone
-            if unsure:
+            process, sampled = await self._spawn(lease, staged, action_dir, timeline)
+            alone = process.ended_alone
+        finally:
+            # Unless alone, something of the action may still write: its
+            # linked inputs are withdrawn, its outputs copied rather than
+            # moved (``_collect``), and its directory removed.
+            if not alone:
                 self._reusable[lease.lease_id] = False
             if linked:
                 with trio.CancelScope(shield=True):
-                    await self._check_inputs(lease, linked, all_altered=unsure)
+                    await self._check_inputs(lease, linked, all_altered=not alone)
             if token is not None and self.journal is not None:
                 self.journal.ended(token)
-            raise
-        # Nothing of the action runs any more unless ``ended_alone`` is False;
-        # then it may still write: its linked inputs are withdrawn, its
-        # outputs copied rather than moved, and its directory removed.
-        alone = process.ended_alone
-        if not alone:
-            self._reusable[lease.lease_id] = False
-        if linked:
-            with trio.CancelScope(shield=True):
-                await self._check_inputs(lease, linked, all_altered=not alone)
-        if token is not None and self.journal is not None:
-            self.journal.ended(token)
         peak_rss = process.max_rss_bytes
         cpu_seconds = process.cpu_seconds
         samples = 0
@@ -361,18 +370,40 @@ class ActionRunner:
             wall_seconds=max(0.0, process.ended_at - process.started_at - frozen_s),
             frozen_seconds=frozen_s,
         )
+        return _Executed(process, usage, samples)
+
+    def _stopped(self, lease: Lease, executed: _Executed, timeline: Timeline) -> Outcome | None:
+        """The outcome of an action lre stopped (killed for memory, a fork
+        refused by ``max_processes``), None for one that ended by itself."""
         over = self._over_limit.pop(lease.lease_id, None)
         if over is not None:
             killed_usage, reason, final = over
             killed_peak = killed_usage.peak_rss_bytes if killed_usage is not None else 0
-            return MemoryExceeded(
-                max(killed_peak, peak_rss), usage=usage, reason=reason, final=final
-            )
+            peak = max(killed_peak, executed.usage.peak_rss_bytes)
+            return MemoryExceeded(peak, usage=executed.usage, reason=reason, final=final)
         if lease.lease_id in self._process_limited:
             self._process_limited.discard(lease.lease_id)
             limited = limit_error(self.spec.name, lease.operation_name, self.spec.max_processes)
             return self._failed(lease, timeline, limited)
+        return None
 
+    async def _collect(
+        self,
+        lease: Lease,
+        staged: _Staged,
+        action_dir: ActionDirectory,
+        process: ProcessOutcome,
+        timeline: Timeline,
+    ) -> tuple[FoundOutputs, list[FoundFile]]:
+        """Collect phase: a failed action's directory kept when debugging asks
+        for it, its outputs and logs read and put in the CAS (moved where the
+        store adopts files and nothing of the action runs any more).
+
+        Raises ``LreError`` subclasses for outputs the policy, the limits or
+        the store refuse and ``OSError`` when the filesystem fails.
+        """
+        view = staged.view
+        root = action_dir.root
         if self.view_policy is not None and self.view_policy.keeps(lease.platform, process):
             # Never recycled (so never released); the next start removes it.
             self._reusable[lease.lease_id] = False
@@ -381,23 +412,41 @@ class ActionRunner:
         timeline.mark("output_upload_start")
         # In a view, what the action wrote is in the overlay's upper layer,
         # over the staged tree: outputs are read from both, merged.
-        found, logs = await self._collect(
+        found, logs = await collect_outputs(
+            self.workdir,
             root if view is None else action_dir.upper,
             None if view is None else root,
             "trusted" if view is None else view.xattrs,
-            prepared.outputs,
-            stdout_path,
-            stderr_path,
+            staged.prepared.outputs,
+            (action_dir.stdout, action_dir.stderr),
             process.log_files,
+            allow_escaping_symlinks=self.allow_escaping_symlinks,
+            limits=self.limits,
         )
-        inline = self._inline_files(lease, found)
         all_files = [f for _, f in found.files] + found.tree_files + logs
-        await upload_outputs(
-            self.store, all_files, found.blobs, adopt=self.adopt if alone else None
-        )
+        adopt = self.adopt if process.ended_alone else None
+        await upload_outputs(self.cas.store, all_files, found.blobs, adopt=adopt)
         timeline.mark("output_upload_completed")
+        return found, logs
 
-        result = self._result(lease, found, logs, inline, process)
+    async def _record(
+        self,
+        lease: Lease,
+        found: FoundOutputs,
+        logs: list[FoundFile],
+        executed: _Executed,
+        timeline: Timeline,
+    ) -> Outcome:
+        """Record phase: the result with its execution metadata, cached per
+        the worker's policy (a cache that refuses it is logged, never fatal)."""
+        process = executed.process
+        result = action_result(
+            lease,
+            found,
+            logs,
+            process,
+            max_inline_bytes=self.spec.upload_action_result.max_inline_bytes,
+        )
         error: LreError | None = None
         message = ""
         if process.timed_out:
@@ -409,18 +458,19 @@ class ActionRunner:
             message = f"action {process.describe}"
         timeline.mark("worker_completed")
         result.execution_metadata.CopyFrom(timeline.to_proto(self.spec.name))
+        usage = executed.usage
         result.execution_metadata.auxiliary_metadata.append(
             resource_usage_any(
-                peak_rss_bytes=peak_rss,
-                cpu_seconds=cpu_seconds,
+                peak_rss_bytes=usage.peak_rss_bytes,
+                cpu_seconds=usage.cpu_seconds,
                 reserved_millicpus=lease.reservation.millicpus,
                 reserved_memory_bytes=lease.reservation.memory_bytes,
                 ladder_step=lease.ladder_step,
                 attempt=lease.attempt,
-                samples=samples,
+                samples=executed.samples,
             )
         )
-        await self._cache(lease, result, error)
+        await cache_result(self.action_cache, self.spec, lease, result, error)
         return Completed(
             result, error=error, message=message, usage=usage, oom_killed=process.oom_killed
         )
@@ -451,106 +501,21 @@ class ActionRunner:
                 digest,
                 "executable" if executable else "plain",
             )
-            if self.discard is not None:
-                await self.discard(digest, executable)
+            if self.cas.discard is not None:
+                await self.cas.discard(digest, executable)
 
-    async def _collect(
-        self,
-        root: Path,
-        lower: Path | None,
-        xattrs: OverlayXattrs,
-        outputs: list[OutputRequest],
-        stdout_path: Path,
-        stderr_path: Path,
-        identities: tuple[tuple[int, int], tuple[int, int]],
-    ) -> tuple[FoundOutputs, list[FoundFile]]:
-        """Scan the outputs (``root`` over ``lower``, its overlay marks in
-        ``xattrs``, see ``scan_outputs``)
-        and hash stdout/stderr, in one thread round trip (or none when there
-        are no outputs and the logs are small)."""
-        allow = self.allow_escaping_symlinks
-        limits = self.limits
-        # Mounts the action left in lre's namespace (cheap while the table is
-        # unchanged): what they show is copied, never moved out of its place.
-        mounts = tuple(
-            point
-            for point in self.workdir.mounts.below(root.parent)
-            if point == str(root) or point.startswith(f"{root}/")
-        )
-
-        def collect() -> tuple[FoundOutputs, list[FoundFile]]:
-            budget = OutputBudget(limits)
-            found = scan_outputs(
-                root,
-                outputs,
-                allow_escaping_symlinks=allow,
-                budget=budget,
-                lower=lower,
-                xattrs=xattrs,
-                mounts=mounts,
-            )
-            return found, [
-                log_file(stdout_path, identities[0], budget),
-                log_file(stderr_path, identities[1], budget),
-            ]
-
-        if not outputs:
-            sizes = os.stat(stdout_path).st_size, os.stat(stderr_path).st_size
-            if sizes == (0, 0):
-                return FoundOutputs(), [
-                    FoundFile(stdout_path, EMPTY_DIGEST, False, b""),
-                    FoundFile(stderr_path, EMPTY_DIGEST, False, b""),
-                ]
-            if max(sizes) <= SMALL_LOGS:
-                return collect()
-        return await trio.to_thread.run_sync(collect)
-
-    def _jobserver_for(self, lease: Lease, fifo_dir: str) -> tuple[JobserverPool, bool]:
-        """The pool an action gets and whether it is the shared empty one.
-
-        An action reserving less than two CPUs has no token to hand out, so it
-        gets the worker's one shared empty pool (no pipe made per action):
-        with nothing in it no client can take a token, and a SIGKILLed client
-        cannot lose one. A client that writes tokens it never read is the only
-        way tokens appear there; they are drained (and logged) after every
-        action that used the pool. Larger actions get a private pool. A fifo
-        lies in ``fifo_dir``, the action's private temporary directory (the one
-        directory of lre's its view shows), so the fifo style has no shared
-        pool: a fifo in the worker's directory would be out of every view.
-        """
-        tokens = jobserver_tokens(lease.reservation.millicpus)
-        style = self.spec.jobserver.style
-        if tokens or style == "fifo":
-            return JobserverPool(
-                tokens, style=style, fifo_dir=fifo_dir, name=lease.operation_name
-            ), False
-        if self._empty_pool is None:
-            self._empty_pool = JobserverPool(
-                0,
-                style=style,
-                fifo_dir=str(self.workdir.path),
-                name=f"{self.spec.name}/one-cpu",
-            )
-        return self._empty_pool, True
-
-    async def _execute(
-        self,
-        lease: Lease,
-        prepared: PreparedCommand,
-        root: Path,
-        stdout_path: Path,
-        stderr_path: Path,
-        timeline: Timeline,
-        view: ViewOf | None = None,
+    async def _spawn(
+        self, lease: Lease, staged: _Staged, action_dir: ActionDirectory, timeline: Timeline
     ) -> tuple[ProcessOutcome, ActionUsage | None]:
+        """Run the process under the worker's jobserver, sampler and memory
+        control, and end its registrations with them however it ended."""
+        prepared = staged.prepared
         env = prepared.env
         lease_id = lease.lease_id
         pool: JobserverPool | None = None
         shared = False
         if self.spec.jobserver.enabled:
-            pool, shared = self._jobserver_for(lease, str(stdout_path.parent / TMP_NAME))
-            if not shared:
-                self._pools[lease_id] = pool
+            pool, shared = self.jobservers.take(lease, str(action_dir.stdout.parent / TMP_NAME))
             env = pool.environment(env)
         # With the jobserver disabled the Command's own MAKEFLAGS & co. pass
         # through untouched (lre configured unbounded).
@@ -568,10 +533,10 @@ class ActionRunner:
             timeline.mark("execution_start")
             process = await run_process(
                 prepared.argv,
-                cwd=prepared.cwd(root),
+                cwd=prepared.cwd(action_dir.root),
                 env=env,
-                stdout_path=stdout_path,
-                stderr_path=stderr_path,
+                stdout_path=action_dir.stdout,
+                stderr_path=action_dir.stderr,
                 timeout=lease.timeout_s,
                 kill_grace=self.spec.kill_grace_s,
                 pass_fds=pool.pass_fds if pool is not None else (),
@@ -579,7 +544,7 @@ class ActionRunner:
                 nice=self.spec.nice,
                 containment=self.containment,
                 block_network=blocks_network(lease.platform, self.spec.network == "block"),
-                view=view,
+                view=staged.view,
                 max_processes=self.spec.max_processes,
                 paused_seconds=(
                     (lambda: memory.frozen_seconds(lease_id)) if memory is not None else None
@@ -595,81 +560,5 @@ class ActionRunner:
                 self._process_limited.add(lease_id)
             sampled = self.sampler.unregister(lease_id) if self.sampler is not None else None
             if pool is not None:
-                if shared:
-                    pool.drain_extra()
-                else:
-                    self._pools.pop(lease_id, None)
-                    pool.close()
+                self.jobservers.give_back(lease_id, pool, shared)
         return process, sampled
-
-    def _inline_files(self, lease: Lease, found: FoundOutputs) -> set[str]:
-        wanted = set(lease.inline_output_files)
-        return {
-            name
-            for name, item in found.files
-            if name in wanted and item.data is not None and len(item.data) <= INLINE_LIMIT
-        }
-
-    def _result(
-        self,
-        lease: Lease,
-        found: FoundOutputs,
-        logs: list[FoundFile],
-        inline: set[str],
-        process: ProcessOutcome,
-    ) -> re_pb2.ActionResult:
-        result = re_pb2.ActionResult(exit_code=process.exit_code)
-        for name, item in found.files:
-            output = result.output_files.add(
-                path=name, digest=item.digest.to_proto(), is_executable=item.executable
-            )
-            if name in inline and item.data is not None:
-                output.contents = item.data
-        for name, tree_digest, root_digest in found.directories:
-            result.output_directories.add(
-                path=name,
-                tree_digest=tree_digest.to_proto(),
-                is_topologically_sorted=True,
-                root_directory_digest=root_digest.to_proto(),
-            )
-        for name, target, kind in found.symlinks:
-            result.output_symlinks.add(path=name, target=target)
-            legacy = (
-                result.output_directory_symlinks
-                if kind == "directory"
-                else result.output_file_symlinks
-            )
-            legacy.add(path=name, target=target)
-        stdout, stderr = logs
-        result.stdout_digest.CopyFrom(stdout.digest.to_proto())
-        result.stderr_digest.CopyFrom(stderr.digest.to_proto())
-        limit = self.spec.upload_action_result.max_inline_bytes
-        for item, asked, field_name in (
-            (stdout, lease.inline_stdout, "stdout_raw"),
-            (stderr, lease.inline_stderr, "stderr_raw"),
-        ):
-            size = item.digest.size_bytes
-            if (
-                item.data is not None
-                and size
-                and ((asked and size <= INLINE_LIMIT) or size <= limit)
-            ):
-                setattr(result, field_name, item.data)
-        return result
-
-    async def _cache(
-        self, lease: Lease, result: re_pb2.ActionResult, error: LreError | None
-    ) -> None:
-        strategy = self.spec.upload_action_result.upload_ac_results_strategy
-        if self.action_cache is None or lease.do_not_cache or strategy == "never":
-            return
-        if error is not None:
-            return
-        if strategy == "success_only" and result.exit_code != 0:
-            return
-        try:
-            await self.action_cache.put_result(lease.action_key.action_digest, result)
-        except LreError:
-            log.exception(
-                "worker %s: could not cache result of %s", self.spec.name, lease.operation_name
-            )

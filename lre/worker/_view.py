@@ -43,7 +43,7 @@ kernel takes procfs's ``pidns=`` option (Linux 6.15+, ``proc_pidns_works``)
 the spawner mounts it itself once the action's first process exists
 (``mount_children_proc``: ``pidns=`` names the namespace of the thread's
 children, which opens only after that first fork), and the first process
-waits at a gate until then (``_containment.PidNamespace``). Elsewhere the
+waits at a gate until then (``_pid_namespace.PidNamespace``). Elsewhere the
 first process makes it (util-linux ``unshare --mount-proc``: an extra mount
 namespace per action, copied from the view and torn down at its end).
 

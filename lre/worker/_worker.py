@@ -45,7 +45,8 @@ from lre.scheduler import (
     WorkerInfo,
     WorkerScheduler,
 )
-from lre.worker._action import ActionResultWriter, ActionRunner, Discarder
+from lre.worker._action import ActionResultWriter, ActionRunner
+from lre.worker._cas_handle import CasHandle, Discarder
 from lre.worker._containment import Containment, choose_containment
 from lre.worker._freezer import cgroup_freezer
 from lre.worker._governor import GovernorLimits, MemoryGovernor
@@ -222,13 +223,12 @@ class LocalWorker:
             self.runner = ActionRunner(
                 self.spec,
                 workdir,
-                self.store,
+                CasHandle.of(
+                    self.store, link_source=self.link_source, adopt=self.adopt, discard=self.discard
+                ),
                 max_inflight=self.resources.max_inflight_tasks,
                 action_cache=self.action_cache,
-                link_source=self.link_source,
-                adopt=self.adopt,
                 sampler=self.sampler,
-                discard=self.discard,
                 containment=self.containment,
                 journal=journal,
                 directories=self.directories,

@@ -17,6 +17,7 @@ from lre.digest import Digest, DigestFunction
 from lre.scheduler._lease import Lease
 from lre.scheduler._model import ActionKey, RequestInfo, Reservation
 from lre.worker import ActionRunner, WorkDirectory
+from lre.worker._cas_handle import CasHandle
 from tests._support.actions import TreeSpec, build_action, put_action
 
 _ids = itertools.count(1)
@@ -104,7 +105,7 @@ def store() -> MemoryStore:
 def env(tmp_path: Path, store: MemoryStore) -> Env:
     spec = make_spec(tmp_path)
     workdir = WorkDirectory.open(spec.work_directory, spec.name)
-    runner = ActionRunner(spec, workdir, store)
+    runner = ActionRunner(spec, workdir, CasHandle.of(store))
     try:
         yield Env(store, workdir, spec, runner)  # type: ignore[misc]
     finally:

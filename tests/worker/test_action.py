@@ -15,6 +15,7 @@ from lre.errors import DeadlineExceeded, InvalidArgument, MissingBlobs
 from lre.proto import lre_pb2, re_pb2
 from lre.scheduler import Completed
 from lre.worker import ActionRunner, WorkDirectory
+from lre.worker._cas_handle import CasHandle
 from tests._support.actions import File, Link
 
 from .conftest import Env, make_lease, make_spec
@@ -152,7 +153,7 @@ async def test_environment_is_exactly_the_commands(tmp_path: Path, store: Memory
         },
     )
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(spec, workdir, store)
+        runner = ActionRunner(spec, workdir, CasHandle.of(store))
         lease = await make_lease(
             store,
             ["/usr/bin/env", "-0"],
@@ -186,7 +187,7 @@ async def test_private_tmp_off_leaves_the_environment_alone(
 
     spec = make_spec(tmp_path, jobserver=JobserverSpec(enabled=False), private_tmp=False)
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(spec, workdir, store)
+        runner = ActionRunner(spec, workdir, CasHandle.of(store))
         lease = await make_lease(store, ["/usr/bin/env", "-0"], env={"A": "1"})
         outcome = await runner.run(lease)
     assert isinstance(outcome, Completed)
@@ -338,7 +339,7 @@ async def test_empty_input_root_needs_no_blob(tmp_path: Path) -> None:
     store = MemoryStore(1 << 20)  # holds no Directory at all
     spec = make_spec(tmp_path)
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(spec, workdir, store)
+        runner = ActionRunner(spec, workdir, CasHandle.of(store))
         lease = await make_lease(
             store,
             ["/bin/sh", "-c", "mkdir -p a/b && echo hi > a/b/c && ls -A"],
@@ -381,7 +382,7 @@ async def test_shared_empty_pool_drains_tokens_a_client_made_up(env: Env) -> Non
     script = 'fds=${MAKEFLAGS#*fds=}; w=${fds%% *}; w=${w#*,}; printf ++ >&"$w"'
     outcome = await run(env, ["/bin/bash", "-c", script])
     assert outcome.result.exit_code == 0
-    pool = env.runner._empty_pool
+    pool = env.runner.jobservers._empty_pool
     assert pool is not None and pool.free_tokens() == 0  # drained after the action
     env.runner.close()
 
@@ -419,7 +420,7 @@ async def test_fifo_style_reaches_the_action_through_the_runner(
     descriptor pair; a one-CPU action gets a fifo too."""
     spec = make_spec(tmp_path, jobserver=JobserverSpec(style="fifo"))
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(spec, workdir, store)
+        runner = ActionRunner(spec, workdir, CasHandle.of(store))
         lease = await make_lease(store, ["/bin/sh", "-c", FIFO_CLIENT], millicpus=3000)
         outcome = await runner.run(lease)
         assert isinstance(outcome, Completed), outcome
@@ -450,7 +451,7 @@ async def test_jobserver_disabled_keeps_commands_makeflags(
 
     spec = make_spec(tmp_path, jobserver=JobserverSpec(enabled=False))
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(spec, workdir, store)
+        runner = ActionRunner(spec, workdir, CasHandle.of(store))
         lease = await make_lease(
             store,
             ["/bin/sh", "-c", MAKEFLAGS_PROBE],

@@ -16,6 +16,7 @@ from lre.config._models import UploadActionResultSpec
 from lre.digest import Digest, digest_of
 from lre.scheduler import Completed
 from lre.worker import ActionRunner, WorkDirectory
+from lre.worker._cas_handle import CasHandle
 from tests._support.actions import File
 
 from .conftest import make_lease, make_spec
@@ -39,10 +40,8 @@ async def test_inputs_hardlinked_outputs_moved_results_cached(tmp_path: Path) ->
         runner = ActionRunner(
             spec,
             workdir,
-            store,
+            CasHandle.of(store, link_source=store.path_for_link, adopt=store.adopt_file),
             action_cache=cache,
-            link_source=store.path_for_link,
-            adopt=store.adopt_file,
         )
         lease = await make_lease(
             store,  # type: ignore[arg-type]
@@ -85,7 +84,7 @@ async def test_cache_policy(tmp_path: Path) -> None:
             upload_action_result=UploadActionResultSpec(upload_ac_results_strategy=strategy),
         )
         with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-            runner = ActionRunner(spec, workdir, store, action_cache=cache)
+            runner = ActionRunner(spec, workdir, CasHandle.of(store), action_cache=cache)
             lease = await make_lease(
                 store,  # type: ignore[arg-type]
                 ["/bin/sh", "-c", f"exit {exit_code}"],

@@ -25,6 +25,7 @@ from lre.digest import Digest, digest_of
 from lre.errors import InvalidArgument, NotFound
 from lre.scheduler import Completed
 from lre.worker import ActionRunner, Containment, WorkDirectory
+from lre.worker._cas_handle import CasHandle
 from tests._support.actions import Link
 
 from .conftest import make_lease, make_spec
@@ -49,10 +50,12 @@ async def runner_with_janitor(
         runner = ActionRunner(
             spec,
             workdir,
-            store,
-            link_source=store.path_for_link,
-            adopt=store.adopt_file,
-            discard=store.discard,
+            CasHandle.of(
+                store,
+                link_source=store.path_for_link,
+                adopt=store.adopt_file,
+                discard=store.discard,
+            ),
             containment=containment,
         )
         async with trio.open_nursery() as nursery:

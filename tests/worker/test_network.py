@@ -13,6 +13,7 @@ from lre.digest import Digest
 from lre.errors import InvalidArgument
 from lre.scheduler import Completed
 from lre.worker import ActionRunner, WorkDirectory
+from lre.worker._cas_handle import CasHandle
 
 from .conftest import make_lease, make_spec
 from .test_containment import backend
@@ -55,7 +56,7 @@ async def test_block_network_cuts_the_action_off(
     spec = make_spec(tmp_path, network=worker_network)
     try:
         with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-            runner = ActionRunner(spec, workdir, store, containment=containment)
+            runner = ActionRunner(spec, workdir, CasHandle.of(store), containment=containment)
             lease = await make_lease(
                 store,
                 ["python3", "-c", PROBE, str(port)],
@@ -77,7 +78,7 @@ async def test_block_network_without_namespaces_is_refused(
 ) -> None:
     spec = make_spec(tmp_path)
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(spec, workdir, store, containment=backend("portable"))
+        runner = ActionRunner(spec, workdir, CasHandle.of(store), containment=backend("portable"))
         lease = await make_lease(store, ["/bin/true"], platform={"block-network": "1"})
         outcome = await runner.run(lease)
     assert isinstance(outcome, Completed)

@@ -14,6 +14,7 @@ from lre.digest import Digest
 from lre.errors import InvalidArgument
 from lre.scheduler import Completed
 from lre.worker import ActionRunner, Containment, WorkDirectory
+from lre.worker._cas_handle import CasHandle
 
 from .conftest import make_lease, make_spec
 from .test_containment import backend
@@ -39,7 +40,7 @@ async def test_only_the_writable_paths_of_the_host_are_writable(
         f"echo c > {cache}/c; echo e > {extra}/e; echo o > {other}/o 2>/dev/null || echo refused"
     )
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(spec, workdir, store, containment=viewing)
+        runner = ActionRunner(spec, workdir, CasHandle.of(store), containment=viewing)
         lease = await make_lease(
             store, ["/bin/sh", "-c", script], platform={"sandbox-writable-path": str(extra)}
         )
@@ -55,7 +56,7 @@ async def test_a_writable_path_inside_lres_directories_is_refused(
 ) -> None:
     spec = make_spec(tmp_path)
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(spec, workdir, store, containment=viewing)
+        runner = ActionRunner(spec, workdir, CasHandle.of(store), containment=viewing)
         lease = await make_lease(
             store, ["/bin/true"], platform={"sandbox-writable-path": str(workdir.path)}
         )
@@ -70,7 +71,7 @@ async def test_sandbox_debug_keeps_a_failed_actions_directory(
 ) -> None:
     spec = make_spec(tmp_path)
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(spec, workdir, store, containment=viewing)
+        runner = ActionRunner(spec, workdir, CasHandle.of(store), containment=viewing)
         failing = await make_lease(
             store,
             ["/bin/sh", "-c", "echo partial > out.txt; exit 3"],
@@ -102,7 +103,7 @@ async def test_the_debug_hint_shows_a_kept_directory_as_its_action_saw_it(
     spec = make_spec(tmp_path)
     script = "rm -rf in/sub && mkdir in/sub && echo new > in/sub/new; exit 3"
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(spec, workdir, store, containment=viewing)
+        runner = ActionRunner(spec, workdir, CasHandle.of(store), containment=viewing)
         lease = await make_lease(
             store,
             ["/bin/sh", "-c", script],
@@ -133,7 +134,9 @@ async def test_a_hidden_file_shows_nothing(
     # tmp_path is visible (writable even); the token file in it is not.
     spec = make_spec(tmp_path, sandbox_writable_paths=(str(tmp_path),))
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(spec, workdir, store, containment=viewing, hidden_paths=(str(token),))
+        runner = ActionRunner(
+            spec, workdir, CasHandle.of(store), containment=viewing, hidden_paths=(str(token),)
+        )
         lease = await make_lease(store, ["/bin/sh", "-c", f"cat {token}; echo end"])
         outcome = await runner.run(lease)
     assert isinstance(outcome, Completed) and outcome.error is None, outcome
@@ -150,7 +153,7 @@ async def test_directories_of_viewed_actions_are_recycled(
     recycling must clear both, also for an lre that is not root."""
     spec = make_spec(tmp_path, max_inflight_tasks=1)
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(spec, workdir, store, containment=viewing)
+        runner = ActionRunner(spec, workdir, CasHandle.of(store), containment=viewing)
         async with trio.open_nursery() as nursery:
             await nursery.start(runner.directories.run)
             for _ in range(4):
@@ -175,7 +178,7 @@ async def test_the_input_root_keeps_mode_0755_across_recycling(
     root must not hand that mode to the next action in the same directory."""
     spec = make_spec(tmp_path, max_inflight_tasks=1)
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(spec, workdir, store, containment=viewing)
+        runner = ActionRunner(spec, workdir, CasHandle.of(store), containment=viewing)
         async with trio.open_nursery() as nursery:
             await nursery.start(runner.directories.run)
             for done in range(3):
@@ -204,7 +207,7 @@ async def test_a_views_proc_shows_only_the_action_and_its_stdin_is_empty(
     )
     spec = make_spec(tmp_path)
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(spec, workdir, store, containment=viewing)
+        runner = ActionRunner(spec, workdir, CasHandle.of(store), containment=viewing)
         lease = await make_lease(store, ["/bin/sh", "-c", script])
         outcome = await runner.run(lease)
     assert isinstance(outcome, Completed) and outcome.error is None, outcome
@@ -227,11 +230,11 @@ async def test_a_view_whose_proc_cannot_be_mounted_runs_nothing(
     def refuse() -> None:
         raise OSError(1, "fsmount /proc: refused by the test")
 
-    monkeypatch.setattr("lre.worker._containment.mount_children_proc", refuse)
+    monkeypatch.setattr("lre.worker._pid_namespace.mount_children_proc", refuse)
     marker = tmp_path / "ran"
     spec = make_spec(tmp_path, sandbox_writable_paths=(str(tmp_path),))
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(spec, workdir, store, containment=containment)
+        runner = ActionRunner(spec, workdir, CasHandle.of(store), containment=containment)
         lease = await make_lease(store, ["/bin/sh", "-c", f"touch {marker}"])
         outcome = await runner.run(lease)
     assert isinstance(outcome, Completed) and outcome.result.exit_code == 125, outcome

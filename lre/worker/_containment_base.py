@@ -1,0 +1,144 @@
+"""The contract every containment backend follows (``Containment``), the
+per-action spawn options, and the spawner thread's set-up.
+
+The backends are ``PidNamespace`` (``_pid_namespace.py``), ``UserNamespace``
+(``_user_namespace.py``) and ``ProcessGroupSweep`` (``_group_sweep.py``);
+``_containment.py`` describes them and chooses one.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import subprocess
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import trio
+
+from lre.worker._guardian import ProcessGuardian
+from lre.worker._syscalls import LIBC as _LIBC
+from lre.worker._syscalls import call as _call
+from lre.worker._view import ActionView, OverlayXattrs
+
+log = logging.getLogger(__name__)
+
+#: ``unshare`` flag: a filesystem context (root, cwd) of the thread's own.
+CLONE_FS = 0x00000200
+
+
+class ContainmentUnavailable(Exception):
+    """The containment mode asked for cannot work on this machine (the message says why)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SpawnOptions:
+    """Per-action choices a backend applies when it starts the process."""
+
+    #: Run without network: a network namespace of its own with only loopback.
+    block_network: bool = False
+    #: Run in a mount namespace shaped as this view (``_view.py``); only
+    #: where ``can_view``.
+    view: ActionView | None = None
+    #: The action's working directory (a path in its view).
+    cwd: str = ""
+
+
+class Containment(ABC):
+    """How an action's process tree is started, ended and kept from outliving lre.
+
+    Methods named ``spawn_*`` run in a spawner thread (see ``_process.py``);
+    the others on the Trio thread.
+    """
+
+    #: The mode's name as configured and reported (``pidns``, ``userns``,
+    #: ``portable``).
+    name: str
+    #: True when this backend can give an action a network namespace.
+    can_block_network: bool = False
+    #: True when nothing of an action can run once its first process was
+    #: reaped, whatever happened (``end`` always returns True).
+    ends_alone: bool = False
+    #: True when the first process reports a signal that killed the command
+    #: as exit code 128 + signal (it cannot re-raise it).
+    signals_as_exit_codes: bool = False
+    #: True when this backend can run an action in a view of its own
+    #: (``SpawnOptions.view``): a mount namespace with the host read-only,
+    #: lre's directories hidden, inputs behind an overlay and a /proc of its
+    #: own. Without it none of those protections hold (docs/security.md).
+    can_view: bool = False
+    #: Where the overlays of this backend's views keep their marks
+    #: (``ActionView.xattrs``): ``user`` where the view is built inside a
+    #: user namespace, which cannot write ``trusted.*`` xattrs.
+    overlay_xattrs: OverlayXattrs = "trusted"
+
+    def __init__(self) -> None:
+        #: Kills every listed action when lre dies (started on first use).
+        self.guardian = ProcessGuardian()
+
+    @abstractmethod
+    def command(self, argv: Sequence[str], *, view: bool = False) -> list[str]:
+        """The argv to execute for the action's ``argv`` (in a view when
+        ``view``, only where ``can_view``)."""
+
+    @contextmanager
+    def spawn_context(self, options: SpawnOptions) -> Iterator[list[str]]:
+        """Wraps the fork of one action (in the spawner thread) and gives the
+        argv to put in front of ``command`` (empty unless a backend needs
+        one). Raises ``OSError`` when the namespace cannot be made. Callers
+        ask for ``block_network`` only where ``can_block_network``."""
+        yield []
+
+    def spawn_stdin(self) -> int:
+        """(spawner thread, inside ``spawn_context``) The first process's
+        stdin: ``subprocess.DEVNULL`` unless the backend gates it (a pipe
+        descriptor, see ``PidNamespace``)."""
+        return subprocess.DEVNULL
+
+    def spawn_started(self, pid: int) -> None:
+        """The action's first process ``pid`` was forked (spawner thread):
+        list it with the guardian."""
+        self.guardian.add(pid)
+
+    def spawn_abandoned(self, pid: int) -> None:
+        """``pid`` was started but will never be supervised: kill it (the
+        caller reaps it)."""
+        self.signal_action(pid, signal.SIGKILL)
+        self.guardian.remove(pid)
+
+    def action_roots(self) -> list[int]:
+        """Processes every running action's processes descend from (or are):
+        the first processes and listed orphans (lre's listeners refuse
+        connections held by any of them or their descendants)."""
+        return list(self.guardian.listed())
+
+    @abstractmethod
+    def signal_action(self, pid: int, sig: int) -> None:
+        """Send ``sig`` to the action whose first process is ``pid``."""
+
+    @abstractmethod
+    def end(self, pid: int, *, killed: bool = False) -> bool:
+        """The first process ``pid`` exited (not reaped yet; ``killed`` when
+        lre killed it): make sure nothing the action started still runs.
+        Returns True when nothing of the action can still run (its directory
+        can be reused, its files moved)."""
+
+    async def watch(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """A background task the composition root runs for the backend while
+        lre serves (none by default)."""
+        task_status.started()
+
+
+def prepare_spawner_thread() -> None:
+    """Give the calling (spawner) thread a filesystem context (root, cwd) of
+    its own: a thread sharing it with the others may not enter a mount
+    namespace, so without this no view can be made from it. Logs and goes
+    on when the call fails (views then fail at their first use)."""
+    if _LIBC is None:
+        return
+    try:
+        _call("unshare", CLONE_FS)
+    except OSError as error:
+        log.warning("spawner thread: cannot unshare its filesystem context (%s)", error)

@@ -1,0 +1,204 @@
+"""``PidNamespace``: the ``"pidns"`` containment backend, one PID namespace
+per action made by the spawner thread itself (see ``_containment.py``)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from lre.worker._containment_base import (
+    CLONE_FS,
+    Containment,
+    ContainmentUnavailable,
+    SpawnOptions,
+)
+from lre.worker._syscalls import LIBC as _LIBC
+from lre.worker._syscalls import call as _call
+from lre.worker._syscalls import kill as _kill
+from lre.worker._syscalls import killpg as _killpg
+from lre.worker._syscalls import loopback_up as _loopback_up
+from lre.worker._view import build_view, mount_children_proc, proc_pidns_works
+
+log = logging.getLogger(__name__)
+
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWNET = 0x40000000
+_CLONE_NEWPID = 0x20000000
+#: The first process of a view whose /proc the spawner mounts: it waits for
+#: ``go`` on its stdin (lre's end of a pipe), then executes the rest of its
+#: arguments with stdin from /dev/null; 125 when lre did not say ``go``.
+_PROC_GATE = 'IFS= read -r gate; [ "$gate" = go ] || exit 125; exec "$@" </dev/null'
+
+
+class PidNamespace(Containment):
+    """One PID namespace per action (see the module docstring).
+
+    Raises ``ContainmentUnavailable`` when this process may not make PID
+    namespaces (it needs CAP_SYS_ADMIN) or coreutils ``timeout`` (the
+    namespace's first process) is missing.
+    """
+
+    name = "pidns"
+    can_block_network = True
+    ends_alone = True
+    signals_as_exit_codes = True
+    can_view = True
+
+    def __init__(self) -> None:
+        if _LIBC is None:
+            raise ContainmentUnavailable("PID namespaces need Linux")
+        init = shutil.which("timeout")
+        if init is None:
+            raise ContainmentUnavailable(
+                "coreutils timeout is not on PATH (it is pid 1 of each action's namespace)"
+            )
+        super().__init__()
+        self._init = init
+        #: POSIX sh: the gate of a view whose /proc the spawner mounts
+        #: (None: the kernel cannot, or no sh; then util-linux unshare
+        #: mounts each view's /proc, see _view.py)
+        sh = shutil.which("sh")
+        self._gate_sh = sh if sh is not None and proc_pidns_works() else None
+        self._unshare = shutil.which("unshare")
+        self._own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+        self._own_net_ns = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        self._own_mnt_ns = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+        #: per spawner thread: the read end of the running spawn's gate
+        self._gate = threading.local()
+        self._probe()
+        can_mount_proc = self._gate_sh is not None or self._unshare is not None
+        self.can_view = can_mount_proc and self._probe_view()
+
+    def _probe_view(self) -> bool:
+        """Whether a mount namespace can be made and left here (logged if not)."""
+        failure: list[BaseException] = []
+
+        def probe() -> None:
+            try:
+                _call("unshare", CLONE_FS)
+                _call("unshare", _CLONE_NEWNS)
+                _call("setns", self._own_mnt_ns, _CLONE_NEWNS)
+            except OSError as error:
+                failure.append(error)
+
+        thread = threading.Thread(target=probe, name="lre-view-probe")
+        thread.start()
+        thread.join()
+        if failure:
+            log.warning("containment pidns: actions get no view of their own (%s)", failure[0])
+        return not failure
+
+    def _probe(self) -> None:
+        """Make and leave one namespace in a throwaway thread, so that a
+        missing privilege shows at start-up, not at the first action."""
+        failure: list[BaseException] = []
+
+        def probe() -> None:
+            try:
+                with self.spawn_context(SpawnOptions()):
+                    pass
+            except OSError as error:
+                failure.append(error)
+
+        thread = threading.Thread(target=probe, name="lre-pidns-probe")
+        thread.start()
+        thread.join()
+        if failure:
+            raise ContainmentUnavailable(
+                f"cannot make a PID namespace ({failure[0]}); it needs CAP_SYS_ADMIN"
+            )
+
+    def command(self, argv: Sequence[str], *, view: bool = False) -> list[str]:
+        # timeout execvp()s argv with the action's PATH, argv[0] unchanged;
+        # a duration of 0 sets no limit. In a view, the gate waits for the
+        # spawner's /proc (or unshare first mounts the namespace's own),
+        # then executes timeout (still pid 1).
+        init = [self._init, "--", "0", *argv]
+        if view and self._gate_sh is not None:
+            return [self._gate_sh, "-c", _PROC_GATE, "sh", *init]
+        if view and self._unshare is not None:
+            return [self._unshare, "--mount-proc", "--propagation", "unchanged", "--", *init]
+        return init
+
+    def spawn_stdin(self) -> int:
+        gate: int | None = getattr(self._gate, "read", None)
+        return subprocess.DEVNULL if gate is None else gate
+
+    @contextmanager
+    def spawn_context(self, options: SpawnOptions) -> Iterator[list[str]]:
+        # The thread's namespace for children is set back to lre's own first:
+        # a thread whose last child namespace already had its first process
+        # cannot fork again (ENOMEM) nor unshare a new one (EINVAL).
+        _call("setns", self._own_pid_ns, _CLONE_NEWPID)
+        _call("unshare", _CLONE_NEWPID)
+        try:
+            if options.view is not None:
+                _call("unshare", _CLONE_NEWNS)
+                try:
+                    build_view(options.view, host_proc_writable=self._gate_sh is None)
+                    with self._gated(), self._network(options):
+                        yield []
+                finally:
+                    _call("setns", self._own_mnt_ns, _CLONE_NEWNS)
+            else:
+                with self._network(options):
+                    yield []
+        finally:
+            _call("setns", self._own_pid_ns, _CLONE_NEWPID)
+
+    @contextmanager
+    def _gated(self) -> Iterator[None]:
+        """Around the fork of a view's first process: its gate (``spawn_stdin``),
+        and once it was forked, the view's /proc mounted and the gate opened.
+        A /proc that cannot be mounted leaves the gate closed (logged)."""
+        if self._gate_sh is None:
+            yield
+            return
+        read, write = os.pipe2(os.O_CLOEXEC)
+        self._gate.read = read
+        try:
+            yield
+            # The first process exists (the fork returned): its namespace can
+            # be named now.
+            try:
+                mount_children_proc()
+            except OSError as error:
+                log.error("containment pidns: no /proc for the action's view (%s)", error)
+            else:
+                os.write(write, b"go\n")
+        finally:
+            self._gate.read = None
+            os.close(read)
+            os.close(write)
+
+    @contextmanager
+    def _network(self, options: SpawnOptions) -> Iterator[None]:
+        if not options.block_network:
+            yield
+            return
+        _call("unshare", _CLONE_NEWNET)
+        try:
+            _loopback_up()
+            yield
+        finally:
+            _call("setns", self._own_net_ns, _CLONE_NEWNET)
+
+    def signal_action(self, pid: int, sig: int) -> None:
+        # The group reaches the children; pid 1 of the namespace gets a signal
+        # from here only if it handles it, SIGKILL always (and then the
+        # kernel kills the whole namespace).
+        _killpg(pid, sig)
+        if sig == signal.SIGKILL:
+            _kill(pid, sig)
+
+    def end(self, pid: int, *, killed: bool = False) -> bool:
+        # The kernel killed and reaped the rest of the namespace before the
+        # first process was reported as exited.
+        self.guardian.remove(pid)
+        return True

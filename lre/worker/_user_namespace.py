@@ -1,0 +1,127 @@
+"""``UserNamespace``: the ``"userns"`` containment backend, a PID namespace
+per action without privileges, inside a user namespace (see
+``_containment.py``)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from lre.worker._containment_base import Containment, ContainmentUnavailable, SpawnOptions
+from lre.worker._syscalls import LIBC as _LIBC
+from lre.worker._syscalls import killpg as _killpg
+from lre.worker._view import OverlayXattrs
+from lre.worker._view_helper import ViewHelper
+
+log = logging.getLogger(__name__)
+
+
+class UserNamespace(Containment):
+    """A PID namespace per action without privileges, inside a user namespace.
+
+    lre is multi-threaded, and a multi-threaded process may not enter a user
+    namespace, so each action starts through util-linux ``unshare --user
+    --map-current-user --pid --fork --kill-child``: ``unshare`` stays in
+    lre's namespace and waits, its child is pid 1 of the new one (again
+    ``timeout -- 0``, so the command is not pid 1) and dies with it. The
+    command keeps lre's user id (mapped to itself). When the action exits
+    normally, ``unshare`` has waited for pid 1, whose exit killed and reaped
+    the namespace: nothing runs any more. When lre kills it, the namespace
+    dies a moment after ``unshare``; ``end`` then answers False (directory
+    removed, outputs copied). Raises ``ContainmentUnavailable`` when
+    ``unshare`` or ``timeout`` is missing or the kernel refuses unprivileged
+    user namespaces (some distributions restrict them).
+    """
+
+    name = "userns"
+    signals_as_exit_codes = True
+    # The view helper mounts each overlay inside its user namespace.
+    overlay_xattrs: OverlayXattrs = "user"
+
+    def __init__(self) -> None:
+        if _LIBC is None:
+            raise ContainmentUnavailable("user and PID namespaces need Linux")
+        unshare = shutil.which("unshare")
+        init = shutil.which("timeout")
+        if unshare is None or init is None:
+            raise ContainmentUnavailable("util-linux unshare or coreutils timeout is not on PATH")
+        super().__init__()
+        self._prefix = [
+            *(unshare, "--user", "--map-current-user", "--pid", "--fork", "--kill-child"),
+            *("--", init, "--", "0"),
+        ]
+        try:
+            probe = subprocess.run(
+                [*self._prefix, "true"], capture_output=True, timeout=10, check=False
+            )
+        except (OSError, subprocess.SubprocessError) as error:
+            raise ContainmentUnavailable(f"cannot run unshare: {error}") from None
+        if probe.returncode != 0:
+            reason = probe.stderr.decode(errors="replace").strip() or f"exit {probe.returncode}"
+            raise ContainmentUnavailable(f"unprivileged user namespaces refused: {reason}")
+
+        #: Builds views inside a user namespace (None: actions get none).
+        self._views: ViewHelper | None = None
+        #: first pid -> the helper's descriptor of its view
+        self._view_of: dict[int, int] = {}
+        self._pending = threading.local()
+        nsenter = shutil.which("nsenter")
+        if nsenter is not None:
+            helper = ViewHelper(unshare, nsenter)
+            try:
+                helper.start()
+            except OSError as error:
+                log.warning("containment userns: actions get no view of their own (%s)", error)
+            else:
+                self._views = helper
+                self.can_view = True
+        self._inner = [init, "--", "0"]
+
+    def command(self, argv: Sequence[str], *, view: bool = False) -> list[str]:
+        if view and self._views is not None:
+            inner = self._views.inner(os.geteuid(), os.getegid())
+            return [*inner, *self._inner, *argv]
+        return [*self._prefix, *argv]
+
+    @contextmanager
+    def spawn_context(self, options: SpawnOptions) -> Iterator[list[str]]:
+        if options.view is None or self._views is None:
+            yield []
+            return
+        fd = self._views.build(options.view)
+        self._pending.fd = fd
+        try:
+            yield self._views.enter(fd, options.cwd)
+        except BaseException:
+            self._pending.fd = None
+            self._views.release(fd)
+            raise
+
+    def spawn_started(self, pid: int) -> None:
+        super().spawn_started(pid)
+        fd = getattr(self._pending, "fd", None)
+        if fd is not None:
+            self._pending.fd = None
+            self._view_of[pid] = fd
+
+    def _forget_view(self, pid: int) -> None:
+        fd = self._view_of.pop(pid, None)
+        if fd is not None and self._views is not None:
+            self._views.release(fd)
+
+    def spawn_abandoned(self, pid: int) -> None:
+        self._forget_view(pid)
+        super().spawn_abandoned(pid)
+
+    def signal_action(self, pid: int, sig: int) -> None:
+        _killpg(pid, sig)
+
+    def end(self, pid: int, *, killed: bool = False) -> bool:
+        self._forget_view(pid)
+        self.guardian.remove(pid)
+        return not killed

@@ -1,0 +1,84 @@
+"""``CasHandle``: the store's ``pin`` is found once, and the stage phase holds
+an action's input blobs pinned while it stages them (and only then)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
+from pathlib import Path
+
+from lre.cas import MemoryStore, Pin
+from lre.digest import Digest
+from lre.scheduler import Completed
+from lre.worker import ActionRunner, WorkDirectory
+from lre.worker._cas_handle import CasHandle
+
+from .conftest import make_lease, make_spec
+
+
+class WatchedPins(MemoryStore):
+    """A memory store that remembers each set of digests it was asked to pin."""
+
+    def __init__(self) -> None:
+        super().__init__(1 << 30)
+        self.pinned: list[set[Digest]] = []
+
+    def pin(self, digests: Iterable[Digest]) -> Pin:
+        listed = list(digests)
+        self.pinned.append(set(listed))
+        return super().pin(listed)
+
+
+class WithoutPins:
+    """A store with no ``pin`` (as a gRPC store): reads and writes go to ``inner``."""
+
+    def __init__(self, inner: MemoryStore) -> None:
+        self.inner = inner
+
+    async def has_many(self, digests: Sequence[Digest]) -> list[int | None]:
+        return await self.inner.has_many(digests)
+
+    def read(
+        self, digest: Digest, offset: int = 0, limit: int | None = None
+    ) -> AsyncIterator[bytes]:
+        return self.inner.read(digest, offset, limit)
+
+    async def write(self, digest: Digest, chunks: AsyncIterable[bytes]) -> None:
+        await self.inner.write(digest, chunks)
+
+
+def test_of_takes_the_stores_own_pin_when_it_has_one() -> None:
+    store = MemoryStore(1 << 20)
+    assert CasHandle.of(store).pin == store.pin
+    assert CasHandle.of(WithoutPins(store)).pin is None
+
+
+async def test_inputs_are_pinned_while_staged_then_released(tmp_path: Path) -> None:
+    store = WatchedPins()
+    spec = make_spec(tmp_path)
+    with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
+        runner = ActionRunner(spec, workdir, CasHandle.of(store))
+        lease = await make_lease(
+            store, ["/bin/cat", "a", "b"], inputs={"a": b"one\n", "b": b"two\n"}
+        )
+        outcome = await runner.run(lease)
+        assert isinstance(outcome, Completed) and outcome.result.exit_code == 0, outcome
+    # one pin, of the two input files' blobs, released once they were staged
+    assert [{d.size_bytes for d in pinned} for pinned in store.pinned] == [{4}]
+    assert len(store.pinned[0]) == 2
+    assert store.statistics().pinned_blobs == 0
+    # an action without input files pins nothing
+    with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
+        runner = ActionRunner(spec, workdir, CasHandle.of(store))
+        outcome = await runner.run(await make_lease(store, ["/bin/true"]))
+        assert isinstance(outcome, Completed) and outcome.result.exit_code == 0, outcome
+    assert len(store.pinned) == 1
+
+
+async def test_a_store_without_pins_still_stages(tmp_path: Path) -> None:
+    inner = MemoryStore(1 << 30)
+    spec = make_spec(tmp_path)
+    with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
+        runner = ActionRunner(spec, workdir, CasHandle.of(WithoutPins(inner)))
+        lease = await make_lease(inner, ["/bin/cat", "a"], inputs={"a": b"one\n"})
+        outcome = await runner.run(lease)
+    assert isinstance(outcome, Completed) and outcome.result.exit_code == 0, outcome
