@@ -79,9 +79,13 @@ class Containment(ABC):
         self.guardian = ProcessGuardian()
 
     @abstractmethod
-    def command(self, argv: Sequence[str], *, view: bool = False) -> list[str]:
+    def command(
+        self, argv: Sequence[str], *, view: bool = False, pwd: str | None = None
+    ) -> list[str]:
         """The argv to execute for the action's ``argv`` (in a view when
-        ``view``, only where ``can_view``)."""
+        ``view``, only where ``can_view``). ``pwd`` is the action's own
+        ``PWD`` (None: it has none); a backend that puts a shell in front of
+        the action must leave the environment as the action gave it."""
 
     @contextmanager
     def spawn_context(self, options: SpawnOptions) -> Iterator[list[str]]:

@@ -47,7 +47,9 @@ class ProcessGroupSweep(Containment):
                 log.warning("cannot make lre a child subreaper (%s); orphans escape", error)
         self._main_children = f"/proc/self/task/{threading.main_thread().native_id}/children"
 
-    def command(self, argv: Sequence[str], *, view: bool = False) -> list[str]:
+    def command(
+        self, argv: Sequence[str], *, view: bool = False, pwd: str | None = None
+    ) -> list[str]:
         return list(argv)
 
     def spawn_started(self, pid: int) -> None:

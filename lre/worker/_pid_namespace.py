@@ -33,7 +33,13 @@ _CLONE_NEWPID = 0x20000000
 #: The first process of a view whose /proc the spawner mounts: it waits for
 #: ``go`` on its stdin (lre's end of a pipe), then executes the rest of its
 #: arguments with stdin from /dev/null; 125 when lre did not say ``go``.
-_PROC_GATE = 'IFS= read -r gate; [ "$gate" = go ] || exit 125; exec "$@" </dev/null'
+#: Its first argument restores the action's own PWD, which sh would otherwise
+#: set and export: "-" (the action has none) or "=" + its value.
+_PROC_GATE = (
+    'IFS= read -r gate; [ "$gate" = go ] || exit 125; '
+    "case $1 in -) unset PWD ;; *) PWD=${1#=}; export PWD ;; esac; shift; "
+    'exec "$@" </dev/null'
+)
 
 
 class PidNamespace(Containment):
@@ -114,14 +120,17 @@ class PidNamespace(Containment):
                 f"cannot make a PID namespace ({failure[0]}); it needs CAP_SYS_ADMIN"
             )
 
-    def command(self, argv: Sequence[str], *, view: bool = False) -> list[str]:
+    def command(
+        self, argv: Sequence[str], *, view: bool = False, pwd: str | None = None
+    ) -> list[str]:
         # timeout execvp()s argv with the action's PATH, argv[0] unchanged;
         # a duration of 0 sets no limit. In a view, the gate waits for the
         # spawner's /proc (or unshare first mounts the namespace's own),
         # then executes timeout (still pid 1).
         init = [self._init, "--", "0", *argv]
         if view and self._gate_sh is not None:
-            return [self._gate_sh, "-c", _PROC_GATE, "sh", *init]
+            own_pwd = "-" if pwd is None else "=" + pwd
+            return [self._gate_sh, "-c", _PROC_GATE, "sh", own_pwd, *init]
         if view and self._unshare is not None:
             return [self._unshare, "--mount-proc", "--propagation", "unchanged", "--", *init]
         return init

@@ -299,7 +299,9 @@ async def run_process(
         )
     limits = process_limits()
     command = limits.command(
-        contained.name, contained.command(argv, view=view is not None), max_processes
+        contained.name,
+        contained.command(argv, view=view is not None, pwd=env.get("PWD")),
+        max_processes,
     )
     options = SpawnOptions(block_network=block_network, view=view, cwd=str(cwd))
     environment = dict(env)

@@ -82,7 +82,9 @@ class UserNamespace(Containment):
                 self.can_view = True
         self._inner = [init, "--", "0"]
 
-    def command(self, argv: Sequence[str], *, view: bool = False) -> list[str]:
+    def command(
+        self, argv: Sequence[str], *, view: bool = False, pwd: str | None = None
+    ) -> list[str]:
         if view and self._views is not None:
             inner = self._views.inner(os.geteuid(), os.getegid())
             return [*inner, *self._inner, *argv]

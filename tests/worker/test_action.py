@@ -180,6 +180,24 @@ async def test_environment_is_exactly_the_commands(tmp_path: Path, store: Memory
     }
 
 
+async def test_a_pwd_the_command_gives_reaches_it_unchanged(
+    tmp_path: Path, store: MemoryStore
+) -> None:
+    # A shell in front of the action (the view's /proc gate) sets and exports
+    # PWD; the action must see the value its Command gave, not the cwd.
+    from lre.config._models import JobserverSpec
+
+    spec = make_spec(tmp_path, jobserver=JobserverSpec(enabled=False))
+    with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
+        runner = ActionRunner(spec, workdir, CasHandle.of(store))
+        lease = await make_lease(store, ["/usr/bin/env", "-0"], env={"PWD": "/not/the/cwd"})
+        outcome = await runner.run(lease)
+    assert isinstance(outcome, Completed)
+    printed = (await blob(store, outcome.result.stdout_digest)).split(b"\0")
+    variables = dict(item.decode().split("=", 1) for item in printed if item)
+    assert variables["PWD"] == "/not/the/cwd"
+
+
 async def test_private_tmp_off_leaves_the_environment_alone(
     tmp_path: Path, store: MemoryStore
 ) -> None:
