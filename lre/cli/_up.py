@@ -232,6 +232,13 @@ def up(
         assert repo_root is not None
         print_report(unlink(repo_root))
         return
+    if port and status_port is not None and port == status_port:
+        # Both given by the user: moving one of them would quietly disobey a flag.
+        raise typer.BadParameter(
+            f"--port and --status-port are both {port}: the gRPC and the status listener "
+            "need a port each",
+            param_hint="--status-port",
+        )
     knobs = Knobs(cache_size, cpus, memory_budget, status_port)
     config = resolve(with_port(with_knobs(load_or_default(config_path), knobs), port))
     state_dir = state_dir_of(config)

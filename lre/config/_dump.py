@@ -10,9 +10,9 @@ from typing import Any
 
 from lre.config._decode import json_key_of, model_fields
 from lre.config._env import escape_env
-from lre.config._model_fields import ByteSize
+from lre.config._model_fields import ByteSize, Seconds
 from lre.config._models import Config
-from lre.config._units import format_byte_size
+from lre.config._units import format_byte_size, format_seconds
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _INDENT = "  "
@@ -20,7 +20,8 @@ _INDENT = "  "
 
 def dump_config(config: Config) -> str:
     """``config`` as JSON5: every field (defaults included, unset optional
-    blocks left out), sizes in binary units when exact, ``$`` escaped as
+    blocks left out), sizes in binary units when exact, durations with units
+    when a whole number of milliseconds, ``$`` escaped as
     ``$$`` so that loading the text gives back an equal ``Config``."""
     return _value(config, Config, 0) + "\n"
 
@@ -50,6 +51,8 @@ def _value(value: Any, tp: Any, depth: int) -> str:
         return "true" if value else "false"
     if isinstance(value, int) and _is_byte_size(tp):
         return json.dumps(format_byte_size(value))
+    if isinstance(value, int | float) and _is_seconds(tp):
+        return json.dumps(format_seconds(value))
     return json.dumps(value)
 
 
@@ -74,3 +77,7 @@ def _arg(tp: Any, origin: type, index: int) -> Any:
 
 def _is_byte_size(tp: Any) -> bool:
     return tp is ByteSize or ByteSize in typing.get_args(tp)
+
+
+def _is_seconds(tp: Any) -> bool:
+    return tp is Seconds or Seconds in typing.get_args(tp)

@@ -158,3 +158,32 @@ def format_byte_size(size: int) -> int | str:
         if size % multiplier == 0:
             return f"{size // multiplier}{unit}"
     return f"{size}B"
+
+
+#: Duration units used when printing, largest first, in milliseconds.
+_FORMAT_DURATION_UNITS = (
+    ("d", 86_400_000),
+    ("h", 3_600_000),
+    ("m", 60_000),
+    ("s", 1000),
+    ("ms", 1),
+)
+
+
+def format_seconds(seconds: float) -> float | str:
+    """``seconds`` as a duration string that parses back to exactly
+    ``seconds`` (``"3h"``, ``"1h2m"``, ``"250ms"``), so that durations read
+    like the sizes beside them. A value that is not a whole number of
+    milliseconds stays the number it is, and 0 stays the int 0."""
+    if seconds == 0:
+        return 0
+    millis = round(seconds * 1000)
+    if millis <= 0 or millis / 1000 != seconds:
+        return seconds
+    parts = []
+    for unit, size in _FORMAT_DURATION_UNITS:
+        count, millis = divmod(millis, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    text = "".join(parts)
+    return text if parse_seconds(text) == seconds else seconds

@@ -39,6 +39,10 @@ def test_bad_flags_are_refused_before_anything_starts(tmp_path: Path) -> None:
     assert "'verbose' is not one of 'debug', 'info', 'warning', 'error'" in level.stderr
     size = home.run("up", "--detach", "--cache-size", "lots", cwd=tmp_path)
     assert size.returncode == 2 and "--cache-size" in size.stderr
+    port = str(free_port())
+    clash = home.run("up", "--detach", "--port", port, "--status-port", port, cwd=tmp_path)
+    assert clash.returncode == 2, clash.stdout + clash.stderr
+    assert f"--port and --status-port are both {port}" in clash.stderr
     assert home.run("status", cwd=tmp_path).returncode == 3
 
 

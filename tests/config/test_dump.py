@@ -15,6 +15,7 @@ from lre.config import (
     load_config_text,
     resolve,
 )
+from lre.config._units import format_seconds, parse_seconds
 
 from .conftest import MINIMAL, load
 
@@ -40,6 +41,8 @@ def test_dump_uses_global_key_sizes_and_escapes_dollars() -> None:
     assert raw["stores"][0]["filesystem"]["read_buffer_size"] == "1MiB"
     assert raw["servers"][0]["max_batch_total_size_bytes"] == "4MB"
     assert "memory" not in raw["stores"][0]  # unset union members are left out
+    policy = raw["stores"][0]["filesystem"]["eviction_policy"]
+    assert policy["keep_told"] == "3h"  # durations with units too
     assert load_config_text(dumped, env={}) == config
 
 
@@ -48,3 +51,18 @@ def test_default_round_trips_resolved() -> None:
     dumped = dump_config(resolved)
     assert '"auto"' not in dumped
     assert load_config_text(dumped, env={}) == resolved
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(10800, "3h"), (3720.0, "1h2m"), (0.25, "250ms"), (90061.5, "1d1h1m1s500ms"), (0, 0)],
+)
+def test_durations_are_written_with_units_that_parse_back(seconds: float, text: object) -> None:
+    assert format_seconds(seconds) == text
+    if isinstance(text, str):
+        assert parse_seconds(text) == seconds
+
+
+def test_a_duration_finer_than_a_millisecond_stays_a_number() -> None:
+    assert format_seconds(0.0001) == 0.0001
+    assert format_seconds(1e-9) == 1e-9
