@@ -39,7 +39,7 @@ import trio
 
 from lre.cas import MemoryStore, write_message
 from lre.config import SimpleSchedulerSpec
-from lre.config._models import PropertyModification, PropertyValue
+from lre.config._scheduler_models import PropertyModification, PropertyValue
 from lre.digest import Digest
 from lre.errors import Unavailable
 from lre.proto import re_pb2

@@ -38,7 +38,8 @@ import trio
 
 from lre.cas import DirectoryReader, FilesystemStore, MemoryStore, write_bytes, write_message
 from lre.config import worker_resources
-from lre.config._models import JobserverSpec, LocalWorkerSpec, ResourceSpec, SimpleSchedulerSpec
+from lre.config._scheduler_models import SimpleSchedulerSpec
+from lre.config._worker_models import JobserverSpec, LocalWorkerSpec, ResourceSpec
 from lre.digest import Digest
 from lre.proto import re_pb2
 from lre.scheduler import Scheduler

@@ -150,12 +150,14 @@ def _exports() -> dict[str, Any]:
 
 def _hints(obj: Any) -> list[Any]:
     """The type hints of ``obj``: a class's fields and its methods' and
-    properties' signatures, or a function's signature."""
+    properties' signatures (also those it inherits from lre's classes, such
+    as ``Scheduler``'s constructor), or a function's signature."""
     found: list[Any] = []
     targets: list[Any] = []
     if inspect.isclass(obj):
         targets.append(obj)
-        for member in vars(obj).values():
+        own = [cls for cls in inspect.getmro(obj) if cls.__module__.startswith("lre.")]
+        for member in (m for cls in own for m in vars(cls).values()):
             function = member.fget if isinstance(member, property) else member
             function = getattr(function, "__func__", function)
             if inspect.isfunction(function):

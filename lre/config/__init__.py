@@ -36,50 +36,46 @@ from lre.config._loader import (
     load_config_text,
     value_origins,
 )
-from lre.config._models import (
-    ActionLimitsSpec,
-    ByteSize,
-    ClientSpec,
-    Config,
-    EndpointSpec,
-    EnvironmentSource,
-    EvictionPolicy,
-    FastSlowStoreSpec,
-    FilesystemStoreSpec,
+from lre.config._model_fields import ByteSize, Seconds
+from lre.config._models import ClientSpec, Config, GlobalSpec, HistorySpec, StatusSpec
+from lre.config._paths import format_path
+from lre.config._scheduler_models import (
     ForwardRulesSpec,
     ForwardSchedulerSpec,
-    GlobalSpec,
-    GrpcStoreSpec,
-    HistorySpec,
-    InstanceSpec,
-    JobserverSpec,
-    LearnerSpec,
-    ListenerSpec,
-    LocalWorkerSpec,
-    MemoryStoreSpec,
-    PlatformPropertySpec,
     PropertyModification,
     PropertyModifierSpec,
     PropertyType,
     PropertyValue,
-    ResourceSpec,
-    RetrySpec,
     SchedulerSpec,
-    Seconds,
-    ServerSpec,
     SimpleSchedulerSpec,
-    StatusSpec,
+    UpstreamPlatformSpec,
+)
+from lre.config._server_models import InstanceSpec, ListenerSpec, ServerSpec, TlsServerSpec
+from lre.config._state_files import ADMIN_TOKEN_FILE, HITS_FILE
+from lre.config._store_models import (
+    EndpointSpec,
+    EvictionPolicy,
+    FastSlowStoreSpec,
+    FilesystemStoreSpec,
+    GrpcStoreSpec,
+    MemoryStoreSpec,
+    RetrySpec,
     StoreSpec,
     TlsClientSpec,
-    TlsServerSpec,
-    UploadActionResultSpec,
-    UpstreamPlatformSpec,
     VerifyStoreSpec,
+)
+from lre.config._units import format_byte_size, parse_byte_size, parse_seconds
+from lre.config._worker_models import (
+    ActionLimitsSpec,
+    EnvironmentSource,
+    JobserverSpec,
+    LearnerSpec,
+    LocalWorkerSpec,
+    PlatformPropertySpec,
+    ResourceSpec,
+    UploadActionResultSpec,
     WorkerSpec,
 )
-from lre.config._paths import format_path
-from lre.config._state_files import ADMIN_TOKEN_FILE, HITS_FILE
-from lre.config._units import format_byte_size, parse_byte_size, parse_seconds
 
 __all__ = [
     "ADMIN_TOKEN_FILE",

@@ -28,14 +28,10 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from lre.config._models import (
-    ByteSize,
-    Config,
-    EvictionPolicy,
-    LocalWorkerSpec,
-    StoreSpec,
-    WorkerSpec,
-)
+from lre.config._model_fields import ByteSize
+from lre.config._models import Config
+from lre.config._store_models import EvictionPolicy, StoreSpec
+from lre.config._worker_models import LocalWorkerSpec, WorkerSpec
 
 GIB = 1 << 30
 MIB = 1 << 20

@@ -22,18 +22,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from lre.config._models import (
-    ActionLimitsSpec,
-    Config,
-    EvictionPolicy,
-    GrpcStoreSpec,
-    ListenerSpec,
-    LocalWorkerSpec,
-    ResourceSpec,
-    SchedulerSpec,
-    StoreSpec,
-)
+from lre.config._models import Config
 from lre.config._paths import Path, Problem
+from lre.config._scheduler_models import SchedulerSpec
+from lre.config._server_models import ListenerSpec
+from lre.config._store_models import EvictionPolicy, GrpcStoreSpec, StoreSpec
+from lre.config._worker_models import ActionLimitsSpec, LocalWorkerSpec, ResourceSpec
 
 _T = TypeVar("_T")
 

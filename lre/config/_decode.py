@@ -28,7 +28,7 @@ from functools import cache
 from typing import Any, Literal, Union
 
 from lre.config._env import ExpansionError, expand_env
-from lre.config._models import ByteSize, Seconds
+from lre.config._model_fields import ByteSize, Seconds
 from lre.config._paths import Path, Problem
 from lre.config._units import parse_byte_size, parse_seconds
 

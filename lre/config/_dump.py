@@ -10,7 +10,8 @@ from typing import Any
 
 from lre.config._decode import json_key_of, model_fields
 from lre.config._env import escape_env
-from lre.config._models import ByteSize, Config, Seconds
+from lre.config._model_fields import ByteSize, Seconds
+from lre.config._models import Config
 from lre.config._units import format_byte_size, format_seconds
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lre.cas import MemoryStore
-from lre.config._models import LocalWorkerSpec
+from lre.config._worker_models import LocalWorkerSpec
 from lre.digest import Digest, DigestFunction
 from lre.scheduler._lease import Lease
 from lre.scheduler._model import ActionKey, RequestInfo, Reservation

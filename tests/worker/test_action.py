@@ -141,7 +141,7 @@ async def test_working_directory_and_output_paths_relative_to_it(env: Env) -> No
 
 
 async def test_environment_is_exactly_the_commands(tmp_path: Path, store: MemoryStore) -> None:
-    from lre.config._models import EnvironmentSource, JobserverSpec
+    from lre.config._worker_models import EnvironmentSource, JobserverSpec
 
     spec = make_spec(
         tmp_path,
@@ -201,7 +201,7 @@ async def test_a_pwd_the_command_gives_reaches_it_unchanged(
 async def test_private_tmp_off_leaves_the_environment_alone(
     tmp_path: Path, store: MemoryStore
 ) -> None:
-    from lre.config._models import JobserverSpec
+    from lre.config._worker_models import JobserverSpec
 
     spec = make_spec(tmp_path, jobserver=JobserverSpec(enabled=False), private_tmp=False)
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
@@ -465,7 +465,7 @@ async def test_fifo_style_reaches_the_action_through_the_runner(
 async def test_jobserver_disabled_keeps_commands_makeflags(
     tmp_path: Path, store: MemoryStore
 ) -> None:
-    from lre.config._models import JobserverSpec
+    from lre.config._worker_models import JobserverSpec
 
     spec = make_spec(tmp_path, jobserver=JobserverSpec(enabled=False))
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:

@@ -12,7 +12,7 @@ from lre.cas import (
     MemoryActionCache,
     read_bytes,
 )
-from lre.config._models import UploadActionResultSpec
+from lre.config._worker_models import UploadActionResultSpec
 from lre.digest import Digest, digest_of
 from lre.scheduler import Completed
 from lre.worker import ActionRunner, WorkDirectory

@@ -10,7 +10,7 @@ import trio
 
 from lre.cas import MemoryStore
 from lre.config import worker_resources
-from lre.config._models import SimpleSchedulerSpec
+from lre.config._scheduler_models import SimpleSchedulerSpec
 from lre.scheduler import ResourcePolicy, Scheduler
 from lre.snapshot import ActionRecord, WaitReason
 from lre.worker import LocalWorker, PressureMonitor

@@ -19,7 +19,8 @@ import trio
 
 from lre.cas import MemoryStore
 from lre.config import ByteSize, worker_resources
-from lre.config._models import ResourceSpec, SimpleSchedulerSpec
+from lre.config._scheduler_models import SimpleSchedulerSpec
+from lre.config._worker_models import ResourceSpec
 from lre.proto import lre_pb2
 from lre.scheduler import OperationSnapshot, ResourcePolicy, Scheduler
 from lre.worker import LocalWorker, MemoryAction, PressureMonitor

@@ -17,7 +17,7 @@ from typing import TypeVar
 import grpc
 import pytest
 
-from lre.config._models import LocalWorkerSpec
+from lre.config._worker_models import LocalWorkerSpec
 from lre.worker._process_limit import CONFIG_KEY, ProcessLimits, process_limits
 from tests._support.configs import WORKER_EXTRA, app_config_text
 from tests._support.processes import processes_with, wait_until

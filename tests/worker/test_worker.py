@@ -13,12 +13,8 @@ import trio
 
 from lre.cas import MemoryStore, read_bytes
 from lre.config import worker_resources
-from lre.config._models import (
-    LocalWorkerSpec,
-    PlatformPropertySpec,
-    ResourceSpec,
-    SimpleSchedulerSpec,
-)
+from lre.config._scheduler_models import SimpleSchedulerSpec
+from lre.config._worker_models import LocalWorkerSpec, PlatformPropertySpec, ResourceSpec
 from lre.digest import Digest
 from lre.proto import re_pb2
 from lre.scheduler import OperationSnapshot, ResourcePolicy, Scheduler

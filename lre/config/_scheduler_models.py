@@ -1,0 +1,128 @@
+"""Config models of the ``schedulers`` section: one class per JSON5 object.
+
+Conventions in ``_model_fields``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+from lre.config._model_fields import Seconds, doc
+from lre.config._store_models import EndpointSpec
+
+PropertyType = Literal["minimum", "exact", "priority", "ignore"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimpleSchedulerSpec:
+    supported_platform_properties: dict[str, PropertyType] = doc(
+        'How each platform key matches: "minimum" (numeric, reserved while running), '
+        '"exact", "priority" (worker must have it) or "ignore". An action naming a key '
+        "not listed here fails at once.",
+        default_factory=lambda: {
+            "cpu_count": "minimum",
+            "memory_kb": "minimum",
+            "OSFamily": "exact",
+            "ISA": "exact",
+            "pool": "exact",
+            "block-network": "ignore",
+            "requires-network": "ignore",
+            "sandbox-writable-path": "ignore",
+            "sandbox-debug": "ignore",
+        },
+    )
+    retain_completed_for_s: Seconds = doc(
+        "How long a finished operation stays retrievable with WaitExecution.",
+        default=Seconds(60),
+    )
+    max_job_retries: int = doc(
+        "Requeues after an infrastructure failure (lost worker, internal error). "
+        "An action's own non-zero exit is a result and is never retried.",
+        default=2,
+    )
+    progress_interval_s: Seconds = doc(
+        "Interval of progress updates on Execute streams while an action waits or runs "
+        "(at most 30; every waiting stream gets one per interval, so with thousands queued "
+        "a short interval costs CPU: one message per queued stream per interval).",
+        default=Seconds(25),
+    )
+    ac_store: str = doc(
+        "Action cache consulted before queueing (empty = no cache lookup).", default=""
+    )
+    cas_store: str = doc("CAS checked for the action's inputs before queueing.", default="")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PropertyValue:
+    name: str = doc("Property name.")
+    value: str = doc("Property value.")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PropertyModification:
+    ONE_OF: ClassVar[tuple[str, ...]] = ("add", "remove", "replace")
+    add: PropertyValue | None = doc("Add this property when the action lacks it.", default=None)
+    remove: str | None = doc("Remove the property of this name.", default=None)
+    replace: PropertyValue | None = doc("Set this property, replacing any value.", default=None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PropertyModifierSpec:
+    modifications: tuple[PropertyModification, ...] = doc("Applied in order.")
+    scheduler: str = doc("Name of the scheduler that receives the modified actions.")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForwardRulesSpec:
+    unsatisfiable: bool = doc(
+        "Forward actions no local worker can ever run (e.g. OSFamily=windows).", default=True
+    )
+    overflow_queue_depth: int = doc(
+        "Forward new actions a local worker could run while more than this many actions "
+        "wait locally (routed to the local scheduler, not yet executing); 0 = never.",
+        default=0,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpstreamPlatformSpec:
+    drop: tuple[str, ...] = doc(
+        "Keys removed from a forwarded action's platform (lre's own resource keys by default).",
+        default=("cpu_count", "memory_kb"),
+    )
+    keep: tuple[str, ...] = doc(
+        "When not empty, only these keys (after drop) are forwarded.", default=()
+    )
+    rename: dict[str, str] = doc("Keys renamed, old name to new name.", default_factory=dict)
+    set: dict[str, str] = doc(
+        "Properties set on every forwarded action, replacing any value.", default_factory=dict
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForwardSchedulerSpec:
+    local: str = doc("Name of the local scheduler.")
+    endpoint: EndpointSpec = doc("Upstream Execution service.")
+    instance_name: str = doc("Instance name sent upstream.", default="")
+    headers: dict[str, str] = doc("Extra request headers.", default_factory=dict)
+    upstream_cas_store: str = doc("grpc store used to upload inputs upstream.", default="")
+    rules: ForwardRulesSpec = doc("Which actions go upstream.", default_factory=ForwardRulesSpec)
+    platform: UpstreamPlatformSpec = doc(
+        "How a forwarded action's platform is rewritten for the upstream "
+        "(drop, then keep, rename, set).",
+        default_factory=UpstreamPlatformSpec,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SchedulerSpec:
+    ONE_OF: ClassVar[tuple[str, ...]] = ("simple", "property_modifier", "forward")
+    name: str = doc("Name other blocks use to refer to this scheduler.")
+    simple: SimpleSchedulerSpec | None = doc("The in-process scheduler.", default=None)
+    property_modifier: PropertyModifierSpec | None = doc(
+        "Rewrites platform properties, then hands over.", default=None
+    )
+    forward: ForwardSchedulerSpec | None = doc(
+        "Sends some actions to an upstream REAPI cluster.", default=None
+    )

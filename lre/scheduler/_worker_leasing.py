@@ -1,0 +1,251 @@
+"""The worker role of the scheduler: registration, leasing and outcomes.
+
+In-process workers call ``register_worker``, ``lease``, ``report``,
+``heartbeat``, ``set_draining`` and ``unregister_worker``. A lease takes a
+queued operation that fits the worker (``_queue``); its outcome ends the
+operation or requeues it (retries, backpressure, memory ladder kills, sized
+by ``_sizing``). The state and lifecycle are ``OperationLifecycle``'s.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import trio
+
+from lre.errors import NotFound, Unavailable
+from lre.scheduler._events import (
+    backpressure_event,
+    emit_event,
+    escalation_event,
+    kill_event,
+    memory_kill_text,
+    oom_event,
+)
+from lre.scheduler._lease import Lease
+from lre.scheduler._lifecycle import OperationLifecycle
+from lre.scheduler._matching import matches_statically
+from lre.scheduler._model import (
+    Backpressure,
+    Completed,
+    InfrastructureFailure,
+    MemoryExceeded,
+    Outcome,
+    Reservation,
+    Stage,
+    WorkerInfo,
+)
+from lre.scheduler._records import LeaseRecord, OperationState, WorkerState
+from lre.scheduler._sizing import escalate, record_usage
+
+# The scheduler's one logger: its warnings keep the name they always had.
+log = logging.getLogger("lre.scheduler._scheduler")
+
+
+class WorkerLeasing(OperationLifecycle):
+    """The worker role (see the module docstring) over ``OperationLifecycle``."""
+
+    def register_worker(self, info: WorkerInfo) -> None:
+        """Add a worker, or update the description of one already registered."""
+        state = self._workers.get(info.name)
+        if state is None:
+            self._workers[info.name] = WorkerState(info)
+        else:
+            state.info = info
+        self._queue.forget_worker(info.name)
+        self._checker.workers_changed()
+        self._wake_workers()
+
+    def unregister_worker(self, name: str) -> None:
+        """Remove a worker. Its running leases are cancelled and their
+        operations requeued as infrastructure failures (retry budget applies);
+        its pending ``lease`` calls raise ``Unavailable``. ``NotFound`` for an
+        unknown worker."""
+        state = self._worker(name)
+        state.registered = False
+        del self._workers[name]
+        gone = self._worker_health.went_away(name, len(state.leases))
+        if gone is not None:
+            log.warning("%s", gone.message)
+            emit_event(self._on_event, gone)
+        for lease_id in list(state.leases):
+            record = state.leases[lease_id]
+            record.lease.cancel_signal.set(f"worker {name} unregistered")
+            self._finish_lease(
+                lease_id, InfrastructureFailure(Unavailable(f"worker {name} went away"))
+            )
+        self._queue.forget_worker(name)
+        self._checker.workers_changed()
+        state.wake_up()
+
+    def set_draining(self, name: str, draining: bool) -> None:
+        """A draining worker finishes what it holds and takes nothing new."""
+        state = self._worker(name)
+        state.draining = draining
+        state.wake_up()
+
+    def heartbeat(self, name: str) -> None:
+        """Record that worker ``name`` is alive (shown in statistics)."""
+        self._worker(name).last_seen = time.monotonic()
+
+    async def lease(self, worker_name: str) -> Lease:
+        """Wait for an action this worker can run now: its properties match,
+        the reservation fits the worker's free capacity and the global memory
+        budget, ``max_inflight`` is not reached, the worker is not draining.
+
+        Raises ``NotFound`` for an unknown worker and ``Unavailable`` once the
+        worker is unregistered. Cancelling the call takes nothing.
+        """
+        state = self._worker(worker_name)
+        waited = False
+        while True:
+            if not state.registered:
+                raise Unavailable(f"worker {worker_name} is unregistered")
+            taken = self._queue.take(state, self._memory_reserved, self._running)
+            if taken is not None:
+                lease = self._start(state, *taken)
+                if not waited:  # a waited call has already passed a checkpoint
+                    await trio.lowlevel.cancel_shielded_checkpoint()
+                return lease
+            waited = True
+            state.waiters += 1
+            try:
+                await state.wake.wait()
+            finally:
+                state.waiters -= 1
+
+    def report(self, lease_id: str, outcome: Outcome) -> bool:
+        """The worker's result for a lease; releases its reservation.
+
+        - ``Completed``: the operation ends with the result (and its error,
+          e.g. DeadlineExceeded with partial output);
+        - ``InfrastructureFailure``: requeued up to ``max_job_retries`` times,
+          then the operation ends with the error;
+        - ``Backpressure``: requeued at its old position, no attempt counted;
+        - ``MemoryExceeded``: requeued one ladder step up; after
+          ``max_steps`` kills the operation ends with RESOURCE_EXHAUSTED.
+
+        Returns False (and does nothing) for a lease that is no longer held,
+        e.g. already reported or taken back when the worker unregistered.
+        After a cancellation the outcome is ignored apart from releasing.
+        """
+        return self._finish_lease(lease_id, outcome)
+
+    # ================================================================ internals
+
+    def _worker(self, name: str) -> WorkerState:
+        state = self._workers.get(name)
+        if state is None:
+            raise NotFound(f"worker {name!r} is not registered")
+        return state
+
+    def _start(
+        self, state: WorkerState, op: OperationState, reservation: Reservation, exclusive: bool
+    ) -> Lease:
+        info = state.info
+        op.attempt += 1
+        lease = op.lease_for(f"{info.name}/{next(self._lease_ids)}", info, reservation, exclusive)
+        record = LeaseRecord(lease, op, state)
+        state.leases[lease.lease_id] = record
+        self._leases[lease.lease_id] = record
+        state.reserved = state.reserved + reservation
+        self._memory_reserved += reservation.memory_bytes
+        self._running += 1
+        op.lease = record
+        self._set_stage(op, Stage.EXECUTING)
+        op.notify()
+        return lease
+
+    def _finish_lease(self, lease_id: str, outcome: Outcome) -> bool:
+        record = self._leases.pop(lease_id, None)
+        if record is None:
+            return False
+        lease, op, state = record.lease, record.op, record.worker
+        state.leases.pop(lease_id, None)
+        state.reserved = state.reserved - lease.reservation
+        self._memory_reserved -= lease.reservation.memory_bytes
+        self._running -= 1
+        if op.lease is record:
+            op.lease = None
+        if self._history is not None:
+            self._history.lease_ended(op, lease, outcome)
+        self._wake_workers()
+        if self._advisor is not None:
+            record_usage(self._advisor, lease, outcome)
+        # An operation that ended before its lease did was cancelled (by the
+        # client, a lost watcher, shutdown): how the action stopped says
+        # nothing about the worker.
+        health = None if op.done else self._worker_health.observe(lease.worker_name, outcome)
+        if health is not None:
+            log.warning("%s", health.message)
+            emit_event(self._on_event, health)
+        if op.done:
+            return True
+        worker = lease.worker_name
+        if isinstance(outcome, Completed):
+            if outcome.oom_killed:
+                peak = outcome.usage.peak_rss_bytes if outcome.usage else None
+                oom = oom_event(op, lease, peak)
+                log.warning("%s", oom.message)
+                emit_event(self._on_event, oom)
+            self._complete(
+                op,
+                result=outcome.result,
+                error=outcome.error,
+                message=outcome.message,
+                worker=worker,
+                peak_rss_bytes=outcome.usage.peak_rss_bytes if outcome.usage else None,
+            )
+        elif isinstance(outcome, InfrastructureFailure):
+            op.retries += 1
+            if op.retries > self._spec.max_job_retries:
+                self._complete(
+                    op,
+                    error=outcome.error,
+                    message=(
+                        f"gave up after {op.attempt} attempt(s); "
+                        f"last error: {outcome.error.message}"
+                    ),
+                    worker=worker,
+                )
+            else:
+                self._counters["retries"] += 1
+                self._requeue(op)
+        elif isinstance(outcome, Backpressure):
+            self._counters["backpressure"] += 1
+            emit_event(self._on_event, backpressure_event(op, lease, outcome))
+            op.attempt -= 1
+            self._requeue(op)
+        elif isinstance(outcome, MemoryExceeded):
+            self._counters["ladder_kills"] += 1
+            requirements = op.requirements
+            matching = [
+                w.info
+                for w in self._workers.values()
+                if requirements is not None and matches_statically(requirements, w.info)
+            ]
+            emit_event(self._on_event, kill_event(op, lease, outcome))
+            error = escalate(op, lease, outcome, matching, self._resources)
+            log.warning(
+                "%s",
+                memory_kill_text(op, lease, outcome, error),
+                extra={
+                    "kv": {
+                        "mnemonic": op.request_info.action_mnemonic,
+                        "target": op.request_info.target_id,
+                        "peak_rss_bytes": outcome.peak_rss_bytes,
+                        "reserved_bytes": lease.reservation.memory_bytes,
+                        "step": lease.ladder_step,
+                        "next_step": "" if error is not None else op.ladder_step,
+                    }
+                },
+            )
+            if error is not None:
+                self._complete(
+                    op, error=error, worker=worker, peak_rss_bytes=outcome.peak_rss_bytes
+                )
+            else:
+                emit_event(self._on_event, escalation_event(op, lease, outcome))
+                self._requeue(op)
+        return True
