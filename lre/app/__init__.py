@@ -5,7 +5,8 @@
 entry used by ``lre up``.
 """
 
-from lre.app._app import AppBuildError, Application, ReadyInfo, state_dir_of
+from lre.app._app import Application, ReadyInfo, state_dir_of
+from lre.app._build_error import AppBuildError
 from lre.app._cache_admin import CacheAdmin, write_admin_token
 from lre.app._hits import ClientHits, HitCounts
 from lre.app._run import run_server

@@ -1,9 +1,11 @@
 """The composition root: every live object of lre is built here from a Config.
 
-``Application(config)`` builds stores, schedulers, workers and gRPC servers
-(nothing starts); ``Application.serve`` runs them in two nested nurseries:
-core (schedulers, forwarders, the bridge, the learner, containment watchers,
-workers) and, inside it, front (gRPC listeners, the status listener).
+``Application(config)`` calls one builder per kind, in order: stores
+(``_stores``), schedulers (``_build_schedulers``), workers
+(``_build_workers``) and gRPC servers (``_build_servers``); nothing starts.
+``Application.serve`` runs them in two nested nurseries: core (schedulers,
+forwarders, the bridge, the learner, containment watchers, workers) and,
+inside it, front (gRPC listeners, the status listener).
 Shutdown order, on ``request_stop``: the front nursery is cancelled first
 (clients see UNAVAILABLE), then the core one (each running action is killed
 and reaped), then stores are closed and the learner is flushed.
@@ -19,6 +21,14 @@ from pathlib import Path
 
 import trio
 
+from lre.app._build_schedulers import (
+    build_forwarders,
+    build_learner,
+    build_schedulers,
+    front_scheduler,
+)
+from lre.app._build_servers import build_servers
+from lre.app._build_workers import build_pressure_monitors, build_workers
 from lre.app._cache_admin import CacheAdmin, write_admin_token
 from lre.app._events import EventLog
 from lre.app._health import HealthBoard, free_space_check
@@ -34,60 +44,16 @@ from lre.cas import (
     FastSlowActionCache,
     FilesystemActionCache,
     FilesystemStore,
-    GrpcStore,
     StoreStatistics,
 )
-from lre.config import (
-    Config,
-    ForwardSchedulerSpec,
-    LocalWorkerSpec,
-    PropertyModification,
-    SchedulerSpec,
-    SimpleSchedulerSpec,
-    WorkerResources,
-    worker_resources,
-)
-from lre.scheduler import (
-    ActionScheduler,
-    ForwardScheduler,
-    ReservationLearner,
-    ResourcePolicy,
-    Scheduler,
-    SchedulerEvent,
-    UpstreamExecutor,
-)
-from lre.service import (
-    CacheServiceOptions,
-    ExecutionServicer,
-    GrpcServer,
-    InstanceBackends,
-    Instances,
-    LocalPeers,
-    LookupHits,
-    OperationsServicer,
-    RpcMetrics,
-    ServerOptions,
-    TrioBridge,
-    auth_interceptors,
-    cache_servicers,
-)
+from lre.config import Config, WorkerResources, worker_resources
+from lre.scheduler import ForwardScheduler, Scheduler, SchedulerEvent
+from lre.service import LocalPeers, RpcMetrics, TrioBridge
 from lre.snapshot import EventKind, JobserverTokens, MemoryControlRow
-from lre.upstream import UpstreamClient, UpstreamStatistics
-from lre.worker import (
-    Containment,
-    ContainmentUnavailable,
-    LocalWorker,
-    PressureMonitor,
-    choose_containment,
-    missing_protections,
-    namespace_refusals,
-)
+from lre.upstream import UpstreamStatistics
+from lre.worker import Containment, LocalWorker, missing_protections, namespace_refusals
 
 log = logging.getLogger(__name__)
-
-
-class AppBuildError(Exception):
-    """The config is valid but its objects cannot be built (names the block)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,90 +64,29 @@ class ReadyInfo:
     status_address: str
 
 
-def _lre_directories(config: Config) -> tuple[str, ...]:
-    """Every path of lre's own that actions must not see (the state
-    directory, each filesystem store's content and temporary paths, each
-    worker's work directory, the listeners' token and TLS key files); see
-    lre/worker/_view.py."""
-    paths = [config.global_.state_dir]
-    for store in config.stores:
-        if store.filesystem is not None:
-            content = store.filesystem.content_path
-            temp = store.filesystem.temp_path or os.path.join(content, "..", "tmp")
-            paths += [content, os.path.normpath(temp)]
-    for worker in config.workers:
-        if worker.local is not None:
-            paths.append(worker.local.work_directory)
-    for server in config.servers:  # secrets: shown as /dev/null
-        paths.append(server.listener.auth_token_file)
-        if server.listener.tls is not None:
-            paths.append(server.listener.tls.key_file)
-    return tuple(p for p in paths if p)
-
-
 def state_dir_of(config: Config) -> Path:
     """lre's own state directory for ``config`` (pid file, logs, learned data)."""
     return Path(config.global_.state_dir)
-
-
-def _simple_of(
-    config: Config, name: str
-) -> tuple[SimpleSchedulerSpec, str, tuple[PropertyModification, ...]]:
-    """Follow property_modifier chains down to a simple scheduler.
-
-    Returns its spec, its name and the modifications collected on the way.
-    """
-    specs: dict[str, SchedulerSpec] = {s.name: s for s in config.schedulers}
-    modifications: list[PropertyModification] = []
-    seen: set[str] = set()
-    while name not in seen:
-        seen.add(name)
-        spec = specs[name]
-        if spec.simple is not None:
-            return spec.simple, name, tuple(modifications)
-        if spec.property_modifier is not None:
-            modifications.extend(spec.property_modifier.modifications)
-            name = spec.property_modifier.scheduler
-            continue
-        if spec.forward is not None:
-            name = spec.forward.local
-            continue
-        raise AppBuildError(f"schedulers[{name}]: no scheduler kind given")
-    raise AppBuildError(f"schedulers[{name}]: property_modifier chain loops")
-
-
-def _forward_of(config: Config, name: str) -> tuple[str, ForwardSchedulerSpec] | None:
-    """The first forward scheduler on the chain from ``name`` (name, spec), if any."""
-    specs: dict[str, SchedulerSpec] = {s.name: s for s in config.schedulers}
-    seen: set[str] = set()
-    while name not in seen:
-        seen.add(name)
-        spec = specs[name]
-        if spec.forward is not None:
-            return name, spec.forward
-        if spec.property_modifier is None:
-            return None
-        name = spec.property_modifier.scheduler
-    return None
 
 
 class Application:
     """Everything one lre process runs; see the module docstring."""
 
     def __init__(self, config: Config) -> None:
+        """Build every part from ``config`` (nothing starts).
+
+        Raises ``StoreBuildError`` or ``AppBuildError`` naming the block
+        whose objects cannot be built.
+        """
         self.config = config
         self._stop = trio.Event()
         #: Set once ``serve`` has shut everything down.
         self.stopped = trio.Event()
+        # 1. stores
         self.stores: Stores = build_stores(config)
-        #: Each local worker's numbers, "auto" worked out once (by config's rules).
-        self.worker_resources: dict[str, WorkerResources] = {
-            worker.local.name: worker_resources(worker.local)
-            for worker in config.workers
-            if worker.local is not None
-        }
-        self.learner = self._build_learner()
         self.events = EventLog()
+        self.health = HealthBoard()
+        self.health.add_check("disk", free_space_check(self._existing_parent(), 1 << 30))
         #: Every finished action, in the state dir (None when turned off).
         self.history: HistoryRecorder | None = None
         if config.global_.history.enabled:
@@ -192,66 +97,66 @@ class Application:
             )
         for upstream in self.stores.upstreams:
             upstream.client.health.on_change = self._upstream_changed
-        self.schedulers: dict[str, Scheduler] = {}
-        self._pressure: dict[str, PressureMonitor] = {}
-        self._scheduler_by_simple: dict[str, Scheduler] = {}
+        # 2. schedulers, and what they share with the workers
+        #: Each local worker's numbers, "auto" worked out once (by config's rules).
+        self.worker_resources: dict[str, WorkerResources] = {
+            worker.local.name: worker_resources(worker.local)
+            for worker in config.workers
+            if worker.local is not None
+        }
+        pressure = build_pressure_monitors(config)
+        self.learner = build_learner(config)
+        self.schedulers: dict[str, Scheduler] = build_schedulers(
+            config,
+            self.stores,
+            learner=self.learner,
+            pressure=pressure,
+            on_event=self._record_event,
+            on_record=self.history.record if self.history is not None else None,
+        )
         #: Forward schedulers by name (each wraps a local scheduler).
-        self.forwarders: dict[str, ForwardScheduler] = {}
-        for spec in config.schedulers:
-            self._scheduler(spec.name)
-        self.workers: list[LocalWorker] = []
-        #: One containment backend per mode, shared by the workers using it.
-        self.containments: dict[str, Containment] = {}
-        containments = self.containments
-        for index, worker_spec in enumerate(config.workers):
-            local = worker_spec.local
-            if local is None:
-                continue
-            if local.containment not in containments:
-                try:
-                    containments[local.containment] = choose_containment(local.containment)
-                except ContainmentUnavailable as error:
-                    raise AppBuildError(
-                        f"workers[{index}].local.containment: {local.containment!r} cannot "
-                        f"work here: {error}"
-                    ) from None
-            containment = containments[local.containment]
-            if local.network == "block" and not containment.can_block_network:
-                raise AppBuildError(
-                    f"workers[{index}].local.network: 'block' needs containment 'pidns', "
-                    f"this worker has {containment.name!r}"
-                )
-            filesystem = self.stores.filesystem_of(local.cas_store)
-            upload = local.upload_action_result
-            self.workers.append(
-                LocalWorker(
-                    local,
-                    resources=self.worker_resources[local.name],
-                    scheduler=self._scheduler(local.scheduler),
-                    store=self.stores.blob(local.cas_store),
-                    directories=self.stores.directories(local.cas_store),
-                    action_cache=(
-                        self.stores.results(upload.ac_store, local.cas_store)
-                        if upload.ac_store and upload.upload_ac_results_strategy != "never"
-                        else None
-                    ),
-                    link_source=filesystem.path_for_link if filesystem is not None else None,
-                    adopt=filesystem.adopt_file if filesystem is not None else None,
-                    discard=filesystem.discard if filesystem is not None else None,
-                    containment=containment,
-                    cas_max_bytes=filesystem.max_bytes if filesystem is not None else None,
-                    hidden_paths=_lre_directories(config),
-                    pressure=self._pressure_of(local),
-                )
-            )
+        self.forwarders: dict[str, ForwardScheduler] = build_forwarders(
+            config, self.stores, self.schedulers, on_upstream_change=self._upstream_changed
+        )
+        # 3. workers, with one containment backend per mode (shared by its workers)
+        self.workers: list[LocalWorker]
+        self.containments: dict[str, Containment]
+        self.workers, self.containments = build_workers(
+            config,
+            self.stores,
+            self.schedulers,
+            resources=self.worker_resources,
+            pressure=pressure,
+        )
+        # what /status, /metrics and the TUI read
         self.bridge = TrioBridge()
         self.rpc_metrics = RpcMetrics()
         #: Tells lre's listeners whether a client is one of lre's own actions.
         self.local_peers = LocalPeers(self._action_roots)
-        self.health = HealthBoard()
-        self.health.add_check("disk", free_space_check(self._existing_parent(), 1 << 30))
-        first = next(iter(self.schedulers.values()), None)
-        self.assembler = SnapshotAssembler(
+        self._first_scheduler = next(iter(self.schedulers.values()), None)
+        self.assembler = self._build_assembler()
+        for worker in self.workers:  # freezes and thaws as events, named by target
+            worker.memory.on_event = MemoryEventRecorder(
+                self.events, worker.name, self.schedulers[worker.spec.scheduler].statistics
+            )
+        self.hits: ClientHits | None = None
+        self.miss_report = MissReport(self._miss_watches())
+        self.assembler.cache_notices = self.miss_report.notices
+        # 4. servers
+        self.servers = build_servers(
+            config,
+            self.stores,
+            front=lambda name: front_scheduler(config, name, self.schedulers, self.forwarders),
+            bridge=self.bridge,
+            rpc_metrics=self.rpc_metrics,
+            local_peers=self.local_peers,
+            history=self.history,
+        )
+
+    def _build_assembler(self) -> SnapshotAssembler:
+        """The snapshot assembler over every part (addresses filled in by ``serve``)."""
+        first = self._first_scheduler
+        assembler = SnapshotAssembler(
             address="",
             status_address="",
             scheduler=first.statistics if first is not None else None,
@@ -267,61 +172,9 @@ class Application:
             kill_factor=self._kill_factor(),
             history=self.history,
         )
-        self.assembler.containment = self._containment_summary()
-        self.assembler.memory_control = self._memory_control_rows
-        for worker in self.workers:  # freezes and thaws as events, named by target
-            worker.memory.on_event = MemoryEventRecorder(
-                self.events, worker.name, self._scheduler(worker.spec.scheduler).statistics
-            )
-        self._first_scheduler = first
-        self.hits: ClientHits | None = None
-        self.miss_report = MissReport(self._miss_watches())
-        self.assembler.cache_notices = self.miss_report.notices
-        self.servers: list[GrpcServer] = []
-        for server in config.servers:
-            backends: dict[str, InstanceBackends] = {}
-            for instance in server.instances:
-                backends[instance.instance_name] = InstanceBackends(
-                    cas=self.stores.blob(instance.cas_store),
-                    action_cache=(
-                        self.stores.results(instance.ac_store, instance.cas_store)
-                        if instance.ac_store
-                        else None
-                    ),
-                    scheduler=(
-                        self._front_scheduler(instance.scheduler) if instance.scheduler else None
-                    ),
-                    ac_read_only=instance.ac_read_only,
-                )
-            instances = Instances(backends)
-            options = CacheServiceOptions(
-                max_batch_total_size_bytes=int(server.max_batch_total_size_bytes)
-            )
-            servicers = [
-                *cache_servicers(self.bridge, instances, options),
-                ExecutionServicer(self.bridge, instances),
-                OperationsServicer(self.bridge, instances),
-            ]
-            self.servers.append(
-                GrpcServer(
-                    ServerOptions.from_listener(
-                        server.listener,
-                        interceptors=(
-                            *auth_interceptors(server.listener),
-                            self.rpc_metrics.interceptor(lookup_hits=self._lookup_hits()),
-                        ),
-                        local_peers=self.local_peers,
-                    ),
-                    servicers,
-                    self.bridge,
-                    own_bridge=False,
-                    name=server.name,
-                )
-            )
-
-    def _lookup_hits(self) -> LookupHits | None:
-        """GetActionResult hits go to the history too (the scheduler never sees them)."""
-        return LookupHits(self.history.record) if self.history is not None else None
+        assembler.containment = self._containment_summary()
+        assembler.memory_control = self._memory_control_rows
+        return assembler
 
     def _reserved_now(self) -> tuple[int, int, int]:
         """Reserved millicpus and memory bytes, and running actions, over all schedulers."""
@@ -377,71 +230,6 @@ class Application:
                 out[name] = statistics()
         return out
 
-    def _scheduler(self, name: str) -> Scheduler:
-        if name in self.schedulers:
-            return self.schedulers[name]
-        simple, simple_name, modifications = _simple_of(self.config, name)
-        scheduler = self._scheduler_by_simple.get(simple_name)
-        if scheduler is None:
-            cas_name = simple.cas_store
-            if not cas_name:
-                raise AppBuildError(f"schedulers[{simple_name}].simple.cas_store: required")
-            scheduler = Scheduler(
-                simple,
-                cas=self.stores.blob(cas_name),
-                action_cache=(
-                    self.stores.results(simple.ac_store, cas_name) if simple.ac_store else None
-                ),
-                modifications=modifications,
-                resources=self._resource_policy(simple_name),
-                advisor=self.learner,
-                available_memory=self._live_memory(simple_name),
-                memory_frozen=self._memory_frozen(simple_name),
-                on_event=self._record_event,
-                directories=self.stores.directories(cas_name),
-                on_record=self.history.record if self.history is not None else None,
-            )
-            self._scheduler_by_simple[simple_name] = scheduler
-        self.schedulers[name] = scheduler
-        return scheduler
-
-    def _front_scheduler(self, name: str) -> ActionScheduler:
-        """What clients of scheduler ``name`` talk to: the forward scheduler on
-        its chain, else the local scheduler (mypy checks here that both play
-        the client role)."""
-        local = self._scheduler(name)
-        found = _forward_of(self.config, name)
-        if found is None:
-            return local
-        forward_name, spec = found
-        forwarder = self.forwarders.get(forward_name)
-        if forwarder is not None:
-            return forwarder
-        simple, _, _ = _simple_of(self.config, name)
-        upstream_cas = None
-        if spec.upstream_cas_store:
-            store = self.stores.blob(spec.upstream_cas_store)
-            if not isinstance(store, GrpcStore):
-                raise AppBuildError(
-                    f"schedulers[{forward_name}].forward.upstream_cas_store: "
-                    f"{spec.upstream_cas_store!r} is not a grpc store"
-                )
-            upstream_cas = store
-        local_cas = self.stores.blob(simple.cas_store)
-        client = UpstreamClient([spec.endpoint], name=forward_name, headers=spec.headers)
-        client.health.on_change = self._upstream_changed
-        executor = UpstreamExecutor(
-            client,
-            instance_name=spec.instance_name,
-            local_cas=local_cas,
-            upstream_cas=upstream_cas,
-            platform=spec.platform,
-            directories=self.stores.directories(simple.cas_store),
-        )
-        forwarder = ForwardScheduler(local, executor, rules=spec.rules)
-        self.forwarders[forward_name] = forwarder
-        return forwarder
-
     def _jobserver_tokens(self) -> JobserverTokens:
         """Tokens in use / total over every running action's jobserver pool."""
         counts = [w.jobserver_tokens() for w in self.workers]
@@ -478,43 +266,6 @@ class Application:
             target=event.target,
         )
 
-    def _local_worker(self, scheduler_name: str) -> LocalWorkerSpec | None:
-        """The (first) local worker pulling from the simple scheduler."""
-        for worker in self.config.workers:
-            local = worker.local
-            if local is not None and _simple_of(self.config, local.scheduler)[1] == scheduler_name:
-                return local
-        return None
-
-    def _resource_policy(self, scheduler_name: str) -> ResourcePolicy:
-        """Cold memory and ladder of the worker pulling from the scheduler."""
-        local = self._local_worker(scheduler_name)
-        if local is None:
-            return ResourcePolicy()
-        res = local.resources
-        return ResourcePolicy(
-            cold_memory_bytes=int(res.cold_memory),
-            ladder=tuple(int(step) for step in res.ladder),
-            max_steps=res.max_steps,
-        )
-
-    def _live_memory(self, scheduler_name: str) -> Callable[[], int] | None:
-        """Memory new actions may take (0 while memory is short), when the
-        worker asks for the live veto."""
-        local = self._local_worker(scheduler_name)
-        if local is None or not local.resources.live_memory_veto:
-            return None
-        return self._pressure_of(local).room_bytes
-
-    def _memory_frozen(self, scheduler_name: str) -> Callable[[], bool] | None:
-        """Whether the live veto holds starts because the memory control keeps
-        actions frozen (the queue then says ``frozen``), with ``_live_memory``."""
-        local = self._local_worker(scheduler_name)
-        if local is None or not local.resources.live_memory_veto:
-            return None
-        pressure = self._pressure_of(local)
-        return lambda: pressure.frozen > 0
-
     def _memory_control_rows(self) -> tuple[MemoryControlRow, ...]:
         """Each local worker's memory control (``ProcessSnapshot.memory_control``)."""
         rows = []
@@ -536,30 +287,6 @@ class Application:
                 )
             )
         return tuple(rows)
-
-    def _pressure_of(self, local: LocalWorkerSpec) -> PressureMonitor:
-        """The host memory readings of ``local``, shared by its worker's memory
-        control and its scheduler's admission (made on first use)."""
-        monitor = self._pressure.get(local.name)
-        if monitor is None:
-            monitor = self._pressure[local.name] = PressureMonitor(
-                int(local.resources.memory_headroom)
-            )
-        return monitor
-
-    def _build_learner(self) -> ReservationLearner | None:
-        """One learned-reservation store per process, in the state directory.
-
-        Uses the learner settings of the first local worker; None when it
-        turns learning off (or there is no local worker).
-        """
-        locals_ = [w.local for w in self.config.workers if w.local is not None]
-        if not locals_ or not locals_[0].resources.learner.enabled:
-            return None
-        res = locals_[0].resources
-        return ReservationLearner.in_state_dir(
-            str(state_dir_of(self.config)), res.learner, cold_memory_bytes=int(res.cold_memory)
-        )
 
     async def serve(
         self,

@@ -1,0 +1,198 @@
+"""Build the schedulers (part of the composition root).
+
+One ``Scheduler`` per simple scheduler, shared by every name whose chain
+ends there (``_scheduler_chain``); one ``ForwardScheduler`` per forward
+scheduler a server instance reaches, wrapping the local scheduler of that
+name; and the learned-reservation store they consult.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from lre.app._build_error import AppBuildError
+from lre.app._scheduler_chain import scheduler_chain
+from lre.app._stores import Stores
+from lre.cas import GrpcStore
+from lre.config import Config, LocalWorkerSpec
+from lre.scheduler import (
+    ActionScheduler,
+    ForwardScheduler,
+    RecordHook,
+    ReservationLearner,
+    ResourcePolicy,
+    Scheduler,
+    SchedulerEvent,
+    UpstreamExecutor,
+)
+from lre.upstream import UpstreamClient, UpstreamStatistics
+from lre.worker import PressureMonitor
+
+
+def build_learner(config: Config) -> ReservationLearner | None:
+    """One learned-reservation store per process, in the state directory.
+
+    Uses the learner settings of the first local worker; None when it
+    turns learning off (or there is no local worker).
+    """
+    locals_ = [w.local for w in config.workers if w.local is not None]
+    if not locals_ or not locals_[0].resources.learner.enabled:
+        return None
+    res = locals_[0].resources
+    return ReservationLearner.in_state_dir(
+        str(Path(config.global_.state_dir)), res.learner, cold_memory_bytes=int(res.cold_memory)
+    )
+
+
+def build_schedulers(
+    config: Config,
+    stores: Stores,
+    *,
+    learner: ReservationLearner | None,
+    pressure: Mapping[str, PressureMonitor],
+    on_event: Callable[[SchedulerEvent], None],
+    on_record: RecordHook | None,
+) -> dict[str, Scheduler]:
+    """Every configured scheduler name, mapped to the local scheduler its chain
+    ends in (names sharing a simple scheduler share the object).
+
+    ``pressure`` holds each local worker's memory readings (by worker name)
+    for the live memory veto. Raises ``AppBuildError`` naming the scheduler
+    when a simple one has no ``cas_store`` or a chain is broken.
+    """
+    by_simple: dict[str, Scheduler] = {}
+    schedulers: dict[str, Scheduler] = {}
+    for spec in config.schedulers:
+        chain = scheduler_chain(config, spec.name)
+        scheduler = by_simple.get(chain.simple_name)
+        if scheduler is None:
+            simple, simple_name = chain.simple, chain.simple_name
+            cas_name = simple.cas_store
+            if not cas_name:
+                raise AppBuildError(f"schedulers[{simple_name}].simple.cas_store: required")
+            local = _local_worker(config, simple_name)
+            scheduler = Scheduler(
+                simple,
+                cas=stores.blob(cas_name),
+                action_cache=(
+                    stores.results(simple.ac_store, cas_name) if simple.ac_store else None
+                ),
+                modifications=chain.modifications,
+                resources=_resource_policy(local),
+                advisor=learner,
+                available_memory=_live_memory(local, pressure),
+                memory_frozen=_memory_frozen(local, pressure),
+                on_event=on_event,
+                directories=stores.directories(cas_name),
+                on_record=on_record,
+            )
+            by_simple[chain.simple_name] = scheduler
+        schedulers[spec.name] = scheduler
+    return schedulers
+
+
+def build_forwarders(
+    config: Config,
+    stores: Stores,
+    schedulers: Mapping[str, Scheduler],
+    *,
+    on_upstream_change: Callable[[UpstreamStatistics], None],
+) -> dict[str, ForwardScheduler]:
+    """One forward scheduler (by name) per forward met on the chain of a
+    server instance's scheduler, in the order the instances name them; each
+    wraps the local scheduler of the instance's scheduler name.
+
+    Raises ``AppBuildError`` when ``upstream_cas_store`` names no grpc store.
+    """
+    forwarders: dict[str, ForwardScheduler] = {}
+    for server in config.servers:
+        for instance in server.instances:
+            if not instance.scheduler:
+                continue
+            chain = scheduler_chain(config, instance.scheduler)
+            if chain.forward is None or chain.forward[0] in forwarders:
+                continue
+            forward_name, spec = chain.forward
+            upstream_cas = None
+            if spec.upstream_cas_store:
+                store = stores.blob(spec.upstream_cas_store)
+                if not isinstance(store, GrpcStore):
+                    raise AppBuildError(
+                        f"schedulers[{forward_name}].forward.upstream_cas_store: "
+                        f"{spec.upstream_cas_store!r} is not a grpc store"
+                    )
+                upstream_cas = store
+            client = UpstreamClient([spec.endpoint], name=forward_name, headers=spec.headers)
+            client.health.on_change = on_upstream_change
+            executor = UpstreamExecutor(
+                client,
+                instance_name=spec.instance_name,
+                local_cas=stores.blob(chain.simple.cas_store),
+                upstream_cas=upstream_cas,
+                platform=spec.platform,
+                directories=stores.directories(chain.simple.cas_store),
+            )
+            local = schedulers[instance.scheduler]
+            forwarders[forward_name] = ForwardScheduler(local, executor, rules=spec.rules)
+    return forwarders
+
+
+def front_scheduler(
+    config: Config,
+    name: str,
+    schedulers: Mapping[str, Scheduler],
+    forwarders: Mapping[str, ForwardScheduler],
+) -> ActionScheduler:
+    """What clients of scheduler ``name`` talk to: the forward scheduler on
+    its chain, else the local scheduler (mypy checks here that both play
+    the client role). ``KeyError`` for a forward ``build_forwarders`` did not
+    build (one no server instance reaches)."""
+    forward = scheduler_chain(config, name).forward
+    if forward is not None:
+        return forwarders[forward[0]]
+    return schedulers[name]
+
+
+def _local_worker(config: Config, simple_name: str) -> LocalWorkerSpec | None:
+    """The (first) local worker pulling from the simple scheduler."""
+    for worker in config.workers:
+        local = worker.local
+        if local is not None and scheduler_chain(config, local.scheduler).simple_name == (
+            simple_name
+        ):
+            return local
+    return None
+
+
+def _resource_policy(local: LocalWorkerSpec | None) -> ResourcePolicy:
+    """Cold memory and ladder of the worker pulling from the scheduler."""
+    if local is None:
+        return ResourcePolicy()
+    res = local.resources
+    return ResourcePolicy(
+        cold_memory_bytes=int(res.cold_memory),
+        ladder=tuple(int(step) for step in res.ladder),
+        max_steps=res.max_steps,
+    )
+
+
+def _live_memory(
+    local: LocalWorkerSpec | None, pressure: Mapping[str, PressureMonitor]
+) -> Callable[[], int] | None:
+    """Memory new actions may take (0 while memory is short), when the
+    worker asks for the live veto."""
+    if local is None or not local.resources.live_memory_veto:
+        return None
+    return pressure[local.name].room_bytes
+
+
+def _memory_frozen(
+    local: LocalWorkerSpec | None, pressure: Mapping[str, PressureMonitor]
+) -> Callable[[], bool] | None:
+    """Whether the live veto holds starts because the memory control keeps
+    actions frozen (the queue then says ``frozen``), with ``_live_memory``."""
+    if local is None or not local.resources.live_memory_veto:
+        return None
+    monitor = pressure[local.name]
+    return lambda: monitor.frozen > 0

@@ -1,0 +1,118 @@
+"""Build the local workers and what they share (part of the composition root).
+
+Each ``workers[].local`` entry becomes a ``LocalWorker`` pulling from its
+scheduler; workers of one containment mode share one backend, and each
+worker's host memory readings (``PressureMonitor``) are shared with its
+scheduler's admission.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from lre.app._build_error import AppBuildError
+from lre.app._stores import Stores
+from lre.config import Config, WorkerResources
+from lre.scheduler import Scheduler
+from lre.worker import (
+    Containment,
+    ContainmentUnavailable,
+    LocalWorker,
+    PressureMonitor,
+    choose_containment,
+)
+
+
+def lre_directories(config: Config) -> tuple[str, ...]:
+    """Every path of lre's own that actions must not see (the state
+    directory, each filesystem store's content and temporary paths, each
+    worker's work directory, the listeners' token and TLS key files); see
+    lre/worker/_view.py."""
+    paths = [config.global_.state_dir]
+    for store in config.stores:
+        if store.filesystem is not None:
+            content = store.filesystem.content_path
+            temp = store.filesystem.temp_path or os.path.join(content, "..", "tmp")
+            paths += [content, os.path.normpath(temp)]
+    for worker in config.workers:
+        if worker.local is not None:
+            paths.append(worker.local.work_directory)
+    for server in config.servers:  # secrets: shown as /dev/null
+        paths.append(server.listener.auth_token_file)
+        if server.listener.tls is not None:
+            paths.append(server.listener.tls.key_file)
+    return tuple(p for p in paths if p)
+
+
+def build_pressure_monitors(config: Config) -> dict[str, PressureMonitor]:
+    """The host memory readings of each local worker (by name), shared by its
+    memory control and its scheduler's admission."""
+    monitors: dict[str, PressureMonitor] = {}
+    for worker in config.workers:
+        local = worker.local
+        if local is not None and local.name not in monitors:
+            monitors[local.name] = PressureMonitor(int(local.resources.memory_headroom))
+    return monitors
+
+
+def build_workers(
+    config: Config,
+    stores: Stores,
+    schedulers: Mapping[str, Scheduler],
+    *,
+    resources: Mapping[str, WorkerResources],
+    pressure: Mapping[str, PressureMonitor],
+) -> tuple[list[LocalWorker], dict[str, Containment]]:
+    """The local workers, in config order, and the containment backends they
+    use (one per mode).
+
+    Raises ``AppBuildError`` naming the worker's field when its containment
+    cannot work on this host, or when ``network: block`` asks for what its
+    containment cannot do.
+    """
+    workers: list[LocalWorker] = []
+    containments: dict[str, Containment] = {}
+    hidden = lre_directories(config)
+    for index, worker_spec in enumerate(config.workers):
+        local = worker_spec.local
+        if local is None:
+            continue
+        if local.containment not in containments:
+            try:
+                containments[local.containment] = choose_containment(local.containment)
+            except ContainmentUnavailable as error:
+                raise AppBuildError(
+                    f"workers[{index}].local.containment: {local.containment!r} cannot "
+                    f"work here: {error}"
+                ) from None
+        containment = containments[local.containment]
+        if local.network == "block" and not containment.can_block_network:
+            raise AppBuildError(
+                f"workers[{index}].local.network: 'block' needs containment 'pidns', "
+                f"this worker has {containment.name!r}"
+            )
+        filesystem = stores.filesystem_of(local.cas_store)
+        upload = local.upload_action_result
+        workers.append(
+            LocalWorker(
+                local,
+                resources=resources[local.name],
+                scheduler=schedulers[local.scheduler],
+                store=stores.blob(local.cas_store),
+                directories=stores.directories(local.cas_store),
+                action_cache=(
+                    stores.results(upload.ac_store, local.cas_store)
+                    if upload.ac_store and upload.upload_ac_results_strategy != "never"
+                    else None
+                ),
+                link_source=filesystem.path_for_link if filesystem is not None else None,
+                adopt=filesystem.adopt_file if filesystem is not None else None,
+                discard=filesystem.discard if filesystem is not None else None,
+                containment=containment,
+                cas_max_bytes=filesystem.max_bytes if filesystem is not None else None,
+                hidden_paths=hidden,
+                pressure=pressure[local.name],
+            )
+        )
+    return workers, containments
