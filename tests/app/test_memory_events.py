@@ -11,7 +11,7 @@ from lre.app import Application
 from lre.app._events import EventLog
 from lre.app._memory_events import MemoryEventRecorder
 from lre.cas import MemoryStore
-from lre.config._models import SimpleSchedulerSpec
+from lre.config import SimpleSchedulerSpec
 from lre.proto import re_pb2
 from lre.scheduler import OperationSnapshot, RequestInfo, Scheduler
 from lre.snapshot import EventKind, ProcessSnapshot

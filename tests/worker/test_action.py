@@ -185,7 +185,6 @@ async def test_a_pwd_the_command_gives_reaches_it_unchanged(
 ) -> None:
     # A shell in front of the action (the view's /proc gate) sets and exports
     # PWD; the action must see the value its Command gave, not the cwd.
-    from lre.config._models import JobserverSpec
 
     spec = make_spec(tmp_path, jobserver=JobserverSpec(enabled=False))
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
