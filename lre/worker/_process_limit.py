@@ -13,12 +13,12 @@ what lre may do here (measured on Linux 6.18, see docs/troubleshooting.md):
   thread stays until its next fork (it writes ``0``, itself, to ``tasks``: a
   migration by pid takes a global lock and waits for an RCU grace period,
   0.1-1 ms of wall time here, by ``0`` about 20 us; two per action were
-  measurable), and cgroups whose action ended are
-  reused rather than removed and made again (the spawner thread starts the
-  guardian before its first migration, so it never lands in one; see
-  ``ProcessGuardian.start``). ``pids.events`` then tells
-  whether a fork was refused; the action fails naming the limit. Works for
-  every containment backend.
+  measurable), and cgroups whose action ended are reused rather than removed
+  and made again, their files kept open (``_Cgroup``; the spawner thread
+  starts the guardian before its first migration, so it never lands in one;
+  see ``ProcessGuardian.start``). ``pids.events`` then tells whether a fork
+  was refused; the action fails naming the limit. Works for every
+  containment backend.
 - **RLIMIT_NPROC in the action's user namespace** (``userns``, lre not root):
   ``prlimit --nproc`` runs inside the namespace ``unshare`` made, so the
   kernel (>= 5.14, through ucounts) counts only the processes of that
@@ -72,6 +72,75 @@ def _own_cgroup(controller: str) -> str | None:
     return None
 
 
+class _Cgroup:
+    """One action cgroup of this lre, with the descriptors of its ``tasks``,
+    ``pids.current`` and ``pids.events`` kept open for as long as lre keeps
+    the cgroup: each access on the spawn path is then one ``pwrite`` or
+    ``pread`` instead of a path lookup, an open, the access and a close
+    (a third of the CPU per access in a micro-measure, about half in the
+    busy server; a read at offset 0 makes the kernel render the file afresh).
+    All fields but the descriptors are guarded by ``ProcessLimits._lock``."""
+
+    __slots__ = ("_fds", "finished", "limit", "occupied", "path", "refusals")
+
+    def __init__(self, path: Path, limit: int) -> None:
+        """Makes the cgroup with ``pids.max`` of ``limit`` plus the spawner
+        thread; raises ``OSError`` (and leaves nothing behind) on failure."""
+        path.mkdir()
+        fds: list[int] = []
+        try:
+            _write(f"{path}/pids.max", str(limit + 1))
+            fds.append(os.open(f"{path}/tasks", os.O_WRONLY | os.O_CLOEXEC))
+            fds.append(os.open(f"{path}/pids.current", os.O_RDONLY | os.O_CLOEXEC))
+            fds.append(os.open(f"{path}/pids.events", os.O_RDONLY | os.O_CLOEXEC))
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            _rmdir(path)
+            raise
+        self.path = path
+        self.limit = limit
+        self._fds = tuple(fds)
+        #: refused forks counted when its last action ended (0 when new, None
+        #: when unknown): no fork can happen in a free cgroup, so this is the
+        #: next action's baseline without reading pids.events again
+        self.refusals: int | None = 0
+        #: a spawner thread sits in it; its action ended
+        self.occupied = False
+        self.finished = False
+
+    def join(self) -> None:
+        """Moves the calling thread in. "0" is this thread: the kernel then
+        moves one thread without the global threadgroup lock (and its RCU
+        grace period) that naming a pid takes, about a fifth of the wall
+        time here. Raises ``OSError`` (e.g. EAGAIN when full)."""
+        os.pwrite(self._fds[0], b"0", 0)
+
+    def current(self) -> int | None:
+        """Tasks in it now (None when unreadable)."""
+        try:
+            return int(os.pread(self._fds[1], 32, 0))
+        except (OSError, ValueError):
+            return None
+
+    def refused(self) -> int:
+        """Forks it refused so far (the ``max`` counter of ``pids.events``;
+        0 when unreadable)."""
+        try:
+            for line in os.pread(self._fds[2], 256, 0).splitlines():
+                name, _, count = line.partition(b" ")
+                if name == b"max":
+                    return int(count)
+        except (OSError, ValueError):
+            pass
+        return 0
+
+    def close(self) -> None:
+        for fd in self._fds:
+            os.close(fd)
+        self._fds = ()
+
+
 class ProcessLimits:
     """Per-action pids cgroups of this lre process, or the lack of them."""
 
@@ -80,19 +149,11 @@ class ProcessLimits:
         self.base: Path | None = None
         self._numbers = itertools.count(1)
         #: first pid of a running action -> its cgroup and refusals before it
-        self._by_pid: dict[int, tuple[Path, int]] = {}
-        #: cgroups free for another action, with their limit
-        self._idle: list[tuple[Path, int]] = []
-        self._limits: dict[Path, int] = {}
-        #: refused forks counted in each cgroup when its last action ended (or
-        #: 0 when new): no fork can happen in a free cgroup, so this is the
-        #: next action's baseline without reading pids.events again
-        self._refusals: dict[Path, int] = {}
-        #: cgroups a spawner thread sits in, and those of them whose action ended
-        self._occupied: set[Path] = set()
-        self._finished: set[Path] = set()
+        self._by_pid: dict[int, tuple[_Cgroup, int]] = {}
+        #: cgroups free for another action
+        self._idle: list[_Cgroup] = []
         #: spawner thread id -> the cgroup it sits in
-        self._threads: dict[int, Path] = {}
+        self._threads: dict[int, _Cgroup] = {}
         self._lock = threading.Lock()
         self._local = threading.local()
         self.why_not = ""
@@ -149,14 +210,16 @@ class ProcessLimits:
     def around_fork(self, limit: int) -> Iterator[None]:
         """In the spawner thread, around the fork of one action's first
         process: the thread moves into a cgroup of ``limit`` tasks (plus
-        itself) and stays there until its next fork, so each spawn costs one
-        migration; cgroups are reused, not made per action (see
-        ``_release``). Raises ``OSError`` when the cgroup cannot be joined."""
+        itself) and stays there until its next fork, so each spawn costs at
+        most one migration, none when the thread's last action ended and left
+        its cgroup empty; cgroups are reused, not made per action (see
+        ``_release``). Raises ``OSError`` when the cgroup cannot be made or
+        joined."""
         self._local.pending = None
         if not limit or self.base is None:
             yield
             return
-        previous = getattr(self._local, "sitting", None)
+        previous: _Cgroup | None = getattr(self._local, "sitting", None)
         if previous is not None and self._reusable_in_place(previous, limit):
             # The thread's last action ended and left nothing: no migration.
             self._local.pending = (previous, self._baseline(previous))
@@ -165,71 +228,62 @@ class ProcessLimits:
         group = self._take(limit)
         try:
             baseline = self._baseline(group)
-            # "0" is this thread: the kernel then moves one thread without
-            # the global threadgroup lock (and its RCU grace period) that
-            # naming a pid takes, about a fifth of the wall time here.
-            _write(f"{group}/tasks", "0")
+            group.join()
         except BaseException:
             self._release(group)
             raise
         self._local.sitting = group
         with self._lock:
-            self._occupied.add(group)
+            group.occupied = True
             self._threads[threading.get_native_id()] = group
+            release_previous = previous is not None and previous.finished
             if previous is not None:
-                self._occupied.discard(previous)
-        if previous is not None and previous in self._finished:
+                previous.occupied = False
+        if previous is not None and release_previous:
             self._release(previous)
         self._local.pending = (group, baseline)
         yield
 
-    def _baseline(self, group: Path) -> int:
+    def _baseline(self, group: _Cgroup) -> int:
         with self._lock:
-            known = self._refusals.get(group)
-        return _refused(group) if known is None else known
+            known = group.refusals
+        return group.refused() if known is None else known
 
-    def _reusable_in_place(self, group: Path, limit: int) -> bool:
+    def _reusable_in_place(self, group: _Cgroup, limit: int) -> bool:
         """Whether the cgroup this thread sits in is free: its action ended
         and only the thread itself is left in it."""
         with self._lock:
-            if group not in self._finished or self._limits.get(group) != limit:
+            if not group.finished or group.limit != limit:
                 return False
-        if _current(group) != 1:
+        if group.current() != 1:
             return False
         with self._lock:
-            self._finished.discard(group)
+            group.finished = False
         return True
 
-    def _take(self, limit: int) -> Path:
+    def _take(self, limit: int) -> _Cgroup:
         with self._lock:
-            for at, (group, group_limit) in enumerate(self._idle):
-                if group_limit == limit:
+            for at, group in enumerate(self._idle):
+                if group.limit == limit:
                     del self._idle[at]
                     return group
-        group = self.base / f"a{next(self._numbers)}"  # type: ignore[operator]
-        group.mkdir()
-        try:
-            (group / "pids.max").write_text(str(limit + 1))  # + the spawner thread
-        except BaseException:
-            _rmdir(group)
-            raise
-        with self._lock:
-            self._limits[group] = limit
-            self._refusals[group] = 0
-        return group
+        return _Cgroup(self.base / f"a{next(self._numbers)}", limit)  # type: ignore[operator]
 
-    def _release(self, group: Path) -> None:
+    def _release(self, group: _Cgroup) -> None:
         """``group``'s action ended and no spawner thread sits in it: back to
         the idle cgroups when empty (a process that outlived its action, under
-        ``portable``, keeps it out until lre exits)."""
+        ``portable``, keeps it out until lre exits; its descriptors are then
+        closed, as lre never looks at it again)."""
         with self._lock:
-            if group in self._occupied:
-                self._finished.add(group)
+            if group.occupied:
+                group.finished = True
                 return
-            self._finished.discard(group)
-        if _current(group) == 0:
+            group.finished = False
+        if group.current() == 0:
             with self._lock:
-                self._idle.append((group, self._limits[group]))
+                self._idle.append(group)
+        else:
+            group.close()  # nothing refers to it any more
 
     def started(self, pid: int) -> None:
         """``pid`` was forked by this thread inside ``around_fork``."""
@@ -245,7 +299,7 @@ class ProcessLimits:
         self._local.pending = None
         if pending is not None:
             with self._lock:
-                self._refusals.pop(pending[0], None)  # read afresh next time
+                pending[0].refusals = None  # read afresh next time
             self._release(pending[0])
 
     def ended(self, pid: int) -> bool:
@@ -256,15 +310,18 @@ class ProcessLimits:
         if pending is None:
             return False
         group, baseline = pending
-        refused = _refused(group)
+        refused = group.refused()
         with self._lock:
-            self._refusals[group] = refused
+            group.refusals = refused
         self._release(group)
         return refused > baseline
 
     def close(self) -> None:
         """Move the spawner threads home and remove the cgroups (at exit);
-        what cannot be removed yet goes when the next lre starts."""
+        what cannot be removed yet goes when the next lre starts. The
+        cgroups' descriptors stay open until lre exits: a removed cgroup's
+        files then fail with ENODEV, so a spawner thread still at work
+        cannot write into a file that reused a closed descriptor's number."""
         if self.base is not None:
             with self._lock:
                 threads = list(self._threads)
@@ -279,40 +336,12 @@ class ProcessLimits:
             _rmdir(self.base)
 
 
-def _read(path: str) -> bytes:
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        return os.read(fd, 256)
-    finally:
-        os.close(fd)
-
-
 def _write(path: str, data: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
     try:
         os.write(fd, data.encode())
     finally:
         os.close(fd)
-
-
-def _refused(group: Path) -> int:
-    """Forks ``group`` refused so far (its ``pids.events`` max counter)."""
-    try:
-        for line in _read(f"{group}/pids.events").splitlines():
-            name, _, count = line.partition(b" ")
-            if name == b"max":
-                return int(count)
-    except (OSError, ValueError):
-        pass
-    return 0
-
-
-def _current(group: Path) -> int | None:
-    """Tasks in ``group`` now (None when unreadable)."""
-    try:
-        return int(_read(f"{group}/pids.current"))
-    except (OSError, ValueError):
-        return None
 
 
 def _rmdir(path: Path) -> None:

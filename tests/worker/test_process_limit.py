@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import grpc
+import psutil
 import pytest
 
 from lre.config._worker_models import LocalWorkerSpec
@@ -175,7 +176,7 @@ def _action(limits: ProcessLimits, argv: list[str], limit: int) -> tuple[bool, P
     with limits.around_fork(limit):
         popen = subprocess.Popen(argv, stdout=subprocess.PIPE, close_fds=True)
     limits.started(popen.pid)
-    group = limits._by_pid[popen.pid][0]
+    group = limits._by_pid[popen.pid][0].path
     out, _ = popen.communicate(timeout=120)
     return limits.ended(popen.pid), group, out.decode().strip()
 
@@ -235,3 +236,78 @@ def test_only_the_spawner_thread_moves_into_an_actions_cgroup() -> None:
     spawner_cgroup, group = _in_thread(spawn)
     assert Path(f"/proc/self/task/{main_thread}/cgroup").read_text() == before
     assert f"pids:/{group.relative_to(limits.root)}\n" in spawner_cgroup
+
+
+def _descriptors_on(group: Path) -> list[str]:
+    """This process's open files inside ``group``."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue  # closed meanwhile (the listing's own descriptor)
+        if target.startswith(f"{group}/"):
+            found.append(target)
+    return found
+
+
+def _kill(marker: str) -> None:
+    """SIGKILL the processes this test started (found by their marker)."""
+    for process in processes_with(marker):
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def test_a_process_left_in_a_cgroup_keeps_it_from_the_next_action() -> None:
+    # Without a PID namespace a background child outlives its action: the
+    # spawner thread's next action must not be born next to it (the kept
+    # pids.current is read afresh), and the left cgroup's descriptors close.
+    limits = _cgroup_limits()
+    marker = f"1000.{uuid.uuid4().int % 10**9:09d}"
+    leftover = ["/bin/sh", "-c", f"sleep {marker} >/dev/null 2>&1 & echo started"]
+
+    def two_actions() -> tuple[Path, Path, list[str]]:
+        _, first, _ = _action(limits, leftover, 8)
+        _, second, _ = _action(limits, ["/bin/true"], 8)
+        return first, second, _descriptors_on(first)
+
+    try:
+        first, second, still_open = _in_thread(two_actions)
+        assert processes_with(marker), "the background child should still run"
+        assert first != second
+        assert still_open == []
+    finally:
+        _kill(marker)
+
+
+def test_two_running_actions_of_one_thread_count_apart() -> None:
+    # A spawner thread's next action starts while its last one still runs:
+    # it gets a cgroup of its own and the whole limit, whatever the running
+    # one holds (four sleepers and their shell).
+    limits = _cgroup_limits()
+    marker = f"1000.{uuid.uuid4().int % 10**9:09d}"
+    sleepers = ["/bin/sh", "-c", " & ".join([f"sleep {marker}"] * 4) + " & wait"]
+
+    def overlapping() -> tuple[Path, Path, str]:
+        with limits.around_fork(8):
+            running = subprocess.Popen(sleepers, close_fds=True)
+        limits.started(running.pid)
+        try:
+            # The four sleepers and their shell.
+            assert wait_until(lambda: len(processes_with(marker)) == 5, 20)
+            _, second, forked = _action(limits, _FORKS, 8)
+        finally:
+            running.kill()
+            _kill(marker)
+            running.wait()
+        first = limits._by_pid[running.pid][0].path
+        limits.ended(running.pid)
+        return first, second, forked
+
+    first, second, forked = _in_thread(overlapping)
+    assert first != second
+    # pids.max is 8 + the spawner thread, which sits in the cgroup with the
+    # probe: 7 forks, none taken by the other action's five tasks.
+    assert int(forked) == 7, forked
