@@ -179,13 +179,16 @@ def test_a_real_stall_reaches_a_trigger_registered_as_nobody(tmp_path: Path) -> 
         pytest.skip("this kernel takes PSI triggers only with CAP_SYS_RESOURCE")
     prefix, env = python_for("nobody")
     file = cold_file(tmp_path / "pages.bin")
-    with memory_cgroup(f"lre-test-stall-nobody-{os.getpid()}") as group, subprocess.Popen(
-        [*prefix, "-c", WAITER],
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    ) as waiter:
+    with (
+        memory_cgroup(f"lre-test-stall-nobody-{os.getpid()}") as group,
+        subprocess.Popen(
+            [*prefix, "-c", WAITER],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        ) as waiter,
+    ):
         try:
             assert waiter.stdin is not None and waiter.stdout is not None
             registered = waiter.stdout.readline()
