@@ -7,6 +7,7 @@ version (``detect_bazel_version``).
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shutil
 import subprocess
@@ -52,8 +53,25 @@ def detect_bazel_version(bazel: str = "bazel") -> tuple[int, int, int] | None:
     return parse_bazel_version(out.stdout + out.stderr)
 
 
-def bazelrc_text(settings: ClientSettings, version: tuple[int, int, int] | None) -> str:
+def repository_id(repo: Path) -> str:
+    """A stable name for the repository at ``repo``: its directory name and 8
+    hex of a hash of its resolved path (two checkouts of one project get two
+    names; the same checkout always the same one)."""
+    resolved = repo.resolve()
+    digest = hashlib.sha256(str(resolved).encode()).hexdigest()[:8]
+    return f"{resolved.name or 'root'}-{digest}"
+
+
+def bazelrc_text(
+    settings: ClientSettings, version: tuple[int, int, int] | None, repository: str = ""
+) -> str:
     """The content of ``lre.bazelrc`` for the given Bazel version (None: not found).
+
+    ``repository`` (``repository_id``), when given, is sent as the
+    ``x-lre-repository`` header with every execution request
+    (``--remote_exec_header``, in Bazel since 3.x): lre keeps each
+    repository's learned reservations apart by it. A header is no part of an
+    action, so no action key changes, and lre passes it to no upstream.
 
     All flags sit under ``build:lre``; a final ``build --config=lre`` makes
     lre the default, and a user who wants it opt-in deletes that one line.
@@ -93,6 +111,7 @@ def bazelrc_text(settings: ClientSettings, version: tuple[int, int, int] | None)
         "# the repository's own flags give them (docs/configuration.md, cache contract).",
         f"build:lre --remote_executor={settings.bazel_endpoint}",
         f"build:lre --remote_instance_name={settings.instance_name}",
+        *_repository_header(repository, v),
         *_bazel_properties(properties, platform_flag=v < (9, 0, 0)),
         *_bazel_connection_flags(settings),
         "# lre does the admission control, so Bazel may send many actions at once.",
@@ -115,6 +134,17 @@ def bazelrc_text(settings: ClientSettings, version: tuple[int, int, int] | None)
         "",
     ]
     return "\n".join(lines)
+
+
+def _repository_header(repository: str, version: tuple[int, int, int]) -> list[str]:
+    """The ``x-lre-repository`` header line (none without a repository, or for
+    a Bazel older than 4, where lre has not checked the flag)."""
+    if not repository or version < (4, 0, 0):
+        return []
+    return [
+        "# Names this repository to lre's reservation learner; a header, so no action key changes.",
+        f"build:lre --remote_exec_header=x-lre-repository={repository}",
+    ]
 
 
 def _bazel_properties(properties: dict[str, str], *, platform_flag: bool) -> list[str]:
@@ -179,7 +209,7 @@ def write_bazel(
     into the file ``_bazelrc_import.import_target`` picks (``home``: the
     user's home directory, default ``Path.home()``)."""
     report = WriteReport()
-    text = bazelrc_text(settings, version)
+    text = bazelrc_text(settings, version, repository_id(repo))
     if lre_bazelrc_opted_in(repo / "lre.bazelrc"):
         text = without_default_on(text)
     write_owned(repo / "lre.bazelrc", text, report, private=bool(settings.auth_token))

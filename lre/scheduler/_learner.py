@@ -18,11 +18,9 @@ Samples recorded after the last flush are lost if lre is killed.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import os
-import re
 import sqlite3
 import threading
 import time
@@ -34,9 +32,11 @@ from typing import Literal
 import trio
 
 from lre.config import LearnerSpec
+from lre.scheduler._kind_rule import KindKey, kind_key
 
 __all__ = [
     "LEARNER_DB_NAME",
+    "KindKey",
     "ReservationEstimate",
     "ReservationLearner",
     "kind_key",
@@ -47,88 +47,6 @@ log = logging.getLogger(__name__)
 
 #: File name of the database inside lre's state directory.
 LEARNER_DB_NAME = "learned-reservations.sqlite3"
-
-# ---------------------------------------------------------------------- kind keys
-
-_NUMBER = re.compile(r"[+-]?(\d+(\.\d+)*|0x[0-9a-fA-F]+)([kKmMgGtT]i?[bB]?)?")
-_HASH = re.compile(r"[0-9a-fA-F]{16,}")
-_EXTENSION = re.compile(r".+(\.[A-Za-z_][A-Za-z0-9_+-]{0,9})")
-_INTERPRETER = re.compile(r"(python[0-9.]*|sh|bash|dash|zsh|node|perl|ruby|env)")
-#: Any character str.isspace() accepts (sre tests the same Unicode property):
-#: one C-level scan instead of a Python generator step per character.
-_SPACE = re.compile(r"\s")
-
-
-def _value_shape(value: str) -> str:
-    if value == "":
-        return ""
-    if _NUMBER.fullmatch(value):
-        return "<n>"
-    if _HASH.fullmatch(value):
-        return "<hash>"
-    if _SPACE.search(value):
-        return "<text>"
-    looks_like_path = "/" in value or "\\" in value
-    ext = _EXTENSION.fullmatch(value.rsplit("/", 1)[-1])
-    if looks_like_path or ext:
-        return f"<path{ext.group(1) if ext else ''}>"
-    if len(value) > 40:
-        return "<text>"
-    return value
-
-
-def _argument_shape(arg: str) -> str:
-    if arg.startswith("@") and len(arg) > 1:  # response file
-        return "@" + _value_shape(arg[1:])
-    if arg.startswith("-") and len(arg) > 1 and not _NUMBER.fullmatch(arg):
-        name, eq, value = arg.partition("=")
-        if eq:
-            return f"{name}={_value_shape(value)}"
-        if not arg.startswith("--") and len(arg) > 2:
-            glued = _value_shape(arg[2:])
-            if glued.startswith("<path"):  # -I/usr/include, -Lout/lib, -o/tmp/x.o (not -O2)
-                return arg[:2] + glued
-        return arg
-    return _value_shape(arg)
-
-
-def _program(arguments: Sequence[str]) -> str:
-    program = os.path.basename(arguments[0]) if arguments else ""
-    if _INTERPRETER.fullmatch(program):
-        # "python3 tools/gen.py", "bash -c 'gcc ...'": the script names the kind
-        for arg in arguments[1:]:
-            if arg.startswith("-") or ("=" in arg and program == "env"):
-                continue
-            first_word = arg.split(None, 1)[0] if arg.strip() else ""
-            return f"{program}+{os.path.basename(first_word)}"
-    return program
-
-
-def kind_key(mnemonic: str, target_id: str, arguments: Sequence[str]) -> str:
-    """What identifies an action's kind for learned reservations.
-
-    - With Bazel's ``RequestMetadata`` (``action_mnemonic`` or ``target_id`` set):
-      ``"bazel:{mnemonic}:{target_id}"``.
-    - Otherwise a fingerprint of the command: ``"cmd:{program}:{16 hex}"`` where
-      ``program`` is the base name of ``argv[0]`` (for an interpreter such as
-      ``python3``, ``bash`` or ``env``, plus the base name of the script or the
-      first word of ``-c`` text), and the hash covers the *shape* of the other
-      arguments: flags are kept (``-O2``, ``-c``, ``--edition``), values after
-      ``=`` and glued to a short flag (``-I/x``) are abstracted like positional
-      arguments; numbers become ``<n>``, long hex strings ``<hash>``, file
-      names ``<path.EXT>`` (the extension is kept: ``.c`` and ``.rs`` differ),
-      text with spaces ``<text>``; short plain words (``build``) are kept.
-      Each distinct token counts once, in first-seen order, so compiling 3 or
-      30 files, or passing 5 or 50 ``-I`` directories, is the same kind.
-    """
-    if mnemonic or target_id:
-        return f"bazel:{mnemonic}:{target_id}"
-    tokens: dict[str, None] = {}
-    for arg in arguments[1:]:
-        tokens.setdefault(_argument_shape(arg), None)
-    digest = hashlib.sha256("\0".join(tokens).encode()).hexdigest()[:16]
-    return f"cmd:{_program(arguments)}:{digest}"
-
 
 # ---------------------------------------------------------------------- estimates
 
@@ -251,19 +169,31 @@ class ReservationLearner:
     def lookup(self, key: str) -> tuple[int, int, int] | None:
         """``(millicpus, memory_bytes, ladder_step)`` learned for ``key``, already
         scaled (percentile x factor), or None for a kind with no sample in the
-        window. Memory only; never blocks. (The scheduler's ``ReservationAdvisor``.)"""
+        window. A :class:`KindKey` with no sample of its own reads its
+        fallbacks in order. Memory only; never blocks. (The scheduler's
+        ``ReservationAdvisor``.)"""
+        found = self._learned_key(key)
+        return None if found is None else self._aggregate(found)
+
+    def _learned_key(self, key: str) -> str | None:
+        """The first of ``key`` and its fallbacks with a sample in the window."""
         if not self.spec.enabled:
             return None
-        kind = self._kinds.get(key)
-        if kind is None:
-            return None
-        horizon = self._clock() - self.spec.window
-        while kind.samples and kind.samples[0][0] < horizon:
-            kind.samples.popleft()
-            kind.aggregate = None
-        if not kind.samples:
-            del self._kinds[key]
-            return None
+        for candidate in (key, *getattr(key, "fallbacks", ())):
+            kind = self._kinds.get(candidate)
+            if kind is None:
+                continue
+            horizon = self._clock() - self.spec.window
+            while kind.samples and kind.samples[0][0] < horizon:
+                kind.samples.popleft()
+                kind.aggregate = None
+            if kind.samples:
+                return str(candidate)
+            del self._kinds[candidate]
+        return None
+
+    def _aggregate(self, key: str) -> tuple[int, int, int]:
+        kind = self._kinds[key]
         if kind.aggregate is None:
             p = self.spec.percentile
             factor = self.spec.factor
@@ -281,15 +211,15 @@ class ReservationLearner:
         """The reservation for the next run: learned values, never below what the
         client asked; a kind never seen gets ``max(asked memory, cold memory)``
         and the CPUs it asked for."""
-        learned = self.lookup(key)
-        if learned is None:
+        found = self._learned_key(key)
+        if found is None:
             return ReservationEstimate(
                 millicpus=asked_millicpus,
                 memory_bytes=max(asked_memory_bytes, self.cold_memory_bytes),
                 ladder_step=0,
                 source="cold",
             )
-        cpu, memory, step = learned
+        cpu, memory, step = self._aggregate(found)
         if cpu <= asked_millicpus * self.spec.factor * CPU_NOISE:
             # Used about what it asked (within measurement noise): reserve the ask.
             # Adding the factor here would make a one-CPU compile reserve 1.2-1.3
@@ -301,7 +231,7 @@ class ReservationLearner:
             memory_bytes=max(asked_memory_bytes, memory),
             ladder_step=step,
             source="learned",
-            samples=len(self._kinds[key].samples),
+            samples=len(self._kinds[found].samples),
         )
 
     def record(
@@ -310,7 +240,8 @@ class ReservationLearner:
         """Remember one finished run (memory now, SQLite at the next flush).
 
         ``ladder_step`` is the step the run finished at, so the next run of the
-        kind starts there. Negative values raise ``ValueError``.
+        kind starts there. A :class:`KindKey` is recorded under its ``shared``
+        keys too. Negative values raise ``ValueError``.
         """
         if not self.spec.enabled:
             return
@@ -320,13 +251,14 @@ class ReservationLearner:
                 f"average_millicpus={average_millicpus}, ladder_step={ladder_step}"
             )
         now = self._clock()
-        kind = self._kinds.get(key)
-        if kind is None:
-            kind = self._kinds[key] = _KindSamples(self._max_samples)
-        kind.samples.append((now, peak_rss_bytes, average_millicpus, ladder_step))
-        kind.aggregate = None
-        with self._lock:
-            self._pending.append((key, now, peak_rss_bytes, average_millicpus, ladder_step))
+        for each in (str(key), *getattr(key, "shared", ())):
+            kind = self._kinds.get(each)
+            if kind is None:
+                kind = self._kinds[each] = _KindSamples(self._max_samples)
+            kind.samples.append((now, peak_rss_bytes, average_millicpus, ladder_step))
+            kind.aggregate = None
+            with self._lock:
+                self._pending.append((each, now, peak_rss_bytes, average_millicpus, ladder_step))
 
     def statistics(self) -> LearnerStatistics:
         return LearnerStatistics(

@@ -77,7 +77,8 @@ class Reservation:
 @dataclass(frozen=True, slots=True)
 class RequestInfo:
     """What the client said about itself and the action (the REAPI
-    ``RequestMetadata`` header); empty strings when it said nothing."""
+    ``RequestMetadata`` header, and ``repository`` from lre's own
+    ``x-lre-repository`` header); empty strings when it said nothing."""
 
     tool_name: str = ""
     tool_version: str = ""
@@ -87,11 +88,14 @@ class RequestInfo:
     action_mnemonic: str = ""
     target_id: str = ""
     configuration_id: str = ""
+    repository: str = ""
 
     @classmethod
-    def from_proto(cls, message: re_pb2.RequestMetadata | None) -> RequestInfo:
+    def from_proto(
+        cls, message: re_pb2.RequestMetadata | None, repository: str = ""
+    ) -> RequestInfo:
         if message is None:
-            return cls()
+            return cls(repository=repository)
         return cls(
             tool_name=message.tool_details.tool_name,
             tool_version=message.tool_details.tool_version,
@@ -101,6 +105,7 @@ class RequestInfo:
             action_mnemonic=message.action_mnemonic,
             target_id=message.target_id,
             configuration_id=message.configuration_id,
+            repository=repository,
         )
 
 

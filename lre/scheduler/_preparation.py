@@ -156,6 +156,6 @@ class ActionChecker:
         op.platform = platform
         op.requirements = requirements
         op.requested_timeout_s = timeout_s
-        op.kind_key = kind_key(op.request_info, command)
+        op.kind_key = kind_key(op.request_info, command, op.key.instance_name)
         size_initial(op, requirements, matching, self._resources, self._advisor)
         return True

@@ -1,4 +1,5 @@
-"""The REAPI ``RequestMetadata`` header, read into the scheduler's ``RequestInfo``."""
+"""The REAPI ``RequestMetadata`` header and lre's ``x-lre-repository``
+header, read into the scheduler's ``RequestInfo``."""
 
 from __future__ import annotations
 
@@ -15,29 +16,44 @@ from lre.scheduler import RequestInfo
 #: grpc hands it to the server already decoded).
 REQUEST_METADATA_KEY: Final = "build.bazel.remote.execution.v2.requestmetadata-bin"
 
+#: lre's own header: which repository the client builds (``lre link`` writes it
+#: into ``lre.bazelrc`` as ``--remote_exec_header``). It only names the
+#: learner's history (``lre.scheduler.kind_key``); no upstream call carries it.
+REPOSITORY_KEY: Final = "x-lre-repository"
+
+#: Longest repository header read; the rest is ignored.
+_MAX_REPOSITORY = 256
+
 logger = logging.getLogger("lre.service")
 
 _NOTHING_SAID: Final = RequestInfo()
 
 
 def request_metadata_from(metadata: Iterable[tuple[str, str | bytes]] | None) -> RequestInfo:
-    """Read ``RequestMetadata`` from invocation metadata.
+    """Read ``RequestMetadata`` and ``x-lre-repository`` from invocation metadata.
 
-    The header is informational: when it is absent or does not parse, the
-    result is empty (a malformed one is logged at DEBUG), never an error.
-    Pass ``context.invocation_metadata()``.
+    Both headers are informational: when absent or when ``RequestMetadata``
+    does not parse, the fields are empty (a malformed one is logged at DEBUG),
+    never an error. Pass ``context.invocation_metadata()``.
     """
     if metadata is None:
         return _NOTHING_SAID
+    message: re_pb2.RequestMetadata | None = None
+    seen_metadata = False
+    repository = ""
     for key, value in metadata:
-        if key != REQUEST_METADATA_KEY:
-            continue
-        raw = value if isinstance(value, bytes) else value.encode("latin-1")
-        message = re_pb2.RequestMetadata()
-        try:
-            message.ParseFromString(raw)
-        except DecodeError:
-            logger.debug("ignoring a %s header that does not parse", REQUEST_METADATA_KEY)
-            return _NOTHING_SAID
-        return RequestInfo.from_proto(message)
-    return _NOTHING_SAID
+        if key == REPOSITORY_KEY and not repository:
+            text = value if isinstance(value, str) else value.decode("utf-8", "replace")
+            repository = text[:_MAX_REPOSITORY].strip()
+        elif key == REQUEST_METADATA_KEY and not seen_metadata:
+            seen_metadata = True
+            raw = value if isinstance(value, bytes) else value.encode("latin-1")
+            message = re_pb2.RequestMetadata()
+            try:
+                message.ParseFromString(raw)
+            except DecodeError:
+                logger.debug("ignoring a %s header that does not parse", REQUEST_METADATA_KEY)
+                message = None
+    if message is None and not repository:
+        return _NOTHING_SAID
+    return RequestInfo.from_proto(message, repository)

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from lre.cli._bazel_client import repository_id
 from lre.cli._client_config import (
     MARKER,
     TRY_IMPORT,
@@ -282,3 +283,20 @@ def test_settings_follow_what_the_running_server_recorded(tmp_path: Path) -> Non
     token.chmod(0o644)  # the server refuses such a file; so does the client config
     with pytest.raises(ClientConfigError, match="chmod 600"):
         client_settings_for(server, "main")
+
+
+def test_lre_bazelrc_names_the_repository_in_a_header(tmp_path: Path) -> None:
+    """The learner's repository goes in an execution header, never in
+    anything that enters an action's key; each checkout gets its own stable name."""
+    one, other = tmp_path / "proj", tmp_path / "copy" / "proj"
+    one.mkdir()
+    other.mkdir(parents=True)
+    name = repository_id(one)
+    assert name.startswith("proj-") and name == repository_id(one / ".." / "proj")
+    assert repository_id(other) != name
+    text = bazelrc_text(SETTINGS, (4, 2, 3), name)
+    (line,) = [
+        ln for ln in text.splitlines() if "x-lre-repository" in ln and ln.startswith("build")
+    ]
+    assert line == f"build:lre --remote_exec_header=x-lre-repository={name}"
+    assert "x-lre-repository" not in bazelrc_text(SETTINGS, (4, 2, 3))

@@ -124,7 +124,7 @@ async def test_learned_reservations_are_used_and_recorded(nursery: trio.Nursery)
             self.recorded: list[tuple[str, int, int, int]] = []
 
         def lookup(self, key: str) -> tuple[int, int, int] | None:
-            return (2500, 700 * MiB, 0) if key.startswith("bazel:CppCompile:") else None
+            return (2500, 700 * MiB, 0) if "bazel:CppCompile:" in key else None
 
         def record(self, key: str, peak: int, average: int, step: int) -> None:
             self.recorded.append((key, peak, average, step))
@@ -138,14 +138,14 @@ async def test_learned_reservations_are_used_and_recorded(nursery: trio.Nursery)
     info = RequestInfo(action_mnemonic="CppCompile", target_id="//a:b")
     harness.scheduler.submit(execute_request(await harness.builder.action()), request_info=info)
     lease = await worker.next_lease()
-    assert lease.kind_key == "bazel:CppCompile://a:b"
+    assert lease.kind_key == "[main] bazel:CppCompile://a:b"
     assert (lease.reservation.millicpus, lease.reservation.memory_bytes) == (2500, 700 * MiB)
     usage = Usage(peak_rss_bytes=300 * MiB, cpu_seconds=3.0, wall_seconds=2.0)
     harness.scheduler.report(lease.lease_id, Completed(re_pb2.ActionResult(), usage=usage))
-    assert advisor.recorded == [("bazel:CppCompile://a:b", 300 * MiB, 1500, 0)]
+    assert advisor.recorded == [("[main] bazel:CppCompile://a:b", 300 * MiB, 1500, 0)]
     harness.scheduler.submit(execute_request(await harness.builder.action("gcc", "-c", "x.c")))
     lease = await worker.next_lease()
-    assert lease.kind_key.startswith("cmd:gcc:")
+    assert lease.kind_key.startswith("[main] cmd:gcc:")
     assert (lease.reservation.millicpus, lease.reservation.memory_bytes) == (1000, 100 * MiB)
 
 

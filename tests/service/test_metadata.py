@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from lre.proto import re_pb2
 from lre.scheduler import RequestInfo
-from lre.service._metadata import REQUEST_METADATA_KEY, request_metadata_from
+from lre.service._metadata import REPOSITORY_KEY, REQUEST_METADATA_KEY, request_metadata_from
 
 SENT = re_pb2.RequestMetadata(
     tool_details=re_pb2.ToolDetails(tool_name="bazel", tool_version="4.2.3"),
@@ -38,3 +38,13 @@ def test_absent_or_malformed_headers_say_nothing() -> None:
     assert request_metadata_from(None) == RequestInfo()
     assert request_metadata_from([("x", "y")]) == RequestInfo()
     assert request_metadata_from([(REQUEST_METADATA_KEY, b"\xff\xff\xff")]) == RequestInfo()
+
+
+def test_the_repository_header_arrives_with_or_without_request_metadata() -> None:
+    raw = SENT.SerializeToString()
+    got = request_metadata_from([(REPOSITORY_KEY, " proj-1a2b "), (REQUEST_METADATA_KEY, raw)])
+    assert (got.repository, got.target_id) == ("proj-1a2b", "//app:main")
+    assert request_metadata_from([(REPOSITORY_KEY, b"proj")]) == RequestInfo(repository="proj")
+    # a malformed RequestMetadata does not lose the repository
+    bad = request_metadata_from([(REQUEST_METADATA_KEY, b"\xff\xff\xff"), (REPOSITORY_KEY, "p")])
+    assert bad == RequestInfo(repository="p")

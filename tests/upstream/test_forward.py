@@ -10,12 +10,18 @@ import trio
 
 from lre.app import Application, ReadyInfo
 from lre.scheduler import ForwardScheduler, OperationSnapshot, Stage
+from lre.service._metadata import REPOSITORY_KEY
 from lre.service.execution import STAGE_SETTLE_S
 from tests._support.actions import BuiltAction, shell_action
 from tests._support.configs import config_of
-from tests._support.reapi import Client
+from tests._support.reapi import Client, response_of
 from tests._support.servers import serve_app
-from tests.upstream._cluster import UpstreamLre, laptop_config_text, upstream_config_text
+from tests.upstream._cluster import (
+    MetadataRecorder,
+    UpstreamLre,
+    laptop_config_text,
+    upstream_config_text,
+)
 from tests.upstream.test_cache import output_digest, stop
 
 
@@ -170,3 +176,35 @@ async def test_overflow_goes_to_the_cluster(
     assert forwarder.forward_statistics().forwarded == {"overflow": len(forwarded)}
     await stop(app)
     await cluster.stop()
+
+
+async def test_the_repository_header_reaches_no_upstream(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    """The client's ``x-lre-repository`` header names lre's learned history
+    only: a forwarded Execute carries lre's configured headers, and the action
+    reaches the cluster under the digest the client sent."""
+    recorder = MetadataRecorder()
+    cluster = UpstreamLre(
+        config_of(upstream_config_text(tmp_path / "cluster", os_family=("windows",))),
+        interceptor=recorder,
+    )
+    await cluster.start(nursery)
+    _, forwarder, client = await start(
+        nursery, tmp_path / "laptop", cluster.url, forward_block(cluster.url)
+    )
+    action = shell_action("echo hi > out.txt", platform={"OSFamily": "windows"}, instance="team")
+    await client.in_thread(client.upload, action.blobs)
+    sent = [(REPOSITORY_KEY, "proj-1a2b3c4d")]
+    operations = await client.in_thread(
+        lambda: client.execute(action.digest.to_proto(), metadata=sent)
+    )
+    assert response_of(operations[-1]).result.exit_code == 0
+    assert forwarder.forward_statistics().forwarded == {"unsatisfiable": 1}
+    executes = [md for method, md in recorder.calls if method.endswith("/Execute")]
+    assert executes, recorder.methods()
+    assert all(REPOSITORY_KEY not in md for _, md in recorder.calls)
+    cluster_client = Client(cluster.address, "team")
+    # the cluster cached the result under the client's own action digest
+    cached = await cluster_client.in_thread(cluster_client.get_result, action.digest)
+    assert cached is not None and cached.exit_code == 0
