@@ -48,15 +48,20 @@ def _attr(kind: int, payload: bytes) -> bytes:
     return struct.pack("HH", length, kind) + payload + b"\0" * (-length % 4)
 
 
-def _attrs(data: bytes) -> dict[int, bytes]:
-    found, pos = {}, 0
+def _attr_list(data: bytes) -> list[tuple[int, bytes]]:
+    """The netlink attributes in ``data``, in order: (type, payload)."""
+    found, pos = [], 0
     while pos + 4 <= len(data):
         length, kind = struct.unpack_from("HH", data, pos)
         if length < 4:
             break
-        found[kind & 0x3FFF] = data[pos + 4 : pos + length]
+        found.append((kind & 0x3FFF, data[pos + 4 : pos + length]))
         pos += (length + 3) & ~3
     return found
+
+
+def _attrs(data: bytes) -> dict[int, bytes]:
+    return dict(_attr_list(data))
 
 
 def _message(family: int, command: int, attrs: bytes, seq: int) -> bytes:
@@ -200,7 +205,7 @@ class ExitRecorder:
 
 def _exits(data: bytes) -> list[TaskExit]:
     exits = []
-    for kind, payload in _attrs(data).items():
+    for kind, payload in _attr_list(data):
         if kind != _TASKSTATS_TYPE_AGGR_PID:
             continue
         inner = _attrs(payload)
