@@ -179,12 +179,31 @@ def _step_table(sides: dict[str, Side]) -> None:
         )
 
 
+def _kind(outputs: tuple[str, ...]) -> str:
+    """``compile`` for an action whose outputs are object files, else ``link``."""
+    return "compile" if outputs and all(o.endswith((".o", ".d")) for o in outputs) else "link"
+
+
 def _lre_table(remote: Side) -> None:
     stamps = [s for split in remote.splits for s in split.actions.stamps]
-    print(f"lre's phases per action (ms; medians over {len(stamps)} actions):")
+    kinds = [_kind(o) for split in remote.splits for o in split.actions.outputs]
+    print(
+        f"lre's phases per action (ms; medians over {len(stamps)} actions;"
+        " then compile / link alone):"
+    )
     for label, first, last in LRE_PHASES:
-        values = [s[last] - s[first] for s in stamps if first in s and last in s]
-        print(f"  {label:<40}{1000 * _median(values):>9.2f}")
+        values = {
+            kind: [
+                s[last] - s[first]
+                for s, k in zip(stamps, kinds, strict=True)
+                if first in s and last in s and kind in ("all", k)
+            ]
+            for kind in ("all", "compile", "link")
+        }
+        print(
+            f"  {label:<40}{1000 * _median(values['all']):>9.2f}"
+            f"{1000 * _median(values['compile']):>9.2f}{1000 * _median(values['link']):>9.2f}"
+        )
     done = [s["worker_completed"] - s["queued"] for s in stamps if "queued" in s]
     print(f"  {'queued -> worker completed':<40}{1000 * _median(done):>9.2f}")
     outside = [v for v in (split.outside_worker_ms() for split in remote.splits) if v is not None]

@@ -108,6 +108,8 @@ class ActionTimes:
     #: Per action, every ``ExecutedActionMetadata`` stamp lre set, by name
     #: (``queued``, ``worker_start``, ``input_fetch_start``, ...), in seconds.
     stamps: list[dict[str, float]] = field(default_factory=list)
+    #: Per action (same order as ``stamps``): the paths of its output files.
+    outputs: list[tuple[str, ...]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -265,7 +267,9 @@ class Probe:
         finally:
             os.close(fd)
         for value in values:
-            m = re_pb2.ActionResult.FromString(value).execution_metadata
+            result = re_pb2.ActionResult.FromString(value)
+            times.outputs.append(tuple(f.path for f in result.output_files))
+            m = result.execution_metadata
             run = _seconds(m.execution_completed_timestamp) - _seconds(m.execution_start_timestamp)
             worker = _seconds(m.worker_completed_timestamp) - _seconds(m.worker_start_timestamp)
             times.run.append(run)
