@@ -21,7 +21,15 @@ charged in the same run ("vs own": this VM's CPU-time accounting drifts by
 sleeping 10 ms in a loop, failures. Targets: wall <= 1.10 x ideal, peak
 processes <= 2 x cores + jobserver tokens, p99 lateness <= 20 ms.
 
-Run: ``.venv/bin/python bench/bench_firehose.py [--actions 2000] [--cpu 0.2]``
+With ``--split`` (root: it reads the kernel's taskstats exit records, see
+``_taskstats``) each run also says where the CPU outside the actions' own
+processes went, per action and by owner: lre's threads by name, the
+processes below lre by program name against the same burner run in a local
+pool without lre (what lre starts around the command: the gate ``sh``,
+``unshare``, ``nsenter``, ``prlimit``, ...), the client (this process) and
+the monitors.
+
+Run: ``.venv/bin/python bench/bench_firehose.py [--actions 2000] [--cpu 0.2] [--split]``
 """
 
 from __future__ import annotations
@@ -42,6 +50,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import psutil
 from _client import LreProcess, Monitor, ReapiClient, local_config
+from _taskstats import ExitRecorder, ExitTotals, descendants
+from build_probe import _thread_cpu
 
 ENV_PATH = "/usr/local/bin:/usr/bin:/bin"
 CORES = os.cpu_count() or 1
@@ -78,6 +88,20 @@ def calibrate(target_cpu: float) -> int:
         cpu = pool_cpu(burner_script(loops, -1), env, 2, 1)
         loops = max(1000, int(loops * target_cpu / max(cpu, 1e-3)))
     return loops
+
+
+def reference_exits(loops: int, cores: int) -> tuple[ExitTotals, int]:
+    """The processes of ``8 x cores`` burners run in a local pool without lre,
+    by program name (taskstats), and how many burners that was."""
+    copies = 8 * cores
+    recorder = ExitRecorder()
+    recorder.start()
+    try:
+        pool_cpu(burner_script(loops, -1), {"PATH": ENV_PATH}, copies, cores)
+        time.sleep(0.3)  # the last exit records reach the socket
+    finally:
+        exits = recorder.stop()
+    return descendants(exits, os.getpid()), copies
 
 
 def reference_cpu(loops: int, cores: int) -> float:
@@ -144,16 +168,25 @@ def run_mode(
         children_before = cpu_seconds(resource.getrusage(resource.RUSAGE_CHILDREN))
         server_before = server.cpu_times()
         idle_before = idle_seconds()
+        recorder = ExitRecorder() if args.split else None
+        threads_before = _thread_cpu(lre.proc.pid)
+        if recorder is not None:
+            recorder.start()
         try:
             failed, wall = asyncio.run(fire(lre.address, args.actions, loops))
         finally:
+            if recorder is not None:
+                time.sleep(0.3)  # the last exit records reach the socket
+                below = descendants(recorder.stop(), lre.proc.pid)
+                dropped = recorder.dropped
+            threads = _thread_delta(threads_before, _thread_cpu(lre.proc.pid))
             idle = idle_seconds() - idle_before
             server_after = server.cpu_times()
             client = cpu_seconds(resource.getrusage(resource.RUSAGE_SELF)) - client_before
             late = sleeper.stop()
             seen = tree.stop()
             monitors = cpu_seconds(resource.getrusage(resource.RUSAGE_CHILDREN)) - children_before
-    return {
+    row: dict[str, float] = {
         "wall": wall,
         "peak": seen["peak_processes"],
         "running": seen["peak_running"],
@@ -172,6 +205,70 @@ def run_mode(
         "monitor_cpu": monitors,
         "idle": idle,
     }
+    for name, cpu in threads.items():
+        row[f"thread:{name}"] = cpu
+    if recorder is not None:
+        row["dropped"] = dropped
+        for comm, cpu in below.cpu.items():
+            row[f"cpu:{comm}"] = cpu
+            row[f"count:{comm}"] = below.count[comm]
+    return row
+
+
+def _thread_delta(
+    before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]
+) -> dict[str, float]:
+    """CPU seconds per thread name between two ``_thread_cpu`` readings."""
+    threads: dict[str, float] = {}
+    for tid, (name, cpu) in after.items():
+        threads[name] = threads.get(name, 0.0) + cpu - before.get(tid, (name, 0.0))[1]
+    return threads
+
+
+def print_split(
+    label: str, rows: list[dict[str, float]], reference: ExitTotals, copies: int, actions: int
+) -> None:
+    """Per action (ms, medians over the runs): lre's threads, the processes
+    below lre by name against the local pool, the client and the monitors."""
+
+    def med(key: str) -> float:
+        return statistics.median(row.get(key, 0.0) for row in rows)
+
+    print(f"CPU per action outside the actions' own processes, {label} (ms, medians of runs):")
+    threads = sorted(
+        {k.removeprefix("thread:") for row in rows for k in row if k.startswith("thread:")},
+        key=lambda name: -med(f"thread:{name}"),
+    )
+    shown = [(n, 1e3 * med(f"thread:{n}") / actions) for n in threads]
+    print("  lre's threads: " + ", ".join(f"{n} {ms:.2f}" for n, ms in shown if ms >= 0.01))
+    print(f"  lre's threads, all: {1e3 * med('lre_cpu') / actions:.2f}")
+    comms = sorted(
+        {k.removeprefix("cpu:") for row in rows for k in row if k.startswith("cpu:")}
+        | set(reference.cpu),
+        key=lambda name: -med(f"cpu:{name}"),
+    )
+    print(
+        f"  {'program':<16}{'procs/action':>13}{'local pool':>11}"
+        f"{'CPU ms/action':>15}{'local pool':>11}{'lre adds':>10}"
+    )
+    added = 0.0
+    for comm in comms:
+        count = med(f"count:{comm}") / actions
+        ms = 1e3 * med(f"cpu:{comm}") / actions
+        ref_count = reference.count[comm] / copies
+        ref_ms = 1e3 * reference.cpu[comm] / copies
+        added += ms - ref_ms
+        if ms >= 0.01 or ref_ms >= 0.01:
+            print(
+                f"  {comm:<16}{count:>13.2f}{ref_count:>11.2f}"
+                f"{ms:>15.2f}{ref_ms:>11.2f}{ms - ref_ms:>+10.2f}"
+            )
+    print(f"  processes below lre, added over the local pool: {added:+.2f} ms/action")
+    print(
+        f"  client {1e3 * med('client_cpu') / actions:.2f}, monitors"
+        f" {1e3 * med('monitor_cpu') / actions:.2f} ms/action; exit records dropped"
+        f" {med('dropped'):.0f}"
+    )
 
 
 def main() -> None:
@@ -185,6 +282,11 @@ def main() -> None:
         help="JSON merged into the bounded worker's block (default: lre's defaults)",
     )
     parser.add_argument("--runs", type=int, default=3, help="runs per mode (median reported)")
+    parser.add_argument(
+        "--split",
+        action="store_true",
+        help="split the CPU outside the actions by owner (root: Linux taskstats)",
+    )
     args = parser.parse_args()
     cores = os.cpu_count() or 1
     loops = calibrate(args.cpu)
@@ -205,7 +307,9 @@ def main() -> None:
             for label, worker in modes:
                 references.append(reference_cpu(loops, cores))
                 rows.append((label, run_mode(tmp / str(run), label, worker, args, loops)))
-                print(f"run {run} {label}: {rows[-1][1]}", flush=True)
+                shown = {k: round(v, 3) for k, v in rows[-1][1].items() if ":" not in k}
+                print(f"run {run} {label}: {shown}", flush=True)
+    reference = reference_exits(loops, cores) if args.split else None
     cpu = statistics.median(references)
     ideal = args.actions * cpu / cores
     print(
@@ -239,6 +343,10 @@ def main() -> None:
             f"lre CPU {statistics.median(row['lre_cpu'] for row in mine) / args.actions * 1e3:.1f}"
             " ms/action"
         )
+    if reference is not None:
+        for label, _ in modes:
+            mine = [row for name, row in rows if name == label]
+            print_split(label, mine, reference[0], reference[1], args.actions)
     print(
         "vs own: wall x cores / the CPU the actions were charged in that run (the same"
         " VM drift as the wall; counts setpriv and the parent guard as work)"

@@ -19,7 +19,10 @@ Workloads (``--work``):
   output when there is one), 16 in flight;
 - ``fresh``: ``/bin/true`` actions each on an input tree no action had
   before (3 directories of 2 files), so every Directory is new and every
-  result a new action-cache entry, as in a clean build;
+  result a new action-cache entry, as in a clean build; with
+  ``--executable-inputs`` every file is marked executable, as Bazel 4 marks
+  every input (so each action's first staging needs the 0555 copy of each
+  of its new blobs);
 - ``rpc``: single calls, 1,500 per round with 16 in flight (CPU per call),
   then 300 one at a time (p50 latency): FindMissingBlobs of 30 present
   blobs, a ByteStream Read of a 1.5 KB blob, a GetActionResult miss and a
@@ -136,8 +139,9 @@ def _thread_cpu(pid: int) -> dict[int, tuple[str, float]]:
     return found
 
 
-async def _fresh_plans(client: ReapiClient, count: int) -> list[Plan]:
-    """``count`` /bin/true actions, each on an input tree of its own (uploaded)."""
+async def _fresh_plans(client: ReapiClient, count: int, *, executable: bool) -> list[Plan]:
+    """``count`` /bin/true actions, each on an input tree of its own (uploaded);
+    ``executable``: every file marked executable."""
     command = re_pb2.Command(arguments=["/bin/true"])
     command_bytes = command.SerializeToString()
     command_digest = digest_of(command_bytes)
@@ -150,7 +154,7 @@ async def _fresh_plans(client: ReapiClient, count: int) -> list[Plan]:
             for file_name in ("a", "b"):
                 data = os.urandom(200)
                 blobs.append(data)
-                sub.files.add(name=file_name, digest=digest_of(data))
+                sub.files.add(name=file_name, digest=digest_of(data), is_executable=executable)
             sub_bytes = sub.SerializeToString()
             blobs.append(sub_bytes)
             root.directories.add(name=name, digest=digest_of(sub_bytes))
@@ -274,7 +278,8 @@ async def _measure_all(
             batches[side.name] = itertools.repeat(plans)
         elif args.work == "fresh":
             size = args.batch
-            fresh = await _fresh_plans(side.client, size * args.reps * (args.rounds + 2))
+            count = size * args.reps * (args.rounds + 2)
+            fresh = await _fresh_plans(side.client, count, executable=args.executable_inputs)
             batches[side.name] = iter([fresh[i : i + size] for i in range(0, len(fresh), size)])
         else:
             present = await side.client.upload([os.urandom(1500) for _ in range(30)])
@@ -353,6 +358,11 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=2, help="batches of 42 actions per round")
     ap.add_argument("--inflight", type=int, default=16, help="actions in flight (true, fresh)")
     ap.add_argument("--batch", type=int, default=BATCH, help="actions per batch (fresh)")
+    ap.add_argument(
+        "--executable-inputs",
+        action="store_true",
+        help="fresh: mark every input file executable (as Bazel 4 does)",
+    )
     ap.add_argument("--calls", type=int, default=1500, help="calls per kind and round (rpc)")
     ap.add_argument("--recording-cache", type=Path, default=Path.home() / ".cache" / "lre-bench")
     args = ap.parse_args()

@@ -43,6 +43,18 @@ from lre.cas._action_log import scan
 from lre.proto import re_pb2
 
 _TICK = os.sysconf("SC_CLK_TCK")
+#: The ``ExecutedActionMetadata`` stamps, in the order lre's worker sets them.
+STAMPS = (
+    "queued",
+    "worker_start",
+    "input_fetch_start",
+    "input_fetch_completed",
+    "execution_start",
+    "execution_completed",
+    "output_upload_start",
+    "output_upload_completed",
+    "worker_completed",
+)
 _NUMBERED = re.compile(r"[ _-]*\d+$")
 _RPC_SUM = re.compile(r'^lre_rpc_duration_seconds_(sum|count)\{method="([^"]+)"\} (\S+)$', re.M)
 _COUNTER = re.compile(r"^(lre_ladder_kills_total|lre_retries_total) (\S+)$", re.M)
@@ -93,6 +105,11 @@ class ActionTimes:
     wait: list[float] = field(default_factory=list)
     worker_overhead: list[float] = field(default_factory=list)
     queued_to_done: list[float] = field(default_factory=list)
+    #: Per action, every ``ExecutedActionMetadata`` stamp lre set, by name
+    #: (``queued``, ``worker_start``, ``input_fetch_start``, ...), in seconds.
+    stamps: list[dict[str, float]] = field(default_factory=list)
+    #: Per action (same order as ``stamps``): the paths of its output files.
+    outputs: list[tuple[str, ...]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -250,11 +267,20 @@ class Probe:
         finally:
             os.close(fd)
         for value in values:
-            m = re_pb2.ActionResult.FromString(value).execution_metadata
+            result = re_pb2.ActionResult.FromString(value)
+            times.outputs.append(tuple(f.path for f in result.output_files))
+            m = result.execution_metadata
             run = _seconds(m.execution_completed_timestamp) - _seconds(m.execution_start_timestamp)
             worker = _seconds(m.worker_completed_timestamp) - _seconds(m.worker_start_timestamp)
             times.run.append(run)
             times.worker_overhead.append(worker - run)
+            times.stamps.append(
+                {
+                    name: _seconds(getattr(m, f"{name}_timestamp"))
+                    for name in STAMPS
+                    if m.HasField(f"{name}_timestamp")
+                }
+            )
             if m.HasField("queued_timestamp"):
                 times.wait.append(_seconds(m.worker_start_timestamp) - _seconds(m.queued_timestamp))
                 times.queued_to_done.append(

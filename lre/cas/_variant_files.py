@@ -4,7 +4,11 @@ A blob can be stored as a plain file (mode 0o444) and as an executable one
 (0o555), each its own inode, so a hardlink to one never changes the mode of
 the other. This class is what the worker calls through the store:
 ``path_for_link`` returns the file of the variant it wants, copying the
-other variant when that one is missing; ``adopt_file`` moves an action's
+other variant when that one is missing (on the event loop when the blob is
+at most ``INLINE_BYTES`` and the store does not fsync, as small writes are:
+Bazel 4 marks every input executable, so each source a user edits and
+uploads needs its executable copy at its first staging, and a thread hop
+there waits for a core on a machine a build keeps busy); ``adopt_file`` moves an action's
 output file into the store instead of copying its bytes; ``discard`` throws
 out a blob whose linked file an action altered. New files count against the
 store's ``max_bytes`` through its ``ContentIndex`` like any write.
@@ -28,6 +32,7 @@ from lre.cas._blob_files import EXEC_MODE, PLAIN_MODE, hash_file
 from lre.cas._blob_scan import EXEC_VARIANT, PLAIN_VARIANT
 from lre.cas._blob_writes import BlobWriter
 from lre.cas._content_index import ContentIndex
+from lre.cas._inline import INLINE_BYTES, call_inline
 from lre.digest import EMPTY_DIGEST, Digest
 from lre.errors import InvalidArgument, NotFound
 
@@ -71,8 +76,12 @@ class VariantFiles:
             try:
                 await index.wait_deleted(digest)
                 final = index.path(digest, want)
+                copy = (self._writer.copy_variant, digest, source, final, _MODES[want])
                 try:
-                    await self._run(self._writer.copy_variant, digest, source, final, _MODES[want])
+                    if digest.size_bytes <= INLINE_BYTES and not self._writer.fsync:
+                        await call_inline(*copy)
+                    else:
+                        await self._run(*copy)
                 except FileNotFoundError:
                     index.forget(digest)
                     raise NotFound(f"blob {digest} is not in the CAS") from None

@@ -620,3 +620,32 @@ async def test_answers_from_another_thread_are_none_when_not_simple(tmp_path: Pa
     big = await write_bytes(store, b"x" * (INLINE_BYTES + 1))
     assert store.read_now(big, 0, 0) is None
     assert store.read_now(big, 0, 100) == b"x" * 100
+
+
+@pytest.mark.parametrize(
+    ("size", "fsync", "threaded"),
+    [(INLINE_BYTES, "never", False), (INLINE_BYTES + 1, "never", True), (100, "always", True)],
+)
+async def test_a_small_missing_variant_is_copied_without_a_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: int, fsync: str, threaded: bool
+) -> None:
+    # Bazel 4 marks every input executable: the executable copy of a source a
+    # user just uploaded is made at its first staging. A small one is made on
+    # the event loop (as small writes are); a large one, or any with fsync on,
+    # in a thread.
+    store = await open_store(tmp_path, fsync=fsync)
+    data = os.urandom(size)
+    digest = await write_bytes(store, data)
+    in_threads: list[str] = []
+    run_sync = trio.to_thread.run_sync
+
+    async def recording(fn: object, *args: object, **kwargs: object) -> object:
+        in_threads.append(getattr(fn, "__name__", repr(fn)))
+        return await run_sync(fn, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(trio.to_thread, "run_sync", recording)
+    path = await store.path_for_link(digest, executable=True)
+    assert ("copy_variant" in in_threads) is threaded
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o555
+    assert await trio.Path(path).read_bytes() == data
+    assert os.stat(path).st_ino != os.stat(await store.path_for_link(digest, False)).st_ino

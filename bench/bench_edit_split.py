@@ -1,0 +1,356 @@
+"""Where the time of one edit-rebuild goes: Bazel's local sandbox against lre,
+phase by phase, in one run with alternating rounds (issue 33).
+
+    .venv/bin/python bench/bench_edit_split.py [--rounds 10] [--warmup 2] \\
+        [--modules 40] [--funcs 8] [--make-ws ../shared/tools/peer/make_ws.py]
+
+What it does:
+
+- generates a workspace with the peer harness's ``make_ws.py`` (``--modules``
+  C modules, one ``cc_library`` each, and ``//:app``), starts lre on it with
+  ``lre up --detach`` (its embedded default config, ``LRE_HOME`` a scratch
+  directory) and uses exactly the ``build:lre`` flags of the ``lre.bazelrc``
+  it writes, plus ``--noremote_accept_cached`` so that every spawn executes;
+- keeps two Bazel servers warm, one per side, and builds ``//:app`` on each;
+- per round: one module's source gets a new exported constant (so its object
+  and the binary really change), then each side rebuilds (compile + link),
+  the order reversed every other round, with ``--profile``;
+- reads per build: Bazel's own phases per spawn action from its profile
+  (``_bazel_profile``), lre's phases per action from the
+  ``ExecutedActionMetadata`` stamps of the results it wrote (the phase model
+  of ``lre.snapshot``, split finer at every stamp lre's worker sets), lre's
+  Execute and other RPC durations from ``/metrics``, and the CPU split of
+  ``build_probe``.
+
+Prints every build, then per phase the medians of both sides and the ratio.
+Fails (exit 1, with the reason) when a build fails, runs a spawn the wrong way
+(locally on the lre side, remotely on the local side) or the two sides run
+different spawn counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import secrets
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _bazel_profile import LOCAL_STEPS, REMOTE_STEPS, ActionPhases, action_phases, load_events
+from bazel_cpu_split import bazel_server
+from bench_project import BenchError, lre_bazelrc_flags, running_lre
+from build_probe import Probe, Split
+
+from tests.e2e._bazel import BazelSession
+
+SIDES = ("local", "lre")
+TARGET = "//:app"
+
+#: lre's phases of one action, between two of its ExecutedActionMetadata
+#: stamps (the four phases of ``lre.snapshot.Phase``, split at every stamp).
+LRE_PHASES: tuple[tuple[str, str, str], ...] = (
+    ("cache lookup + input check + queue", "queued", "worker_start"),
+    ("action directory taken", "worker_start", "input_fetch_start"),
+    ("staging (tree read, inputs linked)", "input_fetch_start", "input_fetch_completed"),
+    ("view chosen", "input_fetch_completed", "execution_start"),
+    ("spawn + run + reap", "execution_start", "execution_completed"),
+    ("inputs checked after the run", "execution_completed", "output_upload_start"),
+    ("output collection (hash, store)", "output_upload_start", "output_upload_completed"),
+    ("result built", "output_upload_completed", "worker_completed"),
+)
+
+
+def find_make_ws(given: Path | None) -> Path:
+    """``--make-ws`` or the first ``shared/tools/peer/make_ws.py`` beside a
+    parent of this checkout; raises BenchError when there is none."""
+    if given is not None:
+        return given
+    for parent in Path(__file__).resolve().parents:
+        candidate = parent / "shared" / "tools" / "peer" / "make_ws.py"
+        if candidate.is_file():
+            return candidate
+    raise BenchError("make_ws.py not found; pass --make-ws")
+
+
+def _median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def _edit(source: Path, original: str, serial: int) -> None:
+    token = secrets.token_hex(8)
+    source.write_text(original + f'\nconst char lre_bench_edit_{serial}[] = "{token}";\n')
+
+
+class Side:
+    """One side: its Bazel server, flags, probe and what its builds showed."""
+
+    def __init__(self, name: str, bazel: BazelSession, flags: list[str], work: Path) -> None:
+        self.name = name
+        self.bazel = bazel
+        self.flags = flags
+        self.work = work
+        self.probe: Probe | None = None
+        self.walls: list[float] = []
+        self.actions: list[ActionPhases] = []
+        self.builds: list[list[ActionPhases]] = []
+        self.splits: list[Split] = []
+
+    def build(self, *, profile: Path | None = None) -> int:
+        """Build the target; returns the spawn count. Raises BenchError."""
+        flags = [*self.flags, *([f"--profile={profile}"] if profile else [])]
+        result = self.bazel.build([TARGET], flags)
+        tail = "\n".join(result.output.splitlines()[-30:])
+        if result.returncode != 0 or result.summary is None:
+            raise BenchError(f"{self.name} build failed (exit {result.returncode}):\n{tail}")
+        summary = result.summary
+        right = summary.local if self.name == "local" else summary.count("remote")
+        if right != summary.spawns:
+            raise BenchError(f"{self.name} build ran spawns the wrong way: {summary}")
+        return summary.spawns
+
+    def timed_build(self, serial: int, *, timed: bool) -> tuple[int, str]:
+        """One profiled build with the probe around it; records it when ``timed``."""
+        assert self.probe is not None
+        profile = self.work / f"profile-{self.name}-{serial}.json"
+        before = self.probe.snapshot(before=True)
+        started = time.monotonic()
+        spawns = self.build(profile=profile)
+        wall = time.monotonic() - started
+        split = self.probe.split(before, self.probe.snapshot(before=False))
+        steps = LOCAL_STEPS if self.name == "local" else REMOTE_STEPS
+        actions = action_phases(load_events(profile), steps)
+        profile.unlink()
+        if timed:
+            self.walls.append(wall)
+            self.actions += actions
+            self.builds.append(actions)
+            self.splits.append(split)
+        line = ", ".join(f"{a.name} {1000 * a.total:.0f} ms" for a in actions)
+        return spawns, f"wall {wall:.3f}s; {line}"
+
+
+def _step_table(sides: dict[str, Side]) -> None:
+    local, remote = sides["local"], sides["lre"]
+    print("Bazel's phases per spawn action (ms, medians over every action of the timed builds):")
+    print(f"  {'phase':<34}{'local':>9}{'lre':>9}")
+    rows: list[tuple[str, float | None, float | None]] = []
+    for label in dict.fromkeys([*LOCAL_STEPS, *REMOTE_STEPS]):
+        loc = [a.steps[label] for a in local.actions] if label in LOCAL_STEPS else None
+        rem = [a.steps[label] for a in remote.actions] if label in REMOTE_STEPS else None
+        rows.append(
+            (
+                label,
+                None if loc is None else 1000 * _median(loc),
+                None if rem is None else 1000 * _median(rem),
+            )
+        )
+    rows.append(
+        (
+            "unprofiled (span - steps)",
+            1000 * _median([a.unprofiled for a in local.actions]),
+            1000 * _median([a.unprofiled for a in remote.actions]),
+        )
+    )
+    rows.append(
+        (
+            "action span",
+            1000 * _median([a.total for a in local.actions]),
+            1000 * _median([a.total for a in remote.actions]),
+        )
+    )
+    for label, loc_ms, rem_ms in rows:
+        loc_text = "-" if loc_ms is None else f"{loc_ms:.1f}"
+        rem_text = "-" if rem_ms is None else f"{rem_ms:.1f}"
+        print(f"  {label:<34}{loc_text:>9}{rem_text:>9}")
+    for kind in ("Compiling", "Linking"):
+        loc = [a.total for a in local.actions if a.name.startswith(kind)]
+        rem = [a.total for a in remote.actions if a.name.startswith(kind)]
+        print(
+            f"  {kind + ' span':<34}{1000 * _median(loc):>9.1f}{1000 * _median(rem):>9.1f}"
+            f"   ratio {_median(rem) / _median(loc):.3f}x"
+        )
+
+
+def _kind(outputs: tuple[str, ...]) -> str:
+    """``compile`` for an action whose outputs are object files, else ``link``."""
+    return "compile" if outputs and all(o.endswith((".o", ".d")) for o in outputs) else "link"
+
+
+def _lre_table(remote: Side) -> None:
+    stamps = [s for split in remote.splits for s in split.actions.stamps]
+    kinds = [_kind(o) for split in remote.splits for o in split.actions.outputs]
+    print(
+        f"lre's phases per action (ms; medians over {len(stamps)} actions;"
+        " then compile / link alone):"
+    )
+    for label, first, last in LRE_PHASES:
+        values = {
+            kind: [
+                s[last] - s[first]
+                for s, k in zip(stamps, kinds, strict=True)
+                if first in s and last in s and kind in ("all", k)
+            ]
+            for kind in ("all", "compile", "link")
+        }
+        print(
+            f"  {label:<40}{1000 * _median(values['all']):>9.2f}"
+            f"{1000 * _median(values['compile']):>9.2f}{1000 * _median(values['link']):>9.2f}"
+        )
+    done = [s["worker_completed"] - s["queued"] for s in stamps if "queued" in s]
+    print(f"  {'queued -> worker completed':<40}{1000 * _median(done):>9.2f}")
+    outside = [v for v in (split.outside_worker_ms() for split in remote.splits) if v is not None]
+    execute = [v for v in (split.execute_ms() for split in remote.splits) if v is not None]
+    print(
+        f"  {'Execute call as lre served it (mean)':<40}{_median(execute):>9.2f}   median over"
+        " builds of the per-build mean"
+    )
+    print(
+        f"  {'outside the worker (decode, AC write, reply)':<40}{_median(outside):>9.2f}"
+        "   = Execute mean - (worker completed - queued) mean"
+    )
+    methods: dict[str, list[tuple[int, float]]] = {}
+    for split in remote.splits:
+        for method, (calls, seconds) in split.rpc.items():
+            methods.setdefault(method, []).append((calls, seconds))
+    print("lre's RPCs per edit-rebuild (medians over builds: calls, summed ms):")
+    for method, values in sorted(methods.items()):
+        calls = _median([c for c, _ in values])
+        total = 1000 * _median([s for _, s in values])
+        print(f"  {method:<48}{calls:>5.0f}{total:>9.2f}")
+
+
+def _client_table(remote: Side) -> None:
+    """Bazel's 'execute remotely' against lre's own Execute duration, per build."""
+    gaps = []
+    for actions, split in zip(remote.builds, remote.splits, strict=True):
+        calls, seconds = split.rpc.get("Execution/Execute", (0, 0.0))
+        client = sum(a.steps["execute remotely"] for a in actions)
+        if calls:
+            gaps.append(1000 * (client - seconds) / calls)
+    print(
+        "Bazel's 'execute remotely' minus lre's Execute duration (gRPC, the JVM's"
+        f" client; ms per Execute, median over builds): {_median(gaps):.2f}"
+    )
+
+
+def _cpu_table(sides: dict[str, Side]) -> None:
+    print("CPU per edit-rebuild (CPU-seconds, medians):")
+    for name, side in sides.items():
+        s = side.splits
+        print(
+            f"  {name}: busy {_median([x.busy for x in s]):.3f},"
+            f" jvm {_median([x.jvm for x in s]):.3f},"
+            f" jvm children {_median([x.jvm_children for x in s]):.3f},"
+            f" lre {_median([x.lre for x in s]):.3f},"
+            f" lre children {_median([x.lre_children for x in s]):.3f},"
+            f" other {_median([x.other for x in s]):.3f}"
+        )
+    threads: dict[str, list[float]] = {}
+    for split in sides["lre"].splits:
+        for name, cpu in split.lre_threads.items():
+            threads.setdefault(name, []).append(1000 * cpu / max(split.executes, 1))
+    text = ", ".join(
+        f"{name} {_median(v):.1f}"
+        for name, v in sorted(threads.items(), key=lambda kv: -_median(kv[1]))
+        if _median(v) >= 0.05
+    )
+    print(f"  lre's CPU per action by thread (ms): {text}")
+
+
+def _report(sides: dict[str, Side]) -> None:
+    local, remote = sides["local"].walls, sides["lre"].walls
+    pairs = [r / loc for r, loc in zip(remote, local, strict=True)]
+    print(
+        f"edit-rebuild wall: local {_median(local):.3f} s, lre {_median(remote):.3f} s; "
+        f"ratio of medians {_median(remote) / _median(local):.3f}x, per-pair median "
+        f"{_median(pairs):.3f}x ({', '.join(f'{p:.2f}' for p in pairs)})"
+    )
+    _step_table(sides)
+    _lre_table(sides["lre"])
+    _client_table(sides["lre"])
+    _cpu_table(sides)
+
+
+def _run(args: argparse.Namespace) -> None:
+    make_ws = find_make_ws(args.make_ws)
+    with (
+        tempfile.TemporaryDirectory(prefix="lre-bench-edit-split-") as tmp,
+        contextlib.ExitStack() as stack,
+    ):
+        work = Path(tmp)
+        ws = work / "ws"
+        subprocess.run(
+            [
+                sys.executable,
+                str(make_ws),
+                str(ws),
+                "--files",
+                str(args.modules),
+                "--funcs",
+                str(args.funcs),
+            ],
+            check=True,
+            capture_output=True,
+        )
+        source = ws / "src" / f"mod_{args.module:02d}.c"
+        original = source.read_text()
+        info = stack.enter_context(running_lre(work / "lre-home", ws))
+        remote = [*lre_bazelrc_flags(ws / "lre.bazelrc"), "--noremote_accept_cached"]
+        print(f"lre pid {info['pid']} on {info['grpc_address']}; lre side flags: {remote}")
+        sides: dict[str, Side] = {}
+        for name, flags in (("local", []), ("lre", remote)):
+            bazel = stack.enter_context(BazelSession(ws, work / f"bazel-{name}", max_idle_secs=900))
+            sides[name] = Side(name, bazel, flags, work)
+            sides[name].build()  # server start, toolchain autoconfiguration, clean build
+        for side in sides.values():
+            side.probe = Probe(
+                bazel_server(side.bazel.output_user_root).pid,
+                int(str(info["pid"])),
+                str(info["status_address"]),
+                work / "lre-home" / "ac" / "actions.log",
+            )
+        for round_ in range(args.warmup + args.rounds):
+            timed = round_ >= args.warmup
+            order = SIDES if round_ % 2 == 0 else SIDES[::-1]
+            label = f"round {round_ - args.warmup + 1}" if timed else f"warm-up {round_ + 1}"
+            _edit(source, original, round_)
+            spawns = {}
+            for name in order:
+                spawns[name], text = sides[name].timed_build(round_, timed=timed)
+                print(f"{label} {name}: {text}", flush=True)
+            if spawns["local"] != spawns["lre"] or spawns["local"] < 2:
+                raise BenchError(f"{label}: spawns {spawns}, want the same, at least 2")
+    print(f"{args.rounds} rounds ({args.warmup} warm-up), order reversed every other round:")
+    _report(sides)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=10, help="timed rounds (default 10)")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed rounds (default 2)")
+    parser.add_argument("--modules", type=int, default=40)
+    parser.add_argument("--funcs", type=int, default=8)
+    parser.add_argument("--module", type=int, default=7, help="the module edited (default 7)")
+    parser.add_argument("--make-ws", type=Path, default=None)
+    args = parser.parse_args()
+    started = time.monotonic()
+    try:
+        _run(args)
+    except (BenchError, RuntimeError, subprocess.CalledProcessError) as error:
+        print(f"FAILED: {error}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        print(f"took {time.monotonic() - started:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
