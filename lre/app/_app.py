@@ -300,7 +300,22 @@ class Application:
         directory) after stopping the parts already started.
         """
         if os.geteuid() == 0:
-            log.warning("running as root: actions run as root too; start lre as your own user")
+            as_root = [w.name for w in self.workers if w.identity is None]
+            if as_root:
+                log.warning(
+                    "running as root: actions of worker(s) %s run as root too (action_user); "
+                    "start lre as your own user",
+                    ", ".join(as_root),
+                )
+            for worker in self.workers:
+                if worker.identity is not None:
+                    log.info(
+                        "worker %s: actions run as %s (uid %d, gid %d), unprivileged",
+                        worker.name,
+                        worker.identity.name,
+                        worker.identity.uid,
+                        worker.identity.gid,
+                    )
         if self.workers:
             log.info("containment of action processes: %s", self.assembler.containment)
         for missing in self.protections_missing():

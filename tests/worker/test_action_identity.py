@@ -1,0 +1,123 @@
+"""Actions of a root lre run as an unprivileged user (``action_user``), in a view.
+
+The runner is given the identity ``auto`` resolves to as root (``nobody``);
+each test runs real actions under ``pidns`` and looks at what they could do.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+from pathlib import Path
+
+import pytest
+import trio
+
+from lre.cas import MemoryStore, read_bytes
+from lre.config import JobserverSpec
+from lre.digest import Digest
+from lre.scheduler import Completed
+from lre.worker import ActionIdentity, ActionRunner, WorkDirectory, resolve_action_user
+from lre.worker._cas_handle import CasHandle
+from tests._support.ci import in_ci
+
+from .conftest import make_lease, make_spec
+from .test_containment import backend
+
+
+@pytest.fixture
+def nobody() -> ActionIdentity:
+    if os.geteuid() != 0:
+        if in_ci():
+            pytest.fail("CI runs as root: actions must get a user of their own")
+        pytest.skip("only root runs actions as another user")
+    identity = resolve_action_user("auto", viewed=True)
+    assert identity is not None
+    return identity
+
+
+async def _stdout(store: MemoryStore, outcome: object) -> str:
+    assert isinstance(outcome, Completed) and outcome.error is None, outcome
+    digest = Digest.from_proto(outcome.result.stdout_digest, field="")
+    return (await read_bytes(store, digest)).decode()
+
+
+async def test_an_action_holds_no_privilege(
+    tmp_path: Path, store: MemoryStore, nobody: ActionIdentity
+) -> None:
+    spec = make_spec(tmp_path)
+    keys = "Uid|Gid|Groups|CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs"
+    script = f"grep -E '^({keys}):' /proc/self/status"
+    with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
+        runner = ActionRunner(
+            spec, workdir, CasHandle.of(store), containment=backend("pidns"), identity=nobody
+        )
+        out = await _stdout(
+            store, await runner.run(await make_lease(store, ["/bin/sh", "-c", script]))
+        )
+    fields = dict(line.split(":", 1) for line in out.splitlines())
+    values = {key: value.split() for key, value in fields.items()}
+    assert values["Uid"] == [str(nobody.uid)] * 4, out
+    assert values["Gid"] == [str(nobody.gid)] * 4, out
+    assert values["Groups"] == [], out
+    for key in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+        assert int(values[key][0], 16) == 0, out
+    assert values["NoNewPrivs"] == ["1"], out
+
+
+async def test_it_writes_its_outputs_tmp_and_fifo_but_not_its_inputs(
+    tmp_path: Path, store: MemoryStore, nobody: ActionIdentity
+) -> None:
+    """Output parents lre made, staged input directories, TMPDIR (by its
+    absolute path, below directories nobody may not enter on the host) and
+    the jobserver's fifo are the action's; its input files are not."""
+    spec = make_spec(tmp_path, jobserver=JobserverSpec(style="fifo"))
+    os.chmod(tmp_path, 0o700)
+    script = (
+        'echo o > out/deep/o && echo s > src/made && echo t > "$TMPDIR/t" && '
+        'cat "$TMPDIR/t" && fifo=${MAKEFLAGS##*fifo:} && : > "$fifo" && echo fifo; '
+        "(echo w >> src/given) 2>/dev/null || echo input-refused"
+    )
+    with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
+        runner = ActionRunner(
+            spec, workdir, CasHandle.of(store), containment=backend("pidns"), identity=nobody
+        )
+        lease = await make_lease(
+            store,
+            ["/bin/sh", "-c", script],
+            inputs={"src/given": b"given\n"},
+            output_paths=("out/deep/o", "src/made"),
+            millicpus=4000,
+        )
+        outcome = await runner.run(lease)
+        out = await _stdout(store, outcome)
+    assert out == "t\nfifo\ninput-refused\n", out
+    assert isinstance(outcome, Completed)
+    assert sorted(f.path for f in outcome.result.output_files) == ["out/deep/o", "src/made"]
+
+
+async def test_its_directories_are_recycled(
+    tmp_path: Path, store: MemoryStore, nobody: ActionIdentity
+) -> None:
+    """Directories given to the action's user are recycled (not removed and
+    made again), and the next action in them may still write there."""
+    spec = make_spec(tmp_path, max_inflight_tasks=1)
+    with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
+        runner = ActionRunner(
+            spec, workdir, CasHandle.of(store), containment=backend("pidns"), identity=nobody
+        )
+        async with trio.open_nursery() as nursery:
+            await nursery.start(runner.directories.run)
+            for done in range(4):
+                with trio.fail_after(10):
+                    while runner.directories.recycled < done:  # noqa: ASYNC110 (thread work)
+                        await trio.sleep(0.01)
+                lease = await make_lease(
+                    store,
+                    ["/bin/sh", "-c", 'echo o > out/o && echo t > "$TMPDIR/t" && stat -c %U .'],
+                    output_paths=("out/o",),
+                )
+                out = await _stdout(store, await runner.run(lease))
+                assert out == pwd.getpwuid(nobody.uid).pw_name + "\n", done
+            assert runner.directories.recycled >= 3
+            nursery.cancel_scope.cancel()
