@@ -257,11 +257,11 @@ class LocalWorkerSpec:
     )
     action_user: str = doc(
         "Who an action's processes run as when lre runs as root (docs/security.md): "
-        '"auto" = nobody, with no supplementary groups and no capabilities, where actions '
+        '"unprivileged" = nobody, with no supplementary groups and no capabilities, where actions '
         "get a view of their own (containment pidns with sandbox_view), lre's own user "
         "elsewhere; a user name, uid or uid:gid = that user (root only, and only with a "
         'view); "root" = lre\'s own user (the opt-out). Checked at start-up.',
-        default="auto",
+        default="unprivileged",
     )
     sandbox_writable_paths: tuple[str, ...] = doc(
         "Host directories every action's view shows writable (like Bazel's "

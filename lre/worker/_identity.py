@@ -2,10 +2,10 @@
 
 ``workers[].local.action_user`` names it (``resolve_action_user``):
 
-- ``"auto"`` (the default): the user ``nobody`` (its own group, no others)
+- ``"unprivileged"`` (the default): the user ``nobody`` (its own group, no others)
   when lre runs as root and the worker's actions get a view of their own
   (containment ``pidns`` with ``sandbox_view``); lre's own user otherwise;
-- a user name, a uid, or ``uid:gid``: that identity (only where ``auto``
+- a user name, a uid, or ``uid:gid``: that identity (only where ``unprivileged``
   would pick ``nobody``: elsewhere lre cannot switch identities, or the
   action, outside a view, could not reach its own directory);
 - ``"root"`` or any name of uid 0: lre's own user (the opt-out).
@@ -34,8 +34,8 @@ from dataclasses import dataclass
 __all__ = ["AUTO_USER", "ActionIdentity", "resolve_action_user"]
 
 #: The default of ``action_user``.
-AUTO_USER = "auto"
-#: Whom ``auto`` picks when lre is root.
+AUTO_USER = "unprivileged"
+#: Whom ``unprivileged`` picks when lre is root.
 _UNPRIVILEGED = "nobody"
 
 
@@ -116,11 +116,11 @@ def resolve_action_user(
             pwd.getpwnam(text)
         except KeyError:
             raise ValueError(
-                f"'auto' runs actions as {text!r}, which this host lacks; name another "
+                f"{AUTO_USER!r} runs actions as {text!r}, which this host lacks; name another "
                 "unprivileged user, or 'root' to run actions as lre's own user"
             ) from None
     if not text:
-        raise ValueError("'' names no user ('auto', a user name, uid or uid:gid)")
+        raise ValueError(f"'' names no user ({AUTO_USER!r}, a user name, uid or uid:gid)")
     uid, gid = _parse(text)
     if uid == 0:
         return None

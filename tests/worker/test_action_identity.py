@@ -1,6 +1,6 @@
 """Actions of a root lre run as an unprivileged user (``action_user``), in a view.
 
-The runner is given the identity ``auto`` resolves to as root (``nobody``);
+The runner is given the identity ``unprivileged`` resolves to as root (``nobody``);
 each test runs real actions under ``pidns`` and looks at what they could do.
 """
 
@@ -31,7 +31,7 @@ def nobody() -> ActionIdentity:
         if in_ci():
             pytest.fail("CI runs as root: actions must get a user of their own")
         pytest.skip("only root runs actions as another user")
-    identity = resolve_action_user("auto", viewed=True)
+    identity = resolve_action_user("unprivileged", viewed=True)
     assert identity is not None
     return identity
 
