@@ -430,6 +430,7 @@ class ActionRunner:
             process.log_files,
             allow_escaping_symlinks=self.allow_escaping_symlinks,
             limits=self.limits,
+            owner=self.identity.uid if self.identity is not None else None,
         )
         all_files = [f for _, f in found.files] + found.tree_files + logs
         adopt = self.adopt if process.ended_alone else None

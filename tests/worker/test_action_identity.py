@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from lre.cas import MemoryStore, read_bytes
+from lre.cas import FilesystemStore, MemoryStore, read_bytes
 from lre.config import JobserverSpec
 from lre.digest import Digest
 from lre.scheduler import Completed
@@ -121,3 +121,38 @@ async def test_its_directories_are_recycled(
                 assert out == pwd.getpwuid(nobody.uid).pw_name + "\n", done
             assert runner.directories.recycled >= 3
             nursery.cancel_scope.cancel()
+
+
+async def test_its_outputs_are_moved_into_the_cas_as_lres_files(
+    tmp_path: Path, nobody: ActionIdentity
+) -> None:
+    """An output the action's user made is still moved (its inode becomes the
+    blob's), given to lre's user first: a stored blob is never a file of the
+    user actions run as. Its inputs are the CAS's read-only inodes."""
+    store = FilesystemStore(tmp_path / "cas", tmp_path / "cas-tmp", 1 << 30)
+    await store.open()
+    spec = make_spec(tmp_path)
+    script = "head -c 300000 /dev/zero > big; stat -c %i big > big-inode; stat -c '%u %a' data"
+    with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
+        runner = ActionRunner(
+            spec,
+            workdir,
+            CasHandle.of(store, link_source=store.path_for_link, adopt=store.adopt_file),
+            containment=backend("pidns"),
+            identity=nobody,
+        )
+        lease = await make_lease(
+            store,  # type: ignore[arg-type]
+            ["/bin/sh", "-c", script],
+            inputs={"data": b"payload"},
+            output_paths=("big", "big-inode"),
+        )
+        outcome = await runner.run(lease)
+    out = await _stdout(store, outcome)  # type: ignore[arg-type]
+    assert out == f"{os.geteuid()} 444\n", out
+    assert isinstance(outcome, Completed)
+    digests = {f.path: Digest.from_proto(f.digest, field="") for f in outcome.result.output_files}
+    moved = os.stat(await store.path_for_link(digests["big"], False))
+    inode = (await read_bytes(store, digests["big-inode"])).decode().strip()
+    assert str(moved.st_ino) == inode
+    assert (moved.st_uid, moved.st_mode & 0o777) == (os.geteuid(), 0o444)
