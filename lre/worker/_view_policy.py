@@ -70,6 +70,23 @@ def blocks_network(platform: Mapping[str, str], default: bool) -> bool:
     return default
 
 
+def _writable_by(path: str, owner: tuple[int, int]) -> bool:
+    """Whether the user ``owner`` (uid, gid; no other groups) may create
+    files in the directory ``path`` by its mode (False when unreadable)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return False
+    uid, gid = owner
+    if info.st_uid == uid:
+        bits = 0o300
+    elif info.st_gid == gid:
+        bits = 0o030
+    else:
+        bits = 0o003
+    return info.st_mode & bits == bits
+
+
 def closed_ancestor(path: str, owner: tuple[int, int]) -> str | None:
     """The outermost ancestor of ``path`` (itself excluded) that the user
     ``owner`` (uid, gid; no supplementary groups) may not traverse, or None.
@@ -119,6 +136,15 @@ class ViewPolicy:
         self.debug = debug
         self.xattrs: OverlayXattrs = xattrs
         self.writable = self._checked(writable, "sandbox_writable_paths")
+        if owner is not None:
+            for path in self.writable:
+                if not _writable_by(path, owner):
+                    log.warning(
+                        "sandbox_writable_paths: %s is not writable by uid %d, whom actions "
+                        "run as (action_user); they get EACCES there",
+                        path,
+                        owner[0],
+                    )
 
     @classmethod
     def for_worker(

@@ -19,10 +19,13 @@ from lre.digest import Digest
 from lre.scheduler import Completed
 from lre.worker import ActionIdentity, ActionRunner, WorkDirectory, resolve_action_user
 from lre.worker._cas_handle import CasHandle
+from lre.worker._view_policy import ViewPolicy
 from tests._support.ci import in_ci
 
 from .conftest import make_lease, make_spec
 from .test_containment import backend
+
+_NOBODY_UID = pwd.getpwnam("nobody").pw_uid
 
 
 @pytest.fixture
@@ -156,3 +159,17 @@ async def test_its_outputs_are_moved_into_the_cas_as_lres_files(
     inode = (await read_bytes(store, digests["big-inode"])).decode().strip()
     assert str(moved.st_ino) == inode
     assert (moved.st_uid, moved.st_mode & 0o777) == (os.geteuid(), 0o444)
+
+
+def test_a_writable_path_the_actions_user_may_not_write_is_named_at_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    closed = tmp_path / "closed"
+    shared = tmp_path / "shared"
+    for path, mode in ((closed, 0o755), (shared, 0o777)):
+        path.mkdir()
+        os.chmod(path, mode)
+    owner = (_NOBODY_UID, _NOBODY_UID)
+    ViewPolicy([], [str(closed), str(shared)], xattrs="trusted", owner=owner)
+    named = [r.getMessage() for r in caplog.records if "sandbox_writable_paths" in r.getMessage()]
+    assert len(named) == 1 and str(closed) in named[0], named
