@@ -8,8 +8,9 @@ tests/_support/attack_report.py), then turn the JSON-lines file into the table:
     python bench/security_table.py bench/results/issue27_attacks.jsonl --write docs/security.md
 
 A cell is ``held`` when every test of that class, backend and identity passed,
-``BROKEN`` when one failed, ``skipped`` when all were skipped, and empty when
-none ran. ``--write`` replaces the text between the markers
+``BROKEN`` when one failed, ``not held`` when a test found the attack work
+where that backend is known not to stop it (``missing``), ``skipped`` when
+all were skipped, and empty when none ran. ``--write`` replaces the text between the markers
 ``<!-- attack-table:begin -->`` and ``<!-- attack-table:end -->`` (it fails
 when they are missing); otherwise the table is printed.
 """
@@ -64,6 +65,8 @@ def render(records: list[dict[str, str]], source: str) -> str:
                 cells.append("")
             elif "broken" in seen:
                 cells.append("**BROKEN**")
+            elif "missing" in seen:
+                cells.append("not held")
             elif "held" in seen:
                 cells.append("held")
             else:

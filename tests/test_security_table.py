@@ -33,6 +33,8 @@ def test_outcomes_become_cells_and_the_doc_section_is_replaced(tmp_path: Path) -
         ("guardian", "portable", "root", "broken"),
         ("guardian", "userns", "nobody", "skipped"),
         ("listeners", "pidns", "root", "held"),
+        ("listeners", "portable", "root", "missing"),
+        ("listeners", "portable", "root", "held"),
     ]
     results.write_text(
         "".join(
@@ -47,7 +49,7 @@ def test_outcomes_become_cells_and_the_doc_section_is_replaced(tmp_path: Path) -
     assert text.startswith("before\n") and text.endswith("after\n") and "old table" not in text
     assert "| attack class | pidns as root | userns as nobody | portable as root |" in text
     assert "| guardian | held | skipped | **BROKEN** |" in text
-    assert "| listeners | held |  |  |" in text
+    assert "| listeners | held |  | not held |" in text
 
 
 def test_a_doc_without_markers_is_refused(tmp_path: Path) -> None:

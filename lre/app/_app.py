@@ -209,6 +209,11 @@ class Application:
                 line = f"{worker.name}: {text}"
                 if line not in missing:
                     missing.append(line)
+            if os.geteuid() == 0 and worker.identity is None:
+                missing.append(
+                    f"{worker.name}: an unprivileged user for its actions (lre runs as root; "
+                    "workers[].local.action_user needs a view: containment pidns, sandbox_view)"
+                )
         if not self.local_peers.available:
             missing.append("lre's listeners refusing its own actions (needs Linux sock_diag)")
         if missing:
@@ -300,7 +305,22 @@ class Application:
         directory) after stopping the parts already started.
         """
         if os.geteuid() == 0:
-            log.warning("running as root: actions run as root too; start lre as your own user")
+            as_root = [w.name for w in self.workers if w.identity is None]
+            if as_root:
+                log.warning(
+                    "running as root: actions of worker(s) %s run as root too (action_user); "
+                    "start lre as your own user",
+                    ", ".join(as_root),
+                )
+            for worker in self.workers:
+                if worker.identity is not None:
+                    log.info(
+                        "worker %s: actions run as %s (uid %d, gid %d), unprivileged",
+                        worker.name,
+                        worker.identity.name,
+                        worker.identity.uid,
+                        worker.identity.gid,
+                    )
         if self.workers:
             log.info("containment of action processes: %s", self.assembler.containment)
         for missing in self.protections_missing():

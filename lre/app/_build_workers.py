@@ -21,6 +21,7 @@ from lre.worker import (
     LocalWorker,
     PressureMonitor,
     choose_containment,
+    resolve_action_user,
 )
 
 
@@ -68,8 +69,8 @@ def build_workers(
     use (one per mode).
 
     Raises ``AppBuildError`` naming the worker's field when its containment
-    cannot work on this host, or when ``network: block`` asks for what its
-    containment cannot do.
+    cannot work on this host, when ``network: block`` asks for what its
+    containment cannot do, or when its ``action_user`` cannot be used.
     """
     workers: list[LocalWorker] = []
     containments: dict[str, Containment] = {}
@@ -92,6 +93,11 @@ def build_workers(
                 f"workers[{index}].local.network: 'block' needs containment 'pidns', "
                 f"this worker has {containment.name!r}"
             )
+        viewed = local.sandbox_view and containment.can_view and containment.name == "pidns"
+        try:
+            identity = resolve_action_user(local.action_user, viewed=viewed)
+        except ValueError as error:
+            raise AppBuildError(f"workers[{index}].local.action_user: {error}") from None
         filesystem = stores.filesystem_of(local.cas_store)
         upload = local.upload_action_result
         workers.append(
@@ -113,6 +119,7 @@ def build_workers(
                 cas_max_bytes=filesystem.max_bytes if filesystem is not None else None,
                 hidden_paths=hidden,
                 pressure=pressure[local.name],
+                identity=identity,
             )
         )
     return workers, containments

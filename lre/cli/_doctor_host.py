@@ -301,8 +301,10 @@ def user_check(server: RunningServer | None) -> Check:
         return Check(
             "user",
             "WARN",
-            f"{who} as root: actions run as root too and can change anything on this machine",
-            "start lre as your normal user",
+            f"{who} as root: actions run as nobody only where they get a view "
+            "(workers[].local.action_user, docs/security.md), as root elsewhere",
+            "start lre as your normal user; as root, keep containment pidns with sandbox_view "
+            "(the containment check lists a worker whose actions run as root)",
         )
     return Check("user", "OK", f"{who} as uid {uid}, not root")
 

@@ -255,6 +255,14 @@ class LocalWorkerSpec:
         "/tmp, /dev/shm and /proc (docs/security.md). false = the host as lre sees it.",
         default=True,
     )
+    action_user: str = doc(
+        "Who an action's processes run as when lre runs as root (docs/security.md): "
+        '"unprivileged" = nobody, with no supplementary groups and no capabilities, where actions '
+        "get a view of their own (containment pidns with sandbox_view), lre's own user "
+        "elsewhere; a user name, uid or uid:gid = that user (root only, and only with a "
+        'view); "root" = lre\'s own user (the opt-out). Checked at start-up.',
+        default="unprivileged",
+    )
     sandbox_writable_paths: tuple[str, ...] = doc(
         "Host directories every action's view shows writable (like Bazel's "
         "--sandbox_writable_path, e.g. a ccache directory); per action also the platform "

@@ -16,6 +16,7 @@ from lre.worker._containment import (
     ContainmentUnavailable,
     choose_containment,
 )
+from lre.worker._identity import ActionIdentity, resolve_action_user
 from lre.worker._memory_control import MemoryAction, MemoryControlStatistics
 from lre.worker._pressure import PressureMonitor
 from lre.worker._process import ProcessOutcome, run_process
@@ -27,6 +28,7 @@ from lre.worker._worker import LocalWorker, LocalWorkerStatistics
 
 __all__ = [
     "CONTAINMENT_MODES",
+    "ActionIdentity",
     "ActionResultWriter",
     "ActionRunner",
     "Adopter",
@@ -45,5 +47,6 @@ __all__ = [
     "missing_protections",
     "namespace_refusals",
     "quarantined",
+    "resolve_action_user",
     "run_process",
 ]

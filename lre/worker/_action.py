@@ -57,6 +57,7 @@ from lre.worker._cas_handle import CasHandle
 from lre.worker._command import PreparedCommand, prepare_command
 from lre.worker._containment import Containment
 from lre.worker._disk_full import request_error
+from lre.worker._identity import ActionIdentity
 from lre.worker._input_guard import SMALL_CHECK, LinkedInputs, altered_inputs
 from lre.worker._input_journal import InputJournal
 from lre.worker._input_tree import InputTree, fetch_input_tree
@@ -130,8 +131,12 @@ class ActionRunner:
         hidden_paths: tuple[str, ...] = (),
         memory: MemoryControl | None = None,
         ceiling_bytes: int = 0,
+        identity: ActionIdentity | None = None,
     ) -> None:
         self.spec = spec
+        #: The user actions run as (None: lre's own; ``_identity.py``).
+        self.identity = identity
+        owner = identity.owner if identity is not None else None
         #: Freezes, thaws and kills actions when memory is short (None: never).
         self.memory = memory
         #: RSS above which an action is killed and fails at any time (0 = none).
@@ -142,7 +147,7 @@ class ActionRunner:
         self.containment = containment if containment is not None else default_containment()
         #: Each action's view (None: it sees the host as lre does).
         self.view_policy = ViewPolicy.for_worker(
-            spec, self.containment, workdir, cas.store, hidden_paths
+            spec, self.containment, workdir, cas.store, hidden_paths, owner=owner
         )
         #: Records linked inputs of running actions for crash recovery.
         self.journal = journal
@@ -155,12 +160,14 @@ class ActionRunner:
         self.tainted_inputs = 0
         self.allow_escaping_symlinks = spec.symlink_policy == "allow"
         self.sampler = sampler
-        self.directories = ActionDirectories(workdir, stock=min(128, 2 * max_inflight or 64))
+        self.directories = ActionDirectories(
+            workdir, stock=min(128, 2 * max_inflight or 64), owner=owner
+        )
         #: Input Directory messages, each read and validated once (shared
         #: with the scheduler by the composition root).
         self._tree_reader = directories if directories is not None else DirectoryReader(cas.store)
         #: The jobserver pools of running actions.
-        self.jobservers = ActionJobservers(spec, workdir.path)
+        self.jobservers = ActionJobservers(spec, workdir.path, owner=owner)
         #: lease id -> process group of actions running now
         self._groups: dict[str, int] = {}
         #: lease id -> (usage, reason, final) of actions killed for memory
@@ -315,6 +322,7 @@ class ActionRunner:
                 output_parents=parents,
                 link_source=self.cas.link_source,
                 existing=action_dir.existing,
+                owner=self.directories.owner,
             )
         finally:
             if held is not None:
@@ -422,6 +430,7 @@ class ActionRunner:
             process.log_files,
             allow_escaping_symlinks=self.allow_escaping_symlinks,
             limits=self.limits,
+            owner=self.identity.uid if self.identity is not None else None,
         )
         all_files = [f for _, f in found.files] + found.tree_files + logs
         adopt = self.adopt if process.ended_alone else None
@@ -550,6 +559,7 @@ class ActionRunner:
                     (lambda: memory.frozen_seconds(lease_id)) if memory is not None else None
                 ),
                 end_frozen=((lambda: memory.end_frozen(lease_id)) if memory is not None else None),
+                identity=self.identity,
             )
             timeline.mark("execution_completed")
         finally:

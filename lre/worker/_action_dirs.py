@@ -111,11 +111,16 @@ class ActionDirectories:
     """Ready-made action directories and deferred removal for one worker.
 
     ``stock``: how many empty directories to keep ready (the worker's
-    concurrency is a good value; at least 1).
+    concurrency is a good value; at least 1). ``owner`` (uid, gid): the user
+    actions run as (``_identity.py``; None: lre's own), given each
+    directory's ``tmp/`` and accepted as the owner of what is recycled.
     """
 
-    def __init__(self, workdir: WorkDirectory, *, stock: int) -> None:
+    def __init__(
+        self, workdir: WorkDirectory, *, stock: int, owner: tuple[int, int] | None = None
+    ) -> None:
         self.workdir = workdir
+        self.owner = owner
         self.stock_size = max(1, stock)
         self._numbers = itertools.count(1)
         self._stock: list[ActionDirectory] = []
@@ -250,6 +255,8 @@ class ActionDirectories:
         directory = ActionDirectory.at(self.workdir.new_action_dir(name))
         os.mkdir(directory.root, ROOT_MODE)
         os.mkdir(directory.tmp, 0o700)
+        if self.owner is not None:
+            os.chown(directory.tmp, *self.owner)
         return directory
 
     def _batch(
@@ -270,7 +277,7 @@ class ActionDirectories:
             if mounts.below(directory.path):  # cheap while the mount table is unchanged
                 mounts.detach_below(directory.path)
         for directory in trash:
-            recycled = _recycle(directory) if len(ready) < keep else None
+            recycled = _recycle(directory, self._owners) if len(ready) < keep else None
             if recycled is not None:
                 ready.append(recycled)
             else:
@@ -285,6 +292,13 @@ class ActionDirectories:
             log.exception("worker directory %s: cannot make action directories", self.workdir.path)
         return ready
 
+    @property
+    def _owners(self) -> tuple[int, ...]:
+        """The uids a recycled directory's ``tmp/``, upper layer and staged
+        directories may belong to: lre's and the actions' user."""
+        own = os.geteuid()
+        return (own,) if self.owner is None else (own, self.owner[0])
+
     def _remove_all(self, directories: list[ActionDirectory]) -> None:
         for directory in directories:
             try:
@@ -293,12 +307,12 @@ class ActionDirectories:
                 log.exception("could not remove action directory %s", directory.path)
 
 
-def _recycle(directory: ActionDirectory) -> ActionDirectory | None:
+def _recycle(directory: ActionDirectory, owners: tuple[int, ...]) -> ActionDirectory | None:
     """``directory`` made ready for another action if it holds only what an
     action directory starts with plus what ``scrub_root`` can clear (see the
     module docstring); None when it does not or a call fails (then it must be
     removed: its logs may be truncated and files under root unlinked, nothing
-    else is changed)."""
+    else is changed). ``owners``: the uids its directories may belong to."""
     path = directory.path
     try:
         names = os.listdir(path)
@@ -317,17 +331,17 @@ def _recycle(directory: ActionDirectory) -> ActionDirectory | None:
                 os.truncate(log_path, 0)
     except OSError:
         return None
-    if not _empty_tmp(directory.tmp):
+    if not _empty_tmp(directory.tmp, owners):
         return None
-    if VIEW_NAME in names and not _empty_view(directory):
+    if VIEW_NAME in names and not _empty_view(directory, owners):
         return None
-    existing = scrub_root(directory.root)
+    existing = scrub_root(directory.root, owners)
     if existing is None:
         return None
     return dataclasses.replace(directory, existing=existing)
 
 
-def _empty_view(directory: ActionDirectory) -> bool:
+def _empty_view(directory: ActionDirectory, owners: tuple[int, ...]) -> bool:
     """Empty the overlay's upper layer, give it back ``ROOT_MODE`` (an action
     that chmods its input root changes the upper layer's own mode) and drop
     the work directory's marker of a volatile mount (which would refuse the
@@ -335,7 +349,7 @@ def _empty_view(directory: ActionDirectory) -> bool:
     of lre's user any more (the action directory is then removed whole)."""
     try:
         upper = os.lstat(directory.upper)
-        if not stat.S_ISDIR(upper.st_mode) or upper.st_uid != os.geteuid():
+        if not stat.S_ISDIR(upper.st_mode) or upper.st_uid not in owners:
             return False
         if stat.S_IMODE(upper.st_mode) != ROOT_MODE:
             os.chmod(directory.upper, ROOT_MODE)
@@ -389,7 +403,7 @@ def _drop_volatile_marker(marker: Path) -> bool:
     return True
 
 
-def _empty_tmp(tmp: Path) -> bool:
+def _empty_tmp(tmp: Path, owners: tuple[int, ...]) -> bool:
     """Empty the action's temporary directory (most actions leave it empty:
     one directory read); False when it is not lre's own 0700 directory any
     more or cannot be emptied (the action directory is then removed whole)."""
@@ -397,7 +411,7 @@ def _empty_tmp(tmp: Path) -> bool:
         info = os.lstat(tmp)
         if not stat.S_ISDIR(info.st_mode) or stat.S_IMODE(info.st_mode) != 0o700:
             return False
-        if info.st_uid != os.geteuid():
+        if info.st_uid not in owners:
             return False
         with os.scandir(tmp) as entries:
             for entry in entries:

@@ -22,8 +22,13 @@ class ActionJobservers:
     shared by every action without a token to hand out lies in
     ``worker_dir``."""
 
-    def __init__(self, spec: LocalWorkerSpec, worker_dir: Path) -> None:
+    def __init__(
+        self, spec: LocalWorkerSpec, worker_dir: Path, *, owner: tuple[int, int] | None = None
+    ) -> None:
         self.spec = spec
+        #: (uid, gid) a private pool's fifo is given to: the user actions
+        #: run as (None: lre's own).
+        self._owner = owner
         self._worker_dir = worker_dir
         #: lease id -> private jobserver pool of actions running now
         self._pools: dict[str, JobserverPool] = {}
@@ -62,7 +67,9 @@ class ActionJobservers:
         tokens = jobserver_tokens(lease.reservation.millicpus)
         style = self.spec.jobserver.style
         if tokens or style == "fifo":
-            pool = JobserverPool(tokens, style=style, fifo_dir=fifo_dir, name=lease.operation_name)
+            pool = JobserverPool(
+                tokens, style=style, fifo_dir=fifo_dir, name=lease.operation_name, owner=self._owner
+            )
             self._pools[lease.lease_id] = pool
             return pool, False
         if self._empty_pool is None:

@@ -45,7 +45,10 @@ _F_SETSIG = getattr(fcntl, "F_SETSIG", 10)
 
 def _open_leased(path: Path) -> tuple[int, bool]:
     """(thread) Open ``path`` read-only, not following a symlink, and try the
-    write lease: (fd, leased). Raises ``OSError`` when it cannot be opened."""
+    write lease: (fd, leased). A leased file of another user (the one the
+    action ran as) is given to lre's user, so that the store may move it and
+    the stored blob is never that user's; when that fails it is not leased
+    (copied instead). Raises ``OSError`` when it cannot be opened."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         fcntl.fcntl(fd, _F_SETSIG, signal.SIGURG)
@@ -57,6 +60,11 @@ def _open_leased(path: Path) -> tuple[int, bool]:
     except OSError:
         os.close(fd)
         raise
+    if os.fstat(fd).st_uid != os.geteuid():
+        try:
+            os.fchown(fd, os.geteuid(), os.getegid())
+        except OSError:
+            return fd, False
     return fd, True
 
 

@@ -85,7 +85,9 @@ class JobserverPool:
         style: Literal["pipe", "fifo"] = "pipe",
         fifo_dir: str | None = None,
         name: str = "",
+        owner: tuple[int, int] | None = None,
     ) -> None:
+        # owner: (uid, gid) the fifo is given to (the user the action runs as).
         if tokens < 0:
             raise ValueError(f"jobserver tokens must be >= 0, got {tokens}")
         if style not in ("pipe", "fifo"):
@@ -114,6 +116,8 @@ class JobserverPool:
                 path = os.path.join(fifo_dir, "jobserver.fifo")
                 os.mkfifo(path, 0o600)
                 self._fifo_path = path
+                if owner is not None:
+                    os.chown(path, *owner)
                 # O_RDWR keeps a reader and a writer open, so clients' open() of
                 # the path never blocks and reads never see end-of-file.
                 self._server_fd = os.open(path, os.O_RDWR | os.O_NONBLOCK)

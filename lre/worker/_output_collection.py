@@ -39,10 +39,12 @@ async def collect_outputs(
     *,
     allow_escaping_symlinks: bool,
     limits: ActionLimits,
+    owner: int | None = None,
 ) -> tuple[FoundOutputs, list[FoundFile]]:
     """Scan the outputs (``root`` over ``lower``, its overlay marks in
     ``xattrs``, see ``scan_outputs``) and hash the ``logs`` (stdout, stderr;
-    ``identities`` their device and inode as the action got them)."""
+    ``identities`` their device and inode as the action got them).
+    ``owner``: the uid the action ran as (its files may be moved too)."""
     stdout_path, stderr_path = logs
     # Mounts the action left in lre's namespace (cheap while the table is
     # unchanged): what they show is copied, never moved out of its place.
@@ -62,6 +64,7 @@ async def collect_outputs(
             lower=lower,
             xattrs=xattrs,
             mounts=mounts,
+            owner=owner,
         )
         return found, [
             log_file(stdout_path, identities[0], budget),

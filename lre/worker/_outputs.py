@@ -181,8 +181,10 @@ def _marked_in(directory: MergedDir, entry: Entry) -> OverlayXattrs | None:
     return directory.xattrs if directory.layered and not entry.from_lower else None
 
 
-def _movable(info: os.stat_result) -> bool:
-    return info.st_nlink == 1 and info.st_uid == os.geteuid()
+def _movable(info: os.stat_result, owner: int | None = None) -> bool:
+    """One link, and lre's own file or one of ``owner`` (the uid actions run
+    as, whose files lre, root, gives itself before moving them)."""
+    return info.st_nlink == 1 and info.st_uid in (os.geteuid(), owner)
 
 
 def _blob(message: re_pb2.Directory | re_pb2.Tree) -> tuple[Digest, bytes]:
@@ -233,9 +235,11 @@ class _Roots:
     #: mount points (lre's namespace) at or below ``upper``: a file reached
     #: through one is not the action's, whoever owns it
     mounts: tuple[str, ...] = ()
+    #: the uid actions run as (None: lre's own): its files are movable too
+    owner: int | None = None
 
     def movable(self, entry: Entry, path: Path, info: os.stat_result) -> bool:
-        if entry.from_lower or not _movable(info):
+        if entry.from_lower or not _movable(info, self.owner):
             return False
         shown = str(path)
         return not any(shown == point or shown.startswith(point + "/") for point in self.mounts)
@@ -397,6 +401,7 @@ def scan_outputs(
     lower: Path | None = None,
     xattrs: OverlayXattrs = "trusted",
     mounts: tuple[str, ...] = (),
+    owner: int | None = None,
 ) -> FoundOutputs:
     """Describe the requested outputs that exist under ``root``, within the
     limits of ``budget`` (the defaults of ``ActionLimits`` if None).
@@ -412,6 +417,7 @@ def scan_outputs(
     ``mounts`` are the mount points at or below ``root`` in lre's namespace
     (an action that can mount there left them): files under one are copied
     into the CAS, never moved (they belong to whatever was mounted there).
+    ``owner``: the uid the action ran as; its files may be moved as well.
 
     Raises ``InvalidArgument`` naming the output when a parent directory of
     it is a symlink, when it changed while being read, when a name or
@@ -425,7 +431,7 @@ def scan_outputs(
     """
     found = FoundOutputs()
     budget = budget if budget is not None else OutputBudget(ActionLimits())
-    roots = _Roots(root, lower, mounts)
+    roots = _Roots(root, lower, mounts, owner)
     merged = MergedDir.open_root(root, lower, xattrs=xattrs)
     try:
         for request in requests:

@@ -48,6 +48,7 @@ from lre.worker._containment import (
     choose_containment,
     prepare_spawner_thread,
 )
+from lre.worker._identity import ActionIdentity
 from lre.worker._oom import OomCounters
 from lre.worker._process_limit import process_limits
 from lre.worker._view import ActionView
@@ -260,6 +261,7 @@ async def run_process(
     max_processes: int = 0,
     paused_seconds: Callable[[], float] | None = None,
     end_frozen: Callable[[], bool] | None = None,
+    identity: ActionIdentity | None = None,
 ) -> ProcessOutcome:
     """Run ``argv`` to completion, timeout or cancellation.
 
@@ -278,6 +280,10 @@ async def run_process(
     most ``max_processes`` tasks at once where this machine lets lre enforce
     that (0 = no limit; ``_process_limit.py``: the caller asks
     ``process_limits().ended(pid)`` whether a fork was refused).
+
+    With ``identity`` the command's own processes run as that user, with
+    no supplementary groups and no capabilities (``_identity.py``); the
+    namespace's first process stays lre's.
 
     ``on_started(pid)`` is called right after the fork (the pid is also the
     process group id). Returns a ``ProcessOutcome`` for normal ends and
@@ -300,7 +306,11 @@ async def run_process(
     limits = process_limits()
     command = limits.command(
         contained.name,
-        contained.command(argv, view=view is not None, pwd=env.get("PWD")),
+        contained.command(
+            [*identity.prefix(), *argv] if identity is not None else argv,
+            view=view is not None,
+            pwd=env.get("PWD"),
+        ),
         max_processes,
     )
     options = SpawnOptions(block_network=block_network, view=view, cwd=str(cwd))

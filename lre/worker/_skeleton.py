@@ -45,19 +45,22 @@ class _NotReusable(Exception):
     """Something under the root is not what staging makes."""
 
 
-def scrub_root(root: Path) -> frozenset[str] | None:
+def scrub_root(root: Path, owners: tuple[int, ...] = ()) -> frozenset[str] | None:
     """Unlink every non-directory under ``root`` and return the relative paths
     (``a``, ``a/b``, ...) of the directories left, all empty; None when the
     tree must be removed instead (see the module docstring). Never follows a
-    symlink, never raises ``OSError``."""
+    symlink, never raises ``OSError``. A directory must belong to lre's user
+    or one of ``owners`` (the user actions run as, who owns what staging
+    made for it)."""
+    accepted = (os.geteuid(), *owners)
     kept: list[str] = []
     try:
         fd = os.open(root, _OPEN_DIRECTORY)
     except OSError:
         return None
     try:
-        _check_directory(fd)
-        _scrub(fd, "", kept)
+        _check_directory(fd, accepted)
+        _scrub(fd, "", kept, accepted)
     except (OSError, _NotReusable):
         return None
     finally:
@@ -65,15 +68,15 @@ def scrub_root(root: Path) -> frozenset[str] | None:
     return frozenset(kept)
 
 
-def _check_directory(fd: int) -> None:
+def _check_directory(fd: int, accepted: tuple[int, ...]) -> None:
     info = os.fstat(fd)
-    if info.st_uid != os.geteuid() or stat.S_IMODE(info.st_mode) != 0o755:
+    if info.st_uid not in accepted or stat.S_IMODE(info.st_mode) != 0o755:
         raise _NotReusable
     if os.listxattr(fd):
         raise _NotReusable
 
 
-def _scrub(fd: int, prefix: str, kept: list[str]) -> None:
+def _scrub(fd: int, prefix: str, kept: list[str], accepted: tuple[int, ...]) -> None:
     with os.scandir(fd) as listing:
         entries = [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in listing]
     for name, is_directory in entries:
@@ -86,8 +89,8 @@ def _scrub(fd: int, prefix: str, kept: list[str]) -> None:
             raise _NotReusable
         child = os.open(name, _OPEN_DIRECTORY, dir_fd=fd)
         try:
-            _check_directory(child)
-            _scrub(child, relative + "/", kept)
+            _check_directory(child, accepted)
+            _scrub(child, relative + "/", kept, accepted)
         finally:
             os.close(child)
 

@@ -79,6 +79,7 @@ async def stage_inputs(
     output_parents: Iterable[str] = (),
     link_source: LinkSource | None = None,
     existing: frozenset[str] = frozenset(),
+    owner: tuple[int, int] | None = None,
 ) -> StagingStats:
     """Create ``tree`` under ``root``, which must exist and hold nothing but
     the empty directories named in ``existing`` (relative paths, as a
@@ -92,6 +93,10 @@ async def stage_inputs(
     from ``store``. Raises ``MissingBlobs`` listing every absent file blob and
     ``InvalidArgument`` when an output parent collides with an input file;
     of errors met by several threads or lanes at once, the first alone.
+
+    ``owner`` (uid, gid): every directory made is given to it (the user the
+    action runs as, who must create its outputs there); the directories in
+    ``existing`` must belong to it already. Files stay lre's.
     """
     stats = StagingStats(files=len(tree.files))
     parents = [p for p in (os.path.dirname(r) for r in output_parents) if p]
@@ -143,7 +148,7 @@ async def stage_inputs(
             os.symlink(link.target, f"{base}/{link.path}")
         for parent in late_parents:
             try:
-                os.makedirs(f"{base}/{parent}", 0o755, exist_ok=True)
+                _make_parents(base, parent, owner)
             except (FileExistsError, NotADirectoryError):
                 relative = next(r for r in output_parents if os.path.dirname(r) == parent)
                 raise InvalidArgument(
@@ -154,6 +159,8 @@ async def stage_inputs(
         for source, target in plan.steps:
             if source is None:
                 os.mkdir(f"{base}/{target}", 0o755)
+                if owner is not None:
+                    os.chown(f"{base}/{target}", *owner)
             else:
                 os.rename(f"{base}/{source}", f"{base}/{target}")
         for relative in plan.removals:
@@ -232,6 +239,23 @@ async def stage_inputs(
     if len(files) >= PARALLEL_FILES or later:
         await trio.to_thread.run_sync(finish)
     return stats
+
+
+def _make_parents(base: str, relative: str, owner: tuple[int, int] | None) -> None:
+    """``os.makedirs`` of ``base/relative`` (mode 0755), each directory it
+    makes given to ``owner`` (None: left lre's). Raises what mkdir raises
+    (``FileExistsError`` or ``NotADirectoryError`` where a file is in the way)."""
+    if owner is None:
+        os.makedirs(f"{base}/{relative}", 0o755, exist_ok=True)
+        return
+    missing: list[str] = []
+    path = relative
+    while path and not os.path.isdir(f"{base}/{path}"):
+        missing.append(path)
+        path = os.path.dirname(path)
+    for path in reversed(missing):
+        os.mkdir(f"{base}/{path}", 0o755)
+        os.chown(f"{base}/{path}", *owner)
 
 
 def _needed_directories(tree: InputTree, parents: Iterable[str]) -> tuple[list[str], list[str]]:

@@ -70,6 +70,47 @@ def blocks_network(platform: Mapping[str, str], default: bool) -> bool:
     return default
 
 
+def _writable_by(path: str, owner: tuple[int, int]) -> bool:
+    """Whether the user ``owner`` (uid, gid; no other groups) may create
+    files in the directory ``path`` by its mode (False when unreadable)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return False
+    uid, gid = owner
+    if info.st_uid == uid:
+        bits = 0o300
+    elif info.st_gid == gid:
+        bits = 0o030
+    else:
+        bits = 0o003
+    return info.st_mode & bits == bits
+
+
+def closed_ancestor(path: str, owner: tuple[int, int]) -> str | None:
+    """The outermost ancestor of ``path`` (itself excluded) that the user
+    ``owner`` (uid, gid; no supplementary groups) may not traverse, or None.
+    An ancestor that cannot be read counts as closed."""
+    uid, gid = owner
+    parts = os.path.abspath(path).split("/")[1:-1]
+    current = ""
+    for part in parts:
+        current += "/" + part
+        try:
+            info = os.stat(current)
+        except OSError:
+            return current
+        if info.st_uid == uid:
+            bit = 0o100
+        elif info.st_gid == gid:
+            bit = 0o010
+        else:
+            bit = 0o001
+        if not info.st_mode & bit:
+            return current
+    return None
+
+
 class ViewPolicy:
     """Hidden and writable paths of a worker's views (see the module docstring).
 
@@ -86,11 +127,24 @@ class ViewPolicy:
         *,
         xattrs: OverlayXattrs,
         debug: bool = False,
+        owner: tuple[int, int] | None = None,
     ) -> None:
+        #: (uid, gid) of the user actions run as (None: lre's own): the
+        #: upper layer, so the input root the action sees, belongs to it.
+        self.owner = owner
         self.hidden = tuple(outermost([os.path.abspath(p) for p in hidden if p]))
         self.debug = debug
         self.xattrs: OverlayXattrs = xattrs
         self.writable = self._checked(writable, "sandbox_writable_paths")
+        if owner is not None:
+            for path in self.writable:
+                if not _writable_by(path, owner):
+                    log.warning(
+                        "sandbox_writable_paths: %s is not writable by uid %d, whom actions "
+                        "run as (action_user); they get EACCES there",
+                        path,
+                        owner[0],
+                    )
 
     @classmethod
     def for_worker(
@@ -100,6 +154,8 @@ class ViewPolicy:
         workdir: WorkDirectory,
         store: object,
         hidden: Sequence[str] = (),
+        *,
+        owner: tuple[int, int] | None = None,
     ) -> ViewPolicy | None:
         """The policy of a worker, or None when its views are off or its
         containment cannot make them. Always hidden besides ``hidden``: the
@@ -112,11 +168,20 @@ class ViewPolicy:
             value = getattr(store, name, None)
             if isinstance(value, str) and value:
                 own.append(value)
+        if owner is not None:
+            # Masked as well: an ancestor the action's user may not
+            # traverse (/root, a 0700 state directory); it could reach
+            # nothing below it, and with an empty tmpfs there its own
+            # root and TMPDIR are reachable by their absolute paths.
+            closed = closed_ancestor(str(workdir.path), owner)
+            if closed is not None:
+                own.append(closed)
         return cls(
             (*own, *hidden),
             spec.sandbox_writable_paths,
             xattrs=containment.overlay_xattrs,
             debug=spec.sandbox_debug,
+            owner=owner,
         )
 
     def _checked(self, paths: Sequence[str], field: str) -> tuple[str, ...]:
@@ -155,6 +220,8 @@ class ViewPolicy:
             if not path.is_dir():
                 path.mkdir(mode=0o700, parents=True)
                 os.chmod(path, mode)  # the umask may have dropped bits
+                if path == directory.upper and self.owner is not None:
+                    os.chown(path, *self.owner)
         return ActionView(
             root=str(directory.root),
             upper=str(directory.upper),

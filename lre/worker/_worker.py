@@ -50,6 +50,7 @@ from lre.worker._cas_handle import CasHandle, Discarder
 from lre.worker._containment import Containment, choose_containment
 from lre.worker._freezer import cgroup_freezer
 from lre.worker._governor import GovernorLimits, MemoryGovernor
+from lre.worker._identity import ActionIdentity
 from lre.worker._input_journal import InputJournal, recover_linked_inputs
 from lre.worker._limits import ActionLimits
 from lre.worker._memory_control import MemoryControl, MemoryControlStatistics
@@ -120,8 +121,11 @@ class LocalWorker:
         cas_max_bytes: int | None = None,
         hidden_paths: tuple[str, ...] = (),
         pressure: PressureMonitor | None = None,
+        identity: ActionIdentity | None = None,
     ) -> None:
         self.spec = spec
+        #: The user actions run as (None: lre's own; ``_identity.py``).
+        self.identity = identity
         #: The limits of ``spec.limits``, "auto" worked out from the bound of
         #: the worker's CAS (``cas_max_bytes``, unknown if None).
         self.limits = ActionLimits.of(spec.limits, cas_max_bytes)
@@ -236,6 +240,7 @@ class LocalWorker:
                 hidden_paths=self.hidden_paths,
                 memory=self.memory,
                 ceiling_bytes=self.ceiling_bytes,
+                identity=self.identity,
             )
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.sampler.run)

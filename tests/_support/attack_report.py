@@ -5,7 +5,8 @@ when lre held. Mark it ``@pytest.mark.attack("class of attack")``. Its backend
 is the value of a ``containment`` or ``backend`` parameter (a string, or an
 object with a ``name``), else ``"-"``; its identity is an ``identity``
 parameter when the test has one (``"own"``, lre's own user, is written as the
-name of the user running the tests), else that user.
+name of the user running the tests), else that user. Both come from an
+``lre`` parameter that is a ``(backend, identity)`` pair (test_view_attacks.py).
 
 With ``LRE_ATTACK_RESULTS=/path/file.jsonl`` set, each attack test's outcome
 is appended to that file as one JSON object per line::
@@ -13,7 +14,10 @@ is appended to that file as one JSON object per line::
     {"attack": "...", "backend": "pidns", "identity": "root",
      "outcome": "held" | "broken" | "skipped", "test": "<node id>"}
 
-A failing or erroring attack test is ``broken``; a skipped one ``skipped``.
+A failing or erroring attack test is ``broken``; a skipped one ``skipped``;
+one that passed after calling ``known_missing()`` (the backend is known not
+to hold that attack, and the test checked that it indeed did not) is
+``missing``.
 Nothing is written without the variable (an unwritable path fails the run).
 """
 
@@ -27,6 +31,16 @@ from typing import Any
 import pytest
 
 RESULTS_VARIABLE = "LRE_ATTACK_RESULTS"
+#: Node ids of tests that called ``known_missing`` (per test process).
+_MISSING: set[str] = set()
+
+
+def known_missing() -> None:
+    """Mark the running attack test's outcome as a known missing protection:
+    it passes (the attack worked, as documented) and is written as
+    ``missing`` instead of ``held``."""
+    current = os.environ.get("PYTEST_CURRENT_TEST", "")
+    _MISSING.add(current.rsplit(" (", 1)[0])
 
 
 def _param_name(value: object) -> str:
@@ -57,6 +71,9 @@ def describe(item: pytest.Item) -> dict[str, str] | None:
             backend = _param_name(params[key])
             break
     identity = _param_name(params["identity"]) if "identity" in params else "own"
+    setup = params.get("lre")  # test_view_attacks: one lre per (backend, identity)
+    if isinstance(setup, tuple) and len(setup) == 2:
+        backend, identity = (str(part) for part in setup)
     if identity == "own":  # lre's own user: the one running the tests
         identity = _own_identity()
     return {"attack": marker.args[0], "backend": backend, "identity": identity}
@@ -83,7 +100,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             elif report.failed:
                 outcome = "broken"
             elif report.when == "call":
-                outcome = "held"
+                outcome = "missing" if item.nodeid in _MISSING else "held"
         if outcome is not None:
             with open(path, "a", encoding="utf-8") as handle:
                 handle.write(json.dumps({**described, "outcome": outcome, "test": item.nodeid}))
