@@ -26,9 +26,10 @@ costs more CPU than the calls themselves. ``ActionDirectories`` therefore:
   ``view/work/work`` removed; the view's mount namespace, when the runner
   held it past the action's end (``release(view=...)``), is closed first,
   in the same thread (that close unmounts the view and waits for an RCU
-  grace period, which the action's exit would otherwise have waited for). An action that leaves nothing behind
-  costs no new inode at all, and one whose tree looks like the previous
-  one's costs only the directories that differ. Up to twice the stock is
+  grace period, which the action's exit would otherwise have waited for).
+  An action that leaves nothing behind costs no new inode at all, and one
+  whose tree looks like the previous one's costs only the directories that
+  differ. Up to twice the stock is
   kept this way, so that a burst larger than the stock comes back as ready
   directories instead of being removed now and made again at the next
   burst, and ``take()`` on an empty stock waits for a batch that is
