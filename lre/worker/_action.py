@@ -180,6 +180,9 @@ class ActionRunner:
         self._reusable: dict[str, bool] = {}
         #: leases whose directory is kept for debugging (never released)
         self._kept: set[str] = set()
+        #: lease id -> the held mount namespace of its ended action's view,
+        #: closed with its directory's release (``ActionDirectories``)
+        self._views_held: dict[str, int] = {}
 
     def jobserver_tokens(self) -> tuple[int, int]:
         """``(in_use, total)`` tokens over the private pools of running actions."""
@@ -247,10 +250,14 @@ class ActionRunner:
             self._frozen_s.pop(lease.lease_id, None)
             self._over_limit.pop(lease.lease_id, None)
             reusable = self._reusable.pop(lease.lease_id, True)
+            held = self._views_held.pop(lease.lease_id, None)
             if lease.lease_id in self._kept:
                 self._kept.discard(lease.lease_id)
+                if held is not None:
+                    with trio.CancelScope(shield=True):
+                        await trio.to_thread.run_sync(os.close, held)
             else:
-                await self.directories.release(action_dir, reusable=reusable)
+                await self.directories.release(action_dir, reusable=reusable, view=held)
 
     def _failed(self, lease: Lease, timeline: Timeline, error: LreError) -> Outcome:
         """A request lre cannot run: final, with metadata; logged (INFO if expected)."""
@@ -560,6 +567,7 @@ class ActionRunner:
                 ),
                 end_frozen=((lambda: memory.end_frozen(lease_id)) if memory is not None else None),
                 identity=self.identity,
+                on_view_held=lambda fd: self._views_held.__setitem__(lease_id, fd),
             )
             timeline.mark("execution_completed")
         finally:

@@ -21,9 +21,15 @@ costs more CPU than the calls themselves. ``ActionDirectories`` therefore:
   truncated, ``tmp/`` is emptied, everything under
   ``root/`` but its directories is unlinked (``scrub_root``), and it goes
   back into the stock with those directories listed in ``existing``, for
-  the next action's staging to reuse. An action that leaves nothing behind
-  costs no new inode at all, and one whose tree looks like the previous
-  one's costs only the directories that differ. Up to twice the stock is
+  the next action's staging to reuse. A directory whose action ran in a
+  view also has its overlay's upper layer emptied and the overlay's own
+  ``view/work/work`` removed; the view's mount namespace, when the runner
+  held it past the action's end (``release(view=...)``), is closed first,
+  in the same thread (that close unmounts the view and waits for an RCU
+  grace period, which the action's exit would otherwise have waited for).
+  An action that leaves nothing behind costs no new inode at all, and one
+  whose tree looks like the previous one's costs only the directories that
+  differ. Up to twice the stock is
   kept this way, so that a burst larger than the stock comes back as ready
   directories instead of being removed now and made again at the next
   burst, and ``take()`` on an empty stock waits for a batch that is
@@ -127,6 +133,9 @@ class ActionDirectories:
         self._trash: list[ActionDirectory] = []
         #: released directories that must be removed, not recycled
         self._doomed: list[ActionDirectory] = []
+        #: held mount namespaces of released directories' views, closed
+        #: (torn down) at the start of the next batch
+        self._views: list[int] = []
         self._wake = trio.Event()
         self._refilled = trio.Event()
         self._in_batch = False
@@ -187,13 +196,21 @@ class ActionDirectories:
         self._wake.set()
         return await trio.to_thread.run_sync(self._make)
 
-    async def release(self, directory: ActionDirectory, *, reusable: bool = True) -> None:
+    async def release(
+        self, directory: ActionDirectory, *, reusable: bool = True, view: int | None = None
+    ) -> None:
         """Give back a finished action's directory (see the module docstring).
 
         ``reusable`` False (a process of the action may still write into it)
-        has it removed, never handed to another action.
+        has it removed, never handed to another action. ``view`` is a
+        descriptor holding the mount namespace the action's view was (its
+        overlay still mounted over this directory's layers): it is closed,
+        tearing the view down, in the batch thread before the directory is
+        recycled or removed (a failing close is logged).
         """
+        views = [] if view is None else [view]
         if self._running:
+            self._views.extend(views)
             if reusable:
                 self._trash.append(directory)
             else:
@@ -201,7 +218,7 @@ class ActionDirectories:
             self._wake.set()
             return
         with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(self._remove_all, [directory])
+            await trio.to_thread.run_sync(self._remove_all, [directory], views)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Remove released directories and refill the stock until cancelled."""
@@ -218,6 +235,7 @@ class ActionDirectories:
                 self._wake = trio.Event()
                 trash, self._trash = self._trash, []
                 doomed, self._doomed = self._doomed, []
+                views, self._views = self._views, []
                 wanted = self.stock_size - len(self._stock)
                 keep = 2 * self.stock_size - len(self._stock)
                 self._batches += 1
@@ -225,7 +243,9 @@ class ActionDirectories:
                 # Shielded: a cancellation arriving during the thread call would
                 # otherwise drop the directories it made, leaving them on disk.
                 with trio.CancelScope(shield=True):
-                    made = await trio.to_thread.run_sync(self._batch, trash, wanted, keep, doomed)
+                    made = await trio.to_thread.run_sync(
+                        self._batch, trash, wanted, keep, doomed, views
+                    )
                 self._stock.extend(made)  # takes meanwhile only shrank the stock
                 self._in_batch = False
                 self._refilled.set()
@@ -235,9 +255,10 @@ class ActionDirectories:
             self._in_batch = False
             self._refilled.set()  # takers waiting for a batch make their own
             trash = self._trash + self._doomed + self._stock
-            self._trash, self._doomed, self._stock = [], [], []
+            views = self._views
+            self._trash, self._doomed, self._stock, self._views = [], [], [], []
             with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(self._remove_all, trash)
+                await trio.to_thread.run_sync(self._remove_all, trash, views)
 
     async def _retry_quarantine(self) -> None:
         quarantine = self.workdir.quarantine
@@ -265,11 +286,14 @@ class ActionDirectories:
         wanted: int,
         keep: int,
         doomed: list[ActionDirectory] = [],  # noqa: B006 - never mutated
+        views: list[int] = [],  # noqa: B006 - never mutated
     ) -> list[ActionDirectory]:
-        """Recycle up to ``keep`` of ``trash`` and remove the rest, then make
-        new directories until there are ``wanted``. (Recycling more than the
-        stock needs is cheaper than removing a directory now and making one
-        at the next burst.)"""
+        """Close the held ``views`` (their overlays are over these directories'
+        layers), recycle up to ``keep`` of ``trash`` and remove the rest, then
+        make new directories until there are ``wanted``. (Recycling more than
+        the stock needs is cheaper than removing a directory now and making
+        one at the next burst.)"""
+        _close_views(views)
         ready: list[ActionDirectory] = []
         removing: list[ActionDirectory] = []
         mounts = self.workdir.mounts
@@ -299,12 +323,27 @@ class ActionDirectories:
         own = os.geteuid()
         return (own,) if self.owner is None else (own, self.owner[0])
 
-    def _remove_all(self, directories: list[ActionDirectory]) -> None:
+    def _remove_all(
+        self,
+        directories: list[ActionDirectory],
+        views: list[int] = [],  # noqa: B006 - never mutated
+    ) -> None:
+        _close_views(views)
         for directory in directories:
             try:
                 self.workdir.remove_action_dir(directory.path)
             except OSError:
                 log.exception("could not remove action directory %s", directory.path)
+
+
+def _close_views(views: list[int]) -> None:
+    """Close held view namespaces (each close unmounts that view and waits
+    for an RCU grace period); a failing close is logged."""
+    for fd in views:
+        try:
+            os.close(fd)
+        except OSError:
+            log.exception("could not close a held view's namespace (descriptor %d)", fd)
 
 
 def _recycle(directory: ActionDirectory, owners: tuple[int, ...]) -> ActionDirectory | None:
@@ -343,10 +382,14 @@ def _recycle(directory: ActionDirectory, owners: tuple[int, ...]) -> ActionDirec
 
 def _empty_view(directory: ActionDirectory, owners: tuple[int, ...]) -> bool:
     """Empty the overlay's upper layer, give it back ``ROOT_MODE`` (an action
-    that chmods its input root changes the upper layer's own mode) and drop
-    the work directory's marker of a volatile mount (which would refuse the
-    next one); False when a call fails or the upper layer is not a directory
-    of lre's user any more (the action directory is then removed whole)."""
+    that chmods its input root changes the upper layer's own mode) and remove
+    the overlay's own ``work/work`` from its work directory, marker of a
+    volatile mount included (that marker would refuse the next mount; and an
+    overlay that finds ``work/work`` empties and makes it again itself, in
+    the spawner thread, where on ext4 that costs milliseconds of wall time
+    per action). False when a call fails or the upper layer is not a
+    directory of lre's user any more (the action directory is then removed
+    whole)."""
     try:
         upper = os.lstat(directory.upper)
         if not stat.S_ISDIR(upper.st_mode) or upper.st_uid not in owners:
@@ -359,9 +402,9 @@ def _empty_view(directory: ActionDirectory, owners: tuple[int, ...]) -> bool:
         # overlayfs leaves work/work, work/work/incompat and its "volatile"
         # marker at mode 0: an lre that is not root must open each up first.
         inner = directory.overlay_work / "work"
-        marker = inner / "incompat" / "volatile"
-        if _drop_volatile_marker(marker):
+        if _drop_overlay_work(directory.overlay_work):
             return True
+        marker = inner / "incompat" / "volatile"
         for path in (inner, marker.parent, marker):
             try:
                 info = os.lstat(path)
@@ -371,16 +414,16 @@ def _empty_view(directory: ActionDirectory, owners: tuple[int, ...]) -> bool:
                 return False
             if not info.st_mode & stat.S_IXUSR:
                 os.chmod(path, 0o700)
-        if os.path.lexists(marker.parent):
-            remove_tree(marker.parent)  # opens up what lies below, never follows links
+        if os.path.lexists(inner):
+            remove_tree(inner)  # opens up what lies below, never follows links
     except OSError:
         return False
     return True
 
 
-def _drop_volatile_marker(marker: Path) -> bool:
-    """The usual case, in a few calls: ``incompat/volatile`` holding only the
-    ``dirty`` file overlayfs put there, removed as it was left (the general
+def _drop_overlay_work(work: Path) -> bool:
+    """The usual case, in a few calls: ``work/work`` holding only
+    ``incompat/volatile/dirty`` as overlayfs left it, removed (the general
     descriptor-based removal costs about twice as much CPU on ext4). False
     when anything else is found or a call fails (mode 0 for an lre that is
     not root, another entry): the caller then takes the general way, which
@@ -389,12 +432,13 @@ def _drop_volatile_marker(marker: Path) -> bool:
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     opened: list[int] = []
     try:
-        opened.append(os.open(marker.parent.parent, flags))
-        opened.append(os.open(marker.parent.name, flags, dir_fd=opened[-1]))
-        opened.append(os.open(marker.name, flags, dir_fd=opened[-1]))
-        os.unlink("dirty", dir_fd=opened[2])
-        os.rmdir(marker.name, dir_fd=opened[1])
-        os.rmdir(marker.parent.name, dir_fd=opened[0])
+        opened.append(os.open(work, flags))
+        for name in ("work", "incompat", "volatile"):
+            opened.append(os.open(name, flags, dir_fd=opened[-1]))
+        os.unlink("dirty", dir_fd=opened[3])
+        os.rmdir("volatile", dir_fd=opened[2])
+        os.rmdir("incompat", dir_fd=opened[1])
+        os.rmdir("work", dir_fd=opened[0])
     except OSError:
         return False
     finally:

@@ -44,6 +44,12 @@ class SpawnOptions:
     view: ActionView | None = None
     #: The action's working directory (a path in its view).
     cwd: str = ""
+    #: Keep the view's mount namespace open past the action's end
+    #: (``Containment.held_view``), so that its teardown (every unmount,
+    #: and the RCU grace period the kernel waits for after them) happens
+    #: where the caller closes it instead of in the action's exit, which
+    #: lre waits for.
+    hold_view: bool = False
 
 
 class Containment(ABC):
@@ -105,6 +111,14 @@ class Containment(ABC):
         """The action's first process ``pid`` was forked (spawner thread):
         list it with the guardian."""
         self.guardian.add(pid)
+
+    def held_view(self, pid: int) -> int | None:
+        """(after ``end``) A descriptor of the mount namespace the action whose
+        first process was ``pid`` ran in, kept open for the caller
+        (``SpawnOptions.hold_view``), who owns it from now on: closing it
+        tears the view down. None when nothing was held (no view, a backend
+        that does not hold them, or the descriptor could not be opened)."""
+        return None
 
     def spawn_abandoned(self, pid: int) -> None:
         """``pid`` was started but will never be supervised: kill it (the

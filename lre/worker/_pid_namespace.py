@@ -42,6 +42,17 @@ _PROC_GATE = (
 )
 
 
+def _open_namespace() -> int | None:
+    """(spawner thread, in the view) A descriptor of the calling thread's
+    mount namespace, or None when it cannot be opened (logged: the view is
+    then torn down in the action's exit, as without holding)."""
+    try:
+        return os.open("/proc/thread-self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as error:
+        log.warning("containment pidns: cannot hold the action's view (%s)", error)
+        return None
+
+
 class PidNamespace(Containment):
     """One PID namespace per action (see the module docstring).
 
@@ -75,8 +86,11 @@ class PidNamespace(Containment):
         self._own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
         self._own_net_ns = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
         self._own_mnt_ns = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
-        #: per spawner thread: the read end of the running spawn's gate
+        #: per spawner thread: the read end of the running spawn's gate, and
+        #: the view's namespace held for the spawn just made (``view``)
         self._gate = threading.local()
+        #: first pid -> the held mount namespace of its view (``held_view``)
+        self._held: dict[int, int] = {}
         self._probe()
         can_mount_proc = self._gate_sh is not None or self._unshare is not None
         self.can_view = can_mount_proc and self._probe_view()
@@ -144,6 +158,10 @@ class PidNamespace(Containment):
         # The thread's namespace for children is set back to lre's own first:
         # a thread whose last child namespace already had its first process
         # cannot fork again (ENOMEM) nor unshare a new one (EINVAL).
+        stale: int | None = getattr(self._gate, "view", None)
+        if stale is not None:  # held for a spawn that then failed
+            self._gate.view = None
+            os.close(stale)
         _call("setns", self._own_pid_ns, _CLONE_NEWPID)
         _call("unshare", _CLONE_NEWPID)
         try:
@@ -151,8 +169,17 @@ class PidNamespace(Containment):
                 _call("unshare", _CLONE_NEWNS)
                 try:
                     build_view(options.view, host_proc_writable=self._gate_sh is None)
-                    with self._gated(), self._network(options):
-                        yield []
+                    # Before the action's /proc covers the host's (no
+                    # /proc/thread-self there).
+                    held = _open_namespace() if options.hold_view else None
+                    try:
+                        with self._gated(), self._network(options):
+                            yield []
+                    except BaseException:
+                        if held is not None:
+                            os.close(held)
+                        raise
+                    self._gate.view = held
                 finally:
                     _call("setns", self._own_mnt_ns, _CLONE_NEWNS)
             else:
@@ -160,6 +187,22 @@ class PidNamespace(Containment):
                     yield []
         finally:
             _call("setns", self._own_pid_ns, _CLONE_NEWPID)
+
+    def spawn_started(self, pid: int) -> None:
+        super().spawn_started(pid)
+        held: int | None = getattr(self._gate, "view", None)
+        if held is not None:
+            self._gate.view = None
+            self._held[pid] = held
+
+    def held_view(self, pid: int) -> int | None:
+        return self._held.pop(pid, None)
+
+    def spawn_abandoned(self, pid: int) -> None:
+        held = self._held.pop(pid, None)
+        if held is not None:
+            os.close(held)
+        super().spawn_abandoned(pid)
 
     @contextmanager
     def _gated(self) -> Iterator[None]:

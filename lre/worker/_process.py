@@ -262,8 +262,17 @@ async def run_process(
     paused_seconds: Callable[[], float] | None = None,
     end_frozen: Callable[[], bool] | None = None,
     identity: ActionIdentity | None = None,
+    on_view_held: Callable[[int], None] | None = None,
 ) -> ProcessOutcome:
     """Run ``argv`` to completion, timeout or cancellation.
+
+    ``on_view_held(fd)`` (optional, with a ``view``) is handed, once the
+    action ended (however: cancellation included), a descriptor of the mount
+    namespace the action ran in, where the containment kept it open
+    (``Containment.held_view``): the caller owns it and closes it later, in a
+    thread, since that close tears the view down (unmounts, an RCU grace
+    period); lre then does not wait for that in the action's exit. Without
+    it the view goes with the action's last process, as before.
 
     ``paused_seconds()`` (optional) says how long the action has been frozen
     so far; that time is added to ``timeout`` (a frozen action never times out).
@@ -313,7 +322,12 @@ async def run_process(
         ),
         max_processes,
     )
-    options = SpawnOptions(block_network=block_network, view=view, cwd=str(cwd))
+    options = SpawnOptions(
+        block_network=block_network,
+        view=view,
+        cwd=str(cwd),
+        hold_view=view is not None and on_view_held is not None,
+    )
     environment = dict(env)
     log_files: list[tuple[int, int]] = []
     fds = tuple(pass_fds)
@@ -396,6 +410,7 @@ async def run_process(
         (log_files[0], log_files[1]),
         paused_seconds,
         end_frozen,
+        on_view_held,
     )
 
 
@@ -430,6 +445,7 @@ async def _supervise(
     log_files: tuple[tuple[int, int], tuple[int, int]],
     paused_seconds: Callable[[], float] | None = None,
     end_frozen: Callable[[], bool] | None = None,
+    on_view_held: Callable[[int], None] | None = None,
 ) -> ProcessOutcome:
     pid = popen.pid
     timed_out = False
@@ -467,6 +483,12 @@ async def _supervise(
             with trio.CancelScope(shield=True):
                 await trio.lowlevel.wait_readable(pidfd)
         ended_alone = containment.end(pid, killed=we_killed)
+        held = containment.held_view(pid)
+        if held is not None:
+            if on_view_held is not None:
+                on_view_held(held)
+            else:  # not asked for (no backend holds one unasked)
+                os.close(held)
         _, status, rusage = _reap(pid, pidfd)
         popen.returncode = os.waitstatus_to_exitcode(status)
     ended_at = trio.current_time()

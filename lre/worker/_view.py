@@ -27,7 +27,9 @@ and shapes that namespace, which the action's first process then inherits:
   all. The overlay is
   ``volatile`` (its unmount would otherwise sync the whole upper filesystem
   at every action's end); its work directory must then lose
-  ``work/incompat`` before the next mount (``ActionDirectories`` does so);
+  ``work/incompat`` before the next mount (``ActionDirectories`` removes
+  ``work`` whole: an overlay finding it would empty and remake it itself,
+  at milliseconds of wall time on ext4, in the spawner thread);
 - the action's private temporary directory (its ``TMPDIR``) writable at its
   own path, a fresh tmpfs on ``/tmp`` and on ``/dev/shm``;
 - configured writable host paths (like Bazel's ``--sandbox_writable_path``),
