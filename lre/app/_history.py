@@ -12,10 +12,11 @@ Work done once a second for a batch costs a fraction of the same work done
 per action between two RPCs (the cost of recording on new trees, issue 31).
 
 ``run`` (a Trio task) writes what ``absorb`` kept as JSON lines to the ring
-file (``lre.snapshot.HistoryFile``) in a worker thread once a second and
-samples the host (CPU %, memory in use) for the TUI and, while actions run,
-for the history (``HostSample`` lines: the report's CPU and memory over
-time).
+file (``lre.snapshot.HistoryFile``) in a worker thread once a second and,
+in the same thread, samples the host (CPU %, memory in use) for the TUI
+and, while actions run, for the history (``HostSample`` lines: the
+report's CPU and memory over time; the reservations in them are read on
+the Trio thread, where the schedulers live).
 
 Failure: a write that fails (a full disk, a read-only state dir) is logged
 once, the buffered lines are dropped and recording pauses for
@@ -259,18 +260,25 @@ class HistoryRecorder:
         try:
             while True:
                 await trio.sleep(self.FLUSH_INTERVAL_S)
-                self._sample()
-                await trio.to_thread.run_sync(self.flush)
+                # The schedulers' figures on their thread; the host's (psutil
+                # parses /proc, ~0.3 ms) and the flush off it.
+                reserved = self._reserved() if self._reserved else (0, 0, 0)
+                await trio.to_thread.run_sync(self._sample_and_flush, reserved)
         finally:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(self.close)
 
-    def _sample(self) -> None:
+    def _sample_and_flush(self, reserved: tuple[int, int, int]) -> None:
+        """(A worker thread.) Sample the host, then flush."""
+        self._sample(reserved)
+        self.flush()
+
+    def _sample(self, reserved: tuple[int, int, int]) -> None:
         memory = psutil.virtual_memory()
         cpu = psutil.cpu_percent(None)
         used = int(memory.total - memory.available)
         self.host = HostUsage(cpu, psutil.cpu_count() or 1, used, int(memory.total))
-        millicpus, reserved_memory, running = self._reserved() if self._reserved else (0, 0, 0)
+        millicpus, reserved_memory, running = reserved
         if not running and not self._pending and not self._buffer:
             return
         self._pending.append(

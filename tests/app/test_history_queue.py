@@ -9,12 +9,15 @@ build lines and ``/metrics`` see every action that has ended.
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 
 import pytest
+import trio
+import trio.testing
 
 from lre.app._history import HistoryRecorder
-from lre.snapshot import ActionRecord, Phase, Source, read_history
+from lre.snapshot import ActionRecord, HostSample, Phase, Source, read_history
 
 
 def _executed(n: int, invocation: str = "inv") -> ActionRecord:
@@ -109,3 +112,36 @@ def test_with_no_flush_the_queue_and_the_unwritten_lines_stay_bounded(tmp_path: 
     written = [r.target for r in read_history(tmp_path) if isinstance(r, ActionRecord)]
     assert written == [f"//pkg:t{n}" for n in range(14, 20)]  # the newest MAX_BUFFERED
     assert (recorder.recorded, recorder.dropped) == (20, 14)
+
+
+async def test_the_host_is_sampled_off_the_trio_thread_with_reservations_read_on_it(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The schedulers live on the Trio thread, so their reservations are read
+    there; psutil's parsing of /proc and the flush run in a worker thread."""
+    trio_thread = threading.current_thread()
+    read_on: list[threading.Thread] = []
+
+    def reserved() -> tuple[int, int, int]:
+        read_on.append(threading.current_thread())
+        return 1500, 3 << 30, 2
+
+    def samples() -> list[HostSample]:
+        return [r for r in read_history(tmp_path) if isinstance(r, HostSample)]
+
+    recorder = HistoryRecorder(tmp_path, max_bytes=1 << 20, reserved=reserved)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(recorder.run)
+        # virtual time: the clock jumps while a flush runs in its thread, so
+        # wait for the lines rather than for a number of seconds
+        with trio.fail_after(3_600):
+            while True:
+                if len(samples()) >= 3:
+                    break
+                await trio.sleep(recorder.FLUSH_INTERVAL_S)
+        nursery.cancel_scope.cancel()
+    assert read_on and all(thread is trio_thread for thread in read_on)
+    assert recorder.host is not None and recorder.host.memory_total_bytes > 0
+    assert {(s.reserved_millicpus, s.reserved_memory_bytes, s.running) for s in samples()} == {
+        (1500, 3 << 30, 2)
+    }
