@@ -35,6 +35,11 @@ dotted path of the generated config on one side (list items by index, e.g.
 inner one or an index out of range is an error), so a feature's cost can be
 isolated in a same-run A/B (feature on vs off).
 
+``--pieces`` also times each piece of history recording inside both
+servers (``bench/history_pieces/sitecustomize.py``: CPU time of the calling
+thread around the tap, the recorder's queueing, flush and sampling) and
+prints it per action: the direct cost, steadier than B/A on a busy machine.
+
 Raises ``RuntimeError`` when an action fails; ``SystemExit`` (argparse) on a
 malformed override.
 """
@@ -68,10 +73,13 @@ BATCH = 42
 RPC_KINDS = ("FindMissingBlobs", "Read", "GetActionResult miss", "Write")
 
 
+PIECES_DIR = Path(__file__).resolve().parent / "history_pieces"
+
+
 @contextmanager
-def _python_path(tree: Path) -> Iterator[None]:
+def _python_path(tree: Path, pieces: bool = False) -> Iterator[None]:
     old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = str(tree)
+    os.environ["PYTHONPATH"] = f"{PIECES_DIR}:{tree}" if pieces else str(tree)
     try:
         yield
     finally:
@@ -339,6 +347,28 @@ def _report(args: argparse.Namespace, sides: list[Side]) -> None:
         print(f"  {s.name} by thread (ms per unit, averaged over the workloads): {shown}")
 
 
+def _report_pieces(sides: list[Side], out: Path) -> None:
+    """Each side's recording pieces per action (over the whole run, warm-up
+    and idle seconds included; actions = calls of the tap's ``finished``).
+    Nested: ``tap.finished`` includes ``recorder.record``/``record_later``,
+    ``flush`` includes ``_absorb``."""
+    print("  (nested: tap.finished includes recorder.record/record_later, flush includes _absorb)")
+    for side in sides:
+        try:
+            totals = json.loads((out / f"{side.lre.proc.pid}.json").read_text())
+        except (OSError, ValueError):
+            print(f"  {side.name} recording pieces: none (recording off, or the server died)")
+            continue
+        actions = next((calls for k, (_, calls) in totals.items() if "finished" in k), 0)
+        if not actions:
+            print(f"  {side.name} recording pieces: no action recorded")
+            continue
+        shown = ", ".join(
+            f"{piece} {ns / actions / 1e3:.1f}" for piece, (ns, _) in sorted(totals.items())
+        )
+        print(f"  {side.name} recording pieces (us of CPU per action, {actions} actions): {shown}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--tree-a", type=Path, required=True, help="source tree of side A")
@@ -365,6 +395,9 @@ def main() -> int:
     )
     ap.add_argument("--calls", type=int, default=1500, help="calls per kind and round (rpc)")
     ap.add_argument("--recording-cache", type=Path, default=Path.home() / ".cache" / "lre-bench")
+    ap.add_argument(
+        "--pieces", action="store_true", help="time each piece of history recording per action"
+    )
     args = ap.parse_args()
     if args.tree_b is None:
         args.tree_b = args.tree_a
@@ -378,9 +411,13 @@ def main() -> int:
             for name, overrides in (("A", args.override_a), ("B", args.override_b)):
                 home = Path(tmp) / name
                 configs[name] = apply_overrides(local_config(home, BAZEL_WORKER), overrides)
+            pieces_out = Path(tmp) / "pieces"
+            if args.pieces:
+                pieces_out.mkdir()
+                os.environ["LRE_PIECES_OUT"] = str(pieces_out)
             for name, tree in (("A", args.tree_a), ("B", args.tree_b)):
                 home = Path(tmp) / name
-                with _python_path(tree.resolve()):
+                with _python_path(tree.resolve(), args.pieces):
                     lre = LreProcess(configs[name], home)
                 sides.append(Side(name, lre))
             print(f"A = {args.tree_a}, B = {args.tree_b}, work {args.work}")
@@ -392,6 +429,8 @@ def main() -> int:
         finally:
             for side in sides:
                 side.lre.stop()
+        if args.pieces:
+            _report_pieces(sides, pieces_out)
     print(f"took {time.monotonic() - started:.0f} s")
     return 0
 

@@ -112,7 +112,7 @@ class Application:
             learner=self.learner,
             pressure=pressure,
             on_event=self._record_event,
-            on_record=self.history.record if self.history is not None else None,
+            on_record=self.history.record_later if self.history is not None else None,
         )
         #: Forward schedulers by name (each wraps a local scheduler).
         self.forwarders: dict[str, ForwardScheduler] = build_forwarders(

@@ -21,7 +21,7 @@ from lre.scheduler._forward import (
     ForwardStatistics,
 )
 from lre.scheduler._forward_upstream import UpstreamExecutor, UpstreamOutcome
-from lre.scheduler._history import RecordHook, metadata_stamps
+from lre.scheduler._history import RecordBuilder, RecordHook, metadata_stamps
 from lre.scheduler._kind import kind_key
 from lre.scheduler._learner import ReservationEstimate, ReservationLearner
 from lre.scheduler._lease import CancelSignal, Lease
@@ -88,6 +88,7 @@ __all__ = [
     "OperationWatch",
     "Outcome",
     "QueuedStatistics",
+    "RecordBuilder",
     "RecordHook",
     "RegisteredWorkerStatistics",
     "RequestInfo",

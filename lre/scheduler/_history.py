@@ -3,28 +3,42 @@
 The scheduler calls ``lease_ended`` for every attempt's outcome and
 ``finished`` once per operation (in ``_complete``, on the Trio thread);
 the tap keeps what it needs between the two (peak memory over attempts,
-the reservation and worker of the last attempt) and hands the record to
-the hook the composition root gave it (the history recorder). A hook that
-raises is logged and ignored: recording never ends an operation.
+the reservation and worker of the last attempt) and hands the hook the
+composition root gave it (the history recorder) a ``RecordBuilder``: the
+operation's fields taken as they are now, and a function that makes the
+``ActionRecord`` of them when called. The Trio thread only takes the
+fields; the recorder builds the records in its once-a-second flush, many
+at once (per action that is a fraction of building each one here, between
+two RPCs, with nothing of it in the CPU caches). The builder may run on any
+thread: it reads only what it took, and the operation's ``result``, which
+the scheduler never changes once the operation is done.
+
+A hook that raises is logged and ignored: recording never ends an
+operation; so is a builder that raises (``build_record``).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import NamedTuple
 
 from lre.errors import LreError
 from lre.proto import re_pb2
 from lre.scheduler._lease import Lease
-from lre.scheduler._model import Backpressure, MemoryExceeded, Outcome
+from lre.scheduler._model import ActionKey, Backpressure, MemoryExceeded, Outcome, RequestInfo
 from lre.scheduler._records import OperationState
 from lre.snapshot import BOUNDARIES, ActionRecord, Source
 
 log = logging.getLogger(__name__)
 
-RecordHook = Callable[[ActionRecord], None]
+#: Makes one operation's ``ActionRecord`` (from fields taken when it ended).
+RecordBuilder = Callable[[], ActionRecord]
+#: Receives a builder for every operation that ends.
+RecordHook = Callable[[RecordBuilder], None]
 
 #: The boundaries of the phase model (``lre.snapshot.BOUNDARIES``) and their
 #: ``ExecutedActionMetadata`` fields; the other timestamps are not kept.
@@ -46,16 +60,8 @@ def metadata_stamps(metadata: re_pb2.ExecutedActionMetadata) -> dict[str, float]
     return out
 
 
-@dataclass(slots=True)
-class _Attempts:
-    peak_rss_bytes: int = 0
-    cpu_seconds: float = 0.0
-    millicpus: int = 0
-    memory_bytes: int = 0
-    worker: str = ""
-    runs: int = 0  # leases that ran (a declined one does not count)
-    freezes: int = 0  # runs the memory control froze at least once
-    killed_at: list[float] = field(default_factory=list)
+#: One attempt's lease and outcome, and when it was killed for its memory (or 0).
+_Attempt = tuple[Lease, Outcome, float]
 
 
 class HistoryTap:
@@ -64,82 +70,144 @@ class HistoryTap:
     def __init__(self, hook: RecordHook, *, clock: Callable[[], float] = time.time) -> None:
         self._hook = hook
         self._clock = clock
-        self._attempts: dict[str, _Attempts] = {}
+        self._attempts: dict[str, list[_Attempt]] = {}
 
     def lease_ended(self, op: OperationState, lease: Lease, outcome: Outcome) -> None:
         """Note one attempt's outcome (nothing once ``op`` ended: a cancelled
-        operation's lease reports after its record was written)."""
+        operation's lease reports after its record was written). Only kept
+        here: the builder adds the attempts up (leases and outcomes are
+        immutable)."""
         if op.done:
             return
+        killed_at = self._clock() if isinstance(outcome, MemoryExceeded) else 0.0
         attempts = self._attempts.get(op.name)
         if attempts is None:
-            attempts = self._attempts[op.name] = _Attempts()
-        attempts.millicpus = lease.reservation.millicpus
-        attempts.memory_bytes = lease.reservation.memory_bytes
-        attempts.worker = lease.worker_name
-        if not isinstance(outcome, Backpressure):
-            attempts.runs += 1
-        usage = getattr(outcome, "usage", None)
-        if usage is not None:
-            attempts.peak_rss_bytes = max(attempts.peak_rss_bytes, usage.peak_rss_bytes)
-            attempts.cpu_seconds += usage.cpu_seconds
-            if usage.frozen_seconds > 0:
-                attempts.freezes += 1
-        if isinstance(outcome, MemoryExceeded):
-            attempts.peak_rss_bytes = max(attempts.peak_rss_bytes, outcome.peak_rss_bytes)
-            attempts.killed_at.append(self._clock())
+            self._attempts[op.name] = [(lease, outcome, killed_at)]
+        else:
+            attempts.append((lease, outcome, killed_at))
 
     def finished(self, op: OperationState, error: LreError | None) -> None:
-        """Record ``op`` (done now); never raises."""
-        attempts = self._attempts.pop(op.name, None) or _Attempts()
+        """Hand the hook ``op``'s builder (``op`` is done now); never raises."""
+        attempts = self._attempts.pop(op.name, ())
         try:
-            self._hook(_record(op, error, attempts, self._clock()))
+            self._hook(
+                partial(
+                    build_record,
+                    _Ended(
+                        self._clock(),
+                        op.key,
+                        op.request_info,
+                        op.result,
+                        op.cached,
+                        op.attempt,
+                        op.queued_at,
+                        tuple(op.waited_for) if op.waited_for else (),
+                        op.kills,
+                        op.retries,
+                        error,
+                        attempts,
+                    ),
+                )
+            )
         except Exception:
             log.exception("recording operation %s in the history failed", op.name)
 
 
-def _record(
-    op: OperationState, error: LreError | None, attempts: _Attempts, now: float
-) -> ActionRecord:
-    result = op.result
-    if op.cached:
+class _Ended(NamedTuple):
+    """What the record of one operation is made of, taken when it ended
+    (a tuple: the cheapest thing to make on the Trio thread)."""
+
+    at: float
+    key: ActionKey
+    info: RequestInfo
+    result: re_pb2.ActionResult | None
+    cached: bool
+    attempt: int
+    queued_at: float
+    waited_for: tuple[str, ...]
+    kills: int
+    retries: int
+    error: LreError | None
+    attempts: Sequence[_Attempt]
+
+
+@dataclass(slots=True)
+class _Attempts:
+    """The attempts of one operation added up."""
+
+    peak_rss_bytes: int = 0
+    cpu_seconds: float = 0.0
+    millicpus: int = 0
+    memory_bytes: int = 0
+    worker: str = ""
+    runs: int = 0  # leases that ran (a declined one does not count)
+    freezes: int = 0  # runs the memory control froze at least once
+    killed_at: tuple[float, ...] = ()
+
+
+def _add_up(attempts: Sequence[_Attempt]) -> _Attempts:
+    out = _Attempts()
+    for lease, outcome, killed_at in attempts:
+        out.millicpus = lease.reservation.millicpus
+        out.memory_bytes = lease.reservation.memory_bytes
+        out.worker = lease.worker_name
+        if not isinstance(outcome, Backpressure):
+            out.runs += 1
+        usage = getattr(outcome, "usage", None)
+        if usage is not None:
+            out.peak_rss_bytes = max(out.peak_rss_bytes, usage.peak_rss_bytes)
+            out.cpu_seconds += usage.cpu_seconds
+            if usage.frozen_seconds > 0:
+                out.freezes += 1
+        if isinstance(outcome, MemoryExceeded):
+            out.peak_rss_bytes = max(out.peak_rss_bytes, outcome.peak_rss_bytes)
+            out.killed_at += (killed_at,)
+    return out
+
+
+def build_record(ended: _Ended) -> ActionRecord:
+    """The ``ActionRecord`` of ``ended`` (the tap's builders call this).
+    Raises only on a bug; the recorder logs it and drops that record."""
+    result = ended.result
+    attempts = _add_up(ended.attempts)
+    if ended.cached:
         source = Source.EXECUTE_HIT
-    elif attempts.runs > 0 or op.attempt > 0:
+    elif attempts.runs > 0 or ended.attempt > 0:
         source = Source.EXECUTED
     else:
         source = Source.NOT_RUN
     stamps = {}
     exit_code = None
-    if result is not None and not op.cached:
+    if result is not None and not ended.cached:
         stamps = metadata_stamps(result.execution_metadata)
         if "execution_completed" in stamps:
             exit_code = result.exit_code
     if source is Source.EXECUTED:
-        stamps.setdefault("queued", op.queued_at)
-    info = op.request_info
-    tool = f"{info.tool_name} {info.tool_version}".strip()
+        stamps.setdefault("queued", ended.queued_at)
+    info = ended.info
+    error = ended.error
     return ActionRecord(
-        at=now,
+        at=ended.at,
         source=source,
         invocation=info.tool_invocation_id,
-        tool=tool,
-        instance=op.key.instance_name,
+        tool=f"{info.tool_name} {info.tool_version}".strip(),
+        instance=ended.key.instance_name,
         target=info.target_id,
         mnemonic=info.action_mnemonic,
-        action=op.key.action_digest.hash,
+        action=ended.key.action_digest.hash,
         worker=attempts.worker,
         exit_code=exit_code,
         error=error.code.name if error is not None else "",
-        submitted_at=op.queued_at,
-        waited_for=tuple(sorted(op.waited_for)),
+        submitted_at=ended.queued_at,
+        waited_for=tuple(sorted(ended.waited_for)),
         reserved_millicpus=attempts.millicpus,
         reserved_memory_bytes=attempts.memory_bytes,
         peak_rss_bytes=attempts.peak_rss_bytes,
         cpu_seconds=attempts.cpu_seconds,
         attempts=attempts.runs,
-        kills=op.kills,
-        retries=op.retries,
+        kills=ended.kills,
+        retries=ended.retries,
         freezes=attempts.freezes,
         stamps=stamps,
-        killed_at=tuple(attempts.killed_at),
+        killed_at=attempts.killed_at,
     )

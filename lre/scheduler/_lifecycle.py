@@ -60,8 +60,10 @@ class OperationLifecycle:
       successes); exceptions it raises are logged and ignored.
     - ``directories``: the reader of ``cas``'s Directory messages shared with
       the workers (the composition root passes one; one of its own if not).
-    - ``on_record``: called synchronously with an ``lre.snapshot.ActionRecord``
-      for every operation that ends (the history); exceptions are logged.
+    - ``on_record``: called synchronously for every operation that ends (the
+      history) with a ``RecordBuilder``, a function that makes its
+      ``lre.snapshot.ActionRecord`` (call it later, on any thread:
+      ``lre.scheduler._history``); exceptions are logged.
 
     Raises ``ValueError`` when ``spec.progress_interval_s`` is not in (0, 30].
     """

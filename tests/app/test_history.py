@@ -163,7 +163,7 @@ async def test_the_snapshot_shows_a_build_current_while_its_first_action_runs(
     nursery: trio.Nursery, tmp_path: Path
 ) -> None:
     recorder = HistoryRecorder(tmp_path, max_bytes=1 << 20)
-    harness = await start_harness(nursery, on_record=recorder.record)
+    harness = await start_harness(nursery, on_record=recorder.record_later)
     assembler = SnapshotAssembler(
         address="127.0.0.1:0", scheduler=harness.scheduler.statistics, history=recorder
     )

@@ -10,6 +10,7 @@ from lre.scheduler import (
     Completed,
     InfrastructureFailure,
     MemoryExceeded,
+    RecordBuilder,
     RequestInfo,
     ResourcePolicy,
     Stage,
@@ -28,9 +29,9 @@ def _info(target: str) -> RequestInfo:
 async def test_records_say_what_an_action_waited_for_and_how_often_it_ran(
     nursery: trio.Nursery,
 ) -> None:
-    records: list[ActionRecord] = []
+    builders: list[RecordBuilder] = []  # built at the end, as the recorder's flush does
     policy = ResourcePolicy(cold_memory_bytes=256 * MiB, ladder=(1 * GiB,), max_steps=3)
-    harness = await start_harness(nursery, on_record=records.append, resources=policy)
+    harness = await start_harness(nursery, on_record=builders.append, resources=policy)
     worker = await harness.add_worker(worker_info(cpus=1, memory=4 * GiB))
     first = harness.scheduler.submit(
         execute_request(await harness.builder.action()), request_info=_info("//a:first")
@@ -61,7 +62,7 @@ async def test_records_say_what_an_action_waited_for_and_how_often_it_ran(
         Completed(result, usage=Usage(peak_rss_bytes=5 * MiB, cpu_seconds=0.1, wall_seconds=0.2)),
     )
     await harness.wait_stage(second.name, Stage.COMPLETED)
-    by_target = {r.target: r for r in records}
+    by_target = {r.target: r for r in (build() for build in builders)}
     a, b = by_target["//a:first"], by_target["//a:second"]
     assert a.source is Source.EXECUTED and a.invocation == "inv-1" and a.tool == "bazel"
     assert a.waited_for == () and a.attempts == 1 and a.exit_code is None  # no stamps sent
@@ -75,7 +76,7 @@ async def test_records_say_what_an_action_waited_for_and_how_often_it_ran(
 
 
 async def test_a_failing_hook_never_ends_an_operation(nursery: trio.Nursery) -> None:
-    def broken(record: ActionRecord) -> None:
+    def broken(build: RecordBuilder) -> None:
         raise RuntimeError("disk on fire")
 
     harness = await start_harness(nursery, on_record=broken)
@@ -90,7 +91,7 @@ async def test_a_cancelled_running_action_is_recorded_once_and_forgotten(
     nursery: trio.Nursery,
 ) -> None:
     records: list[ActionRecord] = []
-    harness = await start_harness(nursery, on_record=records.append)
+    harness = await start_harness(nursery, on_record=lambda build: records.append(build()))
     worker = await harness.add_worker()
     op = harness.scheduler.submit(
         execute_request(await harness.builder.action()), request_info=_info("//a:c")
@@ -116,7 +117,7 @@ async def test_a_start_held_by_frozen_actions_says_frozen_and_frozen_runs_are_co
     frozen = [False]
     harness = await start_harness(
         nursery,
-        on_record=records.append,
+        on_record=lambda build: records.append(build()),
         resources=ResourcePolicy(cold_memory_bytes=512 * MiB),
         available_memory=lambda: available[0],
         memory_frozen=lambda: frozen[0],

@@ -31,7 +31,7 @@ async def test_a_frozen_run_is_recorded_and_what_waits_meanwhile_says_frozen(
         SimpleSchedulerSpec(),
         cas=store,
         resources=ResourcePolicy(cold_memory_bytes=256 * MiB),  # the veto weighs a reservation
-        on_record=records.append,
+        on_record=lambda build: records.append(build()),
         available_memory=pressure.room_bytes,  # as the composition root wires it
         memory_frozen=lambda: pressure.frozen > 0,
     )
