@@ -1,8 +1,9 @@
 """Storage below the gRPC services: blob stores, the action cache, helpers.
 
 Every store follows ``BlobStore`` (``has_many``, ``read``, ``write``) and is
-Trio-async; bounded stores also offer ``pin`` (``PinnableStore``) and
-``statistics()``. Stores compose by wrapping.
+Trio-async, and says in ``capabilities()`` what else it offers (pins,
+statistics, local files, lookups from any thread). Stores compose by
+wrapping.
 """
 
 from lre.cas._action_cache import ActionCache, FilesystemActionCache, MemoryActionCache
@@ -25,11 +26,10 @@ from lre.cas._directory_reader import DirectoryReader
 from lre.cas._filesystem import FilesystemStore
 from lre.cas._grpc_action_cache import FastSlowActionCache, GrpcActionCache
 from lre.cas._grpc_store import GrpcStore
-from lre.cas._immediate import ImmediateReads, immediate_reads
 from lre.cas._inline import call_inline
 from lre.cas._memory import MemoryStore
 from lre.cas._pins import Pin
-from lre.cas._protocol import BlobStore, PinnableStore
+from lre.cas._protocol import BlobStore, ImmediateReads, StoreCapabilities
 from lre.cas._statistics import StoreStatistics
 from lre.cas._streams import closing_stream
 from lre.cas._tree import (
@@ -63,8 +63,8 @@ __all__ = [
     "MemoryActionCache",
     "MemoryStore",
     "Pin",
-    "PinnableStore",
     "ShrinkReport",
+    "StoreCapabilities",
     "StoreStatistics",
     "TreeExtent",
     "VerifyStore",
@@ -74,7 +74,6 @@ __all__ = [
     "content_usage",
     "disk_free_bytes",
     "file_digests",
-    "immediate_reads",
     "missing_digests",
     "read_blobs",
     "read_bytes",

@@ -30,12 +30,16 @@ class ActionCache(Protocol):
 
     ``get`` returns the stored bytes or ``None``; ``put`` replaces any entry
     (raising ``ResourceExhausted`` when it cannot be stored). Parsing and the
-    completeness check live in ``ActionResultCache``.
+    completeness check live in ``ActionResultCache``. ``known_absent`` is
+    true only when the cache can tell from memory alone, safely from any
+    thread, that it holds no entry (``False`` means "ask ``get``").
     """
 
     async def get(self, action_digest: Digest) -> bytes | None: ...
 
     async def put(self, action_digest: Digest, data: bytes) -> None: ...
+
+    def known_absent(self, action_digest: Digest) -> bool: ...
 
 
 class MemoryActionCache:

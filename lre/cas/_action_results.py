@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from google.protobuf.message import DecodeError
 
-from lre.cas._action_cache import ActionCache, FilesystemActionCache, MemoryActionCache
+from lre.cas._action_cache import ActionCache
 from lre.cas._blob_io import missing_digests, read_message
 from lre.cas._protocol import BlobStore
 from lre.cas._result_paths import check_result_paths
@@ -32,10 +32,7 @@ class ActionResultCache:
         """Whether the cache can tell from memory alone, safely from any
         thread, that it holds no entry for ``action_digest`` (a local
         filesystem or memory cache; an upstream one never can)."""
-        ac = self.ac
-        if isinstance(ac, FilesystemActionCache | MemoryActionCache):
-            return ac.known_absent(action_digest)
-        return False
+        return self.ac.known_absent(action_digest)
 
     async def get_result(self, action_digest: Digest) -> re_pb2.ActionResult | None:
         """The stored result, or ``None`` when absent, unparsable or incomplete."""

@@ -71,6 +71,7 @@ from lre.cas._blob_writes import BlobWriter
 from lre.cas._content_index import FREE_DISK_MAX_AGE_S, ContentIndex, ShrinkReport
 from lre.cas._inline import INLINE_BYTES, call_inline
 from lre.cas._pins import Pin, PinTable
+from lre.cas._protocol import StoreCapabilities
 from lre.cas._statistics import StoreStatistics
 from lre.cas._streams import closing_stream
 from lre.cas._variant_files import VariantFiles
@@ -170,6 +171,9 @@ class FilesystemStore:
         )
         self._variants = VariantFiles(self._index, self._writer, self._limiter)
         self._opened = False
+        self._capabilities = StoreCapabilities(
+            pin=self.pin, statistics=self.statistics, local_files=self, immediate_reads=self
+        )
 
     # ------------------------------------------------------------ lifecycle
 
@@ -316,7 +320,7 @@ class FilesystemStore:
         return self._index.find_many_hashes(hashes, sizes)
 
     # Answers given at once on another thread (the gRPC thread, see
-    # lre/cas/_immediate.py): they only read the index and the files, and
+    # ``StoreCapabilities.immediate_reads``): they only read the index and the files, and
     # queue their uses for this store's own thread.
 
     def sizes_now(self, hashes: Sequence[str], sizes: Sequence[int]) -> list[int | None] | None:
@@ -492,6 +496,10 @@ class FilesystemStore:
     def told_bytes(self) -> int:
         """Bytes of the blobs the cache contract holds right now."""
         return self._index.told_bytes()
+
+    def capabilities(self) -> StoreCapabilities:
+        """Pins, statistics, its own files and lookups from any thread."""
+        return self._capabilities
 
     def pin(self, digests: Iterable[Digest]) -> Pin:
         """Keep ``digests`` (both variants) from eviction until released."""

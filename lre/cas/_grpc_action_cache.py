@@ -76,6 +76,10 @@ class GrpcActionCache:
         self.skipped_results = 0
         self.failed_uploads = 0
 
+    def known_absent(self, action_digest: Digest) -> bool:
+        """Never: only the upstream knows what it holds."""
+        return False
+
     def upstream_statistics(self) -> UpstreamStatistics:
         return self.client.statistics()
 
@@ -191,6 +195,10 @@ class FastSlowActionCache:
         self.slow_misses_in_a_row = 0
         #: The action digests of the latest slow-tier misses, newest last.
         self.recent_slow_misses: collections.deque[Digest] = collections.deque(maxlen=16)
+
+    def known_absent(self, action_digest: Digest) -> bool:
+        """Absent from both tiers as far as each can tell from memory."""
+        return self.fast.known_absent(action_digest) and self.slow.known_absent(action_digest)
 
     async def get(self, action_digest: Digest) -> bytes | None:
         data = await self.fast.get(action_digest)

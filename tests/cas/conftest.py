@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
 
 import pytest
 
-from lre.cas import BlobStore, FastSlowStore, FilesystemStore, MemoryStore, VerifyStore
+from lre.cas import BlobStore, FastSlowStore, FilesystemStore, MemoryStore, Pin, VerifyStore
+from lre.digest import Digest
 
 StoreFactory = Callable[[int], Awaitable[BlobStore]]
 
 BOUNDED_KINDS = ["memory", "filesystem"]
 STORE_KINDS = [*BOUNDED_KINDS, "verify", "fast_slow"]
+
+
+def pin(store: BlobStore, digests: Iterable[Digest]) -> Pin:
+    """Pin ``digests`` through the ``pin`` the store offers (fails if none)."""
+    pinner = store.capabilities().pin
+    assert pinner is not None, f"{type(store).__name__} offers no pin"
+    return pinner(digests)
 
 
 async def chunked(data: bytes, size: int = 3) -> AsyncIterator[bytes]:
