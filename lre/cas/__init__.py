@@ -9,18 +9,15 @@ wrapping.
 from lre.cas._action_cache import ActionCache, FilesystemActionCache, MemoryActionCache
 from lre.cas._action_results import ActionResultCache
 from lre.cas._blob_io import (
-    BulkBlobStore,
-    missing_digests,
     read_blobs,
     read_bytes,
     read_message,
     sizes_of,
     write_blobs,
-    write_bytes,
     write_message,
 )
 from lre.cas._blob_scan import ContentUsage, content_usage
-from lre.cas._content_index import ShrinkReport, disk_free_bytes
+from lre.cas._content_index import ShrinkReport
 from lre.cas._directory_cache import DirectoryCache
 from lre.cas._directory_reader import DirectoryReader
 from lre.cas._filesystem import FilesystemStore
@@ -32,24 +29,14 @@ from lre.cas._pins import Pin
 from lre.cas._protocol import BlobStore, ImmediateReads, StoreCapabilities
 from lre.cas._statistics import StoreStatistics
 from lre.cas._streams import closing_stream
-from lre.cas._tree import (
-    TreeExtent,
-    file_digests,
-    tree_extent,
-    tree_file_digests,
-    validate_directory,
-    validate_tree,
-)
-from lre.cas._upstream_uploads import result_blobs, upload_missing
-from lre.cas._verify import BlobVerifier, check_read_range
+from lre.cas._tree import TreeExtent, tree_extent
+from lre.cas._upstream_uploads import upload_missing
 from lre.cas._wrappers import FastSlowStore, VerifyStore
 
 __all__ = [
     "ActionCache",
     "ActionResultCache",
     "BlobStore",
-    "BlobVerifier",
-    "BulkBlobStore",
     "ContentUsage",
     "DirectoryCache",
     "DirectoryReader",
@@ -69,23 +56,14 @@ __all__ = [
     "TreeExtent",
     "VerifyStore",
     "call_inline",
-    "check_read_range",
     "closing_stream",
     "content_usage",
-    "disk_free_bytes",
-    "file_digests",
-    "missing_digests",
     "read_blobs",
     "read_bytes",
     "read_message",
-    "result_blobs",
     "sizes_of",
     "tree_extent",
-    "tree_file_digests",
     "upload_missing",
-    "validate_directory",
-    "validate_tree",
     "write_blobs",
-    "write_bytes",
     "write_message",
 ]

@@ -9,27 +9,14 @@ and the scheduler's admission; the memory control tells each freeze and thaw
 as a ``MemoryAction`` (``LocalWorker.memory.on_event``).
 """
 
-from lre.worker._action import ActionResultWriter, ActionRunner
-from lre.worker._containment import (
-    CONTAINMENT_MODES,
-    Containment,
-    ContainmentUnavailable,
-    choose_containment,
-)
+from lre.worker._containment import Containment, ContainmentUnavailable, choose_containment
 from lre.worker._memory_control import MemoryAction, MemoryControlStatistics
 from lre.worker._pressure import PressureMonitor
-from lre.worker._process import ProcessOutcome, run_process
 from lre.worker._protections import missing_protections, namespace_refusals
 from lre.worker._quarantine import QuarantinedEntry, quarantined
-from lre.worker._upload import Adopter
-from lre.worker._workdir import WorkDirectory, WorkDirectoryInUse
 from lre.worker._worker import LocalWorker, LocalWorkerStatistics
 
 __all__ = [
-    "CONTAINMENT_MODES",
-    "ActionResultWriter",
-    "ActionRunner",
-    "Adopter",
     "Containment",
     "ContainmentUnavailable",
     "LocalWorker",
@@ -37,13 +24,9 @@ __all__ = [
     "MemoryAction",
     "MemoryControlStatistics",
     "PressureMonitor",
-    "ProcessOutcome",
     "QuarantinedEntry",
-    "WorkDirectory",
-    "WorkDirectoryInUse",
     "choose_containment",
     "missing_protections",
     "namespace_refusals",
     "quarantined",
-    "run_process",
 ]

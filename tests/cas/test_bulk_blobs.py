@@ -8,14 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from lre.cas import (
-    BulkBlobStore,
-    FilesystemStore,
-    MemoryStore,
-    read_blobs,
-    sizes_of,
-    write_blobs,
-)
+from lre.cas import FilesystemStore, MemoryStore, read_blobs, sizes_of, write_blobs
+from lre.cas._blob_io import BulkBlobStore
 from lre.digest import EMPTY_DIGEST, Digest, digest_of
 from lre.errors import InvalidArgument, NotFound, ResourceExhausted
 from tests.cas.conftest import StoreFactory, pin

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lre.cas import BlobStore, MemoryStore, closing_stream, missing_digests, read_bytes, write_bytes
+from lre.cas import BlobStore, MemoryStore, closing_stream, read_bytes
+from lre.cas._blob_io import missing_digests, write_bytes
 from lre.digest import EMPTY_DIGEST, Digest, digest_of
 from lre.errors import InvalidArgument, NotFound, OutOfRange, ResourceExhausted
 

@@ -15,8 +15,8 @@ from lre.cas import (
     StoreCapabilities,
     VerifyStore,
     read_bytes,
-    write_bytes,
 )
+from lre.cas._blob_io import write_bytes
 from lre.digest import Digest, digest_of
 from lre.errors import InvalidArgument, NotFound
 

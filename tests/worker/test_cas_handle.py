@@ -9,8 +9,9 @@ from pathlib import Path
 from lre.cas import MemoryStore, Pin, StoreCapabilities
 from lre.digest import Digest
 from lre.scheduler import Completed
-from lre.worker import ActionRunner, WorkDirectory
+from lre.worker._action import ActionRunner
 from lre.worker._cas_handle import CasHandle
+from lre.worker._workdir import WorkDirectory
 
 from .conftest import make_lease, make_spec
 

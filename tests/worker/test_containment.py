@@ -19,8 +19,9 @@ import psutil
 import pytest
 import trio
 
-from lre.worker import Containment, ContainmentUnavailable, choose_containment, run_process
+from lre.worker import Containment, ContainmentUnavailable, choose_containment
 from lre.worker._containment import ProcessGroupSweep
+from lre.worker._process import run_process
 
 _BACKENDS: dict[str, Containment] = {}
 

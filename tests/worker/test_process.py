@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from lre.errors import InvalidArgument
-from lre.worker import run_process
+from lre.worker._process import run_process
 
 
 def group_members(pgid: int) -> list[psutil.Process]:

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from lre.worker import WorkDirectory
 from lre.worker._removal import CrossesMount, MountTable
-from lre.worker._workdir import remove_tree
+from lre.worker._workdir import WorkDirectory, remove_tree
 
 DEPTH = 1_200
 #: 1,200 levels of this are 25 KB of path: far past PATH_MAX (4096).

@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from lre.errors import InvalidArgument
-from lre.worker import WorkDirectory, WorkDirectoryInUse
-from lre.worker._workdir import remove_tree
+from lre.worker._workdir import WorkDirectory, WorkDirectoryInUse, remove_tree
 
 
 def test_created_private_with_pid_in_lock(tmp_path: Path) -> None:
