@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lre.cas._tree import validate_directory
+from lre.cas.trees._tree import validate_directory
 from lre.config import ConfigError
 from lre.config._loader import load_config_text
 from lre.digest import MAX_BLOB_SIZE, Digest

@@ -50,18 +50,18 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "action-log-never-compacts",
         "the action-cache log is never rewritten, so it grows without end",
-        "lre/cas/_action_log.py",
+        "lre/cas/action_cache/_log.py",
         "        return self.dead_bytes > max(self.compact_after_dead_bytes, self.live_bytes)\n",
         "        return False\n",
-        ("tests/cas/test_action_cache.py", "-k", "rewritten_away"),
+        ("tests/cas/action_cache/test_action_cache.py", "-k", "rewritten_away"),
     ),
     Mutation(
         "action-log-stops-at-damage",
         "one damaged record makes start-up cut every record after it",
-        "lre/cas/_action_log.py",
+        "lre/cas/action_cache/_log.py",
         "            pos = window.find(MAGIC, pos + 1)\n",
         "            pos = -1\n",
-        ("tests/cas/test_action_cache.py", "-k", "damaged_first_record"),
+        ("tests/cas/action_cache/test_action_cache.py", "-k", "damaged_first_record"),
     ),
     Mutation(
         "open-files-limit-ignored",

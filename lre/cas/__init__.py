@@ -6,8 +6,6 @@ statistics, local files, lookups from any thread). Stores compose by
 wrapping.
 """
 
-from lre.cas._action_cache import ActionCache, FilesystemActionCache, MemoryActionCache
-from lre.cas._action_results import ActionResultCache
 from lre.cas._blob_io import (
     read_blobs,
     read_bytes,
@@ -16,22 +14,24 @@ from lre.cas._blob_io import (
     write_blobs,
     write_message,
 )
-from lre.cas._blob_scan import ContentUsage, content_usage
-from lre.cas._content_index import ShrinkReport
-from lre.cas._directory_cache import DirectoryCache
-from lre.cas._directory_reader import DirectoryReader
-from lre.cas._filesystem import FilesystemStore
-from lre.cas._grpc_action_cache import FastSlowActionCache, GrpcActionCache
-from lre.cas._grpc_store import GrpcStore
-from lre.cas._inline import call_inline
 from lre.cas._memory import MemoryStore
 from lre.cas._pins import Pin
 from lre.cas._protocol import BlobStore, ImmediateReads, StoreCapabilities
 from lre.cas._statistics import StoreStatistics
 from lre.cas._streams import closing_stream
-from lre.cas._tree import TreeExtent, tree_extent
-from lre.cas._upstream_uploads import upload_missing
 from lre.cas._wrappers import FastSlowStore, VerifyStore
+from lre.cas.action_cache._caches import ActionCache, FilesystemActionCache, MemoryActionCache
+from lre.cas.action_cache._results import ActionResultCache
+from lre.cas.filesystem._blob_scan import ContentUsage, content_usage
+from lre.cas.filesystem._content_index import ShrinkReport
+from lre.cas.filesystem._inline import call_inline
+from lre.cas.filesystem._store import FilesystemStore
+from lre.cas.remote._action_cache import FastSlowActionCache, GrpcActionCache
+from lre.cas.remote._store import GrpcStore
+from lre.cas.remote._uploads import upload_missing
+from lre.cas.trees._directory_cache import DirectoryCache
+from lre.cas.trees._directory_reader import DirectoryReader
+from lre.cas.trees._tree import TreeExtent, tree_extent
 
 __all__ = [
     "ActionCache",

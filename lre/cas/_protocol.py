@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from lre.digest import Digest
 
 if TYPE_CHECKING:
-    from lre.cas._filesystem import FilesystemStore
     from lre.cas._pins import Pin
     from lre.cas._statistics import StoreStatistics
+    from lre.cas.filesystem._store import FilesystemStore
 
 
 class ImmediateReads(Protocol):

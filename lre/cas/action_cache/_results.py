@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from google.protobuf.message import DecodeError
 
-from lre.cas._action_cache import ActionCache
 from lre.cas._blob_io import missing_digests, read_message
 from lre.cas._protocol import BlobStore
-from lre.cas._result_paths import check_result_paths
-from lre.cas._tree import tree_file_digests
+from lre.cas.action_cache._caches import ActionCache
+from lre.cas.action_cache._result_paths import check_result_paths
+from lre.cas.trees._tree import tree_file_digests
 from lre.digest import Digest
 from lre.errors import InvalidArgument, MissingBlobs, NotFound
 from lre.proto import re_pb2

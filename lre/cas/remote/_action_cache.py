@@ -29,10 +29,10 @@ from typing import Literal
 
 from google.protobuf.message import DecodeError
 
-from lre.cas._action_cache import ActionCache
-from lre.cas._grpc_store import GrpcStore
 from lre.cas._protocol import BlobStore
-from lre.cas._upstream_uploads import result_blobs, upload_missing
+from lre.cas.action_cache._caches import ActionCache
+from lre.cas.remote._store import GrpcStore
+from lre.cas.remote._uploads import result_blobs, upload_missing
 from lre.digest import Digest
 from lre.errors import InvalidArgument, LreError, NotFound, ResourceExhausted
 from lre.proto import re_grpc, re_pb2
