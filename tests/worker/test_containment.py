@@ -139,7 +139,8 @@ async def test_a_script_that_kills_itself_is_reported_killed(
 LRE_STANDIN = """
 import sys, trio
 from pathlib import Path
-from lre.worker import choose_containment, run_process
+from lre.worker import choose_containment
+from lre.worker._process import run_process
 
 async def main():
     containment = choose_containment(sys.argv[1])

@@ -157,7 +157,8 @@ def test_a_quarantine_swapped_for_a_symlink_is_never_followed(
 _AS_NOBODY = """
 import os, sys
 from pathlib import Path
-from lre.worker import WorkDirectory, quarantined
+from lre.worker import quarantined
+from lre.worker._workdir import WorkDirectory
 top = Path(sys.argv[1])
 with WorkDirectory.open(top / "work", "w") as workdir:
     print(sorted(os.listdir(workdir.path)))
