@@ -64,6 +64,18 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/cas/action_cache/test_action_cache.py", "-k", "damaged_first_record"),
     ),
     Mutation(
+        "orphan-sweep-removed",
+        "under the portable backend a setsid child of an action outlives it",
+        "lre/worker/_group_sweep.py",
+        "                _killpg(orphan, signal.SIGKILL)\n"
+        "                _kill(orphan, signal.SIGKILL)\n"
+        "                self._forget(orphan)\n"
+        "                _reap(orphan)  # SIGKILL cannot be ignored: this returns promptly\n"
+        "                killed = True\n",
+        "                continue\n",
+        ("tests/worker/test_containment.py", "-k", "when_the_action_exits and portable"),
+    ),
+    Mutation(
         "open-files-limit-ignored",
         "global.max_open_files is not applied at start",
         "lre/app/_run.py",
