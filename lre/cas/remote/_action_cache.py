@@ -197,8 +197,10 @@ class FastSlowActionCache:
         self.recent_slow_misses: collections.deque[Digest] = collections.deque(maxlen=16)
 
     def known_absent(self, action_digest: Digest) -> bool:
-        """Absent from both tiers as far as each can tell from memory."""
-        return self.fast.known_absent(action_digest) and self.slow.known_absent(action_digest)
+        """Never: every lookup goes through ``get``, which counts the slow
+        tier's misses (what the miss report watches), even when both tiers
+        could tell from memory that they hold nothing."""
+        return False
 
     async def get(self, action_digest: Digest) -> bytes | None:
         data = await self.fast.get(action_digest)
