@@ -76,6 +76,14 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/worker/test_containment.py", "-k", "when_the_action_exits and portable"),
     ),
     Mutation(
+        "memory-kill-no-op",
+        "memory control decides to kill an action over its limit and does nothing",
+        "lre/worker/_memory_control.py",
+        "            self._kill(action_id, reason, final)\n",
+        "            pass\n",
+        ("tests/worker/test_memory_control.py",),
+    ),
+    Mutation(
         "open-files-limit-ignored",
         "global.max_open_files is not applied at start",
         "lre/app/_run.py",
@@ -160,7 +168,8 @@ def run_one(mutation: Mutation, python: str) -> tuple[bool, str]:
             return False, f"the copy's lre is not the one imported ({which})"
         started = time.monotonic()
         done = subprocess.run(
-            [python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+            # -n 0: under xdist, -x stops the run as "interrupted" (exit 2)
+            [python, "-m", "pytest", "-x", "-q", "-n", "0", "-p", "no:cacheprovider",
              f"--basetemp={tmp}/pytest", *mutation.tests],
             cwd=copy, env=env, capture_output=True, text=True, timeout=900,
         )  # fmt: skip
