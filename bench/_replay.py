@@ -40,8 +40,7 @@ from _client import LreProcess, ReapiClient, local_config
 from bench_bazel_ab import remote_flags
 
 from lre.cas import FilesystemActionCache
-from lre.proto import bs_grpc, bs_pb2, re_grpc, re_pb2
-from lre.service._metadata import REQUEST_METADATA_KEY
+from lre.proto import REQUEST_METADATA_KEY, bs_grpc, bs_pb2, re_grpc, re_pb2
 from tests.e2e._bazel import BazelSession
 from tests.e2e._workspace import generate_workspace
 

@@ -105,9 +105,9 @@ from _replay import (
     read_blobs,
 )
 
-from lre.proto import bs_grpc, re_grpc, re_pb2
-from lre.service._metadata import REQUEST_METADATA_KEY
-from lre.snapshot import PHASES, Phase, phase_spans
+from lre.proto import REQUEST_METADATA_KEY, bs_grpc, re_grpc, re_pb2
+from lre.snapshot import PHASES, Phase
+from lre.snapshot._phases import phase_spans
 
 SHAPES = ("bazel", "buck2")
 

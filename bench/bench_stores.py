@@ -33,7 +33,8 @@ from pathlib import Path
 
 import trio
 
-from lre.cas import BlobStore, FilesystemStore, MemoryStore, read_bytes, write_bytes
+from lre.cas import BlobStore, FilesystemStore, MemoryStore, read_bytes
+from lre.cas._blob_io import write_bytes
 from lre.digest import Digest, digest_of
 
 BLOB_SIZE = 4096

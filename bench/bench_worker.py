@@ -36,7 +36,8 @@ from pathlib import Path
 
 import trio
 
-from lre.cas import DirectoryReader, FilesystemStore, MemoryStore, write_bytes, write_message
+from lre.cas import DirectoryReader, FilesystemStore, MemoryStore, write_message
+from lre.cas._blob_io import write_bytes
 from lre.config import worker_resources
 from lre.config._scheduler_models import SimpleSchedulerSpec
 from lre.config._worker_models import JobserverSpec, LocalWorkerSpec, ResourceSpec

@@ -39,7 +39,7 @@ from bazel_cpu_split import busy_seconds, children_cpu, own_cpu
 from google.protobuf.timestamp_pb2 import Timestamp
 
 # The log's reader is private to lre.cas; the bench reads the file lre wrote.
-from lre.cas._action_log import scan
+from lre.cas.action_cache._log import scan
 from lre.proto import re_pb2
 
 _TICK = os.sysconf("SC_CLK_TCK")

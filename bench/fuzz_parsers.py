@@ -23,8 +23,9 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lre.cas import validate_directory
-from lre.config import ConfigError, load_config_text
+from lre.cas.trees._tree import validate_directory
+from lre.config import ConfigError
+from lre.config._loader import load_config_text
 from lre.digest import MAX_BLOB_SIZE, Digest
 from lre.errors import InvalidArgument
 from lre.proto import re_pb2

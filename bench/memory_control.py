@@ -73,7 +73,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _client import LreProcess, ReapiClient, _walk, local_config
 
-from lre.proto import re_pb2
+from lre.proto import REQUEST_METADATA_KEY, re_pb2
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -81,7 +81,6 @@ MB = 10**6
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
 PY = sys.executable
 TAG = "mc:"
-REQUEST_METADATA_KEY = "build.bazel.remote.execution.v2.requestmetadata-bin"
 TICK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 

@@ -50,18 +50,38 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "action-log-never-compacts",
         "the action-cache log is never rewritten, so it grows without end",
-        "lre/cas/_action_log.py",
+        "lre/cas/action_cache/_log.py",
         "        return self.dead_bytes > max(self.compact_after_dead_bytes, self.live_bytes)\n",
         "        return False\n",
-        ("tests/cas/test_action_cache.py", "-k", "rewritten_away"),
+        ("tests/cas/action_cache/test_action_cache.py", "-k", "rewritten_away"),
     ),
     Mutation(
         "action-log-stops-at-damage",
         "one damaged record makes start-up cut every record after it",
-        "lre/cas/_action_log.py",
+        "lre/cas/action_cache/_log.py",
         "            pos = window.find(MAGIC, pos + 1)\n",
         "            pos = -1\n",
-        ("tests/cas/test_action_cache.py", "-k", "damaged_first_record"),
+        ("tests/cas/action_cache/test_action_cache.py", "-k", "damaged_first_record"),
+    ),
+    Mutation(
+        "orphan-sweep-removed",
+        "under the portable backend a setsid child of an action outlives it",
+        "lre/worker/_group_sweep.py",
+        "                _killpg(orphan, signal.SIGKILL)\n"
+        "                _kill(orphan, signal.SIGKILL)\n"
+        "                self._forget(orphan)\n"
+        "                _reap(orphan)  # SIGKILL cannot be ignored: this returns promptly\n"
+        "                killed = True\n",
+        "                continue\n",
+        ("tests/worker/test_containment.py", "-k", "when_the_action_exits and portable"),
+    ),
+    Mutation(
+        "memory-kill-no-op",
+        "memory control decides to kill an action over its limit and does nothing",
+        "lre/worker/_memory_control.py",
+        "            self._kill(action_id, reason, final)\n",
+        "            pass\n",
+        ("tests/worker/test_memory_control.py",),
     ),
     Mutation(
         "open-files-limit-ignored",
@@ -148,7 +168,8 @@ def run_one(mutation: Mutation, python: str) -> tuple[bool, str]:
             return False, f"the copy's lre is not the one imported ({which})"
         started = time.monotonic()
         done = subprocess.run(
-            [python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+            # -n 0: under xdist, -x stops the run as "interrupted" (exit 2)
+            [python, "-m", "pytest", "-x", "-q", "-n", "0", "-p", "no:cacheprovider",
              f"--basetemp={tmp}/pytest", *mutation.tests],
             cwd=copy, env=env, capture_output=True, text=True, timeout=900,
         )  # fmt: skip

@@ -170,7 +170,8 @@ def in_process(args: argparse.Namespace) -> int:
     import trio
 
     from lre.app import Application
-    from lre.config import load_config_text, resolve
+    from lre.config import resolve
+    from lre.config._loader import load_config_text
     from tests._support.configs import app_config_text
 
     root = Path(tempfile.mkdtemp(prefix="lre-soak-"))

@@ -11,12 +11,11 @@ An exported name must earn its place in one of three ways:
 3. **documented**: it is in ``DOCUMENTED`` with the reason it is API
    although no package imports it (an entry point, a generated module).
 
-``NOT_YET_PRIVATE`` lists the exports that pass none of these today: they
-are imported only by tests and are to leave their ``__init__`` (tests then
-import the private module) once the branches editing those ``__init__``
-files have merged (issue 32). Both lists may only shrink: an entry that is
-used, reachable or no longer exported fails, and so does a new export that
-earns its place in no way.
+``NOT_YET_PRIVATE`` is for exports that pass none of these yet; it is
+empty, and may only stay so or shrink: an entry that is used, reachable or no
+longer exported fails, and so does a new export that earns its place in no
+way. A name only tests use stays in its private module (tests import it from
+there).
 """
 
 from __future__ import annotations
@@ -46,68 +45,10 @@ DOCUMENTED: dict[str, str] = {
     "modules as its names (docs/architecture.md)",
 }
 
-#: Imported only by tests; to be made private after the branches editing
-#: these packages' ``__init__`` merge (see the module docstring).
-NOT_YET_PRIVATE: frozenset[str] = frozenset(
-    {
-        "app.ClientHits",
-        "app.state_dir_of",
-        "app.write_admin_token",
-        "cas.BlobVerifier",
-        "cas.BulkBlobStore",
-        "cas.check_read_range",
-        "cas.disk_free_bytes",
-        "cas.file_digests",
-        "cas.missing_digests",
-        "cas.result_blobs",
-        "cas.tree_file_digests",
-        "cas.validate_directory",
-        "cas.validate_tree",
-        "cas.write_bytes",
-        "config.ExpansionError",
-        "config.auto_cpu_count",
-        "config.auto_filesystem_max_bytes",
-        "config.auto_max_inflight_tasks",
-        "config.auto_memory_budget",
-        "config.default_config_text",
-        "config.escape_env",
-        "config.expand_env",
-        "config.format_byte_size",
-        "config.has_upstream",
-        "config.load_config_text",
-        "config.parse_seconds",
-        "config.scheduler_kind",
-        "config.store_kind",
-        "scheduler.CPU_PROPERTY",
-        "scheduler.MEMORY_PROPERTY",
-        "scheduler.Requirements",
-        "scheduler.apply_modifications",
-        "scheduler.bytes_from_memory_kb",
-        "scheduler.cpu_count_text",
-        "scheduler.explain_unsatisfiable",
-        "scheduler.kind_key",
-        "scheduler.matches_statically",
-        "scheduler.metadata_stamps",
-        "scheduler.millicpus_from_cpu_count",
-        "scheduler.new_operation_name",
-        "scheduler.platform_of",
-        "scheduler.requirements_of",
-        "snapshot.SCHEMA_VERSION",
-        "snapshot.percentile",
-        "snapshot.phase_spans",
-        "tui.SnapshotGetter",
-        "tui.rss_style",
-        "upstream.metadata_of",
-        "worker.CONTAINMENT_MODES",
-        "worker.ActionResultWriter",
-        "worker.ActionRunner",
-        "worker.Adopter",
-        "worker.ProcessOutcome",
-        "worker.WorkDirectory",
-        "worker.WorkDirectoryInUse",
-        "worker.run_process",
-    }
-)
+#: Exports that earn their place in none of the three ways yet. Empty: the
+#: names that were here (imported only by tests) left their ``__init__``,
+#: and tests import them from the private module (issue 32).
+NOT_YET_PRIVATE: frozenset[str] = frozenset()
 
 
 def _owner(path: Path) -> str | None:

@@ -78,6 +78,8 @@ def _layer_packages() -> set[str]:
     assert isinstance(tool, dict)
     names: set[str] = set()
     for contract in tool["importlinter"]["contracts"]:
+        if contract["type"] == "forbidden":
+            continue  # checked by test_forbidden_contracts_name_what_exists
         assert contract["type"] == "layers", contract["name"]
         assert contract["containers"] == ["lre"], contract["name"]
         for layer in contract["layers"]:
@@ -92,6 +94,24 @@ def test_every_layer_package_exists() -> None:
     assert {"proto", "errors", "digest", "config", "cli"} <= names
     missing = sorted(n for n in names if not (ROOT / "lre" / n / "__init__.py").is_file())
     assert not missing, f"layers named in [tool.importlinter] without a package: {missing}"
+
+
+def test_forbidden_contracts_name_what_exists() -> None:
+    """A forbidden contract naming a module that is gone would keep nothing."""
+    tool = _pyproject()["tool"]
+    assert isinstance(tool, dict)
+    named: list[str] = []
+    for contract in tool["importlinter"]["contracts"]:
+        if contract["type"] == "forbidden":
+            named += contract["source_modules"] + contract["forbidden_modules"]
+    assert named
+    missing = [
+        module
+        for module in named
+        if not (ROOT / module.replace(".", "/") / "__init__.py").is_file()
+        and not (ROOT / (module.replace(".", "/") + ".py")).is_file()
+    ]
+    assert not missing, f"forbidden contracts name modules that do not exist: {missing}"
 
 
 def _copy_for_lint(tmp_path: Path) -> Path:

@@ -5,10 +5,10 @@
 entry used by ``lre up``.
 """
 
-from lre.app._app import Application, ReadyInfo, state_dir_of
+from lre.app._app import Application, ReadyInfo
 from lre.app._build_error import AppBuildError
-from lre.app._cache_admin import CacheAdmin, write_admin_token
-from lre.app._hits import ClientHits, HitCounts
+from lre.app._cache_admin import CacheAdmin
+from lre.app._hits import HitCounts
 from lre.app._run import run_server
 from lre.app._stores import StoreBuildError, Stores, build_stores
 
@@ -16,13 +16,10 @@ __all__ = [
     "AppBuildError",
     "Application",
     "CacheAdmin",
-    "ClientHits",
     "HitCounts",
     "ReadyInfo",
     "StoreBuildError",
     "Stores",
     "build_stores",
     "run_server",
-    "state_dir_of",
-    "write_admin_token",
 ]

@@ -41,9 +41,6 @@ from lre.app._status_http import StatusServer
 from lre.app._stores import Stores, build_stores
 from lre.app._upstreams import upstream_rows
 from lre.cas import (
-    FastSlowActionCache,
-    FilesystemActionCache,
-    FilesystemStore,
     StoreStatistics,
 )
 from lre.config import Config, WorkerResources, worker_resources
@@ -230,8 +227,8 @@ class Application:
     def _store_statistics(self) -> dict[str, StoreStatistics]:
         out: dict[str, StoreStatistics] = {}
         for name, store in self.stores.blobs.items():
-            statistics = getattr(store, "statistics", None)
-            if callable(statistics):
+            statistics = store.capabilities().statistics
+            if statistics is not None:
                 out[name] = statistics()
         return out
 
@@ -391,8 +388,8 @@ class Application:
         watches: dict[str, MissWatch] = {}
         for server in self.config.servers:
             for instance in server.instances:
-                cache = self.stores.action_caches.get(instance.ac_store or "")
-                if isinstance(cache, FastSlowActionCache) and instance.ac_store not in watches:
+                cache = self.stores.fast_slow_caches.get(instance.ac_store or "")
+                if cache is not None and instance.ac_store not in watches:
                     watches[instance.ac_store] = MissWatch(
                         instance.ac_store, cache, self.stores.blob(instance.cas_store)
                     )
@@ -422,16 +419,8 @@ class Application:
         """What ``lre cache gc``/``clean`` change through the running server:
         the filesystem stores and action caches, by config name."""
         return CacheAdmin(
-            blob_stores={
-                name: store
-                for name, store in self.stores.blobs.items()
-                if isinstance(store, FilesystemStore)
-            },
-            action_caches={
-                name: cache
-                for name, cache in self.stores.action_caches.items()
-                if isinstance(cache, FilesystemActionCache)
-            },
+            blob_stores=dict(self.stores.filesystems),
+            action_caches=dict(self.stores.filesystem_caches),
             zero_hits=self._zero_hits,
         )
 

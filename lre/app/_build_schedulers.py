@@ -14,7 +14,6 @@ from pathlib import Path
 from lre.app._build_error import AppBuildError
 from lre.app._scheduler_chain import scheduler_chain
 from lre.app._stores import Stores
-from lre.cas import GrpcStore
 from lre.config import Config, LocalWorkerSpec
 from lre.scheduler import (
     ActionScheduler,
@@ -116,13 +115,13 @@ def build_forwarders(
             forward_name, spec = chain.forward
             upstream_cas = None
             if spec.upstream_cas_store:
-                store = stores.blob(spec.upstream_cas_store)
-                if not isinstance(store, GrpcStore):
+                stores.blob(spec.upstream_cas_store)  # builds it, or names it unknown
+                upstream_cas = stores.grpc_stores.get(spec.upstream_cas_store)
+                if upstream_cas is None:
                     raise AppBuildError(
                         f"schedulers[{forward_name}].forward.upstream_cas_store: "
                         f"{spec.upstream_cas_store!r} is not a grpc store"
                     )
-                upstream_cas = store
             client = UpstreamClient([spec.endpoint], name=forward_name, headers=spec.headers)
             client.health.on_change = on_upstream_change
             executor = UpstreamExecutor(

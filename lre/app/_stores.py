@@ -86,12 +86,21 @@ def upstream_client(name: str, spec: GrpcStoreSpec) -> UpstreamClient:
 
 @dataclass
 class Stores:
-    """The live stores, by config name."""
+    """The live stores, by config name.
+
+    Besides every blob store and action cache, the builder records by name
+    the stores of the kinds other parts act on directly (filesystem stores
+    and caches for open/close and ``lre cache``, grpc stores for uploads,
+    fast_slow action caches for the miss report), as it builds them, so
+    nothing has to test a store's type afterwards.
+    """
 
     blobs: dict[str, BlobStore] = field(default_factory=dict)
     action_caches: dict[str, ActionCache] = field(default_factory=dict)
-    filesystems: list[FilesystemStore] = field(default_factory=list)
-    filesystem_caches: list[FilesystemActionCache] = field(default_factory=list)
+    filesystems: dict[str, FilesystemStore] = field(default_factory=dict)
+    filesystem_caches: dict[str, FilesystemActionCache] = field(default_factory=dict)
+    grpc_stores: dict[str, GrpcStore] = field(default_factory=dict)
+    fast_slow_caches: dict[str, FastSlowActionCache] = field(default_factory=dict)
     directory_readers: dict[str, DirectoryReader] = field(default_factory=dict)
     upstreams: list[GrpcStore | GrpcActionCache] = field(default_factory=list)
 
@@ -118,17 +127,9 @@ class Stores:
         return ActionResultCache(ac, self.blob(cas_name))
 
     def filesystem_of(self, name: str) -> FilesystemStore | None:
-        """The filesystem store behind ``name`` (itself, or the fast tier)."""
-        store = self.blob(name)
-        while True:
-            if isinstance(store, FilesystemStore):
-                return store
-            if isinstance(store, FastSlowStore):
-                store = store.fast
-            elif isinstance(store, VerifyStore):
-                store = store.inner
-            else:
-                return None
+        """The filesystem store keeping blob store ``name``'s blobs as files
+        (itself, or the fast tier under a wrapper), if any."""
+        return self.blob(name).capabilities().local_files
 
     def upstream_statistics(self) -> list[UpstreamStatistics]:
         """Health of every upstream store (for /status and the TUI)."""
@@ -137,9 +138,9 @@ class Stores:
     async def open(self) -> None:
         """Open the filesystem stores and action caches (rebuilds their
         indexes from disk)."""
-        for store in self.filesystems:
+        for store in self.filesystems.values():
             await store.open()
-        for cache in self.filesystem_caches:
+        for cache in self.filesystem_caches.values():
             await cache.open()
 
     async def save_uses(
@@ -155,17 +156,17 @@ class Stores:
         task_status.started()
         while True:
             await trio.sleep(interval_s)
-            for store in self.filesystems:
+            for store in self.filesystems.values():
                 try:
                     await store.flush_access_times()
                 except OSError as error:
                     log.warning("saving the uses of %s failed: %s", store.content_path, error)
 
     async def close(self) -> None:
-        for store in self.filesystems:
+        for store in self.filesystems.values():
             with trio.CancelScope(shield=True):
                 await store.close()
-        for cache in self.filesystem_caches:
+        for cache in self.filesystem_caches.values():
             cache.close()
         for upstream in self.upstreams:
             with trio.CancelScope(shield=True):
@@ -213,7 +214,7 @@ def build_stores(config: Config) -> Stores:
                 min_free_bytes=int(fs.eviction_policy.min_free_disk),
                 on_overrun=_log_overrun,
             )
-            stores.filesystems.append(filesystem)
+            stores.filesystems[name] = filesystem
             store = filesystem
         elif spec.fast_slow is not None:
             store = FastSlowStore(
@@ -237,6 +238,7 @@ def build_stores(config: Config) -> Stores:
                 upstream_client(name, spec.grpc), instance_name=spec.grpc.instance_name
             )
             stores.upstreams.append(grpc_store)
+            stores.grpc_stores[name] = grpc_store
             store = grpc_store
         else:
             raise StoreBuildError(f"stores[{name}]: no store kind given")
@@ -257,9 +259,8 @@ def build_stores(config: Config) -> Stores:
                 and slow.endpoints[0].address == grpc.endpoints[0].address
                 and slow.instance_name == grpc.instance_name
             ):
-                upstream = build(other.fast_slow.slow)
-                assert isinstance(upstream, GrpcStore)
-                return build(other.name), upstream
+                source = build(other.name)
+                return source, stores.grpc_stores[other.fast_slow.slow]
         return None, None
 
     def build_ac(name: str) -> ActionCache:
@@ -274,15 +275,17 @@ def build_stores(config: Config) -> Stores:
                 thread_limiter=limiter,
                 max_bytes=_max_bytes(spec.filesystem.eviction_policy.max_bytes, name),
             )
-            stores.filesystem_caches.append(cache)
+            stores.filesystem_caches[name] = cache
         elif spec.memory is not None:
             cache = MemoryActionCache(_max_bytes(spec.memory.eviction_policy.max_bytes, name))
         elif spec.fast_slow is not None:
-            cache = FastSlowActionCache(
+            fast_slow = FastSlowActionCache(
                 build_ac(spec.fast_slow.fast),
                 build_ac(spec.fast_slow.slow),
                 write_policy=spec.fast_slow.write_policy,
             )
+            stores.fast_slow_caches[name] = fast_slow
+            cache = fast_slow
         elif spec.grpc is not None and spec.grpc.store_type == "ac":
             source, upstream_cas = upstream_cas_for(spec.grpc)
             grpc_cache = GrpcActionCache(

@@ -1,55 +1,42 @@
 """Storage below the gRPC services: blob stores, the action cache, helpers.
 
 Every store follows ``BlobStore`` (``has_many``, ``read``, ``write``) and is
-Trio-async; bounded stores also offer ``pin`` (``PinnableStore``) and
-``statistics()``. Stores compose by wrapping.
+Trio-async, and says in ``capabilities()`` what else it offers (pins,
+statistics, local files, lookups from any thread). Stores compose by
+wrapping.
 """
 
-from lre.cas._action_cache import ActionCache, FilesystemActionCache, MemoryActionCache
-from lre.cas._action_results import ActionResultCache
 from lre.cas._blob_io import (
-    BulkBlobStore,
-    missing_digests,
     read_blobs,
     read_bytes,
     read_message,
     sizes_of,
     write_blobs,
-    write_bytes,
     write_message,
 )
-from lre.cas._blob_scan import ContentUsage, content_usage
-from lre.cas._content_index import ShrinkReport, disk_free_bytes
-from lre.cas._directory_cache import DirectoryCache
-from lre.cas._directory_reader import DirectoryReader
-from lre.cas._filesystem import FilesystemStore
-from lre.cas._grpc_action_cache import FastSlowActionCache, GrpcActionCache
-from lre.cas._grpc_store import GrpcStore
-from lre.cas._immediate import ImmediateReads, immediate_reads
-from lre.cas._inline import call_inline
 from lre.cas._memory import MemoryStore
 from lre.cas._pins import Pin
-from lre.cas._protocol import BlobStore, PinnableStore
+from lre.cas._protocol import BlobStore, ImmediateReads, StoreCapabilities
 from lre.cas._statistics import StoreStatistics
 from lre.cas._streams import closing_stream
-from lre.cas._tree import (
-    TreeExtent,
-    file_digests,
-    tree_extent,
-    tree_file_digests,
-    validate_directory,
-    validate_tree,
-)
-from lre.cas._upstream_uploads import result_blobs, upload_missing
-from lre.cas._verify import BlobVerifier, check_read_range
 from lre.cas._wrappers import FastSlowStore, VerifyStore
+from lre.cas.action_cache._caches import ActionCache, FilesystemActionCache, MemoryActionCache
+from lre.cas.action_cache._results import ActionResultCache
+from lre.cas.filesystem._blob_scan import ContentUsage, content_usage
+from lre.cas.filesystem._content_index import ShrinkReport
+from lre.cas.filesystem._inline import call_inline
+from lre.cas.filesystem._store import FilesystemStore
+from lre.cas.remote._action_cache import FastSlowActionCache, GrpcActionCache
+from lre.cas.remote._store import GrpcStore
+from lre.cas.remote._uploads import upload_missing
+from lre.cas.trees._directory_cache import DirectoryCache
+from lre.cas.trees._directory_reader import DirectoryReader
+from lre.cas.trees._tree import TreeExtent, tree_extent
 
 __all__ = [
     "ActionCache",
     "ActionResultCache",
     "BlobStore",
-    "BlobVerifier",
-    "BulkBlobStore",
     "ContentUsage",
     "DirectoryCache",
     "DirectoryReader",
@@ -63,30 +50,20 @@ __all__ = [
     "MemoryActionCache",
     "MemoryStore",
     "Pin",
-    "PinnableStore",
     "ShrinkReport",
+    "StoreCapabilities",
     "StoreStatistics",
     "TreeExtent",
     "VerifyStore",
     "call_inline",
-    "check_read_range",
     "closing_stream",
     "content_usage",
-    "disk_free_bytes",
-    "file_digests",
-    "immediate_reads",
-    "missing_digests",
     "read_blobs",
     "read_bytes",
     "read_message",
-    "result_blobs",
     "sizes_of",
     "tree_extent",
-    "tree_file_digests",
     "upload_missing",
-    "validate_directory",
-    "validate_tree",
     "write_blobs",
-    "write_bytes",
     "write_message",
 ]

@@ -10,6 +10,7 @@ import trio
 
 from lre.cas._blob_io import blob_mismatch, mark_empty_blob
 from lre.cas._pins import Pin, PinTable
+from lre.cas._protocol import StoreCapabilities
 from lre.cas._statistics import StoreStatistics
 from lre.cas._streams import closing_stream
 from lre.cas._verify import BlobVerifier, check_read_range
@@ -96,6 +97,7 @@ class MemoryStore:
         self._pins = PinTable()
         self._evicted_blobs = 0
         self._evicted_bytes = 0
+        self._capabilities = StoreCapabilities(pin=self.pin, statistics=self.statistics)
 
     # ------------------------------------------------------------ protocol
 
@@ -252,6 +254,11 @@ class MemoryStore:
         return results
 
     # ------------------------------------------------------------ extras
+
+    def capabilities(self) -> StoreCapabilities:
+        """Pins and statistics (its blobs are not files, and a read reorders
+        the LRU, so no lookups from other threads)."""
+        return self._capabilities
 
     def pin(self, digests: Iterable[Digest]) -> Pin:
         """Keep ``digests`` from eviction until the returned pin is released."""

@@ -3,17 +3,70 @@
 All methods are Trio-async and run on the Trio side of the process.
 Stores compose by wrapping (``FastSlowStore(fast, slow)``,
 ``VerifyStore(inner)``), each holding the stores it wraps.
+
+What a store offers beyond the three blob calls (pins, statistics, files on
+this machine, lookups from any thread) it says in ``capabilities()``, one
+typed answer every store must give, so nothing needs to probe a store's type
+or attributes. A wrapper builds its answer from the answers of the stores it
+wraps and so decides, in one place, which capabilities pass through it.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from lre.digest import Digest
 
 if TYPE_CHECKING:
     from lre.cas._pins import Pin
+    from lre.cas._statistics import StoreStatistics
+    from lre.cas.filesystem._store import FilesystemStore
+
+
+class ImmediateReads(Protocol):
+    """Lookups safe to make from any thread; ``None`` means "ask the store".
+
+    FindMissingBlobs and small ByteStream reads are most of what a build asks
+    the CAS; answering them on the gRPC thread saves a hop to the Trio thread
+    and back. Anything not answerable that way (``None``) takes the usual
+    path, which also raises the proper errors.
+    """
+
+    def sizes_now(self, hashes: Sequence[str], sizes: Sequence[int]) -> list[int | None] | None:
+        """The size of each stored digest, else ``None`` in its place."""
+        ...
+
+    def read_now(self, digest: Digest, offset: int, limit: int) -> bytes | None:
+        """The bytes of a small read (``limit`` 0 = to the end)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class StoreCapabilities:
+    """What a store offers besides ``has_many``/``read``/``write``; ``None``
+    (the default of each field) means "not offered".
+
+    - ``pin(digests)``: keeps the named blobs from eviction until the
+      returned ``Pin`` is released (refcounted; pinning an absent blob
+      protects it once written).
+    - ``statistics()``: what the store itself holds and has evicted. A
+      wrapper holds nothing of its own and offers none: the stores it wraps
+      are configured stores of their own and report under their own names.
+    - ``local_files``: the filesystem store that keeps this store's blobs as
+      files on this machine (the store itself, or the fast tier under a
+      wrapper): inputs can be hardlinked from it, outputs moved into it, and
+      an action's view hides its directories.
+    - ``immediate_reads``: lookups answerable from any thread without
+      changing the store (only a filesystem store, and a wrapper that leaves
+      reads alone, offer them).
+    """
+
+    pin: Callable[[Iterable[Digest]], Pin] | None = None
+    statistics: Callable[[], StoreStatistics] | None = None
+    local_files: FilesystemStore | None = None
+    immediate_reads: ImmediateReads | None = None
 
 
 @runtime_checkable
@@ -34,6 +87,8 @@ class BlobStore(Protocol):
       digest and what differed, and nothing becomes visible. Raises
       ``lre.errors.ResourceExhausted`` when the store cannot hold the blob.
       Writing a blob that is already present is allowed and cheap.
+    - ``capabilities`` says what else the store offers (see
+      ``StoreCapabilities``); it is cheap and its answer never changes.
     """
 
     async def has_many(self, digests: Sequence[Digest]) -> list[int | None]: ...
@@ -44,14 +99,4 @@ class BlobStore(Protocol):
 
     async def write(self, digest: Digest, chunks: AsyncIterable[bytes]) -> None: ...
 
-
-@runtime_checkable
-class PinnableStore(BlobStore, Protocol):
-    """A store whose blobs can be protected from eviction.
-
-    ``pin(digests)`` returns a handle (``release()`` or ``with``) that keeps
-    the named blobs from being evicted until released; pins are refcounted,
-    and pinning an absent blob protects it once it is written.
-    """
-
-    def pin(self, digests: Iterable[Digest]) -> Pin: ...
+    def capabilities(self) -> StoreCapabilities: ...

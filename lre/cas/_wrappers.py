@@ -1,23 +1,20 @@
-"""Stores that wrap other stores: ``VerifyStore`` and ``FastSlowStore``."""
+"""Stores that wrap other stores: ``VerifyStore`` and ``FastSlowStore``.
+
+Each builds its ``capabilities()`` from those of the stores it wraps, once,
+when it is made (the wrapped stores' answers never change).
+"""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Sequence
 from typing import Literal
 
-from lre.cas._pins import Pin, PinTable
-from lre.cas._protocol import BlobStore, PinnableStore
+from lre.cas._protocol import BlobStore, StoreCapabilities
 from lre.cas._streams import closing_stream
 from lre.cas._verify import BlobVerifier
 from lre.digest import Digest
 from lre.errors import NotFound, ResourceExhausted
-
-
-def _pin_inner(store: BlobStore, digests: Iterable[Digest]) -> Pin:
-    if isinstance(store, PinnableStore):
-        return store.pin(digests)
-    return PinTable().pin(())  # nothing evicts in a store that cannot pin
 
 
 class VerifyStore:
@@ -27,6 +24,9 @@ class VerifyStore:
     ``inner`` aborts its write and nothing becomes visible. Reads and
     ``has_many`` pass through. Meant for stores that do not verify on their
     own (an upstream store); lre's local stores verify already.
+
+    Capabilities: ``inner``'s pins, local files and lookups from any thread
+    pass through (only writes are checked); no statistics of its own.
     """
 
     def __init__(
@@ -35,6 +35,15 @@ class VerifyStore:
         self.inner = inner
         self.verify_size = verify_size
         self.verify_hash = verify_hash
+        inner_has = inner.capabilities()
+        self._capabilities = StoreCapabilities(
+            pin=inner_has.pin,
+            local_files=inner_has.local_files,
+            immediate_reads=inner_has.immediate_reads,
+        )
+
+    def capabilities(self) -> StoreCapabilities:
+        return self._capabilities
 
     async def has_many(self, digests: Sequence[Digest]) -> list[int | None]:
         return await self.inner.has_many(digests)
@@ -49,9 +58,6 @@ class VerifyStore:
     async def write(self, digest: Digest, chunks: AsyncIterable[bytes]) -> None:
         async with contextlib.aclosing(self._checked(digest, chunks)) as checked:
             await self.inner.write(digest, checked)
-
-    def pin(self, digests: Iterable[Digest]) -> Pin:
-        return _pin_inner(self.inner, digests)
 
     async def _checked(
         self, digest: Digest, chunks: AsyncIterable[bytes]
@@ -76,7 +82,10 @@ class FastSlowStore:
     - ``write``: ``write_policy="both"`` stores in ``fast`` and then copies
       from ``fast`` to ``slow``; ``"fast_only"`` stores in ``fast`` only.
       Errors of either tier propagate.
-    - ``pin`` pins in ``fast``.
+
+    Capabilities: ``fast``'s pins and local files; no lookups from other
+    threads (a read may fill ``fast`` from ``slow``) and no statistics of
+    its own.
     """
 
     def __init__(
@@ -91,6 +100,11 @@ class FastSlowStore:
         self.fast = fast
         self.slow = slow
         self.write_policy = write_policy
+        fast_has = fast.capabilities()
+        self._capabilities = StoreCapabilities(pin=fast_has.pin, local_files=fast_has.local_files)
+
+    def capabilities(self) -> StoreCapabilities:
+        return self._capabilities
 
     async def has_many(self, digests: Sequence[Digest]) -> list[int | None]:
         sizes = await self.fast.has_many(digests)
@@ -130,6 +144,3 @@ class FastSlowStore:
         if self.write_policy == "both":
             async with closing_stream(self.fast.read(digest)) as copy:
                 await self.slow.write(digest, copy)
-
-    def pin(self, digests: Iterable[Digest]) -> Pin:
-        return _pin_inner(self.fast, digests)

@@ -26,11 +26,11 @@ server's certificate for a TLS listener, an ``authorization`` header when it
 wants a token (the token is then in the file, written 0600), ``unix:`` for a
 Unix socket (Bazel only: Buck2 cannot use one).
 
-This module is the entry the commands use (it re-exports what they need) and
-holds what spans both clients (removal, inert files, the repository root).
+This module holds what spans both clients (removal, inert files, the repository root).
 The parts: ``_client_settings`` (what the files point at), ``_client_files``
 (markers and the writing of owned files and blocks), ``_bazel_client``
-(``lre.bazelrc``), ``_buck2_client`` (the Buck2 config and platform).
+(``lre.bazelrc``), ``_buck2_client`` (the Buck2 config and platform); the
+commands import each name from the module that defines it.
 """
 
 from __future__ import annotations
@@ -39,26 +39,17 @@ from pathlib import Path
 
 from lre.cli._bazel_client import (
     INERT_BAZELRC,
-    bazelrc_text,
-    detect_bazel_version,
     lre_bazelrc_opted_in,
-    parse_bazel_version,
-    write_bazel,
 )
 from lre.cli._bazelrc_import import (
     OPT_IN_KEPT,
-    TRY_IMPORT,
     USER_BAZELRC,
     only_lre_lines,
     remove_import,
 )
-from lre.cli._buck2_client import INERT_BUCKCONFIG, buckconfig_text, write_buck2
+from lre.cli._buck2_client import INERT_BUCKCONFIG
 from lre.cli._client_files import (
-    BEGIN,
-    END,
     MARKER,
-    OLD_BEGINS,
-    ClientConfigError,
     WriteReport,
     block_lines,
     owned_by_lre,
@@ -66,29 +57,14 @@ from lre.cli._client_files import (
     write_local_block,
     write_owned,
 )
-from lre.cli._client_settings import ClientSettings
 
 __all__ = [
-    "BEGIN",
-    "END",
-    "MARKER",
-    "OLD_BEGINS",
     "REPO_MARKERS",
-    "TRY_IMPORT",
-    "ClientConfigError",
-    "ClientSettings",
-    "WriteReport",
-    "bazelrc_text",
-    "buckconfig_text",
     "client_config_files",
-    "detect_bazel_version",
     "find_repo_root",
     "make_inert",
     "owned_paths",
-    "parse_bazel_version",
     "unlink",
-    "write_bazel",
-    "write_buck2",
 ]
 
 REPO_MARKERS = ("MODULE.bazel", "WORKSPACE", "WORKSPACE.bazel", ".buckconfig", ".git")

@@ -17,9 +17,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from lre.cli._bazel_client import parse_bazel_version
 from lre.cli._bazelrc_import import TRY_IMPORT, importer
 from lre.cli._checks import Check
-from lre.cli._client_config import parse_bazel_version
 from lre.cli._client_target import points_at
 from lre.cli._daemon import RunningServer
 from lre.cli._doctor_buck2 import buck2_checks

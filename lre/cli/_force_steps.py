@@ -85,7 +85,8 @@ def _bazel_step(
 def after_force_steps_here(cwd: Path) -> str:
     """``after_force_steps`` for the repository at or above ``cwd`` and the
     Bazel on PATH (``bazel --version`` starts no Bazel server)."""
-    from lre.cli._client_config import detect_bazel_version, find_repo_root
+    from lre.cli._bazel_client import detect_bazel_version
+    from lre.cli._client_config import find_repo_root
     from lre.cli._doctor_cache import without_the_bytes
 
     repo = find_repo_root(cwd)

@@ -15,16 +15,12 @@ from typing import Annotated, Protocol
 import typer
 
 from lre.cli._app import app
+from lre.cli._bazel_client import detect_bazel_version, write_bazel
 from lre.cli._bazelrc_import import TRY_IMPORT, importer, remove_import
-from lre.cli._client_config import (
-    ClientConfigError,
-    ClientSettings,
-    WriteReport,
-    detect_bazel_version,
-    owned_paths,
-    write_bazel,
-    write_buck2,
-)
+from lre.cli._buck2_client import write_buck2
+from lre.cli._client_config import owned_paths
+from lre.cli._client_files import ClientConfigError, WriteReport
+from lre.cli._client_settings import ClientSettings
 from lre.cli._config_cmd import config_option, load_or_default
 from lre.cli._daemon import RunningServer, read_pid_file
 from lre.cli._git_exclude import set_excluded

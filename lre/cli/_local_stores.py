@@ -34,7 +34,6 @@ def local_stores(config: Config) -> LocalStores:
     """The filesystem stores of ``config`` (which must be ``resolve``d), not
     opened. Raises ``LocalStoresError`` when a store cannot be built."""
     from lre.app import StoreBuildError, build_stores
-    from lre.cas import FilesystemActionCache, FilesystemStore
     from lre.errors import LreError
 
     try:
@@ -42,14 +41,6 @@ def local_stores(config: Config) -> LocalStores:
     except (StoreBuildError, LreError, ValueError) as error:
         raise LocalStoresError(str(error)) from None
     return LocalStores(
-        blobs=tuple(
-            (name, store)
-            for name, store in stores.blobs.items()
-            if isinstance(store, FilesystemStore)
-        ),
-        action_caches=tuple(
-            (name, cache)
-            for name, cache in stores.action_caches.items()
-            if isinstance(cache, FilesystemActionCache)
-        ),
+        blobs=tuple(stores.filesystems.items()),
+        action_caches=tuple(stores.filesystem_caches.items()),
     )

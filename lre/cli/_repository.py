@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from lre.cli._client_config import REPO_MARKERS, ClientConfigError, find_repo_root
+from lre.cli._client_config import REPO_MARKERS, find_repo_root
+from lre.cli._client_files import ClientConfigError
 
 #: What makes a directory a Bazel or Buck2 workspace (``.git`` alone does not).
 WORKSPACE_MARKERS = ("MODULE.bazel", "WORKSPACE", "WORKSPACE.bazel", ".buckconfig")

@@ -19,12 +19,8 @@ import psutil
 import typer
 
 from lre.cli._app import app
-from lre.cli._client_config import (
-    ClientConfigError,
-    client_config_files,
-    make_inert,
-    unlink,
-)
+from lre.cli._client_config import client_config_files, make_inert, unlink
+from lre.cli._client_files import ClientConfigError
 from lre.cli._config_cmd import config_option, load_or_default
 from lre.cli._daemon import (
     LOG_FILE,

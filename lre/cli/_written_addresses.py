@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lre.cli._client_config import BEGIN, END, MARKER, OLD_BEGINS
+from lre.cli._client_files import BEGIN, END, MARKER, OLD_BEGINS
 from lre.cli._doctor_clients import bazelrc_flags
 
 

@@ -12,28 +12,20 @@ describes every field.
 from lre.config._auto import (
     HostFacts,
     WorkerResources,
-    auto_cpu_count,
-    auto_filesystem_max_bytes,
-    auto_max_inflight_tasks,
     auto_max_output_bytes,
-    auto_memory_budget,
     nearest_existing_dir,
     resolve,
     worker_resources,
 )
-from lre.config._checks import scheduler_kind, store_kind
-from lre.config._client import client_exec_properties, has_upstream
+from lre.config._client import client_exec_properties
 from lre.config._dump import dump_config
-from lre.config._env import ExpansionError, escape_env, expand_env
 from lre.config._errors import ConfigError
 from lre.config._loader import (
     CONFIG_ENV,
     DEFAULT_SOURCE,
     default_config,
-    default_config_text,
     find_config_file,
     load_config,
-    load_config_text,
     value_origins,
 )
 from lre.config._model_fields import ByteSize, Seconds
@@ -64,7 +56,7 @@ from lre.config._store_models import (
     TlsClientSpec,
     VerifyStoreSpec,
 )
-from lre.config._units import format_byte_size, parse_byte_size, parse_seconds
+from lre.config._units import parse_byte_size
 from lre.config._worker_models import (
     ActionLimitsSpec,
     EnvironmentSource,
@@ -90,7 +82,6 @@ __all__ = [
     "EndpointSpec",
     "EnvironmentSource",
     "EvictionPolicy",
-    "ExpansionError",
     "FastSlowStoreSpec",
     "FilesystemStoreSpec",
     "ForwardRulesSpec",
@@ -125,29 +116,16 @@ __all__ = [
     "VerifyStoreSpec",
     "WorkerResources",
     "WorkerSpec",
-    "auto_cpu_count",
-    "auto_filesystem_max_bytes",
-    "auto_max_inflight_tasks",
     "auto_max_output_bytes",
-    "auto_memory_budget",
     "client_exec_properties",
     "default_config",
-    "default_config_text",
     "dump_config",
-    "escape_env",
-    "expand_env",
     "find_config_file",
-    "format_byte_size",
     "format_path",
-    "has_upstream",
     "load_config",
-    "load_config_text",
     "nearest_existing_dir",
     "parse_byte_size",
-    "parse_seconds",
     "resolve",
-    "scheduler_kind",
-    "store_kind",
     "value_origins",
     "worker_resources",
 ]

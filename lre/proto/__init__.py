@@ -8,7 +8,11 @@ paths, so that a regeneration or a move stays a one-file change::
 
 ``google.rpc`` and ``google.longrunning`` messages come from
 googleapis-common-protos and are re-exported here for the same reason.
+``REQUEST_METADATA_KEY`` is the one wire name the protocol defines outside
+its messages (the header carrying ``RequestMetadata``).
 """
+
+from typing import Final
 
 from google.longrunning import operations_proto_pb2 as operations_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
@@ -20,7 +24,12 @@ from lre.proto.google.bytestream import bytestream_pb2 as bs_pb2
 from lre.proto.google.bytestream import bytestream_pb2_grpc as bs_grpc
 from lre.proto.lre.v1 import lre_pb2
 
+#: The header Bazel and Buck2 send with every call, a serialized
+#: ``RequestMetadata`` (binary: base64 on the wire; grpc hands it over decoded).
+REQUEST_METADATA_KEY: Final = "build.bazel.remote.execution.v2.requestmetadata-bin"
+
 __all__ = [
+    "REQUEST_METADATA_KEY",
     "bs_grpc",
     "bs_pb2",
     "code_pb2",

@@ -21,18 +21,9 @@ from lre.scheduler._forward import (
     ForwardStatistics,
 )
 from lre.scheduler._forward_upstream import UpstreamExecutor, UpstreamOutcome
-from lre.scheduler._history import RecordBuilder, RecordHook, metadata_stamps
-from lre.scheduler._kind import kind_key
+from lre.scheduler._history import RecordBuilder, RecordHook
 from lre.scheduler._learner import ReservationEstimate, ReservationLearner
 from lre.scheduler._lease import CancelSignal, Lease
-from lre.scheduler._matching import (
-    Requirements,
-    apply_modifications,
-    explain_unsatisfiable,
-    matches_statically,
-    platform_of,
-    requirements_of,
-)
 from lre.scheduler._model import (
     ActionKey,
     Backpressure,
@@ -48,7 +39,7 @@ from lre.scheduler._model import (
     Usage,
     WorkerInfo,
 )
-from lre.scheduler._names import new_operation_name, parse_operation_name
+from lre.scheduler._names import parse_operation_name
 from lre.scheduler._protocols import ActionResultReader, ReservationAdvisor
 from lre.scheduler._roles import ActionScheduler, WorkerScheduler
 from lre.scheduler._scheduler import Scheduler
@@ -58,19 +49,10 @@ from lre.scheduler._statistics import (
     RegisteredWorkerStatistics,
     SchedulerStatistics,
 )
-from lre.scheduler._units import (
-    CPU_PROPERTY,
-    MEMORY_PROPERTY,
-    bytes_from_memory_kb,
-    cpu_count_text,
-    memory_text,
-    millicpus_from_cpu_count,
-)
+from lre.scheduler._units import memory_text
 from lre.scheduler._watch import OperationWatch
 
 __all__ = [
-    "CPU_PROPERTY",
-    "MEMORY_PROPERTY",
     "ActionKey",
     "ActionResultReader",
     "ActionScheduler",
@@ -92,7 +74,6 @@ __all__ = [
     "RecordHook",
     "RegisteredWorkerStatistics",
     "RequestInfo",
-    "Requirements",
     "Reservation",
     "ReservationAdvisor",
     "ReservationEstimate",
@@ -107,17 +88,6 @@ __all__ = [
     "Usage",
     "WorkerInfo",
     "WorkerScheduler",
-    "apply_modifications",
-    "bytes_from_memory_kb",
-    "cpu_count_text",
-    "explain_unsatisfiable",
-    "kind_key",
-    "matches_statically",
     "memory_text",
-    "metadata_stamps",
-    "millicpus_from_cpu_count",
-    "new_operation_name",
     "parse_operation_name",
-    "platform_of",
-    "requirements_of",
 ]

@@ -3,7 +3,7 @@
 Each servicer resolves the request's instance, hands the work to Trio
 through the shared ``TrioBridge`` and returns what comes back. Two answers
 come straight from the gRPC thread when the store can give them there
-(``lre.cas.immediate_reads``): FindMissingBlobs and small ByteStream reads,
+(``StoreCapabilities.immediate_reads``): FindMissingBlobs and small ByteStream reads,
 the two CAS calls a build makes per action. The logic is
 in ``_cas_ops``, ``_tree``, ``_bytestream_ops`` and ``_action_results``;
 statuses come from ``_status`` (the decorators).
@@ -19,7 +19,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from lre.cas import BlobStore, immediate_reads
+from lre.cas import BlobStore
 from lre.proto import bs_pb2, re_grpc, re_pb2
 from lre.service._action_results import (
     DEFAULT_MAX_INLINE_BYTES,
@@ -129,7 +129,7 @@ class ContentAddressableStorageServicer:
         self, request: re_pb2.FindMissingBlobsRequest, context: Context
     ) -> re_pb2.FindMissingBlobsResponse:
         store = self._store(request.instance_name)
-        reads = immediate_reads(store)
+        reads = store.capabilities().immediate_reads
         if reads is not None:
             response = find_missing_now(reads, request)
             if response is not None:
@@ -205,7 +205,7 @@ class ByteStreamServicer:
     async def Read(self, request: bs_pb2.ReadRequest, context: Context) -> AsyncIterator[bytes]:
         resource = parse_read_resource(request.resource_name)
         store = self._store(resource.instance_name)
-        reads = None if resource.compressed else immediate_reads(store)
+        reads = None if resource.compressed else store.capabilities().immediate_reads
         if reads is not None:
             data = reads.read_now(resource.digest, request.read_offset, request.read_limit)
             if data is not None:

@@ -9,12 +9,8 @@ from typing import Final
 
 from google.protobuf.message import DecodeError
 
-from lre.proto import re_pb2
+from lre.proto import REQUEST_METADATA_KEY, re_pb2
 from lre.scheduler import RequestInfo
-
-#: Header Bazel and Buck2 send with every call (binary, base64 on the wire;
-#: grpc hands it to the server already decoded).
-REQUEST_METADATA_KEY: Final = "build.bazel.remote.execution.v2.requestmetadata-bin"
 
 #: lre's own header: which repository the client builds (``lre link`` writes it
 #: into ``lre.bazelrc`` as ``--remote_exec_header``). It only names the

@@ -20,7 +20,7 @@ scheduler can both use it without loading the server. The composition root
 (``lre.app``) builds snapshots from the live components.
 """
 
-from lre.snapshot._builds import BuildSummary, find_build, percentile, summarize_builds
+from lre.snapshot._builds import BuildSummary, find_build, summarize_builds
 from lre.snapshot._events import EventKind, RecentEvent
 from lre.snapshot._history import WAIT_TEXT, ActionRecord, HostSample, Source, WaitReason
 from lre.snapshot._history_file import HistoryFile, read_history
@@ -31,9 +31,8 @@ from lre.snapshot._phases import (
     Phase,
     PhaseHistogram,
     PhaseSpan,
-    phase_spans,
 )
-from lre.snapshot._process import SCHEMA_VERSION, ProcessSnapshot
+from lre.snapshot._process import ProcessSnapshot
 from lre.snapshot._rows import (
     BuildLine,
     HostUsage,
@@ -51,7 +50,6 @@ __all__ = [
     "BOUNDARIES",
     "PHASES",
     "PHASE_BUCKETS_S",
-    "SCHEMA_VERSION",
     "WAIT_TEXT",
     "ActionRecord",
     "BuildLine",
@@ -76,8 +74,6 @@ __all__ = [
     "WorkerRow",
     "action_summary",
     "find_build",
-    "percentile",
-    "phase_spans",
     "read_history",
     "summarize_builds",
 ]

@@ -15,12 +15,7 @@ scheduler (``lre.scheduler``) and the composition root (``lre.app``).
 """
 
 from lre.hop import name_os_thread
-from lre.upstream._client import (
-    Connection,
-    Metadata,
-    UpstreamClient,
-    metadata_of,
-)
+from lre.upstream._client import Connection, Metadata, UpstreamClient
 from lre.upstream._errors import UpstreamUnavailable, error_for_code
 from lre.upstream._health import HealthState, UpstreamStatistics
 from lre.upstream._loop import UpstreamLoop
@@ -34,6 +29,5 @@ __all__ = [
     "UpstreamStatistics",
     "UpstreamUnavailable",
     "error_for_code",
-    "metadata_of",
     "name_os_thread",
 ]

@@ -9,29 +9,15 @@ and the scheduler's admission; the memory control tells each freeze and thaw
 as a ``MemoryAction`` (``LocalWorker.memory.on_event``).
 """
 
-from lre.worker._action import ActionResultWriter, ActionRunner
-from lre.worker._containment import (
-    CONTAINMENT_MODES,
-    Containment,
-    ContainmentUnavailable,
-    choose_containment,
-)
-from lre.worker._identity import ActionIdentity, resolve_action_user
+from lre.worker._containment import Containment, ContainmentUnavailable, choose_containment
+from lre.worker._identity import resolve_action_user
 from lre.worker._memory_control import MemoryAction, MemoryControlStatistics
 from lre.worker._pressure import PressureMonitor
-from lre.worker._process import ProcessOutcome, run_process
 from lre.worker._protections import missing_protections, namespace_refusals
 from lre.worker._quarantine import QuarantinedEntry, quarantined
-from lre.worker._upload import Adopter
-from lre.worker._workdir import WorkDirectory, WorkDirectoryInUse
 from lre.worker._worker import LocalWorker, LocalWorkerStatistics
 
 __all__ = [
-    "CONTAINMENT_MODES",
-    "ActionIdentity",
-    "ActionResultWriter",
-    "ActionRunner",
-    "Adopter",
     "Containment",
     "ContainmentUnavailable",
     "LocalWorker",
@@ -39,14 +25,10 @@ __all__ = [
     "MemoryAction",
     "MemoryControlStatistics",
     "PressureMonitor",
-    "ProcessOutcome",
     "QuarantinedEntry",
-    "WorkDirectory",
-    "WorkDirectoryInUse",
     "choose_containment",
     "missing_protections",
     "namespace_refusals",
     "quarantined",
     "resolve_action_user",
-    "run_process",
 ]

@@ -5,9 +5,9 @@ store adds three things, each optional: ``link_source`` (its
 ``path_for_link``: inputs hardlinked instead of copied), ``adopt`` (its
 ``adopt_file``: outputs moved into the CAS) and ``discard`` (its ``discard``:
 a linked input an action altered is withdrawn). ``pin`` keeps the blobs of
-an input tree from eviction while they are staged; it is the store's own
-``pin`` when the store has one (``PinnableStore``), found once by
-``CasHandle.of``, never per action.
+an input tree from eviction while they are staged; it is the ``pin`` the
+store names in its ``capabilities()`` (none for a store that cannot pin),
+taken once by ``CasHandle.of``, never per action.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from lre.cas import BlobStore, Pin, PinnableStore
+from lre.cas import BlobStore, Pin
 from lre.digest import Digest
 from lre.worker._staging import LinkSource
 from lre.worker._upload import Adopter
@@ -49,5 +49,5 @@ class CasHandle:
         discard: Discarder | None = None,
     ) -> CasHandle:
         """The handle of ``store``, with its ``pin`` when it has one."""
-        pin = store.pin if isinstance(store, PinnableStore) else None
+        pin = store.capabilities().pin
         return cls(store, link_source=link_source, adopt=adopt, discard=discard, pin=pin)

@@ -25,6 +25,7 @@ import os
 import shlex
 from collections.abc import Mapping, Sequence
 
+from lre.cas import BlobStore
 from lre.config import LocalWorkerSpec
 from lre.errors import InvalidArgument
 from lre.worker._action_dirs import ROOT_MODE, ActionDirectory
@@ -152,7 +153,7 @@ class ViewPolicy:
         spec: LocalWorkerSpec,
         containment: Containment,
         workdir: WorkDirectory,
-        store: object,
+        store: BlobStore,
         hidden: Sequence[str] = (),
         *,
         owner: tuple[int, int] | None = None,
@@ -160,14 +161,13 @@ class ViewPolicy:
         """The policy of a worker, or None when its views are off or its
         containment cannot make them. Always hidden besides ``hidden``: the
         root of the work directory and the store's content and temporary
-        paths (when it is a filesystem store)."""
+        paths (when its blobs are files here: ``capabilities().local_files``)."""
         if not spec.sandbox_view or not containment.can_view:
             return None
         own = [str(workdir.path.parent)]
-        for name in ("content_path", "temp_path"):
-            value = getattr(store, name, None)
-            if isinstance(value, str) and value:
-                own.append(value)
+        files = store.capabilities().local_files
+        if files is not None:
+            own.extend(path for path in (files.content_path, files.temp_path) if path)
         if owner is not None:
             # Masked as well: an ancestor the action's user may not
             # traverse (/root, a 0700 state directory); it could reach

@@ -15,7 +15,8 @@ from typing import Any
 
 from google.protobuf import duration_pb2
 
-from lre.cas import BlobStore, write_bytes
+from lre.cas import BlobStore
+from lre.cas._blob_io import write_bytes
 from lre.digest import Digest
 from lre.proto import re_pb2
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lre.config import Config, load_config_text, resolve
+from lre.config import Config, resolve
+from lre.config._loader import load_config_text
 
 #: Worker properties the integration clients' platforms need: the embedded
 #: default config's OSFamily spellings (append to ``app_config_text``'s worker).

@@ -27,7 +27,8 @@ from typing import Any
 
 import trio
 
-from lre.worker import choose_containment, run_process
+from lre.worker import choose_containment
+from lre.worker._process import run_process
 
 
 async def main(request: dict[str, Any]) -> None:

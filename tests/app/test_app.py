@@ -8,7 +8,8 @@ import pytest
 import trio
 
 from lre.app import AppBuildError, Application, ReadyInfo
-from lre.config import Config, load_config_text, resolve, worker_resources
+from lre.config import Config, resolve, worker_resources
+from lre.config._loader import load_config_text
 from lre.proto import re_grpc, re_pb2
 from tests._support.configs import app_config_text
 from tests._support.servers import serve_app

@@ -275,8 +275,10 @@ def post(path: str, token: str = "") -> bytes:
 async def test_cache_gc_through_the_listener_needs_the_admin_token(
     nursery: trio.Nursery, tmp_path: Path
 ) -> None:
-    from lre.app import CacheAdmin, write_admin_token
-    from lre.cas import FilesystemStore, write_bytes
+    from lre.app import CacheAdmin
+    from lre.app._cache_admin import write_admin_token
+    from lre.cas import FilesystemStore
+    from lre.cas._blob_io import write_bytes
 
     store = FilesystemStore(tmp_path / "cas", tmp_path / "tmp", 1 << 20, keep_told_s=10800)
     await store.open()

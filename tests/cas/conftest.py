@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
 import pytest
 
-from lre.cas import BlobStore, FastSlowStore, FilesystemStore, MemoryStore, VerifyStore
+from lre.cas import BlobStore, FastSlowStore, FilesystemStore, MemoryStore, Pin, VerifyStore
+from lre.digest import Digest
+from tests.cas._chunks import chunked
+
+__all__ = ["StoreFactory", "chunked", "pin"]
 
 StoreFactory = Callable[[int], Awaitable[BlobStore]]
 
@@ -15,10 +19,11 @@ BOUNDED_KINDS = ["memory", "filesystem"]
 STORE_KINDS = [*BOUNDED_KINDS, "verify", "fast_slow"]
 
 
-async def chunked(data: bytes, size: int = 3) -> AsyncIterator[bytes]:
-    """Yield ``data`` in chunks of ``size`` bytes (an async chunk source)."""
-    for start in range(0, len(data), size):
-        yield data[start : start + size]
+def pin(store: BlobStore, digests: Iterable[Digest]) -> Pin:
+    """Pin ``digests`` through the ``pin`` the store offers (fails if none)."""
+    pinner = store.capabilities().pin
+    assert pinner is not None, f"{type(store).__name__} offers no pin"
+    return pinner(digests)
 
 
 async def build_store(kind: str, tmp_path: Path, max_bytes: int) -> BlobStore:

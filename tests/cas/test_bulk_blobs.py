@@ -8,17 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from lre.cas import (
-    BulkBlobStore,
-    FilesystemStore,
-    MemoryStore,
-    read_blobs,
-    sizes_of,
-    write_blobs,
-)
+from lre.cas import FilesystemStore, MemoryStore, read_blobs, sizes_of, write_blobs
+from lre.cas._blob_io import BulkBlobStore
 from lre.digest import EMPTY_DIGEST, Digest, digest_of
 from lre.errors import InvalidArgument, NotFound, ResourceExhausted
-from tests.cas.conftest import StoreFactory
+from tests.cas.conftest import StoreFactory, pin
 
 
 def blobs_of(count: int, size: int = 100) -> list[bytes]:
@@ -80,7 +74,7 @@ async def test_batch_that_does_not_fit_stores_what_fits(make_bounded_store: Stor
     store = await make_bounded_store(1000)
     pinned = os.urandom(700)
     assert await write_blobs(store, [(digest_of(pinned), pinned)]) == [None]
-    pin = store.pin([digest_of(pinned)])  # type: ignore[attr-defined]
+    held = pin(store, [digest_of(pinned)])
     small = blobs_of(2, 100)
     big = os.urandom(400)
     outcomes = await write_blobs(store, [(digest_of(b), b) for b in [*small, big]])
@@ -92,7 +86,7 @@ async def test_batch_that_does_not_fit_stores_what_fits(make_bounded_store: Stor
         100,
         None,
     ]
-    pin.release()
+    held.release()
     huge = os.urandom(2000)
     (refused,) = await write_blobs(store, [(digest_of(huge), huge)])
     assert isinstance(refused, ResourceExhausted)

@@ -6,11 +6,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lre.cas import BlobStore, MemoryStore, closing_stream, missing_digests, read_bytes, write_bytes
+from lre.cas import BlobStore, MemoryStore, closing_stream, read_bytes
+from lre.cas._blob_io import missing_digests, write_bytes
 from lre.digest import EMPTY_DIGEST, Digest, digest_of
 from lre.errors import InvalidArgument, NotFound, OutOfRange, ResourceExhausted
 
-from .conftest import StoreFactory, chunked
+from .conftest import StoreFactory, chunked, pin
 
 
 async def read_range(store: BlobStore, digest: Digest, offset: int, limit: int | None) -> bytes:
@@ -93,18 +94,18 @@ async def test_eviction_keeps_pinned_and_recent(make_bounded_store: StoreFactory
     store = await make_bounded_store(1000)
     blobs = [bytes([i]) * 300 for i in range(3)]
     digests = [await write_bytes(store, b) for b in blobs]
-    pin = store.pin([digests[0]])  # type: ignore[attr-defined]
+    held = pin(store, [digests[0]])
     await store.has_many([digests[1]])  # a use: digests[2] is now the oldest unpinned
     await write_bytes(store, b"\x09" * 300)
     assert await store.has_many(digests) == [300, 300, None]
     # Everything else pinned: a write that cannot fit fails and stores nothing.
-    with store.pin(digests[1:2]):  # type: ignore[attr-defined]
+    with pin(store, digests[1:2]):
         big = b"\x0a" * 500
         with pytest.raises(ResourceExhausted, match="full"):
             await write_bytes(store, big)
         assert await store.has_many([digest_of(big)]) == [None]
-    pin.release()
-    pin.release()  # idempotent
+    held.release()
+    held.release()  # idempotent
     await write_bytes(store, b"\x0b" * 600)
     assert (await store.has_many(digests[:1])) == [None]
 

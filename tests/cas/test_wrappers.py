@@ -12,14 +12,15 @@ from lre.cas import (
     FastSlowStore,
     FilesystemStore,
     MemoryStore,
+    StoreCapabilities,
     VerifyStore,
     read_bytes,
-    write_bytes,
 )
+from lre.cas._blob_io import write_bytes
 from lre.digest import Digest, digest_of
 from lre.errors import InvalidArgument, NotFound
 
-from .conftest import chunked
+from .conftest import chunked, pin
 
 
 class TrustingStore:
@@ -45,6 +46,9 @@ class TrustingStore:
 
     async def write(self, digest: Digest, chunks: AsyncIterable[bytes]) -> None:
         self.blobs[digest] = b"".join([c async for c in chunks])
+
+    def capabilities(self) -> StoreCapabilities:
+        return StoreCapabilities()
 
 
 @pytest.mark.parametrize(
@@ -122,7 +126,7 @@ async def test_fast_slow_pins_the_fast_tier(tmp_path: Path) -> None:
     fast, slow = await make_tiers(tmp_path, fast_bytes=100)
     store = FastSlowStore(fast, slow, write_policy="fast_only")
     digest = await write_bytes(store, b"a" * 60)
-    with store.pin([digest]):
+    with pin(store, [digest]):
         await write_bytes(slow, b"b" * 60)
         # Reading b needs room in fast, but a is pinned: b is streamed from slow.
         assert await read_bytes(store, digest_of(b"b" * 60)) == b"b" * 60

@@ -7,8 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from lre.cli._buck2_client import write_buck2
 from lre.cli._buckconfig import read_buckconfig
-from lre.cli._client_config import ClientConfigError, ClientSettings, unlink, write_buck2
+from lre.cli._client_config import unlink
+from lre.cli._client_files import ClientConfigError
+from lre.cli._client_settings import ClientSettings
 from tests._support.configs import app_config_text
 from tests._support.servers import free_port
 from tests.cli._lre import run_lre

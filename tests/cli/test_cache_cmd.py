@@ -13,7 +13,8 @@ from pathlib import Path
 
 import trio
 
-from lre.cas import FilesystemActionCache, FilesystemStore, write_bytes
+from lre.cas import FilesystemActionCache, FilesystemStore
+from lre.cas._blob_io import write_bytes
 from lre.digest import Digest, digest_of
 from tests._support.reapi import Client, response_of
 from tests.cli._lre import run_lre

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 import lre
 from lre.app._status_http import StatusServer
 from lre.cli import app
-from lre.config import load_config_text
+from lre.config._loader import load_config_text
 from tests.tui._sample import sample_snapshot
 
 ROOT = Path(__file__).resolve().parents[2]

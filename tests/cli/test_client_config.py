@@ -5,22 +5,12 @@ from pathlib import Path
 
 import pytest
 
-from lre.cli._bazel_client import repository_id
-from lre.cli._client_config import (
-    MARKER,
-    TRY_IMPORT,
-    ClientConfigError,
-    ClientSettings,
-    bazelrc_text,
-    buckconfig_text,
-    find_repo_root,
-    make_inert,
-    owned_paths,
-    parse_bazel_version,
-    unlink,
-    write_bazel,
-    write_buck2,
-)
+from lre.cli._bazel_client import bazelrc_text, parse_bazel_version, repository_id, write_bazel
+from lre.cli._bazelrc_import import TRY_IMPORT
+from lre.cli._buck2_client import buckconfig_text, write_buck2
+from lre.cli._client_config import find_repo_root, make_inert, owned_paths, unlink
+from lre.cli._client_files import MARKER, ClientConfigError
+from lre.cli._client_settings import ClientSettings
 from lre.cli._daemon import RunningServer
 from lre.cli._link import client_settings_for
 from tests.cli.buck2_init import buck2_init

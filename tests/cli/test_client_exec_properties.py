@@ -9,14 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from lre.cli._client_config import ClientSettings, bazelrc_text
-from lre.config import (
-    ClientSpec,
-    client_exec_properties,
-    default_config,
-    has_upstream,
-    load_config,
-)
+from lre.cli._bazel_client import bazelrc_text
+from lre.cli._client_settings import ClientSettings
+from lre.config import ClientSpec, client_exec_properties, default_config, load_config
+from lre.config._client import has_upstream
 
 TEAM = Path(__file__).parents[2] / "configs" / "team-cache.json5"
 

@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from lre.cli._client_config import ClientSettings, owned_paths, write_bazel, write_buck2
+from lre.cli._bazel_client import write_bazel
+from lre.cli._buck2_client import write_buck2
+from lre.cli._client_config import owned_paths
+from lre.cli._client_settings import ClientSettings
 from lre.cli._git_exclude import BEGIN, set_excluded
 from tests.cli.buck2_init import buck2_init
 from tests.cli.test_buck2_client_config import TOOLCHAINS

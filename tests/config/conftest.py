@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lre.config import Config, ConfigError, load_config_text
+from lre.config import Config, ConfigError
+from lre.config._loader import load_config_text
 
 ENV = {"HOME": "/home/dev"}
 

@@ -5,16 +5,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from lre.config import (
-    HostFacts,
-    WorkerResources,
+from lre.config import HostFacts, WorkerResources, nearest_existing_dir, resolve, worker_resources
+from lre.config._auto import (
     auto_cpu_count,
     auto_filesystem_max_bytes,
     auto_max_inflight_tasks,
     auto_memory_budget,
-    nearest_existing_dir,
-    resolve,
-    worker_resources,
 )
 
 from .conftest import MINIMAL, load

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from lre.config import default_config, default_config_text, load_config
+from lre.config import default_config, load_config
+from lre.config._loader import default_config_text
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "configs").glob("*.json5"))

@@ -7,14 +7,8 @@ from pathlib import Path
 import json5
 import pytest
 
-from lre.config import (
-    HostFacts,
-    default_config,
-    dump_config,
-    load_config,
-    load_config_text,
-    resolve,
-)
+from lre.config import HostFacts, default_config, dump_config, load_config, resolve
+from lre.config._loader import load_config_text
 from lre.config._units import format_seconds, parse_seconds
 
 from .conftest import MINIMAL, load

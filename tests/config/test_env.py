@@ -1,6 +1,6 @@
 import pytest
 
-from lre.config import ExpansionError, escape_env, expand_env
+from lre.config._env import ExpansionError, escape_env, expand_env
 
 ENV = {"HOME": "/home/dev", "EMPTY": "", "PORT": "50051", "DOLLAR": "a$b${X}"}
 

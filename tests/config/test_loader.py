@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from lre.config import ConfigError, load_config, load_config_text
+from lre.config import ConfigError, load_config
+from lre.config._loader import load_config_text
 
 from .conftest import ENV, MINIMAL, load, problems
 

@@ -3,7 +3,9 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lre.config import escape_env, expand_env, format_byte_size, parse_byte_size
+from lre.config import parse_byte_size
+from lre.config._env import escape_env, expand_env
+from lre.config._units import format_byte_size
 
 
 @given(st.text())

@@ -1,6 +1,7 @@
 import pytest
 
-from lre.config import format_byte_size, parse_byte_size, parse_seconds
+from lre.config import parse_byte_size
+from lre.config._units import format_byte_size, parse_seconds
 
 
 @pytest.mark.parametrize(

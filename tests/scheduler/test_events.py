@@ -23,8 +23,8 @@ from lre.scheduler import (
     SchedulerEvent,
     Stage,
     Usage,
-    kind_key,
 )
+from lre.scheduler._kind import kind_key
 from lre.scheduler._learner import kind_key as learner_kind_key
 from lre.snapshot import EventKind
 from tests._support.scheduler import GiB, Harness, MiB, execute_request, start_harness, worker_info

@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 from lre.proto import re_pb2
-from lre.scheduler import RequestInfo, kind_key
+from lre.scheduler import RequestInfo
+from lre.scheduler._kind import kind_key
 from lre.scheduler._kind_rule import KindKey, repository_label
 from lre.scheduler._learner import ReservationLearner
 

@@ -22,7 +22,8 @@ import trio
 
 from lre.app import Application
 from lre.cas import MemoryStore
-from lre.config import ConfigError, ListenerSpec, TlsServerSpec, load_config_text
+from lre.config import ConfigError, ListenerSpec, TlsServerSpec
+from lre.config._loader import load_config_text
 from lre.digest import digest_of
 from lre.proto import bs_grpc, bs_pb2, re_grpc, re_pb2
 from lre.service import (

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from lre.cas import DirectoryReader, MemoryStore, write_bytes, write_message
+from lre.cas import DirectoryReader, MemoryStore, write_message
+from lre.cas._blob_io import write_bytes
 from lre.digest import Digest, digest_of
 from lre.errors import InvalidArgument
 from lre.proto import re_pb2

@@ -18,7 +18,7 @@ import trio
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from lre.cas import validate_directory
+from lre.cas.trees._tree import validate_directory
 from lre.digest import MAX_BLOB_SIZE, Digest
 from lre.errors import InvalidArgument
 from lre.proto import bs_pb2, re_pb2

@@ -17,8 +17,9 @@ import grpc
 import pytest
 import trio
 
-from lre.cas import FilesystemStore, write_bytes
-from lre.cas._inline import INLINE_BYTES
+from lre.cas import FilesystemStore
+from lre.cas._blob_io import write_bytes
+from lre.cas.filesystem._inline import INLINE_BYTES
 from lre.digest import Digest, digest_of
 from lre.proto import bs_pb2, re_pb2
 from lre.service import InstanceBackends

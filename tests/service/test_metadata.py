@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from lre.proto import re_pb2
+from lre.proto import REQUEST_METADATA_KEY, re_pb2
 from lre.scheduler import RequestInfo
-from lre.service._metadata import REPOSITORY_KEY, REQUEST_METADATA_KEY, request_metadata_from
+from lre.service._metadata import REPOSITORY_KEY, request_metadata_from
 
 SENT = re_pb2.RequestMetadata(
     tool_details=re_pb2.ToolDetails(tool_name="bazel", tool_version="4.2.3"),

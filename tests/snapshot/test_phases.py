@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import itertools
 
-from lre.snapshot import BOUNDARIES, PHASES, Phase, phase_spans
+from lre.snapshot import BOUNDARIES, PHASES, Phase
+from lre.snapshot._phases import phase_spans
 
 
 def test_phases_are_named_once_in_order_and_chain_end_to_start() -> None:

@@ -16,7 +16,8 @@ import pytest
 from rich.console import Console
 
 from lre.snapshot import EventKind, ProcessSnapshot, RecentEvent
-from lre.tui import render_dashboard, rss_style
+from lre.tui import render_dashboard
+from lre.tui._render import rss_style
 from tests.tui._sample import MIB, sample_snapshot
 
 HERE = Path(__file__).parent

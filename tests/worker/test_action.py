@@ -14,8 +14,9 @@ from lre.digest import EMPTY_DIGEST, Digest
 from lre.errors import DeadlineExceeded, InvalidArgument, MissingBlobs
 from lre.proto import lre_pb2, re_pb2
 from lre.scheduler import Completed
-from lre.worker import ActionRunner, WorkDirectory
+from lre.worker._action import ActionRunner
 from lre.worker._cas_handle import CasHandle
+from lre.worker._workdir import WorkDirectory
 from tests._support.actions import File, Link
 
 from .conftest import Env, make_lease, make_spec

@@ -6,11 +6,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
 from pathlib import Path
 
-from lre.cas import MemoryStore, Pin
+from lre.cas import MemoryStore, Pin, StoreCapabilities
 from lre.digest import Digest
 from lre.scheduler import Completed
-from lre.worker import ActionRunner, WorkDirectory
+from lre.worker._action import ActionRunner
 from lre.worker._cas_handle import CasHandle
+from lre.worker._workdir import WorkDirectory
 
 from .conftest import make_lease, make_spec
 
@@ -44,6 +45,9 @@ class WithoutPins:
 
     async def write(self, digest: Digest, chunks: AsyncIterable[bytes]) -> None:
         await self.inner.write(digest, chunks)
+
+    def capabilities(self) -> StoreCapabilities:
+        return StoreCapabilities()
 
 
 def test_of_takes_the_stores_own_pin_when_it_has_one() -> None:

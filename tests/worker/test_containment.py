@@ -19,8 +19,9 @@ import psutil
 import pytest
 import trio
 
-from lre.worker import Containment, ContainmentUnavailable, choose_containment, run_process
+from lre.worker import Containment, ContainmentUnavailable, choose_containment
 from lre.worker._containment import ProcessGroupSweep
+from lre.worker._process import run_process
 
 _BACKENDS: dict[str, Containment] = {}
 
@@ -91,14 +92,49 @@ ESCAPES = {
 }
 
 
+def group_of(marker: str) -> int | None:
+    """The process group of the one ``sleep marker`` (None: not running)."""
+    found = sleepers(marker)
+    if len(found) != 1:
+        return None
+    try:
+        return os.getpgid(found[0])
+    except ProcessLookupError:
+        return None
+
+
 @pytest.mark.parametrize("escape", sorted(ESCAPES))
 async def test_escapes_die_when_the_action_exits(
     tmp_path: Path, containment: Containment, escape: str
 ) -> None:
-    marker = token()
-    outcome = await run(tmp_path, containment, ESCAPES[escape].format(t=marker) + " exit 0")
+    """The action ends only once its escape is really out of its process group
+    (a ``sleep`` that stays in it shows the group): otherwise the group kill
+    at the end would catch a setsid child that had not yet called setsid, and
+    the orphan sweep (``ProcessGroupSweep.end``) would go untested."""
+    marker, member = token(), token()
+    script = (
+        f"sleep {member} & "
+        + ESCAPES[escape].format(t=marker)
+        + " while [ ! -e go ]; do sleep 0.01; done; exit 0"
+    )
+    outcomes: list[object] = []
+
+    async def action() -> None:
+        outcomes.append(await run(tmp_path, containment, script))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(action)
+        await started(marker)
+        await started(member)
+        if escape != "background":
+            with trio.fail_after(30):
+                while group_of(marker) in (None, group_of(member)):  # noqa: ASYNC110
+                    await trio.sleep(0.01)
+        (tmp_path / "go").touch()
+    (outcome,) = outcomes
     assert outcome.exit_code == 0  # type: ignore[attr-defined]
     assert outcome.ended_alone  # type: ignore[attr-defined]
+    assert await gone(member), f"the group member survived its action under {containment.name}"
     assert await gone(marker), f"{escape}: survived its action under {containment.name}"
 
 
@@ -138,7 +174,8 @@ async def test_a_script_that_kills_itself_is_reported_killed(
 LRE_STANDIN = """
 import sys, trio
 from pathlib import Path
-from lre.worker import choose_containment, run_process
+from lre.worker import choose_containment
+from lre.worker._process import run_process
 
 async def main():
     containment = choose_containment(sys.argv[1])

@@ -24,8 +24,10 @@ from lre.cas import FilesystemStore, read_bytes
 from lre.digest import Digest, digest_of
 from lre.errors import InvalidArgument, NotFound
 from lre.scheduler import Completed
-from lre.worker import ActionRunner, Containment, WorkDirectory
+from lre.worker import Containment
+from lre.worker._action import ActionRunner
 from lre.worker._cas_handle import CasHandle
+from lre.worker._workdir import WorkDirectory
 from tests._support.actions import Link
 
 from .conftest import make_lease, make_spec

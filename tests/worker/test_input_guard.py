@@ -75,7 +75,8 @@ async def test_a_cas_write_touching_used_blobs_leaves_linked_inputs_alone(
 ) -> None:
     """The whole path: a blob linked into an action, then enough uses of
     other blobs and one more write that the store saves its access times."""
-    from lre.cas import FilesystemStore, read_bytes, write_bytes
+    from lre.cas import FilesystemStore, read_bytes
+    from lre.cas._blob_io import write_bytes
 
     store = FilesystemStore(tmp_path / "cas", tmp_path / "tmp", 1 << 30)
     await store.open()

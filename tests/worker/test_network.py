@@ -12,8 +12,9 @@ from lre.cas import MemoryStore, read_bytes
 from lre.digest import Digest
 from lre.errors import InvalidArgument
 from lre.scheduler import Completed
-from lre.worker import ActionRunner, WorkDirectory
+from lre.worker._action import ActionRunner
 from lre.worker._cas_handle import CasHandle
+from lre.worker._workdir import WorkDirectory
 
 from .conftest import make_lease, make_spec
 from .test_containment import backend

@@ -96,7 +96,8 @@ for pid in pids:
 _RUN_AS_NOBODY = """
 import sys, trio
 from pathlib import Path
-from lre.worker import choose_containment, run_process
+from lre.worker import choose_containment
+from lre.worker._process import run_process
 
 async def main() -> None:
     work = Path(sys.argv[1])

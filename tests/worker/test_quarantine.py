@@ -126,9 +126,9 @@ async def test_the_janitor_retries_the_quarantine(tmp_path: Path, autojump_clock
     need_root("chattr +i")
     import trio
 
-    from lre.worker import WorkDirectory
     from lre.worker._action_dirs import ActionDirectories
     from lre.worker._quarantine import RETRY_S
+    from lre.worker._workdir import WorkDirectory
 
     leftover = tmp_path / "work" / "w" / "a1"
     leftover.mkdir(parents=True)

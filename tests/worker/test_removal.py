@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from lre.worker import WorkDirectory
 from lre.worker._removal import CrossesMount, MountTable
-from lre.worker._workdir import remove_tree
+from lre.worker._workdir import WorkDirectory, remove_tree
 
 DEPTH = 1_200
 #: 1,200 levels of this are 25 KB of path: far past PATH_MAX (4096).
@@ -158,7 +157,8 @@ def test_a_quarantine_swapped_for_a_symlink_is_never_followed(
 _AS_NOBODY = """
 import os, sys
 from pathlib import Path
-from lre.worker import WorkDirectory, quarantined
+from lre.worker import quarantined
+from lre.worker._workdir import WorkDirectory
 top = Path(sys.argv[1])
 with WorkDirectory.open(top / "work", "w") as workdir:
     print(sorted(os.listdir(workdir.path)))

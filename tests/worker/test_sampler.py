@@ -198,7 +198,7 @@ async def test_setsid_processes_in_the_actions_namespace_are_sampled(
     # when the action has a PID namespace of its own.
     from pathlib import Path
 
-    from lre.worker import run_process
+    from lre.worker._process import run_process
 
     from .test_containment import backend
 

@@ -23,12 +23,14 @@ import trio
 from lre.cas import MemoryStore, read_bytes
 from lre.digest import Digest
 from lre.scheduler import Completed
-from lre.worker import ActionRunner, Containment, WorkDirectory
+from lre.worker import Containment
+from lre.worker._action import ActionRunner
 from lre.worker._action_dirs import ActionDirectory
 from lre.worker._cas_handle import CasHandle
 from lre.worker._process import run_process
 from lre.worker._syscalls import call
 from lre.worker._view import ActionView
+from lre.worker._workdir import WorkDirectory
 from tests._support.lre_as import python_for, scratch_for
 
 from .conftest import make_lease, make_spec

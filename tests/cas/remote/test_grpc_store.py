@@ -9,13 +9,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from lre.cas import (
-    FastSlowStore,
-    GrpcStore,
-    MemoryStore,
-    read_bytes,
-    write_bytes,
-)
+from lre.cas import FastSlowStore, GrpcStore, MemoryStore, read_bytes
+from lre.cas._blob_io import write_bytes
 from lre.config import EndpointSpec, RetrySpec
 from lre.digest import EMPTY_DIGEST, digest_of
 from lre.errors import InvalidArgument, NotFound, OutOfRange

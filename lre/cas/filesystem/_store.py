@@ -30,7 +30,7 @@ to the last flush.
 Blocking file I/O runs in threads through one ``trio.CapacityLimiter`` (by
 default 4 threads, or the limiter passed in and shared by the process), except
 reads and (without fsync) writes of at most ``INLINE_BYTES`` in one call,
-which run on the event loop (lre/cas/_inline.py says why; Actions, Commands,
+which run on the event loop (lre/cas/filesystem/_inline.py says why; Actions, Commands,
 Directories and most source files are this small). The file primitives those
 calls use (temp files, checked reads, hashing) are in ``_blob_files.py``, the
 writes built on them in ``_blob_writes.py``, the index rebuild of ``open`` in
@@ -57,7 +57,13 @@ from typing import Literal, TypeVar
 
 import trio
 
-from lre.cas._blob_files import (
+from lre.cas._blob_io import blob_mismatch, single_chunk
+from lre.cas._pins import Pin, PinTable
+from lre.cas._protocol import StoreCapabilities
+from lre.cas._statistics import StoreStatistics
+from lre.cas._streams import closing_stream
+from lre.cas._verify import BlobVerifier, check_read_range
+from lre.cas.filesystem._blob_files import (
     ShortRead,
     TempFile,
     open_checked,
@@ -65,16 +71,11 @@ from lre.cas._blob_files import (
     read_range,
     touch_all,
 )
-from lre.cas._blob_io import blob_mismatch, single_chunk
-from lre.cas._blob_scan import EXEC_VARIANT, PLAIN_VARIANT, scan_content_used
-from lre.cas._blob_writes import BlobWriter
-from lre.cas._content_index import FREE_DISK_MAX_AGE_S, ContentIndex, ShrinkReport
-from lre.cas._inline import INLINE_BYTES, call_inline
-from lre.cas._pins import Pin, PinTable
-from lre.cas._statistics import StoreStatistics
-from lre.cas._streams import closing_stream
-from lre.cas._variant_files import VariantFiles
-from lre.cas._verify import BlobVerifier, check_read_range
+from lre.cas.filesystem._blob_scan import EXEC_VARIANT, PLAIN_VARIANT, scan_content_used
+from lre.cas.filesystem._blob_writes import BlobWriter
+from lre.cas.filesystem._content_index import FREE_DISK_MAX_AGE_S, ContentIndex, ShrinkReport
+from lre.cas.filesystem._inline import INLINE_BYTES, call_inline
+from lre.cas.filesystem._variant_files import VariantFiles
 from lre.digest import EMPTY_DIGEST, Digest
 from lre.errors import LreError, NotFound, ResourceExhausted
 
@@ -170,6 +171,9 @@ class FilesystemStore:
         )
         self._variants = VariantFiles(self._index, self._writer, self._limiter)
         self._opened = False
+        self._capabilities = StoreCapabilities(
+            pin=self.pin, statistics=self.statistics, local_files=self, immediate_reads=self
+        )
 
     # ------------------------------------------------------------ lifecycle
 
@@ -316,7 +320,7 @@ class FilesystemStore:
         return self._index.find_many_hashes(hashes, sizes)
 
     # Answers given at once on another thread (the gRPC thread, see
-    # lre/cas/_immediate.py): they only read the index and the files, and
+    # ``StoreCapabilities.immediate_reads``): they only read the index and the files, and
     # queue their uses for this store's own thread.
 
     def sizes_now(self, hashes: Sequence[str], sizes: Sequence[int]) -> list[int | None] | None:
@@ -492,6 +496,10 @@ class FilesystemStore:
     def told_bytes(self) -> int:
         """Bytes of the blobs the cache contract holds right now."""
         return self._index.told_bytes()
+
+    def capabilities(self) -> StoreCapabilities:
+        """Pins, statistics, its own files and lookups from any thread."""
+        return self._capabilities
 
     def pin(self, digests: Iterable[Digest]) -> Pin:
         """Keep ``digests`` (both variants) from eviction until released."""

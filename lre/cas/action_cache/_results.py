@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from google.protobuf.message import DecodeError
 
-from lre.cas._action_cache import ActionCache, FilesystemActionCache, MemoryActionCache
 from lre.cas._blob_io import missing_digests, read_message
 from lre.cas._protocol import BlobStore
-from lre.cas._result_paths import check_result_paths
-from lre.cas._tree import tree_file_digests
+from lre.cas.action_cache._caches import ActionCache
+from lre.cas.action_cache._result_paths import check_result_paths
+from lre.cas.trees._tree import tree_file_digests
 from lre.digest import Digest
 from lre.errors import InvalidArgument, MissingBlobs, NotFound
 from lre.proto import re_pb2
@@ -32,10 +32,7 @@ class ActionResultCache:
         """Whether the cache can tell from memory alone, safely from any
         thread, that it holds no entry for ``action_digest`` (a local
         filesystem or memory cache; an upstream one never can)."""
-        ac = self.ac
-        if isinstance(ac, FilesystemActionCache | MemoryActionCache):
-            return ac.known_absent(action_digest)
-        return False
+        return self.ac.known_absent(action_digest)
 
     async def get_result(self, action_digest: Digest) -> re_pb2.ActionResult | None:
         """The stored result, or ``None`` when absent, unparsable or incomplete."""

@@ -18,20 +18,13 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lre.cas import (
-    ContentUsage,
-    FilesystemStore,
-    Pin,
-    content_usage,
-    read_bytes,
-    write_bytes,
-)
-from lre.cas._inline import INLINE_BYTES
+from lre.cas import ContentUsage, FilesystemStore, Pin, content_usage, read_bytes
+from lre.cas._blob_io import write_bytes
+from lre.cas.filesystem._inline import INLINE_BYTES
 from lre.digest import EMPTY_DIGEST, Digest, digest_of
 from lre.errors import InvalidArgument, NotFound, ResourceExhausted
 from tests._support.ci import in_ci
-
-from .conftest import chunked
+from tests.cas._chunks import chunked
 
 
 def content_files(root: Path) -> list[Path]:

@@ -54,10 +54,10 @@ from itertools import compress
 
 import trio
 
-from lre.cas._blob_files import unlink_all
 from lre.cas._blob_io import mark_empty_blob
-from lre.cas._blob_scan import EXEC_VARIANT, PLAIN_VARIANT, entry_bytes
 from lre.cas._pins import PinTable
+from lre.cas.filesystem._blob_files import unlink_all
+from lre.cas.filesystem._blob_scan import EXEC_VARIANT, PLAIN_VARIANT, entry_bytes
 from lre.digest import EMPTY_DIGEST, Digest
 from lre.errors import ResourceExhausted
 

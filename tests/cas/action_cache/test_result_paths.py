@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from lre.cas._result_paths import check_result_paths
+from lre.cas.action_cache._result_paths import check_result_paths
 from lre.errors import InvalidArgument
 from lre.proto import re_pb2
 

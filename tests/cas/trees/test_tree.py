@@ -8,16 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lre.cas import (
-    DirectoryReader,
-    MemoryStore,
-    TreeExtent,
-    tree_extent,
-    tree_file_digests,
-    validate_directory,
-    write_message,
-)
-from lre.cas._tree import non_utf8_entry
+from lre.cas import DirectoryReader, MemoryStore, TreeExtent, tree_extent, write_message
+from lre.cas.trees._tree import non_utf8_entry, tree_file_digests, validate_directory
 from lre.digest import Digest, digest_of
 from lre.errors import InvalidArgument, MissingBlobs
 from lre.proto import re_pb2

@@ -28,11 +28,11 @@ from typing import TypeVar
 
 import trio
 
-from lre.cas._blob_files import EXEC_MODE, PLAIN_MODE, hash_file
-from lre.cas._blob_scan import EXEC_VARIANT, PLAIN_VARIANT
-from lre.cas._blob_writes import BlobWriter
-from lre.cas._content_index import ContentIndex
-from lre.cas._inline import INLINE_BYTES, call_inline
+from lre.cas.filesystem._blob_files import EXEC_MODE, PLAIN_MODE, hash_file
+from lre.cas.filesystem._blob_scan import EXEC_VARIANT, PLAIN_VARIANT
+from lre.cas.filesystem._blob_writes import BlobWriter
+from lre.cas.filesystem._content_index import ContentIndex
+from lre.cas.filesystem._inline import INLINE_BYTES, call_inline
 from lre.digest import EMPTY_DIGEST, Digest
 from lre.errors import InvalidArgument, NotFound
 

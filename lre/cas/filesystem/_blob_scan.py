@@ -25,7 +25,7 @@ import re
 import stat
 from dataclasses import dataclass
 
-from lre.cas._leftovers import remove_leftover
+from lre.cas.filesystem._leftovers import remove_leftover
 from lre.errors import FailedPrecondition
 
 PLAIN_VARIANT = 1

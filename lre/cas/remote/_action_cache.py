@@ -29,10 +29,10 @@ from typing import Literal
 
 from google.protobuf.message import DecodeError
 
-from lre.cas._action_cache import ActionCache
-from lre.cas._grpc_store import GrpcStore
 from lre.cas._protocol import BlobStore
-from lre.cas._upstream_uploads import result_blobs, upload_missing
+from lre.cas.action_cache._caches import ActionCache
+from lre.cas.remote._store import GrpcStore
+from lre.cas.remote._uploads import result_blobs, upload_missing
 from lre.digest import Digest
 from lre.errors import InvalidArgument, LreError, NotFound, ResourceExhausted
 from lre.proto import re_grpc, re_pb2
@@ -75,6 +75,10 @@ class GrpcActionCache:
         self.uploaded_results = 0
         self.skipped_results = 0
         self.failed_uploads = 0
+
+    def known_absent(self, action_digest: Digest) -> bool:
+        """Never: only the upstream knows what it holds."""
+        return False
 
     def upstream_statistics(self) -> UpstreamStatistics:
         return self.client.statistics()
@@ -191,6 +195,12 @@ class FastSlowActionCache:
         self.slow_misses_in_a_row = 0
         #: The action digests of the latest slow-tier misses, newest last.
         self.recent_slow_misses: collections.deque[Digest] = collections.deque(maxlen=16)
+
+    def known_absent(self, action_digest: Digest) -> bool:
+        """Never: every lookup goes through ``get``, which counts the slow
+        tier's misses (what the miss report watches), even when both tiers
+        could tell from memory that they hold nothing."""
+        return False
 
     async def get(self, action_digest: Digest) -> bytes | None:
         data = await self.fast.get(action_digest)

@@ -13,9 +13,9 @@ from typing import Literal, Protocol, TypeVar, runtime_checkable
 
 import trio
 
-from lre.cas._action_log import LOG_NAME, ActionLog, scan
-from lre.cas._blob_scan import CONTENT_NAME, ContentUsage
-from lre.cas._inline import INLINE_BYTES, call_inline
+from lre.cas.action_cache._log import LOG_NAME, ActionLog, scan
+from lre.cas.filesystem._blob_scan import CONTENT_NAME, ContentUsage
+from lre.cas.filesystem._inline import INLINE_BYTES, call_inline
 from lre.digest import Digest
 from lre.errors import ResourceExhausted
 
@@ -30,12 +30,16 @@ class ActionCache(Protocol):
 
     ``get`` returns the stored bytes or ``None``; ``put`` replaces any entry
     (raising ``ResourceExhausted`` when it cannot be stored). Parsing and the
-    completeness check live in ``ActionResultCache``.
+    completeness check live in ``ActionResultCache``. ``known_absent`` is
+    true only when the cache can tell from memory alone, safely from any
+    thread, that it holds no entry (``False`` means "ask ``get``").
     """
 
     async def get(self, action_digest: Digest) -> bytes | None: ...
 
     async def put(self, action_digest: Digest, data: bytes) -> None: ...
+
+    def known_absent(self, action_digest: Digest) -> bool: ...
 
 
 class MemoryActionCache:
@@ -81,7 +85,7 @@ class MemoryActionCache:
 
 class FilesystemActionCache:
     """An ``ActionCache`` in one append-only file, ``<path>/actions.log``
-    (``lre/cas/_action_log.py``), with its index in memory.
+    (``lre/cas/action_cache/_log.py``), with its index in memory.
 
     A ``put`` is one ``write`` on the event loop (plus an ``fdatasync`` in a
     thread with ``fsync="always"``); a ``get`` is one ``pread``, in a thread

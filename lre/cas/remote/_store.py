@@ -33,6 +33,7 @@ from typing import Any
 
 import grpc.aio
 
+from lre.cas._protocol import StoreCapabilities
 from lre.cas._statistics import StoreStatistics
 from lre.cas._streams import closing_stream
 from lre.digest import EMPTY_DIGEST, Digest
@@ -77,6 +78,7 @@ class GrpcStore:
         self.stream_timeout_s = stream_timeout_s
         self.dropped_writes = 0
         self.degraded_reads = 0
+        self._capabilities = StoreCapabilities(statistics=self.statistics)
 
     def strict(self) -> GrpcStore:
         """The same upstream, raising ``UpstreamUnavailable`` instead of degrading."""
@@ -93,6 +95,10 @@ class GrpcStore:
     def upstream_statistics(self) -> UpstreamStatistics:
         """Health and counters of the upstream (for /status and the TUI)."""
         return self.client.statistics()
+
+    def capabilities(self) -> StoreCapabilities:
+        """Statistics only (zeros): the upstream evicts and pins on its own."""
+        return self._capabilities
 
     def statistics(self) -> StoreStatistics:
         """Nothing is held locally; counts are zero (the upstream has its own)."""

@@ -16,10 +16,10 @@ from lre.cas import (
     FilesystemStore,
     MemoryActionCache,
     MemoryStore,
-    write_bytes,
     write_message,
 )
-from lre.cas._action_log import LOG_NAME, ActionLog
+from lre.cas._blob_io import write_bytes
+from lre.cas.action_cache._log import LOG_NAME, ActionLog
 from lre.digest import Digest, digest_of
 from lre.errors import InvalidArgument, MissingBlobs, ResourceExhausted
 from lre.proto import re_pb2

@@ -22,9 +22,9 @@ from collections.abc import Sequence
 from google.protobuf.message import DecodeError
 
 from lre.cas._blob_io import read_blobs, read_bytes
-from lre.cas._directory_cache import DirectoryCache
 from lre.cas._protocol import BlobStore
-from lre.cas._tree import non_utf8_entry, validate_directory
+from lre.cas.trees._directory_cache import DirectoryCache
+from lre.cas.trees._tree import non_utf8_entry, validate_directory
 from lre.digest import Digest
 from lre.errors import InvalidArgument, LreError, MissingBlobs, NotFound, ResourceExhausted
 from lre.proto import re_pb2

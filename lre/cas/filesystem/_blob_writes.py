@@ -20,9 +20,9 @@ import os
 import secrets
 import stat
 
-from lre.cas._blob_files import PLAIN_MODE, TempFile, fsync_dir, space_error, touch_all
 from lre.cas._blob_io import blob_mismatch
 from lre.cas._verify import BlobVerifier
+from lre.cas.filesystem._blob_files import PLAIN_MODE, TempFile, fsync_dir, space_error, touch_all
 from lre.digest import Digest
 from lre.errors import InvalidArgument, LreError, ResourceExhausted
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from lre.cas import FilesystemStore, write_bytes
+from lre.cas import FilesystemStore
+from lre.cas._blob_io import write_bytes
 from lre.digest import digest_of
 from lre.errors import ResourceExhausted
 

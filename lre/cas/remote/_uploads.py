@@ -9,7 +9,7 @@ import trio
 from lre.cas._blob_io import missing_digests, read_message
 from lre.cas._protocol import BlobStore
 from lre.cas._streams import closing_stream
-from lre.cas._tree import tree_file_digests
+from lre.cas.trees._tree import tree_file_digests
 from lre.digest import Digest
 from lre.errors import NotFound
 from lre.proto import re_pb2
