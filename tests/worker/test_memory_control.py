@@ -88,8 +88,10 @@ def stopped(marker: str) -> bool | None:
         return None
 
 
-async def until(check: Callable[[], object], timeout: float = 20.0) -> None:
-    """Poll ``check`` (state of other processes: no event to wait for)."""
+async def until(check: Callable[[], object], timeout: float = 120.0) -> None:
+    """Poll ``check`` (state of other processes: no event to wait for). The
+    timeout only stops a hung test: on a machine at load 20 a 400 MiB action
+    took over 20 s to be frozen, so it is no measure of speed."""
     with trio.fail_after(timeout):
         while not check():  # noqa: ASYNC110
             await trio.sleep(0.02)
