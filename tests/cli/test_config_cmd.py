@@ -20,9 +20,12 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 def _body(shown: str) -> list[str]:
     """The shown config without the header line naming the source, and without
-    the "auto" CAS size (a share of the free disk, which other processes change)."""
+    the "auto" sizes that are a share of the free disk (the CAS's ``max_bytes``,
+    the worker's ``max_output_bytes``), which other processes change between
+    two runs of ``lre config show``."""
     lines = shown.split("\n")[1:]
-    return [line for line in lines if not re.fullmatch(r'\s*max_bytes: "[\d.]+\w+",', line)]
+    auto = r'\s*(max_bytes|max_output_bytes): "[\d.]+\w+",'
+    return [line for line in lines if not re.fullmatch(auto, line)]
 
 
 def test_partial_files_merge_over_the_default(tmp_path: Path) -> None:
