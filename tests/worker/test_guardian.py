@@ -146,7 +146,9 @@ def test_holding_the_guardian_channel_does_not_outlive_lre(containment: str, ide
             assert line, f"the driver ended early: {driver.communicate()[1]}"
             driver.kill()  # lre SIGKILLed
             driver.communicate()
-            gone = wait_until(lambda: not processes_with(marker), 5.0)
+            # An escaped action sleeps for over an hour: a minute tells the
+            # two apart on a machine at any load (5 s did not at load 20).
+            gone = wait_until(lambda: not processes_with(marker), 60.0)
             assert gone, f"the action outlived lre ({line.strip()})"
         finally:
             for process in processes_with(marker):
