@@ -90,7 +90,7 @@ def test_follow_goes_on_across_rotation_and_truncation_and_ends_on_ctrl_c(
             log.write_text("after truncation\n")  # shorter than what was read: start over
             assert lines.wait_for("after truncation") == ["after truncation\n"]
             process.send_signal(signal.SIGINT)
-            assert process.wait(timeout=30) == 0
+            assert process.wait(timeout=90) == 0
         finally:
             if process.poll() is None:
                 process.kill()
