@@ -88,7 +88,9 @@ def test_the_protections_a_backend_lacks_are_reported(tmp_path: Path) -> None:
     missing = Application(resolve(load_config_text(portable, source="t.json5")))
     assert any("local: a PID namespace per action" in m for m in missing.protections_missing())
     (tmp_path / "b").mkdir()
-    pidns = app_config_text(tmp_path / "b", extra_worker=', containment: "pidns"')
+    pidns = app_config_text(
+        tmp_path / "b", extra_worker=', containment: "pidns", action_user: "unprivileged"'
+    )
     assert (
         Application(resolve(load_config_text(pidns, source="t.json5"))).protections_missing() == ()
     )
