@@ -4,9 +4,11 @@ Runs ``run_process`` (the real spawn path, pidns containment, a view as
 ``bench_view.py`` makes it) for ``--rounds`` alternating rounds of ``--runs``
 actions each, one in flight, in three modes:
 
-- ``as-lre``: the command as lre's own user (``action_user: "root"``);
-- ``as-nobody``: through ``setpriv`` as ``nobody`` (the default of a root
-  lre, ``lre/worker/_identity.py``): the identity locks the view's mounts;
+- ``as-lre``: the command as lre's own user (``action_user: "root"``, the
+  default);
+- ``as-nobody``: through ``setpriv`` as ``nobody`` (``action_user:
+  "unprivileged"``, ``lre/worker/_identity.py``): the identity locks the
+  view's mounts;
 - ``inner-userns``: as lre's user inside one more user namespace
   (``unshare --user --map-root-user``), the other way to lock the mounts
   (what ``userns`` does), for comparison.

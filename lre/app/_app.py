@@ -206,11 +206,6 @@ class Application:
                 line = f"{worker.name}: {text}"
                 if line not in missing:
                     missing.append(line)
-            if os.geteuid() == 0 and worker.identity is None:
-                missing.append(
-                    f"{worker.name}: an unprivileged user for its actions (lre runs as root; "
-                    "workers[].local.action_user needs a view: containment pidns, sandbox_view)"
-                )
         if not self.local_peers.available:
             missing.append("lre's listeners refusing its own actions (needs Linux sock_diag)")
         if missing:

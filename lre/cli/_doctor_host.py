@@ -301,10 +301,10 @@ def user_check(server: RunningServer | None) -> Check:
         return Check(
             "user",
             "WARN",
-            f"{who} as root: actions run as nobody only where they get a view "
-            "(workers[].local.action_user, docs/security.md), as root elsewhere",
-            "start lre as your normal user; as root, keep containment pidns with sandbox_view "
-            "(the containment check lists a worker whose actions run as root)",
+            f"{who} as root: actions run as root too, unless workers[].local.action_user "
+            "gives them another user (docs/security.md)",
+            'start lre as your normal user; as root, set action_user: "unprivileged" '
+            "(containment pidns with sandbox_view)",
         )
     return Check("user", "OK", f"{who} as uid {uid}, not root")
 

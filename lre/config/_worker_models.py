@@ -257,11 +257,12 @@ class LocalWorkerSpec:
     )
     action_user: str = doc(
         "Who an action's processes run as when lre runs as root (docs/security.md): "
-        '"unprivileged" = nobody, with no supplementary groups and no capabilities, where actions '
-        "get a view of their own (containment pidns with sandbox_view), lre's own user "
-        "elsewhere; a user name, uid or uid:gid = that user (root only, and only with a "
-        'view); "root" = lre\'s own user (the opt-out). Checked at start-up.',
-        default="unprivileged",
+        '"root" = lre\'s own user; "unprivileged" = nobody, with no supplementary groups '
+        "and no capabilities, where actions get a view of their own (containment pidns "
+        "with sandbox_view), lre's own user elsewhere; a user name, uid or uid:gid = that "
+        "user (root only, and only with a view). Not the default yet: such an action "
+        "cannot write, chmod or hardlink its input files. Checked at start-up.",
+        default="root",
     )
     sandbox_writable_paths: tuple[str, ...] = doc(
         "Host directories every action's view shows writable (like Bazel's "

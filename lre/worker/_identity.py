@@ -2,13 +2,17 @@
 
 ``workers[].local.action_user`` names it (``resolve_action_user``):
 
-- ``"unprivileged"`` (the default): the user ``nobody`` (its own group, no others)
+- ``"root"`` (the default) or any name of uid 0: lre's own user;
+- ``"unprivileged"``: the user ``nobody`` (its own group, no others)
   when lre runs as root and the worker's actions get a view of their own
   (containment ``pidns`` with ``sandbox_view``); lre's own user otherwise;
 - a user name, a uid, or ``uid:gid``: that identity (only where ``unprivileged``
   would pick ``nobody``: elsewhere lre cannot switch identities, or the
   action, outside a view, could not reach its own directory);
-- ``"root"`` or any name of uid 0: lre's own user (the opt-out).
+
+Not the default yet: an action of another user cannot write or chmod its
+input files in its view (they are lre's) nor hardlink them (the kernel's
+``protected_hardlinks``), which actions running as lre's user can.
 
 ``ActionIdentity.prefix()`` is what ``run_process`` puts in front of the
 action's command: util-linux ``setpriv`` switching to the identity with no
@@ -33,7 +37,7 @@ from dataclasses import dataclass
 
 __all__ = ["AUTO_USER", "ActionIdentity", "resolve_action_user"]
 
-#: The default of ``action_user``.
+#: The value of ``action_user`` that picks ``nobody`` where it can.
 AUTO_USER = "unprivileged"
 #: Whom ``unprivileged`` picks when lre is root.
 _UNPRIVILEGED = "nobody"

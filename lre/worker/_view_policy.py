@@ -129,10 +129,15 @@ class ViewPolicy:
         xattrs: OverlayXattrs,
         debug: bool = False,
         owner: tuple[int, int] | None = None,
+        closed: Sequence[str] = (),
     ) -> None:
         #: (uid, gid) of the user actions run as (None: lre's own): the
         #: upper layer, so the input root the action sees, belongs to it.
         self.owner = owner
+        #: Directories covered because ``owner`` may not enter them (part of
+        #: ``hidden``; a writable path below one is refused as unreachable).
+        self.closed = tuple(closed)
+        hidden = (*hidden, *closed)
         self.hidden = tuple(outermost([os.path.abspath(p) for p in hidden if p]))
         self.debug = debug
         self.xattrs: OverlayXattrs = xattrs
@@ -168,20 +173,18 @@ class ViewPolicy:
         files = store.capabilities().local_files
         if files is not None:
             own.extend(path for path in (files.content_path, files.temp_path) if path)
-        if owner is not None:
-            # Masked as well: an ancestor the action's user may not
-            # traverse (/root, a 0700 state directory); it could reach
-            # nothing below it, and with an empty tmpfs there its own
-            # root and TMPDIR are reachable by their absolute paths.
-            closed = closed_ancestor(str(workdir.path), owner)
-            if closed is not None:
-                own.append(closed)
+        # Masked as well: an ancestor the action's user may not traverse
+        # (/root, a 0700 state directory); it could reach nothing below it,
+        # and with an empty tmpfs there its own root and TMPDIR are
+        # reachable by their absolute paths.
+        closed = closed_ancestor(str(workdir.path), owner) if owner is not None else None
         return cls(
             (*own, *hidden),
             spec.sandbox_writable_paths,
             xattrs=containment.overlay_xattrs,
             debug=spec.sandbox_debug,
             owner=owner,
+            closed=() if closed is None else (closed,),
         )
 
     def _checked(self, paths: Sequence[str], field: str) -> tuple[str, ...]:
@@ -193,6 +196,12 @@ class ViewPolicy:
                 raise InvalidArgument(f"{field}: {path!r} is not an absolute path")
             normal = os.path.normpath(path)
             inside = covered_by(normal, self.hidden)
+            if inside is not None and covered_by(inside, self.closed) is not None:
+                uid = self.owner[0] if self.owner is not None else os.geteuid()
+                raise InvalidArgument(
+                    f"{field}: {path!r} lies below {inside!r}, which uid {uid} (whom actions "
+                    "run as, action_user) may not enter"
+                )
             if inside is not None:
                 raise InvalidArgument(
                     f"{field}: {path!r} would expose lre's own directory {inside!r} to actions"

@@ -51,7 +51,7 @@ _VIEWLESS = {
 #: portable makes no view.
 KNOWN_MISSING = {("portable", a) for a in _VIEWLESS}
 #: Only pidns run by root gives actions a user of their own (action_user
-#: "unprivileged": nobody); elsewhere an action is lre's own user and reads
+#: "unprivileged", set above: nobody); elsewhere an action is lre's own user and reads
 #: what lre's user may read.
 KNOWN_MISSING |= {(b, "read-lre-users-own-file") for b in ("userns", "portable")}
 
@@ -90,6 +90,7 @@ def _config(home: Path, backend: str, port: int) -> str:
   schedulers: [{{ name: "queue", simple: {{ ac_store: "ac", cas_store: "cas" }} }}],
   workers: [{{ local: {{ name: "local", scheduler: "queue", cas_store: "cas",
       work_directory: "{home}/work", max_inflight_tasks: 4, containment: "{backend}",
+      action_user: "unprivileged",
       upload_action_result: {{ ac_store: "ac" }},
       resources: {{ cpu_count: 4, memory_budget: "2GiB" }} }} }}],
   servers: [{{ listener: {{ address: "127.0.0.1:{port}" }},
