@@ -135,6 +135,11 @@ class _Cgroup:
             pass
         return 0
 
+    @property
+    def descriptors(self) -> int:
+        """How many descriptors it holds open (3, or 0 once closed)."""
+        return len(self._fds)
+
     def close(self) -> None:
         for fd in self._fds:
             os.close(fd)
@@ -148,6 +153,8 @@ class ProcessLimits:
         self.root = root
         self.base: Path | None = None
         self._numbers = itertools.count(1)
+        #: every cgroup made (for ``descriptors``)
+        self._made: list[_Cgroup] = []
         #: first pid of a running action -> its cgroup and refusals before it
         self._by_pid: dict[int, tuple[_Cgroup, int]] = {}
         #: cgroups free for another action
@@ -267,7 +274,18 @@ class ProcessLimits:
                 if group.limit == limit:
                     del self._idle[at]
                     return group
-        return _Cgroup(self.base / f"a{next(self._numbers)}", limit)  # type: ignore[operator]
+        group = _Cgroup(self.base / f"a{next(self._numbers)}", limit)  # type: ignore[operator]
+        with self._lock:
+            self._made.append(group)
+        return group
+
+    @property
+    def descriptors(self) -> int:
+        """Descriptors the cgroups hold open: bounded by the most actions
+        that ran at once (cgroups are reused), never one per action; what a
+        leak check of lre's descriptors must allow for."""
+        with self._lock:
+            return sum(group.descriptors for group in self._made)
 
     def _release(self, group: _Cgroup) -> None:
         """``group``'s action ended and no spawner thread sits in it: back to
@@ -284,6 +302,8 @@ class ProcessLimits:
                 self._idle.append(group)
         else:
             group.close()  # nothing refers to it any more
+            with self._lock:
+                self._made.remove(group)
 
     def started(self, pid: int) -> None:
         """``pid`` was forked by this thread inside ``around_fork``."""

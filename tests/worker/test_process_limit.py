@@ -269,16 +269,21 @@ def test_a_process_left_in_a_cgroup_keeps_it_from_the_next_action() -> None:
     marker = f"1000.{uuid.uuid4().int % 10**9:09d}"
     leftover = ["/bin/sh", "-c", f"sleep {marker} >/dev/null 2>&1 & echo started"]
 
-    def two_actions() -> tuple[Path, Path, list[str]]:
+    def two_actions() -> tuple[Path, Path, list[str], int]:
         _, first, _ = _action(limits, leftover, 8)
         _, second, _ = _action(limits, ["/bin/true"], 8)
-        return first, second, _descriptors_on(first)
+        return first, second, _descriptors_on(first), limits.descriptors
 
     try:
-        first, second, still_open = _in_thread(two_actions)
+        first, second, still_open, counted = _in_thread(two_actions)
         assert processes_with(marker), "the background child should still run"
         assert first != second
         assert still_open == []
+        # What lre's leak checks allow for: every open cgroup's three (the
+        # second's among them), not the closed one's.
+        assert len(_descriptors_on(second)) == 3
+        assert limits.base is not None
+        assert counted == len(_descriptors_on(limits.base))
     finally:
         _kill(marker)
 
