@@ -10,15 +10,17 @@ A kind key has up to three parts:
 - the **kind proper**: ``bazel:{mnemonic}:{target}`` when the client sent
   Bazel's ``RequestMetadata`` fields, else ``cmd:{program}:{16 hex}``, a
   fingerprint of the command's shape;
-- for Bazel, **which action of the target** (`` -> {output}``): the
-  smallest of the Command's output paths, so the two ``CppCompile`` of one
-  ``cc_library`` with two sources keep two histories while each one's
-  rebuilds (same output, new inputs) keep theirs.
+- **which action it is** (`` -> {output}``): the smallest of the Command's
+  output paths, so the two ``CppCompile`` of one ``cc_library`` with two
+  sources keep two histories while each one's rebuilds (same output, new
+  inputs) keep theirs; for a ``cmd:`` key (Buck2 sends no target) the same
+  tells two compiles of one command shape apart.
 
 A key carries the coarser keys the learner reads when it has no sample of
-its own (:class:`KindKey`): the target's key in the same repository (every
-run of one of the target's actions is recorded there too, so a new source
-file of a known target starts from its siblings, not from the cold default),
+its own (:class:`KindKey`): the target's key (or the command shape's) in the
+same repository (every run of one of its actions is recorded there too, so a
+new source file of a known target starts from its siblings, not from the
+cold default),
 then the key without the repository, which is the key lre used before
 repositories were told apart (so history learned then stays readable; it is
 never written again and leaves the window after ``learner.window``).
@@ -141,7 +143,8 @@ def kind_key(
 
     - With Bazel's ``RequestMetadata`` (``action_mnemonic`` or ``target_id``
       set): ``"[repo] bazel:{mnemonic}:{target_id} -> {first output}"``.
-    - Otherwise ``"[repo] cmd:{program}:{16 hex}"``: ``program`` is the base
+    - Otherwise ``"[repo] cmd:{program}:{16 hex} -> {first output}"``
+      (without the output part when the Command names none): ``program`` is the base
       name of ``argv[0]`` (for an interpreter such as ``python3``, ``bash`` or
       ``env``, plus the base name of the script or the first word of ``-c``
       text), and the hash covers the *shape* of the other arguments: flags
@@ -154,7 +157,7 @@ def kind_key(
       files, or passing 5 or 50 ``-I`` directories, is the same kind.
 
     ``repository``: from :func:`repository_label` ("" leaves it out);
-    ``outputs``: the Command's output paths (Bazel keys only).
+    ``outputs``: the Command's output paths.
     """
     prefix = f"[{repository}] " if repository else ""
     if mnemonic or target_id:
@@ -165,4 +168,11 @@ def kind_key(
             return KindKey(fine, fallbacks=(target, unshared), shared=(target,))
         return KindKey(target, fallbacks=(unshared,))
     shape = _command_shape(arguments)
-    return KindKey(prefix + shape, fallbacks=(shape,))
+    kind = prefix + shape
+    if outputs:
+        # Buck2 and other clients send no target: the output tells two
+        # compiles of one shape apart here too, and every run is recorded
+        # under the shape as well, which a new output starts from.
+        fine = f"{kind} -> {min(outputs)}"
+        return KindKey(fine, fallbacks=(kind, shape), shared=(kind,))
+    return KindKey(kind, fallbacks=(shape,))

@@ -44,6 +44,22 @@ def test_two_compiles_of_one_target_do_not_share() -> None:
     assert a.fallbacks[0] == b.fallbacks[0] == "[r] bazel:CppCompile://:lib"
 
 
+def test_two_commands_of_one_shape_without_a_target_do_not_share() -> None:
+    """Buck2 sends no target: two compiles of one shape keep two histories,
+    both also recorded under the shape, which a new output starts from."""
+    a = kind_key(RequestInfo(repository="r"), _compile("buck-out/v2/gen/root/x/__lib__/a.o"))
+    b = kind_key(RequestInfo(repository="r"), _compile("buck-out/v2/gen/root/x/__lib__/b.o"))
+    assert a != b
+    assert a.startswith("[r] cmd:gcc:") and a.endswith(" -> buck-out/v2/gen/root/x/__lib__/a.d")
+    assert a.fallbacks[0] == b.fallbacks[0] == a.shared[0]
+    assert a.fallbacks[0].startswith("[r] cmd:gcc:") and " -> " not in a.fallbacks[0]
+    learner = ReservationLearner(":memory:", cold_memory_bytes=512 * MiB)
+    learner.record(a, 100 * MiB, 0, 0)
+    learned_b = learner.estimate(b, 1000, 0)
+    assert learned_b.source == "learned"  # from the shape's key, not cold
+    assert learned_b.memory_bytes == 120 * MiB
+
+
 def test_a_rebuild_keeps_its_key() -> None:
     """New inputs, new arguments' values, outputs listed in another order:
     the same action of the same target, so the same key."""
