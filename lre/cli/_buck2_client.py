@@ -7,8 +7,10 @@ when Buck2 would otherwise run everything locally, into ``lre_platforms/``.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+from lre.cli._bazel_client import repository_id
 from lre.cli._buckconfig import (
     BuckConfig,
     BuckConfigError,
@@ -29,14 +31,25 @@ from lre.cli._client_files import (
 )
 from lre.cli._client_settings import ClientSettings
 
+#: lre's header naming the repository (read by ``lre.service``).
+REPOSITORY_HEADER = "x-lre-repository"
+#: What a header value Buck2 is given may hold (no ``,``, ``$`` or spaces).
+_HEADER_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]")
+
 #: Buck2's build file name when ``[buildfile] name`` does not say.
 DEFAULT_BUILDFILE = "BUCK"
 
 
-def buckconfig_text(settings: ClientSettings, platforms: str | None) -> str:
+def buckconfig_text(settings: ClientSettings, platforms: str | None, repository: str = "") -> str:
     """The content of ``.buckconfig.d/lre.buckconfig`` (or the local block).
 
     Buck2 takes only ``grpc://`` addresses and turns TLS on with ``tls``.
+    ``repository`` (``_bazel_client.repository_id``) goes out as the
+    ``x-lre-repository`` header, which only names the learner's history
+    (Buck2 sends no target, so without it two repositories' actions of one
+    command shape would share one); "" leaves it out. Buck2 reads
+    ``http_headers`` as one comma-separated list of ``Name: Value`` and
+    substitutes ``$VAR`` in it, so the name is kept to ``A-Za-z0-9._+-``.
     """
     address = f"grpc://{settings.host_port}"
     lines = [
@@ -48,8 +61,14 @@ def buckconfig_text(settings: ClientSettings, platforms: str | None) -> str:
     ]
     if settings.tls and settings.tls_ca_file:
         lines.append(f"tls_ca_certs = {settings.tls_ca_file}")
+    headers = []
     if settings.auth_token:
-        lines.append(f"http_headers = authorization: Bearer {settings.auth_token}")
+        headers.append(f"authorization: Bearer {settings.auth_token}")
+    label = _HEADER_UNSAFE.sub("_", repository)
+    if label:
+        headers.append(f"{REPOSITORY_HEADER}: {label}")
+    if headers:
+        lines.append(f"http_headers = {', '.join(headers)}")
     lines.append(f"instance_name = {settings.instance_name}")
     if platforms is not None:
         lines += ["", "[build]", f"execution_platforms = {platforms}"]
@@ -128,10 +147,11 @@ def write_buck2(
         )
     if settings.auth_token:
         report.warnings.append("the Buck2 config holds the listener's token (mode 0600)")
-    text = buckconfig_text(settings, platform_here)
+    repository = repository_id(repo)
+    text = buckconfig_text(settings, platform_here, repository)
     dropin = repo / ".buckconfig.d" / "lre.buckconfig"
     if local:
-        block = buckconfig_text(settings, platform_here or platform_local)
+        block = buckconfig_text(settings, platform_here or platform_local, repository)
         write_local_block(repo / ".buckconfig.local", block, report)
         if owned_by_lre(dropin):
             dropin.unlink()

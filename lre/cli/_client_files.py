@@ -99,7 +99,7 @@ def write_local_block(path: Path, text: str, report: WriteReport) -> None:
     if new != existing:
         path.write_text(new, encoding="utf-8")
         report.written.append(path)
-    if "http_headers" in text:
+    if "authorization: Bearer" in text:  # the token in Buck2's http_headers
         path.chmod(0o600)
 
 

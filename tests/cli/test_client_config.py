@@ -121,6 +121,12 @@ def test_client_config_follows_a_tls_and_token_listener(tmp_path: Path) -> None:
     assert "tls = true" in buck
     assert "tls_ca_certs = /etc/lre/cert.pem" in buck
     assert "http_headers = authorization: Bearer s3cret" in buck
+    # one list (Buck2 splits it at commas), the repository's name made safe
+    # for Buck2's $VAR substitution
+    two = buckconfig_text(settings, None, "my $repo,x-1a2b3c4d")
+    assert (
+        "http_headers = authorization: Bearer s3cret, x-lre-repository: my__repo_x-1a2b3c4d" in two
+    )
     report = write_bazel(tmp_path, settings, edit_bazelrc=True, version=(4, 2, 3))
     assert (tmp_path / "lre.bazelrc").stat().st_mode & 0o777 == 0o600
     assert any("token" in w for w in report.warnings)
@@ -229,6 +235,10 @@ def test_buck2_config_and_platform_then_unlink(tmp_path: Path) -> None:
     assert "tls = false" in text
     assert "execution_platforms = root//lre_platforms:lre" in text
     assert any("buck2 kill" in w for w in report.warnings)
+    # the repository's name for the learner, as for Bazel, and no secret
+    # in the file, so it stays readable
+    assert f"http_headers = x-lre-repository: {repository_id(repo)}" in text
+    assert (repo / ".buckconfig.d" / "lre.buckconfig").stat().st_mode & 0o777 == 0o644
     unlink(repo)
     assert not (repo / ".buckconfig.d").exists()
     assert not (repo / "lre_platforms").exists()
