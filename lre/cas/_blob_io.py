@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import TypeVar
 
 import trio
 from google.protobuf.message import DecodeError, Message
@@ -63,33 +63,6 @@ async def missing_digests(store: BlobStore, digests: Iterable[Digest]) -> list[D
     return [d for d, size in zip(unique, sizes, strict=True) if size is None]
 
 
-@runtime_checkable
-class BulkBlobStore(Protocol):
-    """A store that reads and writes whole batches of small blobs in one call.
-
-    - ``has_many_hashes`` is ``has_many`` for digests given as parallel
-      lists of hashes and sizes (no ``Digest`` object per blob).
-    - ``read_many`` returns each blob's content in order, ``None`` when absent
-      (a use of each present blob, as ``read``).
-    - ``write_many`` verifies and stores each ``(digest, data)``; it returns,
-      in order, ``None`` for a stored (or already present) blob or the
-      ``LreError`` of a blob that was not stored (``InvalidArgument`` for a
-      size or hash mismatch, ``ResourceExhausted`` when it does not fit).
-      Each blob is atomic on its own; the batch is not.
-
-    Both hold every blob in memory: meant for batch requests, whose total the
-    caller bounds.
-    """
-
-    async def has_many_hashes(
-        self, hashes: Sequence[str], sizes: Sequence[int]
-    ) -> list[int | None]: ...
-
-    async def read_many(self, digests: Sequence[Digest]) -> list[bytes | None]: ...
-
-    async def write_many(self, blobs: Sequence[tuple[Digest, bytes]]) -> list[LreError | None]: ...
-
-
 #: Blobs handled at once by the per-blob fallbacks of ``read_blobs`` and
 #: ``write_blobs`` (lets a remote store work on several in parallel).
 _FALLBACK_TASKS = 8
@@ -116,10 +89,11 @@ async def sizes_of(
 ) -> list[int | None]:
     """``store.has_many`` for parallel lists of validated hashes and sizes.
 
-    Uses the store's ``has_many_hashes`` when it has one (``BulkBlobStore``).
+    Uses the store's ``has_many_hashes`` when it offers ``bulk``.
     """
-    if isinstance(store, BulkBlobStore):
-        return await store.has_many_hashes(hashes, sizes)
+    bulk = store.capabilities().bulk
+    if bulk is not None:
+        return await bulk.has_many_hashes(hashes, sizes)
     return await store.has_many(list(map(Digest, hashes, sizes)))
 
 
@@ -127,12 +101,13 @@ async def read_blobs(store: BlobStore, digests: Sequence[Digest]) -> list[bytes 
     """The whole content of each digest, in order, or the ``LreError`` that blob met.
 
     An absent blob gets ``NotFound`` naming it. Uses the store's
-    ``read_many`` when it has one (``BulkBlobStore``), otherwise reads the
+    ``read_many`` when it offers ``bulk``, otherwise reads the
     blobs one by one on a few tasks. All contents are held at once: for
     batches of small blobs.
     """
-    if isinstance(store, BulkBlobStore):
-        contents = await store.read_many(digests)
+    bulk = store.capabilities().bulk
+    if bulk is not None:
+        contents = await bulk.read_many(digests)
         return [
             data if data is not None else NotFound(f"blob {digest} is not in the CAS")
             for digest, data in zip(digests, contents, strict=True)
@@ -154,11 +129,12 @@ async def write_blobs(
 ) -> list[LreError | None]:
     """Verify and store each ``(digest, data)``; ``None`` or the blob's ``LreError``, in order.
 
-    Uses the store's ``write_many`` when it has one (``BulkBlobStore``),
+    Uses the store's ``write_many`` when it offers ``bulk``,
     otherwise writes the blobs one by one on a few tasks.
     """
-    if isinstance(store, BulkBlobStore):
-        return await store.write_many(blobs)
+    bulk = store.capabilities().bulk
+    if bulk is not None:
+        return await bulk.write_many(blobs)
     outcomes: list[LreError | None] = [None] * len(blobs)
 
     async def write_one(index: int) -> None:

@@ -97,7 +97,7 @@ class MemoryStore:
         self._pins = PinTable()
         self._evicted_blobs = 0
         self._evicted_bytes = 0
-        self._capabilities = StoreCapabilities(pin=self.pin, statistics=self.statistics)
+        self._capabilities = StoreCapabilities(pin=self.pin, statistics=self.statistics, bulk=self)
 
     # ------------------------------------------------------------ protocol
 

@@ -26,7 +26,9 @@ class VerifyStore:
     own (an upstream store); lre's local stores verify already.
 
     Capabilities: ``inner``'s pins, local files and lookups from any thread
-    pass through (only writes are checked); no statistics of its own.
+    pass through (only writes are checked); no statistics of its own, and no
+    batch calls (a batch write would reach ``inner`` without these checks;
+    batches go blob by blob through ``write``).
     """
 
     def __init__(
@@ -84,8 +86,9 @@ class FastSlowStore:
       Errors of either tier propagate.
 
     Capabilities: ``fast``'s pins and local files; no lookups from other
-    threads (a read may fill ``fast`` from ``slow``) and no statistics of
-    its own.
+    threads (a read may fill ``fast`` from ``slow``), no batch calls (a
+    batch must consult both tiers: it goes blob by blob through this store)
+    and no statistics of its own.
     """
 
     def __init__(

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from lre.cas import FilesystemStore, MemoryStore, read_blobs, sizes_of, write_blobs
-from lre.cas._blob_io import BulkBlobStore
+from lre.cas._protocol import BulkBlobStore
 from lre.digest import EMPTY_DIGEST, Digest, digest_of
 from lre.errors import InvalidArgument, NotFound, ResourceExhausted
 from tests.cas.conftest import StoreFactory, pin
@@ -61,7 +61,8 @@ async def test_bounded_stores_are_bulk_stores(kind: str, tmp_path: Path) -> None
     else:
         store = FilesystemStore(tmp_path / "cas", tmp_path / "tmp", 1 << 20)
         await store.open()
-    assert isinstance(store, BulkBlobStore)
+    bulk: BulkBlobStore | None = store.capabilities().bulk
+    assert bulk is store
     data = blobs_of(10)
     assert await store.write_many([(digest_of(b), b) for b in data]) == [None] * 10
     assert store.statistics().stored_bytes == 1000

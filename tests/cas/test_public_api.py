@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import lre.cas
-from lre.cas._blob_io import BulkBlobStore
 
 
 def test_public_names_come_from_the_package() -> None:
@@ -19,7 +18,7 @@ def test_stores_satisfy_the_protocols() -> None:
     for store in (memory, fs, lre.cas.VerifyStore(memory), lre.cas.FastSlowStore(memory, fs)):
         assert isinstance(store, lre.cas.BlobStore)
         assert store.capabilities().pin is not None
-    assert isinstance(memory, BulkBlobStore)
-    assert isinstance(fs, BulkBlobStore)
+    assert memory.capabilities().bulk is memory
+    assert fs.capabilities().bulk is fs
     assert isinstance(lre.cas.MemoryActionCache(), lre.cas.ActionCache)
     assert isinstance(lre.cas.FilesystemActionCache("/nonexistent/ac"), lre.cas.ActionCache)

@@ -58,6 +58,7 @@ class FullStore:
             statistics=self.inner.statistics,
             local_files=self.files,
             immediate_reads=self.files,
+            bulk=self.inner,
         )
 
 
@@ -72,10 +73,12 @@ WRAPPERS: dict[str, Wrap] = {
 WITHHELD: dict[str, dict[str, str]] = {
     "verify": {
         "statistics": "the wrapped store is a configured store reporting under its own name",
+        "bulk": "a batch write would reach the wrapped store without the wrapper's checks",
     },
     "fast_slow (as fast)": {
         "statistics": "each tier is a configured store reporting under its own name",
         "immediate_reads": "a read may copy the blob from slow into fast (a change of state)",
+        "bulk": "a batch must consult both tiers, so it goes blob by blob through the wrapper",
     },
 }
 

@@ -172,7 +172,11 @@ class FilesystemStore:
         self._variants = VariantFiles(self._index, self._writer, self._limiter)
         self._opened = False
         self._capabilities = StoreCapabilities(
-            pin=self.pin, statistics=self.statistics, local_files=self, immediate_reads=self
+            pin=self.pin,
+            statistics=self.statistics,
+            local_files=self,
+            immediate_reads=self,
+            bulk=self,
         )
 
     # ------------------------------------------------------------ lifecycle
