@@ -30,13 +30,10 @@ import argparse
 import inspect
 import os
 import shutil
-import statistics
-import sys
-import tempfile
-import time
 from pathlib import Path
 
 import trio
+from _spawn_bench import parse_args, report, scratch_view, timed_run
 
 from lre.worker._action_dirs import ActionDirectory, _empty_view
 from lre.worker._containment import choose_containment
@@ -44,54 +41,9 @@ from lre.worker._process import run_process
 from lre.worker._view import ActionView
 
 
-async def _one(
-    containment: object, base: Path, view: ActionView | None, hold: bool
-) -> tuple[float, float, float]:
-    held: list[int] = []
-    before = os.times()
-    cpu = time.process_time()
-    if view is not None:  # the previous run's layers, emptied as recycling does
-        assert _empty_view(ActionDirectory.at(base), (os.geteuid(),)), "recycling failed"
-    wall = time.perf_counter()
-    outcome = await run_process(
-        ["/bin/true"],
-        cwd=base / "root",
-        env={"PATH": "/usr/bin:/bin"},
-        stdout_path=base / "stdout",
-        stderr_path=base / "stderr",
-        timeout=60,
-        kill_grace=1,
-        containment=containment,  # type: ignore[arg-type]
-        view=view,
-        **({"on_view_held": held.append} if hold else {}),
-    )
-    wall = time.perf_counter() - wall
-    for fd in held:  # torn down off the action's path, as ActionDirectories does
-        await trio.to_thread.run_sync(os.close, fd)
-    cpu = time.process_time() - cpu
-    after = os.times()
-    children = (
-        after.children_user + after.children_system - before.children_user - before.children_system
-    )
-    assert outcome.exit_code == 0, outcome
-    return wall * 1000, cpu * 1000, children * 1000
-
-
 async def _main(args: argparse.Namespace) -> None:
     containment = choose_containment("pidns")
-    base = Path(tempfile.mkdtemp(prefix="bench-view-", dir=args.dir))
-    for name in ("root", "tmp", "view/upper", "view/work"):
-        (base / name).mkdir(parents=True)
-    hidden = base / "hidden"
-    hidden.mkdir()
-    view = ActionView(
-        root=str(base / "root"),
-        upper=str(base / "view/upper"),
-        work=str(base / "view/work"),
-        tmp=str(base / "tmp"),
-        xattrs="trusted",
-        hidden=(str(hidden),),
-    )
+    base, view = scratch_view("bench-view-", args.dir)
     gate = getattr(containment, "_gate_sh", None)
     modes: list[tuple[str, ActionView | None, object, bool]] = [
         ("none", None, gate, False),
@@ -107,31 +59,31 @@ async def _main(args: argparse.Namespace) -> None:
             for _ in range(args.runs):  # the modes interleaved action by action
                 for name, shown, sh, hold in modes:
                     containment._gate_sh = sh  # type: ignore[attr-defined]
-                    results[name].append(await _one(containment, base, shown, hold))
+                    recycle = (
+                        # the previous run's layers, emptied as recycling does
+                        (lambda: _recycled(base)) if shown is not None else None
+                    )
+                    results[name].append(
+                        await timed_run(
+                            containment,
+                            base,
+                            ["/bin/true"],
+                            before_start=recycle,
+                            view=shown,
+                            hold=hold,
+                        )
+                    )
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    import lre
+    report(results)
 
-    print(f"# lre from {os.path.dirname(lre.__file__)}; load {os.getloadavg()[0]:.2f}")
-    for name, values in results.items():
-        wall = statistics.median(w for w, _, _ in values)
-        cpu = statistics.median(c for _, c, _ in values)
-        children = statistics.mean(a for _, _, a in values)  # 10 ms ticks: a mean
-        print(
-            f"{name:12s} wall {wall:6.2f} ms  lre cpu {cpu:5.2f} ms  "
-            f"action cpu (mean) {children:5.2f} ms  ({len(values)} actions)"
-        )
+
+def _recycled(base: Path) -> None:
+    assert _empty_view(ActionDirectory.at(base), (os.geteuid(),)), "recycling failed"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--runs", type=int, default=10, help="actions per round and mode")
-    parser.add_argument("--dir", default=os.getcwd(), help="where the action directory goes")
-    args = parser.parse_args()
-    if os.geteuid() != 0:
-        sys.exit("bench_view needs root (pidns containment)")
-    trio.run(_main, args)
+    trio.run(_main, parse_args(__doc__ or "", "pidns containment"))
 
 
 if __name__ == "__main__":
