@@ -24,32 +24,22 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
-import tempfile
-import time
+import sys
 from pathlib import Path
 
 import trio
 
 from lre.worker._action_dirs import ActionDirectory, _empty_view
 from lre.worker._containment import choose_containment
-from lre.worker._process import run_process
 from lre.worker._view import ActionView
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/, for _spawn_bench
+from _spawn_bench import report, scratch_view, timed_run
 
 
 async def _main(args: argparse.Namespace) -> None:
     containment = choose_containment("pidns")
-    base = Path(tempfile.mkdtemp(prefix="bench-view-helper-", dir=args.dir))
-    for name in ("root", "tmp", "view/upper", "view/work", "hidden"):
-        (base / name).mkdir(parents=True)
-    view = ActionView(
-        root=str(base / "root"),
-        upper=str(base / "view/upper"),
-        work=str(base / "view/work"),
-        tmp=str(base / "tmp"),
-        xattrs="trusted",
-        hidden=(str(base / "hidden"),),
-    )
+    base, view = scratch_view("bench-view-helper-", args.dir)
     helper = [args.helper, view.root, view.upper, view.work, view.tmp, "1", str(base / "hidden")]
     modes: dict[str, tuple[list[str], ActionView | None, bool]] = {
         "none": (["/bin/true"], None, False),
@@ -61,37 +51,23 @@ async def _main(args: argparse.Namespace) -> None:
     try:
         for _ in range(args.runs):
             for name, (argv, shown, hold) in modes.items():
-                held: list[int] = []
-                cpu = time.process_time()
-                assert _empty_view(ActionDirectory.at(base), (os.geteuid(),)), "recycling failed"
-                wall = time.perf_counter()
-                outcome = await run_process(
-                    argv,
-                    cwd=base / "root",
-                    env={"PATH": "/usr/bin:/bin"},
-                    stdout_path=base / "stdout",
-                    stderr_path=base / "stderr",
-                    timeout=60,
-                    kill_grace=1,
-                    containment=containment,
-                    view=shown,
-                    on_view_held=held.append if hold else None,
+                results[name].append(
+                    await timed_run(
+                        containment,
+                        base,
+                        argv,
+                        before_start=lambda: _recycled(base),
+                        view=shown,
+                        hold=hold,
+                    )
                 )
-                wall = time.perf_counter() - wall
-                for fd in held:
-                    await trio.to_thread.run_sync(os.close, fd)
-                cpu = time.process_time() - cpu
-                assert outcome.exit_code == 0, (name, (base / "stderr").read_text())
-                results[name].append((wall * 1e3, cpu * 1e3, outcome.cpu_seconds * 1e3))
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    print(f"# load {os.getloadavg()[0]:.1f}")
-    for name, values in results.items():
-        print(
-            f"{name:10s} wall {statistics.median(v[0] for v in values):6.2f} ms  "
-            f"lre cpu {statistics.median(v[1] for v in values):5.2f} ms  "
-            f"action cpu (mean) {statistics.mean(v[2] for v in values):5.2f} ms"
-        )
+    report(results)
+
+
+def _recycled(base: Path) -> None:
+    assert _empty_view(ActionDirectory.at(base), (os.geteuid(),)), "recycling failed"
 
 
 def main() -> None:
