@@ -120,20 +120,16 @@ class HistoryRecorder:
 
     # ------------------------------------------------------------ producers
 
-    def record(self, record: ActionRecord) -> None:
-        """Queue ``record`` (any thread; never raises for a valid record)."""
+    def record(self, record: ActionRecord | RecordBuilder) -> None:
+        """Queue ``record``, or the record a ``RecordBuilder`` makes (it is
+        called in ``absorb``); any thread, never raises for a valid record."""
         self._pending.append(record)
         if len(self._pending) > self.MAX_PENDING:
             with self._lock:
                 self._absorb()
 
-    def record_later(self, build: RecordBuilder) -> None:
-        """Queue the record ``build`` makes; it is called in ``absorb``
-        (any thread; never raises)."""
-        self._pending.append(build)
-        if len(self._pending) > self.MAX_PENDING:
-            with self._lock:
-                self._absorb()
+    #: The scheduler's hook (a builder per ended operation): the same queue.
+    record_later = record
 
     def _absorb(self) -> None:
         """(Lock held.) Build, count and keep for writing every queued record."""

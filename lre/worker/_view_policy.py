@@ -71,43 +71,36 @@ def blocks_network(platform: Mapping[str, str], default: bool) -> bool:
     return default
 
 
+def _allows(info: os.stat_result, owner: tuple[int, int], bits: int) -> bool:
+    """Whether ``info``'s mode gives the user ``owner`` (uid, gid; no other
+    groups) every permission in ``bits`` (``rwx`` as 0o4/0o2/0o1), through
+    the owner, group or other class that applies to it."""
+    uid, gid = owner
+    shift = 6 if info.st_uid == uid else 3 if info.st_gid == gid else 0
+    return info.st_mode >> shift & bits == bits
+
+
 def _writable_by(path: str, owner: tuple[int, int]) -> bool:
     """Whether the user ``owner`` (uid, gid; no other groups) may create
     files in the directory ``path`` by its mode (False when unreadable)."""
     try:
-        info = os.stat(path)
+        return _allows(os.stat(path), owner, 0o3)
     except OSError:
         return False
-    uid, gid = owner
-    if info.st_uid == uid:
-        bits = 0o300
-    elif info.st_gid == gid:
-        bits = 0o030
-    else:
-        bits = 0o003
-    return info.st_mode & bits == bits
 
 
 def closed_ancestor(path: str, owner: tuple[int, int]) -> str | None:
     """The outermost ancestor of ``path`` (itself excluded) that the user
     ``owner`` (uid, gid; no supplementary groups) may not traverse, or None.
     An ancestor that cannot be read counts as closed."""
-    uid, gid = owner
     parts = os.path.abspath(path).split("/")[1:-1]
     current = ""
     for part in parts:
         current += "/" + part
         try:
-            info = os.stat(current)
+            if not _allows(os.stat(current), owner, 0o1):
+                return current
         except OSError:
-            return current
-        if info.st_uid == uid:
-            bit = 0o100
-        elif info.st_gid == gid:
-            bit = 0o010
-        else:
-            bit = 0o001
-        if not info.st_mode & bit:
             return current
     return None
 
