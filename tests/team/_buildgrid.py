@@ -129,9 +129,21 @@ class BuildGrid:
         return self
 
     def server_alive(self) -> bool:
+        """Whether bgd runs. A killed bgd can linger as a zombie of this
+        process: an lre run in-process with ``portable`` containment may have made
+        pytest's worker a child subreaper, so the orphaned bgd was re-parented
+        here; it is reaped and counts as gone (else ``running_buildgrid``
+        would hand the next test a dead server)."""
         try:
-            os.kill(self.bgd_pid, 0)
-        except OSError:
+            with open(f"/proc/{self.bgd_pid}/stat", "rb") as stat:
+                state = stat.read().rsplit(b")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return False
+        if state in (b"Z", b"X"):
+            try:
+                os.waitpid(self.bgd_pid, os.WNOHANG)
+            except ChildProcessError:
+                pass  # another process's zombie: gone all the same
             return False
         return True
 
