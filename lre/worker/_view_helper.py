@@ -24,6 +24,7 @@ so it never outlives lre. Protocol: one JSON object per line each way;
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import dataclasses
 import importlib.util
@@ -80,11 +81,33 @@ class ViewHelper:
                 failures.append(str(error))
             if answer.strip() == '{"ready": true}':
                 self._process = process
+                atexit.register(self.close)
                 return
             process.kill()
             _, err = process.communicate()
             failures.append(f"{python}: {err.strip()[-300:] or 'no answer'}")
         raise OSError(f"no view helper could start: {'; '.join(failures)}")
+
+    def close(self) -> None:
+        """Close the helper's stdin (it exits, dropping every view it still
+        holds) and reap it; waits at most 5 s, then kills it. Runs at
+        interpreter exit too, so no helper is left unreaped."""
+        with self._lock:
+            process, self._process = self._process, None
+        if process is None:
+            return
+        atexit.unregister(self.close)
+        for stream in (process.stdin, process.stdout, process.stderr):
+            if stream is not None:
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+        try:
+            process.wait(5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
     @property
     def pid(self) -> int:
