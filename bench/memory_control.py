@@ -261,6 +261,9 @@ class Job:
     hold: float = 0.5
     mnemonic: str = ""
     target: str = ""
+    #: the ``x-lre-repository`` header ``lre link`` would make the client
+    #: send ("" sends none: then lre keys history by instance name)
+    repository: str = ""
 
 
 @dataclass
@@ -276,7 +279,7 @@ class Outcome:
         return self.code == 0 and self.exit_code == 0
 
 
-def metadata(job: Job) -> tuple[tuple[str, bytes], ...]:
+def metadata(job: Job) -> tuple[tuple[str, str | bytes], ...]:
     if not job.target:
         return ()
     meta = re_pb2.RequestMetadata(
@@ -288,7 +291,12 @@ def metadata(job: Job) -> tuple[tuple[str, bytes], ...]:
         target_id=job.target,
         configuration_id="k8-fastbuild",
     )
-    return ((REQUEST_METADATA_KEY, meta.SerializeToString()),)
+    headers: tuple[tuple[str, str | bytes], ...] = (
+        (REQUEST_METADATA_KEY, meta.SerializeToString()),
+    )
+    if job.repository:
+        headers += (("x-lre-repository", job.repository),)
+    return headers
 
 
 async def run_jobs(address: str, jobs: Sequence[Job], rate: float) -> list[Outcome]:
@@ -410,13 +418,30 @@ def scenario_a(tmp: Path, version: str, tree: Path | None, args: argparse.Namesp
                         0.2,
                         mnemonic="CppCompile",
                         target=f"//:mod_{k:02d}",
+                        repository=f"/home/dev/{repo}",
                     )
                 )
             link = (60 if repo == "A" else 80) * (1.5 if edit else 1)
             jobs.append(
-                Job(f"{TAG}a:{r}:{repo}:app", int(link), 0.2, mnemonic="CppLink", target="//:app")
+                Job(
+                    f"{TAG}a:{r}:{repo}:app",
+                    int(link),
+                    0.2,
+                    mnemonic="CppLink",
+                    target="//:app",
+                    repository=f"/home/dev/{repo}",
+                )
             )
-        jobs.append(Job(f"{TAG}a:{r}:A:big", big, 0.5, mnemonic="Genrule", target="//:big"))
+        jobs.append(
+            Job(
+                f"{TAG}a:{r}:A:big",
+                big,
+                0.5,
+                mnemonic="Genrule",
+                target="//:big",
+                repository="/home/dev/A",
+            )
+        )
         return jobs
 
     worker: dict[str, object] = {}
