@@ -88,7 +88,11 @@ class PressureMonitor:
 
     @property
     def last_reading(self) -> MemoryReading:
-        """The latest reading, without reading again (for statistics)."""
+        """The latest reading, without reading again (for statistics); the
+        first call before any ``read`` reads once, so a fresh lre does not
+        report 0 bytes available until its first action is sampled."""
+        if self._read_at == -1e18:
+            return self.read()
         return self._reading
 
     def set_state(self, short_reason: str, frozen: int) -> None:
