@@ -57,13 +57,27 @@ def bazel_config_check(repo: Path, server: RunningServer | None) -> Check:
     """lre.bazelrc present, imported by .bazelrc, pointing at ``server``."""
     name = "bazel config"
     rc = repo / "lre.bazelrc"
+    bazelrc = repo / ".bazelrc"
+    through = importer(repo, Path.home())
     if not rc.exists():
-        return Check(name, "FAIL", f"no {rc}: Bazel builds locally", f"run `lre up` in {repo}")
+        # Never linked or `lre unlink`ed (a home ~/.bazelrc importing every
+        # repository's lre.bazelrc links none by itself): a WARN, not a failure.
+        if through is None or not through.is_relative_to(repo):
+            return Check(
+                name,
+                "WARN",
+                f"{repo} is not linked to lre: Bazel builds locally",
+                f"run `lre up` in {repo} to build through lre",
+            )
+        return Check(
+            name,
+            "FAIL",
+            f"{through} imports {rc}, which is missing: Bazel builds locally",
+            f"run `lre up` in {repo}",
+        )
     executors = [
         w.split("=", 1)[-1] for f, w in bazelrc_flags(rc.read_text()) if f == "remote_executor"
     ]
-    bazelrc = repo / ".bazelrc"
-    through = importer(repo, Path.home())
     if through is None:
         return Check(
             name,
