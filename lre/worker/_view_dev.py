@@ -77,7 +77,8 @@ _SYS = {
 }
 #: The tree's own tmpfs: a few inodes, no data.
 _TREE_OPTIONS = (("mode", "0755"), ("size", "16k"), ("nr_inodes", "64"))
-_PTS_OPTIONS = (("ptmxmode", "0666"), ("mode", "0620"))
+_PTS_OPTIONS = b"ptmxmode=0666,mode=0620"
+_MS_NOSUID, _MS_NOEXEC = 0x2, 0x8
 
 Mode = Literal["template", "per-action"]
 
@@ -91,16 +92,22 @@ class _MountAttr(ctypes.Structure):
     ]
 
 
-_LIBC: ctypes.CDLL | None = None
+_LIBC: list[ctypes.CDLL] = []
+
+
+def _libc() -> ctypes.CDLL:
+    """The C library, loaded at the first view (not at import: lre imports
+    this module on every platform)."""
+    if not _LIBC:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+        _LIBC.append(libc)
+    return _LIBC[0]
 
 
 def _call(name: str, what: str, *args: object) -> int:
     """The raw syscall ``name``; ``OSError`` naming it and ``what`` on failure."""
-    global _LIBC
-    if _LIBC is None:
-        _LIBC = ctypes.CDLL(None, use_errno=True)
-        _LIBC.syscall.restype = ctypes.c_long
-    result = int(_LIBC.syscall(_SYS[name], *args))
+    result = int(_libc().syscall(_SYS[name], *args))
     if result < 0:
         code = ctypes.get_errno()
         raise OSError(code, f"{name} {what}: {os.strerror(code)}")
@@ -170,12 +177,13 @@ def _skeleton(names: list[str]) -> int:
 
 
 def _mount_pts() -> None:
-    """A new devpts instance at ``/dev/pts`` (the action's ptys only)."""
-    pts = _new_mount("devpts", _PTS_OPTIONS, _NOSUID | _NOEXEC)
-    try:
-        _attach(pts, _AT_FDCWD, "/dev/pts")
-    finally:
-        os.close(pts)
+    """A new devpts instance at ``/dev/pts`` (the action's ptys only), by
+    mount(2): one call instead of five with fsopen & co. (about 23 instead
+    of 40 us of CPU, measured; docs/benchmarks.md)."""
+    flags = ctypes.c_ulong(_MS_NOSUID | _MS_NOEXEC)
+    if _libc().mount(b"devpts", b"/dev/pts", b"devpts", flags, _PTS_OPTIONS) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"mount devpts on /dev/pts: {os.strerror(code)}")
 
 
 class DevTree:
