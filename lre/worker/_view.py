@@ -32,6 +32,12 @@ and shapes that namespace, which the action's first process then inherits:
   at milliseconds of wall time on ext4, in the spawner thread);
 - the action's private temporary directory (its ``TMPDIR``) writable at its
   own path, a fresh tmpfs on ``/tmp`` and on ``/dev/shm``;
+- a ``/dev`` of its own (``_view_dev.mount_dev``): null, zero, full, random,
+  urandom, tty, a new devpts instance and the usual symlinks, none of the
+  host's disks or other devices;
+- every mount the action may write (input root, ``TMPDIR``, ``/tmp``,
+  ``/dev/shm``, writable paths) ``nodev`` and ``nosuid``: a device node it
+  makes there (root may ``mknod``) does not open;
 - configured writable host paths (like Bazel's ``--sandbox_writable_path``),
   bound writable at their own paths;
 - lre's own directories (state, stores, temporary and work roots: ``hidden``)
@@ -62,6 +68,9 @@ import sys
 from dataclasses import dataclass
 from typing import Literal
 
+# The view helper loads _view_dev.py by its file name under this name first.
+from lre.worker._view_dev import mount_dev
+
 __all__ = [
     "ActionView",
     "OverlayXattrs",
@@ -82,6 +91,9 @@ _MOUNT_ATTR_RDONLY = 0x1
 _MOUNT_ATTR_NOSUID = 0x2
 _MOUNT_ATTR_NODEV = 0x4
 _MOUNT_ATTR_NOEXEC = 0x8
+#: What every mount an action may write carries: a device node made there
+#: does not open, a setuid bit does not raise.
+_WRITABLE_ATTRS = _MOUNT_ATTR_NODEV | _MOUNT_ATTR_NOSUID
 _MS_SLAVE = 1 << 19
 _MS_RDONLY = 0x1
 _MS_NOSUID = 0x2
@@ -215,6 +227,18 @@ def _clone_tree(path: str) -> int:
     )
 
 
+def _writable_clone(path: str) -> int:
+    """``_clone_tree`` of a path the action may write, made ``nodev`` and
+    ``nosuid`` (every mount of it)."""
+    fd = _clone_tree(path)
+    try:
+        _setattr(path, set_=_WRITABLE_ATTRS, recursive=True, fd=fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def _attach(fd: int, path: str) -> None:
     _syscall("move_mount", path, fd, b"", _AT_FDCWD, path.encode(), _MOVE_MOUNT_F_EMPTY_PATH)
 
@@ -288,7 +312,7 @@ def _overlay(view: ActionView) -> int:
         for flag in _overlay_flags(view.xattrs):
             _syscall("fsconfig", flag, fs, _FSCONFIG_SET_FLAG, flag.encode(), None, 0)
         _syscall("fsconfig", view.root, fs, _FSCONFIG_CMD_CREATE, None, None, 0)
-        return _syscall("fsmount", view.root, fs, _FSMOUNT_CLOEXEC, 0)
+        return _syscall("fsmount", view.root, fs, _FSMOUNT_CLOEXEC, _WRITABLE_ATTRS)
     finally:
         os.close(fs)
 
@@ -331,15 +355,16 @@ def build_view(view: ActionView, *, host_proc_writable: bool = True) -> None:
     # Detached copies first: once the masks are mounted these paths are gone.
     detached: list[tuple[int, str]] = []
     try:
-        own = [(_overlay(view), view.root), (_clone_tree(view.tmp), view.tmp)]
+        own = [(_overlay(view), view.root), (_writable_clone(view.tmp), view.tmp)]
         detached.extend(own)
-        shared = [(_clone_tree(path), path) for path in writable]
+        shared = [(_writable_clone(path), path) for path in writable]
         detached.extend(shared)
         _setattr("/", set_=_MOUNT_ATTR_RDONLY, propagation=_MS_SLAVE, recursive=True)
         # The host's /proc stays writable until the action's first process
         # covers it with its own: unshare writes /proc/self/uid_map there.
         if host_proc_writable:
             _setattr("/proc", clear=_MOUNT_ATTR_RDONLY)
+        mount_dev()  # before /dev/shm's tmpfs, which goes inside it
         for path in fresh:
             _mount_tmpfs(path, TMPFS_OPTIONS)
         for fd, path in shared:

@@ -15,9 +15,9 @@ a mask or make a read-only mount writable) and drops the capabilities the
 outer one gave. lre tells the helper to let a descriptor go once that
 action ended (piggybacked on the next request).
 
-The helper imports ``_view.py`` by its file name and nothing else of lre
-(so it needs only the standard library). It exits when its stdin closes,
-so it never outlives lre. Protocol: one JSON object per line each way;
+The helper imports ``_view.py`` and ``_view_dev.py`` by their file names
+and nothing else of lre (so it needs only the standard library). It exits
+when its stdin closes, so it never outlives lre. Protocol: one JSON object per line each way;
 ``{"build": {...ActionView fields}, "release": [N, ...]}`` ->
 ``{"fd": N}`` or ``{"error": "message"}``.
 """
@@ -165,14 +165,22 @@ class ViewHelper:
         )
 
 
-def _load_view() -> object:
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_view.py")
-    spec = importlib.util.spec_from_file_location("_lre_view", path)
+def _load(file: str, name: str) -> object:
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), file)
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules["_lre_view"] = module
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def _load_view() -> object:
+    """``_view.py`` and the one module it imports, ``_view_dev.py``, by
+    file name: registered under its package name, ``_view.py``'s ``from
+    lre.worker._view_dev import ...`` finds it without importing ``lre``."""
+    _load("_view_dev.py", "lre.worker._view_dev")
+    return _load("_view.py", "_lre_view")
 
 
 def main() -> None:
