@@ -359,8 +359,14 @@ def _run(args: argparse.Namespace) -> None:
                 continue
             with _python_path(tree):
                 lres[name] = stack.enter_context(running_lre(work / f"{name}-home", ws))
-            flags = [*lre_bazelrc_flags(ws / "lre.bazelrc"), "--noremote_accept_cached"]
             info = lres[name]
+            # A second lre up on the same repository leaves the first one's
+            # lre.bazelrc: the address comes from each lre's own status.
+            flags = [
+                *(f for f in lre_bazelrc_flags(ws / "lre.bazelrc") if "remote_executor=" not in f),
+                f"--remote_executor=grpc://{info['grpc_address']}",
+                "--noremote_accept_cached",
+            ]
             print(f"{name} ({tree or 'this checkout'}): pid {info['pid']}; flags {flags}")
             side_flags.append((name, flags))
         info = lres["lre"]
