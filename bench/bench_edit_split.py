@@ -32,26 +32,27 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import secrets
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _bazel_profile import LOCAL_STEPS, REMOTE_STEPS, ActionPhases, action_phases, load_events
+from _instant_executor import InstantExecutor
 from bazel_cpu_split import bazel_server
 from bench_project import BenchError, lre_bazelrc_flags, running_lre
 from build_probe import Probe, Split
 
 from tests.e2e._bazel import BazelSession
 
-SIDES = ("local", "lre")
 TARGET = "//:app"
 
 #: lre's phases of one action, between two of its ExecutedActionMetadata
@@ -138,44 +139,56 @@ class Side:
 
 
 def _step_table(sides: dict[str, Side]) -> None:
-    local, remote = sides["local"], sides["lre"]
+    names = list(sides)
     print("Bazel's phases per spawn action (ms, medians over every action of the timed builds):")
-    print(f"  {'phase':<34}{'local':>9}{'lre':>9}")
-    rows: list[tuple[str, float | None, float | None]] = []
+    print(f"  {'phase':<34}" + "".join(f"{n:>9}" for n in names))
+
+    def row(label: str, values: dict[str, list[float] | None]) -> None:
+        cells = [
+            "-" if values[n] is None else f"{1000 * _median(values[n] or []):.1f}" for n in names
+        ]
+        print(f"  {label:<34}" + "".join(f"{c:>9}" for c in cells))
+
     for label in dict.fromkeys([*LOCAL_STEPS, *REMOTE_STEPS]):
-        loc = [a.steps[label] for a in local.actions] if label in LOCAL_STEPS else None
-        rem = [a.steps[label] for a in remote.actions] if label in REMOTE_STEPS else None
-        rows.append(
-            (
-                label,
-                None if loc is None else 1000 * _median(loc),
-                None if rem is None else 1000 * _median(rem),
-            )
+        row(
+            label,
+            {
+                n: [a.steps[label] for a in side.actions]
+                if label in (LOCAL_STEPS if n == "local" else REMOTE_STEPS)
+                else None
+                for n, side in sides.items()
+            },
         )
-    rows.append(
-        (
-            "unprofiled (span - steps)",
-            1000 * _median([a.unprofiled for a in local.actions]),
-            1000 * _median([a.unprofiled for a in remote.actions]),
-        )
+    row(
+        "unprofiled (span - steps)",
+        {n: [a.unprofiled for a in s.actions] for n, s in sides.items()},
     )
-    rows.append(
-        (
-            "action span",
-            1000 * _median([a.total for a in local.actions]),
-            1000 * _median([a.total for a in remote.actions]),
-        )
-    )
-    for label, loc_ms, rem_ms in rows:
-        loc_text = "-" if loc_ms is None else f"{loc_ms:.1f}"
-        rem_text = "-" if rem_ms is None else f"{rem_ms:.1f}"
-        print(f"  {label:<34}{loc_text:>9}{rem_text:>9}")
+    row("action span", {n: [a.total for a in s.actions] for n, s in sides.items()})
     for kind in ("Compiling", "Linking"):
-        loc = [a.total for a in local.actions if a.name.startswith(kind)]
-        rem = [a.total for a in remote.actions if a.name.startswith(kind)]
+        spans = {
+            n: [a.total for a in s.actions if a.name.startswith(kind)] for n, s in sides.items()
+        }
+        local = _median(spans["local"])
+        ratios = "  ".join(f"{n} {_median(spans[n]) / local:.3f}x" for n in names[1:])
         print(
-            f"  {kind + ' span':<34}{1000 * _median(loc):>9.1f}{1000 * _median(rem):>9.1f}"
-            f"   ratio {_median(rem) / _median(loc):.3f}x"
+            f"  {kind + ' span':<34}"
+            + "".join(f"{1000 * _median(spans[n]):>9.1f}" for n in names)
+            + f"   {ratios}"
+        )
+        for label in ("subprocess run", "execute remotely", "download"):
+            values = {
+                n: [a.steps[label] for a in s.actions if a.name.startswith(kind)]
+                if label in (LOCAL_STEPS if n == "local" else REMOTE_STEPS)
+                else None
+                for n, s in sides.items()
+            }
+            row(f"  {kind.lower()}: {label}", values)
+        row(
+            f"  {kind.lower()}: unprofiled",
+            {
+                n: [a.unprofiled for a in s.actions if a.name.startswith(kind)]
+                for n, s in sides.items()
+            },
         )
 
 
@@ -266,17 +279,54 @@ def _cpu_table(sides: dict[str, Side]) -> None:
 
 
 def _report(sides: dict[str, Side]) -> None:
-    local, remote = sides["local"].walls, sides["lre"].walls
-    pairs = [r / loc for r, loc in zip(remote, local, strict=True)]
-    print(
-        f"edit-rebuild wall: local {_median(local):.3f} s, lre {_median(remote):.3f} s; "
-        f"ratio of medians {_median(remote) / _median(local):.3f}x, per-pair median "
-        f"{_median(pairs):.3f}x ({', '.join(f'{p:.2f}' for p in pairs)})"
-    )
+    local = sides["local"].walls
+    for name in list(sides)[1:]:
+        walls = sides[name].walls
+        pairs = [r / loc for r, loc in zip(walls, local, strict=True)]
+        print(
+            f"edit-rebuild wall: local {_median(local):.3f} s, {name} {_median(walls):.3f} s; "
+            f"ratio of medians {_median(walls) / _median(local):.3f}x, per-pair median "
+            f"{_median(pairs):.3f}x ({', '.join(f'{p:.2f}' for p in pairs)})"
+        )
+    if "lre-b" in sides:
+        pairs = [b / a for a, b in zip(sides["lre"].walls, sides["lre-b"].walls, strict=True)]
+        print(
+            f"lre-b / lre per round: median {_median(pairs):.3f}"
+            f" [{min(pairs):.2f}-{max(pairs):.2f}]"
+        )
+    if "instant" in sides:
+        gaps = [
+            1000 * (r - i) for r, i in zip(sides["lre"].walls, sides["instant"].walls, strict=True)
+        ]
+        print(
+            f"lre minus instant per round (ms): median {_median(gaps):.1f}"
+            f" ({', '.join(f'{g:.0f}' for g in gaps)})"
+        )
     _step_table(sides)
-    _lre_table(sides["lre"])
-    _client_table(sides["lre"])
+    for name in ("lre", "lre-b"):
+        if name in sides:
+            print(f"[{name}]")
+            _lre_table(sides[name])
+            _client_table(sides[name])
     _cpu_table(sides)
+
+
+@contextlib.contextmanager
+def _python_path(tree: Path | None) -> Iterator[None]:
+    """``lre`` taken from the source tree ``tree`` (PYTHONPATH) in what starts
+    meanwhile; None: this checkout's."""
+    if tree is None:
+        yield
+        return
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = str(tree.resolve())
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = old
 
 
 def _run(args: argparse.Namespace) -> None:
@@ -302,34 +352,74 @@ def _run(args: argparse.Namespace) -> None:
         )
         source = ws / "src" / f"mod_{args.module:02d}.c"
         original = source.read_text()
-        info = stack.enter_context(running_lre(work / "lre-home", ws))
-        remote = [*lre_bazelrc_flags(ws / "lre.bazelrc"), "--noremote_accept_cached"]
-        print(f"lre pid {info['pid']} on {info['grpc_address']}; lre side flags: {remote}")
+        lres: dict[str, dict[str, object]] = {}
+        side_flags: list[tuple[str, list[str]]] = [("local", [])]
+        for name, tree in (("lre", args.lre_tree), ("lre-b", args.lre_tree_b)):
+            if name == "lre-b" and tree is None:
+                continue
+            with _python_path(tree):
+                lres[name] = stack.enter_context(running_lre(work / f"{name}-home", ws))
+            info = lres[name]
+            # A second lre up on the same repository leaves the first one's
+            # lre.bazelrc: the address comes from each lre's own status.
+            flags = [
+                *(f for f in lre_bazelrc_flags(ws / "lre.bazelrc") if "remote_executor=" not in f),
+                f"--remote_executor=grpc://{info['grpc_address']}",
+                "--noremote_accept_cached",
+            ]
+            print(f"{name} ({tree or 'this checkout'}): pid {info['pid']}; flags {flags}")
+            side_flags.append((name, flags))
+        info = lres["lre"]
+        instant: InstantExecutor | None = None
+        if args.instant:
+            instant = stack.enter_context(InstantExecutor(str(info["grpc_address"])))
+            replayed = [f for f in side_flags[1][1] if not f.startswith("--remote_executor=")]
+            side_flags.append(
+                (
+                    "instant",
+                    [
+                        *replayed,
+                        f"--remote_executor=grpc://{instant.address}",
+                        f"--remote_cache=grpc://{info['grpc_address']}",
+                    ],
+                )
+            )
         sides: dict[str, Side] = {}
-        for name, flags in (("local", []), ("lre", remote)):
+        for name, flags in side_flags:
             bazel = stack.enter_context(BazelSession(ws, work / f"bazel-{name}", max_idle_secs=900))
             sides[name] = Side(name, bazel, flags, work)
             sides[name].build()  # server start, toolchain autoconfiguration, clean build
-        for side in sides.values():
+        for name, side in sides.items():
+            served_by = "lre-b" if name == "lre-b" else "lre"
             side.probe = Probe(
                 bazel_server(side.bazel.output_user_root).pid,
-                int(str(info["pid"])),
-                str(info["status_address"]),
-                work / "lre-home" / "ac" / "actions.log",
+                int(str(lres[served_by]["pid"])),
+                str(lres[served_by]["status_address"]),
+                work / f"{served_by}-home" / "ac" / "actions.log",
             )
+        runs = [n for n in sides if n != "instant"]
         for round_ in range(args.warmup + args.rounds):
             timed = round_ >= args.warmup
-            order = SIDES if round_ % 2 == 0 else SIDES[::-1]
+            # The instant side replays lre's results of this round: always right after lre.
+            order = tuple(runs if round_ % 2 == 0 else runs[::-1])
+            if instant is not None:
+                order = tuple(x for n in order for x in ((n, "instant") if n == "lre" else (n,)))
             label = f"round {round_ - args.warmup + 1}" if timed else f"warm-up {round_ + 1}"
             _edit(source, original, round_)
             spawns = {}
             for name in order:
                 spawns[name], text = sides[name].timed_build(round_, timed=timed)
                 print(f"{label} {name}: {text}", flush=True)
-            if spawns["local"] != spawns["lre"] or spawns["local"] < 2:
+            if len(set(spawns.values())) != 1 or spawns["local"] < 2:
                 raise BenchError(f"{label}: spawns {spawns}, want the same, at least 2")
-    print(f"{args.rounds} rounds ({args.warmup} warm-up), order reversed every other round:")
-    _report(sides)
+        print(f"{args.rounds} rounds ({args.warmup} warm-up), order reversed every other round:")
+        _report(sides)
+        if instant is not None:
+            print(
+                f"instant executor: {instant.served} answers from lre's action cache"
+                f" (median {1000 * _median(instant.answer_seconds):.2f} ms at the executor),"
+                f" {instant.forwarded} forwarded to lre"
+            )
 
 
 def main() -> int:
@@ -340,6 +430,21 @@ def main() -> int:
     parser.add_argument("--funcs", type=int, default=8)
     parser.add_argument("--module", type=int, default=7, help="the module edited (default 7)")
     parser.add_argument("--make-ws", type=Path, default=None)
+    parser.add_argument(
+        "--instant",
+        action="store_true",
+        help="add a side whose Execute is answered at once from lre's action cache"
+        " (_instant_executor): the floor of Bazel's remote path",
+    )
+    parser.add_argument(
+        "--lre-tree", type=Path, default=None, help="source tree of the lre side (default: this)"
+    )
+    parser.add_argument(
+        "--lre-tree-b",
+        type=Path,
+        default=None,
+        help="add a side lre-b: a second lre from this source tree (an A/B in one run)",
+    )
     args = parser.parse_args()
     started = time.monotonic()
     try:

@@ -49,7 +49,7 @@ from lre.scheduler import (
     Outcome,
     Usage,
 )
-from lre.worker._action_dirs import TMP_NAME, ActionDirectories, ActionDirectory
+from lre.worker._action_dirs import TMP_NAME, ActionDirectories, ActionDirectory, shape_of
 from lre.worker._action_jobservers import ActionJobservers
 from lre.worker._action_result import ActionResultWriter, action_result, cache_result
 from lre.worker._adoption import unshared_adopter
@@ -217,7 +217,10 @@ class ActionRunner:
         """Run one attempt of ``lease``'s action and return its outcome."""
         timeline = Timeline(queued=lease.queued_at)
         timeline.mark("worker_start")
-        action_dir = await self.directories.take()
+        command = lease.command
+        outputs = (*command.output_paths, *command.output_files, *command.output_directories)
+        shape = shape_of(outputs, command.working_directory)
+        action_dir = await self.directories.take(shape)
         #: False when something the action started may still run (see
         #: ``ProcessOutcome.ended_alone``): the directory is then removed.
         self._reusable[lease.lease_id] = True
@@ -257,7 +260,9 @@ class ActionRunner:
                     with trio.CancelScope(shield=True):
                         await trio.to_thread.run_sync(os.close, held)
             else:
-                await self.directories.release(action_dir, reusable=reusable, view=held)
+                await self.directories.release(
+                    action_dir, reusable=reusable, view=held, shape=shape
+                )
 
     def _failed(self, lease: Lease, timeline: Timeline, error: LreError) -> Outcome:
         """A request lre cannot run: final, with metadata; logged (INFO if expected)."""
