@@ -100,9 +100,9 @@ async def test_an_input_hardlinked_into_an_output_is_stored(
 
 
 def test_a_writable_path_the_actions_user_cannot_reach_is_refused_at_start_up(
-    tmp_path: Path, nobody: ActionIdentity
+    tmp_path: Path, open_dir: Path, nobody: ActionIdentity
 ) -> None:
-    closed = tmp_path / "closed"
+    closed = open_dir / "closed"
     inside = closed / "ccache"
     inside.mkdir(parents=True)
     os.chmod(closed, 0o700)
@@ -119,4 +119,4 @@ def test_a_writable_path_the_actions_user_cannot_reach_is_refused_at_start_up(
         Application(resolve(load_config_text(text, source="t.json5")))
     message = str(raised.value)
     assert "workers[0].local.sandbox_writable_paths" in message, message
-    assert str(inside) in message and str(closed) in message, message
+    assert f"{str(inside)!r} lies below {str(closed)!r}" in message, message
