@@ -144,14 +144,15 @@ def open_input_idmap(owner: tuple[int, int], scratch_in: Path, xattrs: OverlayXa
     overlay marks in ``xattrs``. Raises ``IdmapUnavailable`` saying what the
     kernel refused; nothing is left open then."""
     idmap = InputIdmap(_mapping_namespace(owner), owner)
-    scratch = Path(tempfile.mkdtemp(prefix=".idmap-probe-", dir=scratch_in))
     try:
-        _probe(idmap, scratch, xattrs)
+        scratch = Path(tempfile.mkdtemp(prefix=".idmap-probe-", dir=scratch_in))
+        try:
+            _probe(idmap, scratch, xattrs)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
     except BaseException:
         idmap.close()
         raise
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
     return idmap
 
 

@@ -23,6 +23,8 @@ from lre.scheduler import Completed
 from lre.worker._action import ActionRunner
 from lre.worker._cas_handle import CasHandle
 from lre.worker._identity import ActionIdentity
+from lre.worker._idmap import idmap_views
+from lre.worker._view_policy import ViewPolicy
 from lre.worker._workdir import WorkDirectory
 from tests._support.actions import File
 from tests._support.configs import app_config_text
@@ -120,3 +122,17 @@ def test_a_writable_path_the_actions_user_cannot_reach_is_refused_at_start_up(
     message = str(raised.value)
     assert "workers[0].local.sandbox_writable_paths" in message, message
     assert f"{str(inside)!r} lies below {str(closed)!r}" in message, message
+
+
+def test_where_the_mapping_cannot_be_tried_the_worker_warns_and_keeps_its_inputs_lres(
+    tmp_path: Path, nobody: ActionIdentity, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A refused probe (here: no scratch directory to try it in) leaves the
+    views unmapped, says so naming the worker, and leaks no descriptor."""
+    policy = ViewPolicy([], [], xattrs="trusted", owner=nobody.owner)
+    before = len(os.listdir("/proc/self/fd"))
+    assert idmap_views(policy, "w9", tmp_path / "missing") is None
+    assert policy.idmap is None
+    assert len(os.listdir("/proc/self/fd")) == before
+    [warning] = [r.getMessage() for r in caplog.records if "idmapped" in r.getMessage()]
+    assert warning.startswith("worker w9: inputs stay lre's"), warning
