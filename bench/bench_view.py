@@ -11,7 +11,10 @@ the tree has ``on_view_held``, the same view held past the action's end
 does, that close's CPU counted as lre's, its wall not on the action's
 path); and where the spawner mounts the view's /proc (Linux 6.15+),
 ``view-unshare``: the same view with ``unshare --mount-proc`` making its
-/proc instead (the older way).
+/proc instead (the older way); where the tree has ``_idmap``,
+``view-idmap``: the same view with its lower layer idmapped (lre's uid
+shown as nobody's, as for ``action_user: "unprivileged"``; the command
+still runs as root, so only the view's own cost differs).
 
 Prints the medians of wall time per action and of lre's own CPU (this
 process: spawner threads included, the actions' processes not) per action,
@@ -27,6 +30,8 @@ To compare two trees, run it once per tree with that tree first on the path
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import importlib.util
 import inspect
 import os
 import shutil
@@ -53,6 +58,12 @@ async def _main(args: argparse.Namespace) -> None:
         modes.append(("view-held", view, gate, True))
     if gate is not None:
         modes.append(("view-unshare", view, None, False))
+    idmap = None
+    if importlib.util.find_spec("lre.worker._idmap") is not None:
+        from lre.worker._idmap import open_input_idmap
+
+        idmap = open_input_idmap((65534, 65534), base.parent, view.xattrs)
+        modes.append(("view-idmap", dataclasses.replace(view, idmap=idmap.fd), gate, False))
     results: dict[str, list[tuple[float, float, float]]] = {name: [] for name, *_ in modes}
     try:
         for _ in range(args.rounds):
@@ -75,6 +86,8 @@ async def _main(args: argparse.Namespace) -> None:
                     )
     finally:
         shutil.rmtree(base, ignore_errors=True)
+        if idmap is not None:
+            idmap.close()
     report(results)
 
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from lre.app._build_error import AppBuildError
 from lre.app._stores import Stores
 from lre.config import Config, WorkerResources
+from lre.errors import InvalidArgument
 from lre.scheduler import Scheduler
 from lre.worker import (
     Containment,
@@ -21,6 +22,7 @@ from lre.worker import (
     LocalWorker,
     PressureMonitor,
     choose_containment,
+    refuse_unreachable,
     resolve_action_user,
 )
 
@@ -98,6 +100,13 @@ def build_workers(
             identity = resolve_action_user(local.action_user, viewed=viewed)
         except ValueError as error:
             raise AppBuildError(f"workers[{index}].local.action_user: {error}") from None
+        for path in local.sandbox_writable_paths:
+            if identity is None:
+                break
+            try:
+                refuse_unreachable(path, identity.owner, "sandbox_writable_paths")
+            except InvalidArgument as error:
+                raise AppBuildError(f"workers[{index}].local.{error.message}") from None
         filesystem = stores.filesystem_of(local.cas_store)
         upload = local.upload_action_result
         workers.append(

@@ -260,9 +260,10 @@ class LocalWorkerSpec:
         '"root" = lre\'s own user; "unprivileged" = nobody, with no supplementary groups '
         "and no capabilities, where actions get a view of their own (containment pidns "
         "with sandbox_view), lre's own user elsewhere; a user name, uid or uid:gid = that "
-        "user (root only, and only with a view). Not the default yet: such an action "
-        "cannot write, chmod or hardlink its input files. Checked at start-up.",
-        default="root",
+        "user (root only, and only with a view). Its inputs show as its own (an idmapped "
+        "lower layer, where the kernel allows; a write, chmod or hardlink lands in its copy). "
+        "Checked at start-up, with the sandbox_writable_paths it must reach.",
+        default="unprivileged",
     )
     sandbox_writable_paths: tuple[str, ...] = doc(
         "Host directories every action's view shows writable (like Bazel's "

@@ -15,6 +15,7 @@ from lre.worker._memory_control import MemoryAction, MemoryControlStatistics
 from lre.worker._pressure import PressureMonitor
 from lre.worker._protections import missing_protections, namespace_refusals
 from lre.worker._quarantine import QuarantinedEntry, quarantined
+from lre.worker._view_policy import refuse_unreachable
 from lre.worker._worker import LocalWorker, LocalWorkerStatistics
 
 __all__ = [
@@ -30,5 +31,6 @@ __all__ = [
     "missing_protections",
     "namespace_refusals",
     "quarantined",
+    "refuse_unreachable",
     "resolve_action_user",
 ]

@@ -58,6 +58,7 @@ from lre.worker._command import PreparedCommand, prepare_command
 from lre.worker._containment import Containment
 from lre.worker._disk_full import request_error
 from lre.worker._identity import ActionIdentity
+from lre.worker._idmap import idmap_views
 from lre.worker._input_guard import SMALL_CHECK, LinkedInputs, altered_inputs
 from lre.worker._input_journal import InputJournal
 from lre.worker._input_tree import InputTree, fetch_input_tree
@@ -149,6 +150,10 @@ class ActionRunner:
         self.view_policy = ViewPolicy.for_worker(
             spec, self.containment, workdir, cas.store, hidden_paths, owner=owner
         )
+        #: lre's files shown as the action user's in its views (None: not so).
+        self.input_idmap = (
+            idmap_views(self.view_policy, spec.name, workdir.path) if self.view_policy else None
+        )
         #: Records linked inputs of running actions for crash recovery.
         self.journal = journal
         self.workdir = workdir
@@ -189,8 +194,11 @@ class ActionRunner:
         return self.jobservers.tokens()
 
     def close(self) -> None:
-        """Release the shared empty jobserver pool (call when no action runs)."""
+        """Release the shared empty jobserver pool and the inputs' mapping
+        (call when no action runs)."""
         self.jobservers.close()
+        if self.input_idmap is not None:
+            self.input_idmap.close()
 
     def over_limit(self, usage: ActionUsage) -> None:
         """Sampler hook: an action passed the hard ceiling; kill it (final)."""
@@ -334,7 +342,8 @@ class ActionRunner:
                 output_parents=parents,
                 link_source=self.cas.link_source,
                 existing=action_dir.existing,
-                owner=self.directories.owner,
+                # Under the mapping lre's directories show as the action's.
+                owner=None if self.input_idmap is not None else self.directories.owner,
             )
         finally:
             if held is not None:

@@ -2,17 +2,19 @@
 
 ``workers[].local.action_user`` names it (``resolve_action_user``):
 
-- ``"root"`` (the default) or any name of uid 0: lre's own user;
-- ``"unprivileged"``: the user ``nobody`` (its own group, no others)
+- ``"root"`` or any name of uid 0: lre's own user;
+- ``"unprivileged"`` (the default): the user ``nobody`` (its own group, no others)
   when lre runs as root and the worker's actions get a view of their own
   (containment ``pidns`` with ``sandbox_view``); lre's own user otherwise;
 - a user name, a uid, or ``uid:gid``: that identity (only where ``unprivileged``
   would pick ``nobody``: elsewhere lre cannot switch identities, or the
   action, outside a view, could not reach its own directory);
 
-Not the default yet: an action of another user cannot write or chmod its
-input files in its view (they are lre's) nor hardlink them (the kernel's
-``protected_hardlinks``), which actions running as lre's user can.
+Its inputs are lre's files; ``_idmap.py`` shows them as the action's in
+its view, so it may chmod, write (into its copy) and hardlink them as an
+action of lre's own user does. Where the kernel refuses that the worker
+says so at start-up and such an action fails there ("Operation not
+permitted").
 
 ``ActionIdentity.prefix()`` is what ``run_process`` puts in front of the
 action's command: util-linux ``setpriv`` switching to the identity with no

@@ -78,6 +78,7 @@ __all__ = [
     "covered_by",
     "mount_children_proc",
     "outermost",
+    "overlay_mount",
     "proc_pidns_works",
 ]
 
@@ -94,6 +95,7 @@ _MOUNT_ATTR_NOEXEC = 0x8
 #: What every mount an action may write carries: a device node made there
 #: does not open, a setuid bit does not raise.
 _WRITABLE_ATTRS = _MOUNT_ATTR_NODEV | _MOUNT_ATTR_NOSUID
+_MOUNT_ATTR_IDMAP = 0x00100000
 _MS_SLAVE = 1 << 19
 _MS_RDONLY = 0x1
 _MS_NOSUID = 0x2
@@ -102,6 +104,7 @@ _FSOPEN_CLOEXEC = 0x1
 _FSMOUNT_CLOEXEC = 0x1
 _FSCONFIG_SET_FLAG = 0
 _FSCONFIG_SET_STRING = 1
+_FSCONFIG_SET_FD = 5
 _FSCONFIG_CMD_CREATE = 6
 
 #: x86_64 and aarch64 share these numbers (the new mount API came after the
@@ -173,6 +176,10 @@ class ActionView:
     hidden: tuple[str, ...] = ()
     #: Host paths bound writable at their own paths (existing directories).
     writable: tuple[str, ...] = ()
+    #: A user namespace (descriptor) whose mapping the lower layer is shown
+    #: through (``_idmap.InputIdmap``: lre's files as the action user's);
+    #: None: as it is.
+    idmap: int | None = None
 
 
 def _fail(call: str, path: str) -> OSError:
@@ -196,9 +203,10 @@ def _setattr(
     propagation: int = 0,
     recursive: bool = False,
     fd: int = _AT_FDCWD,
+    userns: int = 0,
 ) -> None:
     assert _LIBC is not None
-    attr = _MountAttr(set_, clear, propagation, 0)
+    attr = _MountAttr(set_, clear, propagation, userns)
     flags = (_AT_RECURSIVE if recursive else 0) | (_AT_EMPTY_PATH if fd != _AT_FDCWD else 0)
     target = b"" if fd != _AT_FDCWD else path.encode()
     if (
@@ -297,13 +305,33 @@ def _overlay_flags(xattrs: OverlayXattrs) -> tuple[str, ...]:
     return ("volatile", "userxattr") if xattrs == "user" else ("volatile",)
 
 
-def _overlay(view: ActionView) -> int:
-    """The input root's overlay as a detached mount (paths resolved now,
-    while nothing covers them)."""
-    fs = _syscall("fsopen", "overlay", b"overlay", _FSOPEN_CLOEXEC)
+def _idmapped_lower(fs: int, path: str, userns: int) -> int:
+    """Give the overlay being configured (``fs``) a lower layer that is a
+    detached clone of ``path`` shown through the mapping of ``userns``;
+    returns the clone, which must stay open until the overlay is created
+    (closing a detached mount's last descriptor dissolves it)."""
+    tree = _clone_tree(path)
     try:
+        _setattr(path, set_=_MOUNT_ATTR_IDMAP, recursive=True, fd=tree, userns=userns)
+        _syscall("fsconfig", path, fs, _FSCONFIG_SET_FD, b"lowerdir+", None, tree)
+    except BaseException:
+        os.close(tree)
+        raise
+    return tree
+
+
+def overlay_mount(view: ActionView) -> int:
+    """The input root's overlay as a detached mount (paths resolved now,
+    while nothing covers them); its lower layer idmapped when ``view.idmap``
+    names a user namespace. Raises ``OSError`` naming the refused call."""
+    fs = _syscall("fsopen", "overlay", b"overlay", _FSOPEN_CLOEXEC)
+    tree = -1
+    try:
+        if view.idmap is not None:
+            tree = _idmapped_lower(fs, view.root, view.idmap)
+        lower = () if view.idmap is not None else (("lowerdir", view.root),)
         for key, value in (
-            ("lowerdir", view.root),
+            *lower,
             ("upperdir", view.upper),
             ("workdir", view.work),
             *OVERLAY_OPTIONS,
@@ -315,6 +343,8 @@ def _overlay(view: ActionView) -> int:
         return _syscall("fsmount", view.root, fs, _FSMOUNT_CLOEXEC, _WRITABLE_ATTRS)
     finally:
         os.close(fs)
+        if tree >= 0:
+            os.close(tree)
 
 
 def covered_by(path: str, parents: tuple[str, ...] | list[str]) -> str | None:
@@ -355,7 +385,7 @@ def build_view(view: ActionView, *, host_proc_writable: bool = True) -> None:
     # Detached copies first: once the masks are mounted these paths are gone.
     detached: list[tuple[int, str]] = []
     try:
-        own = [(_overlay(view), view.root), (_writable_clone(view.tmp), view.tmp)]
+        own = [(overlay_mount(view), view.root), (_writable_clone(view.tmp), view.tmp)]
         detached.extend(own)
         shared = [(_writable_clone(path), path) for path in writable]
         detached.extend(shared)

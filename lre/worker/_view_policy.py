@@ -40,6 +40,7 @@ __all__ = [
     "ViewOf",
     "ViewPolicy",
     "blocks_network",
+    "refuse_unreachable",
     "truthy",
 ]
 
@@ -105,6 +106,19 @@ def closed_ancestor(path: str, owner: tuple[int, int]) -> str | None:
     return None
 
 
+def refuse_unreachable(path: str, owner: tuple[int, int], field: str) -> None:
+    """Raise ``InvalidArgument`` naming ``field``, ``path`` and the directory
+    above it that the user ``owner`` (uid, gid) may not traverse, if any: a
+    writable path there would fail every action that uses it with EACCES."""
+    closed = closed_ancestor(path, owner)
+    if closed is not None:
+        raise InvalidArgument(
+            f"{field}: {path!r} lies below {closed!r}, which uid {owner[0]} (whom actions run "
+            "as, action_user) may not enter; move it, open that directory to the user "
+            '(chmod o+x), or set action_user: "root"'
+        )
+
+
 class ViewPolicy:
     """Hidden and writable paths of a worker's views (see the module docstring).
 
@@ -127,6 +141,9 @@ class ViewPolicy:
         #: (uid, gid) of the user actions run as (None: lre's own): the
         #: upper layer, so the input root the action sees, belongs to it.
         self.owner = owner
+        #: The user namespace (descriptor) each view shows its inputs through
+        #: (``_idmap.InputIdmap``; None: they show as lre's). Set by the runner.
+        self.idmap: int | None = None
         #: Directories covered because ``owner`` may not enter them (part of
         #: ``hidden``; a writable path below one is refused as unreachable).
         self.closed = tuple(closed)
@@ -201,6 +218,8 @@ class ViewPolicy:
                 )
             if not os.path.isdir(normal):
                 raise InvalidArgument(f"{field}: {path!r} is not an existing directory")
+            if self.owner is not None:
+                refuse_unreachable(normal, self.owner, field)
             checked.append(normal)
         return tuple(checked)
 
@@ -232,6 +251,7 @@ class ViewPolicy:
             hidden=self.hidden,
             writable=writable,
             xattrs=self.xattrs,
+            idmap=self.idmap,
         )
 
     def keeps(self, platform: Mapping[str, str], process: ProcessOutcome) -> bool:

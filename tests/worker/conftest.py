@@ -4,8 +4,10 @@ built with ``tests._support.actions``."""
 from __future__ import annotations
 
 import itertools
+import shutil
+import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,3 +113,15 @@ def env(tmp_path: Path, store: MemoryStore) -> Env:
         yield Env(store, workdir, spec, runner)  # type: ignore[misc]
     finally:
         workdir.close()
+
+
+@pytest.fixture
+def open_dir() -> Iterator[Path]:
+    """A new directory every user may traverse on the way to (pytest's
+    ``tmp_path`` lies below 0700 directories), removed after the test."""
+    path = Path(tempfile.mkdtemp(prefix="lre-open-", dir="/var/tmp"))
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)

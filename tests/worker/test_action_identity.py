@@ -134,7 +134,8 @@ async def test_its_outputs_are_moved_into_the_cas_as_lres_files(
 ) -> None:
     """An output the action's user made is still moved (its inode becomes the
     blob's), given to lre's user first: a stored blob is never a file of the
-    user actions run as. Its inputs are the CAS's read-only inodes."""
+    user actions run as. Its inputs are the CAS's read-only inodes, shown as
+    that user's (``_idmap.py``)."""
     store = FilesystemStore(tmp_path / "cas", tmp_path / "cas-tmp", 1 << 30)
     await store.open()
     spec = make_spec(tmp_path)
@@ -155,7 +156,7 @@ async def test_its_outputs_are_moved_into_the_cas_as_lres_files(
         )
         outcome = await runner.run(lease)
     out = await _stdout(store, outcome)  # type: ignore[arg-type]
-    assert out == f"{os.geteuid()} 444\n", out
+    assert out == f"{nobody.uid} 444\n", out
     assert isinstance(outcome, Completed)
     digests = {f.path: Digest.from_proto(f.digest, field="") for f in outcome.result.output_files}
     moved = os.stat(await store.path_for_link(digests["big"], False))
@@ -165,10 +166,10 @@ async def test_its_outputs_are_moved_into_the_cas_as_lres_files(
 
 
 def test_a_writable_path_the_actions_user_may_not_write_is_named_at_start(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    open_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    closed = tmp_path / "closed"
-    shared = tmp_path / "shared"
+    closed = open_dir / "closed"
+    shared = open_dir / "shared"
     for path, mode in ((closed, 0o755), (shared, 0o777)):
         path.mkdir()
         os.chmod(path, mode)
