@@ -35,6 +35,13 @@ dotted path of the generated config on one side (list items by index, e.g.
 inner one or an index out of range is an error), so a feature's cost can be
 isolated in a same-run A/B (feature on vs off).
 
+``--profile DIR`` instead profiles lre's own threads in both servers
+(``bench/thread_profile/sitecustomize.py``: cProfile of the Trio thread,
+the spawner threads' jobs, the recycling batch and the output scan), writes
+``DIR/<side>-<kind>.prof`` and prints, per kind of thread, the functions
+whose own time per action differs most between B and A (``_profile_diff``).
+cProfile slows what it profiles: compare the sides, not the totals.
+
 ``--pieces`` also times each piece of history recording inside both
 servers (``bench/history_pieces/sitecustomize.py``: CPU time of the calling
 thread around the tap, the recorder's queueing, flush and sampling) and
@@ -64,6 +71,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _client import LreProcess, ReapiClient, digest_of, local_config
+from _profile_diff import report_profiles
 from _replay import BAZEL_WORKER, Plan, Recording, bazel_metadata, cached_recording
 from bench_replay import _plans, _round
 
@@ -74,12 +82,14 @@ RPC_KINDS = ("FindMissingBlobs", "Read", "GetActionResult miss", "Write")
 
 
 PIECES_DIR = Path(__file__).resolve().parent / "history_pieces"
+PROFILE_DIR = Path(__file__).resolve().parent / "thread_profile"
 
 
 @contextmanager
-def _python_path(tree: Path, pieces: bool = False) -> Iterator[None]:
+def _python_path(tree: Path, first: Path | None = None) -> Iterator[None]:
+    """``PYTHONPATH`` = ``tree``, after ``first`` (a sitecustomize) when given."""
     old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = f"{PIECES_DIR}:{tree}" if pieces else str(tree)
+    os.environ["PYTHONPATH"] = f"{first}:{tree}" if first is not None else str(tree)
     try:
         yield
     finally:
@@ -398,7 +408,12 @@ def main() -> int:
     ap.add_argument(
         "--pieces", action="store_true", help="time each piece of history recording per action"
     )
+    ap.add_argument(
+        "--profile", type=Path, help="cProfile lre's threads on both sides into this directory"
+    )
     args = ap.parse_args()
+    if args.pieces and args.profile:
+        ap.error("--pieces and --profile each need their own sitecustomize: choose one")
     if args.tree_b is None:
         args.tree_b = args.tree_a
     started = time.monotonic()
@@ -412,12 +427,18 @@ def main() -> int:
                 home = Path(tmp) / name
                 configs[name] = apply_overrides(local_config(home, BAZEL_WORKER), overrides)
             pieces_out = Path(tmp) / "pieces"
+            first = None
             if args.pieces:
                 pieces_out.mkdir()
                 os.environ["LRE_PIECES_OUT"] = str(pieces_out)
+                first = PIECES_DIR
+            if args.profile:
+                args.profile.mkdir(parents=True, exist_ok=True)
+                os.environ["LRE_PROFILE_OUT"] = str(args.profile.resolve())
+                first = PROFILE_DIR
             for name, tree in (("A", args.tree_a), ("B", args.tree_b)):
                 home = Path(tmp) / name
-                with _python_path(tree.resolve(), args.pieces):
+                with _python_path(tree.resolve(), first):
                     lre = LreProcess(configs[name], home)
                 sides.append(Side(name, lre))
             print(f"A = {args.tree_a}, B = {args.tree_b}, work {args.work}")
@@ -431,6 +452,8 @@ def main() -> int:
                 side.lre.stop()
         if args.pieces:
             _report_pieces(sides, pieces_out)
+        if args.profile:
+            report_profiles(args.profile, {s.name: s.lre.proc.pid for s in sides})
     print(f"took {time.monotonic() - started:.0f} s")
     return 0
 

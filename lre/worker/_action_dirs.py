@@ -103,6 +103,9 @@ class ActionDirectory:
     #: unknown): ``take`` hands this directory to the next action of the
     #: same shape, whose tree most likely has these same directories.
     shape: str = ""
+    #: The overlay's ``upper`` and ``work`` exist, as recycling left them
+    #: (emptied, ``ROOT_MODE`` and 0700): a view need not look for them.
+    layers: bool = False
 
     @classmethod
     def at(cls, path: Path) -> ActionDirectory:
@@ -419,7 +422,18 @@ def _recycle(directory: ActionDirectory, owners: tuple[int, ...]) -> ActionDirec
     existing = scrub_root(directory.root, owners)
     if existing is None:
         return None
-    return dataclasses.replace(directory, existing=existing)
+    return dataclasses.replace(directory, existing=existing, layers=_has_layers(directory, names))
+
+
+def _has_layers(directory: ActionDirectory, names: list[str]) -> bool:
+    """Whether both overlay layers are there after ``_empty_view`` (which
+    checked the upper layer; a failed ``lstat`` counts as no)."""
+    if VIEW_NAME not in names:
+        return False
+    try:
+        return stat.S_ISDIR(os.lstat(directory.overlay_work).st_mode)
+    except OSError:
+        return False
 
 
 def _empty_view(directory: ActionDirectory, owners: tuple[int, ...]) -> bool:

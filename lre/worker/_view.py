@@ -64,6 +64,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import stat
 import sys
 from dataclasses import dataclass
 from typing import Literal
@@ -365,6 +366,25 @@ def outermost(paths: tuple[str, ...] | list[str]) -> list[str]:
     return kept
 
 
+def _hidden_kinds(hidden: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """The directories and the regular files among ``hidden`` as this
+    namespace shows them now (symlinks followed, as ``os.path.isdir`` and
+    ``isfile`` would), one ``stat`` each; a path that cannot be read (gone,
+    or under a fresh tmpfs already) is neither."""
+    directories: list[str] = []
+    files: list[str] = []
+    for path in hidden:
+        try:
+            mode = os.stat(path).st_mode
+        except (OSError, ValueError):
+            continue
+        if stat.S_ISDIR(mode):
+            directories.append(path)
+        elif stat.S_ISREG(mode):
+            files.append(path)
+    return directories, files
+
+
 def _attach_at(fd: int, path: str, tmpfs: list[str]) -> None:
     """Attach the detached mount ``fd`` at ``path``, making the mount point
     first when it lies in one of the new ``tmpfs``."""
@@ -403,12 +423,11 @@ def build_view(view: ActionView, *, host_proc_writable: bool = True) -> None:
         # it, and /tmp hides it already unless a writable path brought it back).
         # ``hidden`` is outermost already (``ViewPolicy``). A mask that will
         # hold the action's own mount points is made read-only after them.
-        masks = [path for path in view.hidden if os.path.isdir(path)]
-        for path in view.hidden:
-            if os.path.isfile(path):  # a token or key file: /dev/null in its place
-                fd = _clone_tree("/dev/null")
-                detached.append((fd, path))
-                _attach(fd, path)
+        masks, files = _hidden_kinds(view.hidden)
+        for path in files:  # a token or key file: /dev/null in its place
+            fd = _clone_tree("/dev/null")
+            detached.append((fd, path))
+            _attach(fd, path)
         later: list[str] = []
         for path in masks:
             if covered_by(view.root, [path]) or covered_by(view.tmp, [path]):

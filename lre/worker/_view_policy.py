@@ -233,11 +233,20 @@ class ViewPolicy:
 
     def view_for(self, platform: Mapping[str, str], directory: ActionDirectory) -> ActionView:
         """The view of an action in ``directory``; makes the overlay's layers
-        when missing (raises ``OSError`` when it cannot)."""
+        when missing (not looked for in a directory recycling says has them,
+        ``ActionDirectory.layers``; raises ``OSError`` when they cannot be made)."""
         writable = self.writable_for(platform)
         # The upper layer's own mode is the one the action sees on its input
         # root: 0700 would shut out any user the action switches to.
-        for path, mode in ((directory.upper, ROOT_MODE), (directory.overlay_work, 0o700)):
+        layers = (
+            ()
+            if directory.layers
+            else (
+                (directory.upper, ROOT_MODE),
+                (directory.overlay_work, 0o700),
+            )
+        )
+        for path, mode in layers:
             if not path.is_dir():
                 path.mkdir(mode=0o700, parents=True)
                 os.chmod(path, mode)  # the umask may have dropped bits
