@@ -258,12 +258,13 @@ class LocalWorkerSpec:
     action_user: str = doc(
         "Who an action's processes run as when lre runs as root (docs/security.md): "
         '"root" = lre\'s own user (in a pidns view: uid 0 with only CHOWN, DAC_OVERRIDE, '
-        "FOWNER, FSETID, KILL, SETUID, SETGID, NET_BIND_SERVICE, SYS_CHROOT and AUDIT_WRITE, "
-        'a read-only /proc and nosuid mounts); "unprivileged" = nobody, with no '
-        "supplementary groups and no capabilities, where actions get a view of their own "
-        "(containment pidns with sandbox_view), lre's own user elsewhere; a user name, uid or uid:gid = that "
-        "user (root only, and only with a view). Not the default yet: such an action "
-        "cannot write, chmod or hardlink its input files. Checked at start-up.",
+        "FOWNER, FSETID, KILL, SETUID, SETGID, NET_BIND_SERVICE, SYS_CHROOT and "
+        'AUDIT_WRITE, a read-only /proc and nosuid mounts); "unprivileged" = nobody, '
+        "with no supplementary groups and no capabilities, where actions get a view of "
+        "their own (containment pidns with sandbox_view), lre's own user elsewhere; a "
+        "user name, uid or uid:gid = that user (root only, and only with a view). Not "
+        "the default yet: such an action cannot write, chmod or hardlink its input "
+        "files. Checked at start-up.",
         default="root",
     )
     sandbox_writable_paths: tuple[str, ...] = doc(
