@@ -65,10 +65,16 @@ def _known_missing(lre: Lre, attack: str) -> bool:
     """Protections a setup does not have (docs/security.md): portable makes
     no view, and its actions of a root lre hold every capability; an action
     that is lre's own user reads what lre's user may read (only pidns run by
-    root with action_user "unprivileged" gives actions a user of their own)."""
+    root with action_user "unprivileged" gives actions a user of their own);
+    under userns run by root, an action (uid 0 mapped to itself) writes
+    host kernel settings through its /proc."""
     if lre.backend == "portable" and (
         attack in _VIEWLESS or (attack in _ROOT_POWERS and lre.identity == "own")
     ):
+        return True
+    if (lre.backend, lre.identity, attack) == ("userns", "own", "write-kernel-setting"):
+        # Not yet locked: a root lre's userns action is uid 0 mapped to
+        # itself, and uid 0 writes /proc/sys by its mode (docs/security.md).
         return True
     own_user = not (lre.backend == "pidns" and lre.action_user == "unprivileged")
     return attack == "read-lre-users-own-file" and own_user
