@@ -36,20 +36,29 @@ def test_outcomes_become_cells_and_the_doc_section_is_replaced(tmp_path: Path) -
         ("listeners", "portable", "root", "missing"),
         ("listeners", "portable", "root", "held"),
     ]
-    results.write_text(
-        "".join(
-            json.dumps({"attack": a, "backend": b, "identity": i, "outcome": o, "test": "t"}) + "\n"
-            for a, b, i, o in rows
-        )
+    lines = [{"attack": a, "backend": b, "identity": i, "outcome": o} for a, b, i, o in rows]
+    # an action user of its own makes a column of its own, after the default
+    lines.append(
+        {
+            "attack": "guardian",
+            "backend": "pidns",
+            "identity": "root",
+            "action_user": "unprivileged",
+            "outcome": "held",
+        }
     )
+    results.write_text("".join(json.dumps(line) + "\n" for line in lines))
     doc = tmp_path / "security.md"
     doc.write_text(f"before\n{table.BEGIN}\nold table\n{table.END}\nafter\n")
     assert table.main([str(results), "--write", str(doc)]) == 0
     text = doc.read_text()
     assert text.startswith("before\n") and text.endswith("after\n") and "old table" not in text
-    assert "| attack class | pidns as root | userns as nobody | portable as root |" in text
-    assert "| guardian | held | skipped | **BROKEN** |" in text
-    assert "| listeners | held |  | not held |" in text
+    assert (
+        "| attack class | pidns as root, action_user root | pidns as root, action_user "
+        "unprivileged | userns as nobody, action_user root | portable as root, action_user root |"
+    ) in text
+    assert "| guardian | held | held | skipped | **BROKEN** |" in text
+    assert "| listeners | held |  |  | not held |" in text
 
 
 def test_a_doc_without_markers_is_refused(tmp_path: Path) -> None:

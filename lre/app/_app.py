@@ -202,7 +202,10 @@ class Application:
         followed by the kernel settings that refuse namespaces, if any."""
         missing: list[str] = []
         for worker in self.workers:
-            for text in missing_protections(worker.containment.name):
+            texts = list(missing_protections(worker.containment.name))
+            if worker.identity is None:  # its actions run as lre's user
+                texts.extend(worker.containment.root_actions_missing())
+            for text in texts:
                 line = f"{worker.name}: {text}"
                 if line not in missing:
                     missing.append(line)
@@ -300,8 +303,9 @@ class Application:
             as_root = [w.name for w in self.workers if w.identity is None]
             if as_root:
                 log.warning(
-                    "running as root: actions of worker(s) %s run as root too (action_user); "
-                    "start lre as your own user",
+                    "running as root: actions of worker(s) %s run as root too (action_user; "
+                    "in a pidns view as uid 0 without administrative capabilities, "
+                    "docs/security.md); start lre as your own user",
                     ", ".join(as_root),
                 )
             for worker in self.workers:

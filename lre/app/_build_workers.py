@@ -72,7 +72,9 @@ def build_workers(
 
     Raises ``AppBuildError`` naming the worker's field when its containment
     cannot work on this host, when ``network: block`` asks for what its
-    containment cannot do, or when its ``action_user`` cannot be used.
+    containment cannot do, when its ``action_user`` cannot be used, or when
+    ``containment: "strict"`` would run root actions with every capability
+    (``Containment.root_actions_missing``).
     """
     workers: list[LocalWorker] = []
     containments: dict[str, Containment] = {}
@@ -107,6 +109,13 @@ def build_workers(
                 refuse_unreachable(path, identity.owner, "sandbox_writable_paths")
             except InvalidArgument as error:
                 raise AppBuildError(f"workers[{index}].local.{error.message}") from None
+        unlocked = containment.root_actions_missing() if identity is None else ()
+        if local.containment == "strict" and viewed and unlocked:
+            raise AppBuildError(
+                f"workers[{index}].local.containment: 'strict' refuses to run root actions "
+                f"that {unlocked[0].removeprefix('root actions ')}; set action_user: "
+                '"unprivileged" or run lre on Linux 6.15+'
+            )
         filesystem = stores.filesystem_of(local.cas_store)
         upload = local.upload_action_result
         workers.append(

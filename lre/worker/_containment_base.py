@@ -50,6 +50,10 @@ class SpawnOptions:
     #: where the caller closes it instead of in the action's exit, which
     #: lre waits for.
     hold_view: bool = False
+    #: The command runs as lre's own user, root (no ``action_user`` of its
+    #: own): in a view, a backend that can (``PidNamespace``) gives it only
+    #: ``_capabilities.ALLOWED`` and a read-only ``/proc``.
+    drop_root_privileges: bool = False
 
 
 class Containment(ABC):
@@ -83,6 +87,13 @@ class Containment(ABC):
     def __init__(self) -> None:
         #: Kills every listed action when lre dies (started on first use).
         self.guardian = ProcessGuardian()
+
+    def root_actions_missing(self) -> tuple[str, ...]:
+        """What this backend cannot take from an action that runs as a root
+        lre's own user in a view (``SpawnOptions.drop_root_privileges``), in
+        words ``/status`` and ``lre doctor`` show; empty when nothing is
+        missing or lre is not root."""
+        return ()
 
     @abstractmethod
     def command(

@@ -10,8 +10,9 @@ import signal
 import subprocess
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
+from lre.worker._capabilities import root_lock_refusal, without_root_privileges
 from lre.worker._containment_base import (
     CLONE_FS,
     Containment,
@@ -94,6 +95,29 @@ class PidNamespace(Containment):
         self._probe()
         can_mount_proc = self._gate_sh is not None or self._unshare is not None
         self.can_view = can_mount_proc and self._probe_view()
+        #: Why a root action in a view keeps every capability (None: it
+        #: keeps only ``_capabilities.ALLOWED``; also None when lre is not root)
+        self._root_unlocked = self._root_lock_refusal()
+        if self._root_unlocked is not None:
+            log.warning("containment pidns: %s", self._root_unlocked)
+
+    def _root_lock_refusal(self) -> str | None:
+        if os.geteuid() != 0 or not self.can_view:
+            return None
+        if self._gate_sh is None:
+            # unshare --mount-proc, the first process, mounts the view's
+            # /proc itself and needs CAP_SYS_ADMIN for it.
+            return (
+                "root actions keep every capability in their view (the kernel cannot mount "
+                "a /proc for a named PID namespace, Linux 6.15+): they can unmount its masks"
+            )
+        refusal = root_lock_refusal()
+        if refusal is None:
+            return None
+        return f"root actions keep every capability in their view ({refusal})"
+
+    def root_actions_missing(self) -> tuple[str, ...]:
+        return () if self._root_unlocked is None else (self._root_unlocked,)
 
     def _probe_view(self) -> bool:
         """Whether a mount namespace can be made and left here (logged if not)."""
@@ -172,8 +196,13 @@ class PidNamespace(Containment):
                     # Before the action's /proc covers the host's (no
                     # /proc/thread-self there).
                     held = _open_namespace() if options.hold_view else None
+                    locked = options.drop_root_privileges and self._root_unlocked is None
                     try:
-                        with self._gated(), self._network(options):
+                        with (
+                            self._gated(read_only_proc=locked),
+                            self._network(options),
+                            self._without_root(locked),
+                        ):
                             yield []
                     except BaseException:
                         if held is not None:
@@ -205,10 +234,28 @@ class PidNamespace(Containment):
         super().spawn_abandoned(pid)
 
     @contextmanager
-    def _gated(self) -> Iterator[None]:
+    def _without_root(self, locked: bool) -> Iterator[None]:
+        """Around the fork of a root action when ``locked``: it keeps only
+        ``_capabilities.ALLOWED``. A call that fails is logged, the action
+        runs with every capability, and ``root_actions_missing`` says so
+        from then on."""
+        with ExitStack() as stack:
+            if locked:
+                try:
+                    stack.enter_context(without_root_privileges())
+                except OSError as error:
+                    self._root_unlocked = (
+                        f"root actions keep every capability in their view ({error})"
+                    )
+                    log.error("containment pidns: %s", self._root_unlocked)
+            yield
+
+    @contextmanager
+    def _gated(self, *, read_only_proc: bool = False) -> Iterator[None]:
         """Around the fork of a view's first process: its gate (``spawn_stdin``),
-        and once it was forked, the view's /proc mounted and the gate opened.
-        A /proc that cannot be mounted leaves the gate closed (logged)."""
+        and once it was forked, the view's /proc mounted (read-only when
+        ``read_only_proc``) and the gate opened. A /proc that cannot be
+        mounted leaves the gate closed (logged)."""
         if self._gate_sh is None:
             yield
             return
@@ -219,7 +266,7 @@ class PidNamespace(Containment):
             # The first process exists (the fork returned): its namespace can
             # be named now.
             try:
-                mount_children_proc()
+                mount_children_proc(read_only=read_only_proc)
             except OSError as error:
                 log.error("containment pidns: no /proc for the action's view (%s)", error)
             else:

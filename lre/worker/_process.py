@@ -292,7 +292,9 @@ async def run_process(
 
     With ``identity`` the command's own processes run as that user, with
     no supplementary groups and no capabilities (``_identity.py``); the
-    namespace's first process stays lre's.
+    namespace's first process stays lre's. Without one, a root lre's action
+    in a view keeps uid 0 but only ``_capabilities.ALLOWED`` where the
+    containment can (``Containment.root_actions_missing`` says where not).
 
     ``on_started(pid)`` is called right after the fork (the pid is also the
     process group id). Returns a ``ProcessOutcome`` for normal ends and
@@ -327,6 +329,7 @@ async def run_process(
         view=view,
         cwd=str(cwd),
         hold_view=view is not None and on_view_held is not None,
+        drop_root_privileges=identity is None,
     )
     environment = dict(env)
     log_files: list[tuple[int, int]] = []

@@ -277,12 +277,13 @@ def proc_pidns_works() -> bool:
     return True
 
 
-def mount_children_proc() -> None:
+def mount_children_proc(*, read_only: bool = False) -> None:
     """Mount at ``/proc`` of the calling thread's mount namespace a procfs of
     the PID namespace its children are born in (``nosuid,nodev,noexec``, as
-    util-linux mounts it), over the host's. Only once the thread forked the
-    namespace's first process: before that the namespace cannot be named.
-    Raises ``OSError`` naming the call."""
+    util-linux mounts it, and ``ro`` when ``read_only``: uid 0 may write most
+    of ``/proc/sys`` without any capability), over the host's. Only once the
+    thread forked the namespace's first process: before that the namespace
+    cannot be named. Raises ``OSError`` naming the call."""
     fs = _proc_with_pidns("/proc/thread-self/ns/pid_for_children")
     try:
         mount = _syscall(
@@ -290,7 +291,10 @@ def mount_children_proc() -> None:
             "/proc",
             fs,
             _FSMOUNT_CLOEXEC,
-            _MOUNT_ATTR_NOSUID | _MOUNT_ATTR_NODEV | _MOUNT_ATTR_NOEXEC,
+            _MOUNT_ATTR_NOSUID
+            | _MOUNT_ATTR_NODEV
+            | _MOUNT_ATTR_NOEXEC
+            | (_MOUNT_ATTR_RDONLY if read_only else 0),
         )
     finally:
         os.close(fs)
@@ -439,6 +443,9 @@ def build_view(view: ActionView, *, host_proc_writable: bool = True) -> None:
             _attach_at(fd, path, [*masks, *fresh])
         for path in later:
             _setattr(path, set_=_MOUNT_ATTR_RDONLY)
+        # Every mount of the view nosuid: no set-user-ID bit nor file
+        # capability is honoured in it (``_capabilities.py``).
+        _setattr("/", set_=_MOUNT_ATTR_NOSUID, recursive=True)
     finally:
         for fd, _ in detached:
             os.close(fd)

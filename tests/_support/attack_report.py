@@ -5,13 +5,16 @@ when lre held. Mark it ``@pytest.mark.attack("class of attack")``. Its backend
 is the value of a ``containment`` or ``backend`` parameter (a string, or an
 object with a ``name``), else ``"-"``; its identity is an ``identity``
 parameter when the test has one (``"own"``, lre's own user, is written as the
-name of the user running the tests), else that user. Both come from an
-``lre`` parameter that is a ``(backend, identity)`` pair (test_view_attacks.py).
+name of the user running the tests), else that user; its action user is the
+``workers[].local.action_user`` its lre ran with, ``"root"`` (the default,
+lre's own user) unless the test says otherwise. All three come from an
+``lre`` parameter that is a ``(backend, identity, action_user)`` triple
+(test_view_attacks.py).
 
 With ``LRE_ATTACK_RESULTS=/path/file.jsonl`` set, each attack test's outcome
 is appended to that file as one JSON object per line::
 
-    {"attack": "...", "backend": "pidns", "identity": "root",
+    {"attack": "...", "backend": "pidns", "identity": "root", "action_user": "root",
      "outcome": "held" | "broken" | "skipped", "test": "<node id>"}
 
 A failing or erroring attack test is ``broken``; a skipped one ``skipped``;
@@ -71,12 +74,18 @@ def describe(item: pytest.Item) -> dict[str, str] | None:
             backend = _param_name(params[key])
             break
     identity = _param_name(params["identity"]) if "identity" in params else "own"
-    setup = params.get("lre")  # test_view_attacks: one lre per (backend, identity)
-    if isinstance(setup, tuple) and len(setup) == 2:
-        backend, identity = (str(part) for part in setup)
+    action_user = "root"
+    setup = params.get("lre")  # test_view_attacks: one lre per (backend, identity, action user)
+    if isinstance(setup, tuple) and len(setup) == 3:
+        backend, identity, action_user = (str(part) for part in setup)
     if identity == "own":  # lre's own user: the one running the tests
         identity = _own_identity()
-    return {"attack": marker.args[0], "backend": backend, "identity": identity}
+    return {
+        "attack": marker.args[0],
+        "backend": backend,
+        "identity": identity,
+        "action_user": action_user,
+    }
 
 
 def pytest_configure(config: pytest.Config) -> None:

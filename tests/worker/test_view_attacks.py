@@ -5,15 +5,19 @@ by the attacks), sends the attack as an ordinary action over gRPC and then
 looks, from outside, whether it worked. Identities (``lre_as.SETUPS``): lre
 run as the user running the tests (root in CI), and lre itself run as
 ``nobody`` (``setpriv``), where only ``userns`` and ``portable`` can work.
+Each runs with ``action_user: "root"`` (the default: lre's own user), and
+pidns as root also with ``"unprivileged"`` (``nobody``; elsewhere that
+value is lre's own user again, the same as the default).
 Every outcome (held or not) is appended as a JSON line to
 ``$LRE_ATTACK_REPORT`` when set, for docs/security.md's table; a
-protection a backend is known not to have (``KNOWN_MISSING``) is expected
+protection a setup is known not to have (``_known_missing``) is expected
 not to hold, and the test fails if it unexpectedly does (so the table stays
 true both ways).
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
@@ -47,13 +51,33 @@ _VIEWLESS = {
     "unmount-mask-write-cas",
     "remount-host-writable",
 }
-#: (backend, attack): protections a backend does not have (docs/security.md):
-#: portable makes no view.
-KNOWN_MISSING = {("portable", a) for a in _VIEWLESS}
-#: Only pidns run by root gives actions a user of their own (action_user
-#: "unprivileged", set above: nobody); elsewhere an action is lre's own user and reads
-#: what lre's user may read.
-KNOWN_MISSING |= {(b, "read-lre-users-own-file") for b in ("userns", "portable")}
+#: What only an action holding root's administrative capabilities could do
+#: (mount, open_by_handle_at, write kernel settings): under portable run by
+#: root the action has them all.
+_ROOT_POWERS = {"open-by-handle-write-cas", "mount-cgroup-tree", "write-kernel-setting"}
+
+#: The setups each lre is started in: (backend, lre's user, action_user).
+#: "unprivileged" differs from the default only under pidns as root.
+VIEW_SETUPS = (*((b, i, "root") for b, i in SETUPS), ("pidns", "own", "unprivileged"))
+
+
+def _known_missing(lre: Lre, attack: str) -> bool:
+    """Protections a setup does not have (docs/security.md): portable makes
+    no view, and its actions of a root lre hold every capability; an action
+    that is lre's own user reads what lre's user may read (only pidns run by
+    root with action_user "unprivileged" gives actions a user of their own);
+    under userns run by root, an action (uid 0 mapped to itself) writes
+    host kernel settings through its /proc."""
+    if lre.backend == "portable" and (
+        attack in _VIEWLESS or (attack in _ROOT_POWERS and lre.identity == "own")
+    ):
+        return True
+    if (lre.backend, lre.identity, attack) == ("userns", "own", "write-kernel-setting"):
+        # Not yet locked: a root lre's userns action is uid 0 mapped to
+        # itself, and uid 0 writes /proc/sys by its mode (docs/security.md).
+        return True
+    own_user = not (lre.backend == "pidns" and lre.action_user == "unprivileged")
+    return attack == "read-lre-users-own-file" and own_user
 
 
 @dataclass
@@ -63,6 +87,8 @@ class Lre:
 
     backend: str
     identity: str
+    #: ``workers[].local.action_user`` of this lre
+    action_user: str
     home: Path
     pid: int
     client: Client
@@ -79,7 +105,7 @@ class Lre:
         raise AssertionError(f"blob {hash_} not found under {self.home / 'cas'}")
 
 
-def _config(home: Path, backend: str, port: int, action_user: str = "unprivileged") -> str:
+def _config(home: Path, backend: str, port: int, action_user: str) -> str:
     return f"""{{
   stores: [
     {{ name: "cas", filesystem: {{ content_path: "{home}/cas", temp_path: "{home}/tmp/cas",
@@ -101,10 +127,9 @@ def _config(home: Path, backend: str, port: int, action_user: str = "unprivilege
 """
 
 
-def _start(backend: str, identity: str, action_user: str = "unprivileged") -> Iterator[Lre]:
+def _start(backend: str, identity: str, action_user: str) -> Iterator[Lre]:
     """Start lre under ``backend`` as ``identity`` with the workers'
-    ``action_user`` (``"root"``, the default of the config, for attacks that
-    must hold for lre's own user too: tests/worker/test_view_dev_attacks.py)."""
+    ``action_user`` (also used by tests/worker/test_view_dev_attacks.py)."""
     require_setup(backend, identity)
     if identity == "nobody" and os.geteuid() != 0:
         pytest.fail("running lre as nobody needs root (setpriv)")
@@ -135,7 +160,7 @@ def _start(backend: str, identity: str, action_user: str = "unprivileged") -> It
                 if time.monotonic() > deadline:
                     raise AssertionError("lre did not listen within 60 s") from None
                 time.sleep(0.2)
-        yield Lre(backend, identity, home, process.pid, client)
+        yield Lre(backend, identity, action_user, home, process.pid, client)
     finally:
         client.close()
         process.send_signal(signal.SIGTERM)
@@ -148,10 +173,12 @@ def _start(backend: str, identity: str, action_user: str = "unprivileged") -> It
         shutil.rmtree(home, ignore_errors=True)
 
 
-@pytest.fixture(scope="module", params=SETUPS, ids=[f"{b}-{i}" for b, i in SETUPS])
+@pytest.fixture(
+    scope="module", params=VIEW_SETUPS, ids=[f"{b}-{i}-actions-{a}" for b, i, a in VIEW_SETUPS]
+)
 def lre(request: pytest.FixtureRequest) -> Iterator[Lre]:
-    backend, identity = request.param
-    yield from _start(backend, identity)
+    backend, identity, action_user = request.param
+    yield from _start(backend, identity, action_user)
 
 
 def _verdict(
@@ -159,24 +186,26 @@ def _verdict(
 ) -> None:
     """Record the outcome and check it against what the backend promises:
     ``missing`` says whether this protection is known to be missing there
-    (default: ``(backend, attack)`` is in ``KNOWN_MISSING``)."""
+    (default: ``_known_missing``)."""
     report = os.environ.get("LRE_ATTACK_REPORT")
     if report:
         line = {
             "attack": attack,
             "backend": lre.backend,
             "identity": user_name(lre.identity),
+            "action_user": lre.action_user,
             "held": held,
         }
         with open(report, "a") as handle:
             handle.write(json.dumps(line) + "\n")
+    where = f"{lre.backend} as {lre.identity} (action_user {lre.action_user})"
     if missing is None:
-        missing = (lre.backend, attack) in KNOWN_MISSING
+        missing = _known_missing(lre, attack)
     if missing:
-        assert not held, f"{attack} held under {lre.backend}: update KNOWN_MISSING and the docs"
+        assert not held, f"{attack} held under {where}: update _known_missing and the docs"
         known_missing()
     else:
-        assert held, f"{attack} worked under {lre.backend} as {lre.identity}: {detail}"
+        assert held, f"{attack} worked under {where}: {detail}"
 
 
 def _sh(lre: Lre, script: str, **prepare: object) -> tuple[int, bytes, bytes]:
@@ -419,3 +448,89 @@ def test_read_a_file_only_lres_user_may_read(lre: Lre) -> None:
         _verdict(lre, "read-lre-users-own-file", secret not in out, repr(out))
     finally:
         os.unlink(name)
+
+
+def _file_handle(path: Path) -> bytes:
+    """``struct file_handle`` of ``path`` as ``name_to_handle_at`` gives it
+    (``handle_bytes``, ``handle_type``, the handle), read here on the host."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    buffer = ctypes.create_string_buffer(8 + 128)
+    ctypes.c_uint32.from_buffer(buffer).value = 128
+    mount_id = ctypes.c_int()
+    if libc.name_to_handle_at(-100, str(path).encode(), buffer, ctypes.byref(mount_id), 0) != 0:
+        raise OSError(ctypes.get_errno(), f"name_to_handle_at {path}")
+    size = ctypes.c_uint32.from_buffer(buffer).value
+    return buffer.raw[: 8 + size]
+
+
+@pytest.mark.attack("identity: an action opens a CAS file by handle and rewrites it")
+def test_open_a_cas_file_by_handle_and_rewrite_it(lre: Lre) -> None:
+    """The classic escape from a mount namespace: ``open_by_handle_at``
+    (CAP_DAC_READ_SEARCH) opens a file by its inode's handle, whatever
+    covers its path, through any mount of its filesystem (the action's
+    writable TMPDIR is on the CAS's), so the masks do not hide it."""
+    blob = _unique("by handle")
+    lre.client.upload([blob])
+    path = lre.cas_file(digest(blob).hash)
+    forged = b"H" * (len(blob) - 1) + b"\n"
+    script = f"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+handle = ctypes.create_string_buffer(bytes.fromhex("{_file_handle(path).hex()}"))
+mount = os.open(os.environ["TMPDIR"], os.O_RDONLY | os.O_DIRECTORY)
+for flags in (os.O_RDWR, os.O_RDONLY):
+    fd = libc.open_by_handle_at(mount, handle, flags)
+    if fd >= 0:
+        if flags == os.O_RDWR:
+            os.pwrite(fd, {forged!r}, 0)
+        print("read", os.pread(fd, 4096, 0))
+        break
+    print("open_by_handle_at", flags, os.strerror(ctypes.get_errno()))
+"""
+    out = _python(lre, script)
+    _verdict(
+        lre,
+        "open-by-handle-write-cas",
+        path.read_bytes() == blob and blob.strip() not in out,
+        out.decode(errors="replace"),
+    )
+
+
+@pytest.mark.attack("identity: an action mounts the host's cgroup tree and changes it")
+def test_mount_the_hosts_cgroup_tree_and_change_it(lre: Lre) -> None:
+    """The view shows /sys read-only, but an action holding CAP_SYS_ADMIN
+    mounts the host's cgroup2 hierarchy afresh, writable (it shares lre's
+    cgroup namespace), and could then move, freeze or starve any process of
+    the host, lre included; here it only makes a cgroup."""
+    name = f"lre-attack-{os.urandom(4).hex()}"
+    _, out, err = _sh(lre, f"mkdir -p m && mount -t cgroup2 none m && mkdir m/{name}; umount m")
+    with tempfile.TemporaryDirectory(prefix="lre-attack-cgroup-") as where:
+        found = subprocess.run(
+            [
+                *("unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c"),
+                f"mount -t cgroup2 none {where} && [ -d {where}/{name} ] && "
+                f"rmdir {where}/{name} && echo found",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout
+    _verdict(lre, "mount-cgroup-tree", "found" not in found, (out + err).decode())
+
+
+@pytest.mark.attack("identity: an action writes a kernel setting of the host")
+def test_write_a_kernel_setting_of_the_host(lre: Lre) -> None:
+    """uid 0 may write most of /proc/sys whatever its capabilities (the
+    kernel checks the file's mode: root's bits for uid 0), and settings such
+    as kernel.core_pattern or kernel.modprobe name a program the kernel then
+    runs as root outside any namespace. This one is harmless: the NIS
+    domain name of the host's UTS namespace, which the action shares."""
+    setting = Path("/proc/sys/kernel/domainname")
+    before = setting.read_text()
+    token = f"lre-attack-{os.urandom(4).hex()}"
+    try:
+        _, out, err = _sh(lre, f"echo {token} > {setting}")
+        after = setting.read_text()
+    finally:
+        setting.write_text(before)
+    _verdict(lre, "write-kernel-setting", token not in after, (out + err).decode())
