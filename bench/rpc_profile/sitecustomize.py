@@ -6,9 +6,9 @@ the server's ``PYTHONPATH``, so Python imports it at start-up. When
 thread (the one that runs Trio) is profiled from here on, and every thread
 started later (the gRPC asyncio thread, Trio's worker threads) from the start
 of its ``run``. The clock is each thread's CPU time (``time.thread_time``),
-so time spent waiting or preempted by other processes does not count. Each thread's profile is written to
-``$LRE_PROFILE_OUT/<thread name>-<ident>.prof`` when it ends (the main
-thread's at exit). Profiling multiplies the CPU of what it measures: read the
+so time spent waiting or preempted by other processes does not count. Each
+thread's profile is written to ``$LRE_PROFILE_OUT/<thread name>-<ident>.prof``
+when it ends (the main thread's at exit). Profiling multiplies the CPU of what it measures: read the
 shares, not the absolute figures.
 """
 

@@ -45,8 +45,8 @@ class ImmediateReads(Protocol):
 
 
 class ImmediateWrites(Protocol):
-    """Small writes done at once on the store's own (Trio) thread, outside
-    any task and without waiting; ``False`` means "use ``write``".
+    """Small writes done at once on the store's own (Trio) thread, in a plain
+    call (no task of its own) that never waits; ``False`` means "use ``write``".
 
     A build sends every small missing blob as its own one-message ByteStream
     Write; doing it in one callback on the Trio thread saves the Trio task,

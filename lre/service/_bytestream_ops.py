@@ -153,11 +153,11 @@ def _offset_error(offset: int, committed: int) -> InvalidArgument:
 def write_single_now(
     request: WriteChunk, resolve_store: Callable[[str], BlobStore], uploads: UploadRegistry
 ) -> bs_pb2.WriteResponse | None:
-    """(Trio thread, outside any task) ``write_single`` done at once through
+    """(Trio thread, no task of its own) ``write_single`` done at once through
     the store's ``immediate_writes``, or ``None`` (nothing changed) when it
-    cannot be: a compressed blob, a store without them, a write that does not
-    start at offset 0, an upload id with partial data or another stream, a
-    store that would have to wait. Checks and errors are ``write_blob``'s, in
+    cannot be: a compressed blob, a store without them, an upload id with
+    partial data or another stream writing it, a store that would have to
+    wait. Checks and errors are ``write_blob``'s, in
     its order (a stored blob is accepted before its data is looked at).
     """
     if request.malformed:
@@ -171,7 +171,7 @@ def write_single_now(
     digest = resource.digest
     if writes.present_now(digest):
         return bs_pb2.WriteResponse(committed_size=digest.size_bytes)
-    if request.write_offset != 0 or uploads.holds(UploadKey.of(resource)):
+    if uploads.holds(UploadKey.of(resource)):
         return None
     _check_request(request, name, PartialUpload())
     data = request.data

@@ -5,8 +5,8 @@ that arrives whole and small (a one-message ByteStream Write, which is how
 Bazel and Buck2 send every small missing blob) the task, cancel scope and
 streams around it cost more CPU than the file itself. ``write_now`` does the
 same work synchronously on the store's own (Trio) thread, from a callback
-outside any task: verify size and hash, reserve the bytes, write a temp file
-and rename it into place (``BlobWriter.write_small``, the very call the
+with no task of its own: verify size and hash, reserve the bytes, write a
+temp file and rename it into place (``BlobWriter.write_small``, the very call the
 async path makes for a small blob), add it to the index.
 
 It answers ``False`` with nothing changed whenever the async path would wait

@@ -36,7 +36,7 @@ calls use (temp files, checked reads, hashing) are in ``_blob_files.py``, the
 writes built on them in ``_blob_writes.py``, the index rebuild of ``open`` in
 ``_blob_scan.py``, the index with the LRU and eviction in ``_content_index.py``,
 the worker's calls (``path_for_link``, ``adopt_file``, ``discard``) in
-``_variant_files.py`` and whole small writes outside a task
+``_variant_files.py`` and whole small writes without a task
 (``immediate_writes``) in ``_immediate_writes.py``. This module keeps the
 ``BlobStore`` calls and the pins, and decides which file calls run on the loop.
 """
