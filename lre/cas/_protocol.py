@@ -44,6 +44,31 @@ class ImmediateReads(Protocol):
         ...
 
 
+class ImmediateWrites(Protocol):
+    """Small writes done at once on the store's own (Trio) thread, in a plain
+    call (no task of its own) that never waits; ``False`` means "use ``write``".
+
+    A build sends every small missing blob as its own one-message ByteStream
+    Write; doing it in one callback on the Trio thread saves the Trio task,
+    its cancel scope and the chunk streams of ``write`` (most of a small
+    Write's CPU on the Trio side). A call must never block on anything but
+    the file itself: whatever would wait (eviction, an unlink in progress,
+    fsync, a large blob) answers ``False`` with nothing changed.
+    """
+
+    def present_now(self, digest: Digest) -> bool:
+        """Whether ``digest`` is stored (the empty blob always is); a stored
+        one counts as a use, as with ``has_many``."""
+        ...
+
+    def write_now(self, digest: Digest, data: bytes) -> bool:
+        """Store ``data`` under ``digest`` as ``write`` would, or ``False``
+        (nothing changed) when that would mean waiting. Raises as ``write``
+        (``InvalidArgument`` naming the digest on a size or hash mismatch,
+        ``ResourceExhausted`` when it cannot be held)."""
+        ...
+
+
 class BulkBlobStore(Protocol):
     """A store that reads and writes whole batches of small blobs in one call.
 
@@ -88,6 +113,10 @@ class StoreCapabilities:
     - ``immediate_reads``: lookups answerable from any thread without
       changing the store (only a filesystem store, and a wrapper that leaves
       reads alone, offer them).
+    - ``immediate_writes``: small writes done at once on the store's own
+      thread without a task (``ImmediateWrites``; only a filesystem store
+      without fsync offers them: a wrapper that checks or copies writes
+      would be bypassed).
     - ``bulk``: whole batches of small blobs in one call (``BulkBlobStore``;
       lre's local stores); ``sizes_of``, ``read_blobs`` and ``write_blobs``
       fall back to one blob at a time without it.
@@ -97,6 +126,7 @@ class StoreCapabilities:
     statistics: Callable[[], StoreStatistics] | None = None
     local_files: FilesystemStore | None = None
     immediate_reads: ImmediateReads | None = None
+    immediate_writes: ImmediateWrites | None = None
     bulk: BulkBlobStore | None = None
 
 

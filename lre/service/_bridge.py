@@ -11,6 +11,9 @@ work, written as a Trio coroutine or Trio async generator, to a
   ``fn()`` and yields its items on the asyncio side (server streaming). At
   most ``buffer`` items are in flight; the Trio producer waits for credit
   (backpressure), so a slow client never makes the server buffer a blob.
+- ``await bridge.call_now(fn)``: runs the plain function ``fn()`` on the
+  Trio thread inside the hop's own callback, without a request task (work
+  that never waits: a small blob written whole).
 - ``await bridge.call_with_requests(fn, requests)``: runs ``await
   fn(trio_requests)`` in Trio, where ``trio_requests`` is a Trio async
   iterator over the asyncio ``requests`` (client streaming), again with at
@@ -79,11 +82,14 @@ _ERROR = 2
 
 @dataclass(frozen=True, slots=True)
 class BridgeStatistics:
-    """A snapshot of the bridge. ``running`` counts Trio-side request tasks."""
+    """A snapshot of the bridge. ``running`` and ``started_total`` count
+    Trio-side request tasks; ``immediate_total`` the ``call_now`` calls run
+    in the hop's callback instead (no task)."""
 
     running: int
     started_total: int
     cancelled_total: int
+    immediate_total: int = 0
 
 
 def _stopping() -> Unavailable:
@@ -223,6 +229,7 @@ class TrioBridge:
         self._running = 0
         self._started_total = 0
         self._cancelled_total = 0
+        self._immediate_total = 0
 
     # ------------------------------------------------------------ Trio side
 
@@ -247,7 +254,9 @@ class TrioBridge:
 
     def statistics(self) -> BridgeStatistics:
         """Counters, safe to read from any thread (values may be a moment old)."""
-        return BridgeStatistics(self._running, self._started_total, self._cancelled_total)
+        return BridgeStatistics(
+            self._running, self._started_total, self._cancelled_total, self._immediate_total
+        )
 
     def _spawn(
         self,
@@ -337,6 +346,35 @@ class TrioBridge:
         except asyncio.CancelledError:
             self._request_cancel(call)
             raise
+
+    async def call_now(self, fn: Callable[[], T]) -> T:
+        """Run the plain function ``fn()`` on the Trio thread, in the inbox's
+        callback itself (no request task, no cancel scope), and return its
+        value or raise its exception here.
+
+        For work that never waits (a small blob written whole); ``fn`` must not
+        block on anything but a quick system call and cannot be cancelled once
+        it started: when the asyncio side gives up first, its result is dropped.
+        Raises ``Unavailable`` when the bridge is not running or is stopping.
+        """
+        loop = asyncio.get_running_loop()
+        outbox = _outbox_for(loop)
+        future: asyncio.Future[T] = loop.create_future()
+        self._submit(self._run_now, fn, outbox, future)
+        return await future
+
+    def _run_now(self, fn: Callable[[], T], outbox: Mailbox, future: asyncio.Future[T]) -> None:
+        """(Trio thread) ``call_now``'s callback; it never raises."""
+        if self._nursery is None or self._closed:
+            _post(outbox, _set_exception, future, _stopping())
+            return
+        self._immediate_total += 1
+        try:
+            value = fn()
+        except Exception as exc:
+            _post(outbox, _set_exception, future, exc)
+            return
+        _post(outbox, _set_result, future, value)
 
     # ------------------------------------------------------------ server streaming
 

@@ -113,10 +113,7 @@ async def _stream(
         data = request.data
         if data:
             if upload.committed + len(data) > limit:
-                raise InvalidArgument(
-                    f"data: {upload.committed + len(data)} bytes written exceed the "
-                    f"blob's {limit} bytes ({name[:200]!r})"
-                )
+                raise _excess_error(upload.committed + len(data), limit, name)
             upload.append(data)
             if held is not None:
                 yield cast(bytes, held)
@@ -150,6 +147,44 @@ def _offset_error(offset: int, committed: int) -> InvalidArgument:
     return InvalidArgument(
         f"write_offset: {offset} {relation} the {committed} bytes already committed; "
         f"continue at write_offset {committed}"
+    )
+
+
+def write_single_now(
+    request: WriteChunk, resolve_store: Callable[[str], BlobStore], uploads: UploadRegistry
+) -> bs_pb2.WriteResponse | None:
+    """(Trio thread, no task of its own) ``write_single`` done at once through
+    the store's ``immediate_writes``, or ``None`` (nothing changed) when it
+    cannot be: a compressed blob, a store without them, an upload id with
+    partial data or another stream writing it, a store that would have to
+    wait. Checks and errors are ``write_blob``'s, in
+    its order (a stored blob is accepted before its data is looked at).
+    """
+    if request.malformed:
+        raise InvalidArgument(request.malformed)
+    name = request.resource_name
+    resource = parse_write_resource(name)
+    store = resolve_store(resource.instance_name)
+    writes = store.capabilities().immediate_writes
+    if writes is None or resource.compressed:
+        return None
+    digest = resource.digest
+    if writes.present_now(digest):
+        return bs_pb2.WriteResponse(committed_size=digest.size_bytes)
+    if uploads.holds(UploadKey.of(resource)):
+        return None
+    _check_request(request, name, PartialUpload())
+    data = request.data
+    if len(data) > digest.size_bytes:
+        raise _excess_error(len(data), digest.size_bytes, name)
+    if not writes.write_now(digest, bytes(data)):
+        return None
+    return bs_pb2.WriteResponse(committed_size=digest.size_bytes)
+
+
+def _excess_error(total: int, limit: int, name: str) -> InvalidArgument:
+    return InvalidArgument(
+        f"data: {total} bytes written exceed the blob's {limit} bytes ({name[:200]!r})"
     )
 
 
@@ -250,10 +285,7 @@ async def _receive(
         data = request.data
         if data:
             if upload.committed + len(data) > limit:
-                raise InvalidArgument(
-                    f"data: {upload.committed + len(data)} bytes written exceed the "
-                    f"blob's {limit} bytes ({name[:200]!r})"
-                )
+                raise _excess_error(upload.committed + len(data), limit, name)
             upload.append(data)
         if request.finish_write:
             return True

@@ -29,7 +29,13 @@ from lre.service._action_results import (
 )
 from lre.service._batch_wire import serialize_response
 from lre.service._bridge import TrioBridge
-from lre.service._bytestream_ops import query_write_status, read_blob, write_blob, write_single
+from lre.service._bytestream_ops import (
+    query_write_status,
+    read_blob,
+    write_blob,
+    write_single,
+    write_single_now,
+)
 from lre.service._bytestream_wire import (
     WriteChunk,
     parse_write_request,
@@ -222,11 +228,18 @@ class ByteStreamServicer:
         self, request_iterator: AsyncIterator[WriteChunk], context: Context
     ) -> bs_pb2.WriteResponse:
         """A blob sent in one message (``finish_write`` in the first, as
-        Bazel and Buck2 send every small blob) takes one unary hop to Trio;
+        Bazel and Buck2 send every small blob) is written in the hop's own
+        callback on the Trio thread when the store can do it at once
+        (``write_single_now``), else takes one unary hop to a Trio task;
         longer uploads stream their requests across."""
         requests = aiter(request_iterator)
         first = await anext(requests, None)
         if first is not None and first.finish_write:
+            done = await self._bridge.call_now(
+                functools.partial(write_single_now, first, self._store, self._uploads)
+            )
+            if done is not None:
+                return done
             return await self._bridge.call(
                 functools.partial(
                     write_single, first, resolve_store=self._store, uploads=self._uploads

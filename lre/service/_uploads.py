@@ -78,6 +78,11 @@ class UploadRegistry:
         upload = self._uploads.get(key)
         return upload.committed if upload is not None else 0
 
+    def holds(self, key: UploadKey) -> bool:
+        """Whether ``key`` has partial data or a stream writing it now."""
+        self._sweep()
+        return key in self._uploads
+
     def acquire(self, key: UploadKey) -> PartialUpload:
         """The upload for ``key``, created if new, marked busy.
 

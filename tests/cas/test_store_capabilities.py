@@ -58,6 +58,7 @@ class FullStore:
             statistics=self.inner.statistics,
             local_files=self.files,
             immediate_reads=self.files,
+            immediate_writes=self.files.capabilities().immediate_writes,
             bulk=self.inner,
         )
 
@@ -74,11 +75,13 @@ WITHHELD: dict[str, dict[str, str]] = {
     "verify": {
         "statistics": "the wrapped store is a configured store reporting under its own name",
         "bulk": "a batch write would reach the wrapped store without the wrapper's checks",
+        "immediate_writes": "a write would reach the wrapped store without the wrapper's checks",
     },
     "fast_slow (as fast)": {
         "statistics": "each tier is a configured store reporting under its own name",
         "immediate_reads": "a read may copy the blob from slow into fast (a change of state)",
         "bulk": "a batch must consult both tiers, so it goes blob by blob through the wrapper",
+        "immediate_writes": "a write must also reach the slow tier (write_policy both)",
     },
 }
 

@@ -7,6 +7,7 @@ Trio code behind each call, so the tests can observe the Trio side.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -42,12 +43,15 @@ class Probe:
         self.stream_started = trio.Event()
         self.stream_cancelled = trio.Event()
         self.received: list[bytes] = []
+        self.now_threads: list[int] = []
+        self.now_tasks: list[trio.lowlevel.Task] = []
 
     def register(self, server: grpc.aio.Server) -> None:
         handlers = {
             "Unary": grpc.unary_unary_rpc_method_handler(self.Unary),
             "Stream": grpc.unary_stream_rpc_method_handler(self.Stream),
             "Upload": grpc.stream_unary_rpc_method_handler(self.Upload),
+            "Now": grpc.unary_unary_rpc_method_handler(self.Now),
         }
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
 
@@ -66,6 +70,17 @@ class Probe:
             return b"echo:" + request
 
         return await self.bridge.call(work)
+
+    @unary_rpc
+    async def Now(self, request: bytes, context: Context) -> bytes:
+        def work() -> bytes:
+            self.now_threads.append(threading.get_ident())
+            self.now_tasks.append(trio.lowlevel.current_task())
+            if request == b"invalid":
+                raise InvalidArgument("field: value 'y' is wrong")
+            return b"now:" + request
+
+        return await self.bridge.call_now(work)
 
     @stream_rpc
     async def Stream(self, request: bytes, context: Context) -> AsyncIterator[bytes]:
@@ -278,3 +293,28 @@ async def test_stopped_server_refuses_and_bridge_reports_unavailable(
         with pytest.raises(grpc.RpcError) as info2:
             await trio.to_thread.run_sync(lambda: unary(channel, b"x", timeout=2))
         assert info2.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+async def test_call_now_runs_on_the_trio_thread_without_a_request_task(
+    nursery: trio.Nursery,
+) -> None:
+    address, probe, bridge = await start_probe(nursery)
+    before = bridge.statistics()
+
+    def now(channel: grpc.Channel, payload: bytes) -> bytes:
+        return bytes(channel.unary_unary(f"/{SERVICE}/Now")(payload))
+
+    with open_channel(address) as channel:
+        assert await trio.to_thread.run_sync(now, channel, b"hi") == b"now:hi"
+        with pytest.raises(grpc.RpcError) as info:
+            await trio.to_thread.run_sync(now, channel, b"invalid")
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert info.value.details() == "field: value 'y' is wrong"
+    assert probe.now_threads == [threading.get_ident()] * 2  # this test runs on the Trio thread
+    # Both ran in Trio's own task that drains the hop's callbacks, not in a
+    # task made for the call.
+    assert probe.now_tasks[0] is probe.now_tasks[1]
+    assert probe.now_tasks[0].parent_nursery is not bridge._nursery
+    after = bridge.statistics()
+    assert after.started_total == before.started_total  # no request task
+    assert after.immediate_total == before.immediate_total + 2

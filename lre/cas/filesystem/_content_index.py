@@ -69,10 +69,6 @@ _TOUCH_BATCH = 4096
 FREE_DISK_MAX_AGE_S = 1.0
 
 
-def _size(entry: int) -> int:
-    return entry >> 2
-
-
 def disk_free_bytes(path: str) -> int:
     """Bytes an unprivileged writer may still use on ``path``'s filesystem."""
     stat = os.statvfs(path)
@@ -203,7 +199,7 @@ class ContentIndex:
     def variants(self, digest: Digest) -> int:
         """The variant bits of ``digest``'s files; 0 when it is not stored."""
         entry = self._entries.get(digest.hash)
-        if entry is None or _size(entry) != digest.size_bytes:
+        if entry is None or entry >> 2 != digest.size_bytes:
             return 0
         return entry & 3
 
@@ -273,7 +269,7 @@ class ContentIndex:
         is not stored."""
         with self._lock:
             entry = self._entries.get(digest.hash)
-            if entry is None or _size(entry) != digest.size_bytes:
+            if entry is None or entry >> 2 != digest.size_bytes:
                 return None
             self._foreign_touches.append(digest.hash)
         return self.path(digest, PLAIN_VARIANT if entry & PLAIN_VARIANT else EXEC_VARIANT)
@@ -533,9 +529,22 @@ class ContentIndex:
 
     def check_fits(self, digest: Digest) -> None:
         """Raise ``oversize_error(digest)`` if there is one."""
-        error = self.oversize_error(digest)
-        if error is not None:
+        if (error := self.oversize_error(digest)) is not None:
             raise error
+
+    def reserve_now(self, digest: Digest, size: int) -> bool:
+        """``reserve`` without waiting: ``False`` (nothing reserved) when it
+        would evict, an unlink of ``digest`` is in progress or a batch of uses
+        is due to be saved (``touched_batch``)."""
+        if (
+            self._stored_bytes + self._reserved_bytes + size > self.max_bytes
+            or digest.hash in self._deleting
+            or len(self._touched) + len(self._foreign_touches) >= _TOUCH_BATCH
+            or (self.min_free_bytes and self._floor_shortfall(size) > 0)
+        ):
+            return False
+        self._reserved_bytes += size
+        return True
 
     def unreserve(self, size: int) -> None:
         """Give back ``size`` bytes of a ``reserve``."""
@@ -572,7 +581,7 @@ class ContentIndex:
     # ------------------------------------------------------------ helpers
 
     def _paths(self, key: str, entry: int) -> list[str]:
-        d = Digest(key, _size(entry))
+        d = Digest(key, entry >> 2)
         return [self.path(d, v) for v in (PLAIN_VARIANT, EXEC_VARIANT) if entry & v]
 
     async def _delete(self, keys: list[str], paths: list[str]) -> None:

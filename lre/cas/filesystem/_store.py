@@ -29,16 +29,16 @@ to the last flush.
 
 Blocking file I/O runs in threads through one ``trio.CapacityLimiter`` (by
 default 4 threads, or the limiter passed in and shared by the process), except
-reads and (without fsync) writes of at most ``INLINE_BYTES`` in one call,
-which run on the event loop (lre/cas/filesystem/_inline.py says why; Actions, Commands,
+reads and (without fsync) writes of at most ``INLINE_BYTES`` in one call, which
+run on the event loop (lre/cas/filesystem/_inline.py says why; Actions, Commands,
 Directories and most source files are this small). The file primitives those
 calls use (temp files, checked reads, hashing) are in ``_blob_files.py``, the
 writes built on them in ``_blob_writes.py``, the index rebuild of ``open`` in
-``_blob_scan.py``, the index itself with the LRU and eviction in
-``_content_index.py`` and the worker's calls (``path_for_link``,
-``adopt_file``, ``discard``) in ``_variant_files.py``. This module keeps the
-``BlobStore`` calls (single and batched) and the pins, and decides which
-file calls run on the event loop.
+``_blob_scan.py``, the index with the LRU and eviction in ``_content_index.py``,
+the worker's calls (``path_for_link``, ``adopt_file``, ``discard``) in
+``_variant_files.py`` and whole small writes without a task
+(``immediate_writes``) in ``_immediate_writes.py``. This module keeps the
+``BlobStore`` calls and the pins, and decides which file calls run on the loop.
 """
 
 from __future__ import annotations
@@ -74,6 +74,7 @@ from lre.cas.filesystem._blob_files import (
 from lre.cas.filesystem._blob_scan import EXEC_VARIANT, PLAIN_VARIANT, scan_content_used
 from lre.cas.filesystem._blob_writes import BlobWriter
 from lre.cas.filesystem._content_index import FREE_DISK_MAX_AGE_S, ContentIndex, ShrinkReport
+from lre.cas.filesystem._immediate_writes import ImmediateWriter
 from lre.cas.filesystem._inline import INLINE_BYTES, call_inline
 from lre.cas.filesystem._variant_files import VariantFiles
 from lre.digest import EMPTY_DIGEST, Digest
@@ -92,8 +93,7 @@ async def _each_group(count: int, run: Callable[[int], Awaitable[None]]) -> None
     """``run(0)`` ... ``run(count - 1)``: awaited directly for a single group
     (no nursery), else concurrently. The first exception cancels the rest."""
     if count == 1:
-        await run(0)
-        return
+        return await run(0)
     async with trio.open_nursery() as nursery:
         for index in range(count):
             nursery.start_soon(run, index)
@@ -171,11 +171,13 @@ class FilesystemStore:
         )
         self._variants = VariantFiles(self._index, self._writer, self._limiter)
         self._opened = False
+        immediate = ImmediateWriter(self._index, self._writer, self._check_open)
         self._capabilities = StoreCapabilities(
             pin=self.pin,
             statistics=self.statistics,
             local_files=self,
             immediate_reads=self,
+            immediate_writes=None if self.fsync else immediate,
             bulk=self,
         )
 
@@ -323,9 +325,8 @@ class FilesystemStore:
         await trio.lowlevel.checkpoint()
         return self._index.find_many_hashes(hashes, sizes)
 
-    # Answers given at once on another thread (the gRPC thread, see
-    # ``StoreCapabilities.immediate_reads``): they only read the index and the files, and
-    # queue their uses for this store's own thread.
+    # Answers given at once on another thread (``immediate_reads``): they only
+    # read the index and the files, and queue their uses for this store's thread.
 
     def sizes_now(self, hashes: Sequence[str], sizes: Sequence[int]) -> list[int | None] | None:
         """``has_many_hashes`` from any thread; ``None`` before ``open``."""
@@ -502,7 +503,7 @@ class FilesystemStore:
         return self._index.told_bytes()
 
     def capabilities(self) -> StoreCapabilities:
-        """Pins, statistics, its own files and lookups from any thread."""
+        """Pins, statistics, own files, lookups from any thread, small writes."""
         return self._capabilities
 
     def pin(self, digests: Iterable[Digest]) -> Pin:
