@@ -30,10 +30,14 @@ ALLOWED_DEV = {
 KNOWN_MISSING = {("portable", "dev-open-state-disk"), ("portable", "dev-lists-host-devices")}
 
 
-@pytest.fixture(scope="module", params=SETUPS, ids=[f"{b}-{i}" for b, i in SETUPS])
+#: (backend, lre's user, action_user): the shape attack_report.describe reads.
+_SETUPS = tuple((b, i, "root") for b, i in SETUPS)
+
+
+@pytest.fixture(scope="module", params=_SETUPS, ids=[f"{b}-{i}-actions-{a}" for b, i, a in _SETUPS])
 def lre(request: pytest.FixtureRequest) -> Iterator[Lre]:
-    backend, identity = request.param
-    yield from _start(backend, identity, action_user="root")
+    backend, identity, action_user = request.param
+    yield from _start(backend, identity, action_user)
 
 
 def _state_disk(home: Path) -> tuple[int, int]:
