@@ -1,13 +1,14 @@
 """What an action that runs as root keeps of root: uid 0 and a few
 capabilities, none of them administrative.
 
-A root lre's actions run as lre's own user with ``action_user: "root"``
-(the default is ``"unprivileged"``, ``nobody``). In their view
-(``_view.py``) the masks over lre's directories and the read-only host
-are mounts of the action's own mount namespace, and whoever holds
-``CAP_SYS_ADMIN`` there undoes them; ``CAP_DAC_READ_SEARCH`` opens any file by its handle whatever covers its path. So such an action
-keeps only ``ALLOWED``: what builds running as root in a container expect,
-and nothing that reaches past the view.
+A root lre's actions run as lre's own user with ``action_user: "root"`` (the
+default is ``"unprivileged"``, ``nobody``). In their view (``_view.py``) the
+masks over lre's directories and the read-only host are mounts of the
+action's own mount namespace, and whoever holds ``CAP_SYS_ADMIN`` there
+undoes them; ``CAP_DAC_READ_SEARCH`` opens any file by its handle whatever
+covers its path. So such an action keeps only ``ALLOWED``: what builds
+running as root in a container expect, and nothing that reaches past the
+view.
 
 How, without an extra exec: capabilities, the ambient set and the
 securebits belong to a *thread*, and a child copies its thread's. In the
