@@ -301,11 +301,11 @@ def user_check(server: RunningServer | None) -> Check:
         return Check(
             "user",
             "WARN",
-            f"{who} as root: actions run as nobody (workers[].local.action_user "
-            '"unprivileged", the default) where they get a view of their own (containment '
-            'pidns with sandbox_view), as root elsewhere or with action_user "root" '
-            "(docs/security.md)",
-            "start lre as your normal user, or keep containment pidns with sandbox_view",
+            f"{who} as root: actions run as root too (in a pidns view without "
+            "administrative capabilities), unless workers[].local.action_user gives them "
+            "another user (docs/security.md)",
+            'start lre as your normal user; as root, set action_user: "unprivileged" '
+            "(containment pidns with sandbox_view)",
         )
     return Check("user", "OK", f"{who} as uid {uid}, not root")
 

@@ -257,16 +257,16 @@ class LocalWorkerSpec:
     )
     action_user: str = doc(
         "Who an action's processes run as when lre runs as root (docs/security.md): "
-        '"unprivileged" (the default) = nobody, with no supplementary groups and no '
-        "capabilities, where actions get a view of their own (containment pidns with "
-        "sandbox_view), lre's own user elsewhere; its inputs show as its own (an idmapped "
-        "lower layer, where the kernel allows; a write, chmod or hardlink lands in its "
-        'copy); "root" = lre\'s own user (in a pidns view: uid 0 with only CHOWN, '
+        '"root" (the default) = lre\'s own user (in a pidns view: uid 0 with only CHOWN, '
         "DAC_OVERRIDE, FOWNER, FSETID, KILL, SETUID, SETGID, NET_BIND_SERVICE, SYS_CHROOT "
-        "and AUDIT_WRITE, a read-only /proc and nosuid mounts); a user name, uid or "
+        'and AUDIT_WRITE, a read-only /proc, its own /dev and nosuid,nodev mounts); '
+        '"unprivileged" = nobody, with no supplementary groups and no capabilities, where '
+        "actions get a view of their own (containment pidns with sandbox_view), lre's own "
+        "user elsewhere; its inputs show as its own (an idmapped lower layer, where the "
+        "kernel allows; a write, chmod or hardlink lands in its copy); a user name, uid or "
         "uid:gid = that user (root only, and only with a view). Checked at start-up, with "
         "the sandbox_writable_paths it must reach.",
-        default="unprivileged",
+        default="root",
     )
     sandbox_writable_paths: tuple[str, ...] = doc(
         "Host directories every action's view shows writable (like Bazel's "

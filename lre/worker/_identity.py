@@ -2,8 +2,8 @@
 
 ``workers[].local.action_user`` names it (``resolve_action_user``):
 
-- ``"root"`` or any name of uid 0: lre's own user;
-- ``"unprivileged"`` (the default): the user ``nobody`` (its own group, no others)
+- ``"root"`` (the default) or any name of uid 0: lre's own user;
+- ``"unprivileged"``: the user ``nobody`` (its own group, no others)
   when lre runs as root and the worker's actions get a view of their own
   (containment ``pidns`` with ``sandbox_view``); lre's own user otherwise;
 - a user name, a uid, or ``uid:gid``: that identity (only where ``unprivileged``
@@ -14,7 +14,10 @@ Its inputs are lre's files; ``_idmap.py`` shows them as the action's in
 its view, so it may chmod, write (into its copy) and hardlink them as an
 action of lre's own user does. Where the kernel refuses that the worker
 says so at start-up and such an action fails there ("Operation not
-permitted").
+permitted"). Not the default yet: as ``nobody`` an action cannot enter a
+0700 directory on the way to a path a build gives it (a writable path, a
+test's scratch directory under ``/tmp/pytest-of-root``), which actions of
+lre's own user can.
 
 ``ActionIdentity.prefix()`` is what ``run_process`` puts in front of the
 action's command: util-linux ``setpriv`` switching to the identity with no
