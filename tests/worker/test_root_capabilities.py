@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import struct
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -66,12 +67,18 @@ async def test_a_file_capability_program_gains_nothing_in_the_view(
 ) -> None:
     """A copy of grep whose file capabilities grant CAP_SYS_ADMIN (effective):
     the view's mounts are nosuid, so it runs with the ambient set only."""
-    program = tmp_path / "bin" / "grep-with-sys-admin"
-    program.parent.mkdir()
-    shutil.copy2(shutil.which("grep") or "/bin/grep", program)
-    # struct vfs_cap_data, revision 2, effective bit set: permitted SYS_ADMIN.
-    os.setxattr(program, "security.capability", struct.pack("<5I", 0x02000001, 1 << 21, 0, 0, 0))
-    out = await _run(tmp_path, store, f"{program} -E '^Cap(Prm|Eff):' /proc/self/status")
+    # Not below tmp_path: CI's lies in /tmp, which the view covers with a
+    # fresh tmpfs, so the program would not be there at all.
+    scratch = Path(tempfile.mkdtemp(prefix="lre-filecap-", dir="/var/tmp"))
+    try:
+        program = scratch / "grep-with-sys-admin"
+        shutil.copy2(shutil.which("grep") or "/bin/grep", program)
+        # struct vfs_cap_data, revision 2, effective bit set: permitted SYS_ADMIN.
+        caps = struct.pack("<5I", 0x02000001, 1 << 21, 0, 0, 0)
+        os.setxattr(program, "security.capability", caps)
+        out = await _run(tmp_path, store, f"{program} -E '^Cap(Prm|Eff):' /proc/self/status")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     values = _fields(out)
     assert int(values["CapEff"][0], 16) == ALLOWED_MASK, out
     assert int(values["CapPrm"][0], 16) == ALLOWED_MASK, out

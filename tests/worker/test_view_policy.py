@@ -229,7 +229,7 @@ async def test_a_view_whose_proc_cannot_be_mounted_runs_nothing(
     if not getattr(containment, "_gate_sh", None):
         pytest.fail("this kernel cannot mount a procfs for a named PID namespace (Linux 6.15+)")
 
-    def refuse() -> None:
+    def refuse(*, read_only: bool = False) -> None:
         raise OSError(1, "fsmount /proc: refused by the test")
 
     monkeypatch.setattr("lre.worker._pid_namespace.mount_children_proc", refuse)

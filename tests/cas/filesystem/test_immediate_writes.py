@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import trio
 
-from lre.cas import FilesystemStore, ImmediateWrites, read_bytes
+from lre.cas import FilesystemStore, read_bytes
 from lre.cas._blob_io import write_bytes
+from lre.cas._protocol import ImmediateWrites
 from lre.cas.filesystem._content_index import _TOUCH_BATCH
 from lre.cas.filesystem._inline import INLINE_BYTES
 from lre.digest import EMPTY_DIGEST, Digest, digest_of
