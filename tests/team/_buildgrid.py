@@ -10,6 +10,7 @@ process (the "upstream went away" case); ``stop()`` stops all of it.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import socket
@@ -100,15 +101,20 @@ class BuildGrid:
         if not self.port:
             self.port = free_port_pair()
         env = {**os.environ, "BG_WORKERS": str(self.workers), "BG_INSTANCE": INSTANCE}
-        proc = subprocess.run(
-            ["bash", str(self.tools / "start_buildgrid.sh"), str(self.port), str(self.state)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=900,
-            stdin=subprocess.DEVNULL,
-            check=False,
-        )
+        # One start at a time across pytest's workers: on a fresh machine the
+        # script makes BuildGrid's shared venv, and two makers at once fail
+        # (the second finds the directory half made: "File exists").
+        with open("/tmp/lre-start-buildgrid.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            proc = subprocess.run(
+                ["bash", str(self.tools / "start_buildgrid.sh"), str(self.port), str(self.state)],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=900,
+                stdin=subprocess.DEVNULL,
+                check=False,
+            )
         assert proc.returncode == 0, f"start_buildgrid.sh failed:\n{proc.stdout}\n{proc.stderr}"
         values = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
         self.bgd_pid = int(values["bgd_pid"])
