@@ -259,7 +259,7 @@ class LocalWorkerSpec:
         "Who an action's processes run as when lre runs as root (docs/security.md): "
         '"root" (the default) = lre\'s own user (in a pidns view: uid 0 with only CHOWN, '
         "DAC_OVERRIDE, FOWNER, FSETID, KILL, SETUID, SETGID, NET_BIND_SERVICE, SYS_CHROOT "
-        'and AUDIT_WRITE, a read-only /proc, its own /dev and nosuid,nodev mounts); '
+        "and AUDIT_WRITE, a read-only /proc, its own /dev and nosuid,nodev mounts); "
         '"unprivileged" = nobody, with no supplementary groups and no capabilities, where '
         "actions get a view of their own (containment pidns with sandbox_view), lre's own "
         "user elsewhere; its inputs show as its own (an idmapped lower layer, where the "
