@@ -113,3 +113,7 @@ class InstantExecutor:
         asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(30)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
+        if not self._thread.is_alive():
+            # Its self-pipe sockets go with it (left to the garbage
+            # collector they were a ResourceWarning in some later test).
+            self._loop.close()
