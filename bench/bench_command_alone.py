@@ -65,7 +65,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _client import LreProcess, ReapiClient, local_config
 from _replay import BAZEL_WORKER, Recording, action_tree, capture
 from bench_bazel_ab import remote_flags
-from bench_edit_split import find_make_ws
+from bench_edit_split import find_make_ws, make_workspace
 
 from lre.cas import FilesystemActionCache
 from lre.proto import lre_pb2, re_pb2
@@ -107,19 +107,7 @@ def record_compile(work: Path, make_ws: Path, args: argparse.Namespace) -> tuple
     """Build the workspace through a recording lre; returns the Recording of
     the compile of ``src/mod_NN.c`` and the digest of the object it made."""
     ws = work / "ws"
-    subprocess.run(
-        [
-            sys.executable,
-            str(make_ws),
-            str(ws),
-            "--files",
-            str(args.modules),
-            "--funcs",
-            str(args.funcs),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    make_workspace(make_ws, ws, args.modules, args.funcs)
     home = work / "record"
     with LreProcess(local_config(home, BAZEL_WORKER), home) as lre:
         with BazelSession(ws, work / "bazel-record") as bazel:

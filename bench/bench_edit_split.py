@@ -69,6 +69,16 @@ LRE_PHASES: tuple[tuple[str, str, str], ...] = (
 )
 
 
+def make_workspace(make_ws: Path, ws: Path, modules: int, funcs: int) -> None:
+    """Generate the edit loop's workspace at ``ws`` with the peer harness's
+    ``make_ws.py``; raises ``CalledProcessError`` when it fails."""
+    subprocess.run(
+        [sys.executable, str(make_ws), str(ws), "--files", str(modules), "--funcs", str(funcs)],
+        check=True,
+        capture_output=True,
+    )
+
+
 def find_make_ws(given: Path | None) -> Path:
     """``--make-ws`` or the first ``shared/tools/peer/make_ws.py`` beside a
     parent of this checkout; raises BenchError when there is none."""
@@ -337,19 +347,7 @@ def _run(args: argparse.Namespace) -> None:
     ):
         work = Path(tmp)
         ws = work / "ws"
-        subprocess.run(
-            [
-                sys.executable,
-                str(make_ws),
-                str(ws),
-                "--files",
-                str(args.modules),
-                "--funcs",
-                str(args.funcs),
-            ],
-            check=True,
-            capture_output=True,
-        )
+        make_workspace(make_ws, ws, args.modules, args.funcs)
         source = ws / "src" / f"mod_{args.module:02d}.c"
         original = source.read_text()
         lres: dict[str, dict[str, object]] = {}
