@@ -43,7 +43,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from lre.worker._syscalls import LIBC as _LIBC
+from lre.worker._syscalls import HELD_LIBC as _LIBC
 
 __all__ = ["ALLOWED", "ALLOWED_MASK", "root_lock_refusal", "without_root_privileges"]
 

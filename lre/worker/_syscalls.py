@@ -20,22 +20,30 @@ _SIOCSIFFLAGS = 0x8914
 _IFF_UP = 0x1
 
 
-def _load_libc() -> ctypes.CDLL | None:
+def _load_libc(kind: type[ctypes.CDLL] = ctypes.CDLL) -> ctypes.CDLL | None:
     if not sys.platform.startswith("linux"):
         return None
     try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        return kind(ctypes.util.find_library("c") or None, use_errno=True)
     except OSError:
         return None
 
 
+#: The C library; each call drops the GIL while it runs.
 LIBC = _load_libc()
+#: The same, each call keeping the GIL: for the quick namespace and
+#: credential calls a spawner thread makes per action, where dropping and
+#: taking the GIL back (a futex wake and a context switch while lre's other
+#: threads wait for it) costs more than the call itself.
+HELD_LIBC = _load_libc(ctypes.PyDLL)
 
 
-def call(name: str, *args: int) -> None:
-    """Call a libc function that returns -1 and sets errno on failure."""
-    assert LIBC is not None
-    if getattr(LIBC, name)(*args) != 0:
+def call(name: str, *args: int, release: bool = False) -> None:
+    """Call a libc function that returns -1 and sets errno on failure; the
+    GIL is kept during the call unless ``release`` (for a slow one)."""
+    libc = LIBC if release else HELD_LIBC
+    assert libc is not None
+    if getattr(libc, name)(*args) != 0:
         code = ctypes.get_errno()
         raise OSError(code, f"{name}: {os.strerror(code)}")
 

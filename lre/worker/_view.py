@@ -141,18 +141,30 @@ class _MountAttr(ctypes.Structure):
     ]
 
 
-def _load() -> ctypes.CDLL | None:
+def _load(kind: type[ctypes.CDLL]) -> ctypes.CDLL | None:
     if not sys.platform.startswith("linux"):
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        libc = kind(ctypes.util.find_library("c") or None, use_errno=True)
     except OSError:
         return None
     libc.syscall.restype = ctypes.c_long
     return libc
 
 
-_LIBC = _load()
+#: Calls through this handle let other threads run meanwhile (ctypes drops
+#: the GIL around each): for the one slow call of a view, the overlay's
+#: creation (its feature probes create and rename inodes on the upper
+#: filesystem: hundreds of microseconds on ext4).
+_LIBC = _load(ctypes.CDLL)
+#: Calls through this one keep the GIL. A view makes some thirty mount
+#: calls of a few microseconds each; with lre's other threads waiting for
+#: the GIL, dropping and taking it back around each one cost more than the
+#: calls (a futex wake and a context switch per call; docs/benchmarks.md).
+#: Only for calls on lre's own paths, descriptors and the view's fixed
+#: mount points: a path the user configured (a writable path on a hung
+#: network filesystem) must not stall every thread of lre.
+_HELD = _load(ctypes.PyDLL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,9 +200,12 @@ def _fail(call: str, path: str) -> OSError:
     return OSError(code, f"{call} {path}: {os.strerror(code)}")
 
 
-def _syscall(name: str, path: str, *args: object) -> int:
-    assert _LIBC is not None
-    result = int(_LIBC.syscall(_SYS[name], *args))
+def _syscall(name: str, path: str, *args: object, release: bool = False) -> int:
+    """The raw syscall ``name`` (the GIL kept unless ``release``); raises
+    ``OSError`` naming it and ``path``."""
+    libc = _LIBC if release else _HELD
+    assert libc is not None
+    result = int(libc.syscall(_SYS[name], *args))
     if result < 0:
         raise _fail(name, path)
     return result
@@ -206,12 +221,12 @@ def _setattr(
     fd: int = _AT_FDCWD,
     userns: int = 0,
 ) -> None:
-    assert _LIBC is not None
+    assert _HELD is not None
     attr = _MountAttr(set_, clear, propagation, userns)
     flags = (_AT_RECURSIVE if recursive else 0) | (_AT_EMPTY_PATH if fd != _AT_FDCWD else 0)
     target = b"" if fd != _AT_FDCWD else path.encode()
     if (
-        _LIBC.syscall(
+        _HELD.syscall(
             _SYS_MOUNT_SETATTR, fd, target, flags, ctypes.byref(attr), ctypes.sizeof(attr)
         )
         != 0
@@ -220,12 +235,12 @@ def _setattr(
 
 
 def _mount_tmpfs(path: str, options: str, flags: int = _MS_NOSUID | _MS_NODEV) -> None:
-    assert _LIBC is not None
-    if _LIBC.mount(b"tmpfs", path.encode(), b"tmpfs", ctypes.c_ulong(flags), options.encode()) != 0:
+    assert _HELD is not None
+    if _HELD.mount(b"tmpfs", path.encode(), b"tmpfs", ctypes.c_ulong(flags), options.encode()) != 0:
         raise _fail("mount tmpfs on", path)
 
 
-def _clone_tree(path: str) -> int:
+def _clone_tree(path: str, *, release: bool = False) -> int:
     """A detached, writable copy of the mounts at ``path`` (bind + recursive)."""
     return _syscall(
         "open_tree",
@@ -233,13 +248,15 @@ def _clone_tree(path: str) -> int:
         _AT_FDCWD,
         path.encode(),
         _OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC | _AT_RECURSIVE,
+        release=release,
     )
 
 
-def _writable_clone(path: str) -> int:
+def _writable_clone(path: str, *, release: bool = False) -> int:
     """``_clone_tree`` of a path the action may write, made ``nodev`` and
-    ``nosuid`` (every mount of it)."""
-    fd = _clone_tree(path)
+    ``nosuid`` (every mount of it); ``release``: the GIL dropped for the
+    lookup (a configured path)."""
+    fd = _clone_tree(path, release=release)
     try:
         _setattr(path, set_=_WRITABLE_ATTRS, recursive=True, fd=fd)
     except BaseException:
@@ -248,8 +265,17 @@ def _writable_clone(path: str) -> int:
     return fd
 
 
-def _attach(fd: int, path: str) -> None:
-    _syscall("move_mount", path, fd, b"", _AT_FDCWD, path.encode(), _MOVE_MOUNT_F_EMPTY_PATH)
+def _attach(fd: int, path: str, *, release: bool = False) -> None:
+    _syscall(
+        "move_mount",
+        path,
+        fd,
+        b"",
+        _AT_FDCWD,
+        path.encode(),
+        _MOVE_MOUNT_F_EMPTY_PATH,
+        release=release,
+    )
 
 
 def _proc_with_pidns(pidns: str) -> int:
@@ -344,7 +370,7 @@ def overlay_mount(view: ActionView) -> int:
             _syscall("fsconfig", value, fs, _FSCONFIG_SET_STRING, key.encode(), value.encode(), 0)
         for flag in _overlay_flags(view.xattrs):
             _syscall("fsconfig", flag, fs, _FSCONFIG_SET_FLAG, flag.encode(), None, 0)
-        _syscall("fsconfig", view.root, fs, _FSCONFIG_CMD_CREATE, None, None, 0)
+        _syscall("fsconfig", view.root, fs, _FSCONFIG_CMD_CREATE, None, None, 0, release=True)
         return _syscall("fsmount", view.root, fs, _FSMOUNT_CLOEXEC, _WRITABLE_ATTRS)
     finally:
         os.close(fs)
@@ -389,12 +415,12 @@ def _hidden_kinds(hidden: tuple[str, ...]) -> tuple[list[str], list[str]]:
     return directories, files
 
 
-def _attach_at(fd: int, path: str, tmpfs: list[str]) -> None:
+def _attach_at(fd: int, path: str, tmpfs: list[str], *, release: bool = False) -> None:
     """Attach the detached mount ``fd`` at ``path``, making the mount point
     first when it lies in one of the new ``tmpfs``."""
     if covered_by(path, tmpfs) is not None:
         os.makedirs(path, exist_ok=True)
-    _attach(fd, path)
+    _attach(fd, path, release=release)
 
 
 def build_view(view: ActionView, *, host_proc_writable: bool = True) -> None:
@@ -411,7 +437,7 @@ def build_view(view: ActionView, *, host_proc_writable: bool = True) -> None:
     try:
         own = [(overlay_mount(view), view.root), (_writable_clone(view.tmp), view.tmp)]
         detached.extend(own)
-        shared = [(_writable_clone(path), path) for path in writable]
+        shared = [(_writable_clone(path, release=True), path) for path in writable]
         detached.extend(shared)
         _setattr("/", set_=_MOUNT_ATTR_RDONLY, propagation=_MS_SLAVE, recursive=True)
         # The host's /proc stays writable until the action's first process
@@ -422,7 +448,7 @@ def build_view(view: ActionView, *, host_proc_writable: bool = True) -> None:
         for path in fresh:
             _mount_tmpfs(path, TMPFS_OPTIONS)
         for fd, path in shared:
-            _attach_at(fd, path, fresh)
+            _attach_at(fd, path, fresh, release=True)
         # What is still there of lre's own (a writable path may hold some of
         # it, and /tmp hides it already unless a writable path brought it back).
         # ``hidden`` is outermost already (``ViewPolicy``). A mask that will

@@ -97,9 +97,10 @@ _LIBC: list[ctypes.CDLL] = []
 
 def _libc() -> ctypes.CDLL:
     """The C library, loaded at the first view (not at import: lre imports
-    this module on every platform)."""
+    this module on every platform). Its calls keep the GIL: each takes a few
+    microseconds, less than handing the GIL to a waiting thread and back."""
     if not _LIBC:
-        libc = ctypes.CDLL(None, use_errno=True)
+        libc = ctypes.PyDLL(None, use_errno=True)
         libc.syscall.restype = ctypes.c_long
         _LIBC.append(libc)
     return _LIBC[0]
