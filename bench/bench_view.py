@@ -9,9 +9,7 @@ makes it, its layers emptied before each run by the tree's own recycling,
 the tree has ``on_view_held``, the same view held past the action's end
 (``view-held``: closed in a thread afterwards as ``ActionDirectories``
 does, that close's CPU counted as lre's, its wall not on the action's
-path); and where the spawner mounts the view's /proc (Linux 6.15+),
-``view-unshare``: the same view with ``unshare --mount-proc`` making its
-/proc instead (the older way); where the tree has ``_idmap``,
+path); where the tree has ``_idmap``,
 ``view-idmap``: the same view with its lower layer idmapped (lre's uid
 shown as nobody's, as for ``action_user: "unprivileged"``; the command
 still runs as root, so only the view's own cost differs).
@@ -56,8 +54,6 @@ async def _main(args: argparse.Namespace) -> None:
     ]
     if "on_view_held" in inspect.signature(run_process).parameters:
         modes.append(("view-held", view, gate, True))
-    if gate is not None:
-        modes.append(("view-unshare", view, None, False))
     idmap = None
     if importlib.util.find_spec("lre.worker._idmap") is not None:
         from lre.worker._idmap import open_input_idmap

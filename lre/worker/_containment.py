@@ -19,22 +19,26 @@ which on Linux means running with CAP_SYS_ADMIN, for example as root)
     action's mount namespace, and where the kernel can mount a procfs for a
     named PID namespace (Linux 6.15+) it mounts the action's ``/proc``
     itself, right after the fork: the first process is then POSIX ``sh``
-    reading a gate on its stdin (a pipe lre holds) before it executes
-    ``timeout`` with stdin from ``/dev/null``; lre writes ``go`` once the
-    mount is there, and closes the pipe without it when the mount failed
-    (the gate then exits 125 and nothing of the action ran). Elsewhere
-    ``unshare --mount-proc`` (an extra exec and an extra mount namespace per
-    action) mounts it before executing ``timeout``.
+    reading a gate on its stdin (a pipe lre holds); lre writes ``go`` once
+    the mount is there, and closes the pipe without it when the mount failed
+    (the gate then exits 125 and nothing of the action ran). After ``go``
+    that sh stays pid 1 and runs the command as its child (stdin from
+    ``/dev/null``, its own stderr kept out of the action's) and exits with
+    its status: one exec fewer per action than executing ``timeout``.
+    Elsewhere ``unshare --mount-proc`` (an extra exec and an extra mount
+    namespace per action) mounts it before executing ``timeout``.
 
-    The first process is coreutils ``timeout 0`` (no time limit), which runs
-    the command as its child, forwards SIGTERM to it and exits with its
-    status. The command must not be pid 1 itself: pid 1 of a namespace does
-    not receive signals it has no handler for from inside the namespace, so
-    a script ending itself with ``kill -SEGV $$`` would exit 0, a wrong
-    result. Being pid 1, ``timeout`` cannot re-raise a signal that killed the
-    command; it exits with 128 + the signal, which ``_process.py`` reports as
-    that signal. If lre dies, the guardian (``_guardian.py``) SIGKILLs each
-    namespace's first process, and the kernel the rest.
+    Otherwise the first process is coreutils ``timeout 0`` (no time limit),
+    which runs the command as its child, forwards SIGTERM to it and exits
+    with its status (lre sends SIGTERM to the action's process group, which
+    reaches the command under either first process). The command must not
+    be pid 1 itself: pid 1 of a namespace does not receive signals it has no
+    handler for from inside the namespace, so a script ending itself with
+    ``kill -SEGV $$`` would exit 0, a wrong result. Being pid 1, neither
+    first process can re-raise a signal that killed the command; each exits
+    with 128 + the signal, which ``_process.py`` reports as that signal.
+    If lre dies, the guardian (``_guardian.py``) SIGKILLs each namespace's
+    first process, and the kernel the rest.
 
 ``UserNamespace`` (``"userns"``, Linux without privileges)
     The same, one PID namespace per action, made inside a user namespace by

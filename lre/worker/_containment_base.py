@@ -97,12 +97,19 @@ class Containment(ABC):
 
     @abstractmethod
     def command(
-        self, argv: Sequence[str], *, view: bool = False, pwd: str | None = None
+        self,
+        argv: Sequence[str],
+        *,
+        view: bool = False,
+        pwd: str | None = None,
+        keep_fds: Sequence[int] = (),
     ) -> list[str]:
         """The argv to execute for the action's ``argv`` (in a view when
         ``view``, only where ``can_view``). ``pwd`` is the action's own
         ``PWD`` (None: it has none); a backend that puts a shell in front of
-        the action must leave the environment as the action gave it."""
+        the action must leave the environment as the action gave it.
+        ``keep_fds``: the descriptors the action is handed besides 0-2
+        (``pass_fds``), which a wrapper must leave as they are."""
 
     @contextmanager
     def spawn_context(self, options: SpawnOptions) -> Iterator[list[str]]:

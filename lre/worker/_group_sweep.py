@@ -48,7 +48,12 @@ class ProcessGroupSweep(Containment):
         self._main_children = f"/proc/self/task/{threading.main_thread().native_id}/children"
 
     def command(
-        self, argv: Sequence[str], *, view: bool = False, pwd: str | None = None
+        self,
+        argv: Sequence[str],
+        *,
+        view: bool = False,
+        pwd: str | None = None,
+        keep_fds: Sequence[int] = (),
     ) -> list[str]:
         return list(argv)
 

@@ -32,15 +32,39 @@ _CLONE_NEWNS = 0x00020000
 _CLONE_NEWNET = 0x40000000
 _CLONE_NEWPID = 0x20000000
 #: The first process of a view whose /proc the spawner mounts: it waits for
-#: ``go`` on its stdin (lre's end of a pipe), then executes the rest of its
-#: arguments with stdin from /dev/null; 125 when lre did not say ``go``.
-#: Its first argument restores the action's own PWD, which sh would otherwise
-#: set and export: "-" (the action has none) or "=" + its value.
+#: ``go`` on its stdin (lre's end of a pipe), 125 when lre did not say
+#: ``go``. Its first argument restores the action's own PWD, which sh would
+#: otherwise set and export: "-" (the action has none) or "=" + its value.
+#: Then it stays pid 1 and runs the rest of its arguments as its child, in a
+#: subshell that executes them (``exec``: a program from PATH even where sh
+#: has a builtin of that name, argv[0] as given), stdin from /dev/null, and
+#: exits with the child's status (128 + the signal that killed it). This is
+#: the role ``timeout 0`` has elsewhere, one exec fewer per action. sh's own
+#: stderr goes to /dev/null (a shell reports a child killed by a signal,
+#: "Terminated", and that line is no part of the action's stderr); the
+#: command gets the real one back from descriptor {spare}, which the action
+#: is not handed (``_spare_descriptor``).
+_PROC_GATE_PID1 = (
+    'IFS= read -r gate; [ "$gate" = go ] || exit 125; '
+    "case $1 in -) unset PWD ;; *) PWD=${{1#=}}; export PWD ;; esac; shift; "
+    'exec {spare}>&2 2>/dev/null; (exec "$@") </dev/null 2>&{spare} {spare}>&-'
+)
+#: The same gate executing the rest of its arguments (``timeout``, then pid
+#: 1), where no descriptor from 3 to 9 is free for ``_PROC_GATE_PID1``.
 _PROC_GATE = (
     'IFS= read -r gate; [ "$gate" = go ] || exit 125; '
     "case $1 in -) unset PWD ;; *) PWD=${1#=}; export PWD ;; esac; shift; "
     'exec "$@" </dev/null'
 )
+
+
+def _spare_descriptor(keep: Sequence[int]) -> int | None:
+    """A descriptor number from 3 to 9 (the ones sh redirects) that the
+    action is not handed (``keep``: its ``pass_fds``), or None."""
+    for number in range(3, 10):
+        if number not in keep:
+            return number
+    return None
 
 
 def _open_namespace() -> int | None:
@@ -159,16 +183,26 @@ class PidNamespace(Containment):
             )
 
     def command(
-        self, argv: Sequence[str], *, view: bool = False, pwd: str | None = None
+        self,
+        argv: Sequence[str],
+        *,
+        view: bool = False,
+        pwd: str | None = None,
+        keep_fds: Sequence[int] = (),
     ) -> list[str]:
         # timeout execvp()s argv with the action's PATH, argv[0] unchanged;
         # a duration of 0 sets no limit. In a view, the gate waits for the
-        # spawner's /proc (or unshare first mounts the namespace's own),
-        # then executes timeout (still pid 1).
+        # spawner's /proc, then runs argv itself as pid 1 (or executes
+        # timeout when it has no spare descriptor); without the gate,
+        # unshare first mounts the namespace's own /proc.
         init = [self._init, "--", "0", *argv]
         if view and self._gate_sh is not None:
             own_pwd = "-" if pwd is None else "=" + pwd
-            return [self._gate_sh, "-c", _PROC_GATE, "sh", own_pwd, *init]
+            spare = _spare_descriptor(keep_fds)
+            if spare is None:
+                return [self._gate_sh, "-c", _PROC_GATE, "sh", own_pwd, *init]
+            gate = _PROC_GATE_PID1.format(spare=spare)
+            return [self._gate_sh, "-c", gate, "sh", own_pwd, *argv]
         if view and self._unshare is not None:
             return [self._unshare, "--mount-proc", "--propagation", "unchanged", "--", *init]
         return init
@@ -281,7 +315,7 @@ class PidNamespace(Containment):
         if not options.block_network:
             yield
             return
-        _call("unshare", _CLONE_NEWNET)
+        _call("unshare", _CLONE_NEWNET, release=True)  # a new network stack: slow
         try:
             _loopback_up()
             yield

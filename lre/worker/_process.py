@@ -321,6 +321,7 @@ async def run_process(
             [*identity.prefix(), *argv] if identity is not None else argv,
             view=view is not None,
             pwd=env.get("PWD"),
+            keep_fds=tuple(pass_fds),
         ),
         max_processes,
     )

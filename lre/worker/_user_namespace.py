@@ -83,7 +83,12 @@ class UserNamespace(Containment):
         self._inner = [init, "--", "0"]
 
     def command(
-        self, argv: Sequence[str], *, view: bool = False, pwd: str | None = None
+        self,
+        argv: Sequence[str],
+        *,
+        view: bool = False,
+        pwd: str | None = None,
+        keep_fds: Sequence[int] = (),
     ) -> list[str]:
         if view and self._views is not None:
             inner = self._views.inner(os.geteuid(), os.getegid())
