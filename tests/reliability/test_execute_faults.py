@@ -83,13 +83,18 @@ def trio_tasks() -> int:
     return count
 
 
+#: Programs of the processes a containment backend keeps for its lifetime.
+_BACKEND_PROCESSES = ("_guardian.py", "_view_helper.py")
+
+
 def live_children() -> list[psutil.Process]:
-    """Live descendants of this process, except process guardians (one lives
-    as long as each containment backend, like the spawner threads)."""
+    """Live descendants of this process, except process guardians and userns
+    view helpers (one of each lives as long as each containment backend, like
+    the spawner threads; an earlier test in this process may have made one)."""
     out = []
     for child in psutil.Process().children(recursive=True):
         try:
-            if any(part.endswith("_guardian.py") for part in child.cmdline()):
+            if any(part.endswith(_BACKEND_PROCESSES) for part in child.cmdline()):
                 continue
         except psutil.NoSuchProcess:
             continue
