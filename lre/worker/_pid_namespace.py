@@ -37,17 +37,18 @@ _CLONE_NEWPID = 0x20000000
 #: otherwise set and export: "-" (the action has none) or "=" + its value.
 #: Then it stays pid 1 and runs the rest of its arguments as its child, in a
 #: subshell that executes them (``exec``: a program from PATH even where sh
-#: has a builtin of that name, argv[0] as given), stdin from /dev/null, and
-#: exits with the child's status (128 + the signal that killed it). This is
-#: the role ``timeout 0`` has elsewhere, one exec fewer per action. sh's own
-#: stderr goes to /dev/null (a shell reports a child killed by a signal,
-#: "Terminated", and that line is no part of the action's stderr); the
-#: command gets the real one back from descriptor {spare}, which the action
-#: is not handed (``_spare_descriptor``).
+#: has a builtin of that name, argv[0] as given), and exits with the
+#: child's status (128 + the signal that killed it). Its own stdin becomes
+#: /dev/null first, so neither it nor the command keeps the gate's pipe.
+#: This is the role ``timeout 0`` has elsewhere, one exec fewer per action.
+#: sh's own stderr goes to /dev/null (a shell reports a child killed by a
+#: signal, "Terminated", and that line is no part of the action's stderr);
+#: the command gets the real one back from descriptor {spare}, which the
+#: action is not handed (``_spare_descriptor``).
 _PROC_GATE_PID1 = (
     'IFS= read -r gate; [ "$gate" = go ] || exit 125; '
     "case $1 in -) unset PWD ;; *) PWD=${{1#=}}; export PWD ;; esac; shift; "
-    'exec {spare}>&2 2>/dev/null; (exec "$@") </dev/null 2>&{spare} {spare}>&-'
+    'exec {spare}>&2 2>/dev/null </dev/null; (exec "$@") 2>&{spare} {spare}>&-'
 )
 #: The same gate executing the rest of its arguments (``timeout``, then pid
 #: 1), where no descriptor from 3 to 9 is free for ``_PROC_GATE_PID1``.

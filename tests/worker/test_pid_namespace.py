@@ -145,3 +145,16 @@ def test_the_spare_descriptor_avoids_the_handed_ones() -> None:
     assert _spare_descriptor(()) == 3
     assert _spare_descriptor((3, 4, 17)) == 5
     assert _spare_descriptor(tuple(range(3, 10))) is None
+
+
+async def test_pid_1_keeps_nothing_of_the_gate(tmp_path: Path, pidns: Containment) -> None:
+    # After "go", the gate's pipe is closed in pid 1 too (its stdin is
+    # /dev/null), and its stderr is /dev/null: what it holds besides is the
+    # action's own stdout and stderr.
+    outcome = await _run(
+        tmp_path, pidns, ["/bin/sh", "-c", "for fd in /proc/1/fd/*; do readlink $fd; done"]
+    )
+    assert outcome.exit_code == 0, (tmp_path / "err").read_text()
+    targets = (tmp_path / "out").read_text().split()
+    assert not [t for t in targets if t.startswith("pipe:")], targets
+    assert targets.count("/dev/null") == 2, targets  # stdin and its own stderr
