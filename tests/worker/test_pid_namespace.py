@@ -22,9 +22,9 @@ import pytest
 from lre.worker import Containment
 from lre.worker._pid_namespace import _spare_descriptor
 from lre.worker._process import ProcessOutcome, run_process
-from lre.worker._view import ActionView
 
 from .test_containment import backend
+from .test_view_dev import _scratch_view
 
 
 @pytest.fixture
@@ -36,22 +36,10 @@ def pidns() -> Containment:
     return containment
 
 
-def _view(tmp_path: Path) -> ActionView:
-    for name in ("root", "tmp", "upper", "work"):
-        (tmp_path / name).mkdir()
-    return ActionView(
-        root=str(tmp_path / "root"),
-        upper=str(tmp_path / "upper"),
-        work=str(tmp_path / "work"),
-        tmp=str(tmp_path / "tmp"),
-        xattrs="trusted",
-    )
-
-
 async def _run(
     tmp_path: Path, containment: Containment, argv: list[str], **kwargs: object
 ) -> ProcessOutcome:
-    view = _view(tmp_path)
+    view = _scratch_view(tmp_path)
     return await run_process(
         argv,
         cwd=Path(view.root),
