@@ -19,7 +19,7 @@ from lre.config import PropertyModification
 from lre.digest import Digest
 from lre.errors import FailedPrecondition, InvalidArgument, MissingBlobs, NotFound
 from lre.proto import re_pb2
-from lre.scheduler._inputs import find_missing_inputs
+from lre.scheduler._inputs import SubtreeBlobs, find_missing_inputs
 from lre.scheduler._kind import kind_key
 from lre.scheduler._matching import (
     Requirements,
@@ -55,6 +55,7 @@ class ActionChecker:
         self._resources = resources
         self._advisor = advisor
         self._directories = directories if directories is not None else DirectoryReader(cas)
+        self._subtrees = SubtreeBlobs()
         self._fits: dict[
             tuple[tuple[str, str], ...],
             tuple[Mapping[str, str], Requirements, tuple[WorkerInfo, ...]],
@@ -111,7 +112,9 @@ class ActionChecker:
             undedup(op)
         command_digest = Digest.from_proto(action.command_digest, field="action.command_digest")
         input_root = Digest.from_proto(action.input_root_digest, field="action.input_root_digest")
-        missing = await find_missing_inputs(self._directories, command_digest, input_root)
+        missing = await find_missing_inputs(
+            self._directories, command_digest, input_root, self._subtrees
+        )
         if op.done:
             return False
         if missing:
