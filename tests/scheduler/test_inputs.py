@@ -8,7 +8,7 @@ from lre.cas import DirectoryReader, MemoryStore, StoreCapabilities
 from lre.digest import Digest
 from lre.proto import re_pb2
 from lre.scheduler._inputs import SubtreeBlobs, find_missing_inputs
-from tests._support.actions import blob_digest, build_tree, put_blobs
+from tests._support.actions import TreeSpec, blob_digest, build_tree, put_blobs
 
 TOOLCHAIN = {
     "external/cc/wrapper.sh": b"#!/bin/sh\n",
@@ -53,7 +53,7 @@ class CountingReader(DirectoryReader):
     """Records every Directory digest the check asks the reader for."""
 
     def __init__(self, store: HidingStore) -> None:
-        super().__init__(store)  # type: ignore[arg-type]
+        super().__init__(store)
         self.asked_for: list[Digest] = []
 
     async def get_many(
@@ -63,7 +63,7 @@ class CountingReader(DirectoryReader):
         return await super().get_many(digests)
 
 
-async def _setup(*specs: dict[str, object]) -> tuple[HidingStore, CountingReader, list[Digest]]:
+async def _setup(*specs: TreeSpec) -> tuple[HidingStore, CountingReader, list[Digest]]:
     store = HidingStore()
     await put_blobs(store, {COMMAND: b"a command"})
     roots = []
@@ -74,7 +74,7 @@ async def _setup(*specs: dict[str, object]) -> tuple[HidingStore, CountingReader
     return store, CountingReader(store), roots
 
 
-def _subtree(spec: dict[str, object], path: str) -> Digest:
+def _subtree(spec: TreeSpec, path: str) -> Digest:
     """The digest of the directory at ``path`` in the tree ``spec``."""
     prefix = path + "/"
     inner = {k[len(prefix) :]: v for k, v in spec.items() if k.startswith(prefix)}
