@@ -50,6 +50,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import json5
 from bazel_cpu_split import bazel_server
 from build_probe import Probe, Split
 from real_project import (
@@ -63,9 +64,14 @@ from real_project import (
     sha256_of,
 )
 
+import lre.config
 from tests.e2e._bazel import BazelSession
 
-SIDES = ("local", "lre")
+#: The sides a run may compare (``--pair``): Bazel's own sandboxed strategy,
+#: lre on its embedded default config, a second lre just like it (an A/A
+#: run), and lre with ``sandbox_view: false`` (the view's cost on a real
+#: project, issue 27).
+SIDE_NAMES = ("local", "lre", "lre-again", "lre-noview")
 KINDS = ("clean", "edit")
 _DISCARDED = "discarding analysis cache"
 
@@ -94,15 +100,30 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def noview_config(path: Path) -> Path:
+    """Write to ``path`` a config that is the embedded default with the local
+    worker's ``sandbox_view`` off (lists replace the default's, so the whole
+    worker list is given); returns ``path``."""
+    default = json5.loads((Path(lre.config.__file__).parent / "default.json5").read_text())
+    workers = default["workers"]
+    if len(workers) != 1 or "local" not in workers[0]:
+        raise BenchError(f"the embedded default has other workers than one local: {workers}")
+    workers[0]["local"]["sandbox_view"] = False
+    path.write_text(json.dumps({"workers": workers}, indent=2))
+    return path
+
+
 @contextlib.contextmanager
-def running_lre(home: Path, ws: Path) -> Iterator[dict[str, object]]:
-    """``lre up --detach`` for ``ws`` with LRE_HOME=home; yields ``lre status
-    --json``; ``lre down`` at the end. Raises BenchError when lre does not start."""
+def running_lre(home: Path, ws: Path, config: Path | None = None) -> Iterator[dict[str, object]]:
+    """``lre up --detach`` for ``ws`` with LRE_HOME=home (and ``--config
+    config`` when given); yields ``lre status --json``; ``lre down`` at the
+    end. Raises BenchError when lre does not start."""
     env = {**os.environ, "LRE_HOME": str(home)}
     lre = [sys.executable, "-m", "lre"]
     port = str(_free_port())
+    extra = [] if config is None else ["--config", str(config)]
     up = subprocess.run(
-        [*lre, "up", "--detach", "--repo", str(ws), "--no-edit", "--port", port],
+        [*lre, "up", "--detach", "--repo", str(ws), "--no-edit", "--port", port, *extra],
         env=env,
         capture_output=True,
         text=True,
@@ -129,6 +150,10 @@ class Side:
         self.name = name
         self.bazel = bazel
         self.flags = flags
+        self.remote = name != "local"
+        #: The side's own lre (None for the local side): LRE_HOME, status.
+        self.home: Path | None = None
+        self.info: dict[str, object] | None = None
         self.bazel_bin: Path | None = None
         self.probe: Probe | None = None
 
@@ -139,7 +164,7 @@ class Side:
         if result.returncode != 0 or result.summary is None:
             raise BenchError(f"{self.name} build failed (exit {result.returncode}):\n{tail}")
         summary = result.summary
-        if self.name == "local":
+        if not self.remote:
             ok = summary.local == summary.spawns
         else:
             ok = summary.count("remote") == summary.spawns
@@ -205,15 +230,16 @@ def _quantile(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def _report(splits: dict[tuple[str, str], list[Split]]) -> None:
+def _report(splits: dict[tuple[str, str], list[Split]], pair: tuple[str, str]) -> None:
+    base, compared = pair
     for kind in KINDS:
-        local = [s.wall for s in splits[(kind, "local")]]
-        remote = [s.wall for s in splits[(kind, "lre")]]
+        local = [s.wall for s in splits[(kind, base)]]
+        remote = [s.wall for s in splits[(kind, compared)]]
         ratios = [r / loc for r, loc in zip(remote, local, strict=True)]
         print(
-            f"{kind}: local median {_median(local):.2f} s, lre median {_median(remote):.2f} s; "
-            f"lre/local: ratio of medians {_median(remote) / _median(local):.3f}x, per-pair "
-            f"ratios median "
+            f"{kind}: {base} median {_median(local):.2f} s, {compared} median "
+            f"{_median(remote):.2f} s; {compared}/{base}: ratio of medians "
+            f"{_median(remote) / _median(local):.3f}x, per-pair ratios median "
             f"{_median(ratios):.3f}x ({', '.join(f'{r:.2f}' for r in ratios)})"
         )
     print("CPU split, medians (CPU-seconds per build; wall in seconds):")
@@ -239,9 +265,14 @@ def _report(splits: dict[tuple[str, str], list[Split]]) -> None:
             + ", ".join(noisy)
             + ": the wall times and ratios above are not those of a quiet machine"
         )
-    print("lre per action in the lre builds (per-build figures, median over the builds):")
+    for side in (name for name in pair if name != "local"):
+        _report_lre(splits, side)
+
+
+def _report_lre(splits: dict[tuple[str, str], list[Split]], side: str) -> None:
+    print(f"lre per action in the {side} builds (per-build figures, median over the builds):")
     for kind in KINDS:
-        rows = splits[(kind, "lre")]
+        rows = splits[(kind, side)]
         threads: dict[str, list[float]] = {}
         for s in rows:
             for name, cpu in s.lre_threads.items():
@@ -278,12 +309,28 @@ def _report(splits: dict[tuple[str, str], list[Split]]) -> None:
         )
 
 
+def _pair(text: str) -> tuple[str, str]:
+    names = tuple(text.split(","))
+    if len(names) != 2 or len(set(names)) != 2 or not set(names) <= set(SIDE_NAMES):
+        raise argparse.ArgumentTypeError(f"want two of {', '.join(SIDE_NAMES)}, got {text!r}")
+    return names[0], names[1]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=6, help="timed rounds (default 6)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed rounds (default 2)")
     parser.add_argument("--edits", type=int, default=3, help="edit-rebuilds per round (default 3)")
     parser.add_argument("--cache", type=Path, default=default_cache_dir())
+    parser.add_argument(
+        "--pair",
+        type=_pair,
+        default=("local", "lre"),
+        help=(
+            "the two sides, baseline first (default local,lre; lre-noview,lre: the view's "
+            "cost; lre,lre-again: the A/A spread)"
+        ),
+    )
     args = parser.parse_args()
     started = time.monotonic()
     try:
@@ -306,32 +353,50 @@ def _run(args: argparse.Namespace) -> None:
         work = Path(tmp)
         ws = generate_project_workspace(sdist, work)
         original = ws.edited_source.read_text()
-        info = stack.enter_context(running_lre(work / "lre-home", ws.root))
-        remote = [*lre_bazelrc_flags(ws.root / "lre.bazelrc"), "--noremote_accept_cached"]
-        print(f"lre pid {info['pid']} on {info['grpc_address']}", flush=True)
-        print(f"lre side flags: {' '.join(remote)}", flush=True)
-        sides = {}
-        for name, flags in (("local", []), ("lre", remote)):
+        pair: tuple[str, str] = args.pair
+        sides: dict[str, Side] = {}
+        for name in pair:
+            flags: list[str] = []
+            # Numbered: one side's directory must not be a prefix of the other's
+            # (bazel_server finds a JVM by a substring of its command line).
+            home = work / f"home-{len(sides)}-{name}"
+            if name != "local":
+                config = noview_config(work / "noview.json") if name == "lre-noview" else None
+                # lre up leaves an lre.bazelrc that names another running lre
+                # alone: remove the first side's, so this side writes its own.
+                (ws.root / "lre.bazelrc").unlink(missing_ok=True)
+                info = stack.enter_context(running_lre(home, ws.root, config))
+                flags = [*lre_bazelrc_flags(ws.root / "lre.bazelrc"), "--noremote_accept_cached"]
+                if f"--remote_executor=grpc://{info['grpc_address']}" not in flags:
+                    raise BenchError(f"{name}: lre.bazelrc does not name its lre: {flags}")
+                print(f"{name}: lre pid {info['pid']} on {info['grpc_address']}", flush=True)
+                print(f"{name} side flags: {' '.join(flags)}", flush=True)
             bazel = stack.enter_context(
-                BazelSession(ws.root, work / f"bazel-{name}", max_idle_secs=900)
+                BazelSession(ws.root, work / f"bazel-{len(sides)}-{name}", max_idle_secs=900)
             )
             sides[name] = Side(name, bazel, flags)
             sides[name].build(timed=False, expected_spawns=SPAWNS)  # server start, autoconfig
             vectors = check_tool(sides[name].tool(), ws.testdata, work / f"check-{name}")
+            # The local side's probe still needs an lre to sample: the other side's.
+            sides[name].home = home if name != "local" else None
+            sides[name].info = info if name != "local" else None
+        serving = next(side for side in sides.values() if side.info is not None)
         for side in sides.values():
+            source = side if side.info is not None else serving
+            assert source.info is not None and source.home is not None
             side.probe = Probe(
                 bazel_server(side.bazel.output_user_root).pid,
-                int(str(info["pid"])),
-                str(info["status_address"]),
-                work / "lre-home" / "ac" / "actions.log",
+                int(str(source.info["pid"])),
+                str(source.info["status_address"]),
+                source.home / "ac" / "actions.log",
             )
         print(f"both tools pass {vectors} test vectors of the release", flush=True)
-        splits: dict[tuple[str, str], list[Split]] = {(k, s): [] for k in KINDS for s in SIDES}
+        splits: dict[tuple[str, str], list[Split]] = {(k, s): [] for k in KINDS for s in pair}
         serial = 0
         last_digest = ""
         for round_ in range(args.warmup + args.rounds):
             timed = round_ >= args.warmup
-            order = SIDES if round_ % 2 == 0 else SIDES[::-1]
+            order = pair if round_ % 2 == 0 else pair[::-1]
             label = f"round {round_ - args.warmup + 1}" if timed else f"warm-up {round_ + 1}"
             for kind in ["clean"] + ["edit"] * args.edits:
                 if kind == "edit":
@@ -352,13 +417,13 @@ def _run(args: argparse.Namespace) -> None:
                     if timed:
                         splits[(kind, name)].append(split)
                     print(f"{label} {kind} {name}: {_fmt(split)}", flush=True)
-                if digests["local"] != digests["lre"]:
+                if len(set(digests.values())) != 1:
                     raise BenchError(f"{label} {kind}: the tools differ: {digests}")
-                if kind == "edit" and (spawns["local"] != spawns["lre"] or spawns["local"] < 2):
+                if kind == "edit" and (len(set(spawns.values())) != 1 or min(spawns.values()) < 2):
                     raise BenchError(f"{label} edit: spawns {spawns}, want the same, at least 2")
-                if kind == "edit" and digests["local"] == last_digest:
+                if kind == "edit" and digests[pair[0]] == last_digest:
                     raise BenchError(f"{label} edit: the tool did not change")
-                last_digest = digests["local"]
+                last_digest = digests[pair[0]]
         for name, side in sides.items():
             check_tool(side.tool(), ws.testdata, work / f"check-{name}")
         print("after the last edit both tools still pass the release's test vectors", flush=True)
@@ -366,7 +431,7 @@ def _run(args: argparse.Namespace) -> None:
         f"{args.rounds} rounds ({args.warmup} warm-up), {args.edits} edit(s) per round, "
         f"order reversed every other round:"
     )
-    _report(splits)
+    _report(splits, pair)
 
 
 if __name__ == "__main__":
