@@ -3,8 +3,9 @@
 One line per check, ``OK``/``WARN``/``FAIL``/``SKIP``, and under a problem
 the exact fix. Exit status 1 when any check FAILs (a build through lre will
 not work), else 0. ``--json`` prints ``{"ok": ..., "checks": [...]}``.
-The checks are in ``_doctor_clients.py`` (repository, Bazel, Buck2) and
-``_doctor_host.py`` (lre, ports, disk, containment, user, clock).
+The checks are in ``_doctor_clients.py`` (repository, Bazel, Buck2),
+``_doctor_host.py`` (lre, ports, disk, containment, user, clock) and
+``_doctor_views.py`` (the filesystem of the views' action directories).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from lre.cli._client_config import find_repo_root
 from lre.cli._doctor_cache import bytes_check, cache_checks
 from lre.cli._doctor_clients import bazel_version, is_bazel_repo, repository_checks
 from lre.cli._doctor_host import host_checks
+from lre.cli._doctor_views import view_filesystem_check
 from lre.cli._links import read_links
 from lre.cli._local_stores import LocalStores, LocalStoresError, local_stores
 from lre.cli._quarantine_report import quarantine_check
@@ -44,6 +46,7 @@ def run_checks(config_path: Path | None, repo: Path | None) -> list[Check]:
     repos = list(read_links(lookup.state_dir)) + ([repo] if repo is not None else [])
     written = written_addresses(repos) if lookup.server is None else {}
     checks += host_checks(lookup, stores, written)
+    checks.append(view_filesystem_check(lookup.config))
     checks.append(quarantine_check(lookup.config))
     checks += cache_checks(lookup)
     if repo is not None and is_bazel_repo(repo):
