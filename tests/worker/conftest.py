@@ -105,12 +105,12 @@ def store() -> MemoryStore:
 
 
 @pytest.fixture
-def env(tmp_path: Path, store: MemoryStore) -> Env:
+def env(tmp_path: Path, store: MemoryStore) -> Iterator[Env]:
     spec = make_spec(tmp_path)
     workdir = WorkDirectory.open(spec.work_directory, spec.name)
     runner = ActionRunner(spec, workdir, CasHandle.of(store))
     try:
-        yield Env(store, workdir, spec, runner)  # type: ignore[misc]
+        yield Env(store, workdir, spec, runner)
     finally:
         workdir.close()
 
