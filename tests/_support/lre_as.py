@@ -59,16 +59,6 @@ def require_setup(containment: str, identity: str) -> None:
         pytest.skip("pidns needs CAP_SYS_ADMIN (root)")
 
 
-def user_name(identity: str) -> str:
-    """The user ``identity`` names (``own``: the one running the tests)."""
-    if identity != "own":
-        return identity
-    try:
-        return pwd.getpwuid(os.geteuid()).pw_name
-    except KeyError:
-        return str(os.geteuid())
-
-
 _ROOT = Path(__file__).parents[2]
 DRIVER = Path(__file__).with_name("lre_driver.py")
 

@@ -8,8 +8,8 @@ run as the user running the tests (root in CI), and lre itself run as
 Each runs with ``action_user: "root"`` (the default: lre's own user), and
 pidns as root also with ``"unprivileged"`` (``nobody``; elsewhere that
 value is lre's own user again, the same as the default).
-Every outcome (held or not) is appended as a JSON line to
-``$LRE_ATTACK_REPORT`` when set, for docs/security.md's table; a
+Every outcome goes into docs/security.md's table through the ``attack``
+marker (``tests/_support/attack_report.py``, ``$LRE_ATTACK_RESULTS``); a
 protection a setup is known not to have (``_known_missing``) is expected
 not to hold, and the test fails if it unexpectedly does (so the table stays
 true both ways).
@@ -18,7 +18,6 @@ true both ways).
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import shutil
 import signal
@@ -36,7 +35,7 @@ import pytest
 
 from lre.digest import digest_of
 from tests._support.attack_report import known_missing
-from tests._support.lre_as import SETUPS, require_setup, user_name
+from tests._support.lre_as import SETUPS, require_setup
 from tests._support.reapi import Client, digest
 from tests._support.servers import free_port
 
@@ -187,17 +186,6 @@ def _verdict(
     """Record the outcome and check it against what the backend promises:
     ``missing`` says whether this protection is known to be missing there
     (default: ``_known_missing``)."""
-    report = os.environ.get("LRE_ATTACK_REPORT")
-    if report:
-        line = {
-            "attack": attack,
-            "backend": lre.backend,
-            "identity": user_name(lre.identity),
-            "action_user": lre.action_user,
-            "held": held,
-        }
-        with open(report, "a") as handle:
-            handle.write(json.dumps(line) + "\n")
     where = f"{lre.backend} as {lre.identity} (action_user {lre.action_user})"
     if missing is None:
         missing = _known_missing(lre, attack)
