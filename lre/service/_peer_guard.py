@@ -23,6 +23,7 @@ import grpc
 import grpc.aio
 
 from lre.service._local_peers import LocalPeers, PeerVerdict
+from lre.service._wrapped_handlers import WrappedHandlers
 
 __all__ = ["ActionPeerInterceptor"]
 
@@ -48,6 +49,7 @@ class ActionPeerInterceptor(_InterceptorBase):
         self.host = ""
         self.port = 0
         self._logged = 0
+        self._wrapped = WrappedHandlers()
 
     def listening_on(self, host: str, port: int) -> None:
         self.host = host.strip("[]")
@@ -115,6 +117,10 @@ class ActionPeerInterceptor(_InterceptorBase):
         handler: grpc.RpcMethodHandler[Any, Any] | None = await continuation(handler_call_details)
         if handler is None or not self.peers.available:
             return handler  # type: ignore[return-value]
+        return self._wrapped.get(str(handler_call_details.method), handler, self._guarded)
+
+    def _guarded(self, handler: grpc.RpcMethodHandler[Any, Any]) -> grpc.RpcMethodHandler[Any, Any]:
+        """``handler`` with the peer judged before it runs."""
         options: dict[str, Any] = {
             "request_deserializer": handler.request_deserializer,
             "response_serializer": handler.response_serializer,

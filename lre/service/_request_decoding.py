@@ -20,6 +20,7 @@ import grpc.aio
 
 from lre.errors import InvalidArgument
 from lre.service._status import abort_with, log_exception
+from lre.service._wrapped_handlers import WrappedHandlers
 
 Behavior = Callable[..., Any]
 
@@ -126,7 +127,7 @@ class RequestDecodingInterceptor(_InterceptorBase):
     """
 
     def __init__(self) -> None:
-        self._wrapped: dict[str, tuple[Any, Any]] = {}
+        self._wrapped = WrappedHandlers()
 
     async def intercept_service(
         self,
@@ -139,14 +140,8 @@ class RequestDecodingInterceptor(_InterceptorBase):
         if handler is None or handler.request_deserializer is None:
             return handler  # type: ignore[return-value]
         path = str(handler_call_details.method)
-        cached = self._wrapped.get(path)
-        if cached is not None and cached[0] is handler:
-            wrapped: grpc.RpcMethodHandler[Any, Any] = cached[1]
-            return wrapped
-        wrapped = self._wrap(handler, path.rsplit("/", 1)[-1])
-        if len(self._wrapped) < 1024:  # only registered methods reach here
-            self._wrapped[path] = (handler, wrapped)
-        return wrapped
+        method = path.rsplit("/", 1)[-1]
+        return self._wrapped.get(path, handler, lambda inner: self._wrap(inner, method))
 
     @staticmethod
     def _wrap(

@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import grpc.aio
 
+from lre.service._wrapped_handlers import WrappedHandlers
+
 __all__ = [
     "LATENCY_BUCKETS_S",
     "MethodStatistics",
@@ -232,6 +234,7 @@ class RpcMetricsInterceptor(_InterceptorBase):
     def __init__(self, metrics: RpcMetrics, lookup_hits: LookupHook | None = None) -> None:
         self.metrics = metrics
         self.lookup_hits = lookup_hits
+        self._wrapped = WrappedHandlers()
 
     async def intercept_service(
         self,
@@ -244,14 +247,21 @@ class RpcMetricsInterceptor(_InterceptorBase):
         if handler is None:  # grpc answers UNIMPLEMENTED; the path may be anything
             self.metrics.record(UNKNOWN_METHOD, grpc.StatusCode.UNIMPLEMENTED.name, 0.0)
             return None  # type: ignore[return-value]
-        method = method_label(handler_call_details.method)
+        path = handler_call_details.method
+        return self._wrapped.get(str(path), handler, lambda inner: self._timed(inner, path))
+
+    def _timed(
+        self, handler: grpc.RpcMethodHandler[Any, Any], path: str
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        """``handler`` with each call timed and counted under its method."""
+        method = method_label(path)
         metrics = self.metrics
         options: dict[str, Any] = {
             "request_deserializer": handler.request_deserializer,
             "response_serializer": handler.response_serializer,
         }
         if handler.unary_unary is not None:
-            after = self.lookup_hits if handler_call_details.method == LOOKUP_METHOD else None
+            after = self.lookup_hits if path == LOOKUP_METHOD else None
             return grpc.unary_unary_rpc_method_handler(
                 _timed_unary(handler.unary_unary, method, metrics, after), **options
             )

@@ -1,0 +1,139 @@
+"""WrappedHandlers, and the interceptors that keep their wrappers with it:
+a wrapper is made once per method and inner handler, and still does its
+work on every call."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import grpc
+import trio
+
+from lre.service._request_decoding import RequestDecodingInterceptor
+from lre.service._rpc_metrics import RpcMetrics, RpcMetricsInterceptor
+from lre.service._wrapped_handlers import WrappedHandlers
+
+if TYPE_CHECKING:
+    Handler = grpc.RpcMethodHandler[Any, Any]
+else:  # the runtime class is not generic
+    Handler = grpc.RpcMethodHandler
+PATH = "/build.bazel.remote.execution.v2.ContentAddressableStorage/FindMissingBlobs"
+
+
+class _Details(grpc.HandlerCallDetails):
+    def __init__(self, method: str) -> None:
+        self.method = method
+        self.invocation_metadata = ()
+
+
+class _Context:
+    """What the metrics wrapper reads of a ServicerContext: no code set."""
+
+    def code(self) -> None:
+        return None
+
+
+def _handler(answer: str) -> Handler:
+    async def behavior(request: Any, context: Any) -> str:
+        return f"{answer}:{request}"
+
+    return grpc.unary_unary_rpc_method_handler(
+        behavior, request_deserializer=bytes.decode, response_serializer=str.encode
+    )
+
+
+def _continuation(handler: Handler) -> Callable[[Any], Awaitable[Handler]]:
+    async def continuation(details: Any) -> Handler:
+        return handler
+
+    return continuation
+
+
+def test_a_wrapper_is_made_once_per_method_and_inner_handler() -> None:
+    made: list[Handler] = []
+
+    def wrap(inner: Handler) -> Handler:
+        made.append(inner)
+        return _handler(f"wrapped {len(made)}")
+
+    cache = WrappedHandlers()
+    inner = _handler("inner")
+    first = cache.get(PATH, inner, wrap)
+    assert cache.get(PATH, inner, wrap) is first
+    assert made == [inner]
+    # Another method gets its own wrapper.
+    other = cache.get(PATH + "2", inner, wrap)
+    assert other is not first and len(made) == 2
+
+
+def test_a_new_inner_handler_gets_a_new_wrapper_which_is_then_kept() -> None:
+    cache = WrappedHandlers()
+    count = 0
+
+    def wrap(inner: Handler) -> Handler:
+        nonlocal count
+        count += 1
+        return _handler(f"wrapped {count}")
+
+    first = cache.get(PATH, _handler("a"), wrap)
+    replacement = _handler("b")
+    second = cache.get(PATH, replacement, wrap)
+    assert second is not first
+    assert cache.get(PATH, replacement, wrap) is second
+    assert count == 2
+
+
+def test_past_the_limit_new_methods_are_wrapped_per_call() -> None:
+    cache = WrappedHandlers(limit=1)
+    count = 0
+
+    def wrap(inner: Handler) -> Handler:
+        nonlocal count
+        count += 1
+        return _handler(f"wrapped {count}")
+
+    inner = _handler("inner")
+    kept = cache.get("/a/A", inner, wrap)
+    assert cache.get("/a/A", inner, wrap) is kept
+    assert cache.get("/b/B", inner, wrap) is not cache.get("/b/B", inner, wrap)
+    assert count == 3
+
+
+async def test_the_metrics_interceptor_keeps_its_wrapper_and_times_every_call() -> None:
+    metrics = RpcMetrics()
+    interceptor = RpcMetricsInterceptor(metrics)
+    inner = _handler("inner")
+    handlers = [
+        await interceptor.intercept_service(_continuation(inner), _Details(PATH)) for _ in range(3)
+    ]
+    assert handlers[0] is handlers[1] is handlers[2]
+    behavior = handlers[0].unary_unary
+    assert behavior is not None
+    context: Any = _Context()
+    for n in range(3):
+        assert await behavior(n, context) == f"inner:{n}"
+    (method,) = metrics.statistics().methods
+    assert (method.method, method.count, dict(method.codes)) == (
+        "ContentAddressableStorage/FindMissingBlobs",
+        3,
+        {"OK": 3},
+    )
+
+
+async def test_stacked_interceptors_hand_out_the_same_wrappers_call_after_call() -> None:
+    # As GrpcServer stacks them: metrics outside, request decoding inside.
+    decoding = RequestDecodingInterceptor()
+    metrics = RpcMetricsInterceptor(RpcMetrics())
+    inner = _handler("inner")
+
+    async def through_decoding(details: Any) -> Handler:
+        return await decoding.intercept_service(_continuation(inner), details)
+
+    first = await metrics.intercept_service(through_decoding, _Details(PATH))
+    await trio.lowlevel.checkpoint()
+    again = await metrics.intercept_service(through_decoding, _Details(PATH))
+    assert again is first
+    assert first.request_deserializer is not None
+    # Request decoding's guard still runs: bytes decode as before.
+    assert first.request_deserializer(b"x") == "x"
