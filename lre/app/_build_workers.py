@@ -131,6 +131,7 @@ def build_workers(
                     else None
                 ),
                 link_source=filesystem.path_for_link if filesystem is not None else None,
+                link_now=filesystem.stored_path_for_link if filesystem is not None else None,
                 adopt=filesystem.adopt_file if filesystem is not None else None,
                 discard=filesystem.discard if filesystem is not None else None,
                 containment=containment,

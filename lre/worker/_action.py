@@ -341,6 +341,7 @@ class ActionRunner:
                 root,
                 output_parents=parents,
                 link_source=self.cas.link_source,
+                link_now=self.cas.link_now,
                 existing=action_dir.existing,
                 # Under the mapping lre's directories show as the action's.
                 owner=None if self.input_idmap is not None else self.directories.owner,

@@ -2,7 +2,8 @@
 
 The runner reads inputs from and writes outputs to ``store``. A filesystem
 store adds three things, each optional: ``link_source`` (its
-``path_for_link``: inputs hardlinked instead of copied), ``adopt`` (its
+``path_for_link``: inputs hardlinked instead of copied; with ``link_now``,
+its ``stored_path_for_link``, asked first), ``adopt`` (its
 ``adopt_file``: outputs moved into the CAS) and ``discard`` (its ``discard``:
 a linked input an action altered is withdrawn). ``pin`` keeps the blobs of
 an input tree from eviction while they are staged; it is the ``pin`` the
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 
 from lre.cas import BlobStore, Pin
 from lre.digest import Digest
-from lre.worker._staging import LinkSource
+from lre.worker._staging import LinkNow, LinkSource
 from lre.worker._upload import Adopter
 
 __all__ = ["CasHandle", "Discarder", "Pinner"]
@@ -38,6 +39,7 @@ class CasHandle:
     adopt: Adopter | None = None
     discard: Discarder | None = None
     pin: Pinner | None = None
+    link_now: LinkNow | None = None
 
     @classmethod
     def of(
@@ -47,7 +49,10 @@ class CasHandle:
         link_source: LinkSource | None = None,
         adopt: Adopter | None = None,
         discard: Discarder | None = None,
+        link_now: LinkNow | None = None,
     ) -> CasHandle:
         """The handle of ``store``, with its ``pin`` when it has one."""
         pin = store.capabilities().pin
-        return cls(store, link_source=link_source, adopt=adopt, discard=discard, pin=pin)
+        return cls(
+            store, link_source=link_source, adopt=adopt, discard=discard, pin=pin, link_now=link_now
+        )

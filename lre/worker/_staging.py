@@ -55,6 +55,10 @@ _LINK_FALLBACK = frozenset((errno.EXDEV, errno.EMLINK, errno.EPERM, errno.EACCES
 #: the blob with the right mode that may be hardlinked (a filesystem store's
 #: ``path_for_link``); it raises ``NotFound`` when the blob is absent.
 LinkSource = Callable[[Digest, bool], Awaitable["str | os.PathLike[str]"]]
+#: ``link_now(digest, executable)``: the same path when the store has it at
+#: hand, without awaiting anything (a filesystem store's
+#: ``stored_path_for_link``), else None (then ``link_source`` is asked).
+LinkNow = Callable[[Digest, bool], "str | None"]
 
 
 @dataclass(slots=True)
@@ -78,6 +82,7 @@ async def stage_inputs(
     *,
     output_parents: Iterable[str] = (),
     link_source: LinkSource | None = None,
+    link_now: LinkNow | None = None,
     existing: frozenset[str] = frozenset(),
     owner: tuple[int, int] | None = None,
 ) -> StagingStats:
@@ -90,7 +95,9 @@ async def stage_inputs(
     ``link_source`` maps a digest and executable bit to a file that can be
     hardlinked (usually a filesystem store's ``path_for_link``); when it
     raises ``NotFound`` or linking fails (EXDEV, EMLINK, EPERM, ...) the blob is copied
-    from ``store``. Raises ``MissingBlobs`` listing every absent file blob and
+    from ``store``. ``link_now`` answers the same question without a
+    checkpoint where it can (every stored variant); only the keys it has no
+    path for go to ``link_source``. Raises ``MissingBlobs`` listing every absent file blob and
     ``InvalidArgument`` when an output parent collides with an input file;
     of errors met by several threads or lanes at once, the first alone.
 
@@ -111,6 +118,18 @@ async def stage_inputs(
                 (item.digest, item.executable) for item in tree.files if item.digest != EMPTY_DIGEST
             )
         )
+
+        if link_now is not None:
+            # Most inputs of a build are stored already: a checkpoint (and
+            # for larger trees a lane task) per file is the cost of asking.
+            later_keys = []
+            for key in keys:
+                path = link_now(*key)
+                if path is None:
+                    later_keys.append(key)
+                else:
+                    sources[key] = path
+            keys = later_keys
 
         async def look_up(key: tuple[Digest, bool]) -> None:
             try:

@@ -59,7 +59,7 @@ from lre.worker._pressure import PressureMonitor
 from lre.worker._properties import resolve_properties
 from lre.worker._psi_trigger import PsiTrigger
 from lre.worker._sampler import ActionUsage, ProcessTreeSampler
-from lre.worker._staging import LinkSource
+from lre.worker._staging import LinkNow, LinkSource
 from lre.worker._upload import Adopter
 from lre.worker._workdir import WorkDirectory
 
@@ -94,7 +94,9 @@ class LocalWorker:
       (``lre.config.worker_resources``).
     - ``store``: the CAS inputs are read from and outputs written to.
     - ``link_source``: ``path_for_link`` of a filesystem store (hardlinked
-      inputs); ``adopt``: its ``adopt_file`` (outputs moved, not copied);
+      inputs), and ``link_now`` its ``stored_path_for_link`` (the same for
+      stored variants, asked first, without a checkpoint per input);
+      ``adopt``: its ``adopt_file`` (outputs moved, not copied);
       ``discard``: its ``discard`` (withdraws an input an action altered).
     - ``action_cache``: written per ``upload_action_result``.
     - ``sampler``: a shared ``ProcessTreeSampler``; when None the worker runs
@@ -114,6 +116,7 @@ class LocalWorker:
         store: BlobStore,
         action_cache: ActionResultWriter | None = None,
         link_source: LinkSource | None = None,
+        link_now: LinkNow | None = None,
         adopt: Adopter | None = None,
         discard: Discarder | None = None,
         containment: Containment | None = None,
@@ -143,6 +146,7 @@ class LocalWorker:
         self.store = store
         self.action_cache = action_cache
         self.link_source = link_source
+        self.link_now = link_now
         self.adopt = adopt
         self.discard = discard
         self.sampler = ProcessTreeSampler(
@@ -228,7 +232,11 @@ class LocalWorker:
                 self.spec,
                 workdir,
                 CasHandle.of(
-                    self.store, link_source=self.link_source, adopt=self.adopt, discard=self.discard
+                    self.store,
+                    link_source=self.link_source,
+                    link_now=self.link_now,
+                    adopt=self.adopt,
+                    discard=self.discard,
                 ),
                 max_inflight=self.resources.max_inflight_tasks,
                 action_cache=self.action_cache,

@@ -199,3 +199,37 @@ async def test_reads_failing_in_several_lanes_raise_one_error(tmp_path: Path) ->
     (tmp_path / "root").mkdir()
     with pytest.raises(Internal, match="cannot read"):
         await stage_inputs(store, plan, tmp_path / "root")
+
+
+async def test_inputs_at_hand_are_linked_without_asking_the_async_lookup(tmp_path: Path) -> None:
+    store = FilesystemStore(tmp_path / "cas", tmp_path / "cas-tmp", 1 << 30)
+    await store.open()
+    spec = {"plain.c": b"plain", "tool": File(b"#!/bin/sh\n", executable=True), "dir": {}}
+    tree = await fetch_input_tree(DirectoryReader(store), await put_tree(store, spec))
+    asked: list[tuple[Digest, bool]] = []
+
+    async def link_source(digest: Digest, executable: bool) -> str:
+        asked.append((digest, executable))
+        return await store.path_for_link(digest, executable)
+
+    root = tmp_path / "root"
+    root.mkdir()
+    stats = await stage_inputs(
+        store, tree, root, link_source=link_source, link_now=store.stored_path_for_link
+    )
+    # The plain file's variant was stored; the executable one had to be made.
+    assert [executable for _, executable in asked] == [True]
+    assert stats.linked == 2 and stats.copied == 0
+    plain = next(f for f in tree.files if f.path == "plain.c")
+    stored = store.stored_path_for_link(plain.digest, False)
+    assert stored is not None and os.stat(root / "plain.c").st_ino == os.stat(stored).st_ino
+    # A second staging finds both at hand.
+    again = tmp_path / "again"
+    again.mkdir()
+    asked.clear()
+    await stage_inputs(
+        store, tree, again, link_source=link_source, link_now=store.stored_path_for_link
+    )
+    assert asked == []
+    assert (again / "tool").read_bytes() == b"#!/bin/sh\n"
+    assert os.stat(again / "tool").st_mode & 0o777 == 0o555

@@ -535,6 +535,14 @@ class FilesystemStore:
         self._check_open()
         return await self._variants.path_for_link(digest, executable)
 
+    def stored_path_for_link(self, digest: Digest, executable: bool) -> str | None:
+        """``path_for_link`` without waiting: the path when the wanted variant
+        is stored already, else None (absent, or only the other variant:
+        ask ``path_for_link``). Pin the digest first, as for ``path_for_link``.
+        Raises ``RuntimeError`` when the store is not open."""
+        self._check_open()
+        return self._variants.stored_path_for_link(digest, executable)
+
     async def discard(self, digest: Digest, executable: bool) -> bool:
         """Forget ``digest`` and unlink its files because one was found altered.
 

@@ -55,6 +55,16 @@ class VariantFiles:
         self._writer = writer
         self._limiter = limiter
 
+    def stored_path_for_link(self, digest: Digest, executable: bool) -> str | None:
+        """The file of ``digest``'s wanted variant when it is stored (counted
+        as a use), else None: nothing to copy, nothing awaited."""
+        index = self._index
+        want = EXEC_VARIANT if executable else PLAIN_VARIANT
+        if not index.variants(digest) & want:
+            return None
+        index.touch(digest)
+        return index.path(digest, want)
+
     async def path_for_link(self, digest: Digest, executable: bool) -> str:
         """The file of ``digest``'s wanted variant, copied from the other if needed."""
         index = self._index

@@ -642,3 +642,23 @@ async def test_a_small_missing_variant_is_copied_without_a_thread(
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o555
     assert await trio.Path(path).read_bytes() == data
     assert os.stat(path).st_ino != os.stat(await store.path_for_link(digest, False)).st_ino
+
+
+async def test_stored_path_for_link_answers_only_for_a_stored_variant(tmp_path: Path) -> None:
+    store = await open_store(tmp_path)
+    digest = await write_bytes(store, b"int main(void) { return 0; }\n")
+    assert store.stored_path_for_link(digest, False) == await store.path_for_link(digest, False)
+    assert store.stored_path_for_link(digest, True) is None  # not made yet: nothing copied
+    executable = await store.path_for_link(digest, True)
+    assert store.stored_path_for_link(digest, True) == executable
+    assert store.stored_path_for_link(digest_of(b"absent"), False) is None
+    assert store.stored_path_for_link(Digest(digest.hash, digest.size_bytes + 1), False) is None
+
+
+async def test_stored_path_for_link_counts_as_a_use(tmp_path: Path) -> None:
+    store = await open_store(tmp_path, max_bytes=1000)
+    first, second, third, fourth = [await write_bytes(store, bytes([i]) * 250) for i in range(1, 5)]
+    assert store.stored_path_for_link(first, False) is not None  # now the most recent
+    await write_bytes(store, b"\x05" * 250)  # evicts the least recently used
+    sizes = await store.has_many([first, second, third, fourth])
+    assert sizes[0] == 250 and sizes[1] is None
