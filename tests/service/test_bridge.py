@@ -6,6 +6,7 @@ Trio code behind each call, so the tests can observe the Trio side.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -217,11 +218,28 @@ async def test_client_cancel_cancels_trio_stream(nursery: trio.Nursery) -> None:
 
 async def test_deadline_cancels_trio_task(nursery: trio.Nursery) -> None:
     address, _, bridge = await start_probe(nursery)
-    with open_channel(address) as channel, pytest.raises(grpc.RpcError) as info:
-        await trio.to_thread.run_sync(lambda: unary(channel, b"sleep", timeout=0.05))
-    assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    await eventually(lambda: bridge.statistics().running == 0)
-    assert bridge.statistics().cancelled_total >= 1
+    with open_channel(address) as channel:
+        # Connected first: the deadline is then the call's, not the connect's.
+        assert await trio.to_thread.run_sync(unary, channel, b"hi") == b"echo:hi"
+        cancelled = bridge.statistics().cancelled_total
+        # On a busy machine a deadline can pass before the call's Trio task
+        # even starts (nothing to cancel then): try again with a longer one.
+        timeout = 0.2
+        for _ in range(6):
+            started = bridge.statistics().started_total
+            with pytest.raises(grpc.RpcError) as info:
+                await trio.to_thread.run_sync(
+                    functools.partial(unary, channel, b"sleep", timeout=timeout)
+                )
+            assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            # The task sleeps 30 s unless the deadline cancels it.
+            await eventually(lambda: bridge.statistics().running == 0)
+            if bridge.statistics().started_total > started:
+                break
+            timeout *= 2
+        else:
+            pytest.fail("no sleeping call reached its Trio task before its deadline")
+    assert bridge.statistics().cancelled_total >= cancelled + 1
 
 
 async def test_client_streaming_with_backpressure_and_early_return(
