@@ -97,9 +97,10 @@ async def stage_inputs(
     raises ``NotFound`` or linking fails (EXDEV, EMLINK, EPERM, ...) the blob is copied
     from ``store``. ``link_now`` answers the same question without a
     checkpoint where it can (every stored variant); only the keys it has no
-    path for go to ``link_source``. Raises ``MissingBlobs`` listing every absent file blob and
-    ``InvalidArgument`` when an output parent collides with an input file;
-    of errors met by several threads or lanes at once, the first alone.
+    path for go to ``link_source``. Raises ``MissingBlobs`` listing every
+    absent file blob and ``InvalidArgument`` when an output parent collides
+    with an input file; of errors met by several threads or lanes at once,
+    the first alone.
 
     ``owner`` (uid, gid): every directory made is given to it (the user the
     action runs as, who must create its outputs there); the directories in

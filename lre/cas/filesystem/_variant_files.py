@@ -67,6 +67,10 @@ class VariantFiles:
 
     async def path_for_link(self, digest: Digest, executable: bool) -> str:
         """The file of ``digest``'s wanted variant, copied from the other if needed."""
+        stored = self.stored_path_for_link(digest, executable)
+        if stored is not None:
+            await trio.lowlevel.checkpoint()
+            return stored
         index = self._index
         want = EXEC_VARIANT if executable else PLAIN_VARIANT
         variants = index.variants(digest)
@@ -75,11 +79,7 @@ class VariantFiles:
                 await trio.lowlevel.checkpoint()
                 raise NotFound(f"blob {digest} is not in the CAS")
             source = None
-        elif variants & want:
-            index.touch(digest)
-            await trio.lowlevel.checkpoint()
-            return index.path(digest, want)
-        else:
+        else:  # only the other variant is stored: copy it
             source = index.path(digest, PLAIN_VARIANT if variants & PLAIN_VARIANT else EXEC_VARIANT)
         with index.busy([digest]):
             await index.reserve(digest, digest.size_bytes)
