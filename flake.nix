@@ -93,6 +93,7 @@
               pkgs.gcc
               pkgs.gnumake
               pkgs.tmux
+              pkgs.slirp4netns
               pkgs.bazel_7
             ];
             shellHook = ''
@@ -111,7 +112,10 @@
       apps = forEachSystem (pkgs: {
         default = {
           type = "app";
+          # slirp4netns gives actions outside addresses from their own
+          # network namespace, where lre's listeners are not (docs/security.md).
           program = "${pkgs.writeShellScript "lre-up" ''
+            export PATH="${pkgs.slirp4netns}/bin:$PATH"
             exec ${(perSystem pkgs).lre}/bin/lre up "$@"
           ''}";
         };

@@ -203,6 +203,9 @@ class Application:
         missing: list[str] = []
         for worker in self.workers:
             texts = list(missing_protections(worker.containment.name))
+            outside = worker.containment.network_missing()
+            if outside is not None:
+                texts.append(f"addresses outside this machine for its actions ({outside})")
             if worker.identity is None:  # its actions run as lre's user
                 texts.extend(worker.containment.root_actions_missing())
             for text in texts:

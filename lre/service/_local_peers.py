@@ -18,10 +18,23 @@ can refuse it. How, for a peer ``ip:port`` connected to lre's ``port``:
    port). On a miss, every descendant of lre (its children, theirs, ..., which
    covers every process of every action: with ``pidns``/``userns`` they live in
    namespaces whose first process is lre's child, and with ``portable`` lre is
-   their subreaper) has its ``/proc/<pid>/fd`` read: if one holds
-   ``socket:[inode]``, or one's descriptors cannot be read (a non-dumpable
-   process of another user), the connection is refused.
+   their subreaper) has the descriptor table of each of its threads read
+   (``/proc/<pid>/task/<tid>/fd``: a thread may have a table of its own,
+   ``unshare(CLONE_FILES)``): if one holds ``socket:[inode]``, or one's
+   descriptors cannot be read (a non-dumpable process of another user), the
+   connection is refused.
+4. Held by no action, the connection is allowed only once a process that is
+   not one of lre's descendants is seen holding it (lre itself included: a
+   client in lre's own process). A socket nobody visible holds (a descriptor
+   in flight over a Unix socket, one in an io_uring table, a table lre cannot
+   read) is refused: the guard refuses whenever it cannot tell. One exception
+   keeps clients of other users working for an lre that is not root: a socket
+   created by another user (``idiag_uid``) cannot be an action's, since actions
+   run as lre's own user, so it is allowed when its holder is unreadable.
 
+This is the second layer: under ``pidns`` and ``userns`` actions run in a
+network namespace where lre's listeners do not exist at all
+(``lre.worker`` ``_action_network``); under ``portable`` it is the only one.
 Limits: a process of an action that escaped lre's process tree (possible only
 under ``portable`` where lre could not become a subreaper) is not found; a
 Unix-socket listener is not checked (its mode 0600 and the action's view
@@ -109,6 +122,8 @@ def _sock_id(family: int, src: str, sport: int, dst: str, dport: int) -> bytes:
 class _Socket:
     cookie: int
     inode: int
+    #: The user that created the socket.
+    uid: int
 
 
 class LocalPeers:
@@ -195,7 +210,7 @@ class LocalPeers:
         if cached is None:
             if cached_only:
                 return None
-            cached = self._holders_verdict(found.inode)
+            cached = self._holders_verdict(found.inode, found.uid)
             with self._lock:
                 self._verdicts[found.cookie] = cached
                 while len(self._verdicts) > _CACHE_SIZE:
@@ -291,8 +306,8 @@ class LocalPeers:
         sport, dport = struct.unpack_from("!HH", body, 4)
         source = body[8:24]
         cookie_low, cookie_high = struct.unpack_from("=II", body, 44)
-        inode = struct.unpack_from("=I", body, 68)[0]
-        return sport, dport, source, _Socket(cookie_low | cookie_high << 32, inode)
+        uid, inode = struct.unpack_from("=II", body, 64)
+        return sport, dport, source, _Socket(cookie_low | cookie_high << 32, inode, uid)
 
     def _exact(
         self, family: int, address: str, port: int, destination: str, server_port: int
@@ -318,33 +333,77 @@ class LocalPeers:
 
     # ------------------------------------------------------------------ holders
 
-    def _holders_verdict(self, inode: int) -> PeerVerdict:
+    def _holders_verdict(self, inode: int, uid: int) -> PeerVerdict:
         with self._lock:
             self.lookups += 1
         target = f"socket:[{inode}]"
         if self._action_roots is None:
-            processes = _descendants(os.getpid())
+            actions = set(_descendants(os.getpid()))
         else:
             roots = set(self._action_roots())
-            processes = sorted(roots.union(*(_descendants(root) for root in roots)))
-        for pid in processes:
-            try:
-                names = os.listdir(f"/proc/{pid}/fd")
-            except FileNotFoundError:
-                continue  # exited meanwhile
-            except PermissionError:
-                return PeerVerdict(
-                    False, f"cannot read the descriptors of process {pid}, started by lre"
-                )
-            for name in names:
+            actions = roots.union(*(_descendants(root) for root in roots))
+        for pid in sorted(actions):
+            for table in _thread_tables(pid):
                 try:
-                    if os.readlink(f"/proc/{pid}/fd/{name}") == target:
+                    if _holds(table, target):
                         return PeerVerdict(
                             False, f"the connection belongs to process {pid}, an action of lre's"
                         )
-                except OSError:
-                    continue
-        return _ALLOWED
+                except FileNotFoundError:
+                    continue  # exited meanwhile
+                except PermissionError:
+                    return PeerVerdict(
+                        False, f"cannot read the descriptors of process {pid}, started by lre"
+                    )
+        own = os.getpid()
+        for pid in (own, *(other for other in _all_processes() if other != own)):
+            if pid in actions:
+                continue
+            try:
+                if _holds(f"/proc/{pid}/fd", target):
+                    return _ALLOWED
+            except OSError:
+                continue
+        if os.geteuid() != 0 and uid != os.geteuid():
+            return _ALLOWED  # another user's socket: never an action's
+        return PeerVerdict(
+            False,
+            "no process lre can see holds the client socket (a thread's own descriptor "
+            "table, a descriptor in flight or in an io_uring): lre refuses what it cannot tell",
+        )
+
+
+def _thread_tables(pid: int) -> list[str]:
+    """The descriptor tables of every thread of ``pid`` (threads that share
+    one list it once each); only the process's own when its threads cannot
+    be listed."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return [f"/proc/{pid}/fd"]
+    return [f"/proc/{pid}/task/{task}/fd" for task in tasks]
+
+
+def _holds(table: str, target: str) -> bool:
+    """Whether the descriptor table ``table`` (a ``/proc`` fd directory)
+    holds ``target`` (``socket:[inode]``). Raises ``OSError`` when the table
+    cannot be listed (``FileNotFoundError``: gone; ``PermissionError``:
+    another user's or not dumpable)."""
+    for name in os.listdir(table):
+        try:
+            if os.readlink(f"{table}/{name}") == target:
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _all_processes() -> list[int]:
+    """Every process ``/proc`` lists."""
+    try:
+        return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return []
 
 
 def _children(pid: int) -> list[int]:

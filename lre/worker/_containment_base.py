@@ -83,6 +83,10 @@ class Containment(ABC):
     #: (``ActionView.xattrs``): ``user`` where the view is built inside a
     #: user namespace, which cannot write ``trusted.*`` xattrs.
     overlay_xattrs: OverlayXattrs = "trusted"
+    #: True when every action runs in a network namespace where lre's
+    #: listeners (and the host's loopback and abstract sockets) do not exist
+    #: (``_action_network``); False: the listener guard is all there is.
+    hides_listeners: bool = False
 
     def __init__(self) -> None:
         #: Kills every listed action when lre dies (started on first use).
@@ -94,6 +98,12 @@ class Containment(ABC):
         words ``/status`` and ``lre doctor`` show; empty when nothing is
         missing or lre is not root."""
         return ()
+
+    def network_missing(self) -> str | None:
+        """Why this backend's actions reach no address outside the machine
+        (shown by ``/status`` and ``lre doctor``); None when they do, or
+        when they share lre's own network (``hides_listeners`` False)."""
+        return None
 
     @abstractmethod
     def command(

@@ -3,6 +3,7 @@ per action made by the spawner thread itself (see ``_containment.py``)."""
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import shutil
@@ -12,6 +13,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 
+from lre.worker._action_network import OutsideNetwork, make_network_namespace
 from lre.worker._capabilities import root_lock_refusal, without_root_privileges
 from lre.worker._containment_base import (
     CLONE_FS,
@@ -68,6 +70,29 @@ def _spare_descriptor(keep: Sequence[int]) -> int | None:
     return None
 
 
+class _SharedNetwork:
+    """The network namespace every pidns action of this process runs in
+    (``_action_network``), made on first use and kept for the process's
+    life: one per lre, however many backends it builds, and one
+    ``slirp4netns`` beside it."""
+
+    _lock = threading.Lock()
+    _made: tuple[int, OutsideNetwork] | None = None
+
+    @classmethod
+    def get(cls) -> tuple[int, OutsideNetwork]:
+        """The namespace's descriptor and its outside stack; raises
+        ``OSError`` when the namespace cannot be made."""
+        with cls._lock:
+            if cls._made is None:
+                fd = make_network_namespace()
+                outside = OutsideNetwork()
+                outside.start(["--netns-type=path", f"/proc/self/fd/{fd}"], pass_fds=(fd,))
+                atexit.register(outside.close)
+                cls._made = (fd, outside)
+            return cls._made
+
+
 def _open_namespace() -> int | None:
     """(spawner thread, in the view) A descriptor of the calling thread's
     mount namespace, or None when it cannot be opened (logged: the view is
@@ -89,6 +114,7 @@ class PidNamespace(Containment):
 
     name = "pidns"
     can_block_network = True
+    hides_listeners = True
     ends_alone = True
     signals_as_exit_codes = True
     can_view = True
@@ -112,6 +138,14 @@ class PidNamespace(Containment):
         self._own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
         self._own_net_ns = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
         self._own_mnt_ns = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            #: Where every action runs unless it blocks the network: lre's
+            #: listeners are not there (``_action_network``).
+            self._action_net, self.outside = _SharedNetwork.get()
+        except OSError as error:
+            raise ContainmentUnavailable(
+                f"cannot make the actions' network namespace ({error}); it needs CAP_SYS_ADMIN"
+            ) from None
         #: per spawner thread: the read end of the running spawn's gate, and
         #: the view's namespace held for the spawn just made (``view``)
         self._gate = threading.local()
@@ -140,6 +174,9 @@ class PidNamespace(Containment):
         if refusal is None:
             return None
         return f"root actions keep every capability in their view ({refusal})"
+
+    def network_missing(self) -> str | None:
+        return self.outside.missing
 
     def root_actions_missing(self) -> tuple[str, ...]:
         return () if self._root_unlocked is None else (self._root_unlocked,)
@@ -313,12 +350,15 @@ class PidNamespace(Containment):
 
     @contextmanager
     def _network(self, options: SpawnOptions) -> Iterator[None]:
-        if not options.block_network:
-            yield
-            return
-        _call("unshare", _CLONE_NEWNET, release=True)  # a new network stack: slow
+        """Around the fork: the thread in the actions' shared network
+        namespace, or for ``block_network`` in a new one with only loopback
+        (a new network stack: slow); back in lre's own after it."""
         try:
-            _loopback_up()
+            if options.block_network:
+                _call("unshare", _CLONE_NEWNET, release=True)
+                _loopback_up()
+            else:
+                _call("setns", self._action_net, _CLONE_NEWNET)
             yield
         finally:
             _call("setns", self._own_net_ns, _CLONE_NEWNET)

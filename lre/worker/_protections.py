@@ -22,12 +22,16 @@ PROTECTIONS = {
         "a PID namespace per action (every process it starts dies with it, by the kernel)"
     ),
     "network-namespace": "block-network (a network namespace of the action's own)",
+    "listeners-unreachable": (
+        "a network where lre's listeners do not exist (actions share lre's: only the "
+        "listener guard refuses their calls, and the host's abstract sockets are reachable)"
+    ),
 }
 
 #: Protections each backend has.
 _HELD = {
-    "pidns": ("pid-namespace", "network-namespace"),
-    "userns": ("pid-namespace",),
+    "pidns": ("pid-namespace", "network-namespace", "listeners-unreachable"),
+    "userns": ("pid-namespace", "listeners-unreachable"),
     "portable": (),
 }
 

@@ -4,6 +4,7 @@ per action without privileges, inside a user namespace (see
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import shutil
@@ -12,6 +13,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
+from lre.worker._action_network import OutsideNetwork
 from lre.worker._containment_base import Containment, ContainmentUnavailable, SpawnOptions
 from lre.worker._syscalls import LIBC as _LIBC
 from lre.worker._syscalls import killpg as _killpg
@@ -36,10 +38,17 @@ class UserNamespace(Containment):
     removed, outputs copied). Raises ``ContainmentUnavailable`` when
     ``unshare`` or ``timeout`` is missing or the kernel refuses unprivileged
     user namespaces (some distributions restrict them).
+
+    Every action runs in the network namespace of the view helper
+    (``_view_helper``), entered with ``nsenter``, view or not: lre's
+    listeners are not there (``_action_network``). Where no helper can run,
+    each action gets a network namespace of its own instead (``unshare
+    --net``: no network at all, logged), never lre's.
     """
 
     name = "userns"
     signals_as_exit_codes = True
+    hides_listeners = True
     # The view helper mounts each overlay inside its user namespace.
     overlay_xattrs: OverlayXattrs = "user"
 
@@ -52,8 +61,8 @@ class UserNamespace(Containment):
             raise ContainmentUnavailable("util-linux unshare or coreutils timeout is not on PATH")
         super().__init__()
         self._prefix = [
-            *(unshare, "--user", "--map-current-user", "--pid", "--fork", "--kill-child"),
-            *("--", init, "--", "0"),
+            *(unshare, "--user", "--map-current-user", "--net", "--pid", "--fork"),
+            *("--kill-child", "--", init, "--", "0"),
         ]
         try:
             probe = subprocess.run(
@@ -65,8 +74,11 @@ class UserNamespace(Containment):
             reason = probe.stderr.decode(errors="replace").strip() or f"exit {probe.returncode}"
             raise ContainmentUnavailable(f"unprivileged user namespaces refused: {reason}")
 
-        #: Builds views inside a user namespace (None: actions get none).
+        #: Builds views inside a user namespace and holds the actions'
+        #: network namespace (None: actions get neither).
         self._views: ViewHelper | None = None
+        #: Joins the helper's network namespace to outside addresses.
+        self.outside = OutsideNetwork()
         #: first pid -> the helper's descriptor of its view
         self._view_of: dict[int, int] = {}
         self._pending = threading.local()
@@ -76,11 +88,21 @@ class UserNamespace(Containment):
             try:
                 helper.start()
             except OSError as error:
-                log.warning("containment userns: actions get no view of their own (%s)", error)
+                log.warning(
+                    "containment userns: actions get no view of their own and no network (%s)",
+                    error,
+                )
             else:
                 self._views = helper
                 self.can_view = True
+                self.outside.start([str(helper.pid)])
+                atexit.register(self.outside.close)
+        if self._views is None:
+            self.outside.missing = "no view helper runs (see lre's log at start-up)"
         self._inner = [init, "--", "0"]
+
+    def network_missing(self) -> str | None:
+        return self.outside.missing
 
     def command(
         self,
@@ -90,10 +112,12 @@ class UserNamespace(Containment):
         pwd: str | None = None,
         keep_fds: Sequence[int] = (),
     ) -> list[str]:
-        if view and self._views is not None:
-            inner = self._views.inner(os.geteuid(), os.getegid())
+        if self._views is None:
+            return [*self._prefix, *argv]
+        inner = self._views.inner(os.geteuid(), os.getegid(), view=view)
+        if view:  # entered by ``spawn_context``'s prefix
             return [*inner, *self._inner, *argv]
-        return [*self._prefix, *argv]
+        return [*self._views.enter_network(), *inner, *self._inner, *argv]
 
     @contextmanager
     def spawn_context(self, options: SpawnOptions) -> Iterator[list[str]]:

@@ -3,23 +3,27 @@
 A process without privileges may mount only inside a user namespace of its
 own, and lre, being multi-threaded, cannot enter one. So the ``userns``
 backend starts one helper per lre, ``unshare --user --map-root-user --mount
-python3 <this file>``: a single-threaded Python process holding every
-capability inside that namespace (and none outside it). For each action
+--net python3 <this file>``: a single-threaded Python process holding every
+capability inside that namespace (and none outside it). Its network
+namespace, with its loopback up, is the one every action of the backend
+runs in (``_action_network``: lre's listeners are not there); lre attaches
+``slirp4netns`` to it for outside addresses. For each action
 lre asks it, over its stdin/stdout, to build the action's view
 (``_view.build_view``) in a new mount namespace; the helper keeps that
 namespace open as a descriptor and answers its number ``N``. The action
 then starts as ``nsenter --user=/proc/H/ns/user --mount=/proc/H/fd/N
---preserve-credentials -- unshare --user --map-user=<uid> ...``: the inner
-user namespace locks every mount of the view (its processes cannot unmount
-a mask or make a read-only mount writable) and drops the capabilities the
-outer one gave. lre tells the helper to let a descriptor go once that
-action ended (piggybacked on the next request).
+--net=/proc/H/ns/net --preserve-credentials -- unshare --user
+--map-user=<uid> ...``: the inner user namespace locks every mount of the
+view (its processes cannot unmount a mask or make a read-only mount
+writable) and drops the capabilities the outer one gave. lre tells the
+helper to let a descriptor go as soon as that action ended, so the view's
+tmpfs pages are freed then, not at the next action's start.
 
 The helper imports ``_view.py`` and ``_view_dev.py`` by their file names
 and nothing else of lre (so it needs only the standard library). It exits
 when its stdin closes, so it never outlives lre. Protocol: one JSON object per line each way;
-``{"build": {...ActionView fields}, "release": [N, ...]}`` ->
-``{"fd": N}`` or ``{"error": "message"}``.
+``{"build": {...ActionView fields}}`` -> ``{"fd": N}`` or
+``{"error": "message"}``; ``{"release": [N, ...]}`` gets no answer.
 """
 
 from __future__ import annotations
@@ -27,10 +31,13 @@ from __future__ import annotations
 import atexit
 import ctypes
 import dataclasses
+import fcntl
 import importlib.util
 import json
 import os
 import shutil
+import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -52,7 +59,6 @@ class ViewHelper:
         self._unshare = unshare
         self._nsenter = nsenter
         self._lock = threading.Lock()
-        self._released: list[int] = []
         self._process: subprocess.Popen[str] | None = None
 
     def start(self) -> None:
@@ -62,7 +68,7 @@ class ViewHelper:
         failures: list[str] = []
         candidates = [sys.executable, shutil.which("python3") or ""]
         for python in dict.fromkeys(c for c in candidates if c):
-            argv = [self._unshare, "--user", "--map-root-user", "--mount", "--"]
+            argv = [self._unshare, "--user", "--map-root-user", "--mount", "--net", "--"]
             process = subprocess.Popen(
                 [*argv, python, os.path.abspath(__file__)],
                 stdin=subprocess.PIPE,
@@ -122,8 +128,7 @@ class ViewHelper:
             process = self._process
             if process is None or process.stdin is None or process.stdout is None:
                 raise OSError("the view helper is not running")
-            released, self._released = self._released, []
-            process.stdin.write(json.dumps({"build": fields, "release": released}) + "\n")
+            process.stdin.write(json.dumps({"build": fields}) + "\n")
             process.stdin.flush()
             line = process.stdout.readline()
         if not line:
@@ -134,10 +139,18 @@ class ViewHelper:
         return int(answer["fd"])
 
     def release(self, fd: int) -> None:
-        """The action of view ``fd`` ended: its descriptor may go (with the
-        next request)."""
+        """The action of view ``fd`` ended: the helper closes its descriptor
+        now (the view's mounts, its tmpfs pages included, go with the last
+        process in it). A helper gone already holds nothing: ignored."""
         with self._lock:
-            self._released.append(fd)
+            process = self._process
+            if process is None or process.stdin is None:
+                return
+            try:
+                process.stdin.write(json.dumps({"release": [fd]}) + "\n")
+                process.stdin.flush()
+            except OSError:
+                pass
 
     def enter(self, fd: int, cwd: str) -> list[str]:
         """The argv prefix that enters view ``fd`` and changes to ``cwd``
@@ -148,20 +161,34 @@ class ViewHelper:
             self._nsenter,
             f"--user={proc}/ns/user",
             f"--mount={proc}/fd/{fd}",
+            f"--net={proc}/ns/net",
             "--preserve-credentials",
             f"--wdns={cwd}",
             "--",
         ]
 
-    def inner(self, uid: int, gid: int) -> Sequence[str]:
-        """The inner user namespace (locking the view's mounts) and the PID
-        namespace with its own /proc, as ``unshare`` options."""
+    def enter_network(self) -> list[str]:
+        """The argv prefix that enters only the helper's user and network
+        namespaces (an action without a view), then runs what follows."""
+        proc = f"/proc/{self.pid}"
+        return [
+            self._nsenter,
+            f"--user={proc}/ns/user",
+            f"--net={proc}/ns/net",
+            "--preserve-credentials",
+            "--",
+        ]
+
+    def inner(self, uid: int, gid: int, *, view: bool = True) -> Sequence[str]:
+        """The inner user namespace (locking the view's mounts, dropping the
+        helper's capabilities) and the PID namespace, with its own /proc in
+        a ``view``, as ``unshare`` options."""
         return (
             self._unshare,
             "--user",
             f"--map-user={uid}",
             f"--map-group={gid}",
-            *("--pid", "--fork", "--kill-child", "--mount-proc", "--"),
+            *("--pid", "--fork", "--kill-child", *(("--mount-proc",) if view else ()), "--"),
         )
 
 
@@ -183,8 +210,23 @@ def _load_view() -> object:
     return _load("_view.py", "_lre_view")
 
 
+_SIOCGIFFLAGS = 0x8913
+_SIOCSIFFLAGS = 0x8914
+_IFF_UP = 0x1
+
+
+def _loopback_up() -> None:
+    """Bring ``lo`` up in the helper's network namespace (slirp4netns does
+    too, where it runs; without it this is all the actions have)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sH14x", b"lo", 0)
+        flags = struct.unpack("16sH14x", fcntl.ioctl(sock, _SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(sock, _SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | _IFF_UP))
+
+
 def main() -> None:
     """Serve build requests on stdin until it closes."""
+    _loopback_up()
     view = _load_view()
     libc = ctypes.CDLL(None, use_errno=True)
     base = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,6 +17,7 @@ import pytest
 
 from tests._support.configs import WORKER_EXTRA, app_config_text
 from tests._support.lre_as import each_setup, python_for, require_setup, scratch_for
+from tests._support.outside_host import outside_host
 from tests._support.processes import processes_with
 from tests._support.reapi import Client, response_of
 
@@ -55,13 +58,52 @@ def lre_as(identity: str, containment: str) -> Iterator[dict[str, str]]:
                 server.communicate()
 
 
-@pytest.mark.attack("lre's listeners: an action forges a result, runs a helper, reads /status")
+@contextmanager
+def abstract_listener(name: str) -> Iterator[list[bytes]]:
+    """A listener of the host's on the abstract Unix socket ``name`` that
+    answers ``host`` to each connection; yields the list of what it served."""
+    served: list[bytes] = []
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind("\0" + name)
+    server.listen()
+    server.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                client, _ = server.accept()
+            except TimeoutError:
+                continue
+            with client:
+                client.sendall(b"host")
+                served.append(b"host")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield served
+    finally:
+        stop.set()
+        thread.join()
+        server.close()
+
+
+@pytest.mark.attack(
+    "lre's listeners: an action forges a result, runs a helper, reads /status, "
+    "from a thread with its own descriptor table and through the host's abstract sockets"
+)
 @each_setup()
 def test_an_action_cannot_call_lres_own_services(containment: str, identity: str) -> None:
     require_setup(containment, identity)
     marker = f"1001.{os.getpid() % 1000:03d}{abs(hash(containment + identity)) % 10**6:06d}"
+    abstract = f"lre-attack-{marker}"
     prefix, env = python_for(identity)
-    with lre_as(identity, containment) as addresses, Client(addresses["grpc"]) as client:
+    with (
+        lre_as(identity, containment) as addresses,
+        Client(addresses["grpc"]) as client,
+        abstract_listener(abstract) as served,
+    ):
         victim = client.prepare(["/bin/echo", "the true result"])
         helper = client.prepare(["/bin/sh", "-c", f"sleep {marker}"])
         attack = client.prepare(
@@ -73,6 +115,7 @@ def test_an_action_cannot_call_lres_own_services(containment: str, identity: str
                 client.instance,
                 f"{victim.digest.hash}/{victim.digest.size_bytes}",
                 f"{helper.digest.hash}/{helper.digest.size_bytes}",
+                abstract,
             ],
             env={"PYTHONPATH": env["PYTHONPATH"], "PATH": env["PATH"]},
         )
@@ -82,9 +125,51 @@ def test_an_action_cannot_call_lres_own_services(containment: str, identity: str
         assert client.get_result(victim.digest) is None, f"the forged result is served: {output}"
         assert not processes_with(marker), f"the helper runs: {output}"
         lines = dict(line.split(": ", 1) for line in output.splitlines())
-        assert lines["update"].startswith("refused PERMISSION_DENIED"), output
-        assert lines["execute"].startswith("refused PERMISSION_DENIED"), output
-        assert lines["status"] == "403", output
+        # The attack ran, from the thread with its own table too.
+        assert lines["thread"] == "own descriptor table", output
+        namespaced = containment != "portable"
+        # Under pidns and userns lre's listeners do not exist for the action
+        # (nothing answers on its loopback); under portable the guard refuses.
+        code = "UNAVAILABLE" if namespaced else "PERMISSION_DENIED"
+        for attempt in ("update", "execute", "thread update", "thread execute"):
+            assert lines[attempt].startswith(f"refused {code}"), output
+        for attempt in ("status", "thread status"):
+            if namespaced:
+                assert lines[attempt].startswith("error"), output
+            else:
+                assert lines[attempt] == "403", output
+        if namespaced:  # abstract sockets belong to a network namespace
+            assert lines["abstract"].startswith("blocked"), output
+            assert not served, output
         # ... and the victim still runs for real.
         real = client.run(["/bin/echo", "the true result"], salt=None)
         assert client.stdout(real.result) == b"the true result\n"
+
+
+_REACH = """
+import socket, sys
+try:
+    with socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10) as sock:
+        print("reached", sock.recv(16).decode().strip())
+except OSError as error:
+    print("blocked", error)
+"""
+
+
+@each_setup()
+def test_an_action_reaches_addresses_outside_the_machine(containment: str, identity: str) -> None:
+    """lre's listeners are gone from the actions' network, the rest of the
+    world is not (as Bazel's local sandbox gives it by default)."""
+    require_setup(containment, identity)
+    prefix, env = python_for(identity)
+    with (
+        outside_host() as host,
+        lre_as(identity, containment) as addresses,
+        Client(addresses["grpc"]) as client,
+    ):
+        response = client.run(
+            [prefix[-1], "-c", _REACH, host.address, str(host.port)],
+            env={"PATH": env["PATH"]},
+        )
+        output = client.stdout(response.result).decode()
+        assert output == "reached outside\n", (output, client.stderr(response.result))

@@ -84,12 +84,13 @@ def trio_tasks() -> int:
 
 
 #: Programs of the processes a containment backend keeps for its lifetime.
-_BACKEND_PROCESSES = ("_guardian.py", "_view_helper.py")
+_BACKEND_PROCESSES = ("_guardian.py", "_view_helper.py", "slirp4netns")
 
 
 def live_children() -> list[psutil.Process]:
-    """Live descendants of this process, except process guardians and userns
-    view helpers (one of each lives as long as each containment backend, like
+    """Live descendants of this process, except process guardians, userns
+    view helpers and the actions' slirp4netns (one of each lives as long as
+    each containment backend, like
     the spawner threads; an earlier test in this process may have made one)."""
     out = []
     for child in psutil.Process().children(recursive=True):

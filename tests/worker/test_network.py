@@ -1,5 +1,6 @@
-"""block-network: an action in its own network namespace (pidns backend only)
-reaches no listener outside it, while its own loopback works."""
+"""The actions' network: lre's host loopback is never there; outside
+addresses are, unless the action blocks the network (its own namespace
+with only loopback, pidns backend only); its own loopback works."""
 
 from __future__ import annotations
 
@@ -15,17 +16,23 @@ from lre.scheduler import Completed
 from lre.worker._action import ActionRunner
 from lre.worker._cas_handle import CasHandle
 from lre.worker._workdir import WorkDirectory
+from tests._support.outside_host import outside_host
 
 from .conftest import make_lease, make_spec
 from .test_containment import backend
 
 PROBE = """
 import socket, sys
-try:
-    socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=2).close()
-    print("reached")
-except OSError as error:
-    print("blocked", error.errno)
+for name, address, port in (
+    ("host loopback", "127.0.0.1", sys.argv[1]),
+    ("host loopback via the gateway", "10.0.2.2", sys.argv[1]),
+    ("outside", sys.argv[2], sys.argv[3]),
+):
+    try:
+        with socket.create_connection((address, int(port)), timeout=5) as sock:
+            print("reached", name, sock.recv(16))
+    except OSError as error:
+        print("blocked", name, error.errno)
 own = socket.socket(); own.bind(("127.0.0.1", 0)); own.listen()
 socket.create_connection(own.getsockname(), timeout=2).close()
 print("own loopback works")
@@ -33,7 +40,7 @@ print("own loopback works")
 
 
 @pytest.mark.parametrize(
-    "platform, worker_network, reached",
+    "platform, worker_network, outside",
     [
         ({}, "allow", True),
         ({"block-network": ""}, "allow", False),
@@ -47,7 +54,7 @@ async def test_block_network_cuts_the_action_off(
     store: MemoryStore,
     platform: dict[str, str],
     worker_network: str,
-    reached: bool,
+    outside: bool,
 ) -> None:
     containment = backend("pidns")
     listener = socket.socket()
@@ -56,11 +63,14 @@ async def test_block_network_cuts_the_action_off(
     port = listener.getsockname()[1]
     spec = make_spec(tmp_path, network=worker_network)
     try:
-        with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
+        with (
+            outside_host() as host,
+            WorkDirectory.open(spec.work_directory, spec.name) as workdir,
+        ):
             runner = ActionRunner(spec, workdir, CasHandle.of(store), containment=containment)
             lease = await make_lease(
                 store,
-                ["python3", "-c", PROBE, str(port)],
+                ["python3", "-c", PROBE, str(port), host.address, str(host.port)],
                 platform=platform,
                 env={"PATH": "/usr/local/bin:/usr/bin:/bin"},
             )
@@ -70,7 +80,9 @@ async def test_block_network_cuts_the_action_off(
     assert isinstance(outcome, Completed) and outcome.error is None, outcome
     stdout = Digest.from_proto(outcome.result.stdout_digest, field="stdout_digest")
     out = (await read_bytes(store, stdout)).decode()
-    assert ("reached" in out) == reached, out
+    assert "blocked host loopback " in out, out
+    assert "blocked host loopback via the gateway" in out, out
+    assert ("reached outside b'outside\\n'" in out) == outside, out
     assert "own loopback works" in out
 
 

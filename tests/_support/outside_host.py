@@ -1,0 +1,99 @@
+"""A host "outside this machine" for network tests: a network namespace of
+the test's own, joined to the host's by a veth pair on a /30 of
+198.51.100.0/24 (TEST-NET-2, documentation addresses no real host has),
+with a TCP server in it that answers ``outside`` to every connection.
+
+An action that reaches it reaches an address outside the machine, as it
+would reach a package mirror, without any traffic leaving this machine.
+Needs root (``ip netns``); elsewhere the test is skipped, and fails in CI.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import pytest
+
+from tests._support.ci import in_ci
+
+_LOCK = "/run/lre-test-outside-hosts.lock"
+_SERVER = """
+import socket, sys
+server = socket.socket()
+server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+server.bind((sys.argv[1], 0))
+server.listen(64)
+print(server.getsockname()[1], flush=True)
+while True:
+    client, _ = server.accept()
+    client.sendall(b"outside\\n")
+    client.close()
+"""
+
+
+@dataclass(frozen=True)
+class OutsideHost:
+    """Where the outside server listens."""
+
+    address: str
+    port: int
+
+
+def _run(*argv: str) -> None:
+    subprocess.run(argv, check=True, capture_output=True)
+
+
+@contextmanager
+def outside_host() -> Iterator[OutsideHost]:
+    """An outside host with its server (see the module docstring)."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        if in_ci():
+            pytest.fail("CI runs as root with iproute2: the outside host must be made")
+        pytest.skip("an outside host needs root and iproute2 (ip netns)")
+    with open(_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        used = subprocess.run(
+            ["ip", "-4", "-o", "addr"], capture_output=True, text=True, check=True
+        ).stdout
+        index = next((i for i in range(1, 63) if f"198.51.100.{4 * i + 1}/30" not in used), None)
+        if index is None:
+            pytest.fail("no free /30 of 198.51.100.0/24 for an outside host")
+        name = f"lre-out-{os.getpid()}-{index}"
+        near, far = f"198.51.100.{4 * index + 1}", f"198.51.100.{4 * index + 2}"
+        outer, inner = f"lreo{index}a", f"lreo{index}b"
+        _run("ip", "netns", "add", name)
+        try:
+            _run("ip", "link", "add", outer, "type", "veth", "peer", "name", inner)
+            _run("ip", "link", "set", inner, "netns", name)
+            _run("ip", "addr", "add", f"{near}/30", "dev", outer)
+            _run("ip", "link", "set", outer, "up")
+            _run("ip", "-n", name, "addr", "add", f"{far}/30", "dev", inner)
+            _run("ip", "-n", name, "link", "set", inner, "up")
+            _run("ip", "-n", name, "link", "set", "lo", "up")
+        except BaseException:
+            subprocess.run(["ip", "link", "del", outer], capture_output=True)
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+            raise
+    server = subprocess.Popen(
+        ["ip", "netns", "exec", name, sys.executable, "-c", _SERVER, far],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        line = server.stdout.readline()
+        if not line.strip():
+            pytest.fail("the outside host's server did not start")
+        yield OutsideHost(far, int(line))
+    finally:
+        server.kill()
+        server.communicate()
+        subprocess.run(["ip", "link", "del", outer], capture_output=True)
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
