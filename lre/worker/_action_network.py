@@ -16,9 +16,7 @@ the stack below.
 Outside addresses stay reachable, as Bazel's local sandbox gives them by
 default: ``OutsideNetwork`` starts one ``slirp4netns`` per lre (not per
 action) attached to that namespace, with ``--disable-host-loopback``, so the
-gateway it provides (10.0.2.2) never leads to the host's loopback. Its DNS
-forwarder is 10.0.2.3 (``DNS_ADDRESS``; the view shows a ``resolv.conf``
-naming it when the host's names a loopback resolver). Without
+gateway it provides (10.0.2.2) never leads to the host's loopback. Without
 ``slirp4netns`` on PATH the namespace has only its loopback: actions reach
 nothing outside the machine, which is logged once at start-up and shown by
 ``lre doctor``; lre's listeners stay out of reach either way.
@@ -41,20 +39,13 @@ from collections.abc import Sequence
 from lre.worker._syscalls import call as _call
 from lre.worker._syscalls import loopback_up
 
-__all__ = [
-    "DNS_ADDRESS",
-    "OutsideNetwork",
-    "dns_config",
-    "make_network_namespace",
-]
+__all__ = ["OutsideNetwork", "make_network_namespace"]
 
 log = logging.getLogger(__name__)
 
 _CLONE_NEWNET = 0x40000000
 #: How long slirp4netns may take to configure the namespace.
 _READY_SECONDS = 10.0
-#: The DNS forwarder slirp4netns answers on inside the namespace.
-DNS_ADDRESS = "10.0.2.3"
 
 
 def make_network_namespace() -> int:
@@ -85,35 +76,6 @@ def make_network_namespace() -> int:
     if failure:
         raise failure[0]
     return result[0]
-
-
-def dns_config(host_resolv_conf: str = "/etc/resolv.conf") -> str | None:
-    """The text of a ``resolv.conf`` for actions, or None when the host's
-    serves as it is: only when the host's names a nameserver on its own
-    loopback (systemd-resolved's 127.0.0.53, dnsmasq's 127.0.0.1), which the
-    actions' namespace does not have; then the forwarder ``DNS_ADDRESS``
-    replaces those lines (the search and option lines are kept). An
-    unreadable host file counts as serving."""
-    try:
-        with open(host_resolv_conf, encoding="utf-8", errors="replace") as handle:
-            lines = handle.read().splitlines()
-    except OSError:
-        return None
-    kept: list[str] = []
-    replaced = False
-    for line in lines:
-        words = line.split()
-        if len(words) >= 2 and words[0] == "nameserver" and _is_loopback(words[1]):
-            replaced = True
-            continue
-        kept.append(line)
-    if not replaced:
-        return None
-    return "\n".join([f"nameserver {DNS_ADDRESS}", *kept]) + "\n"
-
-
-def _is_loopback(address: str) -> bool:
-    return address.startswith("127.") or address == "::1"
 
 
 class OutsideNetwork:
