@@ -204,14 +204,19 @@ class ProcessLimits:
         return f"not enforced ({self.why_not}; RLIMIT_NPROC does not bound root)"
 
     def command(self, containment: str, command: Sequence[str], limit: int) -> list[str]:
-        """``command`` with ``prlimit`` placed inside the user namespace when
-        that is how the limit is enforced (after ``unshare``'s ``--``)."""
+        """``command`` with ``prlimit`` placed inside the action's own user
+        namespace when that is how the limit is enforced: after the ``--`` of
+        the ``unshare`` that makes it (an ``nsenter`` into the backend's
+        shared namespaces may come first, where the limit would count every
+        action's processes)."""
         if not limit or self.base is not None or containment != "userns":
             return list(command)
-        if os.geteuid() == 0 or "--" not in command:
-            return list(command)
-        at = list(command).index("--") + 1
-        return [*command[:at], "prlimit", f"--nproc={limit}:{limit}", "--", *command[at:]]
+        argv = list(command)
+        starts = [i for i, arg in enumerate(argv) if os.path.basename(arg) == "unshare"]
+        if os.geteuid() == 0 or not starts or "--" not in argv[starts[0] :]:
+            return argv
+        at = argv.index("--", starts[0]) + 1
+        return [*argv[:at], "prlimit", f"--nproc={limit}:{limit}", "--", *argv[at:]]
 
     @contextmanager
     def around_fork(self, limit: int) -> Iterator[None]:

@@ -1,7 +1,9 @@
 """A host "outside this machine" for network tests: a network namespace of
-the test's own, joined to the host's by a veth pair on a /30 of
-198.51.100.0/24 (TEST-NET-2, documentation addresses no real host has),
-with a TCP server in it that answers ``outside`` to every connection.
+the test's own (its server's, made by ``unshare --net``: no named namespace
+file, so nothing of it outlives the server), joined to the host's by a veth
+pair on a /30 of 198.51.100.0/24 (TEST-NET-2, documentation addresses no
+real host has), with a TCP server in it that answers ``outside`` to every
+connection.
 
 An action that reaches it reaches an address outside the machine, as it
 would reach a package mirror, without any traffic leaving this machine.
@@ -26,6 +28,7 @@ from tests._support.ci import in_ci
 _LOCK = "/run/lre-test-outside-hosts.lock"
 _SERVER = """
 import socket, sys
+sys.stdin.readline()  # the namespace's address is set
 server = socket.socket()
 server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 server.bind((sys.argv[1], 0))
@@ -56,38 +59,38 @@ def outside_host() -> Iterator[OutsideHost]:
     if os.geteuid() != 0 or shutil.which("ip") is None:
         if in_ci():
             pytest.fail("CI runs as root with iproute2: the outside host must be made")
-        pytest.skip("an outside host needs root and iproute2 (ip netns)")
-    with open(_LOCK, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        used = subprocess.run(
-            ["ip", "-4", "-o", "addr"], capture_output=True, text=True, check=True
-        ).stdout
-        index = next((i for i in range(1, 63) if f"198.51.100.{4 * i + 1}/30" not in used), None)
-        if index is None:
-            pytest.fail("no free /30 of 198.51.100.0/24 for an outside host")
-        name = f"lre-out-{os.getpid()}-{index}"
-        near, far = f"198.51.100.{4 * index + 1}", f"198.51.100.{4 * index + 2}"
-        outer, inner = f"lreo{index}a", f"lreo{index}b"
-        _run("ip", "netns", "add", name)
-        try:
-            _run("ip", "link", "add", outer, "type", "veth", "peer", "name", inner)
-            _run("ip", "link", "set", inner, "netns", name)
-            _run("ip", "addr", "add", f"{near}/30", "dev", outer)
-            _run("ip", "link", "set", outer, "up")
-            _run("ip", "-n", name, "addr", "add", f"{far}/30", "dev", inner)
-            _run("ip", "-n", name, "link", "set", inner, "up")
-            _run("ip", "-n", name, "link", "set", "lo", "up")
-        except BaseException:
-            subprocess.run(["ip", "link", "del", outer], capture_output=True)
-            subprocess.run(["ip", "netns", "del", name], capture_output=True)
-            raise
+        pytest.skip("an outside host needs root and iproute2")
     server = subprocess.Popen(
-        ["ip", "netns", "exec", name, sys.executable, "-c", _SERVER, far],
+        ["unshare", "--net", "--", sys.executable, "-c", _SERVER, "0.0.0.0"],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
+    outer: str | None = None
     try:
-        assert server.stdout is not None
+        assert server.stdin is not None and server.stdout is not None
+        with open(_LOCK, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            used = subprocess.run(
+                ["ip", "-4", "-o", "addr"], capture_output=True, text=True, check=True
+            ).stdout
+            index = next(
+                (i for i in range(1, 63) if f"198.51.100.{4 * i + 1}/30" not in used), None
+            )
+            if index is None:
+                pytest.fail("no free /30 of 198.51.100.0/24 for an outside host")
+            near, far = f"198.51.100.{4 * index + 1}", f"198.51.100.{4 * index + 2}"
+            outer, inner = f"lreo{index}a", f"lreo{index}b"
+            inside = ["nsenter", f"--net=/proc/{server.pid}/ns/net", "--", "ip"]
+            _run("ip", "link", "add", outer, "type", "veth", "peer", "name", inner)
+            _run("ip", "link", "set", inner, "netns", str(server.pid))
+            _run("ip", "addr", "add", f"{near}/30", "dev", outer)
+            _run("ip", "link", "set", outer, "up")
+            _run(*inside, "addr", "add", f"{far}/30", "dev", inner)
+            _run(*inside, "link", "set", inner, "up")
+            _run(*inside, "link", "set", "lo", "up")
+        server.stdin.write("go\n")
+        server.stdin.flush()
         line = server.stdout.readline()
         if not line.strip():
             pytest.fail("the outside host's server did not start")
@@ -95,5 +98,7 @@ def outside_host() -> Iterator[OutsideHost]:
     finally:
         server.kill()
         server.communicate()
-        subprocess.run(["ip", "link", "del", outer], capture_output=True)
-        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+        # The veth pair went with the server's namespace; this only cleans up
+        # after a failed setup.
+        if outer is not None:
+            subprocess.run(["ip", "link", "del", outer], capture_output=True)
