@@ -47,6 +47,8 @@ class OutsideHost:
 
     address: str
     port: int
+    #: The server's process: its network namespace is the outside host's.
+    pid: int
 
 
 def _run(*argv: str) -> None:
@@ -94,7 +96,7 @@ def outside_host() -> Iterator[OutsideHost]:
         line = server.stdout.readline()
         if not line.strip():
             pytest.fail("the outside host's server did not start")
-        yield OutsideHost(far, int(line))
+        yield OutsideHost(far, int(line), server.pid)
     finally:
         server.kill()
         server.communicate()
