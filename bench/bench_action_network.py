@@ -33,9 +33,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lre.worker._action_network import OutsideNetwork, make_network_namespace  # noqa: E402
-from lre.worker._syscalls import call  # noqa: E402
-from tests._support.outside_host import outside_host  # noqa: E402
+from lre.worker._action_network import OutsideNetwork, make_network_namespace
+from lre.worker._syscalls import call
+from tests._support.outside_host import outside_host
 
 _CLONE_NEWNET = 0x40000000
 _BULK = 64 << 20
