@@ -275,6 +275,15 @@ class LocalWorkerSpec:
         "or lie inside one of lre's own directories.",
         default=(),
     )
+    sandbox_visible_sockets: tuple[str, ...] = doc(
+        "Host sockets every action's view shows although it hides their directory "
+        "(docs/security.md: views hide the sockets of tmux, screen, systemd, D-Bus and "
+        "container engines, which run commands for whoever connects): absolute paths, "
+        "bound read-only at their own paths, e.g. an ssh agent for a fetch: "
+        '["${SSH_AUTH_SOCK}"]. The action can make that server do anything it does for '
+        "lre's user. None may lie inside one of lre's own directories.",
+        default=(),
+    )
     sandbox_debug: bool = doc(
         "Keep the directory and the view of every failed action (non-zero exit, signal or "
         "timeout) and log how to enter them (docs/troubleshooting.md); per action also the "
