@@ -244,6 +244,13 @@ class LocalWorkerSpec:
         "action's user namespace (containment userns); docs/troubleshooting.md. 0 = no limit.",
         default=4096,
     )
+    max_open_files: int = doc(
+        "Open files (RLIMIT_NOFILE, soft and hard) each process of an action may hold, "
+        "instead of lre's own raised limit (global.max_open_files), capped by lre's hard "
+        'limit; an open past it fails with EMFILE ("Too many open files") in the '
+        "action. 0 = lre's own limit.",
+        default=16384,
+    )
     private_tmp: bool = doc(
         "Give each action its own temporary directory (TMPDIR, TMP and TEMP point into "
         "its action directory unless the Command sets them); removed with the action.",

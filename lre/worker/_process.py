@@ -50,6 +50,7 @@ from lre.worker._containment import (
 )
 from lre.worker._identity import ActionIdentity
 from lre.worker._oom import OomCounters
+from lre.worker._open_files import action_open_files, limit_open_files
 from lre.worker._process_limit import process_limits
 from lre.worker._view import ActionView
 
@@ -259,6 +260,7 @@ async def run_process(
     block_network: bool = False,
     view: ActionView | None = None,
     max_processes: int = 0,
+    max_open_files: int = 0,
     paused_seconds: Callable[[], float] | None = None,
     end_frozen: Callable[[], bool] | None = None,
     identity: ActionIdentity | None = None,
@@ -288,7 +290,9 @@ async def run_process(
     raises ``InvalidArgument`` when the containment cannot make one), with at
     most ``max_processes`` tasks at once where this machine lets lre enforce
     that (0 = no limit; ``_process_limit.py``: the caller asks
-    ``process_limits().ended(pid)`` whether a fork was refused).
+    ``process_limits().ended(pid)`` whether a fork was refused), and
+    ``max_open_files`` as its ``RLIMIT_NOFILE`` (0 = lre's own;
+    ``_open_files.py``).
 
     With ``identity`` the command's own processes run as that user, with
     no supplementary groups and no capabilities (``_identity.py``); the
@@ -333,6 +337,7 @@ async def run_process(
         drop_root_privileges=identity is None,
     )
     environment = dict(env)
+    open_files = action_open_files(max_open_files)
     log_files: list[tuple[int, int]] = []
     fds = tuple(pass_fds)
 
@@ -368,6 +373,8 @@ async def run_process(
                             pass_fds=fds,
                             start_new_session=True,
                         )
+                        # Before the gate of a view opens (spawn_context).
+                        limit_open_files(popen.pid, open_files)
                     limits.started(popen.pid)
                 except (FileNotFoundError, PermissionError, NotADirectoryError) as error:
                     limits.abandoned()
