@@ -248,7 +248,9 @@ class LocalWorkerSpec:
         "Open files (RLIMIT_NOFILE, soft and hard) each process of an action may hold, "
         "instead of lre's own raised limit (global.max_open_files), capped by lre's hard "
         'limit; an open past it fails with EMFILE ("Too many open files") in the '
-        "action. 0 = lre's own limit.",
+        "action. Set before the command runs under pidns with a view and under userns "
+        "run by an unprivileged lre; elsewhere on the action's first process as it "
+        "starts (docs/security.md). 0 = lre's own limit.",
         default=16384,
     )
     private_tmp: bool = doc(

@@ -8,9 +8,14 @@ soft and hard limit instead (``prlimit(2)`` from the spawner thread right
 after the fork, never above lre's own hard limit); its processes inherit it
 and may lower it but never raise it (that needs ``CAP_SYS_RESOURCE``, which
 no action holds). Under ``pidns`` with a view the first process waits at its
-gate until then, so the command starts limited; elsewhere the limit lands
-while lre's own wrapper (``timeout``, ``unshare``, ``nsenter``) is starting,
-before it has run the command in practice.
+gate until then, so the command starts limited; under ``userns`` run by an
+unprivileged lre the ``prlimit`` placed in the user namespace for
+``max_processes`` sets it too, before the command (``_process_limit``).
+Elsewhere (``portable``, ``pidns`` without a view, ``userns`` run by root)
+it lands on the first process, lre's wrapper (``timeout``, ``nsenter``),
+while that starts: a process the wrapper forks before then keeps lre's
+limit (an extra ``prlimit`` or shell in front of every action would cost
+milliseconds each).
 
 A process gone already (ESRCH) is left alone; any other refusal is logged
 once per worker process and the action runs with lre's limit: nothing here

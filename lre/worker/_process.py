@@ -319,6 +319,7 @@ async def run_process(
             "give an action a view of its own"
         )
     limits = process_limits()
+    open_files = action_open_files(max_open_files)
     command = limits.command(
         contained.name,
         contained.command(
@@ -328,6 +329,7 @@ async def run_process(
             keep_fds=tuple(pass_fds),
         ),
         max_processes,
+        open_files,
     )
     options = SpawnOptions(
         block_network=block_network,
@@ -337,7 +339,6 @@ async def run_process(
         drop_root_privileges=identity is None,
     )
     environment = dict(env)
-    open_files = action_open_files(max_open_files)
     log_files: list[tuple[int, int]] = []
     fds = tuple(pass_fds)
 

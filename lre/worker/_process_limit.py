@@ -203,15 +203,21 @@ class ProcessLimits:
             return "RLIMIT_NPROC in the action's user namespace"
         return f"not enforced ({self.why_not}; RLIMIT_NPROC does not bound root)"
 
-    def command(self, containment: str, command: Sequence[str], limit: int) -> list[str]:
+    def command(
+        self, containment: str, command: Sequence[str], limit: int, open_files: int = 0
+    ) -> list[str]:
         """``command`` with ``prlimit`` placed inside the user namespace when
-        that is how the limit is enforced (after ``unshare``'s ``--``)."""
+        that is how the limit is enforced (after ``unshare``'s ``--``); that
+        ``prlimit`` also sets ``open_files`` (``RLIMIT_NOFILE``, soft and
+        hard; 0: not), before anything of the action runs."""
         if not limit or self.base is not None or containment != "userns":
             return list(command)
         if os.geteuid() == 0 or "--" not in command:
             return list(command)
         at = list(command).index("--") + 1
-        return [*command[:at], "prlimit", f"--nproc={limit}:{limit}", "--", *command[at:]]
+        nofile = [f"--nofile={open_files}:{open_files}"] if open_files > 0 else []
+        nproc = f"--nproc={limit}:{limit}"
+        return [*command[:at], "prlimit", nproc, *nofile, "--", *command[at:]]
 
     @contextmanager
     def around_fork(self, limit: int) -> Iterator[None]:
