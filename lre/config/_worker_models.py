@@ -290,7 +290,7 @@ class LocalWorkerSpec:
         "container engines, which run commands for whoever connects): absolute paths, "
         "bound read-only at their own paths, e.g. an ssh agent for a fetch: "
         '["${SSH_AUTH_SOCK}"]. The action can make that server do anything it does for '
-        "lre's user. None may lie inside one of lre's own directories.",
+        "lre's user. None may be, lie in or hold one of lre's own directories.",
         default=(),
     )
     sandbox_debug: bool = doc(

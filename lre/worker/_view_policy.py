@@ -19,8 +19,9 @@ directories is fine: they stay hidden inside it.
 
 Every view also hides the host's sockets that run commands for whoever
 connects (``_socket_masks``), but for the worker's
-``sandbox_visible_sockets``: each must be absolute and outside lre's own
-directories (else ``InvalidArgument`` naming the field), and is shown at its
+``sandbox_visible_sockets``: each must be absolute and neither be, lie in
+nor hold one of lre's own directories (else ``InvalidArgument`` naming the
+field), and is shown at its
 own path, read-only, in every view where it exists when the view is built.
 """
 
@@ -227,7 +228,11 @@ class ViewPolicy:
             if not os.path.isabs(path):
                 raise InvalidArgument(f"{field}: {path!r} is not an absolute path")
             resolved = os.path.realpath(path)
-            inside = covered_by(resolved, self.hidden)
+            # At, inside or around one of lre's directories: a bind of it
+            # (made before the masks) would show that directory again.
+            inside = covered_by(resolved, self.hidden) or next(
+                (h for h in self.hidden if covered_by(h, [resolved])), None
+            )
             if inside is not None:
                 raise InvalidArgument(
                     f"{field}: {path!r} would expose lre's own directory {inside!r} to actions"

@@ -67,6 +67,8 @@ def test_a_socket_handed_in_must_be_absolute_and_outside_lres_directories(
         _policy(shown_dir, visible=["agent.sock"])
     with pytest.raises(InvalidArgument, match=r"sandbox_visible_sockets.*lre's own directory"):
         _policy(shown_dir, visible=[str(shown_dir / "lre" / "cas.sock")])
+    with pytest.raises(InvalidArgument, match=r"sandbox_visible_sockets.*lre's own directory"):
+        _policy(shown_dir, visible=[str(shown_dir)])  # it holds lre's directory
 
 
 def test_a_socket_handed_in_is_no_longer_masked_and_is_shown(shown_dir: Path) -> None:
