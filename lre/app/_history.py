@@ -43,6 +43,7 @@ from dataclasses import dataclass
 import psutil
 import trio
 
+from lre.errors import out_of_descriptors
 from lre.scheduler import RecordBuilder
 from lre.snapshot import (
     BOUNDARIES,
@@ -56,6 +57,7 @@ from lre.snapshot import (
     PhaseHistogram,
     Source,
 )
+from lre.worker import SkipLog, using_reserve
 
 __all__ = ["HistoryRecorder", "Reserved"]
 
@@ -111,6 +113,8 @@ class HistoryRecorder:
         #: Absorbed, waiting to be written.
         self._buffer: deque[ActionRecord | HostSample] = deque(maxlen=self.MAX_BUFFERED)
         self._paused_until = 0.0
+        #: Samples skipped for want of file descriptors (logged once).
+        self._skips = SkipLog("history: host sample")
         self._counts = {phase: [0] * (len(PHASE_BUCKETS_S) + 1) for phase in PHASES}
         self._sums = dict.fromkeys(PHASES, 0.0)
         self._builds: OrderedDict[str, _Build] = OrderedDict()
@@ -265,8 +269,17 @@ class HistoryRecorder:
                 await trio.to_thread.run_sync(self.close)
 
     def _sample_and_flush(self, reserved: tuple[int, int, int]) -> None:
-        """(A worker thread.) Sample the host, then flush."""
-        self._sample(reserved)
+        """(A worker thread.) Sample the host, then flush. Out of file
+        descriptors even with lre's reserve, the sample is skipped (logged
+        once, ``SkipLog``) and the flush goes on."""
+        try:
+            using_reserve(lambda: self._sample(reserved))
+        except OSError as error:
+            if not out_of_descriptors(error):
+                raise
+            self._skips.skip(error)
+        else:
+            self._skips.ok()
         self.flush()
 
     def _sample(self, reserved: tuple[int, int, int]) -> None:

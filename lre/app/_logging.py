@@ -131,6 +131,30 @@ def log_file(state_dir: str | Path) -> Path:
     return Path(state_dir) / LOG_FILE_NAME
 
 
+class _OncePerMinute(logging.Filter):
+    """Lets one record through per ``interval`` seconds, without its
+    traceback: Trio's accept loop logs every 0.1 s while lre is out of file
+    descriptors (``trio.serve_listeners``), each with a traceback."""
+
+    def __init__(self, interval: float = 60.0) -> None:
+        super().__init__()
+        self.interval = interval
+        self._last = -interval
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now = time.monotonic()
+        if now - self._last < self.interval:
+            return False
+        self._last = now
+        record.exc_info = None
+        record.exc_text = None
+        return True
+
+
+#: Loggers of libraries that repeat one complaint many times a second.
+_REPEATING = ("trio.serve_listeners",)
+
+
 def configure_logging(
     level: str,
     *,
@@ -165,6 +189,10 @@ def configure_logging(
         setattr(handler, _HANDLER_MARK, True)
         root.addHandler(handler)
     root.setLevel(numeric)
+    for name in _REPEATING:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _OncePerMinute) for f in logger.filters):
+            logger.addFilter(_OncePerMinute())
     return handlers[0]
 
 

@@ -25,6 +25,7 @@ from lre.app._app import Application, ReadyInfo
 from lre.app._limits import raise_open_files_limit
 from lre.app._logging import configure_logging, log_file
 from lre.config import Config
+from lre.worker import keep_reserve
 
 log = logging.getLogger(__name__)
 
@@ -101,5 +102,6 @@ def run_server(
     else:  # the terminal, and the file `lre logs` reads
         configure_logging(level, file=path, stream=sys.stderr)
     raise_open_files_limit(config.global_.max_open_files)
+    keep_reserve()  # for lre's own upkeep when clients hold every other one
     app = Application(config)
     trio.run(_serve_until_signal, app, on_ready, companion)

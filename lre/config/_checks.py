@@ -384,6 +384,8 @@ class _Checker:
             )
         if worker.max_processes < 0:
             self.fail((*path, "max_processes"), f"{worker.max_processes} cannot be negative")
+        if worker.max_open_files < 0:
+            self.fail((*path, "max_open_files"), f"{worker.max_open_files} cannot be negative")
         if not 0 <= worker.nice <= 19:
             self.fail((*path, "nice"), f"{worker.nice} is not in 0..19")
         if worker.max_action_timeout_s <= 0:

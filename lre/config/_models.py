@@ -46,7 +46,12 @@ class GlobalSpec:
         "lre's own state: pid file, logs, learned reservations.",
         default="${LRE_HOME:-${XDG_STATE_HOME:-${HOME}/.local/state}/lre}",
     )
-    max_open_files: int = doc("Raise the soft RLIMIT_NOFILE to this at start.", default=24576)
+    max_open_files: int = doc(
+        "Raise the soft RLIMIT_NOFILE to this at start, up to 128 below the hard limit: "
+        "those 128 are kept for lre's own upkeep when clients hold every other descriptor "
+        "(docs/security.md).",
+        default=24576,
+    )
     log_level: Literal["debug", "info", "warning", "error"] = doc(
         "Lowest level logged.", default="info"
     )

@@ -244,6 +244,15 @@ class LocalWorkerSpec:
         "action's user namespace (containment userns); docs/troubleshooting.md. 0 = no limit.",
         default=4096,
     )
+    max_open_files: int = doc(
+        "Open files (RLIMIT_NOFILE, soft and hard) each process of an action may hold, "
+        "instead of lre's own raised limit (global.max_open_files), capped by lre's hard "
+        'limit; an open past it fails with EMFILE ("Too many open files") in the '
+        "action. Set before the command runs under pidns with a view and under userns "
+        "run by an unprivileged lre; elsewhere on the action's first process as it "
+        "starts (docs/security.md). 0 = lre's own limit.",
+        default=16384,
+    )
     private_tmp: bool = doc(
         "Give each action its own temporary directory (TMPDIR, TMP and TEMP point into "
         "its action directory unless the Command sets them); removed with the action.",
@@ -273,6 +282,15 @@ class LocalWorkerSpec:
         "--sandbox_writable_path, e.g. a ccache directory); per action also the platform "
         "property sandbox-writable-path (absolute paths separated by ':'). None may be "
         "or lie inside one of lre's own directories.",
+        default=(),
+    )
+    sandbox_visible_sockets: tuple[str, ...] = doc(
+        "Host sockets every action's view shows although it hides their directory "
+        "(docs/security.md: views hide the sockets of tmux, screen, systemd, D-Bus and "
+        "container engines, which run commands for whoever connects): absolute paths, "
+        "bound read-only at their own paths, e.g. an ssh agent for a fetch: "
+        '["${SSH_AUTH_SOCK}"]. The action can make that server do anything it does for '
+        "lre's user. None may be, lie in or hold one of lre's own directories.",
         default=(),
     )
     sandbox_debug: bool = doc(

@@ -7,6 +7,7 @@ the client: name the field and the value that was wrong, never internal
 details such as paths of lre's own directories or tracebacks.
 """
 
+from lre.errors._descriptors import descriptors_exhausted, out_of_descriptors
 from lre.errors._errors import (
     Aborted,
     AlreadyExists,
@@ -47,4 +48,6 @@ __all__ = [
     "Unauthenticated",
     "Unavailable",
     "Unimplemented",
+    "descriptors_exhausted",
+    "out_of_descriptors",
 ]

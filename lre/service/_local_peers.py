@@ -55,6 +55,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from lre.errors import out_of_descriptors
+
 __all__ = ["LocalPeers", "PeerVerdict", "parse_peer"]
 
 log = logging.getLogger("lre.service.peers")
@@ -81,6 +83,9 @@ class PeerVerdict:
 
 
 _ALLOWED = PeerVerdict(True)
+#: Why a call is refused (not cached: the next call looks again) when lre
+#: could not read who holds its connection for want of file descriptors.
+_NO_DESCRIPTORS = "lre is out of file descriptors and cannot tell who holds this connection"
 
 
 def parse_peer(peer: str) -> tuple[int, str, int] | None:
@@ -165,6 +170,8 @@ class LocalPeers:
                     socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG
                 )
             except OSError as error:
+                if out_of_descriptors(error):
+                    raise  # for now: the call is refused, the guard stays
                 log.warning(
                     "cannot open a sock_diag netlink socket (%s): lre's listeners "
                     "cannot tell its actions from other clients",
@@ -210,7 +217,12 @@ class LocalPeers:
         if cached is None:
             if cached_only:
                 return None
-            cached = self._holders_verdict(found.inode, found.uid)
+            try:
+                cached = self._holders_verdict(found.inode, found.uid)
+            except OSError as error:
+                if not out_of_descriptors(error):
+                    raise
+                return self._refuse(_NO_DESCRIPTORS)
             with self._lock:
                 self._verdicts[found.cookie] = cached
                 while len(self._verdicts) > _CACHE_SIZE:
@@ -411,13 +423,17 @@ def _children(pid: int) -> list[int]:
     found: list[int] = []
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
+    except OSError as error:
+        if out_of_descriptors(error):
+            raise  # a process not found would let its connection through
         return found
     for task in tasks:
         try:
             with open(f"/proc/{pid}/task/{task}/children", "rb") as handle:
                 found.extend(int(child) for child in handle.read().split())
-        except OSError:
+        except OSError as error:
+            if out_of_descriptors(error):
+                raise
             continue
     return found
 
@@ -447,7 +463,9 @@ def _descendants_by_scan(root: int) -> list[int]:
         try:
             with open(f"/proc/{name}/stat", "rb") as handle:
                 data = handle.read()
-        except OSError:
+        except OSError as error:
+            if out_of_descriptors(error):
+                raise
             continue
         parent = int(data[data.rindex(b")") + 2 :].split()[1])
         children.setdefault(parent, []).append(int(name))

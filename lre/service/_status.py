@@ -4,6 +4,9 @@
   ``MissingBlobs`` additionally carries a ``google.rpc.PreconditionFailure``
   with one ``MISSING`` violation per blob, sent as rich status details in the
   ``grpc-status-details-bin`` trailer (Bazel retries on exactly that).
+- An ``OSError`` of ``EMFILE`` or ``ENFILE`` (lre out of file descriptors):
+  RESOURCE_EXHAUSTED saying so (``lre.errors.descriptors_exhausted``),
+  logged without a traceback; clients retry it.
 - Any other exception: INTERNAL with a fixed text; the traceback is logged
   once, and nothing of the exception's text reaches the client.
 
@@ -25,7 +28,7 @@ from typing import Any, Final, TypeVar
 import grpc
 import grpc.aio
 
-from lre.errors import CacheMiss, Internal, LreError, MissingBlobs
+from lre.errors import CacheMiss, Internal, LreError, MissingBlobs, descriptors_exhausted
 from lre.proto import error_details_pb2, status_pb2
 
 logger = logging.getLogger("lre.service")
@@ -46,6 +49,7 @@ def rpc_status_of(exc: BaseException) -> status_pb2.Status:
     ``PreconditionFailure`` detail. Anything else is INTERNAL with a generic
     message (the caller logs the traceback; see ``log_exception``).
     """
+    exc = descriptors_exhausted(exc) or exc
     if not isinstance(exc, LreError):
         return status_pb2.Status(code=Internal.code, message=INTERNAL_MESSAGE)
     status = status_pb2.Status(code=int(exc.code), message=exc.message)
@@ -63,6 +67,7 @@ def rpc_status_of(exc: BaseException) -> status_pb2.Status:
 def log_exception(exc: BaseException, where: str) -> None:
     """Log ``exc`` once: cache misses at DEBUG, client errors at INFO,
     everything else with a traceback."""
+    exc = descriptors_exhausted(exc) or exc
     if isinstance(exc, CacheMiss):
         logger.debug("%s: %s", where, exc.message)
     elif isinstance(exc, LreError) and not isinstance(exc, Internal):

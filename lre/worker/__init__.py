@@ -10,6 +10,7 @@ as a ``MemoryAction`` (``LocalWorker.memory.on_event``).
 """
 
 from lre.worker._containment import Containment, ContainmentUnavailable, choose_containment
+from lre.worker._descriptors import SkipLog, keep_reserve, using_reserve
 from lre.worker._identity import resolve_action_user
 from lre.worker._memory_control import MemoryAction, MemoryControlStatistics
 from lre.worker._pressure import PressureMonitor
@@ -27,10 +28,13 @@ __all__ = [
     "MemoryControlStatistics",
     "PressureMonitor",
     "QuarantinedEntry",
+    "SkipLog",
     "choose_containment",
+    "keep_reserve",
     "missing_protections",
     "namespace_refusals",
     "quarantined",
     "refuse_unreachable",
     "resolve_action_user",
+    "using_reserve",
 ]

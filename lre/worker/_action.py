@@ -577,6 +577,7 @@ class ActionRunner:
                 block_network=blocks_network(lease.platform, self.spec.network == "block"),
                 view=staged.view,
                 max_processes=self.spec.max_processes,
+                max_open_files=self.spec.max_open_files,
                 paused_seconds=(
                     (lambda: memory.frozen_seconds(lease_id)) if memory is not None else None
                 ),

@@ -12,7 +12,8 @@ would.
 On Linux 5.6 and later this is one ``openat2`` call with
 ``RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS``; elsewhere (older kernels, other
 systems) a walk of ``openat`` calls with ``O_NOFOLLOW`` from directory
-descriptors, one component at a time, gives the same answer.
+descriptors, one component at a time, gives the same answer; so it does for
+a path longer than ``PATH_MAX``, which ``openat2`` refuses whole.
 """
 
 from __future__ import annotations
@@ -71,6 +72,9 @@ def open_beneath(dir_fd: int, relative: str, flags: int) -> int:
             nofollow = os.O_NOFOLLOW if flags & _O_PATH else 0
             return _openat2(dir_fd, relative, (flags & ~os.O_NOFOLLOW) | nofollow)
         except OSError as error:
+            if error.errno == errno.ENAMETOOLONG:
+                # Deeper than one call takes (PATH_MAX): one name at a time.
+                return _walk(dir_fd, relative, flags)
             if error.errno not in (errno.ENOSYS, errno.EPERM):
                 if error.errno in (errno.ELOOP, errno.EXDEV):
                     raise SymlinkInPath(error.errno, f"{relative!r}: {error.strerror}") from None

@@ -4,10 +4,15 @@
 filled up (``ENOSPC`` or ``EDQUOT`` from lre's own writes: the action
 directory, the linked-inputs journal, the CAS or the action cache) into the
 ``ResourceExhausted`` that ends that request alone, naming the path when the
-error has one. Several concurrent writes failing together arrive as an
-exception group; a group made only of such failures (and of other
-``LreError``s) is answered with its first one. Anything else gives None and
-is left to propagate as before.
+error has one. A path the action made too long for any call
+(``ENAMETOOLONG``, deeper than ``PATH_MAX``) ends it the same way as
+``InvalidArgument`` naming that path (``_long_paths``), and one lre met
+out of file descriptors (``EMFILE``, ``ENFILE``) as ``ResourceExhausted``
+(``lre.errors.descriptors_exhausted``): final for that request, never an
+infrastructure failure that would pause the worker. Several concurrent
+writes failing together arrive as an exception group; a group made only of
+such failures (and of other ``LreError``s) is answered with its first one.
+Anything else gives None and is left to propagate as before.
 """
 
 from __future__ import annotations
@@ -15,7 +20,8 @@ from __future__ import annotations
 import errno
 import logging
 
-from lre.errors import LreError, ResourceExhausted
+from lre.errors import LreError, ResourceExhausted, descriptors_exhausted
+from lre.worker._long_paths import too_long
 
 __all__ = ["request_error"]
 
@@ -33,6 +39,9 @@ def _leaves(error: BaseException) -> list[BaseException]:
 def _mapped(error: BaseException, worker: str) -> LreError | None:
     if isinstance(error, LreError):
         return error
+    deep = too_long(error) or descriptors_exhausted(error)
+    if deep is not None:
+        return deep
     if isinstance(error, OSError) and error.errno in _SPACE:
         where = f" writing {error.filename}" if error.filename else ""
         return ResourceExhausted(

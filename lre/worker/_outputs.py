@@ -22,7 +22,9 @@ Missing outputs are left out. A file with more than
 one link (``ln`` of a file from elsewhere), owned by another user or found
 in the staged tree (a CAS inode) is marked not ``movable``: it is copied
 into the CAS, never renamed or chmodded, and is opened again at its path in
-the layer it was found in.
+the layer it was found in; so is one whose path is longer than ``PATH_MAX``
+(``_long_paths``: it is reached, and opened again, one name at a time from
+directory descriptors).
 ``log_file`` reads the action's stdout or stderr only if it is still the
 file lre opened for it. Nothing is uploaded here; ``lre.worker._upload``
 does that.
@@ -50,6 +52,7 @@ from lre.worker._layers import (
     walk,
 )
 from lre.worker._limits import ActionLimits, tree_over_limit
+from lre.worker._long_paths import fits
 from lre.worker._output_checks import OutputBudget, check_name, check_target, printable
 
 #: Files up to this size are kept in memory after hashing so the upload
@@ -239,7 +242,8 @@ class _Roots:
     owner: int | None = None
 
     def movable(self, entry: Entry, path: Path, info: os.stat_result) -> bool:
-        if entry.from_lower or not _movable(info, self.owner):
+        if entry.from_lower or not _movable(info, self.owner) or not fits(path):
+            # too deep to move by its path: copied through a descriptor
             return False
         shown = str(path)
         return not any(shown == point or shown.startswith(point + "/") for point in self.mounts)

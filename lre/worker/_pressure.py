@@ -17,6 +17,8 @@ import logging
 import time
 from collections.abc import Callable
 
+from lre.errors import out_of_descriptors
+from lre.worker._descriptors import SkipLog, using_reserve
 from lre.worker._governor import MemoryReading
 
 __all__ = ["PressureMonitor", "read_mem_available", "read_pressure_full_avg10"]
@@ -77,12 +79,24 @@ class PressureMonitor:
         self.short_reason = ""
         #: Actions frozen now (set by the memory control).
         self.frozen = 0
+        self._skips = SkipLog("memory reading (/proc/meminfo)")
 
     def read(self) -> MemoryReading:
-        """The host's state now (cached for ``cache_s``)."""
+        """The host's state now (cached for ``cache_s``). Out of file
+        descriptors even with lre's reserve (``_descriptors``), the last
+        reading stands (logged once) until one succeeds again."""
         now = time.monotonic()
         if now - self._read_at >= self._cache_s:
-            self._reading = MemoryReading(self._available(), self._pressure())
+            try:
+                available = using_reserve(self._available)
+            except OSError as error:
+                if not out_of_descriptors(error):
+                    raise
+                self._skips.skip(error)
+                self._read_at = now
+                return self._reading
+            self._skips.ok()
+            self._reading = MemoryReading(available, self._pressure())
             self._read_at = now
         return self._reading
 

@@ -50,6 +50,7 @@ from lre.worker._containment import (
 )
 from lre.worker._identity import ActionIdentity
 from lre.worker._oom import OomCounters
+from lre.worker._open_files import action_open_files, limit_open_files
 from lre.worker._process_limit import process_limits
 from lre.worker._view import ActionView
 
@@ -259,6 +260,7 @@ async def run_process(
     block_network: bool = False,
     view: ActionView | None = None,
     max_processes: int = 0,
+    max_open_files: int = 0,
     paused_seconds: Callable[[], float] | None = None,
     end_frozen: Callable[[], bool] | None = None,
     identity: ActionIdentity | None = None,
@@ -288,7 +290,9 @@ async def run_process(
     raises ``InvalidArgument`` when the containment cannot make one), with at
     most ``max_processes`` tasks at once where this machine lets lre enforce
     that (0 = no limit; ``_process_limit.py``: the caller asks
-    ``process_limits().ended(pid)`` whether a fork was refused).
+    ``process_limits().ended(pid)`` whether a fork was refused), and
+    ``max_open_files`` as its ``RLIMIT_NOFILE`` (0 = lre's own;
+    ``_open_files.py``).
 
     With ``identity`` the command's own processes run as that user, with
     no supplementary groups and no capabilities (``_identity.py``); the
@@ -315,6 +319,7 @@ async def run_process(
             "give an action a view of its own"
         )
     limits = process_limits()
+    open_files = action_open_files(max_open_files)
     command = limits.command(
         contained.name,
         contained.command(
@@ -324,6 +329,7 @@ async def run_process(
             keep_fds=tuple(pass_fds),
         ),
         max_processes,
+        open_files,
     )
     options = SpawnOptions(
         block_network=block_network,
@@ -368,6 +374,8 @@ async def run_process(
                             pass_fds=fds,
                             start_new_session=True,
                         )
+                        # Before the gate of a view opens (spawn_context).
+                        limit_open_files(popen.pid, open_files)
                     limits.started(popen.pid)
                 except (FileNotFoundError, PermissionError, NotADirectoryError) as error:
                     limits.abandoned()

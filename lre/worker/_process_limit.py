@@ -203,12 +203,16 @@ class ProcessLimits:
             return "RLIMIT_NPROC in the action's user namespace"
         return f"not enforced ({self.why_not}; RLIMIT_NPROC does not bound root)"
 
-    def command(self, containment: str, command: Sequence[str], limit: int) -> list[str]:
+    def command(
+        self, containment: str, command: Sequence[str], limit: int, open_files: int = 0
+    ) -> list[str]:
         """``command`` with ``prlimit`` placed inside the action's own user
         namespace when that is how the limit is enforced: after the ``--`` of
         the ``unshare`` that makes it (an ``nsenter`` into the backend's
         shared namespaces may come first, where the limit would count every
-        action's processes)."""
+        action's processes). That ``prlimit`` also sets ``open_files``
+        (``RLIMIT_NOFILE``, soft and hard; 0: not), before anything of the
+        action runs."""
         if not limit or self.base is not None or containment != "userns":
             return list(command)
         argv = list(command)
@@ -216,7 +220,9 @@ class ProcessLimits:
         if os.geteuid() == 0 or not starts or "--" not in argv[starts[0] :]:
             return argv
         at = argv.index("--", starts[0]) + 1
-        return [*argv[:at], "prlimit", f"--nproc={limit}:{limit}", "--", *argv[at:]]
+        nofile = [f"--nofile={open_files}:{open_files}"] if open_files > 0 else []
+        nproc = f"--nproc={limit}:{limit}"
+        return [*argv[:at], "prlimit", nproc, *nofile, "--", *argv[at:]]
 
     @contextmanager
     def around_fork(self, limit: int) -> Iterator[None]:

@@ -45,6 +45,9 @@ from dataclasses import dataclass
 
 import trio
 
+from lre.errors import out_of_descriptors
+from lre.worker._descriptors import SkipLog, using_reserve
+
 __all__ = ["ActionUsage", "ProcessTreeSampler", "SamplerStatistics"]
 
 log = logging.getLogger(__name__)
@@ -182,6 +185,7 @@ class ProcessTreeSampler:
             raise ValueError(f"sample_interval must be > 0, got {interval}")
         self.interval = interval
         self._on_over_limit = on_over_limit
+        self._skips = SkipLog("sampler: listing /proc")
         #: Called (no arguments) at the end of every pass, after the
         #: over-limit hooks: the worker's memory control decides there.
         self.on_pass: Callable[[], object] | None = None
@@ -297,10 +301,15 @@ class ProcessTreeSampler:
         sums: dict[int, list[int]] = {leader: [0, 0, 0] for leader in leaders}
         members = 0
         try:
-            names = os.listdir("/proc")
-        except OSError:  # pragma: no cover - /proc unavailable
-            log.exception("sampler: cannot list /proc")
+            names = using_reserve(lambda: os.listdir("/proc"))
+        except OSError as error:
+            if out_of_descriptors(error):
+                self._skips.skip(error)  # this pass sees only its cached fds
+            else:  # pragma: no cover - /proc unavailable
+                log.exception("sampler: cannot list /proc")
             names = []
+        else:
+            self._skips.ok()
         old_fds = self._member_fds
         fds: dict[int, int] = {}
         by_namespace: dict[int, int] = {}

@@ -31,6 +31,7 @@ from lre.digest import EMPTY_DIGEST, Digest
 from lre.errors import InvalidArgument, MissingBlobs, NotFound
 from lre.worker._input_guard import LinkedInputs, Snapshot
 from lre.worker._input_tree import InputFile, InputTree
+from lre.worker._long_paths import too_long
 from lre.worker._skeleton import plan_directories
 from lre.worker._task_errors import single_error_nursery
 
@@ -76,6 +77,39 @@ def _mode(executable: bool) -> int:
 
 
 async def stage_inputs(
+    store: BlobStore,
+    tree: InputTree,
+    root: Path,
+    *,
+    output_parents: Iterable[str] = (),
+    link_source: LinkSource | None = None,
+    link_now: LinkNow | None = None,
+    existing: frozenset[str] = frozenset(),
+    owner: tuple[int, int] | None = None,
+) -> StagingStats:
+    """``_stage_inputs`` (below); a path of the tree or an output parent too
+    long to create under ``root`` (``ENAMETOOLONG``: deeper than
+    ``PATH_MAX``) raises ``InvalidArgument`` naming it (``_long_paths``)."""
+    output_parents = tuple(output_parents)
+    try:
+        return await _stage_inputs(
+            store,
+            tree,
+            root,
+            output_parents=output_parents,
+            link_source=link_source,
+            link_now=link_now,
+            existing=existing,
+            owner=owner,
+        )
+    except OSError as error:
+        refused = too_long(error, root, output_parents)
+        if refused is None:
+            raise
+        raise refused from None
+
+
+async def _stage_inputs(
     store: BlobStore,
     tree: InputTree,
     root: Path,

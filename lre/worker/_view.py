@@ -44,7 +44,12 @@ and shapes that namespace, which the action's first process then inherits:
   each covered by an empty read-only tmpfs, so the CAS, the action cache,
   journals, logs, idle and other actions' directories are not there by any
   path; only the action's own root and tmp are mounted back inside. A
-  hidden regular file (a bearer token, a TLS key) shows ``/dev/null``.
+  hidden regular file (a bearer token, a TLS key) shows ``/dev/null``;
+- the same masks over the host's connectable sockets that run commands for
+  whoever connects (``_socket_masks``: tmux, systemd, D-Bus, container
+  engines), a socket file showing ``/dev/null``; the few paths ``shown``
+  (a socket the user handed in, ``/run/systemd/resolve``) bound back,
+  read-only, at their own paths inside the masks or the fresh ``/tmp``.
 
 ``/proc``: a procfs shows the PID namespace its mounter names. Where the
 kernel takes procfs's ``pidns=`` option (Linux 6.15+, ``proc_pidns_works``)
@@ -189,6 +194,10 @@ class ActionView:
     hidden: tuple[str, ...] = ()
     #: Host paths bound writable at their own paths (existing directories).
     writable: tuple[str, ...] = ()
+    #: Host paths (files, sockets or directories) bound read-only at their
+    #: own paths where a mask or the fresh ``/tmp`` covers them; those
+    #: missing when the view is built are skipped.
+    shown: tuple[str, ...] = ()
     #: A user namespace (descriptor) whose mapping the lower layer is shown
     #: through (``_idmap.InputIdmap``: lre's files as the action user's);
     #: None: as it is.
@@ -397,10 +406,10 @@ def outermost(paths: tuple[str, ...] | list[str]) -> list[str]:
 
 
 def _hidden_kinds(hidden: tuple[str, ...]) -> tuple[list[str], list[str]]:
-    """The directories and the regular files among ``hidden`` as this
-    namespace shows them now (symlinks followed, as ``os.path.isdir`` and
-    ``isfile`` would), one ``stat`` each; a path that cannot be read (gone,
-    or under a fresh tmpfs already) is neither."""
+    """The directories and the files (regular files and sockets) among
+    ``hidden`` as this namespace shows them now (symlinks followed, as
+    ``os.path.isdir`` and ``isfile`` would), one ``stat`` each; a path that
+    cannot be read (gone, or under a fresh tmpfs already) is neither."""
     directories: list[str] = []
     files: list[str] = []
     for path in hidden:
@@ -410,9 +419,47 @@ def _hidden_kinds(hidden: tuple[str, ...]) -> tuple[list[str], list[str]]:
             continue
         if stat.S_ISDIR(mode):
             directories.append(path)
-        elif stat.S_ISREG(mode):
+        elif stat.S_ISREG(mode) or stat.S_ISSOCK(mode):
             files.append(path)
     return directories, files
+
+
+def _shown_clones(shown: tuple[str, ...]) -> list[tuple[int, str, bool]]:
+    """Read-only detached copies of the paths in ``shown`` that exist:
+    (descriptor, path, whether a directory). The GIL is dropped for their
+    lookups (configured paths). Raises ``OSError`` but for a missing path;
+    the caller closes the descriptors."""
+    clones: list[tuple[int, str, bool]] = []
+    try:
+        for path in shown:
+            try:
+                directory = stat.S_ISDIR(os.stat(path).st_mode)
+            except (OSError, ValueError):
+                continue
+            fd = _clone_tree(path, release=True)
+            clones.append((fd, path, directory))
+            attrs = _MOUNT_ATTR_RDONLY | _WRITABLE_ATTRS
+            _setattr(path, set_=attrs, recursive=True, fd=fd)
+    except BaseException:
+        for fd, _, _ in clones:
+            os.close(fd)
+        raise
+    return clones
+
+
+def _attach_shown(fd: int, path: str, directory: bool, tmpfs: list[str]) -> None:
+    """Attach a path of ``shown`` where one of the new ``tmpfs`` (masks still
+    writable, or the fresh /tmp) covers it, making its mount point there
+    first (a directory, or an empty file for a file or socket); elsewhere the
+    host's own path is in the view already and nothing is done."""
+    if covered_by(path, tmpfs) is None:
+        return
+    if directory:
+        os.makedirs(path, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+    _attach(fd, path, release=True)
 
 
 def _attach_at(fd: int, path: str, tmpfs: list[str], *, release: bool = False) -> None:
@@ -439,6 +486,8 @@ def build_view(view: ActionView, *, host_proc_writable: bool = True) -> None:
         detached.extend(own)
         shared = [(_writable_clone(path, release=True), path) for path in writable]
         detached.extend(shared)
+        shown = _shown_clones(view.shown)
+        detached.extend((fd, path) for fd, path, _ in shown)
         _setattr("/", set_=_MOUNT_ATTR_RDONLY, propagation=_MS_SLAVE, recursive=True)
         # The host's /proc stays writable until the action's first process
         # covers it with its own: unshare writes /proc/self/uid_map there.
@@ -459,14 +508,17 @@ def build_view(view: ActionView, *, host_proc_writable: bool = True) -> None:
             detached.append((fd, path))
             _attach(fd, path)
         later: list[str] = []
+        inside = [view.root, view.tmp, *(path for _, path, _ in shown)]
         for path in masks:
-            if covered_by(view.root, [path]) or covered_by(view.tmp, [path]):
+            if any(covered_by(each, [path]) for each in inside):
                 _mount_tmpfs(path, _MASK_OPTIONS)
                 later.append(path)
             else:
                 _mount_tmpfs(path, _MASK_OPTIONS, _MS_NOSUID | _MS_NODEV | _MS_RDONLY)
         for fd, path in own:
             _attach_at(fd, path, [*masks, *fresh])
+        for fd, path, directory in shown:
+            _attach_shown(fd, path, directory, [*later, *fresh])
         for path in later:
             _setattr(path, set_=_MOUNT_ATTR_RDONLY)
         # Every mount of the view nosuid: no set-user-ID bit nor file

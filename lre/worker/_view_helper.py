@@ -252,6 +252,7 @@ def main() -> None:
             try:
                 fields["hidden"] = tuple(fields["hidden"])
                 fields["writable"] = tuple(fields["writable"])
+                fields["shown"] = tuple(fields["shown"])
                 view.build_view(view.ActionView(**fields))  # type: ignore[attr-defined]
                 fd = os.open("/proc/self/ns/mnt", os.O_RDONLY)  # inheritable: no O_CLOEXEC
             finally:

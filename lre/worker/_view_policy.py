@@ -12,10 +12,17 @@ action reads two platform properties:
   worker's ``sandbox_debug``).
 
 A writable path that is relative, is or lies inside one of lre's own
-directories (it would expose them), or is not an existing directory is
-refused with ``InvalidArgument`` naming the property (or the config field)
-and the value. A writable path *containing* lre's directories is fine: they
-stay hidden inside it.
+directories (it would expose them) or inside a socket mask, or is not an
+existing directory is refused with ``InvalidArgument`` naming the property
+(or the config field) and the value. A writable path *containing* lre's
+directories is fine: they stay hidden inside it.
+
+Every view also hides the host's sockets that run commands for whoever
+connects (``_socket_masks``), but for the worker's
+``sandbox_visible_sockets``: each must be absolute and neither be, lie in
+nor hold one of lre's own directories (else ``InvalidArgument`` naming the
+field), and is shown at its
+own path, read-only, in every view where it exists when the view is built.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from lre.errors import InvalidArgument
 from lre.worker._action_dirs import ROOT_MODE, ActionDirectory
 from lre.worker._containment import Containment
 from lre.worker._process import ProcessOutcome
+from lre.worker._socket_masks import SHOWN_INSIDE, socket_masks
 from lre.worker._view import OVERLAY_OPTIONS, ActionView, OverlayXattrs, covered_by, outermost
 from lre.worker._workdir import WorkDirectory
 
@@ -137,6 +145,8 @@ class ViewPolicy:
         debug: bool = False,
         owner: tuple[int, int] | None = None,
         closed: Sequence[str] = (),
+        sockets: Sequence[str] = (),
+        visible: Sequence[str] = (),
     ) -> None:
         #: (uid, gid) of the user actions run as (None: lre's own): the
         #: upper layer, so the input root the action sees, belongs to it.
@@ -151,6 +161,12 @@ class ViewPolicy:
         self.hidden = tuple(outermost([os.path.abspath(p) for p in hidden if p]))
         self.debug = debug
         self.xattrs: OverlayXattrs = xattrs
+        #: Host sockets handed in (``sandbox_visible_sockets``), resolved.
+        self.visible = self._visible(visible)
+        #: Socket masks (``_socket_masks``) but the paths handed in.
+        self.sockets = tuple(p for p in outermost(list(sockets)) if p not in self.visible)
+        #: Everything a view covers: lre's directories and the socket masks.
+        self.masks = tuple(outermost([*self.hidden, *self.sockets]))
         self.writable = self._checked(writable, "sandbox_writable_paths")
         if owner is not None:
             for path in self.writable:
@@ -188,6 +204,7 @@ class ViewPolicy:
         # and with an empty tmpfs there its own root and TMPDIR are
         # reachable by their absolute paths.
         closed = closed_ancestor(str(workdir.path), owner) if owner is not None else None
+        uids = {os.geteuid(), *(() if owner is None else (owner[0],))}
         return cls(
             (*own, *hidden),
             spec.sandbox_writable_paths,
@@ -195,7 +212,35 @@ class ViewPolicy:
             debug=spec.sandbox_debug,
             owner=owner,
             closed=() if closed is None else (closed,),
+            sockets=socket_masks(os.environ, sorted(uids)),
+            visible=spec.sandbox_visible_sockets,
         )
+
+    def _visible(self, paths: Sequence[str]) -> tuple[str, ...]:
+        """``sandbox_visible_sockets`` checked and resolved (symlinks
+        followed where the path exists: a mask is a resolved path too); one
+        not there now only gets a warning (an agent may start later)."""
+        field = "sandbox_visible_sockets"
+        checked: list[str] = []
+        for path in paths:
+            if not path:
+                continue
+            if not os.path.isabs(path):
+                raise InvalidArgument(f"{field}: {path!r} is not an absolute path")
+            resolved = os.path.realpath(path)
+            # At, inside or around one of lre's directories: a bind of it
+            # (made before the masks) would show that directory again.
+            inside = covered_by(resolved, self.hidden) or next(
+                (h for h in self.hidden if covered_by(h, [resolved])), None
+            )
+            if inside is not None:
+                raise InvalidArgument(
+                    f"{field}: {path!r} would expose lre's own directory {inside!r} to actions"
+                )
+            if not os.path.exists(resolved):
+                log.warning("%s: %s does not exist now; views show it once it does", field, path)
+            checked.append(resolved)
+        return tuple(checked)
 
     def _checked(self, paths: Sequence[str], field: str) -> tuple[str, ...]:
         checked: list[str] = []
@@ -215,6 +260,12 @@ class ViewPolicy:
             if inside is not None:
                 raise InvalidArgument(
                     f"{field}: {path!r} would expose lre's own directory {inside!r} to actions"
+                )
+            masked = covered_by(normal, self.sockets)
+            if masked is not None:
+                raise InvalidArgument(
+                    f"{field}: {path!r} lies in {masked!r}, which views hide: sockets there "
+                    "run commands for whoever connects (docs/security.md)"
                 )
             if not os.path.isdir(normal):
                 raise InvalidArgument(f"{field}: {path!r} is not an existing directory")
@@ -257,8 +308,9 @@ class ViewPolicy:
             upper=str(directory.upper),
             work=str(directory.overlay_work),
             tmp=str(directory.tmp),
-            hidden=self.hidden,
+            hidden=self.masks,
             writable=writable,
+            shown=(*SHOWN_INSIDE, *self.visible),
             xattrs=self.xattrs,
             idmap=self.idmap,
         )

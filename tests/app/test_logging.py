@@ -135,3 +135,26 @@ def test_a_log_an_older_lre_left_world_readable_is_narrowed(
     configure_logging("info", file=path)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert path.read_text() == "old line\n"
+
+
+def test_trios_accept_complaints_are_logged_once_a_minute_without_a_traceback() -> None:
+    # Out of file descriptors, Trio's accept loop complains every 0.1 s
+    # with a traceback; lre's log keeps one line of it per minute.
+    accept = logging.getLogger("trio.serve_listeners")
+    for earlier in list(accept.filters):  # a fresh minute for this test
+        accept.removeFilter(earlier)
+    stream = io.StringIO()
+    handler = configure_logging("info", stream=stream)
+    try:
+        for _ in range(20):
+            try:
+                raise OSError(24, "Too many open files")
+            except OSError:
+                accept.error("accept returned EMFILE (Too many open files)", exc_info=True)
+        configure_logging("info", stream=stream)  # again: still one filter
+        accept.error("accept returned EMFILE (Too many open files)")
+    finally:
+        handler.close()
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 1, lines
+    assert "accept returned EMFILE" in lines[0] and "Traceback" not in stream.getvalue()
