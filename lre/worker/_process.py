@@ -52,6 +52,7 @@ from lre.worker._identity import ActionIdentity
 from lre.worker._oom import OomCounters
 from lre.worker._process_limit import process_limits
 from lre.worker._view import ActionView
+from lre.worker._view_writable import WritableRefused
 
 log = logging.getLogger(__name__)
 
@@ -369,6 +370,9 @@ async def run_process(
                             start_new_session=True,
                         )
                     limits.started(popen.pid)
+                except WritableRefused:  # named by the runner (it knows the property)
+                    limits.abandoned()
+                    raise
                 except (FileNotFoundError, PermissionError, NotADirectoryError) as error:
                     limits.abandoned()
                     raise InvalidArgument(

@@ -69,8 +69,16 @@ import sys
 from dataclasses import dataclass
 from typing import Literal
 
-# The view helper loads _view_dev.py by its file name under this name first.
+# The view helper loads these by their file names under these names first.
 from lre.worker._view_dev import mount_dev
+from lre.worker._view_writable import (
+    Mark,
+    Protected,
+    WritableRefused,
+    identity,
+    judge,
+    open_without_symlinks,
+)
 
 __all__ = [
     "ActionView",
@@ -89,6 +97,7 @@ _AT_EMPTY_PATH = 0x1000
 _OPEN_TREE_CLONE = 1
 _OPEN_TREE_CLOEXEC = os.O_CLOEXEC
 _MOVE_MOUNT_F_EMPTY_PATH = 0x4
+_MOVE_MOUNT_T_EMPTY_PATH = 0x40
 _MOUNT_ATTR_RDONLY = 0x1
 _MOUNT_ATTR_NOSUID = 0x2
 _MOUNT_ATTR_NODEV = 0x4
@@ -187,8 +196,19 @@ class ActionView:
     #: lre's directories, each covered by an empty read-only tmpfs (none
     #: inside another: ``outermost``).
     hidden: tuple[str, ...] = ()
-    #: Host paths bound writable at their own paths (existing directories).
+    #: Host paths bound writable at their own paths (existing directories),
+    #: each opened with no symlink and judged (``_view_writable``).
     writable: tuple[str, ...] = ()
+    #: The marks of lre's directories among ``hidden`` as lre found them
+    #: (label: the path): no writable path may be or lie inside one, and
+    #: the mask of one inside a writable path goes on that very directory.
+    hidden_marks: tuple[Mark, ...] = ()
+    #: More directories no writable path may be or lie inside (lre's
+    #: installation, the user's home).
+    within: tuple[Mark, ...] = ()
+    #: Directories no writable path may be: those holding one of ``within``
+    #: (labelled with what they hold).
+    containing: tuple[Mark, ...] = ()
     #: A user namespace (descriptor) whose mapping the lower layer is shown
     #: through (``_idmap.InputIdmap``: lre's files as the action user's);
     #: None: as it is.
@@ -263,6 +283,28 @@ def _writable_clone(path: str, *, release: bool = False) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def _clone_opened(fd: int, path: str) -> int:
+    """A detached copy of the mounts at the opened directory ``fd`` (named
+    ``path``; every mount of it ``nodev`` and ``nosuid``): the very object
+    ``fd`` refers to, not whatever ``path`` leads to now. The GIL is
+    dropped for the clone (a path the user configured)."""
+    flags = _OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC | _AT_RECURSIVE | _AT_EMPTY_PATH
+    clone = _syscall("open_tree", path, fd, b"", flags, release=True)
+    try:
+        _setattr(path, set_=_WRITABLE_ATTRS, recursive=True, fd=clone)
+    except BaseException:
+        os.close(clone)
+        raise
+    return clone
+
+
+def _attach_onto(fd: int, target: int, path: str) -> None:
+    """Attach the detached mount ``fd`` on the opened directory or file
+    ``target`` (named ``path``), with no lookup of ``path``."""
+    flags = _MOVE_MOUNT_F_EMPTY_PATH | _MOVE_MOUNT_T_EMPTY_PATH
+    _syscall("move_mount", path, fd, b"", target, b"", flags, release=True)
 
 
 def _attach(fd: int, path: str, *, release: bool = False) -> None:
@@ -423,21 +465,65 @@ def _attach_at(fd: int, path: str, tmpfs: list[str], *, release: bool = False) -
     _attach(fd, path, release=release)
 
 
+def _open_writable(view: ActionView) -> dict[str, int]:
+    """Each of ``view.writable`` opened with no symlink and judged
+    (``_view_writable``); an ``O_PATH`` descriptor by path, for the caller
+    to close. Raises ``WritableRefused`` for the first path refused."""
+    protected = Protected(within=(*view.hidden_marks, *view.within), containing=view.containing)
+    opened: dict[str, int] = {}
+    try:
+        for path in dict.fromkeys(view.writable):
+            opened[path] = open_without_symlinks(path)
+            judge(path, opened[path], protected)
+    except BaseException:
+        for fd in opened.values():
+            os.close(fd)
+        raise
+    return opened
+
+
+def _mask_target(path: str, view: ActionView, writable: list[str]) -> int | None:
+    """For one of lre's hidden paths lying inside a writable path (where a
+    build could have moved things): a descriptor of what ``path`` leads to
+    now, checked to be what lre found there (``view.hidden_marks``), for
+    the mask to go on. None for any other (masked by its path). Raises
+    ``WritableRefused`` when it is gone or is something else."""
+    if covered_by(path, writable) is None:
+        return None
+    marks = [(dev, ino) for dev, ino, where in view.hidden_marks if where == path]
+    if not marks:
+        return None
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:
+        raise WritableRefused(path, "(lre's own) is gone from inside a writable path") from None
+    if identity(fd) != marks[0]:
+        os.close(fd)
+        raise WritableRefused(
+            path, "(lre's own) is no longer the one lre started with, inside a writable path"
+        )
+    return fd
+
+
 def build_view(view: ActionView, *, host_proc_writable: bool = True) -> None:
     """Shape the calling thread's (new, unshared) mount namespace into
     ``view`` (see the module docstring). The host's ``/proc`` stays writable
     when ``host_proc_writable`` (for whoever covers it with the action's
-    own; read-only otherwise). Raises ``OSError``."""
+    own; read-only otherwise). Raises ``WritableRefused`` when a writable
+    path is refused or lre's directory inside one moved, ``OSError``
+    otherwise."""
     if _LIBC is None:
         raise OSError("mount namespaces need Linux")
     fresh = ["/tmp", "/dev/shm"]
     writable = outermost(view.writable)
+    opened = _open_writable(view)
     # Detached copies first: once the masks are mounted these paths are gone.
     detached: list[tuple[int, str]] = []
+    targets: list[int] = []
     try:
         own = [(overlay_mount(view), view.root), (_writable_clone(view.tmp), view.tmp)]
         detached.extend(own)
-        shared = [(_writable_clone(path, release=True), path) for path in writable]
+        shared = [(_clone_opened(opened[path], path), path) for path in writable]
         detached.extend(shared)
         _setattr("/", set_=_MOUNT_ATTR_RDONLY, propagation=_MS_SLAVE, recursive=True)
         # The host's /proc stays writable until the action's first process
@@ -448,23 +534,36 @@ def build_view(view: ActionView, *, host_proc_writable: bool = True) -> None:
         for path in fresh:
             _mount_tmpfs(path, TMPFS_OPTIONS)
         for fd, path in shared:
-            _attach_at(fd, path, fresh, release=True)
+            if covered_by(path, fresh) is not None:  # in a tmpfs of this view only
+                _attach_at(fd, path, fresh, release=True)
+            else:  # on the directory judged, not on what its path leads to now
+                _attach_onto(fd, opened[path], path)
         # What is still there of lre's own (a writable path may hold some of
         # it, and /tmp hides it already unless a writable path brought it back).
         # ``hidden`` is outermost already (``ViewPolicy``). A mask that will
         # hold the action's own mount points is made read-only after them.
         masks, files = _hidden_kinds(view.hidden)
         for path in files:  # a token or key file: /dev/null in its place
+            target = _mask_target(path, view, writable)
             fd = _clone_tree("/dev/null")
             detached.append((fd, path))
-            _attach(fd, path)
+            if target is None:
+                _attach(fd, path)
+            else:
+                targets.append(target)
+                _attach_onto(fd, target, path)
         later: list[str] = []
         for path in masks:
+            target = _mask_target(path, view, writable)
+            where = path
+            if target is not None:  # the directory checked, whatever its path holds now
+                targets.append(target)
+                where = f"/proc/thread-self/fd/{target}"
             if covered_by(view.root, [path]) or covered_by(view.tmp, [path]):
-                _mount_tmpfs(path, _MASK_OPTIONS)
+                _mount_tmpfs(where, _MASK_OPTIONS)
                 later.append(path)
             else:
-                _mount_tmpfs(path, _MASK_OPTIONS, _MS_NOSUID | _MS_NODEV | _MS_RDONLY)
+                _mount_tmpfs(where, _MASK_OPTIONS, _MS_NOSUID | _MS_NODEV | _MS_RDONLY)
         for fd, path in own:
             _attach_at(fd, path, [*masks, *fresh])
         for path in later:
@@ -473,5 +572,5 @@ def build_view(view: ActionView, *, host_proc_writable: bool = True) -> None:
         # capability is honoured in it (``_capabilities.py``).
         _setattr("/", set_=_MOUNT_ATTR_NOSUID, recursive=True)
     finally:
-        for fd, _ in detached:
+        for fd in (*(fd for fd, _ in detached), *targets, *opened.values()):
             os.close(fd)

@@ -15,11 +15,13 @@ a mask or make a read-only mount writable) and drops the capabilities the
 outer one gave. lre tells the helper to let a descriptor go once that
 action ended (piggybacked on the next request).
 
-The helper imports ``_view.py`` and ``_view_dev.py`` by their file names
+The helper imports ``_view.py``, ``_view_dev.py`` and ``_view_writable.py``
+by their file names
 and nothing else of lre (so it needs only the standard library). It exits
 when its stdin closes, so it never outlives lre. Protocol: one JSON object per line each way;
 ``{"build": {...ActionView fields}, "release": [N, ...]}`` ->
-``{"fd": N}`` or ``{"error": "message"}``.
+``{"fd": N}``, ``{"refused": {"path": ..., "reason": ...}}`` (a writable path
+refused where it is mounted, ``_view_writable``) or ``{"error": "message"}``.
 """
 
 from __future__ import annotations
@@ -129,6 +131,12 @@ class ViewHelper:
         if not line:
             raise OSError("the view helper exited")
         answer: dict[str, Any] = json.loads(line)
+        refused = answer.get("refused")
+        if refused is not None:
+            # Imported here: run as the helper, this file sees no ``lre``.
+            from lre.worker._view_writable import WritableRefused
+
+            raise WritableRefused(str(refused["path"]), str(refused["reason"]))
         if "fd" not in answer:
             raise OSError(f"view helper: {answer.get('error', line.strip())}")
         return int(answer["fd"])
@@ -176,16 +184,23 @@ def _load(file: str, name: str) -> object:
 
 
 def _load_view() -> object:
-    """``_view.py`` and the one module it imports, ``_view_dev.py``, by
-    file name: registered under its package name, ``_view.py``'s ``from
-    lre.worker._view_dev import ...`` finds it without importing ``lre``."""
+    """``_view.py`` and the modules it imports, ``_view_dev.py`` and
+    ``_view_writable.py``, by file name: registered under their package
+    names, ``_view.py``'s ``from lre.worker._view_dev import ...`` finds
+    them without importing ``lre``."""
     _load("_view_dev.py", "lre.worker._view_dev")
+    _load("_view_writable.py", "lre.worker._view_writable")
     return _load("_view.py", "_lre_view")
+
+
+#: ``ActionView`` fields holding marks (device, inode, path): JSON lists.
+_MARK_FIELDS = ("hidden_marks", "within", "containing")
 
 
 def main() -> None:
     """Serve build requests on stdin until it closes."""
     view = _load_view()
+    refusal: type[Any] = sys.modules["lre.worker._view_writable"].WritableRefused
     libc = ctypes.CDLL(None, use_errno=True)
     base = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
     out = sys.stdout
@@ -210,6 +225,8 @@ def main() -> None:
             try:
                 fields["hidden"] = tuple(fields["hidden"])
                 fields["writable"] = tuple(fields["writable"])
+                for name in _MARK_FIELDS:
+                    fields[name] = tuple(tuple(mark) for mark in fields.get(name, ()))
                 view.build_view(view.ActionView(**fields))  # type: ignore[attr-defined]
                 fd = os.open("/proc/self/ns/mnt", os.O_RDONLY)  # inheritable: no O_CLOEXEC
             finally:
@@ -217,6 +234,8 @@ def main() -> None:
                     code = ctypes.get_errno()
                     raise SystemExit(f"lre view helper: cannot return: {os.strerror(code)}")
             answer: dict[str, object] = {"fd": fd}
+        except refusal as refused:
+            answer = {"refused": {"path": refused.path, "reason": refused.reason}}
         except (OSError, TypeError, KeyError) as error:
             answer = {"error": str(error)}
         out.write(json.dumps(answer) + "\n")
