@@ -39,12 +39,19 @@ and shapes that namespace, which the action's first process then inherits:
   ``/dev/shm``, writable paths) ``nodev`` and ``nosuid``: a device node it
   makes there (root may ``mknod``) does not open;
 - configured writable host paths (like Bazel's ``--sandbox_writable_path``),
-  bound writable at their own paths;
+  bound writable at their own paths: each opened with no symlink and judged
+  by device and inode (``_view_writable``), then cloned from that descriptor
+  and attached on it (never looked up by its path again; one under the
+  view's fresh ``/tmp`` or ``/dev/shm`` is attached at its path there,
+  in a tmpfs only this view has);
 - lre's own directories (state, stores, temporary and work roots: ``hidden``)
   each covered by an empty read-only tmpfs, so the CAS, the action cache,
   journals, logs, idle and other actions' directories are not there by any
   path; only the action's own root and tmp are mounted back inside. A
-  hidden regular file (a bearer token, a TLS key) shows ``/dev/null``.
+  hidden regular file (a bearer token, a TLS key) shows ``/dev/null``. One
+  lying inside a writable path is masked on the very directory lre found
+  at start-up (``ActionView.hidden_marks``), not on whatever its path
+  leads to now; if it is gone or replaced the view is refused.
 
 ``/proc``: a procfs shows the PID namespace its mounter names. Where the
 kernel takes procfs's ``pidns=`` option (Linux 6.15+, ``proc_pidns_works``)
