@@ -149,17 +149,20 @@ def installation() -> list[str]:
     if site.ENABLE_USER_SITE:
         paths.append(site.getusersitepackages())
     paths.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    return list(dict.fromkeys(os.path.abspath(p) for p in paths if p))
+    absolute = (os.path.abspath(p) for p in paths if p)
+    return list(dict.fromkeys(p for p in absolute if p != "/"))
 
 
 def homes() -> list[str]:
-    """The home of lre's user: its password entry's and ``$HOME``."""
+    """The home of lre's user: its password entry's and ``$HOME``; ``/``
+    (the home of some service users) is none, or every path would lie in it."""
     found = [os.environ.get("HOME", "")]
     try:
         found.append(pwd.getpwuid(os.geteuid()).pw_dir)
     except KeyError:
         pass
-    return list(dict.fromkeys(os.path.abspath(p) for p in found if p and os.path.isabs(p)))
+    absolute = (os.path.abspath(p) for p in found if p and os.path.isabs(p))
+    return list(dict.fromkeys(p for p in absolute if p != "/"))
 
 
 def protected_marks(directories: Sequence[str]) -> tuple[tuple[Mark, ...], tuple[Mark, ...]]:

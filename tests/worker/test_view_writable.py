@@ -329,3 +329,13 @@ def test_the_installation_covers_the_python_and_lre() -> None:
     found = installation()
     assert os.path.abspath(sys.prefix) in found
     assert str(Path(_view_writable.__file__).parents[1]) in found
+
+
+def test_a_home_of_slash_protects_nothing(
+    tmp_path: Path, shown: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Service users (systemd's DynamicUser, some distributions' nobody) have
+    ``/`` as their home: it must not make every writable path refused."""
+    monkeypatch.setenv("HOME", "/")
+    assert "/" not in homes()
+    _policy(tmp_path, (str(shown),))
