@@ -14,10 +14,10 @@ every writable path is
   each directory above it (``..`` from the descriptor, never the path
   again) against ``Protected`` marks. A writable path may not be nor lie
   inside one of ``Protected.within`` (lre's own directories, its
-  installation, the user's home) and may not contain one of
-  ``Protected.containing`` (installation and home: a directory that holds
-  them is every directory above them). A path holding lre's own
-  directories is allowed: the view masks them, on the objects it mounted
+  installation, the user's home) and may not be one of
+  ``Protected.containing`` (the directories above the installation and
+  the home: it would hold them). A path holding lre's own directories is
+  allowed: the view masks them, on the very directories lre found
   (``_view.build_view``).
 
 The caller then mounts that same descriptor (``open_tree`` of it), so what
