@@ -119,7 +119,10 @@ class ViewHelper:
     def build(self, view: object) -> int:
         """Have the helper make ``view`` (an ``ActionView``); the number of
         the descriptor holding its mount namespace in the helper."""
-        fields = dataclasses.asdict(view)  # type: ignore[call-overload]
+        # Shallow: every field is a string, a number or tuples of them
+        # (``asdict`` would deep-copy each tuple, a cost on every action).
+        names = [field.name for field in dataclasses.fields(view)]  # type: ignore[arg-type]
+        fields = {name: getattr(view, name) for name in names}
         with self._lock:
             process = self._process
             if process is None or process.stdin is None or process.stdout is None:

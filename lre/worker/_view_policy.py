@@ -383,9 +383,10 @@ class ViewPolicy:
             tmp=str(directory.tmp),
             hidden=self.hidden,
             writable=writable,
-            hidden_marks=self._marks_of_hidden(),
-            within=self.within,
-            containing=self.containing,
+            # Needed only to judge writable paths and mask inside them.
+            hidden_marks=self._marks_of_hidden() if writable else (),
+            within=self.within if writable else (),
+            containing=self.containing if writable else (),
             xattrs=self.xattrs,
             idmap=self.idmap,
         )
