@@ -60,7 +60,9 @@ __all__ = [
     "ViewOf",
     "ViewPolicy",
     "blocks_network",
+    "judge_writable",
     "refuse_unreachable",
+    "refuse_unsafe_writable",
     "truthy",
 ]
 
@@ -180,6 +182,40 @@ def protected_marks(directories: Sequence[str]) -> tuple[tuple[Mark, ...], tuple
     return tuple(within.values()), tuple(containing.values())
 
 
+def judge_writable(path: str, protected: Protected, field: str) -> None:
+    """Open the writable ``path`` (absolute, normalised) with no symlink and
+    judge it now (``_view_writable``); raises ``InvalidArgument`` naming
+    ``field`` and the path when it is refused or cannot be opened."""
+    try:
+        fd = open_without_symlinks(path)
+    except WritableRefused as refusal:
+        raise InvalidArgument(f"{field}: {refusal}") from None
+    except OSError as error:
+        raise InvalidArgument(f"{field}: {path!r} cannot be opened: {error}") from None
+    try:
+        judge(path, fd, protected)
+    except WritableRefused as refusal:
+        raise InvalidArgument(f"{field}: {refusal}") from None
+    finally:
+        os.close(fd)
+
+
+def refuse_unsafe_writable(paths: Sequence[str], hidden: Sequence[str], field: str) -> None:
+    """The start-up check of configured writable ``paths``: raise
+    ``InvalidArgument`` naming ``field`` and the first one that is not
+    absolute, has a symlink in it, or is refused against lre's directories
+    (``hidden``, those that exist yet), lre's installation and the home."""
+    within, containing = protected_marks([*installation(), *homes()])
+    own = [mark for mark in (mark_of(p) for p in hidden if p) if mark is not None]
+    protected = Protected(within=(*own, *within), containing=containing)
+    for path in paths:
+        if not path:
+            continue
+        if not os.path.isabs(path):
+            raise InvalidArgument(f"{field}: {path!r} is not an absolute path")
+        judge_writable(os.path.normpath(path), protected, field)
+
+
 class ViewPolicy:
     """Hidden and writable paths of a worker's views (see the module docstring).
 
@@ -219,7 +255,7 @@ class ViewPolicy:
         self._marks_of_hidden()
         self.writable = self._checked(writable, "sandbox_writable_paths")
         for path in self.writable:
-            self._judged(path, "sandbox_writable_paths")
+            judge_writable(path, self._protected(), "sandbox_writable_paths")
         if owner is not None:
             for path in self.writable:
                 if not _writable_by(path, owner):
@@ -305,22 +341,6 @@ class ViewPolicy:
         return Protected(
             within=(*self._marks_of_hidden(), *self.within), containing=self.containing
         )
-
-    def _judged(self, path: str, field: str) -> None:
-        """Open ``path`` with no symlink and judge it now (``_view_writable``);
-        raises ``InvalidArgument`` naming ``field`` when refused."""
-        try:
-            fd = open_without_symlinks(path)
-        except WritableRefused as refusal:
-            raise InvalidArgument(f"{field}: {refusal}") from None
-        except OSError as error:
-            raise InvalidArgument(f"{field}: {path!r} cannot be opened: {error}") from None
-        try:
-            judge(path, fd, self._protected())
-        except WritableRefused as refusal:
-            raise InvalidArgument(f"{field}: {refusal}") from None
-        finally:
-            os.close(fd)
 
     def writable_for(self, platform: Mapping[str, str]) -> tuple[str, ...]:
         """The writable paths of an action with these platform properties:

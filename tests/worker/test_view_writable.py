@@ -19,7 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from lre.app import AppBuildError, Application
 from lre.cas import MemoryStore, read_bytes
+from lre.config import resolve
+from lre.config._loader import load_config_text
 from lre.digest import Digest
 from lre.errors import InvalidArgument
 from lre.scheduler import Completed
@@ -35,6 +38,7 @@ from lre.worker._view_writable import (
     open_without_symlinks,
 )
 from lre.worker._workdir import WorkDirectory
+from tests._support.configs import app_config_text
 
 from .conftest import make_lease, make_spec
 from .test_containment import backend
@@ -339,3 +343,23 @@ def test_a_home_of_slash_protects_nothing(
     monkeypatch.setenv("HOME", "/")
     assert "/" not in homes()
     _policy(tmp_path, (str(shown),))
+
+
+@pytest.mark.parametrize("kind", ["symlink", "home"])
+def test_lre_does_not_start_with_an_unsafe_writable_path(
+    tmp_path: Path, shown: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """Judged when lre is built, before any worker starts, naming the
+    worker's field and the path."""
+    (shown / "real").mkdir()
+    (shown / "link").symlink_to(shown / "real")
+    if kind == "home":
+        monkeypatch.setenv("HOME", str(shown))
+    path = shown / ("link" if kind == "symlink" else "real")
+    (tmp_path / "lre").mkdir()
+    text = app_config_text(tmp_path / "lre", extra_worker=f', sandbox_writable_paths: ["{path}"]')
+    with pytest.raises(AppBuildError) as raised:
+        Application(resolve(load_config_text(text, source="t.json5")))
+    message = str(raised.value)
+    assert "workers[0].local.sandbox_writable_paths" in message and str(path) in message
+    assert ("symbolic link" if kind == "symlink" else f"lies inside {str(shown)!r}") in message
