@@ -38,7 +38,9 @@ from tests._support.reapi import digest
 
 from .test_view_attacks import Lre, _start
 
-#: (backend, lre's user, action_user) of the lres that make views.
+#: (backend, lre's user, action_user) of the lres that make views (under
+#: portable there is no view: the host is as writable to an action as to
+#: lre's user, writable paths or not; docs/security.md).
 SETUPS = (("pidns", "own", "root"), ("userns", "own", "root"), ("userns", "nobody", "root"))
 _IDS = [f"{b}-{i}-actions-{a}" for b, i, a in SETUPS]
 _PROPERTY = "sandbox-writable-path"
