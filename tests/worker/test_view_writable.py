@@ -247,13 +247,14 @@ async def test_lres_directory_inside_a_writable_path_stays_hidden(
     assert (shown / "ok").read_text() == "ok\n"
 
 
-def _policy(tmp_path: Path, writable: tuple[str, ...], hidden: tuple[str, ...] = ()) -> ViewPolicy:
-    return ViewPolicy(hidden, writable, xattrs="trusted")
+def _policy(writable: tuple[str, ...]) -> ViewPolicy:
+    """A worker's policy with these configured writable paths (judged now)."""
+    return ViewPolicy((), writable, xattrs="trusted")
 
 
 @pytest.mark.parametrize("which", ["site-packages", "lre", "home"])
 def test_a_configured_path_inside_the_installation_or_home_is_refused_at_start_up(
-    tmp_path: Path, which: str
+    which: str,
 ) -> None:
     root = {
         "site-packages": site.getsitepackages()[0],
@@ -262,28 +263,26 @@ def test_a_configured_path_inside_the_installation_or_home_is_refused_at_start_u
     }[which]
     assert os.path.isdir(root), root
     with pytest.raises(InvalidArgument) as raised:
-        _policy(tmp_path, (root,))
+        _policy((root,))
     assert "sandbox_writable_paths" in raised.value.message and root in raised.value.message
 
 
-def test_a_configured_path_holding_the_home_or_the_installation_is_refused(
-    tmp_path: Path,
-) -> None:
+def test_a_configured_path_holding_the_home_or_the_installation_is_refused() -> None:
     above = os.path.dirname(homes()[0]) or "/"
     with pytest.raises(InvalidArgument) as raised:
-        _policy(tmp_path, (above,))
+        _policy((above,))
     assert "contains" in raised.value.message and above in raised.value.message
 
 
-def test_a_configured_path_through_a_symlink_is_refused(tmp_path: Path, shown: Path) -> None:
+def test_a_configured_path_through_a_symlink_is_refused(shown: Path) -> None:
     (shown / "real").mkdir()
     (shown / "link").symlink_to(shown / "real")
     with pytest.raises(InvalidArgument) as raised:
-        _policy(tmp_path, (str(shown / "link"),))
+        _policy((str(shown / "link"),))
     assert "symbolic link" in raised.value.message and "sandbox_writable_paths" in (
         raised.value.message
     )
-    _policy(tmp_path, (str(shown / "real"),))  # the real directory is fine
+    _policy((str(shown / "real"),))  # the real directory is fine
 
 
 def test_the_judgement_is_by_inode_not_by_name(shown: Path) -> None:
@@ -335,14 +334,12 @@ def test_the_installation_covers_the_python_and_lre() -> None:
     assert str(Path(_view_writable.__file__).parents[1]) in found
 
 
-def test_a_home_of_slash_protects_nothing(
-    tmp_path: Path, shown: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_home_of_slash_protects_nothing(shown: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Service users (systemd's DynamicUser, some distributions' nobody) have
     ``/`` as their home: it must not make every writable path refused."""
     monkeypatch.setenv("HOME", "/")
     assert "/" not in homes()
-    _policy(tmp_path, (str(shown),))
+    _policy((str(shown),))
 
 
 @pytest.mark.parametrize("kind", ["symlink", "home"])
