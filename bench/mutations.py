@@ -116,6 +116,40 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        return True\n",
         ("tests/worker/test_action_dirs.py", "-k", "twice_the_stock"),
     ),
+    Mutation(
+        "view-host-writable",
+        "an action's view leaves the host writable",
+        "lre/worker/_view.py",
+        '        _setattr("/", set_=_MOUNT_ATTR_RDONLY, propagation=_MS_SLAVE, recursive=True)\n',
+        '        _setattr("/", propagation=_MS_SLAVE, recursive=True)\n',
+        ("tests/worker/test_view_policy.py", "-k", "only_the_writable_paths"),
+    ),
+    Mutation(
+        "writable-property-any-path",
+        "sandbox-writable-path makes any host directory writable, configured or not",
+        "lre/worker/_view_policy.py",
+        "            if covered_by(path, self.writable) is None:\n",
+        "            if False:\n",
+        ("tests/worker/test_view_writable.py", "-k", "outside_the_configured"),
+    ),
+    Mutation(
+        "writable-follows-symlinks",
+        "a writable path is opened through symlinks (one action's link leads "
+        "another's mount, a swapped ancestor leads a configured path elsewhere)",
+        "lre/worker/_view_writable.py",
+        "    how = _OpenHow(_OPEN_FLAGS, 0, _RESOLVE_NO_SYMLINKS)\n",
+        "    how = _OpenHow(_OPEN_FLAGS, 0, 0)\n",
+        ("tests/worker/test_view_writable.py", "-k", "symlink"),
+    ),
+    Mutation(
+        "writable-mask-by-path",
+        "lre's directory inside a writable path is masked by its path, so a "
+        "decoy left there takes the mask",
+        "lre/worker/_view.py",
+        "    if covered_by(path, writable) is None:\n        return None\n    marks =",
+        "    if True:\n        return None\n    marks =",
+        ("tests/worker/test_view_writable.py", "-k", "mask_goes_on"),
+    ),
 )
 
 

@@ -23,6 +23,7 @@ from lre.worker import (
     PressureMonitor,
     choose_containment,
     refuse_unreachable,
+    refuse_unsafe_writable,
     resolve_action_user,
 )
 
@@ -102,6 +103,13 @@ def build_workers(
             identity = resolve_action_user(local.action_user, viewed=viewed)
         except ValueError as error:
             raise AppBuildError(f"workers[{index}].local.action_user: {error}") from None
+        if local.sandbox_view and containment.can_view:
+            try:
+                refuse_unsafe_writable(
+                    local.sandbox_writable_paths, hidden, "sandbox_writable_paths"
+                )
+            except InvalidArgument as error:
+                raise AppBuildError(f"workers[{index}].local.{error.message}") from None
         for path in local.sandbox_writable_paths:
             if identity is None:
                 break

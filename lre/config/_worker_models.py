@@ -279,9 +279,13 @@ class LocalWorkerSpec:
     )
     sandbox_writable_paths: tuple[str, ...] = doc(
         "Host directories every action's view shows writable (like Bazel's "
-        "--sandbox_writable_path, e.g. a ccache directory); per action also the platform "
-        "property sandbox-writable-path (absolute paths separated by ':'). None may be "
-        "or lie inside one of lre's own directories.",
+        "--sandbox_writable_path, e.g. a ccache directory): the only host paths an action "
+        "may write. The platform property sandbox-writable-path (absolute paths separated "
+        "by ':') may only name paths at or below these (else INVALID_ARGUMENT). Each is "
+        "opened with no symlink in any component and judged by device and inode, at "
+        "start-up and for every view: none may be or lie inside lre's own directories, "
+        "lre's installation (its Python, site-packages, the lre package) or the home of "
+        "lre's user, nor contain the installation or the home (docs/security.md).",
         default=(),
     )
     sandbox_visible_sockets: tuple[str, ...] = doc(

@@ -16,7 +16,7 @@ from lre.worker._memory_control import MemoryAction, MemoryControlStatistics
 from lre.worker._pressure import PressureMonitor
 from lre.worker._protections import missing_protections, namespace_refusals
 from lre.worker._quarantine import QuarantinedEntry, quarantined
-from lre.worker._view_policy import refuse_unreachable
+from lre.worker._view_policy import refuse_unreachable, refuse_unsafe_writable
 from lre.worker._worker import LocalWorker, LocalWorkerStatistics
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "namespace_refusals",
     "quarantined",
     "refuse_unreachable",
+    "refuse_unsafe_writable",
     "resolve_action_user",
     "using_reserve",
 ]

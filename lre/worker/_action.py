@@ -74,6 +74,7 @@ from lre.worker._sampler import ActionUsage, ProcessTreeSampler
 from lre.worker._staging import stage_inputs
 from lre.worker._upload import upload_outputs
 from lre.worker._view_policy import ViewOf, ViewPolicy, blocks_network
+from lre.worker._view_writable import WritableRefused
 from lre.worker._workdir import WorkDirectory
 
 __all__ = ["ActionResultWriter", "ActionRunner"]
@@ -244,6 +245,9 @@ class ActionRunner:
             )
         except LreError as error:
             return self._failed(lease, timeline, error)
+        except WritableRefused as refusal:  # found where the view was built
+            assert self.view_policy is not None
+            return self._failed(lease, timeline, self.view_policy.refused(lease.platform, refusal))
         except (OSError, ExceptionGroup) as error:
             known = request_error(error, self.spec.name, lease.operation_name)  # disk full
             if known is not None:

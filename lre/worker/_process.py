@@ -53,6 +53,7 @@ from lre.worker._oom import OomCounters
 from lre.worker._open_files import action_open_files, limit_open_files
 from lre.worker._process_limit import process_limits
 from lre.worker._view import ActionView
+from lre.worker._view_writable import WritableRefused
 
 log = logging.getLogger(__name__)
 
@@ -377,6 +378,9 @@ async def run_process(
                         # Before the gate of a view opens (spawn_context).
                         limit_open_files(popen.pid, open_files)
                     limits.started(popen.pid)
+                except WritableRefused:  # named by the runner (it knows the property)
+                    limits.abandoned()
+                    raise
                 except (FileNotFoundError, PermissionError, NotADirectoryError) as error:
                     limits.abandoned()
                     raise InvalidArgument(

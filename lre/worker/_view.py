@@ -39,12 +39,19 @@ and shapes that namespace, which the action's first process then inherits:
   ``/dev/shm``, writable paths) ``nodev`` and ``nosuid``: a device node it
   makes there (root may ``mknod``) does not open;
 - configured writable host paths (like Bazel's ``--sandbox_writable_path``),
-  bound writable at their own paths;
+  bound writable at their own paths: each opened with no symlink and judged
+  by device and inode (``_view_writable``), then cloned from that descriptor
+  and attached on it (never looked up by its path again; one under the
+  view's fresh ``/tmp`` or ``/dev/shm`` is attached at its path there,
+  in a tmpfs only this view has);
 - lre's own directories (state, stores, temporary and work roots: ``hidden``)
   each covered by an empty read-only tmpfs, so the CAS, the action cache,
   journals, logs, idle and other actions' directories are not there by any
   path; only the action's own root and tmp are mounted back inside. A
-  hidden regular file (a bearer token, a TLS key) shows ``/dev/null``;
+  hidden regular file (a bearer token, a TLS key) shows ``/dev/null``. One
+  lying inside a writable path is masked on the very directory lre found
+  at start-up (``ActionView.hidden_marks``), not on whatever its path
+  leads to now; if it is gone or replaced the view is refused;
 - the same masks over the host's connectable sockets that run commands for
   whoever connects (``_socket_masks``: tmux, systemd, D-Bus, container
   engines), a socket file showing ``/dev/null``; the few paths ``shown``
@@ -74,8 +81,16 @@ import sys
 from dataclasses import dataclass
 from typing import Literal
 
-# The view helper loads _view_dev.py by its file name under this name first.
+# The view helper loads these by their file names under these names first.
 from lre.worker._view_dev import mount_dev
+from lre.worker._view_writable import (
+    Mark,
+    Protected,
+    WritableRefused,
+    identity,
+    judge,
+    open_without_symlinks,
+)
 
 __all__ = [
     "ActionView",
@@ -94,6 +109,7 @@ _AT_EMPTY_PATH = 0x1000
 _OPEN_TREE_CLONE = 1
 _OPEN_TREE_CLOEXEC = os.O_CLOEXEC
 _MOVE_MOUNT_F_EMPTY_PATH = 0x4
+_MOVE_MOUNT_T_EMPTY_PATH = 0x40
 _MOUNT_ATTR_RDONLY = 0x1
 _MOUNT_ATTR_NOSUID = 0x2
 _MOUNT_ATTR_NODEV = 0x4
@@ -192,12 +208,23 @@ class ActionView:
     #: lre's directories, each covered by an empty read-only tmpfs (none
     #: inside another: ``outermost``).
     hidden: tuple[str, ...] = ()
-    #: Host paths bound writable at their own paths (existing directories).
+    #: Host paths bound writable at their own paths (existing directories),
+    #: each opened with no symlink and judged (``_view_writable``).
     writable: tuple[str, ...] = ()
     #: Host paths (files, sockets or directories) bound read-only at their
     #: own paths where a mask or the fresh ``/tmp`` covers them; those
     #: missing when the view is built are skipped.
     shown: tuple[str, ...] = ()
+    #: The marks of lre's directories among ``hidden`` as lre found them
+    #: (label: the path): no writable path may be or lie inside one, and
+    #: the mask of one inside a writable path goes on that very directory.
+    hidden_marks: tuple[Mark, ...] = ()
+    #: More directories no writable path may be or lie inside (lre's
+    #: installation, the user's home).
+    within: tuple[Mark, ...] = ()
+    #: Directories no writable path may be: those holding one of ``within``
+    #: (labelled with what they hold).
+    containing: tuple[Mark, ...] = ()
     #: A user namespace (descriptor) whose mapping the lower layer is shown
     #: through (``_idmap.InputIdmap``: lre's files as the action user's);
     #: None: as it is.
@@ -272,6 +299,28 @@ def _writable_clone(path: str, *, release: bool = False) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def _clone_opened(fd: int, path: str) -> int:
+    """A detached copy of the mounts at the opened directory ``fd`` (named
+    ``path``; every mount of it ``nodev`` and ``nosuid``): the very object
+    ``fd`` refers to, not whatever ``path`` leads to now. The GIL is
+    dropped for the clone (a path the user configured)."""
+    flags = _OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC | _AT_RECURSIVE | _AT_EMPTY_PATH
+    clone = _syscall("open_tree", path, fd, b"", flags, release=True)
+    try:
+        _setattr(path, set_=_WRITABLE_ATTRS, recursive=True, fd=clone)
+    except BaseException:
+        os.close(clone)
+        raise
+    return clone
+
+
+def _attach_onto(fd: int, target: int, path: str) -> None:
+    """Attach the detached mount ``fd`` on the opened directory or file
+    ``target`` (named ``path``), with no lookup of ``path``."""
+    flags = _MOVE_MOUNT_F_EMPTY_PATH | _MOVE_MOUNT_T_EMPTY_PATH
+    _syscall("move_mount", path, fd, b"", target, b"", flags, release=True)
 
 
 def _attach(fd: int, path: str, *, release: bool = False) -> None:
@@ -470,21 +519,65 @@ def _attach_at(fd: int, path: str, tmpfs: list[str], *, release: bool = False) -
     _attach(fd, path, release=release)
 
 
+def _open_writable(view: ActionView) -> dict[str, int]:
+    """Each of ``view.writable`` opened with no symlink and judged
+    (``_view_writable``); an ``O_PATH`` descriptor by path, for the caller
+    to close. Raises ``WritableRefused`` for the first path refused."""
+    protected = Protected(within=(*view.hidden_marks, *view.within), containing=view.containing)
+    opened: dict[str, int] = {}
+    try:
+        for path in dict.fromkeys(view.writable):
+            opened[path] = open_without_symlinks(path)
+            judge(path, opened[path], protected)
+    except BaseException:
+        for fd in opened.values():
+            os.close(fd)
+        raise
+    return opened
+
+
+def _mask_target(path: str, view: ActionView, writable: list[str]) -> int | None:
+    """For one of lre's hidden paths lying inside a writable path (where a
+    build could have moved things): a descriptor of what ``path`` leads to
+    now, checked to be what lre found there (``view.hidden_marks``), for
+    the mask to go on. None for any other (masked by its path). Raises
+    ``WritableRefused`` when it is gone or is something else."""
+    if covered_by(path, writable) is None:
+        return None
+    marks = [(dev, ino) for dev, ino, where in view.hidden_marks if where == path]
+    if not marks:
+        return None
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:
+        raise WritableRefused(path, "(lre's own) is gone from inside a writable path") from None
+    if identity(fd) != marks[0]:
+        os.close(fd)
+        raise WritableRefused(
+            path, "(lre's own) is no longer the one lre started with, inside a writable path"
+        )
+    return fd
+
+
 def build_view(view: ActionView, *, host_proc_writable: bool = True) -> None:
     """Shape the calling thread's (new, unshared) mount namespace into
     ``view`` (see the module docstring). The host's ``/proc`` stays writable
     when ``host_proc_writable`` (for whoever covers it with the action's
-    own; read-only otherwise). Raises ``OSError``."""
+    own; read-only otherwise). Raises ``WritableRefused`` when a writable
+    path is refused or lre's directory inside one moved, ``OSError``
+    otherwise."""
     if _LIBC is None:
         raise OSError("mount namespaces need Linux")
     fresh = ["/tmp", "/dev/shm"]
     writable = outermost(view.writable)
+    opened = _open_writable(view)
     # Detached copies first: once the masks are mounted these paths are gone.
     detached: list[tuple[int, str]] = []
+    targets: list[int] = []
     try:
         own = [(overlay_mount(view), view.root), (_writable_clone(view.tmp), view.tmp)]
         detached.extend(own)
-        shared = [(_writable_clone(path, release=True), path) for path in writable]
+        shared = [(_clone_opened(opened[path], path), path) for path in writable]
         detached.extend(shared)
         shown = _shown_clones(view.shown)
         detached.extend((fd, path) for fd, path, _ in shown)
@@ -497,24 +590,37 @@ def build_view(view: ActionView, *, host_proc_writable: bool = True) -> None:
         for path in fresh:
             _mount_tmpfs(path, TMPFS_OPTIONS)
         for fd, path in shared:
-            _attach_at(fd, path, fresh, release=True)
+            if covered_by(path, fresh) is not None:  # in a tmpfs of this view only
+                _attach_at(fd, path, fresh, release=True)
+            else:  # on the directory judged, not on what its path leads to now
+                _attach_onto(fd, opened[path], path)
         # What is still there of lre's own (a writable path may hold some of
         # it, and /tmp hides it already unless a writable path brought it back).
         # ``hidden`` is outermost already (``ViewPolicy``). A mask that will
         # hold the action's own mount points is made read-only after them.
         masks, files = _hidden_kinds(view.hidden)
         for path in files:  # a token or key file: /dev/null in its place
+            target = _mask_target(path, view, writable)
             fd = _clone_tree("/dev/null")
             detached.append((fd, path))
-            _attach(fd, path)
+            if target is None:
+                _attach(fd, path)
+            else:
+                targets.append(target)
+                _attach_onto(fd, target, path)
         later: list[str] = []
         inside = [view.root, view.tmp, *(path for _, path, _ in shown)]
         for path in masks:
+            target = _mask_target(path, view, writable)
+            where = path
+            if target is not None:  # the directory checked, whatever its path holds now
+                targets.append(target)
+                where = f"/proc/thread-self/fd/{target}"
             if any(covered_by(each, [path]) for each in inside):
-                _mount_tmpfs(path, _MASK_OPTIONS)
+                _mount_tmpfs(where, _MASK_OPTIONS)
                 later.append(path)
             else:
-                _mount_tmpfs(path, _MASK_OPTIONS, _MS_NOSUID | _MS_NODEV | _MS_RDONLY)
+                _mount_tmpfs(where, _MASK_OPTIONS, _MS_NOSUID | _MS_NODEV | _MS_RDONLY)
         for fd, path in own:
             _attach_at(fd, path, [*masks, *fresh])
         for fd, path, directory in shown:
@@ -525,5 +631,5 @@ def build_view(view: ActionView, *, host_proc_writable: bool = True) -> None:
         # capability is honoured in it (``_capabilities.py``).
         _setattr("/", set_=_MOUNT_ATTR_NOSUID, recursive=True)
     finally:
-        for fd, _ in detached:
+        for fd in (*(fd for fd, _ in detached), *targets, *opened.values()):
             os.close(fd)

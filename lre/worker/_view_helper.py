@@ -19,11 +19,14 @@ writable) and drops the capabilities the outer one gave. lre tells the
 helper to let a descriptor go as soon as that action ended, so the view's
 tmpfs pages are freed then, not at the next action's start.
 
-The helper imports ``_view.py`` and ``_view_dev.py`` by their file names
+The helper imports ``_view.py``, ``_view_dev.py`` and ``_view_writable.py``
+by their file names
 and nothing else of lre (so it needs only the standard library). It exits
 when its stdin closes, so it never outlives lre. Protocol: one JSON object per line each way;
-``{"build": {...ActionView fields}}`` -> ``{"fd": N}`` or
-``{"error": "message"}``; ``{"release": [N, ...]}`` gets no answer.
+``{"build": {...ActionView fields}}`` -> ``{"fd": N}``, ``{"refused":
+{"path": ..., "reason": ...}}`` (a writable path refused where it is
+mounted, ``_view_writable``) or ``{"error": "message"}``; ``{"release": [N,
+...]}`` gets no answer.
 """
 
 from __future__ import annotations
@@ -123,7 +126,10 @@ class ViewHelper:
     def build(self, view: object) -> int:
         """Have the helper make ``view`` (an ``ActionView``); the number of
         the descriptor holding its mount namespace in the helper."""
-        fields = dataclasses.asdict(view)  # type: ignore[call-overload]
+        # Shallow: every field is a string, a number or tuples of them
+        # (``asdict`` would deep-copy each tuple, a cost on every action).
+        names = [field.name for field in dataclasses.fields(view)]  # type: ignore[arg-type]
+        fields = {name: getattr(view, name) for name in names}
         with self._lock:
             process = self._process
             if process is None or process.stdin is None or process.stdout is None:
@@ -134,6 +140,12 @@ class ViewHelper:
         if not line:
             raise OSError("the view helper exited")
         answer: dict[str, Any] = json.loads(line)
+        refused = answer.get("refused")
+        if refused is not None:
+            # Imported here: run as the helper, this file sees no ``lre``.
+            from lre.worker._view_writable import WritableRefused
+
+            raise WritableRefused(str(refused["path"]), str(refused["reason"]))
         if "fd" not in answer:
             raise OSError(f"view helper: {answer.get('error', line.strip())}")
         return int(answer["fd"])
@@ -203,10 +215,12 @@ def _load(file: str, name: str) -> object:
 
 
 def _load_view() -> object:
-    """``_view.py`` and the one module it imports, ``_view_dev.py``, by
-    file name: registered under its package name, ``_view.py``'s ``from
-    lre.worker._view_dev import ...`` finds it without importing ``lre``."""
+    """``_view.py`` and the modules it imports, ``_view_dev.py`` and
+    ``_view_writable.py``, by file name: registered under their package
+    names, ``_view.py``'s ``from lre.worker._view_dev import ...`` finds
+    them without importing ``lre``."""
     _load("_view_dev.py", "lre.worker._view_dev")
+    _load("_view_writable.py", "lre.worker._view_writable")
     return _load("_view.py", "_lre_view")
 
 
@@ -224,10 +238,15 @@ def _loopback_up() -> None:
         fcntl.ioctl(sock, _SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | _IFF_UP))
 
 
+#: ``ActionView`` fields holding marks (device, inode, path): JSON lists.
+_MARK_FIELDS = ("hidden_marks", "within", "containing")
+
+
 def main() -> None:
     """Serve build requests on stdin until it closes."""
     _loopback_up()
     view = _load_view()
+    refusal: type[Any] = sys.modules["lre.worker._view_writable"].WritableRefused
     libc = ctypes.CDLL(None, use_errno=True)
     base = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
     out = sys.stdout
@@ -253,6 +272,8 @@ def main() -> None:
                 fields["hidden"] = tuple(fields["hidden"])
                 fields["writable"] = tuple(fields["writable"])
                 fields["shown"] = tuple(fields["shown"])
+                for name in _MARK_FIELDS:
+                    fields[name] = tuple(tuple(mark) for mark in fields.get(name, ()))
                 view.build_view(view.ActionView(**fields))  # type: ignore[attr-defined]
                 fd = os.open("/proc/self/ns/mnt", os.O_RDONLY)  # inheritable: no O_CLOEXEC
             finally:
@@ -260,6 +281,8 @@ def main() -> None:
                     code = ctypes.get_errno()
                     raise SystemExit(f"lre view helper: cannot return: {os.strerror(code)}")
             answer: dict[str, object] = {"fd": fd}
+        except refusal as refused:
+            answer = {"refused": {"path": refused.path, "reason": refused.reason}}
         except (OSError, TypeError, KeyError) as error:
             answer = {"error": str(error)}
         out.write(json.dumps(answer) + "\n")

@@ -2,20 +2,28 @@
 
 ``ViewPolicy`` is made by the runner when its containment can make views
 (``Containment.can_view``) and the worker's ``sandbox_view`` is on. It holds
-lre's directories to hide and the configured writable host paths, and per
-action reads two platform properties:
+lre's directories to hide and the configured writable host paths
+(``sandbox_writable_paths``, the only source of writable host paths), and
+per action reads two platform properties:
 
-- ``sandbox-writable-path``: more host directories, absolute, separated by
-  ``:``, bound writable in that action's view (like Bazel's
-  ``--sandbox_writable_path``);
+- ``sandbox-writable-path``: absolute paths separated by ``:`` (like Bazel's
+  ``--sandbox_writable_path``), each of which must be at or below one of the
+  configured writable paths (which every view shows writable already: the
+  property narrows nothing and widens nothing, it is checked and accepted);
 - ``sandbox-debug``: keep the action's directory if it fails (as the
   worker's ``sandbox_debug``).
 
 A writable path that is relative, is or lies inside one of lre's own
-directories (it would expose them) or inside a socket mask, or is not an
-existing directory is refused with ``InvalidArgument`` naming the property
-(or the config field) and the value. A writable path *containing* lre's
-directories is fine: they stay hidden inside it.
+directories (it would expose them) or inside a socket mask, is not an
+existing directory, or (from the property) is not below a configured one is
+refused with ``InvalidArgument`` naming the property (or the config field)
+and the value. Beyond these checks of the name, every writable path is
+opened with no symlink and judged by device and inode against lre's
+directories, lre's installation and the user's home (``_view_writable``): at
+start-up here for the configured list, and for every view where it is built
+and mounted (``_view.build_view``), whose refusal ``refused`` turns into the
+same ``InvalidArgument``. A writable path *containing* lre's directories is
+fine: they stay hidden inside it.
 
 Every view also hides the host's sockets that run commands for whoever
 connects (``_socket_masks``), but for the worker's
@@ -29,7 +37,10 @@ from __future__ import annotations
 
 import logging
 import os
+import pwd
 import shlex
+import site
+import sys
 from collections.abc import Mapping, Sequence
 
 from lre.cas import BlobStore
@@ -40,6 +51,15 @@ from lre.worker._containment import Containment
 from lre.worker._process import ProcessOutcome
 from lre.worker._socket_masks import SHOWN_INSIDE, socket_masks
 from lre.worker._view import OVERLAY_OPTIONS, ActionView, OverlayXattrs, covered_by, outermost
+from lre.worker._view_writable import (
+    Mark,
+    Protected,
+    WritableRefused,
+    judge,
+    mark_of,
+    marks_above,
+    open_without_symlinks,
+)
 from lre.worker._workdir import WorkDirectory
 
 __all__ = [
@@ -48,7 +68,9 @@ __all__ = [
     "ViewOf",
     "ViewPolicy",
     "blocks_network",
+    "judge_writable",
     "refuse_unreachable",
+    "refuse_unsafe_writable",
     "truthy",
 ]
 
@@ -127,6 +149,81 @@ def refuse_unreachable(path: str, owner: tuple[int, int], field: str) -> None:
         )
 
 
+def installation() -> list[str]:
+    """The directories of lre's installation an action may never write:
+    the Python running it (``sys.prefix`` and ``sys.base_prefix``, with
+    their exec variants), its site-packages, the user's own site-packages
+    and the ``lre`` package itself (a checkout, for an editable install)."""
+    paths = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]
+    paths += site.getsitepackages()
+    if site.ENABLE_USER_SITE:
+        paths.append(site.getusersitepackages())
+    paths.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    absolute = (os.path.abspath(p) for p in paths if p)
+    return list(dict.fromkeys(p for p in absolute if p != "/"))
+
+
+def homes() -> list[str]:
+    """The home of lre's user: its password entry's and ``$HOME``; ``/``
+    (the home of some service users) is none, or every path would lie in it."""
+    found = [os.environ.get("HOME", "")]
+    try:
+        found.append(pwd.getpwuid(os.geteuid()).pw_dir)
+    except KeyError:
+        pass
+    absolute = (os.path.abspath(p) for p in found if p and os.path.isabs(p))
+    return list(dict.fromkeys(p for p in absolute if p != "/"))
+
+
+def protected_marks(directories: Sequence[str]) -> tuple[tuple[Mark, ...], tuple[Mark, ...]]:
+    """The marks (``Protected.within``, ``Protected.containing``) of
+    ``directories`` that exist: no writable path may be one of them, lie
+    inside one, or hold one."""
+    within: dict[tuple[int, int], Mark] = {}
+    containing: dict[tuple[int, int], Mark] = {}
+    for directory in directories:
+        mark = mark_of(directory)
+        if mark is not None:
+            within.setdefault(mark[:2], mark)
+        for above in marks_above(directory):
+            containing.setdefault(above[:2], above)
+    return tuple(within.values()), tuple(containing.values())
+
+
+def judge_writable(path: str, protected: Protected, field: str) -> None:
+    """Open the writable ``path`` (absolute, normalised) with no symlink and
+    judge it now (``_view_writable``); raises ``InvalidArgument`` naming
+    ``field`` and the path when it is refused or cannot be opened."""
+    try:
+        fd = open_without_symlinks(path)
+    except WritableRefused as refusal:
+        raise InvalidArgument(f"{field}: {refusal}") from None
+    except OSError as error:
+        raise InvalidArgument(f"{field}: {path!r} cannot be opened: {error}") from None
+    try:
+        judge(path, fd, protected)
+    except WritableRefused as refusal:
+        raise InvalidArgument(f"{field}: {refusal}") from None
+    finally:
+        os.close(fd)
+
+
+def refuse_unsafe_writable(paths: Sequence[str], hidden: Sequence[str], field: str) -> None:
+    """The start-up check of configured writable ``paths``: raise
+    ``InvalidArgument`` naming ``field`` and the first one that is not
+    absolute, has a symlink in it, or is refused against lre's directories
+    (``hidden``, those that exist yet), lre's installation and the home."""
+    within, containing = protected_marks([*installation(), *homes()])
+    own = [mark for mark in (mark_of(p) for p in hidden if p) if mark is not None]
+    protected = Protected(within=(*own, *within), containing=containing)
+    for path in paths:
+        if not path:
+            continue
+        if not os.path.isabs(path):
+            raise InvalidArgument(f"{field}: {path!r} is not an absolute path")
+        judge_writable(os.path.normpath(path), protected, field)
+
+
 class ViewPolicy:
     """Hidden and writable paths of a worker's views (see the module docstring).
 
@@ -167,7 +264,14 @@ class ViewPolicy:
         self.sockets = tuple(p for p in outermost(list(sockets)) if p not in self.visible)
         #: Everything a view covers: lre's directories and the socket masks.
         self.masks = tuple(outermost([*self.hidden, *self.sockets]))
+        #: lre's installation and the user's home, as ``Protected`` marks.
+        self.within, self.containing = protected_marks([*installation(), *homes()])
+        #: The marks of ``hidden`` by path (refreshed while some are missing).
+        self._hidden_marks: dict[str, Mark] = {}
+        self._marks_of_hidden()
         self.writable = self._checked(writable, "sandbox_writable_paths")
+        for path in self.writable:
+            judge_writable(path, self._protected(), "sandbox_writable_paths")
         if owner is not None:
             for path in self.writable:
                 if not _writable_by(path, owner):
@@ -274,13 +378,53 @@ class ViewPolicy:
             checked.append(normal)
         return tuple(checked)
 
+    def _marks_of_hidden(self) -> tuple[Mark, ...]:
+        """The marks of lre's hidden paths; looks again for those missing."""
+        if len(self._hidden_marks) < len(self.hidden):
+            for path in self.hidden:
+                if path not in self._hidden_marks:
+                    mark = mark_of(path)
+                    if mark is not None:
+                        self._hidden_marks[path] = mark
+        return tuple(self._hidden_marks.values())
+
+    def _protected(self) -> Protected:
+        return Protected(
+            within=(*self._marks_of_hidden(), *self.within), containing=self.containing
+        )
+
     def writable_for(self, platform: Mapping[str, str]) -> tuple[str, ...]:
-        """The writable paths of an action with these platform properties."""
+        """The writable paths of an action with these platform properties:
+        the configured ones, and those the property names, each of which
+        must be at or below a configured one (else ``InvalidArgument``
+        naming the property and the path)."""
         extra = platform.get(WRITABLE_PROPERTY, "")
         if not extra.strip():
             return self.writable
-        more = self._checked(extra.split(":"), f"Platform property {WRITABLE_PROPERTY}")
+        field = f"Platform property {WRITABLE_PROPERTY}"
+        more = self._checked(extra.split(":"), field)
+        for path in more:
+            if covered_by(path, self.writable) is None:
+                allowed = ", ".join(repr(p) for p in self.writable) or "none"
+                raise InvalidArgument(
+                    f"{field}: {path!r} is not at or below one of the worker's "
+                    f"sandbox_writable_paths (configured: {allowed}); only lre's configuration "
+                    "makes host paths writable"
+                )
         return (*self.writable, *more)
+
+    def refused(self, platform: Mapping[str, str], refusal: WritableRefused) -> InvalidArgument:
+        """The error of an action whose view refused a writable path (found
+        where the view was built), naming the property when the path came
+        from it, else the configuration field."""
+        named = platform.get(WRITABLE_PROPERTY, "").split(":")
+        came = {os.path.normpath(p) for p in named if p.strip() and os.path.isabs(p)}
+        field = (
+            f"Platform property {WRITABLE_PROPERTY}"
+            if refusal.path in came
+            else "sandbox_writable_paths"
+        )
+        return InvalidArgument(f"{field}: {refusal}")
 
     def view_for(self, platform: Mapping[str, str], directory: ActionDirectory) -> ActionView:
         """The view of an action in ``directory``; makes the overlay's layers
@@ -311,6 +455,10 @@ class ViewPolicy:
             hidden=self.masks,
             writable=writable,
             shown=(*SHOWN_INSIDE, *self.visible),
+            # Needed only to judge writable paths and mask inside them.
+            hidden_marks=self._marks_of_hidden() if writable else (),
+            within=self.within if writable else (),
+            containing=self.containing if writable else (),
             xattrs=self.xattrs,
             idmap=self.idmap,
         )

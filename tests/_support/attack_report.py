@@ -8,8 +8,8 @@ parameter when the test has one (``"own"``, lre's own user, is written as the
 name of the user running the tests), else that user; its action user is the
 ``workers[].local.action_user`` its lre ran with, ``"root"`` (the default,
 lre's own user) unless the test says otherwise. All three come from an
-``lre`` parameter that is a ``(backend, identity, action_user)`` triple
-(test_view_attacks.py).
+``lre`` parameter (else any parameter) that is a ``(backend, identity,
+action_user)`` triple (test_view_attacks.py, test_writable_attacks.py).
 
 With ``LRE_ATTACK_RESULTS=/path/file.jsonl`` set, each attack test's outcome
 is appended to that file as one JSON object per line::
@@ -75,7 +75,10 @@ def describe(item: pytest.Item) -> dict[str, str] | None:
             break
     identity = _param_name(params["identity"]) if "identity" in params else "own"
     action_user = "root"
-    setup = params.get("lre")  # test_view_attacks: one lre per (backend, identity, action user)
+    # test_view_attacks: one lre per (backend, identity, action user), as
+    # ``lre`` (or another fixture's parameter, test_writable_attacks).
+    triples = [v for v in params.values() if isinstance(v, tuple) and len(v) == 3]
+    setup = params.get("lre", triples[0] if triples else None)
     if isinstance(setup, tuple) and len(setup) == 3:
         backend, identity, action_user = (str(part) for part in setup)
     if identity == "own":  # lre's own user: the one running the tests

@@ -9,14 +9,21 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests._support.configs import WORKER_EXTRA, app_config_text
 from tests._support.reapi import Client
 from tests._support.servers import ServerThread
 
 
 @pytest.fixture(scope="module")
 def lre_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
-    """One whole lre for the test module, stopped (and checked stopped) after it."""
-    server = ServerThread(tmp_path_factory.mktemp("lre"))
+    """One whole lre for the test module, stopped (and checked stopped) after it.
+    Its worker's views show the base of pytest's temporary directories
+    writable, so a test's action may write (and name with the property
+    sandbox-writable-path) its own ``tmp_path``."""
+    root = tmp_path_factory.mktemp("lre")
+    writable = f', sandbox_writable_paths: ["{tmp_path_factory.getbasetemp()}"]'
+    text = app_config_text(root, max_inflight=2, extra_worker=WORKER_EXTRA + writable)
+    server = ServerThread(root, text)
     server.start()
     try:
         yield server

@@ -58,13 +58,14 @@ def test_sigkill_mid_action_then_restart_serves_no_altered_blob(tmp_path: Path) 
     root = tmp_path / "lre-root"  # not "lre": python -m lre would import it
     port = free_port()
     config = tmp_path / "lre.json5"
-    config.write_text(app_config_text(root, port=port))
-    log = tmp_path / "lre.log"
-    payload = b"the input as uploaded\n"
     # The one host directory the action's view shows writable: the action
     # says there that it ran.
     shared = tmp_path / "shared"
     shared.mkdir()
+    writable = f', sandbox_writable_paths: ["{shared}"]'
+    config.write_text(app_config_text(root, port=port, extra_worker=writable))
+    log = tmp_path / "lre.log"
+    payload = b"the input as uploaded\n"
     marker = shared / "tainted"
     forever = f"{5000 + os.getpid() % 1000}.{time.monotonic_ns() % 10**9:09d}"
     # Same size, different bytes: a check of sizes alone cannot see it.

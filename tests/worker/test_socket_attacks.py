@@ -110,7 +110,7 @@ class Setup:
 def setup(request: pytest.FixtureRequest) -> Iterator[Setup]:
     backend, identity, action_user = request.param
     with _servers(identity) as servers:
-        extra = f'sandbox_visible_sockets: ["{servers.handed}"],'
+        extra = f', sandbox_visible_sockets: ["{servers.handed}"]'
         for lre in _start(backend, identity, action_user, extra):
             yield Setup(lre, servers)
 

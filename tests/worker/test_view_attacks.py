@@ -104,7 +104,7 @@ class Lre:
         raise AssertionError(f"blob {hash_} not found under {self.home / 'cas'}")
 
 
-def _config(home: Path, backend: str, port: int, action_user: str, worker_extra: str = "") -> str:
+def _config(home: Path, backend: str, port: int, action_user: str, extra_worker: str = "") -> str:
     return f"""{{
   stores: [
     {{ name: "cas", filesystem: {{ content_path: "{home}/cas", temp_path: "{home}/tmp/cas",
@@ -115,9 +115,9 @@ def _config(home: Path, backend: str, port: int, action_user: str, worker_extra:
   schedulers: [{{ name: "queue", simple: {{ ac_store: "ac", cas_store: "cas" }} }}],
   workers: [{{ local: {{ name: "local", scheduler: "queue", cas_store: "cas",
       work_directory: "{home}/work", max_inflight_tasks: 4, containment: "{backend}",
-      action_user: "{action_user}", {worker_extra}
+      action_user: "{action_user}",
       upload_action_result: {{ ac_store: "ac" }},
-      resources: {{ cpu_count: 4, memory_budget: "2GiB" }} }} }}],
+      resources: {{ cpu_count: 4, memory_budget: "2GiB" }}{extra_worker} }} }}],
   servers: [{{ listener: {{ address: "127.0.0.1:{port}" }},
       instances: [{{ instance_name: "*", cas_store: "cas", ac_store: "ac", scheduler: "queue" }}]
   }}],
@@ -126,16 +126,17 @@ def _config(home: Path, backend: str, port: int, action_user: str, worker_extra:
 """
 
 
-def _start(backend: str, identity: str, action_user: str, worker_extra: str = "") -> Iterator[Lre]:
+def _start(backend: str, identity: str, action_user: str, extra_worker: str = "") -> Iterator[Lre]:
     """Start lre under ``backend`` as ``identity`` with the workers'
-    ``action_user`` and ``worker_extra`` (more keys of the local worker,
-    JSON5 text ending with a comma); also used by other attack tests."""
+    ``action_user`` and ``extra_worker`` fields (each starting with a comma;
+    also used by tests/worker/test_view_dev_attacks.py and
+    test_writable_attacks.py)."""
     require_setup(backend, identity)
     if identity == "nobody" and os.geteuid() != 0:
         pytest.fail("running lre as nobody needs root (setpriv)")
     home = Path(tempfile.mkdtemp(prefix=f"lre-attack-{backend}-{identity}-", dir="/var/tmp"))
     port = free_port()
-    (home / "lre.json5").write_text(_config(home, backend, port, action_user, worker_extra))
+    (home / "lre.json5").write_text(_config(home, backend, port, action_user, extra_worker))
     env = {**os.environ, "LRE_HOME": str(home), "HOME": str(home), "XDG_STATE_HOME": str(home)}
     argv = [sys.executable, "-m", "lre", "up", "--config", str(home / "lre.json5")]
     argv += ["--no-tui", "--no-client-config", "--port", str(port)]

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,17 +32,36 @@ def viewing(request: pytest.FixtureRequest) -> Containment:
     return containment
 
 
+@pytest.fixture
+def shown() -> Iterator[Path]:
+    """A fresh directory outside /tmp, which the view hides: what an action
+    finds here is the host's (removed afterwards)."""
+    path = Path(tempfile.mkdtemp(prefix="lre-view-test-", dir="/var/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+async def _stdout(store: MemoryStore, outcome: object) -> bytes:
+    assert isinstance(outcome, Completed) and outcome.error is None, outcome
+    return await read_bytes(store, Digest.from_proto(outcome.result.stdout_digest, field=""))
+
+
 async def test_only_the_writable_paths_of_the_host_are_writable(
-    tmp_path: Path, store: MemoryStore, viewing: Containment
+    tmp_path: Path, store: MemoryStore, viewing: Containment, shown: Path
 ) -> None:
-    cache = tmp_path / "cache"
-    extra = tmp_path / "extra"
-    other = tmp_path / "other"
+    cache = shown / "cache"
+    allowed = shown / "allowed"
+    extra = allowed / "extra"
+    other = shown / "other"
     for path in (cache, extra, other):
-        path.mkdir()
-    spec = make_spec(tmp_path, sandbox_writable_paths=(str(cache),))
+        path.mkdir(parents=True)
+    spec = make_spec(tmp_path, sandbox_writable_paths=(str(cache), str(allowed)))
+    # The other directory is there in the view (seen), only not writable.
     script = (
-        f"echo c > {cache}/c; echo e > {extra}/e; echo o > {other}/o 2>/dev/null || echo refused"
+        f"echo c > {cache}/c; echo e > {extra}/e; test -d {other} && echo seen; "
+        f"echo o > {other}/o 2>/dev/null || echo refused"
     )
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
         runner = ActionRunner(spec, workdir, CasHandle.of(store), containment=viewing)
@@ -47,7 +69,7 @@ async def test_only_the_writable_paths_of_the_host_are_writable(
             store, ["/bin/sh", "-c", script], platform={"sandbox-writable-path": str(extra)}
         )
         outcome = await runner.run(lease)
-    assert isinstance(outcome, Completed) and outcome.error is None, outcome
+    assert await _stdout(store, outcome) == b"seen\nrefused\n"
     assert (cache / "c").read_text() == "c\n"
     assert (extra / "e").read_text() == "e\n"
     assert not (other / "o").exists()
