@@ -124,7 +124,8 @@ class WorkerLeasing(OperationLifecycle):
           then the operation ends with the error;
         - ``Backpressure``: requeued at its old position, no attempt counted;
         - ``MemoryExceeded``: requeued one ladder step up; after
-          ``max_steps`` kills the operation ends with RESOURCE_EXHAUSTED.
+          ``max_steps`` kills (or a final one) the operation ends with the
+          outcome's result when it has one, else RESOURCE_EXHAUSTED.
 
         Returns False (and does nothing) for a lease that is no longer held,
         e.g. already reported or taken back when the worker unregistered.
@@ -145,7 +146,13 @@ class WorkerLeasing(OperationLifecycle):
     ) -> Lease:
         info = state.info
         op.attempt += 1
-        lease = op.lease_for(f"{info.name}/{next(self._lease_ids)}", info, reservation, exclusive)
+        lease = op.lease_for(
+            f"{info.name}/{next(self._lease_ids)}",
+            info,
+            reservation,
+            exclusive,
+            max_kills=self._resources.max_steps,
+        )
         record = LeaseRecord(lease, op, state)
         state.leases[lease.lease_id] = record
         self._leases[lease.lease_id] = record
@@ -241,7 +248,19 @@ class WorkerLeasing(OperationLifecycle):
                     }
                 },
             )
-            if error is not None:
+            if error is not None and outcome.result is not None:
+                # The kill would only repeat: the killed run's result (exit
+                # 137, lre's explanation on its stderr) ends the operation as
+                # the action's own failure, which no client retries.
+                self._complete(
+                    op,
+                    result=outcome.result,
+                    message=error.message,
+                    worker=worker,
+                    peak_rss_bytes=outcome.peak_rss_bytes,
+                    gave_up=True,
+                )
+            elif error is not None:
                 self._complete(
                     op, error=error, worker=worker, peak_rss_bytes=outcome.peak_rss_bytes
                 )
