@@ -255,7 +255,10 @@ class WorkerLeasing(OperationLifecycle):
                 self._complete(
                     op,
                     result=outcome.result,
-                    message=error.message,
+                    message=(
+                        f"not run again after {op.kills} kill(s); lre's explanation "
+                        "ends the action's stderr"
+                    ),
                     worker=worker,
                     peak_rss_bytes=outcome.peak_rss_bytes,
                     gave_up=True,

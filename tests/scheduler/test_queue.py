@@ -140,7 +140,11 @@ async def test_the_last_kill_the_ladder_allows_ends_with_the_workers_result_not_
     final = await harness.wait_stage(op.name, Stage.COMPLETED)
     assert final.error is None and final.result is not None
     assert final.result.exit_code == 137
-    assert "killed 2 time(s)" in final.message and "retried, ran at" not in final.message
+    assert final.message.startswith("lre memory control: killed at 310 MiB RSS")
+    assert final.message.endswith(
+        "not run again after 2 kill(s); lre's explanation ends the action's stderr"
+    )
+    assert "retried, ran at" not in final.message
     assert harness.scheduler.statistics().completions["nonzero_exit"] == 1
 
     over = harness.scheduler.submit(execute_request(await harness.builder.action("/bin/huge")))
