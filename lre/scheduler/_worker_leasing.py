@@ -268,6 +268,7 @@ class WorkerLeasing(OperationLifecycle):
                     op, error=error, worker=worker, peak_rss_bytes=outcome.peak_rss_bytes
                 )
             else:
+                self._counters["ladder_requeues"] += 1
                 emit_event(self._on_event, escalation_event(op, lease, outcome))
                 self._requeue(op)
         return True

@@ -85,6 +85,7 @@ def test_bazel_runs_an_action_over_the_ceiling_once_and_shows_why(tmp_path: Path
         # One Execute, one run: Bazel did not send it again, lre did not requeue it.
         assert stats["completions"] == {"nonzero_exit": 1}, stats["completions"]
         assert stats["ladder_kills"] == 1, stats
+        assert stats["ladder_requeues"] == 0, stats  # not run again by lre either
         deadline = time.monotonic() + 60
         while True:  # the history is written once a second
             history = run_lre("history", "--json", "--config", str(config), cwd=ws, env=env)
