@@ -19,7 +19,9 @@ from typing import Any
 
 import pytest
 
+from tests._support.chromium import drawn_marks, render_dom
 from tests._support.configs import app_config_text
+from tests._support.processes import require_tool
 from tests._support.servers import free_port
 from tests.cli._lre import run_lre
 from tests.e2e._bazel import BazelSession, require_bazel
@@ -98,6 +100,21 @@ def test_bazel_runs_an_action_over_the_ceiling_once_and_shows_why(tmp_path: Path
         (hog,) = records
         assert hog["exit_code"] == 137 and hog["kills"] == 1 and hog["attempts"] == 1, hog
         assert hog["phases_s"].get("running", 0) > 0, hog  # the killed run has its time
+        assert hog["killed_for_good"] and hog["memory_retries"] == 0, hog
+        assert "ceiling" in hog["kill_reason"], hog
+        shown = run_lre("builds", "show", "last", "--config", str(config), cwd=ws, env=env)
+        assert "killed     1 for their memory (lre ran 0 of them again" in shown.stdout
+        assert "gave up" in shown.stdout, shown.stdout
+        page = tmp_path / "report.html"
+        report = run_lre(
+            "report", "last", "-o", str(page), "--config", str(config), cwd=ws, env=env
+        )
+        assert report.returncode == 0, report.stderr
+        dom, _ = render_dom(require_tool("chromium"), page, tmp_path / "profile")
+        marks = drawn_marks(dom)
+        assert (marks["kill-marks"], marks["kill-lines"], marks["cancel-marks"]) == (1, 1, 0)
+        assert marks["running"] >= 1  # the killed run is drawn with its running part
+        assert 'data-outcome="killed"' in dom
     finally:
         down = run_lre("down", "--now", "--config", str(config), cwd=ws, env=env)
         if down.returncode != 0:
