@@ -19,6 +19,7 @@ from lre.scheduler._events import (
     backpressure_event,
     emit_event,
     escalation_event,
+    gave_up_event,
     kill_event,
     memory_kill_text,
     oom_event,
@@ -252,6 +253,7 @@ class WorkerLeasing(OperationLifecycle):
                 # The kill would only repeat: the killed run's result (exit
                 # 137, lre's explanation on its stderr) ends the operation as
                 # the action's own failure, which no client retries.
+                emit_event(self._on_event, gave_up_event(op, lease, outcome))
                 self._complete(
                     op,
                     result=outcome.result,
