@@ -161,8 +161,13 @@ def memory_kill_text(
         f"(ladder step {lease.ladder_step}); "
     )
     if error is not None:
+        ends = (
+            "exit code 137 (the killed run's result)"
+            if outcome.result is not None
+            else error.code.name
+        )
         return text + (
-            f"not retried: failed with {error.code.name} after {op.kills} kill(s), "
+            f"not retried: failed with {ends} after {op.kills} kill(s), "
             f"reservations tried: {', '.join(op.steps_tried)}"
         )
     target = _next_reservation(op)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import trio
 
 from lre.errors import Internal, ResourceExhausted
@@ -119,7 +120,7 @@ async def test_memory_ladder_steps_up_then_whole_worker_then_fails(
 
 
 async def test_the_last_kill_the_ladder_allows_ends_with_the_workers_result_not_an_error(
-    nursery: trio.Nursery,
+    nursery: trio.Nursery, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The lease that ``max_steps`` allows no kill after says so
     (``last_chance``); a kill of it that carries the killed run's result ends
@@ -145,6 +146,8 @@ async def test_the_last_kill_the_ladder_allows_ends_with_the_workers_result_not_
         "not run again after 2 kill(s); lre's explanation ends the action's stderr"
     )
     assert "retried, ran at" not in final.message
+    (line,) = [r.getMessage() for r in caplog.records if "not retried" in r.getMessage()]
+    assert "failed with exit code 137 (the killed run's result) after 2 kill(s)" in line
     assert harness.scheduler.statistics().completions["nonzero_exit"] == 1
 
     over = harness.scheduler.submit(execute_request(await harness.builder.action("/bin/huge")))
