@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -13,10 +14,11 @@ from lre.config import ByteSize, worker_resources
 from lre.config._scheduler_models import SimpleSchedulerSpec
 from lre.config._worker_models import ResourceSpec
 from lre.digest import Digest
-from lre.scheduler import Scheduler
+from lre.scheduler import MemoryExceeded, Reservation, Scheduler
 from lre.worker import LocalWorker
+from lre.worker._doomed import MemoryCeiling, doomed_explanation
 
-from .conftest import make_spec
+from .conftest import make_lease, make_spec
 from .test_worker import finish, submit
 
 MiB = 1 << 20
@@ -83,3 +85,24 @@ async def test_an_action_over_the_hard_ceiling_runs_once_and_gets_a_result_sayin
     assert result.execution_metadata.execution_completed_timestamp.seconds > 0
     assert await cache.get_result(op.action_key.action_digest) is None
     assert scheduler.statistics().ladder_kills == 1
+
+
+async def test_the_last_kill_the_ladder_allows_is_explained_with_the_shortage_and_the_count(
+    store: MemoryStore,
+) -> None:
+    lease = dataclasses.replace(
+        await make_lease(store, ["/bin/true"]),
+        reservation=Reservation(1000, 1 << 30),
+        memory_kills=4,
+        last_chance=True,
+    )
+    killed = MemoryExceeded(1536 * MiB, reason="host MemAvailable 900 MiB is under the floor")
+    ceiling = MemoryCeiling(2 << 30, False, 1.2)
+    text = doomed_explanation(lease, killed, ceiling)
+    assert text.startswith("\nlre: killed this action (exit code 137, SIGKILL): memory was short")
+    assert "(host MemAvailable 900 MiB is under the floor)" in text
+    assert "this was kill 5, the last that workers[].local.resources.max_steps allows" in text
+    assert "it reached 1.5 GiB (peak RSS of its processes) reserving 1 GiB" in text
+    assert "The hard ceiling is 2.4 GiB = the last ladder step 2 GiB" in text
+    assert "(workers[].local.resources.ladder; no memory budget) x kill_factor 1.2" in text
+    assert "lre up --memory-budget SIZE" in text and text.endswith("use less.\n")
