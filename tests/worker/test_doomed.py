@@ -7,6 +7,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
+import pytest
 import trio
 
 from lre.cas import ActionResultCache, MemoryActionCache, MemoryStore, read_bytes
@@ -16,6 +17,7 @@ from lre.config._worker_models import ResourceSpec
 from lre.digest import Digest
 from lre.scheduler import MemoryExceeded, Reservation, Scheduler
 from lre.worker import LocalWorker
+from lre.worker._containment import choose_containment
 from lre.worker._doomed import MemoryCeiling, doomed_explanation
 
 from .conftest import make_lease, make_spec
@@ -38,8 +40,9 @@ time.sleep(60)
 """
 
 
+@pytest.mark.parametrize("containment", ["pidns", "userns", "portable"])
 async def test_an_action_over_the_hard_ceiling_runs_once_and_gets_a_result_saying_why(
-    tmp_path: Path, store: MemoryStore
+    tmp_path: Path, store: MemoryStore, containment: str
 ) -> None:
     """Budget 64 MiB, kill_factor 1.5: the ceiling is 96 MiB. The hog is
     killed there once; the client gets a completed result (exit code 137,
@@ -64,6 +67,7 @@ async def test_an_action_over_the_hard_ceiling_runs_once_and_gets_a_result_sayin
             scheduler=scheduler,
             store=store,
             action_cache=cache,
+            containment=choose_containment(containment),
         )
         await nursery.start(worker.run)
         op = await submit(scheduler, store, [sys.executable, "-c", HOG, str(runs)])

@@ -66,7 +66,7 @@ async def test_frozen_time_counts_neither_in_the_timeout_nor_in_the_running_time
         worker = LocalWorker(
             spec,
             resources=worker_resources(spec),
-            scheduler=reports,  # type: ignore[arg-type]
+            scheduler=reports,
             store=store,
             pressure=pressure,
         )
