@@ -81,6 +81,7 @@ class _Build:
     cache_hits: int = 0
     failed: int = 0
     killed: int = 0
+    cancelled: int = 0
 
 
 class HistoryRecorder:
@@ -180,6 +181,8 @@ class HistoryRecorder:
             build.cache_hits += 1
         if record.failed:
             build.failed += 1
+        if record.cancelled:
+            build.cancelled += 1
         if record.kills:
             build.killed += 1
 
@@ -237,6 +240,7 @@ class HistoryRecorder:
                     failed=b.failed,
                     killed=b.killed,
                     running=running(b),
+                    cancelled=b.cancelled,
                 )
                 for b in newest
             )

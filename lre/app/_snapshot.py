@@ -264,6 +264,7 @@ def _with_scheduler(
         retries=stats.retries,
         backpressure_requeues=stats.backpressure_requeues,
         ladder_kills=stats.ladder_kills,
+        ladder_requeues=stats.ladder_requeues,
         lease_cancellations=stats.lease_cancellations,
         memory_reserved_bytes=stats.memory_reserved_bytes,
         memory_capacity_bytes=stats.memory_capacity_bytes,

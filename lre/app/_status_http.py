@@ -373,7 +373,9 @@ def _cache_notices(snapshot: ProcessSnapshot) -> list[str]:
 def _memory(snapshot: ProcessSnapshot) -> dict[str, object]:
     """The memory control: whether memory is short, the frozen operations now,
     and frozen / thawed / killed (per worker) and retried (ladder requeues)
-    since start; per worker also what wakes its control (``sampling``: a PSI
+    since start (``retried``: the kills lre answered by running the action
+    again one ladder step up, not those it gave up after); per worker also
+    what wakes its control (``sampling``: a PSI
     trigger or the timer alone, and why) and the PSI events so far."""
     rows = snapshot.memory_control
     return {
@@ -383,7 +385,7 @@ def _memory(snapshot: ProcessSnapshot) -> dict[str, object]:
         "frozen": sum(r.frozen for r in rows),
         "thawed": sum(r.thawed for r in rows),
         "killed": sum(r.killed for r in rows),
-        "retried": snapshot.ladder_kills,
+        "retried": snapshot.ladder_requeues,
         "workers": [
             {
                 "worker": r.worker,

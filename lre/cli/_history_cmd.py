@@ -110,6 +110,10 @@ def record_json(record: ActionRecord) -> dict[str, Any]:
         "cpu_s": round(record.cpu_seconds, 4),
         "attempts": record.attempts,
         "kills": record.kills,
+        "kill_reason": record.kill_reason,
+        "killed_for_good": record.kill_ended,
+        "memory_retries": record.memory_retries,
+        "cancelled": record.cancelled,
         "retries": record.retries,
         "freezes": record.freezes,
     }
@@ -122,6 +126,10 @@ def _matches(record: ActionRecord, pattern: str) -> bool:
 
 
 def _outcome(record: ActionRecord) -> str:
+    if record.cancelled:
+        return "cancelled"
+    if record.kill_ended and record.exit_code is not None:
+        return f"{record.exit_code} killed"
     if record.error:
         return record.error
     if record.exit_code is None:
@@ -242,13 +250,14 @@ def builds(
             str(b.executed),
             str(b.cache_hits),
             str(b.failed),
+            str(b.cancelled),
             str(b.killed),
         ]
         for b in found
     ]
     header = ["build", "started", "duration", "client", "instance", "run", "cached"]
-    header += ["failed", "killed"]
-    typer.echo(table(header, rows, numeric={2, 5, 6, 7, 8}))
+    header += ["failed", "cancelled", "killed"]
+    typer.echo(table(header, rows, numeric={2, 5, 6, 7, 8, 9}))
 
 
 def summary_text(b: BuildSummary) -> str:
@@ -261,13 +270,32 @@ def summary_text(b: BuildSummary) -> str:
         f"started    {_when(b.started_at)}   duration {duration_text(b.duration_s)}",
         f"executed   {b.executed}",
         f"from cache {b.cache_hits} (Execute {b.execute_hits}, GetActionResult {b.lookup_hits})",
-        f"failed     {b.failed}   not run {b.not_run}",
-        f"killed     {b.killed} (and retried up the memory ladder)   retried {b.retried}"
-        f"   frozen {b.frozen}",
+        f"failed     {b.failed}   cancelled {b.cancelled}   not run {b.not_run}",
+        f"killed     {b.killed} for their memory (lre ran {b.memory_retried} of them again "
+        f"one ladder step up)   frozen {b.frozen}",
+        f"retried    {b.retried} by lre after an infrastructure failure   "
+        f"re-submitted by the client {b.resubmitted}",
         f"queue wait p50 {duration_text(b.queue_p50_s)}   p95 {duration_text(b.queue_p95_s)}",
         f"lre's own time per action {duration_text(b.lre_per_action_s)} (staging + storing)",
         f"peak memory of one action {human_bytes(b.peak_rss_bytes)}",
     ]
+    if b.killed_actions:
+        lines.append("")
+        lines.append("killed for their memory:")
+        rows = [
+            [
+                r.target or "?",
+                r.mnemonic or "-",
+                duration_text(r.phase_seconds(Phase.RUNNING)),
+                human_bytes(r.peak_rss_bytes),
+                str(r.kills),
+                "gave up" if r.kill_ended else "ran again",
+                r.kill_reason or "-",
+            ]
+            for r in b.killed_actions
+        ]
+        header = ["target", "mnemonic", "running", "peak RSS", "kills", "lre", "why"]
+        lines.append(table(header, rows, numeric={2, 3, 4}))
     if b.slowest:
         lines.append("")
         lines.append("slowest actions:")

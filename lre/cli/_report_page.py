@@ -7,8 +7,14 @@ network access, so the page works offline and from a mail attachment.
 
 The timeline has one lane per running slot and one ``<g class="action">``
 per executed action (``data-target`` and a ``<title>`` name it), its phases
-(``lre.snapshot.Phase``) as coloured parts; actions that were killed or
-retried before are marked with a red triangle. Below: host CPU % and
+(``lre.snapshot.Phase``) as coloured parts; ``data-outcome`` says how it
+ended (``ok``, ``failed``, ``killed``: lre killed its last run for its
+memory, ``cancelled``: its client or lre's shutdown stopped it). An action
+lre killed for its memory (and perhaps ran again) is marked with a red
+triangle, the moment of each kill by a dashed red line across the lanes; a
+cancelled one with a grey cross at its end. The script counts the marks
+that were really drawn (a box of some size inside the timeline) into the
+page's ``data-drawn-*`` attributes. Below: host CPU % and
 reserved CPUs, memory in use and reserved memory, over time; then the
 summary, the slowest actions and what actions waited for.
 """
@@ -20,7 +26,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from lre.cli._build_data import BuildData, slot_actions
-from lre.snapshot import WAIT_TEXT, HostSample, Phase
+from lre.snapshot import WAIT_TEXT, ActionRecord, HostSample, Phase
 
 __all__ = ["report_html"]
 
@@ -41,7 +47,7 @@ td.n{text-align:right;font-variant-numeric:tabular-nums}
 svg text{font:11px system-ui,sans-serif}
 .lane{fill:#f6f6f6}.label{fill:#fff;pointer-events:none}
 .action:hover rect{stroke:#000;stroke-width:1}
-.kill-mark{fill:#d62728}
+.kill-mark{fill:#d62728}.cancel-mark{stroke:#555;stroke-width:2;fill:none}
 #details{min-height:1.5em;color:#444}
 .legend span{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px;vertical-align:middle}
 """
@@ -56,6 +62,24 @@ _SCRIPT = """
     });
   });
   document.documentElement.setAttribute('data-rendered-actions', String(actions.length));
+  var timeline = document.getElementById('timeline');
+  var width = timeline ? timeline.width.baseVal.value : 0;
+  var height = timeline ? timeline.height.baseVal.value : 0;
+  function drawn(selector) {
+    var count = 0;
+    document.querySelectorAll(selector).forEach(function (shape) {
+      var box = shape.getBBox();
+      var sized = box.width > 0 || box.height > 0;
+      var inside = box.x >= 0 && box.y >= 0 && box.x <= width && box.y + box.height <= height;
+      if (sized && inside && box.width + box.height >= 4) { count += 1; }
+    });
+    return String(count);
+  }
+  var root = document.documentElement;
+  root.setAttribute('data-drawn-kill-marks', drawn('#timeline .kill-mark'));
+  root.setAttribute('data-drawn-kill-lines', drawn('#timeline .kill-line'));
+  root.setAttribute('data-drawn-cancel-marks', drawn('#timeline .cancel-mark'));
+  root.setAttribute('data-drawn-running', drawn('#timeline .phase.running'));
 })();
 """
 
@@ -74,6 +98,32 @@ def _ms(seconds: float) -> str:
 
 def _mib(count: int) -> str:
     return f"{count / 2**20:.1f} MiB"
+
+
+def _outcome(record: ActionRecord) -> str:
+    """How ``record`` ended, for ``data-outcome``."""
+    if record.cancelled:
+        return "cancelled"
+    if record.kill_ended:
+        return "killed"
+    return "failed" if record.failed else "ok"
+
+
+def _ended(record: ActionRecord) -> str:
+    """The end of an action's details: its exit, and what lre did to it."""
+    if record.cancelled:
+        return "cancelled (by its client or lre's shutdown; not a failure)"
+    text = f"exit {record.exit_code if record.exit_code is not None else record.error or '-'}"
+    if record.kills:
+        why = f" ({record.kill_reason})" if record.kill_reason else ""
+        text += f"; killed {record.kills} time(s) for its memory{why}"
+        if record.memory_retries:
+            text += f", run again by lre {record.memory_retries} time(s) one ladder step up"
+        if record.kill_ended:
+            text += "; lre gave up on it (not run again)"
+    if record.retries:
+        text += f"; {record.retries} retry(ies) by lre after an infrastructure failure"
+    return text
 
 
 def _timeline(build: BuildData) -> str:
@@ -106,17 +156,13 @@ def _timeline(build: BuildData) -> str:
         width = max(1.0, (placed.end - placed.start) * scale)
         label = record.target or record.mnemonic or record.action[:12]
         phases = ", ".join(f"{s.phase.value} {_ms(s.seconds)}" for s in record.spans)
-        detail = (
-            f"{record.name}: {phases}; peak {_mib(record.peak_rss_bytes)}, exit "
-            f"{record.exit_code if record.exit_code is not None else record.error or '-'}"
-        )
+        detail = f"{record.name}: {phases}; peak {_mib(record.peak_rss_bytes)}, {_ended(record)}"
         if record.waited_for:
             detail += "; waited for " + ", ".join(WAIT_TEXT.get(r, r) for r in record.waited_for)
-        if record.kills or record.retries:
-            detail += f"; {record.kills} kill(s), {record.retries} retry(ies) before"
         parts.append(
             f'<g class="action" data-target="{_e(record.target)}" '
             f'data-mnemonic="{_e(record.mnemonic)}" data-kills="{record.kills}" '
+            f'data-outcome="{_outcome(record)}" '
             f'data-details="{_e(detail)}" aria-label="{_e(label)}">'
             f"<title>{_e(detail)}</title>"
             f'<clipPath id="c{index}"><rect x="{x:.1f}" y="{y}" width="{width:.1f}" '
@@ -138,10 +184,16 @@ def _timeline(build: BuildData) -> str:
             f'<text class="label" x="{x + 3:.1f}" y="{y + 14}" '
             f'clip-path="url(#c{index})">{_e(label)}</text>'
         )
-        if record.kills or record.retries:
+        if record.kills:
             parts.append(
                 f'<path class="kill-mark" d="M{x:.1f} {y}l6 0l-6 8z">'
-                f"<title>{record.kills} kill(s), {record.retries} retry(ies)</title></path>"
+                f"<title>{_e(_ended(record))}</title></path>"
+            )
+        if record.cancelled:
+            end = x + width
+            parts.append(
+                f'<path class="cancel-mark" d="M{end - 7:.1f} {y + 3}l6 12m0 -12l-6 12">'
+                "<title>cancelled</title></path>"
             )
         parts.append("</g>")
     for record in build.actions:
@@ -230,8 +282,12 @@ def _summary_table(build: BuildData) -> str:
         ("served from the cache (Execute)", s.execute_hits),
         ("served from the cache (GetActionResult)", s.lookup_hits),
         ("failed", s.failed),
-        ("killed and retried (memory)", s.killed),
-        ("retried (infrastructure)", s.retried),
+        ("cancelled (by the client or lre's shutdown)", s.cancelled),
+        ("not run", s.not_run),
+        ("killed for their memory", s.killed),
+        ("run again by lre after a kill (memory ladder)", s.memory_retried),
+        ("retried by lre (infrastructure)", s.retried),
+        ("re-submitted by the client", s.resubmitted),
         ("frozen", s.frozen),
         ("queue wait p50 / p95", f"{_ms(s.queue_p50_s)} / {_ms(s.queue_p95_s)}"),
         ("lre's own time per action", _ms(s.lre_per_action_s)),
@@ -253,6 +309,24 @@ def _slowest_table(build: BuildData) -> str:
     return (
         '<table id="slowest"><tr><th>target</th><th>mnemonic</th><th>wall</th>'
         f"<th>queued</th><th>running</th><th>peak RSS</th></tr>{rows}</table>"
+    )
+
+
+def _killed_table(build: BuildData) -> str:
+    killed = build.summary.killed_actions
+    if not killed:
+        return "<p>lre killed no action for its memory.</p>"
+    rows = "".join(
+        f"<tr><td>{_e(r.target or '?')}</td><td>{_e(r.mnemonic)}</td>"
+        f'<td class="n">{_ms(r.phase_seconds(Phase.RUNNING))}</td>'
+        f'<td class="n">{_mib(r.peak_rss_bytes)}</td><td class="n">{r.kills}</td>'
+        f"<td>{'gave up' if r.kill_ended else 'ran it again'}</td>"
+        f"<td>{_e(r.kill_reason or '-')}</td></tr>"
+        for r in killed
+    )
+    return (
+        '<table id="killed"><tr><th>target</th><th>mnemonic</th><th>running</th>'
+        f"<th>peak RSS</th><th>kills</th><th>lre</th><th>why</th></tr>{rows}</table>"
     )
 
 
@@ -281,13 +355,16 @@ def report_html(build: BuildData) -> str:
         f"<title>{_e(title)}</title><style>{_STYLE}</style></head><body>"
         f"<h1>{_e(title)}</h1>"
         f"<p>{s.executed} executed, {s.cache_hits} from the cache, {s.failed} failed, "
-        f"{s.killed} killed, in {_ms(s.duration_s)}.</p>"
+        f"{s.cancelled} cancelled, {s.not_run} not run, {s.killed} killed for their memory, "
+        f"in {_ms(s.duration_s)}.</p>"
         f'<h2>Timeline</h2><p class="legend">{legend}'
-        '<span style="background:#d62728"></span>killed or retried before</p>'
+        '<span style="background:#d62728"></span>killed for its memory'
+        '<span style="background:#555"></span>cancelled</p>'
         f'{_timeline(build)}<p id="details"></p>'
         f"<h2>CPU and memory</h2>{_resources(build)}"
         f"<h2>Summary</h2>{_summary_table(build)}"
         f"<h2>Slowest actions</h2>{_slowest_table(build)}"
+        f"<h2>Killed for their memory</h2>{_killed_table(build)}"
         f"<h2>What actions waited for</h2>{_waits_table(build)}"
         f"<script>{_SCRIPT}</script></body></html>\n"
     )

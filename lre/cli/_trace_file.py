@@ -10,7 +10,9 @@ Opens in Perfetto (ui.perfetto.dev) and ``chrome://tracing``. Layout:
   track, since queued actions overlap;
 - kills and retries as instant events (``ph: "i"``) at the final attempt,
   and each memory kill as a global instant event (a line across all tracks)
-  at the moment lre killed the attempt;
+  at the moment lre killed the attempt, with the reason; an action killed
+  for good (``kill_ended``) keeps its slice, up to its kill; a cancelled one
+  is a slice up to its cancellation with an instant ``cancelled`` at its end;
 - cache hits as instant events on the ``cache`` track;
 - counters (``ph: "C"``): host CPU % and reserved CPUs, memory in use and
   reserved memory (MiB), from the samples lre took while the build ran.
@@ -78,7 +80,11 @@ def chrome_trace(build: BuildData) -> dict[str, Any]:
             "waited_for": list(record.waited_for),
             "attempts": record.attempts,
             "kills": record.kills,
+            "kill_reason": record.kill_reason,
+            "killed_for_good": record.kill_ended,
+            "memory_retries": record.memory_retries,
             "retries": record.retries,
+            "cancelled": record.cancelled,
         }
         for span in record.spans:
             args[f"{span.phase.value}_ms"] = round(span.seconds * 1000, 3)
@@ -122,10 +128,24 @@ def chrome_trace(build: BuildData) -> dict[str, Any]:
                     "args": {"target": record.target},
                 }
             )
+        if record.cancelled:
+            events.append(
+                {
+                    "name": f"{name}: cancelled",
+                    "cat": "cancel",
+                    "ph": "i",
+                    "s": "t",
+                    "ts": _us(placed.end - origin),
+                    "pid": _PID,
+                    "tid": tid,
+                    "args": {"target": record.target},
+                }
+            )
         if record.kills or record.retries:
             events.append(
                 {
-                    "name": f"{name}: {record.kills} kill(s), {record.retries} retry(ies) before",
+                    "name": f"{name}: {record.kills} kill(s) for memory, {record.retries} "
+                    "infrastructure retry(ies)",
                     "cat": "kill",
                     "ph": "i",
                     "s": "t",
@@ -146,7 +166,12 @@ def chrome_trace(build: BuildData) -> dict[str, Any]:
                     "ts": _us(max(0.0, killed - origin)),
                     "pid": _PID,
                     "tid": 0,
-                    "args": {"target": record.target, "peak_rss_bytes": record.peak_rss_bytes},
+                    "args": {
+                        "target": record.target,
+                        "peak_rss_bytes": record.peak_rss_bytes,
+                        "reason": record.kill_reason,
+                        "killed_for_good": record.kill_ended,
+                    },
                 }
             )
         if record.source in (Source.EXECUTE_HIT, Source.LOOKUP_HIT):

@@ -77,15 +77,20 @@ class ResourceSpec:
     )
     kill_factor: float = doc(
         "Hard ceiling = the top ladder step (the memory budget, else the last ladder "
-        "entry) x this: an action whose RSS passes it is killed and fails with "
-        "RESOURCE_EXHAUSTED at any time. Below it, exceeding a reservation kills nothing.",
+        "entry) x this: an action whose RSS passes it is killed at any time and fails "
+        "once (exit code 137, the reason at the end of its stderr; not run again). "
+        "Below it, exceeding a reservation kills nothing.",
         default=1.2,
     )
     ladder: tuple[ByteSize, ...] = doc(
         "Memory reservations tried after successive kills under memory shortage.",
         default=(ByteSize(1 << 30), ByteSize(2 << 30), ByteSize(4 << 30), ByteSize(8 << 30)),
     )
-    max_steps: int = doc("Kills after which the action fails with RESOURCE_EXHAUSTED.", default=5)
+    max_steps: int = doc(
+        "Kills after which the action fails once (exit code 137, the reason at the end "
+        "of its stderr; not run again).",
+        default=5,
+    )
     sample_interval: Seconds = doc(
         "How often running actions' process trees are sampled.", default=Seconds(0.25)
     )

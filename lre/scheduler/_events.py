@@ -106,6 +106,21 @@ def escalation_event(op: OperationState, lease: Lease, outcome: MemoryExceeded) 
     )
 
 
+def gave_up_event(op: OperationState, lease: Lease, outcome: MemoryExceeded) -> SchedulerEvent:
+    """lre killed ``lease`` for its memory for the last time: ``op`` ended
+    with the killed run's result (exit code 137), not run again."""
+    return SchedulerEvent(
+        EventKind.FAILURE,
+        f"{action_label(op)}: failed with exit code 137 after {op.kills} kill(s) for its "
+        f"memory, peak {memory_text(outcome.peak_rss_bytes)}{_why(outcome)}; not run again, "
+        "the reason is at the end of its stderr",
+        outcome.peak_rss_bytes,
+        lease.worker_name,
+        _summary(op),
+        target=op.request_info.target_id,
+    )
+
+
 def backpressure_event(op: OperationState, lease: Lease, outcome: Backpressure) -> SchedulerEvent:
     """The worker's precondition script declined ``lease``; ``op`` was requeued."""
     reason = f": {outcome.reason}" if outcome.reason else ""
@@ -146,8 +161,13 @@ def memory_kill_text(
         f"(ladder step {lease.ladder_step}); "
     )
     if error is not None:
+        ends = (
+            "exit code 137 (the killed run's result)"
+            if outcome.result is not None
+            else error.code.name
+        )
         return text + (
-            f"not retried: failed with {error.code.name} after {op.kills} kill(s), "
+            f"not retried: failed with {ends} after {op.kills} kill(s), "
             f"reservations tried: {', '.join(op.steps_tried)}"
         )
     target = _next_reservation(op)

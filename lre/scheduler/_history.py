@@ -106,6 +106,8 @@ class HistoryTap:
                         op.retries,
                         error,
                         attempts,
+                        # a run still going: the operation was cancelled under it
+                        op.lease.started_at if op.lease is not None else 0.0,
                     ),
                 )
             )
@@ -129,6 +131,7 @@ class _Ended(NamedTuple):
     retries: int
     error: LreError | None
     attempts: Sequence[_Attempt]
+    running_since: float
 
 
 @dataclass(slots=True)
@@ -143,6 +146,8 @@ class _Attempts:
     runs: int = 0  # leases that ran (a declined one does not count)
     freezes: int = 0  # runs the memory control froze at least once
     killed_at: tuple[float, ...] = ()
+    kill_reason: str = ""  # the last kill's
+    kill_ended: bool = False  # the last run was killed
 
 
 def _add_up(attempts: Sequence[_Attempt]) -> _Attempts:
@@ -162,6 +167,11 @@ def _add_up(attempts: Sequence[_Attempt]) -> _Attempts:
         if isinstance(outcome, MemoryExceeded):
             out.peak_rss_bytes = max(out.peak_rss_bytes, outcome.peak_rss_bytes)
             out.killed_at += (killed_at,)
+            out.kill_reason = outcome.reason or (
+                "over the hard ceiling" if outcome.final else "memory was short"
+            )
+        if not isinstance(outcome, Backpressure):
+            out.kill_ended = isinstance(outcome, MemoryExceeded)
     return out
 
 
@@ -184,6 +194,9 @@ def build_record(ended: _Ended) -> ActionRecord:
             exit_code = result.exit_code
     if source is Source.EXECUTED:
         stamps.setdefault("queued", ended.queued_at)
+        if ended.running_since and "worker_start" not in stamps:
+            # cancelled while it ran: its run is drawn from its start to its end
+            stamps["worker_start"] = ended.running_since
     info = ended.info
     error = ended.error
     return ActionRecord(
@@ -210,4 +223,6 @@ def build_record(ended: _Ended) -> ActionRecord:
         freezes=attempts.freezes,
         stamps=stamps,
         killed_at=attempts.killed_at,
+        kill_reason=attempts.kill_reason,
+        kill_ended=attempts.kill_ended,
     )

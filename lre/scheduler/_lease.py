@@ -80,6 +80,11 @@ class Lease:
     - ``timeout_s``: the Action's timeout, or the worker's default.
     - ``queued_at``: wall-clock time (``time.time()``) the operation was queued.
     - ``kind_key``: what identifies this kind of action for learned reservations.
+    - ``memory_kills``: how often lre killed earlier runs of this operation
+      for memory; ``last_chance``: a memory kill of this run ends the
+      operation (it is the last one ``max_steps`` allows), so the worker
+      answers it with a result the client does not retry, as for a kill
+      over the hard ceiling.
     """
 
     lease_id: str
@@ -102,6 +107,8 @@ class Lease:
     inline_stdout: bool = False
     inline_stderr: bool = False
     inline_output_files: tuple[str, ...] = ()
+    memory_kills: int = 0
+    last_chance: bool = False
     cancel_signal: CancelSignal = field(default_factory=CancelSignal)
 
     @property

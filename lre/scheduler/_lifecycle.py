@@ -185,10 +185,13 @@ class OperationLifecycle:
         worker: str | None = None,
         peak_rss_bytes: int | None = None,
         event: EventKind | None = None,
+        gave_up: bool = False,
     ) -> None:
         """End ``op``. An error other than a cancellation is also an event:
         ``event`` when given, else TIMEOUT for ``DeadlineExceeded``, else
-        FAILURE (not for an operation routed away: see ``_routing``)."""
+        FAILURE (not for an operation routed away: see ``_routing``).
+        ``gave_up``: lre's memory control killed it for the last time (its
+        ``result`` is the killed run's; it was not retried after that)."""
         if op.done:
             return
         if op.route_scope is not None:
@@ -201,7 +204,11 @@ class OperationLifecycle:
         op.error = error
         if op.kill_notes:
             # shown by the client for this reply only (never stored in the result)
-            retried = "" if error is not None else f"; retried, ran at ladder step {op.ladder_step}"
+            retried = (
+                ""
+                if error is not None or gave_up
+                else f"; retried, ran at ladder step {op.ladder_step}"
+            )
             notes = "lre memory control: " + "; ".join(op.kill_notes) + retried
             message = f"{notes}. {message}" if message else notes
         op.message = message

@@ -221,12 +221,16 @@ class MemoryExceeded:
     """The worker killed the action because memory was short (``reason`` says
     why). Requeued one ladder step up; not a retry. After ``max_steps`` kills,
     or at once when ``final`` (it passed the hard ceiling, the top step), the
-    operation fails with RESOURCE_EXHAUSTED naming the peak and the steps."""
+    operation ends: with ``result`` when the worker gave one (the killed
+    run's result, exit code 137 and lre's explanation on its stderr, never
+    cached), which the client takes as the action's own failure and does
+    not retry; else with RESOURCE_EXHAUSTED naming the peak and the steps."""
 
     peak_rss_bytes: int
     usage: Usage | None = None
     reason: str = ""
     final: bool = False
+    result: re_pb2.ActionResult | None = None
 
 
 Outcome = Completed | InfrastructureFailure | Backpressure | MemoryExceeded

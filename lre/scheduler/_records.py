@@ -157,9 +157,16 @@ class OperationState:
         return snapshot
 
     def lease_for(
-        self, lease_id: str, worker: WorkerInfo, reservation: Reservation, exclusive: bool
+        self,
+        lease_id: str,
+        worker: WorkerInfo,
+        reservation: Reservation,
+        exclusive: bool,
+        *,
+        max_kills: int = 0,
     ) -> Lease:
-        """The ``Lease`` of this operation's current attempt on ``worker``."""
+        """The ``Lease`` of this operation's current attempt on ``worker``;
+        ``max_kills`` is the policy's ``max_steps`` (0: no bound known)."""
         assert self.action is not None and self.command is not None
         return Lease(
             lease_id=lease_id,
@@ -182,6 +189,8 @@ class OperationState:
             inline_stdout=self.inline_stdout,
             inline_stderr=self.inline_stderr,
             inline_output_files=self.inline_output_files,
+            memory_kills=self.kills,
+            last_chance=max_kills > 0 and self.kills + 1 >= max_kills,
         )
 
     def notify(self) -> None:

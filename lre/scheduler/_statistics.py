@@ -107,6 +107,9 @@ class SchedulerStatistics:
     millicpus_capacity: int
     queued_by_reservation: Mapping[str, int] = field(default_factory=lambda: _NO_COUNTS)
     queued_next: tuple[QueuedStatistics, ...] = ()
+    #: Ladder kills lre answered by running the action again one step up
+    #: (``ladder_kills`` less the kills it gave up after).
+    ladder_requeues: int = 0
 
 
 def completion_kind(
@@ -197,6 +200,7 @@ def collect_statistics(
         retries=counters.get("retries", 0),
         backpressure_requeues=counters.get("backpressure", 0),
         ladder_kills=counters.get("ladder_kills", 0),
+        ladder_requeues=counters.get("ladder_requeues", 0),
         lease_cancellations=counters.get("lease_cancellations", 0),
         watchers=sum(op.watchers for op in operations),
         retained_operations=len(operations),

@@ -19,6 +19,7 @@ from lre.scheduler._events import (
     backpressure_event,
     emit_event,
     escalation_event,
+    gave_up_event,
     kill_event,
     memory_kill_text,
     oom_event,
@@ -124,7 +125,8 @@ class WorkerLeasing(OperationLifecycle):
           then the operation ends with the error;
         - ``Backpressure``: requeued at its old position, no attempt counted;
         - ``MemoryExceeded``: requeued one ladder step up; after
-          ``max_steps`` kills the operation ends with RESOURCE_EXHAUSTED.
+          ``max_steps`` kills (or a final one) the operation ends with the
+          outcome's result when it has one, else RESOURCE_EXHAUSTED.
 
         Returns False (and does nothing) for a lease that is no longer held,
         e.g. already reported or taken back when the worker unregistered.
@@ -145,7 +147,13 @@ class WorkerLeasing(OperationLifecycle):
     ) -> Lease:
         info = state.info
         op.attempt += 1
-        lease = op.lease_for(f"{info.name}/{next(self._lease_ids)}", info, reservation, exclusive)
+        lease = op.lease_for(
+            f"{info.name}/{next(self._lease_ids)}",
+            info,
+            reservation,
+            exclusive,
+            max_kills=self._resources.max_steps,
+        )
         record = LeaseRecord(lease, op, state)
         state.leases[lease.lease_id] = record
         self._leases[lease.lease_id] = record
@@ -241,11 +249,28 @@ class WorkerLeasing(OperationLifecycle):
                     }
                 },
             )
-            if error is not None:
+            if error is not None and outcome.result is not None:
+                # The kill would only repeat: the killed run's result (exit
+                # 137, lre's explanation on its stderr) ends the operation as
+                # the action's own failure, which no client retries.
+                emit_event(self._on_event, gave_up_event(op, lease, outcome))
+                self._complete(
+                    op,
+                    result=outcome.result,
+                    message=(
+                        f"not run again after {op.kills} kill(s); lre's explanation "
+                        "ends the action's stderr"
+                    ),
+                    worker=worker,
+                    peak_rss_bytes=outcome.peak_rss_bytes,
+                    gave_up=True,
+                )
+            elif error is not None:
                 self._complete(
                     op, error=error, worker=worker, peak_rss_bytes=outcome.peak_rss_bytes
                 )
             else:
+                self._counters["ladder_requeues"] += 1
                 emit_event(self._on_event, escalation_event(op, lease, outcome))
                 self._requeue(op)
         return True

@@ -31,7 +31,16 @@ def percentile(values: Sequence[float], fraction: float) -> float:
 
 @dataclass(frozen=True, slots=True)
 class BuildSummary:
-    """What one build did, from its actions' records."""
+    """What one build did, from its actions' records.
+
+    ``failed`` leaves out ``cancelled`` (stopped by the client or by lre's
+    shutdown: not the action's failure); ``not_run`` never reached a worker.
+    ``killed``: actions lre killed for their memory at least once;
+    ``memory_retried``: those lre itself ran again one ladder step up;
+    ``retried``: those lre ran again after an infrastructure failure;
+    ``resubmitted``: actions the client sent again after they had ended in
+    this build (its own retry, e.g. of a failure it took for a passing one).
+    """
 
     invocation: str
     started_at: float
@@ -52,6 +61,11 @@ class BuildSummary:
     lre_per_action_s: float
     peak_rss_bytes: int
     slowest: tuple[ActionRecord, ...]
+    cancelled: int = 0
+    memory_retried: int = 0
+    resubmitted: int = 0
+    #: The actions lre killed for their memory (at most ``slowest`` of them).
+    killed_actions: tuple[ActionRecord, ...] = ()
 
     @property
     def duration_s(self) -> float:
@@ -74,8 +88,11 @@ class BuildSummary:
             "cache_hits": {"execute": self.execute_hits, "get_action_result": self.lookup_hits},
             "not_run": self.not_run,
             "failed": self.failed,
+            "cancelled": self.cancelled,
             "killed": self.killed,
+            "memory_retried": self.memory_retried,
             "retried": self.retried,
+            "resubmitted": self.resubmitted,
             "frozen": self.frozen,
             "queue_wait_s": {"p50": round(self.queue_p50_s, 4), "p95": round(self.queue_p95_s, 4)},
             "lre_per_action_s": round(self.lre_per_action_s, 5),
@@ -89,6 +106,18 @@ class BuildSummary:
                     "peak_rss_bytes": r.peak_rss_bytes,
                 }
                 for r in self.slowest
+            ],
+            "killed_actions": [
+                {
+                    "target": r.target,
+                    "mnemonic": r.mnemonic,
+                    "running_s": round(r.phase_seconds(Phase.RUNNING), 3),
+                    "peak_rss_bytes": r.peak_rss_bytes,
+                    "kills": r.kills,
+                    "kill_reason": r.kill_reason,
+                    "killed_for_good": r.kill_ended,
+                }
+                for r in self.killed_actions
             ],
         }
 
@@ -107,6 +136,13 @@ def _summary(invocation: str, records: list[ActionRecord], slowest: int) -> Buil
     clients = sorted({r.tool for r in records if r.tool})
     instances = sorted({r.instance for r in records if r.instance})
     by_wall = sorted(executed, key=lambda r: -r.wall_seconds)
+    seen: set[str] = set()
+    resubmitted = 0
+    for record in sorted(records, key=lambda r: r.submitted_at or r.at):
+        if record.action and record.source is not Source.LOOKUP_HIT:
+            if record.action in seen:
+                resubmitted += 1
+            seen.add(record.action)
     return BuildSummary(
         invocation=invocation,
         started_at=min(starts),
@@ -122,6 +158,10 @@ def _summary(invocation: str, records: list[ActionRecord], slowest: int) -> Buil
         killed=sum(1 for r in records if r.kills),
         retried=sum(1 for r in records if r.retries),
         frozen=sum(1 for r in records if r.freezes),
+        cancelled=sum(1 for r in records if r.cancelled),
+        memory_retried=sum(1 for r in records if r.memory_retries),
+        resubmitted=resubmitted,
+        killed_actions=tuple(r for r in records if r.kills)[:slowest],
         queue_p50_s=percentile(queue, 0.5),
         queue_p95_s=percentile(queue, 0.95),
         lre_per_action_s=sum(own) / len(own) if own else 0.0,

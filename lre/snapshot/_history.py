@@ -92,6 +92,11 @@ class ActionRecord:
     stamps: Mapping[str, float] = field(default_factory=lambda: _NO_STAMPS)
     #: When lre killed an attempt for its memory (wall clock), oldest first.
     killed_at: tuple[float, ...] = ()
+    #: Why lre killed it the last time (the memory control's reason), or "".
+    kill_reason: str = ""
+    #: Whether its last run was killed for its memory (lre gave up on it:
+    #: over the hard ceiling, or the last kill ``max_steps`` allows).
+    kill_ended: bool = False
 
     @property
     def spans(self) -> tuple[PhaseSpan, ...]:
@@ -118,8 +123,22 @@ class ActionRecord:
         return self.phase_seconds(Phase.STAGING) + self.phase_seconds(Phase.STORING)
 
     @property
+    def cancelled(self) -> bool:
+        """Stopped by its client (Ctrl-C, a build that failed elsewhere) or by
+        lre's shutdown: not a failure of the action."""
+        return self.error == "CANCELLED"
+
+    @property
     def failed(self) -> bool:
+        """Ended with an error other than a cancellation, or a non-zero exit."""
+        if self.cancelled:
+            return False
         return bool(self.error) or (self.exit_code is not None and self.exit_code != 0)
+
+    @property
+    def memory_retries(self) -> int:
+        """Runs lre itself started again, one ladder step up, after a kill."""
+        return max(0, self.kills - (1 if self.kill_ended else 0))
 
     @property
     def name(self) -> str:
@@ -174,6 +193,10 @@ class ActionRecord:
             out["tsu"] = {k: int((v - at) * 1e6) for k, v in self.stamps.items()}
         if self.killed_at:
             out["klu"] = [int((v - at) * 1e6) for v in self.killed_at]
+        if self.kill_reason:
+            out["kwhy"] = self.kill_reason
+        if self.kill_ended:
+            out["kend"] = 1
         return out
 
     @classmethod
@@ -210,6 +233,8 @@ class ActionRecord:
                 freezes=int(data.get("frz", 0)),
                 stamps=MappingProxyType(stamps),
                 killed_at=tuple(at + int(v) / 1e6 for v in data.get("klu", ())),
+                kill_reason=str(data.get("kwhy", "")),
+                kill_ended=bool(data.get("kend", 0)),
             )
         except KeyError as exc:
             raise ValueError(f"history record field {exc.args[0]!r} is missing") from None

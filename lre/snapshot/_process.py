@@ -66,6 +66,8 @@ class ProcessSnapshot:
     retries: int = 0
     backpressure_requeues: int = 0
     ladder_kills: int = 0
+    #: of ``ladder_kills``, those lre answered by running the action again
+    ladder_requeues: int = 0
     lease_cancellations: int = 0
     memory_reserved_bytes: int = 0
     memory_capacity_bytes: int = 0
@@ -182,6 +184,7 @@ class ProcessSnapshot:
                 retries=int(data.get("retries", 0)),
                 backpressure_requeues=int(data.get("backpressure_requeues", 0)),
                 ladder_kills=int(data.get("ladder_kills", 0)),
+                ladder_requeues=int(data.get("ladder_requeues", 0)),
                 lease_cancellations=int(data.get("lease_cancellations", 0)),
                 memory_reserved_bytes=int(data.get("memory_reserved_bytes", 0)),
                 memory_capacity_bytes=int(data.get("memory_capacity_bytes", 0)),

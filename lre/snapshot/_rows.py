@@ -162,3 +162,5 @@ class BuildLine:
     failed: int
     killed: int
     running: bool
+    #: stopped by the client or lre's shutdown (not counted in ``failed``)
+    cancelled: int = 0

@@ -179,7 +179,8 @@ def _rss_line(snapshot: ProcessSnapshot, bar_width: int) -> Text:
 
 
 def _build_line(build: BuildLine, now: float, *, client: bool) -> Text:
-    """``build 5f0c3a52 bazel 7.1.0 running 35s: 120 run  80 cached  1 failed  0 killed``."""
+    """``build 5f0c3a52 bazel 7.1.0 running 35s: 120 run  80 cached  1 failed  0 killed``
+    (and ``3 cancelled`` when some were: stopped, not failed)."""
     line = Text()
     line.append("build " if build.running else "last build ", style="grey70")
     line.append(build.invocation[:8] or "(no id)", style="cyan")
@@ -196,6 +197,9 @@ def _build_line(build: BuildLine, now: float, *, client: bool) -> Text:
     ):
         line.append(f" {value}", style=style)
         line.append(f" {name}", style="grey70")
+    if build.cancelled:
+        line.append(f" {build.cancelled}", style="bold")
+        line.append(" cancelled", style="grey70")
     return line
 
 

@@ -19,7 +19,10 @@ It never raises for problems of the action or of lre; it returns the
   unusable (invalid names, missing blobs, a symlink the policy refuses):
   those end the operation with that error and are not retried.
 - ``MemoryExceeded`` when the memory control killed it: memory was short
-  (requeued one ladder step up) or it passed the hard ceiling (final).
+  (requeued one ladder step up) or it passed the hard ceiling (final). A kill
+  that ends the operation (final, or the lease's ``last_chance``) carries the
+  killed run's result: exit code 137, its logs with lre's explanation appended
+  to stderr (``_doomed``), never cached.
 - ``InfrastructureFailure`` when lre failed (disk full, unexpected errors)
   or the lease was cancelled.
 
@@ -29,17 +32,27 @@ after the process group is killed and reaped.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
+import stat
 from dataclasses import dataclass
+from pathlib import Path
 
 import trio
 
 from lre.cas import DirectoryReader, TreeExtent
 from lre.config import LocalWorkerSpec
 from lre.digest import EMPTY_DIGEST, Digest
-from lre.errors import Cancelled, DeadlineExceeded, Internal, LreError, MissingBlobs
+from lre.errors import (
+    Cancelled,
+    DeadlineExceeded,
+    Internal,
+    InvalidArgument,
+    LreError,
+    MissingBlobs,
+)
 from lre.proto import re_pb2
 from lre.scheduler import (
     Completed,
@@ -57,6 +70,7 @@ from lre.worker._cas_handle import CasHandle
 from lre.worker._command import PreparedCommand, prepare_command
 from lre.worker._containment import Containment
 from lre.worker._disk_full import request_error
+from lre.worker._doomed import MemoryCeiling, doomed_explanation
 from lre.worker._identity import ActionIdentity
 from lre.worker._idmap import idmap_views
 from lre.worker._input_guard import SMALL_CHECK, LinkedInputs, altered_inputs
@@ -133,6 +147,7 @@ class ActionRunner:
         hidden_paths: tuple[str, ...] = (),
         memory: MemoryControl | None = None,
         ceiling_bytes: int = 0,
+        ceiling: MemoryCeiling | None = None,
         identity: ActionIdentity | None = None,
     ) -> None:
         self.spec = spec
@@ -143,6 +158,8 @@ class ActionRunner:
         self.memory = memory
         #: RSS above which an action is killed and fails at any time (0 = none).
         self.ceiling_bytes = ceiling_bytes
+        #: How that ceiling was worked out (told to an action killed for good).
+        self.ceiling = ceiling if ceiling is not None else MemoryCeiling(ceiling_bytes, False, 1.0)
         #: Bounds on each action's trees and outputs; input subtrees measured.
         self.limits = limits if limits is not None else ActionLimits.of(spec.limits, None)
         self._extents: dict[tuple[str, int], TreeExtent] = {}
@@ -287,10 +304,13 @@ class ActionRunner:
 
     async def _run(self, lease: Lease, action_dir: ActionDirectory, timeline: Timeline) -> Outcome:
         """The four phases in order; an action killed for memory or refused a
-        fork ends after *execute*, with no outputs collected."""
+        fork ends after *execute*, with no outputs collected (a kill that ends
+        the operation with its logs only: ``_doomed``)."""
         staged = await self._stage(lease, action_dir, timeline)
         executed = await self._execute(lease, staged, action_dir, timeline)
         stopped = self._stopped(lease, executed, timeline)
+        if isinstance(stopped, MemoryExceeded) and (stopped.final or lease.last_chance):
+            return await self._doomed(lease, staged, action_dir, executed, stopped, timeline)
         if stopped is not None:
             return stopped
         found, logs = await self._collect(lease, staged, action_dir, executed.process, timeline)
@@ -420,6 +440,71 @@ class ActionRunner:
             limited = limit_error(self.spec.name, lease.operation_name, self.spec.max_processes)
             return self._failed(lease, timeline, limited)
         return None
+
+    async def _doomed(
+        self,
+        lease: Lease,
+        staged: _Staged,
+        action_dir: ActionDirectory,
+        executed: _Executed,
+        killed: MemoryExceeded,
+        timeline: Timeline,
+    ) -> Outcome:
+        """``killed`` with the killed run's result: exit code 137, stdout and
+        stderr with lre's explanation (``doomed_explanation``) appended, its
+        timeline and usage; no outputs, never cached. When the logs cannot be
+        read or stored (a full disk), ``killed`` as it is (the operation then
+        ends with RESOURCE_EXHAUSTED), logged."""
+        text = doomed_explanation(lease, killed, self.ceiling)
+        view = staged.view
+        try:
+            _append_to_log(action_dir.stderr, executed.process.log_files[1], text)
+            timeline.mark("output_upload_start")
+            found, logs = await collect_outputs(
+                self.workdir,
+                action_dir.root if view is None else action_dir.upper,
+                None if view is None else action_dir.root,
+                "trusted" if view is None else view.xattrs,
+                [],
+                (action_dir.stdout, action_dir.stderr),
+                executed.process.log_files,
+                allow_escaping_symlinks=self.allow_escaping_symlinks,
+                limits=self.limits,
+                owner=self.identity.uid if self.identity is not None else None,
+            )
+            await upload_outputs(self.cas.store, logs, found.blobs, adopt=None)
+        except (LreError, OSError) as error:
+            log.warning(
+                "worker %s: the logs of %s, killed for its memory, could not be kept: %s",
+                self.spec.name,
+                lease.operation_name,
+                error,
+            )
+            return killed
+        timeline.mark("output_upload_completed")
+        result = action_result(
+            lease,
+            found,
+            logs,
+            executed.process,
+            max_inline_bytes=self.spec.upload_action_result.max_inline_bytes,
+        )
+        result.exit_code = 128 + signal.SIGKILL
+        timeline.mark("worker_completed")
+        result.execution_metadata.CopyFrom(timeline.to_proto(self.spec.name))
+        usage = executed.usage
+        result.execution_metadata.auxiliary_metadata.append(
+            resource_usage_any(
+                peak_rss_bytes=killed.peak_rss_bytes,
+                cpu_seconds=usage.cpu_seconds,
+                reserved_millicpus=lease.reservation.millicpus,
+                reserved_memory_bytes=lease.reservation.memory_bytes,
+                ladder_step=lease.ladder_step,
+                attempt=lease.attempt,
+                samples=executed.samples,
+            )
+        )
+        return dataclasses.replace(killed, result=result)
 
     async def _collect(
         self,
@@ -600,3 +685,23 @@ class ActionRunner:
             if pool is not None:
                 self.jobservers.give_back(lease_id, pool, shared)
         return process, sampled
+
+
+def _append_to_log(path: Path, identity: tuple[int, int], text: str) -> None:
+    """Append ``text`` to the action's log at ``path``, the very file lre opened
+    for it (``identity``: its device and inode). Raises ``InvalidArgument``
+    when the action put another file (a symlink, a link elsewhere, a FIFO) in
+    its place, ``OSError`` when the write fails."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as error:
+        raise InvalidArgument(
+            f"the action removed or replaced its {path.name} file ({error.strerror})"
+        ) from None
+    try:
+        info = os.fstat(fd)
+        if (info.st_dev, info.st_ino) != identity or not stat.S_ISREG(info.st_mode):
+            raise InvalidArgument(f"the action replaced its {path.name} file with another")
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)

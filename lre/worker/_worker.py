@@ -48,6 +48,7 @@ from lre.scheduler import (
 from lre.worker._action import ActionResultWriter, ActionRunner
 from lre.worker._cas_handle import CasHandle, Discarder
 from lre.worker._containment import Containment, choose_containment
+from lre.worker._doomed import MemoryCeiling
 from lre.worker._freezer import cgroup_freezer
 from lre.worker._governor import GovernorLimits, MemoryGovernor
 from lre.worker._identity import ActionIdentity
@@ -157,7 +158,8 @@ class LocalWorker:
         #: RSS above which an action is killed and fails: the top step (the
         #: whole worker's budget, else the last ladder entry) x kill_factor.
         top = resources.memory_budget_bytes or (int(res.ladder[-1]) if res.ladder else 0)
-        self.ceiling_bytes = int(top * res.kill_factor)
+        self.ceiling = MemoryCeiling(top, bool(resources.memory_budget_bytes), res.kill_factor)
+        self.ceiling_bytes = self.ceiling.ceiling_bytes
         self.memory = MemoryControl(
             MemoryGovernor(governor_limits(spec, resources, self.ceiling_bytes)),
             self.pressure,
@@ -248,6 +250,7 @@ class LocalWorker:
                 hidden_paths=self.hidden_paths,
                 memory=self.memory,
                 ceiling_bytes=self.ceiling_bytes,
+                ceiling=self.ceiling,
                 identity=self.identity,
             )
             async with trio.open_nursery() as nursery:

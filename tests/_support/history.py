@@ -88,3 +88,71 @@ def write_history(state: Path, t0: float = 1_800_000_000.0) -> list[ActionRecord
     history.append(lines)
     history.close()
     return records
+
+
+KILLED_BUILD = "4b1d0000-0000-4000-8000-00000000c0de"
+CANCELLED_BUILD = "c0c0c0c0-0000-4000-8000-000000000000"
+
+
+def write_killed_and_cancelled(state: Path, t0: float = 1_800_000_000.0) -> None:
+    """Two builds as lre records them: one where lre killed an action over its
+    hard ceiling for good (its result: exit 137, its run's stamps) and killed
+    another once before running it again; one stopped with Ctrl-C (two runs
+    cancelled under way, two never started, one done)."""
+    doomed_at = t0 + 0.15 + 1.2
+    killed = [
+        action(1, t0, invocation=KILLED_BUILD),
+        action(
+            2,
+            t0,
+            invocation=KILLED_BUILD,
+            slot_seconds=1.2,
+            exit_code=137,
+            kills=1,
+            kill_ended=True,
+            kill_reason="over the hard ceiling",
+            killed_at=(doomed_at,),
+            peak_rss_bytes=650 << 20,
+        ),
+        action(
+            3,
+            t0 + 0.5,
+            invocation=KILLED_BUILD,
+            kills=1,
+            attempts=2,
+            kill_reason="host MemAvailable under the hard floor",
+            killed_at=(t0 + 0.7,),
+        ),
+    ]
+    cancelled = [action(4, t0 + 100, invocation=CANCELLED_BUILD)]
+    for n in (5, 6):
+        start = t0 + 100.5
+        cancelled.append(
+            ActionRecord(
+                at=start + 2.0,
+                source=Source.EXECUTED,
+                invocation=CANCELLED_BUILD,
+                target=f"//pkg:t{n}",
+                mnemonic="Genrule",
+                action=f"{n:064x}",
+                error="CANCELLED",
+                submitted_at=start,
+                attempts=0,
+                stamps={"queued": start, "worker_start": start + 0.1},
+            )
+        )
+    for n in (7, 8):
+        cancelled.append(
+            ActionRecord(
+                at=t0 + 102.5,
+                source=Source.NOT_RUN,
+                invocation=CANCELLED_BUILD,
+                target=f"//pkg:t{n}",
+                action=f"{n:064x}",
+                error="CANCELLED",
+                submitted_at=t0 + 100.6,
+            )
+        )
+    history = HistoryFile(state, 1 << 20)
+    history.append([json.dumps(r.to_json()) for r in (*killed, *cancelled)])
+    history.close()

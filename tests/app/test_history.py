@@ -159,6 +159,20 @@ def test_a_build_with_actions_running_is_the_current_build(tmp_path: Path) -> No
     assert not current.running  # idle and nothing running: the last build
 
 
+def test_the_tuis_build_line_counts_a_ctrl_c_as_cancelled_not_failed(tmp_path: Path) -> None:
+    """A build stopped with Ctrl-C: three runs cancelled under way and 41
+    never started are 44 cancelled, 0 failed; a real failure still counts."""
+    recorder = HistoryRecorder(tmp_path, max_bytes=1 << 20, clock=lambda: 2_000.0)
+    for n in range(44):
+        source = Source.EXECUTED if n < 3 else Source.NOT_RUN
+        recorder.record(
+            ActionRecord(at=1_000.0 + n, source=source, invocation="c", error="CANCELLED")
+        )
+    recorder.record(ActionRecord(at=1_050.0, source=Source.EXECUTED, invocation="c", exit_code=1))
+    (line,) = recorder.build_lines()
+    assert (line.failed, line.cancelled, line.executed) == (1, 44, 4)
+
+
 async def test_the_snapshot_shows_a_build_current_while_its_first_action_runs(
     nursery: trio.Nursery, tmp_path: Path
 ) -> None:

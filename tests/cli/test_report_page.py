@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
-import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
-from tests._support.history import write_history
+from tests._support.chromium import drawn_marks, render_dom
+from tests._support.history import (
+    CANCELLED_BUILD,
+    KILLED_BUILD,
+    write_history,
+    write_killed_and_cancelled,
+)
 from tests._support.processes import require_tool
 from tests.cli._lre import run_lre
 
@@ -45,34 +51,6 @@ class _Actions(HTMLParser):
             self.actions[-1]["text"] += data
 
 
-def _render(chromium: str, page: Path, profile: Path) -> tuple[str, str]:
-    """The DOM after the page's scripts ran, and Chromium's log (console lines)."""
-    done = subprocess.run(
-        [
-            chromium,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            f"--user-data-dir={profile}",
-            "--enable-logging=stderr",
-            "--v=0",
-            "--dump-dom",
-            page.as_uri(),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout, done.stderr
-
-
 def test_report_renders_one_labelled_shape_per_action_without_console_errors(
     tmp_path: Path,
 ) -> None:
@@ -84,7 +62,7 @@ def test_report_renders_one_labelled_shape_per_action_without_console_errors(
     assert done.returncode == 0, done.stderr
     source = page.read_text()
     assert "default-src 'none'" in source  # no network, by the page's own policy
-    dom, log = _render(chromium, page, tmp_path / "profile")
+    dom, log = render_dom(chromium, page, tmp_path / "profile")
     console = [line for line in log.splitlines() if ":CONSOLE" in line]
     assert console == []
     parsed = _Actions()
@@ -96,8 +74,8 @@ def test_report_renders_one_labelled_shape_per_action_without_console_errors(
         if r.source == "executed" and r.invocation == records[-1].invocation
     )
     assert sorted(a["target"] for a in parsed.actions) == executed
-    for action in parsed.actions:
-        assert action["target"] in action["text"]  # its label and title name it
+    for shape in parsed.actions:
+        assert shape["target"] in shape["text"]  # its label and title name it
     assert parsed.rendered == str(len(executed))  # the page's script ran
     assert re.search(r'class="kill-mark"', dom)
     assert dom.count('class="kill-line"') == 2  # each kill where it happened
@@ -111,5 +89,61 @@ def test_a_console_error_is_seen(tmp_path: Path) -> None:
     chromium = require_tool("chromium")
     page = tmp_path / "bad.html"
     page.write_text("<html><body><script>missing_function();</script></body></html>")
-    _, log = _render(chromium, page, tmp_path / "profile")
+    _, log = render_dom(chromium, page, tmp_path / "profile")
     assert any(":CONSOLE" in line and "missing_function" in line for line in log.splitlines())
+
+
+def _page(tmp_path: Path, env: dict[str, str], build: str) -> tuple[str, str]:
+    page = tmp_path / f"{build}.html"
+    done = run_lre("report", build, "-o", str(page), cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    dom, _ = render_dom(require_tool("chromium"), page, tmp_path / f"profile-{build}")
+    return page.read_text(), dom
+
+
+def _summary_row(dom: str, name: str) -> str:
+    """The value of the summary row whose name starts with ``name``."""
+    found = re.search(rf"<tr><th>{re.escape(name)}[^<]*</th><td>([^<]*)</td></tr>", dom)
+    assert found is not None, name
+    return found.group(1)
+
+
+def test_a_killed_build_draws_each_kill_with_its_run_and_says_why(tmp_path: Path) -> None:
+    write_killed_and_cancelled(tmp_path / "state")
+    env = {**os.environ, "LRE_HOME": str(tmp_path / "state"), "HOME": str(tmp_path)}
+    _, dom = _page(tmp_path, env, KILLED_BUILD[:8])
+    # drawn by the browser: a triangle on each killed action, a line at each
+    # kill, every run's running part (the action killed for good included)
+    assert drawn_marks(dom) == {"kill-marks": 2, "kill-lines": 2, "cancel-marks": 0, "running": 3}
+    assert dom.count('data-outcome="killed"') == 1
+    assert _summary_row(dom, "killed for their memory") == "2"
+    assert _summary_row(dom, "run again by lre after a kill (memory ladder)") == "1"
+    assert _summary_row(dom, "failed") == "1"  # the one lre gave up on: exit 137
+    assert _summary_row(dom, "cancelled (by the client") == "0"
+    killed = dom[dom.index('<table id="killed">') :]
+    killed = killed[: killed.index("</table>")]
+    assert "over the hard ceiling" in killed and "gave up" in killed
+    assert "host MemAvailable under the hard floor" in killed and "ran it again" in killed
+    assert "650.0 MiB" in killed
+    shown = run_lre("builds", "show", KILLED_BUILD[:8], cwd=tmp_path, env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert "killed     2 for their memory (lre ran 1 of them again" in shown.stdout
+    assert "gave up" in shown.stdout and "over the hard ceiling" in shown.stdout
+
+
+def test_a_cancelled_build_is_drawn_and_counted_as_cancelled_not_failed(tmp_path: Path) -> None:
+    write_killed_and_cancelled(tmp_path / "state")
+    env = {**os.environ, "LRE_HOME": str(tmp_path / "state"), "HOME": str(tmp_path)}
+    _, dom = _page(tmp_path, env, CANCELLED_BUILD[:8])
+    assert drawn_marks(dom) == {"kill-marks": 0, "kill-lines": 0, "cancel-marks": 2, "running": 1}
+    assert dom.count('data-outcome="cancelled"') == 2
+    assert _summary_row(dom, "failed") == "0"
+    assert _summary_row(dom, "cancelled (by the client") == "4"
+    assert _summary_row(dom, "not run") == "2"
+    listed = run_lre("builds", "--json", cwd=tmp_path, env=env)
+    assert listed.returncode == 0, listed.stderr
+    (build,) = [b for b in json.loads(listed.stdout) if b["invocation"] == CANCELLED_BUILD]
+    assert (build["failed"], build["cancelled"], build["not_run"]) == (0, 4, 2)
+    history = run_lre("history", "--build", CANCELLED_BUILD[:8], cwd=tmp_path, env=env)
+    assert history.returncode == 0, history.stderr
+    assert history.stdout.count("cancelled") == 4

@@ -10,7 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from lre.snapshot import HistoryFile
-from tests._support.history import action, write_history
+from tests._support.history import (
+    CANCELLED_BUILD,
+    KILLED_BUILD,
+    action,
+    write_history,
+    write_killed_and_cancelled,
+)
 from tests.cli._lre import run_lre
 
 #: Fields every event of a phase type must have (the Trace Event Format document).
@@ -120,3 +126,33 @@ def test_no_event_starts_before_time_zero_when_stamps_round_differently(tmp_path
         parent = next(a for a in actions if a["name"] == phase["args"]["target"])
         assert parent["ts"] <= phase["ts"]
         assert phase["ts"] + phase["dur"] <= parent["ts"] + parent["dur"]
+
+
+def test_a_killed_action_keeps_its_slice_and_a_cancelled_one_ends_with_a_mark(
+    tmp_path: Path,
+) -> None:
+    write_killed_and_cancelled(tmp_path / "state")
+    env = {**os.environ, "LRE_HOME": str(tmp_path / "state"), "HOME": str(tmp_path)}
+    traces = {}
+    for build in (KILLED_BUILD, CANCELLED_BUILD):
+        out = tmp_path / f"{build}.json"
+        done = run_lre("trace", build[:8], "-o", str(out), cwd=tmp_path, env=env)
+        assert done.returncode == 0, done.stderr
+        traces[build] = check_trace_format(json.loads(out.read_text()))
+    killed = traces[KILLED_BUILD]
+    (hog,) = [e for e in killed if e["ph"] == "X" and e["name"] == "//pkg:t2"]
+    assert hog["dur"] > 0 and hog["args"]["killed_for_good"] is True
+    assert hog["args"]["kill_reason"] == "over the hard ceiling" and hog["args"]["exit_code"] == 137
+    running = [e for e in killed if e["name"] == "running" and e["args"]["target"] == "//pkg:t2"]
+    assert len(running) == 1 and running[0]["dur"] > 0
+    lines = [e for e in killed if e["ph"] == "i" and e["s"] == "g"]
+    assert sorted(e["args"]["reason"] for e in lines) == [
+        "host MemAvailable under the hard floor",
+        "over the hard ceiling",
+    ]
+    cancelled = traces[CANCELLED_BUILD]
+    marks = [e for e in cancelled if e["ph"] == "i" and e.get("cat") == "cancel"]
+    assert sorted(e["name"] for e in marks) == ["//pkg:t5: cancelled", "//pkg:t6: cancelled"]
+    slices = {e["name"]: e for e in cancelled if e["ph"] == "X" and e["cat"] != "phase"}
+    for name in ("//pkg:t5", "//pkg:t6"):
+        assert slices[name]["args"]["cancelled"] is True and slices[name]["dur"] > 0

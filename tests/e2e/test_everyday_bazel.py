@@ -9,13 +9,17 @@ in their ``.bazelrc``.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
+from tests._support.chromium import drawn_marks, render_dom
 from tests._support.configs import app_config_text
+from tests._support.processes import require_tool
 from tests._support.servers import free_port
 from tests.cli._lre import run_lre
 from tests.e2e._bazel import BazelSession, parse_process_summary, require_bazel
@@ -128,7 +132,6 @@ def _status_json(address: str) -> tuple[int, dict[str, object]]:
 def test_a_cancelled_build_is_not_a_worker_fault(tmp_path: Path) -> None:
     """Ctrl-C in ``bazel build``: lre cancels the running actions, and stays healthy."""
     import signal
-    import time
 
     from tests.e2e._workspace import write_offline_scaffold
 
@@ -185,11 +188,26 @@ def test_a_cancelled_build_is_not_a_worker_fault(tmp_path: Path) -> None:
                     time.sleep(0.5)
         code, body = _status_json(address)
         assert code == 200, body
+        # Told as what it was: cancelled, not failed, and drawn as cancelled.
+        deadline = time.monotonic() + 30
+        while True:  # the history is written once a second
+            listed = run_lre("builds", "--json", "--config", str(config), cwd=ws, env=env)
+            assert listed.returncode == 0, listed.stderr
+            last = json.loads(listed.stdout)[-1]
+            if last["cancelled"] >= 2 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert last["failed"] == 0 and last["cancelled"] >= 2, last
+        page = tmp_path / "report.html"
+        report = run_lre(
+            "report", "last", "-o", str(page), "--config", str(config), cwd=ws, env=env
+        )
+        assert report.returncode == 0, report.stderr
+        dom, _ = render_dom(require_tool("chromium"), page, tmp_path / "profile")
+        assert drawn_marks(dom)["cancel-marks"] >= 2, dom[:2000]
         status = run_lre("status", "--config", str(config), cwd=ws, env=env)
         assert status.returncode == 0, status.stdout + status.stderr
         doctor = run_lre("doctor", "--json", "--config", str(config), cwd=ws, env=env)
-        import json
-
         checks = {c["name"]: c for c in json.loads(doctor.stdout)["checks"]}
         assert checks["lre"]["status"] == "OK", checks["lre"]
     finally:

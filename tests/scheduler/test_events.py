@@ -62,6 +62,20 @@ async def test_kill_and_escalation_events_carry_peak_worker_and_summary(
     assert [e.kind for e in events] == ["kill", "escalation", "kill", "failure"]
     assert events[-1].message.startswith("RESOURCE_EXHAUSTED: ")
     assert events[-1].peak_rss_bytes == 2 * GiB
+    # the same with the killed run's result: one failure event, saying why
+    again = harness.scheduler.submit(execute_request(await harness.builder.action("/bin/ld")))
+    lease = await worker.next_lease()
+    killed_run = re_pb2.ActionResult(exit_code=137)
+    harness.scheduler.report(
+        lease.lease_id,
+        MemoryExceeded(3 * GiB, reason="over the hard ceiling", final=True, result=killed_run),
+    )
+    await harness.wait_stage(again.name, Stage.COMPLETED)
+    assert [e.kind for e in events[4:]] == ["kill", "failure"]
+    assert events[-1].message == (
+        "ld: failed with exit code 137 after 1 kill(s) for its memory, peak 3 GiB (over the "
+        "hard ceiling); not run again, the reason is at the end of its stderr"
+    )
 
 
 async def test_timeout_failure_and_backpressure_events(nursery: trio.Nursery) -> None:

@@ -16,7 +16,7 @@ from lre.scheduler import (
     Stage,
     Usage,
 )
-from lre.snapshot import ActionRecord, Source, WaitReason
+from lre.snapshot import ActionRecord, Phase, Source, WaitReason
 from tests._support.scheduler import GiB, MiB, execute_request, start_harness, worker_info
 
 
@@ -148,3 +148,43 @@ async def test_a_start_held_by_frozen_actions_says_frozen_and_frozen_runs_are_co
     assert by_target["//a:big"].freezes == 1
     assert by_target["//a:held"].freezes == 0
     assert by_target["//a:held"].waited_for == (WaitReason.FROZEN,)
+
+
+async def test_a_kill_lre_gave_up_after_and_a_cancelled_run_are_recorded_as_such(
+    nursery: trio.Nursery,
+) -> None:
+    """The record of an action killed for good says so, with the kill's reason
+    and the killed run's stamps; the record of one cancelled while it ran is
+    cancelled (not failed) and keeps when its run started, so it is drawn."""
+    builders: list[RecordBuilder] = []
+    policy = ResourcePolicy(cold_memory_bytes=256 * MiB, ladder=(1 * GiB,), max_steps=2)
+    harness = await start_harness(nursery, on_record=builders.append, resources=policy)
+    worker = await harness.add_worker(worker_info(cpus=2, memory=4 * GiB))
+    doomed = harness.scheduler.submit(
+        execute_request(await harness.builder.action("/bin/hog")), request_info=_info("//a:hog")
+    )
+    lease = await worker.next_lease()
+    harness.scheduler.report(lease.lease_id, MemoryExceeded(300 * MiB, reason="memory was short"))
+    lease = await worker.next_lease()
+    killed_run = re_pb2.ActionResult(exit_code=137)
+    for name, at in (("execution_start", 100.0), ("execution_completed", 101.5)):
+        getattr(killed_run.execution_metadata, f"{name}_timestamp").FromSeconds(int(at))
+    outcome = MemoryExceeded(2 * GiB, reason="over the hard ceiling", final=True, result=killed_run)
+    harness.scheduler.report(lease.lease_id, outcome)
+    await harness.wait_stage(doomed.name, Stage.COMPLETED)
+    stopped = harness.scheduler.submit(
+        execute_request(await harness.builder.action("/bin/sleep")), request_info=_info("//a:slow")
+    )
+    await worker.next_lease()
+    harness.scheduler.cancel(stopped.name)
+    await harness.wait_stage(stopped.name, Stage.COMPLETED)
+    by_target = {r.target: r for r in (build() for build in builders)}
+    hog, slow = by_target["//a:hog"], by_target["//a:slow"]
+    assert (hog.kills, hog.kill_ended, hog.memory_retries) == (2, True, 1)
+    assert hog.kill_reason == "over the hard ceiling" and hog.exit_code == 137
+    assert hog.phase_seconds(Phase.RUNNING) == 1.0  # the killed run, drawn with its time
+    assert len(hog.killed_at) == 2 and hog.failed and not hog.cancelled
+    assert slow.cancelled and not slow.failed and slow.source is Source.EXECUTED
+    assert slow.stamps["worker_start"] >= slow.submitted_at
+    again = ActionRecord.from_json(hog.to_json())
+    assert (again.kill_reason, again.kill_ended) == ("over the hard ceiling", True)

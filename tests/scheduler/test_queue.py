@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import trio
 
 from lre.errors import Internal, ResourceExhausted
@@ -116,6 +117,46 @@ async def test_memory_ladder_steps_up_then_whole_worker_then_fails(
         "steps tried: 256 MiB, 1 GiB, whole worker, whole worker"
     )
     assert harness.scheduler.statistics().ladder_kills == 4
+
+
+async def test_the_last_kill_the_ladder_allows_ends_with_the_workers_result_not_an_error(
+    nursery: trio.Nursery, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The lease that ``max_steps`` allows no kill after says so
+    (``last_chance``); a kill of it that carries the killed run's result ends
+    the operation with that result, as the action's own failure (status OK,
+    exit code 137), which no client retries. A final kill over the ceiling
+    ends it at once the same way."""
+    policy = ResourcePolicy(cold_memory_bytes=256 * MiB, ladder=(1 * GiB,), max_steps=2)
+    harness = await start_harness(nursery, resources=policy)
+    worker = await harness.add_worker(worker_info(memory=4 * GiB))
+    op = harness.scheduler.submit(execute_request(await harness.builder.action("/bin/big")))
+    lease = await worker.next_lease()
+    assert (lease.memory_kills, lease.last_chance) == (0, False)
+    harness.scheduler.report(lease.lease_id, MemoryExceeded(310 * MiB))
+    lease = await worker.next_lease()
+    assert (lease.memory_kills, lease.last_chance) == (1, True)
+    killed_run = re_pb2.ActionResult(exit_code=137)
+    harness.scheduler.report(lease.lease_id, MemoryExceeded(1536 * MiB, result=killed_run))
+    final = await harness.wait_stage(op.name, Stage.COMPLETED)
+    assert final.error is None and final.result is not None
+    assert final.result.exit_code == 137
+    assert final.message.startswith("lre memory control: killed at 310 MiB RSS")
+    assert final.message.endswith(
+        "not run again after 2 kill(s); lre's explanation ends the action's stderr"
+    )
+    assert "retried, ran at" not in final.message
+    (line,) = [r.getMessage() for r in caplog.records if "not retried" in r.getMessage()]
+    assert "failed with exit code 137 (the killed run's result) after 2 kill(s)" in line
+    assert harness.scheduler.statistics().completions["nonzero_exit"] == 1
+
+    over = harness.scheduler.submit(execute_request(await harness.builder.action("/bin/huge")))
+    lease = await worker.next_lease()
+    assert lease.last_chance is False
+    harness.scheduler.report(lease.lease_id, MemoryExceeded(5 * GiB, final=True, result=killed_run))
+    ended = await harness.wait_stage(over.name, Stage.COMPLETED)
+    assert ended.error is None and ended.result is not None and ended.result.exit_code == 137
+    assert worker.no_lease_pending()
 
 
 async def test_learned_reservations_are_used_and_recorded(nursery: trio.Nursery) -> None:

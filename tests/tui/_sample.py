@@ -180,7 +180,9 @@ def sample_snapshot() -> ProcessSnapshot:
         ),
         builds=(
             BuildLine("5f0c3a52-8d7e", "bazel 7.1.0", T0 + 3465, T0 + 3599, 120, 80, 1, 2, True),
-            BuildLine("a1b2c3d4-0000", "bazel 7.1.0", T0 + 1000, T0 + 1300, 40, 400, 0, 0, False),
+            BuildLine(
+                "a1b2c3d4-0000", "bazel 7.1.0", T0 + 1000, T0 + 1300, 40, 400, 0, 0, False, 44
+            ),
         ),
         completions=MappingProxyType(
             {"success": 900, "nonzero_exit": 7, "cached": 310, "error": 2, "cancelled": 1}

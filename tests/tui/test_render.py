@@ -64,6 +64,7 @@ def test_wide_screen_content() -> None:
         "build 5f0c3a52 bazel 7.1.0 running 2m15s: 120 run 80 cached 1 failed 2 killed" in lines[6]
     )
     assert "last build a1b2c3d4 bazel 7.1.0 took 5m00s: 40 run 400 cached" in lines[7]
+    assert "0 failed 0 killed 44 cancelled" in lines[7]  # stopped, not failed
     header = next(line for line in lines if line.startswith("Action"))
     assert header.split() == [
         "Action", "Target", "Worker", "Elapsed", "RSS/resv", "RSS/budget",
