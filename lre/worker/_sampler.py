@@ -16,7 +16,24 @@ Accounting per action:
 
 - RSS: sum of the members' resident pages (``stat`` field 24) times the page
   size. Pages shared between members (fork, shared libraries) count once per
-  process, so the figure errs on the high side.
+  process, so the figure errs on the high side. Proportional set sizes
+  (``smaps_rollup``) would not multiply them, but reading them costs the
+  kernel a walk of every member's page tables each pass: 184 ms a pass on
+  2,000 processes against 13 ms for ``stat`` (``bench/bench_memory_figures.py``,
+  docs/resource-control.md), too much for a 250 ms period.
+- Members are counted from their ``exec`` on: a member is found through the
+  session, group or namespace of the action's first process, which is
+  registered after it executed its program, so lre's own image (which a
+  child carries until its ``exec``) is never read from ``/proc``.
+- Private tmpfs: an action registered with ``private_tmpfs`` (it runs in a
+  view, whose ``/tmp`` and ``/dev/shm`` are fresh tmpfs mounts of its own)
+  also has the space used there counted, from ``statvfs`` of
+  ``/proc/<pid>/root/tmp`` and ``/proc/<pid>/root/dev/shm`` of one of its
+  processes whose mounts there are not lre's own (compared by device). Those
+  pages are memory (tmpfs lives in RAM or swap) that no process's RSS shows
+  once the file is closed. ``memory_bytes`` is RSS plus that space; the
+  peak, the kill line and the memory control use it. A tmpfs file an action
+  also maps counts twice (errs high).
 - CPU: sum over live members of utime + stime + cutime + cstime, so children
   already reaped by a member are included. The value never decreases (a member
   that exited but is not yet reaped by its parent, or an orphan reparented
@@ -64,6 +81,17 @@ def _namespace_of(pid: str) -> str | None:
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
+def _devices(*paths: str) -> frozenset[int]:
+    """The devices of ``paths`` in lre's own mount namespace (unreadable ones left out)."""
+    found = set()
+    for path in paths:
+        try:
+            found.add(os.stat(path).st_dev)
+        except OSError:
+            continue
+    return frozenset(found)
+
+
 @dataclass(frozen=True, slots=True)
 class ActionUsage:
     """A frozen view of one action's sampled usage (for the TUI, results, learner).
@@ -83,6 +111,15 @@ class ActionUsage:
     samples: int
     wall_seconds: float
     kill_line_bytes: int
+    #: Space used in the action's private /tmp and /dev/shm at the last pass.
+    tmpfs_bytes: int = 0
+    #: Largest RSS plus private tmpfs any pass saw.
+    peak_memory_bytes: int = 0
+
+    @property
+    def memory_bytes(self) -> int:
+        """RSS plus private tmpfs at the last pass (what the memory control weighs)."""
+        return self.rss_bytes + self.tmpfs_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,17 +144,28 @@ class _Tracked:
         "member_pids",
         "namespace",
         "namespace_pending",
+        "peak_memory",
         "peak_processes",
         "peak_rss_pages",
+        "private_tmpfs",
         "processes",
         "registered_at",
+        "root_pid",
         "rss_pages",
         "samples",
         "start_known",
+        "tmpfs",
     )
 
-    def __init__(self, action_id: str, leader: int, kill_line: int) -> None:
+    def __init__(
+        self, action_id: str, leader: int, kill_line: int, private_tmpfs: bool = False
+    ) -> None:
         self.action_id = action_id
+        self.private_tmpfs = private_tmpfs
+        #: a process whose /tmp was the action's own at the last pass (0: none yet)
+        self.root_pid = 0
+        self.tmpfs = 0
+        self.peak_memory = 0
         self.leader = leader
         self.kill_line = kill_line
         self.latched = False
@@ -155,6 +203,8 @@ class _Tracked:
             samples=self.samples,
             wall_seconds=wall,
             kill_line_bytes=self.kill_line,
+            tmpfs_bytes=self.tmpfs,
+            peak_memory_bytes=self.peak_memory,
         )
 
 
@@ -201,6 +251,9 @@ class ProcessTreeSampler:
         self._namespaces: dict[str, int] = {}
         self._by_namespace: dict[int, int] = {}
         self._own_namespace = _namespace_of("self")
+        # devices of lre's own /tmp and /dev/shm: an action's mount there on
+        # one of these is not a private tmpfs (never counted)
+        self._host_devices = _devices("/tmp", "/dev/shm")
         # pid -> open fd of /proc/<pid>/stat for members (pread instead of
         # open/read/close each pass; at most max_open_fds are kept)
         self._member_fds: dict[int, int] = {}
@@ -210,8 +263,17 @@ class ProcessTreeSampler:
 
     # ------------------------------------------------------------------ registration
 
-    def register(self, action_id: str, leader_pid: int, *, kill_line_bytes: int = 0) -> None:
-        """Start sampling the session/process group led by ``leader_pid``.
+    def register(
+        self,
+        action_id: str,
+        leader_pid: int,
+        *,
+        kill_line_bytes: int = 0,
+        private_tmpfs: bool = False,
+    ) -> None:
+        """Start sampling the session/process group led by ``leader_pid``
+        (and, with ``private_tmpfs``, the space used in its own /tmp and
+        /dev/shm; see the module docstring).
 
         Raises ``ValueError`` if ``action_id`` or ``leader_pid`` is already registered.
         """
@@ -219,7 +281,7 @@ class ProcessTreeSampler:
             raise ValueError(f"action {action_id!r} is already sampled")
         if leader_pid in self._by_leader:
             raise ValueError(f"process group {leader_pid} is already sampled")
-        tracked = _Tracked(action_id, leader_pid, kill_line_bytes)
+        tracked = _Tracked(action_id, leader_pid, kill_line_bytes, private_tmpfs)
         self._by_id[action_id] = tracked
         self._by_leader[leader_pid] = tracked
         namespace = _namespace_of(str(leader_pid))
@@ -376,7 +438,12 @@ class ProcessTreeSampler:
                 tracked.peak_processes = count
             if ticks > tracked.cpu_ticks:
                 tracked.cpu_ticks = ticks
-            if tracked.kill_line and not tracked.latched and rss * _PAGE_SIZE > tracked.kill_line:
+            if tracked.private_tmpfs:
+                tracked.tmpfs = self._tmpfs_used(tracked)
+            memory = rss * _PAGE_SIZE + tracked.tmpfs
+            if memory > tracked.peak_memory:
+                tracked.peak_memory = memory
+            if tracked.kill_line and not tracked.latched and memory > tracked.kill_line:
                 tracked.latched = True
                 over.append(tracked.snapshot(now))
         elapsed = time.perf_counter() - started
@@ -397,6 +464,39 @@ class ProcessTreeSampler:
             except Exception:
                 log.exception("sampler: pass hook failed")
         return elapsed
+
+    def _tmpfs_used(self, tracked: _Tracked) -> int:
+        """Bytes used in the action's private /tmp and /dev/shm, read through
+        the root of one of its processes (the one that served last time
+        first); 0 when none of them shows mounts other than lre's own there
+        (no view, or every process gone)."""
+        candidates = (tracked.root_pid, tracked.leader, *tracked.member_pids)
+        for pid in candidates:
+            if not pid:
+                continue
+            used = self._tmpfs_of(pid)
+            if used is not None:
+                tracked.root_pid = pid
+                return used
+        tracked.root_pid = 0
+        return 0
+
+    def _tmpfs_of(self, pid: int) -> int | None:
+        """Space used on the filesystems at /tmp and /dev/shm of ``pid``
+        (each counted once), None when both are lre's own or unreadable."""
+        seen: set[int] = set()
+        used = 0
+        for path in (f"/proc/{pid}/root/tmp", f"/proc/{pid}/root/dev/shm"):
+            try:
+                device = os.stat(path).st_dev
+                if device in self._host_devices or device in seen:
+                    continue
+                usage = os.statvfs(path)
+            except OSError:
+                continue
+            seen.add(device)
+            used += (usage.f_blocks - usage.f_bfree) * usage.f_frsize
+        return used if seen else None
 
     def _adopt_namespace(self, tracked: _Tracked, child: str) -> None:
         tracked.namespace_pending = False
