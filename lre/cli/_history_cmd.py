@@ -107,12 +107,33 @@ def record_json(record: ActionRecord) -> dict[str, Any]:
         "reserved_millicpus": record.reserved_millicpus,
         "reserved_memory_bytes": record.reserved_memory_bytes,
         "peak_rss_bytes": record.peak_rss_bytes,
+        "memory_source": record.memory_source,
         "cpu_s": round(record.cpu_seconds, 4),
         "attempts": record.attempts,
         "kills": record.kills,
         "retries": record.retries,
         "freezes": record.freezes,
     }
+
+
+#: Printed under a table whose peaks carry ``memory_mark``s.
+PEAK_LEGEND = (
+    "peak: s sampled (RSS plus private tmpfs), k the kernel's rusage of the action's "
+    "reaped processes (it ended before its first sample, or its largest process peaked "
+    "between samples); <lre: it ended before its first sample, below lre's own size"
+)
+
+
+def peak_text(peak_bytes: int, source: str) -> str:
+    """A memory figure with its source's mark (``lre.snapshot.memory_mark``)."""
+    from lre.snapshot import MEMORY_BELOW_IMAGE, memory_mark
+
+    if source == MEMORY_BELOW_IMAGE:
+        return "<lre k"
+    if not peak_bytes:
+        return "-"
+    mark = memory_mark(source)
+    return f"{human_bytes(peak_bytes)} {mark}" if mark else human_bytes(peak_bytes)
 
 
 def _matches(record: ActionRecord, pattern: str) -> bool:
@@ -188,7 +209,7 @@ def history(
                 duration_text(r.queue_seconds),
                 ", ".join(WAIT_TEXT.get(w, w) for w in r.waited_for) or "-",
                 f"{cpus} / {memory}",
-                human_bytes(r.peak_rss_bytes) if r.peak_rss_bytes else "-",
+                peak_text(r.peak_rss_bytes, r.memory_source),
                 _outcome(r),
                 f"{r.kills}/{r.retries}",
             ]
@@ -202,11 +223,12 @@ def history(
         "queued",
         "waited for",
         "reserved cpu/mem",
-        "peak RSS",
+        "peak",
         "exit",
         "kills/retries",
     ]
     typer.echo(table(header, rows, numeric={4, 5, 8}))
+    typer.echo(PEAK_LEGEND)
 
 
 def _builds(config: Path | None) -> list[BuildSummary]:
@@ -266,7 +288,8 @@ def summary_text(b: BuildSummary) -> str:
         f"   frozen {b.frozen}",
         f"queue wait p50 {duration_text(b.queue_p50_s)}   p95 {duration_text(b.queue_p95_s)}",
         f"lre's own time per action {duration_text(b.lre_per_action_s)} (staging + storing)",
-        f"peak memory of one action {human_bytes(b.peak_rss_bytes)}",
+        f"peak memory of one action {human_bytes(b.peak_rss_bytes)}"
+        + (f" ({b.peak_memory_source})" if b.peak_memory_source else ""),
     ]
     if b.slowest:
         lines.append("")
@@ -278,12 +301,13 @@ def summary_text(b: BuildSummary) -> str:
                 duration_text(r.wall_seconds),
                 duration_text(r.phase_seconds(Phase.QUEUED)),
                 duration_text(r.phase_seconds(Phase.RUNNING)),
-                human_bytes(r.peak_rss_bytes),
+                peak_text(r.peak_rss_bytes, r.memory_source),
             ]
             for r in b.slowest
         ]
-        header = ["target", "mnemonic", "wall", "queued", "running", "peak RSS"]
+        header = ["target", "mnemonic", "wall", "queued", "running", "peak"]
         lines.append(table(header, rows, numeric={2, 3, 4, 5}))
+        lines.append(PEAK_LEGEND)
     return "\n".join(lines)
 
 

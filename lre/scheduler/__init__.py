@@ -25,9 +25,6 @@ from lre.scheduler._history import RecordBuilder, RecordHook
 from lre.scheduler._learner import ReservationEstimate, ReservationLearner
 from lre.scheduler._lease import CancelSignal, Lease
 from lre.scheduler._model import (
-    MEMORY_BELOW_IMAGE,
-    MEMORY_KERNEL,
-    MEMORY_SAMPLED,
     ActionKey,
     Backpressure,
     Completed,
@@ -56,9 +53,6 @@ from lre.scheduler._units import memory_text
 from lre.scheduler._watch import OperationWatch
 
 __all__ = [
-    "MEMORY_BELOW_IMAGE",
-    "MEMORY_KERNEL",
-    "MEMORY_SAMPLED",
     "ActionKey",
     "ActionResultReader",
     "ActionScheduler",

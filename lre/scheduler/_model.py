@@ -166,26 +166,14 @@ class OperationSnapshot:
 # ------------------------------------------------------------------ outcomes
 
 
-#: Where a run's memory figure came from (``Usage.memory_source``): the
-#: sampler's passes over its processes (RSS plus private tmpfs) ...
-MEMORY_SAMPLED = "sampled"
-#: ... the kernel's figure of its reaped processes (``ru_maxrss`` of the
-#: largest; a run that ended before its first pass, or whose largest process
-#: peaked between passes) ...
-MEMORY_KERNEL = "kernel rusage"
-#: ... or no figure: the run ended before its first pass and the kernel's
-#: figure was not above lre's own image, which it carries (the peak is then
-#: 0: below that image, by how much is unknown).
-MEMORY_BELOW_IMAGE = "kernel rusage, below lre's image"
-
-
 @dataclass(frozen=True, slots=True)
 class Usage:
     """What the worker measured for one run (whole process tree).
     ``wall_seconds`` leaves out ``frozen_seconds``, the time the memory
     control kept the run stopped (SIGSTOP). ``peak_rss_bytes`` is the
     run's memory figure (its processes' RSS plus its private tmpfs), and
-    ``memory_source`` says where it came from (``MEMORY_*``; "" unknown)."""
+    ``memory_source`` says where it came from (``lre.snapshot.MEMORY_*``;
+    "" unknown)."""
 
     peak_rss_bytes: int
     cpu_seconds: float

@@ -52,6 +52,8 @@ class BuildSummary:
     lre_per_action_s: float
     peak_rss_bytes: int
     slowest: tuple[ActionRecord, ...]
+    #: Where the largest figure came from (``MEMORY_*``; "" unknown).
+    peak_memory_source: str = ""
 
     @property
     def duration_s(self) -> float:
@@ -80,6 +82,7 @@ class BuildSummary:
             "queue_wait_s": {"p50": round(self.queue_p50_s, 4), "p95": round(self.queue_p95_s, 4)},
             "lre_per_action_s": round(self.lre_per_action_s, 5),
             "peak_rss_bytes": self.peak_rss_bytes,
+            "peak_memory_source": self.peak_memory_source,
             "slowest": [
                 {
                     "target": r.target,
@@ -87,6 +90,7 @@ class BuildSummary:
                     "wall_s": round(r.wall_seconds, 3),
                     "running_s": round(r.phase_seconds(Phase.RUNNING), 3),
                     "peak_rss_bytes": r.peak_rss_bytes,
+                    "memory_source": r.memory_source,
                 }
                 for r in self.slowest
             ],
@@ -107,6 +111,7 @@ def _summary(invocation: str, records: list[ActionRecord], slowest: int) -> Buil
     clients = sorted({r.tool for r in records if r.tool})
     instances = sorted({r.instance for r in records if r.instance})
     by_wall = sorted(executed, key=lambda r: -r.wall_seconds)
+    largest = max(records, key=lambda r: r.peak_rss_bytes)
     return BuildSummary(
         invocation=invocation,
         started_at=min(starts),
@@ -125,8 +130,9 @@ def _summary(invocation: str, records: list[ActionRecord], slowest: int) -> Buil
         queue_p50_s=percentile(queue, 0.5),
         queue_p95_s=percentile(queue, 0.95),
         lre_per_action_s=sum(own) / len(own) if own else 0.0,
-        peak_rss_bytes=max((r.peak_rss_bytes for r in records), default=0),
+        peak_rss_bytes=largest.peak_rss_bytes,
         slowest=tuple(by_wall[:slowest]),
+        peak_memory_source=largest.memory_source if largest.peak_rss_bytes else "",
     )
 
 

@@ -134,6 +134,7 @@ class ActionRunner:
         memory: MemoryControl | None = None,
         ceiling_bytes: int = 0,
         identity: ActionIdentity | None = None,
+        tmpfs_bytes: int = 0,
     ) -> None:
         self.spec = spec
         #: The user actions run as (None: lre's own; ``_identity.py``).
@@ -148,8 +149,16 @@ class ActionRunner:
         self._extents: dict[tuple[str, int], TreeExtent] = {}
         self.containment = containment if containment is not None else default_containment()
         #: Each action's view (None: it sees the host as lre does).
+        #: (``tmpfs_bytes``: the size of each view's /tmp and /dev/shm
+        #: together; 0: the view's default, ``_view.TMPFS_OPTIONS``.)
         self.view_policy = ViewPolicy.for_worker(
-            spec, self.containment, workdir, cas.store, hidden_paths, owner=owner
+            spec,
+            self.containment,
+            workdir,
+            cas.store,
+            hidden_paths,
+            owner=owner,
+            tmpfs_bytes=tmpfs_bytes,
         )
         #: lre's files shown as the action user's in its views (None: not so).
         self.input_idmap = (

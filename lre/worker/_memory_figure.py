@@ -18,7 +18,7 @@ short to be sampled and smaller than lre itself.
 
 from __future__ import annotations
 
-from lre.scheduler import MEMORY_BELOW_IMAGE, MEMORY_KERNEL, MEMORY_SAMPLED
+from lre.snapshot import MEMORY_BELOW_IMAGE, MEMORY_KERNEL, MEMORY_SAMPLED
 from lre.worker._process import ProcessOutcome
 from lre.worker._sampler import ActionUsage
 

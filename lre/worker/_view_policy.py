@@ -137,7 +137,10 @@ class ViewPolicy:
         debug: bool = False,
         owner: tuple[int, int] | None = None,
         closed: Sequence[str] = (),
+        tmpfs_bytes: int = 0,
     ) -> None:
+        #: Size of each view's /tmp and /dev/shm together (0: the view's default).
+        self.tmpfs_bytes = tmpfs_bytes
         #: (uid, gid) of the user actions run as (None: lre's own): the
         #: upper layer, so the input root the action sees, belongs to it.
         self.owner = owner
@@ -172,6 +175,7 @@ class ViewPolicy:
         hidden: Sequence[str] = (),
         *,
         owner: tuple[int, int] | None = None,
+        tmpfs_bytes: int = 0,
     ) -> ViewPolicy | None:
         """The policy of a worker, or None when its views are off or its
         containment cannot make them. Always hidden besides ``hidden``: the
@@ -195,6 +199,7 @@ class ViewPolicy:
             debug=spec.sandbox_debug,
             owner=owner,
             closed=() if closed is None else (closed,),
+            tmpfs_bytes=tmpfs_bytes,
         )
 
     def _checked(self, paths: Sequence[str], field: str) -> tuple[str, ...]:
@@ -261,6 +266,7 @@ class ViewPolicy:
             writable=writable,
             xattrs=self.xattrs,
             idmap=self.idmap,
+            tmpfs_bytes=self.tmpfs_bytes,
         )
 
     def keeps(self, platform: Mapping[str, str], process: ProcessOutcome) -> bool:

@@ -249,6 +249,7 @@ class LocalWorker:
                 memory=self.memory,
                 ceiling_bytes=self.ceiling_bytes,
                 identity=self.identity,
+                tmpfs_bytes=self.resources.sandbox_tmpfs_bytes,
             )
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.sampler.run)
