@@ -569,6 +569,7 @@ class ActionRunner:
                     pid,
                     kill_line_bytes=self.ceiling_bytes,
                     private_tmpfs=staged.view is not None,
+                    helpers=self.containment.helper_processes,
                 )
             if self.memory is not None:
                 self.memory.started(lease_id, pid, lease.reservation.memory_bytes)

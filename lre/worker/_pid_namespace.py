@@ -90,6 +90,8 @@ class PidNamespace(Containment):
     name = "pidns"
     can_block_network = True
     ends_alone = True
+    # the gate sh or ``timeout``: pid 1, the action's command is its child
+    helper_processes = 1
     signals_as_exit_codes = True
     can_view = True
 

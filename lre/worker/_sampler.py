@@ -24,7 +24,10 @@ Accounting per action:
 - Members are counted from their ``exec`` on: a member is found through the
   session, group or namespace of the action's first process, which is
   registered after it executed its program, so lre's own image (which a
-  child carries until its ``exec``) is never read from ``/proc``.
+  child carries until its ``exec``) is never read from ``/proc``. lre's own
+  helpers at the top of the tree (``register``'s ``helpers``: the
+  containment's first process, and under userns its child, the namespace's
+  init) stay members (frozen, signalled) but their memory is not counted.
 - Private tmpfs: an action registered with ``private_tmpfs`` (it runs in a
   view, whose ``/tmp`` and ``/dev/shm`` are fresh tmpfs mounts of its own)
   also has the space used there counted, from ``statvfs`` of
@@ -138,6 +141,7 @@ class _Tracked:
     __slots__ = (
         "action_id",
         "cpu_ticks",
+        "helpers",
         "kill_line",
         "latched",
         "leader",
@@ -158,9 +162,15 @@ class _Tracked:
     )
 
     def __init__(
-        self, action_id: str, leader: int, kill_line: int, private_tmpfs: bool = False
+        self,
+        action_id: str,
+        leader: int,
+        kill_line: int,
+        private_tmpfs: bool = False,
+        helpers: int = 0,
     ) -> None:
         self.action_id = action_id
+        self.helpers = helpers
         self.private_tmpfs = private_tmpfs
         #: a process whose /tmp was the action's own at the last pass (0: none yet)
         self.root_pid = 0
@@ -270,10 +280,13 @@ class ProcessTreeSampler:
         *,
         kill_line_bytes: int = 0,
         private_tmpfs: bool = False,
+        helpers: int = 0,
     ) -> None:
         """Start sampling the session/process group led by ``leader_pid``
         (and, with ``private_tmpfs``, the space used in its own /tmp and
-        /dev/shm; see the module docstring).
+        /dev/shm; see the module docstring). ``helpers``: lre's own processes
+        at the top of the tree whose memory is not counted (0, 1: the leader,
+        2: the leader and its children).
 
         Raises ``ValueError`` if ``action_id`` or ``leader_pid`` is already registered.
         """
@@ -281,7 +294,7 @@ class ProcessTreeSampler:
             raise ValueError(f"action {action_id!r} is already sampled")
         if leader_pid in self._by_leader:
             raise ValueError(f"process group {leader_pid} is already sampled")
-        tracked = _Tracked(action_id, leader_pid, kill_line_bytes, private_tmpfs)
+        tracked = _Tracked(action_id, leader_pid, kill_line_bytes, private_tmpfs, helpers)
         self._by_id[action_id] = tracked
         self._by_leader[leader_pid] = tracked
         namespace = _namespace_of(str(leader_pid))
@@ -357,6 +370,9 @@ class ProcessTreeSampler:
         foreign: dict[int, int] = {}
         # per leader: [rss pages, CPU ticks, live members, pid of each live member...]
         sums: dict[int, list[int]] = {leader: [0, 0, 0] for leader in leaders}
+        # lre's helpers: leaders, and parents whose children are helpers too
+        own_leaders = {leader for leader, t in leaders.items() if t.helpers >= 1}
+        own_parents = {leader for leader, t in leaders.items() if t.helpers >= 2}
         members = 0
         try:
             names = os.listdir("/proc")
@@ -406,7 +422,8 @@ class ProcessTreeSampler:
                     os.close(fd)
                 acc[1] += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
                 if fields[0] not in (b"Z", b"X"):  # dead: no memory, runs nothing
-                    acc[0] += int(fields[21])
+                    if pid not in own_leaders and int(fields[1]) not in own_parents:
+                        acc[0] += int(fields[21])
                     acc[2] += 1
                     acc.append(pid)
                     members += 1

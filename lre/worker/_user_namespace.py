@@ -40,6 +40,8 @@ class UserNamespace(Containment):
 
     name = "userns"
     signals_as_exit_codes = True
+    # ``unshare --fork`` and its child, pid 1 (``timeout``) of the namespace
+    helper_processes = 2
     # The view helper mounts each overlay inside its user namespace.
     overlay_xattrs: OverlayXattrs = "user"
 

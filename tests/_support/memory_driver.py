@@ -109,7 +109,7 @@ async def main(request: dict[str, Any]) -> None:
                 stderr = data.decode(errors="replace")[-2000:]
             answer[name] = {
                 "peak": record.peak_rss_bytes,
-                "source": record.memory_source,
+                "source": getattr(record, "memory_source", ""),  # none before the sources
                 "kills": record.kills,
                 "error": record.error,
                 "exit_code": record.exit_code,

@@ -179,6 +179,7 @@ def test_figures_match_the_reference(
         rows.append((name, got["peak"] >> 20, reference >> 20, got["source"]))
     table = f"lre's image {answer['lre_rss'] >> 20} MiB; (name, lre MiB, reference MiB, source): "
     table += repr(rows)
+    print(table)  # shown with -s: the figures the docs quote
     for name, reference in references.items():
         assert _close(answer[name]["peak"], reference), table
     # where the figures came from: the 300 MiB holder and make were sampled
