@@ -89,9 +89,7 @@ async def main(request: dict[str, Any]) -> None:
                 ["/bin/sh", "-c", script], env={"PATH": "/usr/bin:/bin"}, salt=name.encode()
             )
             digest = await put_action(store, built)
-            execute = re_pb2.ExecuteRequest(
-                action_digest=digest.to_proto(), skip_cache_lookup=True
-            )
+            execute = re_pb2.ExecuteRequest(action_digest=digest.to_proto(), skip_cache_lookup=True)
             op = scheduler.submit(execute)
             with trio.fail_after(120):
                 async with scheduler.watch(op.name) as updates:
