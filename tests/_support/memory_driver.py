@@ -27,7 +27,7 @@ from typing import Any
 import trio
 
 from lre.cas import MemoryStore, read_bytes
-from lre.config import ByteSize, worker_resources
+from lre.config import ByteSize, Seconds, worker_resources
 from lre.config._scheduler_models import SimpleSchedulerSpec
 from lre.config._worker_models import JobserverSpec, LocalWorkerSpec, ResourceSpec
 from lre.digest import Digest
@@ -52,7 +52,7 @@ def _spec(request: dict[str, Any], here: Path) -> LocalWorkerSpec:
         scheduler="main",
         cas_store="CAS",
         work_directory=str(here / "work"),
-        kill_grace_s=0.5,
+        kill_grace_s=Seconds(0.5),
         containment=request["mode"],
         sandbox_view=True,
         # make -j4 runs its four jobs as the reference does
@@ -71,9 +71,11 @@ async def main(request: dict[str, Any]) -> None:
     here = Path.cwd()
     store = MemoryStore(1 << 30)
     records: list[ActionRecord] = []
+    recorded = [trio.Event()]
 
     def on_record(build: RecordBuilder) -> None:
         records.append(build())
+        recorded[0].set()
 
     scheduler = Scheduler(SimpleSchedulerSpec(), cas=store, on_record=on_record)
     spec = _spec(request, here)
@@ -88,6 +90,7 @@ async def main(request: dict[str, Any]) -> None:
             built = build_action(
                 ["/bin/sh", "-c", script], env={"PATH": "/usr/bin:/bin"}, salt=name.encode()
             )
+            recorded[0] = trio.Event()
             digest = await put_action(store, built)
             execute = re_pb2.ExecuteRequest(action_digest=digest.to_proto(), skip_cache_lookup=True)
             op = scheduler.submit(execute)
@@ -97,8 +100,7 @@ async def main(request: dict[str, Any]) -> None:
                         if snapshot.done:
                             break
             with trio.fail_after(10):
-                while not any(r.action == built.digest.hash for r in records):
-                    await trio.sleep(0.01)
+                await recorded[0].wait()
             record = next(r for r in records if r.action == built.digest.hash)
             stderr = ""
             result = snapshot.result

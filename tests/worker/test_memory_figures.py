@@ -109,8 +109,10 @@ def _cgroup_peak(script: str, cwd: Path) -> int:
         pytest.skip(f"cannot make a memory cgroup ({error})")
     try:
         subprocess.run(
-            ["/bin/sh", "-c", 'echo $$ > "$1/cgroup.procs" && exec /bin/sh -c "$2"', "sh"]
-            + [str(group), script],
+            [
+                *("/bin/sh", "-c", 'echo $$ > "$1/cgroup.procs" && exec /bin/sh -c "$2"'),
+                *("sh", str(group), script),
+            ],
             cwd=cwd,
             env={"PATH": "/usr/bin:/bin"},
             capture_output=True,

@@ -73,7 +73,7 @@ def test_an_action_filling_dev_shm_is_killed_like_an_rss_hog(
                     "dd if=/dev/zero of=/dev/shm/hog bs=1M count=400 2>/dev/null "
                     f"&& echo wrote >&2; {hold}",
                 ],
-                ["rss_hog", f"python3 -c \"b = b'x' * (400 << 20); import time; time.sleep(30)\""],
+                ["rss_hog", "python3 -c \"b = b'x' * (400 << 20); import time; time.sleep(30)\""],
             ],
         },
         scratch,
