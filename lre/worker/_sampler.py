@@ -29,11 +29,13 @@ Accounting per action:
   containment's first process, and under userns its child, the namespace's
   init) stay members (frozen, signalled) but their memory is not counted.
 - Private tmpfs: an action registered with ``private_tmpfs`` (it runs in a
-  view, whose ``/tmp`` and ``/dev/shm`` are fresh tmpfs mounts of its own)
-  also has the space used there counted, from ``statvfs`` of
-  ``/proc/<pid>/root/tmp`` and ``/proc/<pid>/root/dev/shm`` of one of its
-  processes whose mounts there are not lre's own (compared by device). Those
-  pages are memory (tmpfs lives in RAM or swap) that no process's RSS shows
+  view, whose ``/tmp`` and ``/dev/shm`` are one fresh tmpfs of its own,
+  ``_view._mount_private_tmpfs``) also has the space used there counted:
+  ``/proc/<pid>/root/tmp`` of one of its processes is opened once
+  (``O_PATH``) when it is not lre's own filesystem (compared by device), and
+  each pass asks its filesystem (``fstatvfs``: one call, no path walk). The
+  descriptor is closed when the action is unregistered. Those pages are
+  memory (tmpfs lives in RAM or swap) that no process's RSS shows
   once the file is closed. ``memory_bytes`` is RSS plus that space; the
   peak, the kill line and the memory control use it. A tmpfs file an action
   also maps counts twice (errs high).
@@ -154,11 +156,11 @@ class _Tracked:
         "private_tmpfs",
         "processes",
         "registered_at",
-        "root_pid",
         "rss_pages",
         "samples",
         "start_known",
         "tmpfs",
+        "tmpfs_fd",
     )
 
     def __init__(
@@ -173,7 +175,8 @@ class _Tracked:
         self.helpers = helpers
         self.private_tmpfs = private_tmpfs
         #: a process whose /tmp was the action's own at the last pass (0: none yet)
-        self.root_pid = 0
+        #: O_PATH descriptor of the action's own /tmp (-1: none found yet)
+        self.tmpfs_fd = -1
         self.tmpfs = 0
         self.peak_memory = 0
         self.leader = leader
@@ -321,6 +324,9 @@ class ProcessTreeSampler:
         if tracked is None:
             return None
         self._by_leader.pop(tracked.leader, None)
+        if tracked.tmpfs_fd >= 0:
+            os.close(tracked.tmpfs_fd)
+            tracked.tmpfs_fd = -1
         if tracked.namespace is not None:
             self._namespaces.pop(tracked.namespace, None)
         return tracked.snapshot(time.monotonic())
@@ -483,37 +489,45 @@ class ProcessTreeSampler:
         return elapsed
 
     def _tmpfs_used(self, tracked: _Tracked) -> int:
-        """Bytes used in the action's private /tmp and /dev/shm, read through
-        the root of one of its processes (the one that served last time
-        first); 0 when none of them shows mounts other than lre's own there
-        (no view, or every process gone)."""
-        candidates = (tracked.root_pid, tracked.leader, *tracked.member_pids)
-        for pid in candidates:
-            if not pid:
+        """Bytes used in the action's private tmpfs (its /tmp and /dev/shm),
+        through the descriptor opened for it, else one opened now through
+        the root of one of its processes; 0 while none shows a /tmp other
+        than lre's own (the view's first process not there yet)."""
+        if tracked.tmpfs_fd >= 0:
+            try:
+                usage = os.fstatvfs(tracked.tmpfs_fd)
+            except OSError:
+                os.close(tracked.tmpfs_fd)
+                tracked.tmpfs_fd = -1
+            else:
+                return (usage.f_blocks - usage.f_bfree) * usage.f_frsize
+        for pid in (tracked.leader, *tracked.member_pids):
+            fd = self._private_tmp(pid)
+            if fd < 0:
                 continue
-            used = self._tmpfs_of(pid)
-            if used is not None:
-                tracked.root_pid = pid
-                return used
-        tracked.root_pid = 0
+            try:
+                usage = os.fstatvfs(fd)
+            except OSError:
+                os.close(fd)
+                continue
+            tracked.tmpfs_fd = fd
+            return (usage.f_blocks - usage.f_bfree) * usage.f_frsize
         return 0
 
-    def _tmpfs_of(self, pid: int) -> int | None:
-        """Space used on the filesystems at /tmp and /dev/shm of ``pid``
-        (each counted once), None when both are lre's own or unreadable."""
-        seen: set[int] = set()
-        used = 0
-        for path in (f"/proc/{pid}/root/tmp", f"/proc/{pid}/root/dev/shm"):
-            try:
-                device = os.stat(path).st_dev
-                if device in self._host_devices or device in seen:
-                    continue
-                usage = os.statvfs(path)
-            except OSError:
-                continue
-            seen.add(device)
-            used += (usage.f_blocks - usage.f_bfree) * usage.f_frsize
-        return used if seen else None
+    def _private_tmp(self, pid: int) -> int:
+        """An O_PATH descriptor of ``pid``'s /tmp when it is not lre's own
+        filesystem, else -1 (also when it cannot be opened)."""
+        try:
+            fd = os.open(f"/proc/{pid}/root/tmp", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            return -1
+        try:
+            if os.fstat(fd).st_dev not in self._host_devices:
+                return fd
+        except OSError:
+            pass
+        os.close(fd)
+        return -1
 
     def _adopt_namespace(self, tracked: _Tracked, child: str) -> None:
         tracked.namespace_pending = False
