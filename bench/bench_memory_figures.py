@@ -44,9 +44,7 @@ _LARGE = (
 def spawn(small: int, large: int, large_mib: int) -> list[subprocess.Popen[bytes]]:
     procs = []
     for _ in range(small // 2):  # a shell and its sleep: two processes each
-        procs.append(
-            subprocess.Popen(["sh", "-c", "sleep 600; :"], start_new_session=True)
-        )
+        procs.append(subprocess.Popen(["sh", "-c", "sleep 600; :"], start_new_session=True))
     for _ in range(large):
         proc = subprocess.Popen(
             [sys.executable, "-c", _LARGE, str(large_mib)],

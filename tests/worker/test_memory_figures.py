@@ -48,7 +48,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "cgroup",
     ),
     "fork_50_children": (
-        'i=0; while [ "$i" -lt 50 ]; do python3 -c "b = b\'x\' * (24 << 20)"; i=$((i + 1)); done',
+        'i=0; while [ "$i" -lt 50 ]; do python3 -c "b = b\'x\' * (64 << 20)"; i=$((i + 1)); done',
         "time",
     ),
 }
