@@ -174,7 +174,6 @@ class _Tracked:
         self.action_id = action_id
         self.helpers = helpers
         self.private_tmpfs = private_tmpfs
-        #: a process whose /tmp was the action's own at the last pass (0: none yet)
         #: O_PATH descriptor of the action's own /tmp (-1: none found yet)
         self.tmpfs_fd = -1
         self.tmpfs = 0
