@@ -26,6 +26,7 @@ when ``VmHWM`` cannot be read, every kernel figure counts as hidden.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 
 __all__ = ["OwnImage", "own_image"]
@@ -39,16 +40,15 @@ SLACK_BYTES = 1 << 20
 _HIDDEN = 1 << 62
 
 
-def _high_water_bytes() -> int | None:
-    """lre's ``VmHWM`` in bytes, or None when it cannot be read."""
+def _high_water_bytes(status: int) -> int | None:
+    """lre's ``VmHWM`` in bytes from its open ``/proc/self/status``, or None
+    when it cannot be read."""
     try:
-        with open("/proc/self/status", "rb") as status:
-            for line in status:
-                if line.startswith(b"VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
+        data = os.pread(status, 8192, 0)
+        start = data.index(b"\nVmHWM:") + 7
+        return int(data[start : data.index(b"kB", start)]) * 1024
+    except (OSError, ValueError):
         return None
-    return None
 
 
 class OwnImage:
@@ -60,14 +60,20 @@ class OwnImage:
         self._in_flight = 0
         self._reset = reset
         self._warned = False
+        # opened at the first spawn, kept (a read and a write per spawn)
+        self._status = -1
+        self._clear_refs = -1
 
     def before_spawn(self) -> None:
         """Reset lre's high-water mark when no spawn is under way."""
         with self._lock:
             if self._in_flight == 0 and self._reset:
                 try:
-                    with open("/proc/self/clear_refs", "wb", buffering=0) as refs:
-                        refs.write(b"5")
+                    if self._clear_refs < 0:
+                        self._clear_refs = os.open(
+                            "/proc/self/clear_refs", os.O_WRONLY | os.O_CLOEXEC
+                        )
+                    os.write(self._clear_refs, b"5")
                 except OSError as error:
                     self._reset = False
                     log.info(
@@ -82,7 +88,12 @@ class OwnImage:
         program): bytes of lre's image its ``ru_maxrss`` may carry."""
         with self._lock:
             self._in_flight -= 1
-            high = _high_water_bytes()
+            if self._status < 0:
+                try:
+                    self._status = os.open("/proc/self/status", os.O_RDONLY | os.O_CLOEXEC)
+                except OSError:
+                    self._status = -1
+            high = _high_water_bytes(self._status) if self._status >= 0 else None
         if high is None:
             if not self._warned:
                 self._warned = True
