@@ -33,6 +33,7 @@ bazel_bench() {
 
 declare -A BENCH=(
   [sampler]="$PY bench/bench_sampler.py"
+  [memory_figures]="$PY bench/bench_memory_figures.py"
   [stores]="$PY bench/bench_stores.py --runs 5"
   [cas]="$PY bench/bench_cas.py --runs 5"
   [execute]="$PY bench/bench_execute.py --runs 5"

@@ -48,9 +48,9 @@ class SampledUsage(Protocol):
     @property
     def action_id(self) -> str: ...
     @property
-    def rss_bytes(self) -> int: ...
+    def memory_bytes(self) -> int: ...
     @property
-    def peak_rss_bytes(self) -> int: ...
+    def peak_memory_bytes(self) -> int: ...
     @property
     def average_millicpus(self) -> int: ...
     @property
@@ -240,8 +240,9 @@ def _with_scheduler(
                     reserved_millicpus=lease.reservation.millicpus,
                     reserved_memory_bytes=memory,
                     kill_line_bytes=kill_line,
-                    rss_bytes=None if sampled is None else sampled.rss_bytes,
-                    peak_rss_bytes=None if sampled is None else sampled.peak_rss_bytes,
+                    # RSS plus private tmpfs: what the memory control weighs
+                    rss_bytes=None if sampled is None else sampled.memory_bytes,
+                    peak_rss_bytes=None if sampled is None else sampled.peak_memory_bytes,
                     cpu_millicpus=None if sampled is None else sampled.average_millicpus,
                     ladder_step=lease.ladder_step,
                     attempt=lease.attempt,

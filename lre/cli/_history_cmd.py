@@ -107,6 +107,7 @@ def record_json(record: ActionRecord) -> dict[str, Any]:
         "reserved_millicpus": record.reserved_millicpus,
         "reserved_memory_bytes": record.reserved_memory_bytes,
         "peak_rss_bytes": record.peak_rss_bytes,
+        "memory_source": record.memory_source,
         "cpu_s": round(record.cpu_seconds, 4),
         "attempts": record.attempts,
         "kills": record.kills,
@@ -117,6 +118,26 @@ def record_json(record: ActionRecord) -> dict[str, Any]:
         "retries": record.retries,
         "freezes": record.freezes,
     }
+
+
+#: Printed under a table whose peaks carry ``memory_mark``s.
+PEAK_LEGEND = (
+    "peak: s sampled (RSS plus private tmpfs), k the kernel's rusage of the action's "
+    "reaped processes (it ended before its first sample, or its largest process peaked "
+    "between samples); <lre: it ended before its first sample, below lre's own size"
+)
+
+
+def peak_text(peak_bytes: int, source: str) -> str:
+    """A memory figure with its source's mark (``lre.snapshot.memory_mark``)."""
+    from lre.snapshot import MEMORY_BELOW_IMAGE, memory_mark
+
+    if source == MEMORY_BELOW_IMAGE:
+        return "<lre k"
+    if not peak_bytes:
+        return "-"
+    mark = memory_mark(source)
+    return f"{human_bytes(peak_bytes)} {mark}" if mark else human_bytes(peak_bytes)
 
 
 def _matches(record: ActionRecord, pattern: str) -> bool:
@@ -196,7 +217,7 @@ def history(
                 duration_text(r.queue_seconds),
                 ", ".join(WAIT_TEXT.get(w, w) for w in r.waited_for) or "-",
                 f"{cpus} / {memory}",
-                human_bytes(r.peak_rss_bytes) if r.peak_rss_bytes else "-",
+                peak_text(r.peak_rss_bytes, r.memory_source),
                 _outcome(r),
                 f"{r.kills}/{r.retries}",
             ]
@@ -210,11 +231,12 @@ def history(
         "queued",
         "waited for",
         "reserved cpu/mem",
-        "peak RSS",
+        "peak",
         "exit",
         "kills/retries",
     ]
     typer.echo(table(header, rows, numeric={4, 5, 8}))
+    typer.echo(PEAK_LEGEND)
 
 
 def _builds(config: Path | None) -> list[BuildSummary]:
@@ -277,7 +299,8 @@ def summary_text(b: BuildSummary) -> str:
         f"re-submitted by the client {b.resubmitted}",
         f"queue wait p50 {duration_text(b.queue_p50_s)}   p95 {duration_text(b.queue_p95_s)}",
         f"lre's own time per action {duration_text(b.lre_per_action_s)} (staging + storing)",
-        f"peak memory of one action {human_bytes(b.peak_rss_bytes)}",
+        f"peak memory of one action {human_bytes(b.peak_rss_bytes)}"
+        + (f" ({b.peak_memory_source})" if b.peak_memory_source else ""),
     ]
     if b.killed_actions:
         lines.append("")
@@ -306,12 +329,13 @@ def summary_text(b: BuildSummary) -> str:
                 duration_text(r.wall_seconds),
                 duration_text(r.phase_seconds(Phase.QUEUED)),
                 duration_text(r.phase_seconds(Phase.RUNNING)),
-                human_bytes(r.peak_rss_bytes),
+                peak_text(r.peak_rss_bytes, r.memory_source),
             ]
             for r in b.slowest
         ]
-        header = ["target", "mnemonic", "wall", "queued", "running", "peak RSS"]
+        header = ["target", "mnemonic", "wall", "queued", "running", "peak"]
         lines.append(table(header, rows, numeric={2, 3, 4, 5}))
+        lines.append(PEAK_LEGEND)
     return "\n".join(lines)
 
 

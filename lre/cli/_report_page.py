@@ -126,6 +126,15 @@ def _ended(record: ActionRecord) -> str:
     return text
 
 
+def _peak(count: int, source: str) -> str:
+    """A memory figure and where it came from (``lre.snapshot.MEMORY_*``)."""
+    from lre.snapshot import MEMORY_BELOW_IMAGE
+
+    if source == MEMORY_BELOW_IMAGE:
+        return "below lre's own size (kernel rusage; it ended before its first sample)"
+    return f"{_mib(count)} ({source})" if source else _mib(count)
+
+
 def _timeline(build: BuildData) -> str:
     slotted = slot_actions(build.actions)
     origin = build.origin
@@ -156,7 +165,10 @@ def _timeline(build: BuildData) -> str:
         width = max(1.0, (placed.end - placed.start) * scale)
         label = record.target or record.mnemonic or record.action[:12]
         phases = ", ".join(f"{s.phase.value} {_ms(s.seconds)}" for s in record.spans)
-        detail = f"{record.name}: {phases}; peak {_mib(record.peak_rss_bytes)}, {_ended(record)}"
+        detail = (
+            f"{record.name}: {phases}; "
+            f"peak {_peak(record.peak_rss_bytes, record.memory_source)}, {_ended(record)}"
+        )
         if record.waited_for:
             detail += "; waited for " + ", ".join(WAIT_TEXT.get(r, r) for r in record.waited_for)
         parts.append(
@@ -291,7 +303,7 @@ def _summary_table(build: BuildData) -> str:
         ("frozen", s.frozen),
         ("queue wait p50 / p95", f"{_ms(s.queue_p50_s)} / {_ms(s.queue_p95_s)}"),
         ("lre's own time per action", _ms(s.lre_per_action_s)),
-        ("peak memory of one action", _mib(s.peak_rss_bytes)),
+        ("peak memory of one action", _peak(s.peak_rss_bytes, s.peak_memory_source)),
     ]
     body = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
     return f'<table id="summary">{body}</table>'
@@ -303,12 +315,12 @@ def _slowest_table(build: BuildData) -> str:
         f'<td class="n">{_ms(r.wall_seconds)}</td>'
         f'<td class="n">{_ms(r.phase_seconds(Phase.QUEUED))}</td>'
         f'<td class="n">{_ms(r.phase_seconds(Phase.RUNNING))}</td>'
-        f'<td class="n">{_mib(r.peak_rss_bytes)}</td></tr>'
+        f'<td class="n">{_e(_peak(r.peak_rss_bytes, r.memory_source))}</td></tr>'
         for r in build.summary.slowest
     )
     return (
         '<table id="slowest"><tr><th>target</th><th>mnemonic</th><th>wall</th>'
-        f"<th>queued</th><th>running</th><th>peak RSS</th></tr>{rows}</table>"
+        f"<th>queued</th><th>running</th><th>peak memory</th></tr>{rows}</table>"
     )
 
 

@@ -75,6 +75,7 @@ def chrome_trace(build: BuildData) -> dict[str, Any]:
             "exit_code": record.exit_code,
             "error": record.error,
             "peak_rss_bytes": record.peak_rss_bytes,
+            "memory_source": record.memory_source,
             "reserved_millicpus": record.reserved_millicpus,
             "reserved_memory_bytes": record.reserved_memory_bytes,
             "waited_for": list(record.waited_for),

@@ -16,7 +16,10 @@ by the same rules; no other package works an ``"auto"`` out:
   least 1 GiB;
 - worker ``limits.max_output_bytes``: half the ``max_bytes`` of the worker's
   CAS (the fast tier of a fast_slow store), so one action cannot evict the
-  whole cache; 16 GiB when that store is not in the config.
+  whole cache; 16 GiB when that store is not in the config;
+- worker ``sandbox_tmpfs_size``: the hard ceiling (the top ladder step, the
+  memory budget else the last ladder entry, x ``kill_factor``), half of RAM
+  when there is none.
 """
 
 from __future__ import annotations
@@ -176,12 +179,16 @@ class WorkerResources:
     - ``cpu_count``: CPUs offered (capacity is this x ``cpu_overcommit``);
     - ``memory_budget_bytes``: memory all its actions may reserve together,
       0 = no budget;
-    - ``max_inflight_tasks``: actions at once at most, 0 = unlimited.
+    - ``max_inflight_tasks``: actions at once at most, 0 = unlimited;
+    - ``sandbox_tmpfs_bytes``: the size of an action's private /tmp and
+      /dev/shm together (``auto_sandbox_tmpfs_bytes``; 0 = the view's own
+      default, half of RAM, for callers that build this by hand).
     """
 
     cpu_count: int
     memory_budget_bytes: int
     max_inflight_tasks: int
+    sandbox_tmpfs_bytes: int = 0
 
 
 def worker_resources(local: LocalWorkerSpec, host: HostFacts | None = None) -> WorkerResources:
@@ -199,9 +206,25 @@ def worker_resources(local: LocalWorkerSpec, host: HostFacts | None = None) -> W
     inflight = local.max_inflight_tasks
     if inflight == "auto":
         inflight = auto_max_inflight_tasks(cpu_count, resources.cpu_overcommit)
+    tmpfs = local.sandbox_tmpfs_size
+    if tmpfs == "auto":
+        top = int(memory_budget) or (int(resources.ladder[-1]) if resources.ladder else 0)
+        tmpfs = ByteSize(
+            auto_sandbox_tmpfs_bytes(int(top * resources.kill_factor), facts.total_memory)
+        )
     return WorkerResources(
-        cpu_count=cpu_count, memory_budget_bytes=int(memory_budget), max_inflight_tasks=inflight
+        cpu_count=cpu_count,
+        memory_budget_bytes=int(memory_budget),
+        max_inflight_tasks=inflight,
+        sandbox_tmpfs_bytes=int(tmpfs),
     )
+
+
+def auto_sandbox_tmpfs_bytes(ceiling_bytes: int, total_memory: int) -> int:
+    """``sandbox_tmpfs_size`` auto: the hard ceiling (what an action may hold
+    before it is killed anyway; its tmpfs counts as its memory), or half of
+    RAM without one."""
+    return ceiling_bytes if ceiling_bytes > 0 else total_memory // 2
 
 
 def _resolve_worker(
@@ -223,6 +246,10 @@ def _resolve_worker(
             limits, max_output_bytes=ByteSize(auto_max_output_bytes(cas_bytes))
         )
     local = dataclasses.replace(
-        local, resources=resources, max_inflight_tasks=numbers.max_inflight_tasks, limits=limits
+        local,
+        resources=resources,
+        max_inflight_tasks=numbers.max_inflight_tasks,
+        limits=limits,
+        sandbox_tmpfs_size=ByteSize(numbers.sandbox_tmpfs_bytes),
     )
     return dataclasses.replace(worker, local=local)

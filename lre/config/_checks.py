@@ -407,6 +407,11 @@ class _Checker:
                 )
         self._resources((*path, "resources"), worker.resources)
         self._limits((*path, "limits"), worker.limits)
+        if isinstance(worker.sandbox_tmpfs_size, int) and worker.sandbox_tmpfs_size < 1 << 20:
+            self.fail(
+                (*path, "sandbox_tmpfs_size"),
+                'must be at least 1MiB (or "auto"); a tmpfs of size 0 would be unbounded',
+            )
 
     def _limits(self, path: Path, spec: ActionLimitsSpec) -> None:
         for name, least in (

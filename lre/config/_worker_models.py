@@ -302,6 +302,14 @@ class LocalWorkerSpec:
         "lre's user. None may be, lie in or hold one of lre's own directories.",
         default=(),
     )
+    sandbox_tmpfs_size: ByteSize | Literal["auto"] = doc(
+        "Size bound of an action's private /tmp and /dev/shm together (one tmpfs shown at "
+        "both, in views only); what is kept there counts as the action's memory for "
+        'freezing, killing, the ladder and learning. "auto" = the hard ceiling (top ladder '
+        "step x kill_factor, above which the action is killed anyway), or half of RAM when "
+        "there is none.",
+        default="auto",
+    )
     sandbox_debug: bool = doc(
         "Keep the directory and the view of every failed action (non-zero exit, signal or "
         "timeout) and log how to enter them (docs/troubleshooting.md); per action also the "

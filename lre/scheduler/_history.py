@@ -31,7 +31,7 @@ from lre.proto import re_pb2
 from lre.scheduler._lease import Lease
 from lre.scheduler._model import ActionKey, Backpressure, MemoryExceeded, Outcome, RequestInfo
 from lre.scheduler._records import OperationState
-from lre.snapshot import BOUNDARIES, ActionRecord, Source
+from lre.snapshot import BOUNDARIES, MEMORY_SAMPLED, ActionRecord, Source
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +139,7 @@ class _Attempts:
     """The attempts of one operation added up."""
 
     peak_rss_bytes: int = 0
+    memory_source: str = ""  # of the attempt whose figure is the peak
     cpu_seconds: float = 0.0
     millicpus: int = 0
     memory_bytes: int = 0
@@ -160,11 +161,15 @@ def _add_up(attempts: Sequence[_Attempt]) -> _Attempts:
             out.runs += 1
         usage = getattr(outcome, "usage", None)
         if usage is not None:
+            if usage.peak_rss_bytes > out.peak_rss_bytes or not out.memory_source:
+                out.memory_source = usage.memory_source
             out.peak_rss_bytes = max(out.peak_rss_bytes, usage.peak_rss_bytes)
             out.cpu_seconds += usage.cpu_seconds
             if usage.frozen_seconds > 0:
                 out.freezes += 1
         if isinstance(outcome, MemoryExceeded):
+            if outcome.peak_rss_bytes > out.peak_rss_bytes:
+                out.memory_source = MEMORY_SAMPLED  # a kill is decided on a pass's figure
             out.peak_rss_bytes = max(out.peak_rss_bytes, outcome.peak_rss_bytes)
             out.killed_at += (killed_at,)
             out.kill_reason = outcome.reason or (
@@ -216,6 +221,7 @@ def build_record(ended: _Ended) -> ActionRecord:
         reserved_millicpus=attempts.millicpus,
         reserved_memory_bytes=attempts.memory_bytes,
         peak_rss_bytes=attempts.peak_rss_bytes,
+        memory_source=attempts.memory_source,
         cpu_seconds=attempts.cpu_seconds,
         attempts=attempts.runs,
         kills=ended.kills,

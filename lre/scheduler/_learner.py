@@ -14,6 +14,13 @@ are queued and written in batches by :meth:`~ReservationLearner.flush`, which
 :meth:`~ReservationLearner.run` calls every few seconds in a worker thread
 (``trio.to_thread``), and :meth:`~ReservationLearner.close` calls once more.
 Samples recorded after the last flush are lost if lre is killed.
+
+The database's ``user_version`` says which memory figures its samples hold.
+Version 1: the action's own processes only (``_model.MEMORY_*``). A database
+of an older lre (version 0) holds figures that could be lre's own image (a
+short action's ``ru_maxrss`` carried lre's resident set): at open its
+samples are dropped, not corrected (a figure of lre's size cannot be told
+from an action's), and each kind is learned again from its next runs.
 """
 
 from __future__ import annotations
@@ -47,6 +54,10 @@ log = logging.getLogger(__name__)
 
 #: File name of the database inside lre's state directory.
 LEARNER_DB_NAME = "learned-reservations.sqlite3"
+
+#: ``PRAGMA user_version`` of a database whose memory figures are the
+#: actions' own (see the module docstring); older samples are dropped.
+SAMPLES_VERSION = 1
 
 # ---------------------------------------------------------------------- estimates
 
@@ -343,6 +354,7 @@ class ReservationLearner:
             db.execute("PRAGMA synchronous=NORMAL")
             db.executescript(_SCHEMA)
             db.execute("SELECT count(*) FROM samples").fetchone()
+            _drop_untrusted(db, self.path)
         except BaseException:
             db.close()
             raise
@@ -378,6 +390,24 @@ class ReservationLearner:
                 if kind is None:
                     kind = self._kinds[key] = _KindSamples(self._max_samples)
                 kind.samples.append((at, rss, cpu, step))
+
+
+def _drop_untrusted(db: sqlite3.Connection, path: str) -> None:
+    """Drop the samples of a database older than ``SAMPLES_VERSION`` and mark
+    it current (logged when there were any). ``sqlite3.Error`` propagates."""
+    (version,) = db.execute("PRAGMA user_version").fetchone()
+    if version >= SAMPLES_VERSION:
+        return
+    with db:
+        dropped = db.execute("DELETE FROM samples").rowcount
+        db.execute(f"PRAGMA user_version = {SAMPLES_VERSION}")
+    if dropped > 0:
+        log.warning(
+            "learner: dropped %d samples of %s recorded by an older lre (their memory "
+            "figures could be lre's own); each kind of action is learned again",
+            dropped,
+            path,
+        )
 
 
 #: Mode of the database file; SQLite gives its -wal and -shm files the same.

@@ -170,12 +170,16 @@ class OperationSnapshot:
 class Usage:
     """What the worker measured for one run (whole process tree).
     ``wall_seconds`` leaves out ``frozen_seconds``, the time the memory
-    control kept the run stopped (SIGSTOP)."""
+    control kept the run stopped (SIGSTOP). ``peak_rss_bytes`` is the
+    run's memory figure (its processes' RSS plus its private tmpfs), and
+    ``memory_source`` says where it came from (``lre.snapshot.MEMORY_*``;
+    "" unknown)."""
 
     peak_rss_bytes: int
     cpu_seconds: float
     wall_seconds: float
     frozen_seconds: float = 0.0
+    memory_source: str = ""
 
     @property
     def average_millicpus(self) -> int:

@@ -22,7 +22,17 @@ scheduler can both use it without loading the server. The composition root
 
 from lre.snapshot._builds import BuildSummary, find_build, summarize_builds
 from lre.snapshot._events import EventKind, RecentEvent
-from lre.snapshot._history import WAIT_TEXT, ActionRecord, HostSample, Source, WaitReason
+from lre.snapshot._history import (
+    MEMORY_BELOW_IMAGE,
+    MEMORY_KERNEL,
+    MEMORY_SAMPLED,
+    WAIT_TEXT,
+    ActionRecord,
+    HostSample,
+    Source,
+    WaitReason,
+    memory_mark,
+)
 from lre.snapshot._history_file import HistoryFile, read_history
 from lre.snapshot._phases import (
     BOUNDARIES,
@@ -48,6 +58,9 @@ from lre.snapshot._summary import action_summary
 
 __all__ = [
     "BOUNDARIES",
+    "MEMORY_BELOW_IMAGE",
+    "MEMORY_KERNEL",
+    "MEMORY_SAMPLED",
     "PHASES",
     "PHASE_BUCKETS_S",
     "WAIT_TEXT",
@@ -74,6 +87,7 @@ __all__ = [
     "WorkerRow",
     "action_summary",
     "find_build",
+    "memory_mark",
     "read_history",
     "summarize_builds",
 ]

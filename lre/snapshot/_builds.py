@@ -66,6 +66,8 @@ class BuildSummary:
     resubmitted: int = 0
     #: The actions lre killed for their memory (at most ``slowest`` of them).
     killed_actions: tuple[ActionRecord, ...] = ()
+    #: Where the largest figure came from (``MEMORY_*``; "" unknown).
+    peak_memory_source: str = ""
 
     @property
     def duration_s(self) -> float:
@@ -97,6 +99,7 @@ class BuildSummary:
             "queue_wait_s": {"p50": round(self.queue_p50_s, 4), "p95": round(self.queue_p95_s, 4)},
             "lre_per_action_s": round(self.lre_per_action_s, 5),
             "peak_rss_bytes": self.peak_rss_bytes,
+            "peak_memory_source": self.peak_memory_source,
             "slowest": [
                 {
                     "target": r.target,
@@ -104,6 +107,7 @@ class BuildSummary:
                     "wall_s": round(r.wall_seconds, 3),
                     "running_s": round(r.phase_seconds(Phase.RUNNING), 3),
                     "peak_rss_bytes": r.peak_rss_bytes,
+                    "memory_source": r.memory_source,
                 }
                 for r in self.slowest
             ],
@@ -143,6 +147,7 @@ def _summary(invocation: str, records: list[ActionRecord], slowest: int) -> Buil
             if record.action in seen:
                 resubmitted += 1
             seen.add(record.action)
+    largest = max(records, key=lambda r: r.peak_rss_bytes)
     return BuildSummary(
         invocation=invocation,
         started_at=min(starts),
@@ -165,8 +170,9 @@ def _summary(invocation: str, records: list[ActionRecord], slowest: int) -> Buil
         queue_p50_s=percentile(queue, 0.5),
         queue_p95_s=percentile(queue, 0.95),
         lre_per_action_s=sum(own) / len(own) if own else 0.0,
-        peak_rss_bytes=max((r.peak_rss_bytes for r in records), default=0),
+        peak_rss_bytes=largest.peak_rss_bytes,
         slowest=tuple(by_wall[:slowest]),
+        peak_memory_source=largest.memory_source if largest.peak_rss_bytes else "",
     )
 
 

@@ -19,7 +19,40 @@ from typing import Any
 
 from lre.snapshot._phases import Phase, PhaseSpan, phase_spans
 
-__all__ = ["ActionRecord", "HostSample", "Source", "WaitReason", "record_from_json"]
+__all__ = [
+    "MEMORY_BELOW_IMAGE",
+    "MEMORY_KERNEL",
+    "MEMORY_SAMPLED",
+    "ActionRecord",
+    "HostSample",
+    "Source",
+    "WaitReason",
+    "memory_mark",
+    "record_from_json",
+]
+
+#: Where a run's memory figure came from (``ActionRecord.memory_source``):
+#: the sampler's passes over its processes (RSS plus private tmpfs) ...
+MEMORY_SAMPLED = "sampled"
+#: ... the kernel's figure of its reaped processes (``ru_maxrss`` of the
+#: largest; a run that ended before its first pass, or whose largest process
+#: peaked between passes) ...
+MEMORY_KERNEL = "kernel rusage"
+#: ... or none: the run ended before its first pass and the kernel's figure
+#: was not above lre's own image, which it carries (the figure is then 0:
+#: below that image, by how much is unknown).
+MEMORY_BELOW_IMAGE = "kernel rusage, below lre's image"
+
+
+def memory_mark(source: str) -> str:
+    """The one-letter mark tables show after a figure: ``s`` sampled, ``k``
+    the kernel's rusage (either kind), "" unknown (an older record)."""
+    if source == MEMORY_SAMPLED:
+        return "s"
+    if source in (MEMORY_KERNEL, MEMORY_BELOW_IMAGE):
+        return "k"
+    return ""
+
 
 _NO_STAMPS: Mapping[str, float] = MappingProxyType({})
 
@@ -84,6 +117,8 @@ class ActionRecord:
     reserved_millicpus: int = 0
     reserved_memory_bytes: int = 0
     peak_rss_bytes: int = 0
+    #: Where ``peak_rss_bytes`` came from (``MEMORY_*``; "" unknown).
+    memory_source: str = ""
     cpu_seconds: float = 0.0
     attempts: int = 0
     kills: int = 0
@@ -176,6 +211,8 @@ class ActionRecord:
             out["mem"] = self.reserved_memory_bytes
         if self.peak_rss_bytes:
             out["rss"] = self.peak_rss_bytes
+        if self.memory_source:
+            out["msrc"] = self.memory_source
         if self.cpu_seconds:
             out["cpu"] = round(self.cpu_seconds, 4)
         if self.attempts:
@@ -226,6 +263,7 @@ class ActionRecord:
                 reserved_millicpus=int(data.get("mcpu", 0)),
                 reserved_memory_bytes=int(data.get("mem", 0)),
                 peak_rss_bytes=int(data.get("rss", 0)),
+                memory_source=str(data.get("msrc", "")),
                 cpu_seconds=float(data.get("cpu", 0.0)),
                 attempts=int(data.get("n", 0)),
                 kills=int(data.get("kill", 0)),

@@ -79,6 +79,7 @@ from lre.worker._input_tree import InputTree, fetch_input_tree
 from lre.worker._jobserver import JobserverPool
 from lre.worker._limits import ActionLimits
 from lre.worker._memory_control import MemoryControl
+from lre.worker._memory_figure import memory_figure
 from lre.worker._metadata import Timeline, resource_usage_any
 from lre.worker._output_collection import collect_outputs
 from lre.worker._outputs import FoundFile, FoundOutputs
@@ -149,6 +150,7 @@ class ActionRunner:
         ceiling_bytes: int = 0,
         ceiling: MemoryCeiling | None = None,
         identity: ActionIdentity | None = None,
+        tmpfs_bytes: int = 0,
     ) -> None:
         self.spec = spec
         #: The user actions run as (None: lre's own; ``_identity.py``).
@@ -165,8 +167,16 @@ class ActionRunner:
         self._extents: dict[tuple[str, int], TreeExtent] = {}
         self.containment = containment if containment is not None else default_containment()
         #: Each action's view (None: it sees the host as lre does).
+        #: (``tmpfs_bytes``: the size of each view's /tmp and /dev/shm
+        #: together; 0: the view's default, ``_view.TMPFS_OPTIONS``.)
         self.view_policy = ViewPolicy.for_worker(
-            spec, self.containment, workdir, cas.store, hidden_paths, owner=owner
+            spec,
+            self.containment,
+            workdir,
+            cas.store,
+            hidden_paths,
+            owner=owner,
+            tmpfs_bytes=tmpfs_bytes,
         )
         #: lre's files shown as the action user's in its views (None: not so).
         self.input_idmap = (
@@ -410,19 +420,19 @@ class ActionRunner:
                     await self._check_inputs(lease, linked, all_altered=not alone)
             if token is not None and self.journal is not None:
                 self.journal.ended(token)
-        peak_rss = process.max_rss_bytes
+        peak, source = memory_figure(process, sampled)
         cpu_seconds = process.cpu_seconds
         samples = 0
         if sampled is not None and sampled.samples:
-            peak_rss = sampled.peak_rss_bytes
             cpu_seconds = max(cpu_seconds, sampled.cpu_seconds)
             samples = sampled.samples
         frozen_s = self._frozen_s.pop(lease.lease_id, 0.0)
         usage = Usage(
-            peak_rss_bytes=peak_rss,
+            peak_rss_bytes=peak,
             cpu_seconds=cpu_seconds,
             wall_seconds=max(0.0, process.ended_at - process.started_at - frozen_s),
             frozen_seconds=frozen_s,
+            memory_source=source,
         )
         return _Executed(process, usage, samples)
 
@@ -432,7 +442,7 @@ class ActionRunner:
         over = self._over_limit.pop(lease.lease_id, None)
         if over is not None:
             killed_usage, reason, final = over
-            killed_peak = killed_usage.peak_rss_bytes if killed_usage is not None else 0
+            killed_peak = killed_usage.peak_memory_bytes if killed_usage is not None else 0
             peak = max(killed_peak, executed.usage.peak_rss_bytes)
             return MemoryExceeded(peak, usage=executed.usage, reason=reason, final=final)
         if lease.lease_id in self._process_limited:
@@ -643,7 +653,13 @@ class ActionRunner:
         def started(pid: int) -> None:
             self._groups[lease_id] = pid
             if self.sampler is not None:
-                self.sampler.register(lease_id, pid, kill_line_bytes=self.ceiling_bytes)
+                self.sampler.register(
+                    lease_id,
+                    pid,
+                    kill_line_bytes=self.ceiling_bytes,
+                    private_tmpfs=staged.view is not None,
+                    helpers=self.containment.helper_processes,
+                )
             if self.memory is not None:
                 self.memory.started(lease_id, pid, lease.reservation.memory_bytes)
 

@@ -71,6 +71,11 @@ class Containment(ABC):
     #: True when nothing of an action can run once its first process was
     #: reaped, whatever happened (``end`` always returns True).
     ends_alone: bool = False
+    #: lre's own processes at the top of an action's tree, which run none
+    #: of the action's programs: 1 = the first process, 2 = it and its one
+    #: child (``unshare --fork`` and the namespace's init). The sampler
+    #: leaves their memory out of the action's figure.
+    helper_processes: int = 0
     #: True when the first process reports a signal that killed the command
     #: as exit code 128 + signal (it cannot re-raise it).
     signals_as_exit_codes: bool = False

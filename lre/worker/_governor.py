@@ -72,7 +72,9 @@ class MemoryReading:
 @dataclass(frozen=True, slots=True)
 class GovernedAction:
     """One running action as the governor sees it. ``order`` increases with
-    the start (smaller = older); ``frozen_since`` is None while it runs."""
+    the start (smaller = older); ``frozen_since`` is None while it runs.
+    ``rss_bytes`` is the action's memory figure: its processes' RSS plus the
+    space used in its private tmpfs (``ActionUsage.memory_bytes``)."""
 
     action_id: str
     order: int

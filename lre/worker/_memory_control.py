@@ -1,7 +1,8 @@
 """Carrying out the memory policy: freezing, thawing and killing actions.
 
 ``MemoryControl`` runs after every sampler pass (``ProcessTreeSampler.on_pass``):
-it gives the ``MemoryGovernor`` the running actions' RSS and the host's reading
+it gives the ``MemoryGovernor`` the running actions' memory (RSS plus
+their private tmpfs, ``ActionUsage.memory_bytes``) and the host's reading
 (``PressureMonitor``) and does what it decides:
 
 - freeze: where lre owns a cgroup freezer (``CgroupFreezer``, v1 here, as
@@ -75,7 +76,8 @@ Killer = Callable[[str, str, bool], object]
 @dataclass(frozen=True, slots=True)
 class MemoryAction:
     """One freeze or thaw of an action (``action_id``: the lease id). ``rss_bytes``
-    is the action's RSS at the last pass, ``reserved_bytes`` its reservation;
+    is the action's memory at the last pass (RSS plus private tmpfs),
+    ``reserved_bytes`` its reservation;
     ``reason`` says why (for a freeze: why memory is short; for a thaw: what
     made room); ``frozen_seconds`` is how long a thawed action was frozen;
     ``method`` is how it was (or had been) frozen: ``SIGSTOP`` or
@@ -245,7 +247,7 @@ class MemoryControl:
                 GovernedAction(
                     action_id,
                     governed.order,
-                    usage.rss_bytes if usage is not None else 0,
+                    usage.memory_bytes if usage is not None else 0,
                     governed.reserved,
                     governed.frozen_since,
                 )
@@ -293,7 +295,7 @@ class MemoryControl:
         event = MemoryAction(
             kind,
             action_id,
-            usage.rss_bytes if usage is not None else 0,
+            usage.memory_bytes if usage is not None else 0,
             governed.reserved if governed is not None else 0,
             reason,
             method,

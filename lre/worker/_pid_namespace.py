@@ -116,6 +116,8 @@ class PidNamespace(Containment):
     can_block_network = True
     hides_listeners = True
     ends_alone = True
+    # the gate sh or ``timeout``: pid 1, the action's command is its child
+    helper_processes = 1
     signals_as_exit_codes = True
     can_view = True
 

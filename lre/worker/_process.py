@@ -25,6 +25,7 @@ reaped the same way.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import logging
 import os
@@ -51,6 +52,7 @@ from lre.worker._containment import (
 from lre.worker._identity import ActionIdentity
 from lre.worker._oom import OomCounters
 from lre.worker._open_files import action_open_files, limit_open_files
+from lre.worker._own_image import own_image
 from lre.worker._process_limit import process_limits
 from lre.worker._view import ActionView
 from lre.worker._view_writable import WritableRefused
@@ -99,7 +101,11 @@ class ProcessOutcome:
     when lre killed it for exceeding its timeout; ``oom_killed`` when it died
     of a SIGKILL lre did not send while the kernel's OOM-kill counter grew.
     ``cpu_seconds`` and ``max_rss_bytes`` come from the leader's rusage
-    (including descendants it waited for). ``ended_alone`` is true when
+    (including descendants it waited for); ``max_rss_bytes`` is the kernel's
+    figure as it is, which carries lre's own image (``_own_image.py``):
+    ``own_image_bytes`` bounds that image and ``kernel_peak_bytes`` is the
+    figure when it is the action's own (above the bound), else 0.
+    ``ended_alone`` is true when
     nothing the action started can still run (see ``Containment.end``): only
     then may its directory be reused and its files moved into the CAS.
     """
@@ -113,9 +119,21 @@ class ProcessOutcome:
     cpu_seconds: float
     max_rss_bytes: int
     ended_alone: bool = True
+    #: lre's own image the kernel figure may carry (bytes; 0: unknown,
+    #: the figure is then not the action's, see ``kernel_peak_bytes``).
+    own_image_bytes: int = 0
     #: (device, inode) of the stdout and stderr files lre opened for the
     #: action, so that a file the action put in their place is noticed.
     log_files: tuple[tuple[int, int], tuple[int, int]] = ((0, 0), (0, 0))
+
+    @property
+    def kernel_peak_bytes(self) -> int:
+        """The kernel's figure (the largest process of the action's reaped
+        tree) when lre's own image is not in it, else 0: the action's
+        processes then stayed below that image."""
+        if self.own_image_bytes and self.max_rss_bytes > self.own_image_bytes:
+            return self.max_rss_bytes
+        return 0
 
     @property
     def describe(self) -> str:
@@ -341,6 +359,8 @@ async def run_process(
     )
     environment = dict(env)
     log_files: list[tuple[int, int]] = []
+    #: the bound of lre's image in the first process's kernel figure
+    image: list[int] = []
     fds = tuple(pass_fds)
 
     def start() -> tuple[subprocess.Popen[bytes], int, tuple[int, ...]]:
@@ -364,17 +384,22 @@ async def run_process(
                         limits.around_fork(max_processes),
                         contained.spawn_context(options) as prefix,
                     ):
-                        popen = subprocess.Popen(
-                            [*prefix, *command],
-                            cwd=cwd,
-                            env=environment,
-                            stdin=contained.spawn_stdin(),
-                            stdout=stdout_fd,
-                            stderr=stderr_fd,
-                            close_fds=True,
-                            pass_fds=fds,
-                            start_new_session=True,
-                        )
+                        own = own_image()
+                        own.before_spawn()
+                        try:
+                            popen = subprocess.Popen(
+                                [*prefix, *command],
+                                cwd=cwd,
+                                env=environment,
+                                stdin=contained.spawn_stdin(),
+                                stdout=stdout_fd,
+                                stderr=stderr_fd,
+                                close_fds=True,
+                                pass_fds=fds,
+                                start_new_session=True,
+                            )
+                        finally:
+                            image.append(own.after_spawn())
                         # Before the gate of a view opens (spawn_context).
                         limit_open_files(popen.pid, open_files)
                     limits.started(popen.pid)
@@ -414,7 +439,7 @@ async def run_process(
         raise ValueError(f"nice: {nice} is not in 0..19")
     popen, pidfd, oom_before = await _spawner_for(nice).spawn(start, contained)
     started_at = trio.current_time()
-    return await _supervise(
+    outcome = await _supervise(
         contained,
         popen,
         pidfd,
@@ -428,6 +453,7 @@ async def run_process(
         end_frozen,
         on_view_held,
     )
+    return dataclasses.replace(outcome, own_image_bytes=image[0] if image else 0)
 
 
 def _open_log(path: Path) -> int:

@@ -16,7 +16,29 @@ Accounting per action:
 
 - RSS: sum of the members' resident pages (``stat`` field 24) times the page
   size. Pages shared between members (fork, shared libraries) count once per
-  process, so the figure errs on the high side.
+  process, so the figure errs on the high side. Proportional set sizes
+  (``smaps_rollup``) would not multiply them, but reading them costs the
+  kernel a walk of every member's page tables each pass: 184 ms a pass on
+  2,000 processes against 13 ms for ``stat`` (``bench/bench_memory_figures.py``,
+  docs/resource-control.md), too much for a 250 ms period.
+- Members are counted from their ``exec`` on: a member is found through the
+  session, group or namespace of the action's first process, which is
+  registered after it executed its program, so lre's own image (which a
+  child carries until its ``exec``) is never read from ``/proc``. lre's own
+  helpers at the top of the tree (``register``'s ``helpers``: the
+  containment's first process, and under userns its child, the namespace's
+  init) stay members (frozen, signalled) but their memory is not counted.
+- Private tmpfs: an action registered with ``private_tmpfs`` (it runs in a
+  view, whose ``/tmp`` and ``/dev/shm`` are one fresh tmpfs of its own,
+  ``_view._mount_private_tmpfs``) also has the space used there counted:
+  ``/proc/<pid>/root/tmp`` of one of its processes is opened once
+  (``O_PATH``) when it is not lre's own filesystem (compared by device), and
+  each pass asks its filesystem (``fstatvfs``: one call, no path walk). The
+  descriptor is closed when the action is unregistered. Those pages are
+  memory (tmpfs lives in RAM or swap) that no process's RSS shows
+  once the file is closed. ``memory_bytes`` is RSS plus that space; the
+  peak, the kill line and the memory control use it. A tmpfs file an action
+  also maps counts twice (errs high).
 - CPU: sum over live members of utime + stime + cutime + cstime, so children
   already reaped by a member are included. The value never decreases (a member
   that exited but is not yet reaped by its parent, or an orphan reparented
@@ -67,6 +89,17 @@ def _namespace_of(pid: str) -> str | None:
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
+def _devices(*paths: str) -> frozenset[int]:
+    """The devices of ``paths`` in lre's own mount namespace (unreadable ones left out)."""
+    found = set()
+    for path in paths:
+        try:
+            found.add(os.stat(path).st_dev)
+        except OSError:
+            continue
+    return frozenset(found)
+
+
 @dataclass(frozen=True, slots=True)
 class ActionUsage:
     """A frozen view of one action's sampled usage (for the TUI, results, learner).
@@ -86,6 +119,15 @@ class ActionUsage:
     samples: int
     wall_seconds: float
     kill_line_bytes: int
+    #: Space used in the action's private /tmp and /dev/shm at the last pass.
+    tmpfs_bytes: int = 0
+    #: Largest RSS plus private tmpfs any pass saw.
+    peak_memory_bytes: int = 0
+
+    @property
+    def memory_bytes(self) -> int:
+        """RSS plus private tmpfs at the last pass (what the memory control weighs)."""
+        return self.rss_bytes + self.tmpfs_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,23 +146,41 @@ class _Tracked:
     __slots__ = (
         "action_id",
         "cpu_ticks",
+        "helpers",
         "kill_line",
         "latched",
         "leader",
         "member_pids",
         "namespace",
         "namespace_pending",
+        "peak_memory",
         "peak_processes",
         "peak_rss_pages",
+        "private_tmpfs",
         "processes",
         "registered_at",
         "rss_pages",
         "samples",
         "start_known",
+        "tmpfs",
+        "tmpfs_fd",
     )
 
-    def __init__(self, action_id: str, leader: int, kill_line: int) -> None:
+    def __init__(
+        self,
+        action_id: str,
+        leader: int,
+        kill_line: int,
+        private_tmpfs: bool = False,
+        helpers: int = 0,
+    ) -> None:
         self.action_id = action_id
+        self.helpers = helpers
+        self.private_tmpfs = private_tmpfs
+        #: O_PATH descriptor of the action's own /tmp (-1: none found yet)
+        self.tmpfs_fd = -1
+        self.tmpfs = 0
+        self.peak_memory = 0
         self.leader = leader
         self.kill_line = kill_line
         self.latched = False
@@ -158,6 +218,8 @@ class _Tracked:
             samples=self.samples,
             wall_seconds=wall,
             kill_line_bytes=self.kill_line,
+            tmpfs_bytes=self.tmpfs,
+            peak_memory_bytes=self.peak_memory,
         )
 
 
@@ -205,6 +267,9 @@ class ProcessTreeSampler:
         self._namespaces: dict[str, int] = {}
         self._by_namespace: dict[int, int] = {}
         self._own_namespace = _namespace_of("self")
+        # devices of lre's own /tmp and /dev/shm: an action's mount there on
+        # one of these is not a private tmpfs (never counted)
+        self._host_devices = _devices("/tmp", "/dev/shm")
         # pid -> open fd of /proc/<pid>/stat for members (pread instead of
         # open/read/close each pass; at most max_open_fds are kept)
         self._member_fds: dict[int, int] = {}
@@ -214,8 +279,20 @@ class ProcessTreeSampler:
 
     # ------------------------------------------------------------------ registration
 
-    def register(self, action_id: str, leader_pid: int, *, kill_line_bytes: int = 0) -> None:
-        """Start sampling the session/process group led by ``leader_pid``.
+    def register(
+        self,
+        action_id: str,
+        leader_pid: int,
+        *,
+        kill_line_bytes: int = 0,
+        private_tmpfs: bool = False,
+        helpers: int = 0,
+    ) -> None:
+        """Start sampling the session/process group led by ``leader_pid``
+        (and, with ``private_tmpfs``, the space used in its own /tmp and
+        /dev/shm; see the module docstring). ``helpers``: lre's own processes
+        at the top of the tree whose memory is not counted (0, 1: the leader,
+        2: the leader and its children).
 
         Raises ``ValueError`` if ``action_id`` or ``leader_pid`` is already registered.
         """
@@ -223,7 +300,7 @@ class ProcessTreeSampler:
             raise ValueError(f"action {action_id!r} is already sampled")
         if leader_pid in self._by_leader:
             raise ValueError(f"process group {leader_pid} is already sampled")
-        tracked = _Tracked(action_id, leader_pid, kill_line_bytes)
+        tracked = _Tracked(action_id, leader_pid, kill_line_bytes, private_tmpfs, helpers)
         self._by_id[action_id] = tracked
         self._by_leader[leader_pid] = tracked
         namespace = _namespace_of(str(leader_pid))
@@ -250,6 +327,9 @@ class ProcessTreeSampler:
         if tracked is None:
             return None
         self._by_leader.pop(tracked.leader, None)
+        if tracked.tmpfs_fd >= 0:
+            os.close(tracked.tmpfs_fd)
+            tracked.tmpfs_fd = -1
         if tracked.namespace is not None:
             self._namespaces.pop(tracked.namespace, None)
         return tracked.snapshot(time.monotonic())
@@ -299,6 +379,9 @@ class ProcessTreeSampler:
         foreign: dict[int, int] = {}
         # per leader: [rss pages, CPU ticks, live members, pid of each live member...]
         sums: dict[int, list[int]] = {leader: [0, 0, 0] for leader in leaders}
+        # lre's helpers: leaders, and parents whose children are helpers too
+        own_leaders = {leader for leader, t in leaders.items() if t.helpers >= 1}
+        own_parents = {leader for leader, t in leaders.items() if t.helpers >= 2}
         members = 0
         try:
             names = using_reserve(lambda: os.listdir("/proc"))
@@ -353,7 +436,8 @@ class ProcessTreeSampler:
                     os.close(fd)
                 acc[1] += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
                 if fields[0] not in (b"Z", b"X"):  # dead: no memory, runs nothing
-                    acc[0] += int(fields[21])
+                    if pid not in own_leaders and int(fields[1]) not in own_parents:
+                        acc[0] += int(fields[21])
                     acc[2] += 1
                     acc.append(pid)
                     members += 1
@@ -385,7 +469,12 @@ class ProcessTreeSampler:
                 tracked.peak_processes = count
             if ticks > tracked.cpu_ticks:
                 tracked.cpu_ticks = ticks
-            if tracked.kill_line and not tracked.latched and rss * _PAGE_SIZE > tracked.kill_line:
+            if tracked.private_tmpfs:
+                tracked.tmpfs = self._tmpfs_used(tracked)
+            memory = rss * _PAGE_SIZE + tracked.tmpfs
+            if memory > tracked.peak_memory:
+                tracked.peak_memory = memory
+            if tracked.kill_line and not tracked.latched and memory > tracked.kill_line:
                 tracked.latched = True
                 over.append(tracked.snapshot(now))
         elapsed = time.perf_counter() - started
@@ -406,6 +495,47 @@ class ProcessTreeSampler:
             except Exception:
                 log.exception("sampler: pass hook failed")
         return elapsed
+
+    def _tmpfs_used(self, tracked: _Tracked) -> int:
+        """Bytes used in the action's private tmpfs (its /tmp and /dev/shm),
+        through the descriptor opened for it, else one opened now through
+        the root of one of its processes; 0 while none shows a /tmp other
+        than lre's own (the view's first process not there yet)."""
+        if tracked.tmpfs_fd >= 0:
+            try:
+                usage = os.fstatvfs(tracked.tmpfs_fd)
+            except OSError:
+                os.close(tracked.tmpfs_fd)
+                tracked.tmpfs_fd = -1
+            else:
+                return (usage.f_blocks - usage.f_bfree) * usage.f_frsize
+        for pid in (tracked.leader, *tracked.member_pids):
+            fd = self._private_tmp(pid)
+            if fd < 0:
+                continue
+            try:
+                usage = os.fstatvfs(fd)
+            except OSError:
+                os.close(fd)
+                continue
+            tracked.tmpfs_fd = fd
+            return (usage.f_blocks - usage.f_bfree) * usage.f_frsize
+        return 0
+
+    def _private_tmp(self, pid: int) -> int:
+        """An O_PATH descriptor of ``pid``'s /tmp when it is not lre's own
+        filesystem, else -1 (also when it cannot be opened)."""
+        try:
+            fd = os.open(f"/proc/{pid}/root/tmp", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            return -1
+        try:
+            if os.fstat(fd).st_dev not in self._host_devices:
+                return fd
+        except OSError:
+            pass
+        os.close(fd)
+        return -1
 
     def _adopt_namespace(self, tracked: _Tracked, child: str) -> None:
         tracked.namespace_pending = False

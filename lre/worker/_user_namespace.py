@@ -49,6 +49,9 @@ class UserNamespace(Containment):
     name = "userns"
     signals_as_exit_codes = True
     hides_listeners = True
+    # ``unshare --fork`` and its child, pid 1 (``timeout``) of the namespace
+    # (an ``nsenter`` in front of it executes ``unshare`` in its place)
+    helper_processes = 2
     # The view helper mounts each overlay inside its user namespace.
     overlay_xattrs: OverlayXattrs = "user"
 

@@ -31,7 +31,8 @@ and shapes that namespace, which the action's first process then inherits:
   ``work`` whole: an overlay finding it would empty and remake it itself,
   at milliseconds of wall time on ext4, in the spawner thread);
 - the action's private temporary directory (its ``TMPDIR``) writable at its
-  own path, a fresh tmpfs on ``/tmp`` and on ``/dev/shm``;
+  own path, one fresh tmpfs shown at ``/tmp`` and at ``/dev/shm`` (bounded together by its
+  size, ``ActionView.tmpfs_bytes``);
 - a ``/dev`` of its own (``_view_dev.mount_dev``): null, zero, full, random,
   urandom, tty, a new devpts instance and the usual symlinks, none of the
   host's disks or other devices;
@@ -134,8 +135,10 @@ _FSCONFIG_CMD_CREATE = 6
 _SYS = {"open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432}
 _SYS_MOUNT_SETATTR = 442
 
-#: Size of the tmpfs given to /tmp and /dev/shm of each action (pages are
-#: only used when written, and charged to the writer's memory cgroup).
+#: The tmpfs shown at /tmp and /dev/shm of each action when no size is
+#: given (``ActionView.tmpfs_bytes``; pages are only used when written, and
+#: charged to the writer's memory cgroup; the sampler counts them as the
+#: action's memory).
 TMPFS_OPTIONS = "mode=1777,size=50%"
 #: Set whatever the kernel's defaults: the upper layer then holds only what
 #: ``_layers`` knows how to merge again (no directory redirected to another
@@ -229,6 +232,9 @@ class ActionView:
     #: through (``_idmap.InputIdmap``: lre's files as the action user's);
     #: None: as it is.
     idmap: int | None = None
+    #: Size of the one tmpfs shown at /tmp and /dev/shm (bytes; 0: the
+    #: share of RAM ``TMPFS_OPTIONS`` names).
+    tmpfs_bytes: int = 0
 
 
 def _fail(call: str, path: str) -> OSError:
@@ -274,6 +280,29 @@ def _mount_tmpfs(path: str, options: str, flags: int = _MS_NOSUID | _MS_NODEV) -
     assert _HELD is not None
     if _HELD.mount(b"tmpfs", path.encode(), b"tmpfs", ctypes.c_ulong(flags), options.encode()) != 0:
         raise _fail("mount tmpfs on", path)
+
+
+def _mount_private_tmpfs(size_bytes: int) -> None:
+    """One tmpfs of ``size_bytes`` (0: ``TMPFS_OPTIONS``) shown at /tmp and
+    at /dev/shm, so that what an action keeps in both is bounded together:
+    it is mounted at /dev/shm, a world-writable sticky directory for each is
+    made in it, /tmp is bound to one and /dev/shm covered by the other
+    (neither shows the other; the tmpfs's own root is out of reach below).
+    Raises ``OSError``."""
+    options = TMPFS_OPTIONS if size_bytes <= 0 else f"mode=1777,size={size_bytes}"
+    _mount_tmpfs("/dev/shm", options)
+    fds: list[int] = []
+    try:
+        for name in ("tmp", "shm"):
+            inside = f"/dev/shm/{name}"
+            os.mkdir(inside, 0o700)
+            os.chmod(inside, 0o1777)
+            fds.append(_clone_tree(inside))
+        _attach(fds[0], "/tmp")
+        _attach(fds[1], "/dev/shm")
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def _clone_tree(path: str, *, release: bool = False) -> int:
@@ -587,8 +616,7 @@ def build_view(view: ActionView, *, host_proc_writable: bool = True) -> None:
         if host_proc_writable:
             _setattr("/proc", clear=_MOUNT_ATTR_RDONLY)
         mount_dev()  # before /dev/shm's tmpfs, which goes inside it
-        for path in fresh:
-            _mount_tmpfs(path, TMPFS_OPTIONS)
+        _mount_private_tmpfs(view.tmpfs_bytes)
         for fd, path in shared:
             if covered_by(path, fresh) is not None:  # in a tmpfs of this view only
                 _attach_at(fd, path, fresh, release=True)

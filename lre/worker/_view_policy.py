@@ -244,7 +244,10 @@ class ViewPolicy:
         closed: Sequence[str] = (),
         sockets: Sequence[str] = (),
         visible: Sequence[str] = (),
+        tmpfs_bytes: int = 0,
     ) -> None:
+        #: Size of each view's /tmp and /dev/shm together (0: the view's default).
+        self.tmpfs_bytes = tmpfs_bytes
         #: (uid, gid) of the user actions run as (None: lre's own): the
         #: upper layer, so the input root the action sees, belongs to it.
         self.owner = owner
@@ -292,6 +295,7 @@ class ViewPolicy:
         hidden: Sequence[str] = (),
         *,
         owner: tuple[int, int] | None = None,
+        tmpfs_bytes: int = 0,
     ) -> ViewPolicy | None:
         """The policy of a worker, or None when its views are off or its
         containment cannot make them. Always hidden besides ``hidden``: the
@@ -318,6 +322,7 @@ class ViewPolicy:
             closed=() if closed is None else (closed,),
             sockets=socket_masks(os.environ, sorted(uids)),
             visible=spec.sandbox_visible_sockets,
+            tmpfs_bytes=tmpfs_bytes,
         )
 
     def _visible(self, paths: Sequence[str]) -> tuple[str, ...]:
@@ -461,6 +466,7 @@ class ViewPolicy:
             containing=self.containing if writable else (),
             xattrs=self.xattrs,
             idmap=self.idmap,
+            tmpfs_bytes=self.tmpfs_bytes,
         )
 
     def keeps(self, platform: Mapping[str, str], process: ProcessOutcome) -> bool:

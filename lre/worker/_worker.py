@@ -252,6 +252,7 @@ class LocalWorker:
                 ceiling_bytes=self.ceiling_bytes,
                 ceiling=self.ceiling,
                 identity=self.identity,
+                tmpfs_bytes=self.resources.sandbox_tmpfs_bytes,
             )
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.sampler.run)

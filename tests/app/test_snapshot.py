@@ -118,9 +118,12 @@ class _LeaseWithId(LeaseStatistics):
 
 @dataclass(frozen=True, slots=True)
 class _Usage:
+    """What the assembler reads of ``lre.worker.ActionUsage``: the memory
+    figures are RSS plus private tmpfs (``memory_bytes``)."""
+
     action_id: str
-    rss_bytes: int
-    peak_rss_bytes: int
+    memory_bytes: int
+    peak_memory_bytes: int
     average_millicpus: int
     kill_line_bytes: int
 

@@ -6,7 +6,8 @@ import json
 import os
 from pathlib import Path
 
-from tests._support.history import INVOCATION, OTHER, write_history
+from lre.snapshot import MEMORY_BELOW_IMAGE, MEMORY_KERNEL, MEMORY_SAMPLED, HistoryFile
+from tests._support.history import INVOCATION, OTHER, action, write_history
 from tests.cli._lre import run_lre
 
 
@@ -19,8 +20,9 @@ def test_history_lists_actions_with_waits_kills_and_filters(tmp_path: Path) -> N
     env = _env(tmp_path)
     shown = run_lre("history", cwd=tmp_path, env=env)
     assert shown.returncode == 0, shown.stderr
-    header, *rows = shown.stdout.splitlines()
+    header, *rows, legend = shown.stdout.splitlines()
     assert header.split()[:3] == ["time", "target", "mnemonic"]
+    assert legend.startswith("peak: s sampled")
     assert len(rows) == 9
     killed = next(r for r in rows if "//pkg:t3 " in r)
     assert "memory budget" in killed and killed.rstrip().endswith("2/0")
@@ -55,6 +57,35 @@ def test_builds_lists_and_shows_a_summary(tmp_path: Path) -> None:
     table = run_lre("builds", cwd=tmp_path, env=env).stdout.splitlines()
     assert table[0].split()[:4] == ["build", "started", "duration", "client"]
     assert len(table) == 3
+
+
+def test_memory_figures_say_where_they_came_from(tmp_path: Path) -> None:
+    """Sampled, the kernel's rusage, or below lre's own size: in the history
+    table and JSON, and in ``builds show`` with its largest figure."""
+    t0 = 1_800_000_000.0
+    records = [
+        action(1, t0, peak_rss_bytes=300 << 20, memory_source=MEMORY_SAMPLED),
+        action(2, t0 + 1, peak_rss_bytes=200 << 20, memory_source=MEMORY_KERNEL),
+        action(3, t0 + 2, peak_rss_bytes=0, memory_source=MEMORY_BELOW_IMAGE),
+    ]
+    history = HistoryFile(tmp_path / "state", 1 << 20)
+    history.append([json.dumps(r.to_json()) for r in records])
+    history.close()
+    env = _env(tmp_path)
+    shown = run_lre("history", cwd=tmp_path, env=env)
+    assert shown.returncode == 0, shown.stderr
+    rows = {r.split()[1]: r for r in shown.stdout.splitlines()[1:-1]}
+    assert "300 MiB s" in rows["//pkg:t1"]
+    assert "200 MiB k" in rows["//pkg:t2"]
+    assert "<lre k" in rows["//pkg:t3"]
+    as_json = json.loads(run_lre("history", "--json", cwd=tmp_path, env=env).stdout)
+    assert [r["memory_source"] for r in as_json] == [
+        MEMORY_SAMPLED,
+        MEMORY_KERNEL,
+        MEMORY_BELOW_IMAGE,
+    ]
+    show = run_lre("builds", "show", cwd=tmp_path, env=env).stdout
+    assert "peak memory of one action 300 MiB (sampled)" in show
 
 
 def test_empty_history_says_so(tmp_path: Path) -> None:

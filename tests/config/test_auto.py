@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
-from lre.config import HostFacts, WorkerResources, nearest_existing_dir, resolve, worker_resources
+from lre.config import (
+    ByteSize,
+    HostFacts,
+    WorkerResources,
+    nearest_existing_dir,
+    resolve,
+    worker_resources,
+)
 from lre.config._auto import (
     auto_cpu_count,
     auto_filesystem_max_bytes,
@@ -106,7 +114,11 @@ def test_worker_resources_are_the_numbers_resolve_writes() -> None:
     assert local is not None
     numbers = worker_resources(local, facts)
     assert numbers == WorkerResources(
-        cpu_count=6, memory_budget_bytes=10 * GIB, max_inflight_tasks=9
+        cpu_count=6,
+        memory_budget_bytes=10 * GIB,
+        max_inflight_tasks=9,
+        # the hard ceiling: the budget x kill_factor 1.2
+        sandbox_tmpfs_bytes=int(10 * GIB * 1.2),
     )
     resolved = resolve(config, facts).workers[0].local
     assert resolved is not None
@@ -128,7 +140,23 @@ def test_worker_resources_keep_explicit_values_and_no_budget() -> None:
     numbers = worker_resources(
         local, HostFacts(cpu_count=64, total_memory=GIB, free_disk=lambda p: 0)
     )
-    assert numbers == WorkerResources(cpu_count=3, memory_budget_bytes=0, max_inflight_tasks=0)
+    # no budget: the ceiling is the last ladder step (8 GiB) x kill_factor 1.2
+    assert numbers == WorkerResources(
+        cpu_count=3,
+        memory_budget_bytes=0,
+        max_inflight_tasks=0,
+        sandbox_tmpfs_bytes=int(8 * GIB * 1.2),
+    )
+    half = worker_resources(
+        replace(local, resources=replace(local.resources, ladder=())),
+        HostFacts(cpu_count=64, total_memory=GIB, free_disk=lambda p: 0),
+    )
+    assert half.sandbox_tmpfs_bytes == GIB // 2  # neither: half of RAM
+    explicit = worker_resources(
+        replace(local, sandbox_tmpfs_size=ByteSize(64 << 20)),
+        HostFacts(cpu_count=64, total_memory=GIB, free_disk=lambda p: 0),
+    )
+    assert explicit.sandbox_tmpfs_bytes == 64 << 20
 
 
 def test_worker_resources_measure_this_machine_as_resolve_does() -> None:

@@ -269,6 +269,11 @@ def mutate(path: str, value: Any) -> dict[str, Any]:
             "workers[0].local.limits.max_output_bytes: must be at least 1 byte",
         ),
         (
+            "workers.0.local.sandbox_tmpfs_size",
+            0,
+            "workers[0].local.sandbox_tmpfs_size: must be at least 1MiB",
+        ),
+        (
             "servers.0.listener",
             {"address": "0.0.0.0:50051"},
             "servers[0].listener.address: '0.0.0.0:50051' is reachable from other machines",

@@ -170,6 +170,41 @@ def test_survives_restart_and_forgets_outside_window(tmp_path: Path) -> None:
     assert rows == [("new",)]
 
 
+def _old_database(path: str, now: float) -> None:
+    """A database as lre wrote it before memory figures were the actions' own
+    (no user_version): an echo recorded at lre's own 72 MiB."""
+    db = sqlite3.connect(path)
+    db.executescript(
+        "CREATE TABLE samples (key TEXT NOT NULL, recorded_at REAL NOT NULL, "
+        "peak_rss_bytes INTEGER NOT NULL, average_millicpus INTEGER NOT NULL, "
+        "ladder_step INTEGER NOT NULL);"
+    )
+    db.executemany(
+        "INSERT INTO samples VALUES (?, ?, ?, ?, ?)",
+        [("echo", now - 60 * i, 72 * MiB, 10, 0) for i in range(5)],
+    )
+    db.commit()
+    db.close()
+
+
+def test_samples_of_an_older_lre_are_not_trusted(tmp_path: Path) -> None:
+    clock = FakeClock()
+    path = str(tmp_path / LEARNER_DB_NAME)
+    _old_database(path, clock.now)
+    spec = LearnerSpec(min_memory=ByteSize(16 * MiB))
+    with ReservationLearner(path, spec, clock=clock) as learner:
+        # dropped, so the kind is cold again rather than reserving 72 MiB x 1.2
+        assert learner.lookup("echo") is None
+        assert learner.estimate("echo", 1000, 0).source == "cold"
+        learner.record("echo", 2 * MiB, 10, 0)  # re-learned from its next run
+    with ReservationLearner(path, spec, clock=clock) as again:
+        # the samples recorded since are kept across a restart
+        assert again.lookup("echo") == (12, 16 * MiB, 0)
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone() == (1,)
+    assert db.execute("SELECT peak_rss_bytes FROM samples").fetchall() == [(2 * MiB,)]
+
+
 def test_window_applies_without_restart() -> None:
     clock = FakeClock()
     with ReservationLearner(":memory:", LearnerSpec(window=60), clock=clock) as learner:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import psutil
+import pytest
 import trio
 
 from lre.cas import MemoryStore
@@ -46,8 +47,23 @@ while not os.path.exists(stop):
 """
 
 
-def argv(marker: str, limit_mib: int, stop: Path) -> list[str]:
-    return [sys.executable, "-c", GROW, marker, str(limit_mib), str(stop)]
+#: The same growth kept in the action's private /dev/shm (a view's tmpfs):
+#: the process stays small, the file holds the memory.
+GROW_TMPFS = """
+import os, sys, time
+limit, stop = int(sys.argv[2]), sys.argv[3]
+written = 0
+with open("/dev/shm/hold", "wb") as held:
+    while written < limit and not os.path.exists(stop):
+        held.write(b"x" * (4 << 20)); held.flush(); written += 4
+        time.sleep(0.05)
+    while not os.path.exists(stop):
+        time.sleep(0.02)
+"""
+
+
+def argv(marker: str, limit_mib: int, stop: Path, script: str = GROW) -> list[str]:
+    return [sys.executable, "-c", script, marker, str(limit_mib), str(stop)]
 
 
 def processes_of(marker: str) -> list[psutil.Process]:
@@ -142,16 +158,22 @@ class OldAndNew(NamedTuple):
 
 
 async def start_old_and_new(
-    scheduler: Scheduler, worker: LocalWorker, store: MemoryStore, tmp_path: Path, grow_mib: int
+    scheduler: Scheduler,
+    worker: LocalWorker,
+    store: MemoryStore,
+    tmp_path: Path,
+    grow_mib: int,
+    script: str = GROW,
 ) -> OldAndNew:
-    """Start the oldest (idle), then the newest (growing to ``grow_mib``); each
-    once the worker's sampler knows the one before, so lre sees the same order."""
+    """Start the oldest (idle), then the newest (growing to ``grow_mib`` by
+    ``script``); each once the worker's sampler knows the one before, so lre
+    sees the same order."""
     old_marker, new_marker = f"old-{tmp_path.name}", f"new-{tmp_path.name}"
     stop_old, stop_new = tmp_path / "stop-old", tmp_path / "stop-new"
     old = await submit(scheduler, store, argv(old_marker, 0, stop_old))
     await until(lambda: processes_of(old_marker))
     await until(lambda: registered(worker) == 1)  # the oldest, also to lre
-    new = await submit(scheduler, store, argv(new_marker, grow_mib, stop_new))
+    new = await submit(scheduler, store, argv(new_marker, grow_mib, stop_new, script))
     await until(lambda: processes_of(new_marker))
     await until(lambda: registered(worker) == 2)
     return OldAndNew(old, new, old_marker, new_marker, stop_old, stop_new)
@@ -230,9 +252,36 @@ async def test_short_memory_freezes_the_newest_action_and_thaws_it_later(
     assert thaw.frozen_seconds >= 0.3 and thaw.rss_bytes > 0
 
 
-async def test_under_the_hard_floor_the_frozen_action_is_killed_and_retried_one_step_up(
+async def test_what_an_action_keeps_in_dev_shm_counts_against_the_budget(
     tmp_path: Path, store: MemoryStore
 ) -> None:
+    """The host has memory to spare, but the actions' memory passes the
+    worker's budget: the newest action, holding it in its private /dev/shm
+    (its process stays small), is frozen as one holding it in RSS would be."""
+    pressure = PressureMonitor(2 * GiB, available=lambda: 16 * GiB, pressure=lambda: None)
+    resources = governed(memory_budget=ByteSize(512 * MiB))
+    async with running(store, tmp_path, resources, pressure) as (scheduler, worker):
+        started = await start_old_and_new(scheduler, worker, store, tmp_path, 480, GROW_TMPFS)
+        old, new, old_marker, new_marker, stop_old, stop_new = started
+        await until(lambda: stopped(new_marker))
+        memory = worker.statistics().memory
+        assert memory is not None and memory.frozen_now == 1
+        assert "512 MiB budget" in memory.short_reason
+        assert stopped(old_marker) is False
+        stop_old.touch()
+        stop_new.touch()
+        done_old = await finish(scheduler, old.name)
+        done_new = await finish(scheduler, new.name)
+    for done in (done_old, done_new):
+        assert done.result is not None and done.result.exit_code == 0, done.error
+
+
+@pytest.mark.parametrize("script", [GROW, GROW_TMPFS], ids=["rss", "tmpfs"])
+async def test_under_the_hard_floor_the_frozen_action_is_killed_and_retried_one_step_up(
+    tmp_path: Path, store: MemoryStore, script: str
+) -> None:
+    """Whether it holds its memory in its processes or in its private
+    /dev/shm, the growing action is frozen, killed and laddered."""
     available = [16 * GiB]
     dips = [0]  # readings left under the floor
 
@@ -245,7 +294,7 @@ async def test_under_the_hard_floor_the_frozen_action_is_killed_and_retried_one_
     pressure = PressureMonitor(2 * GiB, available=read, pressure=lambda: None, cache_s=0)
     policy = ResourcePolicy(cold_memory_bytes=64 * MiB, ladder=(512 * MiB,), max_steps=3)
     async with running(store, tmp_path, governed(), pressure, policy) as (scheduler, worker):
-        started = await start_old_and_new(scheduler, worker, store, tmp_path, 400)
+        started = await start_old_and_new(scheduler, worker, store, tmp_path, 400, script)
         old, new, old_marker, new_marker, stop_old, stop_new = started
         available[0] = int(1.5 * GiB)
         await until(lambda: stopped(new_marker))

@@ -233,3 +233,31 @@ async def test_setsid_processes_in_the_actions_namespace_are_sampled(
         usage.append(snapshot)
         nursery.cancel_scope.cancel()
     assert usage[0].peak_rss_bytes > 60 * MiB, usage[0]
+
+
+def test_lre_s_own_helpers_at_the_top_are_members_but_not_counted() -> None:
+    """``helpers=1``: the leader (a containment's pid 1) is frozen and
+    signalled with the action, but its memory is not the action's; with 2,
+    its children (userns: the namespace's init) are not counted either."""
+    sampler = ProcessTreeSampler()
+    with process_tree(mb=60, children=2) as proc:
+        sampler.register("all", proc.pid)
+        sampler.sample_once()
+        everything = sampler.snapshot("all")
+        assert everything is not None
+        sampler.unregister("all")
+        sampler.register("top", proc.pid, helpers=1)
+        sampler.sample_once()
+        top = sampler.snapshot("top")
+        assert top is not None
+        assert top.processes == 3 and proc.pid in sampler.members("top")
+        # the leader's 60 MiB (and its interpreter) left out, its two children's kept
+        assert everything.rss_bytes - top.rss_bytes >= 60 * MiB
+        assert top.rss_bytes >= 2 * 60 * MiB
+        assert top.peak_memory_bytes == top.memory_bytes == top.rss_bytes
+        sampler.unregister("top")
+        sampler.register("two", proc.pid, helpers=2)
+        sampler.sample_once()
+        two = sampler.snapshot("two")
+        assert two is not None and two.processes == 3
+        assert two.rss_bytes == 0
