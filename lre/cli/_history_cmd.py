@@ -243,12 +243,13 @@ def builds(
             str(b.cache_hits),
             str(b.failed),
             str(b.killed),
+            f"{b.share:.0%}",
         ]
         for b in found
     ]
     header = ["build", "started", "duration", "client", "instance", "run", "cached"]
-    header += ["failed", "killed"]
-    typer.echo(table(header, rows, numeric={2, 5, 6, 7, 8}))
+    header += ["failed", "killed", "share"]
+    typer.echo(table(header, rows, numeric={2, 5, 6, 7, 8, 9}))
 
 
 def summary_text(b: BuildSummary) -> str:
@@ -264,6 +265,8 @@ def summary_text(b: BuildSummary) -> str:
         f"failed     {b.failed}   not run {b.not_run}",
         f"killed     {b.killed} (and retried up the memory ladder)   retried {b.retried}"
         f"   frozen {b.frozen}",
+        f"share      {b.share:.0%} of the run time of the actions that ran meanwhile"
+        f"   waited for other builds {b.share_waits}",
         f"queue wait p50 {duration_text(b.queue_p50_s)}   p95 {duration_text(b.queue_p95_s)}",
         f"lre's own time per action {duration_text(b.lre_per_action_s)} (staging + storing)",
         f"peak memory of one action {human_bytes(b.peak_rss_bytes)}",
