@@ -71,7 +71,12 @@ class BuildShares:
         self._key_field = spec.build_key
         self._weights = dict(spec.weights)
         self.builds: dict[str, Build] = {}
-        #: Builds with at least one queued operation (fair order matters only above 1).
+        #: The same builds by bare invocation id (the usual key, looked up
+        #: without making the key string).
+        self._invocations: dict[str, Build] = {}
+        self._by_invocation = spec.build_key == "invocation"
+        #: Builds with at least one queued operation (fair order matters only
+        #: above 1); the run queue keeps it and each ``Build.queued``.
         self.waiting = 0
         self._capacity_cpu = 0
         self._capacity_memory = 0
@@ -95,24 +100,19 @@ class BuildShares:
         """The ``Build`` of ``info``, made when it has none yet."""
         if not self.enabled:
             return self._everyone
+        invocation = info.tool_invocation_id
+        if self._by_invocation and invocation:
+            build = self._invocations.get(invocation)
+            if build is not None:
+                return build
         key = self.key_of(info)
         build = self.builds.get(key)
         if build is None:
             weight = self._weights.get(info.repository, 1.0)
             build = self.builds[key] = Build(key, info, weight)
+            if self._by_invocation and invocation:
+                self._invocations[invocation] = build
         return build
-
-    def queued(self, build: Build) -> None:
-        """One more operation of ``build`` waits in the queue."""
-        build.queued += 1
-        if build.queued == 1:
-            self.waiting += 1
-
-    def unqueued(self, build: Build) -> None:
-        """One operation of ``build`` left the queue (started or ended)."""
-        build.queued -= 1
-        if build.queued == 0:
-            self.waiting -= 1
 
     def started(self, build: Build, reservation: Reservation) -> None:
         """An action of ``build`` holds ``reservation`` from now on."""
@@ -121,14 +121,16 @@ class BuildShares:
         build.running += 1
         build.millicpus += reservation.millicpus
         build.memory_bytes += reservation.memory_bytes
-        self._reshare(build)
+        if self.enabled:
+            self._reshare(build)
 
     def finished(self, build: Build, reservation: Reservation) -> None:
         """An action of ``build`` released ``reservation``."""
         build.running -= 1
         build.millicpus -= reservation.millicpus
         build.memory_bytes -= reservation.memory_bytes
-        self._reshare(build)
+        if self.enabled:
+            self._reshare(build)
 
     def set_capacity(self, millicpus: int, memory_bytes: int) -> None:
         """What all workers offer (memory: the budget when it is smaller)."""
@@ -141,7 +143,9 @@ class BuildShares:
         """Forget builds with nothing queued or running."""
         idle = [k for k, b in self.builds.items() if b.queued == 0 and b.running == 0]
         for key in idle:
-            del self.builds[key]
+            build = self.builds.pop(key)
+            if self._invocations.get(build.invocation) is build:
+                del self._invocations[build.invocation]
 
     def first_in_line(self) -> tuple[float, int] | None:
         """(share, served) of the waiting build the queue would serve first, or
@@ -160,8 +164,6 @@ class BuildShares:
         return build.share * build.weight
 
     def _reshare(self, build: Build) -> None:
-        if not self.enabled:
-            return
         cpu = build.millicpus / self._capacity_cpu if self._capacity_cpu else 0.0
         memory = build.memory_bytes / self._capacity_memory if self._capacity_memory else 0.0
         build.share = max(cpu, memory) / build.weight

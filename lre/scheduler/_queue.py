@@ -115,9 +115,9 @@ class RunQueue:
     (optional) says whether that veto is the memory control holding starts
     while it keeps actions frozen (the wait is then ``frozen``, not ``host
     memory``). ``fair_share`` says how builds share the workers
-    (``_fair_share``; the default shares them); the scheduler reports
-    what starts and ends (``started``/``finished``) and the workers'
-    capacity (``shares.set_capacity``).
+    (``_fair_share``; the default shares them); the scheduler tells
+    ``shares`` what starts and ends (``started``/``finished`` with the
+    operation's ``build``) and what the workers offer (``set_capacity``).
     """
 
     def __init__(
@@ -161,26 +161,24 @@ class RunQueue:
         op.bucket = bucket
         op.wait_mark = bucket.blocks
         bucket.live += 1
-        self.shares.queued(build)
+        build.queued += 1
+        if build.queued == 1:
+            self.shares.waiting += 1
         heapq.heappush(bucket.heap, (op.priority, op.seq, op.ticket, op))
 
     def remove(self, op: OperationState) -> None:
         """Take ``op`` out of its bucket (its heap entry becomes stale)."""
-        if op.bucket is not None:
-            op.bucket.live -= 1
-            self.shares.unqueued(op.bucket.build)
+        bucket = op.bucket
+        if bucket is not None:
+            bucket.live -= 1
+            self._unqueued(bucket.build)
             op.bucket = None
             op.ticket += 1
 
-    def started(self, op: OperationState, reservation: Reservation) -> None:
-        """``op`` (taken by ``take``) holds ``reservation`` from now on."""
-        if op.build is not None:
-            self.shares.started(op.build, reservation)
-
-    def finished(self, op: OperationState, reservation: Reservation) -> None:
-        """``op``'s run that held ``reservation`` ended."""
-        if op.build is not None:
-            self.shares.finished(op.build, reservation)
+    def _unqueued(self, build: Build) -> None:
+        build.queued -= 1
+        if build.queued == 0:
+            self.shares.waiting -= 1
 
     def forget_worker(self, name: str) -> None:
         """Drop cached match results for worker ``name`` (new or changed description)."""
@@ -245,11 +243,9 @@ class RunQueue:
         best_memory = 0
         # Heads passed over for another build's, and the most entitled waiting
         # build (only when builds compete).
-        passed: list[Bucket] | None = None
-        first_in_line: tuple[float, int] | None = None
-        if self.shares.waiting > 1:
-            passed = []
-            first_in_line = self.shares.first_in_line()
+        competing = self.shares.waiting > 1
+        passed: list[Bucket] | None = [] if competing else None
+        first_in_line: tuple[float, int] | None = None  # worked out when first needed
         for bucket in self.buckets.values():
             head = bucket.head()
             if head is None:
@@ -277,6 +273,8 @@ class RunQueue:
                 reservation = bucket.requirements.reservation
                 if not reservation.fits_in(free):
                     short_of_memory = reservation.memory_bytes > free.memory_bytes
+                    if competing and first_in_line is None:
+                        first_in_line = self.shares.first_in_line()
                     if first_in_line is not None and (build.share, build.served) > first_in_line:
                         # Another build is further below its share: it gets what frees first.
                         bucket.block(WaitReason.BUILD_SHARE)
@@ -314,7 +312,10 @@ class RunQueue:
         entry = heapq.heappop(best.heap)
         op = entry[3]
         best.live -= 1
-        self.shares.unqueued(best.build)
+        build = best.build
+        build.queued -= 1
+        if build.queued == 0:
+            self.shares.waiting -= 1
         best.leave(op)
         op.bucket = None
         op.ticket += 1

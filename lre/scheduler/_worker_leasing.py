@@ -163,7 +163,8 @@ class WorkerLeasing(OperationLifecycle):
         state.reserved = state.reserved + reservation
         self._memory_reserved += reservation.memory_bytes
         self._running += 1
-        self._queue.started(op, reservation)
+        if op.build is not None:
+            self._queue.shares.started(op.build, reservation)
         op.lease = record
         self._set_stage(op, Stage.EXECUTING)
         op.notify()
@@ -178,7 +179,8 @@ class WorkerLeasing(OperationLifecycle):
         state.reserved = state.reserved - lease.reservation
         self._memory_reserved -= lease.reservation.memory_bytes
         self._running -= 1
-        self._queue.finished(op, lease.reservation)
+        if op.build is not None:
+            self._queue.shares.finished(op.build, lease.reservation)
         if op.lease is record:
             op.lease = None
         if self._history is not None:

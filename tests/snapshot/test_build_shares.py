@@ -7,7 +7,8 @@ import pytest
 from lre.snapshot import ActionRecord, Source, WaitReason, summarize_builds
 
 
-def ran(invocation: str, start: float, seconds: float, *waited: str) -> ActionRecord:
+def ran(invocation: str, offset: float, seconds: float, *waited: str) -> ActionRecord:
+    start = 1000.0 + offset  # a stamp of 0 means "not stamped"
     return ActionRecord(
         at=start + seconds,
         source=Source.EXECUTED,
