@@ -2,8 +2,12 @@
 
 A big build A (``--a-actions`` genrules of ``sleep --seconds``, default 400 x
 0.5 s, Bazel ``--jobs`` 200 so most of it waits in lre's queue) starts
-first; ``--delay`` seconds later (default 2) a small build B (``--b-actions``,
-default 5, in a second workspace, its own Bazel server) starts. Measured,
+first; ``--delay`` seconds (default 2) after A's actions are queued in lre
+(``--queued``, default 50, read from lre's ``/status``: A's Bazel spends
+seconds on analysis before it sends anything, and a light client started 2 s
+after A's command would be done before A's first action) a small build B
+(``--b-actions``, default 5, in a second workspace, its own Bazel server)
+starts. Measured,
 each ``--reps`` times (medians reported):
 
 - ``a_alone``, ``b_alone``: each build with nothing else running;
@@ -41,13 +45,14 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._client import LreProcess, ReapiClient, local_config
+from bench._client import LreProcess, ReapiClient, free_port, local_config
 from lre.proto import REQUEST_METADATA_KEY, re_grpc, re_pb2
 from tests.e2e._bazel import BazelSession
 
@@ -128,10 +133,20 @@ def buck2_shaped(address: str, count: int, seconds: float) -> float:
     return asyncio.run(main())
 
 
+def queued_in_lre(status_address: str) -> int:
+    """How many actions wait in lre's queue now (its ``/status``)."""
+    with urllib.request.urlopen(f"http://{status_address}/status", timeout=10) as reply:
+        return int(json.loads(reply.read())["queued"])
+
+
 def together(
-    first: Callable[[], float], later: list[Callable[[], float]], delay: float
+    first: Callable[[], float],
+    later: list[Callable[[], float]],
+    delay: float,
+    ready: Callable[[], bool],
 ) -> list[float]:
-    """Run ``first``, then after ``delay`` s each of ``later`` at once; their walls."""
+    """Run ``first``; once ``ready()`` (polled, at most 5 minutes) and ``delay``
+    s later each of ``later`` at once. Their walls, ``first``'s first."""
     results: dict[int, float] = {}
     errors: list[BaseException] = []
 
@@ -143,6 +158,11 @@ def together(
 
     threads = [threading.Thread(target=call, args=(0, first))]
     threads[0].start()
+    deadline = time.monotonic() + 300
+    while not ready() and not errors:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the first build never queued enough actions in lre")
+        time.sleep(0.1)
     time.sleep(delay)
     for i, fn in enumerate(later, 1):
         threads.append(threading.Thread(target=call, args=(i, fn)))
@@ -161,9 +181,14 @@ def run_rounds(
     fair: bool,
     reps: int,
     add: Callable[[str, float], None],
+    status_address: str,
 ) -> None:
     """``reps`` rounds of every scenario (see the module docstring) against ``address``."""
     a, b, c = builds
+
+    def ready() -> bool:
+        return queued_in_lre(status_address) >= args.queued
+
     b_jobs = max(16, args.b_actions)
 
     def big() -> float:
@@ -181,20 +206,20 @@ def run_rounds(
     for rep in range(reps):
         print(f"round {rep + 1} (fair share {'on' if fair else 'off'})", flush=True)
         if not fair:
-            walls = together(big, [small], args.delay)
+            walls = together(big, [small], args.delay, ready)
             add("fair_off_a", walls[0])
             add("fair_off_b", walls[1])
             continue
         add("a_alone", big())
         add("b_alone", small())
         add("buck2_alone", buck2())
-        walls = together(big, [small], args.delay)
+        walls = together(big, [small], args.delay, ready)
         add("bazel_a", walls[0])
         add("bazel_b", walls[1])
-        walls = together(big, [buck2], args.delay)
+        walls = together(big, [buck2], args.delay, ready)
         add("buck2_a", walls[0])
         add("buck2_b", walls[1])
-        walls = together(big, [small, other], args.delay)
+        walls = together(big, [small, other], args.delay, ready)
         add("three_a", walls[0])
         add("three_b", walls[1])
         add("three_c", walls[2])
@@ -209,6 +234,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=0.5, help="each action's sleep")
     ap.add_argument("--a-jobs", type=int, default=200)
     ap.add_argument("--delay", type=float, default=2.0)
+    ap.add_argument("--queued", type=int, default=50, help="A's actions queued before B waits")
     ap.add_argument("--workdir", type=Path)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
@@ -226,6 +252,8 @@ def main() -> int:
             if reps == 0:
                 continue
             config = json.loads(local_config(work / f"lre-{fair}"))
+            status_address = f"127.0.0.1:{free_port()}"
+            config["global"]["status"]["address"] = status_address
             if not fair:
                 config["schedulers"][1]["simple"]["fair_share"] = {"enabled": False}
             with LreProcess(json.dumps(config), work / f"lre-{fair}") as lre:
@@ -242,7 +270,7 @@ def main() -> int:
                 try:
                     for build in (a, b, c):  # Bazel servers up, analysis warm
                         build.run(16)
-                    run_rounds(args, lre.address, (a, b, c), fair, reps, add)
+                    run_rounds(args, lre.address, (a, b, c), fair, reps, add, status_address)
                 finally:
                     for build in (a, b, c):
                         build.session.run("shutdown")

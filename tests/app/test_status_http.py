@@ -67,7 +67,7 @@ async def test_status_ok_then_503_with_reason(nursery: trio.Nursery) -> None:
     assert json.loads(body) == {
         "status": "unavailable",
         "problems": ["worker:local: failed to start: work directory is locked"],
-        "queue": {"by_platform": {}, "next": []},
+        "queue": {"by_platform": {}, "builds": [], "next": []},
         "containment": "pidns",
         "protections_missing": [],
         "upstreams": [],
