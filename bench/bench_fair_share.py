@@ -276,7 +276,7 @@ def main() -> int:
                         build.session.run("shutdown")
 
     medians = {k: statistics.median(v) for k, v in samples.items()}
-    report: dict[str, object] = {"args": vars(args) | {"workdir": str(args.workdir or "")}}
+    report: dict[str, object] = {"args": {k: str(v) for k, v in vars(args).items()}}
     report["samples_s"] = samples
     report["median_s"] = medians
     for key, value in medians.items():

@@ -56,7 +56,9 @@ class Build:
         self.running = 0
         self.millicpus = 0
         self.memory_bytes = 0
-        #: Weighted dominant share of the capacity its running actions reserve.
+        #: Weighted dominant share of the capacity its running actions reserve
+        #: (kept up to date while there are two builds or more: alone, no
+        #: other build's order depends on it).
         self.share = 0.0
         #: When it last started an action (a counter; lower = longer ago).
         self.served = 0
@@ -112,6 +114,9 @@ class BuildShares:
             build = self.builds[key] = Build(key, info, weight)
             if self._by_invocation and invocation:
                 self._invocations[invocation] = build
+            if len(self.builds) == 2:  # shares were left alone while there was one
+                for each in self.builds.values():
+                    self._reshare(each)
         return build
 
     def started(self, build: Build, reservation: Reservation) -> None:
@@ -121,7 +126,7 @@ class BuildShares:
         build.running += 1
         build.millicpus += reservation.millicpus
         build.memory_bytes += reservation.memory_bytes
-        if self.enabled:
+        if len(self.builds) > 1:
             self._reshare(build)
 
     def finished(self, build: Build, reservation: Reservation) -> None:
@@ -129,7 +134,7 @@ class BuildShares:
         build.running -= 1
         build.millicpus -= reservation.millicpus
         build.memory_bytes -= reservation.memory_bytes
-        if self.enabled:
+        if len(self.builds) > 1:
             self._reshare(build)
 
     def set_capacity(self, millicpus: int, memory_bytes: int) -> None:
@@ -153,15 +158,16 @@ class BuildShares:
         waiting = [(b.share, b.served) for b in self.builds.values() if b.queued]
         return min(waiting) if waiting else None
 
+    def used_fraction(self, build: Build) -> float:
+        """The dominant fraction of the capacity ``build`` reserves now (unweighted)."""
+        self._reshare(build)  # kept up to date only while builds compete
+        return build.share * build.weight
+
     def fair_fraction(self, build: Build) -> float:
         """The fraction of the machine ``build`` is entitled to now: its weight
         over the weights of every build with work queued or running."""
         total = sum(b.weight for b in self.builds.values() if b.queued or b.running)
         return build.weight / total if total else 1.0
-
-    def used_fraction(self, build: Build) -> float:
-        """The dominant fraction of the capacity ``build`` reserves now (unweighted)."""
-        return build.share * build.weight
 
     def _reshare(self, build: Build) -> None:
         cpu = build.millicpus / self._capacity_cpu if self._capacity_cpu else 0.0

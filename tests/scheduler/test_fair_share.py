@@ -224,12 +224,18 @@ def test_what_makes_a_build() -> None:
 def test_memory_can_be_the_dominant_share() -> None:
     from lre.scheduler import Reservation
 
-    shares = BuildShares(FairShareSpec())
+    shares = BuildShares(FairShareSpec(weights={"light": 0.5}))
     shares.set_capacity(4000, 8 << 30)
     build = shares.build_of(RequestInfo(tool_invocation_id="x"))
     shares.started(build, Reservation(1000, 6 << 30))
+    # a second build: shares are worked out and kept up to date from now on
+    other = shares.build_of(RequestInfo(tool_invocation_id="y", repository="light"))
     assert build.share == pytest.approx(0.75)
+    assert shares.used_fraction(build) == pytest.approx(0.75)
+    shares.started(other, Reservation(1000, 1 << 30))
+    assert other.share == pytest.approx(0.25 / 0.5)  # weights divide shares
     shares.finished(build, Reservation(1000, 6 << 30))
     assert (build.share, build.running) == (0.0, 0)
+    shares.finished(other, Reservation(1000, 1 << 30))
     shares.sweep()
     assert shares.builds == {}
