@@ -186,8 +186,10 @@ def run_rounds(
     """``reps`` rounds of every scenario (see the module docstring) against ``address``."""
     a, b, c = builds
 
+    enough: int = args.queued
+
     def ready() -> bool:
-        return queued_in_lre(status_address) >= args.queued
+        return queued_in_lre(status_address) >= enough
 
     b_jobs = max(16, args.b_actions)
 
