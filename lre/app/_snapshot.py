@@ -28,6 +28,7 @@ from lre.app._hits import HitCounts
 from lre.cas import StoreStatistics
 from lre.scheduler import SchedulerStatistics
 from lre.snapshot import (
+    BuildShareRow,
     InflightAction,
     JobserverTokens,
     MemoryControlRow,
@@ -298,5 +299,18 @@ def _with_scheduler(
                 reserved_memory_bytes=q.reservation.memory_bytes,
             )
             for q in stats.queued_next
+        ),
+        build_shares=tuple(
+            BuildShareRow(
+                invocation=b.invocation,
+                repository=b.repository,
+                tool=b.tool,
+                weight=b.weight,
+                fair_share=b.fair_share,
+                used_share=b.used_share,
+                running=b.running,
+                queued=b.queued,
+            )
+            for b in stats.builds
         ),
     )

@@ -338,10 +338,26 @@ def _upstreams(snapshot: ProcessSnapshot) -> list[dict[str, object]]:
 
 
 def _queue(snapshot: ProcessSnapshot) -> dict[str, object]:
-    """The queue by platform and the next queued actions with what each waits
-    for (``waiting_for``: a ``lre.snapshot.WaitReason`` value, "" = next in line)."""
+    """The queue by platform, the next queued actions with what each waits
+    for (``waiting_for``: a ``lre.snapshot.WaitReason`` value, "" = next in
+    line), and each build with actions queued or running with its fair share
+    (``fair_share``: the fraction of the workers it is entitled to now;
+    ``used_share``: the dominant fraction its running actions reserve)."""
     return {
         "by_platform": dict(snapshot.queued_by_platform),
+        "builds": [
+            {
+                "invocation": b.invocation,
+                "repository": b.repository,
+                "tool": b.tool,
+                "weight": b.weight,
+                "fair_share": round(b.fair_share, 3),
+                "used_share": round(b.used_share, 3),
+                "running": b.running,
+                "queued": b.queued,
+            }
+            for b in snapshot.build_shares
+        ],
         "next": [
             {
                 "target": q.target,

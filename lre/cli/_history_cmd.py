@@ -274,12 +274,13 @@ def builds(
             str(b.failed),
             str(b.cancelled),
             str(b.killed),
+            f"{b.share:.0%}",
         ]
         for b in found
     ]
     header = ["build", "started", "duration", "client", "instance", "run", "cached"]
-    header += ["failed", "cancelled", "killed"]
-    typer.echo(table(header, rows, numeric={2, 5, 6, 7, 8, 9}))
+    header += ["failed", "cancelled", "killed", "share"]
+    typer.echo(table(header, rows, numeric={2, 5, 6, 7, 8, 9, 10}))
 
 
 def summary_text(b: BuildSummary) -> str:
@@ -297,6 +298,8 @@ def summary_text(b: BuildSummary) -> str:
         f"one ladder step up)   frozen {b.frozen}",
         f"retried    {b.retried} by lre after an infrastructure failure   "
         f"re-submitted by the client {b.resubmitted}",
+        f"share      {b.share:.0%} of the run time of the actions that ran meanwhile"
+        f"   waited for other builds {b.share_waits}",
         f"queue wait p50 {duration_text(b.queue_p50_s)}   p95 {duration_text(b.queue_p95_s)}",
         f"lre's own time per action {duration_text(b.lre_per_action_s)} (staging + storing)",
         f"peak memory of one action {human_bytes(b.peak_rss_bytes)}"

@@ -32,6 +32,8 @@ from lre.config._model_fields import ByteSize, Seconds
 from lre.config._models import ClientSpec, Config, GlobalSpec, HistorySpec, StatusSpec
 from lre.config._paths import format_path
 from lre.config._scheduler_models import (
+    BuildKey,
+    FairShareSpec,
     ForwardRulesSpec,
     ForwardSchedulerSpec,
     PropertyModification,
@@ -75,6 +77,7 @@ __all__ = [
     "DEFAULT_SOURCE",
     "HITS_FILE",
     "ActionLimitsSpec",
+    "BuildKey",
     "ByteSize",
     "ClientSpec",
     "Config",
@@ -82,6 +85,7 @@ __all__ = [
     "EndpointSpec",
     "EnvironmentSource",
     "EvictionPolicy",
+    "FairShareSpec",
     "FastSlowStoreSpec",
     "FilesystemStoreSpec",
     "ForwardRulesSpec",

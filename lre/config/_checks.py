@@ -10,7 +10,7 @@ loader raises them together). Covered:
   CAS is a filesystem store or a fast_slow store whose fast tier is one, a
   worker takes work from a simple scheduler, ...); no reference cycles;
 - values: no unbounded store (``max_bytes`` 0), ascending memory ladder,
-  positive limits and intervals, endpoint and listener address syntax, TLS
+  positive limits, intervals and fair-share weights, endpoint and listener address syntax, TLS
   or a token on a listener that is not on loopback.
 """
 
@@ -299,6 +299,12 @@ class _Checker:
                     f"{spec.progress_interval_s:g} must be above 0 and at most 30 "
                     "(clients' keepalives expire otherwise)",
                 )
+            for repository, weight in spec.fair_share.weights.items():
+                if not 0 < weight < 1e6:
+                    self.fail(
+                        (*spath, "fair_share", "weights", repository),
+                        f"{weight:g} must be above 0 and below 1000000",
+                    )
         if scheduler.property_modifier is not None:
             self._scheduler_ref(
                 (*path, "property_modifier", "scheduler"), scheduler.property_modifier.scheduler

@@ -14,15 +14,50 @@ from lre.config._store_models import EndpointSpec
 PropertyType = Literal["minimum", "exact", "priority", "ignore"]
 
 
+BuildKey = Literal["invocation", "correlated_invocations", "repository"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FairShareSpec:
+    enabled: bool = doc(
+        "Share the workers fairly between the builds queued at once (each active build gets "
+        "an equal weighted share of the CPU and memory reserved; a lone build gets all). "
+        "false = one queue for everyone, by priority and then arrival.",
+        default=True,
+    )
+    build_key: BuildKey = doc(
+        'What makes one build: "invocation" (RequestMetadata.tool_invocation_id: one '
+        'bazel or buck2 command), "correlated_invocations" '
+        "(RequestMetadata.correlated_invocations_id: e.g. every command of one CI job) or "
+        '"repository" (the x-lre-repository header lre link writes). A request without '
+        "that field falls back to its repository header, then to its gRPC connection.",
+        default="invocation",
+    )
+    weights: dict[str, float] = doc(
+        "Weight of each repository's builds (by its x-lre-repository name; others weigh "
+        "1): a build of weight 2 gets twice the share of a build of weight 1 while both "
+        "wait.",
+        default_factory=dict,
+    )
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SimpleSchedulerSpec:
     supported_platform_properties: dict[str, PropertyType] = doc(
         'How each platform key matches: "minimum" (numeric, reserved while running), '
         '"exact", "priority" (worker must have it) or "ignore". An action naming a key '
-        "not listed here fails at once.",
+        "not listed here fails at once. The estimates resources:cpu, resources:memory (MiB), "
+        "EstimatedCPU, EstimatedMemory and EstimatedComputeUnits, when minimum, raise the CPU "
+        "and memory reserved (capped at the largest worker) instead of being required "
+        "(docs/resource-control.md).",
         default_factory=lambda: {
             "cpu_count": "minimum",
             "memory_kb": "minimum",
+            "resources:cpu": "minimum",
+            "resources:memory": "minimum",
+            "EstimatedCPU": "minimum",
+            "EstimatedMemory": "minimum",
+            "EstimatedComputeUnits": "minimum",
             "OSFamily": "exact",
             "ISA": "exact",
             "pool": "exact",
@@ -46,6 +81,10 @@ class SimpleSchedulerSpec:
         "(at most 30; every waiting stream gets one per interval, so with thousands queued "
         "a short interval costs CPU: one message per queued stream per interval).",
         default=Seconds(25),
+    )
+    fair_share: FairShareSpec = doc(
+        "How builds queued at the same time share the workers (docs/resource-control.md).",
+        default_factory=FairShareSpec,
     )
     ac_store: str = doc(
         "Action cache consulted before queueing (empty = no cache lookup).", default=""

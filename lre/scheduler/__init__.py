@@ -44,6 +44,7 @@ from lre.scheduler._protocols import ActionResultReader, ReservationAdvisor
 from lre.scheduler._roles import ActionScheduler, WorkerScheduler
 from lre.scheduler._scheduler import Scheduler
 from lre.scheduler._statistics import (
+    BuildStatistics,
     LeaseStatistics,
     QueuedStatistics,
     RegisteredWorkerStatistics,
@@ -57,6 +58,7 @@ __all__ = [
     "ActionResultReader",
     "ActionScheduler",
     "Backpressure",
+    "BuildStatistics",
     "CancelSignal",
     "Completed",
     "ForwardScheduler",

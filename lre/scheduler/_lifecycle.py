@@ -101,7 +101,9 @@ class OperationLifecycle:
             advisor,
             directories,
         )
-        self._queue = RunQueue(self._resources, available_memory, memory_frozen)
+        self._queue = RunQueue(
+            self._resources, available_memory, memory_frozen, fair_share=spec.fair_share
+        )
         self._detach_grace_s = detach_grace_s
         self._on_event = on_event
         self._history = HistoryTap(on_record) if on_record is not None else None

@@ -7,7 +7,11 @@ Key types (``supported_platform_properties``), as in NativeLink:
   to case (``OSFamily=Linux``, as Bazel users write it, matches a worker
   offering ``linux``, as most clusters spell it; ``value_matches``);
 - ``minimum``: numeric; the worker's capacity must be at least the value, and
-  the value is reserved on the worker while the action runs;
+  the value is reserved on the worker while the action runs; the estimate
+  keys (``resources:cpu``, ``resources:memory``, ``EstimatedCPU``,
+  ``EstimatedMemory``, ``EstimatedComputeUnits``: ``_units.estimate_of``)
+  are a floor under the CPU and memory reserved instead, never a reason to
+  refuse (``_sizing`` caps them at what the largest matching worker has);
 - ``priority``: the worker must have the key; the value is informational;
 - ``ignore``: the key restricts nothing.
 
@@ -26,15 +30,19 @@ from lre.proto import re_pb2
 from lre.scheduler._model import Reservation, WorkerInfo
 from lre.scheduler._units import (
     CPU_PROPERTY,
+    ESTIMATE_PROPERTIES,
     MEMORY_PROPERTY,
     amount_from_property,
     bytes_from_memory_kb,
     cpu_count_text,
+    estimate_of,
     memory_text,
     millicpus_from_cpu_count,
 )
 
 PropertyTypes = Mapping[str, str]
+
+_NO_ESTIMATE = Reservation()
 
 
 def platform_of(action: re_pb2.Action, command: re_pb2.Command) -> dict[str, str]:
@@ -67,11 +75,14 @@ class Requirements:
 
     ``exact`` maps keys to the value the worker must offer; ``present`` lists
     ``priority`` keys the worker must merely have; ``reservation`` holds the
-    ``minimum`` keys converted to internal units (``_units``)."""
+    ``minimum`` keys converted to internal units (``_units``); ``estimate``
+    the most CPU and memory any estimate key asked for (a floor under the
+    reservation, not a requirement a worker must meet)."""
 
     exact: tuple[tuple[str, str], ...]
     present: tuple[str, ...]
     reservation: Reservation
+    estimate: Reservation = _NO_ESTIMATE
 
     def platform_label(self) -> str:
         """The platform alone, without the sized reservation: ``OSFamily=linux``
@@ -102,6 +113,7 @@ def requirements_of(platform: Mapping[str, str], types: PropertyTypes) -> Requir
     present: list[str] = []
     millicpus = 0
     memory = 0
+    estimated_cpu = estimated_memory = 0
     extra: dict[str, int] = {}
     for key in sorted(platform):
         value = platform[key]
@@ -117,7 +129,11 @@ def requirements_of(platform: Mapping[str, str], types: PropertyTypes) -> Requir
         elif kind == "priority":
             present.append(key)
         elif kind == "minimum":
-            if key == CPU_PROPERTY:
+            if key in ESTIMATE_PROPERTIES:
+                cpu, mem = estimate_of(key, value)
+                estimated_cpu = max(estimated_cpu, cpu)
+                estimated_memory = max(estimated_memory, mem)
+            elif key == CPU_PROPERTY:
                 millicpus = millicpus_from_cpu_count(value)
             elif key == MEMORY_PROPERTY:
                 memory = bytes_from_memory_kb(value)
@@ -125,7 +141,10 @@ def requirements_of(platform: Mapping[str, str], types: PropertyTypes) -> Requir
                 extra[key] = amount_from_property(value, field=key)
         # "ignore": nothing
     return Requirements(
-        tuple(exact), tuple(present), Reservation(millicpus, memory, MappingProxyType(extra))
+        tuple(exact),
+        tuple(present),
+        Reservation(millicpus, memory, MappingProxyType(extra)),
+        Reservation(estimated_cpu, estimated_memory),
     )
 
 

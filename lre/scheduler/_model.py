@@ -78,7 +78,10 @@ class Reservation:
 class RequestInfo:
     """What the client said about itself and the action (the REAPI
     ``RequestMetadata`` header, and ``repository`` from lre's own
-    ``x-lre-repository`` header); empty strings when it said nothing."""
+    ``x-lre-repository`` header); empty strings when it said nothing.
+    ``peer`` is the gRPC connection the request came on (``context.peer()``),
+    filled only when the request names neither an invocation nor a
+    repository: the build such a request counts under (``_fair_share``)."""
 
     tool_name: str = ""
     tool_version: str = ""
@@ -89,6 +92,7 @@ class RequestInfo:
     target_id: str = ""
     configuration_id: str = ""
     repository: str = ""
+    peer: str = ""
 
     @classmethod
     def from_proto(

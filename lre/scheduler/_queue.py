@@ -1,17 +1,22 @@
 """The run queue: queued operations in buckets of equal needs, and leasing.
 
-Operations that need the same thing (exact and present properties, sized
-reservation, whole-worker or not, timeout) share a ``Bucket``, a heap
-ordered by (priority, submission order): lower ``execution_policy.priority``
-runs sooner, as the REAPI says, FIFO within a priority. A worker takes the
-best head among the buckets it can run right now, so a small action may
-overtake a large one that does not fit yet (backfill).
+Operations of one build (``_fair_share``) that need the same thing (exact
+and present properties, sized reservation, whole-worker or not, timeout)
+share a ``Bucket``, a heap ordered by (priority, submission order): lower
+``execution_policy.priority`` runs sooner, as the REAPI says, FIFO within a
+priority. A worker takes the best head among the buckets it can run right
+now, best by (its build's share, when its build was last served, priority,
+order): the build furthest below its fair share goes first, and a small
+action may overtake a large one that does not fit yet (backfill), also one
+of another build.
 
 Each time a bucket's head cannot start for want of something (CPU, memory
 budget, host memory, an idle worker, a worker slot) the bucket notes it
 (``Bucket.block``); an operation leaving the queue takes the reasons noted
 while it was there into ``OperationState.waited_for``, and
 ``Bucket.waiting_for`` says what the head waits for now (``/status``, TUI).
+A head that could have started but another build's went first, that build
+being further below its share, waits for ``WaitReason.BUILD_SHARE``.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from lre.config import FairShareSpec
+from lre.scheduler._fair_share import Build, BuildShares
 from lre.scheduler._matching import Requirements, matches_statically
 from lre.scheduler._model import Reservation, ResourcePolicy
 from lre.scheduler._records import OperationState, WorkerState
@@ -36,6 +43,7 @@ class Bucket:
     __slots__ = (
         "blocked",
         "blocks",
+        "build",
         "exclusive",
         "heap",
         "key",
@@ -49,9 +57,15 @@ class Bucket:
     )
 
     def __init__(
-        self, key: tuple[Any, ...], requirements: Requirements, exclusive: bool, timeout_s: float
+        self,
+        key: tuple[Any, ...],
+        requirements: Requirements,
+        exclusive: bool,
+        timeout_s: float,
+        build: Build,
     ) -> None:
         self.key = key
+        self.build = build
         self.requirements = requirements
         self.exclusive = exclusive
         self.timeout_s = timeout_s
@@ -100,7 +114,10 @@ class RunQueue:
     retries later (memory may come back without any event). ``memory_frozen``
     (optional) says whether that veto is the memory control holding starts
     while it keeps actions frozen (the wait is then ``frozen``, not ``host
-    memory``).
+    memory``). ``fair_share`` says how builds share the workers
+    (``_fair_share``; the default shares them); the scheduler tells
+    ``shares`` what starts and ends (``started``/``finished`` with the
+    operation's ``build``) and what the workers offer (``set_capacity``).
     """
 
     def __init__(
@@ -108,11 +125,13 @@ class RunQueue:
         resources: ResourcePolicy,
         available_memory: Callable[[], int] | None,
         memory_frozen: Callable[[], bool] | None = None,
+        fair_share: FairShareSpec | None = None,
     ) -> None:
         self._resources = resources
         self._available_memory = available_memory
         self._memory_frozen = memory_frozen
         self.buckets: dict[tuple[Any, ...], Bucket] = {}
+        self.shares = BuildShares(fair_share or FairShareSpec())
         self.vetoed = False
 
     def push(self, op: OperationState) -> None:
@@ -121,7 +140,11 @@ class RunQueue:
         assert requirements is not None
         r = op.reservation
         timeout = op.requested_timeout_s or 0.0
+        build = op.build
+        if build is None:
+            build = op.build = self.shares.build_of(op.request_info)
         key = (
+            build.key,
             requirements.exact,
             requirements.present,
             r.millicpus,
@@ -133,20 +156,29 @@ class RunQueue:
         bucket = self.buckets.get(key)
         if bucket is None:
             sized = Requirements(requirements.exact, requirements.present, r)
-            bucket = self.buckets[key] = Bucket(key, sized, op.exclusive, timeout)
+            bucket = self.buckets[key] = Bucket(key, sized, op.exclusive, timeout, build)
         op.ticket += 1
         op.bucket = bucket
         op.wait_mark = bucket.blocks
         bucket.live += 1
+        build.queued += 1
+        if build.queued == 1:
+            self.shares.waiting += 1
         heapq.heappush(bucket.heap, (op.priority, op.seq, op.ticket, op))
 
-    @staticmethod
-    def remove(op: OperationState) -> None:
+    def remove(self, op: OperationState) -> None:
         """Take ``op`` out of its bucket (its heap entry becomes stale)."""
-        if op.bucket is not None:
-            op.bucket.live -= 1
+        bucket = op.bucket
+        if bucket is not None:
+            bucket.live -= 1
+            self._unqueued(bucket.build)
             op.bucket = None
             op.ticket += 1
+
+    def _unqueued(self, build: Build) -> None:
+        build.queued -= 1
+        if build.queued == 0:
+            self.shares.waiting -= 1
 
     def forget_worker(self, name: str) -> None:
         """Drop cached match results for worker ``name`` (new or changed description)."""
@@ -154,9 +186,10 @@ class RunQueue:
             bucket.matches.pop(name, None)
 
     def sweep(self) -> None:
-        """Drop empty buckets."""
+        """Drop empty buckets and builds with nothing queued or running."""
         for key in [k for k, b in self.buckets.items() if b.live == 0]:
             del self.buckets[key]
+        self.shares.sweep()
 
     def queued_by_platform(self) -> Counter[str]:
         """Queued operations per platform (not split by sized reservation)."""
@@ -175,16 +208,17 @@ class RunQueue:
         return counts
 
     def next_queued(self, limit: int) -> list[tuple[OperationState, Bucket]]:
-        """The ``limit`` operations that would run first, by (priority, order)."""
+        """The ``limit`` operations that would run first, by (their build's
+        share, when it was last served, priority, order) as things stand."""
         entries = [
-            (entry[0], entry[1], entry[3], bucket)
+            (bucket.build.share, bucket.build.served, entry[0], entry[1], entry[3], bucket)
             for bucket in self.buckets.values()
             if bucket.live
             for entry in heapq.nsmallest(limit, bucket.heap)
             if entry[3].ticket == entry[2] and entry[3].bucket is bucket
         ]
-        entries.sort(key=lambda e: (e[0], e[1]))
-        return [(op, bucket) for _, _, op, bucket in entries[:limit]]
+        entries.sort(key=lambda e: e[:4])
+        return [(e[4], e[5]) for e in entries[:limit]]
 
     def take(
         self, state: WorkerState, memory_reserved: int, running: int
@@ -205,14 +239,22 @@ class RunQueue:
         budget_free = math.inf if budget is None else budget - memory_reserved
         available: float | None = None
         best: Bucket | None = None
-        best_order: tuple[int, int] | None = None
+        best_order: tuple[float, int, int, int] | None = None
         best_memory = 0
+        # Heads passed over for another build's, and the most entitled waiting
+        # build (only when builds compete).
+        competing = self.shares.waiting > 1
+        passed: list[Bucket] | None = [] if competing else None
+        first_in_line: tuple[float, int] | None = None  # worked out when first needed
         for bucket in self.buckets.values():
             head = bucket.head()
             if head is None:
                 continue
-            order = (head[0], head[1])
+            build = bucket.build
+            order = (build.share, build.served, head[0], head[1])
             if best_order is not None and order >= best_order:
+                if passed is not None:
+                    passed.append(bucket)
                 continue
             matches = bucket.matches.get(info.name)
             if matches is None:
@@ -231,7 +273,15 @@ class RunQueue:
                 reservation = bucket.requirements.reservation
                 if not reservation.fits_in(free):
                     short_of_memory = reservation.memory_bytes > free.memory_bytes
-                    bucket.block(WaitReason.MEMORY_BUDGET if short_of_memory else WaitReason.CPU)
+                    if competing and first_in_line is None:
+                        first_in_line = self.shares.first_in_line()
+                    if first_in_line is not None and (build.share, build.served) > first_in_line:
+                        # Another build is further below its share: it gets what frees first.
+                        bucket.block(WaitReason.BUILD_SHARE)
+                    else:
+                        bucket.block(
+                            WaitReason.MEMORY_BUDGET if short_of_memory else WaitReason.CPU
+                        )
                     continue
                 memory = reservation.memory_bytes
                 if memory > budget_free:
@@ -245,12 +295,27 @@ class RunQueue:
                     frozen = self._memory_frozen is not None and self._memory_frozen()
                     bucket.block(WaitReason.FROZEN if frozen else WaitReason.HOST_MEMORY)
                     continue
+            if passed is not None and best is not None:
+                passed.append(best)
             best, best_order, best_memory = bucket, order, memory
         if best is None:
             return None
+        if passed:
+            for bucket in passed:
+                if (
+                    bucket.build is not best.build
+                    and bucket.matches.get(info.name)
+                    and not bucket.exclusive
+                    and bucket.requirements.reservation.fits_in(free)
+                ):
+                    bucket.block(WaitReason.BUILD_SHARE)
         entry = heapq.heappop(best.heap)
         op = entry[3]
         best.live -= 1
+        build = best.build
+        build.queued -= 1
+        if build.queued == 0:
+            self.shares.waiting -= 1
         best.leave(op)
         op.bucket = None
         op.ticket += 1

@@ -30,6 +30,7 @@ from lre.scheduler._model import (
 _NO_PROPERTIES: Mapping[str, str] = MappingProxyType({})
 
 if TYPE_CHECKING:
+    from lre.scheduler._fair_share import Build
     from lre.scheduler._queue import Bucket
 
 
@@ -48,6 +49,7 @@ class OperationState:
         "attempt",
         "away",
         "bucket",
+        "build",
         "cached",
         "cached_snapshot",
         "changed",
@@ -131,6 +133,8 @@ class OperationState:
         self.waited_for: set[str] = set()
         self.wait_mark = 0
         self.bucket: Bucket | None = None
+        #: The build it counts under for fair shares (set when first queued).
+        self.build: Build | None = None
         self.dedup = False
         self.cached_snapshot: OperationSnapshot | None = None
         #: Run elsewhere by the route it was submitted with (``_routing``).

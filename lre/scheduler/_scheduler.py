@@ -34,7 +34,7 @@ from lre.scheduler._model import ActionKey, OperationSnapshot, RequestInfo, Stag
 from lre.scheduler._names import new_operation_name, parse_operation_name
 from lre.scheduler._records import OperationState
 from lre.scheduler._routing import Route, run_route
-from lre.scheduler._statistics import SchedulerStatistics, collect_statistics
+from lre.scheduler._statistics import SchedulerStatistics, build_statistics, collect_statistics
 from lre.scheduler._watch import OperationWatch, attach_watcher, detach_watcher
 from lre.scheduler._worker_leasing import WorkerLeasing
 from lre.snapshot import EventKind
@@ -155,6 +155,7 @@ class Scheduler(WorkerLeasing):
             operations=self._ops.values(),
             memory_reserved=self._memory_reserved,
             memory_budget=self._resources.memory_budget_bytes,
+            builds=build_statistics(self._queue.shares),
         )
 
     # ================================================================ internals: clients

@@ -1,10 +1,13 @@
 """What an operation reserves: the first size, the memory ladder after kills,
 and what each run teaches the advisor.
 
-- First size: what the client asked (platform properties), raised to the
+- First size: what the client asked (its ``minimum`` platform properties,
+  raised to its estimates such as ``resources:cpu``, an estimate capped by
+  the largest matching worker and the memory budget), raised to the
   advisor's learned reservation or, for a kind never seen, to the cold
-  memory default; capped by the largest matching worker and the memory
-  budget. A learned ladder step starts the operation higher up.
+  memory default; what is learned is capped by the largest matching worker
+  and the memory budget, and never lowers what the client asked. A learned
+  ladder step starts the operation higher up.
 - After a ``MemoryExceeded`` kill: the next ladder step above both the
   reservation it had and the peak it reached; past the top of the ladder
   the operation reserves a whole idle worker (``exclusive``).
@@ -54,7 +57,15 @@ def size_initial(
     the cold default is used.
     """
     asked = requirements.reservation
-    millicpus, memory, step = asked.millicpus, asked.memory_bytes, 0
+    largest_cpu = max(w.capacity.millicpus for w in matching)
+    largest_mem = memory_ceiling(resources, matching)
+    # What the client asked (its minimum keys, raised to its estimates, an
+    # estimate capped at what the largest matching worker has): a floor the
+    # learner and the cold default may only raise.
+    estimate = requirements.estimate
+    floor_cpu = max(asked.millicpus, min(estimate.millicpus, largest_cpu))
+    floor_memory = max(asked.memory_bytes, min(estimate.memory_bytes, largest_mem))
+    millicpus, memory, step = floor_cpu, floor_memory, 0
     learned = None
     if advisor is not None:
         try:
@@ -67,8 +78,6 @@ def size_initial(
         step = max(0, learned[2])
     else:
         memory = max(memory, resources.cold_memory_bytes)
-    largest_cpu = max(w.capacity.millicpus for w in matching)
-    largest_mem = memory_ceiling(resources, matching)
     if asked.memory_bytes > largest_mem:
         raise FailedPrecondition(
             f"action {op.key.action_digest}: platform property memory_kb="
@@ -76,8 +85,8 @@ def size_initial(
             f"({memory_text(largest_mem)})"
         )
     op.reservation = Reservation(
-        max(asked.millicpus, min(millicpus, largest_cpu)),
-        min(memory, largest_mem),
+        max(floor_cpu, min(millicpus, largest_cpu)),
+        max(floor_memory, min(memory, largest_mem)),
         asked.extra,
     )
     if step > 0:

@@ -14,6 +14,7 @@ from lre.scheduler._records import OperationState, WorkerState
 from lre.snapshot import action_summary
 
 if TYPE_CHECKING:
+    from lre.scheduler._fair_share import BuildShares
     from lre.scheduler._queue import Bucket
 
 _NO_COUNTS: Mapping[str, int] = MappingProxyType({})
@@ -60,6 +61,29 @@ class QueuedStatistics:
 
 
 @dataclass(frozen=True, slots=True)
+class BuildStatistics:
+    """One build with actions queued or running (``_fair_share``): who it is
+    (``invocation``, ``repository``, ``tool``: "name version"), its
+    ``weight``, the fraction of the workers it is entitled to now
+    (``fair_share``: its weight over the weights of every active build)
+    and the dominant fraction its running actions reserve (``used_share``:
+    the larger of its CPU and memory fractions), with its running and queued
+    counts and reservations."""
+
+    key: str
+    invocation: str
+    repository: str
+    tool: str
+    weight: float
+    fair_share: float
+    used_share: float
+    running: int
+    queued: int
+    millicpus: int
+    memory_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
 class RegisteredWorkerStatistics:
     """The scheduler's view of one registered worker: what it offers, what
     its leases reserve now and the leases themselves."""
@@ -81,7 +105,9 @@ class SchedulerStatistics:
     EXECUTING). ``queued_by_platform`` counts queued operations per
     platform (``OSFamily=linux``, not split by sized reservation);
     ``queued_by_reservation`` per platform and reservation;
-    ``queued_next`` lists the operations that would run first. ``completions``
+    ``queued_next`` lists the operations that would run first; ``builds``
+    the builds with actions queued or running, with their shares (empty
+    when fair sharing is off). ``completions``
     counts finished operations by outcome:
     ``success`` (exit 0), ``nonzero_exit``, ``cached``, ``error`` (any error
     status, including timeouts), ``cancelled``.
@@ -110,6 +136,32 @@ class SchedulerStatistics:
     #: Ladder kills lre answered by running the action again one step up
     #: (``ladder_kills`` less the kills it gave up after).
     ladder_requeues: int = 0
+    builds: tuple[BuildStatistics, ...] = ()
+
+
+def build_statistics(shares: BuildShares) -> tuple[BuildStatistics, ...]:
+    """The builds of ``shares`` with work queued or running, most entitled first."""
+    if not shares.enabled:
+        return ()
+    rows = [
+        BuildStatistics(
+            key=build.key,
+            invocation=build.invocation,
+            repository=build.repository,
+            tool=build.tool,
+            weight=build.weight,
+            fair_share=shares.fair_fraction(build),
+            used_share=shares.used_fraction(build),
+            running=build.running,
+            queued=build.queued,
+            millicpus=build.millicpus,
+            memory_bytes=build.memory_bytes,
+        )
+        for build in shares.builds.values()
+        if build.queued or build.running
+    ]
+    rows.sort(key=lambda row: (-row.weight, row.key))
+    return tuple(rows)
 
 
 def completion_kind(
@@ -143,6 +195,7 @@ def collect_statistics(
     memory_budget: int | None,
     queued_by_reservation: Mapping[str, int] | None = None,
     queued_next: Iterable[tuple[OperationState, Bucket]] = (),
+    builds: tuple[BuildStatistics, ...] = (),
 ) -> SchedulerStatistics:
     """A frozen ``SchedulerStatistics`` of the scheduler's records."""
     rows = []
@@ -225,4 +278,5 @@ def collect_statistics(
             )
             for op, bucket in queued_next
         ),
+        builds=builds,
     )

@@ -56,6 +56,7 @@ class WorkerLeasing(OperationLifecycle):
             state.info = info
         self._queue.forget_worker(info.name)
         self._checker.workers_changed()
+        self._capacity_changed()
         self._wake_workers()
 
     def unregister_worker(self, name: str) -> None:
@@ -78,6 +79,7 @@ class WorkerLeasing(OperationLifecycle):
             )
         self._queue.forget_worker(name)
         self._checker.workers_changed()
+        self._capacity_changed()
         state.wake_up()
 
     def set_draining(self, name: str, draining: bool) -> None:
@@ -136,6 +138,15 @@ class WorkerLeasing(OperationLifecycle):
 
     # ================================================================ internals
 
+    def _capacity_changed(self) -> None:
+        """Tell the fair shares what the workers offer now (memory: at most the budget)."""
+        millicpus = sum(w.info.capacity.millicpus for w in self._workers.values())
+        memory = sum(w.info.capacity.memory_bytes for w in self._workers.values())
+        budget = self._resources.memory_budget_bytes
+        if budget is not None:
+            memory = min(memory, budget)
+        self._queue.shares.set_capacity(millicpus, memory)
+
     def _worker(self, name: str) -> WorkerState:
         state = self._workers.get(name)
         if state is None:
@@ -160,6 +171,8 @@ class WorkerLeasing(OperationLifecycle):
         state.reserved = state.reserved + reservation
         self._memory_reserved += reservation.memory_bytes
         self._running += 1
+        if op.build is not None:
+            self._queue.shares.started(op.build, reservation)
         op.lease = record
         self._set_stage(op, Stage.EXECUTING)
         op.notify()
@@ -174,6 +187,8 @@ class WorkerLeasing(OperationLifecycle):
         state.reserved = state.reserved - lease.reservation
         self._memory_reserved -= lease.reservation.memory_bytes
         self._running -= 1
+        if op.build is not None:
+            self._queue.shares.finished(op.build, lease.reservation)
         if op.lease is record:
             op.lease = None
         if self._history is not None:

@@ -26,6 +26,7 @@ expired operation, so Bazel re-executes).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import AsyncIterator
 from typing import Any, cast
@@ -100,8 +101,13 @@ def backend_for_operation(instances: Instances, name: str) -> ActionScheduler:
 
 
 def request_info_of(context: Context) -> RequestInfo:
-    """The client's ``RequestMetadata`` header, as the scheduler keeps it."""
-    return request_metadata_from(context.invocation_metadata())
+    """The client's ``RequestMetadata`` header, as the scheduler keeps it;
+    with the connection (``context.peer()``) when the request names neither
+    an invocation nor a repository (the build it counts under then)."""
+    info = request_metadata_from(context.invocation_metadata())
+    if info.tool_invocation_id or info.repository:
+        return info
+    return dataclasses.replace(info, peer=context.peer() or "")
 
 
 async def operation_updates(

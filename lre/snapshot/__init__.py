@@ -45,6 +45,7 @@ from lre.snapshot._phases import (
 from lre.snapshot._process import ProcessSnapshot
 from lre.snapshot._rows import (
     BuildLine,
+    BuildShareRow,
     HostUsage,
     InflightAction,
     JobserverTokens,
@@ -66,6 +67,7 @@ __all__ = [
     "WAIT_TEXT",
     "ActionRecord",
     "BuildLine",
+    "BuildShareRow",
     "BuildSummary",
     "EventKind",
     "HistoryFile",

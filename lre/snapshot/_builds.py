@@ -6,15 +6,24 @@ build`` command). Actions that came without one are grouped under ``""``
 ("no id"). ``summarize_builds`` turns records into ``BuildSummary``s, the
 one summary ``lre builds``, ``lre builds show``, the trace, the report and
 the TUI's build lines use.
+
+A build's ``share`` is the fraction of the run time of every action that
+ran during the build (between its first submission and its last end) that
+was its own: 1.0 for a build alone, about 0.5 for each of two builds that
+shared the machine fairly while both waited. ``share_waits`` counts its
+actions that waited while another build, further below its fair share, went
+first (``WaitReason.BUILD_SHARE``).
 """
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from lre.snapshot._history import ActionRecord, Source
+from lre.snapshot._history import ActionRecord, Source, WaitReason
 from lre.snapshot._phases import Phase
 
 __all__ = ["BuildSummary", "find_build", "percentile", "summarize_builds"]
@@ -68,6 +77,8 @@ class BuildSummary:
     killed_actions: tuple[ActionRecord, ...] = ()
     #: Where the largest figure came from (``MEMORY_*``; "" unknown).
     peak_memory_source: str = ""
+    share: float = 1.0
+    share_waits: int = 0
 
     @property
     def duration_s(self) -> float:
@@ -96,6 +107,8 @@ class BuildSummary:
             "retried": self.retried,
             "resubmitted": self.resubmitted,
             "frozen": self.frozen,
+            "share": round(self.share, 3),
+            "share_waits": self.share_waits,
             "queue_wait_s": {"p50": round(self.queue_p50_s, 4), "p95": round(self.queue_p95_s, 4)},
             "lre_per_action_s": round(self.lre_per_action_s, 5),
             "peak_rss_bytes": self.peak_rss_bytes,
@@ -173,15 +186,38 @@ def _summary(invocation: str, records: list[ActionRecord], slowest: int) -> Buil
         peak_rss_bytes=largest.peak_rss_bytes,
         slowest=tuple(by_wall[:slowest]),
         peak_memory_source=largest.memory_source if largest.peak_rss_bytes else "",
+        share_waits=sum(1 for r in records if WaitReason.BUILD_SHARE in r.waited_for),
     )
 
 
+def _running_s(record: ActionRecord) -> float:
+    return record.phase_seconds(Phase.RUNNING) if record.source is Source.EXECUTED else 0.0
+
+
 def summarize_builds(records: Iterable[ActionRecord], *, slowest: int = 10) -> list[BuildSummary]:
-    """One summary per invocation id, oldest build first."""
+    """One summary per invocation id, oldest build first, each with its share
+    of the run time of every action that ended during it."""
     groups: dict[str, list[ActionRecord]] = {}
+    ran: list[tuple[float, float]] = []
     for record in records:
         groups.setdefault(record.invocation, []).append(record)
+        seconds = _running_s(record)
+        if seconds > 0:
+            ran.append((record.at, seconds))
     builds = [_summary(key, group, slowest) for key, group in groups.items()]
+    if len(builds) > 1:
+        ran.sort()
+        ends = [at for at, _ in ran]
+        totals = [0.0]
+        for _, seconds in ran:
+            totals.append(totals[-1] + seconds)
+        for i, build in enumerate(builds):
+            own = sum(_running_s(r) for r in groups[build.invocation])
+            low = bisect.bisect_left(ends, build.started_at)
+            high = bisect.bisect_right(ends, build.ended_at)
+            during = totals[high] - totals[low]
+            if own > 0 and during > 0:
+                builds[i] = dataclasses.replace(build, share=min(1.0, own / during))
     builds.sort(key=lambda b: b.started_at)
     return builds
 

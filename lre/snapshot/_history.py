@@ -76,6 +76,7 @@ class WaitReason(enum.StrEnum):
     IDLE_WORKER = "idle_worker"  # a whole idle worker (top of the memory ladder)
     WORKER_SLOTS = "worker_slots"  # the worker's max_inflight
     NO_WORKER = "no_worker"  # no registered worker can run it now
+    BUILD_SHARE = "build_share"  # other builds, further below their fair share, went first
 
 
 #: What people read for each reason.
@@ -87,6 +88,7 @@ WAIT_TEXT: Mapping[str, str] = {
     WaitReason.IDLE_WORKER: "an idle worker",
     WaitReason.WORKER_SLOTS: "worker slots",
     WaitReason.NO_WORKER: "a worker",
+    WaitReason.BUILD_SHARE: "its build's share",
 }
 
 

@@ -21,6 +21,7 @@ from lre.snapshot._phases import Phase, PhaseHistogram
 from lre.snapshot._rows import (
     EMPTY_COUNTS,
     BuildLine,
+    BuildShareRow,
     HostUsage,
     InflightAction,
     JobserverTokens,
@@ -89,6 +90,8 @@ class ProcessSnapshot:
     host: HostUsage | None = None
     #: The current build (if one runs) and the last one, newest first.
     builds: tuple[BuildLine, ...] = ()
+    #: Each build with actions queued or running and its fair share.
+    build_shares: tuple[BuildShareRow, ...] = ()
     #: Per-phase duration histograms of every action recorded since start.
     phases: tuple[PhaseHistogram, ...] = ()
     #: Hits as the client sees them, since ``client_hits_since`` (epoch s;
@@ -205,6 +208,9 @@ class ProcessSnapshot:
                 ),
                 host=None if host is None else row_from_json(HostUsage, host),
                 builds=tuple(row_from_json(BuildLine, b) for b in data.get("builds", ())),
+                build_shares=tuple(
+                    row_from_json(BuildShareRow, b) for b in data.get("build_shares", ())
+                ),
                 phases=tuple(phase_from_json(p) for p in data.get("phases", ())),
                 client_get_action_result_hits=int(data.get("client_get_action_result_hits", 0)),
                 client_execute_hits=int(data.get("client_execute_hits", 0)),

@@ -140,6 +140,22 @@ class QueuedAction:
 
 
 @dataclass(frozen=True, slots=True)
+class BuildShareRow:
+    """One build with actions queued or running, as the fair queue sees it:
+    the fraction of the workers it is entitled to now (``fair_share``) and
+    the dominant fraction its running actions reserve (``used_share``)."""
+
+    invocation: str
+    repository: str
+    tool: str
+    weight: float
+    fair_share: float
+    used_share: float
+    running: int
+    queued: int
+
+
+@dataclass(frozen=True, slots=True)
 class HostUsage:
     """What the machine uses now (all processes, not only lre's actions)."""
 

@@ -27,7 +27,7 @@ from rich.constrain import Constrain
 from rich.panel import Panel
 from rich.text import Text
 
-from lre.snapshot import BuildLine, InflightAction, ProcessSnapshot
+from lre.snapshot import BuildLine, BuildShareRow, InflightAction, ProcessSnapshot
 from lre.tui._format import bar, cpus, short_bytes, short_duration, usage_style
 from lre.tui._panes import events_pane, footer, queue_pane, queue_pane_lines
 
@@ -140,6 +140,8 @@ def _header(snapshot: ProcessSnapshot, width: int, *, stale: bool = False) -> Re
         lines.append(_upstream_line(snapshot))
     for build in snapshot.builds:
         lines.append(_build_line(build, snapshot.taken_at, client=width >= 100))
+    for share in _shown_shares(snapshot):
+        lines.append(_share_line(share, client=width >= 100))
     return Panel(Group(*lines), box=box.ROUNDED, padding=(0, 1), width=width)
 
 
@@ -175,6 +177,30 @@ def _rss_line(snapshot: ProcessSnapshot, bar_width: int) -> Text:
     frozen = sum(1 for a in snapshot.inflight if a.frozen)
     if frozen:
         line.append(f"   {frozen} frozen", style="bold cyan")
+    return line
+
+
+def _shown_shares(snapshot: ProcessSnapshot) -> tuple[BuildShareRow, ...]:
+    """The builds' shares, shown while two or more builds are active."""
+    return snapshot.build_shares if len(snapshot.build_shares) > 1 else ()
+
+
+def _share_line(share: BuildShareRow, *, client: bool) -> Text:
+    """``share 5f0c3a52 bazel 4.2.3 [app] 50% fair, holds 67%: 2 running 380 queued``."""
+    line = Text()
+    line.append("share ", style="grey70")
+    line.append(share.invocation[:8] or "(no id)", style="cyan")
+    if share.tool and client:
+        line.append(f" {share.tool}")
+    if share.repository:
+        line.append(f" [{share.repository}]")
+    line.append(f" {share.fair_share:.0%}", style="bold")
+    line.append(" fair, holds ", style="grey70")
+    line.append(f"{share.used_share:.0%}", style="bold")
+    line.append(":", style="grey70")
+    for name, value in (("running", share.running), ("queued", share.queued)):
+        line.append(f" {value}", style="bold")
+        line.append(f" {name}", style="grey70")
     return line
 
 
@@ -460,7 +486,7 @@ def render_dashboard(
         # header panel (4 lines + problems + builds + borders), notice,
         # table title/head/rule, footer
         reserved = 6 + len(snapshot.problems) + (1 if notice else 0) + 3 + 1
-        reserved += len(snapshot.builds)
+        reserved += len(snapshot.builds) + len(_shown_shares(snapshot))
         reserved += 1 if snapshot.host is not None and width < _ONE_LINE_HOST else 0
         reserved += 1 if snapshot.upstreams else 0
         reserved += queue_pane_lines(snapshot, queue_rows)

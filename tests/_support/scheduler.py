@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import trio
 
 from lre.cas import MemoryStore
-from lre.config import PropertyModification, PropertyValue, SimpleSchedulerSpec
+from lre.config import FairShareSpec, PropertyModification, PropertyValue, SimpleSchedulerSpec
 from lre.digest import Digest
 from lre.errors import Unavailable
 from lre.proto import re_pb2
@@ -170,12 +170,14 @@ def make_scheduler(
     retries: int = 2,
     resources: ResourcePolicy | None = None,
     detach_grace_s: float = 2.0,
+    fair_share: FairShareSpec | None = None,
     **kwargs: object,
 ) -> Scheduler:
     spec = SimpleSchedulerSpec(
         retain_completed_for_s=retain,  # type: ignore[arg-type]
         max_job_retries=retries,
         progress_interval_s=10,  # type: ignore[arg-type]
+        fair_share=fair_share or FairShareSpec(),
     )
     return Scheduler(
         spec,

@@ -67,7 +67,7 @@ async def test_status_ok_then_503_with_reason(nursery: trio.Nursery) -> None:
     assert json.loads(body) == {
         "status": "unavailable",
         "problems": ["worker:local: failed to start: work directory is locked"],
-        "queue": {"by_platform": {}, "next": []},
+        "queue": {"by_platform": {}, "builds": [], "next": []},
         "containment": "pidns",
         "protections_missing": [],
         "upstreams": [],
@@ -335,3 +335,23 @@ async def test_status_shows_the_memory_control(nursery: trio.Nursery) -> None:
     _, _, stats = await request(port, get("/api/v1/stats"))
     (again,) = ProcessSnapshot.loads(stats).memory_control
     assert again == row
+
+
+def test_status_lists_each_active_build_with_its_share() -> None:
+    from lre.app._status_http import _queue
+    from lre.snapshot import BuildShareRow
+
+    row = BuildShareRow("inv-1", "app", "bazel 4.2.3", 2.0, 2 / 3, 0.5, 1, 7)
+    snapshot = ProcessSnapshot(taken_at=0.0, started_at=0.0, address="a", build_shares=(row,))
+    assert _queue(snapshot)["builds"] == [
+        {
+            "invocation": "inv-1",
+            "repository": "app",
+            "tool": "bazel 4.2.3",
+            "weight": 2.0,
+            "fair_share": 0.667,
+            "used_share": 0.5,
+            "running": 1,
+            "queued": 7,
+        }
+    ]

@@ -318,3 +318,30 @@ def test_the_memory_bar_is_the_actions_rss_against_the_budget_with_the_ceiling()
     )
     line = _screen(unbudgeted, 120).splitlines()[4]
     assert "actions RSS 6.8G (no memory budget)   ceiling 9.6G" in line, line
+
+
+def test_builds_sharing_the_workers_show_their_shares() -> None:
+    from lre.snapshot import BuildShareRow
+
+    big = BuildShareRow(
+        "5f0c3a52-8d7e",
+        "app",
+        "bazel 4.2.3",
+        1.0,
+        0.5,
+        0.67,
+        2,
+        380,
+    )
+    small = BuildShareRow("a1b2c3d4-0000", "", "buck2 2025-01-01", 1.0, 0.5, 0.33, 1, 4)
+    snapshot = replace(sample_snapshot(), build_shares=(big, small))
+    console = Console(width=120, record=True, file=io.StringIO())
+    console.print(render_dashboard(snapshot, width=120))
+    text = console.export_text()
+    assert "share 5f0c3a52 bazel 4.2.3 [app] 50% fair, holds 67%: 2 running 380 queued" in text
+    assert "share a1b2c3d4 buck2 2025-01-01 50% fair, holds 33%: 1 running 4 queued" in text
+    assert ProcessSnapshot.loads(snapshot.dumps()).build_shares == (big, small)
+    alone = replace(sample_snapshot(), build_shares=(big,))
+    console = Console(width=120, record=True, file=io.StringIO())
+    console.print(render_dashboard(alone, width=120))
+    assert "share 5f0c3a52" not in console.export_text()  # a lone build has it all
