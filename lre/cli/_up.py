@@ -31,6 +31,7 @@ from lre.cli._daemon import (
     wait_for_pid_file,
     write_pid_file,
 )
+from lre.cli._foreground_stop import ForegroundStop
 from lre.cli._git_exclude import set_excluded
 from lre.cli._knobs import Knobs, with_knobs
 from lre.cli._link import (
@@ -121,19 +122,40 @@ def say(text: str, *, err: bool = False) -> None:
         pass
 
 
-def _dashboard_of(notes: list[str]) -> Callable[[Application], Awaitable[None]]:
-    """The dashboard of a foreground ``lre up``: ``q`` stops lre, as Ctrl-C does;
+def _press(stop: ForegroundStop) -> None:
+    """A ``q`` in the dashboard (bound by then, so ``press`` handles it)."""
+    stop.press()
+
+
+def _dashboard_of(
+    notes: list[str], stop: ForegroundStop
+) -> Callable[[Application], Awaitable[None]]:
+    """The dashboard of a foreground ``lre up``: ``q`` and Ctrl-C stop lre
+    through ``stop`` (after the running actions, twice: at once);
     ``notes`` (what lre wrote while starting) stay on top of the screen."""
 
     async def dashboard(application: Application) -> None:
+        import trio
+
         from lre.tui import UP_FOOTER, run_dashboard
 
-        try:
-            await run_dashboard(
-                application.assembler, quit_keys=True, notes=notes, footer=UP_FOOTER
-            )
-        except OSError:  # the terminal went away: SIGHUP stops lre
-            return
+        async def counts() -> tuple[int, int]:
+            snapshot = application.assembler()
+            return snapshot.running, snapshot.queued
+
+        async with trio.open_nursery() as nursery:
+            stop.bind(application, nursery, counts)
+            try:
+                await run_dashboard(
+                    application.assembler,
+                    quit_keys=True,
+                    notes=notes,
+                    footer=UP_FOOTER,
+                    on_quit=lambda: _press(stop),
+                    status_line=lambda: stop.line,
+                )
+            except OSError:  # the terminal went away: SIGHUP stops lre
+                return
         application.request_stop()
 
     return dashboard
@@ -302,11 +324,13 @@ def up(
         ready_seen = True
         announce(ready)
 
+    stop = ForegroundStop()
     try:
         run_server(
             config,
             on_ready=on_ready,
-            companion=_dashboard_of(notes) if dashboard else None,
+            companion=_dashboard_of(notes, stop) if dashboard else None,
+            on_interrupt=stop.press if dashboard else None,
             log_level=log_level,
             log_to_file=dashboard,
         )
