@@ -33,12 +33,13 @@ from lre.tui._panes import events_pane, footer, queue_pane, queue_pane_lines
 
 __all__ = ["TOP_FOOTER", "UP_FOOTER", "render_dashboard", "rss_style"]
 
-#: The footer of ``lre top`` (``q`` or Ctrl-C leaves the view, lre keeps running).
-TOP_FOOTER: tuple[tuple[str, str], ...] = (("q/Ctrl-C", "leave the view; lre keeps running"),)
+#: The footer of ``lre top`` (``q`` leaves, lre keeps running).
+TOP_FOOTER: tuple[tuple[str, str], ...] = (("q", "quit"), ("Ctrl-C", "quit (lre keeps running)"))
 #: The footer of the dashboard in ``lre up`` (it is lre): the same keys stop
 #: lre, after the actions it runs or queues, as ``lre down`` does.
 UP_FOOTER: tuple[tuple[str, str], ...] = (
-    ("q/Ctrl-C", "stop lre once running actions finish (twice: cancel them)"),
+    ("q", "stop lre after its running actions"),
+    ("Ctrl-C", "the same; twice: cancel them"),
 )
 
 #: An action whose RSS reaches this fraction of its kill line shows red.
