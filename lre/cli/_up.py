@@ -51,6 +51,7 @@ from lre.cli._links import Link, forget_link, read_links
 from lre.cli._ports import check_port, listeners_in_use, split_address, with_port
 from lre.cli._repo_owner import serving_elsewhere
 from lre.cli._repository import resolve_repository
+from lre.cli._start_settings import StartSettings, differences, last_start, record_start
 from lre.config import Config, ListenerSpec, client_exec_properties, resolve
 from lre.errors import LreError
 
@@ -263,7 +264,7 @@ def up(
     link = Link(instance=instance, edit_bazelrc=not no_edit, buck_local=buck_local)
     running = read_pid_file(state_dir)
     if running is not None and running.alive():
-        _use_running(running, port, repo_root, no_client_config, link, state_dir)
+        _use_running(running, port, knobs, repo_root, no_client_config, link, state_dir)
         return
     busy = listeners_in_use(config)
     if busy:
@@ -311,6 +312,19 @@ def up(
         # skips a missing file silently).
         if not no_client_config:
             _point_repos(server, state_dir, repo_root, link, echo)
+        bound = split_address(server.grpc_address)
+        try:
+            record_start(
+                state_dir,
+                StartSettings(
+                    config=str(config_path.resolve()) if config_path is not None else None,
+                    port=bound[1] if bound is not None and bound[1] else port,
+                    knobs=knobs,
+                    log_level=log_level,
+                ),
+            )
+        except OSError as error:
+            echo(f"note: {error}: `lre restart` will not know these settings", err=True)
         write_pid_file(state_dir, server)
         echo(
             f"lre listening on {', '.join(ready.grpc_addresses)}"
@@ -355,16 +369,34 @@ def up(
 def _use_running(
     running: RunningServer,
     port: int | None,
+    knobs: Knobs,
     repo_root: Path | None,
     no_client_config: bool,
     link: Link,
     state_dir: Path,
 ) -> None:
-    """`lre up` while lre runs: point the repository at it (exit 0), or say why not."""
+    """`lre up` while lre runs: point the repository at it (exit 0), or say why
+    not. A flag whose value differs from the running lre's (``--port`` and the
+    knobs, against ``start.json``) is refused with exit 2: lre cannot change
+    it without a restart, and ignoring it would leave the user believing it
+    took."""
     typer.echo(f"lre is already running (pid {running.pid}) on {running.grpc_address}")
     hostport = split_address(running.grpc_address)
+    problems: list[str] = []
     if port is not None and (hostport is None or hostport[1] != port):
-        typer.echo(f"note: --port {port} ignored: `lre down` first to move lre", err=True)
+        problems.append(f"--port {port}: lre runs on {running.grpc_address}")
+    recorded = last_start(state_dir)
+    if recorded is not None:
+        problems += differences(recorded, knobs)
+    if problems:
+        for problem in problems:
+            typer.echo(f"error: {problem}", err=True)
+        typer.echo(
+            "lre cannot change that while it runs: `lre down`, then `lre up` with your flags "
+            "(`lre restart` keeps the running settings)",
+            err=True,
+        )
+        raise typer.Exit(2)
     if repo_root is None or no_client_config:
         return
     link_repo_or_exit(repo_root, running, link, state_dir)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.cli.running_lre import bazel_repo, private_home
+from tests.cli.running_lre import LreHome, bazel_repo, private_home
 
 
 def test_status_ps_stop_start_restart(tmp_path: Path) -> None:
@@ -83,3 +83,45 @@ def test_the_detached_process_is_named_lre_and_stats_says_when_lre_is_down(
         assert psutil.Process(pid).name() == "lre"
     finally:
         assert home.run("down", cwd=repo).returncode == 0
+
+
+def _budget(home: LreHome, repo: Path) -> int:
+    stats = home.run("stats", "--json", cwd=repo)
+    assert stats.returncode == 0, stats.stdout + stats.stderr
+    return int(json.loads(stats.stdout)["memory_capacity_bytes"])
+
+
+def test_settings_stick_across_up_restart_and_down(tmp_path: Path) -> None:
+    home = private_home(tmp_path)
+    repo = bazel_repo(tmp_path)
+    port = str(home.grpc_port)
+    started = home.run("up", "--detach", "--port", port, "--memory-budget", "1G", cwd=repo)
+    assert started.returncode == 0, started.stdout + started.stderr
+    try:
+        assert _budget(home, repo) == 1 << 30
+
+        # Another value while lre runs: said, and refused (not silently ignored).
+        other = home.run("up", "--memory-budget", "512M", "--cpus", "1", cwd=repo)
+        assert other.returncode == 2, other.stdout + other.stderr
+        assert "error: --memory-budget 512M: lre runs with --memory-budget 1G" in other.stderr
+        assert "error: --cpus 1: lre runs with the config's value (no --cpus)" in other.stderr
+        moved = home.run("up", "--port", str(home.grpc_port + 1), cwd=repo)
+        assert moved.returncode == 2 and "error: --port" in moved.stderr, moved.stderr
+        same = home.run("up", "--memory-budget", "1GiB", cwd=repo)
+        assert same.returncode == 0, same.stdout + same.stderr
+
+        restarted = home.run("restart", cwd=tmp_path)
+        assert restarted.returncode == 0, restarted.stdout + restarted.stderr
+        assert "--memory-budget 1G" in restarted.stdout
+        assert _budget(home, repo) == 1 << 30
+
+        assert home.run("down", cwd=repo).returncode == 0
+        # Stopped: restart takes the last settings, port included.
+        again = home.run("restart", cwd=tmp_path)
+        assert again.returncode == 0, again.stdout + again.stderr
+        rows = json.loads(home.run("ps", "--json", cwd=repo).stdout)
+        assert [r["address"] for r in rows] == [f"127.0.0.1:{port}"]
+        assert _budget(home, repo) == 1 << 30
+    finally:
+        down = home.run("down", cwd=repo)
+    assert down.returncode == 0, down.stderr
