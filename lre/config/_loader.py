@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path as FilePath
@@ -127,7 +128,27 @@ def parse_json5(text: str, source: str) -> Any:
     try:
         return json5.loads(text, allow_duplicate_keys=False)
     except ValueError as error:
-        raise ConfigError([f"{source}: not valid JSON5: {error}"]) from error
+        raise ConfigError(
+            [f"{_where(source, str(error))}: not valid JSON5: {_what(str(error))}"]
+        ) from error
+
+
+#: json5's messages: "<string>:LINE MESSAGE at column COLUMN" (the column part optional).
+_JSON5_ERROR = re.compile(r"^<string>:(\d+) (.*?)(?: at column (\d+))?$", re.DOTALL)
+
+
+def _where(source: str, message: str) -> str:
+    """``source:LINE:COLUMN`` from json5's message (json5 names the text ``<string>``)."""
+    match = _JSON5_ERROR.match(message)
+    if match is None:
+        return source
+    return f"{source}:{match[1]}" + (f":{match[3]}" if match[3] else "")
+
+
+def _what(message: str) -> str:
+    """json5's message without its ``<string>:LINE`` and column parts."""
+    match = _JSON5_ERROR.match(message)
+    return message if match is None else match[2]
 
 
 def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

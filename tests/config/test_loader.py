@@ -174,7 +174,10 @@ def test_dollar_escape_in_config() -> None:
 
 def test_invalid_json5_and_duplicates() -> None:
     (message,) = problems("{ stores: [ }")
-    assert message.startswith("test.json5: not valid JSON5:")
+    assert message == 'test.json5:1:13: not valid JSON5: Unexpected "}"', message
+    # A syntax error names the file, line and column, not json5's "<string>".
+    (message,) = problems('{\n  global: {\n    log_level: "info"\n\n}\n')
+    assert message == "test.json5:6:1: not valid JSON5: Unexpected end of input", message
     (message,) = problems(MINIMAL.replace("schedulers:", "schedulers: [],\n  schedulers:"))
     assert "Duplicate key" in message
 
