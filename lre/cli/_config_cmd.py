@@ -85,6 +85,39 @@ def load_or_default(path: Path | None) -> Config:
         raise typer.Exit(1) from error
 
 
+#: How to get out of a config that does not load, said by ``config check`` and the
+#: commands that fall back to the embedded default.
+RECOVER = (
+    "lre keeps running with the config it started with; `lre status`, `ps`, `down`, "
+    "`logs`, `builds` and `doctor` still reach it (through the embedded default's state "
+    "directory). Fix the lines named above until `lre config check FILE` passes; "
+    "`lre restart` applies the fixed file."
+)
+
+
+def load_or_fallback(path: Path | None) -> tuple[Config, list[str]]:
+    """(config, problems): the config in effect as ``load_or_default`` loads it,
+    or, when that file does not load, the embedded default alone with every
+    problem (``file:line: ...``). For the commands that must reach a running
+    lre whatever its file now says; they warn with ``fallback_warning``.
+    Exits with status 1 only when ``$LRE_CONFIG`` names no file."""
+    found = config_file(path)
+    try:
+        return (load_config(found) if found is not None else default_config()), []
+    except ConfigError as error:
+        return default_config(), list(error.messages)
+
+
+def fallback_warning(problems: list[str]) -> None:
+    """Say on stderr that the config file does not load and what lre uses instead."""
+    typer.echo(
+        f"warning: the config does not load ({len(problems)} problem(s), first: "
+        f"{problems[0]}); using the embedded default's state directory "
+        "(`lre config check FILE` lists them all)",
+        err=True,
+    )
+
+
 @config_app.command("show")
 def show(
     config: Annotated[
@@ -139,6 +172,13 @@ def _print_origins(text: str, found: Path | None) -> None:
 def check(
     file: Annotated[Path, typer.Argument(help="Config file to validate.")],
 ) -> None:
-    """Validate FILE: print "ok", or every problem and exit with status 1."""
-    load_or_default(file)
+    """Validate FILE: print "ok", or every problem and how to recover (exit status 1)."""
+    config_file(file)
+    try:
+        load_config(file)
+    except ConfigError as error:
+        for message in error.messages:
+            typer.echo(message, err=True)
+        typer.echo(RECOVER, err=True)
+        raise typer.Exit(1) from error
     typer.echo("ok")

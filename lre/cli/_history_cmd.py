@@ -22,7 +22,7 @@ import typer
 
 from lre.cli._app import app
 from lre.cli._byte_text import human_bytes
-from lre.cli._config_cmd import config_option, load_or_default
+from lre.cli._config_cmd import config_option, fallback_warning, load_or_fallback
 from lre.config import resolve
 
 if TYPE_CHECKING:
@@ -49,7 +49,10 @@ app.add_typer(builds_app, name="builds")
 
 def history_dir(config: Path | None) -> Path:
     """The state dir of ``config`` (or the default config), where the history is."""
-    return Path(resolve(load_or_default(config)).global_.state_dir)
+    loaded, problems = load_or_fallback(config)
+    if problems:
+        fallback_warning(problems)
+    return Path(resolve(loaded).global_.state_dir)
 
 
 def duration_text(seconds: float) -> str:
