@@ -445,7 +445,8 @@ def render_dashboard(
     """The whole screen for ``snapshot`` at ``width`` columns. ``height`` (rows)
     cuts the in-flight table so the queue and events stay visible; None keeps
     every row. ``notice`` is a line shown on top in red (e.g. "cannot reach
-    lre"). ``keys`` is what the footer lists (``TOP_FOOTER``, ``UP_FOOTER``)."""
+    lre"). ``keys`` is what the footer lists (``TOP_FOOTER``, ``UP_FOOTER``;
+    empty: no footer)."""
     width = max(1, width)
     parts: list[RenderableType] = []
     if notice:
@@ -472,5 +473,6 @@ def render_dashboard(
         parts.append(queued)
     if events is not None:
         parts.append(events)
-    parts.append(footer(keys, width))
+    if keys:  # `lre stats` prints the screen once: no keys to press
+        parts.append(footer(keys, width))
     return Group(*parts)

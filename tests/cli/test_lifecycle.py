@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import http.server
 import json
+import subprocess
+import threading
 from pathlib import Path
 
+import psutil
+
+from lre.cli._daemon import RunningServer, write_pid_file
 from tests.cli.running_lre import LreHome, bazel_repo, private_home
 
 
@@ -125,3 +131,51 @@ def test_settings_stick_across_up_restart_and_down(tmp_path: Path) -> None:
     finally:
         down = home.run("down", cwd=repo)
     assert down.returncode == 0, down.stderr
+
+
+class _StatusAnswer(http.server.BaseHTTPRequestHandler):
+    """/status of a stand-in lre: the code and JSON the test sets on the server."""
+
+    def do_GET(self) -> None:
+        code, body = self.server.answer  # type: ignore[attr-defined]
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_status_exits_2_while_lre_answers_unhealthy(tmp_path: Path) -> None:
+    home = private_home(tmp_path)
+    server = http.server.HTTPServer(("127.0.0.1", 0), _StatusAnswer)
+    server.answer = (503, {"status": "unhealthy", "problems": ["disk: 10 MiB free"]})  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    stand_in = subprocess.Popen(["sleep", "120"])
+    try:
+        write_pid_file(
+            home.root / "state",
+            RunningServer(
+                pid=stand_in.pid,
+                grpc_address="127.0.0.1:1",
+                status_address=f"127.0.0.1:{server.server_address[1]}",
+                repo="",
+                log_file="",
+                started=psutil.Process(stand_in.pid).create_time(),
+            ),
+        )
+        sick = home.run("status", cwd=tmp_path)
+        assert sick.returncode == 2, sick.stdout + sick.stderr
+        assert sick.stdout.startswith("lre is running: UNHEALTHY: disk: 10 MiB free")
+        server.answer = (200, {"status": "ok", "running": 0, "queued": 0})  # type: ignore[attr-defined]
+        well = home.run("status", cwd=tmp_path)
+        assert well.returncode == 0, well.stdout + well.stderr
+    finally:
+        stand_in.kill()
+        stand_in.wait()
+        server.shutdown()
+        server.server_close()
