@@ -62,3 +62,18 @@ def test_empty_history_says_so(tmp_path: Path) -> None:
     assert "no actions recorded" in run_lre("history", cwd=tmp_path, env=env).stdout
     shown = run_lre("builds", "show", cwd=tmp_path, env=env)
     assert shown.returncode == 1 and "no builds recorded" in shown.stderr
+
+
+def test_history_reads_bazel_target_patterns(tmp_path: Path) -> None:
+    write_history(tmp_path / "state")
+    env = _env(tmp_path)
+    every = json.loads(run_lre("history", "--json", cwd=tmp_path, env=env).stdout)
+    in_pkg = [r for r in every if r["target"].startswith("//pkg:")]
+    assert in_pkg
+    for pattern in ("//pkg/...", "//...", "//pkg:all", "//pkg:*"):
+        shown = run_lre("history", "--json", "-t", pattern, cwd=tmp_path, env=env)
+        assert shown.returncode == 0, shown.stderr
+        assert len(json.loads(shown.stdout)) == len(in_pkg), pattern
+    other = run_lre("history", "-t", "//app/...", cwd=tmp_path, env=env)
+    assert other.returncode == 0, other.stderr
+    assert f"no action of //app/... among the {len(every)} recorded" in other.stdout
