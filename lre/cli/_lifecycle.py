@@ -127,7 +127,11 @@ def stop_lre(config_path: Path | None, now: bool, timeout: float) -> RunningServ
     if now:
         counts = _in_flight(server)
         if counts is not None and counts != (0, 0):
-            typer.echo(f"cancelling {counts[0]} running and {counts[1]} queued action(s)")
+            typer.echo(
+                f"cancelling {counts[0]} running and {counts[1]} queued action(s): the build "
+                'that sent them fails (Bazel says "N errors during bulk transfer"); run it '
+                "again, locally or after `lre up`"
+            )
     else:
         _drain(server, timeout)
     clean = stop_server(server)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
 
-from tests._support.history import INVOCATION, OTHER, write_history
+from lre.snapshot import HistoryFile
+from tests._support.history import INVOCATION, OTHER, action, write_history
 from tests.cli._lre import run_lre
 
 
@@ -77,3 +79,19 @@ def test_history_reads_bazel_target_patterns(tmp_path: Path) -> None:
     other = run_lre("history", "-t", "//app/...", cwd=tmp_path, env=env)
     assert other.returncode == 0, other.stderr
     assert f"no action of //app/... among the {len(every)} recorded" in other.stdout
+
+
+def test_slowest_actions_are_the_longest_running_not_the_longest_queued(tmp_path: Path) -> None:
+    t0 = 1_800_000_000.0
+    waited = action(1, t0, slot_seconds=0.5)
+    stamps = dict(waited.stamps)
+    stamps["queued"] = t0 - 30.0  # 30 s in the queue, half a second running
+    waited = dataclasses.replace(waited, stamps=stamps, submitted_at=t0 - 30.0)
+    long_running = action(2, t0, slot_seconds=4.0)
+    history = HistoryFile(tmp_path / "state", 1 << 20)
+    history.append([json.dumps(r.to_json()) for r in (waited, long_running)])
+    history.close()
+    shown = run_lre("builds", "show", "last", "--json", cwd=tmp_path, env=_env(tmp_path))
+    assert shown.returncode == 0, shown.stderr
+    slowest = [r["target"] for r in json.loads(shown.stdout)["slowest"]]
+    assert slowest == ["//pkg:t2", "//pkg:t1"], slowest
