@@ -43,8 +43,35 @@ def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = No
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError([f"{os.fspath(path)}: cannot read the config: {error}"]) from error
     source = os.fspath(path)
-    raw = merge_over_default(parse_json5(text, source), source)
-    return _validate(raw, text, source, env)
+    own = parse_json5(text, source)
+    raw = merge_over_default(own, source)
+    try:
+        return _validate(raw, text, source, env)
+    except ConfigError as error:
+        raise ConfigError([*error.messages, *_list_hints(own, error.messages, source)]) from None
+
+
+#: Top-level lists a file replaces whole (``merge_over_default`` merges only objects).
+_LISTS = ("stores", "schedulers", "workers", "servers")
+
+
+def _list_hints(own: Any, messages: Sequence[str], source: str) -> list[str]:
+    """One note per top-level list the file gives whose entries miss required
+    keys: the file's list replaces the default's whole, which a user who
+    meant to change one field does not expect."""
+    if not isinstance(own, Mapping):
+        return []
+    hints = []
+    for key in _LISTS:
+        if key in own and any(
+            f" {key}[" in m and m.endswith("required key is missing") for m in messages
+        ):
+            hints.append(
+                f"{source}: note: your `{key}` list replaces the embedded default's whole "
+                "list (lists are not merged, objects are); give each entry every required "
+                "key, or start from the default's entries (`lre config show`)"
+            )
+    return hints
 
 
 def merge_over_default(raw: Any, source: str) -> Any:

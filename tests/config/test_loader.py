@@ -226,3 +226,13 @@ def test_config_error_str_joins_messages() -> None:
         load_config_text("{}", source="x", env=ENV)
     assert str(caught.value) == "\n".join(caught.value.messages)
     assert len(caught.value.messages) == 2  # stores and servers both missing
+
+
+def test_a_partial_list_says_it_replaces_the_defaults_whole_list(tmp_path: Path) -> None:
+    path = tmp_path / "mine.json5"
+    path.write_text('{\n  workers: [ { local: { name: "w" } } ],\n}\n')
+    with pytest.raises(ConfigError) as raised:
+        load_config(path)
+    *missing, note = raised.value.messages
+    assert len(missing) == 3 and all(m.endswith("required key is missing") for m in missing)
+    assert note.startswith(f"{path}: note: your `workers` list replaces the embedded default's")
