@@ -133,16 +133,43 @@ def show(
         ),
     ] = False,
 ) -> None:
-    """Print the effective config as JSON5, defaults filled and "auto" resolved."""
+    """Print the effective config as JSON5, defaults filled and "auto" resolved.
+
+    While lre runs (for this config's state directory), the config it runs
+    with: "auto" as it resolved it at its start, its flags applied."""
     loaded = load_or_default(config)
     found = config_file(config)
     source = f"{found} over {DEFAULT_SOURCE}" if found is not None else DEFAULT_SOURCE
-    text = dump_config(resolve(loaded))
+    resolved = resolve(loaded)
+    text = dump_config(resolved)
     if origin:
         _print_origins(text, found)
         return
+    running = _running_effective(Path(resolved.global_.state_dir))
+    if running is not None:
+        typer.echo(running, nl=False)
+        return
     typer.echo(f'// lre effective config from {source}; "auto" values resolved on this host')
     typer.echo(text, nl=False)
+
+
+def _running_effective(state_dir: Path) -> str | None:
+    """The config the lre running for ``state_dir`` recorded at its start, with a
+    header saying so; None when none runs or it recorded none."""
+    from lre.cli._daemon import read_pid_file
+    from lre.cli._start_settings import EFFECTIVE_FILE
+
+    server = read_pid_file(state_dir)
+    if server is None or not server.alive():
+        return None
+    try:
+        text = (state_dir / EFFECTIVE_FILE).read_text(encoding="utf-8")
+    except OSError:
+        return None
+    return (
+        f'// the config lre (pid {server.pid}) runs with: "auto" as it resolved it at '
+        "its start, its flags applied (`lre restart` reads the file again)\n" + text
+    )
 
 
 def _leaves(value: Any, at: tuple[str | int, ...]) -> list[tuple[tuple[str | int, ...], Any]]:

@@ -23,6 +23,9 @@ from lre.cli._knobs import Knobs
 from lre.config import parse_byte_size
 
 START_FILE = "start.json"
+#: The resolved config the serving lre runs with ("auto" as it resolved it at
+#: start, the knobs applied): what ``lre config show`` prints while it runs.
+EFFECTIVE_FILE = "effective-config.json5"
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +46,15 @@ def record_start(state_dir: Path, settings: StartSettings) -> None:
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         json.dump(asdict(settings), f)
     os.replace(tmp, state_dir / START_FILE)
+
+
+def record_effective(state_dir: Path, text: str) -> None:
+    """Write ``effective-config.json5`` atomically (0600). Raises OSError."""
+    tmp = state_dir / (EFFECTIVE_FILE + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, state_dir / EFFECTIVE_FILE)
 
 
 def last_start(state_dir: Path) -> StartSettings | None:

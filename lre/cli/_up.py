@@ -51,8 +51,14 @@ from lre.cli._links import Link, forget_link, read_links
 from lre.cli._ports import check_port, listeners_in_use, split_address, with_port
 from lre.cli._repo_owner import serving_elsewhere
 from lre.cli._repository import resolve_repository
-from lre.cli._start_settings import StartSettings, differences, last_start, record_start
-from lre.config import Config, ListenerSpec, client_exec_properties, resolve
+from lre.cli._start_settings import (
+    StartSettings,
+    differences,
+    last_start,
+    record_effective,
+    record_start,
+)
+from lre.config import Config, ListenerSpec, client_exec_properties, dump_config, resolve
 from lre.errors import LreError
 
 if TYPE_CHECKING:
@@ -323,6 +329,7 @@ def up(
                     log_level=log_level,
                 ),
             )
+            record_effective(state_dir, dump_config(config))
         except OSError as error:
             echo(f"note: {error}: `lre restart` will not know these settings", err=True)
         write_pid_file(state_dir, server)

@@ -105,6 +105,12 @@ def test_settings_stick_across_up_restart_and_down(tmp_path: Path) -> None:
     assert started.returncode == 0, started.stdout + started.stderr
     try:
         assert _budget(home, repo) == 1 << 30
+        # config show: what the running lre runs with (its flag applied), not a re-resolve.
+        shown = home.run("config", "show", cwd=repo)
+        assert shown.returncode == 0, shown.stderr
+        assert shown.stdout.startswith("// the config lre (pid "), shown.stdout[:300]
+        budgets = [ln.strip() for ln in shown.stdout.splitlines() if "memory_budget:" in ln]
+        assert budgets and all("1GiB" in b or "1073741824" in b for b in budgets), budgets
 
         # Another value while lre runs: said, and refused (not silently ignored).
         other = home.run("up", "--memory-budget", "512M", "--cpus", "1", cwd=repo)
