@@ -150,6 +150,30 @@ MUTATIONS: tuple[Mutation, ...] = (
         "    if True:\n        return None\n    marks =",
         ("tests/worker/test_view_writable.py", "-k", "mask_goes_on"),
     ),
+    Mutation(
+        "status-unhealthy-exits-0",
+        "`lre status` exits 0 while lre answers unhealthy (LSB wants 2)",
+        "lre/cli/_lifecycle.py",
+        "    if not healthy:\n        raise typer.Exit(2)\n",
+        "",
+        ("tests/cli/test_lifecycle.py", "-k", "unhealthy"),
+    ),
+    Mutation(
+        "offline-gc-ignores-the-contract",
+        "`lre cache gc` with lre stopped evicts blobs clients were told exist",
+        "lre/cli/_cache_cmd.py",
+        "        report = await store.evict_to(to, force=force)\n",
+        "        report = await store.evict_to(to, force=True)\n",
+        ("tests/cli/test_cache_cmd.py", "-k", "told_exist"),
+    ),
+    Mutation(
+        "team-cache-not-cleared",
+        "lre.bazelrc leaves a repository's own --remote_cache in force",
+        "lre/cli/_bazel_client.py",
+        '        "build:lre --remote_cache=",\n',
+        "",
+        ("tests/cli/test_team_cache.py",),
+    ),
 )
 
 

@@ -308,7 +308,8 @@ class Application:
                 log.warning(
                     "running as root: actions of worker(s) %s run as root too (action_user; "
                     "in a pidns view as uid 0 without administrative capabilities, "
-                    "docs/security.md); start lre as your own user",
+                    "docs/security.md); run lre as your own user where unprivileged user "
+                    "namespaces work, as root only where they do not",
                     ", ".join(as_root),
                 )
             for worker in self.workers:

@@ -7,6 +7,8 @@ SIGHUP (the terminal of a foreground lre closed) stops it as the other two
 do: a server nobody watches any more must still make its clients' config
 inert. The first signal begins the ordered shutdown; a second one cancels at once
 (running actions are still killed and reaped by their cancel scopes).
+With ``on_interrupt`` (the foreground dashboard's stop, which waits for
+running actions first), SIGINT goes to it instead whenever it takes it.
 """
 
 from __future__ import annotations
@@ -34,8 +36,12 @@ async def _serve_until_signal(
     app: Application,
     on_ready: Callable[[ReadyInfo], None] | None = None,
     companion: Callable[[Application], Awaitable[None]] | None = None,
+    on_interrupt: Callable[[], bool] | None = None,
 ) -> None:
-    """Serve ``app`` until SIGINT, SIGTERM or SIGHUP, then shut it down in order."""
+    """Serve ``app`` until SIGINT, SIGTERM or SIGHUP, then shut it down in order.
+
+    ``on_interrupt`` is asked first about each SIGINT; when it returns True
+    it has dealt with it (and asks ``app`` to stop when it decides to)."""
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
         async with trio.open_nursery() as nursery:
             await nursery.start(
@@ -45,6 +51,8 @@ async def _serve_until_signal(
             async def watch_signals() -> None:
                 count = 0
                 async for signum in signals:
+                    if signum == signal.SIGINT and on_interrupt is not None and on_interrupt():
+                        continue
                     count += 1
                     name = signal.Signals(signum).name
                     if count == 1:
@@ -81,13 +89,14 @@ def run_server(
     companion: Callable[[Application], Awaitable[None]] | None = None,
     log_level: str | None = None,
     log_to_file: bool = False,
+    on_interrupt: Callable[[], bool] | None = None,
 ) -> None:
     """Build lre from ``config`` (resolved) and serve in the foreground.
 
     ``companion`` runs beside the server once it is ready (the CLI passes
     the dashboard; the app cannot import ``tui``). With ``log_to_file`` logs
     go to ``<state_dir>/lre.log`` instead of stderr (so the dashboard owns
-    the terminal).
+    the terminal). ``on_interrupt``: see ``_serve_until_signal``.
 
     Raises what start-up raises (e.g. ``OSError`` for a port in use,
     ``WorkDirectoryInUse``); returns after a clean shutdown.
@@ -104,4 +113,4 @@ def run_server(
     raise_open_files_limit(config.global_.max_open_files)
     keep_reserve()  # for lre's own upkeep when clients hold every other one
     app = Application(config)
-    trio.run(_serve_until_signal, app, on_ready, companion)
+    trio.run(_serve_until_signal, app, on_ready, companion, on_interrupt)

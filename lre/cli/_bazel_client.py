@@ -22,6 +22,7 @@ from lre.cli._bazelrc_import import (
 )
 from lre.cli._client_files import MARKER, WriteReport, owned_by_lre, write_owned
 from lre.cli._client_settings import ClientSettings
+from lre.cli._team_cache import link_notes, remote_settings
 
 #: Bazel version assumed when ``bazel --version`` prints no number (Debian's
 #: bazel-bootstrap prints "bazel no_version"; it is 4.2.3).
@@ -63,7 +64,11 @@ def repository_id(repo: Path) -> str:
 
 
 def bazelrc_text(
-    settings: ClientSettings, version: tuple[int, int, int] | None, repository: str = ""
+    settings: ClientSettings,
+    version: tuple[int, int, int] | None,
+    repository: str = "",
+    *,
+    google_credentials_off: bool = False,
 ) -> str:
     """The content of ``lre.bazelrc`` for the given Bazel version (None: not found).
 
@@ -90,6 +95,14 @@ def bazelrc_text(
     into a map that dies on a repeated key ("Multiple entries with same
     key"); so before Bazel 9 the properties go in the single-valued
     ``--remote_default_platform_properties`` (Bazel 9 deleted that flag).
+
+    ``--remote_cache=`` (empty) is always there: with a repository's own
+    ``--remote_cache`` (a team cache) Bazel would send Execute to lre and
+    uploads and lookups to the team cache, and every action would fail for
+    inputs lre never got; with it empty, Bazel uses the executor's channel
+    for the cache too. ``google_credentials_off`` (the repository turns
+    ``--google_default_credentials`` on) adds ``--nogoogle_default_credentials``:
+    Bazel will not send Google credentials over lre's plaintext listener.
     """
     v = version or UNVERSIONED_BAZEL
     jobs = max(16, 8 * settings.cpus)
@@ -110,7 +123,15 @@ def bazelrc_text(
         "# action's key (environment, platform, arguments), so actions keep the keys",
         "# the repository's own flags give them (docs/configuration.md, cache contract).",
         f"build:lre --remote_executor={settings.bazel_endpoint}",
+        "# Empty: the cache is lre too, even when the repository names its own (a team",
+        "# cache, see docs/upstream.md); Bazel would otherwise upload inputs there.",
+        "build:lre --remote_cache=",
         f"build:lre --remote_instance_name={settings.instance_name}",
+        *(
+            ["build:lre --nogoogle_default_credentials"]
+            if google_credentials_off and not settings.tls
+            else []
+        ),
         *_repository_header(repository, v),
         *_bazel_properties(properties, platform_flag=v < (9, 0, 0)),
         *_bazel_connection_flags(settings),
@@ -209,7 +230,10 @@ def write_bazel(
     into the file ``_bazelrc_import.import_target`` picks (``home``: the
     user's home directory, default ``Path.home()``)."""
     report = WriteReport()
-    text = bazelrc_text(settings, version, repository_id(repo))
+    home = Path.home() if home is None else home
+    found = remote_settings(repo, home)
+    credentials = any(s.flag == "google_default_credentials" and s.value == "true" for s in found)
+    text = bazelrc_text(settings, version, repository_id(repo), google_credentials_off=credentials)
     if lre_bazelrc_opted_in(repo / "lre.bazelrc"):
         text = without_default_on(text)
     write_owned(repo / "lre.bazelrc", text, report, private=bool(settings.auth_token))
@@ -226,16 +250,19 @@ def write_bazel(
             'with "Unix domain sockets are unsupported on this platform"; give lre a TCP '
             "listener (with auth_token_file) for those"
         )
-    target, why = import_target(repo, Path.home() if home is None else home)
+    target, why = import_target(repo, home)
     if target is None:
+        report.warnings += link_notes(remote_settings(repo, home))
         return report
     if not edit_bazelrc:
         report.warnings.append(
             f"add `{TRY_IMPORT}` to {target} (or pass --bazelrc=lre.bazelrc) to use lre"
         )
+        report.warnings += link_notes(found)
         return report
     add_import(target)
     report.imported_from.append(target)
     if why:
         report.warnings.append(f"{why}: Bazel reads lre.bazelrc through {target}")
+    report.warnings += link_notes(remote_settings(repo, home))
     return report

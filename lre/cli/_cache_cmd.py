@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 import urllib.request
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
@@ -152,6 +153,15 @@ class Lookups:
         return self.hits / total if total else None
 
 
+def since_text(live: dict[str, Any]) -> str:
+    """``since 2026-12-07 09:12`` (local time): when the hit counts began (the
+    first count, or the last ``lre stats --zero``); ``counted so far`` unknown."""
+    since = float(live.get("client_hits_since", 0.0) or 0.0)
+    if since <= 0:
+        return "counted so far"
+    return "since " + time.strftime("%Y-%m-%d %H:%M", time.localtime(since))
+
+
 def _lookups(live: dict[str, Any]) -> Lookups:
     """The client-visible lookups of a ``/api/v1/stats`` document (kept across
     restarts since ``client_hits_since``)."""
@@ -241,7 +251,7 @@ def _summary_lines(
     else:
         lines.append(
             f"  hit rate: {100 * lookups.rate:.0f}% ({lookups.hits} of "
-            f"{lookups.hits + lookups.misses} actions since the counts were zeroed: "
+            f"{lookups.hits + lookups.misses} actions {since_text(live)}: "
             f"{lookups.get_action_result_hits} found by GetActionResult, "
             f"{lookups.execute_hits} by Execute in the action cache, {lookups.misses} executed)"
         )

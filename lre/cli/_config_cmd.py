@@ -85,6 +85,39 @@ def load_or_default(path: Path | None) -> Config:
         raise typer.Exit(1) from error
 
 
+#: How to get out of a config that does not load, said by ``config check`` and the
+#: commands that fall back to the embedded default.
+RECOVER = (
+    "lre keeps running with the config it started with; `lre status`, `ps`, `down`, "
+    "`logs`, `builds` and `doctor` still reach it (through the embedded default's state "
+    "directory). Fix the lines named above until `lre config check FILE` passes; "
+    "`lre restart` applies the fixed file."
+)
+
+
+def load_or_fallback(path: Path | None) -> tuple[Config, list[str]]:
+    """(config, problems): the config in effect as ``load_or_default`` loads it,
+    or, when that file does not load, the embedded default alone with every
+    problem (``file:line: ...``). For the commands that must reach a running
+    lre whatever its file now says; they warn with ``fallback_warning``.
+    Exits with status 1 only when ``$LRE_CONFIG`` names no file."""
+    found = config_file(path)
+    try:
+        return (load_config(found) if found is not None else default_config()), []
+    except ConfigError as error:
+        return default_config(), list(error.messages)
+
+
+def fallback_warning(problems: list[str]) -> None:
+    """Say on stderr that the config file does not load and what lre uses instead."""
+    typer.echo(
+        f"warning: the config does not load ({len(problems)} problem(s), first: "
+        f"{problems[0]}); using the embedded default's state directory "
+        "(`lre config check FILE` lists them all)",
+        err=True,
+    )
+
+
 @config_app.command("show")
 def show(
     config: Annotated[
@@ -100,16 +133,43 @@ def show(
         ),
     ] = False,
 ) -> None:
-    """Print the effective config as JSON5, defaults filled and "auto" resolved."""
+    """Print the effective config as JSON5, defaults filled and "auto" resolved.
+
+    While lre runs (for this config's state directory), the config it runs
+    with: "auto" as it resolved it at its start, its flags applied."""
     loaded = load_or_default(config)
     found = config_file(config)
     source = f"{found} over {DEFAULT_SOURCE}" if found is not None else DEFAULT_SOURCE
-    text = dump_config(resolve(loaded))
+    resolved = resolve(loaded)
+    text = dump_config(resolved)
     if origin:
         _print_origins(text, found)
         return
+    running = _running_effective(Path(resolved.global_.state_dir))
+    if running is not None:
+        typer.echo(running, nl=False)
+        return
     typer.echo(f'// lre effective config from {source}; "auto" values resolved on this host')
     typer.echo(text, nl=False)
+
+
+def _running_effective(state_dir: Path) -> str | None:
+    """The config the lre running for ``state_dir`` recorded at its start, with a
+    header saying so; None when none runs or it recorded none."""
+    from lre.cli._daemon import read_pid_file
+    from lre.cli._start_settings import EFFECTIVE_FILE
+
+    server = read_pid_file(state_dir)
+    if server is None or not server.alive():
+        return None
+    try:
+        text = (state_dir / EFFECTIVE_FILE).read_text(encoding="utf-8")
+    except OSError:
+        return None
+    return (
+        f'// the config lre (pid {server.pid}) runs with: "auto" as it resolved it at '
+        "its start, its flags applied (`lre restart` reads the file again)\n" + text
+    )
 
 
 def _leaves(value: Any, at: tuple[str | int, ...]) -> list[tuple[tuple[str | int, ...], Any]]:
@@ -139,6 +199,13 @@ def _print_origins(text: str, found: Path | None) -> None:
 def check(
     file: Annotated[Path, typer.Argument(help="Config file to validate.")],
 ) -> None:
-    """Validate FILE: print "ok", or every problem and exit with status 1."""
-    load_or_default(file)
+    """Validate FILE: print "ok", or every problem and how to recover (exit status 1)."""
+    config_file(file)
+    try:
+        load_config(file)
+    except ConfigError as error:
+        for message in error.messages:
+            typer.echo(message, err=True)
+        typer.echo(RECOVER, err=True)
+        raise typer.Exit(1) from error
     typer.echo("ok")

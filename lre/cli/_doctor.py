@@ -36,6 +36,16 @@ def run_checks(config_path: Path | None, repo: Path | None) -> list[Check]:
     """Every check, in the order they are printed."""
     lookup = look_up(config_path)
     checks: list[Check] = []
+    if lookup.config_problems:
+        checks.append(
+            Check(
+                "config",
+                "FAIL",
+                "; ".join(lookup.config_problems),
+                "fix those lines (`lre config check FILE` lists them); the other checks "
+                "use the embedded default meanwhile",
+            )
+        )
     try:
         stores = local_stores(lookup.config)
     except LocalStoresError as error:

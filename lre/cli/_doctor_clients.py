@@ -6,6 +6,10 @@
   one this Bazel knows (asked from Bazel itself: ``bazel --batch help
   build --short`` outside the repository, about two seconds, no server
   left running);
+- ``team cache``: the repository's own remote settings (a team cache or
+  cluster in its bazelrc files, ``lre.cli._team_cache``): OK when lre's lines
+  override them, FAIL naming file:line when one still wins over lre's, or
+  when lre.bazelrc predates the ``--remote_cache=`` line that overrides them;
 - ``buck2 config`` / ``buck2 platform``: in ``lre.cli._doctor_buck2``.
 """
 
@@ -23,6 +27,7 @@ from lre.cli._checks import Check
 from lre.cli._client_target import points_at
 from lre.cli._daemon import RunningServer
 from lre.cli._doctor_buck2 import buck2_checks
+from lre.cli._team_cache import ENDPOINT_FLAGS, losing_reason, remote_settings, team_caches
 
 _FLAG = re.compile(r"--([A-Za-z0-9_]+)")
 _HELP_FLAG = re.compile(r"^\s+--(\[no\])?([A-Za-z0-9_]+)\s*$")
@@ -220,6 +225,41 @@ def bazel_check(repo: Path) -> Check:
     return Check(name, "OK", f"{about}; it knows every flag in lre.bazelrc")
 
 
+def team_cache_check(repo: Path, home: Path) -> Check | None:
+    """The repository's own remote endpoints against lre's (None: it sets none)."""
+    name = "team cache"
+    found = [s for s in remote_settings(repo, home) if s.flag in ENDPOINT_FLAGS]
+    if not found:
+        return None
+    shown = "; ".join(f"{s.where} `{s.shown}`" for s in found)
+    rc = repo / "lre.bazelrc"
+    live = rc.is_file() and any(f == "remote_executor" for f, _ in bazelrc_flags(rc.read_text()))
+    if not live:
+        return Check(name, "OK", f"{shown}: Bazel uses it while lre is not linked or stopped")
+    losing = [s for s in found if not s.outranked]
+    if losing:
+        first = losing[0]
+        return Check(
+            name,
+            "FAIL",
+            f"{first.where} `{first.shown}` {losing_reason(first)}",
+            'see docs/upstream.md ("A repository with its own team cache")',
+        )
+    flags = [w for f, w in bazelrc_flags(rc.read_text()) if f == "remote_cache"]
+    if any(s.flag == "remote_cache" and s.value for s in found) and not flags:
+        return Check(
+            name,
+            "FAIL",
+            f"{shown}, and {rc} predates the line that overrides it: Bazel uploads to the "
+            "team cache and every action fails for missing inputs",
+            f"run `lre link` in {repo}",
+        )
+    upstream = ""
+    if team_caches(found):
+        upstream = "; lre reads through a team cache only as its upstream (docs/upstream.md)"
+    return Check(name, "OK", f"{shown}: lre.bazelrc overrides it, so builds go to lre{upstream}")
+
+
 def repository_checks(repo: Path | None, server: RunningServer | None) -> list[Check]:
     """The client-config and build-tool checks for ``repo`` (SKIPs when None)."""
     if repo is None:
@@ -235,6 +275,9 @@ def repository_checks(repo: Path | None, server: RunningServer | None) -> list[C
     buck = is_buck2_repo(repo)
     if is_bazel_repo(repo) or not buck:
         checks += [bazel_config_check(repo, server), bazel_check(repo)]
+        team = team_cache_check(repo, Path.home())
+        if team is not None:
+            checks.append(team)
     if buck:
         checks += buck2_checks(repo, server)
     return checks

@@ -53,6 +53,18 @@ CLOCK_TOLERANCE_S = 2.0
 #: pid file no longer matches the process (``RunningServer.alive``).
 PID_MATCH_S = 5.0
 
+#: The one recommendation about root (README, doctor, docs/security.md): your
+#: own user where unprivileged user namespaces work, root only where not.
+RUN_AS = (
+    "run lre as your own user where unprivileged user namespaces work (containment "
+    "userns); as root only where they do not"
+)
+CONTAINMENT_FIX = (
+    "allow unprivileged user namespaces (then lre, as your own user, uses userns: the "
+    "recommended mode); where you cannot, start lre as root (pidns) with action_user: "
+    '"unprivileged"; docs/security.md compares the modes'
+)
+
 
 def fetch_status(address: str, timeout: float = 5.0) -> dict[str, Any]:
     """The JSON of ``/status`` at ``address`` (the body of a 503 too).
@@ -271,9 +283,7 @@ def containment_check(
             "containment",
             "WARN",
             f"actions run with containment {shown}; missing: " + "; ".join(missing),
-            "; ".join(refused)
-            or "allow unprivileged user namespaces (then lre uses userns) or start lre as "
-            "root (pidns); docs/security.md compares the modes",
+            "; ".join(refused) or CONTAINMENT_FIX,
         )
     if "portable" in shown:
         return Check(
@@ -281,8 +291,7 @@ def containment_check(
             "WARN",
             f"actions run with containment {shown}: no PID namespace, so a process an action "
             "leaves behind is found by a sweep rather than killed by the kernel",
-            "allow unprivileged user namespaces (then lre uses userns) or start lre as root "
-            "(pidns); docs/security.md compares the modes",
+            CONTAINMENT_FIX,
         )
     return Check("containment", "OK", f"actions run with containment {shown}")
 
@@ -304,8 +313,8 @@ def user_check(server: RunningServer | None) -> Check:
             f"{who} as root: actions run as root too (in a pidns view without "
             "administrative capabilities), unless workers[].local.action_user gives them "
             "another user (docs/security.md)",
-            'start lre as your normal user; as root, set action_user: "unprivileged" '
-            "(containment pidns with sandbox_view)",
+            f'{RUN_AS}; staying root, set action_user: "unprivileged" (containment pidns '
+            "with sandbox_view)",
         )
     return Check("user", "OK", f"{who} as uid {uid}, not root")
 

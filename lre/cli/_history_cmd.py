@@ -22,7 +22,7 @@ import typer
 
 from lre.cli._app import app
 from lre.cli._byte_text import human_bytes
-from lre.cli._config_cmd import config_option, load_or_default
+from lre.cli._config_cmd import config_option, fallback_warning, load_or_fallback
 from lre.config import resolve
 
 if TYPE_CHECKING:
@@ -49,7 +49,10 @@ app.add_typer(builds_app, name="builds")
 
 def history_dir(config: Path | None) -> Path:
     """The state dir of ``config`` (or the default config), where the history is."""
-    return Path(resolve(load_or_default(config)).global_.state_dir)
+    loaded, problems = load_or_fallback(config)
+    if problems:
+        fallback_warning(problems)
+    return Path(resolve(loaded).global_.state_dir)
 
 
 def duration_text(seconds: float) -> str:
@@ -140,10 +143,33 @@ def peak_text(peak_bytes: int, source: str) -> str:
     return f"{human_bytes(peak_bytes)} {mark}" if mark else human_bytes(peak_bytes)
 
 
-def _matches(record: ActionRecord, pattern: str) -> bool:
+def _main_repo(label: str) -> str:
+    """``@//pkg:x`` and ``@@//pkg:x`` (Bazel's spellings of the main repository) as ``//pkg:x``."""
+    return label.lstrip("@") if label.lstrip("@").startswith("//") else label
+
+
+def target_matches(target: str, pattern: str) -> bool:
+    """Whether the recorded ``target`` label is one ``pattern`` names, as Bazel
+    reads a target pattern: ``//pkg/...`` (the package and every package under
+    it; ``//...`` is everything), ``//pkg:all`` or ``//pkg:*`` (the package's
+    targets), ``//pkg`` (``//pkg:pkg``); else a glob (``*?[``) or the label."""
+    target, pattern = _main_repo(target), _main_repo(pattern)
+    if pattern.endswith("/..."):
+        package = pattern.removesuffix("/...")
+        if package in ("/", ""):
+            return target.startswith("//")
+        return target.startswith((package + ":", package + "/"))
+    if pattern.endswith((":all", ":*", ":all-targets")):
+        return target.partition(":")[0] == pattern.rpartition(":")[0]
     if any(c in pattern for c in "*?["):
-        return fnmatch.fnmatchcase(record.target, pattern)
-    return record.target == pattern
+        return fnmatch.fnmatchcase(target, pattern)
+    if pattern.startswith("//") and ":" not in pattern:
+        pattern = f"{pattern}:{pattern.rpartition('/')[2]}"
+    return target == pattern
+
+
+def _matches(record: ActionRecord, pattern: str) -> bool:
+    return target_matches(record.target, pattern)
 
 
 def _outcome(record: ActionRecord) -> str:
@@ -165,7 +191,8 @@ def history(
         typer.Option(
             "--target",
             "-t",
-            help="Only this target (a glob such as '//pkg/*' works).",
+            help="Only these targets: a label, a Bazel target pattern (//pkg/..., "
+            "//pkg:all) or a glob ('//pkg*').",
             show_default="every target",
         ),
     ] = None,
@@ -194,6 +221,7 @@ def history(
             typer.echo(str(error), err=True)
             raise typer.Exit(1) from None
         records = [r for r in records if r.invocation == wanted.invocation]
+    recorded = len(records)
     if target is not None:
         records = [r for r in records if _matches(r, target)]
     records = records[-limit:] if limit > 0 else records
@@ -201,6 +229,12 @@ def history(
         typer.echo(json.dumps([record_json(r) for r in records], indent=2))
         return
     if not records:
+        if target is not None and recorded:
+            typer.echo(
+                f"no action of {target} among the {recorded} recorded; a target pattern "
+                "such as //pkg/..., //pkg:all or a glob ('//pkg*') widens it"
+            )
+            return
         typer.echo("no actions recorded (yet) in " + str(history_dir(config)))
         return
     rows = []

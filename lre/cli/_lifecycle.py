@@ -24,9 +24,11 @@ import typer
 
 from lre.cli._app import app
 from lre.cli._daemon import RunningServer, read_pid_file, remove_pid_file, stop_server
+from lre.cli._knobs import Knobs
 from lre.cli._links import read_links
 from lre.cli._ports import split_address
 from lre.cli._running import look_up
+from lre.cli._start_settings import StartSettings, last_start
 from lre.cli._up import ConfigOption, make_repos_inert, up
 
 #: Exit status of ``lre status`` when lre is not running (LSB "program is not running").
@@ -125,7 +127,11 @@ def stop_lre(config_path: Path | None, now: bool, timeout: float) -> RunningServ
     if now:
         counts = _in_flight(server)
         if counts is not None and counts != (0, 0):
-            typer.echo(f"cancelling {counts[0]} running and {counts[1]} queued action(s)")
+            typer.echo(
+                f"cancelling {counts[0]} running and {counts[1]} queued action(s): the build "
+                'that sent them fails (Bazel says "N errors during bulk transfer"); run it '
+                "again, locally or after `lre up`"
+            )
     else:
         _drain(server, timeout)
     clean = stop_server(server)
@@ -154,7 +160,13 @@ def stop(
     stop_lre(config_path, now, timeout)
 
 
-def _start(config_path: Path | None, port: int | None) -> None:
+def _start(
+    config_path: Path | None,
+    port: int | None,
+    knobs: Knobs | None = None,
+    log_level: str | None = None,
+) -> None:
+    knobs = knobs or Knobs()
     up(
         config_path=config_path,
         port=port,
@@ -166,7 +178,11 @@ def _start(config_path: Path | None, port: int | None) -> None:
         buck_local=False,
         instance="main",
         repo=None,
-        log_level=None,
+        log_level=log_level,
+        cache_size=knobs.cache_size,
+        cpus=knobs.cpus,
+        memory_budget=knobs.memory_budget,
+        status_port=knobs.status_port,
     )
 
 
@@ -188,12 +204,20 @@ def start(
 def restart(
     config_path: ConfigOption = None, now: NowOption = False, timeout: TimeoutOption = 600
 ) -> None:
-    """Stop lre (waiting for its actions, unless --now) and start it again on the same port."""
+    """Stop lre (waiting for its actions, unless --now) and start it again with the
+    settings it was last started with: its config file, port and flags."""
+    settings = last_start(look_up(config_path).state_dir) or StartSettings()
     stopped = stop_lre(config_path, now, timeout)
-    port = None
+    port = settings.port
     if stopped is not None and (hostport := split_address(stopped.grpc_address)) is not None:
-        port = hostport[1] or None
-    _start(config_path, port)
+        port = hostport[1] or port
+    if config_path is None and settings.config is not None:
+        config_path = Path(settings.config)
+    shown = " ".join(settings.knobs.argv())
+    if shown or settings.config:
+        where = f" --config {settings.config}" if settings.config else ""
+        typer.echo(f"starting lre again with its last settings:{where} {shown}".rstrip())
+    _start(config_path, port, settings.knobs, settings.log_level)
 
 
 def _uptime(seconds: float) -> str:

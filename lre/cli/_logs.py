@@ -28,7 +28,7 @@ from typing import Annotated, BinaryIO
 import typer
 
 from lre.cli._app import app
-from lre.cli._config_cmd import load_or_default
+from lre.cli._config_cmd import fallback_warning, load_or_fallback
 from lre.cli._daemon import LOG_FILE, read_pid_file
 from lre.cli._up import ConfigOption, state_dir_of
 from lre.config import resolve
@@ -179,7 +179,10 @@ def logs(
 ) -> None:
     """Print the log of the running (or last) lre; -f follows it like tail -F."""
     cutoff = None if since is None else parse_since(since)
-    state_dir = state_dir_of(resolve(load_or_default(config_path)))
+    loaded, problems = load_or_fallback(config_path)
+    if problems:
+        fallback_warning(problems)
+    state_dir = state_dir_of(resolve(loaded))
     path = log_path(state_dir)
     out = sys.stdout.buffer
     current: BinaryIO | None = None

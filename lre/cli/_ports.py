@@ -85,11 +85,17 @@ def port_is_free(host: str, port: int) -> bool:
 STATUS_PORT_OFFSET = 10
 
 
+#: The embedded default's gRPC and status ports.
+DEFAULT_GRPC_PORT = 50051
+DEFAULT_STATUS_PORT = 50061
+
+
 def with_port(config: Config, port: int | None) -> Config:
     """The config with the first server's TCP port replaced by ``port``.
 
     The status listener follows when its configured port is taken (by a
-    first lre, typically) or is ``port`` itself (``--port 50061``): to
+    first lre, typically), is ``port`` itself (``--port 50061``), or is the
+    default 50061 while ``port`` is not the default 50051: to
     ``port + 10`` when that is free, else to any free port (chosen when it
     binds). So a second lre started with another
     ``--port`` (and another ``LRE_HOME``) starts beside the first.
@@ -104,7 +110,15 @@ def with_port(config: Config, port: int | None) -> Config:
     servers = (dataclasses.replace(first, listener=listener), *config.servers[1:])
     global_ = config.global_
     status = split_address(global_.status.address) if global_.status.address else None
-    if status is not None and status[1] != 0 and (status[1] == port or not port_is_free(*status)):
+    # The default status port also follows a --port other than the default
+    # gRPC port: an lre moved aside with --port must not keep the default
+    # status port, or the next lre on the defaults cannot start.
+    aside = status is not None and status[1] == DEFAULT_STATUS_PORT and port != DEFAULT_GRPC_PORT
+    if (
+        status is not None
+        and status[1] != 0
+        and (aside or status[1] == port or not port_is_free(*status))
+    ):
         status_host = global_.status.address.rpartition(":")[0]
         wanted = port + STATUS_PORT_OFFSET
         moved = wanted if wanted <= 65535 and port_is_free(status[0], wanted) else 0

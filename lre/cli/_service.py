@@ -41,8 +41,10 @@ def _quote(arg: str) -> str:
     return shlex.quote(arg).replace("%", "%%")
 
 
-def unit_text(config: Path | None, python: str = sys.executable) -> str:
-    """The unit running ``python -m lre up --no-tui`` (with ``--config`` when given).
+def unit_text(config: Path | None, python: str = sys.executable, open_files: int = 24576) -> str:
+    """The unit running ``python -m lre up --no-tui`` (with ``--config`` when given),
+    with ``LimitNOFILE=open_files`` (the config's ``global.max_open_files``: a
+    session's hard limit is often lower, and lre would warn at every start).
 
     Raises ``ValueError`` when ``config`` is not an absolute path.
     """
@@ -63,6 +65,7 @@ def unit_text(config: Path | None, python: str = sys.executable) -> str:
             # A directory with no repository above it: the unit links no
             # repository by itself, it serves those linked before.
             "WorkingDirectory=/",
+            f"LimitNOFILE={open_files}",
             "Restart=on-failure",
             "RestartSec=5",
             # SIGTERM: lre cancels its actions and makes client configs inert.
@@ -88,13 +91,22 @@ ServiceConfigOption = Annotated[
 ]
 
 
+def _unit_for(config_path: Path | None) -> str:
+    """``unit_text`` for ``config_path`` (its ``max_open_files``); a bad path is
+    typer's usage error, a config that does not load exits 1 with its problems."""
+    from lre.cli._config_cmd import load_or_default
+
+    open_files = load_or_default(config_path).global_.max_open_files
+    try:
+        return unit_text(config_path.resolve() if config_path else None, open_files=open_files)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--config") from None
+
+
 @service_app.command("unit")
 def show_unit(config_path: ServiceConfigOption = None) -> None:
     """Print the systemd user unit `lre service install` writes."""
-    try:
-        typer.echo(unit_text(config_path.resolve() if config_path else None), nl=False)
-    except ValueError as error:
-        raise typer.BadParameter(str(error), param_hint="--config") from None
+    typer.echo(_unit_for(config_path), nl=False)
 
 
 @service_app.command("install")
@@ -104,7 +116,7 @@ def install(config_path: ServiceConfigOption = None) -> None:
     if path.exists() and not path.read_text(encoding="utf-8").startswith(UNIT_MARKER):
         typer.echo(f"error: {path} exists and was not written by lre; not overwriting it", err=True)
         raise typer.Exit(1)
-    text = unit_text(config_path.resolve() if config_path else None)
+    text = _unit_for(config_path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
@@ -116,6 +128,16 @@ def install(config_path: ServiceConfigOption = None) -> None:
         "enable and start it: systemctl --user daemon-reload && systemctl --user enable --now lre"
     )
     typer.echo("its log: journalctl --user -u lre (or `lre logs`)")
+    from lre.cli._running import look_up
+
+    running = look_up(config_path).server
+    if running is not None:
+        typer.echo(
+            f"note: an lre started by hand runs now (pid {running.pid}, {running.grpc_address}): "
+            "`lre down` before enabling the unit, or the unit's lre finds the state "
+            "directory and port taken",
+            err=True,
+        )
 
 
 @service_app.command("uninstall")

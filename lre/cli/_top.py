@@ -167,7 +167,7 @@ def stats(
         typer.echo(json.dumps(data, indent=2, sort_keys=True))
         return
     console = Console()
-    console.print(render_dashboard(snapshot, width=console.width))
+    console.print(render_dashboard(snapshot, width=console.width, keys=()))
 
 
 def _zero_hits(config: Path | None) -> None:

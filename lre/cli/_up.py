@@ -31,6 +31,7 @@ from lre.cli._daemon import (
     wait_for_pid_file,
     write_pid_file,
 )
+from lre.cli._foreground_stop import ForegroundStop
 from lre.cli._git_exclude import set_excluded
 from lre.cli._knobs import Knobs, with_knobs
 from lre.cli._link import (
@@ -50,7 +51,14 @@ from lre.cli._links import Link, forget_link, read_links
 from lre.cli._ports import check_port, listeners_in_use, split_address, with_port
 from lre.cli._repo_owner import serving_elsewhere
 from lre.cli._repository import resolve_repository
-from lre.config import Config, ListenerSpec, client_exec_properties, resolve
+from lre.cli._start_settings import (
+    StartSettings,
+    differences,
+    last_start,
+    record_effective,
+    record_start,
+)
+from lre.config import Config, ListenerSpec, client_exec_properties, dump_config, resolve
 from lre.errors import LreError
 
 if TYPE_CHECKING:
@@ -121,19 +129,40 @@ def say(text: str, *, err: bool = False) -> None:
         pass
 
 
-def _dashboard_of(notes: list[str]) -> Callable[[Application], Awaitable[None]]:
-    """The dashboard of a foreground ``lre up``: ``q`` stops lre, as Ctrl-C does;
+def _press(stop: ForegroundStop) -> None:
+    """A ``q`` in the dashboard (bound by then, so ``press`` handles it)."""
+    stop.press()
+
+
+def _dashboard_of(
+    notes: list[str], stop: ForegroundStop
+) -> Callable[[Application], Awaitable[None]]:
+    """The dashboard of a foreground ``lre up``: ``q`` and Ctrl-C stop lre
+    through ``stop`` (after the running actions, twice: at once);
     ``notes`` (what lre wrote while starting) stay on top of the screen."""
 
     async def dashboard(application: Application) -> None:
+        import trio
+
         from lre.tui import UP_FOOTER, run_dashboard
 
-        try:
-            await run_dashboard(
-                application.assembler, quit_keys=True, notes=notes, footer=UP_FOOTER
-            )
-        except OSError:  # the terminal went away: SIGHUP stops lre
-            return
+        async def counts() -> tuple[int, int]:
+            snapshot = application.assembler()
+            return snapshot.running, snapshot.queued
+
+        async with trio.open_nursery() as nursery:
+            stop.bind(application, nursery, counts)
+            try:
+                await run_dashboard(
+                    application.assembler,
+                    quit_keys=True,
+                    notes=notes,
+                    footer=UP_FOOTER,
+                    on_quit=lambda: _press(stop),
+                    status_line=lambda: stop.line,
+                )
+            except OSError:  # the terminal went away: SIGHUP stops lre
+                return
         application.request_stop()
 
     return dashboard
@@ -241,7 +270,7 @@ def up(
     link = Link(instance=instance, edit_bazelrc=not no_edit, buck_local=buck_local)
     running = read_pid_file(state_dir)
     if running is not None and running.alive():
-        _use_running(running, port, repo_root, no_client_config, link, state_dir)
+        _use_running(running, port, knobs, repo_root, no_client_config, link, state_dir)
         return
     busy = listeners_in_use(config)
     if busy:
@@ -289,6 +318,20 @@ def up(
         # skips a missing file silently).
         if not no_client_config:
             _point_repos(server, state_dir, repo_root, link, echo)
+        bound = split_address(server.grpc_address)
+        try:
+            record_start(
+                state_dir,
+                StartSettings(
+                    config=str(config_path.resolve()) if config_path is not None else None,
+                    port=bound[1] if bound is not None and bound[1] else port,
+                    knobs=knobs,
+                    log_level=log_level,
+                ),
+            )
+            record_effective(state_dir, dump_config(config))
+        except OSError as error:
+            echo(f"note: {error}: `lre restart` will not know these settings", err=True)
         write_pid_file(state_dir, server)
         echo(
             f"lre listening on {', '.join(ready.grpc_addresses)}"
@@ -302,11 +345,13 @@ def up(
         ready_seen = True
         announce(ready)
 
+    stop = ForegroundStop()
     try:
         run_server(
             config,
             on_ready=on_ready,
-            companion=_dashboard_of(notes) if dashboard else None,
+            companion=_dashboard_of(notes, stop) if dashboard else None,
+            on_interrupt=stop.press if dashboard else None,
             log_level=log_level,
             log_to_file=dashboard,
         )
@@ -331,16 +376,34 @@ def up(
 def _use_running(
     running: RunningServer,
     port: int | None,
+    knobs: Knobs,
     repo_root: Path | None,
     no_client_config: bool,
     link: Link,
     state_dir: Path,
 ) -> None:
-    """`lre up` while lre runs: point the repository at it (exit 0), or say why not."""
+    """`lre up` while lre runs: point the repository at it (exit 0), or say why
+    not. A flag whose value differs from the running lre's (``--port`` and the
+    knobs, against ``start.json``) is refused with exit 2: lre cannot change
+    it without a restart, and ignoring it would leave the user believing it
+    took."""
     typer.echo(f"lre is already running (pid {running.pid}) on {running.grpc_address}")
     hostport = split_address(running.grpc_address)
+    problems: list[str] = []
     if port is not None and (hostport is None or hostport[1] != port):
-        typer.echo(f"note: --port {port} ignored: `lre down` first to move lre", err=True)
+        problems.append(f"--port {port}: lre runs on {running.grpc_address}")
+    recorded = last_start(state_dir)
+    if recorded is not None:
+        problems += differences(recorded, knobs)
+    if problems:
+        for problem in problems:
+            typer.echo(f"error: {problem}", err=True)
+        typer.echo(
+            "lre cannot change that while it runs: `lre down`, then `lre up` with your flags "
+            "(`lre restart` keeps the running settings)",
+            err=True,
+        )
+        raise typer.Exit(2)
     if repo_root is None or no_client_config:
         return
     link_repo_or_exit(repo_root, running, link, state_dir)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path as FilePath
@@ -42,8 +43,35 @@ def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = No
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError([f"{os.fspath(path)}: cannot read the config: {error}"]) from error
     source = os.fspath(path)
-    raw = merge_over_default(parse_json5(text, source), source)
-    return _validate(raw, text, source, env)
+    own = parse_json5(text, source)
+    raw = merge_over_default(own, source)
+    try:
+        return _validate(raw, text, source, env)
+    except ConfigError as error:
+        raise ConfigError([*error.messages, *_list_hints(own, error.messages, source)]) from None
+
+
+#: Top-level lists a file replaces whole (``merge_over_default`` merges only objects).
+_LISTS = ("stores", "schedulers", "workers", "servers")
+
+
+def _list_hints(own: Any, messages: Sequence[str], source: str) -> list[str]:
+    """One note per top-level list the file gives whose entries miss required
+    keys: the file's list replaces the default's whole, which a user who
+    meant to change one field does not expect."""
+    if not isinstance(own, Mapping):
+        return []
+    hints = []
+    for key in _LISTS:
+        if key in own and any(
+            f" {key}[" in m and m.endswith("required key is missing") for m in messages
+        ):
+            hints.append(
+                f"{source}: note: your `{key}` list replaces the embedded default's whole "
+                "list (lists are not merged, objects are); give each entry every required "
+                "key, or start from the default's entries (`lre config show`)"
+            )
+    return hints
 
 
 def merge_over_default(raw: Any, source: str) -> Any:
@@ -127,7 +155,27 @@ def parse_json5(text: str, source: str) -> Any:
     try:
         return json5.loads(text, allow_duplicate_keys=False)
     except ValueError as error:
-        raise ConfigError([f"{source}: not valid JSON5: {error}"]) from error
+        raise ConfigError(
+            [f"{_where(source, str(error))}: not valid JSON5: {_what(str(error))}"]
+        ) from error
+
+
+#: json5's messages: "<string>:LINE MESSAGE at column COLUMN" (the column part optional).
+_JSON5_ERROR = re.compile(r"^<string>:(\d+) (.*?)(?: at column (\d+))?$", re.DOTALL)
+
+
+def _where(source: str, message: str) -> str:
+    """``source:LINE:COLUMN`` from json5's message (json5 names the text ``<string>``)."""
+    match = _JSON5_ERROR.match(message)
+    if match is None:
+        return source
+    return f"{source}:{match[1]}" + (f":{match[3]}" if match[3] else "")
+
+
+def _what(message: str) -> str:
+    """json5's message without its ``<string>:LINE`` and column parts."""
+    match = _JSON5_ERROR.match(message)
+    return message if match is None else match[2]
 
 
 def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

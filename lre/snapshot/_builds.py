@@ -69,6 +69,7 @@ class BuildSummary:
     queue_p95_s: float
     lre_per_action_s: float
     peak_rss_bytes: int
+    #: The longest-running executed actions (running phase; wall time breaks ties).
     slowest: tuple[ActionRecord, ...]
     cancelled: int = 0
     memory_retried: int = 0
@@ -152,7 +153,9 @@ def _summary(invocation: str, records: list[ActionRecord], slowest: int) -> Buil
     starts = [r.submitted_at or r.at for r in records]
     clients = sorted({r.tool for r in records if r.tool})
     instances = sorted({r.instance for r in records if r.instance})
-    by_wall = sorted(executed, key=lambda r: -r.wall_seconds)
+    # Slowest by their own running time: wall time counts the queue too, and
+    # a build's queue wait would put the actions that waited first.
+    by_wall = sorted(executed, key=lambda r: (-r.phase_seconds(Phase.RUNNING), -r.wall_seconds))
     seen: set[str] = set()
     resubmitted = 0
     for record in sorted(records, key=lambda r: r.submitted_at or r.at):

@@ -7,8 +7,9 @@ In screen mode the alternate screen is redrawn in place (no flicker) and
 restored on exit.
 
 With ``quit_keys``, stdin (when a terminal) is put in cbreak mode and ``q``
-ends the dashboard; the terminal mode is restored on every exit path,
-including Ctrl-C (which stays a ``KeyboardInterrupt`` for the caller).
+ends the dashboard (or, with ``on_quit``, calls it and the dashboard goes
+on); the terminal mode is restored on every exit path, including Ctrl-C
+(which stays a ``KeyboardInterrupt`` for the caller).
 """
 
 from __future__ import annotations
@@ -54,13 +55,18 @@ def cbreak(fd: int) -> Iterator[None]:
             pass
 
 
-async def _watch_keys(fd: int, scope: trio.CancelScope) -> None:
+async def _watch_keys(fd: int, scope: trio.CancelScope, on_quit: Callable[[], None] | None) -> None:
     while True:
         await trio.lowlevel.wait_readable(fd)
         data = os.read(fd, 64)
-        if not data or any(byte in QUIT_KEYS for byte in data):
+        if not data:  # the terminal is gone
             scope.cancel()
             return
+        if any(byte in QUIT_KEYS for byte in data):
+            if on_quit is None:
+                scope.cancel()
+                return
+            on_quit()
 
 
 def _screen(
@@ -69,22 +75,29 @@ def _screen(
     notice: str | None,
     keys: tuple[tuple[str, str], ...],
     notes: Sequence[str] = (),
+    line: str | None = None,
 ) -> RenderableType:
     if snapshot is None:
         body: RenderableType = Text(
             notice or "waiting for the first snapshot…", style="bold red" if notice else ""
         )
     else:
-        height = max(1, console.height - len(notes))
+        shown_line = len(line.splitlines()) if line else 0
+        height = max(1, console.height - len(notes) - shown_line)
         if notice:
             # The last picture is stale: its header must not keep saying "ok".
             snapshot = dataclasses.replace(snapshot, problems=("figures from its last answer",))
         body = render_dashboard(
             snapshot, width=console.width, height=height, notice=notice, keys=keys
         )
-    if not notes:
+    parts: list[RenderableType] = []
+    if line:
+        parts.append(Text(line, style="bold reverse", overflow="ellipsis", no_wrap=True))
+    if notes:
+        parts.append(Text("\n".join(notes), style="yellow", overflow="ellipsis", no_wrap=True))
+    if not parts:
         return body
-    return Group(Text("\n".join(notes), style="yellow", overflow="ellipsis", no_wrap=True), body)
+    return Group(*parts, body)
 
 
 async def run_dashboard(
@@ -97,11 +110,15 @@ async def run_dashboard(
     max_frames: int | None = None,
     notes: Sequence[str] = (),
     footer: tuple[tuple[str, str], ...] = TOP_FOOTER,
+    on_quit: Callable[[], None] | None = None,
+    status_line: Callable[[], str | None] | None = None,
 ) -> None:
     """Show the dashboard of ``get_snapshot()`` until cancelled, ``q`` (with
     ``quit_keys``) or ``max_frames`` refreshes (tests). ``notes`` are lines
     kept on top of every frame (what ``lre up`` wrote before the dashboard
-    took the screen).
+    took the screen). ``on_quit``: ``q`` calls it instead of ending the
+    dashboard. ``status_line()``, when it returns text (one line or a few),
+    is shown in bold above the dashboard (what a stop in progress is waiting for).
 
     ``get_snapshot`` may be sync or async. ``OSError``/``ValueError`` from it
     (lre unreachable, a bad answer) keep the last screen with a red notice
@@ -125,7 +142,7 @@ async def run_dashboard(
     ):
         async with trio.open_nursery() as nursery:
             if stdin_fd is not None:
-                nursery.start_soon(_watch_keys, stdin_fd, nursery.cancel_scope)
+                nursery.start_soon(_watch_keys, stdin_fd, nursery.cancel_scope, on_quit)
             frames = 0
             while max_frames is None or frames < max_frames:
                 notice: str | None = None
@@ -139,7 +156,8 @@ async def run_dashboard(
                 # A frame equal to the one on the terminal is not sent again:
                 # an idle dashboard changes once a second (its uptime), and
                 # each redraw costs lre and the terminal a full screen.
-                frame = _screen(console, last, notice, footer, notes)
+                line = status_line() if status_line is not None else None
+                frame = _screen(console, last, notice, footer, notes, line)
                 lines = console.render_lines(frame, pad=False)
                 if shown != (console.size, lines):
                     shown = (console.size, lines)

@@ -35,8 +35,12 @@ __all__ = ["TOP_FOOTER", "UP_FOOTER", "render_dashboard", "rss_style"]
 
 #: The footer of ``lre top`` (``q`` leaves, lre keeps running).
 TOP_FOOTER: tuple[tuple[str, str], ...] = (("q", "quit"), ("Ctrl-C", "quit (lre keeps running)"))
-#: The footer of the dashboard in ``lre up`` (it is lre).
-UP_FOOTER: tuple[tuple[str, str], ...] = (("q", "stop lre"), ("Ctrl-C", "stop lre"))
+#: The footer of the dashboard in ``lre up`` (it is lre): the same keys stop
+#: lre, after the actions it runs or queues, as ``lre down`` does.
+UP_FOOTER: tuple[tuple[str, str], ...] = (
+    ("q", "stop lre after its running actions"),
+    ("Ctrl-C", "the same; twice: cancel them"),
+)
 
 #: An action whose RSS reaches this fraction of its kill line shows red.
 NEAR_KILL_LINE = 0.9
@@ -471,7 +475,8 @@ def render_dashboard(
     """The whole screen for ``snapshot`` at ``width`` columns. ``height`` (rows)
     cuts the in-flight table so the queue and events stay visible; None keeps
     every row. ``notice`` is a line shown on top in red (e.g. "cannot reach
-    lre"). ``keys`` is what the footer lists (``TOP_FOOTER``, ``UP_FOOTER``)."""
+    lre"). ``keys`` is what the footer lists (``TOP_FOOTER``, ``UP_FOOTER``;
+    empty: no footer)."""
     width = max(1, width)
     parts: list[RenderableType] = []
     if notice:
@@ -498,5 +503,6 @@ def render_dashboard(
         parts.append(queued)
     if events is not None:
         parts.append(events)
-    parts.append(footer(keys, width))
+    if keys:  # `lre stats` prints the screen once: no keys to press
+        parts.append(footer(keys, width))
     return Group(*parts)

@@ -245,6 +245,8 @@ async def test_top_and_stats_import_no_server_module(nursery: trio.Nursery, tmp_
         )
         assert result.returncode == 0, result.stderr.decode()
         assert shown in result.stdout.decode()
+        # Printed once, so no keys to press: no dashboard footer.
+        assert "Ctrl-C" not in result.stdout.decode(), result.stdout.decode()
         assert _server_modules(record) == [], name
 
     record = tmp_path / "top.modules"

@@ -59,6 +59,11 @@ def test_a_working_bazel_setup_passes_and_problems_fail_with_their_fix(tmp_path:
         assert lines["clock"].startswith("OK file timestamps in ")
         assert "the wall clock was not set since lre started" in lines["clock"]
         assert lines["user"].startswith("WARN" if os.geteuid() == 0 else "OK")
+        if os.geteuid() == 0:  # the one recommendation about root (README, docs/security.md)
+            assert (
+                "fix: run lre as your own user where unprivileged user namespaces work "
+                "(containment userns); as root only where they do not"
+            ) in text.stdout, text.stdout
         # "strongest": pidns as root, userns or (where the kernel forbids it) portable else.
         assert re.fullmatch(
             r"OK actions run with containment (pidns|userns)"

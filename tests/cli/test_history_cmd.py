@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -93,3 +94,34 @@ def test_empty_history_says_so(tmp_path: Path) -> None:
     assert "no actions recorded" in run_lre("history", cwd=tmp_path, env=env).stdout
     shown = run_lre("builds", "show", cwd=tmp_path, env=env)
     assert shown.returncode == 1 and "no builds recorded" in shown.stderr
+
+
+def test_history_reads_bazel_target_patterns(tmp_path: Path) -> None:
+    write_history(tmp_path / "state")
+    env = _env(tmp_path)
+    every = json.loads(run_lre("history", "--json", cwd=tmp_path, env=env).stdout)
+    in_pkg = [r for r in every if r["target"].startswith("//pkg:")]
+    assert in_pkg
+    for pattern in ("//pkg/...", "//...", "//pkg:all", "//pkg:*"):
+        shown = run_lre("history", "--json", "-t", pattern, cwd=tmp_path, env=env)
+        assert shown.returncode == 0, shown.stderr
+        assert len(json.loads(shown.stdout)) == len(in_pkg), pattern
+    other = run_lre("history", "-t", "//app/...", cwd=tmp_path, env=env)
+    assert other.returncode == 0, other.stderr
+    assert f"no action of //app/... among the {len(every)} recorded" in other.stdout
+
+
+def test_slowest_actions_are_the_longest_running_not_the_longest_queued(tmp_path: Path) -> None:
+    t0 = 1_800_000_000.0
+    waited = action(1, t0, slot_seconds=0.5)
+    stamps = dict(waited.stamps)
+    stamps["queued"] = t0 - 30.0  # 30 s in the queue, half a second running
+    waited = dataclasses.replace(waited, stamps=stamps, submitted_at=t0 - 30.0)
+    long_running = action(2, t0, slot_seconds=4.0)
+    history = HistoryFile(tmp_path / "state", 1 << 20)
+    history.append([json.dumps(r.to_json()) for r in (waited, long_running)])
+    history.close()
+    shown = run_lre("builds", "show", "last", "--json", cwd=tmp_path, env=_env(tmp_path))
+    assert shown.returncode == 0, shown.stderr
+    slowest = [r["target"] for r in json.loads(shown.stdout)["slowest"]]
+    assert slowest == ["//pkg:t2", "//pkg:t1"], slowest

@@ -59,3 +59,20 @@ def test_port_of_the_status_listener_given_as_grpc_port_moves_it(tmp_path: Path)
         assert record["healthy"] is True
     finally:
         assert home.run("down", cwd=repo).returncode == 0
+
+
+def test_an_lre_moved_aside_with_port_leaves_the_default_status_port(tmp_path: Path) -> None:
+    home = private_home(tmp_path)
+    text = home.config.read_text()
+    home.config.write_text(text.replace(f"127.0.0.1:{home.status_port}", "127.0.0.1:50061"))
+    repo = bazel_repo(tmp_path)
+    started = home.run("up", "--detach", "--port", str(home.grpc_port), cwd=repo)
+    assert started.returncode == 0, started.stdout + started.stderr
+    try:
+        record = json.loads(home.run("status", "--json", cwd=repo).stdout)
+        assert record["grpc_address"] == f"127.0.0.1:{home.grpc_port}"
+        # The default status port stays free for an lre on the defaults.
+        assert record["status_address"] != "127.0.0.1:50061", record["status_address"]
+        assert record["healthy"] is True
+    finally:
+        assert home.run("down", cwd=repo).returncode == 0

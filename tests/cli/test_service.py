@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli._lre import run_lre
+from tests.cli.running_lre import bazel_repo, detached, private_home
 
 
 def _systemd_analyze() -> str:
@@ -34,6 +35,7 @@ def test_install_writes_a_unit_systemd_accepts_and_uninstall_removes_it(tmp_path
     assert "systemctl --user enable --now lre" in installed.stdout
     text = unit.read_text()
     assert "-m lre up --no-tui --config" in text
+    assert "\nLimitNOFILE=24576\n" in text  # the config's global.max_open_files
     verify = subprocess.run(
         [analyze, "verify", str(unit)], capture_output=True, text=True, timeout=120, check=False
     )
@@ -52,3 +54,16 @@ def test_install_writes_a_unit_systemd_accepts_and_uninstall_removes_it(tmp_path
     removed = run_lre("service", "uninstall", cwd=tmp_path, env=env)
     assert removed.returncode == 0 and f"removed {unit}" in removed.stdout
     assert not unit.exists()
+
+
+def test_install_says_an_lre_started_by_hand_runs(tmp_path: Path) -> None:
+    home = private_home(tmp_path)
+    repo = bazel_repo(tmp_path)
+    env = {**home.env, "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+    with detached(home, repo):
+        installed = run_lre(
+            "service", "install", "--config", str(home.config), cwd=tmp_path, env=env
+        )
+        assert installed.returncode == 0, installed.stderr
+        assert "note: an lre started by hand runs now" in installed.stderr
+        assert "`lre down` before enabling the unit" in installed.stderr

@@ -174,7 +174,10 @@ def test_dollar_escape_in_config() -> None:
 
 def test_invalid_json5_and_duplicates() -> None:
     (message,) = problems("{ stores: [ }")
-    assert message.startswith("test.json5: not valid JSON5:")
+    assert message == 'test.json5:1:13: not valid JSON5: Unexpected "}"', message
+    # A syntax error names the file, line and column, not json5's "<string>".
+    (message,) = problems('{\n  global: {\n    log_level: "info"\n\n}\n')
+    assert message == "test.json5:6:1: not valid JSON5: Unexpected end of input", message
     (message,) = problems(MINIMAL.replace("schedulers:", "schedulers: [],\n  schedulers:"))
     assert "Duplicate key" in message
 
@@ -223,3 +226,13 @@ def test_config_error_str_joins_messages() -> None:
         load_config_text("{}", source="x", env=ENV)
     assert str(caught.value) == "\n".join(caught.value.messages)
     assert len(caught.value.messages) == 2  # stores and servers both missing
+
+
+def test_a_partial_list_says_it_replaces_the_defaults_whole_list(tmp_path: Path) -> None:
+    path = tmp_path / "mine.json5"
+    path.write_text('{\n  workers: [ { local: { name: "w" } } ],\n}\n')
+    with pytest.raises(ConfigError) as raised:
+        load_config(path)
+    *missing, note = raised.value.messages
+    assert len(missing) == 3 and all(m.endswith("required key is missing") for m in missing)
+    assert note.startswith(f"{path}: note: your `workers` list replaces the embedded default's")

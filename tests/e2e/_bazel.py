@@ -148,13 +148,18 @@ class BazelSession:
         *,
         max_idle_secs: int = 300,
         timeout: float = 600,
+        home: Path | None = None,
     ) -> None:
+        """``home``: read that directory's ``.bazelrc`` (HOME set to it) rather
+        than no home rc at all, for a repository that reads lre.bazelrc
+        through the user's own file."""
         self.workspace = workspace
+        self._env = None if home is None else {**os.environ, "HOME": str(home)}
         self.output_user_root = output_user_root
         self.timeout = timeout
         self._bazel = require_bazel()
         self._startup = [
-            "--nohome_rc",
+            "--nohome_rc" if home is None else "--home_rc",
             f"--output_user_root={output_user_root}",
             # Belt and braces: even a killed test leaves no server beyond this.
             f"--max_idle_secs={max_idle_secs}",
@@ -166,6 +171,7 @@ class BazelSession:
         return subprocess.run(
             [self._bazel, *self._startup, *args],
             cwd=self.workspace,
+            env=self._env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

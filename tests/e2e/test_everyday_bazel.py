@@ -271,6 +271,7 @@ def test_down_during_a_build_waits_for_it_and_now_cancels(tmp_path: Path) -> Non
             assert "stopped" in down.stdout
             if flag:
                 assert "cancelling 1 running and 0 queued action(s)" in down.stdout, down.stdout
+                assert "errors during bulk transfer" in down.stdout  # what Bazel says, named
                 assert build.returncode != 0, output
             else:
                 assert "is running 1 action(s)" in down.stdout, down.stdout

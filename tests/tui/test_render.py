@@ -206,7 +206,8 @@ def test_the_footer_names_the_keys_of_each_dashboard() -> None:
     )
     console.print(render_dashboard(sample_snapshot(), width=100, keys=UP_FOOTER))
     assert console.export_text().splitlines()[-1].split() == [
-        "q", "stop", "lre", "Ctrl-C", "stop", "lre"
+        "q", "stop", "lre", "after", "its", "running", "actions",
+        "Ctrl-C", "the", "same;", "twice:", "cancel", "them",
     ]  # fmt: skip
 
 

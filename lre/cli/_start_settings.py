@@ -1,0 +1,112 @@
+"""What lre was last started with, kept in its state directory: ``start.json``.
+
+The serving ``lre up`` (foreground, or the child of ``--detach``) records,
+once it listens, the config file it read (an absolute path; None for the
+embedded default), the gRPC port it listens on, the knobs given on the
+command line (``--cache-size``, ``--cpus``, ``--memory-budget``,
+``--status-port``) and ``--log-level``. ``lre restart`` starts lre again
+with them, running or stopped; ``lre up`` with a knob that differs from the
+running lre's refuses (``differences``) instead of ignoring it.
+
+A missing or unreadable file reads as None: lre then starts from its config
+alone, as before the file existed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from lre.cli._knobs import Knobs
+from lre.config import parse_byte_size
+
+START_FILE = "start.json"
+#: The resolved config the serving lre runs with ("auto" as it resolved it at
+#: start, the knobs applied): what ``lre config show`` prints while it runs.
+EFFECTIVE_FILE = "effective-config.json5"
+
+
+@dataclass(frozen=True, slots=True)
+class StartSettings:
+    """See the module docstring."""
+
+    config: str | None = None
+    port: int | None = None
+    knobs: Knobs = field(default_factory=Knobs)
+    log_level: str | None = None
+
+
+def record_start(state_dir: Path, settings: StartSettings) -> None:
+    """Write ``start.json`` atomically (0600). Raises OSError."""
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = state_dir / (START_FILE + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(asdict(settings), f)
+    os.replace(tmp, state_dir / START_FILE)
+
+
+def record_effective(state_dir: Path, text: str) -> None:
+    """Write ``effective-config.json5`` atomically (0600). Raises OSError."""
+    tmp = state_dir / (EFFECTIVE_FILE + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, state_dir / EFFECTIVE_FILE)
+
+
+def last_start(state_dir: Path) -> StartSettings | None:
+    """The recorded settings, or None (no file, or one lre cannot read)."""
+    try:
+        data = json.loads((state_dir / START_FILE).read_text(encoding="utf-8"))
+        knobs = Knobs(**data.pop("knobs"))
+        settings = StartSettings(knobs=knobs, **data)
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+    return settings
+
+
+def _size(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return parse_byte_size(text)
+    except ValueError:
+        return None
+
+
+def differences(running: StartSettings, asked: Knobs) -> list[str]:
+    """One sentence per knob given in ``asked`` that differs from what the
+    running lre was started with (a knob it was started without runs with
+    the config's value, which a given knob changes)."""
+    out: list[str] = []
+    pairs: tuple[tuple[str, object, object, str | int | None], ...] = (
+        (
+            "--cache-size",
+            _size(asked.cache_size),
+            _size(running.knobs.cache_size),
+            running.knobs.cache_size,
+        ),
+        ("--cpus", asked.cpus, running.knobs.cpus, running.knobs.cpus),
+        (
+            "--memory-budget",
+            _size(asked.memory_budget),
+            _size(running.knobs.memory_budget),
+            running.knobs.memory_budget,
+        ),
+        ("--status-port", asked.status_port, running.knobs.status_port, running.knobs.status_port),
+    )
+    given = {
+        "--cache-size": asked.cache_size,
+        "--cpus": asked.cpus,
+        "--memory-budget": asked.memory_budget,
+        "--status-port": asked.status_port,
+    }
+    for flag, wanted, has, shown in pairs:
+        if given[flag] is None or wanted == has:
+            continue
+        now = f"{flag} {shown}" if shown is not None else f"the config's value (no {flag})"
+        out.append(f"{flag} {given[flag]}: lre runs with {now}")
+    return out
