@@ -151,6 +151,15 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/worker/test_view_writable.py", "-k", "mask_goes_on"),
     ),
     Mutation(
+        "view-masks-removed",
+        "lre's directories are not masked in an action's view (readable, since the "
+        "read-only host already stops every write)",
+        "lre/worker/_view.py",
+        "        masks, files = _hidden_kinds(view.hidden)\n",
+        "        masks, files = [], []\n",
+        ("tests/worker/test_view_attacks.py", "-k", "read_lres_own"),
+    ),
+    Mutation(
         "status-unhealthy-exits-0",
         "`lre status` exits 0 while lre answers unhealthy (LSB wants 2)",
         "lre/cli/_lifecycle.py",

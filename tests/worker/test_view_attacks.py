@@ -49,6 +49,7 @@ _VIEWLESS = {
     "inplace-input-write",
     "unmount-mask-write-cas",
     "remount-host-writable",
+    "read-lre-state",
 }
 #: What only an action holding root's administrative capabilities could do
 #: (mount, open_by_handle_at, write kernel settings): under portable run by
@@ -524,3 +525,50 @@ def test_write_a_kernel_setting_of_the_host(lre: Lre) -> None:
     finally:
         setting.write_text(before)
     _verdict(lre, "write-kernel-setting", token not in after, (out + err).decode())
+
+
+_READ_ATTACK = """
+import os, sys
+secret = sys.argv[1].encode()
+for path in sys.argv[2:]:
+    routes = [path, "/proc/self/root" + path, "/proc/1/root" + path]
+    # the same file by a path relative to the action's own directory
+    up = os.path.relpath(path, os.getcwd())
+    routes.append(up)
+    for route in routes:
+        try:
+            with open(route, "rb") as handle:
+                data = handle.read()
+        except OSError as error:
+            print("refused", route, error.errno)
+            continue
+        print("LEAKED" if secret in data else "read-without-secret", route)
+print("attack ran")
+"""
+
+
+@pytest.mark.attack("view: an action reads lre's CAS, action cache log, state and tokens")
+def test_read_lres_own_files_by_every_path(lre: Lre) -> None:
+    """Writes are stopped by the read-only host already; this one checks
+    that lre's directories are not there at all (the masks), by reading."""
+    secret = f"secret-{os.urandom(8).hex()}"
+    blob = f"{secret} in a blob never given\n".encode()
+    lre.client.upload([blob])
+    cas = lre.cas_file(digest(blob).hash)
+    _sh(lre, "true")  # the action cache's log exists once a result was stored
+    ac_log = next((lre.home / "ac").rglob("actions.log"))
+    with ac_log.open("ab") as handle:  # a secret in the log itself
+        handle.write(f"{secret}\n".encode())
+    state = lre.home / "state" / "token"
+    state.parent.mkdir(exist_ok=True)
+    state.write_text(secret)
+    if lre.identity == "nobody":
+        shutil.chown(state, "nobody", "nogroup")
+    response = lre.client.run(
+        ["python3", "-c", _READ_ATTACK, secret, str(cas), str(ac_log), str(state)]
+    )
+    assert response.status.code == 0, response.status
+    text = lre.client.stdout(response.result).decode()
+    assert "attack ran" in text, text  # the attack really ran
+    assert text.count("\n") >= 13, text  # every route of every file was tried
+    _verdict(lre, "read-lre-state", "LEAKED" not in text, text)
