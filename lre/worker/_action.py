@@ -500,13 +500,25 @@ class ActionRunner:
             max_inline_bytes=self.spec.upload_action_result.max_inline_bytes,
         )
         result.exit_code = 128 + signal.SIGKILL
+        self._finish_metadata(result, timeline, lease, executed, killed.peak_rss_bytes)
+        return dataclasses.replace(killed, result=result)
+
+    def _finish_metadata(
+        self,
+        result: re_pb2.ActionResult,
+        timeline: Timeline,
+        lease: Lease,
+        executed: _Executed,
+        peak_rss_bytes: int,
+    ) -> None:
+        """Close ``result``'s timeline and attach the run's resource usage
+        (``peak_rss_bytes``: the figure this outcome reports)."""
         timeline.mark("worker_completed")
         result.execution_metadata.CopyFrom(timeline.to_proto(self.spec.name))
-        usage = executed.usage
         result.execution_metadata.auxiliary_metadata.append(
             resource_usage_any(
-                peak_rss_bytes=killed.peak_rss_bytes,
-                cpu_seconds=usage.cpu_seconds,
+                peak_rss_bytes=peak_rss_bytes,
+                cpu_seconds=executed.usage.cpu_seconds,
                 reserved_millicpus=lease.reservation.millicpus,
                 reserved_memory_bytes=lease.reservation.memory_bytes,
                 ladder_step=lease.ladder_step,
@@ -514,7 +526,6 @@ class ActionRunner:
                 samples=executed.samples,
             )
         )
-        return dataclasses.replace(killed, result=result)
 
     async def _collect(
         self,
@@ -586,23 +597,14 @@ class ActionRunner:
             message = error.message
         elif process.signal is not None:
             message = f"action {process.describe}"
-        timeline.mark("worker_completed")
-        result.execution_metadata.CopyFrom(timeline.to_proto(self.spec.name))
-        usage = executed.usage
-        result.execution_metadata.auxiliary_metadata.append(
-            resource_usage_any(
-                peak_rss_bytes=usage.peak_rss_bytes,
-                cpu_seconds=usage.cpu_seconds,
-                reserved_millicpus=lease.reservation.millicpus,
-                reserved_memory_bytes=lease.reservation.memory_bytes,
-                ladder_step=lease.ladder_step,
-                attempt=lease.attempt,
-                samples=executed.samples,
-            )
-        )
+        self._finish_metadata(result, timeline, lease, executed, executed.usage.peak_rss_bytes)
         await cache_result(self.action_cache, self.spec, lease, result, error)
         return Completed(
-            result, error=error, message=message, usage=usage, oom_killed=process.oom_killed
+            result,
+            error=error,
+            message=message,
+            usage=executed.usage,
+            oom_killed=process.oom_killed,
         )
 
     async def _check_inputs(
