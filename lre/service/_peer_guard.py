@@ -8,7 +8,9 @@ to a process lre started ends with PERMISSION_DENIED naming the reason, and
 the handler never runs: an action cannot store an action result, submit an
 Execute, or read lre's CAS through lre's own port. A verdict is cached per
 connection, so a call costs one netlink lookup (about 8 us); the first call
-of a new connection reads ``/proc`` of lre's descendants off the event loop.
+of a new connection reads ``/proc`` of lre's descendants off the event loop,
+in one thread of its own (lookups queue there: a burst of new connections
+costs lre one thread, not one per connection).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import asyncio
 import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -50,6 +53,8 @@ class ActionPeerInterceptor(_InterceptorBase):
         self.port = 0
         self._logged = 0
         self._wrapped = WrappedHandlers()
+        #: Where new connections' holders are looked up (started on first use).
+        self._lookups = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lre-peer-guard")
 
     def listening_on(self, host: str, port: int) -> None:
         self.host = host.strip("[]")
@@ -63,7 +68,7 @@ class ActionPeerInterceptor(_InterceptorBase):
         if verdict is None:
             loop = asyncio.get_running_loop()
             verdict = await loop.run_in_executor(
-                None, lambda: self.peers.judge(peer, self.port, self.host)
+                self._lookups, lambda: self.peers.judge(peer, self.port, self.host)
             )
         assert verdict is not None
         if not verdict.allowed and self._logged < _MAX_LOGGED:

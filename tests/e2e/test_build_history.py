@@ -16,11 +16,12 @@ from typing import Any
 
 import pytest
 
+from tests._support.chromium import render_dom
 from tests._support.configs import app_config_text
 from tests._support.processes import require_tool
 from tests._support.servers import free_port
 from tests.cli._lre import run_lre
-from tests.cli.test_report_page import _Actions, _render
+from tests.cli.test_report_page import _Actions
 from tests.cli.test_trace_file import check_trace_format
 from tests.e2e._bazel import BazelSession, require_bazel
 from tests.e2e._workspace import generate_workspace
@@ -104,7 +105,7 @@ def test_builds_history_trace_and_report_of_real_bazel_builds(tmp_path: Path) ->
 
         page = tmp_path / "report.html"
         lre("report", built["invocation"], "-o", str(page))
-        dom, log = _render(chromium, page, tmp_path / "profile")
+        dom, log = render_dom(chromium, page, tmp_path / "profile")
         assert [line for line in log.splitlines() if ":CONSOLE" in line] == []
         parsed = _Actions()
         parsed.feed(dom)
