@@ -20,6 +20,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -108,11 +109,13 @@ def start_victim(identity: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen([*prefix[:-1], "sleep", "300"], env=env)
 
 
-def start_driver(identity: str, request: dict[str, object], cwd: Path) -> subprocess.Popen[str]:
-    """Start the driver as ``identity`` with ``request`` (see lre_driver.py)."""
+def start_driver(
+    identity: str, request: dict[str, object], cwd: Path, *, driver: Path = DRIVER
+) -> subprocess.Popen[str]:
+    """Start ``driver`` (default lre_driver.py) as ``identity`` with ``request``."""
     prefix, env = python_for(identity)
     return subprocess.Popen(
-        [*prefix, str(DRIVER), json.dumps(request)],
+        [*prefix, str(driver), json.dumps(request)],
         cwd=cwd,
         env=env,
         stdout=subprocess.PIPE,
@@ -121,18 +124,26 @@ def start_driver(identity: str, request: dict[str, object], cwd: Path) -> subpro
     )
 
 
-def run_driver(identity: str, request: dict[str, object], cwd: Path) -> dict[str, object]:
-    """Run the driver to its end; its JSON answer (fails the test if it crashed)."""
-    driver = start_driver(identity, request, cwd)
+def run_driver(
+    identity: str,
+    request: dict[str, Any],
+    cwd: Path,
+    *,
+    timeout: float = 120,
+    driver: Path = DRIVER,
+) -> dict[str, Any]:
+    """Run ``driver`` (default lre_driver.py) to its end; its JSON answer
+    (fails the test if it crashed or outlived ``timeout``)."""
+    process = start_driver(identity, request, cwd, driver=driver)
     try:
-        out, err = driver.communicate(timeout=120)
+        out, err = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        driver.kill()
-        out, err = driver.communicate()
+        process.kill()
+        out, err = process.communicate()
         pytest.fail(f"driver timed out: {err}")
-    if driver.returncode != 0:
-        pytest.fail(f"driver failed ({driver.returncode}): {err}")
-    answer: dict[str, object] = json.loads(out.strip().splitlines()[-1])
+    if process.returncode != 0:
+        pytest.fail(f"driver failed ({process.returncode}): {err[-3000:]}")
+    answer: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     return answer
 
 

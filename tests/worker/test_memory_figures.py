@@ -15,7 +15,6 @@ the reference, whichever is larger.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -23,13 +22,12 @@ import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from lre.snapshot import MEMORY_BELOW_IMAGE, MEMORY_KERNEL, MEMORY_SAMPLED
 from tests._support.ci import in_ci
-from tests._support.lre_as import python_for, require_setup, scratch_for
+from tests._support.lre_as import require_setup, run_driver, scratch_for
 
 MiB = 1 << 20
 DRIVER = Path(__file__).parents[1] / "_support" / "memory_driver.py"
@@ -136,22 +134,6 @@ def references(tmp_path_factory: pytest.TempPathFactory) -> dict[str, int]:
     return out
 
 
-def _run_driver(identity: str, request: dict[str, Any], cwd: Path) -> dict[str, Any]:
-    prefix, env = python_for(identity)
-    done = subprocess.run(
-        [*prefix, str(DRIVER), json.dumps(request)],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    answer: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return answer
-
-
 @pytest.fixture
 def scratch(request: pytest.FixtureRequest) -> Iterator[Path]:
     identity = request.node.callspec.params["identity"]
@@ -168,10 +150,12 @@ def test_figures_match_the_reference(
     containment: str, identity: str, references: dict[str, int], scratch: Path
 ) -> None:
     require_setup(containment, identity)
-    answer = _run_driver(
+    answer = run_driver(
         identity,
         {"mode": containment, "commands": [[n, s] for n, (s, _) in COMMANDS.items()]},
         scratch,
+        driver=DRIVER,
+        timeout=300,
     )
     rows = []
     for name, reference in references.items():

@@ -9,16 +9,13 @@ pidns as root and userns as ``nobody``.
 
 from __future__ import annotations
 
-import json
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from lre.snapshot import MEMORY_SAMPLED
-from tests._support.lre_as import python_for, require_setup, scratch_for
+from tests._support.lre_as import require_setup, run_driver, scratch_for
 
 MiB = 1 << 20
 DRIVER = Path(__file__).parents[1] / "_support" / "memory_driver.py"
@@ -28,22 +25,6 @@ IDS = [f"{c}-{i}" for c, i in SETUPS]
 #: budget 256 MiB x kill_factor 1.2: actions above ~307 MiB are killed
 BUDGET = 256 * MiB
 CEILING = int(BUDGET * 1.2)
-
-
-def _run_driver(identity: str, request: dict[str, Any], cwd: Path) -> dict[str, Any]:
-    prefix, env = python_for(identity)
-    done = subprocess.run(
-        [*prefix, str(DRIVER), json.dumps(request)],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    answer: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return answer
 
 
 @pytest.fixture
@@ -59,7 +40,7 @@ def test_an_action_filling_dev_shm_is_killed_like_an_rss_hog(
 ) -> None:
     require_setup(containment, identity)
     hold = "sleep 30; echo still running"
-    answer = _run_driver(
+    answer = run_driver(
         identity,
         {
             "mode": containment,
@@ -77,6 +58,8 @@ def test_an_action_filling_dev_shm_is_killed_like_an_rss_hog(
             ],
         },
         scratch,
+        driver=DRIVER,
+        timeout=300,
     )
     shm, rss = answer["shm_hog"], answer["rss_hog"]
     # the attack ran: a pass saw its tmpfs past the ceiling (dd itself
@@ -95,7 +78,7 @@ def test_tmp_and_dev_shm_share_one_bound_and_count_as_memory(
     containment: str, identity: str, scratch: Path
 ) -> None:
     require_setup(containment, identity)
-    answer = _run_driver(
+    answer = run_driver(
         identity,
         {
             "mode": containment,
@@ -111,6 +94,8 @@ def test_tmp_and_dev_shm_share_one_bound_and_count_as_memory(
             ],
         },
         scratch,
+        driver=DRIVER,
+        timeout=300,
     )
     fill = answer["fill"]
     assert "tmp-ok" in fill["stderr"], fill  # the attack ran
