@@ -36,7 +36,6 @@ import dataclasses
 import logging
 import os
 import signal
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,7 +48,6 @@ from lre.errors import (
     Cancelled,
     DeadlineExceeded,
     Internal,
-    InvalidArgument,
     LreError,
     MissingBlobs,
 )
@@ -82,7 +80,7 @@ from lre.worker._memory_control import MemoryControl
 from lre.worker._memory_figure import memory_figure
 from lre.worker._metadata import Timeline, resource_usage_any
 from lre.worker._output_collection import collect_outputs
-from lre.worker._outputs import FoundFile, FoundOutputs
+from lre.worker._outputs import FoundFile, FoundOutputs, open_own_log
 from lre.worker._process import ProcessOutcome, default_containment, run_process
 from lre.worker._process_limit import limit_error, process_limits
 from lre.worker._sampler import ActionUsage, ProcessTreeSampler
@@ -710,16 +708,8 @@ def _append_to_log(path: Path, identity: tuple[int, int], text: str) -> None:
     for it (``identity``: its device and inode). Raises ``InvalidArgument``
     when the action put another file (a symlink, a link elsewhere, a FIFO) in
     its place, ``OSError`` when the write fails."""
+    fd, _ = open_own_log(path, identity, os.O_WRONLY | os.O_APPEND)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as error:
-        raise InvalidArgument(
-            f"the action removed or replaced its {path.name} file ({error.strerror})"
-        ) from None
-    try:
-        info = os.fstat(fd)
-        if (info.st_dev, info.st_ino) != identity or not stat.S_ISREG(info.st_mode):
-            raise InvalidArgument(f"the action replaced its {path.name} file with another")
         os.write(fd, text.encode())
     finally:
         os.close(fd)

@@ -539,6 +539,28 @@ def _pointed_kind(root: MergedDir, dir_fd: int, relative_link: str, target: str)
     return "directory" if stat.S_ISDIR(pointed.st_mode) else "file"
 
 
+def open_own_log(path: Path, identity: tuple[int, int], flags: int) -> tuple[int, os.stat_result]:
+    """Open the action's stdout or stderr file at ``path`` with ``flags``,
+    the very file lre opened for it (``identity``: its device and inode);
+    the descriptor and its status. Raises ``InvalidArgument`` when the
+    action removed it or put another file (a symlink, a link elsewhere, a
+    FIFO) in its place."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as error:
+        raise InvalidArgument(
+            f"the action removed or replaced its {path.name} file ({error.strerror})"
+        ) from None
+    try:
+        info = os.fstat(fd)
+        if (info.st_dev, info.st_ino) != identity or not stat.S_ISREG(info.st_mode):
+            raise InvalidArgument(f"the action replaced its {path.name} file with another")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, info
+
+
 def log_file(
     path: Path, identity: tuple[int, int], budget: OutputBudget | None = None
 ) -> FoundFile:
@@ -549,16 +571,8 @@ def log_file(
     and ``ResourceExhausted`` (before reading it) when it would take the
     action's outputs over ``budget``.
     """
+    fd, info = open_own_log(path, identity, os.O_RDONLY)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as error:
-        raise InvalidArgument(
-            f"the action removed or replaced its {path.name} file ({error.strerror})"
-        ) from None
-    try:
-        info = os.fstat(fd)
-        if (info.st_dev, info.st_ino) != identity or not stat.S_ISREG(info.st_mode):
-            raise InvalidArgument(f"the action replaced its {path.name} file with another")
         if budget is not None:
             budget.charge(path.name, info)
         digest, data = hash_fd(fd, info.st_size)
