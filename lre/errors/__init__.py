@@ -5,6 +5,8 @@ statuses in exactly one place (``lre.service.rpc_status_of``, which the
 ``unary_rpc`` / ``stream_rpc`` decorators and ``abort_with`` apply). Messages are meant for
 the client: name the field and the value that was wrong, never internal
 details such as paths of lre's own directories or tracebacks.
+``error_for_code`` goes the other way, for a status received from an
+upstream server: the class carrying that code.
 """
 
 from lre.errors._descriptors import descriptors_exhausted, out_of_descriptors
@@ -27,6 +29,7 @@ from lre.errors._errors import (
     Unauthenticated,
     Unavailable,
     Unimplemented,
+    error_for_code,
 )
 
 __all__ = [
@@ -49,5 +52,6 @@ __all__ = [
     "Unavailable",
     "Unimplemented",
     "descriptors_exhausted",
+    "error_for_code",
     "out_of_descriptors",
 ]

@@ -125,3 +125,18 @@ class Unavailable(LreError):
 
 class Unauthenticated(LreError):
     code = StatusCode.UNAUTHENTICATED
+
+
+#: Each status code's own class, read off the classes above: the direct
+#: subclasses of ``LreError`` (a refinement such as ``CacheMiss`` shares its
+#: parent's code and is never the answer to a bare code).
+_BY_CODE: dict[int, type[LreError]] = {
+    error.code: error for error in LreError.__subclasses__() if error.code != StatusCode.UNKNOWN
+}
+
+
+def error_for_code(code: int, message: str) -> LreError:
+    """The domain error for gRPC status ``code`` received from elsewhere (an
+    upstream's answer); ``Internal`` for a code no class carries (OK, UNKNOWN,
+    DATA_LOSS or a number outside the enum)."""
+    return _BY_CODE.get(code, Internal)(message)

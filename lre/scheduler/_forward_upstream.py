@@ -38,12 +38,19 @@ from lre.cas import (
 )
 from lre.config import UpstreamPlatformSpec
 from lre.digest import Digest, DigestFunction, resolve_digest_function
-from lre.errors import FailedPrecondition, LreError, MissingBlobs, NotFound, Unavailable
+from lre.errors import (
+    FailedPrecondition,
+    LreError,
+    MissingBlobs,
+    NotFound,
+    Unavailable,
+    error_for_code,
+)
 from lre.proto import error_details_pb2, operations_pb2, re_grpc, re_pb2
 from lre.scheduler._matching import platform_of
 from lre.scheduler._model import Stage
 from lre.scheduler._upstream_platform import platform_message, upstream_platform
-from lre.upstream import Connection, Metadata, UpstreamClient, error_for_code
+from lre.upstream import Connection, Metadata, UpstreamClient
 
 _EOF: object = grpc.aio.EOF  # type: ignore[attr-defined]
 

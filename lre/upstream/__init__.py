@@ -1,6 +1,6 @@
 """The client side of an upstream REAPI server (NativeLink, Buildbarn,
 BuildGrid, another lre): connections, headers, retries, concurrency and
-health (``UpstreamClient``), the domain errors of its answers, and the hop
+health (``UpstreamClient``), the error for an unreachable upstream, and the hop
 from Trio to grpc.aio on its own asyncio thread (``UpstreamLoop``).
 
 ``UpstreamLoop`` wakes Trio through an ``lre.hop.Mailbox``, as the
@@ -16,7 +16,7 @@ scheduler (``lre.scheduler``) and the composition root (``lre.app``).
 
 from lre.hop import name_os_thread
 from lre.upstream._client import Connection, Metadata, UpstreamClient
-from lre.upstream._errors import UpstreamUnavailable, error_for_code
+from lre.upstream._errors import UpstreamUnavailable
 from lre.upstream._health import HealthState, UpstreamStatistics
 from lre.upstream._loop import UpstreamLoop
 
@@ -28,6 +28,5 @@ __all__ = [
     "UpstreamLoop",
     "UpstreamStatistics",
     "UpstreamUnavailable",
-    "error_for_code",
     "name_os_thread",
 ]

@@ -32,11 +32,12 @@ from typing import Any, TypeVar
 import grpc
 import grpc.aio
 import trio
+from google.protobuf.message import Message
 
 from lre.config import EndpointSpec, RetrySpec
-from lre.errors import InvalidArgument, LreError
+from lre.errors import InvalidArgument, LreError, error_for_code
 from lre.proto import re_grpc, re_pb2
-from lre.upstream._errors import UpstreamUnavailable, error_for_code
+from lre.upstream._errors import UpstreamUnavailable
 from lre.upstream._health import UpstreamHealth, UpstreamStatistics
 from lre.upstream._loop import UpstreamLoop
 
@@ -250,16 +251,18 @@ class UpstreamClient:
             self.health.record_success()
             return value
 
-    async def unary(
-        self,
-        what: str,
-        invoke: Callable[[Connection, Metadata, float], Awaitable[T]],
-        *,
-        timeout_s: float | None = None,
-    ) -> T:
-        """``attempt`` inside one concurrency slot."""
+    async def call(self, stub_type: type[Any], method: str, request: Message) -> Any:
+        """One unary RPC ``stub_type(channel).method(request)`` inside one
+        concurrency slot, with the retries and health of ``attempt``; the
+        answer is the call's response message. Failure: the domain error of
+        the status (``UpstreamUnavailable`` when the upstream is unreachable)."""
+
+        async def invoke(connection: Connection, metadata: Metadata, timeout: float) -> Any:
+            rpc = getattr(connection.stub(stub_type), method)
+            return await rpc(request, metadata=metadata, timeout=timeout)
+
         async with self.limiter:
-            return await self.attempt(what, invoke, timeout_s=timeout_s)
+            return await self.attempt(method, invoke)
 
     async def step(self, what: str, fn: Callable[[], Awaitable[T]]) -> T:
         """One step of a stream already open (no retry); errors mapped."""
@@ -274,17 +277,9 @@ class UpstreamClient:
         if cached is not None:
             return cached
         request = re_pb2.GetCapabilitiesRequest(instance_name=instance_name)
-
-        async def invoke(
-            connection: Connection, metadata: Metadata, timeout: float
-        ) -> re_pb2.ServerCapabilities:
-            stub = connection.stub(re_grpc.CapabilitiesStub)
-            answer: re_pb2.ServerCapabilities = await stub.GetCapabilities(
-                request, metadata=metadata, timeout=timeout
-            )
-            return answer
-
-        answer = await self.unary("GetCapabilities", invoke)
+        answer: re_pb2.ServerCapabilities = await self.call(
+            re_grpc.CapabilitiesStub, "GetCapabilities", request
+        )
         self._capabilities[instance_name] = answer
         return answer
 

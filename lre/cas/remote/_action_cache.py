@@ -37,8 +37,6 @@ from lre.digest import Digest
 from lre.errors import InvalidArgument, LreError, NotFound, ResourceExhausted
 from lre.proto import re_grpc, re_pb2
 from lre.upstream import (
-    Connection,
-    Metadata,
     UpstreamClient,
     UpstreamStatistics,
     UpstreamUnavailable,
@@ -91,18 +89,11 @@ class GrpcActionCache:
             instance_name=self.instance_name, action_digest=action_digest.to_proto()
         )
 
-        async def invoke(
-            connection: Connection, metadata: Metadata, timeout: float
-        ) -> re_pb2.ActionResult:
-            stub = connection.stub(re_grpc.ActionCacheStub)
-            answer: re_pb2.ActionResult = await stub.GetActionResult(
-                request, metadata=metadata, timeout=timeout
-            )
-            return answer
-
         counters = self.client.health.counters
         try:
-            result = await self.client.unary("GetActionResult", invoke)
+            result: re_pb2.ActionResult = await self.client.call(
+                re_grpc.ActionCacheStub, "GetActionResult", request
+            )
         except NotFound:
             counters["ac_misses"] += 1
             return None
@@ -162,16 +153,7 @@ class GrpcActionCache:
             action_result=result,
         )
 
-        async def invoke(
-            connection: Connection, metadata: Metadata, timeout: float
-        ) -> re_pb2.ActionResult:
-            stub = connection.stub(re_grpc.ActionCacheStub)
-            answer: re_pb2.ActionResult = await stub.UpdateActionResult(
-                request, metadata=metadata, timeout=timeout
-            )
-            return answer
-
-        await self.client.unary("UpdateActionResult", invoke)
+        await self.client.call(re_grpc.ActionCacheStub, "UpdateActionResult", request)
 
 
 class FastSlowActionCache:

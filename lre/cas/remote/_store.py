@@ -37,7 +37,7 @@ from lre.cas._protocol import StoreCapabilities
 from lre.cas._statistics import StoreStatistics
 from lre.cas._streams import closing_stream
 from lre.digest import EMPTY_DIGEST, Digest
-from lre.errors import InvalidArgument, NotFound, OutOfRange, Unavailable
+from lre.errors import InvalidArgument, NotFound, OutOfRange, Unavailable, error_for_code
 from lre.proto import bs_grpc, bs_pb2, re_grpc, re_pb2
 from lre.upstream import (
     Connection,
@@ -45,7 +45,6 @@ from lre.upstream import (
     UpstreamClient,
     UpstreamStatistics,
     UpstreamUnavailable,
-    error_for_code,
 )
 
 #: grpc.aio's end-of-stream marker (missing from the type stubs).
@@ -147,16 +146,9 @@ class GrpcStore:
             instance_name=self.instance_name, blob_digests=[d.to_proto() for d in chunk]
         )
 
-        async def invoke(
-            connection: Connection, metadata: Metadata, timeout: float
-        ) -> re_pb2.FindMissingBlobsResponse:
-            stub = connection.stub(re_grpc.ContentAddressableStorageStub)
-            answer: re_pb2.FindMissingBlobsResponse = await stub.FindMissingBlobs(
-                request, metadata=metadata, timeout=timeout
-            )
-            return answer
-
-        answer = await self.client.unary("FindMissingBlobs", invoke)
+        answer: re_pb2.FindMissingBlobsResponse = await self.client.call(
+            re_grpc.ContentAddressableStorageStub, "FindMissingBlobs", request
+        )
         return {Digest(d.hash, d.size_bytes) for d in answer.missing_blob_digests}
 
     # ------------------------------------------------------------ read
@@ -203,16 +195,9 @@ class GrpcStore:
             instance_name=self.instance_name, digests=[digest.to_proto()]
         )
 
-        async def invoke(
-            connection: Connection, metadata: Metadata, timeout: float
-        ) -> re_pb2.BatchReadBlobsResponse:
-            stub = connection.stub(re_grpc.ContentAddressableStorageStub)
-            answer: re_pb2.BatchReadBlobsResponse = await stub.BatchReadBlobs(
-                request, metadata=metadata, timeout=timeout
-            )
-            return answer
-
-        answer = await self.client.unary("BatchReadBlobs", invoke)
+        answer: re_pb2.BatchReadBlobsResponse = await self.client.call(
+            re_grpc.ContentAddressableStorageStub, "BatchReadBlobs", request
+        )
         for response in answer.responses:
             if response.digest.hash != digest.hash:
                 continue
@@ -309,16 +294,9 @@ class GrpcStore:
             requests=[re_pb2.BatchUpdateBlobsRequest.Request(digest=digest.to_proto(), data=data)],
         )
 
-        async def invoke(
-            connection: Connection, metadata: Metadata, timeout: float
-        ) -> re_pb2.BatchUpdateBlobsResponse:
-            stub = connection.stub(re_grpc.ContentAddressableStorageStub)
-            answer: re_pb2.BatchUpdateBlobsResponse = await stub.BatchUpdateBlobs(
-                request, metadata=metadata, timeout=timeout
-            )
-            return answer
-
-        answer = await self.client.unary("BatchUpdateBlobs", invoke)
+        answer: re_pb2.BatchUpdateBlobsResponse = await self.client.call(
+            re_grpc.ContentAddressableStorageStub, "BatchUpdateBlobs", request
+        )
         for response in answer.responses:
             if response.status.code != 0:
                 raise error_for_code(
