@@ -56,6 +56,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from lre.errors import out_of_descriptors
+from lre.hop import read_proc_stat
 
 __all__ = ["LocalPeers", "PeerVerdict", "parse_peer"]
 
@@ -461,13 +462,11 @@ def _descendants_by_scan(root: int) -> list[int]:
         if not name.isdigit():
             continue
         try:
-            with open(f"/proc/{name}/stat", "rb") as handle:
-                data = handle.read()
+            parent = read_proc_stat(name).parent
         except OSError as error:
             if out_of_descriptors(error):
                 raise
             continue
-        parent = int(data[data.rindex(b")") + 2 :].split()[1])
         children.setdefault(parent, []).append(int(name))
     found: list[int] = []
     stack = list(children.get(root, ()))

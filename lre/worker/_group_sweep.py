@@ -11,13 +11,13 @@ from collections.abc import Sequence
 
 import trio
 
+from lre.hop import ProcStat, read_proc_stat
 from lre.worker._containment_base import Containment
 from lre.worker._syscalls import LIBC as _LIBC
 from lre.worker._syscalls import call as _call
 from lre.worker._syscalls import kill as _kill
 from lre.worker._syscalls import killpg as _killpg
 from lre.worker._syscalls import reap as _reap
-from lre.worker._syscalls import stat_fields as _stat_fields
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +59,9 @@ class ProcessGroupSweep(Containment):
 
     def spawn_started(self, pid: int) -> None:
         super().spawn_started(pid)
-        fields = _stat_fields(pid)
+        stat = _stat(pid)
         with self._lock:
-            self._running[pid] = fields[1] if fields is not None else 0
+            self._running[pid] = stat.start_ticks if stat is not None else 0
 
     def spawn_abandoned(self, pid: int) -> None:
         with self._lock:
@@ -106,11 +106,11 @@ class ProcessGroupSweep(Containment):
         for _ in range(_SWEEP_PASSES):
             killed = False
             for orphan in self.orphans():
-                fields = _stat_fields(orphan)
-                if fields is None:
+                stat = _stat(orphan)
+                if stat is None:
                     continue
-                state, born = fields
-                if state == "Z":  # an orphan that exited on its own
+                born = stat.start_ticks
+                if stat.state == "Z":  # an orphan that exited on its own
                     self._forget(orphan)
                     _reap(orphan)
                     continue
@@ -150,12 +150,12 @@ class ProcessGroupSweep(Containment):
                     continue
                 earliest = min(self._running.values())
             for orphan in self.orphans():
-                fields = _stat_fields(orphan)
-                if fields is not None and fields[0] == "Z":  # exited: reap it now
+                stat = _stat(orphan)
+                if stat is not None and stat.state == "Z":  # exited: reap it now
                     self._forget(orphan)
                     _reap(orphan)
                     continue
-                if orphan in self._kept or fields is None or fields[1] < earliest:
+                if orphan in self._kept or stat is None or stat.start_ticks < earliest:
                     continue
                 self._kept.add(orphan)
                 self.guardian.add_process(orphan)
@@ -164,3 +164,11 @@ class ProcessGroupSweep(Containment):
         if orphan in self._kept:
             self._kept.discard(orphan)
             self.guardian.remove_process(orphan)
+
+
+def _stat(pid: int) -> ProcStat | None:
+    """``pid``'s kernel status line; None when it is gone or unreadable."""
+    try:
+        return read_proc_stat(pid)
+    except (OSError, ValueError):
+        return None

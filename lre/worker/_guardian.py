@@ -233,7 +233,10 @@ def _inheritable_fds() -> list[int]:
 
 
 def _process_table() -> list[tuple[int, int, int]]:
-    """(pid, parent pid, process group) of every process that can be read."""
+    """(pid, parent pid, process group) of every process that can be read.
+
+    Parsed here rather than with ``lre.hop.read_proc_stat``: the guardian runs
+    as a file on its own and imports nothing of lre."""
     table: list[tuple[int, int, int]] = []
     for name in os.listdir("/proc"):
         if not name.isdigit():

@@ -68,6 +68,7 @@ from dataclasses import dataclass
 import trio
 
 from lre.errors import out_of_descriptors
+from lre.hop import parse_proc_stat
 from lre.worker._descriptors import SkipLog, using_reserve
 
 __all__ = ["ActionUsage", "ProcessTreeSampler", "SamplerStatistics"]
@@ -416,14 +417,14 @@ class ProcessTreeSampler:
                     if fd >= 0:
                         os.close(fd)
                     continue
-                fields = data[data.rfind(b")") + 2 :].split(None, 22)
-                if len(fields) < 22:
+                try:
+                    stat = parse_proc_stat(data)
+                except ValueError:
                     os.close(fd)
                     continue
-                sid = int(fields[3])
-                acc = sums.get(sid)
+                acc = sums.get(stat.session)
                 if acc is None:
-                    acc = sums.get(int(fields[2]))
+                    acc = sums.get(stat.group)
                     if acc is None and self._namespaces:
                         acc = self._namespace_member(pid, name, sums, by_namespace)
                     if acc is None:
@@ -434,19 +435,19 @@ class ProcessTreeSampler:
                     fds[pid] = fd
                 else:
                     os.close(fd)
-                acc[1] += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
-                if fields[0] not in (b"Z", b"X"):  # dead: no memory, runs nothing
-                    if pid not in own_leaders and int(fields[1]) not in own_parents:
-                        acc[0] += int(fields[21])
+                acc[1] += stat.cpu_ticks
+                if stat.state not in ("Z", "X"):  # dead: no memory, runs nothing
+                    if pid not in own_leaders and stat.parent not in own_parents:
+                        acc[0] += stat.rss_pages
                     acc[2] += 1
                     acc.append(pid)
                     members += 1
                 if pid in leaders:
                     tracked = leaders[pid]
                     if not tracked.start_known:
-                        tracked.start_from_boot_ticks(int(fields[19]))
+                        tracked.start_from_boot_ticks(stat.start_ticks)
                 else:
-                    parent = leaders.get(int(fields[1]))
+                    parent = leaders.get(stat.parent)
                     if parent is not None and parent.namespace_pending:
                         self._adopt_namespace(parent, name)
         finally:

@@ -70,17 +70,6 @@ def loopback_up() -> None:
         fcntl.ioctl(sock, _SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | _IFF_UP))
 
 
-def stat_fields(pid: int) -> tuple[str, int] | None:
-    """State and start time (clock ticks since boot) of ``pid``; None when gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            data = handle.read()
-    except OSError:
-        return None
-    fields = data[data.rindex(b")") + 2 :].split()
-    return fields[0].decode(), int(fields[19])
-
-
 def reap(pid: int) -> None:
     try:
         os.waitpid(pid, 0)
