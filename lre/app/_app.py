@@ -43,7 +43,7 @@ from lre.app._upstreams import upstream_rows
 from lre.cas import (
     StoreStatistics,
 )
-from lre.config import Config, WorkerResources, worker_resources
+from lre.config import Config, WorkerResources, state_dir_of, worker_resources
 from lre.scheduler import ForwardScheduler, Scheduler, SchedulerEvent
 from lre.service import LocalPeers, RpcMetrics, TrioBridge
 from lre.snapshot import EventKind, JobserverTokens, MemoryControlRow
@@ -59,11 +59,6 @@ class ReadyInfo:
 
     grpc_addresses: tuple[str, ...]
     status_address: str
-
-
-def state_dir_of(config: Config) -> Path:
-    """lre's own state directory for ``config`` (pid file, logs, learned data)."""
-    return Path(config.global_.state_dir)
 
 
 class Application:

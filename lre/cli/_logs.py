@@ -30,8 +30,8 @@ import typer
 from lre.cli._app import app
 from lre.cli._config_cmd import fallback_warning, load_or_fallback
 from lre.cli._daemon import LOG_FILE, read_pid_file
-from lre.cli._up import ConfigOption, state_dir_of
-from lre.config import resolve
+from lre.cli._up import ConfigOption
+from lre.config import resolve, state_dir_of
 
 #: Seconds between looks at a log that has no new bytes.
 POLL_S = 0.2

@@ -58,7 +58,14 @@ from lre.cli._start_settings import (
     record_effective,
     record_start,
 )
-from lre.config import Config, ListenerSpec, client_exec_properties, dump_config, resolve
+from lre.config import (
+    Config,
+    ListenerSpec,
+    client_exec_properties,
+    dump_config,
+    resolve,
+    state_dir_of,
+)
 from lre.errors import LreError
 
 if TYPE_CHECKING:
@@ -75,12 +82,6 @@ def _check_log_level(value: str | None) -> str | None:
         return value.lower() if value else value
     choices = ", ".join(repr(level) for level in LOG_LEVELS)
     raise typer.BadParameter(f"{value!r} is not one of {choices}", param_hint="--log-level")
-
-
-def state_dir_of(config: Config) -> Path:
-    """lre's state directory (pid file, log). The app is imported lazily: it is
-    slow to import and only ``lre up`` needs it."""
-    return Path(config.global_.state_dir)
 
 
 ConfigOption = Annotated[Path | None, config_option()]

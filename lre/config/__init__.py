@@ -45,7 +45,7 @@ from lre.config._scheduler_models import (
     UpstreamPlatformSpec,
 )
 from lre.config._server_models import InstanceSpec, ListenerSpec, ServerSpec, TlsServerSpec
-from lre.config._state_files import ADMIN_TOKEN_FILE, HITS_FILE
+from lre.config._state_files import ADMIN_TOKEN_FILE, HITS_FILE, state_dir_of
 from lre.config._store_models import (
     EndpointSpec,
     EvictionPolicy,
@@ -130,6 +130,7 @@ __all__ = [
     "nearest_existing_dir",
     "parse_byte_size",
     "resolve",
+    "state_dir_of",
     "value_origins",
     "worker_resources",
 ]
