@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from lre.cas import FilesystemActionCache, FilesystemStore
 from lre.config import ADMIN_TOKEN_FILE
 
-__all__ = ["CacheAdmin", "write_admin_token"]
+__all__ = ["CacheAdmin", "shrink_store", "write_admin_token"]
 
 
 def write_admin_token(state_dir: str) -> str:
@@ -45,6 +45,25 @@ def write_admin_token(state_dir: str) -> str:
     return token
 
 
+async def shrink_store(
+    name: str, store: FilesystemStore, to_bytes: int, *, force: bool
+) -> dict[str, object]:
+    """Evict from the open ``store`` down to ``to_bytes`` and describe it in
+    the row ``lre cache gc`` prints, the same whether the running server or
+    the CLI (lre down) shrinks. Failure: the store's unlink error propagates."""
+    before = store.statistics()
+    report = await store.evict_to(to_bytes, force=force)
+    return {
+        "name": name,
+        "before_bytes": before.stored_bytes,
+        "after_bytes": store.statistics().stored_bytes,
+        "evicted_blobs": report.evicted_blobs,
+        "evicted_bytes": report.evicted_bytes,
+        "kept_told_bytes": report.kept_told_bytes,
+        "keep_told_s": before.keep_told_s,
+    }
+
+
 @dataclass(frozen=True, slots=True)
 class CacheAdmin:
     """The state-changing cache operations of a running lre."""
@@ -55,21 +74,10 @@ class CacheAdmin:
 
     async def gc(self, to_bytes: int, *, force: bool) -> dict[str, object]:
         """Shrink each filesystem CAS to at most ``to_bytes``."""
-        rows = []
-        for name, store in sorted(self.blob_stores.items()):
-            before = store.statistics()
-            report = await store.evict_to(to_bytes, force=force)
-            rows.append(
-                {
-                    "name": name,
-                    "before_bytes": before.stored_bytes,
-                    "after_bytes": store.statistics().stored_bytes,
-                    "evicted_blobs": report.evicted_blobs,
-                    "evicted_bytes": report.evicted_bytes,
-                    "kept_told_bytes": report.kept_told_bytes,
-                    "keep_told_s": before.keep_told_s,
-                }
-            )
+        rows = [
+            await shrink_store(name, store, to_bytes, force=force)
+            for name, store in sorted(self.blob_stores.items())
+        ]
         return {"stores": rows, "force": force}
 
     async def clean(self, *, force: bool) -> dict[str, object]:

@@ -336,23 +336,13 @@ def _shrink_lines(rows: list[dict[str, Any]], to: int) -> list[str]:
 
 async def _shrink_offline(stores: LocalStores, to: int, force: bool) -> list[dict[str, Any]]:
     """``CacheAdmin.gc`` on stores opened here (no server has them open)."""
+    from lre.app import shrink_store
+
     rows = []
     for name, store in stores.blobs:
         await store.open()
-        before = store.statistics()
-        report = await store.evict_to(to, force=force)
+        rows.append(await shrink_store(name, store, to, force=force))
         await store.close()
-        rows.append(
-            {
-                "name": name,
-                "before_bytes": before.stored_bytes,
-                "after_bytes": store.statistics().stored_bytes,
-                "evicted_blobs": report.evicted_blobs,
-                "evicted_bytes": report.evicted_bytes,
-                "kept_told_bytes": report.kept_told_bytes,
-                "keep_told_s": before.keep_told_s,
-            }
-        )
     return rows
 
 
