@@ -1,4 +1,4 @@
-"""Issue 29: what fetching every output costs Bazel 4.2.3, and what it prints
+"""What fetching every output costs Bazel 4.2.3, and what it prints
 when a blob it relied on went.
 
 Part 1 (download volume against cache size): clean remote builds of the

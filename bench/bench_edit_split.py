@@ -1,5 +1,5 @@
 """Where the time of one edit-rebuild goes: Bazel's local sandbox against lre,
-phase by phase, in one run with alternating rounds (issue 33).
+phase by phase, in one run with alternating rounds.
 
     .venv/bin/python bench/bench_edit_split.py [--rounds 10] [--warmup 2] \\
         [--modules 40] [--funcs 8] [--make-ws ../shared/tools/peer/make_ws.py]

@@ -1,4 +1,4 @@
-"""Firehose: 2,000 distinct multi-process CPU burners submitted at once (issue 6, bench 1).
+"""Firehose: 2,000 distinct multi-process CPU burners submitted at once.
 
 Needs the whole stack (Execute wired in the composition root). Starts
 ``python -m lre up`` twice with generated configs (bench/_client.py):

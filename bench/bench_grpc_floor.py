@@ -1,5 +1,5 @@
 """What a no-op Execute costs a Python gRPC server before any lre logic: the
-floor under issue 5's "<= 3 ms server CPU per action".
+floor under the target of "<= 3 ms server CPU per action".
 
 A bare grpc.aio server runs in a child process (``python
 bench/bench_grpc_floor.py serve PORT MODE``). Its Execution service answers

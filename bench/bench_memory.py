@@ -1,4 +1,4 @@
-"""Memory budget and memory ladder, end to end through ``lre up`` (issue 6, benches 2-3).
+"""Memory budget and memory ladder, end to end through ``lre up``.
 
 Needs the whole stack (Execute wired in the composition root). Each part starts
 its own ``python -m lre up`` with a generated config under a scratch

@@ -4,7 +4,7 @@ latency split per build.
 
     .venv/bin/python bench/bench_project.py [--rounds 6] [--warmup 2] [--edits 3]
 
-What it does (see docs/benchmarks.md, "A real project"):
+What it does (see docs/performance.md, "A real project"):
 
 - fetches brotli's sdist once into ``--cache`` (pip; sha256 checked) and
   generates an offline Bazel 4.2.3 workspace around its C sources
@@ -15,7 +15,7 @@ What it does (see docs/benchmarks.md, "A real project"):
   file, plus ``--noremote_accept_cached`` so that every spawn executes;
 - keeps two Bazel servers warm, one per side (each its own output_user_root),
   so each side's timings start from the same warm state (the lre flags no
-  longer change build options or action keys since issue 29, but a shared
+  change build options or action keys, but a shared
   server would still hand one side the other's local action cache);
 - untimed warm-up rounds, then rounds in alternating order (reversed every
   other round): a clean build on each side (``bazel clean``, then build
@@ -70,7 +70,7 @@ from tests.e2e._bazel import BazelSession
 #: The sides a run may compare (``--pair``): Bazel's own sandboxed strategy,
 #: lre on its embedded default config, a second lre just like it (an A/A
 #: run), and lre with ``sandbox_view: false`` (the view's cost on a real
-#: project, issue 27).
+#: project).
 SIDE_NAMES = ("local", "lre", "lre-again", "lre-noview")
 KINDS = ("clean", "edit")
 _DISCARDED = "discarding analysis cache"

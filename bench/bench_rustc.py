@@ -1,4 +1,4 @@
-"""rustc under the jobserver: a small cargo workspace built inside ONE action (issue 6, bench 4).
+"""rustc under the jobserver: a small cargo workspace built inside ONE action.
 
 The action reserves ``cpu_count=2``, so lre gives it a private jobserver pool
 of one token (plus the implicit one every client has): cargo may run two

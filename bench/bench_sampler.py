@@ -1,6 +1,6 @@
 """Cost of one ProcessTreeSampler pass over 64 actions of 4 processes each.
 
-Target (issue 6): a pass costs < 5% of one core at a 250 ms interval, i.e.
+Target: a pass costs < 5% of one core at a 250 ms interval, i.e.
 < 12.5 ms. Spawns ``--actions`` sessions, each a shell with three ``sleep``
 children (4 processes), registers them, times ``--passes`` passes and prints
 the median, the maximum and the share of the interval. The first pass (empty

@@ -1,4 +1,4 @@
-"""lre in front of a real BuildGrid 0.4.4 (docs/benchmarks.md, "Team cluster").
+"""lre in front of a real BuildGrid 0.4.4 (docs/performance.md, "Upstream and team cluster").
 
 Everything on this machine: BuildGrid with its PostgreSQL and two host
 workers (../shared/tools/peer/start_buildgrid.sh), lre (``lre up --detach``
@@ -25,7 +25,7 @@ Run::
 
     .venv/bin/python bench/bench_team.py --reps 5 --out bench/results/team.txt
 
-Targets (issue 19): median lre_cached_empty <= 1.1 x straight_cached;
+Targets: median lre_cached_empty <= 1.1 x straight_cached;
 lre_cached_second < straight_cached.
 """
 

@@ -1,4 +1,4 @@
-"""Memory control (issue 28): freeze before kill, headroom, hard floor, ladder.
+"""Memory control: freeze before kill, headroom, hard floor, ladder.
 
 Runs a real ``lre up`` per scenario (bench/_client.py: scratch ``LRE_HOME``,
 generated config, REAPI Execute over gRPC) whose actions are real Python

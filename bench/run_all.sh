@@ -4,8 +4,13 @@
 #   bash bench/run_all.sh [NAME ...]     # default: all, in the order below
 #
 # Outputs go to bench/results/<NAME>.txt (with the load average before and
-# after each run); docs/benchmarks.md quotes them. Run it on an otherwise idle
+# after each run); docs/performance.md quotes them. Run it on an otherwise idle
 # machine: the figures are wall-clock rates and ratios taken in the same run.
+# Some need more than this checkout: bazel and team the BuildGrid peer harness
+# in ../shared/tools/peer, action_network root, memory_control with
+# LRE_OLD_TREE a checkout of the kill-only lre to compare against.
+# bench/perf_syscall_split.py is not a benchmark of its own: it splits the
+# output of `perf record` taken around one (see its docstring).
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PY=.venv/bin/python
@@ -31,6 +36,19 @@ bazel_bench() {
   return $status
 }
 
+clean_build_bench() {
+  # a clean Bazel build through an lre already running against the local sandbox
+  local root port
+  root=$(mktemp -d /var/tmp/lre-bench-clean.XXXXXX)
+  port=50191
+  LRE_HOME="$root" .venv/bin/lre up --detach --no-client-config --port "$port" || return 1
+  $PY bench/bench_bazel_ab.py --modules 20 --rounds 20 --warmup 2 "lre=127.0.0.1:$port"
+  local status=$?
+  LRE_HOME="$root" .venv/bin/lre down
+  rm -rf "$root"
+  return $status
+}
+
 declare -A BENCH=(
   [sampler]="$PY bench/bench_sampler.py"
   [memory_figures]="$PY bench/bench_memory_figures.py"
@@ -42,14 +60,29 @@ declare -A BENCH=(
   [memory]="$PY bench/bench_memory.py"
   [rustc]="$PY bench/bench_rustc.py --runs 3"
   [firehose]="$PY bench/bench_firehose.py --actions 2000"
-  [runnable]="$PY bench/firehose_runnable.py --actions 300"
+  [firehose_500]="$PY bench/bench_firehose.py --actions 500 --cpu 0.08 --runs 6 --no-unbounded --split"
   [bazel]="bazel_bench"
+  [clean_build_20]="clean_build_bench"
+  [edit_loop]="$PY bench/bench_edit_split.py --rounds 10 --warmup 2 --instant"
+  # the A/A of the same-run A/B: both servers from this checkout
+  [lre_ab]="$PY bench/bench_lre_ab.py --tree-a . --work true --rounds 12 --reps 4"
   [replay]="$PY bench/bench_replay.py --rounds 8"
   # the Bazel recording is kept in ~/.cache/lre-bench between runs
   [capacity]="$PY bench/bench_capacity.py"
   # brotli from its release sources, local sandboxed vs through an lre it starts itself
   [project]="$PY bench/bench_project.py"
   [upstream]="$PY bench/bench_upstream.py --reps 5"
+  [team]="$PY bench/bench_team.py --reps 5"
+  [cache_contract]="$PY bench/bench_cache_contract.py"
+  [memory_control]="$PY bench/memory_control.py --runs 3 ${LRE_OLD_TREE:+--old-tree $LRE_OLD_TREE} ${LRE_OLD_TREE:---versions new}"
+  [view]="$PY bench/bench_view.py --rounds 3 --runs 100 --dir /var/tmp"
+  [identity]="$PY bench/bench_identity.py"
+  [pids_pieces]="$PY bench/bench_pids_pieces.py"
+  [process_limit]="$PY bench/bench_process_limit.py"
+  [action_network]="$PY bench/bench_action_network.py --rounds 5"
+  [fair_share]="$PY bench/bench_fair_share.py --reps 3 --fair-off-reps 1 --json bench/results/fair_share.json"
+  [queue]="$PY bench/bench_queue.py --tree-a . --rounds 7 --ops 5000"
+  [history]="$PY bench/bench_history.py --actions 100000"
   [fuzz]="$PY bench/fuzz_parsers.py"
   [crash]="$PY bench/crash_cycles.py --cycles 50"
   [soak]="$PY bench/soak.py --seconds 120"
@@ -58,7 +91,10 @@ declare -A BENCH=(
   # LRE_BASELINE_PYTHON: the python of an older lre's venv, compared in the same run
   [containment]="$PY bench/bench_containment.py --rounds 5 --replay ${LRE_BASELINE_PYTHON:+--baseline-python $LRE_BASELINE_PYTHON}"
 )
-ORDER=(sampler stores cas execute worker grpc_floor memory rustc firehose runnable bazel project replay capacity containment upstream fuzz crash soak mutations)
+ORDER=(sampler memory_figures stores cas execute worker grpc_floor memory memory_control rustc
+  firehose firehose_500 bazel clean_build_20 edit_loop project replay capacity lre_ab containment
+  view identity pids_pieces process_limit action_network fair_share queue history upstream team
+  cache_contract fuzz crash soak mutations)
 (($#)) && ORDER=("$@")
 
 for name in "${ORDER[@]}"; do

@@ -4,9 +4,9 @@ worker's ``action_user``, from an attack-test run.
 Run the attack tests with ``LRE_ATTACK_RESULTS`` set (see
 tests/_support/attack_report.py), then turn the JSON-lines file into the table:
 
-    LRE_ATTACK_RESULTS=bench/results/issue27_attacks.jsonl \\
+    LRE_ATTACK_RESULTS=bench/results/attacks.jsonl \\
         python -m pytest -m attack tests/
-    python bench/security_table.py bench/results/issue27_attacks.jsonl --write docs/security.md
+    python bench/security_table.py bench/results/attacks.jsonl --write docs/security.md
 
 A column is one backend, the user lre ran as and ``action_user`` (a record
 without one ran with the default, ``root``). A cell is ``held`` when every

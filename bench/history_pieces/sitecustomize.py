@@ -26,7 +26,7 @@ from typing import Any
 _TOTALS: dict[str, list[int]] = {}
 
 #: (module, class, method, piece name): the recording code of either shape
-#: (before and after issue 31's batching).
+#: (before and after recording was batched once a second).
 _PIECES = (
     ("lre.scheduler._history", "HistoryTap", "lease_ended", "tap.lease_ended (Trio)"),
     ("lre.scheduler._history", "HistoryTap", "finished", "tap.finished (Trio)"),
