@@ -85,7 +85,7 @@ def bazelrc_text(
     docs/configuration.md): no ``--incompatible_strict_action_env``, no
     ``--remote_download_*`` (4.2.3 expands ``--remote_download_toplevel`` into
     C++ options, and it builds without the bytes, which Bazel 4.2.3 cannot
-    recover from once a blob goes: docs/benchmarks.md measured what fetching
+    recover from once a blob goes: docs/performance.md measured what fetching
     every output costs), and platform properties only when
     ``client.exec_properties`` names them.
 

@@ -2,8 +2,7 @@
 
 A result is stored with one ``write`` at the end of ``<dir>/actions.log``
 (a file per entry cost ext4 an inode, a rename and a journal write each
-time: about 0.6 ms of lre's CPU per executed action; docs/benchmarks.md,
-issue 21). Each record is
+time: about 0.6 ms of lre's CPU per executed action). Each record is
 
     magic b"lAC1" | key length (u16) | value length (u32) | CRC-32 (u32) | key | value
 
