@@ -1,4 +1,4 @@
-"""The parsers behind issue 33's split benches: Bazel profile steps per action
+"""The parsers behind the split benches: Bazel profile steps per action
 (bench/_bazel_profile.py) and taskstats exit records (bench/_taskstats.py)."""
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ DOCUMENTED: dict[str, str] = {
 
 #: Exports that earn their place in none of the three ways yet. Empty: the
 #: names that were here (imported only by tests) left their ``__init__``,
-#: and tests import them from the private module (issue 32).
+#: and tests import them from the private module.
 NOT_YET_PRIVATE: frozenset[str] = frozenset()
 
 

@@ -9,7 +9,7 @@ phase histograms and build lines, keep them for writing), which the flush
 runs once a second and the readers (``phase_histograms``, ``build_lines``)
 run first, so what they show includes every action that has ended.
 Work done once a second for a batch costs a fraction of the same work done
-per action between two RPCs (the cost of recording on new trees, issue 31).
+per action between two RPCs, where every action meets cold caches.
 
 ``run`` (a Trio task) writes what ``absorb`` kept as JSON lines to the ring
 file (``lre.snapshot.HistoryFile``) in a worker thread once a second and,

@@ -211,7 +211,7 @@ def test_lre_up_gives_buck2_a_host_constrained_platform_without_properties(
     assert "constraints = [_OS, _CPU]" in build
     defs = (repo / "lre_platforms" / "defs.bzl").read_text()
     assert "constraints.update(dep[ConfigurationInfo].constraints)" in defs
-    # No property of its own: they enter every action's key (issue 29).
+    # No property of its own: they enter every action's key.
     code = defs.split('"""', 2)[2]
     assert "OSFamily" not in code and "cpu_count" not in code
     assert "remote_execution_properties = dict(ctx.attrs.properties)" in defs

@@ -177,7 +177,7 @@ def _max_output_bytes(text: str, free_disk: int) -> object:
 
 
 def test_max_output_bytes_is_half_the_cas_and_far_below_a_terabyte_by_default() -> None:
-    # Issue 26: one action cannot evict more than half the cache, and a 1 TiB
+    # One action cannot evict more than half the cache, and a 1 TiB
     # sparse output is refused under the defaults on any disk (the auto CAS
     # is capped at 50 GiB).
     assert _max_output_bytes(MINIMAL, 40 * GIB) == 5 * GIB

@@ -1,5 +1,5 @@
 """Hostile outputs and requests through a whole lre: each ends its own action
-only (issue 26).
+only.
 
 Every test here is the attack written as a build would make it: an action
 that leaves an odd name, a deep tree, a sparse giant, or a client that sends

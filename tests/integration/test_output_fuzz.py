@@ -1,4 +1,4 @@
-"""Fuzzing a whole lre with the output trees of real actions (issue 26).
+"""Fuzzing a whole lre with the output trees of real actions.
 
 Each case is an action (``python3`` run by lre like any build tool) that
 makes an output directory from a seeded random plan: odd names (spaces,

@@ -1,5 +1,5 @@
-"""Kind keys that keep repositories and the actions of one target apart
-(issue 28), and the learner's fallbacks from a new key to older history."""
+"""Kind keys that keep repositories and the actions of one target apart,
+and the learner's fallbacks from a new key to older history."""
 
 from __future__ import annotations
 

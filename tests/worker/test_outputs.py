@@ -1,5 +1,5 @@
 """Collecting outputs: names, tree limits and the output budget, all judged
-before a byte is read (issue 26)."""
+before a byte is read."""
 
 from __future__ import annotations
 

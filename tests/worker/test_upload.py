@@ -1,5 +1,5 @@
 """Storing an action's outputs: a store error ends that action with a status
-naming the output, never with an exception group (issue 26)."""
+naming the output, never with an exception group."""
 
 from __future__ import annotations
 

@@ -123,7 +123,7 @@ def _deep(path: Path, levels: int) -> None:
 async def test_open_survives_leftover_trees_deeper_than_the_recursion_limit(
     tmp_path: Path,
 ) -> None:
-    # Issue 26: lre never refuses to start over leftovers. An action running
+    # lre never refuses to start over leftovers. An action running
     # as lre's user (portable containment) can leave such trees in the CAS
     # directories; shutil.rmtree recursed into them and raised RecursionError.
     store = await open_store(tmp_path)
