@@ -1,4 +1,4 @@
-"""What the spawn micro-benchmarks share (``bench_view.py``, ``bench_identity.py``):
+"""What the spawn micro-benchmark ``bench_view.py`` is built on:
 a scratch action directory with a view over it, one timed ``run_process`` of a
 command, the report and the command line.
 

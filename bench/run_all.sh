@@ -76,9 +76,6 @@ declare -A BENCH=(
   [cache_contract]="$PY bench/bench_cache_contract.py"
   [memory_control]="$PY bench/memory_control.py --runs 3 ${LRE_OLD_TREE:+--old-tree $LRE_OLD_TREE} ${LRE_OLD_TREE:---versions new}"
   [view]="$PY bench/bench_view.py --rounds 3 --runs 100 --dir /var/tmp"
-  [identity]="$PY bench/bench_identity.py"
-  [pids_pieces]="$PY bench/bench_pids_pieces.py"
-  [process_limit]="$PY bench/bench_process_limit.py"
   [action_network]="$PY bench/bench_action_network.py --rounds 5"
   [fair_share]="$PY bench/bench_fair_share.py --reps 3 --fair-off-reps 1 --json bench/results/fair_share.json"
   [queue]="$PY bench/bench_queue.py --tree-a . --rounds 7 --ops 5000"
@@ -93,7 +90,7 @@ declare -A BENCH=(
 )
 ORDER=(sampler memory_figures stores cas execute worker grpc_floor memory memory_control rustc
   firehose firehose_500 bazel clean_build_20 edit_loop project replay capacity lre_ab containment
-  view identity pids_pieces process_limit action_network fair_share queue history upstream team
+  view action_network fair_share queue history upstream team
   cache_contract fuzz crash soak mutations)
 (($#)) && ORDER=("$@")
 
