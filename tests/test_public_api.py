@@ -43,6 +43,10 @@ DOCUMENTED: dict[str, str] = {
     "typer's CliRunner",
     "proto.code_pb2": "a generated module (google.rpc.Code); proto exports its generated "
     "modules as its names (docs/architecture.md)",
+    "errors.AlreadyExists": "a status class: error_for_code answers an upstream's "
+    "ALREADY_EXISTS with it, and a caller catches it by this name",
+    "errors.Unauthenticated": "a status class: error_for_code answers an upstream's "
+    "UNAUTHENTICATED with it, and a caller catches it by this name",
 }
 
 #: Exports that earn their place in none of the three ways yet. Empty: the
