@@ -266,25 +266,7 @@ class Application:
 
     def _memory_control_rows(self) -> tuple[MemoryControlRow, ...]:
         """Each local worker's memory control (``ProcessSnapshot.memory_control``)."""
-        rows = []
-        for worker in self.workers:
-            stats = worker.memory.statistics()
-            rows.append(
-                MemoryControlRow(
-                    worker=worker.name,
-                    frozen_now=stats.frozen_now,
-                    frozen=stats.frozen,
-                    thawed=stats.thawed,
-                    killed=stats.killed,
-                    short_reason=stats.short_reason,
-                    available_bytes=stats.available_bytes,
-                    pressure_full_avg10=stats.pressure_full_avg10,
-                    frozen_leases=stats.frozen_ids,
-                    sampling=stats.sampling,
-                    pressure_events=stats.pressure_events,
-                )
-            )
-        return tuple(rows)
+        return tuple(worker.memory.statistics() for worker in self.workers)
 
     async def serve(
         self,

@@ -22,6 +22,7 @@ from lre.worker import (
     LocalWorker,
     PressureMonitor,
     choose_containment,
+    pressure_monitor,
     refuse_unreachable,
     refuse_unsafe_writable,
     resolve_action_user,
@@ -56,7 +57,7 @@ def build_pressure_monitors(config: Config) -> dict[str, PressureMonitor]:
     for worker in config.workers:
         local = worker.local
         if local is not None and local.name not in monitors:
-            monitors[local.name] = PressureMonitor(int(local.resources.memory_headroom))
+            monitors[local.name] = pressure_monitor(local)
     return monitors
 
 

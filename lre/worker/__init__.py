@@ -4,20 +4,21 @@
 ``LocalWorkerSpec``; ``ActionRunner`` runs one leased action end to end;
 ``WorkDirectory`` is a worker's locked private directory; ``Containment``
 (from ``choose_containment``) keeps each action's processes within its life;
-``PressureMonitor`` reads the host's memory for the worker's memory control
-and the scheduler's admission; the memory control tells each freeze and thaw
+``PressureMonitor`` (built by ``pressure_monitor`` from a worker's spec)
+reads the host's memory for the worker's memory control and the
+scheduler's admission; the memory control tells each freeze and thaw
 as a ``MemoryAction`` (``LocalWorker.memory.on_event``).
 """
 
 from lre.worker._containment import Containment, ContainmentUnavailable, choose_containment
 from lre.worker._descriptors import SkipLog, keep_reserve, using_reserve
 from lre.worker._identity import resolve_action_user
-from lre.worker._memory_control import MemoryAction, MemoryControlStatistics
+from lre.worker._memory_control import MemoryAction
 from lre.worker._pressure import PressureMonitor
 from lre.worker._protections import missing_protections, namespace_refusals
 from lre.worker._quarantine import QuarantinedEntry, quarantined
 from lre.worker._view_policy import refuse_unreachable, refuse_unsafe_writable
-from lre.worker._worker import LocalWorker, LocalWorkerStatistics
+from lre.worker._worker import LocalWorker, LocalWorkerStatistics, pressure_monitor
 
 __all__ = [
     "Containment",
@@ -25,7 +26,6 @@ __all__ = [
     "LocalWorker",
     "LocalWorkerStatistics",
     "MemoryAction",
-    "MemoryControlStatistics",
     "PressureMonitor",
     "QuarantinedEntry",
     "SkipLog",
@@ -33,6 +33,7 @@ __all__ = [
     "keep_reserve",
     "missing_protections",
     "namespace_refusals",
+    "pressure_monitor",
     "quarantined",
     "refuse_unreachable",
     "refuse_unsafe_writable",

@@ -51,6 +51,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from lre.snapshot import MemoryControlRow
 from lre.worker._containment import Containment
 from lre.worker._freezer import CgroupFreezer
 from lre.worker._governor import GovernedAction, MemoryDecision, MemoryGovernor, MemoryReading
@@ -58,7 +59,7 @@ from lre.worker._pressure import PressureMonitor
 from lre.worker._psi_trigger import PsiTrigger
 from lre.worker._sampler import ProcessTreeSampler
 
-__all__ = ["MemoryAction", "MemoryControl", "MemoryControlStatistics"]
+__all__ = ["MemoryAction", "MemoryControl"]
 
 log = logging.getLogger(__name__)
 
@@ -94,26 +95,6 @@ class MemoryAction:
 
 #: Told of every ``MemoryAction`` (on the Trio thread, from the sampler's pass).
 MemoryActionHook = Callable[[MemoryAction], object]
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryControlStatistics:
-    """Counters since start, and the state now."""
-
-    frozen_now: int
-    frozen: int
-    thawed: int
-    killed: int
-    short: bool
-    short_reason: str
-    available_bytes: int
-    pressure_full_avg10: float | None
-    frozen_ids: tuple[str, ...]
-    #: What wakes the control besides its timer: "psi trigger: <line> (<file>)"
-    #: or "timer: <why there is no trigger>".
-    sampling: str = "timer: no psi trigger"
-    #: PSI stall events that woke the control so far.
-    pressure_events: int = 0
 
 
 class _Governed:
@@ -156,7 +137,10 @@ class MemoryControl:
         clock: Callable[[], float] = time.monotonic,
         freezer: CgroupFreezer | None = None,
         on_event: MemoryActionHook | None = None,
+        worker: str = "",
     ) -> None:
+        #: The worker's name, as its ``MemoryControlRow`` shows it.
+        self.worker = worker
         #: Told of each freeze and thaw (see the module docstring).
         self.on_event = on_event
         self.freezer = freezer if freezer is not None and freezer.available else None
@@ -406,19 +390,20 @@ class MemoryControl:
             self._thaw(action_id, now, reason="the worker is stopping")
         self._publish()
 
-    def statistics(self) -> MemoryControlStatistics:
+    def statistics(self) -> MemoryControlRow:
+        """Counters since start and the state now, as the snapshot shows them."""
         reading = self.monitor.last_reading
         frozen_ids = tuple(a for a, g in self._actions.items() if g.frozen_since is not None)
-        return MemoryControlStatistics(
+        return MemoryControlRow(
+            worker=self.worker,
             frozen_now=len(frozen_ids),
             frozen=self._frozen,
             thawed=self._thawed,
             killed=self._killed,
-            short=bool(self._last_decision.reason),
             short_reason=self._last_decision.reason,
             available_bytes=reading.available_bytes,
             pressure_full_avg10=reading.pressure_full_avg10,
-            frozen_ids=frozen_ids,
+            frozen_leases=frozen_ids,
             sampling=self.trigger.mode if self.trigger is not None else "timer: no psi trigger",
             pressure_events=self._pressure_events,
         )

@@ -45,6 +45,7 @@ from lre.scheduler import (
     WorkerInfo,
     WorkerScheduler,
 )
+from lre.snapshot import MemoryControlRow
 from lre.worker._action import ActionResultWriter, ActionRunner
 from lre.worker._cas_handle import CasHandle, Discarder
 from lre.worker._containment import Containment, choose_containment
@@ -54,7 +55,7 @@ from lre.worker._governor import GovernorLimits, MemoryGovernor
 from lre.worker._identity import ActionIdentity
 from lre.worker._input_journal import InputJournal, recover_linked_inputs
 from lre.worker._limits import ActionLimits
-from lre.worker._memory_control import MemoryControl, MemoryControlStatistics
+from lre.worker._memory_control import MemoryControl
 from lre.worker._precondition import precondition_allows
 from lre.worker._pressure import PressureMonitor
 from lre.worker._properties import resolve_properties
@@ -85,7 +86,7 @@ class LocalWorkerStatistics:
     backpressured: int
     draining: bool
     usage: tuple[ActionUsage, ...]
-    memory: MemoryControlStatistics | None = None
+    memory: MemoryControlRow | None = None
 
 
 class LocalWorker:
@@ -169,6 +170,7 @@ class LocalWorker:
             normal_interval=float(res.sample_interval),
             pressure_interval=float(res.pressure_sample_interval),
             freezer=cgroup_freezer(),
+            worker=spec.name,
         )
         self.sampler.on_pass = self.memory.after_pass
         #: Wakes the memory control on a kernel memory stall event.

@@ -228,7 +228,7 @@ async def test_short_memory_freezes_the_newest_action_and_thaws_it_later(
         await until(lambda: stopped(new_marker))
         assert stopped(old_marker) is False  # never the oldest
         memory = worker.statistics().memory
-        assert memory is not None and memory.frozen_now == 1 and memory.short
+        assert memory is not None and memory.frozen_now == 1 and memory.short_reason
         await trio.sleep(0.3)
         assert stopped(new_marker) and stopped(old_marker) is False
         available[0] = 16 * GiB
