@@ -145,6 +145,21 @@ async def running(
         nursery.cancel_scope.cancel()
 
 
+async def test_the_memory_control_row_names_its_worker_and_the_readings(
+    tmp_path: Path, store: MemoryStore
+) -> None:
+    """What the snapshot shows of a worker's memory control comes from the
+    control itself, named after its worker, with the host's last reading."""
+    pressure = PressureMonitor(2 * GiB, available=lambda: 3 * GiB, pressure=lambda: 1.5, cache_s=0)
+    async with running(store, tmp_path, governed(), pressure) as (_, worker):
+        pressure.read()
+        row = worker.statistics().memory
+        assert row is not None and row == worker.memory.statistics()
+        assert row.worker == worker.name == "w1"
+        assert (row.available_bytes, row.pressure_full_avg10) == (3 * GiB, 1.5)
+        assert (row.frozen_now, row.frozen_leases, row.short_reason) == (0, (), "")
+
+
 class OldAndNew(NamedTuple):
     """An idle oldest action and a growing newest one, each found from outside
     by its marker; their stop files end them."""
