@@ -68,7 +68,7 @@ from dataclasses import dataclass
 import trio
 
 from lre.errors import out_of_descriptors
-from lre.hop import parse_proc_stat
+from lre.hop import StatField, proc_stat_fields
 from lre.worker._descriptors import SkipLog, using_reserve
 
 __all__ = ["ActionUsage", "ProcessTreeSampler", "SamplerStatistics"]
@@ -418,13 +418,13 @@ class ProcessTreeSampler:
                         os.close(fd)
                     continue
                 try:
-                    stat = parse_proc_stat(data)
+                    fields = proc_stat_fields(data)
                 except ValueError:
                     os.close(fd)
                     continue
-                acc = sums.get(stat.session)
+                acc = sums.get(int(fields[StatField.SESSION]))
                 if acc is None:
-                    acc = sums.get(stat.group)
+                    acc = sums.get(int(fields[StatField.GROUP]))
                     if acc is None and self._namespaces:
                         acc = self._namespace_member(pid, name, sums, by_namespace)
                     if acc is None:
@@ -435,19 +435,25 @@ class ProcessTreeSampler:
                     fds[pid] = fd
                 else:
                     os.close(fd)
-                acc[1] += stat.cpu_ticks
-                if stat.state not in ("Z", "X"):  # dead: no memory, runs nothing
-                    if pid not in own_leaders and stat.parent not in own_parents:
-                        acc[0] += stat.rss_pages
+                acc[1] += (
+                    int(fields[StatField.USER_TICKS])
+                    + int(fields[StatField.SYSTEM_TICKS])
+                    + int(fields[StatField.CHILDREN_USER_TICKS])
+                    + int(fields[StatField.CHILDREN_SYSTEM_TICKS])
+                )
+                if fields[StatField.STATE] not in (b"Z", b"X"):  # dead: no memory, runs nothing
+                    parent_pid = int(fields[StatField.PARENT])
+                    if pid not in own_leaders and parent_pid not in own_parents:
+                        acc[0] += int(fields[StatField.RSS_PAGES])
                     acc[2] += 1
                     acc.append(pid)
                     members += 1
                 if pid in leaders:
                     tracked = leaders[pid]
                     if not tracked.start_known:
-                        tracked.start_from_boot_ticks(stat.start_ticks)
+                        tracked.start_from_boot_ticks(int(fields[StatField.START_TICKS]))
                 else:
-                    parent = leaders.get(stat.parent)
+                    parent = leaders.get(int(fields[StatField.PARENT]))
                     if parent is not None and parent.namespace_pending:
                         self._adopt_namespace(parent, name)
         finally:

@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-from lre.hop import parse_proc_stat, read_proc_stat
+from lre.hop import StatField, proc_stat_fields, read_proc_stat
+from lre.hop._proc_stat import parse_proc_stat
 
 
 def _line(comm: bytes) -> bytes:
@@ -48,3 +49,16 @@ def test_reads_this_process() -> None:
 def test_a_gone_process_raises_oserror() -> None:
     with pytest.raises(OSError):
         read_proc_stat("no-such-pid")
+
+
+def test_the_unconverted_fields_are_the_same_line() -> None:
+    fields = proc_stat_fields(_line(b"a) b"))
+    stat = parse_proc_stat(_line(b"a) b"))
+    assert fields[StatField.STATE] == b"S"
+    assert int(fields[StatField.SESSION]) == stat.session
+    assert int(fields[StatField.GROUP]) == stat.group
+    assert int(fields[StatField.PARENT]) == stat.parent
+    assert int(fields[StatField.START_TICKS]) == stat.start_ticks
+    assert int(fields[StatField.RSS_PAGES]) == stat.rss_pages
+    with pytest.raises(ValueError, match="not a /proc/<pid>/stat line"):
+        proc_stat_fields(b"4242 (sh) S 1 2 3")
