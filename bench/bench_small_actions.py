@@ -424,7 +424,7 @@ def main() -> int:
     ap.add_argument(
         "--profiler",
         choices=("rpc_profile", "thread_profile"),
-        default=PROFILER,
+        default="rpc_profile",
         help="rpc_profile: every thread; thread_profile: by kind (spawner jobs, recycling...)",
     )
     ap.add_argument("--workdir", type=Path, default=Path("/var/tmp"))
