@@ -34,7 +34,9 @@ actions (``/bin/sh -c ':'`` with a salt; ``--sleep S`` makes each
 actions/s, lre's CPU per action (own, children) and by thread, and the share
 of it that ran on lre's Python threads (those hold the interpreter lock
 while on CPU; the gRPC core's own threads and the processes lre starts do
-not).
+not): one over that Python CPU per action is the most actions per second lre
+can take on any number of cores. ``--mode ceiling`` uses the first side
+given (``NAME=TREE``), if any.
 
 The split by stage (where the per-action CPU of each thread goes):
 ``--profile DIR`` puts ``bench/rpc_profile`` (every thread, one cProfile each,
@@ -89,9 +91,19 @@ _TICK = os.sysconf("SC_CLK_TCK")
 #: Which of bench/'s sitecustomize profilers ``--profile`` puts on lre's path.
 PROFILER = "rpc_profile"
 _NUMBERED = re.compile(r"[ _-]*\d+$")
-#: Threads of lre that run Python (and so hold the interpreter lock while on
-#: CPU): the main thread runs Trio, the rest are named by lre or Trio.
-_PYTHON_THREADS = ("main", "lre-", "Trio thread", "lre-grpc-aio", "lre-spawner")
+#: Threads of lre that run no Python: the gRPC core's own, and the poller
+#: (a loop in grpc's Cython that waits and polls with the lock released).
+#: Every other thread runs Python and holds the interpreter lock while on
+#: CPU (Trio's worker threads are renamed after what they run, e.g.
+#: "_batch from lre", so they are found by elimination).
+_NATIVE_THREADS = (
+    "event_engine",
+    "grpc_global_tim",
+    "lifeguard",
+    "default-executo",
+    "resolver-execu",
+    "lre-grpc-poll",
+)
 
 
 @dataclass
@@ -131,7 +143,7 @@ class ProcessCpu:
 def python_share(threads: dict[str, float]) -> float:
     """Of ``threads``' CPU, the share on threads that run Python."""
     total = sum(threads.values())
-    python = sum(v for n, v in threads.items() if n.startswith(_PYTHON_THREADS))
+    python = sum(v for n, v in threads.items() if not n.startswith(_NATIVE_THREADS))
     return python / total if total > 0 else 0.0
 
 
@@ -354,7 +366,12 @@ def ceiling_mode(args: argparse.Namespace) -> dict[str, object]:
         finally:
             await client.close()
         n = args.actions
+        # One interpreter lock: however many cores, lre runs at most one
+        # second of Python per second, so its Python CPU per action bounds it.
+        under_lock = sum(cpu.threads.values()) * python_share(cpu.threads) / n
         result: dict[str, object] = {
+            "python_cpu_ms": under_lock * 1e3,
+            "lock_bound_actions_per_s": 1 / under_lock if under_lock > 0 else 0.0,
             "wall_s": wall,
             "actions_per_s": n / wall,
             "own_ms": cpu.own / n * 1e3,
@@ -366,8 +383,9 @@ def ceiling_mode(args: argparse.Namespace) -> dict[str, object]:
         print(
             f"{n} actions in {wall:.2f} s = {n / wall:.0f}/s; lre CPU/action own "
             f"{cpu.own / n * 1e3:.2f} ms, children {cpu.children / n * 1e3:.2f} ms; "
-            f"on Python threads {python_share(cpu.threads):.0%} of the threads' CPU; "
-            f"failures {failures}\n    by thread: "
+            f"on Python threads {python_share(cpu.threads):.0%} of the threads' CPU "
+            f"({under_lock * 1e3:.2f} ms: at most {1 / max(under_lock, 1e-9):.0f} actions/s "
+            f"on any number of cores); failures {failures}\n    by thread: "
             + ", ".join(
                 f"{t} {v / n * 1e3:.2f}"
                 for t, v in sorted(cpu.threads.items(), key=lambda kv: -kv[1])
