@@ -123,8 +123,15 @@ class Application:
         # what /status, /metrics and the TUI read
         self.bridge = TrioBridge()
         self.rpc_metrics = RpcMetrics()
-        #: Tells lre's listeners whether a client is one of lre's own actions.
-        self.local_peers = LocalPeers(self._action_roots)
+        #: Tells lre's listeners whether a client is one of lre's own actions;
+        #: only while some backend in use leaves its actions on lre's own
+        #: network (``portable``). Under ``pidns`` and ``userns`` lre's
+        #: listeners do not exist for an action, so no call is judged.
+        self.local_peers: LocalPeers | None = (
+            LocalPeers(self._action_roots)
+            if any(not c.hides_listeners for c in self.containments.values())
+            else None
+        )
         self._first_scheduler = next(iter(self.schedulers.values()), None)
         self.assembler = self._build_assembler()
         for worker in self.workers:  # freezes and thaws as events, named by target
@@ -207,7 +214,7 @@ class Application:
                 line = f"{worker.name}: {text}"
                 if line not in missing:
                     missing.append(line)
-        if not self.local_peers.available:
+        if self.local_peers is not None and not self.local_peers.available:
             missing.append("lre's listeners refusing its own actions (needs Linux sock_diag)")
         if missing:
             missing.extend(f"because {refusal}" for refusal in namespace_refusals())
@@ -356,7 +363,8 @@ class Application:
                 core.cancel_scope.cancel()
         finally:
             await self.stores.close()
-            self.local_peers.close()
+            if self.local_peers is not None:
+                self.local_peers.close()
             if self.learner is not None:
                 with trio.CancelScope(shield=True):
                     await trio.to_thread.run_sync(self.learner.close)

@@ -25,7 +25,7 @@ from lre.service import (
     RpcMetrics,
     ServerOptions,
     TrioBridge,
-    auth_interceptors,
+    bearer_token,
     cache_servicers,
 )
 
@@ -37,7 +37,7 @@ def build_servers(
     front: Callable[[str], ActionScheduler],
     bridge: TrioBridge,
     rpc_metrics: RpcMetrics,
-    local_peers: LocalPeers,
+    local_peers: LocalPeers | None,
     history: HistoryRecorder | None,
 ) -> list[GrpcServer]:
     """The configured gRPC servers (none listens yet).
@@ -46,6 +46,8 @@ def build_servers(
     forward scheduler on its chain, else the local one); GetActionResult hits
     go to ``history`` too, since no scheduler sees them. Raises what the
     stores raise for a name that is not built (``StoreBuildError``).
+    ``local_peers``: the listener guard every listener judges its calls by,
+    None where no action shares lre's network (no call is judged then).
     """
     servers: list[GrpcServer] = []
     for server in config.servers:
@@ -75,10 +77,9 @@ def build_servers(
             GrpcServer(
                 ServerOptions.from_listener(
                     server.listener,
-                    interceptors=(
-                        *auth_interceptors(server.listener),
-                        rpc_metrics.interceptor(lookup_hits=lookup_hits),
-                    ),
+                    bearer_token=bearer_token(server.listener),
+                    rpc_metrics=rpc_metrics,
+                    lookup_hits=lookup_hits,
                     local_peers=local_peers,
                 ),
                 servicers,

@@ -14,18 +14,22 @@
   ``unary_rpc`` / ``stream_rpc`` decorators turn ``lre.errors`` into statuses.
 - ``_metadata``: the client's RequestMetadata header, read as the
   scheduler's ``RequestInfo``.
-- ``BearerTokenInterceptor`` / ``auth_interceptors``: bearer-token
-  authentication of a listener (``AuthTokenError`` for an unusable token file).
-- ``RpcMetrics``: counts and latencies per RPC method and status code; its
-  ``interceptor()`` goes into ``ServerOptions.interceptors`` and its
-  ``statistics()`` (an ``RpcStatistics``) feeds ``/metrics``.
+- ``BearerToken`` / ``bearer_token``: bearer-token authentication of a
+  listener (``AuthTokenError`` for an unusable token file), given to it as
+  ``ServerOptions.bearer_token``.
+- ``RpcMetrics``: counts and latencies per RPC method and status code,
+  given to a listener as ``ServerOptions.rpc_metrics``; its ``statistics()``
+  (an ``RpcStatistics``) feeds ``/metrics``.
+- Every call passes one interceptor (``_call_checks``): token, the listener
+  guard (``LocalPeers``, only while actions share lre's network), request
+  decoding and metrics around one wrapper per method.
 """
 
 from lre.service._auth import (
     AuthStatistics,
     AuthTokenError,
-    BearerTokenInterceptor,
-    auth_interceptors,
+    BearerToken,
+    bearer_token,
     read_token_file,
 )
 from lre.service._bridge import BridgeStatistics, TrioBridge
@@ -49,7 +53,7 @@ __all__ = [
     "ActionCacheServicer",
     "AuthStatistics",
     "AuthTokenError",
-    "BearerTokenInterceptor",
+    "BearerToken",
     "BridgeStatistics",
     "ByteStreamServicer",
     "CacheServiceOptions",
@@ -69,7 +73,7 @@ __all__ = [
     "ServerOptions",
     "Servicer",
     "TrioBridge",
-    "auth_interceptors",
+    "bearer_token",
     "cache_servicers",
     "read_token_file",
 ]

@@ -1,10 +1,11 @@
 """Bearer-token authentication of gRPC calls (``listener.auth_token_file``).
 
-``BearerTokenInterceptor`` admits a call only when its metadata carries
+``BearerToken`` admits a call only when its metadata carries
 ``authorization: Bearer <token>`` with the listener's token; any other call
 ends at once with UNAUTHENTICATED, before its request is parsed or a
-handler runs. ``auth_interceptors(listener)`` gives the interceptors a
-listener's config asks for (none without a token file).
+handler runs (the listener's one interceptor, ``_call_checks.CallChecks``,
+asks it first). ``bearer_token(listener)`` gives the token a listener's
+config asks for (None without a token file).
 
 The comparison runs in constant time: both tokens are hashed with SHA256
 and the hashes compared with ``hmac.compare_digest``, so neither the
@@ -25,9 +26,9 @@ import hmac
 import logging
 import os
 import stat
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import grpc
 import grpc.aio
@@ -101,18 +102,10 @@ class AuthStatistics:
     rejected_peers: int
 
 
-if TYPE_CHECKING:
-    _InterceptorBase = grpc.aio.ServerInterceptor[Any, Any]
-else:  # the runtime class is not generic
-    _InterceptorBase = grpc.aio.ServerInterceptor
+class BearerToken:
+    """Refuses every call without the right bearer token (see the module docstring).
 
-Continuation = Callable[[grpc.HandlerCallDetails], Awaitable["grpc.RpcMethodHandler[Any, Any]"]]
-
-
-class BearerTokenInterceptor(_InterceptorBase):
-    """Rejects every call without the right bearer token (see the module docstring).
-
-    Runs on grpc's asyncio thread only, so its counters need no lock.
+    Used on grpc's asyncio thread only, so its counters need no lock.
     """
 
     def __init__(self, token: str) -> None:
@@ -124,7 +117,7 @@ class BearerTokenInterceptor(_InterceptorBase):
         self._rejected = 0
 
     @classmethod
-    def from_file(cls, path: str) -> BearerTokenInterceptor:
+    def from_file(cls, path: str) -> BearerToken:
         """Read the token with ``read_token_file`` (``AuthTokenError`` on failure)."""
         return cls(read_token_file(path))
 
@@ -146,13 +139,15 @@ class BearerTokenInterceptor(_InterceptorBase):
             return "no 'authorization: Bearer <token>' metadata"
         return "the bearer token is wrong"
 
-    async def intercept_service(
-        self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
-    ) -> grpc.RpcMethodHandler[Any, Any]:
+    def refusal(
+        self, handler_call_details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        """None when the call carries the token (it is admitted), else the
+        handler that ends it with UNAUTHENTICATED."""
         problem = self._problem(handler_call_details.invocation_metadata)
         if problem is None:
             self._admitted += 1
-            return await continuation(handler_call_details)
+            return None
         self._rejected += 1
         method = handler_call_details.method
         if isinstance(method, bytes):
@@ -187,11 +182,11 @@ class BearerTokenInterceptor(_InterceptorBase):
         return grpc.stream_stream_rpc_method_handler(reject)
 
 
-def auth_interceptors(listener: ListenerSpec) -> tuple[BearerTokenInterceptor, ...]:
-    """The authentication interceptors ``listener`` asks for (empty without a token file).
+def bearer_token(listener: ListenerSpec) -> BearerToken | None:
+    """The bearer token ``listener`` asks for (None without a token file).
 
     Raises ``AuthTokenError`` as ``read_token_file`` does.
     """
     if not listener.auth_token_file:
-        return ()
-    return (BearerTokenInterceptor.from_file(listener.auth_token_file),)
+        return None
+    return BearerToken.from_file(listener.auth_token_file)

@@ -1,10 +1,10 @@
 """``LookupHits``: every ``GetActionResult`` hit goes to the history.
 
 A client that finds an action in the cache never calls Execute, so the
-scheduler never sees it; the RPC metrics interceptor (``RpcMetrics.interceptor(
-lookup_hits=LookupHits(hook))``) calls this after each successful
-``GetActionResult``, in the wrapper it already puts around the call (no second
-interceptor, so no other call pays anything). It records the hit, with the
+scheduler never sees it; a listener's one interceptor (``_call_checks``, given
+``ServerOptions(lookup_hits=LookupHits(hook))``) calls this after each
+successful ``GetActionResult``, in the wrapper it already puts around the call
+(no other call pays anything). It records the hit, with the
 ``RequestMetadata`` the client sent (tool invocation id, target, mnemonic), as
 an ``lre.snapshot.ActionRecord`` of source ``lookup_hit``. It runs on the gRPC
 thread, so ``hook`` must be thread-safe; an exception it raises is logged and

@@ -1,49 +1,43 @@
 """Refusing gRPC calls that come from lre's own actions.
 
-``ActionPeerInterceptor`` is the outermost interceptor of every listener: it
-wraps each registered method so that, before the handler runs, the call's
-peer (``context.peer()``, which an interceptor itself does not see) is judged
-by ``LocalPeers`` (``_local_peers.py``). A call from a connection that belongs
-to a process lre started ends with PERMISSION_DENIED naming the reason, and
-the handler never runs: an action cannot store an action result, submit an
-Execute, or read lre's CAS through lre's own port. A verdict is cached per
-connection, so a call costs one netlink lookup (about 8 us); the first call
-of a new connection reads ``/proc`` of lre's descendants off the event loop,
-in one thread of its own (lookups queue there: a burst of new connections
-costs lre one thread, not one per connection).
+``PeerGuard`` is the peer check of a listener's one interceptor
+(``_call_checks.CallChecks``): before a method's handler runs, the call's
+peer (``context.peer()``) is judged by ``LocalPeers`` (``_local_peers.py``).
+A call from a connection that belongs to a process lre started ends with
+PERMISSION_DENIED naming the reason, and the handler never runs: an action
+cannot store an action result, submit an Execute, or read lre's CAS through
+lre's own port. A verdict is cached per connection, so a call costs one
+netlink lookup (about 8 us); the first call of a new connection reads
+``/proc`` of lre's descendants off the event loop, in one thread of its own
+(lookups queue there: a burst of new connections costs lre one thread, not
+one per connection).
+
+lre makes a guard only while some containment in use leaves its actions on
+lre's own network (``portable``); under ``pidns`` and ``userns`` lre's
+listeners do not exist for an action and no call is judged.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 import grpc.aio
 
 from lre.service._local_peers import LocalPeers, PeerVerdict
-from lre.service._wrapped_handlers import WrappedHandlers
 
-__all__ = ["ActionPeerInterceptor"]
+__all__ = ["PeerGuard"]
 
 log = logging.getLogger("lre.service.peers")
 
 #: Refusals logged (each names the peer and reason); later ones are only counted.
 _MAX_LOGGED = 100
 
-Behavior = Callable[..., Any]
 
-if TYPE_CHECKING:
-    _InterceptorBase = grpc.aio.ServerInterceptor[Any, Any]
-else:  # the runtime class is not generic
-    _InterceptorBase = grpc.aio.ServerInterceptor
-
-
-class ActionPeerInterceptor(_InterceptorBase):
+class PeerGuard:
     """See the module docstring. ``listening_on`` must be called with the
     bound address before the server starts (until then nothing is refused)."""
 
@@ -52,9 +46,13 @@ class ActionPeerInterceptor(_InterceptorBase):
         self.host = ""
         self.port = 0
         self._logged = 0
-        self._wrapped = WrappedHandlers()
         #: Where new connections' holders are looked up (started on first use).
         self._lookups = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lre-peer-guard")
+
+    @property
+    def active(self) -> bool:
+        """Whether calls are judged at all (not without Linux's sock_diag)."""
+        return self.peers.available
 
     def listening_on(self, host: str, port: int) -> None:
         self.host = host.strip("[]")
@@ -76,72 +74,12 @@ class ActionPeerInterceptor(_InterceptorBase):
             log.warning("refused a call from %s: %s (PERMISSION_DENIED)", peer, verdict.reason)
         return verdict
 
-    async def _refuse(
-        self, context: grpc.aio.ServicerContext[Any, Any], verdict: PeerVerdict
-    ) -> None:
-        await context.abort(
-            grpc.StatusCode.PERMISSION_DENIED,
-            f"lre does not serve its own actions: {verdict.reason}",
-        )
-
-    def _unary(self, inner: Behavior) -> Behavior:
-        async def call(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-            verdict = await self._verdict(context)
-            if not verdict.allowed:
-                await self._refuse(context, verdict)
-            result: Any = inner(request, context)
-            if inspect.isawaitable(result):
-                result = await result
-            return result
-
-        return call
-
-    def _stream(self, inner: Behavior) -> Behavior:
-        async def call(
-            request: Any, context: grpc.aio.ServicerContext[Any, Any]
-        ) -> AsyncIterator[Any]:
-            verdict = await self._verdict(context)
-            if not verdict.allowed:
-                await self._refuse(context, verdict)
-            result: Any = inner(request, context)
-            if inspect.isasyncgen(result) or hasattr(result, "__aiter__"):
-                async for response in result:
-                    yield response
-            elif inspect.isawaitable(result):  # a handler that uses context.write
-                await result
-
-        return call
-
-    async def intercept_service(
-        self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
-        ],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any]:
-        handler: grpc.RpcMethodHandler[Any, Any] | None = await continuation(handler_call_details)
-        if handler is None or not self.peers.available:
-            return handler  # type: ignore[return-value]
-        return self._wrapped.get(str(handler_call_details.method), handler, self._guarded)
-
-    def _guarded(self, handler: grpc.RpcMethodHandler[Any, Any]) -> grpc.RpcMethodHandler[Any, Any]:
-        """``handler`` with the peer judged before it runs."""
-        options: dict[str, Any] = {
-            "request_deserializer": handler.request_deserializer,
-            "response_serializer": handler.response_serializer,
-        }
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(self._unary(handler.unary_unary), **options)
-        if handler.stream_unary is not None:
-            return grpc.stream_unary_rpc_method_handler(
-                self._unary(handler.stream_unary), **options
+    async def check(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        """Ends the call with PERMISSION_DENIED (``context.abort`` raises)
+        when its connection belongs to one of lre's actions."""
+        verdict = await self._verdict(context)
+        if not verdict.allowed:
+            await context.abort(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"lre does not serve its own actions: {verdict.reason}",
             )
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(
-                self._stream(handler.unary_stream), **options
-            )
-        if handler.stream_stream is not None:
-            return grpc.stream_stream_rpc_method_handler(
-                self._stream(handler.stream_stream), **options
-            )
-        return handler

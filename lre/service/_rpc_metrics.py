@@ -3,9 +3,9 @@
 ``RpcMetrics`` is the recorder: ``record(method, code, seconds)`` is a lock,
 a dict lookup and a few integer increments, safe from any thread (grpc.aio
 runs handlers on its own asyncio thread; ``/metrics`` reads from Trio).
-``RpcMetricsInterceptor`` is a grpc.aio server interceptor that times every
-call of a registered method and records how it ended; pass it in
-``ServerOptions(interceptors=(metrics.interceptor(),))``.
+Each listener's one interceptor (``_call_checks.CallChecks``) times every call
+of a registered method and records how it ended; give the recorder to a
+listener as ``ServerOptions(rpc_metrics=...)``.
 
 Labels stay bounded: the method label is ``Service/Method`` of a method that
 has a handler (so only methods lre registers), ``unknown`` for a call to any
@@ -18,25 +18,24 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import inspect
 import threading
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 import grpc.aio
 
-from lre.service._wrapped_handlers import WrappedHandlers
-
 __all__ = [
     "LATENCY_BUCKETS_S",
+    "LOOKUP_METHOD",
+    "UNKNOWN_METHOD",
+    "LookupHook",
     "MethodStatistics",
     "RpcMetrics",
-    "RpcMetricsInterceptor",
     "RpcStatistics",
+    "code_name",
     "method_label",
 ]
 
@@ -146,14 +145,8 @@ class RpcMetrics:
             )
         return RpcStatistics(self.buckets, methods)
 
-    def interceptor(self, *, lookup_hits: LookupHook | None = None) -> RpcMetricsInterceptor:
-        """The interceptor timing every call; with ``lookup_hits``, each
-        successful ``GetActionResult`` is also handed to it (``_lookup_hits``),
-        in the same wrapper, so no call pays for a second interceptor."""
-        return RpcMetricsInterceptor(self, lookup_hits)
 
-
-def _code_name(context: grpc.aio.ServicerContext[Any, Any], failure: BaseException | None) -> str:
+def code_name(context: grpc.aio.ServicerContext[Any, Any], failure: BaseException | None) -> str:
     """How the call ended: the code the handler set or aborted with, else
     CANCELLED for a cancelled task, UNKNOWN for another exception, else OK."""
     code: Any = None
@@ -174,107 +167,6 @@ def _code_name(context: grpc.aio.ServicerContext[Any, Any], failure: BaseExcepti
     return "UNKNOWN"
 
 
-Behavior = Callable[..., Any]
 #: Called with (request, context, response) after a successful GetActionResult.
 LookupHook = Callable[[Any, Any, Any], None]
 LOOKUP_METHOD = "/build.bazel.remote.execution.v2.ActionCache/GetActionResult"
-
-
-def _timed_unary(
-    inner: Behavior, method: str, metrics: RpcMetrics, after: LookupHook | None = None
-) -> Behavior:
-    async def call(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        started = time.perf_counter()
-        failure: BaseException | None = None
-        try:
-            result: Any = inner(request, context)
-            if inspect.isawaitable(result):
-                result = await result
-            if after is not None:
-                after(request, context, result)
-            return result
-        except BaseException as exc:
-            failure = exc
-            raise
-        finally:
-            metrics.record(method, _code_name(context, failure), time.perf_counter() - started)
-
-    return call
-
-
-def _timed_stream(inner: Behavior, method: str, metrics: RpcMetrics) -> Behavior:
-    async def call(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
-        started = time.perf_counter()
-        failure: BaseException | None = None
-        try:
-            result: Any = inner(request, context)
-            if inspect.isasyncgen(result) or hasattr(result, "__aiter__"):
-                async for response in result:
-                    yield response
-            elif inspect.isawaitable(result):  # a handler that uses context.write
-                await result
-        except BaseException as exc:
-            failure = exc
-            raise
-        finally:
-            metrics.record(method, _code_name(context, failure), time.perf_counter() - started)
-
-    return call
-
-
-if TYPE_CHECKING:
-    _InterceptorBase = grpc.aio.ServerInterceptor[Any, Any]
-else:  # the runtime class is not generic
-    _InterceptorBase = grpc.aio.ServerInterceptor
-
-
-class RpcMetricsInterceptor(_InterceptorBase):
-    """Times every call of a registered method; see the module docstring."""
-
-    def __init__(self, metrics: RpcMetrics, lookup_hits: LookupHook | None = None) -> None:
-        self.metrics = metrics
-        self.lookup_hits = lookup_hits
-        self._wrapped = WrappedHandlers()
-
-    async def intercept_service(
-        self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
-        ],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any]:
-        handler: grpc.RpcMethodHandler[Any, Any] | None = await continuation(handler_call_details)
-        if handler is None:  # grpc answers UNIMPLEMENTED; the path may be anything
-            self.metrics.record(UNKNOWN_METHOD, grpc.StatusCode.UNIMPLEMENTED.name, 0.0)
-            return None  # type: ignore[return-value]
-        path = handler_call_details.method
-        return self._wrapped.get(str(path), handler, lambda inner: self._timed(inner, path))
-
-    def _timed(
-        self, handler: grpc.RpcMethodHandler[Any, Any], path: str
-    ) -> grpc.RpcMethodHandler[Any, Any]:
-        """``handler`` with each call timed and counted under its method."""
-        method = method_label(path)
-        metrics = self.metrics
-        options: dict[str, Any] = {
-            "request_deserializer": handler.request_deserializer,
-            "response_serializer": handler.response_serializer,
-        }
-        if handler.unary_unary is not None:
-            after = self.lookup_hits if path == LOOKUP_METHOD else None
-            return grpc.unary_unary_rpc_method_handler(
-                _timed_unary(handler.unary_unary, method, metrics, after), **options
-            )
-        if handler.stream_unary is not None:
-            return grpc.stream_unary_rpc_method_handler(
-                _timed_unary(handler.stream_unary, method, metrics), **options
-            )
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(
-                _timed_stream(handler.unary_stream, method, metrics), **options
-            )
-        if handler.stream_stream is not None:
-            return grpc.stream_stream_rpc_method_handler(
-                _timed_stream(handler.stream_stream, method, metrics), **options
-            )
-        return handler

@@ -27,10 +27,12 @@ import trio
 
 from lre.config import ListenerSpec
 from lre.hop import name_os_thread
+from lre.service._auth import BearerToken
 from lre.service._bridge import TrioBridge
+from lre.service._call_checks import CallChecks
 from lre.service._local_peers import LocalPeers
-from lre.service._peer_guard import ActionPeerInterceptor
-from lre.service._request_decoding import RequestDecodingInterceptor
+from lre.service._peer_guard import PeerGuard
+from lre.service._rpc_metrics import LookupHook, RpcMetrics
 
 logger = logging.getLogger("lre.service")
 
@@ -70,10 +72,18 @@ class ServerOptions:
     keepalive_timeout_ms: int = 20_000
     min_client_ping_interval_ms: int = 10_000
     server_credentials: grpc.ServerCredentials | None = None
+    #: Interceptors run before lre's own checks (a test's recorder).
     interceptors: tuple[grpc.aio.ServerInterceptor[Any, Any], ...] = ()
-    #: When set, calls from processes lre started (its actions) are refused
-    #: with PERMISSION_DENIED (``_peer_guard.py``), before any other interceptor.
+    #: lre's checks of every call, all in one interceptor (``_call_checks``):
+    #: a call without this bearer token ends UNAUTHENTICATED ...
+    bearer_token: BearerToken | None = None
+    #: ... one from a process lre started (its actions) PERMISSION_DENIED
+    #: (``_peer_guard.py``; set only while actions share lre's network) ...
     local_peers: LocalPeers | None = None
+    #: ... and every call is timed and counted here, a successful
+    #: GetActionResult also handed to ``lookup_hits``.
+    rpc_metrics: RpcMetrics | None = None
+    lookup_hits: LookupHook | None = None
 
     @classmethod
     def from_listener(cls, listener: ListenerSpec, **overrides: Any) -> ServerOptions:
@@ -177,19 +187,19 @@ class GrpcServer:
         # thread, which inherits this thread's name; name both apart.
         name_os_thread("lre-grpc-poll")
         guard = (
-            ActionPeerInterceptor(options.local_peers)
+            PeerGuard(options.local_peers)
             if options.local_peers is not None and not options.address.startswith("unix:")
             else None
         )
+        checks = CallChecks(
+            token=options.bearer_token,
+            guard=guard,
+            metrics=options.rpc_metrics,
+            lookup_hits=options.lookup_hits,
+        )
         server = grpc.aio.server(
             options=options.channel_options(),
-            # Outermost: calls from lre's own actions end before anything runs.
-            # Innermost: requests that do not parse become INVALID_ARGUMENT.
-            interceptors=(
-                *((guard,) if guard is not None else ()),
-                *options.interceptors,
-                RequestDecodingInterceptor(),
-            ),
+            interceptors=(*options.interceptors, checks),
         )
         name_os_thread("lre-grpc-aio")
         for servicer in self.servicers:

@@ -97,6 +97,24 @@ def test_the_protections_a_backend_lacks_are_reported(tmp_path: Path) -> None:
     )
 
 
+def test_only_actions_on_lres_own_network_have_their_calls_judged(tmp_path: Path) -> None:
+    """Under portable the listeners judge every call's peer (actions share
+    lre's network); under pidns/userns lre's port does not exist for an
+    action, so no listener judges calls (nothing per call)."""
+    portable = app_config_text(tmp_path, extra_worker=', containment: "portable"')
+    guarded = Application(resolve(load_config_text(portable, source="t.json5")))
+    assert guarded.local_peers is not None
+    assert all(s.options.local_peers is guarded.local_peers for s in guarded.servers)
+    (tmp_path / "b").mkdir()
+    pidns = app_config_text(
+        tmp_path / "b", extra_worker=', containment: "pidns", action_user: "unprivileged"'
+    )
+    hidden = Application(resolve(load_config_text(pidns, source="t.json5")))
+    assert hidden.workers[0].containment.hides_listeners
+    assert hidden.local_peers is None
+    assert all(s.options.local_peers is None for s in hidden.servers)
+
+
 def test_an_action_user_that_cannot_work_fails_start_up_naming_the_field(tmp_path: Path) -> None:
     if os.geteuid() != 0:
         pytest.skip("only a root lre gives its actions another user")

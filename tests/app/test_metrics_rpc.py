@@ -40,9 +40,7 @@ async def test_interceptor_counts_codes_and_latency(nursery: trio.Nursery) -> No
     metrics = RpcMetrics()
     bridge = TrioBridge()
     server = GrpcServer(
-        ServerOptions(
-            address="127.0.0.1:0", grace_seconds=0.5, interceptors=(metrics.interceptor(),)
-        ),
+        ServerOptions(address="127.0.0.1:0", grace_seconds=0.5, rpc_metrics=metrics),
         cache_servicers(bridge, instances),
         bridge,
     )

@@ -28,13 +28,13 @@ from lre.digest import digest_of
 from lre.proto import bs_grpc, bs_pb2, re_grpc, re_pb2
 from lre.service import (
     AuthTokenError,
-    BearerTokenInterceptor,
+    BearerToken,
     GrpcServer,
     InstanceBackends,
     Instances,
     ServerOptions,
     TrioBridge,
-    auth_interceptors,
+    bearer_token,
     cache_servicers,
     read_token_file,
 )
@@ -94,8 +94,8 @@ def test_missing_token_file_and_directory_are_refused(tmp_path: Path) -> None:
         read_token_file(str(folder))
 
 
-def test_no_token_file_means_no_interceptor() -> None:
-    assert auth_interceptors(ListenerSpec()) == ()
+def test_no_token_file_means_no_token_check() -> None:
+    assert bearer_token(ListenerSpec()) is None
 
 
 # ------------------------------------------------------------ a real server
@@ -105,7 +105,7 @@ async def start(
     nursery: trio.Nursery,
     *,
     address: str = "127.0.0.1:0",
-    interceptors: Sequence[Any] = (),
+    token: BearerToken | None = None,
     credentials: grpc.ServerCredentials | None = None,
 ) -> tuple[str, MemoryStore]:
     store = MemoryStore(max_bytes=64 << 20)
@@ -114,7 +114,7 @@ async def start(
     options = ServerOptions(
         address=address,
         grace_seconds=0.2,
-        interceptors=tuple(interceptors),
+        bearer_token=token,
         server_credentials=credentials,
     )
     bound: str = await nursery.start(GrpcServer(options, servicers, bridge).serve)
@@ -141,8 +141,8 @@ async def in_thread(fn: Any, *args: Any, **kwargs: Any) -> Any:
 async def test_bearer_token_guards_every_kind_of_call(
     nursery: trio.Nursery, caplog: pytest.LogCaptureFixture
 ) -> None:
-    interceptor = BearerTokenInterceptor(TOKEN)
-    address, store = await start(nursery, interceptors=[interceptor])
+    token = BearerToken(TOKEN)
+    address, store = await start(nursery, token=token)
     good = [("authorization", f"Bearer {TOKEN}")]
     blob = b"guarded blob"
     digest = digest_of(blob)
@@ -198,7 +198,7 @@ async def test_bearer_token_guards_every_kind_of_call(
         assert (await in_thread(code_of, raw, b"", metadata=good, timeout=10))[0] == (
             grpc.StatusCode.UNIMPLEMENTED
         )
-    statistics = interceptor.statistics()
+    statistics = token.statistics()
     assert statistics.rejected == len(bad_headers) * 4 + 1
     assert statistics.admitted >= 4
     assert statistics.rejected_peers == 1
@@ -211,12 +211,12 @@ async def test_bearer_token_guards_every_kind_of_call(
 
 async def test_token_is_compared_in_constant_time_by_hash() -> None:
     """The comparison never short-cuts on length: both sides are hashed first."""
-    interceptor = BearerTokenInterceptor(TOKEN)
-    assert interceptor._problem([("authorization", f"Bearer {TOKEN}")]) is None
-    assert interceptor._problem([("authorization", "Bearer " + "x" * 10_000)]) is not None
-    assert interceptor._problem([("authorization", "Bearer ")]) is not None
+    token = BearerToken(TOKEN)
+    assert token._problem([("authorization", f"Bearer {TOKEN}")]) is None
+    assert token._problem([("authorization", "Bearer " + "x" * 10_000)]) is not None
+    assert token._problem([("authorization", "Bearer ")]) is not None
     with pytest.raises(AuthTokenError):
-        BearerTokenInterceptor("")
+        BearerToken("")
 
 
 # ------------------------------------------------------------ TLS

@@ -1,4 +1,4 @@
-"""WrappedHandlers, and the interceptors that keep their wrappers with it:
+"""WrappedHandlers, and the one interceptor that keeps its wrappers with it:
 a wrapper is made once per method and inner handler, and still does its
 work on every call."""
 
@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import trio
 
-from lre.service._request_decoding import RequestDecodingInterceptor
-from lre.service._rpc_metrics import RpcMetrics, RpcMetricsInterceptor
+from lre.service._call_checks import CallChecks
+from lre.service._request_decoding import Unparsable
+from lre.service._rpc_metrics import RpcMetrics
 from lre.service._wrapped_handlers import WrappedHandlers
 
 if TYPE_CHECKING:
@@ -100,16 +101,22 @@ def test_past_the_limit_new_methods_are_wrapped_per_call() -> None:
     assert count == 3
 
 
-async def test_the_metrics_interceptor_keeps_its_wrapper_and_times_every_call() -> None:
+async def test_the_one_interceptor_keeps_its_wrapper_and_checks_every_call() -> None:
     metrics = RpcMetrics()
-    interceptor = RpcMetricsInterceptor(metrics)
+    checks = CallChecks(metrics=metrics)
     inner = _handler("inner")
     handlers = [
-        await interceptor.intercept_service(_continuation(inner), _Details(PATH)) for _ in range(3)
+        await checks.intercept_service(_continuation(inner), _Details(PATH)) for _ in range(3)
     ]
-    assert handlers[0] is handlers[1] is handlers[2]
+    await trio.lowlevel.checkpoint()
+    handlers.append(await checks.intercept_service(_continuation(inner), _Details(PATH)))
+    assert all(h is handlers[0] for h in handlers)
     behavior = handlers[0].unary_unary
-    assert behavior is not None
+    deserialize = handlers[0].request_deserializer
+    assert behavior is not None and deserialize is not None
+    # Request decoding still runs: bytes decode as before, bad bytes become a refusal.
+    assert deserialize(b"x") == "x"
+    assert isinstance(deserialize(b"\xff"), Unparsable)
     context: Any = _Context()
     for n in range(3):
         assert await behavior(n, context) == f"inner:{n}"
@@ -119,21 +126,3 @@ async def test_the_metrics_interceptor_keeps_its_wrapper_and_times_every_call() 
         3,
         {"OK": 3},
     )
-
-
-async def test_stacked_interceptors_hand_out_the_same_wrappers_call_after_call() -> None:
-    # As GrpcServer stacks them: metrics outside, request decoding inside.
-    decoding = RequestDecodingInterceptor()
-    metrics = RpcMetricsInterceptor(RpcMetrics())
-    inner = _handler("inner")
-
-    async def through_decoding(details: Any) -> Handler:
-        return await decoding.intercept_service(_continuation(inner), details)
-
-    first = await metrics.intercept_service(through_decoding, _Details(PATH))
-    await trio.lowlevel.checkpoint()
-    again = await metrics.intercept_service(through_decoding, _Details(PATH))
-    assert again is first
-    assert first.request_deserializer is not None
-    # Request decoding's guard still runs: bytes decode as before.
-    assert first.request_deserializer(b"x") == "x"
