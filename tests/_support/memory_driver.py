@@ -39,6 +39,7 @@ from lre.proto import re_pb2
 from lre.scheduler import RecordBuilder, Scheduler
 from lre.snapshot import ActionRecord
 from lre.worker import LocalWorker, _action, _tree_peak
+from lre.worker._memory_figure import memory_figure
 from lre.worker._process import ProcessOutcome
 from lre.worker._sampler import ActionUsage
 from tests._support.actions import build_action, put_action
@@ -77,13 +78,12 @@ def _watch_kernel_figures() -> list[int]:
     """The kernel's figure of each run, in the order runs end (the worker's
     ``memory_figure`` is wrapped to see its argument)."""
     seen: list[int] = []
-    figure = _action.memory_figure
 
     def watched(process: ProcessOutcome, sampled: ActionUsage | None) -> tuple[int, str]:
         seen.append(process.kernel_peak_bytes)
-        return figure(process, sampled)
+        return memory_figure(process, sampled)
 
-    _action.memory_figure = watched
+    setattr(_action, "memory_figure", watched)  # noqa: B010 (not exported by _action)
     return seen
 
 
