@@ -7,7 +7,7 @@ the pre-``exec`` image in its ``ru_maxrss``. Its children do not carry it:
 they are forked from a program that has already executed. Under ``pidns``
 and ``userns`` the first process of the action's namespace (pid 1) already
 forks the command and waits for it; where that pid 1 is GNU ``time``
-(``time -q -f %M -o /dev/fd/N -- command``), it writes the ``ru_maxrss`` of
+(``time -q -f %M -o /proc/self/fd/N -- command``), it writes the ``ru_maxrss`` of
 the command it waited for (the largest single process of the command's
 reaped tree, each counted from its ``exec`` on) to descriptor ``N``: an
 anonymous memory file (``memfd``) lre made for the run and reads once the
@@ -65,8 +65,9 @@ _probed: list[tuple[str | None, str | None]] = []
 
 def report_argv(tool: str, fd: int) -> list[str]:
     """The pid-1 prefix that runs a command and writes its tree's peak (KiB)
-    to descriptor ``fd``; the command's argv follows."""
-    return [tool, "-q", "-f", "%M", "-o", f"/dev/fd/{fd}", "--"]
+    to descriptor ``fd``; the command's argv follows. The path is /proc's,
+    not /dev/fd: every action's namespace has its /proc by then."""
+    return [tool, "-q", "-f", "%M", "-o", f"/proc/self/fd/{fd}", "--"]
 
 
 def open_report() -> int:

@@ -244,7 +244,7 @@ async def test_a_views_proc_shows_only_the_action_and_its_stdin_is_empty(
     assert (
         "timeout -- 0 /bin/sh -c cat" in pid1
         or "sh - /bin/sh -c cat" in pid1
-        or re.search(r"time -q -f %M -o /dev/fd/\d+ -- /bin/sh -c cat", pid1)
+        or re.search(r"time -q -f %M -o /proc/self/fd/\d+ -- /bin/sh -c cat", pid1)
     ), out
     assert int(processes) <= 6, out  # pid 1, sh, its pipeline: nothing of lre's
     assert (stdin, size.strip()) == ("/dev/null", "0"), out
