@@ -347,73 +347,8 @@ async def run_process(
         )
     if not 0 <= nice <= 19:
         raise ValueError(f"nice: {nice} is not in 0..19")
+    #: where pid 1 reports the command tree's peak (``_tree_peak``)
     report = _open_peak_report(contained)
-    try:
-        return await _run(
-            contained,
-            argv,
-            report,
-            cwd=cwd,
-            env=env,
-            stdout_path=stdout_path,
-            stderr_path=stderr_path,
-            timeout=timeout,
-            kill_grace=kill_grace,
-            pass_fds=pass_fds,
-            on_started=on_started,
-            nice=nice,
-            block_network=block_network,
-            view=view,
-            max_processes=max_processes,
-            max_open_files=max_open_files,
-            paused_seconds=paused_seconds,
-            end_frozen=end_frozen,
-            identity=identity,
-            on_view_held=on_view_held,
-        )
-    finally:
-        if report is not None:
-            os.close(report)
-
-
-def _open_peak_report(contained: Containment) -> int | None:
-    """A report file for pid 1's tree peak where the backend has one
-    (``_tree_peak``), else None; None too (logged) when it cannot be made:
-    the run then has lre's own ``wait4`` only."""
-    if contained.peak_tool is None:
-        return None
-    try:
-        return open_report()
-    except OSError as error:
-        log.warning("no tree peak report for an action: %s", error)
-        return None
-
-
-async def _run(
-    contained: Containment,
-    argv: Sequence[str],
-    report: int | None,
-    *,
-    cwd: Path,
-    env: Mapping[str, str],
-    stdout_path: Path,
-    stderr_path: Path,
-    timeout: float,
-    kill_grace: float,
-    pass_fds: Sequence[int],
-    on_started: Callable[[int], None] | None,
-    nice: int,
-    block_network: bool,
-    view: ActionView | None,
-    max_processes: int,
-    max_open_files: int,
-    paused_seconds: Callable[[], float] | None,
-    end_frozen: Callable[[], bool] | None,
-    identity: ActionIdentity | None,
-    on_view_held: Callable[[int], None] | None,
-) -> ProcessOutcome:
-    """``run_process`` once its arguments are checked and its report file
-    (``report``, None: none) is made; the caller closes that file."""
     limits = process_limits()
     open_files = action_open_files(max_open_files)
     command = limits.command(
@@ -513,28 +448,44 @@ async def _run(
             raise
         return popen, pidfd, oom_before
 
-    popen, pidfd, oom_before = await _spawner_for(nice).spawn(start, contained)
-    started_at = trio.current_time()
-    outcome = await _supervise(
-        contained,
-        popen,
-        pidfd,
-        started_at,
-        timeout,
-        kill_grace,
-        oom_before,
-        on_started,
-        (log_files[0], log_files[1]),
-        paused_seconds,
-        end_frozen,
-        on_view_held,
-    )
-    return dataclasses.replace(
-        outcome,
-        own_image_bytes=image[0] if image else 0,
+    try:
+        popen, pidfd, oom_before = await _spawner_for(nice).spawn(start, contained)
+        started_at = trio.current_time()
+        outcome = await _supervise(
+            contained,
+            popen,
+            pidfd,
+            started_at,
+            timeout,
+            kill_grace,
+            oom_before,
+            on_started,
+            (log_files[0], log_files[1]),
+            paused_seconds,
+            end_frozen,
+            on_view_held,
+        )
         # pid 1 was reaped: it wrote its report, if it ever will
-        tree_peak_bytes=read_report(report) if report is not None else 0,
+        tree_peak = read_report(report) if report is not None else 0
+    finally:
+        if report is not None:
+            os.close(report)
+    return dataclasses.replace(
+        outcome, own_image_bytes=image[0] if image else 0, tree_peak_bytes=tree_peak
     )
+
+
+def _open_peak_report(contained: Containment) -> int | None:
+    """A report file for pid 1's tree peak where the backend has one
+    (``_tree_peak``), else None; None too (logged) when it cannot be made:
+    the run then has lre's own ``wait4`` only."""
+    if contained.peak_tool is None:
+        return None
+    try:
+        return open_report()
+    except OSError as error:
+        log.warning("no tree peak report for an action: %s", error)
+        return None
 
 
 def _open_log(path: Path) -> int:
