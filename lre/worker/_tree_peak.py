@@ -22,11 +22,12 @@ What the figure leaves out: a process the command's tree did not wait for
 The action can write to the file (the command inherits the descriptor and
 ``time``'s own open of it). So the report is parsed defensively
 (``read_report``): it counts only when the whole file is one line of
-decimal digits, nonzero, at most ``MAX_REPORT_BYTES`` long; anything else
-(garbage, an empty file, the action's text before ``time``'s line) is no
-figure, never an error. A figure the action forged can never lower what lre
-records below what the sampler saw (``_memory_figure`` takes the larger);
-it can raise its own figure, which only costs the action itself.
+decimal digits, nonzero, at most ``MAX_REPORT_BYTES`` long and no larger
+than the machine's RAM; anything else (garbage, an empty file, the action's
+text before ``time``'s line) is no figure, never an error. A figure the
+action forged can never lower what lre records below what the sampler saw
+(``_memory_figure`` takes the larger); it can raise its own figure (up to
+the machine's RAM, as an action that really allocated it could).
 """
 
 from __future__ import annotations
@@ -77,15 +78,26 @@ def open_report() -> int:
     return os.memfd_create("lre-tree-peak", os.MFD_CLOEXEC)
 
 
+def _physical_memory() -> int:
+    """This machine's RAM in bytes (no resident set is larger)."""
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+_RAM = _physical_memory()
+
+
 def parse_report(data: bytes) -> int:
     """Bytes from a report's contents (``time``'s ``%M``: KiB and a
-    newline), or 0 when it is not exactly one such line or says 0."""
+    newline), or 0 when it is not exactly one such line, says 0, or says
+    more than this machine's RAM (the action's text before ``time``'s
+    digits, without a line end, would make one long number)."""
     if len(data) > MAX_REPORT_BYTES:
         return 0
     match = _REPORT.fullmatch(data)
     if match is None:
         return 0
-    return int(match.group(1)) * 1024
+    figure = int(match.group(1)) * 1024
+    return figure if figure <= _RAM else 0
 
 
 def read_report(fd: int) -> int:

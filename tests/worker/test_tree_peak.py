@@ -19,10 +19,19 @@ from lre.worker._tree_peak import (
 )
 from tests._support.ci import in_ci
 
+RAM_KIB = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 1024
+
 
 def test_one_line_of_kib_is_a_figure() -> None:
     assert parse_report(b"1452\n") == 1452 * 1024
-    assert parse_report(b"999999999999\n") == 999999999999 * 1024
+    assert parse_report(b"%d\n" % RAM_KIB) == RAM_KIB * 1024
+
+
+def test_more_than_the_machine_s_ram_is_no_figure() -> None:
+    # "9999999" the action wrote through time's own descriptor, then time's
+    # "1452\n" after it: one line of digits, larger than any resident set
+    assert parse_report(b"99999991452\n") == 0
+    assert parse_report(b"%d\n" % (RAM_KIB + 1)) == 0
 
 
 @pytest.mark.parametrize(
