@@ -94,6 +94,7 @@
               pkgs.gnumake
               pkgs.tmux
               pkgs.slirp4netns
+              pkgs.time
               pkgs.bazel_7
             ];
             shellHook = ''
@@ -113,9 +114,11 @@
         default = {
           type = "app";
           # slirp4netns gives actions outside addresses from their own
-          # network namespace, where lre's listeners are not (docs/security.md).
+          # network namespace, where lre's listeners are not (docs/security.md);
+          # GNU time, pid 1 of each action, reports the memory of its
+          # command's processes (docs/resource-control.md).
           program = "${pkgs.writeShellScript "lre-up" ''
-            export PATH="${pkgs.slirp4netns}/bin:$PATH"
+            export PATH="${pkgs.slirp4netns}/bin:${pkgs.time}/bin:$PATH"
             exec ${(perSystem pkgs).lre}/bin/lre up "$@"
           ''}";
         };

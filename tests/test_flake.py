@@ -49,7 +49,7 @@ PYTHON_PACKAGES = [
     "zstandard",
 ]
 #: Top-level nixpkgs packages the flake may use.
-TOP_LEVEL = ["bazel_7", "gcc", "gnumake", "import-linter", "ruff", "slirp4netns", "tmux"]
+TOP_LEVEL = ["bazel_7", "gcc", "gnumake", "import-linter", "ruff", "slirp4netns", "time", "tmux"]
 LINUX = ["aarch64-linux", "x86_64-linux"]
 
 STUB = """

@@ -208,6 +208,9 @@ class Application:
             outside = worker.containment.network_missing()
             if outside is not None:
                 texts.append(f"addresses outside this machine for its actions ({outside})")
+            peak = worker.containment.peak_missing()
+            if peak is not None:
+                texts.append(f"the kernel's memory figure of its short actions ({peak})")
             if worker.identity is None:  # its actions run as lre's user
                 texts.extend(worker.containment.root_actions_missing())
             for text in texts:

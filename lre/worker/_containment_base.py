@@ -92,6 +92,10 @@ class Containment(ABC):
     #: listeners (and the host's loopback and abstract sockets) do not exist
     #: (``_action_network``); False: the listener guard is all there is.
     hides_listeners: bool = False
+    #: GNU time when it is this backend's pid 1 and reports the peak of the
+    #: command's tree (``_tree_peak``): ``command`` then takes a
+    #: ``peak_report`` descriptor. None: lre's own ``wait4`` is all there is.
+    peak_tool: str | None = None
 
     def __init__(self) -> None:
         #: Kills every listed action when lre dies (started on first use).
@@ -110,6 +114,13 @@ class Containment(ABC):
         when they share lre's own network (``hides_listeners`` False)."""
         return None
 
+    def peak_missing(self) -> str | None:
+        """Why this backend's short actions get no kernel figure of their
+        own tree (``_tree_peak``; shown by ``/status`` and ``lre doctor``);
+        None when they do, or when the backend has no first process of its
+        own to report it (``portable``)."""
+        return None
+
     @abstractmethod
     def command(
         self,
@@ -118,13 +129,17 @@ class Containment(ABC):
         view: bool = False,
         pwd: str | None = None,
         keep_fds: Sequence[int] = (),
+        peak_report: int | None = None,
     ) -> list[str]:
         """The argv to execute for the action's ``argv`` (in a view when
         ``view``, only where ``can_view``). ``pwd`` is the action's own
         ``PWD`` (None: it has none); a backend that puts a shell in front of
         the action must leave the environment as the action gave it.
         ``keep_fds``: the descriptors the action is handed besides 0-2
-        (``pass_fds``), which a wrapper must leave as they are."""
+        (``pass_fds``), which a wrapper must leave as they are.
+        ``peak_report`` (only where ``peak_tool``): the descriptor, also
+        handed to the first process, where pid 1 writes the peak of the
+        command's tree."""
 
     @contextmanager
     def spawn_context(self, options: SpawnOptions) -> Iterator[list[str]]:

@@ -54,7 +54,10 @@ class ProcessGroupSweep(Containment):
         view: bool = False,
         pwd: str | None = None,
         keep_fds: Sequence[int] = (),
+        peak_report: int | None = None,
     ) -> list[str]:
+        # The command is the first process itself (no pid 1 of lre's own
+        # to report its tree's peak: ``peak_tool`` stays None).
         return list(argv)
 
     def spawn_started(self, pid: int) -> None:

@@ -26,6 +26,7 @@ from lre.worker._syscalls import call as _call
 from lre.worker._syscalls import kill as _kill
 from lre.worker._syscalls import killpg as _killpg
 from lre.worker._syscalls import loopback_up as _loopback_up
+from lre.worker._tree_peak import peak_tool, peak_tool_missing, report_argv
 from lre.worker._view import build_view, mount_children_proc, proc_pidns_works
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,9 @@ _CLONE_NEWPID = 0x20000000
 #: has a builtin of that name, argv[0] as given), and exits with the
 #: child's status (128 + the signal that killed it). Its own stdin becomes
 #: /dev/null first, so neither it nor the command keeps the gate's pipe.
-#: This is the role ``timeout 0`` has elsewhere, one exec fewer per action.
+#: This is the role ``timeout 0`` has elsewhere, one exec fewer per action;
+#: where GNU time reports the command's tree (``_tree_peak``), the gate
+#: executes time in that role instead (``_PROC_GATE``).
 #: sh's own stderr goes to /dev/null (a shell reports a child killed by a
 #: signal, "Terminated", and that line is no part of the action's stderr);
 #: the command gets the real one back from descriptor {spare}, which the
@@ -52,8 +55,10 @@ _PROC_GATE_PID1 = (
     "case $1 in -) unset PWD ;; *) PWD=${{1#=}}; export PWD ;; esac; shift; "
     'exec {spare}>&2 2>/dev/null </dev/null; (exec "$@") 2>&{spare} {spare}>&-'
 )
-#: The same gate executing the rest of its arguments (``timeout``, then pid
-#: 1), where no descriptor from 3 to 9 is free for ``_PROC_GATE_PID1``.
+#: The same gate executing the rest of its arguments (GNU ``time`` or
+#: ``timeout``, then pid 1): with a tree peak report, or where no descriptor
+#: from 3 to 9 is free for ``_PROC_GATE_PID1``. pid 1 then writes nothing
+#: to stderr of its own (``time -q``; ``timeout`` only on failure to run).
 _PROC_GATE = (
     'IFS= read -r gate; [ "$gate" = go ] || exit 125; '
     "case $1 in -) unset PWD ;; *) PWD=${1#=}; export PWD ;; esac; shift; "
@@ -116,7 +121,7 @@ class PidNamespace(Containment):
     can_block_network = True
     hides_listeners = True
     ends_alone = True
-    # the gate sh or ``timeout``: pid 1, the action's command is its child
+    # the gate sh, GNU time or ``timeout``: pid 1, the action's command is its child
     helper_processes = 1
     signals_as_exit_codes = True
     can_view = True
@@ -131,6 +136,8 @@ class PidNamespace(Containment):
             )
         super().__init__()
         self._init = init
+        #: GNU time as pid 1 where it reports the command's tree (_tree_peak)
+        self.peak_tool = peak_tool()
         #: POSIX sh: the gate of a view whose /proc the spawner mounts
         #: (None: the kernel cannot, or no sh; then util-linux unshare
         #: mounts each view's /proc, see _view.py)
@@ -179,6 +186,9 @@ class PidNamespace(Containment):
 
     def network_missing(self) -> str | None:
         return self.outside.missing
+
+    def peak_missing(self) -> str | None:
+        return None if self.peak_tool is not None else peak_tool_missing()
 
     def root_actions_missing(self) -> tuple[str, ...]:
         return () if self._root_unlocked is None else (self._root_unlocked,)
@@ -229,17 +239,24 @@ class PidNamespace(Containment):
         view: bool = False,
         pwd: str | None = None,
         keep_fds: Sequence[int] = (),
+        peak_report: int | None = None,
     ) -> list[str]:
-        # timeout execvp()s argv with the action's PATH, argv[0] unchanged;
-        # a duration of 0 sets no limit. In a view, the gate waits for the
-        # spawner's /proc, then runs argv itself as pid 1 (or executes
-        # timeout when it has no spare descriptor); without the gate,
+        # pid 1 execvp()s argv with the action's PATH, argv[0] unchanged:
+        # GNU time, which writes the peak of the command's tree to
+        # ``peak_report`` (``_tree_peak``), or else timeout, whose duration
+        # of 0 sets no limit. In a view, the gate waits for the spawner's
+        # /proc, then executes that pid 1 (without a report, it runs argv
+        # itself as pid 1 when it has a spare descriptor); without the gate,
         # unshare first mounts the namespace's own /proc.
-        init = [self._init, "--", "0", *argv]
+        if peak_report is not None and self.peak_tool is not None:
+            init = [*report_argv(self.peak_tool, peak_report), *argv]
+        else:
+            peak_report = None
+            init = [self._init, "--", "0", *argv]
         if view and self._gate_sh is not None:
             own_pwd = "-" if pwd is None else "=" + pwd
             spare = _spare_descriptor(keep_fds)
-            if spare is None:
+            if spare is None or peak_report is not None:
                 return [self._gate_sh, "-c", _PROC_GATE, "sh", own_pwd, *init]
             gate = _PROC_GATE_PID1.format(spare=spare)
             return [self._gate_sh, "-c", gate, "sh", own_pwd, *argv]

@@ -54,6 +54,7 @@ from lre.worker._oom import OomCounters
 from lre.worker._open_files import action_open_files, limit_open_files
 from lre.worker._own_image import own_image
 from lre.worker._process_limit import process_limits
+from lre.worker._tree_peak import open_report, read_report
 from lre.worker._view import ActionView
 from lre.worker._view_writable import WritableRefused
 
@@ -103,8 +104,9 @@ class ProcessOutcome:
     ``cpu_seconds`` and ``max_rss_bytes`` come from the leader's rusage
     (including descendants it waited for); ``max_rss_bytes`` is the kernel's
     figure as it is, which carries lre's own image (``_own_image.py``):
-    ``own_image_bytes`` bounds that image and ``kernel_peak_bytes`` is the
-    figure when it is the action's own (above the bound), else 0.
+    ``own_image_bytes`` bounds that image. ``tree_peak_bytes`` is the
+    figure pid 1 reported for the command's tree (``_tree_peak``; 0: none).
+    ``kernel_peak_bytes`` is the larger of the two that are the action's own.
     ``ended_alone`` is true when
     nothing the action started can still run (see ``Containment.end``): only
     then may its directory be reused and its files moved into the CAS.
@@ -122,18 +124,24 @@ class ProcessOutcome:
     #: lre's own image the kernel figure may carry (bytes; 0: unknown,
     #: the figure is then not the action's, see ``kernel_peak_bytes``).
     own_image_bytes: int = 0
+    #: the kernel's figure of the command's tree, as pid 1 reported it
+    #: (bytes; 0: no report, ``_tree_peak``)
+    tree_peak_bytes: int = 0
     #: (device, inode) of the stdout and stderr files lre opened for the
     #: action, so that a file the action put in their place is noticed.
     log_files: tuple[tuple[int, int], tuple[int, int]] = ((0, 0), (0, 0))
 
     @property
     def kernel_peak_bytes(self) -> int:
-        """The kernel's figure (the largest process of the action's reaped
-        tree) when lre's own image is not in it, else 0: the action's
-        processes then stayed below that image."""
+        """The kernel's figure of the largest process of the action's reaped
+        tree: pid 1's report of the command's tree, or lre's own ``wait4``
+        when it is above lre's image (the larger when both are known); 0
+        when neither is known (no report, and the action's processes stayed
+        below lre's image)."""
+        own = 0
         if self.own_image_bytes and self.max_rss_bytes > self.own_image_bytes:
-            return self.max_rss_bytes
-        return 0
+            own = self.max_rss_bytes
+        return max(own, self.tree_peak_bytes)
 
     @property
     def describe(self) -> str:
@@ -337,6 +345,10 @@ async def run_process(
             f"this lre runs actions with containment {contained.name!r}, which cannot "
             "give an action a view of its own"
         )
+    if not 0 <= nice <= 19:
+        raise ValueError(f"nice: {nice} is not in 0..19")
+    #: where pid 1 reports the command tree's peak (``_tree_peak``)
+    report = _open_peak_report(contained)
     limits = process_limits()
     open_files = action_open_files(max_open_files)
     command = limits.command(
@@ -346,6 +358,7 @@ async def run_process(
             view=view is not None,
             pwd=env.get("PWD"),
             keep_fds=tuple(pass_fds),
+            peak_report=report,
         ),
         max_processes,
         open_files,
@@ -361,7 +374,7 @@ async def run_process(
     log_files: list[tuple[int, int]] = []
     #: the bound of lre's image in the first process's kernel figure
     image: list[int] = []
-    fds = tuple(pass_fds)
+    fds = tuple(pass_fds) if report is None else (*pass_fds, report)
 
     def start() -> tuple[subprocess.Popen[bytes], int, tuple[int, ...]]:
         # Runs in a spawner thread (see the module docstring).
@@ -435,25 +448,44 @@ async def run_process(
             raise
         return popen, pidfd, oom_before
 
-    if not 0 <= nice <= 19:
-        raise ValueError(f"nice: {nice} is not in 0..19")
-    popen, pidfd, oom_before = await _spawner_for(nice).spawn(start, contained)
-    started_at = trio.current_time()
-    outcome = await _supervise(
-        contained,
-        popen,
-        pidfd,
-        started_at,
-        timeout,
-        kill_grace,
-        oom_before,
-        on_started,
-        (log_files[0], log_files[1]),
-        paused_seconds,
-        end_frozen,
-        on_view_held,
+    try:
+        popen, pidfd, oom_before = await _spawner_for(nice).spawn(start, contained)
+        started_at = trio.current_time()
+        outcome = await _supervise(
+            contained,
+            popen,
+            pidfd,
+            started_at,
+            timeout,
+            kill_grace,
+            oom_before,
+            on_started,
+            (log_files[0], log_files[1]),
+            paused_seconds,
+            end_frozen,
+            on_view_held,
+        )
+        # pid 1 was reaped: it wrote its report, if it ever will
+        tree_peak = read_report(report) if report is not None else 0
+    finally:
+        if report is not None:
+            os.close(report)
+    return dataclasses.replace(
+        outcome, own_image_bytes=image[0] if image else 0, tree_peak_bytes=tree_peak
     )
-    return dataclasses.replace(outcome, own_image_bytes=image[0] if image else 0)
+
+
+def _open_peak_report(contained: Containment) -> int | None:
+    """A report file for pid 1's tree peak where the backend has one
+    (``_tree_peak``), else None; None too (logged) when it cannot be made:
+    the run then has lre's own ``wait4`` only."""
+    if contained.peak_tool is None:
+        return None
+    try:
+        return open_report()
+    except OSError as error:
+        log.warning("no tree peak report for an action: %s", error)
+        return None
 
 
 def _open_log(path: Path) -> int:

@@ -17,6 +17,7 @@ from lre.worker._action_network import OutsideNetwork
 from lre.worker._containment_base import Containment, ContainmentUnavailable, SpawnOptions
 from lre.worker._syscalls import LIBC as _LIBC
 from lre.worker._syscalls import killpg as _killpg
+from lre.worker._tree_peak import peak_tool, peak_tool_missing, report_argv
 from lre.worker._view import OverlayXattrs
 from lre.worker._view_helper import ViewHelper
 
@@ -29,8 +30,9 @@ class UserNamespace(Containment):
     lre is multi-threaded, and a multi-threaded process may not enter a user
     namespace, so each action starts through util-linux ``unshare --user
     --map-current-user --pid --fork --kill-child``: ``unshare`` stays in
-    lre's namespace and waits, its child is pid 1 of the new one (again
-    ``timeout -- 0``, so the command is not pid 1) and dies with it. The
+    lre's namespace and waits, its child is pid 1 of the new one (GNU
+    ``time`` reporting the command's tree, ``_tree_peak``, or else
+    ``timeout -- 0``; either way the command is not pid 1) and dies with it. The
     command keeps lre's user id (mapped to itself). When the action exits
     normally, ``unshare`` has waited for pid 1, whose exit killed and reaped
     the namespace: nothing runs any more. When lre kills it, the namespace
@@ -49,7 +51,7 @@ class UserNamespace(Containment):
     name = "userns"
     signals_as_exit_codes = True
     hides_listeners = True
-    # ``unshare --fork`` and its child, pid 1 (``timeout``) of the namespace
+    # ``unshare --fork`` and its child, pid 1 (``time`` or ``timeout``) of the namespace
     # (an ``nsenter`` in front of it executes ``unshare`` in its place)
     helper_processes = 2
     # The view helper mounts each overlay inside its user namespace.
@@ -63,13 +65,17 @@ class UserNamespace(Containment):
         if unshare is None or init is None:
             raise ContainmentUnavailable("util-linux unshare or coreutils timeout is not on PATH")
         super().__init__()
-        self._prefix = [
+        #: the namespace's maker, without a view helper (pid 1 follows)
+        self._unshare = [
             *(unshare, "--user", "--map-current-user", "--net", "--pid", "--fork"),
-            *("--kill-child", "--", init, "--", "0"),
+            *("--kill-child", "--"),
         ]
         try:
             probe = subprocess.run(
-                [*self._prefix, "true"], capture_output=True, timeout=10, check=False
+                [*self._unshare, init, "--", "0", "true"],
+                capture_output=True,
+                timeout=10,
+                check=False,
             )
         except (OSError, subprocess.SubprocessError) as error:
             raise ContainmentUnavailable(f"cannot run unshare: {error}") from None
@@ -103,9 +109,14 @@ class UserNamespace(Containment):
         if self._views is None:
             self.outside.missing = "no view helper runs (see lre's log at start-up)"
         self._inner = [init, "--", "0"]
+        #: GNU time as pid 1 where it reports the command's tree (_tree_peak)
+        self.peak_tool = peak_tool()
 
     def network_missing(self) -> str | None:
         return self.outside.missing
+
+    def peak_missing(self) -> str | None:
+        return None if self.peak_tool is not None else peak_tool_missing()
 
     def command(
         self,
@@ -114,13 +125,20 @@ class UserNamespace(Containment):
         view: bool = False,
         pwd: str | None = None,
         keep_fds: Sequence[int] = (),
+        peak_report: int | None = None,
     ) -> list[str]:
+        # pid 1: GNU time writing the peak of the command's tree to
+        # ``peak_report`` (``_tree_peak``), else ``timeout -- 0``.
+        if peak_report is not None and self.peak_tool is not None:
+            first = report_argv(self.peak_tool, peak_report)
+        else:
+            first = self._inner
         if self._views is None:
-            return [*self._prefix, *argv]
+            return [*self._unshare, *first, *argv]
         inner = self._views.inner(os.geteuid(), os.getegid(), view=view)
         if view:  # entered by ``spawn_context``'s prefix
-            return [*inner, *self._inner, *argv]
-        return [*self._views.enter_network(), *inner, *self._inner, *argv]
+            return [*inner, *first, *argv]
+        return [*self._views.enter_network(), *inner, *first, *argv]
 
     @contextmanager
     def spawn_context(self, options: SpawnOptions) -> Iterator[list[str]]:

@@ -7,12 +7,16 @@ argv[1] is a JSON request:
 - ``mode``: the worker's containment; ``commands``: ``[[name, script], ...]``
   run one after the other as ``/bin/sh -c script`` in a view;
 - optional ``memory_budget`` and ``sandbox_tmpfs_size`` (bytes) for the
-  worker, and ``ladder`` (bytes per step).
+  worker, and ``ladder`` (bytes per step);
+- optional ``hide_peak_tool``: GNU time is looked up under a name no
+  program has, as where it is not installed (``lre.worker._tree_peak``).
 
 The worker directory is ``./work``. Prints one JSON line: for each name, the
 history record's ``peak`` (bytes), ``source`` (``memory_source``), ``kills``,
 ``error`` (a gRPC code name, "" for none), ``exit_code`` (None without a
-result) and the action's ``stderr`` tail; plus ``lre_rss`` (this process's
+result), the action's ``stderr`` tail and ``kernel``, the kernel's figure
+of its run as the worker had it (``ProcessOutcome.kernel_peak_bytes``, 0:
+none); plus ``lre_rss`` (this process's
 resident bytes at the end: the image a first process carries).
 """
 
@@ -34,7 +38,10 @@ from lre.digest import Digest
 from lre.proto import re_pb2
 from lre.scheduler import RecordBuilder, Scheduler
 from lre.snapshot import ActionRecord
-from lre.worker import LocalWorker
+from lre.worker import LocalWorker, _action, _tree_peak
+from lre.worker._memory_figure import memory_figure
+from lre.worker._process import ProcessOutcome
+from lre.worker._sampler import ActionUsage
 from tests._support.actions import build_action, put_action
 
 
@@ -67,8 +74,24 @@ def _rss() -> int:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def _watch_kernel_figures() -> list[int]:
+    """The kernel's figure of each run, in the order runs end (the worker's
+    ``memory_figure`` is wrapped to see its argument)."""
+    seen: list[int] = []
+
+    def watched(process: ProcessOutcome, sampled: ActionUsage | None) -> tuple[int, str]:
+        seen.append(process.kernel_peak_bytes)
+        return memory_figure(process, sampled)
+
+    setattr(_action, "memory_figure", watched)  # noqa: B010 (not exported by _action)
+    return seen
+
+
 async def main(request: dict[str, Any]) -> None:
     here = Path.cwd()
+    if request.get("hide_peak_tool"):
+        _tree_peak.TOOL = "lre-test-no-such-time"
+    kernel_figures = _watch_kernel_figures()
     store = MemoryStore(1 << 30)
     records: list[ActionRecord] = []
     recorded = [trio.Event()]
@@ -91,6 +114,7 @@ async def main(request: dict[str, Any]) -> None:
                 ["/bin/sh", "-c", script], env={"PATH": "/usr/bin:/bin"}, salt=name.encode()
             )
             recorded[0] = trio.Event()
+            del kernel_figures[:]
             digest = await put_action(store, built)
             execute = re_pb2.ExecuteRequest(action_digest=digest.to_proto(), skip_cache_lookup=True)
             op = scheduler.submit(execute)
@@ -114,6 +138,7 @@ async def main(request: dict[str, Any]) -> None:
                 "error": record.error,
                 "exit_code": record.exit_code,
                 "stderr": stderr,
+                "kernel": kernel_figures[-1] if kernel_figures else 0,
             }
         answer["lre_rss"] = _rss()
         nursery.cancel_scope.cancel()

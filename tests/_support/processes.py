@@ -23,12 +23,15 @@ def require_tool(name: str) -> str:
 def processes_with(marker: str) -> list[psutil.Process]:
     """Live (non-zombie) processes whose command line contains ``marker``,
     except the first process the containment puts in front of each action,
-    whose command line repeats the action's: ``timeout -- 0`` or, in a pidns
+    whose command line repeats the action's: ``timeout -- 0``, GNU ``time``
+    reporting the tree's peak (``_tree_peak.report_argv``) or, in a pidns
     view, the gate's sh (``_pid_namespace._PROC_GATE_PID1``)."""
     found = []
     for process in psutil.process_iter(["cmdline", "status"]):
         cmdline = process.info["cmdline"] or []
         if cmdline[1:3] == ["--", "0"] and cmdline[0].endswith("timeout"):
+            continue
+        if cmdline[1:5] == ["-q", "-f", "%M", "-o"] and cmdline[0].endswith("time"):
             continue
         if cmdline[1:2] == ["-c"] and cmdline[2:3] and cmdline[2].startswith("IFS= read -r gate;"):
             continue

@@ -11,6 +11,7 @@ from lre.app import AppBuildError, Application, ReadyInfo
 from lre.config import Config, resolve, worker_resources
 from lre.config._loader import load_config_text
 from lre.proto import re_grpc, re_pb2
+from lre.worker import _tree_peak
 from tests._support.configs import app_config_text
 from tests._support.servers import serve_app
 
@@ -123,3 +124,18 @@ def test_an_action_user_that_cannot_work_fails_start_up_naming_the_field(tmp_pat
     )
     with pytest.raises(AppBuildError, match=r"workers\[0\]\.local\.action_user: .*only in a view"):
         Application(resolve(load_config_text(text, source="t.json5")))
+
+
+def test_a_missing_gnu_time_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without GNU time, pid 1 reports no figure of the command's tree:
+    ``/status`` (and so ``lre doctor``) names what is missing and why."""
+    monkeypatch.setattr(_tree_peak, "TOOL", "lre-test-no-such-time")
+    monkeypatch.setattr(_tree_peak, "_probed", [])
+    pidns = app_config_text(
+        tmp_path, extra_worker=', containment: "pidns", action_user: "unprivileged"'
+    )
+    missing = Application(resolve(load_config_text(pidns, source="t.json5"))).protections_missing()
+    assert (
+        "local: the kernel's memory figure of its short actions "
+        "(GNU lre-test-no-such-time is not on PATH)"
+    ) in missing, missing

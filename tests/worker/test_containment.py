@@ -171,6 +171,18 @@ async def test_a_script_that_kills_itself_is_reported_killed(
     assert outcome.exit_code == 128 + signal.SIGTERM  # type: ignore[attr-defined]
 
 
+async def test_a_timed_out_command_gets_sigterm_before_the_kill(
+    tmp_path: Path, containment: Containment
+) -> None:
+    # The command's SIGTERM handler runs within the kill grace: pid 1 in
+    # front of it (GNU time) stays in the group lre signals.
+    script = "trap 'echo terminated >&2; exit 7' TERM; sleep 60 & wait"
+    outcome = await run(tmp_path, containment, script, timeout=1.0, kill_grace=20.0)
+    assert outcome.timed_out, outcome  # type: ignore[attr-defined]
+    assert (tmp_path / "err").read_text() == "terminated\n", outcome
+    assert outcome.exit_code == 7, outcome  # type: ignore[attr-defined]
+
+
 LRE_STANDIN = """
 import sys, trio
 from pathlib import Path

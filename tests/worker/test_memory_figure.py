@@ -15,7 +15,7 @@ from lre.worker._sampler import ActionUsage
 MiB = 1 << 20
 
 
-def _process(max_rss: int, image: int) -> ProcessOutcome:
+def _process(max_rss: int, image: int, tree: int = 0) -> ProcessOutcome:
     return ProcessOutcome(
         exit_code=0,
         signal=None,
@@ -26,6 +26,7 @@ def _process(max_rss: int, image: int) -> ProcessOutcome:
         cpu_seconds=0.0,
         max_rss_bytes=max_rss,
         own_image_bytes=image,
+        tree_peak_bytes=tree,
     )
 
 
@@ -91,3 +92,25 @@ def test_the_bound_covers_what_a_spawned_child_carries() -> None:
     assert carried > 64 * MiB  # the kernel's figure of an sh is lre's image
     assert bound >= carried
     del ballast
+
+
+def test_pid_1_s_report_is_the_kernel_s_figure_below_lre_s_image() -> None:
+    # an echo: lre's wait4 carries lre's 72 MiB, pid 1 reported 1.5 MiB
+    report = 3 * MiB // 2
+    assert memory_figure(_process(72 * MiB, 80 * MiB, report), None) == (report, MEMORY_KERNEL)
+    # a pass that counted nothing of the action's own is no figure
+    assert memory_figure(_process(72 * MiB, 80 * MiB, report), _sampled(0)) == (
+        report,
+        MEMORY_KERNEL,
+    )
+    assert memory_figure(_process(72 * MiB, 80 * MiB), _sampled(0)) == (0, MEMORY_BELOW_IMAGE)
+
+
+def test_a_forged_report_lowers_neither_the_sampled_nor_lre_s_own_figure() -> None:
+    # the action wrote "1" KiB where pid 1 reports: the passes saw 150 MiB
+    assert memory_figure(_process(72 * MiB, 80 * MiB, 1024), _sampled(150 * MiB)) == (
+        150 * MiB,
+        MEMORY_SAMPLED,
+    )
+    # lre's own wait4 saw 200 MiB above its image, no pass saw the run
+    assert memory_figure(_process(200 * MiB, 80 * MiB, 1024), None) == (200 * MiB, MEMORY_KERNEL)
