@@ -45,7 +45,7 @@ from lre.cas import (
 )
 from lre.config import Config, WorkerResources, worker_resources
 from lre.scheduler import ForwardScheduler, Scheduler, SchedulerEvent
-from lre.service import LocalPeers, RpcMetrics, TrioBridge
+from lre.service import InvocationSpans, LocalPeers, RpcMetrics, TrioBridge
 from lre.snapshot import EventKind, JobserverTokens, MemoryControlRow
 from lre.upstream import UpstreamStatistics
 from lre.worker import Containment, LocalWorker, missing_protections, namespace_refusals
@@ -91,6 +91,7 @@ class Application:
                 state_dir_of(config),
                 max_bytes=int(config.global_.history.max_bytes),
                 reserved=self._reserved_now,
+                spans=InvocationSpans(),
             )
         for upstream in self.stores.upstreams:
             upstream.client.health.on_change = self._upstream_changed
@@ -362,6 +363,9 @@ class Application:
                             admin=self._cache_admin(),
                             admin_token=write_admin_token(str(state_dir_of(self.config))),
                             protections_missing=self.protections_missing(),
+                            flush_history=(
+                                self.history.flush if self.history is not None else None
+                            ),
                         )
                         await front.start(status.serve)
                         status_address = status.bound_address

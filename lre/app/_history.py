@@ -8,11 +8,17 @@ records at once by ``absorb`` (build the records, count them into the
 phase histograms and build lines, keep them for writing), which the flush
 runs once a second and the readers (``phase_histograms``, ``build_lines``)
 run first, so what they show includes every action that has ended.
+``flush`` may also be called by a reader (``lre builds`` asks the running
+lre through its status listener): once a client has its last reply, the
+file holds every action of it and the build's span.
 Work done once a second for a batch costs a fraction of the same work done
 per action between two RPCs (the cost of recording on new trees, issue 31).
 
-``run`` (a Trio task) writes what ``absorb`` kept as JSON lines to the ring
-file (``lre.snapshot.HistoryFile``) in a worker thread once a second and,
+``run`` (a Trio task) writes a ``ServerStart`` line first, then what
+``absorb`` kept as JSON lines to the ring file (``lre.snapshot.HistoryFile``)
+in a worker thread once a second, with the span of each build whose calls
+moved (``lre.service.InvocationSpans``: first request, last reply, calls
+open) and,
 in the same thread, samples the host (CPU %, memory in use) for the TUI
 and, while actions run, for the history (``HostSample`` lines: the
 report's CPU and memory over time; the reservations in them are read on
@@ -45,16 +51,20 @@ import trio
 
 from lre.errors import out_of_descriptors
 from lre.scheduler import RecordBuilder
+from lre.service import InvocationSpans
 from lre.snapshot import (
     BOUNDARIES,
     PHASE_BUCKETS_S,
     PHASES,
     ActionRecord,
     BuildLine,
+    BuildSpan,
     HistoryFile,
+    HistoryLine,
     HostSample,
     HostUsage,
     PhaseHistogram,
+    ServerStart,
     Source,
 )
 from lre.worker import SkipLog, using_reserve
@@ -77,6 +87,7 @@ class _Build:
     client: str
     started_at: float
     ended_at: float
+    repository: str = ""
     executed: int = 0
     cache_hits: int = 0
     failed: int = 0
@@ -93,8 +104,14 @@ class HistoryRecorder:
     MAX_BUFFERED = 20_000
     #: Producers absorb the queue themselves past this (a flush that is stuck).
     MAX_PENDING = 2_000
-    #: A build with no new action for this long is no longer "current".
+    #: Without spans: a build with no new action for this long is no longer
+    #: "current".
     BUILD_IDLE_S = 10.0
+    #: With spans: a build with no call open for this long is no longer
+    #: "current" (the gap between two calls of a running build is shorter).
+    SPAN_IDLE_S = 1.5
+    #: Header lines of builds running at once (the rest are counted in the last).
+    MAX_RUNNING_LINES = 4
     KEPT_BUILDS = 16
 
     def __init__(
@@ -103,16 +120,21 @@ class HistoryRecorder:
         *,
         max_bytes: int,
         reserved: Reserved | None = None,
+        spans: InvocationSpans | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.file = HistoryFile(directory, max_bytes)
         self._reserved = reserved
+        self.spans = spans
         self._clock = clock
         self._lock = threading.Lock()
+        #: Held for a whole flush: a reader's flush and the periodic one
+        #: write one after the other, in order.
+        self._write_lock = threading.Lock()
         #: Appended by the producers without the lock (``deque.append`` is atomic).
-        self._pending: deque[ActionRecord | HostSample | RecordBuilder] = deque()
+        self._pending: deque[HistoryLine | RecordBuilder] = deque()
         #: Absorbed, waiting to be written.
-        self._buffer: deque[ActionRecord | HostSample] = deque(maxlen=self.MAX_BUFFERED)
+        self._buffer: deque[HistoryLine] = deque(maxlen=self.MAX_BUFFERED)
         self._paused_until = 0.0
         #: Samples skipped for want of file descriptors (logged once).
         self._skips = SkipLog("history: host sample")
@@ -125,7 +147,7 @@ class HistoryRecorder:
 
     # ------------------------------------------------------------ producers
 
-    def record(self, record: ActionRecord | RecordBuilder) -> None:
+    def record(self, record: HistoryLine | RecordBuilder) -> None:
         """Queue ``record``, or the record a ``RecordBuilder`` makes (it is
         called in ``absorb``); any thread, never raises for a valid record."""
         self._pending.append(record)
@@ -142,7 +164,7 @@ class HistoryRecorder:
         counts, sums = self._counts, self._sums
         while pending:
             item = pending.popleft()
-            if not isinstance(item, ActionRecord | HostSample):
+            if not isinstance(item, ActionRecord | HostSample | BuildSpan | ServerStart):
                 try:
                     item = item()
                 except Exception:
@@ -152,7 +174,7 @@ class HistoryRecorder:
             if len(buffer) == buffer.maxlen:
                 self.dropped += 1
             buffer.append(item)
-            if isinstance(item, HostSample):
+            if not isinstance(item, ActionRecord):
                 continue
             self.recorded += 1
             stamps = item.stamps
@@ -170,11 +192,13 @@ class HistoryRecorder:
         build = self._builds.get(record.invocation)
         if build is None:
             start = record.submitted_at or record.at
-            build = _Build(record.invocation, record.tool, start, record.at)
+            build = _Build(record.invocation, record.tool, start, record.at, record.repository)
             self._builds[record.invocation] = build
             while len(self._builds) > self.KEPT_BUILDS:
                 self._builds.popitem(last=False)
         build.ended_at = max(build.ended_at, record.at)
+        if record.repository and not build.repository:
+            build.repository = record.repository
         if record.source is Source.EXECUTED:
             build.executed += 1
         elif record.source in (Source.EXECUTE_HIT, Source.LOOKUP_HIT):
@@ -205,13 +229,20 @@ class HistoryRecorder:
     def build_lines(
         self, active: Mapping[str, tuple[str, float]] | None = None
     ) -> tuple[BuildLine, ...]:
-        """The newest two builds, newest first; ``running`` while actions still
-        end or still run. ``active`` maps the invocation id of each build with
-        an action running now to (client, when that action started): such a
-        build is current even before its first action ends (it is kept from
-        then on) and through a long action with nothing else ending."""
+        """A line per build running now (at most ``MAX_RUNNING_LINES``, oldest
+        first) and one for the newest build that ended, when there is one.
+        ``active`` maps the invocation id of each build with an action
+        running now to (client, when that action started): such a build is
+        current even before its first action ends (it is kept from then on)
+        and through a long action with nothing else ending.
+
+        With spans (``InvocationSpans``) a build runs while it has a call
+        open (or ended one less than ``SPAN_IDLE_S`` ago) and is timed from
+        its first request to its last reply, as ``lre builds`` times it;
+        without, it runs until no action of it ended for ``BUILD_IDLE_S``."""
         now = self._clock()
         active = active or {}
+        spans = self.spans.current() if self.spans is not None else {}
         with self._lock:
             self._absorb()
             for invocation, (client, started_at) in active.items():
@@ -222,13 +253,34 @@ class HistoryRecorder:
                         self._builds.popitem(last=False)
                 elif started_at < build.started_at:
                     build.started_at = started_at
+            for invocation, span in spans.items():
+                build = self._builds.get(invocation)
+                if build is None and span.open_calls:
+                    build = _Build(invocation, span.tool, span.first_at, span.last_at)
+                    self._builds[invocation] = build
+                    while len(self._builds) > self.KEPT_BUILDS:
+                        self._builds.popitem(last=False)
+                if build is not None:
+                    build.started_at = min(build.started_at, span.first_at)
+                    build.ended_at = max(build.ended_at, span.last_at)
+                    build.repository = build.repository or span.repository
+                    build.client = build.client or span.tool
 
             def running(build: _Build) -> bool:
-                return build.invocation in active or now - build.ended_at < self.BUILD_IDLE_S
+                if build.invocation in active:
+                    return True
+                span = spans.get(build.invocation)
+                if span is not None:
+                    return bool(span.open_calls) or now - span.last_at < self.SPAN_IDLE_S
+                return now - build.ended_at < self.BUILD_IDLE_S
 
-            newest = sorted(
-                self._builds.values(), key=lambda b: -(now if running(b) else b.ended_at)
-            )[:2]
+            current = sorted(
+                (b for b in self._builds.values() if running(b)), key=lambda b: b.started_at
+            )[: self.MAX_RUNNING_LINES]
+            ended = [b for b in self._builds.values() if not running(b)]
+            shown = [(b, True) for b in current]
+            if ended:
+                shown.append((max(ended, key=lambda b: b.ended_at), False))
             return tuple(
                 BuildLine(
                     invocation=b.invocation,
@@ -239,10 +291,11 @@ class HistoryRecorder:
                     cache_hits=b.cache_hits,
                     failed=b.failed,
                     killed=b.killed,
-                    running=running(b),
+                    running=is_running,
                     cancelled=b.cancelled,
+                    repository=b.repository,
                 )
-                for b in newest
+                for b, is_running in shown
             )
 
     # ------------------------------------------------------------ the task
@@ -260,6 +313,7 @@ class HistoryRecorder:
                 self.file.current,
                 error.strerror or error,
             )
+        self.record(ServerStart(at=self._clock(), pid=os.getpid()))
         task_status.started()
         try:
             while True:
@@ -309,7 +363,14 @@ class HistoryRecorder:
     def flush(self) -> None:
         """Write what is buffered (in a worker thread); see the module
         docstring for what happens when the write fails."""
+        with self._write_lock:
+            self._flush()
+
+    def _flush(self) -> None:
+        """(Write lock held.) ``flush``."""
         paused = time.monotonic() < self._paused_until
+        if self.spans is not None:
+            self._pending.extend(self.spans.changed())
         with self._lock:
             self._absorb()
             records = list(self._buffer)

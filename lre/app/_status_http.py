@@ -12,7 +12,11 @@ token>``, else 401; the parameters are in the query string):
 
 - ``/api/v1/cache/gc?to=BYTES&force=0|1``, ``/api/v1/cache/clean?force=0|1``
   (``lre cache gc`` / ``clean`` while lre runs);
-- ``/api/v1/stats/zero`` (``lre stats --zero``).
+- ``/api/v1/stats/zero`` (``lre stats --zero``);
+- ``/api/v1/history/flush``: writes every ended action and each build's
+  span to the history file now (``lre builds``, ``history``, ``trace`` and
+  ``report`` ask for it before they read, so a build the client just
+  finished is whole there); 404 when lre keeps no history.
 
 Robustness: the request head must arrive within ``request_timeout_s``
 (else 408) and fit in ``max_request_bytes`` (else 431); a malformed request
@@ -108,8 +112,11 @@ class StatusServer:
         admin: CacheAdmin | None = None,
         admin_token: str = "",
         protections_missing: tuple[str, ...] = (),
+        flush_history: Callable[[], None] | None = None,
     ) -> None:
         self.host, self.port = parse_listen_address(address)
+        #: Writes the history's buffered lines (a blocking call, run in a thread).
+        self.flush_history = flush_history
         #: When set, connections from lre's own actions get 403 (see
         #: ``lre.service.LocalPeers``).
         self.local_peers = local_peers
@@ -242,7 +249,12 @@ class StatusServer:
     ) -> tuple[int, str, bytes]:
         """A ``CacheAdmin`` call; 401 without the admin token, 400 naming a
         bad parameter, 404 for another path."""
-        routes = ("/api/v1/cache/gc", "/api/v1/cache/clean", "/api/v1/stats/zero")
+        routes = (
+            "/api/v1/cache/gc",
+            "/api/v1/cache/clean",
+            "/api/v1/stats/zero",
+            "/api/v1/history/flush",
+        )
         if path in _GET_ROUTES:
             raise _Rejected(405, f"{path} answers GET or HEAD, not POST")
         if path not in routes:
@@ -255,6 +267,11 @@ class StatusServer:
             or not secrets.compare_digest(given, f"Bearer {self.admin_token}")
         ):
             raise _Rejected(401, "POST needs Authorization: Bearer <lre's admin.token>")
+        if path == "/api/v1/history/flush":
+            if self.flush_history is None:
+                raise _Rejected(404, "lre keeps no history (global.history.enabled is false)")
+            await trio.to_thread.run_sync(self.flush_history)
+            return 200, _JSON, b'{"flushed": true}\n'
         force = _flag(query, "force")
         if path == "/api/v1/cache/gc":
             to = query.get("to", "")
@@ -372,6 +389,26 @@ def _queue(snapshot: ProcessSnapshot) -> dict[str, object]:
     }
 
 
+def _builds(snapshot: ProcessSnapshot) -> list[dict[str, object]]:
+    """The builds running now and the last one that ended (the dashboard's
+    header lines): repository, tool, first request and last reply so far."""
+    return [
+        {
+            "invocation": b.invocation,
+            "repository": b.repository,
+            "tool": b.client,
+            "running": b.running,
+            "started_at": round(b.started_at, 3),
+            "ended_at": round(b.ended_at, 3),
+            "executed": b.executed,
+            "cache_hits": b.cache_hits,
+            "failed": b.failed,
+            "cancelled": b.cancelled,
+        }
+        for b in snapshot.builds
+    ]
+
+
 def _cache_notices(snapshot: ProcessSnapshot) -> list[str]:
     """What lre says about its cache: why upstream lookups keep missing, and
     overruns of max_bytes for the cache contract (neither makes lre
@@ -429,6 +466,7 @@ def _status_body(
             "running": snapshot.running,
             "queued": snapshot.queued,
             "queue": _queue(snapshot),
+            "builds": _builds(snapshot),
             "containment": snapshot.containment,
             "protections_missing": list(protections_missing),
             "upstreams": _upstreams(snapshot),
@@ -440,6 +478,7 @@ def _status_body(
         "status": "unavailable",
         "problems": list(snapshot.problems),
         "queue": _queue(snapshot),
+        "builds": _builds(snapshot),
         "containment": snapshot.containment,
         "protections_missing": list(protections_missing),
         "upstreams": _upstreams(snapshot),

@@ -287,9 +287,15 @@ def _summary_table(build: BuildData) -> str:
     s = build.summary
     rows = [
         ("build (tool invocation id)", s.invocation or "(no id)"),
+        ("repository", s.repository or "-"),
         ("client", s.client or "?"),
         ("instance", s.instance or "?"),
-        ("duration", _ms(s.duration_s)),
+        ("duration (first request to last reply)", _ms(s.duration_s)),
+        *(
+            [("cut short", "lre stopped during this build without ending it (kill -9, a crash)")]
+            if s.cut_short
+            else []
+        ),
         ("actions executed", s.executed),
         ("served from the cache (Execute)", s.execute_hits),
         ("served from the cache (GetActionResult)", s.lookup_hits),
@@ -360,6 +366,8 @@ def report_html(build: BuildData) -> str:
     s = build.summary
     legend = "".join(f'<span style="background:{c}"></span>{p.value}' for p, c in _COLOURS.items())
     title = f"lre build {s.invocation or '(no id)'}"
+    if s.repository:
+        title += f" of {s.repository}"
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '

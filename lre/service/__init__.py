@@ -16,6 +16,8 @@
   scheduler's ``RequestInfo``.
 - ``BearerTokenInterceptor`` / ``auth_interceptors``: bearer-token
   authentication of a listener (``AuthTokenError`` for an unusable token file).
+- ``InvocationSpans``: each build's first request and last reply over
+  every call (fed by the RPC metrics interceptor).
 - ``RpcMetrics``: counts and latencies per RPC method and status code; its
   ``interceptor()`` goes into ``ServerOptions.interceptors`` and its
   ``statistics()`` (an ``RpcStatistics``) feeds ``/metrics``.
@@ -38,6 +40,7 @@ from lre.service._cache_servicers import (
     cache_servicers,
 )
 from lre.service._instances import InstanceBackends, Instances
+from lre.service._invocation_spans import InvocationSpans
 from lre.service._local_peers import LocalPeers, PeerVerdict
 from lre.service._lookup_hits import LookupHits
 from lre.service._rpc_metrics import MethodStatistics, RpcMetrics, RpcStatistics
@@ -59,6 +62,7 @@ __all__ = [
     "GrpcServer",
     "InstanceBackends",
     "Instances",
+    "InvocationSpans",
     "LocalPeers",
     "LookupHits",
     "MethodStatistics",

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import grpc.aio
 
+from lre.service._invocation_spans import InvocationSpans
 from lre.service._wrapped_handlers import WrappedHandlers
 
 __all__ = [
@@ -146,11 +147,15 @@ class RpcMetrics:
             )
         return RpcStatistics(self.buckets, methods)
 
-    def interceptor(self, *, lookup_hits: LookupHook | None = None) -> RpcMetricsInterceptor:
+    def interceptor(
+        self, *, lookup_hits: LookupHook | None = None, spans: InvocationSpans | None = None
+    ) -> RpcMetricsInterceptor:
         """The interceptor timing every call; with ``lookup_hits``, each
         successful ``GetActionResult`` is also handed to it (``_lookup_hits``),
-        in the same wrapper, so no call pays for a second interceptor."""
-        return RpcMetricsInterceptor(self, lookup_hits)
+        and with ``spans`` each call's start and end go to it (its build's
+        span, ``_invocation_spans``), in the same wrapper, so no call pays
+        for a second interceptor."""
+        return RpcMetricsInterceptor(self, lookup_hits, spans)
 
 
 def _code_name(context: grpc.aio.ServicerContext[Any, Any], failure: BaseException | None) -> str:
@@ -181,11 +186,16 @@ LOOKUP_METHOD = "/build.bazel.remote.execution.v2.ActionCache/GetActionResult"
 
 
 def _timed_unary(
-    inner: Behavior, method: str, metrics: RpcMetrics, after: LookupHook | None = None
+    inner: Behavior,
+    method: str,
+    metrics: RpcMetrics,
+    after: LookupHook | None = None,
+    spans: InvocationSpans | None = None,
 ) -> Behavior:
     async def call(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         started = time.perf_counter()
         failure: BaseException | None = None
+        span = spans.opened(context.invocation_metadata()) if spans is not None else None
         try:
             result: Any = inner(request, context)
             if inspect.isawaitable(result):
@@ -198,14 +208,19 @@ def _timed_unary(
             raise
         finally:
             metrics.record(method, _code_name(context, failure), time.perf_counter() - started)
+            if span is not None and spans is not None:
+                spans.closed(span)
 
     return call
 
 
-def _timed_stream(inner: Behavior, method: str, metrics: RpcMetrics) -> Behavior:
+def _timed_stream(
+    inner: Behavior, method: str, metrics: RpcMetrics, spans: InvocationSpans | None = None
+) -> Behavior:
     async def call(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
         started = time.perf_counter()
         failure: BaseException | None = None
+        span = spans.opened(context.invocation_metadata()) if spans is not None else None
         try:
             result: Any = inner(request, context)
             if inspect.isasyncgen(result) or hasattr(result, "__aiter__"):
@@ -218,6 +233,8 @@ def _timed_stream(inner: Behavior, method: str, metrics: RpcMetrics) -> Behavior
             raise
         finally:
             metrics.record(method, _code_name(context, failure), time.perf_counter() - started)
+            if span is not None and spans is not None:
+                spans.closed(span)
 
     return call
 
@@ -231,9 +248,15 @@ else:  # the runtime class is not generic
 class RpcMetricsInterceptor(_InterceptorBase):
     """Times every call of a registered method; see the module docstring."""
 
-    def __init__(self, metrics: RpcMetrics, lookup_hits: LookupHook | None = None) -> None:
+    def __init__(
+        self,
+        metrics: RpcMetrics,
+        lookup_hits: LookupHook | None = None,
+        spans: InvocationSpans | None = None,
+    ) -> None:
         self.metrics = metrics
         self.lookup_hits = lookup_hits
+        self.spans = spans
         self._wrapped = WrappedHandlers()
 
     async def intercept_service(
@@ -256,6 +279,7 @@ class RpcMetricsInterceptor(_InterceptorBase):
         """``handler`` with each call timed and counted under its method."""
         method = method_label(path)
         metrics = self.metrics
+        spans = self.spans
         options: dict[str, Any] = {
             "request_deserializer": handler.request_deserializer,
             "response_serializer": handler.response_serializer,
@@ -263,18 +287,18 @@ class RpcMetricsInterceptor(_InterceptorBase):
         if handler.unary_unary is not None:
             after = self.lookup_hits if path == LOOKUP_METHOD else None
             return grpc.unary_unary_rpc_method_handler(
-                _timed_unary(handler.unary_unary, method, metrics, after), **options
+                _timed_unary(handler.unary_unary, method, metrics, after, spans), **options
             )
         if handler.stream_unary is not None:
             return grpc.stream_unary_rpc_method_handler(
-                _timed_unary(handler.stream_unary, method, metrics), **options
+                _timed_unary(handler.stream_unary, method, metrics, None, spans), **options
             )
         if handler.unary_stream is not None:
             return grpc.unary_stream_rpc_method_handler(
-                _timed_stream(handler.unary_stream, method, metrics), **options
+                _timed_stream(handler.unary_stream, method, metrics, spans), **options
             )
         if handler.stream_stream is not None:
             return grpc.stream_stream_rpc_method_handler(
-                _timed_stream(handler.stream_stream, method, metrics), **options
+                _timed_stream(handler.stream_stream, method, metrics, spans), **options
             )
         return handler

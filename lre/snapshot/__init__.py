@@ -20,7 +20,7 @@ scheduler can both use it without loading the server. The composition root
 (``lre.app``) builds snapshots from the live components.
 """
 
-from lre.snapshot._builds import BuildSummary, find_build, summarize_builds
+from lre.snapshot._builds import BuildSummary, find_build, newest_spans, summarize_builds
 from lre.snapshot._events import EventKind, RecentEvent
 from lre.snapshot._history import (
     MEMORY_BELOW_IMAGE,
@@ -28,7 +28,10 @@ from lre.snapshot._history import (
     MEMORY_SAMPLED,
     WAIT_TEXT,
     ActionRecord,
+    BuildSpan,
+    HistoryLine,
     HostSample,
+    ServerStart,
     Source,
     WaitReason,
     memory_mark,
@@ -68,9 +71,11 @@ __all__ = [
     "ActionRecord",
     "BuildLine",
     "BuildShareRow",
+    "BuildSpan",
     "BuildSummary",
     "EventKind",
     "HistoryFile",
+    "HistoryLine",
     "HostSample",
     "HostUsage",
     "InflightAction",
@@ -82,6 +87,7 @@ __all__ = [
     "ProcessSnapshot",
     "QueuedAction",
     "RecentEvent",
+    "ServerStart",
     "Source",
     "StoreRow",
     "UpstreamRow",
@@ -90,6 +96,7 @@ __all__ = [
     "action_summary",
     "find_build",
     "memory_mark",
+    "newest_spans",
     "read_history",
     "summarize_builds",
 ]

@@ -209,10 +209,14 @@ def _share_line(share: BuildShareRow, *, client: bool) -> Text:
 
 
 def _build_line(build: BuildLine, now: float, *, client: bool) -> Text:
-    """``build 5f0c3a52 bazel 7.1.0 running 35s: 120 run  80 cached  1 failed  0 killed``
-    (and ``3 cancelled`` when some were: stopped, not failed)."""
+    """``build [app-1f2e3d4c] 5f0c3a52 bazel 7.1.0 running 35s: 120 run  80 cached
+    1 failed  0 killed`` (the repository when the client named one; and ``3
+    cancelled`` when some were: stopped, not failed). The time is from the
+    build's first request to its last reply, as ``lre builds`` shows it."""
     line = Text()
     line.append("build " if build.running else "last build ", style="grey70")
+    if build.repository:
+        line.append(f"[{build.repository}] ", style="magenta")
     line.append(build.invocation[:8] or "(no id)", style="cyan")
     if build.client and client:
         line.append(f" {build.client}")

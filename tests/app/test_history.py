@@ -155,8 +155,8 @@ def test_a_build_with_actions_running_is_the_current_build(tmp_path: Path) -> No
     current, _ = recorder.build_lines(active={"new": ("bazel 7.1.0", 1_050.0)})
     assert (current.invocation, current.running, current.executed) == ("new", True, 1)
     assert current.started_at == 990.0  # from when its first action was seen running
-    current, _ = recorder.build_lines()
-    assert not current.running  # idle and nothing running: the last build
+    (current,) = recorder.build_lines()  # one line for the newest build that ended
+    assert current.invocation == "new" and not current.running  # the last build only
 
 
 def test_the_tuis_build_line_counts_a_ctrl_c_as_cancelled_not_failed(tmp_path: Path) -> None:
