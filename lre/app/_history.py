@@ -255,7 +255,7 @@ class HistoryRecorder:
                     build.started_at = started_at
             for invocation, span in spans.items():
                 build = self._builds.get(invocation)
-                if build is None and span.open_calls:
+                if build is None:
                     build = _Build(invocation, span.tool, span.first_at, span.last_at)
                     self._builds[invocation] = build
                     while len(self._builds) > self.KEPT_BUILDS:
