@@ -113,6 +113,8 @@ class HistoryRecorder:
     #: Header lines of builds running at once (the rest are counted in the last).
     MAX_RUNNING_LINES = 4
     KEPT_BUILDS = 16
+    #: Failed actions of one build logged one by one.
+    LOGGED_FAILURES = 10
 
     def __init__(
         self,
@@ -141,6 +143,9 @@ class HistoryRecorder:
         self._counts = {phase: [0] * (len(PHASE_BUCKETS_S) + 1) for phase in PHASES}
         self._sums = dict.fromkeys(PHASES, 0.0)
         self._builds: OrderedDict[str, _Build] = OrderedDict()
+        #: Builds whose start / end lre's log has (insertion-ordered, bounded).
+        self._logged_started: dict[str, None] = {}
+        self._logged_ended: dict[str, None] = {}
         self.recorded = 0
         self.dropped = 0
         self.host: HostUsage | None = None
@@ -205,10 +210,62 @@ class HistoryRecorder:
             build.cache_hits += 1
         if record.failed:
             build.failed += 1
+            if build.failed <= self.LOGGED_FAILURES:
+                self._log_failure(record, build)
         if record.cancelled:
             build.cancelled += 1
         if record.kills:
             build.killed += 1
+
+    def _log_failure(self, record: ActionRecord, build: _Build) -> None:
+        """One log line per failed action (the first ``LOGGED_FAILURES`` of a
+        build; the build's end line counts them all)."""
+        outcome = (
+            f"exit code {record.exit_code}" if record.exit_code else record.error or "an error"
+        )
+        if record.kill_ended:
+            outcome += " (killed for its memory, lre gave up on it)"
+        more = " (the last one logged for it)" if build.failed == self.LOGGED_FAILURES else ""
+        log.info(
+            "action failed: %s with %s, build %s%s%s",
+            record.name,
+            outcome,
+            record.invocation[:8] or "(no id)",
+            f" of {build.repository}" if build.repository else "",
+            more,
+        )
+
+    def _log_builds(self, spans: Mapping[str, BuildSpan]) -> None:
+        """(Write lock held.) A log line when a build's first call is seen and
+        one when it has had no call open for ``SPAN_IDLE_S``, with what it did."""
+        now = self._clock()
+        for invocation, span in spans.items():
+            name = f"{invocation[:8]}{f' of {span.repository}' if span.repository else ''}"
+            if invocation not in self._logged_started:
+                self._logged_started[invocation] = None
+                log.info("build %s started (%s)", name, span.tool or "unknown client")
+            idle = not span.open_calls and now - span.last_at >= self.SPAN_IDLE_S
+            if idle and invocation not in self._logged_ended:
+                self._logged_ended[invocation] = None
+                with self._lock:
+                    build = self._builds.get(invocation)
+                    counts = (
+                        (build.executed, build.cache_hits, build.failed, build.cancelled)
+                        if build is not None
+                        else (0, 0, 0, 0)
+                    )
+                log.info(
+                    "build %s ended after %.1f s: %d run, %d from the cache, %d failed, "
+                    "%d cancelled",
+                    name,
+                    span.last_at - span.first_at,
+                    *counts,
+                )
+            elif not idle:
+                self._logged_ended.pop(invocation, None)
+        for seen in (self._logged_started, self._logged_ended):
+            while len(seen) > 4 * self.KEPT_BUILDS:
+                del seen[next(iter(seen))]
 
     # ------------------------------------------------------------ readers
 
@@ -373,6 +430,9 @@ class HistoryRecorder:
             self._pending.extend(self.spans.changed())
         with self._lock:
             self._absorb()
+        if self.spans is not None:
+            self._log_builds(self.spans.current())
+        with self._lock:
             records = list(self._buffer)
             self._buffer.clear()
             if paused:

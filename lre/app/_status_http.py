@@ -67,6 +67,8 @@ _JSON: Final = "application/json"
 _GET_ROUTES: Final = ("/status", "/metrics", "/api/v1/stats")
 _DRAIN_LIMIT: Final = 1 << 20
 _TEXT: Final = "text/plain; charset=utf-8"
+#: ``_refusal``'s answer for a client socket nobody holds any more.
+_GONE: Final = "gone"
 
 
 def parse_listen_address(address: str) -> tuple[str, int]:
@@ -161,6 +163,11 @@ class StatusServer:
             self._active += 1
             try:
                 refusal = await self._refusal(stream)
+                if refusal == _GONE:
+                    # A client that connected and closed (a port probe such
+                    # as `lre doctor`'s): no request, nobody to answer.
+                    log.debug("status listener: a client closed its connection at once")
+                    return
                 if refusal is not None:
                     log_rejected(
                         log, "HTTP request", status="403", reason=refusal, peer=_peer(stream)
@@ -172,7 +179,8 @@ class StatusServer:
                 self._active -= 1
 
     async def _refusal(self, stream: trio.SocketStream) -> str | None:
-        """Why this connection is refused (it is one of lre's actions), or None."""
+        """Why this connection is refused (it is one of lre's actions), or None;
+        ``_GONE`` when no process holds the client's end any more."""
         peers = self.local_peers
         if peers is None or not peers.available:
             return None
@@ -187,6 +195,8 @@ class StatusServer:
         verdict = await trio.to_thread.run_sync(peers.judge, peer, int(local[1]), str(local[0]))
         if verdict is None or verdict.allowed:
             return None
+        if verdict.gone:
+            return _GONE
         return f"lre does not serve its own actions: {verdict.reason}"
 
     async def _handle(self, stream: trio.SocketStream) -> None:

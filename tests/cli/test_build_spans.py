@@ -159,3 +159,34 @@ def test_a_build_cut_short_by_kill_9_of_lre_says_so_after_the_next_start(tmp_pat
         assert "cut short  lre stopped during this build" in shown.stdout
     finally:
         home.run("down", cwd=repo)
+
+
+def test_lre_logs_tells_builds_and_failed_actions_and_not_its_own_cli_calls(
+    tmp_path: Path,
+) -> None:
+    home = private_home(tmp_path)
+    repo = bazel_repo(tmp_path)
+    with detached(home, repo), Client(f"127.0.0.1:{home.grpc_port}") as client:
+        doctor = home.run("doctor", cwd=repo)  # probes the ports: connects and closes
+        assert "status port" in doctor.stdout or "status" in doctor.stdout, doctor.stdout
+        for command in ("status", "ps", "builds"):
+            assert home.run(command, cwd=repo).returncode == 0, command
+        invocation = str(uuid.uuid4())
+        client.execute(client.prepare(["/bin/sh", "-c", "exit 0"]), metadata=_metadata(invocation))
+        client.execute(client.prepare(["/bin/sh", "-c", "exit 3"]), metadata=_metadata(invocation))
+        deadline = time.monotonic() + 30
+        while True:
+            logs = home.run("logs", cwd=repo)
+            assert logs.returncode == 0, logs.stderr
+            if "ended after" in logs.stdout or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+    text = logs.stdout
+    short = invocation[:8]
+    assert f"build {short} of {REPOSITORY} started (bazel 4.2.3)" in text, text
+    assert (
+        f"action failed: //app:gen Genrule with exit code 3, build {short} of {REPOSITORY}" in text
+    )
+    assert f"build {short} of {REPOSITORY} ended after" in text
+    assert "1 run" not in text and "2 run, 0 from the cache, 1 failed" in text
+    assert "rejected" not in text, text  # lre's own CLI calls are no refused requests
