@@ -4,11 +4,12 @@ Five parts, top to bottom: a header (address, uptime, health; CPU and memory
 reserved against the budget as bars, with the host's CPU % and RAM in use
 beside them; the running actions' summed RSS against the memory budget, which
 is what the memory control watches, and the hard ceiling; queue, running,
-completed/s, cache hit ratio, CAS use, jobserver tokens; the current and the
-last build), the in-flight table (one row per running action, longest-running
-first, its RSS as a bar against its worker's memory budget, red near the hard
-ceiling), the queue (by platform; the next actions and what each waits for),
-recent events (named by target) and a footer with the keys.
+completed/s, cache hit ratio, CAS use, make jobs in use (the jobserver's
+tokens); a line per running build and one for the last), the in-flight
+table (one row per running action, longest-running first, its RSS as a bar
+against its worker's memory budget, red near the hard ceiling), the queue
+(by platform; the next actions and what each waits for), recent events
+(named by target) and a footer with the keys.
 
 In-flight columns are as wide as their content (Action, Target and Worker
 up to a cap) and are dropped by priority as the width shrinks; Target is
@@ -132,8 +133,11 @@ def _header(snapshot: ProcessSnapshot, width: int, *, stale: bool = False) -> Re
     for store in snapshot.stores:
         cap = short_bytes(store.max_bytes) if store.max_bytes else "∞"
         items.append((f"CAS {store.name}", f"{short_bytes(store.used_bytes)}/{cap}"))
-    if snapshot.jobserver is not None:
-        items.append(("tokens", f"{snapshot.jobserver.in_use}/{snapshot.jobserver.total}"))
+    if snapshot.jobserver is not None and snapshot.jobserver.total:
+        # The jobserver's tokens: extra parallel jobs lent to make/ninja/cargo
+        # inside actions (none to lend: not shown).
+        jobs = snapshot.jobserver
+        items.append(("make jobs" if width >= 80 else "jobs", f"{jobs.in_use}/{jobs.total}"))
     for index, (name, value) in enumerate(items):
         if index:
             figures.append("  ")

@@ -161,7 +161,7 @@ def test_a_build_cut_short_by_kill_9_of_lre_says_so_after_the_next_start(tmp_pat
         home.run("down", cwd=repo)
 
 
-def test_lre_logs_tells_builds_and_failed_actions_and_not_its_own_cli_calls(
+def test_logs_and_events_tell_builds_and_failed_actions_and_not_lres_own_cli_calls(
     tmp_path: Path,
 ) -> None:
     home = private_home(tmp_path)
@@ -174,6 +174,12 @@ def test_lre_logs_tells_builds_and_failed_actions_and_not_its_own_cli_calls(
         invocation = str(uuid.uuid4())
         client.execute(client.prepare(["/bin/sh", "-c", "exit 0"]), metadata=_metadata(invocation))
         client.execute(client.prepare(["/bin/sh", "-c", "exit 3"]), metadata=_metadata(invocation))
+        stats_url = f"http://127.0.0.1:{home.status_port}/api/v1/stats"
+        with urllib.request.urlopen(stats_url) as reply:
+            events = json.loads(reply.read())["events"]
+        failures = [e for e in events if e["kind"] == "failure"]
+        assert [(e["target"], e["summary"]) for e in failures] == [("//app:gen", "Genrule")]
+        assert failures[0]["message"] == "Genrule //app:gen: exited with code 3"
         deadline = time.monotonic() + 30
         while True:
             logs = home.run("logs", cwd=repo)

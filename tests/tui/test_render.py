@@ -59,7 +59,7 @@ def test_wide_screen_content() -> None:
     assert "host CPU 87% of 16 cores   RAM 14.0G/24.0G in use" in lines[3]
     assert "actions RSS ███████████░░░░░░░░░ 6.8G/12.0G budget" in lines[4]
     assert "queued 42  running 5  done/s 3.4  done 1220  cache hits 25%" in lines[5]
-    assert "CAS cas 3.2G/10.0G  tokens 5/14" in lines[5]
+    assert "CAS cas 3.2G/10.0G  make jobs 5/14" in lines[5]
     assert (
         "build 5f0c3a52 bazel 7.1.0 running 2m15s: 120 run 80 cached 1 failed 2 killed" in lines[6]
     )
@@ -346,3 +346,24 @@ def test_builds_sharing_the_workers_show_their_shares() -> None:
     console = Console(width=120, record=True, file=io.StringIO())
     console.print(render_dashboard(alone, width=120))
     assert "share 5f0c3a52" not in console.export_text()  # a lone build has it all
+
+
+def test_each_running_build_has_its_line_with_its_repository() -> None:
+    """Two builds at once are two ``build`` lines, each naming its repository;
+    the build that ended is the one ``last build`` line."""
+    snapshot = sample_snapshot()
+    running, ended = snapshot.builds
+    two = (
+        replace(running, repository="app-1f2e3d4c"),
+        replace(running, invocation="77aa4372-second", repository="web-60a40dee"),
+        ended,
+    )
+    out = io.StringIO()
+    console = Console(file=out, width=120, color_system=None, force_terminal=False)
+    console.print(render_dashboard(replace(snapshot, builds=two), width=120))
+    lines = out.getvalue().splitlines()
+    assert any(
+        "│ build [app-1f2e3d4c] 5f0c3a52 bazel 7.1.0 running 2m15s" in line for line in lines
+    )
+    assert any("│ build [web-60a40dee] 77aa4372 bazel 7.1.0 running" in line for line in lines)
+    assert sum("last build" in line for line in lines) == 1
