@@ -102,6 +102,9 @@ class Application:
             for worker in config.workers
             if worker.local is not None
         }
+        budgets = [r.memory_budget_bytes for r in self.worker_resources.values()]
+        if self.history is not None and budgets and all(budgets):
+            self.history.memory_budget_bytes = sum(budgets)  # the report's memory scale
         pressure = build_pressure_monitors(config)
         self.learner = build_learner(config)
         self.schedulers: dict[str, Scheduler] = build_schedulers(

@@ -146,6 +146,8 @@ class HistoryRecorder:
         #: Builds whose start / end lre's log has (insertion-ordered, bounded).
         self._logged_started: dict[str, None] = {}
         self._logged_ended: dict[str, None] = {}
+        #: The workers' memory budget together (0: none), in each host sample.
+        self.memory_budget_bytes = 0
         self.recorded = 0
         self.dropped = 0
         self.host: HostUsage | None = None
@@ -414,6 +416,7 @@ class HistoryRecorder:
                 reserved_millicpus=millicpus,
                 reserved_memory_bytes=reserved_memory,
                 running=running,
+                memory_budget_bytes=self.memory_budget_bytes,
             )
         )
 

@@ -299,7 +299,8 @@ class ActionRecord:
 @dataclass(frozen=True, slots=True)
 class HostSample:
     """The machine and lre's reservations at ``at``: ``cpu_percent`` of all
-    cores (0-100), memory in use, reserved CPU and memory, actions running."""
+    cores (0-100), memory in use, reserved CPU and memory, actions running,
+    and the memory budget of lre's workers (0: none)."""
 
     at: float
     cpu_percent: float
@@ -308,9 +309,10 @@ class HostSample:
     reserved_millicpus: int
     reserved_memory_bytes: int
     running: int
+    memory_budget_bytes: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "k": "s",
             "at": round(self.at, 3),
             "cpu": round(self.cpu_percent, 1),
@@ -320,6 +322,9 @@ class HostSample:
             "mem": self.reserved_memory_bytes,
             "run": self.running,
         }
+        if self.memory_budget_bytes:
+            out["bud"] = self.memory_budget_bytes
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> HostSample:
@@ -332,6 +337,7 @@ class HostSample:
                 reserved_millicpus=int(data.get("mcpu", 0)),
                 reserved_memory_bytes=int(data.get("mem", 0)),
                 running=int(data.get("run", 0)),
+                memory_budget_bytes=int(data.get("bud", 0)),
             )
         except KeyError as exc:
             raise ValueError(f"host sample field {exc.args[0]!r} is missing") from None
