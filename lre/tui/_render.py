@@ -505,6 +505,13 @@ def render_dashboard(
         reserved += queue_pane_lines(snapshot, queue_rows)
         if events is not None:
             reserved += 1 + min(events_rows, len(snapshot.events))
+        # Rows the in-flight table leaves free show more of the queue.
+        free = height - reserved - len(snapshot.inflight)
+        more = min(free, len(snapshot.queued_next) - queue_rows)
+        if more > 0 and snapshot.queued_by_platform:
+            queue_rows += more
+            reserved += more
+            queued = queue_pane(snapshot, width, queue_rows)
         max_rows = max(1, height - reserved)
     parts.append(_inflight(snapshot, width, max_rows))
     if queued is not None:

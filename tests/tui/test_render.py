@@ -367,3 +367,20 @@ def test_each_running_build_has_its_line_with_its_repository() -> None:
     )
     assert any("│ build [web-60a40dee] 77aa4372 bazel 7.1.0 running" in line for line in lines)
     assert sum("last build" in line for line in lines) == 1
+
+
+def test_the_queue_list_uses_the_rows_the_in_flight_table_leaves_free() -> None:
+    """One action running and eight queued on a 40-row screen: all eight
+    queued actions are listed, not the first four."""
+    snapshot = sample_snapshot()
+    first = snapshot.queued_next[0]
+    queued = tuple(
+        replace(first, operation=f"main/operations/{n:04}", target=f"//q:t{n}") for n in range(8)
+    )
+    snapshot = replace(snapshot, queued_next=queued, inflight=snapshot.inflight[:1])
+    out = io.StringIO()
+    console = Console(file=out, width=120, color_system=None, force_terminal=False)
+    console.print(render_dashboard(snapshot, width=120, height=40))
+    text = out.getvalue()
+    assert all(f"//q:t{n} " in text for n in range(8)), text
+    assert len(text.splitlines()) <= 40
