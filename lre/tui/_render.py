@@ -294,7 +294,7 @@ _COLUMNS = (
     _Column("target", 1, 64, sized=True),
     _Column("worker", 5, 12, sized=True),
     _Column("elapsed", 0, 7, "right"),
-    _Column("rss", 1, 10, "right"),
+    _Column("rss", 1, 13, "right", sized=True),
     _Column("bar", 3, _BAR_WIDTH),
     _Column("peak", 4, 6, "right"),
     _Column("cpu%", 2, 5, "right"),

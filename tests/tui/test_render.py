@@ -384,3 +384,16 @@ def test_the_queue_list_uses_the_rows_the_in_flight_table_leaves_free() -> None:
     text = out.getvalue()
     assert all(f"//q:t{n} " in text for n in range(8)), text
     assert len(text.splitlines()) <= 40
+
+
+def test_the_reservation_is_never_cut_while_the_screen_has_room() -> None:
+    """``RSS/resv`` is as wide as its figures: 99.9M of 99.9M reserved shows
+    whole at 120 columns, not cut to ``99.9M/99.…``."""
+    snapshot = sample_snapshot()
+    action = replace(
+        snapshot.inflight[0], rss_bytes=int(99.9 * MIB), reserved_memory_bytes=int(99.9 * MIB)
+    )
+    out = io.StringIO()
+    console = Console(file=out, width=120, color_system=None, force_terminal=False)
+    console.print(render_dashboard(replace(snapshot, inflight=(action,)), width=120))
+    assert "99.9M/99.9M" in out.getvalue()
