@@ -336,7 +336,13 @@ class HistoryRecorder:
             current = sorted(
                 (b for b in self._builds.values() if running(b)), key=lambda b: b.started_at
             )[: self.MAX_RUNNING_LINES]
-            ended = [b for b in self._builds.values() if not running(b)]
+            # A command that ended without an action (``bazel clean`` asks
+            # for the capabilities too) is no "last build".
+            ended = [
+                b
+                for b in self._builds.values()
+                if not running(b) and b.executed + b.cache_hits + b.failed + b.cancelled
+            ]
             shown = [(b, True) for b in current]
             if ended:
                 shown.append((max(ended, key=lambda b: b.ended_at), False))

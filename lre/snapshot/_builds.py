@@ -14,7 +14,8 @@ build without a span line (an older history) is timed by its actions. A
 build whose newest span still had calls open and that a later start of lre
 follows (``ServerStart``) was cut short: lre stopped without ending those
 calls (``kill -9``, a crash); it is summarized even when none of its
-actions ended.
+actions ended. Another invocation with calls but no action (``bazel clean``
+asks for the capabilities too) is no build.
 
 A build's ``share`` is the fraction of the run time of every action that
 ran during the build (between its first submission and its last end) that
@@ -275,14 +276,20 @@ def summarize_builds(
         if seconds > 0:
             ran.append((record.at, seconds))
     by_invocation = newest_spans(span for span in spans if span.invocation)
-    for invocation in by_invocation:
-        groups.setdefault(invocation, [])
     last_start = max((start.at for start in starts), default=0.0)
+    cut_short = {
+        invocation
+        for invocation, span in by_invocation.items()
+        if span.open_calls and last_start > span.at
+    }
+    # A command with calls but no action (``bazel clean`` asks for the
+    # capabilities too) is no build, unless lre died under it.
+    for invocation in cut_short:
+        groups.setdefault(invocation, [])
     builds = []
     for key, group in groups.items():
-        span = by_invocation.get(key)
-        build = _summary(key, group, slowest, span)
-        if span is not None and span.open_calls and last_start > span.at:
+        build = _summary(key, group, slowest, by_invocation.get(key))
+        if key in cut_short:
             build = dataclasses.replace(build, cut_short=True)
         builds.append(build)
     if len(builds) > 1:

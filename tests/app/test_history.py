@@ -259,6 +259,10 @@ def test_concurrent_builds_get_a_line_each_and_a_finished_one_stops_running(
     old_call = spans.opened(_metadata("old", "//o"))
     assert app_call is not None and web_call is not None and old_call is not None
     spans.closed(old_call)
+    recorder.record(ActionRecord(at=1_002.0, source=Source.EXECUTED, invocation="old"))
+    clean_call = spans.opened(_metadata("clean", "//c"))  # `bazel clean`: calls, no action
+    assert clean_call is not None
+    spans.closed(clean_call)
     now[0] = 1_010.0
     recorder.record(ActionRecord(at=1_009.0, source=Source.EXECUTED, invocation="app"))
     lines = recorder.build_lines()
