@@ -20,7 +20,7 @@ scheduler can both use it without loading the server. The composition root
 (``lre.app``) builds snapshots from the live components.
 """
 
-from lre.snapshot._builds import BuildSummary, find_build, newest_spans, summarize_builds
+from lre.snapshot._builds import BuildSummary, find_build, summarize_builds
 from lre.snapshot._events import EventKind, RecentEvent
 from lre.snapshot._history import (
     MEMORY_BELOW_IMAGE,
@@ -96,7 +96,6 @@ __all__ = [
     "action_summary",
     "find_build",
     "memory_mark",
-    "newest_spans",
     "read_history",
     "summarize_builds",
 ]
