@@ -13,8 +13,9 @@ lre for, from one figure, in every view.
 Thread-safe (calls come on grpc's thread, readers on Trio's or a worker
 thread); a call without an invocation id is not tracked. At most
 ``MAX_KEPT`` builds are kept: the oldest with no open call goes first.
-Nothing here raises on a malformed header (``request_metadata_from`` reads
-it as empty).
+Nothing here raises on a malformed header (it reads as no invocation). The
+headers are read here, not through ``request_metadata_from``: only three
+fields are needed, and every call pays for the reading (about 3 us).
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 
-from lre.service._metadata import request_metadata_from
+from google.protobuf.message import DecodeError
+
+from lre.proto import REQUEST_METADATA_KEY, re_pb2
+from lre.service._metadata import _MAX_REPOSITORY, REPOSITORY_KEY
 from lre.snapshot import BuildSpan
 
 __all__ = ["InvocationSpans", "OpenCall"]
@@ -69,8 +73,21 @@ class InvocationSpans:
     def opened(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> OpenCall | None:
         """A call with ``metadata`` (``context.invocation_metadata()``) starts;
         its span, to hand to ``closed``, or None when it names no invocation."""
-        info = request_metadata_from(metadata)
-        invocation = info.tool_invocation_id
+        raw: str | bytes = b""
+        repository: str | bytes = ""
+        for key, value in metadata or ():
+            if key == REQUEST_METADATA_KEY:
+                raw = value
+            elif key == REPOSITORY_KEY:
+                repository = value
+        if not raw:
+            return None
+        message = re_pb2.RequestMetadata()
+        try:
+            message.ParseFromString(raw if isinstance(raw, bytes) else raw.encode("latin-1"))
+        except DecodeError:
+            return None
+        invocation = message.tool_invocation_id
         if not invocation:
             return None
         now = self._clock()
@@ -81,10 +98,16 @@ class InvocationSpans:
                 self._trim()
             span.open_calls += 1
             span.changed = True
-            if info.repository and not span.repository:
-                span.repository = info.repository
-            if not span.tool and info.tool_name:
-                span.tool = f"{info.tool_name} {info.tool_version}".strip()
+            if repository and not span.repository:
+                text = (
+                    repository
+                    if isinstance(repository, str)
+                    else repository.decode("utf-8", "replace")
+                )
+                span.repository = text[:_MAX_REPOSITORY].strip()
+            if not span.tool and message.tool_details.tool_name:
+                tool = message.tool_details
+                span.tool = f"{tool.tool_name} {tool.tool_version}".strip()
         return span
 
     def closed(self, span: OpenCall) -> None:
