@@ -237,15 +237,30 @@ class HistoryRecorder:
             more,
         )
 
+    def _has_actions(self, invocation: str) -> bool:
+        """Whether an action of ``invocation`` ended (its build line counts one)."""
+        with self._lock:
+            b = self._builds.get(invocation)
+            return b is not None and b.executed + b.cache_hits + b.failed + b.cancelled > 0
+
     def _log_builds(self, spans: Mapping[str, BuildSpan]) -> None:
-        """(Write lock held.) A log line when a build's first call is seen and
-        one when it has had no call open for ``SPAN_IDLE_S``, with what it did."""
+        """(Write lock held.) A log line when a build is first seen working
+        (a flush finds a call of it open, or an action of it ended: ``bazel
+        clean``'s lone capabilities call is no build) and one when it has had
+        no call open for ``SPAN_IDLE_S`` since, with what it did."""
         now = self._clock()
         for invocation, span in spans.items():
             name = f"{invocation[:8]}{f' of {span.repository}' if span.repository else ''}"
             if invocation not in self._logged_started:
+                if not span.open_calls and not self._has_actions(invocation):
+                    continue
                 self._logged_started[invocation] = None
-                log.info("build %s started (%s)", name, span.tool or "unknown client")
+                log.info(
+                    "build %s started %.1f s ago (%s)",
+                    name,
+                    max(0.0, now - span.first_at),
+                    span.tool or "unknown client",
+                )
             idle = not span.open_calls and now - span.last_at >= self.SPAN_IDLE_S
             if idle and invocation not in self._logged_ended:
                 self._logged_ended[invocation] = None

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -171,6 +172,12 @@ def test_logs_and_events_tell_builds_and_failed_actions_and_not_lres_own_cli_cal
         assert "status port" in doctor.stdout or "status" in doctor.stdout, doctor.stdout
         for command in ("status", "ps", "builds"):
             assert home.run(command, cwd=repo).returncode == 0, command
+        clean = str(uuid.uuid4())  # `bazel clean` asks for the capabilities, and that is all
+        client.capabilities.GetCapabilities(
+            re_pb2.GetCapabilitiesRequest(instance_name="main"),
+            metadata=_metadata(clean),
+            timeout=30,
+        )
         invocation = str(uuid.uuid4())
         client.execute(client.prepare(["/bin/sh", "-c", "exit 0"]), metadata=_metadata(invocation))
         client.execute(client.prepare(["/bin/sh", "-c", "exit 3"]), metadata=_metadata(invocation))
@@ -189,10 +196,11 @@ def test_logs_and_events_tell_builds_and_failed_actions_and_not_lres_own_cli_cal
             time.sleep(0.5)
     text = logs.stdout
     short = invocation[:8]
-    assert f"build {short} of {REPOSITORY} started (bazel 4.2.3)" in text, text
+    assert re.search(rf"build {short} of {REPOSITORY} started [0-9.]+ s ago \(bazel 4.2.3\)", text)
     assert (
         f"action failed: //app:gen Genrule with exit code 3, build {short} of {REPOSITORY}" in text
     )
     assert f"build {short} of {REPOSITORY} ended after" in text
     assert "1 run" not in text and "2 run, 0 from the cache, 1 failed" in text
     assert "rejected" not in text, text  # lre's own CLI calls are no refused requests
+    assert clean[:8] not in text  # no build
