@@ -1,5 +1,6 @@
 """Cost of one call's span bookkeeping (InvocationSpans.opened + closed) with
 Bazel-like metadata, A/B/A/B against the same loop without it."""
+
 import statistics
 import time
 import uuid
@@ -51,6 +52,12 @@ for _ in range(5):
     b.append(without())
 print("with spans, us per call:", [round(x * 1e6, 2) for x in a])
 print("without,    us per call:", [round(x * 1e6, 2) for x in b])
-print("median with", round(statistics.median(a) * 1e6, 2), "us; without",
-      round(statistics.median(b) * 1e6, 3), "us; A/A spread (with):",
-      round((max(a) - min(a)) / statistics.median(a) * 100, 1), "%")
+print(
+    "median with",
+    round(statistics.median(a) * 1e6, 2),
+    "us; without",
+    round(statistics.median(b) * 1e6, 3),
+    "us; A/A spread (with):",
+    round((max(a) - min(a)) / statistics.median(a) * 100, 1),
+    "%",
+)
