@@ -45,7 +45,7 @@ from lre.cas import (
 )
 from lre.config import Config, WorkerResources, state_dir_of, worker_resources
 from lre.scheduler import ForwardScheduler, Scheduler, SchedulerEvent
-from lre.service import LocalPeers, RpcMetrics, TrioBridge
+from lre.service import InvocationSpans, LocalPeers, RpcMetrics, TrioBridge
 from lre.snapshot import EventKind, JobserverTokens, MemoryControlRow
 from lre.upstream import UpstreamStatistics
 from lre.worker import Containment, LocalWorker, missing_protections, namespace_refusals
@@ -86,6 +86,7 @@ class Application:
                 state_dir_of(config),
                 max_bytes=int(config.global_.history.max_bytes),
                 reserved=self._reserved_now,
+                spans=InvocationSpans(),
             )
         for upstream in self.stores.upstreams:
             upstream.client.health.on_change = self._upstream_changed
@@ -96,6 +97,9 @@ class Application:
             for worker in config.workers
             if worker.local is not None
         }
+        budgets = [r.memory_budget_bytes for r in self.worker_resources.values()]
+        if self.history is not None and budgets and all(budgets):
+            self.history.memory_budget_bytes = sum(budgets)  # the report's memory scale
         pressure = build_pressure_monitors(config)
         self.learner = build_learner(config)
         self.schedulers: dict[str, Scheduler] = build_schedulers(
@@ -349,6 +353,9 @@ class Application:
                             admin=self._cache_admin(),
                             admin_token=write_admin_token(str(state_dir_of(self.config))),
                             protections_missing=self.protections_missing(),
+                            flush_history=(
+                                self.history.flush if self.history is not None else None
+                            ),
                         )
                         await front.start(status.serve)
                         status_address = status.bound_address

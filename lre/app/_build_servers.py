@@ -44,7 +44,8 @@ def build_servers(
 
     ``front`` gives what an instance's scheduler name is served by (the
     forward scheduler on its chain, else the local one); GetActionResult hits
-    go to ``history`` too, since no scheduler sees them. Raises what the
+    go to ``history`` too, since no scheduler sees them, and so does every
+    call's start and end (``history.spans``: each build's span). Raises what the
     stores raise for a name that is not built (``StoreBuildError``).
     ``local_peers``: the listener guard every listener judges its calls by,
     None where no action shares lre's network (no call is judged then).
@@ -80,6 +81,7 @@ def build_servers(
                     bearer_token=bearer_token(server.listener),
                     rpc_metrics=rpc_metrics,
                     lookup_hits=lookup_hits,
+                    spans=history.spans if history is not None else None,
                     local_peers=local_peers,
                 ),
                 servicers,

@@ -12,7 +12,11 @@ token>``, else 401; the parameters are in the query string):
 
 - ``/api/v1/cache/gc?to=BYTES&force=0|1``, ``/api/v1/cache/clean?force=0|1``
   (``lre cache gc`` / ``clean`` while lre runs);
-- ``/api/v1/stats/zero`` (``lre stats --zero``).
+- ``/api/v1/stats/zero`` (``lre stats --zero``);
+- ``/api/v1/history/flush``: writes every ended action and each build's
+  span to the history file now (``lre builds``, ``history``, ``trace`` and
+  ``report`` ask for it before they read, so a build the client just
+  finished is whole there); 404 when lre keeps no history.
 
 Robustness: the request head must arrive within ``request_timeout_s``
 (else 408) and fit in ``max_request_bytes`` (else 431); a malformed request
@@ -63,6 +67,8 @@ _JSON: Final = "application/json"
 _GET_ROUTES: Final = ("/status", "/metrics", "/api/v1/stats")
 _DRAIN_LIMIT: Final = 1 << 20
 _TEXT: Final = "text/plain; charset=utf-8"
+#: ``_refusal``'s answer for a client socket nobody holds any more.
+_GONE: Final = "gone"
 
 
 def parse_listen_address(address: str) -> tuple[str, int]:
@@ -108,8 +114,11 @@ class StatusServer:
         admin: CacheAdmin | None = None,
         admin_token: str = "",
         protections_missing: tuple[str, ...] = (),
+        flush_history: Callable[[], None] | None = None,
     ) -> None:
         self.host, self.port = parse_listen_address(address)
+        #: Writes the history's buffered lines (a blocking call, run in a thread).
+        self.flush_history = flush_history
         #: When set, connections from lre's own actions get 403 (see
         #: ``lre.service.LocalPeers``).
         self.local_peers = local_peers
@@ -154,6 +163,11 @@ class StatusServer:
             self._active += 1
             try:
                 refusal = await self._refusal(stream)
+                if refusal == _GONE:
+                    # A client that connected and closed (a port probe such
+                    # as `lre doctor`'s): no request, nobody to answer.
+                    log.debug("status listener: a client closed its connection at once")
+                    return
                 if refusal is not None:
                     log_rejected(
                         log, "HTTP request", status="403", reason=refusal, peer=_peer(stream)
@@ -165,7 +179,8 @@ class StatusServer:
                 self._active -= 1
 
     async def _refusal(self, stream: trio.SocketStream) -> str | None:
-        """Why this connection is refused (it is one of lre's actions), or None."""
+        """Why this connection is refused (it is one of lre's actions), or None;
+        ``_GONE`` when no process holds the client's end any more."""
         peers = self.local_peers
         if peers is None or not peers.available:
             return None
@@ -180,6 +195,8 @@ class StatusServer:
         verdict = await trio.to_thread.run_sync(peers.judge, peer, int(local[1]), str(local[0]))
         if verdict is None or verdict.allowed:
             return None
+        if verdict.gone:
+            return _GONE
         return f"lre does not serve its own actions: {verdict.reason}"
 
     async def _handle(self, stream: trio.SocketStream) -> None:
@@ -242,7 +259,12 @@ class StatusServer:
     ) -> tuple[int, str, bytes]:
         """A ``CacheAdmin`` call; 401 without the admin token, 400 naming a
         bad parameter, 404 for another path."""
-        routes = ("/api/v1/cache/gc", "/api/v1/cache/clean", "/api/v1/stats/zero")
+        routes = (
+            "/api/v1/cache/gc",
+            "/api/v1/cache/clean",
+            "/api/v1/stats/zero",
+            "/api/v1/history/flush",
+        )
         if path in _GET_ROUTES:
             raise _Rejected(405, f"{path} answers GET or HEAD, not POST")
         if path not in routes:
@@ -255,6 +277,11 @@ class StatusServer:
             or not secrets.compare_digest(given, f"Bearer {self.admin_token}")
         ):
             raise _Rejected(401, "POST needs Authorization: Bearer <lre's admin.token>")
+        if path == "/api/v1/history/flush":
+            if self.flush_history is None:
+                raise _Rejected(404, "lre keeps no history (global.history.enabled is false)")
+            await trio.to_thread.run_sync(self.flush_history)
+            return 200, _JSON, b'{"flushed": true}\n'
         force = _flag(query, "force")
         if path == "/api/v1/cache/gc":
             to = query.get("to", "")
@@ -372,6 +399,26 @@ def _queue(snapshot: ProcessSnapshot) -> dict[str, object]:
     }
 
 
+def _builds(snapshot: ProcessSnapshot) -> list[dict[str, object]]:
+    """The builds running now and the last one that ended (the dashboard's
+    header lines): repository, tool, first request and last reply so far."""
+    return [
+        {
+            "invocation": b.invocation,
+            "repository": b.repository,
+            "tool": b.client,
+            "running": b.running,
+            "started_at": round(b.started_at, 3),
+            "ended_at": round(b.ended_at, 3),
+            "executed": b.executed,
+            "cache_hits": b.cache_hits,
+            "failed": b.failed,
+            "cancelled": b.cancelled,
+        }
+        for b in snapshot.builds
+    ]
+
+
 def _cache_notices(snapshot: ProcessSnapshot) -> list[str]:
     """What lre says about its cache: why upstream lookups keep missing, and
     overruns of max_bytes for the cache contract (neither makes lre
@@ -429,6 +476,7 @@ def _status_body(
             "running": snapshot.running,
             "queued": snapshot.queued,
             "queue": _queue(snapshot),
+            "builds": _builds(snapshot),
             "containment": snapshot.containment,
             "protections_missing": list(protections_missing),
             "upstreams": _upstreams(snapshot),
@@ -440,6 +488,7 @@ def _status_body(
         "status": "unavailable",
         "problems": list(snapshot.problems),
         "queue": _queue(snapshot),
+        "builds": _builds(snapshot),
         "containment": snapshot.containment,
         "protections_missing": list(protections_missing),
         "upstreams": _upstreams(snapshot),

@@ -1,7 +1,8 @@
 """One build's records from the history, as ``lre trace`` and ``lre report`` use them.
 
 ``load_build(state_dir, wanted)`` reads the history files directly (lre may
-be down), picks the build (``last``, an id or a unique prefix of one) and
+be down; a running lre writes what it holds first, ``_history_read``),
+picks the build (``last``, an id or a unique prefix of one) and
 returns its actions, the host samples taken while it ran, and its summary.
 Raises ``LookupError`` with a message for people when there is no such build.
 """
@@ -11,14 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from lre.cli._history_read import read_state_history
 from lre.snapshot import (
     ActionRecord,
     BuildSummary,
     HostSample,
     Source,
     find_build,
-    read_history,
-    summarize_builds,
 )
 
 __all__ = ["BuildData", "Slotted", "load_build", "slot_actions"]
@@ -40,16 +40,12 @@ class BuildData:
 
 
 def load_build(state_dir: Path, wanted: str) -> BuildData:
-    actions: list[ActionRecord] = []
-    samples: list[HostSample] = []
-    for record in read_history(state_dir):
-        if isinstance(record, ActionRecord):
-            actions.append(record)
-        else:
-            samples.append(record)
-    summary = find_build(summarize_builds(actions), wanted)
-    mine = tuple(a for a in actions if a.invocation == summary.invocation)
-    during = tuple(s for s in samples if summary.started_at - 1.0 <= s.at <= summary.ended_at + 1.0)
+    read = read_state_history(state_dir)
+    summary = find_build(read.builds(), wanted)
+    mine = tuple(a for a in read.actions if a.invocation == summary.invocation)
+    during = tuple(
+        s for s in read.samples if summary.started_at - 1.0 <= s.at <= summary.ended_at + 1.0
+    )
     return BuildData(summary, mine, during)
 
 

@@ -4,8 +4,9 @@ These read the history files in the state dir directly (``lre.snapshot``'s
 ``read_history``), so they work while lre is down and never load the
 server. The state dir is the one of ``--config`` (else the embedded
 default config, i.e. ``$LRE_HOME`` or ``~/.local/state/lre``). A running
-lre writes its buffered records once a second, so the newest second may be
-missing. Exit status 1 with a message when the build asked for is unknown.
+lre is asked first to write what it holds (``_history_read``), so a build
+whose client has its last reply is whole. Exit status 1 with a message
+when the build asked for is unknown.
 ``lre.snapshot`` is imported when a command runs, not when ``lre`` starts.
 """
 
@@ -23,6 +24,7 @@ import typer
 from lre.cli._app import app
 from lre.cli._byte_text import human_bytes
 from lre.cli._config_cmd import config_option, fallback_warning, load_or_fallback
+from lre.cli._history_read import HistoryRead, read_state_history
 from lre.config import resolve
 
 if TYPE_CHECKING:
@@ -84,10 +86,8 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]], numeric: set[int
     return "\n".join([line(header), *(line(r) for r in rows)])
 
 
-def _records(config: Path | None) -> list[ActionRecord]:
-    from lre.snapshot import ActionRecord, read_history
-
-    return [r for r in read_history(history_dir(config)) if isinstance(r, ActionRecord)]
+def _read(config: Path | None) -> HistoryRead:
+    return read_state_history(history_dir(config))
 
 
 def record_json(record: ActionRecord) -> dict[str, Any]:
@@ -96,6 +96,7 @@ def record_json(record: ActionRecord) -> dict[str, Any]:
         "finished_at": record.at,
         "source": record.source.value,
         "invocation": record.invocation,
+        "repository": record.repository,
         "tool": record.tool,
         "instance": record.instance,
         "target": record.target,
@@ -205,22 +206,51 @@ def history(
             show_default="every build",
         ),
     ] = None,
+    repo: Annotated[
+        str | None,
+        typer.Option(
+            "--repo",
+            "-r",
+            help="Only builds of this repository (its name as the repo column shows "
+            "it, or a glob such as 'app-*').",
+            show_default="every repository",
+        ),
+    ] = None,
     limit: Annotated[int, typer.Option("--limit", "-n", help="The newest N actions.")] = 50,
     as_json: JsonOption = False,
     config: ConfigOption = None,
 ) -> None:
-    """Recent actions: target, mnemonic, wall time, queue wait and why, reservation,
-    peak RSS, exit code, kills and retries (newest last)."""
-    from lre.snapshot import WAIT_TEXT, find_build, summarize_builds
+    """Recent actions: repository, target, mnemonic, wall time, queue wait and why,
+    reservation, peak RSS, exit code, kills and retries (newest last)."""
+    from lre.snapshot import WAIT_TEXT, find_build
 
-    records = _records(config)
+    read = _read(config)
+    records = read.actions
+    summaries = read.builds()
     if build is not None:
         try:
-            wanted = find_build(summarize_builds(records), build)
+            wanted = find_build(summaries, build)
         except LookupError as error:
             typer.echo(str(error), err=True)
             raise typer.Exit(1) from None
         records = [r for r in records if r.invocation == wanted.invocation]
+    if repo is not None:
+        # An action counts under its build's repository: a client may name it
+        # on some calls only (Bazel's --remote_exec_header: on Execute, not on
+        # GetActionResult).
+        of_build = {b.invocation: b.repository for b in summaries}
+        records = [
+            r
+            for r in records
+            if _repo_matches(r.repository or of_build.get(r.invocation, ""), repo)
+        ]
+        if not records:
+            known = sorted({b.repository for b in summaries if b.repository})
+            typer.echo(
+                f"no action of repository {repo!r} recorded; repositories in the history: "
+                + (", ".join(known) or "none (lre link names them)")
+            )
+            return
     recorded = len(records)
     if target is not None:
         records = [r for r in records if _matches(r, target)]
@@ -238,12 +268,14 @@ def history(
         typer.echo("no actions recorded (yet) in " + str(history_dir(config)))
         return
     rows = []
+    repositories = {b.invocation: b.repository for b in summaries}
     for r in records:
         cpus = f"{r.reserved_millicpus / 1000:g}" if r.reserved_millicpus else "-"
         memory = human_bytes(r.reserved_memory_bytes) if r.reserved_memory_bytes else "-"
         rows.append(
             [
                 _when(r.at)[11:],
+                r.repository or repositories.get(r.invocation, "") or "-",
                 r.target or "?",
                 r.mnemonic or "-",
                 r.source.value,
@@ -258,6 +290,7 @@ def history(
         )
     header = [
         "time",
+        "repo",
         "target",
         "mnemonic",
         "source",
@@ -269,14 +302,22 @@ def history(
         "exit",
         "kills/retries",
     ]
-    typer.echo(table(header, rows, numeric={4, 5, 8}))
+    typer.echo(table(header, rows, numeric={5, 6, 9}))
     typer.echo(PEAK_LEGEND)
 
 
-def _builds(config: Path | None) -> list[BuildSummary]:
-    from lre.snapshot import summarize_builds
+def _repo_matches(repository: str, pattern: str) -> bool:
+    return repository == pattern or fnmatch.fnmatchcase(repository, pattern)
 
-    return summarize_builds(_records(config))
+
+def _builds(config: Path | None) -> list[BuildSummary]:
+    return _read(config).builds()
+
+
+def _state(b: BuildSummary) -> str:
+    """A build's duration as the table shows it, marked when lre died under it."""
+    text = duration_text(b.duration_s)
+    return text + " cut short" if b.cut_short else text
 
 
 @builds_app.callback()
@@ -286,7 +327,9 @@ def builds(
     as_json: JsonOption = False,
     config: ConfigOption = None,
 ) -> None:
-    """Recent builds: start, duration, client, instance and what they did."""
+    """Recent builds: repository, start, duration (first request to last reply),
+    client, instance and what they did; "cut short" when lre stopped under one
+    without ending it (kill -9, a crash)."""
     if ctx.invoked_subcommand is not None:
         return
     found = _builds(config)[-limit:]
@@ -299,8 +342,9 @@ def builds(
     rows = [
         [
             b.invocation[:12] or "(no id)",
+            b.repository or "-",
             _when(b.started_at),
-            duration_text(b.duration_s),
+            _state(b),
             b.client or "?",
             b.instance or "?",
             str(b.executed),
@@ -312,9 +356,14 @@ def builds(
         ]
         for b in found
     ]
-    header = ["build", "started", "duration", "client", "instance", "run", "cached"]
+    header = ["build", "repo", "started", "duration", "client", "instance", "run", "cached"]
     header += ["failed", "cancelled", "killed", "share"]
-    typer.echo(table(header, rows, numeric={2, 5, 6, 7, 8, 9, 10}))
+    typer.echo(table(header, rows, numeric={6, 7, 8, 9, 10, 11}))
+    if any(b.cut_short for b in found):
+        typer.echo(
+            "cut short: lre stopped during the build without ending it (kill -9, a crash); "
+            "the client saw its calls fail, and actions still running then are not counted"
+        )
 
 
 def summary_text(b: BuildSummary) -> str:
@@ -323,8 +372,18 @@ def summary_text(b: BuildSummary) -> str:
 
     lines = [
         f"build      {b.invocation or '(no id)'}",
+        f"repository {b.repository or '-'}",
         f"client     {b.client or '?'}   instance {b.instance or '?'}",
-        f"started    {_when(b.started_at)}   duration {duration_text(b.duration_s)}",
+        f"started    {_when(b.started_at)}   duration {duration_text(b.duration_s)}"
+        " (first request to last reply)",
+        *(
+            [
+                "cut short  lre stopped during this build without ending it (kill -9, a "
+                "crash); actions still running then are not counted"
+            ]
+            if b.cut_short
+            else []
+        ),
         f"executed   {b.executed}",
         f"from cache {b.cache_hits} (Execute {b.execute_hits}, GetActionResult {b.lookup_hits})",
         f"failed     {b.failed}   cancelled {b.cancelled}   not run {b.not_run}",

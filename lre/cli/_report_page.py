@@ -33,6 +33,8 @@ __all__ = ["report_html"]
 _WIDTH = 1100
 _LANE = 22
 _LEFT = 70
+#: Where a chart's plot starts below its frame's top edge (the title is above).
+_PLOT_TOP = 24
 _COLOURS = {
     Phase.STAGING: "#f2b134",
     Phase.RUNNING: "#3a7bd5",
@@ -80,6 +82,21 @@ _SCRIPT = """
   root.setAttribute('data-drawn-kill-lines', drawn('#timeline .kill-line'));
   root.setAttribute('data-drawn-cancel-marks', drawn('#timeline .cancel-mark'));
   root.setAttribute('data-drawn-running', drawn('#timeline .phase.running'));
+  // What is drawn on a chart's frame or past the page's edge (0 when none):
+  // a series touching its lane's top or bottom edge, a time label cut off.
+  var off = 0;
+  document.querySelectorAll('svg.chart').forEach(function (svg) {
+    var lane = svg.querySelector('rect.lane').getBBox();
+    svg.querySelectorAll('polyline.series').forEach(function (line) {
+      var box = line.getBBox();
+      if (box.y < lane.y + 1 || box.y + box.height > lane.y + lane.height - 1) { off += 1; }
+    });
+  });
+  document.querySelectorAll('#timeline text.tick').forEach(function (label) {
+    var box = label.getBBox();
+    if (box.x < 0 || box.x + box.width > width) { off += 1; }
+  });
+  root.setAttribute('data-drawn-off-frame', String(off));
 })();
 """
 
@@ -155,8 +172,11 @@ def _timeline(build: BuildData) -> str:
     for tick in range(6):
         seconds = span * tick / 5
         x = _LEFT + seconds * scale
+        # The last label ends at the lane's right edge instead of running off the page.
+        anchor = "end" if tick == 5 else "middle"
         parts.append(
-            f'<text x="{x:.1f}" y="{height - 6}" text-anchor="middle">{_ms(seconds)}</text>'
+            f'<text class="tick" x="{x:.1f}" y="{height - 6}" text-anchor="{anchor}">'
+            f"{_ms(seconds)}</text>"
         )
     for index, placed in enumerate(slotted):
         record = placed.record
@@ -235,12 +255,15 @@ def _chart(
         f'height="{height + 20}" role="img" aria-label="{_e(title)}">'
         f'<rect class="lane" x="{_LEFT}" y="0" width="{_WIDTH - _LEFT - 10}" height="{height}"/>'
         f'<text x="4" y="14">{_e(title)}</text><text x="4" y="{height}">0</text>'
-        f'<text x="4" y="30">{top:.0f}</text>'
+        f'<text x="4" y="{_PLOT_TOP + 4}">{top:.0f}</text>'
     ]
     top = max(top, 1e-9)
+    # The plot keeps off the frame: 100 % is drawn _PLOT_TOP below the lane's
+    # top edge (under the title), 0 two pixels above its bottom edge.
+    plot = height - _PLOT_TOP - 2
     for name, colour, values in series:
         points = " ".join(
-            f"{_LEFT + (s.at - origin) * scale:.1f},{height - min(v, top) / top * height:.1f}"
+            f"{_LEFT + (s.at - origin) * scale:.1f},{height - 2 - min(v, top) / top * plot:.1f}"
             for s, v in zip(samples, values, strict=True)
         )
         parts.append(
@@ -269,16 +292,21 @@ def _resources(build: BuildData) -> str:
         100.0,
     )
     total = max(s.memory_total_bytes for s in samples) / 2**20
+    budget = max(s.memory_budget_bytes for s in samples) / 2**20
+    # Scaled to lre's memory budget (what its reservations count against; the
+    # host's use above it is drawn at the top), else to all of the host's RAM.
     memory = _chart(
         samples,
         origin,
         span,
-        f"Memory (MiB of {total:.0f})",
+        f"Memory (MiB of lre's {budget:.0f} MiB budget; host RAM {total:.0f} MiB)"
+        if budget
+        else f"Memory (MiB of {total:.0f})",
         [
             ("host in use", "#d62728", [s.memory_used_bytes / 2**20 for s in samples]),
             ("reserved by lre", "#7cc47f", [s.reserved_memory_bytes / 2**20 for s in samples]),
         ],
-        total,
+        budget or total,
     )
     return cpu + memory
 
@@ -287,9 +315,15 @@ def _summary_table(build: BuildData) -> str:
     s = build.summary
     rows = [
         ("build (tool invocation id)", s.invocation or "(no id)"),
+        ("repository", s.repository or "-"),
         ("client", s.client or "?"),
         ("instance", s.instance or "?"),
-        ("duration", _ms(s.duration_s)),
+        ("duration (first request to last reply)", _ms(s.duration_s)),
+        *(
+            [("cut short", "lre stopped during this build without ending it (kill -9, a crash)")]
+            if s.cut_short
+            else []
+        ),
         ("actions executed", s.executed),
         ("served from the cache (Execute)", s.execute_hits),
         ("served from the cache (GetActionResult)", s.lookup_hits),
@@ -360,6 +394,8 @@ def report_html(build: BuildData) -> str:
     s = build.summary
     legend = "".join(f'<span style="background:{c}"></span>{p.value}' for p, c in _COLOURS.items())
     title = f"lre build {s.invocation or '(no id)'}"
+    if s.repository:
+        title += f" of {s.repository}"
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '

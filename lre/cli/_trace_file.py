@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from lre.cli._build_data import BuildData, slot_actions
-from lre.snapshot import Phase, Source
+from lre.snapshot import BuildSummary, Phase, Source
 
 __all__ = ["chrome_trace"]
 
@@ -49,7 +49,7 @@ def chrome_trace(build: BuildData) -> dict[str, Any]:
     origin = build.origin
     summary = build.summary
     events: list[dict[str, Any]] = [
-        _meta("process_name", 0, f"lre build {summary.invocation or '(no id)'}"),
+        _meta("process_name", 0, _process_name(summary)),
         _meta("thread_name", _QUEUE_TID, "queue"),
         _meta("thread_name", _CACHE_TID, "cache hits"),
     ]
@@ -221,12 +221,23 @@ def chrome_trace(build: BuildData) -> dict[str, Any]:
         "displayTimeUnit": "ms",
         "otherData": {
             "invocation": summary.invocation,
+            "repository": summary.repository,
+            "cut_short": summary.cut_short,
+            "duration_s": round(summary.duration_s, 3),
             "client": summary.client,
             "instance": summary.instance,
             "started_at": summary.started_at,
             "phases": [p.value for p in Phase],
         },
     }
+
+
+def _process_name(summary: BuildSummary) -> str:
+    """``lre build <id> (<repository>)``, as Perfetto names the trace's process."""
+    name = f"lre build {summary.invocation or '(no id)'}"
+    if summary.repository:
+        name += f" ({summary.repository})"
+    return name + (" cut short" if summary.cut_short else "")
 
 
 def _meta(name: str, tid: int, value: str) -> dict[str, Any]:

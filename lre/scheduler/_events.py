@@ -67,6 +67,21 @@ def failure_event(
     )
 
 
+def exit_event(
+    op: OperationState, exit_code: int, worker: str | None, peak_rss_bytes: int | None
+) -> SchedulerEvent:
+    """``op``'s command exited with ``exit_code`` (not 0): a compile or test
+    that failed, named by its target and mnemonic."""
+    return SchedulerEvent(
+        EventKind.FAILURE,
+        f"{action_label(op)}: exited with code {exit_code}",
+        peak_rss_bytes,
+        worker,
+        _summary(op),
+        target=op.request_info.target_id,
+    )
+
+
 def _held(lease: Lease) -> str:
     """What ``lease`` reserved, in words."""
     return "a whole worker" if lease.exclusive else memory_text(lease.reservation.memory_bytes)

@@ -209,6 +209,7 @@ def build_record(ended: _Ended) -> ActionRecord:
         source=source,
         invocation=info.tool_invocation_id,
         tool=f"{info.tool_name} {info.tool_version}".strip(),
+        repository=info.repository,
         instance=ended.key.instance_name,
         target=info.target_id,
         mnemonic=info.action_mnemonic,

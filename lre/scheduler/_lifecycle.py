@@ -22,7 +22,7 @@ from lre.cas import BlobStore, DirectoryReader
 from lre.config import PropertyModification, SimpleSchedulerSpec
 from lre.errors import Cancelled, DeadlineExceeded, LreError
 from lre.proto import re_pb2
-from lre.scheduler._events import EventHook, emit_event, failure_event
+from lre.scheduler._events import EventHook, emit_event, exit_event, failure_event
 from lre.scheduler._history import HistoryTap, RecordHook
 from lre.scheduler._model import ActionKey, ResourcePolicy, Stage, WorkerInfo
 from lre.scheduler._preparation import ActionChecker
@@ -191,7 +191,8 @@ class OperationLifecycle:
     ) -> None:
         """End ``op``. An error other than a cancellation is also an event:
         ``event`` when given, else TIMEOUT for ``DeadlineExceeded``, else
-        FAILURE (not for an operation routed away: see ``_routing``).
+        FAILURE (not for an operation routed away: see ``_routing``); so is a
+        command that exited non-zero (FAILURE naming the exit code).
         ``gave_up``: lre's memory control killed it for the last time (its
         ``result`` is the killed run's; it was not retried after that)."""
         if op.done:
@@ -229,6 +230,10 @@ class OperationLifecycle:
                 emit_event(
                     self._on_event, failure_event(event, op, error, message, worker, peak_rss_bytes)
                 )
+        elif kind == "nonzero_exit" and result is not None and not gave_up and self._on_event:
+            # A compile or test that failed: the client's failure, shown
+            # beside lre's own (gave_up: the memory kill said it already).
+            emit_event(self._on_event, exit_event(op, result.exit_code, worker, peak_rss_bytes))
         if self._history is not None:
             self._history.finished(op, error)
         op.notify()

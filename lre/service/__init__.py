@@ -23,6 +23,8 @@
 - Every call passes one interceptor (``_call_checks``): token, the listener
   guard (``LocalPeers``, only while actions share lre's network), request
   decoding and metrics around one wrapper per method.
+- ``InvocationSpans``: each build's first request and last reply over
+  every call (given to a listener as ``ServerOptions.spans``).
 """
 
 from lre.service._auth import (
@@ -42,6 +44,7 @@ from lre.service._cache_servicers import (
     cache_servicers,
 )
 from lre.service._instances import InstanceBackends, Instances
+from lre.service._invocation_spans import InvocationSpans
 from lre.service._local_peers import LocalPeers, PeerVerdict
 from lre.service._lookup_hits import LookupHits
 from lre.service._rpc_metrics import MethodStatistics, RpcMetrics, RpcStatistics
@@ -63,6 +66,7 @@ __all__ = [
     "GrpcServer",
     "InstanceBackends",
     "Instances",
+    "InvocationSpans",
     "LocalPeers",
     "LookupHits",
     "MethodStatistics",

@@ -20,7 +20,8 @@
    - **metrics** (``_rpc_metrics.RpcMetrics``): the call is timed and
      counted under its method and the code it ended with (refusals of the
      peer and decode checks included); a successful ``GetActionResult`` is
-     also handed to the lookup hook (``_lookup_hits``).
+     also handed to the lookup hook (``_lookup_hits``), and its start and
+     end go to its build's span (``_invocation_spans``).
 
 One wrapper means one extra coroutine frame per call, where four
 interceptors stacked made four (and four ``intercept_service`` awaits).
@@ -38,6 +39,7 @@ import grpc
 import grpc.aio
 
 from lre.service._auth import BearerToken
+from lre.service._invocation_spans import InvocationSpans, OpenCall
 from lre.service._peer_guard import PeerGuard
 from lre.service._request_decoding import Unparsable, checked_requests, parse_or_refusal
 from lre.service._rpc_metrics import (
@@ -67,13 +69,27 @@ else:  # the runtime classes are not generic
 class _Checks:
     """What one method's wrapper does before and after its handler."""
 
-    __slots__ = ("guard", "label", "method", "metrics")
+    __slots__ = ("guard", "label", "method", "metrics", "spans")
 
-    def __init__(self, guard: PeerGuard | None, metrics: RpcMetrics | None, path: str) -> None:
+    def __init__(
+        self,
+        guard: PeerGuard | None,
+        metrics: RpcMetrics | None,
+        spans: InvocationSpans | None,
+        path: str,
+    ) -> None:
         self.guard = guard
         self.metrics = metrics
+        self.spans = spans
         self.label = method_label(path)
         self.method = path.rsplit("/", 1)[-1]
+
+    def opened(self, context: Context) -> OpenCall | None:
+        """The call's place in its build's span (None without spans or an
+        invocation id); called first, so the span starts with the request."""
+        if self.spans is None:
+            return None
+        return self.spans.opened(context.invocation_metadata())
 
     async def before(self, request: Any, context: Context) -> None:
         """Ends the call (``context.abort`` raises) when its peer is one of
@@ -84,12 +100,17 @@ class _Checks:
             log_exception(request.error, self.method)
             await abort_with(context, request.error)
 
-    def after(self, context: Context, code: str | None, started: float) -> None:
-        """Counts the call; ``code``: how it failed, None when it did not."""
+    def after(
+        self, context: Context, code: str | None, started: float, span: OpenCall | None
+    ) -> None:
+        """Counts the call and ends its span; ``code``: how it failed, None
+        when it did not."""
         if self.metrics is not None:
             self.metrics.record(
                 self.label, code or code_name(context, None), time.perf_counter() - started
             )
+        if span is not None and self.spans is not None:
+            self.spans.closed(span)
 
 
 def _unary_response(
@@ -100,6 +121,7 @@ def _unary_response(
 
     async def call(request: Any, context: Context) -> Any:
         started = time.perf_counter()
+        span = checks.opened(context)
         code: str | None = None  # the exception is not kept: no cycle through its frames
         try:
             if streamed:
@@ -117,7 +139,7 @@ def _unary_response(
             code = code_name(context, exc)
             raise
         finally:
-            checks.after(context, code, started)
+            checks.after(context, code, started, span)
 
     return call
 
@@ -128,6 +150,7 @@ def _stream_response(checks: _Checks, inner: Behavior, streamed: bool) -> Behavi
 
     async def call(request: Any, context: Context) -> AsyncIterator[Any]:
         started = time.perf_counter()
+        span = checks.opened(context)
         code: str | None = None
         result: Any = None
         try:
@@ -151,7 +174,7 @@ def _stream_response(checks: _Checks, inner: Behavior, streamed: bool) -> Behavi
             # it was producing, instead of when the collector finds it.
             if inspect.isasyncgen(result):
                 await result.aclose()
-            checks.after(context, code, started)
+            checks.after(context, code, started, span)
 
     return call
 
@@ -167,8 +190,10 @@ class CallChecks(_InterceptorBase):
         guard: PeerGuard | None = None,
         metrics: RpcMetrics | None = None,
         lookup_hits: LookupHook | None = None,
+        spans: InvocationSpans | None = None,
     ) -> None:
         self.token = token
+        self.spans = spans
         self.guard = guard
         self.metrics = metrics
         self.lookup_hits = lookup_hits
@@ -194,7 +219,7 @@ class CallChecks(_InterceptorBase):
     def _wrap(self, handler: Handler, path: str) -> Handler:
         """``handler`` inside this method's one wrapper."""
         guard = self.guard if self.guard is not None and self.guard.active else None
-        checks = _Checks(guard, self.metrics, path)
+        checks = _Checks(guard, self.metrics, self.spans, path)
         deserializer = handler.request_deserializer
         options: dict[str, Any] = {
             "request_deserializer": (

@@ -81,6 +81,9 @@ class PeerVerdict:
 
     allowed: bool
     reason: str = ""
+    #: No process holds the client's socket any more: the client went away
+    #: (a port probe that connected and closed), so nobody reads an answer.
+    gone: bool = False
 
 
 _ALLOWED = PeerVerdict(True)
@@ -210,7 +213,9 @@ class LocalPeers:
         if found is None:
             return self._refuse(f"the client socket {address}:{port} is not in this host's table")
         if found.inode == 0:
-            return self._refuse(f"no process holds the client socket {address}:{port} any more")
+            return self._refuse(
+                f"no process holds the client socket {address}:{port} any more", gone=True
+            )
         with self._lock:
             cached = self._verdicts.get(found.cookie)
             if cached is not None:
@@ -233,10 +238,10 @@ class LocalPeers:
                 self.refused += 1
         return cached
 
-    def _refuse(self, reason: str) -> PeerVerdict:
+    def _refuse(self, reason: str, *, gone: bool = False) -> PeerVerdict:
         with self._lock:
             self.refused += 1
-        return PeerVerdict(False, reason)
+        return PeerVerdict(False, reason, gone)
 
     def _is_local(self, family: int, address: str) -> bool:
         known = self._local_addresses.get(address)

@@ -41,6 +41,7 @@ class LookupHits:
                     at=now,
                     source=Source.LOOKUP_HIT,
                     invocation=metadata.tool_invocation_id,
+                    repository=metadata.repository,
                     tool=f"{metadata.tool_name} {metadata.tool_version}".strip(),
                     instance=str(request.instance_name),
                     target=metadata.target_id,

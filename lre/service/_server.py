@@ -30,6 +30,7 @@ from lre.hop import name_os_thread
 from lre.service._auth import BearerToken
 from lre.service._bridge import TrioBridge
 from lre.service._call_checks import CallChecks
+from lre.service._invocation_spans import InvocationSpans
 from lre.service._local_peers import LocalPeers
 from lre.service._peer_guard import PeerGuard
 from lre.service._rpc_metrics import LookupHook, RpcMetrics
@@ -84,6 +85,8 @@ class ServerOptions:
     #: GetActionResult also handed to ``lookup_hits``.
     rpc_metrics: RpcMetrics | None = None
     lookup_hits: LookupHook | None = None
+    #: ... and each call's start and end go to ``spans`` (its build's span).
+    spans: InvocationSpans | None = None
 
     @classmethod
     def from_listener(cls, listener: ListenerSpec, **overrides: Any) -> ServerOptions:
@@ -196,6 +199,7 @@ class GrpcServer:
             guard=guard,
             metrics=options.rpc_metrics,
             lookup_hits=options.lookup_hits,
+            spans=options.spans,
         )
         server = grpc.aio.server(
             options=options.channel_options(),

@@ -4,8 +4,18 @@ Bazel and Buck2 send a ``tool_invocation_id`` in every request's
 ``RequestMetadata``; one id is one build (one ``bazel build`` / ``buck2
 build`` command). Actions that came without one are grouped under ``""``
 ("no id"). ``summarize_builds`` turns records into ``BuildSummary``s, the
-one summary ``lre builds``, ``lre builds show``, the trace, the report and
-the TUI's build lines use.
+one summary ``lre builds``, ``lre builds show``, the trace and the report
+use.
+
+A build's time is its span (``BuildSpan``): from its first request to its
+last reply, over every call it made (capabilities, uploads and downloads
+too, not only its actions), which is what the client waited on lre for; a
+build without a span line (an older history) is timed by its actions. A
+build whose newest span still had calls open and that a later start of lre
+follows (``ServerStart``) was cut short: lre stopped without ending those
+calls (``kill -9``, a crash); it is summarized even when none of its
+actions ended. Another invocation with calls but no action (``bazel clean``
+asks for the capabilities too) is no build.
 
 A build's ``share`` is the fraction of the run time of every action that
 ran during the build (between its first submission and its last end) that
@@ -23,10 +33,10 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from lre.snapshot._history import ActionRecord, Source, WaitReason
+from lre.snapshot._history import ActionRecord, BuildSpan, ServerStart, Source, WaitReason
 from lre.snapshot._phases import Phase
 
-__all__ = ["BuildSummary", "find_build", "percentile", "summarize_builds"]
+__all__ = ["BuildSummary", "find_build", "newest_spans", "percentile", "summarize_builds"]
 
 
 def percentile(values: Sequence[float], fraction: float) -> float:
@@ -80,6 +90,10 @@ class BuildSummary:
     peak_memory_source: str = ""
     share: float = 1.0
     share_waits: int = 0
+    #: The repository (or repositories) its client named; "" none.
+    repository: str = ""
+    #: lre stopped during it without ending its calls (``kill -9``, a crash).
+    cut_short: bool = False
 
     @property
     def duration_s(self) -> float:
@@ -92,6 +106,8 @@ class BuildSummary:
     def to_json(self) -> dict[str, object]:
         return {
             "invocation": self.invocation,
+            "repository": self.repository,
+            "cut_short": self.cut_short,
             "started_at": self.started_at,
             "ended_at": self.ended_at,
             "duration_s": round(self.duration_s, 3),
@@ -140,7 +156,33 @@ class BuildSummary:
         }
 
 
-def _summary(invocation: str, records: list[ActionRecord], slowest: int) -> BuildSummary:
+def _summary(
+    invocation: str, records: list[ActionRecord], slowest: int, span: BuildSpan | None
+) -> BuildSummary:
+    if not records:
+        assert span is not None  # a build is made of records, a span, or both
+        return BuildSummary(
+            invocation=invocation,
+            started_at=span.first_at,
+            ended_at=span.last_at,
+            client=span.tool,
+            instance="",
+            actions=0,
+            executed=0,
+            execute_hits=0,
+            lookup_hits=0,
+            not_run=0,
+            failed=0,
+            killed=0,
+            retried=0,
+            frozen=0,
+            queue_p50_s=0.0,
+            queue_p95_s=0.0,
+            lre_per_action_s=0.0,
+            peak_rss_bytes=0,
+            slowest=(),
+            repository=span.repository,
+        )
     executed = [r for r in records if r.source is Source.EXECUTED]
     queue: list[float] = []
     own: list[float] = []
@@ -152,6 +194,14 @@ def _summary(invocation: str, records: list[ActionRecord], slowest: int) -> Buil
         own.append(phases.get(Phase.STAGING, 0.0) + phases.get(Phase.STORING, 0.0))
     starts = [r.submitted_at or r.at for r in records]
     clients = sorted({r.tool for r in records if r.tool})
+    repositories = sorted({r.repository for r in records if r.repository})
+    if span is not None and span.repository and span.repository not in repositories:
+        repositories.insert(0, span.repository)
+    started_at = min(starts)
+    ended_at = max(r.at for r in records)
+    if span is not None:
+        started_at = min(started_at, span.first_at)
+        ended_at = max(ended_at, span.last_at)
     instances = sorted({r.instance for r in records if r.instance})
     # Slowest by their own running time: wall time counts the queue too, and
     # a build's queue wait would put the actions that waited first.
@@ -166,9 +216,10 @@ def _summary(invocation: str, records: list[ActionRecord], slowest: int) -> Buil
     largest = max(records, key=lambda r: r.peak_rss_bytes)
     return BuildSummary(
         invocation=invocation,
-        started_at=min(starts),
-        ended_at=max(r.at for r in records),
+        started_at=started_at,
+        ended_at=ended_at,
         client=", ".join(clients),
+        repository=", ".join(repositories),
         instance=", ".join(instances),
         actions=len(records),
         executed=len(executed),
@@ -197,9 +248,26 @@ def _running_s(record: ActionRecord) -> float:
     return record.phase_seconds(Phase.RUNNING) if record.source is Source.EXECUTED else 0.0
 
 
-def summarize_builds(records: Iterable[ActionRecord], *, slowest: int = 10) -> list[BuildSummary]:
+def newest_spans(spans: Iterable[BuildSpan]) -> dict[str, BuildSpan]:
+    """Each invocation's newest span line (the one written last wins)."""
+    newest: dict[str, BuildSpan] = {}
+    for span in spans:
+        known = newest.get(span.invocation)
+        if known is None or span.at >= known.at:
+            newest[span.invocation] = span
+    return newest
+
+
+def summarize_builds(
+    records: Iterable[ActionRecord],
+    *,
+    slowest: int = 10,
+    spans: Iterable[BuildSpan] = (),
+    starts: Iterable[ServerStart] = (),
+) -> list[BuildSummary]:
     """One summary per invocation id, oldest build first, each with its share
-    of the run time of every action that ended during it."""
+    of the run time of every action that ended during it, timed by its span
+    (see the module docstring) and marked ``cut_short`` as it says."""
     groups: dict[str, list[ActionRecord]] = {}
     ran: list[tuple[float, float]] = []
     for record in records:
@@ -207,7 +275,23 @@ def summarize_builds(records: Iterable[ActionRecord], *, slowest: int = 10) -> l
         seconds = _running_s(record)
         if seconds > 0:
             ran.append((record.at, seconds))
-    builds = [_summary(key, group, slowest) for key, group in groups.items()]
+    by_invocation = newest_spans(span for span in spans if span.invocation)
+    last_start = max((start.at for start in starts), default=0.0)
+    cut_short = {
+        invocation
+        for invocation, span in by_invocation.items()
+        if span.open_calls and last_start > span.at
+    }
+    # A command with calls but no action (``bazel clean`` asks for the
+    # capabilities too) is no build, unless lre died under it.
+    for invocation in cut_short:
+        groups.setdefault(invocation, [])
+    builds = []
+    for key, group in groups.items():
+        build = _summary(key, group, slowest, by_invocation.get(key))
+        if key in cut_short:
+            build = dataclasses.replace(build, cut_short=True)
+        builds.append(build)
     if len(builds) > 1:
         ran.sort()
         ends = [at for at, _ in ran]

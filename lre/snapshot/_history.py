@@ -1,10 +1,16 @@
-"""One finished action as lre's history keeps it, and one host sample.
+"""One finished action as lre's history keeps it, one host sample, one
+build's span and one start of lre.
 
 ``ActionRecord`` is written by the scheduler for every operation that ends
 (executed, served from the action cache through Execute, failed, cancelled)
 and by the service for every ``GetActionResult`` hit. ``HostSample`` is what
-lre samples of the machine once a second while actions run. Both have a
-compact JSON form (one line of the history file; ``to_json``/``from_json``;
+lre samples of the machine once a second while actions run. ``BuildSpan``
+is a build's first request and last reply over every call it made (written
+whenever they moved, the newest line of a build wins), with the calls it
+still had open then. ``ServerStart`` marks each start of lre: a build whose
+newest span still had calls open, followed by a start, was cut short by an
+lre that stopped without closing them (``kill -9``, a crash, power). All
+have a compact JSON form (one line of the history file; ``to_json``/``from_json``;
 ``from_json`` raises ``ValueError`` naming the field when a line is not a
 record) so that 100,000 actions stay a few tens of MB.
 """
@@ -24,7 +30,10 @@ __all__ = [
     "MEMORY_KERNEL",
     "MEMORY_SAMPLED",
     "ActionRecord",
+    "BuildSpan",
+    "HistoryLine",
     "HostSample",
+    "ServerStart",
     "Source",
     "WaitReason",
     "memory_mark",
@@ -134,6 +143,8 @@ class ActionRecord:
     #: Whether its last run was killed for its memory (lre gave up on it:
     #: over the hard ceiling, or the last kill ``max_steps`` allows).
     kill_ended: bool = False
+    #: The repository its client named (the ``x-lre-repository`` header), or "".
+    repository: str = ""
 
     @property
     def spans(self) -> tuple[PhaseSpan, ...]:
@@ -236,6 +247,8 @@ class ActionRecord:
             out["kwhy"] = self.kill_reason
         if self.kill_ended:
             out["kend"] = 1
+        if self.repository:
+            out["repo"] = self.repository
         return out
 
     @classmethod
@@ -275,6 +288,7 @@ class ActionRecord:
                 killed_at=tuple(at + int(v) / 1e6 for v in data.get("klu", ())),
                 kill_reason=str(data.get("kwhy", "")),
                 kill_ended=bool(data.get("kend", 0)),
+                repository=str(data.get("repo", "")),
             )
         except KeyError as exc:
             raise ValueError(f"history record field {exc.args[0]!r} is missing") from None
@@ -285,7 +299,8 @@ class ActionRecord:
 @dataclass(frozen=True, slots=True)
 class HostSample:
     """The machine and lre's reservations at ``at``: ``cpu_percent`` of all
-    cores (0-100), memory in use, reserved CPU and memory, actions running."""
+    cores (0-100), memory in use, reserved CPU and memory, actions running,
+    and the memory budget of lre's workers (0: none)."""
 
     at: float
     cpu_percent: float
@@ -294,9 +309,10 @@ class HostSample:
     reserved_millicpus: int
     reserved_memory_bytes: int
     running: int
+    memory_budget_bytes: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "k": "s",
             "at": round(self.at, 3),
             "cpu": round(self.cpu_percent, 1),
@@ -306,6 +322,9 @@ class HostSample:
             "mem": self.reserved_memory_bytes,
             "run": self.running,
         }
+        if self.memory_budget_bytes:
+            out["bud"] = self.memory_budget_bytes
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> HostSample:
@@ -318,6 +337,7 @@ class HostSample:
                 reserved_millicpus=int(data.get("mcpu", 0)),
                 reserved_memory_bytes=int(data.get("mem", 0)),
                 running=int(data.get("run", 0)),
+                memory_budget_bytes=int(data.get("bud", 0)),
             )
         except KeyError as exc:
             raise ValueError(f"host sample field {exc.args[0]!r} is missing") from None
@@ -325,11 +345,88 @@ class HostSample:
             raise ValueError(f"host sample has a malformed field: {exc}") from None
 
 
-def record_from_json(data: Mapping[str, Any]) -> ActionRecord | HostSample:
+@dataclass(frozen=True, slots=True)
+class BuildSpan:
+    """One build (tool invocation id) as lre's gRPC front saw it at ``at``:
+    its first request (``first_at``), its last reply (``last_at``: the end of
+    a call or a message of a stream), the repository and tool it named, and
+    how many of its calls were still open (``open_calls``)."""
+
+    at: float
+    invocation: str
+    first_at: float
+    last_at: float
+    repository: str = ""
+    tool: str = ""
+    open_calls: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "k": "b",
+            "at": round(self.at, 3),
+            "inv": self.invocation,
+            "first": round(self.first_at, 4),
+            "last": round(self.last_at, 4),
+        }
+        if self.repository:
+            out["repo"] = self.repository
+        if self.tool:
+            out["tool"] = self.tool
+        if self.open_calls:
+            out["open"] = self.open_calls
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> BuildSpan:
+        try:
+            return cls(
+                at=float(data["at"]),
+                invocation=str(data["inv"]),
+                first_at=float(data["first"]),
+                last_at=float(data["last"]),
+                repository=str(data.get("repo", "")),
+                tool=str(data.get("tool", "")),
+                open_calls=int(data.get("open", 0)),
+            )
+        except KeyError as exc:
+            raise ValueError(f"build span field {exc.args[0]!r} is missing") from None
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"build span has a malformed field: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class ServerStart:
+    """lre (process ``pid``) started serving at ``at``."""
+
+    at: float
+    pid: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"k": "up", "at": round(self.at, 3), "pid": self.pid}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ServerStart:
+        try:
+            return cls(at=float(data["at"]), pid=int(data.get("pid", 0)))
+        except KeyError as exc:
+            raise ValueError(f"start line field {exc.args[0]!r} is missing") from None
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"start line has a malformed field: {exc}") from None
+
+
+#: Every kind of history line.
+HistoryLine = ActionRecord | HostSample | BuildSpan | ServerStart
+
+
+def record_from_json(data: Mapping[str, Any]) -> HistoryLine:
     """The record one history line holds (``k`` tells which); ``ValueError`` otherwise."""
     kind = data.get("k")
     if kind == "a":
         return ActionRecord.from_json(data)
     if kind == "s":
         return HostSample.from_json(data)
-    raise ValueError(f"history line kind {kind!r} is not 'a' or 's'")
+    if kind == "b":
+        return BuildSpan.from_json(data)
+    if kind == "up":
+        return ServerStart.from_json(data)
+    raise ValueError(f"history line kind {kind!r} is not 'a', 's', 'b' or 'up'")

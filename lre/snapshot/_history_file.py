@@ -3,8 +3,8 @@
 Two segments, ``history.jsonl`` (being written) and ``history.1.jsonl``
 (the one before): when the current segment reaches half of ``max_bytes`` it
 replaces the older one, so the pair never holds more than about
-``max_bytes``. Each line is one ``ActionRecord`` or ``HostSample``
-(``lre.snapshot._history``).
+``max_bytes``. Each line is one ``HistoryLine`` (an action, a host sample,
+a build's span or a start of lre; ``lre.snapshot._history``).
 
 A crash can leave a torn last line. ``HistoryFile`` cuts it off when it
 opens the file (so the next line starts clean), and ``read_history`` skips
@@ -22,7 +22,7 @@ import stat
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from lre.snapshot._history import ActionRecord, HostSample, record_from_json
+from lre.snapshot._history import HistoryLine, record_from_json
 
 __all__ = ["CURRENT_NAME", "OLDER_NAME", "HistoryFile", "read_history"]
 
@@ -123,7 +123,7 @@ def _cut_torn_tail(fd: int, size: int) -> int:
     return 0
 
 
-def read_history(directory: str | os.PathLike[str]) -> Iterator[ActionRecord | HostSample]:
+def read_history(directory: str | os.PathLike[str]) -> Iterator[HistoryLine]:
     """Every record in the ring, oldest first; lines that are not records are
     skipped, and so is a segment that is not a regular file. A missing
     directory or file reads as empty; other ``OSError``s

@@ -180,3 +180,5 @@ class BuildLine:
     running: bool
     #: stopped by the client or lre's shutdown (not counted in ``failed``)
     cancelled: int = 0
+    #: The repository its client named ("" none).
+    repository: str = ""

@@ -4,11 +4,12 @@ Five parts, top to bottom: a header (address, uptime, health; CPU and memory
 reserved against the budget as bars, with the host's CPU % and RAM in use
 beside them; the running actions' summed RSS against the memory budget, which
 is what the memory control watches, and the hard ceiling; queue, running,
-completed/s, cache hit ratio, CAS use, jobserver tokens; the current and the
-last build), the in-flight table (one row per running action, longest-running
-first, its RSS as a bar against its worker's memory budget, red near the hard
-ceiling), the queue (by platform; the next actions and what each waits for),
-recent events (named by target) and a footer with the keys.
+completed/s, cache hit ratio, CAS use, make jobs in use (the jobserver's
+tokens); a line per running build and one for the last), the in-flight
+table (one row per running action, longest-running first, its RSS as a bar
+against its worker's memory budget, red near the hard ceiling), the queue
+(by platform; the next actions and what each waits for), recent events
+(named by target) and a footer with the keys.
 
 In-flight columns are as wide as their content (Action, Target and Worker
 up to a cap) and are dropped by priority as the width shrinks; Target is
@@ -132,8 +133,11 @@ def _header(snapshot: ProcessSnapshot, width: int, *, stale: bool = False) -> Re
     for store in snapshot.stores:
         cap = short_bytes(store.max_bytes) if store.max_bytes else "∞"
         items.append((f"CAS {store.name}", f"{short_bytes(store.used_bytes)}/{cap}"))
-    if snapshot.jobserver is not None:
-        items.append(("tokens", f"{snapshot.jobserver.in_use}/{snapshot.jobserver.total}"))
+    if snapshot.jobserver is not None and snapshot.jobserver.total:
+        # The jobserver's tokens: extra parallel jobs lent to make/ninja/cargo
+        # inside actions (none to lend: not shown).
+        jobs = snapshot.jobserver
+        items.append(("make jobs" if width >= 80 else "jobs", f"{jobs.in_use}/{jobs.total}"))
     for index, (name, value) in enumerate(items):
         if index:
             figures.append("  ")
@@ -209,10 +213,14 @@ def _share_line(share: BuildShareRow, *, client: bool) -> Text:
 
 
 def _build_line(build: BuildLine, now: float, *, client: bool) -> Text:
-    """``build 5f0c3a52 bazel 7.1.0 running 35s: 120 run  80 cached  1 failed  0 killed``
-    (and ``3 cancelled`` when some were: stopped, not failed)."""
+    """``build [app-1f2e3d4c] 5f0c3a52 bazel 7.1.0 running 35s: 120 run  80 cached
+    1 failed  0 killed`` (the repository when the client named one; and ``3
+    cancelled`` when some were: stopped, not failed). The time is from the
+    build's first request to its last reply, as ``lre builds`` shows it."""
     line = Text()
     line.append("build " if build.running else "last build ", style="grey70")
+    if build.repository:
+        line.append(f"[{build.repository}] ", style="magenta")
     line.append(build.invocation[:8] or "(no id)", style="cyan")
     if build.client and client:
         line.append(f" {build.client}")
@@ -286,7 +294,7 @@ _COLUMNS = (
     _Column("target", 1, 64, sized=True),
     _Column("worker", 5, 12, sized=True),
     _Column("elapsed", 0, 7, "right"),
-    _Column("rss", 1, 10, "right"),
+    _Column("rss", 1, 13, "right", sized=True),
     _Column("bar", 3, _BAR_WIDTH),
     _Column("peak", 4, 6, "right"),
     _Column("cpu%", 2, 5, "right"),
@@ -497,6 +505,13 @@ def render_dashboard(
         reserved += queue_pane_lines(snapshot, queue_rows)
         if events is not None:
             reserved += 1 + min(events_rows, len(snapshot.events))
+        # Rows the in-flight table leaves free show more of the queue.
+        free = height - reserved - len(snapshot.inflight)
+        more = min(free, len(snapshot.queued_next) - queue_rows)
+        if more > 0 and snapshot.queued_by_platform:
+            queue_rows += more
+            reserved += more
+            queued = queue_pane(snapshot, width, queue_rows)
         max_rows = max(1, height - reserved)
     parts.append(_inflight(snapshot, width, max_rows))
     if queued is not None:

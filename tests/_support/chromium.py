@@ -43,10 +43,12 @@ def render_dom(chromium: str, page: Path, profile: Path) -> tuple[str, str]:
 
 def drawn_marks(dom: str) -> dict[str, int]:
     """The report's ``data-drawn-*`` counts (``kill-marks``, ``kill-lines``,
-    ``cancel-marks``, ``running``), which only its script, run by the browser
+    ``cancel-marks``, ``running``, and ``off-frame``: series on a chart's
+    frame, time labels cut off), which only its script, run by the browser
     over the laid-out page, sets; fails when the script did not run."""
     html = re.search(r"<html[^>]*>", dom)
     assert html is not None, dom[:500]
     found = {k: int(v) for k, v in re.findall(r'data-drawn-([a-z-]+)="(\d+)"', html.group(0))}
-    assert set(found) == {"kill-marks", "kill-lines", "cancel-marks", "running"}, html.group(0)
+    expected = {"kill-marks", "kill-lines", "cancel-marks", "running", "off-frame"}
+    assert set(found) == expected, html.group(0)
     return found

@@ -4,24 +4,30 @@ disk stops recording, never serving."""
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from pathlib import Path
 
+import psutil
+import pytest
 import trio
 
 from lre.app import Application
 from lre.app._history import HistoryRecorder
 from lre.app._snapshot import SnapshotAssembler
+from lre.cli._daemon import RunningServer, write_pid_file
 from lre.config import Config
 from lre.proto import re_pb2
 from lre.scheduler import RequestInfo, Stage
+from lre.service import InvocationSpans
 from lre.snapshot import ActionRecord, Phase, Source, read_history, summarize_builds
 from lre.snapshot._history_file import CURRENT_NAME
 from tests._support.configs import app_config_text, config_of
 from tests._support.reapi import Client, response_of
 from tests._support.scheduler import execute_request, start_harness
-from tests._support.servers import serve_app
+from tests._support.servers import free_port, serve_app
+from tests.cli._lre import run_lre
 
 METADATA_KEY = "build.bazel.remote.execution.v2.requestmetadata-bin"
 
@@ -155,8 +161,8 @@ def test_a_build_with_actions_running_is_the_current_build(tmp_path: Path) -> No
     current, _ = recorder.build_lines(active={"new": ("bazel 7.1.0", 1_050.0)})
     assert (current.invocation, current.running, current.executed) == ("new", True, 1)
     assert current.started_at == 990.0  # from when its first action was seen running
-    current, _ = recorder.build_lines()
-    assert not current.running  # idle and nothing running: the last build
+    (current,) = recorder.build_lines()  # one line for the newest build that ended
+    assert current.invocation == "new" and not current.running  # the last build only
 
 
 def test_the_tuis_build_line_counts_a_ctrl_c_as_cancelled_not_failed(tmp_path: Path) -> None:
@@ -197,3 +203,77 @@ async def test_the_snapshot_shows_a_build_current_while_its_first_action_runs(
     await harness.wait_stage(op.name, Stage.COMPLETED)
     (current,) = assembler().builds
     assert (current.invocation, current.executed) == ("inv-run", 1)
+
+
+async def test_lre_builds_sees_every_action_the_moment_its_client_has_the_reply(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the periodic flush an hour away, ``lre builds`` run the moment the
+    client has its last reply still counts every action and the build's span:
+    it asks the running lre to write what it holds first."""
+    monkeypatch.setattr(HistoryRecorder, "FLUSH_INTERVAL_S", 3600.0)
+    text = app_config_text(tmp_path / "root", status_port=free_port())
+    config_file = tmp_path / "lre.json5"
+    config_file.write_text(text)
+    app = Application(config_of(text))
+    invocation = str(uuid.uuid4())
+    env = {**os.environ, "HOME": str(tmp_path / "home")}
+    env.pop("LRE_HOME", None)
+    async with trio.open_nursery() as nursery:
+        ready = await nursery.start(serve_app, app)
+        state = Path(app.config.global_.state_dir)
+        write_pid_file(
+            state,
+            RunningServer(
+                pid=os.getpid(),
+                grpc_address=ready.grpc_addresses[0],
+                status_address=ready.status_address,
+                repo="",
+                log_file="",
+                started=psutil.Process().create_time(),
+            ),
+        )
+        await trio.to_thread.run_sync(_build, ready.grpc_addresses[0], invocation)
+        done = await trio.to_thread.run_sync(
+            lambda: run_lre("builds", "--json", "--config", str(config_file), cwd=tmp_path, env=env)
+        )
+        app.request_stop()
+    assert done.returncode == 0, done.stderr
+    (build,) = json.loads(done.stdout)
+    assert build["invocation"] == invocation
+    assert (build["executed"], build["cache_hits"]["get_action_result"]) == (2, 1)
+
+
+def test_concurrent_builds_get_a_line_each_and_a_finished_one_stops_running(
+    tmp_path: Path,
+) -> None:
+    """Two builds with calls open are two running lines, each with its
+    repository and timed by its span; once a build's last call ended it is
+    the one "last build" line within ``SPAN_IDLE_S``, not 10 s later."""
+    now = [1_000.0]
+    spans = InvocationSpans(clock=lambda: now[0])
+    recorder = HistoryRecorder(tmp_path, max_bytes=1 << 20, spans=spans, clock=lambda: now[0])
+    app_call = spans.opened([*_metadata("app", "//a"), ("x-lre-repository", "app-1")])
+    now[0] = 1_002.0
+    web_call = spans.opened([*_metadata("web", "//w"), ("x-lre-repository", "web-2")])
+    old_call = spans.opened(_metadata("old", "//o"))
+    assert app_call is not None and web_call is not None and old_call is not None
+    spans.closed(old_call)
+    recorder.record(ActionRecord(at=1_002.0, source=Source.EXECUTED, invocation="old"))
+    clean_call = spans.opened(_metadata("clean", "//c"))  # `bazel clean`: calls, no action
+    assert clean_call is not None
+    spans.closed(clean_call)
+    now[0] = 1_010.0
+    recorder.record(ActionRecord(at=1_009.0, source=Source.EXECUTED, invocation="app"))
+    lines = recorder.build_lines()
+    assert [(b.invocation, b.repository, b.running) for b in lines] == [
+        ("app", "app-1", True),
+        ("web", "web-2", True),
+        ("old", "", False),
+    ]
+    assert lines[0].started_at == 1_000.0 and lines[0].executed == 1
+    spans.closed(app_call)
+    now[0] = 1_010.0 + HistoryRecorder.SPAN_IDLE_S + 0.1
+    lines = recorder.build_lines()
+    assert [(b.invocation, b.running) for b in lines] == [("web", True), ("app", False)]
+    assert (lines[1].started_at, lines[1].ended_at) == (1_000.0, 1_010.0)

@@ -68,6 +68,7 @@ async def test_status_ok_then_503_with_reason(nursery: trio.Nursery) -> None:
         "status": "unavailable",
         "problems": ["worker:local: failed to start: work directory is locked"],
         "queue": {"by_platform": {}, "builds": [], "next": []},
+        "builds": [],
         "containment": "pidns",
         "protections_missing": [],
         "upstreams": [],

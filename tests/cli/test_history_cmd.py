@@ -22,7 +22,7 @@ def test_history_lists_actions_with_waits_kills_and_filters(tmp_path: Path) -> N
     shown = run_lre("history", cwd=tmp_path, env=env)
     assert shown.returncode == 0, shown.stderr
     header, *rows, legend = shown.stdout.splitlines()
-    assert header.split()[:3] == ["time", "target", "mnemonic"]
+    assert header.split()[:4] == ["time", "repo", "target", "mnemonic"]
     assert legend.startswith("peak: s sampled")
     assert len(rows) == 9
     killed = next(r for r in rows if "//pkg:t3 " in r)
@@ -56,7 +56,7 @@ def test_builds_lists_and_shows_a_summary(tmp_path: Path) -> None:
     unknown = run_lre("builds", "show", "nope", cwd=tmp_path, env=env)
     assert unknown.returncode == 1 and "no build 'nope'" in unknown.stderr
     table = run_lre("builds", cwd=tmp_path, env=env).stdout.splitlines()
-    assert table[0].split()[:4] == ["build", "started", "duration", "client"]
+    assert table[0].split()[:5] == ["build", "repo", "started", "duration", "client"]
     assert len(table) == 3
 
 
@@ -75,7 +75,7 @@ def test_memory_figures_say_where_they_came_from(tmp_path: Path) -> None:
     env = _env(tmp_path)
     shown = run_lre("history", cwd=tmp_path, env=env)
     assert shown.returncode == 0, shown.stderr
-    rows = {r.split()[1]: r for r in shown.stdout.splitlines()[1:-1]}
+    rows = {r.split()[2]: r for r in shown.stdout.splitlines()[1:-1]}
     assert "300 MiB s" in rows["//pkg:t1"]
     assert "200 MiB k" in rows["//pkg:t2"]
     assert "<lre k" in rows["//pkg:t3"]

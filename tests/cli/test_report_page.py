@@ -8,10 +8,12 @@ import re
 from html.parser import HTMLParser
 from pathlib import Path
 
+from lre.snapshot import HistoryFile, HostSample
 from tests._support.chromium import drawn_marks, render_dom
 from tests._support.history import (
     CANCELLED_BUILD,
     KILLED_BUILD,
+    action,
     write_history,
     write_killed_and_cancelled,
 )
@@ -114,7 +116,13 @@ def test_a_killed_build_draws_each_kill_with_its_run_and_says_why(tmp_path: Path
     _, dom = _page(tmp_path, env, KILLED_BUILD[:8])
     # drawn by the browser: a triangle on each killed action, a line at each
     # kill, every run's running part (the action killed for good included)
-    assert drawn_marks(dom) == {"kill-marks": 2, "kill-lines": 2, "cancel-marks": 0, "running": 3}
+    assert drawn_marks(dom) == {
+        "kill-marks": 2,
+        "kill-lines": 2,
+        "cancel-marks": 0,
+        "running": 3,
+        "off-frame": 0,
+    }
     assert dom.count('data-outcome="killed"') == 1
     assert _summary_row(dom, "killed for their memory") == "2"
     assert _summary_row(dom, "run again by lre after a kill (memory ladder)") == "1"
@@ -135,7 +143,13 @@ def test_a_cancelled_build_is_drawn_and_counted_as_cancelled_not_failed(tmp_path
     write_killed_and_cancelled(tmp_path / "state")
     env = {**os.environ, "LRE_HOME": str(tmp_path / "state"), "HOME": str(tmp_path)}
     _, dom = _page(tmp_path, env, CANCELLED_BUILD[:8])
-    assert drawn_marks(dom) == {"kill-marks": 0, "kill-lines": 0, "cancel-marks": 2, "running": 1}
+    assert drawn_marks(dom) == {
+        "kill-marks": 0,
+        "kill-lines": 0,
+        "cancel-marks": 2,
+        "running": 1,
+        "off-frame": 0,
+    }
     assert dom.count('data-outcome="cancelled"') == 2
     assert _summary_row(dom, "failed") == "0"
     assert _summary_row(dom, "cancelled (by the client") == "4"
@@ -147,3 +161,28 @@ def test_a_cancelled_build_is_drawn_and_counted_as_cancelled_not_failed(tmp_path
     history = run_lre("history", "--build", CANCELLED_BUILD[:8], cwd=tmp_path, env=env)
     assert history.returncode == 0, history.stderr
     assert history.stdout.count("cancelled") == 4
+
+
+def test_charts_keep_off_their_frame_memory_is_scaled_to_the_budget_and_no_label_is_cut(
+    tmp_path: Path,
+) -> None:
+    """CPU at 100 % and at 0 % stays inside the chart's frame, the last time
+    label ends on the page, and memory is drawn against lre's budget, not all
+    of the host's RAM (the samples record it)."""
+    state = tmp_path / "state"
+    t0 = 1_800_000_000.0
+    records = [action(1, t0, slot_seconds=123.0)]
+    samples = [
+        HostSample(t0 + i, 100.0 if i % 2 else 0.0, 3 << 30, 64 << 30, 2000, 1 << 30, 1, 2 << 30)
+        for i in range(120)
+    ]
+    history = HistoryFile(state, 1 << 20)
+    lines = [json.dumps(r.to_json()) for r in records] + [json.dumps(s.to_json()) for s in samples]
+    history.append(lines)
+    history.close()
+    env = {**os.environ, "LRE_HOME": str(state), "HOME": str(tmp_path)}
+    source, dom = _page(tmp_path, env, "last")
+    assert drawn_marks(dom)["off-frame"] == 0
+    assert "Memory (MiB of lre&#x27;s 2048 MiB budget; host RAM 65536 MiB)" in source
+    memory = re.search(r'aria-label="Memory[^"]*".*?</svg>', source)
+    assert memory is not None and ">2048</text>" in memory.group(0)

@@ -8,7 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from lre.snapshot import ActionRecord, HistoryFile, HostSample, Source, read_history
+from lre.snapshot import (
+    ActionRecord,
+    BuildSpan,
+    HistoryFile,
+    HistoryLine,
+    HostSample,
+    ServerStart,
+    Source,
+    read_history,
+)
 from lre.snapshot._history_file import CURRENT_NAME
 
 
@@ -24,6 +33,7 @@ def _record(n: int) -> ActionRecord:
         waited_for=("cpu",),
         peak_rss_bytes=1 << 20,
         stamps={"queued": 999.0 + n, "worker_start": 999.5 + n},
+        repository="app-1",
     )
 
 
@@ -34,10 +44,13 @@ def _line(record: ActionRecord) -> str:
 def test_records_round_trip_through_the_file(tmp_path: Path) -> None:
     history = HistoryFile(tmp_path / "state", 1 << 20)
     sample = HostSample(5.0, 12.5, 1 << 30, 4 << 30, 2000, 1 << 29, 3)
-    history.append([_line(_record(1)), json.dumps(sample.to_json())])
+    span = BuildSpan(6.0, "inv-1", 1.0, 5.5, repository="app-1", tool="bazel 4.2.3", open_calls=2)
+    start = ServerStart(7.0, pid=42)
+    lines: list[HistoryLine] = [_record(1), sample, span, start]
+    history.append([json.dumps(line.to_json()) for line in lines])
     history.close()
     back = list(read_history(tmp_path / "state"))
-    assert back == [_record(1), sample]
+    assert back == lines
     assert back[0].queue_seconds == 0.5  # type: ignore[union-attr]
 
 

@@ -59,7 +59,7 @@ def test_wide_screen_content() -> None:
     assert "host CPU 87% of 16 cores   RAM 14.0G/24.0G in use" in lines[3]
     assert "actions RSS ███████████░░░░░░░░░ 6.8G/12.0G budget" in lines[4]
     assert "queued 42  running 5  done/s 3.4  done 1220  cache hits 25%" in lines[5]
-    assert "CAS cas 3.2G/10.0G  tokens 5/14" in lines[5]
+    assert "CAS cas 3.2G/10.0G  make jobs 5/14" in lines[5]
     assert (
         "build 5f0c3a52 bazel 7.1.0 running 2m15s: 120 run 80 cached 1 failed 2 killed" in lines[6]
     )
@@ -346,3 +346,54 @@ def test_builds_sharing_the_workers_show_their_shares() -> None:
     console = Console(width=120, record=True, file=io.StringIO())
     console.print(render_dashboard(alone, width=120))
     assert "share 5f0c3a52" not in console.export_text()  # a lone build has it all
+
+
+def test_each_running_build_has_its_line_with_its_repository() -> None:
+    """Two builds at once are two ``build`` lines, each naming its repository;
+    the build that ended is the one ``last build`` line."""
+    snapshot = sample_snapshot()
+    running, ended = snapshot.builds
+    two = (
+        replace(running, repository="app-1f2e3d4c"),
+        replace(running, invocation="77aa4372-second", repository="web-60a40dee"),
+        ended,
+    )
+    out = io.StringIO()
+    console = Console(file=out, width=120, color_system=None, force_terminal=False)
+    console.print(render_dashboard(replace(snapshot, builds=two), width=120))
+    lines = out.getvalue().splitlines()
+    assert any(
+        "│ build [app-1f2e3d4c] 5f0c3a52 bazel 7.1.0 running 2m15s" in line for line in lines
+    )
+    assert any("│ build [web-60a40dee] 77aa4372 bazel 7.1.0 running" in line for line in lines)
+    assert sum("last build" in line for line in lines) == 1
+
+
+def test_the_queue_list_uses_the_rows_the_in_flight_table_leaves_free() -> None:
+    """One action running and eight queued on a 40-row screen: all eight
+    queued actions are listed, not the first four."""
+    snapshot = sample_snapshot()
+    first = snapshot.queued_next[0]
+    queued = tuple(
+        replace(first, operation=f"main/operations/{n:04}", target=f"//q:t{n}") for n in range(8)
+    )
+    snapshot = replace(snapshot, queued_next=queued, inflight=snapshot.inflight[:1])
+    out = io.StringIO()
+    console = Console(file=out, width=120, color_system=None, force_terminal=False)
+    console.print(render_dashboard(snapshot, width=120, height=40))
+    text = out.getvalue()
+    assert all(f"//q:t{n} " in text for n in range(8)), text
+    assert len(text.splitlines()) <= 40
+
+
+def test_the_reservation_is_never_cut_while_the_screen_has_room() -> None:
+    """``RSS/resv`` is as wide as its figures: 99.9M of 99.9M reserved shows
+    whole at 120 columns, not cut to ``99.9M/99.…``."""
+    snapshot = sample_snapshot()
+    action = replace(
+        snapshot.inflight[0], rss_bytes=int(99.9 * MIB), reserved_memory_bytes=int(99.9 * MIB)
+    )
+    out = io.StringIO()
+    console = Console(file=out, width=120, color_system=None, force_terminal=False)
+    console.print(render_dashboard(replace(snapshot, inflight=(action,)), width=120))
+    assert "99.9M/99.9M" in out.getvalue()
