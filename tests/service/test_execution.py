@@ -187,13 +187,25 @@ async def test_cached_result_is_served_without_running(server: ExecServer) -> No
 async def test_two_clients_share_one_run(server: ExecServer) -> None:
     digest = await server.builder.action("/bin/shared")
     results: list[list[operations_pb2.Operation]] = []
+    attached = [trio.Event(), trio.Event()]
     async with trio.open_nursery() as nursery:
 
-        async def run() -> None:
-            results.append(await server.execute_all(execute_request(digest)))
+        async def run(first_reply: trio.Event) -> None:
+            def stream() -> list[operations_pb2.Operation]:
+                ops = []
+                for op in server.execution.Execute(execute_request(digest)):
+                    ops.append(op)
+                    trio.from_thread.run_sync(first_reply.set)
+                return ops
 
-        nursery.start_soon(run)
-        nursery.start_soon(run)
+            results.append(await trio.to_thread.run_sync(stream))
+
+        for event in attached:
+            nursery.start_soon(run, event)
+        # Both calls hold the operation before it ends (on a busy machine the
+        # second call could otherwise arrive after the first run completed).
+        for event in attached:
+            await event.wait()
         await complete_next(server, exit_code=0)
     assert len(results) == 2
     assert results[0][-1].name == results[1][-1].name
