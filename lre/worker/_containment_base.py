@@ -117,8 +117,7 @@ class Containment(ABC):
     def peak_missing(self) -> str | None:
         """Why this backend's short actions get no kernel figure of their
         own tree (``_tree_peak``; shown by ``/status`` and ``lre doctor``);
-        None when they do, or when the backend has no first process of its
-        own to report it (``portable``)."""
+        None when they do."""
         return None
 
     @abstractmethod

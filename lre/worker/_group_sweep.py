@@ -5,6 +5,7 @@ per action, lre as child subreaper, orphans swept at each action's end (see
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 from collections.abc import Sequence
@@ -18,6 +19,7 @@ from lre.worker._syscalls import call as _call
 from lre.worker._syscalls import kill as _kill
 from lre.worker._syscalls import killpg as _killpg
 from lre.worker._syscalls import reap as _reap
+from lre.worker._tree_peak import peak_tool, peak_tool_missing, report_argv
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +48,18 @@ class ProcessGroupSweep(Containment):
             except OSError as error:
                 log.warning("cannot make lre a child subreaper (%s); orphans escape", error)
         self._main_children = f"/proc/self/task/{threading.main_thread().native_id}/children"
+        #: GNU time as each action's first process where it reports the
+        #: command's tree (``_tree_peak``): lre's own ``wait4`` of a process
+        #: it forked carries lre's image, time's of the command does not.
+        self.peak_tool = peak_tool()
+        if self.peak_tool is not None:
+            # time forks the command and waits for it, and exits with 128 +
+            # the signal that ended it.
+            self.helper_processes = 1
+            self.signals_as_exit_codes = True
+
+    def peak_missing(self) -> str | None:
+        return None if self.peak_tool is not None else peak_tool_missing()
 
     def command(
         self,
@@ -56,8 +70,10 @@ class ProcessGroupSweep(Containment):
         keep_fds: Sequence[int] = (),
         peak_report: int | None = None,
     ) -> list[str]:
-        # The command is the first process itself (no pid 1 of lre's own
-        # to report its tree's peak: ``peak_tool`` stays None).
+        # GNU time first where it reports the command's tree; else the
+        # command is the first process itself.
+        if peak_report is not None and self.peak_tool is not None:
+            return [*report_argv(self.peak_tool, peak_report), *argv]
         return list(argv)
 
     def spawn_started(self, pid: int) -> None:
@@ -72,7 +88,27 @@ class ProcessGroupSweep(Containment):
         super().spawn_abandoned(pid)
 
     def signal_action(self, pid: int, sig: int) -> None:
-        _killpg(pid, sig)
+        if sig == signal.SIGKILL or not self._led_by_time(pid):
+            _killpg(pid, sig)
+            return
+        # GNU time leads the group: a signal it does not ignore would end it
+        # at once, lre would reap it and sweep the command before it had
+        # answered (a timed-out command's grace). The rest of the group gets
+        # the signal; time exits when the command does.
+        for member in _group_members(pid):
+            if member != pid:
+                _kill(member, sig)
+
+    def _led_by_time(self, pid: int) -> bool:
+        """True when ``pid`` is GNU time reporting its command's peak."""
+        if self.peak_tool is None:
+            return False
+        prefix = "\0".join(report_argv(self.peak_tool, 0)[:5]).encode() + b"\0"
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                return handle.read(len(prefix)) == prefix
+        except OSError:
+            return False
 
     def action_roots(self) -> list[int]:
         # An orphan re-parented to lre is listed within ``watch``'s interval;
@@ -167,6 +203,22 @@ class ProcessGroupSweep(Containment):
         if orphan in self._kept:
             self._kept.discard(orphan)
             self.guardian.remove_process(orphan)
+
+
+def _group_members(group: int) -> list[int]:
+    """The processes whose process group is ``group`` (a pass over /proc;
+    only for the signals of a timeout or a cancel, never per action)."""
+    members = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return [group]
+    for name in names:
+        if name.isdigit():
+            stat = _stat(int(name))
+            if stat is not None and stat.group == group:
+                members.append(int(name))
+    return members
 
 
 def _stat(pid: int) -> ProcStat | None:

@@ -68,7 +68,7 @@ from dataclasses import dataclass
 import trio
 
 from lre.errors import out_of_descriptors
-from lre.hop import StatField, proc_stat_fields
+from lre.hop import StatField, proc_stat_fields, read_proc_stat
 from lre.worker._descriptors import SkipLog, using_reserve
 
 __all__ = ["ActionUsage", "ProcessTreeSampler", "SamplerStatistics"]
@@ -88,6 +88,23 @@ def _namespace_of(pid: str) -> str | None:
 
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+#: Ticks of slack between a pass's start and a process's start time (both
+#: rounded down to a tick).
+_TICK_MARGIN = 2
+
+
+def _boot_ticks() -> int:
+    """Now, in clock ticks since boot (a process's start time's unit)."""
+    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * _CLOCK_TICKS)
+
+
+def _start_ticks(pid: int) -> int:
+    """When ``pid`` started (clock ticks since boot); 0 when it cannot be
+    read, so that every foreign pid is read again."""
+    try:
+        return read_proc_stat(pid).start_ticks
+    except (OSError, ValueError):
+        return 0
 
 
 def _devices(*paths: str) -> frozenset[int]:
@@ -254,10 +271,11 @@ class ProcessTreeSampler:
         self.on_pass: Callable[[], object] | None = None
         self._by_id: dict[str, _Tracked] = {}
         self._by_leader: dict[int, _Tracked] = {}
-        # pid -> number of the pass that classified it as belonging to no action
+        # pid -> when the pass that classified it as belonging to no action
+        # began (clock ticks since boot, the unit of a process's start time)
         self._foreign: dict[int, int] = {}
         self._pass_no = 0
-        # foreign pids classified at this pass number or later are re-read
+        # foreign pids classified at this tick or later are re-read
         self._recheck_from = 1 << 62
         self._last_pass = 0.0
         self._max_pass = 0.0
@@ -312,9 +330,11 @@ class ProcessTreeSampler:
             # The namespace may be its first child's (``unshare --fork``):
             # looked at once, when the pass first meets a child of the leader.
             tracked.namespace_pending = True
-        # Pids found foreign by the last two passes are read again next pass
-        # (checked there, so registering costs no walk over the foreign pids).
-        self._recheck_from = min(self._recheck_from, self._pass_no - 1)
+        # Pids found foreign by passes that began after the leader started
+        # (however many: on a busy machine passes go on between a spawn and
+        # its registration) are read again next pass; the older ones cannot
+        # be the action's. Checked there, so registering walks nothing.
+        self._recheck_from = min(self._recheck_from, _start_ticks(leader_pid) - _TICK_MARGIN)
 
     def set_kill_line(self, action_id: str, kill_line_bytes: int) -> None:
         """Change an action's kill line (0 = none) and re-arm the hook."""
@@ -373,10 +393,10 @@ class ProcessTreeSampler:
         processes that vanish mid-pass (they are simply not counted)."""
         started = time.perf_counter()
         self._pass_no += 1
-        pass_no = self._pass_no
         leaders = self._by_leader
         old_foreign = self._foreign
         recheck_from, self._recheck_from = self._recheck_from, 1 << 62
+        pass_tick = _boot_ticks()
         foreign: dict[int, int] = {}
         # per leader: [rss pages, CPU ticks, live members, pid of each live member...]
         sums: dict[int, list[int]] = {leader: [0, 0, 0] for leader in leaders}
@@ -429,7 +449,7 @@ class ProcessTreeSampler:
                         acc = self._namespace_member(pid, name, sums, by_namespace)
                     if acc is None:
                         os.close(fd)
-                        foreign[pid] = pass_no
+                        foreign[pid] = pass_tick
                         continue
                 if len(fds) < self._max_open_fds:
                     fds[pid] = fd

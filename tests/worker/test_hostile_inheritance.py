@@ -29,10 +29,11 @@ def test_an_action_and_the_guardian_hold_no_descriptor_of_lres(
         listing, err = str(scratch / "fds.txt"), str(scratch / "err")
     held = dict(line.split(" ", 1) for line in str(answer["stdout"]).splitlines())
     # ls's own handle on the directory it lists is the only extra one, and
-    # where GNU time is pid 1, its report file (handed to it and its own open
-    # of it): the action's own figure, parsed defensively (_tree_peak).
+    # GNU time's report file, GNU time being the action's first process
+    # (handed to it and its own open of it): the action's own figure,
+    # parsed defensively (_tree_peak).
     report = {fd for fd, target in held.items() if target == "/memfd:lre-tree-peak (deleted)"}
-    assert len(report) == (0 if containment == "portable" else 2), answer
+    assert len(report) == 2, answer
     extra = {
         fd: target for fd, target in held.items() if not target.endswith("/fd") and fd not in report
     }

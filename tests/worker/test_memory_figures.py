@@ -54,7 +54,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
 }
 
-SETUPS = (("pidns", "own"), ("userns", "nobody"))
+SETUPS = (("pidns", "own"), ("userns", "nobody"), ("portable", "own"), ("portable", "nobody"))
 
 
 def _need(tool: str) -> str:

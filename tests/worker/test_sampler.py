@@ -127,6 +127,28 @@ def test_process_seen_before_register_is_still_sampled() -> None:
         assert usage is not None and usage.processes == 2
 
 
+def test_process_seen_by_several_passes_before_register_is_still_sampled() -> None:
+    """On a busy machine passes go on between an action's spawn and its
+    registration: the processes those passes found foreign are its own."""
+    sampler = ProcessTreeSampler()
+    sampler.register("other", os.getpid())
+    with process_tree(mb=20, children=1) as proc:
+        for _ in range(4):
+            sampler.sample_once()  # foreign, again and again
+        sampler.register("late", proc.pid)
+        sampler.sample_once()
+        usage = sampler.snapshot("late")
+        assert usage is not None and usage.processes == 2
+        assert sorted(sampler.members("late")) == sorted(
+            [proc.pid, *(int(p) for p in _children(proc.pid))]
+        )
+
+
+def _children(pid: int) -> list[str]:
+    with open(f"/proc/{pid}/task/{pid}/children") as handle:
+        return handle.read().split()
+
+
 async def test_run_task_kills_over_the_line() -> None:
     seen: list[ActionUsage] = []
     killed = trio.Event()
