@@ -5,11 +5,13 @@ of /bin/true.
 
 Modes are interleaved action by action (their order rotated each time, so
 that no mode always follows the same one), one action in flight, through the
-real spawn path (``run_process``): for pidns in a view and without one, and
-for userns in a view, each ``report`` (GNU time as pid 1, a memfd made and
-read per action) and ``plain`` (the containment's ``peak_tool`` cleared:
-today's pid 1), plus ``plain-again``, a second copy of one ``plain`` mode,
-whose difference from it is the A/A spread of the machine.
+real spawn path (``run_process``): for pidns in a view and without one, for
+userns in a view, and for portable (no namespace, no view), each ``report``
+(GNU time as pid 1, or as the first process under portable, a memfd made and
+read per action) and ``plain`` (the containment's ``peak_tool`` cleared: the
+namespace's pid 1 without the report, the bare command under portable), plus
+``plain-again``, a second copy of one ``plain`` mode, whose difference from
+it is the A/A spread of the machine.
 
 Prints the medians as ``bench_view.py`` does (``_spawn_bench.report``).
 Needs root (pidns). Takes a minute with the defaults.
@@ -31,7 +33,7 @@ from lre.worker._containment import choose_containment
 
 
 async def _main(args: argparse.Namespace) -> None:
-    backends = {name: choose_containment(name) for name in ("pidns", "userns")}
+    backends = {name: choose_containment(name) for name in ("pidns", "userns", "portable")}
     tool = {name: backend.peak_tool for name, backend in backends.items()}
     assert all(tool.values()), f"GNU time is not used here: {tool}"
     scratch = {name: scratch_view(f"bench-tree-peak-{name}-", args.dir) for name in backends}
@@ -46,6 +48,8 @@ async def _main(args: argparse.Namespace) -> None:
         ("pidns-report", "pidns", False, True),
         ("userns-view-plain", "userns", True, False),
         ("userns-view-report", "userns", True, True),
+        ("portable-plain", "portable", False, False),
+        ("portable-report", "portable", False, True),
     ]
     results: dict[str, list[tuple[float, float, float]]] = {name: [] for name, *_ in modes}
     try:
