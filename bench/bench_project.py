@@ -71,7 +71,7 @@ from tests.e2e._bazel import BazelSession
 #: lre on its embedded default config, a second lre just like it (an A/A
 #: run), and lre with ``sandbox_view: false`` (the view's cost on a real
 #: project).
-SIDE_NAMES = ("local", "lre", "lre-again", "lre-noview")
+SIDE_NAMES = ("local", "lre", "lre-again", "lre-noview", "lre-base")
 KINDS = ("clean", "edit")
 _DISCARDED = "discarding analysis cache"
 
@@ -114,17 +114,25 @@ def noview_config(path: Path) -> Path:
 
 
 @contextlib.contextmanager
-def running_lre(home: Path, ws: Path, config: Path | None = None) -> Iterator[dict[str, object]]:
+def running_lre(
+    home: Path, ws: Path, config: Path | None = None, tree: Path | None = None
+) -> Iterator[dict[str, object]]:
     """``lre up --detach`` for ``ws`` with LRE_HOME=home (and ``--config
-    config`` when given); yields ``lre status --json``; ``lre down`` at the
-    end. Raises BenchError when lre does not start."""
+    config`` when given; lre imported from the source tree ``tree`` when
+    given, run from there so that no other checkout comes first on its
+    path); yields ``lre status --json``; ``lre down`` at the end. Raises
+    BenchError when lre does not start."""
     env = {**os.environ, "LRE_HOME": str(home)}
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
+    cwd = str(tree) if tree is not None else None
     lre = [sys.executable, "-m", "lre"]
     port = str(_free_port())
     extra = [] if config is None else ["--config", str(config)]
     up = subprocess.run(
         [*lre, "up", "--detach", "--repo", str(ws), "--no-edit", "--port", port, *extra],
         env=env,
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=120,
@@ -133,14 +141,14 @@ def running_lre(home: Path, ws: Path, config: Path | None = None) -> Iterator[di
         raise BenchError(f"lre up failed (exit {up.returncode}):\n{up.stdout}{up.stderr}")
     try:
         status = subprocess.run(
-            [*lre, "status", "--json"], env=env, capture_output=True, text=True, timeout=60
+            [*lre, "status", "--json"], env=env, cwd=cwd, capture_output=True, text=True, timeout=60
         )
         info = json.loads(status.stdout)
         if not info.get("running"):
             raise BenchError(f"lre status says it is not running: {status.stdout}")
         yield info
     finally:
-        subprocess.run([*lre, "down"], env=env, capture_output=True, timeout=120)
+        subprocess.run([*lre, "down"], env=env, cwd=cwd, capture_output=True, timeout=120)
 
 
 class Side:
@@ -328,8 +336,13 @@ def main() -> int:
         default=("local", "lre"),
         help=(
             "the two sides, baseline first (default local,lre; lre-noview,lre: the view's "
-            "cost; lre,lre-again: the A/A spread)"
+            "cost; lre,lre-again: the A/A spread; lre-base,lre: another tree against this one)"
         ),
+    )
+    parser.add_argument(
+        "--base-tree",
+        type=Path,
+        help="the source tree the lre-base side imports lre from (e.g. a git worktree)",
     )
     args = parser.parse_args()
     started = time.monotonic()
@@ -365,7 +378,10 @@ def _run(args: argparse.Namespace) -> None:
                 # lre up leaves an lre.bazelrc that names another running lre
                 # alone: remove the first side's, so this side writes its own.
                 (ws.root / "lre.bazelrc").unlink(missing_ok=True)
-                info = stack.enter_context(running_lre(home, ws.root, config))
+                tree = args.base_tree if name == "lre-base" else None
+                if name == "lre-base" and tree is None:
+                    raise BenchError("the lre-base side needs --base-tree")
+                info = stack.enter_context(running_lre(home, ws.root, config, tree))
                 flags = [*lre_bazelrc_flags(ws.root / "lre.bazelrc"), "--noremote_accept_cached"]
                 if f"--remote_executor=grpc://{info['grpc_address']}" not in flags:
                     raise BenchError(f"{name}: lre.bazelrc does not name its lre: {flags}")
