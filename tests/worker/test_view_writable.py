@@ -30,14 +30,14 @@ from lre.worker import Containment, _view_writable
 from lre.worker._action import ActionRunner
 from lre.worker._cas_handle import CasHandle
 from lre.worker._view_policy import ViewPolicy, homes, installation, protected_marks
-from lre.worker._view_writable import (
+from lre.worker.directories._workdir import WorkDirectory
+from lre.worker.view._view_writable import (
     Protected,
     WritableRefused,
     judge,
     mark_of,
     open_without_symlinks,
 )
-from lre.worker._workdir import WorkDirectory
 from tests._support.configs import app_config_text
 
 from .conftest import make_lease, make_spec
