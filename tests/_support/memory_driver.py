@@ -38,9 +38,10 @@ from lre.digest import Digest
 from lre.proto import re_pb2
 from lre.scheduler import RecordBuilder, Scheduler
 from lre.snapshot import ActionRecord
-from lre.worker import LocalWorker, _action, _tree_peak
+from lre.worker import LocalWorker, _action
 from lre.worker.memory._memory_figure import memory_figure
 from lre.worker.process._process import ProcessOutcome
+from lre.worker.usage import _tree_peak
 from lre.worker.usage._sampler import ActionUsage
 from tests._support.actions import build_action, put_action
 

@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from lre.worker import Containment, _view_dev
+from lre.worker import Containment
 from lre.worker.containment._syscalls import call
 from lre.worker.process._process import run_process
+from lre.worker.view import _view_dev
 from lre.worker.view._view import ActionView, build_view
 from lre.worker.view._view_dev import DEVICES, LINKS, NAMES, DevTree
 
