@@ -22,8 +22,8 @@ from typing import Any
 
 import trio
 
-from lre.worker._process import run_process
-from lre.worker._view import ActionView
+from lre.worker.process._process import run_process
+from lre.worker.view._view import ActionView
 
 #: wall, lre CPU, action CPU (ms) of one action
 Sample = tuple[float, float, float]

@@ -33,8 +33,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lre.worker._action_network import OutsideNetwork, make_network_namespace
-from lre.worker._syscalls import call
+from lre.worker.containment._action_network import OutsideNetwork, make_network_namespace
+from lre.worker.containment._syscalls import call
 from tests._support.outside_host import outside_host
 
 _CLONE_NEWNET = 0x40000000

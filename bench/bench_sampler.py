@@ -18,7 +18,7 @@ import statistics
 import subprocess
 import time
 
-from lre.worker._sampler import ProcessTreeSampler
+from lre.worker.usage._sampler import ProcessTreeSampler
 
 
 def spawn(actions: int) -> list[subprocess.Popen[bytes]]:

@@ -1,5 +1,5 @@
 """Micro-benchmark of pid 1 reporting the command tree's peak (GNU time,
-``lre.worker._tree_peak``) against the pid 1 it replaces (the pidns gate's
+``lre.worker.usage._tree_peak``) against the pid 1 it replaces (the pidns gate's
 subshell, or ``timeout -- 0``): wall, lre CPU and action CPU per start+wait
 of /bin/true.
 
@@ -28,8 +28,8 @@ from pathlib import Path
 import trio
 from _spawn_bench import parse_args, report, scratch_view, timed_run
 
-from lre.worker._action_dirs import ActionDirectory, _empty_view
-from lre.worker._containment import choose_containment
+from lre.worker.containment._containment import choose_containment
+from lre.worker.directories._action_dirs import ActionDirectory, _empty_view
 
 
 async def _main(args: argparse.Namespace) -> None:

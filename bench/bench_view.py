@@ -38,10 +38,10 @@ from pathlib import Path
 import trio
 from _spawn_bench import parse_args, report, scratch_view, timed_run
 
-from lre.worker._action_dirs import ActionDirectory, _empty_view
-from lre.worker._containment import choose_containment
-from lre.worker._process import run_process
-from lre.worker._view import ActionView
+from lre.worker.containment._containment import choose_containment
+from lre.worker.directories._action_dirs import ActionDirectory, _empty_view
+from lre.worker.process._process import run_process
+from lre.worker.view._view import ActionView
 
 
 async def _main(args: argparse.Namespace) -> None:

@@ -45,8 +45,8 @@ from lre.digest import Digest
 from lre.proto import re_pb2
 from lre.scheduler import Scheduler
 from lre.worker import LocalWorker
-from lre.worker._input_tree import fetch_input_tree
-from lre.worker._staging import stage_inputs
+from lre.worker.inputs._input_tree import fetch_input_tree
+from lre.worker.inputs._staging import stage_inputs
 
 
 async def build_tree(store: object, dirs: int = 20, files: int = 100) -> Digest:

@@ -42,7 +42,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "jobserver-style-ignored",
         "jobserver.style fifo is ignored: every action gets a pipe",
-        "lre/worker/_action_jobservers.py",
+        "lre/worker/process/_action_jobservers.py",
         "        style = self.spec.jobserver.style\n",
         '        style = "pipe"\n',
         ("tests/worker/test_action.py", "-k", "fifo"),
@@ -66,7 +66,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "orphan-sweep-removed",
         "under the portable backend a setsid child of an action outlives it",
-        "lre/worker/_group_sweep.py",
+        "lre/worker/containment/_group_sweep.py",
         "                _killpg(orphan, signal.SIGKILL)\n"
         "                _kill(orphan, signal.SIGKILL)\n"
         "                self._forget(orphan)\n"
@@ -78,7 +78,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "memory-kill-no-op",
         "memory control decides to kill an action over its limit and does nothing",
-        "lre/worker/_memory_control.py",
+        "lre/worker/memory/_memory_control.py",
         "            self._kill(action_id, reason, final)\n",
         "            pass\n",
         ("tests/worker/test_memory_control.py",),
@@ -111,7 +111,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "janitor-idle-too-early",
         "the janitor says it is idle while a batch still runs (counts of "
         "action directories become timing)",
-        "lre/worker/_action_dirs.py",
+        "lre/worker/directories/_action_dirs.py",
         "        return not (self._trash or self._doomed or self._in_batch)\n",
         "        return True\n",
         ("tests/worker/test_action_dirs.py", "-k", "twice_the_stock"),
@@ -119,7 +119,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "view-host-writable",
         "an action's view leaves the host writable",
-        "lre/worker/_view.py",
+        "lre/worker/view/_view.py",
         '        _setattr("/", set_=_MOUNT_ATTR_RDONLY, propagation=_MS_SLAVE, recursive=True)\n',
         '        _setattr("/", propagation=_MS_SLAVE, recursive=True)\n',
         ("tests/worker/test_view_policy.py", "-k", "only_the_writable_paths"),
@@ -136,7 +136,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "writable-follows-symlinks",
         "a writable path is opened through symlinks (one action's link leads "
         "another's mount, a swapped ancestor leads a configured path elsewhere)",
-        "lre/worker/_view_writable.py",
+        "lre/worker/view/_view_writable.py",
         "    how = _OpenHow(_OPEN_FLAGS, 0, _RESOLVE_NO_SYMLINKS)\n",
         "    how = _OpenHow(_OPEN_FLAGS, 0, 0)\n",
         ("tests/worker/test_view_writable.py", "-k", "symlink"),
@@ -145,7 +145,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "writable-mask-by-path",
         "lre's directory inside a writable path is masked by its path, so a "
         "decoy left there takes the mask",
-        "lre/worker/_view.py",
+        "lre/worker/view/_view.py",
         "    if covered_by(path, writable) is None:\n        return None\n    marks =",
         "    if True:\n        return None\n    marks =",
         ("tests/worker/test_view_writable.py", "-k", "mask_goes_on"),
@@ -154,7 +154,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "view-masks-removed",
         "lre's directories are not masked in an action's view (readable, since the "
         "read-only host already stops every write)",
-        "lre/worker/_view.py",
+        "lre/worker/view/_view.py",
         "        masks, files = _hidden_kinds(view.hidden)\n",
         "        masks, files = [], []\n",
         ("tests/worker/test_view_attacks.py", "-k", "read_lres_own"),

@@ -81,10 +81,12 @@ def _layer_packages() -> set[str]:
         if contract["type"] == "forbidden":
             continue  # checked by test_forbidden_contracts_name_what_exists
         assert contract["type"] == "layers", contract["name"]
-        assert contract["containers"] == ["lre"], contract["name"]
-        for layer in contract["layers"]:
-            for part in layer.replace("|", ":").split(":"):
-                names.add(part.strip().strip("()"))
+        for container in contract["containers"]:
+            assert container == "lre" or container.startswith("lre."), contract["name"]
+            inside = container.split(".")[1:]  # lre.worker -> worker/<layer>
+            for layer in contract["layers"]:
+                for part in layer.replace("|", ":").split(":"):
+                    names.add("/".join([*inside, part.strip().strip("()")]))
     return names
 
 
@@ -132,6 +134,8 @@ def _copy_for_lint(tmp_path: Path) -> Path:
         ("snapshot", "lre.digest", "Packages import only leftwards"),
         ("service", "lre.worker", "service never imports worker"),
         ("app", "lre.tui", "nothing imports tui or cli"),
+        ("worker.view", "lre.worker.memory", "lre.worker's subpackages import only downwards"),
+        ("worker.inputs", "lre.worker.memory", "lre.worker's subpackages import only downwards"),
     ],
 )
 def test_lint_imports_rejects_a_rightward_import(
@@ -139,9 +143,10 @@ def test_lint_imports_rejects_a_rightward_import(
 ) -> None:
     """A deliberately bad import in a copy of lre/ must break a contract."""
     repo = _copy_for_lint(tmp_path)
-    if not (repo / "lre" / package).is_dir() or not (repo / imported.replace(".", "/")).is_dir():
+    folder = repo / "lre" / package.replace(".", "/")
+    if not folder.is_dir() or not (repo / imported.replace(".", "/")).is_dir():
         pytest.fail(f"lre.{package} or {imported} does not exist yet")
-    (repo / "lre" / package / "_deliberately_bad.py").write_text(f"import {imported}\n")
+    (folder / "_deliberately_bad.py").write_text(f"import {imported}\n")
     proc = subprocess.run(
         [_tool("lint-imports"), "--no-cache"],
         cwd=repo,
@@ -237,6 +242,71 @@ def test_packages_import_each_other_only_through_init() -> None:
     ]
     assert len(_lre_modules()) > 100  # the walk really found the tree
     assert not broken, "private module of another package imported:\n" + "\n".join(broken)
+
+
+def worker_face_bypasses(source: str, module: str) -> list[str]:
+    """Imports in ``source`` (lre module ``module``, inside ``lre.worker``)
+    that reach a private module of a worker subpackage other than the
+    module's own: ``lre.worker.view._view`` from ``lre.worker._action`` or
+    from ``lre.worker.containment._pid_namespace``. Each entry reads
+    ``line N: lre.worker.view._view``."""
+    parts = module.split(".")
+    own = parts[2] if len(parts) >= 3 and not _is_private(parts[2]) else ""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = _absolute(module, node)
+            targets = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+        hits: dict[str, None] = {}
+        for target in targets:
+            hops = target.split(".")
+            if (
+                len(hops) >= 4
+                and hops[:2] == ["lre", "worker"]
+                and hops[2] not in ("", own)
+                and not _is_private(hops[2])
+                and _is_private(hops[3])
+            ):
+                hits[".".join(hops[:4])] = None
+        found += [f"line {node.lineno}: {hit}" for hit in hits]
+    return found
+
+
+def test_worker_subpackages_meet_through_their_faces() -> None:
+    """lre/worker's subpackages (and the modules above them) use one
+    another only through each subpackage's ``__init__``."""
+    broken = [
+        f"{path.relative_to(ROOT)}: {hit}"
+        for path, module in _lre_modules()
+        if module == "lre.worker" or module.startswith("lre.worker.")
+        for hit in worker_face_bypasses(path.read_text(), module)
+    ]
+    assert len([m for _, m in _lre_modules() if m.startswith("lre.worker.")]) > 50
+    assert not broken, "worker subpackage reached past its face:\n" + "\n".join(broken)
+
+
+def test_worker_face_check_reports_a_bypass() -> None:
+    source = """\
+from lre.worker.view._view import ActionView
+from lre.worker.view import ActionView
+from lre.worker.containment._syscalls import LIBC
+from lre.worker.view import _view
+"""
+    assert worker_face_bypasses(source, "lre.worker.containment._pid_namespace") == [
+        "line 1: lre.worker.view._view",
+        "line 4: lre.worker.view._view",
+    ]
+    assert worker_face_bypasses(source, "lre.worker._action") == [
+        "line 1: lre.worker.view._view",
+        "line 3: lre.worker.containment._syscalls",
+        "line 4: lre.worker.view._view",
+    ]
+    assert worker_face_bypasses(source, "lre.worker.view") == [
+        "line 3: lre.worker.containment._syscalls"
+    ]
 
 
 def test_private_import_check_reports_each_form() -> None:

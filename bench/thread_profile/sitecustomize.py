@@ -79,9 +79,9 @@ def _install(out: str) -> None:
     import importlib
 
     try:
-        process = importlib.import_module("lre.worker._process")
-        dirs = importlib.import_module("lre.worker._action_dirs")
-        collection = importlib.import_module("lre.worker._output_collection")
+        process = importlib.import_module("lre.worker.process._process")
+        dirs = importlib.import_module("lre.worker.directories._action_dirs")
+        collection = importlib.import_module("lre.worker.outputs._output_collection")
         action = importlib.import_module("lre.worker._action")
     except ImportError:
         return

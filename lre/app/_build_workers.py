@@ -33,7 +33,7 @@ def lre_directories(config: Config) -> tuple[str, ...]:
     """Every path of lre's own that actions must not see (the state
     directory, each filesystem store's content and temporary paths, each
     worker's work directory, the listeners' token and TLS key files); see
-    lre/worker/_view.py."""
+    lre/worker/view/_view.py."""
     paths = [config.global_.state_dir]
     for store in config.stores:
         if store.filesystem is not None:

@@ -7,7 +7,7 @@ from Trio to grpc.aio on its own asyncio thread (``UpstreamLoop``).
 server-side bridge of ``lre.service`` does.
 
 ``name_os_thread`` is ``lre.hop``'s, exported here only until
-``lre/worker/_process.py`` imports it from ``lre.hop`` (that module is being
+``lre/worker/process/_process.py`` imports it from ``lre.hop`` (that module is being
 changed on another branch; the lead moves its import after merging).
 
 Users: ``lre.cas`` (``GrpcStore``, ``GrpcActionCache``), the forward

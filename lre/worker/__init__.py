@@ -10,15 +10,19 @@ scheduler's admission; the memory control tells each freeze and thaw
 as a ``MemoryAction`` (``LocalWorker.memory.on_event``).
 """
 
-from lre.worker._containment import Containment, ContainmentUnavailable, choose_containment
-from lre.worker._descriptors import SkipLog, keep_reserve, using_reserve
-from lre.worker._identity import resolve_action_user
-from lre.worker._memory_control import MemoryAction
-from lre.worker._pressure import PressureMonitor
-from lre.worker._protections import missing_protections, namespace_refusals
-from lre.worker._quarantine import QuarantinedEntry, quarantined
 from lre.worker._view_policy import refuse_unreachable, refuse_unsafe_writable
 from lre.worker._worker import LocalWorker, LocalWorkerStatistics, pressure_monitor
+from lre.worker.containment import (
+    Containment,
+    ContainmentUnavailable,
+    choose_containment,
+    missing_protections,
+    namespace_refusals,
+    resolve_action_user,
+)
+from lre.worker.directories import QuarantinedEntry, quarantined
+from lre.worker.memory import MemoryAction, PressureMonitor
+from lre.worker.usage import SkipLog, keep_reserve, using_reserve
 
 __all__ = [
     "Containment",

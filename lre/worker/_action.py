@@ -60,35 +60,52 @@ from lre.scheduler import (
     Outcome,
     Usage,
 )
-from lre.worker._action_dirs import TMP_NAME, ActionDirectories, ActionDirectory, shape_of
-from lre.worker._action_jobservers import ActionJobservers
 from lre.worker._action_result import ActionResultWriter, action_result, cache_result
-from lre.worker._adoption import unshared_adopter
 from lre.worker._cas_handle import CasHandle
-from lre.worker._command import PreparedCommand, prepare_command
-from lre.worker._containment import Containment
-from lre.worker._disk_full import request_error
-from lre.worker._doomed import MemoryCeiling, doomed_explanation
-from lre.worker._identity import ActionIdentity
 from lre.worker._idmap import idmap_views
-from lre.worker._input_guard import SMALL_CHECK, LinkedInputs, altered_inputs
-from lre.worker._input_journal import InputJournal
-from lre.worker._input_tree import InputTree, fetch_input_tree
-from lre.worker._jobserver import JobserverPool
-from lre.worker._limits import ActionLimits
-from lre.worker._memory_control import MemoryControl
-from lre.worker._memory_figure import memory_figure
 from lre.worker._metadata import Timeline, resource_usage_any
-from lre.worker._output_collection import collect_outputs
-from lre.worker._outputs import FoundFile, FoundOutputs, open_own_log
-from lre.worker._process import ProcessOutcome, default_containment, run_process
-from lre.worker._process_limit import limit_error, process_limits
-from lre.worker._sampler import ActionUsage, ProcessTreeSampler
-from lre.worker._staging import stage_inputs
-from lre.worker._upload import upload_outputs
 from lre.worker._view_policy import ViewOf, ViewPolicy, blocks_network
-from lre.worker._view_writable import WritableRefused
-from lre.worker._workdir import WorkDirectory
+from lre.worker.containment import ActionIdentity, Containment
+from lre.worker.directories import (
+    TMP_NAME,
+    ActionDirectories,
+    ActionDirectory,
+    WorkDirectory,
+    request_error,
+    shape_of,
+)
+from lre.worker.inputs import (
+    SMALL_CHECK,
+    InputJournal,
+    InputTree,
+    LinkedInputs,
+    altered_inputs,
+    fetch_input_tree,
+    stage_inputs,
+)
+from lre.worker.memory import MemoryCeiling, MemoryControl, doomed_explanation, memory_figure
+from lre.worker.outputs import (
+    ActionLimits,
+    FoundFile,
+    FoundOutputs,
+    collect_outputs,
+    open_own_log,
+    unshared_adopter,
+    upload_outputs,
+)
+from lre.worker.process import (
+    ActionJobservers,
+    JobserverPool,
+    PreparedCommand,
+    ProcessOutcome,
+    default_containment,
+    limit_error,
+    prepare_command,
+    process_limits,
+    run_process,
+)
+from lre.worker.usage import ActionUsage, ProcessTreeSampler
+from lre.worker.view import WritableRefused
 
 __all__ = ["ActionResultWriter", "ActionRunner"]
 

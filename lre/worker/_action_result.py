@@ -15,8 +15,8 @@ from lre.digest import Digest
 from lre.errors import LreError
 from lre.proto import re_pb2
 from lre.scheduler import Lease
-from lre.worker._outputs import FoundFile, FoundOutputs
-from lre.worker._process import ProcessOutcome
+from lre.worker.outputs import FoundFile, FoundOutputs
+from lre.worker.process import ProcessOutcome
 
 __all__ = ["INLINE_LIMIT", "ActionResultWriter", "action_result", "cache_result"]
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from lre.cas import BlobStore, Pin
 from lre.digest import Digest
-from lre.worker._staging import LinkNow, LinkSource
-from lre.worker._upload import Adopter
+from lre.worker.inputs import LinkNow, LinkSource
+from lre.worker.outputs import Adopter
 
 __all__ = ["CasHandle", "Discarder", "Pinner"]
 

@@ -37,8 +37,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from lre.worker._view import ActionView, OverlayXattrs, overlay_mount
 from lre.worker._view_policy import ViewPolicy
+from lre.worker.view import ActionView, OverlayXattrs, overlay_mount
 
 __all__ = ["IdmapUnavailable", "InputIdmap", "idmap_views", "open_input_idmap"]
 

@@ -46,21 +46,25 @@ from collections.abc import Mapping, Sequence
 from lre.cas import BlobStore
 from lre.config import LocalWorkerSpec
 from lre.errors import InvalidArgument
-from lre.worker._action_dirs import ROOT_MODE, ActionDirectory
-from lre.worker._containment import Containment
-from lre.worker._process import ProcessOutcome
-from lre.worker._socket_masks import SHOWN_INSIDE, socket_masks
-from lre.worker._view import OVERLAY_OPTIONS, ActionView, OverlayXattrs, covered_by, outermost
-from lre.worker._view_writable import (
+from lre.worker.containment import Containment
+from lre.worker.directories import ROOT_MODE, ActionDirectory, WorkDirectory
+from lre.worker.process import ProcessOutcome
+from lre.worker.view import (
+    OVERLAY_OPTIONS,
+    SHOWN_INSIDE,
+    ActionView,
     Mark,
+    OverlayXattrs,
     Protected,
     WritableRefused,
+    covered_by,
     judge,
     mark_of,
     marks_above,
     open_without_symlinks,
+    outermost,
+    socket_masks,
 )
-from lre.worker._workdir import WorkDirectory
 
 __all__ = [
     "DEBUG_PROPERTY",

@@ -48,22 +48,22 @@ from lre.scheduler import (
 from lre.snapshot import MemoryControlRow
 from lre.worker._action import ActionResultWriter, ActionRunner
 from lre.worker._cas_handle import CasHandle, Discarder
-from lre.worker._containment import Containment, choose_containment
-from lre.worker._doomed import MemoryCeiling
-from lre.worker._freezer import cgroup_freezer
-from lre.worker._governor import GovernorLimits, MemoryGovernor
-from lre.worker._identity import ActionIdentity
-from lre.worker._input_journal import InputJournal, recover_linked_inputs
-from lre.worker._limits import ActionLimits
-from lre.worker._memory_control import MemoryControl
 from lre.worker._precondition import precondition_allows
-from lre.worker._pressure import PressureMonitor
 from lre.worker._properties import resolve_properties
-from lre.worker._psi_trigger import PsiTrigger
-from lre.worker._sampler import ActionUsage, ProcessTreeSampler
-from lre.worker._staging import LinkNow, LinkSource
-from lre.worker._upload import Adopter
-from lre.worker._workdir import WorkDirectory
+from lre.worker.containment import ActionIdentity, Containment, choose_containment
+from lre.worker.directories import WorkDirectory
+from lre.worker.inputs import InputJournal, LinkNow, LinkSource, recover_linked_inputs
+from lre.worker.memory import (
+    GovernorLimits,
+    MemoryCeiling,
+    MemoryControl,
+    MemoryGovernor,
+    PressureMonitor,
+    PsiTrigger,
+    cgroup_freezer,
+)
+from lre.worker.outputs import ActionLimits, Adopter
+from lre.worker.usage import ActionUsage, ProcessTreeSampler
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from typing import Any
 import trio
 
 from lre.worker import choose_containment
-from lre.worker._process import run_process
+from lre.worker.process._process import run_process
 
 
 async def main(request: dict[str, Any]) -> None:

@@ -9,7 +9,7 @@ argv[1] is a JSON request:
 - optional ``memory_budget`` and ``sandbox_tmpfs_size`` (bytes) for the
   worker, and ``ladder`` (bytes per step);
 - optional ``hide_peak_tool``: GNU time is looked up under a name no
-  program has, as where it is not installed (``lre.worker._tree_peak``).
+  program has, as where it is not installed (``lre.worker.usage._tree_peak``).
 
 The worker directory is ``./work``. Prints one JSON line: for each name, the
 history record's ``peak`` (bytes), ``source`` (``memory_source``), ``kills``,
@@ -38,10 +38,11 @@ from lre.digest import Digest
 from lre.proto import re_pb2
 from lre.scheduler import RecordBuilder, Scheduler
 from lre.snapshot import ActionRecord
-from lre.worker import LocalWorker, _action, _tree_peak
-from lre.worker._memory_figure import memory_figure
-from lre.worker._process import ProcessOutcome
-from lre.worker._sampler import ActionUsage
+from lre.worker import LocalWorker, _action
+from lre.worker.memory._memory_figure import memory_figure
+from lre.worker.process._process import ProcessOutcome
+from lre.worker.usage import _tree_peak
+from lre.worker.usage._sampler import ActionUsage
 from tests._support.actions import build_action, put_action
 
 

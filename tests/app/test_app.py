@@ -11,7 +11,7 @@ from lre.app import AppBuildError, Application, ReadyInfo
 from lre.config import Config, resolve, worker_resources
 from lre.config._loader import load_config_text
 from lre.proto import re_grpc, re_pb2
-from lre.worker import _tree_peak
+from lre.worker.usage import _tree_peak
 from tests._support.configs import app_config_text
 from tests._support.servers import serve_app
 

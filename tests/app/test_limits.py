@@ -9,7 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from lre.worker._descriptors import RESERVE
+from lre.worker.usage._descriptors import RESERVE
 from tests._support.configs import app_config_text
 
 ROOT = Path(__file__).resolve().parents[2]

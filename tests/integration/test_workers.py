@@ -10,7 +10,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from lre.worker._workdir import WorkDirectoryInUse
+from lre.worker.directories._workdir import WorkDirectoryInUse
 from tests._support.reapi import Client, response_of
 from tests._support.servers import ServerThread
 

@@ -31,7 +31,7 @@ import trio
 from lre.app import Application, ReadyInfo
 from lre.proto import operations_pb2, re_pb2
 from lre.scheduler import Scheduler
-from lre.worker._process_limit import process_limits
+from lre.worker.process._process_limit import process_limits
 from tests._support.configs import WORKER_EXTRA, app_config_text, config_of
 from tests._support.processes import processes_with, wait_until
 from tests._support.reapi import Client, Stage, digest, metadata_of, response_of

@@ -1,4 +1,4 @@
-"""lre out of file descriptors: requests fail, lre goes on (``lre.worker._descriptors``).
+"""lre out of file descriptors: requests fail, lre goes on (``lre.worker.usage._descriptors``).
 
 A real lre runs under a low hard ``RLIMIT_NOFILE`` and the test opens idle
 TCP connections to its port until it accepts no more (gRPC holds one

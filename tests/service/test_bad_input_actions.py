@@ -17,9 +17,9 @@ from lre.cas._blob_io import write_bytes
 from lre.digest import Digest, digest_of
 from lre.errors import InvalidArgument
 from lre.proto import re_pb2
-from lre.worker._command import prepare_command
-from lre.worker._input_tree import fetch_input_tree
-from lre.worker._process import run_process
+from lre.worker.inputs._input_tree import fetch_input_tree
+from lre.worker.process._command import prepare_command
+from lre.worker.process._process import run_process
 
 
 def command(**fields: object) -> re_pb2.Command:

@@ -20,7 +20,7 @@ from lre.scheduler._lease import Lease
 from lre.scheduler._model import ActionKey, RequestInfo, Reservation
 from lre.worker._action import ActionRunner
 from lre.worker._cas_handle import CasHandle
-from lre.worker._workdir import WorkDirectory
+from lre.worker.directories._workdir import WorkDirectory
 from tests._support.actions import TreeSpec, build_action, put_action
 
 _ids = itertools.count(1)

@@ -16,7 +16,7 @@ from lre.proto import lre_pb2, re_pb2
 from lre.scheduler import Completed
 from lre.worker._action import ActionRunner
 from lre.worker._cas_handle import CasHandle
-from lre.worker._workdir import WorkDirectory
+from lre.worker.directories._workdir import WorkDirectory
 from tests._support.actions import File, Link
 
 from .conftest import Env, make_lease, make_spec

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import trio
 
-from lre.worker._action_dirs import ActionDirectories, ActionDirectory
-from lre.worker._workdir import WorkDirectory
+from lre.worker.directories._action_dirs import ActionDirectories, ActionDirectory
+from lre.worker.directories._workdir import WorkDirectory
 
 
 def entries(workdir: WorkDirectory) -> set[str]:

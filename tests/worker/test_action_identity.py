@@ -20,9 +20,9 @@ from lre.scheduler import Completed
 from lre.worker import resolve_action_user
 from lre.worker._action import ActionRunner
 from lre.worker._cas_handle import CasHandle
-from lre.worker._identity import ActionIdentity
 from lre.worker._view_policy import ViewPolicy
-from lre.worker._workdir import WorkDirectory
+from lre.worker.containment._identity import ActionIdentity
+from lre.worker.directories._workdir import WorkDirectory
 from tests._support.ci import in_ci
 
 from .conftest import make_lease, make_spec

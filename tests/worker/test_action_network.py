@@ -13,7 +13,7 @@ import time
 import psutil
 import pytest
 
-from lre.worker._action_network import OutsideNetwork, make_network_namespace
+from lre.worker.containment._action_network import OutsideNetwork, make_network_namespace
 
 
 def _net_of(pid: int | str) -> str:
@@ -63,7 +63,7 @@ def test_a_failing_stack_is_reaped_and_its_message_kept() -> None:
 
 _LRE_LIKE = """
 import sys, time
-from lre.worker._containment import choose_containment
+from lre.worker.containment._containment import choose_containment
 backend = choose_containment(sys.argv[1])
 print(backend.network_missing(), flush=True)
 time.sleep(600)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from lre.worker import _beneath
-from lre.worker._beneath import SymlinkInPath, open_beneath
+from lre.worker.directories import _beneath
+from lre.worker.directories._beneath import SymlinkInPath, open_beneath
 
 
 @pytest.fixture(params=["openat2", "walk"])

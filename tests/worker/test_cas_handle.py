@@ -11,7 +11,7 @@ from lre.digest import Digest
 from lre.scheduler import Completed
 from lre.worker._action import ActionRunner
 from lre.worker._cas_handle import CasHandle
-from lre.worker._workdir import WorkDirectory
+from lre.worker.directories._workdir import WorkDirectory
 
 from .conftest import make_lease, make_spec
 

@@ -20,8 +20,8 @@ import pytest
 import trio
 
 from lre.worker import Containment, ContainmentUnavailable, choose_containment
-from lre.worker._containment import ProcessGroupSweep
-from lre.worker._process import run_process
+from lre.worker.containment._containment import ProcessGroupSweep
+from lre.worker.process._process import run_process
 
 _BACKENDS: dict[str, Containment] = {}
 
@@ -187,7 +187,7 @@ LRE_STANDIN = """
 import sys, trio
 from pathlib import Path
 from lre.worker import choose_containment
-from lre.worker._process import run_process
+from lre.worker.process._process import run_process
 
 async def main():
     containment = choose_containment(sys.argv[1])

@@ -22,7 +22,7 @@ from lre.proto import re_pb2
 from lre.scheduler import Completed
 from lre.worker._action import ActionRunner
 from lre.worker._cas_handle import CasHandle
-from lre.worker._workdir import WorkDirectory
+from lre.worker.directories._workdir import WorkDirectory
 
 from .conftest import make_lease, make_spec
 from .test_containment import backend

@@ -13,8 +13,8 @@ import pytest
 from lre.errors import ResourceExhausted, StatusCode, descriptors_exhausted
 from lre.proto import status_pb2
 from lre.service._status import rpc_status_of
-from lre.worker._descriptors import SkipLog, keep_reserve, using_reserve
-from lre.worker._disk_full import request_error
+from lre.worker.directories._disk_full import request_error
+from lre.worker.usage._descriptors import SkipLog, keep_reserve, using_reserve
 
 
 @pytest.fixture

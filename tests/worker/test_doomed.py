@@ -1,5 +1,5 @@
 """A memory kill that would only repeat ends with the killed run's result
-(lre/worker/_doomed.py), through a real worker, scheduler and sampler."""
+(lre/worker/memory/_doomed.py), through a real worker, scheduler and sampler."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from lre.config._worker_models import ResourceSpec
 from lre.digest import Digest
 from lre.scheduler import MemoryExceeded, Reservation, Scheduler
 from lre.worker import LocalWorker
-from lre.worker._containment import choose_containment
-from lre.worker._doomed import MemoryCeiling, doomed_explanation
+from lre.worker.containment._containment import choose_containment
+from lre.worker.memory._doomed import MemoryCeiling, doomed_explanation
 
 from .conftest import make_lease, make_spec
 from .test_worker import finish, submit

@@ -17,7 +17,7 @@ from lre.digest import Digest, digest_of
 from lre.scheduler import Completed
 from lre.worker._action import ActionRunner
 from lre.worker._cas_handle import CasHandle
-from lre.worker._workdir import WorkDirectory
+from lre.worker.directories._workdir import WorkDirectory
 from tests._support.actions import File
 
 from .conftest import make_lease, make_spec

@@ -1,10 +1,10 @@
-"""The memory policy with injected readings (lre/worker/_governor.py)."""
+"""The memory policy with injected readings (lre/worker/memory/_governor.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from lre.worker._governor import (
+from lre.worker.memory._governor import (
     GovernedAction,
     GovernorLimits,
     MemoryGovernor,

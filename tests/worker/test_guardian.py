@@ -10,8 +10,8 @@ import time
 import psutil
 import pytest
 
-from lre.worker import _guardian
-from lre.worker._guardian import ProcessGuardian
+from lre.worker.containment import _guardian
+from lre.worker.containment._guardian import ProcessGuardian
 from tests._support.lre_as import (
     each_setup,
     require_setup,

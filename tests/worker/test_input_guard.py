@@ -4,7 +4,7 @@ import os
 from pathlib import Path
 
 from lre.digest import digest_of
-from lre.worker._input_guard import LinkedInputs, Snapshot, altered_inputs
+from lre.worker.inputs._input_guard import LinkedInputs, Snapshot, altered_inputs
 
 
 def linked(path: Path) -> LinkedInputs:

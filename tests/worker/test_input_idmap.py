@@ -22,10 +22,10 @@ from lre.digest import Digest, digest_of
 from lre.scheduler import Completed
 from lre.worker._action import ActionRunner
 from lre.worker._cas_handle import CasHandle
-from lre.worker._identity import ActionIdentity
 from lre.worker._idmap import idmap_views
 from lre.worker._view_policy import ViewPolicy
-from lre.worker._workdir import WorkDirectory
+from lre.worker.containment._identity import ActionIdentity
+from lre.worker.directories._workdir import WorkDirectory
 from tests._support.actions import File
 from tests._support.configs import app_config_text
 

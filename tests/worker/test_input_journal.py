@@ -1,6 +1,6 @@
 """The linked-inputs journal on a full disk: the record that finds no room is
 cut off whole, so no later record is lost to a torn line
-(``lre/worker/_input_journal.py``)."""
+(``lre/worker/inputs/_input_journal.py``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from lre.digest import Digest
-from lre.worker._input_journal import InputJournal, read_unfinished
+from lre.worker.inputs._input_journal import InputJournal, read_unfinished
 from tests.reliability.test_disk_full import fill, small_disk
 
 __all__ = ["small_disk"]  # the fixture, used by name

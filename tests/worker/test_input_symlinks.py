@@ -6,7 +6,7 @@ import pytest
 
 from lre.digest import digest_of
 from lre.errors import InvalidArgument
-from lre.worker._input_tree import InputFile, InputSymlink, InputTree, check_symlinks_resolve
+from lre.worker.inputs._input_tree import InputFile, InputSymlink, InputTree, check_symlinks_resolve
 
 
 def tree(

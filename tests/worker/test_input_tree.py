@@ -9,8 +9,8 @@ from lre.cas import DirectoryReader, MemoryStore, write_message
 from lre.digest import Digest
 from lre.errors import InvalidArgument
 from lre.proto import re_pb2
-from lre.worker._input_tree import fetch_input_tree
-from lre.worker._limits import ActionLimits
+from lre.worker.inputs._input_tree import fetch_input_tree
+from lre.worker.outputs._limits import ActionLimits
 
 
 async def _chain(store: MemoryStore, names: list[str]) -> Digest:

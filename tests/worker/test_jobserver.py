@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lre.worker._jobserver import JOBSERVER_ENV_VARS, JobserverPool, jobserver_tokens
+from lre.worker.process._jobserver import JOBSERVER_ENV_VARS, JobserverPool, jobserver_tokens
 from tests._support.processes import require_tool
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from lre.worker._beneath import SymlinkInPath
-from lre.worker._layers import MergedDir, OverlayXattrs, walk
+from lre.worker.directories._beneath import SymlinkInPath
+from lre.worker.outputs._layers import MergedDir, OverlayXattrs, walk
 
 
 def _root(tmp_path: Path) -> tuple[Path, Path, MergedDir]:

@@ -1,4 +1,4 @@
-"""Freeze, thaw and kill of real actions (lre/worker/_memory_control.py).
+"""Freeze, thaw and kill of real actions (lre/worker/memory/_memory_control.py).
 
 Most tests give the worker a ``PressureMonitor`` whose MemAvailable the test
 sets; the last one holds real memory in a process outside lre and lets the
@@ -25,7 +25,7 @@ from lre.config._worker_models import ResourceSpec
 from lre.proto import lre_pb2
 from lre.scheduler import OperationSnapshot, ResourcePolicy, Scheduler
 from lre.worker import LocalWorker, MemoryAction, PressureMonitor
-from lre.worker._pressure import read_mem_available
+from lre.worker.memory._pressure import read_mem_available
 
 from .conftest import make_spec
 from .test_worker import finish, submit
@@ -410,7 +410,7 @@ async def test_a_cancelled_frozen_action_ends_without_waiting_for_the_kill_grace
 def test_the_v1_freezer_is_what_freezes_here_as_root() -> None:
     """This machine mounts the v1 freezer read-write; as root lre must use it
     (elsewhere SIGSTOP is the path, and this says why)."""
-    from lre.worker._freezer import cgroup_freezer
+    from lre.worker.memory._freezer import cgroup_freezer
 
     freezer = cgroup_freezer()
     import os

@@ -7,10 +7,10 @@ import os
 import subprocess
 
 from lre.snapshot import MEMORY_BELOW_IMAGE, MEMORY_KERNEL, MEMORY_SAMPLED
-from lre.worker._memory_figure import memory_figure
-from lre.worker._own_image import OwnImage
-from lre.worker._process import ProcessOutcome
-from lre.worker._sampler import ActionUsage
+from lre.worker.memory._memory_figure import memory_figure
+from lre.worker.process._process import ProcessOutcome
+from lre.worker.usage._own_image import OwnImage
+from lre.worker.usage._sampler import ActionUsage
 
 MiB = 1 << 20
 

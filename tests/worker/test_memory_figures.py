@@ -1,5 +1,5 @@
 """The memory figure lre records for an action, checked against a reference
-measured outside lre (``lre.worker._memory_figure``, ``_own_image``,
+measured outside lre (``lre.worker.memory._memory_figure``, ``_own_image``,
 ``_sampler``).
 
 Each command runs through a real scheduler and worker (``memory_driver.py``,

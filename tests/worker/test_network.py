@@ -15,7 +15,7 @@ from lre.errors import InvalidArgument
 from lre.scheduler import Completed
 from lre.worker._action import ActionRunner
 from lre.worker._cas_handle import CasHandle
-from lre.worker._workdir import WorkDirectory
+from lre.worker.directories._workdir import WorkDirectory
 from tests._support.outside_host import outside_host
 
 from .conftest import make_lease, make_spec

@@ -24,8 +24,8 @@ from lre.digest import Digest
 from lre.scheduler import Completed
 from lre.worker._action import ActionRunner
 from lre.worker._cas_handle import CasHandle
-from lre.worker._open_files import action_open_files
-from lre.worker._workdir import WorkDirectory
+from lre.worker.directories._workdir import WorkDirectory
+from lre.worker.process._open_files import action_open_files
 from tests._support.ci import in_ci
 
 from .conftest import make_lease, make_spec
@@ -69,8 +69,8 @@ _RUN_AS_NOBODY = """
 import sys, trio
 from pathlib import Path
 from lre.worker import choose_containment
-from lre.worker import _process
-from lre.worker._process import run_process
+from lre.worker.process import _process
+from lre.worker.process._process import run_process
 
 # The limit from the prlimit in the chain alone (the one lre sets on the
 # first process after the fork may win a race with the wrapper, or not).

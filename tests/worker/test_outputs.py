@@ -11,11 +11,11 @@ import pytest
 
 from lre.errors import InvalidArgument, ResourceExhausted
 from lre.proto import re_pb2
-from lre.worker import _outputs
-from lre.worker._limits import ActionLimits
-from lre.worker._output_checks import OutputBudget
-from lre.worker._outputs import OutputRequest, log_file, scan_outputs
-from lre.worker._view import OverlayXattrs
+from lre.worker.outputs import _outputs
+from lre.worker.outputs._limits import ActionLimits
+from lre.worker.outputs._output_checks import OutputBudget
+from lre.worker.outputs._outputs import OutputRequest, log_file, scan_outputs
+from lre.worker.view._view import OverlayXattrs
 
 
 def _scan(root: Path, names: list[str], limits: ActionLimits) -> _outputs.FoundOutputs:

@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 
 from lre.worker import Containment
-from lre.worker._pid_namespace import _spare_descriptor
-from lre.worker._process import ProcessOutcome, run_process
+from lre.worker.containment._pid_namespace import _spare_descriptor
+from lre.worker.process._process import ProcessOutcome, run_process
 
 from .test_containment import backend
 from .test_view_dev import _scratch_view

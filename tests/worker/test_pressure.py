@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lre.worker._pressure import PressureMonitor
+from lre.worker.memory._pressure import PressureMonitor
 
 
 def test_last_reading_of_a_fresh_monitor_is_a_real_reading() -> None:

@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from lre.errors import InvalidArgument
-from lre.worker._process import run_process
+from lre.worker.process._process import run_process
 
 
 def group_members(pgid: int) -> list[psutil.Process]:
@@ -146,7 +146,7 @@ async def test_leader_dies_when_lre_is_killed(tmp_path: Path) -> None:
 import sys, trio
 from pathlib import Path
 from lre.errors import InvalidArgument
-from lre.worker._process import run_process
+from lre.worker.process._process import run_process
 async def main():
     def started(pid):
         print(pid, flush=True)
@@ -192,7 +192,7 @@ def kernel_name(native_id: int | None) -> str:
 
 
 async def test_started_by_long_lived_spawner_threads(tmp_path: Path) -> None:
-    from lre.worker._process import _SPAWNER
+    from lre.worker.process._process import _SPAWNER
 
     _, (leader,) = await start(tmp_path, "true")
     _, (second,) = await start(tmp_path, "true")

@@ -1,7 +1,7 @@
 """A real fork bomb inside an action: the kernel refuses its forks at the
 per-action limit (``workers[].local.max_processes``), the action fails
 naming the limit, lre keeps serving and none of the bomb survives
-(``lre/worker/_process_limit.py``)."""
+(``lre/worker/process/_process_limit.py``)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from lre.config._worker_models import LocalWorkerSpec
-from lre.worker._process_limit import CONFIG_KEY, ProcessLimits, process_limits
+from lre.worker.process._process_limit import CONFIG_KEY, ProcessLimits, process_limits
 from tests._support.configs import WORKER_EXTRA, app_config_text
 from tests._support.processes import processes_with, wait_until
 from tests._support.reapi import Client, response_of
@@ -97,7 +97,7 @@ _RUN_AS_NOBODY = """
 import sys, trio
 from pathlib import Path
 from lre.worker import choose_containment
-from lre.worker._process import run_process
+from lre.worker.process._process import run_process
 
 async def main() -> None:
     work = Path(sys.argv[1])

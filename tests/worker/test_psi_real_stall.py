@@ -27,8 +27,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from lre.worker._psi_trigger import PSI_MEMORY, PsiTrigger
-from lre.worker._sampler import ProcessTreeSampler
+from lre.worker.memory._psi_trigger import PSI_MEMORY, PsiTrigger
+from lre.worker.usage._sampler import ProcessTreeSampler
 from tests._support.lre_as import python_for
 
 from .test_psi_trigger import (
@@ -159,7 +159,7 @@ async def test_a_real_stall_from_an_outside_process_wakes_the_memory_control(
 #: for the kernel's event and prints how long it took (or "none").
 WAITER = """
 import select, sys, time
-from lre.worker._psi_trigger import register_trigger
+from lre.worker.memory._psi_trigger import register_trigger
 source = register_trigger()
 print(source.describe, flush=True)
 sys.stdin.readline()  # the readers have started

@@ -1,4 +1,4 @@
-"""The PSI trigger that wakes the memory control (lre/worker/_psi_trigger.py).
+"""The PSI trigger that wakes the memory control (lre/worker/memory/_psi_trigger.py).
 
 Registration is tried against this kernel's real ``/proc/pressure/memory``,
 as lre's own user and as ``nobody``; what the kernel must accept is worked out
@@ -26,11 +26,11 @@ import trio
 
 from lre.cas import MemoryStore
 from lre.worker import LocalWorker
-from lre.worker._containment import choose_containment
-from lre.worker._governor import GovernorLimits, MemoryGovernor
-from lre.worker._memory_control import MemoryControl
-from lre.worker._pressure import PressureMonitor
-from lre.worker._psi_trigger import (
+from lre.worker.containment._containment import choose_containment
+from lre.worker.memory._governor import GovernorLimits, MemoryGovernor
+from lre.worker.memory._memory_control import MemoryControl
+from lre.worker.memory._pressure import PressureMonitor
+from lre.worker.memory._psi_trigger import (
     PSI_MEMORY,
     TRIGGER_SPECS,
     PsiTrigger,
@@ -38,7 +38,7 @@ from lre.worker._psi_trigger import (
     TriggerUnavailable,
     register_trigger,
 )
-from lre.worker._sampler import ProcessTreeSampler
+from lre.worker.usage._sampler import ProcessTreeSampler
 from tests._support.ci import in_ci
 from tests._support.lre_as import python_for
 
@@ -100,7 +100,7 @@ def trigger_threads() -> list[threading.Thread]:
 #: the kernel then holds a trigger on the fd (a second line is refused: EBUSY).
 PROBE = """
 import json, os
-from lre.worker._psi_trigger import TriggerUnavailable, register_trigger
+from lre.worker.memory._psi_trigger import TriggerUnavailable, register_trigger
 try:
     source = register_trigger()
 except TriggerUnavailable as error:

@@ -1,6 +1,6 @@
 """A real lre started over leftovers it cannot delete: it starts and serves,
 moves them into its quarantine, says so (log, ``lre doctor``, ``lre cache``)
-and removes them once that becomes possible (``lre/worker/_quarantine.py``)."""
+and removes them once that becomes possible (``lre/worker/directories/_quarantine.py``)."""
 
 from __future__ import annotations
 
@@ -126,9 +126,9 @@ async def test_the_janitor_retries_the_quarantine(tmp_path: Path, autojump_clock
     need_root("chattr +i")
     import trio
 
-    from lre.worker._action_dirs import ActionDirectories
-    from lre.worker._quarantine import RETRY_S
-    from lre.worker._workdir import WorkDirectory
+    from lre.worker.directories._action_dirs import ActionDirectories
+    from lre.worker.directories._quarantine import RETRY_S
+    from lre.worker.directories._workdir import WorkDirectory
 
     leftover = tmp_path / "work" / "w" / "a1"
     leftover.mkdir(parents=True)

@@ -1,5 +1,5 @@
 """Clean-up of what actions leave: iterative, descriptor-based, never across a
-mount and never through a symlink (``lre/worker/_removal.py``)."""
+mount and never through a symlink (``lre/worker/directories/_removal.py``)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from lre.worker._removal import CrossesMount, MountTable
-from lre.worker._workdir import WorkDirectory, remove_tree
+from lre.worker.directories._removal import CrossesMount, MountTable
+from lre.worker.directories._workdir import WorkDirectory, remove_tree
 
 DEPTH = 1_200
 #: 1,200 levels of this are 25 KB of path: far past PATH_MAX (4096).
@@ -158,7 +158,7 @@ _AS_NOBODY = """
 import os, sys
 from pathlib import Path
 from lre.worker import quarantined
-from lre.worker._workdir import WorkDirectory
+from lre.worker.directories._workdir import WorkDirectory
 top = Path(sys.argv[1])
 with WorkDirectory.open(top / "work", "w") as workdir:
     print(sorted(os.listdir(workdir.path)))

@@ -1,5 +1,5 @@
 """A root lre's actions in a view stay uid 0 with only ``ALLOWED``
-(``lre/worker/_capabilities.py``), while lre's other children keep root.
+(``lre/worker/containment/_capabilities.py``), while lre's other children keep root.
 
 Real actions under ``pidns`` (root only; CI runs as root, so there they must run).
 """
@@ -16,9 +16,9 @@ import pytest
 
 from lre.cas import MemoryStore
 from lre.worker._action import ActionRunner
-from lre.worker._capabilities import ALLOWED_MASK
 from lre.worker._cas_handle import CasHandle
-from lre.worker._workdir import WorkDirectory
+from lre.worker.containment._capabilities import ALLOWED_MASK
+from lre.worker.directories._workdir import WorkDirectory
 from tests._support.ci import in_ci
 
 from .conftest import make_lease, make_spec

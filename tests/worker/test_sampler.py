@@ -13,7 +13,7 @@ from contextlib import contextmanager
 import pytest
 import trio
 
-from lre.worker._sampler import ActionUsage, ProcessTreeSampler
+from lre.worker.usage._sampler import ActionUsage, ProcessTreeSampler
 
 MiB = 1 << 20
 
@@ -225,7 +225,7 @@ async def test_setsid_processes_in_the_actions_namespace_are_sampled(
     # when the action has a PID namespace of its own.
     from pathlib import Path
 
-    from lre.worker._process import run_process
+    from lre.worker.process._process import run_process
 
     from .test_containment import backend
 

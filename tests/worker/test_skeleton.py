@@ -9,7 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from lre.worker._skeleton import MAX_KEPT_DIRECTORIES, DirectoryPlan, plan_directories, scrub_root
+from lre.worker.directories._skeleton import (
+    MAX_KEPT_DIRECTORIES,
+    DirectoryPlan,
+    plan_directories,
+    scrub_root,
+)
 
 
 def make_root(tmp_path: Path) -> Path:

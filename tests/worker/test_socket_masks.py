@@ -15,12 +15,13 @@ from lre.cas import MemoryStore, read_bytes
 from lre.digest import Digest
 from lre.errors import InvalidArgument
 from lre.scheduler import Completed
-from lre.worker import Containment, _socket_masks
+from lre.worker import Containment
 from lre.worker._action import ActionRunner
 from lre.worker._cas_handle import CasHandle
-from lre.worker._socket_masks import SOCKET_PATHS, socket_masks
 from lre.worker._view_policy import ViewPolicy
-from lre.worker._workdir import WorkDirectory
+from lre.worker.directories._workdir import WorkDirectory
+from lre.worker.view import _socket_masks
+from lre.worker.view._socket_masks import SOCKET_PATHS, socket_masks
 
 from .conftest import make_lease, make_spec
 from .test_containment import backend

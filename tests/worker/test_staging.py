@@ -13,8 +13,8 @@ import pytest
 from lre.cas import DirectoryCache, DirectoryReader, FilesystemStore, MemoryStore
 from lre.digest import Digest
 from lre.errors import Internal
-from lre.worker._input_tree import InputTree, fetch_input_tree
-from lre.worker._staging import PARALLEL_FILES, stage_inputs
+from lre.worker.inputs._input_tree import InputTree, fetch_input_tree
+from lre.worker.inputs._staging import PARALLEL_FILES, stage_inputs
 from tests._support.actions import File, Link, put_tree
 
 

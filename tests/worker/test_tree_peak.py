@@ -1,4 +1,4 @@
-"""pid 1's report of the command tree's peak (``lre.worker._tree_peak``):
+"""pid 1's report of the command tree's peak (``lre.worker.usage._tree_peak``):
 what counts as a report, and finding GNU time."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from lre.worker import _tree_peak
-from lre.worker._tree_peak import (
+from lre.worker.usage import _tree_peak
+from lre.worker.usage._tree_peak import (
     MAX_REPORT_BYTES,
     open_report,
     parse_report,

@@ -11,8 +11,8 @@ import pytest
 from lre.cas import FilesystemStore, read_bytes
 from lre.digest import digest_of
 from lre.errors import InvalidArgument, NotFound, ResourceExhausted
-from lre.worker._outputs import OutputRequest, scan_outputs
-from lre.worker._upload import upload_outputs
+from lre.worker.outputs._outputs import OutputRequest, scan_outputs
+from lre.worker.outputs._upload import upload_outputs
 
 BIG = 3 << 20  # above KEEP_IN_MEMORY: streamed from disk at upload
 

@@ -1,4 +1,4 @@
-"""The view's /dev (``lre/worker/_view_dev.py``) and the ``nodev`` of what an
+"""The view's /dev (``lre/worker/view/_view_dev.py``) and the ``nodev`` of what an
 action may write, seen from inside: in a real action (pidns and userns) and
 in a view built by ``build_view`` in a thread of this process (both ways
 of making the tree: a template cloned per action, or built per action)."""
@@ -17,11 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from lre.worker import Containment, _view_dev
-from lre.worker._process import run_process
-from lre.worker._syscalls import call
-from lre.worker._view import ActionView, build_view
-from lre.worker._view_dev import DEVICES, LINKS, NAMES, DevTree
+from lre.worker import Containment
+from lre.worker.containment._syscalls import call
+from lre.worker.process._process import run_process
+from lre.worker.view import _view_dev
+from lre.worker.view._view import ActionView, build_view
+from lre.worker.view._view_dev import DEVICES, LINKS, NAMES, DevTree
 
 from .test_containment import backend
 

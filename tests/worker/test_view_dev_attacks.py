@@ -4,7 +4,7 @@ Like ``test_view_attacks.py`` (whose lre, outcomes and ``_verdict`` these
 share), but with the workers' default ``action_user: "root"``: a root lre's
 actions are then root in their namespace, the identity device nodes were
 made for. The view's ``/dev`` must hold only what builds need
-(``lre/worker/_view_dev.py``), and nothing the action may write may hold a
+(``lre/worker/view/_view_dev.py``), and nothing the action may write may hold a
 device node that opens (its writable mounts are ``nodev``).
 """
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from lre.worker._view_helper import ViewHelper
+from lre.worker.view._view_helper import ViewHelper
 
 
 @dataclass

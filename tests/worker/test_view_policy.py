@@ -20,7 +20,7 @@ from lre.scheduler import Completed
 from lre.worker import Containment
 from lre.worker._action import ActionRunner
 from lre.worker._cas_handle import CasHandle
-from lre.worker._workdir import WorkDirectory
+from lre.worker.directories._workdir import WorkDirectory
 
 from .conftest import make_lease, make_spec
 from .test_containment import backend
@@ -262,7 +262,7 @@ async def test_a_view_whose_proc_cannot_be_mounted_runs_nothing(
     def refuse(*, read_only: bool = False) -> None:
         raise OSError(1, "fsmount /proc: refused by the test")
 
-    monkeypatch.setattr("lre.worker._pid_namespace.mount_children_proc", refuse)
+    monkeypatch.setattr("lre.worker.containment._pid_namespace.mount_children_proc", refuse)
     marker = tmp_path / "ran"
     spec = make_spec(tmp_path, sandbox_writable_paths=(str(tmp_path),))
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:

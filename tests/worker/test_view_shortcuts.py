@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from lre.worker._action_dirs import ROOT_MODE, ActionDirectory, _recycle
-from lre.worker._view import _hidden_kinds
 from lre.worker._view_policy import ViewPolicy
+from lre.worker.directories._action_dirs import ROOT_MODE, ActionDirectory, _recycle
+from lre.worker.view._view import _hidden_kinds
 
 
 def test_each_hidden_path_is_a_directory_a_file_or_neither(tmp_path: Path) -> None:

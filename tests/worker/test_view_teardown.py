@@ -25,12 +25,12 @@ from lre.digest import Digest
 from lre.scheduler import Completed
 from lre.worker import Containment
 from lre.worker._action import ActionRunner
-from lre.worker._action_dirs import ActionDirectory
 from lre.worker._cas_handle import CasHandle
-from lre.worker._process import run_process
-from lre.worker._syscalls import call
-from lre.worker._view import ActionView
-from lre.worker._workdir import WorkDirectory
+from lre.worker.containment._syscalls import call
+from lre.worker.directories._action_dirs import ActionDirectory
+from lre.worker.directories._workdir import WorkDirectory
+from lre.worker.process._process import run_process
+from lre.worker.view._view import ActionView
 from tests._support.lre_as import python_for, scratch_for
 
 from .conftest import make_lease, make_spec
@@ -208,7 +208,7 @@ async def test_nothing_of_an_earlier_action_reaches_the_next_in_a_recycled_direc
 _RECYCLE_AS_NOBODY = """
 import os, sys
 from pathlib import Path
-from lre.worker._action_dirs import ActionDirectory, _empty_view
+from lre.worker.directories._action_dirs import ActionDirectory, _empty_view
 directory = ActionDirectory.at(Path(sys.argv[1]))
 print(_empty_view(directory, (os.geteuid(),)), sorted(os.listdir(directory.overlay_work)))
 """

@@ -26,18 +26,19 @@ from lre.config._loader import load_config_text
 from lre.digest import Digest
 from lre.errors import InvalidArgument
 from lre.scheduler import Completed
-from lre.worker import Containment, _view_writable
+from lre.worker import Containment
 from lre.worker._action import ActionRunner
 from lre.worker._cas_handle import CasHandle
 from lre.worker._view_policy import ViewPolicy, homes, installation, protected_marks
-from lre.worker._view_writable import (
+from lre.worker.directories._workdir import WorkDirectory
+from lre.worker.view import _view_writable
+from lre.worker.view._view_writable import (
     Protected,
     WritableRefused,
     judge,
     mark_of,
     open_without_symlinks,
 )
-from lre.worker._workdir import WorkDirectory
 from tests._support.configs import app_config_text
 
 from .conftest import make_lease, make_spec
@@ -258,7 +259,7 @@ def test_a_configured_path_inside_the_installation_or_home_is_refused_at_start_u
 ) -> None:
     root = {
         "site-packages": site.getsitepackages()[0],
-        "lre": str(Path(_view_writable.__file__).parents[1]),
+        "lre": str(Path(_view_writable.__file__).parents[2]),
         "home": homes()[0],
     }[which]
     assert os.path.isdir(root), root
@@ -331,7 +332,7 @@ def test_without_openat2_each_component_is_opened_without_following(
 def test_the_installation_covers_the_python_and_lre() -> None:
     found = installation()
     assert os.path.abspath(sys.prefix) in found
-    assert str(Path(_view_writable.__file__).parents[1]) in found
+    assert str(Path(_view_writable.__file__).parents[2]) in found
 
 
 def test_a_home_of_slash_protects_nothing(shown: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lre.errors import InvalidArgument
-from lre.worker._workdir import WorkDirectory, WorkDirectoryInUse, remove_tree
+from lre.worker.directories._workdir import WorkDirectory, WorkDirectoryInUse, remove_tree
 
 
 def test_created_private_with_pid_in_lock(tmp_path: Path) -> None:
@@ -34,7 +34,7 @@ def test_second_open_in_same_process_is_refused_naming_pid(tmp_path: Path) -> No
 def test_second_process_is_refused_naming_holder(tmp_path: Path) -> None:
     code = (
         "import sys\n"
-        "from lre.worker._workdir import WorkDirectory, WorkDirectoryInUse\n"
+        "from lre.worker.directories._workdir import WorkDirectory, WorkDirectoryInUse\n"
         "try:\n"
         f"    WorkDirectory.open({str(tmp_path)!r}, 'w1')\n"
         "except WorkDirectoryInUse as e:\n"

@@ -19,7 +19,7 @@ from lre.digest import Digest
 from lre.proto import re_pb2
 from lre.scheduler import OperationSnapshot, ResourcePolicy, Scheduler
 from lre.worker import LocalWorker
-from lre.worker._workdir import WorkDirectoryInUse
+from lre.worker.directories._workdir import WorkDirectoryInUse
 from tests._support.actions import build_action, put_action
 
 from .conftest import make_spec

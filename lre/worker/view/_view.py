@@ -1,0 +1,663 @@
+"""An action's view of the filesystem: one mount namespace per action.
+
+``build_view(view)`` runs in a spawner thread that has just left lre's mount
+namespace for a new one (``unshare(CLONE_NEWNS)``, see ``_containment.py``)
+and shapes that namespace, which the action's first process then inherits:
+
+- the host's files, every mount of them, read-only (``mount_setattr`` with
+  ``AT_RECURSIVE`` and slave propagation: one call, whatever the number of
+  mounts, and nothing mounted here ever reaches the host);
+- the action's input root, at its own path, as an overlay whose lower layer
+  is the staged tree (hardlinks to the CAS's own inodes) and whose upper
+  layer is the action directory's ``view/upper``: whatever the action writes,
+  chmods or truncates, an input included and through any path
+  (``/proc/self/fd`` too), lands in a copy in the upper layer, so the CAS
+  inode cannot change (root included: the lower layer is never written).
+  Outputs are therefore read from the upper layer over the staged tree
+  (``_layers``; ``OVERLAY_OPTIONS`` keeps the upper layer simple enough for
+  that). overlayfs keeps its marks (opaque directories: a directory holding
+  inputs removed, or removed and made again) in xattrs, in the namespace
+  the view names (``ActionView.xattrs``): ``trusted.overlay.*`` where lre
+  mounts it with ``CAP_SYS_ADMIN`` of the host (``pidns``), or
+  ``user.overlay.*`` (the ``userxattr`` option, Linux 5.11+) where it is
+  mounted inside a user namespace (``userns``), which cannot write
+  ``trusted.*`` at all (the rmdir would fail with EIO inside the action).
+  A kernel without ``userxattr`` fails the view (``fsconfig``, EINVAL);
+  mainline kernels before 5.11 mount no overlay in a user namespace at
+  all. The overlay is
+  ``volatile`` (its unmount would otherwise sync the whole upper filesystem
+  at every action's end); its work directory must then lose
+  ``work/incompat`` before the next mount (``ActionDirectories`` removes
+  ``work`` whole: an overlay finding it would empty and remake it itself,
+  at milliseconds of wall time on ext4, in the spawner thread);
+- the action's private temporary directory (its ``TMPDIR``) writable at its
+  own path, one fresh tmpfs shown at ``/tmp`` and at ``/dev/shm`` (bounded together by its
+  size, ``ActionView.tmpfs_bytes``);
+- a ``/dev`` of its own (``_view_dev.mount_dev``): null, zero, full, random,
+  urandom, tty, a new devpts instance and the usual symlinks, none of the
+  host's disks or other devices;
+- every mount the action may write (input root, ``TMPDIR``, ``/tmp``,
+  ``/dev/shm``, writable paths) ``nodev`` and ``nosuid``: a device node it
+  makes there (root may ``mknod``) does not open;
+- configured writable host paths (like Bazel's ``--sandbox_writable_path``),
+  bound writable at their own paths: each opened with no symlink and judged
+  by device and inode (``_view_writable``), then cloned from that descriptor
+  and attached on it (never looked up by its path again; one under the
+  view's fresh ``/tmp`` or ``/dev/shm`` is attached at its path there,
+  in a tmpfs only this view has);
+- lre's own directories (state, stores, temporary and work roots: ``hidden``)
+  each covered by an empty read-only tmpfs, so the CAS, the action cache,
+  journals, logs, idle and other actions' directories are not there by any
+  path; only the action's own root and tmp are mounted back inside. A
+  hidden regular file (a bearer token, a TLS key) shows ``/dev/null``. One
+  lying inside a writable path is masked on the very directory lre found
+  at start-up (``ActionView.hidden_marks``), not on whatever its path
+  leads to now; if it is gone or replaced the view is refused;
+- the same masks over the host's connectable sockets that run commands for
+  whoever connects (``_socket_masks``: tmux, systemd, D-Bus, container
+  engines), a socket file showing ``/dev/null``; the few paths ``shown``
+  (a socket the user handed in, ``/run/systemd/resolve``) bound back,
+  read-only, at their own paths inside the masks or the fresh ``/tmp``.
+
+``/proc``: a procfs shows the PID namespace its mounter names. Where the
+kernel takes procfs's ``pidns=`` option (Linux 6.15+, ``proc_pidns_works``)
+the spawner mounts it itself once the action's first process exists
+(``mount_children_proc``: ``pidns=`` names the namespace of the thread's
+children, which opens only after that first fork), and the first process
+waits at a gate until then (``_pid_namespace.PidNamespace``). Elsewhere the
+first process makes it (util-linux ``unshare --mount-proc``: an extra mount
+namespace per action, copied from the view and torn down at its end).
+
+Every failing call raises ``OSError`` naming the call and the path; the
+caller then abandons the namespace (nothing was started in it).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import stat
+import sys
+from dataclasses import dataclass
+from typing import Literal
+
+# The view helper loads these by their file names under these names first.
+from lre.worker.view._view_dev import mount_dev
+from lre.worker.view._view_writable import (
+    Mark,
+    Protected,
+    WritableRefused,
+    identity,
+    judge,
+    open_without_symlinks,
+)
+
+__all__ = [
+    "ActionView",
+    "OverlayXattrs",
+    "build_view",
+    "covered_by",
+    "mount_children_proc",
+    "outermost",
+    "overlay_mount",
+    "proc_pidns_works",
+]
+
+_AT_FDCWD = -100
+_AT_RECURSIVE = 0x8000
+_AT_EMPTY_PATH = 0x1000
+_OPEN_TREE_CLONE = 1
+_OPEN_TREE_CLOEXEC = os.O_CLOEXEC
+_MOVE_MOUNT_F_EMPTY_PATH = 0x4
+_MOVE_MOUNT_T_EMPTY_PATH = 0x40
+_MOUNT_ATTR_RDONLY = 0x1
+_MOUNT_ATTR_NOSUID = 0x2
+_MOUNT_ATTR_NODEV = 0x4
+_MOUNT_ATTR_NOEXEC = 0x8
+#: What every mount an action may write carries: a device node made there
+#: does not open, a setuid bit does not raise.
+_WRITABLE_ATTRS = _MOUNT_ATTR_NODEV | _MOUNT_ATTR_NOSUID
+_MOUNT_ATTR_IDMAP = 0x00100000
+_MS_SLAVE = 1 << 19
+_MS_RDONLY = 0x1
+_MS_NOSUID = 0x2
+_MS_NODEV = 0x4
+_FSOPEN_CLOEXEC = 0x1
+_FSMOUNT_CLOEXEC = 0x1
+_FSCONFIG_SET_FLAG = 0
+_FSCONFIG_SET_STRING = 1
+_FSCONFIG_SET_FD = 5
+_FSCONFIG_CMD_CREATE = 6
+
+#: x86_64 and aarch64 share these numbers (the new mount API came after the
+#: generic table was unified).
+_SYS = {"open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432}
+_SYS_MOUNT_SETATTR = 442
+
+#: The tmpfs shown at /tmp and /dev/shm of each action when no size is
+#: given (``ActionView.tmpfs_bytes``; pages are only used when written, and
+#: charged to the writer's memory cgroup; the sampler counts them as the
+#: action's memory).
+TMPFS_OPTIONS = "mode=1777,size=50%"
+#: Set whatever the kernel's defaults: the upper layer then holds only what
+#: ``_layers`` knows how to merge again (no directory redirected to another
+#: lower path, no file whose data stayed below). ``nofollow``, not ``off``:
+#: an overlay in a user namespace accepts only that one (and never follows
+#: a redirect). Renaming an input directory fails with EXDEV inside the
+#: action (``mv`` copies instead).
+OVERLAY_OPTIONS = (("redirect_dir", "nofollow"), ("metacopy", "off"), ("index", "off"))
+#: The xattr namespace an overlay keeps its marks in: ``trusted``
+#: (``trusted.overlay.opaque`` & co., writable only with ``CAP_SYS_ADMIN``
+#: of the host) or ``user`` (``user.overlay.*``: mounted with ``userxattr``,
+#: what an overlay mounted inside a user namespace needs).
+OverlayXattrs = Literal["trusted", "user"]
+#: The empty tmpfs covering one of lre's directories.
+_MASK_OPTIONS = "mode=0755,size=64k,nr_inodes=4096"
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
+
+
+def _load(kind: type[ctypes.CDLL]) -> ctypes.CDLL | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = kind(ctypes.util.find_library("c") or None, use_errno=True)
+    except OSError:
+        return None
+    libc.syscall.restype = ctypes.c_long
+    return libc
+
+
+#: Calls through this handle let other threads run meanwhile (ctypes drops
+#: the GIL around each): for the one slow call of a view, the overlay's
+#: creation (its feature probes create and rename inodes on the upper
+#: filesystem: hundreds of microseconds on ext4).
+_LIBC = _load(ctypes.CDLL)
+#: Calls through this one keep the GIL. A view makes some thirty mount
+#: calls of a few microseconds each; with lre's other threads waiting for
+#: the GIL, dropping and taking it back around each one cost more than the
+#: calls (a futex wake and a context switch per call; docs/performance.md).
+#: Only for calls on lre's own paths, descriptors and the view's fixed
+#: mount points: a path the user configured (a writable path on a hung
+#: network filesystem) must not stall every thread of lre.
+_HELD = _load(ctypes.PyDLL)
+
+
+@dataclass(frozen=True, slots=True)
+class ActionView:
+    """What one action's namespace shows (host paths, all absolute)."""
+
+    #: The staged input root: the overlay's lower layer, mounted over itself.
+    root: str
+    #: The overlay's upper layer (the action's writes, outputs included);
+    #: its own mode and owner are those the action sees on its input root.
+    upper: str
+    #: The overlay's work directory (same filesystem as ``upper``).
+    work: str
+    #: The action's private temporary directory, writable at its own path.
+    tmp: str
+    #: Where the overlay keeps its marks: ``user`` mounts it with
+    #: ``userxattr`` (a view built inside a user namespace must), and
+    #: whoever reads its upper layer again must look there (``_layers``).
+    xattrs: OverlayXattrs
+    #: lre's directories, each covered by an empty read-only tmpfs (none
+    #: inside another: ``outermost``).
+    hidden: tuple[str, ...] = ()
+    #: Host paths bound writable at their own paths (existing directories),
+    #: each opened with no symlink and judged (``_view_writable``).
+    writable: tuple[str, ...] = ()
+    #: Host paths (files, sockets or directories) bound read-only at their
+    #: own paths where a mask or the fresh ``/tmp`` covers them; those
+    #: missing when the view is built are skipped.
+    shown: tuple[str, ...] = ()
+    #: The marks of lre's directories among ``hidden`` as lre found them
+    #: (label: the path): no writable path may be or lie inside one, and
+    #: the mask of one inside a writable path goes on that very directory.
+    hidden_marks: tuple[Mark, ...] = ()
+    #: More directories no writable path may be or lie inside (lre's
+    #: installation, the user's home).
+    within: tuple[Mark, ...] = ()
+    #: Directories no writable path may be: those holding one of ``within``
+    #: (labelled with what they hold).
+    containing: tuple[Mark, ...] = ()
+    #: A user namespace (descriptor) whose mapping the lower layer is shown
+    #: through (``_idmap.InputIdmap``: lre's files as the action user's);
+    #: None: as it is.
+    idmap: int | None = None
+    #: Size of the one tmpfs shown at /tmp and /dev/shm (bytes; 0: the
+    #: share of RAM ``TMPFS_OPTIONS`` names).
+    tmpfs_bytes: int = 0
+
+
+def _fail(call: str, path: str) -> OSError:
+    code = ctypes.get_errno()
+    return OSError(code, f"{call} {path}: {os.strerror(code)}")
+
+
+def _syscall(name: str, path: str, *args: object, release: bool = False) -> int:
+    """The raw syscall ``name`` (the GIL kept unless ``release``); raises
+    ``OSError`` naming it and ``path``."""
+    libc = _LIBC if release else _HELD
+    assert libc is not None
+    result = int(libc.syscall(_SYS[name], *args))
+    if result < 0:
+        raise _fail(name, path)
+    return result
+
+
+def _setattr(
+    path: str,
+    *,
+    set_: int = 0,
+    clear: int = 0,
+    propagation: int = 0,
+    recursive: bool = False,
+    fd: int = _AT_FDCWD,
+    userns: int = 0,
+) -> None:
+    assert _HELD is not None
+    attr = _MountAttr(set_, clear, propagation, userns)
+    flags = (_AT_RECURSIVE if recursive else 0) | (_AT_EMPTY_PATH if fd != _AT_FDCWD else 0)
+    target = b"" if fd != _AT_FDCWD else path.encode()
+    if (
+        _HELD.syscall(
+            _SYS_MOUNT_SETATTR, fd, target, flags, ctypes.byref(attr), ctypes.sizeof(attr)
+        )
+        != 0
+    ):
+        raise _fail("mount_setattr", path)
+
+
+def _mount_tmpfs(path: str, options: str, flags: int = _MS_NOSUID | _MS_NODEV) -> None:
+    assert _HELD is not None
+    if _HELD.mount(b"tmpfs", path.encode(), b"tmpfs", ctypes.c_ulong(flags), options.encode()) != 0:
+        raise _fail("mount tmpfs on", path)
+
+
+def _mount_private_tmpfs(size_bytes: int) -> None:
+    """One tmpfs of ``size_bytes`` (0: ``TMPFS_OPTIONS``) shown at /tmp and
+    at /dev/shm, so that what an action keeps in both is bounded together:
+    it is mounted at /dev/shm, a world-writable sticky directory for each is
+    made in it, /tmp is bound to one and /dev/shm covered by the other
+    (neither shows the other; the tmpfs's own root is out of reach below).
+    Raises ``OSError``."""
+    options = TMPFS_OPTIONS if size_bytes <= 0 else f"mode=1777,size={size_bytes}"
+    _mount_tmpfs("/dev/shm", options)
+    fds: list[int] = []
+    try:
+        for name in ("tmp", "shm"):
+            inside = f"/dev/shm/{name}"
+            os.mkdir(inside, 0o700)
+            os.chmod(inside, 0o1777)
+            fds.append(_clone_tree(inside))
+        _attach(fds[0], "/tmp")
+        _attach(fds[1], "/dev/shm")
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _clone_tree(path: str, *, release: bool = False) -> int:
+    """A detached, writable copy of the mounts at ``path`` (bind + recursive)."""
+    return _syscall(
+        "open_tree",
+        path,
+        _AT_FDCWD,
+        path.encode(),
+        _OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC | _AT_RECURSIVE,
+        release=release,
+    )
+
+
+def _writable_clone(path: str, *, release: bool = False) -> int:
+    """``_clone_tree`` of a path the action may write, made ``nodev`` and
+    ``nosuid`` (every mount of it); ``release``: the GIL dropped for the
+    lookup (a configured path)."""
+    fd = _clone_tree(path, release=release)
+    try:
+        _setattr(path, set_=_WRITABLE_ATTRS, recursive=True, fd=fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _clone_opened(fd: int, path: str) -> int:
+    """A detached copy of the mounts at the opened directory ``fd`` (named
+    ``path``; every mount of it ``nodev`` and ``nosuid``): the very object
+    ``fd`` refers to, not whatever ``path`` leads to now. The GIL is
+    dropped for the clone (a path the user configured)."""
+    flags = _OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC | _AT_RECURSIVE | _AT_EMPTY_PATH
+    clone = _syscall("open_tree", path, fd, b"", flags, release=True)
+    try:
+        _setattr(path, set_=_WRITABLE_ATTRS, recursive=True, fd=clone)
+    except BaseException:
+        os.close(clone)
+        raise
+    return clone
+
+
+def _attach_onto(fd: int, target: int, path: str) -> None:
+    """Attach the detached mount ``fd`` on the opened directory or file
+    ``target`` (named ``path``), with no lookup of ``path``."""
+    flags = _MOVE_MOUNT_F_EMPTY_PATH | _MOVE_MOUNT_T_EMPTY_PATH
+    _syscall("move_mount", path, fd, b"", target, b"", flags, release=True)
+
+
+def _attach(fd: int, path: str, *, release: bool = False) -> None:
+    _syscall(
+        "move_mount",
+        path,
+        fd,
+        b"",
+        _AT_FDCWD,
+        path.encode(),
+        _MOVE_MOUNT_F_EMPTY_PATH,
+        release=release,
+    )
+
+
+def _proc_with_pidns(pidns: str) -> int:
+    """A procfs superblock's context showing the PID namespace at ``pidns``
+    (a namespace file), created but not mounted; the caller closes it."""
+    fs = _syscall("fsopen", "proc", b"proc", _FSOPEN_CLOEXEC)
+    try:
+        _syscall("fsconfig", pidns, fs, _FSCONFIG_SET_STRING, b"pidns", pidns.encode(), 0)
+        _syscall("fsconfig", pidns, fs, _FSCONFIG_CMD_CREATE, None, None, 0)
+    except BaseException:
+        os.close(fs)
+        raise
+    return fs
+
+
+def proc_pidns_works() -> bool:
+    """Whether this kernel mounts a procfs for a named PID namespace
+    (``pidns=``, Linux 6.15+) for this process (it needs ``CAP_SYS_ADMIN``)."""
+    if _LIBC is None:
+        return False
+    try:
+        os.close(_proc_with_pidns("/proc/self/ns/pid"))
+    except OSError:
+        return False
+    return True
+
+
+def mount_children_proc(*, read_only: bool = False) -> None:
+    """Mount at ``/proc`` of the calling thread's mount namespace a procfs of
+    the PID namespace its children are born in (``nosuid,nodev,noexec``, as
+    util-linux mounts it, and ``ro`` when ``read_only``: uid 0 may write most
+    of ``/proc/sys`` without any capability), over the host's. Only once the
+    thread forked the namespace's first process: before that the namespace
+    cannot be named. Raises ``OSError`` naming the call."""
+    fs = _proc_with_pidns("/proc/thread-self/ns/pid_for_children")
+    try:
+        mount = _syscall(
+            "fsmount",
+            "/proc",
+            fs,
+            _FSMOUNT_CLOEXEC,
+            _MOUNT_ATTR_NOSUID
+            | _MOUNT_ATTR_NODEV
+            | _MOUNT_ATTR_NOEXEC
+            | (_MOUNT_ATTR_RDONLY if read_only else 0),
+        )
+    finally:
+        os.close(fs)
+    try:
+        _attach(mount, "/proc")
+    finally:
+        os.close(mount)
+
+
+def _overlay_flags(xattrs: OverlayXattrs) -> tuple[str, ...]:
+    """The overlay's flag options besides ``OVERLAY_OPTIONS``: always
+    ``volatile``, and ``userxattr`` for marks in ``user.overlay.*``."""
+    return ("volatile", "userxattr") if xattrs == "user" else ("volatile",)
+
+
+def _idmapped_lower(fs: int, path: str, userns: int) -> int:
+    """Give the overlay being configured (``fs``) a lower layer that is a
+    detached clone of ``path`` shown through the mapping of ``userns``;
+    returns the clone, which must stay open until the overlay is created
+    (closing a detached mount's last descriptor dissolves it)."""
+    tree = _clone_tree(path)
+    try:
+        _setattr(path, set_=_MOUNT_ATTR_IDMAP, recursive=True, fd=tree, userns=userns)
+        _syscall("fsconfig", path, fs, _FSCONFIG_SET_FD, b"lowerdir+", None, tree)
+    except BaseException:
+        os.close(tree)
+        raise
+    return tree
+
+
+def overlay_mount(view: ActionView) -> int:
+    """The input root's overlay as a detached mount (paths resolved now,
+    while nothing covers them); its lower layer idmapped when ``view.idmap``
+    names a user namespace. Raises ``OSError`` naming the refused call."""
+    fs = _syscall("fsopen", "overlay", b"overlay", _FSOPEN_CLOEXEC)
+    tree = -1
+    try:
+        if view.idmap is not None:
+            tree = _idmapped_lower(fs, view.root, view.idmap)
+        lower = () if view.idmap is not None else (("lowerdir", view.root),)
+        for key, value in (
+            *lower,
+            ("upperdir", view.upper),
+            ("workdir", view.work),
+            *OVERLAY_OPTIONS,
+        ):
+            _syscall("fsconfig", value, fs, _FSCONFIG_SET_STRING, key.encode(), value.encode(), 0)
+        for flag in _overlay_flags(view.xattrs):
+            _syscall("fsconfig", flag, fs, _FSCONFIG_SET_FLAG, flag.encode(), None, 0)
+        _syscall("fsconfig", view.root, fs, _FSCONFIG_CMD_CREATE, None, None, 0, release=True)
+        return _syscall("fsmount", view.root, fs, _FSMOUNT_CLOEXEC, _WRITABLE_ATTRS)
+    finally:
+        os.close(fs)
+        if tree >= 0:
+            os.close(tree)
+
+
+def covered_by(path: str, parents: tuple[str, ...] | list[str]) -> str | None:
+    """The first of ``parents`` that is ``path`` or one of its ancestors."""
+    for parent in parents:
+        if path == parent or path.startswith(parent.rstrip("/") + "/"):
+            return parent
+    return None
+
+
+def outermost(paths: tuple[str, ...] | list[str]) -> list[str]:
+    """``paths`` normalised, without those inside another one (order kept)."""
+    normal = [os.path.normpath(p) for p in paths if p]
+    kept: list[str] = []
+    for path in sorted(set(normal), key=len):
+        if covered_by(path, kept) is None:
+            kept.append(path)
+    return kept
+
+
+def _hidden_kinds(hidden: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """The directories and the files (regular files and sockets) among
+    ``hidden`` as this namespace shows them now (symlinks followed, as
+    ``os.path.isdir`` and ``isfile`` would), one ``stat`` each; a path that
+    cannot be read (gone, or under a fresh tmpfs already) is neither."""
+    directories: list[str] = []
+    files: list[str] = []
+    for path in hidden:
+        try:
+            mode = os.stat(path).st_mode
+        except (OSError, ValueError):
+            continue
+        if stat.S_ISDIR(mode):
+            directories.append(path)
+        elif stat.S_ISREG(mode) or stat.S_ISSOCK(mode):
+            files.append(path)
+    return directories, files
+
+
+def _shown_clones(shown: tuple[str, ...]) -> list[tuple[int, str, bool]]:
+    """Read-only detached copies of the paths in ``shown`` that exist:
+    (descriptor, path, whether a directory). The GIL is dropped for their
+    lookups (configured paths). Raises ``OSError`` but for a missing path;
+    the caller closes the descriptors."""
+    clones: list[tuple[int, str, bool]] = []
+    try:
+        for path in shown:
+            try:
+                directory = stat.S_ISDIR(os.stat(path).st_mode)
+            except (OSError, ValueError):
+                continue
+            fd = _clone_tree(path, release=True)
+            clones.append((fd, path, directory))
+            attrs = _MOUNT_ATTR_RDONLY | _WRITABLE_ATTRS
+            _setattr(path, set_=attrs, recursive=True, fd=fd)
+    except BaseException:
+        for fd, _, _ in clones:
+            os.close(fd)
+        raise
+    return clones
+
+
+def _attach_shown(fd: int, path: str, directory: bool, tmpfs: list[str]) -> None:
+    """Attach a path of ``shown`` where one of the new ``tmpfs`` (masks still
+    writable, or the fresh /tmp) covers it, making its mount point there
+    first (a directory, or an empty file for a file or socket); elsewhere the
+    host's own path is in the view already and nothing is done."""
+    if covered_by(path, tmpfs) is None:
+        return
+    if directory:
+        os.makedirs(path, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+    _attach(fd, path, release=True)
+
+
+def _attach_at(fd: int, path: str, tmpfs: list[str], *, release: bool = False) -> None:
+    """Attach the detached mount ``fd`` at ``path``, making the mount point
+    first when it lies in one of the new ``tmpfs``."""
+    if covered_by(path, tmpfs) is not None:
+        os.makedirs(path, exist_ok=True)
+    _attach(fd, path, release=release)
+
+
+def _open_writable(view: ActionView) -> dict[str, int]:
+    """Each of ``view.writable`` opened with no symlink and judged
+    (``_view_writable``); an ``O_PATH`` descriptor by path, for the caller
+    to close. Raises ``WritableRefused`` for the first path refused."""
+    protected = Protected(within=(*view.hidden_marks, *view.within), containing=view.containing)
+    opened: dict[str, int] = {}
+    try:
+        for path in dict.fromkeys(view.writable):
+            opened[path] = open_without_symlinks(path)
+            judge(path, opened[path], protected)
+    except BaseException:
+        for fd in opened.values():
+            os.close(fd)
+        raise
+    return opened
+
+
+def _mask_target(path: str, view: ActionView, writable: list[str]) -> int | None:
+    """For one of lre's hidden paths lying inside a writable path (where a
+    build could have moved things): a descriptor of what ``path`` leads to
+    now, checked to be what lre found there (``view.hidden_marks``), for
+    the mask to go on. None for any other (masked by its path). Raises
+    ``WritableRefused`` when it is gone or is something else."""
+    if covered_by(path, writable) is None:
+        return None
+    marks = [(dev, ino) for dev, ino, where in view.hidden_marks if where == path]
+    if not marks:
+        return None
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:
+        raise WritableRefused(path, "(lre's own) is gone from inside a writable path") from None
+    if identity(fd) != marks[0]:
+        os.close(fd)
+        raise WritableRefused(
+            path, "(lre's own) is no longer the one lre started with, inside a writable path"
+        )
+    return fd
+
+
+def build_view(view: ActionView, *, host_proc_writable: bool = True) -> None:
+    """Shape the calling thread's (new, unshared) mount namespace into
+    ``view`` (see the module docstring). The host's ``/proc`` stays writable
+    when ``host_proc_writable`` (for whoever covers it with the action's
+    own; read-only otherwise). Raises ``WritableRefused`` when a writable
+    path is refused or lre's directory inside one moved, ``OSError``
+    otherwise."""
+    if _LIBC is None:
+        raise OSError("mount namespaces need Linux")
+    fresh = ["/tmp", "/dev/shm"]
+    writable = outermost(view.writable)
+    opened = _open_writable(view)
+    # Detached copies first: once the masks are mounted these paths are gone.
+    detached: list[tuple[int, str]] = []
+    targets: list[int] = []
+    try:
+        own = [(overlay_mount(view), view.root), (_writable_clone(view.tmp), view.tmp)]
+        detached.extend(own)
+        shared = [(_clone_opened(opened[path], path), path) for path in writable]
+        detached.extend(shared)
+        shown = _shown_clones(view.shown)
+        detached.extend((fd, path) for fd, path, _ in shown)
+        _setattr("/", set_=_MOUNT_ATTR_RDONLY, propagation=_MS_SLAVE, recursive=True)
+        # The host's /proc stays writable until the action's first process
+        # covers it with its own: unshare writes /proc/self/uid_map there.
+        if host_proc_writable:
+            _setattr("/proc", clear=_MOUNT_ATTR_RDONLY)
+        mount_dev()  # before /dev/shm's tmpfs, which goes inside it
+        _mount_private_tmpfs(view.tmpfs_bytes)
+        for fd, path in shared:
+            if covered_by(path, fresh) is not None:  # in a tmpfs of this view only
+                _attach_at(fd, path, fresh, release=True)
+            else:  # on the directory judged, not on what its path leads to now
+                _attach_onto(fd, opened[path], path)
+        # What is still there of lre's own (a writable path may hold some of
+        # it, and /tmp hides it already unless a writable path brought it back).
+        # ``hidden`` is outermost already (``ViewPolicy``). A mask that will
+        # hold the action's own mount points is made read-only after them.
+        masks, files = _hidden_kinds(view.hidden)
+        for path in files:  # a token or key file: /dev/null in its place
+            target = _mask_target(path, view, writable)
+            fd = _clone_tree("/dev/null")
+            detached.append((fd, path))
+            if target is None:
+                _attach(fd, path)
+            else:
+                targets.append(target)
+                _attach_onto(fd, target, path)
+        later: list[str] = []
+        inside = [view.root, view.tmp, *(path for _, path, _ in shown)]
+        for path in masks:
+            target = _mask_target(path, view, writable)
+            where = path
+            if target is not None:  # the directory checked, whatever its path holds now
+                targets.append(target)
+                where = f"/proc/thread-self/fd/{target}"
+            if any(covered_by(each, [path]) for each in inside):
+                _mount_tmpfs(where, _MASK_OPTIONS)
+                later.append(path)
+            else:
+                _mount_tmpfs(where, _MASK_OPTIONS, _MS_NOSUID | _MS_NODEV | _MS_RDONLY)
+        for fd, path in own:
+            _attach_at(fd, path, [*masks, *fresh])
+        for fd, path, directory in shown:
+            _attach_shown(fd, path, directory, [*later, *fresh])
+        for path in later:
+            _setattr(path, set_=_MOUNT_ATTR_RDONLY)
+        # Every mount of the view nosuid: no set-user-ID bit nor file
+        # capability is honoured in it (``_capabilities.py``).
+        _setattr("/", set_=_MOUNT_ATTR_NOSUID, recursive=True)
+    finally:
+        for fd in (*(fd for fd, _ in detached), *targets, *opened.values()):
+            os.close(fd)
