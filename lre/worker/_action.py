@@ -61,6 +61,7 @@ from lre.scheduler import (
     Usage,
 )
 from lre.worker._action_result import ActionResultWriter, action_result, cache_result
+from lre.worker._attempt import Attempt
 from lre.worker._cas_handle import CasHandle
 from lre.worker._idmap import idmap_views
 from lre.worker._metadata import Timeline, resource_usage_any
@@ -69,7 +70,6 @@ from lre.worker.containment import ActionIdentity, Containment
 from lre.worker.directories import (
     TMP_NAME,
     ActionDirectories,
-    ActionDirectory,
     WorkDirectory,
     request_error,
     shape_of,
@@ -216,21 +216,8 @@ class ActionRunner:
         self._tree_reader = directories if directories is not None else DirectoryReader(cas.store)
         #: The jobserver pools of running actions.
         self.jobservers = ActionJobservers(spec, workdir.path, owner=owner)
-        #: lease id -> process group of actions running now
-        self._groups: dict[str, int] = {}
-        #: lease id -> (usage, reason, final) of actions killed for memory
-        self._over_limit: dict[str, tuple[ActionUsage | None, str, bool]] = {}
-        #: lease id -> seconds its action spent frozen (see ``MemoryControl``)
-        self._frozen_s: dict[str, float] = {}
-        #: leases whose action had a fork refused by ``max_processes``
-        self._process_limited: set[str] = set()
-        #: lease id -> whether its directory may be recycled (see ``run``)
-        self._reusable: dict[str, bool] = {}
-        #: leases whose directory is kept for debugging (never released)
-        self._kept: set[str] = set()
-        #: lease id -> the held mount namespace of its ended action's view,
-        #: closed with its directory's release (``ActionDirectories``)
-        self._views_held: dict[str, int] = {}
+        #: lease id -> its attempt running now
+        self._attempts: dict[str, Attempt] = {}
 
     def jobserver_tokens(self) -> tuple[int, int]:
         """``(in_use, total)`` tokens over the private pools of running actions."""
@@ -250,19 +237,10 @@ class ActionRunner:
     def memory_kill(self, action_id: str, reason: str, final: bool) -> None:
         """Kill the action's whole tree now (frozen or not); its run then ends
         with ``MemoryExceeded`` (``final``: not retried). Unknown ids are ignored."""
-        group = self._groups.get(action_id)
-        if group is None:
-            return
-        usage = self.sampler.snapshot(action_id) if self.sampler is not None else None
-        self._over_limit[action_id] = (usage, reason, final)
-        log.debug("worker %s: killing %s: %s", self.spec.name, action_id, reason)
-        self.containment.signal_action(group, signal.SIGKILL)
-        members = self.sampler.members(action_id) if self.sampler is not None else ()
-        for pid in members:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        attempt = self._attempts.get(action_id)
+        if attempt is not None and attempt.group is not None:
+            log.debug("worker %s: killing %s: %s", self.spec.name, action_id, reason)
+            attempt.kill(reason, final, self.containment, self.sampler)
 
     async def run(self, lease: Lease) -> Outcome:
         """Run one attempt of ``lease``'s action and return its outcome."""
@@ -271,14 +249,12 @@ class ActionRunner:
         command = lease.command
         outputs = (*command.output_paths, *command.output_files, *command.output_directories)
         shape = shape_of(outputs, command.working_directory)
-        action_dir = await self.directories.take(shape)
-        #: False when something the action started may still run (see
-        #: ``ProcessOutcome.ended_alone``): the directory is then removed.
-        self._reusable[lease.lease_id] = True
+        attempt = Attempt(lease, await self.directories.take(shape), shape, timeline)
+        self._attempts[lease.lease_id] = attempt
         try:
             with trio.CancelScope() as scope:
                 lease.on_cancel(scope.cancel)
-                return await self._run(lease, action_dir, timeline)
+                return await self._run(attempt)
             return InfrastructureFailure(
                 Cancelled(
                     f"operation {lease.operation_name}: cancelled "
@@ -304,18 +280,15 @@ class ActionRunner:
             failure = Internal(f"worker {self.spec.name}: lre failed on this action: {error!r}")
             return self._failed(lease, timeline, failure)  # logged there, with the trace
         finally:
-            self._frozen_s.pop(lease.lease_id, None)
-            self._over_limit.pop(lease.lease_id, None)
-            reusable = self._reusable.pop(lease.lease_id, True)
-            held = self._views_held.pop(lease.lease_id, None)
-            if lease.lease_id in self._kept:
-                self._kept.discard(lease.lease_id)
+            del self._attempts[lease.lease_id]
+            held = attempt.view_held
+            if attempt.kept:
                 if held is not None:
                     with trio.CancelScope(shield=True):
                         await trio.to_thread.run_sync(os.close, held)
             else:
                 await self.directories.release(
-                    action_dir, reusable=reusable, view=held, shape=shape
+                    attempt.action_dir, reusable=attempt.reusable, view=held, shape=shape
                 )
 
     def _failed(self, lease: Lease, timeline: Timeline, error: LreError) -> Outcome:
@@ -327,23 +300,21 @@ class ActionRunner:
         result = re_pb2.ActionResult(execution_metadata=timeline.to_proto(self.spec.name))
         return Completed(result, error=error, message=error.message)
 
-    async def _run(self, lease: Lease, action_dir: ActionDirectory, timeline: Timeline) -> Outcome:
+    async def _run(self, attempt: Attempt) -> Outcome:
         """The four phases in order; an action killed for memory or refused a
         fork ends after *execute*, with no outputs collected (a kill that ends
         the operation with its logs only: ``_doomed``)."""
-        staged = await self._stage(lease, action_dir, timeline)
-        executed = await self._execute(lease, staged, action_dir, timeline)
-        stopped = self._stopped(lease, executed, timeline)
-        if isinstance(stopped, MemoryExceeded) and (stopped.final or lease.last_chance):
-            return await self._doomed(lease, staged, action_dir, executed, stopped, timeline)
+        staged = await self._stage(attempt)
+        executed = await self._execute(attempt, staged)
+        stopped = self._stopped(attempt, executed)
+        if isinstance(stopped, MemoryExceeded) and (stopped.final or attempt.lease.last_chance):
+            return await self._doomed(attempt, staged, executed, stopped)
         if stopped is not None:
             return stopped
-        found, logs = await self._collect(lease, staged, action_dir, executed.process, timeline)
-        return await self._record(lease, found, logs, executed, timeline)
+        found, logs = await self._collect(attempt, staged, executed.process)
+        return await self._record(attempt, found, logs, executed)
 
-    async def _stage(
-        self, lease: Lease, action_dir: ActionDirectory, timeline: Timeline
-    ) -> _Staged:
+    async def _stage(self, attempt: Attempt) -> _Staged:
         """Stage phase: the Command prepared, the input tree read and staged
         into ``action_dir`` (its blobs pinned meanwhile), the view chosen.
 
@@ -351,8 +322,9 @@ class ActionRunner:
         names, missing blobs, a symlink the policy refuses, limits passed)
         and ``OSError`` when the filesystem fails.
         """
+        lease, action_dir = attempt.lease, attempt.action_dir
         root = action_dir.root
-        timeline.mark("input_fetch_start")
+        attempt.timeline.mark("input_fetch_start")
         prepared = prepare_command(
             lease.command,
             entrypoint=self.spec.entrypoint,
@@ -398,7 +370,7 @@ class ActionRunner:
         finally:
             if held is not None:
                 held.release()
-        timeline.mark("input_fetch_completed")
+        attempt.timeline.mark("input_fetch_completed")
         view = (
             self.view_policy.view_for(lease.platform, action_dir)
             if self.view_policy is not None
@@ -406,9 +378,7 @@ class ActionRunner:
         )
         return _Staged(prepared, view, staged.links if view is None else {})
 
-    async def _execute(
-        self, lease: Lease, staged: _Staged, action_dir: ActionDirectory, timeline: Timeline
-    ) -> _Executed:
+    async def _execute(self, attempt: Attempt, staged: _Staged) -> _Executed:
         """Execute phase: the process run to its end (``_spawn``), its linked
         inputs journaled while it runs; then, however it ended (an error and
         cancellation included), the inputs it altered withdrawn and the
@@ -422,17 +392,17 @@ class ActionRunner:
         # that is known only to a backend that always ends actions alone.
         alone = self.containment.ends_alone
         try:
-            process, sampled = await self._spawn(lease, staged, action_dir, timeline)
+            process, sampled = await self._spawn(attempt, staged)
             alone = process.ended_alone
         finally:
             # Unless alone, something of the action may still write: its
             # linked inputs are withdrawn, its outputs copied rather than
             # moved (``_collect``), and its directory removed.
             if not alone:
-                self._reusable[lease.lease_id] = False
+                attempt.reusable = False
             if linked:
                 with trio.CancelScope(shield=True):
-                    await self._check_inputs(lease, linked, all_altered=not alone)
+                    await self._check_inputs(attempt.lease, linked, all_altered=not alone)
             if token is not None and self.journal is not None:
                 self.journal.ended(token)
         peak, source = memory_figure(process, sampled)
@@ -441,7 +411,7 @@ class ActionRunner:
         if sampled is not None and sampled.samples:
             cpu_seconds = max(cpu_seconds, sampled.cpu_seconds)
             samples = sampled.samples
-        frozen_s = self._frozen_s.pop(lease.lease_id, 0.0)
+        frozen_s = attempt.frozen_s
         usage = Usage(
             peak_rss_bytes=peak,
             cpu_seconds=cpu_seconds,
@@ -451,35 +421,28 @@ class ActionRunner:
         )
         return _Executed(process, usage, samples)
 
-    def _stopped(self, lease: Lease, executed: _Executed, timeline: Timeline) -> Outcome | None:
+    def _stopped(self, attempt: Attempt, executed: _Executed) -> Outcome | None:
         """The outcome of an action lre stopped (killed for memory, a fork
         refused by ``max_processes``), None for one that ended by itself."""
-        over = self._over_limit.pop(lease.lease_id, None)
-        if over is not None:
-            killed_usage, reason, final = over
-            killed_peak = killed_usage.peak_memory_bytes if killed_usage is not None else 0
+        kill, lease = attempt.killed, attempt.lease
+        if kill is not None:
+            killed_peak = kill.usage.peak_memory_bytes if kill.usage is not None else 0
             peak = max(killed_peak, executed.usage.peak_rss_bytes)
-            return MemoryExceeded(peak, usage=executed.usage, reason=reason, final=final)
-        if lease.lease_id in self._process_limited:
-            self._process_limited.discard(lease.lease_id)
+            return MemoryExceeded(peak, usage=executed.usage, reason=kill.reason, final=kill.final)
+        if attempt.process_limited:
             limited = limit_error(self.spec.name, lease.operation_name, self.spec.max_processes)
-            return self._failed(lease, timeline, limited)
+            return self._failed(lease, attempt.timeline, limited)
         return None
 
     async def _doomed(
-        self,
-        lease: Lease,
-        staged: _Staged,
-        action_dir: ActionDirectory,
-        executed: _Executed,
-        killed: MemoryExceeded,
-        timeline: Timeline,
+        self, attempt: Attempt, staged: _Staged, executed: _Executed, killed: MemoryExceeded
     ) -> Outcome:
         """``killed`` with the killed run's result: exit code 137, stdout and
         stderr with lre's explanation (``doomed_explanation``) appended, its
         timeline and usage; no outputs, never cached. When the logs cannot be
         read or stored (a full disk), ``killed`` as it is (the operation then
         ends with RESOURCE_EXHAUSTED), logged."""
+        lease, action_dir, timeline = attempt.lease, attempt.action_dir, attempt.timeline
         text = doomed_explanation(lease, killed, self.ceiling)
         view = staged.view
         try:
@@ -515,24 +478,20 @@ class ActionRunner:
             max_inline_bytes=self.spec.upload_action_result.max_inline_bytes,
         )
         result.exit_code = 128 + signal.SIGKILL
-        self._finish_metadata(result, timeline, lease, executed, killed.peak_rss_bytes)
+        self._finish_metadata(result, attempt, executed, killed.peak_rss_bytes)
         return dataclasses.replace(killed, result=result)
 
     def _finish_metadata(
-        self,
-        result: re_pb2.ActionResult,
-        timeline: Timeline,
-        lease: Lease,
-        executed: _Executed,
-        peak_rss_bytes: int,
+        self, result: re_pb2.ActionResult, attempt: Attempt, executed: _Executed, peak_rss: int
     ) -> None:
         """Close ``result``'s timeline and attach the run's resource usage
-        (``peak_rss_bytes``: the figure this outcome reports)."""
-        timeline.mark("worker_completed")
-        result.execution_metadata.CopyFrom(timeline.to_proto(self.spec.name))
+        (``peak_rss``: the figure this outcome reports, bytes)."""
+        lease = attempt.lease
+        attempt.timeline.mark("worker_completed")
+        result.execution_metadata.CopyFrom(attempt.timeline.to_proto(self.spec.name))
         result.execution_metadata.auxiliary_metadata.append(
             resource_usage_any(
-                peak_rss_bytes=peak_rss_bytes,
+                peak_rss_bytes=peak_rss,
                 cpu_seconds=executed.usage.cpu_seconds,
                 reserved_millicpus=lease.reservation.millicpus,
                 reserved_memory_bytes=lease.reservation.memory_bytes,
@@ -543,12 +502,7 @@ class ActionRunner:
         )
 
     async def _collect(
-        self,
-        lease: Lease,
-        staged: _Staged,
-        action_dir: ActionDirectory,
-        process: ProcessOutcome,
-        timeline: Timeline,
+        self, attempt: Attempt, staged: _Staged, process: ProcessOutcome
     ) -> tuple[FoundOutputs, list[FoundFile]]:
         """Collect phase: a failed action's directory kept when debugging asks
         for it, its outputs and logs read and put in the CAS (moved where the
@@ -557,14 +511,13 @@ class ActionRunner:
         Raises ``LreError`` subclasses for outputs the policy, the limits or
         the store refuse and ``OSError`` when the filesystem fails.
         """
-        view = staged.view
+        view, lease, action_dir = staged.view, attempt.lease, attempt.action_dir
         root = action_dir.root
         if self.view_policy is not None and self.view_policy.keeps(lease.platform, process):
             # Never recycled (so never released); the next start removes it.
-            self._reusable[lease.lease_id] = False
-            self._kept.add(lease.lease_id)
+            attempt.reusable, attempt.kept = False, True
             self.view_policy.log_kept(self.spec.name, lease.operation_name, action_dir, process)
-        timeline.mark("output_upload_start")
+        attempt.timeline.mark("output_upload_start")
         # In a view, what the action wrote is in the overlay's upper layer,
         # over the staged tree: outputs are read from both, merged.
         found, logs = await collect_outputs(
@@ -582,20 +535,15 @@ class ActionRunner:
         all_files = [f for _, f in found.files] + found.tree_files + logs
         adopt = self.adopt if process.ended_alone else None
         await upload_outputs(self.cas.store, all_files, found.blobs, adopt=adopt)
-        timeline.mark("output_upload_completed")
+        attempt.timeline.mark("output_upload_completed")
         return found, logs
 
     async def _record(
-        self,
-        lease: Lease,
-        found: FoundOutputs,
-        logs: list[FoundFile],
-        executed: _Executed,
-        timeline: Timeline,
+        self, attempt: Attempt, found: FoundOutputs, logs: list[FoundFile], executed: _Executed
     ) -> Outcome:
         """Record phase: the result with its execution metadata, cached per
         the worker's policy (a cache that refuses it is logged, never fatal)."""
-        process = executed.process
+        process, lease = executed.process, attempt.lease
         result = action_result(
             lease,
             found,
@@ -612,7 +560,7 @@ class ActionRunner:
             message = error.message
         elif process.signal is not None:
             message = f"action {process.describe}"
-        self._finish_metadata(result, timeline, lease, executed, executed.usage.peak_rss_bytes)
+        self._finish_metadata(result, attempt, executed, executed.usage.peak_rss_bytes)
         await cache_result(self.action_cache, self.spec, lease, result, error)
         return Completed(
             result,
@@ -652,10 +600,11 @@ class ActionRunner:
                 await self.cas.discard(digest, executable)
 
     async def _spawn(
-        self, lease: Lease, staged: _Staged, action_dir: ActionDirectory, timeline: Timeline
+        self, attempt: Attempt, staged: _Staged
     ) -> tuple[ProcessOutcome, ActionUsage | None]:
         """Run the process under the worker's jobserver, sampler and memory
         control, and end its registrations with them however it ended."""
+        lease, action_dir, timeline = attempt.lease, attempt.action_dir, attempt.timeline
         prepared = staged.prepared
         env = prepared.env
         lease_id = lease.lease_id
@@ -668,7 +617,7 @@ class ActionRunner:
         # through untouched (lre configured unbounded).
 
         def started(pid: int) -> None:
-            self._groups[lease_id] = pid
+            attempt.group = pid
             if self.sampler is not None:
                 self.sampler.register(
                     lease_id,
@@ -705,15 +654,15 @@ class ActionRunner:
                 ),
                 end_frozen=((lambda: memory.end_frozen(lease_id)) if memory is not None else None),
                 identity=self.identity,
-                on_view_held=lambda fd: self._views_held.__setitem__(lease_id, fd),
+                on_view_held=lambda fd: setattr(attempt, "view_held", fd),
             )
             timeline.mark("execution_completed")
         finally:
             if memory is not None:
-                self._frozen_s[lease_id] = memory.ended(lease_id)
-            first = self._groups.pop(lease_id, None)
+                attempt.frozen_s = memory.ended(lease_id)
+            first, attempt.group = attempt.group, None
             if first is not None and process_limits().ended(first):
-                self._process_limited.add(lease_id)
+                attempt.process_limited = True
             sampled = self.sampler.unregister(lease_id) if self.sampler is not None else None
             if pool is not None:
                 self.jobservers.give_back(lease_id, pool, shared)
