@@ -22,7 +22,7 @@ from typing import Any
 
 import trio
 
-from lre.worker.process._process import run_process
+from lre.worker.process._process import SpawnRequest, run_process
 from lre.worker.view._view import ActionView
 
 #: wall, lre CPU, action CPU (ms) of one action
@@ -69,15 +69,17 @@ async def timed_run(
         before_start()
     wall = time.perf_counter()
     outcome = await run_process(
-        argv,
-        cwd=base / "root",
-        env={"PATH": "/usr/bin:/bin"},
-        stdout_path=base / "stdout",
-        stderr_path=base / "stderr",
-        timeout=60,
-        kill_grace=1,
-        containment=containment,
-        **spawn,
+        SpawnRequest(
+            argv,
+            cwd=base / "root",
+            env={"PATH": "/usr/bin:/bin"},
+            stdout_path=base / "stdout",
+            stderr_path=base / "stderr",
+            timeout=60,
+            kill_grace=1,
+            containment=containment,
+            **spawn,
+        )
     )
     wall = time.perf_counter() - wall
     for fd in held:  # torn down off the action's path, as ActionDirectories does

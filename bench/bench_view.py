@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.util
-import inspect
 import os
 import shutil
 from pathlib import Path
@@ -40,7 +39,6 @@ from _spawn_bench import parse_args, report, scratch_view, timed_run
 
 from lre.worker.containment._containment import choose_containment
 from lre.worker.directories._action_dirs import ActionDirectory, _empty_view
-from lre.worker.process._process import run_process
 from lre.worker.view._view import ActionView
 
 
@@ -52,8 +50,7 @@ async def _main(args: argparse.Namespace) -> None:
         ("none", None, gate, False),
         ("view", view, gate, False),
     ]
-    if "on_view_held" in inspect.signature(run_process).parameters:
-        modes.append(("view-held", view, gate, True))
+    modes.append(("view-held", view, gate, True))
     idmap = None
     if importlib.util.find_spec("lre.worker._idmap") is not None:
         from lre.worker._idmap import open_input_idmap

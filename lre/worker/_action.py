@@ -98,6 +98,7 @@ from lre.worker.process import (
     JobserverPool,
     PreparedCommand,
     ProcessOutcome,
+    SpawnRequest,
     default_containment,
     limit_error,
     prepare_command,
@@ -634,27 +635,31 @@ class ActionRunner:
         try:
             timeline.mark("execution_start")
             process = await run_process(
-                prepared.argv,
-                cwd=prepared.cwd(action_dir.root),
-                env=env,
-                stdout_path=action_dir.stdout,
-                stderr_path=action_dir.stderr,
-                timeout=lease.timeout_s,
-                kill_grace=self.spec.kill_grace_s,
-                pass_fds=pool.pass_fds if pool is not None else (),
-                on_started=started,
-                nice=self.spec.nice,
-                containment=self.containment,
-                block_network=blocks_network(lease.platform, self.spec.network == "block"),
-                view=staged.view,
-                max_processes=self.spec.max_processes,
-                max_open_files=self.spec.max_open_files,
-                paused_seconds=(
-                    (lambda: memory.frozen_seconds(lease_id)) if memory is not None else None
-                ),
-                end_frozen=((lambda: memory.end_frozen(lease_id)) if memory is not None else None),
-                identity=self.identity,
-                on_view_held=lambda fd: setattr(attempt, "view_held", fd),
+                SpawnRequest(
+                    prepared.argv,
+                    cwd=prepared.cwd(action_dir.root),
+                    env=env,
+                    stdout_path=action_dir.stdout,
+                    stderr_path=action_dir.stderr,
+                    timeout=lease.timeout_s,
+                    kill_grace=self.spec.kill_grace_s,
+                    pass_fds=pool.pass_fds if pool is not None else (),
+                    on_started=started,
+                    nice=self.spec.nice,
+                    containment=self.containment,
+                    block_network=blocks_network(lease.platform, self.spec.network == "block"),
+                    view=staged.view,
+                    max_processes=self.spec.max_processes,
+                    max_open_files=self.spec.max_open_files,
+                    paused_seconds=(
+                        (lambda: memory.frozen_seconds(lease_id)) if memory is not None else None
+                    ),
+                    end_frozen=(
+                        (lambda: memory.end_frozen(lease_id)) if memory is not None else None
+                    ),
+                    identity=self.identity,
+                    on_view_held=lambda fd: setattr(attempt, "view_held", fd),
+                )
             )
             timeline.mark("execution_completed")
         finally:

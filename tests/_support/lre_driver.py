@@ -28,7 +28,7 @@ from typing import Any
 import trio
 
 from lre.worker import choose_containment
-from lre.worker.process._process import run_process
+from lre.worker.process._process import SpawnRequest, run_process
 
 
 async def main(request: dict[str, Any]) -> None:
@@ -45,13 +45,15 @@ async def main(request: dict[str, Any]) -> None:
         "kill_grace": 0.3,
         "containment": containment,
     }
-    await run_process(["true"], timeout=30.0, **common)  # type: ignore[arg-type]
+    await run_process(SpawnRequest(["true"], timeout=30.0, **common))  # type: ignore[arg-type]
     guardian = containment.guardian.pid
     script = request["script"].format(guardian=guardian, victim=request.get("victim", 0))
     if request["then"] == "hang":
         async with trio.open_nursery() as nursery:
             nursery.start_soon(
-                lambda: run_process(["/bin/sh", "-c", script], timeout=300.0, **common)  # type: ignore[arg-type]
+                lambda: run_process(
+                    SpawnRequest(["/bin/sh", "-c", script], timeout=300.0, **common)  # type: ignore[arg-type]
+                )
             )
             with trio.fail_after(60):  # the action writes a line first
                 while not (here / "out").exists() or not (here / "out").read_text():  # noqa: ASYNC110
@@ -59,7 +61,8 @@ async def main(request: dict[str, Any]) -> None:
             print(json.dumps({"running": True, "stdout": (here / "out").read_text()}), flush=True)
             await trio.sleep(300)
         return
-    outcome = await run_process(["/bin/sh", "-c", script], timeout=60.0, **common)  # type: ignore[arg-type]
+    spawn = SpawnRequest(["/bin/sh", "-c", script], timeout=60.0, **common)  # type: ignore[arg-type]
+    outcome = await run_process(spawn)
     guardian_fds: dict[str, str] | None = {}
     try:
         for name in os.listdir(f"/proc/{guardian}/fd"):

@@ -19,7 +19,7 @@ from lre.errors import InvalidArgument
 from lre.proto import re_pb2
 from lre.worker.inputs._input_tree import fetch_input_tree
 from lre.worker.process._command import prepare_command
-from lre.worker.process._process import run_process
+from lre.worker.process._process import SpawnRequest, run_process
 
 
 def command(**fields: object) -> re_pb2.Command:
@@ -151,11 +151,13 @@ async def test_gigantic_argument_list_is_invalid_argument(tmp_path: Path) -> Non
     argv = ["/bin/true", *(["x" * 1000] * 5000)]  # ~5 MB, above the kernel's ARG_MAX
     with pytest.raises(InvalidArgument, match=r"Command\.arguments"):
         await run_process(
-            argv,
-            cwd=tmp_path,
-            env={"PATH": "/usr/bin:/bin"},
-            stdout_path=tmp_path / "out",
-            stderr_path=tmp_path / "err",
-            timeout=10,
-            kill_grace=1,
+            SpawnRequest(
+                argv,
+                cwd=tmp_path,
+                env={"PATH": "/usr/bin:/bin"},
+                stdout_path=tmp_path / "out",
+                stderr_path=tmp_path / "err",
+                timeout=10,
+                kill_grace=1,
+            )
         )

@@ -21,7 +21,7 @@ import trio
 
 from lre.worker import Containment, ContainmentUnavailable, choose_containment
 from lre.worker.containment._containment import ProcessGroupSweep
-from lre.worker.process._process import run_process
+from lre.worker.process._process import SpawnRequest, run_process
 
 _BACKENDS: dict[str, Containment] = {}
 
@@ -74,13 +74,15 @@ async def started(marker: str, count: int = 1) -> None:
 
 async def run(tmp_path: Path, containment: Containment, script: str, **kwargs: object) -> object:
     return await run_process(
-        ["/bin/sh", "-c", script],
-        cwd=tmp_path,
-        env={"PATH": "/usr/bin:/bin"},
-        stdout_path=tmp_path / "out",
-        stderr_path=tmp_path / "err",
-        containment=containment,
-        **{"timeout": 30.0, "kill_grace": 0.3, **kwargs},  # type: ignore[arg-type]
+        SpawnRequest(
+            ["/bin/sh", "-c", script],
+            cwd=tmp_path,
+            env={"PATH": "/usr/bin:/bin"},
+            stdout_path=tmp_path / "out",
+            stderr_path=tmp_path / "err",
+            containment=containment,
+            **{"timeout": 30.0, "kill_grace": 0.3, **kwargs},  # type: ignore[arg-type]
+        )
     )
 
 
@@ -187,16 +189,16 @@ LRE_STANDIN = """
 import sys, trio
 from pathlib import Path
 from lre.worker import choose_containment
-from lre.worker.process._process import run_process
+from lre.worker.process._process import SpawnRequest, run_process
 
 async def main():
     containment = choose_containment(sys.argv[1])
     async with trio.open_nursery() as nursery:
         await nursery.start(containment.watch)
-        await run_process(["/bin/sh", "-c", sys.argv[2]], cwd=Path(sys.argv[3]),
+        await run_process(SpawnRequest(["/bin/sh", "-c", sys.argv[2]], cwd=Path(sys.argv[3]),
             env={"PATH": "/usr/bin:/bin"}, stdout_path=Path(sys.argv[3]) / "o",
             stderr_path=Path(sys.argv[3]) / "e", timeout=300, kill_grace=1,
-            containment=containment)
+            containment=containment))
 trio.run(main)
 """
 

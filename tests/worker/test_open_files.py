@@ -70,7 +70,7 @@ import sys, trio
 from pathlib import Path
 from lre.worker import choose_containment
 from lre.worker.process import _process
-from lre.worker.process._process import run_process
+from lre.worker.process._process import SpawnRequest, run_process
 
 # The limit from the prlimit in the chain alone (the one lre sets on the
 # first process after the fork may win a race with the wrapper, or not).
@@ -78,13 +78,13 @@ _process.limit_open_files = lambda pid, limit: None
 
 async def main() -> None:
     work = Path(sys.argv[1])
-    outcome = await run_process(
+    outcome = await run_process(SpawnRequest(
         ["/usr/bin/python3", "-c", sys.argv[2]],
         cwd=work, env={"PATH": "/usr/bin:/bin"},
         stdout_path=work / "stdout", stderr_path=work / "stderr",
         timeout=60, kill_grace=0.5, containment=choose_containment("userns"),
         max_processes=4096, max_open_files=1000,
-    )
+    ))
     print(outcome.exit_code, (work / "stdout").read_text().strip())
 
 trio.run(main)

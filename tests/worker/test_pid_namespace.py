@@ -26,7 +26,7 @@ import pytest
 
 from lre.worker import Containment
 from lre.worker.containment._pid_namespace import _spare_descriptor
-from lre.worker.process._process import ProcessOutcome, run_process
+from lre.worker.process._process import ProcessOutcome, SpawnRequest, run_process
 
 from .test_containment import backend
 from .test_view_dev import _scratch_view
@@ -55,16 +55,18 @@ async def _run(
 ) -> ProcessOutcome:
     view = _scratch_view(tmp_path)
     return await run_process(
-        argv,
-        cwd=Path(view.root),
-        env={"PATH": "/usr/bin:/bin"},
-        stdout_path=tmp_path / "out",
-        stderr_path=tmp_path / "err",
-        timeout=60,
-        kill_grace=1,
-        containment=containment,
-        view=view,
-        **kwargs,  # type: ignore[arg-type]
+        SpawnRequest(
+            argv,
+            cwd=Path(view.root),
+            env={"PATH": "/usr/bin:/bin"},
+            stdout_path=tmp_path / "out",
+            stderr_path=tmp_path / "err",
+            timeout=60,
+            kill_grace=1,
+            containment=containment,
+            view=view,
+            **kwargs,  # type: ignore[arg-type]
+        )
     )
 
 

@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from lre.errors import InvalidArgument
-from lre.worker.process._process import run_process
+from lre.worker.process._process import SpawnRequest, run_process
 
 
 def group_members(pgid: int) -> list[psutil.Process]:
@@ -62,13 +62,15 @@ async def no_survivors(pids: list[int]) -> None:
 async def start(tmp_path: Path, script: str, **kwargs: object) -> tuple[object, list[int]]:
     leaders: list[int] = []
     outcome = await run_process(
-        ["/bin/sh", "-c", script],
-        cwd=tmp_path,
-        env={"PATH": "/usr/bin:/bin"},
-        stdout_path=tmp_path / "out",
-        stderr_path=tmp_path / "err",
-        on_started=leaders.append,
-        **{"timeout": 30.0, "kill_grace": 0.5, **kwargs},  # type: ignore[arg-type]
+        SpawnRequest(
+            ["/bin/sh", "-c", script],
+            cwd=tmp_path,
+            env={"PATH": "/usr/bin:/bin"},
+            stdout_path=tmp_path / "out",
+            stderr_path=tmp_path / "err",
+            on_started=leaders.append,
+            **{"timeout": 30.0, "kill_grace": 0.5, **kwargs},  # type: ignore[arg-type]
+        )
     )
     return outcome, leaders
 
@@ -124,14 +126,16 @@ async def test_cancel_mid_run_kills_and_reaps(tmp_path: Path) -> None:
     token = unique_sleep()
     with trio.move_on_after(0.5) as scope:
         await run_process(
-            ["/bin/sh", "-c", f"sleep {token} & sleep 300"],
-            cwd=tmp_path,
-            env={},
-            stdout_path=tmp_path / "out",
-            stderr_path=tmp_path / "err",
-            timeout=30,
-            kill_grace=0.5,
-            on_started=leaders.append,
+            SpawnRequest(
+                ["/bin/sh", "-c", f"sleep {token} & sleep 300"],
+                cwd=tmp_path,
+                env={},
+                stdout_path=tmp_path / "out",
+                stderr_path=tmp_path / "err",
+                timeout=30,
+                kill_grace=0.5,
+                on_started=leaders.append,
+            )
         )
     assert scope.cancelled_caught
     (leader,) = leaders
@@ -146,13 +150,13 @@ async def test_leader_dies_when_lre_is_killed(tmp_path: Path) -> None:
 import sys, trio
 from pathlib import Path
 from lre.errors import InvalidArgument
-from lre.worker.process._process import run_process
+from lre.worker.process._process import SpawnRequest, run_process
 async def main():
     def started(pid):
         print(pid, flush=True)
-    await run_process(["sleep", "300"], cwd=Path({str(tmp_path)!r}), env={{}},
+    await run_process(SpawnRequest(["sleep", "300"], cwd=Path({str(tmp_path)!r}), env={{}},
         stdout_path=Path({str(tmp_path / "o")!r}), stderr_path=Path({str(tmp_path / "e")!r}),
-        timeout=300, kill_grace=1, on_started=started)
+        timeout=300, kill_grace=1, on_started=started))
 trio.run(main)
 """
     parent = await trio.lowlevel.open_process([sys.executable, "-c", code], stdout=subprocess.PIPE)
@@ -212,23 +216,27 @@ async def test_start_failure_in_spawner_is_raised_to_the_caller(tmp_path: Path) 
     script.write_text("#!/bin/sh\n")
     with pytest.raises(InvalidArgument, match="not-executable"):
         await run_process(
-            [str(script)],
-            cwd=tmp_path,
-            env={},
-            stdout_path=tmp_path / "out",
-            stderr_path=tmp_path / "err",
-            timeout=10,
-            kill_grace=1,
+            SpawnRequest(
+                [str(script)],
+                cwd=tmp_path,
+                env={},
+                stdout_path=tmp_path / "out",
+                stderr_path=tmp_path / "err",
+                timeout=10,
+                kill_grace=1,
+            )
         )
     with pytest.raises(FileNotFoundError):  # the log's directory is missing
         await run_process(
-            ["/bin/true"],
-            cwd=tmp_path,
-            env={},
-            stdout_path=tmp_path / "gone" / "out",
-            stderr_path=tmp_path / "err",
-            timeout=10,
-            kill_grace=1,
+            SpawnRequest(
+                ["/bin/true"],
+                cwd=tmp_path,
+                env={},
+                stdout_path=tmp_path / "gone" / "out",
+                stderr_path=tmp_path / "err",
+                timeout=10,
+                kill_grace=1,
+            )
         )
 
 
@@ -236,13 +244,15 @@ async def test_environment_is_exactly_the_commands(tmp_path: Path) -> None:
     # Nothing between lre and the command may add to the environment.
     for env in ({"A": "1"}, {"A": "1", "PWD": "/somewhere/else"}):
         outcome = await run_process(
-            ["/usr/bin/env"],
-            cwd=tmp_path,
-            env=env,
-            stdout_path=tmp_path / "out",
-            stderr_path=tmp_path / "err",
-            timeout=10,
-            kill_grace=1,
+            SpawnRequest(
+                ["/usr/bin/env"],
+                cwd=tmp_path,
+                env=env,
+                stdout_path=tmp_path / "out",
+                stderr_path=tmp_path / "err",
+                timeout=10,
+                kill_grace=1,
+            )
         )
         assert outcome.exit_code == 0
         lines = (tmp_path / "out").read_text().splitlines()

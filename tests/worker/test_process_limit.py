@@ -97,17 +97,17 @@ _RUN_AS_NOBODY = """
 import sys, trio
 from pathlib import Path
 from lre.worker import choose_containment
-from lre.worker.process._process import run_process
+from lre.worker.process._process import SpawnRequest, run_process
 
 async def main() -> None:
     work = Path(sys.argv[1])
-    outcome = await run_process(
+    outcome = await run_process(SpawnRequest(
         ["/usr/bin/python3", "-c", sys.argv[2], "300"],
         cwd=work, env={"PATH": "/usr/bin:/bin"},
         stdout_path=work / "stdout", stderr_path=work / "stderr",
         timeout=60, kill_grace=0.5, containment=choose_containment("userns"),
         max_processes=int(sys.argv[3]),
-    )
+    ))
     print(outcome.exit_code, (work / "stdout").read_text().strip())
 
 trio.run(main)

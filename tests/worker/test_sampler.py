@@ -225,7 +225,7 @@ async def test_setsid_processes_in_the_actions_namespace_are_sampled(
     # when the action has a PID namespace of its own.
     from pathlib import Path
 
-    from lre.worker.process._process import run_process
+    from lre.worker.process._process import SpawnRequest, run_process
 
     from .test_containment import backend
 
@@ -245,15 +245,17 @@ async def test_setsid_processes_in_the_actions_namespace_are_sampled(
     async with trio.open_nursery() as nursery:
         await nursery.start(sampler.run)
         await run_process(
-            ["/bin/sh", "-c", script],
-            cwd=work,
-            env={"PATH": "/usr/bin:/bin"},
-            stdout_path=work / "o",
-            stderr_path=work / "e",
-            timeout=30,
-            kill_grace=0.5,
-            on_started=started,
-            containment=containment,
+            SpawnRequest(
+                ["/bin/sh", "-c", script],
+                cwd=work,
+                env={"PATH": "/usr/bin:/bin"},
+                stdout_path=work / "o",
+                stderr_path=work / "e",
+                timeout=30,
+                kill_grace=0.5,
+                on_started=started,
+                containment=containment,
+            )
         )
         snapshot = sampler.unregister("a")
         assert snapshot is not None

@@ -19,7 +19,7 @@ import pytest
 
 from lre.worker import Containment
 from lre.worker.containment._syscalls import call
-from lre.worker.process._process import run_process
+from lre.worker.process._process import SpawnRequest, run_process
 from lre.worker.view import _view_dev
 from lre.worker.view._view import ActionView, build_view
 from lre.worker.view._view_dev import DEVICES, LINKS, NAMES, DevTree
@@ -141,15 +141,17 @@ async def test_an_actions_dev_holds_only_what_builds_need(
     a device node it made open."""
     view = dataclasses.replace(_scratch_view(tmp_path), xattrs=viewing.overlay_xattrs)
     outcome = await run_process(
-        ["python3", "-c", _INSPECT],
-        cwd=Path(view.root),
-        env={"PATH": "/usr/bin:/bin", "TMPDIR": view.tmp},
-        stdout_path=tmp_path / "out",
-        stderr_path=tmp_path / "err",
-        timeout=60,
-        kill_grace=1,
-        containment=viewing,
-        view=view,
+        SpawnRequest(
+            ["python3", "-c", _INSPECT],
+            cwd=Path(view.root),
+            env={"PATH": "/usr/bin:/bin", "TMPDIR": view.tmp},
+            stdout_path=tmp_path / "out",
+            stderr_path=tmp_path / "err",
+            timeout=60,
+            kill_grace=1,
+            containment=viewing,
+            view=view,
+        )
     )
     assert outcome.exit_code == 0, (tmp_path / "err").read_text()
     report = json.loads((tmp_path / "out").read_text())

@@ -29,7 +29,7 @@ from lre.worker._cas_handle import CasHandle
 from lre.worker.containment._syscalls import call
 from lre.worker.directories._action_dirs import ActionDirectory
 from lre.worker.directories._workdir import WorkDirectory
-from lre.worker.process._process import run_process
+from lre.worker.process._process import SpawnRequest, run_process
 from lre.worker.view._view import ActionView
 from tests._support.lre_as import python_for, scratch_for
 
@@ -119,7 +119,7 @@ async def test_pidns_holds_the_view_only_when_asked_and_it_is_the_actions(
         "view": view,
     }
     before = _foreign_namespaces()
-    outcome = await run_process(["/bin/sh", "-c", "echo w > written"], **common)  # type: ignore[arg-type]
+    outcome = await run_process(SpawnRequest(["/bin/sh", "-c", "echo w > written"], **common))  # type: ignore[arg-type]
     assert outcome.exit_code == 0
     assert _foreign_namespaces() == before, "a view was held that nobody asked for"
 
@@ -127,9 +127,11 @@ async def test_pidns_holds_the_view_only_when_asked_and_it_is_the_actions(
     (directory.upper / "written").unlink()
     _remove_work(directory)  # what recycling would do
     outcome = await run_process(
-        ["/bin/sh", "-c", "echo w > written"],
-        **common,  # type: ignore[arg-type]
-        on_view_held=held.append,
+        SpawnRequest(
+            ["/bin/sh", "-c", "echo w > written"],
+            **common,  # type: ignore[arg-type]
+            on_view_held=held.append,
+        )
     )
     assert outcome.exit_code == 0
     assert len(held) == 1

@@ -7,7 +7,12 @@ shared through a jobserver (``_jobserver``, ``_action_jobservers``).
 from lre.worker.process._action_jobservers import ActionJobservers
 from lre.worker.process._command import PreparedCommand, prepare_command
 from lre.worker.process._jobserver import JobserverPool
-from lre.worker.process._process import ProcessOutcome, default_containment, run_process
+from lre.worker.process._process import (
+    ProcessOutcome,
+    SpawnRequest,
+    default_containment,
+    run_process,
+)
 from lre.worker.process._process_limit import limit_error, process_limits
 
 __all__ = [
@@ -15,6 +20,7 @@ __all__ = [
     "JobserverPool",
     "PreparedCommand",
     "ProcessOutcome",
+    "SpawnRequest",
     "default_containment",
     "limit_error",
     "prepare_command",

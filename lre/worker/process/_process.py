@@ -268,29 +268,40 @@ def _spawner_for(nice: int) -> _Spawner:
     return spawner
 
 
-async def run_process(
-    argv: Sequence[str],
-    *,
-    cwd: Path,
-    env: Mapping[str, str],
-    stdout_path: Path,
-    stderr_path: Path,
-    timeout: float,
-    kill_grace: float,
-    pass_fds: Sequence[int] = (),
-    on_started: Callable[[int], None] | None = None,
-    nice: int = 0,
-    containment: Containment | None = None,
-    block_network: bool = False,
-    view: ActionView | None = None,
-    max_processes: int = 0,
-    max_open_files: int = 0,
-    paused_seconds: Callable[[], float] | None = None,
-    end_frozen: Callable[[], bool] | None = None,
-    identity: ActionIdentity | None = None,
-    on_view_held: Callable[[int], None] | None = None,
-) -> ProcessOutcome:
-    """Run ``argv`` to completion, timeout or cancellation.
+@dataclass(frozen=True, slots=True)
+class SpawnRequest:
+    """One action's process as ``run_process`` starts and watches it.
+
+    ``argv`` runs in ``cwd`` with exactly ``env``, stdin from /dev/null and
+    its output in new files at ``stdout_path`` and ``stderr_path``; it is
+    ended after ``timeout`` seconds (SIGTERM, then SIGKILL ``kill_grace``
+    seconds later). ``pass_fds`` stay open in it (a jobserver's pipe).
+    The other fields and the four hooks are described at ``run_process``.
+    """
+
+    argv: Sequence[str]
+    cwd: Path
+    env: Mapping[str, str]
+    stdout_path: Path
+    stderr_path: Path
+    timeout: float
+    kill_grace: float
+    pass_fds: Sequence[int] = ()
+    nice: int = 0
+    containment: Containment | None = None
+    block_network: bool = False
+    view: ActionView | None = None
+    max_processes: int = 0
+    max_open_files: int = 0
+    identity: ActionIdentity | None = None
+    on_started: Callable[[int], None] | None = None
+    paused_seconds: Callable[[], float] | None = None
+    end_frozen: Callable[[], bool] | None = None
+    on_view_held: Callable[[int], None] | None = None
+
+
+async def run_process(request: SpawnRequest) -> ProcessOutcome:
+    """Run ``request.argv`` to completion, timeout or cancellation.
 
     ``on_view_held(fd)`` (optional, with a ``view``) is handed, once the
     action ended (however: cancellation included), a descriptor of the mount
@@ -331,8 +342,10 @@ async def run_process(
     arguments and environment exceed the kernel's limit (E2BIG), or when the
     program cannot be executed (not found, not executable), naming argv[0].
     """
-    contained = containment if containment is not None else default_containment()
-    if block_network and not contained.can_block_network:
+    argv, cwd, env, identity = request.argv, request.cwd, request.env, request.identity
+    view, pass_fds = request.view, request.pass_fds
+    contained = request.containment if request.containment is not None else default_containment()
+    if request.block_network and not contained.can_block_network:
         raise InvalidArgument(
             "Platform property block-network: this lre runs actions with containment "
             f"{contained.name!r}, which cannot take an action's network away"
@@ -342,12 +355,12 @@ async def run_process(
             f"this lre runs actions with containment {contained.name!r}, which cannot "
             "give an action a view of its own"
         )
-    if not 0 <= nice <= 19:
-        raise ValueError(f"nice: {nice} is not in 0..19")
+    if not 0 <= request.nice <= 19:
+        raise ValueError(f"nice: {request.nice} is not in 0..19")
     #: where pid 1 reports the command tree's peak (``_tree_peak``)
     report = _open_peak_report(contained)
     limits = process_limits()
-    open_files = action_open_files(max_open_files)
+    open_files = action_open_files(request.max_open_files)
     command = limits.command(
         contained.name,
         contained.command(
@@ -357,14 +370,14 @@ async def run_process(
             keep_fds=tuple(pass_fds),
             peak_report=report,
         ),
-        max_processes,
+        request.max_processes,
         open_files,
     )
     options = SpawnOptions(
-        block_network=block_network,
+        block_network=request.block_network,
         view=view,
         cwd=str(cwd),
-        hold_view=view is not None and on_view_held is not None,
+        hold_view=view is not None and request.on_view_held is not None,
         drop_root_privileges=identity is None,
     )
     environment = dict(env)
@@ -376,9 +389,9 @@ async def run_process(
     def start() -> tuple[subprocess.Popen[bytes], int, tuple[int, ...]]:
         # Runs in a spawner thread (see the module docstring).
         _resolve_program(argv[0], cwd, env)  # a clear error instead of exit 127
-        stdout_fd = _open_log(stdout_path)
+        stdout_fd = _open_log(request.stdout_path)
         try:
-            stderr_fd = _open_log(stderr_path)
+            stderr_fd = _open_log(request.stderr_path)
             try:
                 for fd in (stdout_fd, stderr_fd):
                     info = os.fstat(fd)
@@ -391,7 +404,7 @@ async def run_process(
                     # The cgroup first: once the view is built, the spawner
                     # thread's own /sys is read-only.
                     with (
-                        limits.around_fork(max_processes),
+                        limits.around_fork(request.max_processes),
                         contained.spawn_context(options) as prefix,
                     ):
                         own = own_image()
@@ -446,22 +459,9 @@ async def run_process(
         return popen, pidfd, oom_before
 
     try:
-        popen, pidfd, oom_before = await _spawner_for(nice).spawn(start, contained)
-        started_at = trio.current_time()
-        outcome = await _supervise(
-            contained,
-            popen,
-            pidfd,
-            started_at,
-            timeout,
-            kill_grace,
-            oom_before,
-            on_started,
-            (log_files[0], log_files[1]),
-            paused_seconds,
-            end_frozen,
-            on_view_held,
-        )
+        popen, pidfd, oom_before = await _spawner_for(request.nice).spawn(start, contained)
+        logs = (log_files[0], log_files[1])
+        outcome = await _supervise(request, contained, popen, pidfd, oom_before, logs)
         # pid 1 was reaped: it wrote its report, if it ever will
         tree_peak = read_report(report) if report is not None else 0
     finally:
@@ -505,20 +505,19 @@ def _open_log(path: Path) -> int:
 
 
 async def _supervise(
+    request: SpawnRequest,
     containment: Containment,
     popen: subprocess.Popen[bytes],
     pidfd: int,
-    started_at: float,
-    timeout: float,
-    kill_grace: float,
     oom_before: tuple[int, ...],
-    on_started: Callable[[int], None] | None,
     log_files: tuple[tuple[int, int], tuple[int, int]],
-    paused_seconds: Callable[[], float] | None = None,
-    end_frozen: Callable[[], bool] | None = None,
-    on_view_held: Callable[[int], None] | None = None,
 ) -> ProcessOutcome:
-    pid = popen.pid
+    """Wait for the started leader ``popen`` (``pidfd``: its pidfd) to end,
+    its timeout or cancellation (then ``_terminate``), end the action through
+    ``containment`` and reap the leader; cancellation propagates after that."""
+    started_at = trio.current_time()
+    pid, paused_seconds, end_frozen = popen.pid, request.paused_seconds, request.end_frozen
+    timeout, kill_grace, on_started = request.timeout, request.kill_grace, request.on_started
     timed_out = False
     we_killed = False
     status = 0
@@ -556,8 +555,8 @@ async def _supervise(
         ended_alone = containment.end(pid, killed=we_killed)
         held = containment.held_view(pid)
         if held is not None:
-            if on_view_held is not None:
-                on_view_held(held)
+            if request.on_view_held is not None:
+                request.on_view_held(held)
             else:  # not asked for (no backend holds one unasked)
                 os.close(held)
         _, status, rusage = _reap(pid, pidfd)
