@@ -88,6 +88,8 @@ from lre.worker.outputs import (
     ActionLimits,
     FoundFile,
     FoundOutputs,
+    OutputPolicy,
+    OutputRequest,
     collect_outputs,
     open_own_log,
     unshared_adopter,
@@ -108,7 +110,7 @@ from lre.worker.process import (
 from lre.worker.usage import ActionUsage, ProcessTreeSampler
 from lre.worker.view import WritableRefused
 
-__all__ = ["ActionResultWriter", "ActionRunner"]
+__all__ = ["ActionResultWriter", "ActionRunner", "RunnerContext"]
 
 log = logging.getLogger(__name__)
 
@@ -136,85 +138,96 @@ class _Executed:
     samples: int
 
 
-class ActionRunner:
-    """Runs leased actions for one worker.
+_NO_CEILING = MemoryCeiling(0, False, 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerContext:
+    """What a worker hands its ``ActionRunner``: the parts it shares with it.
 
     ``cas`` is the store inputs are read from and outputs written to, with
     what a filesystem store adds (``CasHandle``: hardlinked inputs, adopted
-    outputs, altered inputs discarded; ``tainted_inputs`` counts those, see
-    ``_input_guard``). ``action_cache`` receives results per the worker's
-    policy. ``max_inflight``: the worker's actions at once (0 = unlimited;
-    ``LocalWorker`` passes its own), which sizes the stock of ready action
-    directories.
+    outputs, altered inputs discarded). ``action_cache`` receives results per
+    the worker's policy. ``max_inflight``: the worker's actions at once (0 =
+    unlimited), which sizes the stock of ready action directories. A field
+    left None is the runner's own default (see ``ActionRunner``).
     """
 
-    def __init__(
-        self,
-        spec: LocalWorkerSpec,
-        workdir: WorkDirectory,
-        cas: CasHandle,
-        *,
-        max_inflight: int = 1,
-        action_cache: ActionResultWriter | None = None,
-        sampler: ProcessTreeSampler | None = None,
-        containment: Containment | None = None,
-        journal: InputJournal | None = None,
-        directories: DirectoryReader | None = None,
-        limits: ActionLimits | None = None,
-        hidden_paths: tuple[str, ...] = (),
-        memory: MemoryControl | None = None,
-        ceiling_bytes: int = 0,
-        ceiling: MemoryCeiling | None = None,
-        identity: ActionIdentity | None = None,
-        tmpfs_bytes: int = 0,
-    ) -> None:
+    spec: LocalWorkerSpec
+    workdir: WorkDirectory
+    cas: CasHandle
+    max_inflight: int = 1
+    action_cache: ActionResultWriter | None = None
+    sampler: ProcessTreeSampler | None = None
+    containment: Containment | None = None
+    #: Records linked inputs of running actions for crash recovery.
+    journal: InputJournal | None = None
+    #: Input Directory messages, each read and validated once (shared with
+    #: the scheduler by the composition root; None: the runner's own).
+    directories: DirectoryReader | None = None
+    limits: ActionLimits | None = None
+    #: lre's directories hidden from every action's view.
+    hidden_paths: tuple[str, ...] = ()
+    #: Freezes, thaws and kills actions when memory is short (None: never).
+    memory: MemoryControl | None = None
+    #: RSS above which an action is killed and fails at any time, and how
+    #: that was worked out (told to an action killed for good).
+    ceiling: MemoryCeiling = _NO_CEILING
+    #: The user actions run as (None: lre's own; ``_identity.py``).
+    identity: ActionIdentity | None = None
+    #: The size of each view's /tmp and /dev/shm together (0: the view's
+    #: default, ``_view.TMPFS_OPTIONS``).
+    tmpfs_bytes: int = 0
+
+
+class ActionRunner:
+    """Runs leased actions for one worker, with the parts of ``context``
+    (``tainted_inputs`` counts the linked inputs found altered, see
+    ``_input_guard``)."""
+
+    def __init__(self, context: RunnerContext) -> None:
+        spec, workdir, cas, identity = context.spec, context.workdir, context.cas, context.identity
+        limits, containment = context.limits, context.containment
         self.spec = spec
-        #: The user actions run as (None: lre's own; ``_identity.py``).
         self.identity = identity
         owner = identity.owner if identity is not None else None
-        #: Freezes, thaws and kills actions when memory is short (None: never).
-        self.memory = memory
-        #: RSS above which an action is killed and fails at any time (0 = none).
-        self.ceiling_bytes = ceiling_bytes
-        #: How that ceiling was worked out (told to an action killed for good).
-        self.ceiling = ceiling if ceiling is not None else MemoryCeiling(ceiling_bytes, False, 1.0)
+        self.memory = context.memory
+        self.ceiling = context.ceiling
         #: Bounds on each action's trees and outputs; input subtrees measured.
         self.limits = limits if limits is not None else ActionLimits.of(spec.limits, None)
         self._extents: dict[tuple[str, int], TreeExtent] = {}
         self.containment = containment if containment is not None else default_containment()
         #: Each action's view (None: it sees the host as lre does).
-        #: (``tmpfs_bytes``: the size of each view's /tmp and /dev/shm
-        #: together; 0: the view's default, ``_view.TMPFS_OPTIONS``.)
         self.view_policy = ViewPolicy.for_worker(
             spec,
             self.containment,
             workdir,
             cas.store,
-            hidden_paths,
+            context.hidden_paths,
             owner=owner,
-            tmpfs_bytes=tmpfs_bytes,
+            tmpfs_bytes=context.tmpfs_bytes,
         )
         #: lre's files shown as the action user's in its views (None: not so).
         self.input_idmap = (
             idmap_views(self.view_policy, spec.name, workdir.path) if self.view_policy else None
         )
-        #: Records linked inputs of running actions for crash recovery.
-        self.journal = journal
+        self.journal = context.journal
         self.workdir = workdir
         self.cas = cas
-        self.action_cache = action_cache
+        self.action_cache = context.action_cache
         #: moves an output into the CAS only when no other process holds it
         self.adopt = unshared_adopter(cas.adopt, cas.store) if cas.adopt is not None else None
         #: Linked inputs found altered by their action (and discarded).
         self.tainted_inputs = 0
         self.allow_escaping_symlinks = spec.symlink_policy == "allow"
-        self.sampler = sampler
+        uid = identity.uid if identity is not None else None
+        self.output_policy = OutputPolicy(self.limits, self.allow_escaping_symlinks, uid)
+        self.sampler = context.sampler
         self.directories = ActionDirectories(
-            workdir, stock=min(128, 2 * max_inflight or 64), owner=owner
+            workdir, stock=min(128, 2 * context.max_inflight or 64), owner=owner
         )
-        #: Input Directory messages, each read and validated once (shared
-        #: with the scheduler by the composition root).
-        self._tree_reader = directories if directories is not None else DirectoryReader(cas.store)
+        tree_reader = context.directories
+        self._tree_reader = tree_reader if tree_reader is not None else DirectoryReader(cas.store)
         #: The jobserver pools of running actions.
         self.jobservers = ActionJobservers(spec, workdir.path, owner=owner)
         #: lease id -> its attempt running now
@@ -445,22 +458,10 @@ class ActionRunner:
         ends with RESOURCE_EXHAUSTED), logged."""
         lease, action_dir, timeline = attempt.lease, attempt.action_dir, attempt.timeline
         text = doomed_explanation(lease, killed, self.ceiling)
-        view = staged.view
         try:
             _append_to_log(action_dir.stderr, executed.process.log_files[1], text)
             timeline.mark("output_upload_start")
-            found, logs = await collect_outputs(
-                self.workdir,
-                action_dir.root if view is None else action_dir.upper,
-                None if view is None else action_dir.root,
-                "trusted" if view is None else view.xattrs,
-                [],
-                (action_dir.stdout, action_dir.stderr),
-                executed.process.log_files,
-                allow_escaping_symlinks=self.allow_escaping_symlinks,
-                limits=self.limits,
-                owner=self.identity.uid if self.identity is not None else None,
-            )
+            found, logs = await self._read_outputs(attempt, staged.view, [], executed.process)
             await upload_outputs(self.cas.store, logs, found.blobs, adopt=None)
         except (LreError, OSError) as error:
             log.warning(
@@ -513,31 +514,39 @@ class ActionRunner:
         the store refuse and ``OSError`` when the filesystem fails.
         """
         view, lease, action_dir = staged.view, attempt.lease, attempt.action_dir
-        root = action_dir.root
         if self.view_policy is not None and self.view_policy.keeps(lease.platform, process):
             # Never recycled (so never released); the next start removes it.
             attempt.reusable, attempt.kept = False, True
             self.view_policy.log_kept(self.spec.name, lease.operation_name, action_dir, process)
         attempt.timeline.mark("output_upload_start")
-        # In a view, what the action wrote is in the overlay's upper layer,
-        # over the staged tree: outputs are read from both, merged.
-        found, logs = await collect_outputs(
-            self.workdir,
-            root if view is None else action_dir.upper,
-            None if view is None else root,
-            "trusted" if view is None else view.xattrs,
-            staged.prepared.outputs,
-            (action_dir.stdout, action_dir.stderr),
-            process.log_files,
-            allow_escaping_symlinks=self.allow_escaping_symlinks,
-            limits=self.limits,
-            owner=self.identity.uid if self.identity is not None else None,
-        )
+        found, logs = await self._read_outputs(attempt, view, staged.prepared.outputs, process)
         all_files = [f for _, f in found.files] + found.tree_files + logs
         adopt = self.adopt if process.ended_alone else None
         await upload_outputs(self.cas.store, all_files, found.blobs, adopt=adopt)
         attempt.timeline.mark("output_upload_completed")
         return found, logs
+
+    async def _read_outputs(
+        self,
+        attempt: Attempt,
+        view: ViewOf | None,
+        outputs: list[OutputRequest],
+        process: ProcessOutcome,
+    ) -> tuple[FoundOutputs, list[FoundFile]]:
+        """``collect_outputs`` of the attempt's directory: in a view, what the
+        action wrote is in the overlay's upper layer, over the staged tree;
+        outputs are read from both, merged."""
+        directory = attempt.action_dir
+        return await collect_outputs(
+            self.workdir,
+            directory.root if view is None else directory.upper,
+            None if view is None else directory.root,
+            "trusted" if view is None else view.xattrs,
+            outputs,
+            (directory.stdout, directory.stderr),
+            process.log_files,
+            self.output_policy,
+        )
 
     async def _record(
         self, attempt: Attempt, found: FoundOutputs, logs: list[FoundFile], executed: _Executed
@@ -623,7 +632,7 @@ class ActionRunner:
                 self.sampler.register(
                     lease_id,
                     pid,
-                    kill_line_bytes=self.ceiling_bytes,
+                    kill_line_bytes=self.ceiling.ceiling_bytes,
                     private_tmpfs=staged.view is not None,
                     helpers=self.containment.helper_processes,
                 )

@@ -46,7 +46,7 @@ from lre.scheduler import (
     WorkerScheduler,
 )
 from lre.snapshot import MemoryControlRow
-from lre.worker._action import ActionResultWriter, ActionRunner
+from lre.worker._action import ActionResultWriter, ActionRunner, RunnerContext
 from lre.worker._cas_handle import CasHandle, Discarder
 from lre.worker._precondition import precondition_allows
 from lre.worker._properties import resolve_properties
@@ -54,6 +54,7 @@ from lre.worker.containment import ActionIdentity, Containment, choose_containme
 from lre.worker.directories import WorkDirectory
 from lre.worker.inputs import InputJournal, LinkNow, LinkSource, recover_linked_inputs
 from lre.worker.memory import (
+    ControlPace,
     GovernorLimits,
     MemoryCeiling,
     MemoryControl,
@@ -145,12 +146,10 @@ class LocalWorker:
             containment if containment is not None else choose_containment(spec.containment)
         )
         self.scheduler = scheduler
-        self.store = store
+        self.cas = CasHandle.of(
+            store, link_source=link_source, link_now=link_now, adopt=adopt, discard=discard
+        )
         self.action_cache = action_cache
-        self.link_source = link_source
-        self.link_now = link_now
-        self.adopt = adopt
-        self.discard = discard
         self.sampler = ProcessTreeSampler(
             float(spec.resources.sample_interval), on_over_limit=self._over_limit
         )
@@ -160,15 +159,13 @@ class LocalWorker:
         #: whole worker's budget, else the last ladder entry) x kill_factor.
         top = resources.memory_budget_bytes or (int(res.ladder[-1]) if res.ladder else 0)
         self.ceiling = MemoryCeiling(top, bool(resources.memory_budget_bytes), res.kill_factor)
-        self.ceiling_bytes = self.ceiling.ceiling_bytes
         self.memory = MemoryControl(
-            MemoryGovernor(governor_limits(spec, resources, self.ceiling_bytes)),
+            MemoryGovernor(governor_limits(spec, resources, self.ceiling.ceiling_bytes)),
             self.pressure,
             self.sampler,
             self.containment,
             kill=self._memory_kill,
-            normal_interval=float(res.sample_interval),
-            pressure_interval=float(res.pressure_sample_interval),
+            pace=ControlPace(float(res.sample_interval), float(res.pressure_sample_interval)),
             freezer=cgroup_freezer(),
             worker=spec.name,
         )
@@ -227,34 +224,29 @@ class LocalWorker:
         self.workdir = workdir
         journal: InputJournal | None = None
         try:
-            if self.link_source is not None:
+            if self.cas.link_source is not None:
                 # Before this worker takes work, so before lre serves anything.
-                await recover_linked_inputs(workdir.journal_path, self.discard)
+                await recover_linked_inputs(workdir.journal_path, self.cas.discard)
                 journal = InputJournal(workdir.journal_path)
             self.info = await self.describe()
             self.runner = ActionRunner(
-                self.spec,
-                workdir,
-                CasHandle.of(
-                    self.store,
-                    link_source=self.link_source,
-                    link_now=self.link_now,
-                    adopt=self.adopt,
-                    discard=self.discard,
-                ),
-                max_inflight=self.resources.max_inflight_tasks,
-                action_cache=self.action_cache,
-                sampler=self.sampler,
-                containment=self.containment,
-                journal=journal,
-                directories=self.directories,
-                limits=self.limits,
-                hidden_paths=self.hidden_paths,
-                memory=self.memory,
-                ceiling_bytes=self.ceiling_bytes,
-                ceiling=self.ceiling,
-                identity=self.identity,
-                tmpfs_bytes=self.resources.sandbox_tmpfs_bytes,
+                RunnerContext(
+                    self.spec,
+                    workdir,
+                    self.cas,
+                    max_inflight=self.resources.max_inflight_tasks,
+                    action_cache=self.action_cache,
+                    sampler=self.sampler,
+                    containment=self.containment,
+                    journal=journal,
+                    directories=self.directories,
+                    limits=self.limits,
+                    hidden_paths=self.hidden_paths,
+                    memory=self.memory,
+                    ceiling=self.ceiling,
+                    identity=self.identity,
+                    tmpfs_bytes=self.resources.sandbox_tmpfs_bytes,
+                )
             )
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.sampler.run)

@@ -14,7 +14,7 @@ from lre.digest import EMPTY_DIGEST, Digest
 from lre.errors import DeadlineExceeded, InvalidArgument, MissingBlobs
 from lre.proto import lre_pb2, re_pb2
 from lre.scheduler import Completed
-from lre.worker._action import ActionRunner
+from lre.worker._action import ActionRunner, RunnerContext
 from lre.worker._cas_handle import CasHandle
 from lre.worker.directories._workdir import WorkDirectory
 from tests._support.actions import File, Link
@@ -154,7 +154,7 @@ async def test_environment_is_exactly_the_commands(tmp_path: Path, store: Memory
         },
     )
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(spec, workdir, CasHandle.of(store))
+        runner = ActionRunner(RunnerContext(spec, workdir, CasHandle.of(store)))
         lease = await make_lease(
             store,
             ["/usr/bin/env", "-0"],
@@ -189,7 +189,7 @@ async def test_a_pwd_the_command_gives_reaches_it_unchanged(
 
     spec = make_spec(tmp_path, jobserver=JobserverSpec(enabled=False))
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(spec, workdir, CasHandle.of(store))
+        runner = ActionRunner(RunnerContext(spec, workdir, CasHandle.of(store)))
         lease = await make_lease(store, ["/usr/bin/env", "-0"], env={"PWD": "/not/the/cwd"})
         outcome = await runner.run(lease)
     assert isinstance(outcome, Completed)
@@ -205,7 +205,7 @@ async def test_private_tmp_off_leaves_the_environment_alone(
 
     spec = make_spec(tmp_path, jobserver=JobserverSpec(enabled=False), private_tmp=False)
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(spec, workdir, CasHandle.of(store))
+        runner = ActionRunner(RunnerContext(spec, workdir, CasHandle.of(store)))
         lease = await make_lease(store, ["/usr/bin/env", "-0"], env={"A": "1"})
         outcome = await runner.run(lease)
     assert isinstance(outcome, Completed)
@@ -357,7 +357,7 @@ async def test_empty_input_root_needs_no_blob(tmp_path: Path) -> None:
     store = MemoryStore(1 << 20)  # holds no Directory at all
     spec = make_spec(tmp_path)
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(spec, workdir, CasHandle.of(store))
+        runner = ActionRunner(RunnerContext(spec, workdir, CasHandle.of(store)))
         lease = await make_lease(
             store,
             ["/bin/sh", "-c", "mkdir -p a/b && echo hi > a/b/c && ls -A"],
@@ -438,7 +438,7 @@ async def test_fifo_style_reaches_the_action_through_the_runner(
     descriptor pair; a one-CPU action gets a fifo too."""
     spec = make_spec(tmp_path, jobserver=JobserverSpec(style="fifo"))
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(spec, workdir, CasHandle.of(store))
+        runner = ActionRunner(RunnerContext(spec, workdir, CasHandle.of(store)))
         lease = await make_lease(store, ["/bin/sh", "-c", FIFO_CLIENT], millicpus=3000)
         outcome = await runner.run(lease)
         assert isinstance(outcome, Completed), outcome
@@ -469,7 +469,7 @@ async def test_jobserver_disabled_keeps_commands_makeflags(
 
     spec = make_spec(tmp_path, jobserver=JobserverSpec(enabled=False))
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(spec, workdir, CasHandle.of(store))
+        runner = ActionRunner(RunnerContext(spec, workdir, CasHandle.of(store)))
         lease = await make_lease(
             store,
             ["/bin/sh", "-c", MAKEFLAGS_PROBE],

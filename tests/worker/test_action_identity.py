@@ -18,7 +18,7 @@ from lre.config import JobserverSpec
 from lre.digest import Digest
 from lre.scheduler import Completed
 from lre.worker import resolve_action_user
-from lre.worker._action import ActionRunner
+from lre.worker._action import ActionRunner, RunnerContext
 from lre.worker._cas_handle import CasHandle
 from lre.worker._view_policy import ViewPolicy
 from lre.worker.containment._identity import ActionIdentity
@@ -56,7 +56,9 @@ async def test_an_action_holds_no_privilege(
     script = f"grep -E '^({keys}):' /proc/self/status"
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
         runner = ActionRunner(
-            spec, workdir, CasHandle.of(store), containment=backend("pidns"), identity=nobody
+            RunnerContext(
+                spec, workdir, CasHandle.of(store), containment=backend("pidns"), identity=nobody
+            )
         )
         out = await _stdout(
             store, await runner.run(await make_lease(store, ["/bin/sh", "-c", script]))
@@ -86,7 +88,9 @@ async def test_it_writes_its_outputs_tmp_and_fifo_but_not_its_inputs(
     )
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
         runner = ActionRunner(
-            spec, workdir, CasHandle.of(store), containment=backend("pidns"), identity=nobody
+            RunnerContext(
+                spec, workdir, CasHandle.of(store), containment=backend("pidns"), identity=nobody
+            )
         )
         lease = await make_lease(
             store,
@@ -110,7 +114,9 @@ async def test_its_directories_are_recycled(
     spec = make_spec(tmp_path, max_inflight_tasks=1)
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
         runner = ActionRunner(
-            spec, workdir, CasHandle.of(store), containment=backend("pidns"), identity=nobody
+            RunnerContext(
+                spec, workdir, CasHandle.of(store), containment=backend("pidns"), identity=nobody
+            )
         )
         async with trio.open_nursery() as nursery:
             await nursery.start(runner.directories.run)
@@ -142,11 +148,13 @@ async def test_its_outputs_are_moved_into_the_cas_as_lres_files(
     script = "head -c 300000 /dev/zero > big; stat -c %i big > big-inode; stat -c '%u %a' data"
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
         runner = ActionRunner(
-            spec,
-            workdir,
-            CasHandle.of(store, link_source=store.path_for_link, adopt=store.adopt_file),
-            containment=backend("pidns"),
-            identity=nobody,
+            RunnerContext(
+                spec,
+                workdir,
+                CasHandle.of(store, link_source=store.path_for_link, adopt=store.adopt_file),
+                containment=backend("pidns"),
+                identity=nobody,
+            )
         )
         lease = await make_lease(
             store,  # type: ignore[arg-type]

@@ -9,7 +9,7 @@ from pathlib import Path
 from lre.cas import MemoryStore, Pin, StoreCapabilities
 from lre.digest import Digest
 from lre.scheduler import Completed
-from lre.worker._action import ActionRunner
+from lre.worker._action import ActionRunner, RunnerContext
 from lre.worker._cas_handle import CasHandle
 from lre.worker.directories._workdir import WorkDirectory
 
@@ -60,7 +60,7 @@ async def test_inputs_are_pinned_while_staged_then_released(tmp_path: Path) -> N
     store = WatchedPins()
     spec = make_spec(tmp_path)
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(spec, workdir, CasHandle.of(store))
+        runner = ActionRunner(RunnerContext(spec, workdir, CasHandle.of(store)))
         lease = await make_lease(
             store, ["/bin/cat", "a", "b"], inputs={"a": b"one\n", "b": b"two\n"}
         )
@@ -72,7 +72,7 @@ async def test_inputs_are_pinned_while_staged_then_released(tmp_path: Path) -> N
     assert store.statistics().pinned_blobs == 0
     # an action without input files pins nothing
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(spec, workdir, CasHandle.of(store))
+        runner = ActionRunner(RunnerContext(spec, workdir, CasHandle.of(store)))
         outcome = await runner.run(await make_lease(store, ["/bin/true"]))
         assert isinstance(outcome, Completed) and outcome.result.exit_code == 0, outcome
     assert len(store.pinned) == 1
@@ -82,7 +82,7 @@ async def test_a_store_without_pins_still_stages(tmp_path: Path) -> None:
     inner = MemoryStore(1 << 30)
     spec = make_spec(tmp_path)
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(spec, workdir, CasHandle.of(WithoutPins(inner)))
+        runner = ActionRunner(RunnerContext(spec, workdir, CasHandle.of(WithoutPins(inner))))
         lease = await make_lease(inner, ["/bin/cat", "a"], inputs={"a": b"one\n"})
         outcome = await runner.run(lease)
     assert isinstance(outcome, Completed) and outcome.result.exit_code == 0, outcome

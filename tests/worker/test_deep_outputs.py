@@ -20,7 +20,7 @@ from lre.digest import Digest
 from lre.errors import InvalidArgument
 from lre.proto import re_pb2
 from lre.scheduler import Completed
-from lre.worker._action import ActionRunner
+from lre.worker._action import ActionRunner, RunnerContext
 from lre.worker._cas_handle import CasHandle
 from lre.worker.directories._workdir import WorkDirectory
 
@@ -50,7 +50,7 @@ def _runner(
     spec: object, workdir: WorkDirectory, store: FilesystemStore, name: str
 ) -> ActionRunner:
     handle = CasHandle.of(store, link_source=store.path_for_link, adopt=store.adopt_file)
-    return ActionRunner(spec, workdir, handle, containment=backend(name))  # type: ignore[arg-type]
+    return ActionRunner(RunnerContext(spec, workdir, handle, containment=backend(name)))  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("name", ["pidns", "userns", "portable"])

@@ -15,7 +15,7 @@ from lre.cas import (
 from lre.config._worker_models import UploadActionResultSpec
 from lre.digest import Digest, digest_of
 from lre.scheduler import Completed
-from lre.worker._action import ActionRunner
+from lre.worker._action import ActionRunner, RunnerContext
 from lre.worker._cas_handle import CasHandle
 from lre.worker.directories._workdir import WorkDirectory
 from tests._support.actions import File
@@ -39,10 +39,12 @@ async def test_inputs_hardlinked_outputs_moved_results_cached(tmp_path: Path) ->
     )
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
         runner = ActionRunner(
-            spec,
-            workdir,
-            CasHandle.of(store, link_source=store.path_for_link, adopt=store.adopt_file),
-            action_cache=cache,
+            RunnerContext(
+                spec,
+                workdir,
+                CasHandle.of(store, link_source=store.path_for_link, adopt=store.adopt_file),
+                action_cache=cache,
+            )
         )
         lease = await make_lease(
             store,  # type: ignore[arg-type]
@@ -85,7 +87,9 @@ async def test_cache_policy(tmp_path: Path) -> None:
             upload_action_result=UploadActionResultSpec(upload_ac_results_strategy=strategy),
         )
         with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-            runner = ActionRunner(spec, workdir, CasHandle.of(store), action_cache=cache)
+            runner = ActionRunner(
+                RunnerContext(spec, workdir, CasHandle.of(store), action_cache=cache)
+            )
             lease = await make_lease(
                 store,  # type: ignore[arg-type]
                 ["/bin/sh", "-c", f"exit {exit_code}"],

@@ -25,7 +25,7 @@ from lre.digest import Digest, digest_of
 from lre.errors import InvalidArgument, NotFound
 from lre.scheduler import Completed
 from lre.worker import Containment
-from lre.worker._action import ActionRunner
+from lre.worker._action import ActionRunner, RunnerContext
 from lre.worker._cas_handle import CasHandle
 from lre.worker.directories._workdir import WorkDirectory
 from tests._support.actions import Link
@@ -50,15 +50,17 @@ async def runner_with_janitor(
     spec = make_spec(tmp_path, max_inflight_tasks=1)
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
         runner = ActionRunner(
-            spec,
-            workdir,
-            CasHandle.of(
-                store,
-                link_source=store.path_for_link,
-                adopt=store.adopt_file,
-                discard=store.discard,
-            ),
-            containment=containment,
+            RunnerContext(
+                spec,
+                workdir,
+                CasHandle.of(
+                    store,
+                    link_source=store.path_for_link,
+                    adopt=store.adopt_file,
+                    discard=store.discard,
+                ),
+                containment=containment,
+            )
         )
         async with trio.open_nursery() as nursery:
             await nursery.start(runner.directories.run)

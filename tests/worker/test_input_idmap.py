@@ -20,7 +20,7 @@ from lre.config import resolve
 from lre.config._loader import load_config_text
 from lre.digest import Digest, digest_of
 from lre.scheduler import Completed
-from lre.worker._action import ActionRunner
+from lre.worker._action import ActionRunner, RunnerContext
 from lre.worker._cas_handle import CasHandle
 from lre.worker._idmap import idmap_views
 from lre.worker._view_policy import ViewPolicy
@@ -48,11 +48,13 @@ async def _run(
     spec = make_spec(tmp_path)
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
         runner = ActionRunner(
-            spec,
-            workdir,
-            CasHandle.of(store, link_source=store.path_for_link, adopt=store.adopt_file),
-            containment=backend("pidns"),
-            identity=identity,
+            RunnerContext(
+                spec,
+                workdir,
+                CasHandle.of(store, link_source=store.path_for_link, adopt=store.adopt_file),
+                containment=backend("pidns"),
+                identity=identity,
+            )
         )
         try:
             lease = await make_lease(

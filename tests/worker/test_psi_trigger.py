@@ -28,7 +28,7 @@ from lre.cas import MemoryStore
 from lre.worker import LocalWorker
 from lre.worker.containment._containment import choose_containment
 from lre.worker.memory._governor import GovernorLimits, MemoryGovernor
-from lre.worker.memory._memory_control import MemoryControl
+from lre.worker.memory._memory_control import ControlPace, MemoryControl
 from lre.worker.memory._pressure import PressureMonitor
 from lre.worker.memory._psi_trigger import (
     PSI_MEMORY,
@@ -201,9 +201,7 @@ def control(
         sampler,
         choose_containment("portable"),
         kill=lambda *_: None,
-        normal_interval=normal_interval,
-        pressure_interval=0.05,
-        clock=clock,
+        pace=ControlPace(normal_interval, 0.05, clock),
     )
 
 

@@ -18,7 +18,7 @@ from lre.digest import Digest
 from lre.errors import InvalidArgument
 from lre.scheduler import Completed
 from lre.worker import Containment
-from lre.worker._action import ActionRunner
+from lre.worker._action import ActionRunner, RunnerContext
 from lre.worker._cas_handle import CasHandle
 from lre.worker.directories._workdir import WorkDirectory
 
@@ -65,7 +65,9 @@ async def test_only_the_writable_paths_of_the_host_are_writable(
         f"echo o > {other}/o 2>/dev/null || echo refused"
     )
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(spec, workdir, CasHandle.of(store), containment=viewing)
+        runner = ActionRunner(
+            RunnerContext(spec, workdir, CasHandle.of(store), containment=viewing)
+        )
         lease = await make_lease(
             store, ["/bin/sh", "-c", script], platform={"sandbox-writable-path": str(extra)}
         )
@@ -81,7 +83,9 @@ async def test_a_writable_path_inside_lres_directories_is_refused(
 ) -> None:
     spec = make_spec(tmp_path)
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(spec, workdir, CasHandle.of(store), containment=viewing)
+        runner = ActionRunner(
+            RunnerContext(spec, workdir, CasHandle.of(store), containment=viewing)
+        )
         lease = await make_lease(
             store, ["/bin/true"], platform={"sandbox-writable-path": str(workdir.path)}
         )
@@ -96,7 +100,9 @@ async def test_sandbox_debug_keeps_a_failed_actions_directory(
 ) -> None:
     spec = make_spec(tmp_path)
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(spec, workdir, CasHandle.of(store), containment=viewing)
+        runner = ActionRunner(
+            RunnerContext(spec, workdir, CasHandle.of(store), containment=viewing)
+        )
         failing = await make_lease(
             store,
             ["/bin/sh", "-c", "echo partial > out.txt; exit 3"],
@@ -128,7 +134,9 @@ async def test_the_debug_hint_shows_a_kept_directory_as_its_action_saw_it(
     spec = make_spec(tmp_path)
     script = "rm -rf in/sub && mkdir in/sub && echo new > in/sub/new; exit 3"
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(spec, workdir, CasHandle.of(store), containment=viewing)
+        runner = ActionRunner(
+            RunnerContext(spec, workdir, CasHandle.of(store), containment=viewing)
+        )
         lease = await make_lease(
             store,
             ["/bin/sh", "-c", script],
@@ -160,7 +168,9 @@ async def test_a_hidden_file_shows_nothing(
     spec = make_spec(tmp_path, sandbox_writable_paths=(str(tmp_path),))
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
         runner = ActionRunner(
-            spec, workdir, CasHandle.of(store), containment=viewing, hidden_paths=(str(token),)
+            RunnerContext(
+                spec, workdir, CasHandle.of(store), containment=viewing, hidden_paths=(str(token),)
+            )
         )
         lease = await make_lease(store, ["/bin/sh", "-c", f"cat {token}; echo end"])
         outcome = await runner.run(lease)
@@ -178,7 +188,9 @@ async def test_directories_of_viewed_actions_are_recycled(
     recycling must clear both, also for an lre that is not root."""
     spec = make_spec(tmp_path, max_inflight_tasks=1)
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(spec, workdir, CasHandle.of(store), containment=viewing)
+        runner = ActionRunner(
+            RunnerContext(spec, workdir, CasHandle.of(store), containment=viewing)
+        )
         async with trio.open_nursery() as nursery:
             await nursery.start(runner.directories.run)
             for _ in range(4):
@@ -203,7 +215,9 @@ async def test_the_input_root_keeps_mode_0755_across_recycling(
     root must not hand that mode to the next action in the same directory."""
     spec = make_spec(tmp_path, max_inflight_tasks=1)
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(spec, workdir, CasHandle.of(store), containment=viewing)
+        runner = ActionRunner(
+            RunnerContext(spec, workdir, CasHandle.of(store), containment=viewing)
+        )
         async with trio.open_nursery() as nursery:
             await nursery.start(runner.directories.run)
             for done in range(3):
@@ -232,7 +246,9 @@ async def test_a_views_proc_shows_only_the_action_and_its_stdin_is_empty(
     )
     spec = make_spec(tmp_path)
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(spec, workdir, CasHandle.of(store), containment=viewing)
+        runner = ActionRunner(
+            RunnerContext(spec, workdir, CasHandle.of(store), containment=viewing)
+        )
         lease = await make_lease(store, ["/bin/sh", "-c", script])
         outcome = await runner.run(lease)
     assert isinstance(outcome, Completed) and outcome.error is None, outcome
@@ -266,7 +282,9 @@ async def test_a_view_whose_proc_cannot_be_mounted_runs_nothing(
     marker = tmp_path / "ran"
     spec = make_spec(tmp_path, sandbox_writable_paths=(str(tmp_path),))
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(spec, workdir, CasHandle.of(store), containment=containment)
+        runner = ActionRunner(
+            RunnerContext(spec, workdir, CasHandle.of(store), containment=containment)
+        )
         lease = await make_lease(store, ["/bin/sh", "-c", f"touch {marker}"])
         outcome = await runner.run(lease)
     assert isinstance(outcome, Completed) and outcome.result.exit_code == 125, outcome

@@ -24,7 +24,7 @@ from lre.cas import MemoryStore, read_bytes
 from lre.digest import Digest
 from lre.scheduler import Completed
 from lre.worker import Containment
-from lre.worker._action import ActionRunner
+from lre.worker._action import ActionRunner, RunnerContext
 from lre.worker._cas_handle import CasHandle
 from lre.worker.containment._syscalls import call
 from lre.worker.directories._action_dirs import ActionDirectory
@@ -158,7 +158,9 @@ async def test_held_views_are_closed_before_their_directories_are_recycled(
     spec = make_spec(tmp_path, max_inflight_tasks=1)
     before = _foreign_namespaces()
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(spec, workdir, CasHandle.of(store), containment=containment)
+        runner = ActionRunner(
+            RunnerContext(spec, workdir, CasHandle.of(store), containment=containment)
+        )
         async with trio.open_nursery() as nursery:
             await nursery.start(runner.directories.run)
             for done in range(3):
@@ -191,7 +193,9 @@ async def test_nothing_of_an_earlier_action_reaches_the_next_in_a_recycled_direc
         "mkdir -p mnt && { mount -t tmpfs none mnt 2>/dev/null; echo x > mnt/left; }; true"
     )
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(spec, workdir, CasHandle.of(store), containment=viewing)
+        runner = ActionRunner(
+            RunnerContext(spec, workdir, CasHandle.of(store), containment=viewing)
+        )
         async with trio.open_nursery() as nursery:
             await nursery.start(runner.directories.run)
             for done in range(4):

@@ -27,7 +27,7 @@ from lre.digest import Digest
 from lre.errors import InvalidArgument
 from lre.scheduler import Completed
 from lre.worker import Containment
-from lre.worker._action import ActionRunner
+from lre.worker._action import ActionRunner, RunnerContext
 from lre.worker._cas_handle import CasHandle
 from lre.worker._view_policy import ViewPolicy, homes, installation, protected_marks
 from lre.worker.directories._workdir import WorkDirectory
@@ -78,11 +78,13 @@ async def _run(
     spec = make_spec(tmp_path, sandbox_writable_paths=tuple(str(p) for p in writable))
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
         runner = ActionRunner(
-            spec,
-            workdir,
-            CasHandle.of(store),
-            containment=containment,
-            hidden_paths=tuple(str(p) for p in hidden),
+            RunnerContext(
+                spec,
+                workdir,
+                CasHandle.of(store),
+                containment=containment,
+                hidden_paths=tuple(str(p) for p in hidden),
+            )
         )
         if before is not None:
             before()

@@ -7,12 +7,13 @@ stalls (``_pressure``, ``_psi_trigger``); the memory figure recorded for a run
 from lre.worker.memory._doomed import MemoryCeiling, doomed_explanation
 from lre.worker.memory._freezer import cgroup_freezer
 from lre.worker.memory._governor import GovernorLimits, MemoryGovernor
-from lre.worker.memory._memory_control import MemoryAction, MemoryControl
+from lre.worker.memory._memory_control import ControlPace, MemoryAction, MemoryControl
 from lre.worker.memory._memory_figure import memory_figure
 from lre.worker.memory._pressure import PressureMonitor
 from lre.worker.memory._psi_trigger import PsiTrigger
 
 __all__ = [
+    "ControlPace",
     "GovernorLimits",
     "MemoryAction",
     "MemoryCeiling",

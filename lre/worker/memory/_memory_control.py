@@ -124,10 +124,20 @@ class _Governed:
         self.by_cgroup = False
 
 
+@dataclass(frozen=True, slots=True)
+class ControlPace:
+    """The sampler's interval (seconds) while memory is plenty (``normal``)
+    and while it is short or an action frozen (``pressure``); ``clock`` is
+    monotonic seconds (tests pass their own)."""
+
+    normal: float
+    pressure: float
+    clock: Callable[[], float] = time.monotonic
+
+
 class MemoryControl:
-    """See the module docstring. ``clock`` is monotonic seconds (tests pass
-    their own); ``freezer``: the cgroup freezer to use where it is available
-    (None or unavailable: SIGSTOP)."""
+    """See the module docstring. ``freezer``: the cgroup freezer to use where
+    it is available (None or unavailable: SIGSTOP)."""
 
     def __init__(
         self,
@@ -137,26 +147,23 @@ class MemoryControl:
         containment: Containment,
         *,
         kill: Killer,
-        normal_interval: float,
-        pressure_interval: float,
-        clock: Callable[[], float] = time.monotonic,
+        pace: ControlPace,
         freezer: CgroupFreezer | None = None,
-        on_event: MemoryActionHook | None = None,
         worker: str = "",
     ) -> None:
         #: The worker's name, as its ``MemoryControlRow`` shows it.
         self.worker = worker
-        #: Told of each freeze and thaw (see the module docstring).
-        self.on_event = on_event
+        #: Told of each freeze and thaw (see the module docstring; None: nobody).
+        self.on_event: MemoryActionHook | None = None
         self.freezer = freezer if freezer is not None and freezer.available else None
         self.governor = governor
         self.monitor = monitor
         self.sampler = sampler
         self.containment = containment
         self._kill = kill
-        self._normal_interval = normal_interval
-        self._pressure_interval = pressure_interval
-        self._clock = clock
+        self._normal_interval = pace.normal
+        self._pressure_interval = pace.pressure
+        self._clock = pace.clock
         self._actions: dict[str, _Governed] = {}
         self._order = itertools.count()
         self._busy = False

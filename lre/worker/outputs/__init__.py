@@ -6,7 +6,7 @@ layers, ``_layers``), checked before anything is read (``_output_checks``, bound
 
 from lre.worker.outputs._adoption import unshared_adopter
 from lre.worker.outputs._limits import ActionLimits
-from lre.worker.outputs._output_collection import collect_outputs
+from lre.worker.outputs._output_collection import OutputPolicy, collect_outputs
 from lre.worker.outputs._outputs import (
     FoundFile,
     FoundOutputs,
@@ -22,6 +22,7 @@ __all__ = [
     "Adopter",
     "FoundFile",
     "FoundOutputs",
+    "OutputPolicy",
     "OutputRequest",
     "collect_outputs",
     "hash_file",

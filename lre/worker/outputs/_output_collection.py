@@ -9,6 +9,7 @@ policy or the limits refuse, ``OSError`` for the filesystem).
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import trio
@@ -26,12 +27,23 @@ from lre.worker.outputs._outputs import (
 )
 from lre.worker.view import OverlayXattrs
 
-__all__ = ["SMALL_LOGS", "collect_outputs"]
+__all__ = ["SMALL_LOGS", "OutputPolicy", "collect_outputs"]
 
 #: When an action asked for no outputs and its stdout and stderr are at most
 #: this big, they are hashed on the event loop instead of in a thread (a
 #: thread round trip costs more than reading and hashing 64 KiB).
 SMALL_LOGS = 64 << 10
+
+
+@dataclass(frozen=True, slots=True)
+class OutputPolicy:
+    """How a worker reads its actions' outputs: within ``limits``, symlinks
+    out of the input root refused unless ``allow_escaping_symlinks``;
+    ``owner``: the uid actions run as (their files may be moved too)."""
+
+    limits: ActionLimits
+    allow_escaping_symlinks: bool
+    owner: int | None = None
 
 
 async def collect_outputs(
@@ -42,15 +54,11 @@ async def collect_outputs(
     outputs: list[OutputRequest],
     logs: tuple[Path, Path],
     identities: tuple[tuple[int, int], tuple[int, int]],
-    *,
-    allow_escaping_symlinks: bool,
-    limits: ActionLimits,
-    owner: int | None = None,
+    policy: OutputPolicy,
 ) -> tuple[FoundOutputs, list[FoundFile]]:
     """Scan the outputs (``root`` over ``lower``, its overlay marks in
     ``xattrs``, see ``scan_outputs``) and hash the ``logs`` (stdout, stderr;
-    ``identities`` their device and inode as the action got them).
-    ``owner``: the uid the action ran as (its files may be moved too)."""
+    ``identities`` their device and inode as the action got them)."""
     stdout_path, stderr_path = logs
     # Mounts the action left in lre's namespace (cheap while the table is
     # unchanged): what they show is copied, never moved out of its place.
@@ -61,16 +69,16 @@ async def collect_outputs(
     )
 
     def collect() -> tuple[FoundOutputs, list[FoundFile]]:
-        budget = OutputBudget(limits)
+        budget = OutputBudget(policy.limits)
         found = scan_outputs(
             root,
             outputs,
-            allow_escaping_symlinks=allow_escaping_symlinks,
+            allow_escaping_symlinks=policy.allow_escaping_symlinks,
             budget=budget,
             lower=lower,
             xattrs=xattrs,
             mounts=mounts,
-            owner=owner,
+            owner=policy.owner,
         )
         return found, [
             log_file(stdout_path, identities[0], budget),
