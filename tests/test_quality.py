@@ -309,6 +309,63 @@ from lre.worker.view import _view
     ]
 
 
+#: A function of lre.worker may take at most this many parameters (positional
+#: and keyword-only, ``self`` and ``cls`` not counted); more are grouped into one
+#: frozen object (``SpawnRequest``, ``RunnerContext``).
+MAX_PARAMETERS = 8
+
+#: The functions still above it, each with why it is left so.
+TOO_MANY_PARAMETERS_KEPT = {
+    # lre.worker's public constructor, called by lre.app with keywords.
+    "lre/worker/_worker.py: LocalWorker.__init__",
+    # Built by for_worker from a worker's config; the tests build it by keyword.
+    "lre/worker/_view_policy.py: ViewPolicy.__init__",
+}
+
+
+def too_many_parameters(source: str, path: str) -> list[str]:
+    """``path: Class.function`` of each function in ``source`` that takes
+    more than ``MAX_PARAMETERS`` parameters."""
+    found: list[str] = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.")
+            elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                args = child.args
+                names = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
+                if len([n for n in names if n not in ("self", "cls")]) > MAX_PARAMETERS:
+                    found.append(f"{path}: {prefix}{child.name}")
+                visit(child, f"{prefix}{child.name}.")
+
+    visit(ast.parse(source), "")
+    return found
+
+
+def test_worker_functions_take_few_parameters() -> None:
+    found = {
+        offender
+        for path in sorted((ROOT / "lre" / "worker").rglob("*.py"))
+        for offender in too_many_parameters(path.read_text(), str(path.relative_to(ROOT)))
+    }
+    new = sorted(found - TOO_MANY_PARAMETERS_KEPT)
+    assert not new, f"more than {MAX_PARAMETERS} parameters (group them in one object): {new}"
+    fixed = sorted(TOO_MANY_PARAMETERS_KEPT - found)
+    assert not fixed, f"no longer above {MAX_PARAMETERS} parameters, drop from the list: {fixed}"
+
+
+def test_parameter_check_counts_keywords_and_skips_self() -> None:
+    source = """\
+def nine(a, b, c, d, e, f, g, h, *, i): pass
+def eight(a, b, c, d, e, f, g, *rest, h, **more): pass
+class C:
+    def __init__(self, a, b, c, d, e, f, g, h): pass
+    async def run(self, a, b, c, d, e, f, g, h, i): pass
+"""
+    assert too_many_parameters(source, "m.py") == ["m.py: nine", "m.py: C.run"]
+
+
 def test_private_import_check_reports_each_form() -> None:
     source = """\
 import lre.app._snapshot
