@@ -294,7 +294,7 @@ class ActionRunner:
             failure = Internal(f"worker {self.spec.name}: lre failed on this action: {error!r}")
             return self._failed(lease, timeline, failure)  # logged there, with the trace
         finally:
-            del self._attempts[lease.lease_id]
+            self._attempts.pop(lease.lease_id, None)
             held = attempt.view_held
             if attempt.kept:
                 if held is not None:
