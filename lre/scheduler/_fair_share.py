@@ -110,8 +110,10 @@ class BuildShares:
         #: Builds with at least one queued operation (fair order matters only
         #: above 1); the run queue keeps it and each ``Build.queued``.
         self.waiting = 0
-        self._capacity_cpu = 0
-        self._capacity_memory = 0
+        #: The fraction of the capacity one millicpu and one byte are (0
+        #: while the capacity is unknown).
+        self._per_millicpu = 0.0
+        self._per_byte = 0.0
         self._starts = 0
         self._everyone = Build("", RequestInfo(), 1.0)
 
@@ -191,8 +193,8 @@ class BuildShares:
 
     def set_capacity(self, millicpus: int, memory_bytes: int) -> None:
         """What all workers offer (memory: the budget when it is smaller)."""
-        self._capacity_cpu = millicpus
-        self._capacity_memory = memory_bytes
+        self._per_millicpu = 1 / millicpus if millicpus > 0 else 0.0
+        self._per_byte = 1 / memory_bytes if memory_bytes > 0 else 0.0
         if self.competing:
             for build in self.builds.values():
                 self._restate(build)
@@ -208,14 +210,16 @@ class BuildShares:
             self.competing = False
 
     def rank_waiting(self) -> tuple[float, float, int] | None:
-        """Set every build's ``rank`` to its usage now; (rank, share, served)
-        of the waiting build the queue would serve first, None when none waits."""
+        """Set each waiting build's ``rank`` to its usage now (the queue looks
+        only at builds with something queued); (rank, share, served) of the
+        one the queue would serve first, None when none waits."""
         now = self._clock()
         first: tuple[float, float, int] | None = None
         for build in self.builds.values():
-            rank = build.rank = build.usage + build.share * (now - build.since)
             if build.queued:
-                mine = (rank, build.share, build.served)
+                share = build.share
+                build.rank = build.usage + share * (now - build.since)
+                mine = (build.rank, share, build.served)
                 if first is None or mine < first:
                     first = mine
         return first
@@ -235,12 +239,14 @@ class BuildShares:
         now = self._clock()
         build.usage += build.share * (now - build.since)
         build.since = now
-        self._reshare(build)
+        cpu = build.millicpus * self._per_millicpu
+        memory = build.memory_bytes * self._per_byte
+        build.share = (cpu if cpu > memory else memory) / build.weight
 
     def _reshare(self, build: Build) -> None:
         build.share = self._dominant(build) / build.weight
 
     def _dominant(self, build: Build) -> float:
-        cpu = build.millicpus / self._capacity_cpu if self._capacity_cpu else 0.0
-        memory = build.memory_bytes / self._capacity_memory if self._capacity_memory else 0.0
+        cpu = build.millicpus * self._per_millicpu
+        memory = build.memory_bytes * self._per_byte
         return max(cpu, memory)

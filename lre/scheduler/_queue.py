@@ -258,7 +258,12 @@ class RunQueue:
                 if bucket.live and bucket.matches.get(info.name):
                     bucket.block(WaitReason.WORKER_SLOTS)
             return None
-        free = info.capacity - state.reserved
+        # What is free, in the two amounts every action names (a Reservation
+        # is made only for an action with extra amounts: making one costs
+        # more than the rest of a take that finds nothing to start).
+        capacity, reserved = info.capacity, state.reserved
+        free_cpu = capacity.millicpus - reserved.millicpus
+        free_memory = capacity.memory_bytes - reserved.memory_bytes
         budget = self._resources.memory_budget_bytes
         budget_free = math.inf if budget is None else budget - memory_reserved
         available: float | None = None
@@ -277,8 +282,8 @@ class RunQueue:
             head = bucket.head()
             if head is None:
                 continue
-            build = bucket.build
             if competing:
+                build = bucket.build
                 order: tuple[Any, ...] = (build.rank, build.share, build.served, head[0], head[1])
             else:  # one build waits: (priority, order) alone, as its own heap has it
                 order = head
@@ -301,8 +306,13 @@ class RunQueue:
                 memory = min(info.capacity.memory_bytes, budget or info.capacity.memory_bytes)
             else:
                 reservation = bucket.requirements.reservation
-                if not reservation.fits_in(free):
-                    short_of_memory = reservation.memory_bytes > free.memory_bytes
+                if (
+                    reservation.millicpus > free_cpu
+                    or reservation.memory_bytes > free_memory
+                    or (reservation.extra and not reservation.fits_in(capacity - reserved))
+                ):
+                    short_of_memory = reservation.memory_bytes > free_memory
+                    build = bucket.build
                     if (
                         first_in_line is not None
                         and (build.rank, build.share, build.served) > first_in_line
@@ -333,11 +343,14 @@ class RunQueue:
             return None
         if passed:
             for bucket in passed:
+                if bucket.build is best.build or bucket.exclusive:
+                    continue
+                wanted = bucket.requirements.reservation
                 if (
-                    bucket.build is not best.build
-                    and bucket.matches.get(info.name)
-                    and not bucket.exclusive
-                    and bucket.requirements.reservation.fits_in(free)
+                    bucket.matches.get(info.name)
+                    and wanted.millicpus <= free_cpu
+                    and wanted.memory_bytes <= free_memory
+                    and (not wanted.extra or wanted.fits_in(capacity - reserved))
                 ):
                     bucket.block(WaitReason.BUILD_SHARE)
         entry = heapq.heappop(best.heap)
