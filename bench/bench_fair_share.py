@@ -339,6 +339,8 @@ def main() -> int:
     if not args.scenarios <= {"alone", "bazel", "buck2", "three"}:
         ap.error(f"--scenarios: unknown {sorted(args.scenarios)}")
     args.tree_a = None
+    if args.json is not None:
+        args.json = args.json.resolve()  # the A/B changes the working directory
     if args.tree_b is not None:
         args.tree_a = Path(__file__).resolve().parent.parent
         args.tree_b = args.tree_b.resolve()

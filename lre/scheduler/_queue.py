@@ -317,7 +317,7 @@ class RunQueue:
                         first_in_line is not None
                         and (build.rank, build.share, build.served) > first_in_line
                     ):
-                        # Another build is further below its share: it gets what frees first.
+                        # Another build has had less of the machine: it gets what frees first.
                         bucket.block(WaitReason.BUILD_SHARE)
                     else:
                         bucket.block(
