@@ -13,8 +13,8 @@ there is one) its running actions reserve, divided by its weight (the
 ``usage`` adds up its share over time (share-seconds since builds began to
 compete), and the run queue serves the waiting build with the least usage
 first; at equal usage the one holding least now, then the one served
-longest ago; within a build
-``execution_policy.priority`` and then arrival decide.
+longest ago; within a build ``execution_policy.priority`` and then arrival
+decide.
 
 Counting over time instead of what each holds this instant matters because
 nothing running is ever stopped for fairness: a build that arrives while
@@ -22,9 +22,9 @@ another holds every slot must wait for those actions to end, and the other
 build's usage grows meanwhile, so the newcomer gets the slots that free next
 until its usage has caught up (up to the whole machine for a moment), not
 just its instantaneous share. Credit is earned only by waiting: a build that
-starts waiting (a new build, or one whose queue had run dry) starts at the
-least usage of the builds active then, (raised to it, never lowered), so a
-build that had nothing to run brings no credit. A lone build gets the whole
+starts waiting (a new build, or one whose queue had run dry) is raised to
+the least usage among the other active builds (never lowered), so a build
+that had nothing to run brings no credit. A lone build gets the whole
 machine and its usage is not kept at all. Backfill stays: a build whose next
 action does not fit yet lets a smaller one of another build start.
 
