@@ -21,8 +21,8 @@ A build's ``share`` is the fraction of the run time of every action that
 ran during the build (between its first submission and its last end) that
 was its own: 1.0 for a build alone, about 0.5 for each of two builds that
 shared the machine fairly while both waited. ``share_waits`` counts its
-actions that waited while another build, further below its fair share, went
-first (``WaitReason.BUILD_SHARE``).
+actions that waited while another build, which had had less of the machine,
+went first (``WaitReason.BUILD_SHARE``).
 """
 
 from __future__ import annotations

@@ -85,7 +85,7 @@ class WaitReason(enum.StrEnum):
     IDLE_WORKER = "idle_worker"  # a whole idle worker (top of the memory ladder)
     WORKER_SLOTS = "worker_slots"  # the worker's max_inflight
     NO_WORKER = "no_worker"  # no registered worker can run it now
-    BUILD_SHARE = "build_share"  # other builds, further below their fair share, went first
+    BUILD_SHARE = "build_share"  # another build, which had had less of the machine, went first
 
 
 #: What people read for each reason.
