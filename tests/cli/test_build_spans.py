@@ -91,6 +91,15 @@ def test_builds_are_timed_first_request_to_last_reply_with_their_repository_and_
         other = home.run("history", "--repo", "web-*", cwd=repo)
         assert other.returncode == 0, other.stderr
         assert "no action of repository 'web-*'" in other.stdout and REPOSITORY in other.stdout
+        # lre builds --repo: the same rule, a build kept or left out whole
+        assert [b["invocation"] for b in _json(home, repo, "builds", "--repo", "app-*")] == [
+            invocation
+        ]
+        assert _json(home, repo, "builds", "--repo", REPOSITORY)[0]["repository"] == REPOSITORY
+        assert _json(home, repo, "builds", "--repo", "web-*") == []
+        none = home.run("builds", "--repo", "web-*", cwd=repo)
+        assert none.returncode == 0, none.stderr
+        assert "no build of repository 'web-*'" in none.stdout and REPOSITORY in none.stdout
         with urllib.request.urlopen(f"http://127.0.0.1:{home.status_port}/status") as reply:
             status = json.loads(reply.read())
         (line,) = status["builds"]

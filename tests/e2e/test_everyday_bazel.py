@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from lre.cli._bazel_client import repository_id
 from tests._support.chromium import drawn_marks, render_dom
 from tests._support.configs import app_config_text
 from tests._support.processes import require_tool
@@ -108,9 +109,21 @@ def test_a_token_listener_gets_the_header_from_the_token_file(tmp_path: Path) ->
     up = run_lre("up", "--detach", "--config", str(config), cwd=ws.root, env=env)
     assert up.returncode == 0, up.stdout + up.stderr
     try:
+        # Two --remote_header lines (the token and the repository's name):
+        # Bazel 4.2.3 takes both and sends both on every call.
+        headers = [
+            line
+            for line in (ws.root / "lre.bazelrc").read_text().splitlines()
+            if line.startswith("build:lre --remote_header=")
+        ]
+        assert len(headers) == 2, headers
         with BazelSession(ws.root, tmp_path / "bazel") as bazel:
             summary = bazel.build([ws.target]).check()
             assert summary.count("remote") == ws.spawn_count, summary
+        builds = run_lre("builds", "--json", "--config", str(config), cwd=ws.root, env=env)
+        assert builds.returncode == 0, builds.stderr
+        (build,) = json.loads(builds.stdout)
+        assert build["repository"] == repository_id(ws.root), build
     finally:
         down = run_lre("down", "--config", str(config), cwd=ws.root, env=env)
     assert down.returncode == 0, down.stderr
