@@ -439,6 +439,15 @@ def summary_text(b: BuildSummary) -> str:
         ]
         header = ["target", "mnemonic", "running", "peak RSS", "kills", "lre", "why"]
         lines.append(table(header, rows, numeric={2, 3, 4}))
+    if b.failed_actions:
+        lines.append("")
+        more = f" (the first {len(b.failed_actions)})" if b.failed > len(b.failed_actions) else ""
+        lines.append(f"failed actions{more}:")
+        rows = [
+            [r.target or "?", r.mnemonic or "-", _outcome(r), r.action[:12] or "-"]
+            for r in b.failed_actions
+        ]
+        lines.append(table(["target", "mnemonic", "exit", "action"], rows, numeric=set()))
     if b.slowest:
         lines.append("")
         lines.append("slowest actions:")
