@@ -49,6 +49,7 @@ from lre.worker._containment import (
     choose_containment,
     prepare_spawner_thread,
 )
+from lre.worker._containment_base import WRAPPER_LABEL
 from lre.worker._identity import ActionIdentity
 from lre.worker._oom import OomCounters
 from lre.worker._open_files import action_open_files, limit_open_files
@@ -71,6 +72,14 @@ def default_containment() -> Containment:
         if not _DEFAULT:
             _DEFAULT.append(choose_containment("strongest"))
         return _DEFAULT[0]
+
+
+def _labelled(first: list[str], *, wrapped: bool) -> list[str]:
+    """``first`` with argv[0] replaced by ``WRAPPER_LABEL`` when it is a
+    wrapper (``wrapped``); the program run is still ``first[0]`` (Popen's
+    ``executable``), and every wrapper lre uses reads argv[0] only for its
+    own error messages."""
+    return [WRAPPER_LABEL, *first[1:]] if wrapped else first
 
 
 def _resolve_program(program: str, cwd: Path, env: Mapping[str, str]) -> str:
@@ -376,6 +385,8 @@ async def run_process(
     image: list[int] = []
     fds = tuple(pass_fds) if report is None else (*pass_fds, report)
 
+    helpers = contained.helper_processes
+
     def start() -> tuple[subprocess.Popen[bytes], int, tuple[int, ...]]:
         # Runs in a spawner thread (see the module docstring).
         _resolve_program(argv[0], cwd, env)  # a clear error instead of exit 127
@@ -400,8 +411,10 @@ async def run_process(
                         own = own_image()
                         own.before_spawn()
                         try:
+                            first = [*prefix, *command]
                             popen = subprocess.Popen(
-                                [*prefix, *command],
+                                _labelled(first, wrapped=bool(prefix) or helpers > 0),
+                                executable=first[0],
                                 cwd=cwd,
                                 env=environment,
                                 stdin=contained.spawn_stdin(),
