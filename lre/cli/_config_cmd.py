@@ -106,8 +106,8 @@ def _recovery() -> str:
     if server is not None and server.alive():
         return RECOVER
     return (
-        "No lre runs from the embedded default's state directory (where lre's commands "
-        "look while the file does not load). Fix the lines named above until `lre config "
+        "No lre runs from the embedded default's state directory (which lre's commands "
+        "fall back to while the file does not load). Fix the lines named above until `lre config "
         "check FILE` passes; then `lre up` starts lre with it."
     )
 
