@@ -17,7 +17,6 @@ from lre.worker._action_network import OutsideNetwork, make_network_namespace
 from lre.worker._capabilities import root_lock_refusal, without_root_privileges
 from lre.worker._containment_base import (
     CLONE_FS,
-    WRAPPER_LABEL,
     Containment,
     ContainmentUnavailable,
     SpawnOptions,
@@ -65,11 +64,6 @@ _PROC_GATE = (
     "case $1 in -) unset PWD ;; *) PWD=${1#=}; export PWD ;; esac; shift; "
     'exec "$@" </dev/null'
 )
-#: ``_PROC_GATE`` for bash, which can name what it executes: pid 1 then
-#: shows in ``ps`` as ``lre-action`` (``WRAPPER_LABEL``) and the action's
-#: argv, not as ``/usr/bin/time -q -f ...``. POSIX sh cannot (no ``exec
-#: -a``), so without bash pid 1 keeps the wrapper's own name.
-_PROC_GATE_LABELLED = _PROC_GATE.replace('exec "$@"', f'exec -a {WRAPPER_LABEL} "$@"')
 
 
 def _spare_descriptor(keep: Sequence[int]) -> int | None:
@@ -149,8 +143,6 @@ class PidNamespace(Containment):
         #: mounts each view's /proc, see _view.py)
         sh = shutil.which("sh")
         self._gate_sh = sh if sh is not None and proc_pidns_works() else None
-        #: bash for the gate that executes pid 1 (``_PROC_GATE_LABELLED``), if any
-        self._gate_bash = shutil.which("bash") if self._gate_sh is not None else None
         self._unshare = shutil.which("unshare")
         self._own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
         self._own_net_ns = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
@@ -265,8 +257,6 @@ class PidNamespace(Containment):
             own_pwd = "-" if pwd is None else "=" + pwd
             spare = _spare_descriptor(keep_fds)
             if spare is None or peak_report is not None:
-                if self._gate_bash is not None:
-                    return [self._gate_bash, "-c", _PROC_GATE_LABELLED, "sh", own_pwd, *init]
                 return [self._gate_sh, "-c", _PROC_GATE, "sh", own_pwd, *init]
             gate = _PROC_GATE_PID1.format(spare=spare)
             return [self._gate_sh, "-c", gate, "sh", own_pwd, *argv]

@@ -74,12 +74,25 @@ def default_containment() -> Containment:
         return _DEFAULT[0]
 
 
+#: Programs that read their argv[0] to choose how they behave: bash run as
+#: ``sh`` is POSIX (it reads no ``BASH_ENV``); busybox picks its applet. A
+#: pidns view's gate is a shell, so it keeps its name.
+_NAME_MATTERS = frozenset({"sh", "dash", "bash", "ash", "ksh", "mksh", "zsh", "busybox"})
+
+
 def _labelled(first: list[str], *, wrapped: bool) -> list[str]:
     """``first`` with argv[0] replaced by ``WRAPPER_LABEL`` when it is a
-    wrapper (``wrapped``); the program run is still ``first[0]`` (Popen's
-    ``executable``), and every wrapper lre uses reads argv[0] only for its
-    own error messages."""
-    return [WRAPPER_LABEL, *first[1:]] if wrapped else first
+    wrapper (``wrapped``: GNU time, coreutils timeout, util-linux unshare or
+    nsenter, which read argv[0] only for their own error messages) and not a
+    program whose behaviour hangs on its name (``_NAME_MATTERS``, by the
+    file it resolves to). The program run is still ``first[0]`` (Popen's
+    ``executable``)."""
+    if not wrapped:
+        return first
+    program = os.path.basename(os.path.realpath(first[0]))
+    if program in _NAME_MATTERS or os.path.basename(first[0]) in _NAME_MATTERS:
+        return first
+    return [WRAPPER_LABEL, *first[1:]]
 
 
 def _resolve_program(program: str, cwd: Path, env: Mapping[str, str]) -> str:

@@ -1,16 +1,15 @@
 """A running action as ``ps`` shows it, under each containment backend.
 
 The action's own process carries exactly the action's argv
-(``/proc/<pid>/cmdline``), whatever wraps it; and where lre's own wrapper
-can be named (the process lre starts, and pid 1 of a ``pidns`` view that
-bash executes), it reads ``lre-action ... -- <the action's argv>`` instead
-of ``/usr/bin/time -q -f %M ...`` or a gate's shell script.
+(``/proc/<pid>/cmdline``), whatever wraps it, and every wrapper's line
+ends with it; where lre starts the wrapper that stays (pid 1 of a
+``pidns`` namespace without a view) it reads ``lre-action ... -- <the
+action's argv>`` instead of ``/usr/bin/time -q -f %M ...``.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import threading
 import time
 import uuid
@@ -75,7 +74,6 @@ def test_a_running_action_shows_its_own_argv_and_lres_wrapper_its_name(
         return
     # Every wrapper line ends with the action's argv, so it names the action.
     assert len(lines) >= 2 and all(line[-len(argv) :] == argv for line in lines), lines
-    if mode == "pidns" and (shutil.which("bash") or not view):
-        # pid 1 (GNU time or timeout) under lre's name: started by lre, or
-        # in a view executed by the gate (bash names it; POSIX sh cannot)
+    if mode == "pidns" and not view:
+        # pid 1 (GNU time or timeout), started by lre, under lre's name
         assert lines[-1][0] == "lre-action", lines
