@@ -190,10 +190,14 @@ class ActionRecord:
 
     @property
     def name(self) -> str:
-        """What people call it: the target (and mnemonic), else the mnemonic, else the digest."""
+        """What people call it: the target (and mnemonic, or the program when
+        the client sent none), else the mnemonic; the digest only when the
+        client said nothing and the command was never read."""
         if self.target and self.mnemonic:
             return f"{self.target} {self.mnemonic}"
-        return self.target or self.mnemonic or self.action[:12] or "?"
+        if self.target or self.mnemonic:
+            return self.target or self.mnemonic
+        return f"action {self.action[:12]}" if self.action else "?"
 
     def to_json(self) -> dict[str, Any]:
         """The compact line form (defaults left out)."""

@@ -8,6 +8,7 @@ call wrappers they share (``_syscalls``).
 
 from lre.worker.containment._containment import choose_containment
 from lre.worker.containment._containment_base import (
+    WRAPPER_LABEL,
     Containment,
     ContainmentUnavailable,
     SpawnOptions,
@@ -17,6 +18,7 @@ from lre.worker.containment._identity import ActionIdentity, resolve_action_user
 from lre.worker.containment._protections import missing_protections, namespace_refusals
 
 __all__ = [
+    "WRAPPER_LABEL",
     "ActionIdentity",
     "Containment",
     "ContainmentUnavailable",

@@ -29,6 +29,14 @@ log = logging.getLogger(__name__)
 CLONE_FS = 0x00000200
 
 
+#: argv[0] of the process lre starts for an action when it is lre's wrapper
+#: (pid 1 of a namespace, ``unshare``; never a shell, see
+#: ``_process._labelled``), not the action itself: ``ps`` then shows
+#: ``lre-action ... -- <the action's argv>`` above the action's own line,
+#: which always carries exactly the action's argv.
+WRAPPER_LABEL = "lre-action"
+
+
 class ContainmentUnavailable(Exception):
     """The containment mode asked for cannot work on this machine (the message says why)."""
 
