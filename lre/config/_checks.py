@@ -508,6 +508,8 @@ class _Checker:
             )
         if spec.max_message_bytes <= 0:
             self.fail((*path, "max_message_bytes"), "must be above 0")
+        if spec.max_connections < 0:
+            self.fail((*path, "max_connections"), "must be 0 (no bound) or above")
 
     def _endpoint(self, path: Path, address: str) -> None:
         for scheme in ("grpc://", "grpcs://"):
