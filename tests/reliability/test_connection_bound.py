@@ -80,7 +80,10 @@ def _call_on_a_new_connection(port: int) -> None:
     options = [("grpc.use_local_subchannel_pool", 1)]
     with grpc.insecure_channel(f"127.0.0.1:{port}", options=options) as channel:
         capabilities = "/build.bazel.remote.execution.v2.Capabilities/GetCapabilities"
-        channel.unary_unary(capabilities)(b"", timeout=5)
+        call = channel.unary_unary(
+            capabilities, request_serializer=None, response_deserializer=None
+        )
+        call(b"", timeout=5)
 
 
 def _sockets(pid: int) -> int:
@@ -125,7 +128,7 @@ def test_a_flood_of_connections_is_bounded_and_lre_keeps_serving() -> None:
             # A new client (a connection of its own) is refused while the bound is full.
             with pytest.raises(grpc.RpcError) as refused:
                 _call_on_a_new_connection(port)
-            assert refused.value.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+            assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
             for connection in held:
                 connection.close()
             held.clear()
