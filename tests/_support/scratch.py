@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["SHOWN_ROOT", "action_python", "shown_scratch"]
+__all__ = ["SHOWN_ROOT", "action_python", "action_pythonpath", "shown_scratch"]
 
 #: A directory every view shows (the host read-only); /tmp is not one.
 SHOWN_ROOT = "/var/tmp"
@@ -58,3 +58,31 @@ def action_python() -> str:
         if os.access(candidate, os.X_OK):
             return candidate
     pytest.fail("actions need a system Python 3 (/usr/bin/python3)")
+
+
+#: What an action-side script importing lre's protos and grpc needs, by
+#: top-level name (packages and modules of the installed environment).
+_ACTION_PACKAGES = ("grpc", "google", "typing_extensions.py")
+
+
+def action_pythonpath(into: Path) -> str:
+    """A ``PYTHONPATH`` under ``into`` (a ``shown_scratch``) from which an
+    action's Python imports ``lre`` and ``grpc``: copies of this checkout's
+    ``lre`` and of the installed packages it needs, since the checkout and
+    its virtualenv may live where views show nothing (``/tmp``). Copies, not
+    links: an attack that wrote through one would otherwise change the
+    checkout. Raises ``OSError`` when they cannot be made."""
+    import grpc
+
+    site = Path(grpc.__file__).parents[1]
+    root = Path(__file__).parents[2]
+    target = into / "site-packages"
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(root / "lre", target / "lre", ignore=skip)
+    for name in _ACTION_PACKAGES:
+        source = site / name
+        if source.is_dir():
+            shutil.copytree(source, target / name, ignore=skip)
+        else:
+            shutil.copy2(source, target / name)
+    return str(target)
