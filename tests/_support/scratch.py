@@ -43,13 +43,6 @@ def shown_scratch(identity: str = "own", prefix: str = "lre-test-") -> Iterator[
         shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.fixture
-def shown_path() -> Iterator[Path]:
-    """``shown_scratch()`` as a fixture: ``tmp_path`` for what actions must see."""
-    with shown_scratch() as path:
-        yield path
-
-
 def action_python() -> str:
     """The path of a Python 3 an action can run whatever the checkout's
     place: the system's ``/usr/bin/python3`` (or ``/bin/python3``). Fails
