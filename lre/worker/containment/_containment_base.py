@@ -122,6 +122,13 @@ class Containment(ABC):
         when they share lre's own network (``hides_listeners`` False)."""
         return None
 
+    def dns_forwarder(self) -> str | None:
+        """The address of a DNS forwarder in the actions' network namespace
+        that passes queries to the host's own nameservers, loopback ones
+        included (``_action_dns``); None when there is none (no outside
+        stack, or actions share lre's network)."""
+        return None
+
     def peak_missing(self) -> str | None:
         """Why this backend's short actions get no kernel figure of their
         own tree (``_tree_peak``; shown by ``/status`` and ``lre doctor``);
