@@ -21,6 +21,15 @@ each ``--reps`` times (medians reported):
 - ``fair_off`` (``--fair-off-reps``, default 1): A then B with
   ``fair_share.enabled: false``: how it was before (B waits behind A's queue).
 
+``--scenarios`` picks among ``alone`` (``a_alone``, ``b_alone``, ``buck2_alone``),
+``bazel``, ``buck2`` and ``three``. ``--tree-b DIR`` runs them, round by
+round in alternating order, against two lre servers at once: side A from
+this checkout, side B from the source tree ``DIR`` (e.g. ``git worktree add
+--detach DIR <commit>``: the same builds through an older scheduler); each
+lre is started with ``PYTHONPATH`` set to its tree from a working directory
+outside both (``python -m`` puts the working directory first), and every
+figure is reported per side (``A:...``, ``B:...``).
+
 The targets: B's wall within 1.5x of (B alone + one A action), and A's wall
 longer than alone by no more than B's share (B's action-seconds over the
 worker's slots); A's wall is also compared with A's beside B with fair
@@ -40,6 +49,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -48,6 +58,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -179,11 +190,12 @@ def run_rounds(
     address: str,
     builds: tuple[BazelBuild, BazelBuild, BazelBuild],
     fair: bool,
-    reps: int,
+    rep: int,
     add: Callable[[str, float], None],
     status_address: str,
 ) -> None:
-    """``reps`` rounds of every scenario (see the module docstring) against ``address``."""
+    """Round ``rep`` of every scenario in ``args.scenarios`` (see the module
+    docstring) against ``address``."""
     a, b, c = builds
 
     enough: int = args.queued
@@ -205,26 +217,107 @@ def run_rounds(
     def buck2() -> float:
         return buck2_shaped(address, args.b_actions, args.seconds)
 
-    for rep in range(reps):
-        print(f"round {rep + 1} (fair share {'on' if fair else 'off'})", flush=True)
-        if not fair:
-            walls = together(big, [small], args.delay, ready)
-            add("fair_off_a", walls[0])
-            add("fair_off_b", walls[1])
-            continue
+    print(f"round {rep + 1} (fair share {'on' if fair else 'off'})", flush=True)
+    if not fair:
+        walls = together(big, [small], args.delay, ready)
+        add("fair_off_a", walls[0])
+        add("fair_off_b", walls[1])
+        return
+    if "alone" in args.scenarios:
         add("a_alone", big())
         add("b_alone", small())
         add("buck2_alone", buck2())
+    if "bazel" in args.scenarios:
         walls = together(big, [small], args.delay, ready)
         add("bazel_a", walls[0])
         add("bazel_b", walls[1])
+    if "buck2" in args.scenarios:
         walls = together(big, [buck2], args.delay, ready)
         add("buck2_a", walls[0])
         add("buck2_b", walls[1])
+    if "three" in args.scenarios:
         walls = together(big, [small, other], args.delay, ready)
         add("three_a", walls[0])
         add("three_b", walls[1])
         add("three_c", walls[2])
+
+
+class Side:
+    """One lre (from this checkout or another tree) and its three workspaces."""
+
+    def __init__(
+        self, stack: ExitStack, args: argparse.Namespace, work: Path, name: str, fair: bool
+    ) -> None:
+        self.name, self.fair = name, fair
+        home = work / f"lre-{name or 'x'}-{fair}"
+        config = json.loads(local_config(home))
+        self.status_address = f"127.0.0.1:{free_port()}"
+        config["global"]["status"]["address"] = self.status_address
+        if not fair:
+            config["schedulers"][1]["simple"]["fair_share"] = {"enabled": False}
+        tree: Path | None = args.tree_b if name == "B" else args.tree_a
+        old = os.environ.get("PYTHONPATH")
+        if tree is not None:
+            os.environ["PYTHONPATH"] = str(tree)
+        try:
+            self.lre = stack.enter_context(LreProcess(json.dumps(config), home))
+        finally:
+            if tree is not None:
+                if old is None:
+                    del os.environ["PYTHONPATH"]
+                else:
+                    os.environ["PYTHONPATH"] = old
+        flags = [
+            f"--remote_executor=grpc://{self.lre.address}",
+            "--spawn_strategy=remote",
+            "--genrule_strategy=remote",
+            "--noremote_accept_cached",
+            "--remote_timeout=600",
+        ]
+        tag = f"{name.lower()}{int(fair)}"
+        self.builds = (
+            BazelBuild(work, f"a{tag}", args.a_actions, args.seconds, flags),
+            BazelBuild(work, f"b{tag}", args.b_actions, args.seconds, flags),
+            BazelBuild(work, f"c{tag}", args.b_actions, args.seconds, flags),
+        )
+        stack.callback(self.shut_down)
+        for build in self.builds:  # Bazel servers up, analysis warm
+            build.run(16)
+
+    def shut_down(self) -> None:
+        for build in self.builds:
+            build.session.run("shutdown")
+
+
+def checks_of(
+    args: argparse.Namespace, medians: dict[str, float], prefix: str
+) -> dict[str, tuple[float, float]]:
+    """The targets (module docstring) whose figures were measured, as (value, limit)."""
+    m = {k[len(prefix) :]: v for k, v in medians.items() if k.startswith(prefix)}
+    if "a_alone" not in m:
+        return {}
+    slots = 3
+    one = args.seconds
+    limit = 1.5 * (m["b_alone"] + one)
+    limit_buck2 = 1.5 * (m["buck2_alone"] + one)
+    b_share = args.b_actions * one / slots
+    wanted = {
+        "bazel B within 1.5x (B alone + one A action)": ("bazel_b", None, limit),
+        "buck2 B within 1.5x (B alone + one A action)": ("buck2_b", None, limit_buck2),
+        "three: B within 1.5x": ("three_b", None, limit),
+        "three: C within 1.5x": ("three_c", None, limit),
+        "A longer by at most B's share (bazel)": ("bazel_a", "a_alone", b_share),
+        "A longer by at most B's share (buck2)": ("buck2_a", "a_alone", b_share),
+        "A longer by at most B's and C's share": ("three_a", "a_alone", 2 * b_share),
+        # Both runs carry B's Bazel server on the same cores and B's actions
+        # in the same slots; only the order of the queue differs.
+        "A with B: fair share on vs off": ("bazel_a", "fair_off_a", b_share),
+    }
+    checks = {}
+    for name, (key, base, lim) in wanted.items():
+        if key in m and (base is None or base in m):
+            checks[name] = (m[key] - (m[base] if base else 0.0), lim)
+    return checks
 
 
 def main() -> int:
@@ -237,45 +330,55 @@ def main() -> int:
     ap.add_argument("--a-jobs", type=int, default=200)
     ap.add_argument("--delay", type=float, default=2.0)
     ap.add_argument("--queued", type=int, default=50, help="A's actions queued before B waits")
+    ap.add_argument("--scenarios", default="alone,bazel,buck2,three")
+    ap.add_argument("--tree-b", type=Path, help="side B's source tree (an A/B, see above)")
     ap.add_argument("--workdir", type=Path)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    args.scenarios = set(args.scenarios.split(","))
+    if not args.scenarios <= {"alone", "bazel", "buck2", "three"}:
+        ap.error(f"--scenarios: unknown {sorted(args.scenarios)}")
+    args.tree_a = None
+    if args.json is not None:
+        args.json = args.json.resolve()  # the A/B changes the working directory
+    if args.tree_b is not None:
+        args.tree_a = Path(__file__).resolve().parent.parent
+        args.tree_b = args.tree_b.resolve()
 
     samples: dict[str, list[float]] = {}
 
-    def add(key: str, value: float) -> None:
-        samples.setdefault(key, []).append(value)
-        print(f"  {key}: {value:.2f} s", flush=True)
-
     with tempfile.TemporaryDirectory(prefix="lre-fair-") as tmp:
         work = args.workdir or Path(tmp)
-        for fair in (True, False):
-            reps = args.reps if fair else args.fair_off_reps
-            if reps == 0:
-                continue
-            config = json.loads(local_config(work / f"lre-{fair}"))
-            status_address = f"127.0.0.1:{free_port()}"
-            config["global"]["status"]["address"] = status_address
-            if not fair:
-                config["schedulers"][1]["simple"]["fair_share"] = {"enabled": False}
-            with LreProcess(json.dumps(config), work / f"lre-{fair}") as lre:
-                flags = [
-                    f"--remote_executor=grpc://{lre.address}",
-                    "--spawn_strategy=remote",
-                    "--genrule_strategy=remote",
-                    "--noremote_accept_cached",
-                    "--remote_timeout=600",
-                ]
-                a = BazelBuild(work, f"a{int(fair)}", args.a_actions, args.seconds, flags)
-                b = BazelBuild(work, f"b{int(fair)}", args.b_actions, args.seconds, flags)
-                c = BazelBuild(work, f"c{int(fair)}", args.b_actions, args.seconds, flags)
-                try:
-                    for build in (a, b, c):  # Bazel servers up, analysis warm
-                        build.run(16)
-                    run_rounds(args, lre.address, (a, b, c), fair, reps, add, status_address)
-                finally:
-                    for build in (a, b, c):
-                        build.session.run("shutdown")
+        if args.tree_b is not None:
+            os.chdir(work)  # `python -m lre` must find lre through PYTHONPATH only
+            plan = [("A", True, args.reps), ("B", True, args.reps)]
+        else:
+            plan = [("", True, args.reps), ("", False, args.fair_off_reps)]
+        with ExitStack() as stack:
+            sides = [Side(stack, args, work, name, fair) for name, fair, reps in plan if reps]
+            rounds = max((reps for _, _, reps in plan), default=0)
+            for rep in range(rounds):
+                order = sides if rep % 2 == 0 else sides[::-1]
+                for side in order:
+                    if rep >= (args.reps if side.fair else args.fair_off_reps):
+                        continue
+                    prefix = f"{side.name}:" if side.name else ""
+
+                    def add(key: str, value: float, prefix: str = prefix) -> None:
+                        samples.setdefault(prefix + key, []).append(value)
+                        print(f"  {prefix}{key}: {value:.2f} s", flush=True)
+
+                    if side.name:
+                        print(f"side {side.name}", flush=True)
+                    run_rounds(
+                        args,
+                        side.lre.address,
+                        side.builds,
+                        side.fair,
+                        rep,
+                        add,
+                        side.status_address,
+                    )
 
     medians = {k: statistics.median(v) for k, v in samples.items()}
     report: dict[str, object] = {"args": {k: str(v) for k, v in vars(args).items()}}
@@ -283,41 +386,13 @@ def main() -> int:
     report["median_s"] = medians
     for key, value in medians.items():
         print(f"median {key}: {value:.2f} s")
-    if "a_alone" in medians:
-        slots = 3
-        one = args.seconds
-        limit = 1.5 * (medians["b_alone"] + one)
-        limit_buck2 = 1.5 * (medians["buck2_alone"] + one)
-        b_share = args.b_actions * one / slots
-        checks = {
-            "bazel B within 1.5x (B alone + one A action)": (medians["bazel_b"], limit),
-            "buck2 B within 1.5x (B alone + one A action)": (medians["buck2_b"], limit_buck2),
-            "three: B within 1.5x": (medians["three_b"], limit),
-            "three: C within 1.5x": (medians["three_c"], limit),
-            "A longer by at most B's share (bazel)": (
-                medians["bazel_a"] - medians["a_alone"],
-                b_share,
-            ),
-            "A longer by at most B's share (buck2)": (
-                medians["buck2_a"] - medians["a_alone"],
-                b_share,
-            ),
-            "A longer by at most B's and C's share": (
-                medians["three_a"] - medians["a_alone"],
-                2 * b_share,
-            ),
-        }
-        if "fair_off_a" in medians:
-            # Both runs carry B's Bazel server on the same cores and B's actions
-            # in the same slots; only the order of the queue differs.
-            checks["A with B: fair share on vs off"] = (
-                medians["bazel_a"] - medians["fair_off_a"],
-                b_share,
-            )
-        report["checks"] = {k: {"value": v, "limit": lim} for k, (v, lim) in checks.items()}
-        for name, (value, lim) in checks.items():
+    all_checks = {}
+    for prefix in ("A:", "B:") if args.tree_b is not None else ("",):
+        for name, (value, lim) in checks_of(args, medians, prefix).items():
+            all_checks[prefix + name] = {"value": value, "limit": lim}
             verdict = "met" if value <= lim else "NOT met"
-            print(f"{name}: {value:.2f} s (limit {lim:.2f} s) {verdict}")
+            print(f"{prefix}{name}: {value:.2f} s (limit {lim:.2f} s) {verdict}")
+    report["checks"] = all_checks
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=2) + "\n")

@@ -228,12 +228,14 @@ class HistoryRecorder:
         if record.kill_ended:
             outcome += " (killed for its memory, lre gave up on it)"
         more = " (the last one logged for it)" if build.failed == self.LOGGED_FAILURES else ""
+        named = record.target or record.mnemonic
         log.info(
-            "action failed: %s with %s, build %s%s%s",
+            "action failed: %s with %s, build %s%s%s%s",
             record.name,
             outcome,
             record.invocation[:8] or "(no id)",
             f" of {build.repository}" if build.repository else "",
+            f" (action {record.action[:12]})" if named and record.action else "",
             more,
         )
 

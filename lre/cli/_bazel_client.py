@@ -73,9 +73,10 @@ def bazelrc_text(
     """The content of ``lre.bazelrc`` for the given Bazel version (None: not found).
 
     ``repository`` (``repository_id``), when given, is sent as the
-    ``x-lre-repository`` header with every execution request
-    (``--remote_exec_header``, in Bazel since 3.x): lre keeps each
-    repository's learned reservations apart by it. A header is no part of an
+    ``x-lre-repository`` header with every call (``--remote_header``, not
+    ``--remote_exec_header``, which Bazel sends on Execute only, so a build
+    served wholly from the cache would name no repository): lre keeps each
+    repository's learned reservations and its builds apart by it. A header is no part of an
     action, so no action key changes, and lre passes it to no upstream.
 
     All flags sit under ``build:lre``; a final ``build --config=lre`` makes
@@ -163,8 +164,9 @@ def _repository_header(repository: str, version: tuple[int, int, int]) -> list[s
     if not repository or version < (4, 0, 0):
         return []
     return [
-        "# Names this repository to lre's reservation learner; a header, so no action key changes.",
-        f"build:lre --remote_exec_header=x-lre-repository={repository}",
+        "# Names this repository to lre (its builds, its learned reservations) on every",
+        "# call, cache lookups too; a header, so no action key changes.",
+        f"build:lre --remote_header=x-lre-repository={repository}",
     ]
 
 

@@ -95,6 +95,23 @@ RECOVER = (
 )
 
 
+def _recovery() -> str:
+    """``RECOVER`` when an lre runs from the state directory the commands
+    fall back to (the embedded default's); else how to go on with none
+    running (no claim about an lre that is not there)."""
+    from lre.cli._daemon import read_pid_file
+
+    state_dir = Path(resolve(default_config()).global_.state_dir)
+    server = read_pid_file(state_dir)
+    if server is not None and server.alive():
+        return RECOVER
+    return (
+        "No lre runs from the embedded default's state directory (which lre's commands "
+        "fall back to while the file does not load). Fix the lines named above until `lre config "
+        "check FILE` passes; then `lre up` starts lre with it."
+    )
+
+
 def load_or_fallback(path: Path | None) -> tuple[Config, list[str]]:
     """(config, problems): the config in effect as ``load_or_default`` loads it,
     or, when that file does not load, the embedded default alone with every
@@ -206,6 +223,6 @@ def check(
     except ConfigError as error:
         for message in error.messages:
             typer.echo(message, err=True)
-        typer.echo(RECOVER, err=True)
+        typer.echo(_recovery(), err=True)
         raise typer.Exit(1) from error
     typer.echo("ok")

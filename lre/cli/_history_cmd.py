@@ -185,6 +185,19 @@ def _outcome(record: ActionRecord) -> str:
     return str(record.exit_code)
 
 
+#: ``--repo`` of ``history`` and ``builds``: one matching rule for both.
+RepoOption = Annotated[
+    str | None,
+    typer.Option(
+        "--repo",
+        "-r",
+        help="Only builds of this repository (its name as the repo column shows "
+        "it, or a glob such as 'app-*').",
+        show_default="every repository",
+    ),
+]
+
+
 @app.command("history")
 def history(
     target: Annotated[
@@ -206,16 +219,7 @@ def history(
             show_default="every build",
         ),
     ] = None,
-    repo: Annotated[
-        str | None,
-        typer.Option(
-            "--repo",
-            "-r",
-            help="Only builds of this repository (its name as the repo column shows "
-            "it, or a glob such as 'app-*').",
-            show_default="every repository",
-        ),
-    ] = None,
+    repo: RepoOption = None,
     limit: Annotated[int, typer.Option("--limit", "-n", help="The newest N actions.")] = 50,
     as_json: JsonOption = False,
     config: ConfigOption = None,
@@ -236,8 +240,8 @@ def history(
         records = [r for r in records if r.invocation == wanted.invocation]
     if repo is not None:
         # An action counts under its build's repository: a client may name it
-        # on some calls only (Bazel's --remote_exec_header: on Execute, not on
-        # GetActionResult).
+        # on some calls only (an lre.bazelrc written before the header went on
+        # every call named it on Execute only, not on GetActionResult).
         of_build = {b.invocation: b.repository for b in summaries}
         records = [
             r
@@ -245,11 +249,10 @@ def history(
             if _repo_matches(r.repository or of_build.get(r.invocation, ""), repo)
         ]
         if not records:
-            known = sorted({b.repository for b in summaries if b.repository})
-            typer.echo(
-                f"no action of repository {repo!r} recorded; repositories in the history: "
-                + (", ".join(known) or "none (lre link names them)")
-            )
+            if as_json:
+                typer.echo("[]")
+            else:
+                typer.echo(_no_such_repo(repo, summaries, "action"))
             return
     recorded = len(records)
     if target is not None:
@@ -310,6 +313,20 @@ def _repo_matches(repository: str, pattern: str) -> bool:
     return repository == pattern or fnmatch.fnmatchcase(repository, pattern)
 
 
+def _build_of_repo(build: BuildSummary, pattern: str) -> bool:
+    """Whether one of the repositories ``build`` names (``"a, b"`` when its
+    client named several) is ``pattern``, by the rule of ``history --repo``."""
+    return any(_repo_matches(name, pattern) for name in build.repository.split(", ") if name)
+
+
+def _no_such_repo(pattern: str, summaries: list[BuildSummary], what: str) -> str:
+    """What ``--repo pattern`` says when nothing matched: the names it could be."""
+    known = sorted({name for b in summaries for name in b.repository.split(", ") if name})
+    return f"no {what} of repository {pattern!r} recorded; repositories in the history: " + (
+        ", ".join(known) or "none (lre link names them)"
+    )
+
+
 def _builds(config: Path | None) -> list[BuildSummary]:
     return _read(config).builds()
 
@@ -324,6 +341,7 @@ def _state(b: BuildSummary) -> str:
 def builds(
     ctx: typer.Context,
     limit: Annotated[int, typer.Option("--limit", "-n", help="The newest N builds.")] = 20,
+    repo: RepoOption = None,
     as_json: JsonOption = False,
     config: ConfigOption = None,
 ) -> None:
@@ -332,12 +350,18 @@ def builds(
     without ending it (kill -9, a crash)."""
     if ctx.invoked_subcommand is not None:
         return
-    found = _builds(config)[-limit:]
+    found = every = _builds(config)
+    if repo is not None:
+        found = [b for b in every if _build_of_repo(b, repo)]
+    found = found[-limit:] if limit > 0 else found
     if as_json:
         typer.echo(json.dumps([b.to_json() for b in found], indent=2))
         return
     if not found:
-        typer.echo("no builds recorded (yet) in " + str(history_dir(config)))
+        if repo is not None and every:
+            typer.echo(_no_such_repo(repo, every, "build"))
+        else:
+            typer.echo("no builds recorded (yet) in " + str(history_dir(config)))
         return
     rows = [
         [
@@ -415,6 +439,15 @@ def summary_text(b: BuildSummary) -> str:
         ]
         header = ["target", "mnemonic", "running", "peak RSS", "kills", "lre", "why"]
         lines.append(table(header, rows, numeric={2, 3, 4}))
+    if b.failed_actions:
+        lines.append("")
+        more = f" (the first {len(b.failed_actions)})" if b.failed > len(b.failed_actions) else ""
+        lines.append(f"failed actions{more}:")
+        rows = [
+            [r.target or "?", r.mnemonic or "-", _outcome(r), r.action[:12] or "-"]
+            for r in b.failed_actions
+        ]
+        lines.append(table(["target", "mnemonic", "exit", "action"], rows, numeric=set()))
     if b.slowest:
         lines.append("")
         lines.append("slowest actions:")

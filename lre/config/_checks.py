@@ -508,6 +508,11 @@ class _Checker:
             )
         if spec.max_message_bytes <= 0:
             self.fail((*path, "max_message_bytes"), "must be above 0")
+        if spec.max_connections < 0:
+            self.fail(
+                (*path, "max_connections"),
+                f"{spec.max_connections} cannot be negative (0: no bound)",
+            )
 
     def _endpoint(self, path: Path, address: str) -> None:
         for scheme in ("grpc://", "grpcs://"):

@@ -127,8 +127,20 @@ class ForwardRulesSpec:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UpstreamPlatformSpec:
     drop: tuple[str, ...] = doc(
-        "Keys removed from a forwarded action's platform (lre's own resource keys by default).",
-        default=("cpu_count", "memory_kb"),
+        "Keys removed from a forwarded action's platform. By default every resource key lre "
+        "reads: its own (cpu_count, memory_kb) and the estimates (resources:cpu, "
+        "resources:memory, EstimatedCPU, EstimatedMemory, EstimatedComputeUnits), which an "
+        "engine that has not registered them refuses; list fewer for an upstream that reads "
+        "the estimates.",
+        default=(
+            "cpu_count",
+            "memory_kb",
+            "resources:cpu",
+            "resources:memory",
+            "EstimatedCPU",
+            "EstimatedMemory",
+            "EstimatedComputeUnits",
+        ),
     )
     keep: tuple[str, ...] = doc(
         "When not empty, only these keys (after drop) are forwarded.", default=()

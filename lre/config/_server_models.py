@@ -37,6 +37,14 @@ class ListenerSpec:
     max_message_bytes: ByteSize = doc(
         "Largest gRPC message received or sent.", default=ByteSize(64 << 20)
     )
+    max_connections: int = doc(
+        "Connections this listener holds at once, from every client together; one past "
+        "it is closed as it arrives (its client sees UNAVAILABLE and retries) while calls "
+        "on the connections held go on, so a flood of connections cannot take every "
+        "descriptor lre has (docs/security.md). Bazel opens up to 100 per build "
+        "(--remote_max_connections). 0 = no bound.",
+        default=1000,
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

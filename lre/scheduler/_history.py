@@ -31,7 +31,7 @@ from lre.proto import re_pb2
 from lre.scheduler._lease import Lease
 from lre.scheduler._model import ActionKey, Backpressure, MemoryExceeded, Outcome, RequestInfo
 from lre.scheduler._records import OperationState
-from lre.snapshot import BOUNDARIES, MEMORY_SAMPLED, ActionRecord, Source
+from lre.snapshot import BOUNDARIES, MEMORY_SAMPLED, ActionRecord, Source, action_summary
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +108,7 @@ class HistoryTap:
                         attempts,
                         # a run still going: the operation was cancelled under it
                         op.lease.started_at if op.lease is not None else 0.0,
+                        _program(op),
                     ),
                 )
             )
@@ -132,6 +133,8 @@ class _Ended(NamedTuple):
     error: LreError | None
     attempts: Sequence[_Attempt]
     running_since: float
+    #: The base name of the program its command runs ("" when not known).
+    program: str
 
 
 @dataclass(slots=True)
@@ -180,6 +183,15 @@ def _add_up(attempts: Sequence[_Attempt]) -> _Attempts:
     return out
 
 
+def _program(op: OperationState) -> str:
+    """The base name of the program ``op``'s command runs, when the client
+    named no mnemonic (it then names the action instead of its digest); ""
+    otherwise, or when the command was never read."""
+    if op.request_info.action_mnemonic or op.command is None:
+        return ""
+    return action_summary("", op.command.arguments)
+
+
 def build_record(ended: _Ended) -> ActionRecord:
     """The ``ActionRecord`` of ``ended`` (the tap's builders call this).
     Raises only on a bug; the recorder logs it and drops that record."""
@@ -212,7 +224,7 @@ def build_record(ended: _Ended) -> ActionRecord:
         repository=info.repository,
         instance=ended.key.instance_name,
         target=info.target_id,
-        mnemonic=info.action_mnemonic,
+        mnemonic=info.action_mnemonic or ended.program,
         action=ended.key.action_digest.hash,
         worker=attempts.worker,
         exit_code=exit_code,

@@ -102,7 +102,11 @@ class OperationLifecycle:
             directories,
         )
         self._queue = RunQueue(
-            self._resources, available_memory, memory_frozen, fair_share=spec.fair_share
+            self._resources,
+            available_memory,
+            memory_frozen,
+            fair_share=spec.fair_share,
+            clock=trio.current_time,
         )
         self._detach_grace_s = detach_grace_s
         self._on_event = on_event

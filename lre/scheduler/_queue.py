@@ -5,8 +5,9 @@ and present properties, sized reservation, whole-worker or not, timeout)
 share a ``Bucket``, a heap ordered by (priority, submission order): lower
 ``execution_policy.priority`` runs sooner, as the REAPI says, FIFO within a
 priority. A worker takes the best head among the buckets it can run right
-now, best by (its build's share, when its build was last served, priority,
-order): the build furthest below its fair share goes first, and a small
+now, best by (its build's usage, its share now, when it was last served,
+priority, order): the build that has had least of the machine goes first
+(at equal usage the one holding least now), and a small
 action may overtake a large one that does not fit yet (backfill), also one
 of another build.
 
@@ -16,13 +17,15 @@ budget, host memory, an idle worker, a worker slot) the bucket notes it
 while it was there into ``OperationState.waited_for``, and
 ``Bucket.waiting_for`` says what the head waits for now (``/status``, TUI).
 A head that could have started but another build's went first, that build
-being further below its share, waits for ``WaitReason.BUILD_SHARE``.
+having had less, waits for ``WaitReason.BUILD_SHARE``. While one build alone
+waits, the order is its own: (priority, order), with no usage worked out.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -117,7 +120,8 @@ class RunQueue:
     memory``). ``fair_share`` says how builds share the workers
     (``_fair_share``; the default shares them); the scheduler tells
     ``shares`` what starts and ends (``started``/``finished`` with the
-    operation's ``build``) and what the workers offer (``set_capacity``).
+    operation's ``build``) and what the workers offer (``set_capacity``);
+    ``clock`` is the time their usage is counted in.
     """
 
     def __init__(
@@ -126,12 +130,13 @@ class RunQueue:
         available_memory: Callable[[], int] | None,
         memory_frozen: Callable[[], bool] | None = None,
         fair_share: FairShareSpec | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._resources = resources
         self._available_memory = available_memory
         self._memory_frozen = memory_frozen
         self.buckets: dict[tuple[Any, ...], Bucket] = {}
-        self.shares = BuildShares(fair_share or FairShareSpec())
+        self.shares = BuildShares(fair_share or FairShareSpec(), clock)
         self.vetoed = False
 
     def push(self, op: OperationState) -> None:
@@ -142,7 +147,11 @@ class RunQueue:
         timeout = op.requested_timeout_s or 0.0
         build = op.build
         if build is None:
-            build = op.build = self.shares.build_of(op.request_info)
+            info = op.request_info
+            build = self.shares.by_invocation.get(info.tool_invocation_id)
+            if build is None:
+                build = self.shares.build_of(info)
+            op.build = build
         key = (
             build.key,
             requirements.exact,
@@ -164,6 +173,7 @@ class RunQueue:
         build.queued += 1
         if build.queued == 1:
             self.shares.waiting += 1
+            self.shares.starts_waiting(build)
         heapq.heappush(bucket.heap, (op.priority, op.seq, op.ticket, op))
 
     def remove(self, op: OperationState) -> None:
@@ -209,16 +219,30 @@ class RunQueue:
 
     def next_queued(self, limit: int) -> list[tuple[OperationState, Bucket]]:
         """The ``limit`` operations that would run first, by (their build's
-        share, when it was last served, priority, order) as things stand."""
+        usage, its share now, when it was last served, priority, order) as
+        things stand."""
+        if self.shares.competing:
+            self.shares.rank_waiting()
+        else:
+            for build in self.shares.builds.values():
+                build.rank = 0.0
         entries = [
-            (bucket.build.share, bucket.build.served, entry[0], entry[1], entry[3], bucket)
+            (
+                bucket.build.rank,
+                bucket.build.share,
+                bucket.build.served,
+                entry[0],
+                entry[1],
+                entry[3],
+                bucket,
+            )
             for bucket in self.buckets.values()
             if bucket.live
             for entry in heapq.nsmallest(limit, bucket.heap)
             if entry[3].ticket == entry[2] and entry[3].bucket is bucket
         ]
-        entries.sort(key=lambda e: e[:4])
-        return [(e[4], e[5]) for e in entries[:limit]]
+        entries.sort(key=lambda e: e[:5])
+        return [(e[5], e[6]) for e in entries[:limit]]
 
     def take(
         self, state: WorkerState, memory_reserved: int, running: int
@@ -234,24 +258,35 @@ class RunQueue:
                 if bucket.live and bucket.matches.get(info.name):
                     bucket.block(WaitReason.WORKER_SLOTS)
             return None
-        free = info.capacity - state.reserved
+        # What is free, in the two amounts every action names (a Reservation
+        # is made only for an action with extra amounts: making one costs
+        # more than the rest of a take that finds nothing to start).
+        capacity, reserved = info.capacity, state.reserved
+        free_cpu = capacity.millicpus - reserved.millicpus
+        free_memory = capacity.memory_bytes - reserved.memory_bytes
         budget = self._resources.memory_budget_bytes
         budget_free = math.inf if budget is None else budget - memory_reserved
         available: float | None = None
         best: Bucket | None = None
-        best_order: tuple[float, int, int, int] | None = None
+        best_order: tuple[Any, ...] | None = None
         best_memory = 0
         # Heads passed over for another build's, and the most entitled waiting
         # build (only when builds compete).
         competing = self.shares.waiting > 1
-        passed: list[Bucket] | None = [] if competing else None
-        first_in_line: tuple[float, int] | None = None  # worked out when first needed
+        passed: list[Bucket] | None = None
+        first_in_line: tuple[float, float, int] | None = None
+        if competing:
+            passed = []
+            first_in_line = self.shares.rank_waiting()
         for bucket in self.buckets.values():
             head = bucket.head()
             if head is None:
                 continue
-            build = bucket.build
-            order = (build.share, build.served, head[0], head[1])
+            if competing:
+                build = bucket.build
+                order: tuple[Any, ...] = (build.rank, build.share, build.served, head[0], head[1])
+            else:  # one build waits: (priority, order) alone, as its own heap has it
+                order = head
             if best_order is not None and order >= best_order:
                 if passed is not None:
                     passed.append(bucket)
@@ -271,12 +306,18 @@ class RunQueue:
                 memory = min(info.capacity.memory_bytes, budget or info.capacity.memory_bytes)
             else:
                 reservation = bucket.requirements.reservation
-                if not reservation.fits_in(free):
-                    short_of_memory = reservation.memory_bytes > free.memory_bytes
-                    if competing and first_in_line is None:
-                        first_in_line = self.shares.first_in_line()
-                    if first_in_line is not None and (build.share, build.served) > first_in_line:
-                        # Another build is further below its share: it gets what frees first.
+                if (
+                    reservation.millicpus > free_cpu
+                    or reservation.memory_bytes > free_memory
+                    or (reservation.extra and not reservation.fits_in(capacity - reserved))
+                ):
+                    short_of_memory = reservation.memory_bytes > free_memory
+                    build = bucket.build
+                    if (
+                        first_in_line is not None
+                        and (build.rank, build.share, build.served) > first_in_line
+                    ):
+                        # Another build has had less of the machine: it gets what frees first.
                         bucket.block(WaitReason.BUILD_SHARE)
                     else:
                         bucket.block(
@@ -302,11 +343,14 @@ class RunQueue:
             return None
         if passed:
             for bucket in passed:
+                if bucket.build is best.build or bucket.exclusive:
+                    continue
+                wanted = bucket.requirements.reservation
                 if (
-                    bucket.build is not best.build
-                    and bucket.matches.get(info.name)
-                    and not bucket.exclusive
-                    and bucket.requirements.reservation.fits_in(free)
+                    bucket.matches.get(info.name)
+                    and wanted.millicpus <= free_cpu
+                    and wanted.memory_bytes <= free_memory
+                    and (not wanted.extra or wanted.fits_in(capacity - reserved))
                 ):
                     bucket.block(WaitReason.BUILD_SHARE)
         entry = heapq.heappop(best.heap)

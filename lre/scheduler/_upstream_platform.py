@@ -1,12 +1,14 @@
 """The platform a forwarded action carries upstream (``forward.platform``).
 
 lre's own clients send keys only lre understands (``cpu_count``, the
-``memory_kb`` hint) and the property modifier adds more; an engine someone
-else wrote refuses keys it has not registered (BuildGrid: FAILED_PRECONDITION
-"Unregistered platform property"). So before an action is executed upstream
-its platform is rewritten, in this order:
+``memory_kb`` hint), other clients send estimates lre reads as floors
+(``resources:cpu``, ``EstimatedMemory``, ...) and the property modifier adds
+more; an engine someone else wrote refuses keys it has not registered
+(BuildGrid: FAILED_PRECONDITION "Unregistered platform property"). So before
+an action is executed upstream its platform is rewritten, in this order:
 
-1. ``drop``: these keys are removed (default: ``cpu_count`` and ``memory_kb``);
+1. ``drop``: these keys are removed (default: every resource key lre reads,
+   its own and the estimates);
 2. ``keep``: when not empty, every key not listed is removed too;
 3. ``rename``: keys are renamed (old name to new name; values unchanged);
 4. ``set``: these properties are set, replacing any value.

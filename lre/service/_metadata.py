@@ -13,8 +13,9 @@ from lre.proto import REQUEST_METADATA_KEY, re_pb2
 from lre.scheduler import RequestInfo
 
 #: lre's own header: which repository the client builds (``lre link`` writes it
-#: into ``lre.bazelrc`` as ``--remote_exec_header``). It only names the
-#: learner's history (``lre.scheduler.kind_key``); no upstream call carries it.
+#: into ``lre.bazelrc`` as ``--remote_header``, so every call carries it). It
+#: names a build and the learner's history (``lre.scheduler.kind_key``); no
+#: upstream call carries it.
 REPOSITORY_KEY: Final = "x-lre-repository"
 
 #: Longest repository header read; the rest is ignored.

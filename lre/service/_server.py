@@ -66,6 +66,9 @@ class ServerOptions:
 
     address: str = "127.0.0.1:0"
     max_message_bytes: int = 64 << 20
+    #: Connections held at once (0: no bound); grpc core closes one past it
+    #: as soon as it is accepted.
+    max_connections: int = 0
     max_pending_requests: int = MAX_PENDING_REQUESTS
     max_unrequested_time_s: int = MAX_UNREQUESTED_TIME_S
     grace_seconds: float = 2.0
@@ -108,13 +111,16 @@ class ServerOptions:
         values: dict[str, Any] = {
             "address": listener.address,
             "max_message_bytes": int(listener.max_message_bytes),
+            "max_connections": listener.max_connections,
             "server_credentials": credentials,
         }
         values.update(overrides)
         return cls(**values)
 
     def channel_options(self) -> list[tuple[str, int]]:
+        bound = [("grpc.max_allowed_incoming_connections", self.max_connections)]
         return [
+            *(bound if self.max_connections > 0 else []),
             ("grpc.max_receive_message_length", self.max_message_bytes),
             ("grpc.max_send_message_length", self.max_message_bytes),
             ("grpc.server.max_pending_requests", self.max_pending_requests),

@@ -21,8 +21,8 @@ A build's ``share`` is the fraction of the run time of every action that
 ran during the build (between its first submission and its last end) that
 was its own: 1.0 for a build alone, about 0.5 for each of two builds that
 shared the machine fairly while both waited. ``share_waits`` counts its
-actions that waited while another build, further below its fair share, went
-first (``WaitReason.BUILD_SHARE``).
+actions that waited while another build, which had had less of the machine,
+went first (``WaitReason.BUILD_SHARE``).
 """
 
 from __future__ import annotations
@@ -86,6 +86,8 @@ class BuildSummary:
     resubmitted: int = 0
     #: The actions lre killed for their memory (at most ``slowest`` of them).
     killed_actions: tuple[ActionRecord, ...] = ()
+    #: The actions that failed (an error or a non-zero exit; at most ``slowest``).
+    failed_actions: tuple[ActionRecord, ...] = ()
     #: Where the largest figure came from (``MEMORY_*``; "" unknown).
     peak_memory_source: str = ""
     share: float = 1.0
@@ -152,6 +154,16 @@ class BuildSummary:
                     "killed_for_good": r.kill_ended,
                 }
                 for r in self.killed_actions
+            ],
+            "failed_actions": [
+                {
+                    "target": r.target,
+                    "mnemonic": r.mnemonic,
+                    "exit_code": r.exit_code,
+                    "error": r.error,
+                    "action": r.action,
+                }
+                for r in self.failed_actions
             ],
         }
 
@@ -234,6 +246,7 @@ def _summary(
         memory_retried=sum(1 for r in records if r.memory_retries),
         resubmitted=resubmitted,
         killed_actions=tuple(r for r in records if r.kills)[:slowest],
+        failed_actions=tuple(r for r in records if r.failed)[:slowest],
         queue_p50_s=percentile(queue, 0.5),
         queue_p95_s=percentile(queue, 0.95),
         lre_per_action_s=sum(own) / len(own) if own else 0.0,

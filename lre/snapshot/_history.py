@@ -85,7 +85,7 @@ class WaitReason(enum.StrEnum):
     IDLE_WORKER = "idle_worker"  # a whole idle worker (top of the memory ladder)
     WORKER_SLOTS = "worker_slots"  # the worker's max_inflight
     NO_WORKER = "no_worker"  # no registered worker can run it now
-    BUILD_SHARE = "build_share"  # other builds, further below their fair share, went first
+    BUILD_SHARE = "build_share"  # another build, which had had less of the machine, went first
 
 
 #: What people read for each reason.
@@ -190,10 +190,14 @@ class ActionRecord:
 
     @property
     def name(self) -> str:
-        """What people call it: the target (and mnemonic), else the mnemonic, else the digest."""
+        """What people call it: the target (and mnemonic, or the program when
+        the client sent none), else the mnemonic; the digest only when the
+        client said nothing and the command was never read."""
         if self.target and self.mnemonic:
             return f"{self.target} {self.mnemonic}"
-        return self.target or self.mnemonic or self.action[:12] or "?"
+        if self.target or self.mnemonic:
+            return self.target or self.mnemonic
+        return f"action {self.action[:12]}" if self.action else "?"
 
     def to_json(self) -> dict[str, Any]:
         """The compact line form (defaults left out)."""

@@ -46,7 +46,7 @@ from collections.abc import Mapping, Sequence
 from lre.cas import BlobStore
 from lre.config import LocalWorkerSpec
 from lre.errors import InvalidArgument
-from lre.worker.containment import Containment
+from lre.worker.containment import Containment, write_actions_resolv_conf
 from lre.worker.directories import ROOT_MODE, ActionDirectory, WorkDirectory
 from lre.worker.process import ProcessOutcome
 from lre.worker.view import (
@@ -228,6 +228,20 @@ def refuse_unsafe_writable(paths: Sequence[str], hidden: Sequence[str], field: s
         judge_writable(os.path.normpath(path), protected, field)
 
 
+def _resolv_conf_for(containment: Containment, workdir: WorkDirectory) -> str | None:
+    """The resolv.conf a worker's views show (written into its work
+    directory), or None when they show the host's: actions without a DNS
+    forwarder in their network, or a host naming a nameserver they reach."""
+    forwarder = containment.dns_forwarder()
+    if forwarder is None:
+        return None
+    try:
+        return write_actions_resolv_conf(workdir.path, forwarder=forwarder)
+    except OSError as error:
+        log.warning("actions read the host's resolv.conf: cannot write their own (%s)", error)
+        return None
+
+
 class ViewPolicy:
     """Hidden and writable paths of a worker's views (see the module docstring).
 
@@ -249,9 +263,13 @@ class ViewPolicy:
         sockets: Sequence[str] = (),
         visible: Sequence[str] = (),
         tmpfs_bytes: int = 0,
+        resolv_conf: str | None = None,
     ) -> None:
         #: Size of each view's /tmp and /dev/shm together (0: the view's default).
         self.tmpfs_bytes = tmpfs_bytes
+        #: The file each view shows at /etc/resolv.conf (``_action_dns``;
+        #: None: the host's).
+        self.resolv_conf = resolv_conf
         #: (uid, gid) of the user actions run as (None: lre's own): the
         #: upper layer, so the input root the action sees, belongs to it.
         self.owner = owner
@@ -327,6 +345,7 @@ class ViewPolicy:
             sockets=socket_masks(os.environ, sorted(uids)),
             visible=spec.sandbox_visible_sockets,
             tmpfs_bytes=tmpfs_bytes,
+            resolv_conf=_resolv_conf_for(containment, workdir),
         )
 
     def _visible(self, paths: Sequence[str]) -> tuple[str, ...]:
@@ -471,6 +490,7 @@ class ViewPolicy:
             xattrs=self.xattrs,
             idmap=self.idmap,
             tmpfs_bytes=self.tmpfs_bytes,
+            resolv_conf=self.resolv_conf,
         )
 
     def keeps(self, platform: Mapping[str, str], process: ProcessOutcome) -> bool:

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from tests._support.ci import in_ci
+from tests._support.scratch import SHOWN_ROOT
 
 #: Values of an attack test's ``identity`` parameter.
 IDENTITIES = ("own", "nobody")
@@ -92,8 +93,9 @@ def python_for(identity: str) -> tuple[list[str], dict[str, str]]:
 
 @contextmanager
 def scratch_for(identity: str) -> Iterator[Path]:
-    """A fresh directory ``identity`` may write (removed afterwards)."""
-    path = Path(tempfile.mkdtemp(prefix="lre-attack-"))
+    """A fresh directory ``identity`` may write (removed afterwards), where
+    actions' views show it (``scratch.SHOWN_ROOT``: /tmp is their own)."""
+    path = Path(tempfile.mkdtemp(prefix="lre-attack-", dir=SHOWN_ROOT))
     try:
         if identity == "nobody":
             entry = pwd.getpwnam("nobody")

@@ -65,6 +65,14 @@ def test_a_typo_in_the_config_file_while_lre_runs(tmp_path: Path) -> None:
         assert down.returncode == 0, down.stdout + down.stderr
         assert "stopped" in down.stdout
         assert f"{repo}: builds locally now" in down.stdout
+        # With lre stopped, the advice says so instead of "keeps running".
+        config.write_text("{\n  global: { nope: 1 },\n}\n")
+        stopped = run_lre("config", "check", str(config), cwd=repo, env=env)
+        assert stopped.returncode == 1
+        assert f"{config}:2" in stopped.stderr, stopped.stderr
+        assert "keeps running" not in stopped.stderr, stopped.stderr
+        assert "No lre runs from the embedded default" in stopped.stderr
+        assert "then `lre up` starts lre with it" in stopped.stderr
     finally:
         config.write_text("{}\n")
         run_lre("down", "--now", cwd=repo, env=env)

@@ -91,6 +91,15 @@ def test_builds_are_timed_first_request_to_last_reply_with_their_repository_and_
         other = home.run("history", "--repo", "web-*", cwd=repo)
         assert other.returncode == 0, other.stderr
         assert "no action of repository 'web-*'" in other.stdout and REPOSITORY in other.stdout
+        # lre builds --repo: the same rule, a build kept or left out whole
+        assert [b["invocation"] for b in _json(home, repo, "builds", "--repo", "app-*")] == [
+            invocation
+        ]
+        assert _json(home, repo, "builds", "--repo", REPOSITORY)[0]["repository"] == REPOSITORY
+        assert _json(home, repo, "builds", "--repo", "web-*") == []
+        none = home.run("builds", "--repo", "web-*", cwd=repo)
+        assert none.returncode == 0, none.stderr
+        assert "no build of repository 'web-*'" in none.stdout and REPOSITORY in none.stdout
         with urllib.request.urlopen(f"http://127.0.0.1:{home.status_port}/status") as reply:
             status = json.loads(reply.read())
         (line,) = status["builds"]
@@ -180,13 +189,27 @@ def test_logs_and_events_tell_builds_and_failed_actions_and_not_lres_own_cli_cal
         )
         invocation = str(uuid.uuid4())
         client.execute(client.prepare(["/bin/sh", "-c", "exit 0"]), metadata=_metadata(invocation))
-        client.execute(client.prepare(["/bin/sh", "-c", "exit 3"]), metadata=_metadata(invocation))
+        failing = client.prepare(["/bin/sh", "-c", "exit 3"])
+        client.execute(failing, metadata=_metadata(invocation))
+        # A client that names no mnemonic and no target: the program names it.
+        anonymous = re_pb2.RequestMetadata(tool_invocation_id=invocation)
+        unnamed = client.prepare(["/bin/false"])
+        client.execute(
+            unnamed,
+            metadata=[
+                (REQUEST_METADATA_KEY, anonymous.SerializeToString()),
+                ("x-lre-repository", REPOSITORY),
+            ],
+        )
         stats_url = f"http://127.0.0.1:{home.status_port}/api/v1/stats"
         with urllib.request.urlopen(stats_url) as reply:
             events = json.loads(reply.read())["events"]
         failures = [e for e in events if e["kind"] == "failure"]
-        assert [(e["target"], e["summary"]) for e in failures] == [("//app:gen", "Genrule")]
-        assert failures[0]["message"] == "Genrule //app:gen: exited with code 3"
+        assert [(e["target"], e["summary"]) for e in failures] == [  # newest first
+            ("", "false"),
+            ("//app:gen", "Genrule"),
+        ]
+        assert failures[1]["message"] == "Genrule //app:gen: exited with code 3"
         deadline = time.monotonic() + 30
         while True:
             logs = home.run("logs", cwd=repo)
@@ -197,10 +220,28 @@ def test_logs_and_events_tell_builds_and_failed_actions_and_not_lres_own_cli_cal
     text = logs.stdout
     short = invocation[:8]
     assert re.search(rf"build {short} of {REPOSITORY} started [0-9.]+ s ago \(bazel 4.2.3\)", text)
+    digest = failing.action_digest.hash[:12]
     assert (
-        f"action failed: //app:gen Genrule with exit code 3, build {short} of {REPOSITORY}" in text
+        f"action failed: //app:gen Genrule with exit code 3, build {short} of {REPOSITORY}"
+        f" (action {digest})" in text
+    )
+    # named by its program; the digest stays beside it
+    assert (
+        f"action failed: false with exit code 1, build {short} of {REPOSITORY}"
+        f" (action {unnamed.action_digest.hash[:12]})" in text
     )
     assert f"build {short} of {REPOSITORY} ended after" in text
-    assert "1 run" not in text and "2 run, 0 from the cache, 1 failed" in text
+    assert "1 run" not in text and "3 run, 0 from the cache, 2 failed" in text
     assert "rejected" not in text, text  # lre's own CLI calls are no refused requests
     assert clean[:8] not in text  # no build
+    shown = _json(home, repo, "builds", "show", invocation)
+    assert [(f["target"], f["mnemonic"], f["exit_code"]) for f in shown["failed_actions"]] == [
+        ("//app:gen", "Genrule", 3),
+        ("", "false", 1),
+    ]
+    assert shown["failed_actions"][0]["action"] == failing.action_digest.hash
+    table = home.run("builds", "show", invocation, cwd=repo).stdout
+    rows = table.split("failed actions:\n", 1)[1].splitlines()
+    assert rows[0].split() == ["target", "mnemonic", "exit", "action"]
+    assert rows[1].split() == ["//app:gen", "Genrule", "3", digest]
+    assert rows[2].split() == ["?", "false", "1", unnamed.action_digest.hash[:12]]

@@ -298,5 +298,5 @@ def test_lre_bazelrc_names_the_repository_in_a_header(tmp_path: Path) -> None:
     (line,) = [
         ln for ln in text.splitlines() if "x-lre-repository" in ln and ln.startswith("build")
     ]
-    assert line == f"build:lre --remote_exec_header=x-lre-repository={name}"
+    assert line == f"build:lre --remote_header=x-lre-repository={name}"
     assert "x-lre-repository" not in bazelrc_text(SETTINGS, (4, 2, 3))

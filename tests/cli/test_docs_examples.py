@@ -19,6 +19,8 @@ def test_troubleshooting_config_check_example_is_real_output(tmp_path: Path) -> 
     name, body, checked, shown = match.groups()
     assert checked == name
     (tmp_path / name).write_text(body)
-    result = run_lre("config", "check", name, cwd=tmp_path, env=dict(os.environ))
+    env = {**os.environ, "HOME": str(tmp_path / "home")}  # no lre runs from its state dir
+    env.pop("LRE_HOME", None)
+    result = run_lre("config", "check", name, cwd=tmp_path, env=env)
     assert result.returncode == 1
     assert result.stdout + result.stderr == shown

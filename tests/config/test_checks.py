@@ -302,6 +302,14 @@ def test_reference_and_value_errors(path: str, value: Any, expected: str) -> Non
     assert any(expected in message for message in messages), messages
 
 
+def test_a_negative_connection_bound_is_refused() -> None:
+    config = base()
+    config["servers"][0]["listener"] = {"address": "127.0.0.1:0", "max_connections": -1}
+    messages = messages_for(config)
+    expected = "servers[0].listener.max_connections: -1 cannot be negative (0: no bound)"
+    assert any(expected in message for message in messages), messages
+
+
 def test_store_cycle() -> None:
     config = base()
     config["stores"].append({"name": "a", "verify": {"backend": "b"}})

@@ -200,9 +200,18 @@ def _stub_repository(root: Path, name: str, package: str, rules: tuple[str, ...]
     _write(base / package / "defs.bzl", "\n".join(defs))
 
 
+#: ``BUILD`` of the offline stand-in for ``@remote_coverage_tools``, which
+#: ``bazel test`` needs even without coverage (docs/troubleshooting.md quotes
+#: it): the two targets ``@bazel_tools//tools/test`` names, empty.
+COVERAGE_TOOLS_BUILD = (
+    'filegroup(name = "coverage_report_generator", visibility = ["//visibility:public"])\n'
+    'filegroup(name = "lcov_merger", visibility = ["//visibility:public"])\n'
+)
+
+
 def write_offline_scaffold(root: Path, name: str) -> None:
     """Make ``root`` (created if needed) a Bazel 4.2.3 workspace called ``name``
-    that builds C offline: ``WORKSPACE`` with the two stub repositories under
+    that builds and tests C offline: ``WORKSPACE`` with the three stub repositories under
     ``third_party/`` (kept out of ``//...`` by ``.bazelignore``) and a
     ``.bazelrc`` with quiet output. Overwrites those files; BUILD files are
     the caller's.
@@ -210,13 +219,19 @@ def write_offline_scaffold(root: Path, name: str) -> None:
     root.mkdir(parents=True, exist_ok=True)
     _stub_repository(root, "rules_cc", "cc", _CC_RULES)
     _stub_repository(root, "rules_java", "java", _JAVA_RULES)
+    coverage = root / "third_party" / "remote_coverage_tools"
+    _write(coverage / "WORKSPACE", 'workspace(name = "remote_coverage_tools")\n')
+    _write(coverage / "BUILD", COVERAGE_TOOLS_BUILD)
     _write(root / ".bazelignore", "third_party\n")
     _write(
         root / "WORKSPACE",
         f'workspace(name = "{name}")\n\n'
         "# Local stand-ins: Bazel would download these, and nothing can be downloaded here.\n"
         'local_repository(name = "rules_cc", path = "third_party/rules_cc")\n'
-        'local_repository(name = "rules_java", path = "third_party/rules_java")\n',
+        'local_repository(name = "rules_java", path = "third_party/rules_java")\n'
+        "# bazel test needs it even without --coverage.\n"
+        'local_repository(name = "remote_coverage_tools", path = '
+        '"third_party/remote_coverage_tools")\n',
     )
     _write(
         root / ".bazelrc",

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from lre.cli._bazel_client import repository_id
 from tests._support.chromium import render_dom
 from tests._support.configs import app_config_text
 from tests._support.processes import require_tool
@@ -69,6 +70,13 @@ def test_builds_history_trace_and_report_of_real_bazel_builds(tmp_path: Path) ->
         assert built["executed"] == ws.spawn_count and built["failed"] == 0
         assert cached["executed"] == 0
         assert cached["cache_hits"]["get_action_result"] == ws.spawn_count
+        # The cached build made no Execute call, yet names its repository:
+        # lre.bazelrc sends the header on every call.
+        assert built["repository"] == cached["repository"] == repository_id(ws.root)
+        assert [b["invocation"] for b in as_json("builds", "--repo", "ws-*")] == [
+            built["invocation"],
+            cached["invocation"],
+        ]
 
         shown = as_json("builds", "show", built["invocation"][:8])
         assert shown["invocation"] == built["invocation"]

@@ -17,15 +17,18 @@ from pathlib import Path
 
 import pytest
 
+from lre.cli._bazel_client import repository_id
 from tests._support.chromium import drawn_marks, render_dom
 from tests._support.configs import app_config_text
 from tests._support.processes import require_tool
 from tests._support.servers import free_port
 from tests.cli._lre import run_lre
 from tests.e2e._bazel import BazelSession, parse_process_summary, require_bazel
-from tests.e2e._workspace import Workspace, generate_workspace
+from tests.e2e._workspace import COVERAGE_TOOLS_BUILD, Workspace, generate_workspace
 
 pytestmark = [pytest.mark.slow, pytest.mark.bazel]
+
+DOCS = Path(__file__).parents[2] / "docs"
 
 
 def _runs_right(ws: Workspace) -> None:
@@ -108,13 +111,60 @@ def test_a_token_listener_gets_the_header_from_the_token_file(tmp_path: Path) ->
     up = run_lre("up", "--detach", "--config", str(config), cwd=ws.root, env=env)
     assert up.returncode == 0, up.stdout + up.stderr
     try:
+        # Two --remote_header lines (the token and the repository's name):
+        # Bazel 4.2.3 takes both and sends both on every call.
+        headers = [
+            line
+            for line in (ws.root / "lre.bazelrc").read_text().splitlines()
+            if line.startswith("build:lre --remote_header=")
+        ]
+        assert len(headers) == 2, headers
         with BazelSession(ws.root, tmp_path / "bazel") as bazel:
             summary = bazel.build([ws.target]).check()
             assert summary.count("remote") == ws.spawn_count, summary
+        builds = run_lre("builds", "--json", "--config", str(config), cwd=ws.root, env=env)
+        assert builds.returncode == 0, builds.stderr
+        (build,) = json.loads(builds.stdout)
+        assert build["repository"] == repository_id(ws.root), build
     finally:
         down = run_lre("down", "--config", str(config), cwd=ws.root, env=env)
     assert down.returncode == 0, down.stderr
     _runs_right(ws)
+
+
+def test_bazel_test_runs_offline_through_lre_with_the_documented_stand_in(
+    tmp_path: Path,
+) -> None:
+    """``bazel test`` needs ``@remote_coverage_tools`` even without coverage;
+    the stand-in docs/quickstart-bazel.md gives is enough, and the test
+    runs on lre."""
+    require_bazel()
+    assert COVERAGE_TOOLS_BUILD.strip() in (DOCS / "quickstart-bazel.md").read_text()
+    ws = generate_workspace(tmp_path / "ws", modules=1, funcs=1, seed=5)
+    with (ws.root / "BUILD").open("a") as build:
+        build.write('cc_test(name = "passes", srcs = ["src/passes.c"])\n')
+    (ws.root / "src" / "passes.c").write_text("int main(void) { return 0; }\n")
+    config = tmp_path / "lre.json5"
+    config.write_text(
+        app_config_text(
+            tmp_path / "lre-root",
+            extra_worker=', platform_properties: { OSFamily: { values: ["Linux"] } }',
+        )
+    )
+    env = {**os.environ, "HOME": str(tmp_path / "home")}
+    up = run_lre("up", "--detach", "--config", str(config), "--port", str(free_port()),
+                 cwd=ws.root, env=env)  # fmt: skip
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        with BazelSession(ws.root, tmp_path / "bazel") as bazel:
+            tested = bazel.run("test", "//:passes", timeout=600)
+        assert tested.returncode == 0, tested.stdout[-3000:]
+        assert "1 test passes" in tested.stdout, tested.stdout[-3000:]
+        assert "mirror.bazel.build" not in tested.stdout
+        summary = parse_process_summary(tested.stdout)
+        assert summary is not None and summary.count("remote") >= 3, tested.stdout[-2000:]
+    finally:
+        run_lre("down", "--config", str(config), cwd=ws.root, env=env)
 
 
 def _status_json(address: str) -> tuple[int, dict[str, object]]:

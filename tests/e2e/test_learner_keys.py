@@ -130,7 +130,7 @@ def test_repositories_and_actions_of_one_target_keep_their_own_history(tmp_path:
             linked = run_lre("up", "--config", str(config), cwd=repo, env=env)
             assert linked.returncode == 0, linked.stdout + linked.stderr
         for repo in (first.root, second.root, copy):
-            assert "--remote_exec_header=x-lre-repository=" in (repo / "lre.bazelrc").read_text()
+            assert "--remote_header=x-lre-repository=" in (repo / "lre.bazelrc").read_text()
         with BazelSession(first.root, tmp_path / "bazel-first") as bazel:
             builds.append(time.time())
             bazel.build(["//:app", "//:pair"]).check()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import threading
@@ -20,6 +21,7 @@ from tests._support.lre_as import each_setup, python_for, require_setup, scratch
 from tests._support.outside_host import outside_host
 from tests._support.processes import processes_with
 from tests._support.reapi import Client, response_of
+from tests._support.scratch import action_python, action_pythonpath, shown_scratch
 
 HOSTILE = Path(__file__).parents[1] / "_support" / "hostile_client.py"
 
@@ -98,18 +100,23 @@ def test_an_action_cannot_call_lres_own_services(containment: str, identity: str
     require_setup(containment, identity)
     marker = f"1001.{os.getpid() % 1000:03d}{abs(hash(containment + identity)) % 10**6:06d}"
     abstract = f"lre-attack-{marker}"
-    prefix, env = python_for(identity)
+    _, env = python_for(identity)
     with (
+        shown_scratch(identity) as shown,
         lre_as(identity, containment) as addresses,
         Client(addresses["grpc"]) as client,
         abstract_listener(abstract) as served,
     ):
+        # The attacker's program and the packages it imports where the view
+        # shows them (a checkout under /tmp is not there for the action).
+        hostile = str(shutil.copy(HOSTILE, shown / HOSTILE.name))
+        pythonpath = action_pythonpath(shown)
         victim = client.prepare(["/bin/echo", "the true result"])
         helper = client.prepare(["/bin/sh", "-c", f"sleep {marker}"])
         attack = client.prepare(
             [
-                prefix[-1],
-                str(HOSTILE),
+                action_python(),
+                hostile,
                 addresses["grpc"],
                 addresses["status"],
                 client.instance,
@@ -117,7 +124,7 @@ def test_an_action_cannot_call_lres_own_services(containment: str, identity: str
                 f"{helper.digest.hash}/{helper.digest.size_bytes}",
                 abstract,
             ],
-            env={"PYTHONPATH": env["PYTHONPATH"], "PATH": env["PATH"]},
+            env={"PYTHONPATH": pythonpath, "PATH": env["PATH"]},
         )
         response = response_of(client.execute(attack)[-1])  # a normal client works
         output = client.stdout(response.result).decode()
@@ -167,14 +174,14 @@ def test_an_action_reaches_addresses_outside_the_machine(containment: str, ident
     """lre's listeners are gone from the actions' network, the rest of the
     world is not (as Bazel's local sandbox gives it by default)."""
     require_setup(containment, identity)
-    prefix, env = python_for(identity)
+    _, env = python_for(identity)
     with (
         outside_host() as host,
         lre_as(identity, containment) as addresses,
         Client(addresses["grpc"]) as client,
     ):
         response = client.run(
-            [prefix[-1], "-c", _REACH, host.address, str(host.port)],
+            [action_python(), "-c", _REACH, host.address, str(host.port)],
             env={"PATH": env["PATH"]},
         )
         output = client.stdout(response.result).decode()

@@ -6,8 +6,6 @@ the order in which leases come is the whole assertion (no timing).
 
 from __future__ import annotations
 
-from collections import Counter
-
 import pytest
 import trio
 import trio.testing
@@ -56,15 +54,54 @@ class Builds:
         return self.build_of[lease.operation_name]
 
 
-async def run_oldest_first(worker: FakeWorker, builds: Builds, held: list[Lease], n: int) -> str:
-    """Complete the oldest held lease ``n`` times; the builds of the leases
-    that started in its place, in order."""
+class SlotTime:
+    """Seconds of a slot each build held after a moment, from when its leases
+    started and ended (the test's clock)."""
+
+    def __init__(self, builds: Builds) -> None:
+        self.builds = builds
+        self.spans: dict[str, list[float]] = {}  # lease id -> [start, end]
+        self.build_of: dict[str, str] = {}
+
+    def started(self, lease: Lease) -> None:
+        self.spans[lease.lease_id] = [trio.current_time(), -1.0]
+        self.build_of[lease.lease_id] = self.builds.of(lease)
+
+    def ended(self, lease: Lease) -> None:
+        if lease.lease_id in self.spans:
+            self.spans[lease.lease_id][1] = trio.current_time()
+
+    def since(self, moment: float) -> dict[str, float]:
+        now = trio.current_time()
+        held: dict[str, float] = {"A": 0.0, "B": 0.0}
+        for lease_id, (start, end) in self.spans.items():
+            held[self.build_of[lease_id]] = held.get(self.build_of[lease_id], 0.0) + max(
+                0.0, (now if end < 0 else end) - max(start, moment)
+            )
+        return held
+
+
+async def run_oldest_first(
+    worker: FakeWorker,
+    builds: Builds,
+    held: list[Lease],
+    n: int,
+    every: float = 1.0,
+    slots: SlotTime | None = None,
+) -> str:
+    """``n`` times: let ``every`` seconds pass, then complete the oldest held
+    lease; the builds of the leases that started in its place, in order."""
     started = []
     for _ in range(n):
-        worker.complete(held.pop(0))
+        await trio.sleep(every)
+        done = held.pop(0)
+        worker.complete(done)
         lease = await worker.next_lease()
         held.append(lease)
         started.append(builds.of(lease))
+        if slots is not None:
+            slots.ended(done)
+            slots.started(lease)
     return "".join(started)
 
 
@@ -73,7 +110,7 @@ async def start(nursery: trio.Nursery, **spec: object) -> tuple[Harness, Builds]
     return harness, Builds(harness)
 
 
-async def test_a_second_build_starts_at_the_next_free_slot_and_then_they_alternate(
+async def test_a_second_build_starts_at_the_next_free_slot_and_catches_up(
     nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
 ) -> None:
     harness, builds = await start(nursery)
@@ -85,7 +122,11 @@ async def test_a_second_build_starts_at_the_next_free_slot_and_then_they_alterna
     assert worker.no_lease_pending()  # running actions are never preempted
     assert not any(lease.cancelled for lease in held)
     order = await run_oldest_first(worker, builds, held, 10)
-    assert order == "BABABABAAA"  # one slot each until B's four ran, then A alone
+    # A held both slots for the second B waited: the slots that free next go
+    # to B until it has had as much as A since it came (three in a row), then
+    # the builds take turns until B's four ran, then A has it all.
+    assert order[:3] == "BBB", order
+    assert order.count("B") == 4 and order.endswith("AAAA"), order
 
 
 async def test_without_fair_share_a_second_build_waits_behind_the_first(
@@ -100,21 +141,31 @@ async def test_without_fair_share_a_second_build_waits_behind_the_first(
     assert harness.scheduler.statistics().builds == ()
 
 
-async def test_equal_shares_go_to_the_build_served_longest_ago(
+async def test_two_waiting_builds_get_equal_slot_time_from_the_second_ones_arrival(
     nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
 ) -> None:
-    # Three slots, two builds: neither can have half, so each gets one and a
-    # half on average: 1.5 is held as 2 and 1 in turn.
+    # Three slots, two builds: neither can have half at any instant, so the
+    # slot time since B came is what comes out equal.
     harness, builds = await start(nursery)
     worker = await harness.add_worker(worker_info(cpus=3))
-    await builds.submit("A", 30)
+    slots = SlotTime(builds)
+    await builds.submit("A", 40)
     held = [await worker.next_lease() for _ in range(3)]
-    await builds.submit("B", 30)
-    order = await run_oldest_first(worker, builds, held, 24)
-    counts = Counter(order)
-    assert abs(counts["A"] - counts["B"]) <= 1, order
-    running = Counter(builds.of(lease) for lease in held)
-    assert sorted(running.values()) == [1, 2]
+    for lease in held:
+        slots.started(lease)
+    await builds.submit("B", 40)
+    arrived = trio.current_time()
+    await run_oldest_first(worker, builds, held, 3, slots=slots)
+    held_since = slots.since(arrived)
+    assert held_since["B"] < held_since["A"]  # B's first slot came a second late
+    for steps in (3, 6, 12, 24):
+        await run_oldest_first(worker, builds, held, steps, slots=slots)
+        held_since = slots.since(arrived)
+        # B has caught up; each action runs 3 s (three held, one ends a
+        # second) and none is stopped, so one build may be ahead by about
+        # the slot time of one more action.
+        assert held_since["B"] >= held_since["A"] - 1, (steps, held_since)
+        assert abs(held_since["A"] - held_since["B"]) <= 4, (steps, held_since)
 
 
 async def test_weights_of_repositories_divide_the_slots(
@@ -122,20 +173,25 @@ async def test_weights_of_repositories_divide_the_slots(
 ) -> None:
     harness, builds = await start(nursery, weights={"big": 2.0})
     worker = await harness.add_worker(worker_info(cpus=3))
+    slots = SlotTime(builds)
     big = RequestInfo(tool_invocation_id="A", repository="big")
-    await builds.submit("A", 40, info=big)
+    await builds.submit("A", 60, info=big)
     held = [await worker.next_lease() for _ in range(3)]
-    await builds.submit("B", 40, info=RequestInfo(tool_invocation_id="B", repository="small"))
-    await run_oldest_first(worker, builds, held, 3)  # settle into the shares
-    running = Counter(builds.of(lease) for lease in held)
-    assert running == Counter({"A": 2, "B": 1})
-    order = await run_oldest_first(worker, builds, held, 30)
-    assert Counter(order) == Counter({"A": 20, "B": 10}), order
+    for lease in held:
+        slots.started(lease)
+    await builds.submit("B", 60, info=RequestInfo(tool_invocation_id="B", repository="small"))
+    arrived = trio.current_time()
+    await run_oldest_first(worker, builds, held, 30, slots=slots)
+    held_since = slots.since(arrived)
+    assert held_since["A"] + held_since["B"] == pytest.approx(90.0, abs=0.1)
+    # two thirds and one third of the 90 slot-seconds, give or take about one
+    # 3-second action (none is stopped to even things out)
+    assert held_since["A"] == pytest.approx(60, abs=4), held_since
     stats = {b.invocation: b for b in harness.scheduler.statistics().builds}
     assert stats["A"].fair_share == pytest.approx(2 / 3)
     assert stats["B"].fair_share == pytest.approx(1 / 3)
-    assert (stats["A"].running, stats["B"].running) == (2, 1)
-    assert stats["A"].used_share == pytest.approx(2 / 3)
+    assert stats["A"].running + stats["B"].running == 3
+    assert stats["A"].used_share == pytest.approx(stats["A"].running / 3)
 
 
 async def test_a_lone_build_gets_the_whole_machine(
@@ -188,12 +244,13 @@ async def test_a_build_waiting_for_its_share_says_so(
     worker.complete(first)
     b1 = await worker.next_lease()
     assert builds.of(b1) == "B"
-    # A holds nothing now: it is first in line, waiting for the CPU B holds.
-    assert await reasons() == {"A": WaitReason.CPU, "B": WaitReason.BUILD_SHARE}
+    # B waited while A ran: B is first in line for the CPU it holds itself.
+    assert await reasons() == {"A": WaitReason.BUILD_SHARE, "B": WaitReason.CPU}
     worker.complete(b1)
     a2 = await worker.next_lease()
     assert builds.of(a2) == "A"
-    assert await reasons() == {"A": WaitReason.BUILD_SHARE, "B": WaitReason.CPU}
+    # B has had its second now; A, behind, is first in line for the CPU.
+    assert await reasons() == {"A": WaitReason.CPU, "B": WaitReason.BUILD_SHARE}
     worker.complete(a2)
     b2 = await worker.next_lease()
     worker.complete(b2)
@@ -239,3 +296,61 @@ def test_memory_can_be_the_dominant_share() -> None:
     shares.finished(other, Reservation(1000, 1 << 30))
     shares.sweep()
     assert shares.builds == {}
+
+
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_usage_adds_up_share_seconds_only_while_builds_compete() -> None:
+    from lre.scheduler import Reservation
+
+    clock = Clock()
+    shares = BuildShares(FairShareSpec(), clock)
+    shares.set_capacity(4000, 8 << 30)
+    a = shares.build_of(RequestInfo(tool_invocation_id="a"))
+    shares.started(a, Reservation(2000, 1 << 30))
+    clock.now += 50  # alone: nothing is counted
+    assert (shares.competing, a.usage, a.share) == (False, 0.0, 0.0)
+    b = shares.build_of(RequestInfo(tool_invocation_id="b"))
+    assert shares.competing and a.share == pytest.approx(0.5)
+    clock.now += 2
+    assert a.usage_at(clock.now) == pytest.approx(1.0)  # half the machine for 2 s
+    shares.started(b, Reservation(1000, 1 << 30))
+    clock.now += 4
+    shares.finished(a, Reservation(2000, 1 << 30))
+    assert a.usage == pytest.approx(3.0)
+    assert b.usage_at(clock.now) == pytest.approx(1.0)
+    shares.finished(b, Reservation(1000, 1 << 30))
+    shares.sweep()
+    assert not shares.competing
+
+
+def test_a_build_brings_no_credit_from_a_time_it_had_nothing_to_run() -> None:
+    from lre.scheduler import Reservation
+
+    clock = Clock()
+    shares = BuildShares(FairShareSpec(), clock)
+    shares.set_capacity(2000, 8 << 30)
+    a = shares.build_of(RequestInfo(tool_invocation_id="a"))
+    b = shares.build_of(RequestInfo(tool_invocation_id="b"))
+    a.queued = 10
+    shares.started(a, Reservation(2000, 1 << 30))
+    clock.now += 60  # A has the machine for a minute while B has nothing queued
+    b.queued = 1
+    shares.starts_waiting(b)
+    # B starts level with A, not a minute behind it (which would give it the
+    # whole machine for a minute).
+    assert b.usage_at(clock.now) == pytest.approx(a.usage_at(clock.now)) == pytest.approx(60)
+    # A build ahead of the others keeps its lead (no debt is forgiven).
+    a_usage = a.usage_at(clock.now)
+    b.usage = a_usage + 5
+    b.since = clock.now
+    shares.starts_waiting(b)
+    assert b.usage_at(clock.now) == pytest.approx(a_usage + 5)

@@ -230,3 +230,32 @@ async def test_unregistered_worker_leases_are_requeued(harness: Harness) -> None
     assert not harness.scheduler.report(lease.lease_id, Backpressure())
     again = await other.next_lease()
     assert again.operation_name == op.name and again.attempt == 2
+
+
+def test_an_extra_amount_a_worker_offers_is_held_like_cpu() -> None:
+    from types import MappingProxyType
+
+    from lre.digest import Digest, DigestFunction
+    from lre.scheduler._matching import Requirements
+    from lre.scheduler._model import ActionKey, RequestInfo, Reservation, WorkerInfo
+    from lre.scheduler._queue import RunQueue
+    from lre.scheduler._records import OperationState, WorkerState
+
+    one_gpu = Reservation(1000, 64 * MiB, MappingProxyType({"gpu": 1}))
+    queue = RunQueue(ResourcePolicy(), None)
+    for i in range(2):
+        key = ActionKey("", DigestFunction.SHA256, Digest(f"{i:064x}", 1))
+        op = OperationState(f"op{i}", key, i, re_pb2.ExecuteRequest(), RequestInfo())
+        op.requirements = Requirements((), (), one_gpu)
+        op.reservation = one_gpu
+        queue.push(op)
+    offers = Reservation(4000, 8 * GiB, MappingProxyType({"gpu": 1}))
+    state = WorkerState(WorkerInfo("w", MappingProxyType({}), offers))
+    taken = queue.take(state, 0, 0)
+    assert taken is not None and taken[0].name == "op0"
+    state.reserved = state.reserved + taken[1]
+    # Three CPUs are free, the one GPU is not.
+    assert queue.take(state, taken[1].memory_bytes, 1) is None
+    state.reserved = state.reserved - taken[1]
+    again = queue.take(state, 0, 0)
+    assert again is not None and again[0].name == "op1"

@@ -12,6 +12,7 @@ from lre.scheduler._matching import (
     value_matches,
 )
 from lre.scheduler._model import Reservation, WorkerInfo
+from lre.scheduler._units import ESTIMATE_PROPERTIES
 from lre.scheduler._upstream_platform import platform_message, upstream_platform
 
 SENT = {"cpu_count": "2", "memory_kb": "1000", "OSFamily": "Linux", "pool": "big"}
@@ -19,6 +20,20 @@ SENT = {"cpu_count": "2", "memory_kb": "1000", "OSFamily": "Linux", "pool": "big
 
 def test_default_drops_lre_s_own_resource_keys_only() -> None:
     assert upstream_platform(SENT, UpstreamPlatformSpec()) == {"OSFamily": "Linux", "pool": "big"}
+
+
+def test_default_drops_every_estimate_lre_reads() -> None:
+    # An engine that has not registered a key refuses the whole action, so
+    # the estimates, read here as floors, stay here too.
+    estimates = {key: "2" for key in ESTIMATE_PROPERTIES}
+    assert upstream_platform({**SENT, **estimates}, UpstreamPlatformSpec()) == {
+        "OSFamily": "Linux",
+        "pool": "big",
+    }
+    assert ESTIMATE_PROPERTIES | {"cpu_count", "memory_kb"} == set(UpstreamPlatformSpec().drop)
+    # An upstream that reads them gets them when they are not listed.
+    kept = upstream_platform(estimates, UpstreamPlatformSpec(drop=("cpu_count", "memory_kb")))
+    assert kept == dict(sorted(estimates.items()))
 
 
 def test_drop_keep_rename_set_in_that_order() -> None:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import dataclasses
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from lre.scheduler import MemoryExceeded, Reservation, Scheduler
 from lre.worker import LocalWorker
 from lre.worker.containment._containment import choose_containment
 from lre.worker.memory._doomed import MemoryCeiling, doomed_explanation
+from tests._support.scratch import action_python
 
 from .conftest import make_lease, make_spec
 from .test_worker import finish, submit
@@ -70,7 +70,7 @@ async def test_an_action_over_the_hard_ceiling_runs_once_and_gets_a_result_sayin
             containment=choose_containment(containment),
         )
         await nursery.start(worker.run)
-        op = await submit(scheduler, store, [sys.executable, "-c", HOG, str(runs)])
+        op = await submit(scheduler, store, [action_python(), "-c", HOG, str(runs)])
         done = await finish(scheduler, op.name)
         nursery.cancel_scope.cancel()
     assert runs.read_text() == "run\n"  # it ran, once

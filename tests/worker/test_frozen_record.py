@@ -3,7 +3,6 @@ freeze, and an action queued meanwhile says it waits for ``frozen``."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import trio
@@ -14,6 +13,7 @@ from lre.config._scheduler_models import SimpleSchedulerSpec
 from lre.scheduler import ResourcePolicy, Scheduler
 from lre.snapshot import ActionRecord, WaitReason
 from lre.worker import LocalWorker, PressureMonitor
+from tests._support.scratch import action_python
 
 from .conftest import make_spec
 from .test_memory_control import GiB, MiB, governed, start_old_and_new, stopped, until
@@ -48,7 +48,7 @@ async def test_a_frozen_run_is_recorded_and_what_waits_meanwhile_says_frozen(
         started = await start_old_and_new(scheduler, worker, store, tmp_path, 400)
         available[0] = int(1.5 * GiB)  # short: the newest is frozen
         await until(lambda: stopped(started.new_marker))
-        third = await submit(scheduler, store, [sys.executable, "-c", "pass"])
+        third = await submit(scheduler, store, [action_python(), "-c", "pass"])
         await until(
             lambda: (
                 [q.waiting_for for q in scheduler.statistics().queued_next] == [WaitReason.FROZEN]

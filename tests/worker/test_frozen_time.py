@@ -5,7 +5,6 @@ process: the action is frozen by a real shortage reading and thawed later."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from lre.proto import re_pb2
 from lre.scheduler import Completed, Outcome, Scheduler
 from lre.worker import LocalWorker, PressureMonitor
 from tests._support.actions import build_action, put_action
+from tests._support.scratch import action_python
 
 from .conftest import make_spec
 from .test_memory_control import GiB, argv, governed, processes_of, registered, stopped, until
@@ -75,7 +75,7 @@ async def test_frozen_time_counts_neither_in_the_timeout_nor_in_the_running_time
         await until(lambda: processes_of(old_marker) and registered(worker) == 1)
         available[0] = int(1.5 * GiB)  # short: the next action is frozen once seen
         marker = f"burn-{tmp_path.name}"
-        burn = await _submit(scheduler, store, [sys.executable, "-c", BURN, marker], TIMEOUT_S)
+        burn = await _submit(scheduler, store, [action_python(), "-c", BURN, marker], TIMEOUT_S)
         await until(lambda: stopped(marker))
         await trio.sleep(FROZEN_FOR_S)
         assert stopped(marker)  # still frozen: nothing thawed it early

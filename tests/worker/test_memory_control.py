@@ -26,6 +26,7 @@ from lre.proto import lre_pb2
 from lre.scheduler import OperationSnapshot, ResourcePolicy, Scheduler
 from lre.worker import LocalWorker, MemoryAction, PressureMonitor
 from lre.worker.memory._pressure import read_mem_available
+from tests._support.scratch import action_python
 
 from .conftest import make_spec
 from .test_worker import finish, submit
@@ -63,7 +64,7 @@ with open("/dev/shm/hold", "wb") as held:
 
 
 def argv(marker: str, limit_mib: int, stop: Path, script: str = GROW) -> list[str]:
-    return [sys.executable, "-c", script, marker, str(limit_mib), str(stop)]
+    return [action_python(), "-c", script, marker, str(limit_mib), str(stop)]
 
 
 def processes_of(marker: str) -> list[psutil.Process]:
@@ -217,7 +218,7 @@ async def test_an_action_over_its_reservation_on_an_idle_machine_is_not_killed(
     pressure = PressureMonitor(2 * GiB, available=lambda: available[0], pressure=lambda: None)
     grow = "import time; b = bytearray(150 << 20); b[::4096] = b'x' * len(b[::4096]); time.sleep(1)"
     async with running(store, tmp_path, spec.resources, pressure, policy) as (scheduler, worker):
-        op = await submit(scheduler, store, [sys.executable, "-c", grow])
+        op = await submit(scheduler, store, [action_python(), "-c", grow])
         done = await finish(scheduler, op.name)
         memory = worker.statistics().memory
     assert done.result is not None and done.result.exit_code == 0, done.error

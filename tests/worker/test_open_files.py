@@ -119,10 +119,15 @@ def test_an_unprivileged_lres_userns_actions_get_it_before_they_run() -> None:
 
 
 async def test_the_default_is_not_lres_own_limit(tmp_path: Path, store: MemoryStore) -> None:
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     default = action_open_files(make_spec(tmp_path).max_open_files)
-    assert default != soft  # else this test proves nothing here
-    seen = await _limits_seen(tmp_path, store, "pidns")
+    # lre's own soft limit set apart from the default (whatever the hard
+    # limit here), so that an action seeing the default proves it was set.
+    limits = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(default - 1, 1024), limits[1]))
+    try:
+        seen = await _limits_seen(tmp_path, store, "pidns")
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, limits)
     assert seen == f"{default} {default} refused {default}"
 
 
@@ -130,3 +135,19 @@ async def test_zero_leaves_lres_own_limit(tmp_path: Path, store: MemoryStore) ->
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     seen = await _limits_seen(tmp_path, store, "portable", max_open_files=0)
     assert seen.split()[:2] == [str(soft), str(hard)]
+
+
+def test_more_than_the_hard_limit_gets_the_hard_limit_said_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from lre.worker import _open_files
+
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        pytest.skip("no hard limit to cap by")
+    monkeypatch.setattr(_open_files, "_capped", [False])
+    with caplog.at_level("WARNING", logger=_open_files.__name__):
+        assert [action_open_files(hard + 1) for _ in range(3)] == [hard] * 3
+        assert action_open_files(hard) == hard
+    said = [r for r in caplog.records if "hard limit" in r.getMessage()]
+    assert len(said) == 1 and str(hard + 1) in said[0].getMessage()

@@ -23,6 +23,7 @@ from lre.worker.process._process_limit import CONFIG_KEY, ProcessLimits, process
 from tests._support.configs import WORKER_EXTRA, app_config_text
 from tests._support.processes import processes_with, wait_until
 from tests._support.reapi import Client, response_of
+from tests._support.scratch import action_python
 from tests._support.servers import ServerThread
 
 LIMIT = 64
@@ -124,7 +125,6 @@ def test_an_unprivileged_lre_limits_forks_per_user_namespace() -> None:
         pytest.skip("needs root to run as another user")
     import shutil
     import subprocess
-    import sys
     import tempfile
 
     as_nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
@@ -157,7 +157,7 @@ def test_an_unprivileged_lre_limits_forks_per_user_namespace() -> None:
 
 # A bounded probe: forks up to 40 sleepers (a limit of 8 refuses most), then
 # kills them; the action's refusals are then counted in its cgroup.
-_FORKS = [sys.executable, "-c", _PROBE, "40"]
+_FORKS = [action_python(), "-c", _PROBE, "40"]
 
 
 def _cgroup_limits() -> ProcessLimits:

@@ -14,6 +14,7 @@ import pytest
 import trio
 
 from lre.worker.usage._sampler import ActionUsage, ProcessTreeSampler
+from tests._support.scratch import action_python
 
 MiB = 1 << 20
 
@@ -235,7 +236,7 @@ async def test_setsid_processes_in_the_actions_namespace_are_sampled(
         "b = bytearray(64 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\n"
         "import time; time.sleep(30)"
     )
-    script = f"setsid {sys.executable} -c '{hog}' & sleep 1.5"
+    script = f"setsid {action_python()} -c '{hog}' & sleep 1.5"
     sampler = ProcessTreeSampler(0.1)
     usage: list[ActionUsage] = []
 

@@ -34,6 +34,7 @@ import grpc
 import pytest
 
 from lre.digest import digest_of
+from lre.proto import re_pb2
 from tests._support.attack_report import known_missing
 from tests._support.lre_as import SETUPS, require_setup
 from tests._support.reapi import Client, digest
@@ -199,17 +200,40 @@ def _verdict(
         assert held, f"{attack} worked under {where}: {detail}"
 
 
-def _sh(lre: Lre, script: str, **prepare: object) -> tuple[int, bytes, bytes]:
-    response = lre.client.run(["/bin/sh", "-c", script], **prepare)
+#: The first line every attack's program writes to its stderr: an attack
+#: whose program never ran (not in the view, not on PATH) would otherwise
+#: look like one that was held.
+_RAN = b"attack helper ran\n"
+
+
+def _ran(lre: Lre, response: re_pb2.ExecuteResponse) -> bytes:
+    """The stderr of an attack that ran (its marker removed); fails the
+    test when the program never started."""
     assert response.status.code == 0, response.status
-    result = response.result
-    return result.exit_code, lre.client.stdout(result), lre.client.stderr(result)
+    err = lre.client.stderr(response.result)
+    assert err.startswith(_RAN), f"the attack's program never ran: {err!r}"
+    return err[len(_RAN) :]
+
+
+def _sh(lre: Lre, script: str, **prepare: object) -> tuple[int, bytes, bytes]:
+    response = lre.client.run(
+        ["/bin/sh", "-c", f"echo {_RAN.decode().strip()} >&2\n{script}"], **prepare
+    )
+    err = _ran(lre, response)
+    return response.result.exit_code, lre.client.stdout(response.result), err
+
+
+def _python_run(lre: Lre, script: str, *args: str, **prepare: object) -> re_pb2.ExecuteResponse:
+    """``script`` run by the action's Python with ``args``, checked to have
+    started (``_ran``)."""
+    marked = f"import sys\nsys.stderr.write({_RAN.decode()!r}); sys.stderr.flush()\n{script}"
+    response = lre.client.run(["python3", "-c", marked, *args], **prepare)
+    _ran(lre, response)
+    return response
 
 
 def _python(lre: Lre, script: str, **prepare: object) -> bytes:
-    response = lre.client.run(["python3", "-c", script], **prepare)
-    assert response.status.code == 0, response.status
-    return lre.client.stdout(response.result)
+    return lre.client.stdout(_python_run(lre, script, **prepare).result)
 
 
 def _unique(tag: str) -> bytes:
@@ -300,7 +324,7 @@ c.sendmsg([b"x"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd])
     thread = threading.Thread(target=hold)
     thread.start()
     time.sleep(0.5)
-    response = lre.client.run(["python3", "-c", sender], output_paths=["out.txt"])
+    response = _python_run(lre, sender, output_paths=["out.txt"])
     thread.join()
     (out,) = response.result.output_files
     stored = lre.client.read(out.digest)
@@ -564,10 +588,7 @@ def test_read_lres_own_files_by_every_path(lre: Lre) -> None:
     state.write_text(secret)
     if lre.identity == "nobody":
         shutil.chown(state, "nobody", "nogroup")
-    response = lre.client.run(
-        ["python3", "-c", _READ_ATTACK, secret, str(cas), str(ac_log), str(state)]
-    )
-    assert response.status.code == 0, response.status
+    response = _python_run(lre, _READ_ATTACK, secret, str(cas), str(ac_log), str(state))
     text = lre.client.stdout(response.result).decode()
     assert "attack ran" in text, text  # the attack really ran
     assert text.count("\n") >= 13, text  # every route of every file was tried

@@ -6,8 +6,10 @@ network (``_action_network``), its identity and what it keeps of root (``_identi
 call wrappers they share (``_syscalls``).
 """
 
+from lre.worker.containment._action_dns import FORWARDER, write_actions_resolv_conf
 from lre.worker.containment._containment import choose_containment
 from lre.worker.containment._containment_base import (
+    WRAPPER_LABEL,
     Containment,
     ContainmentUnavailable,
     SpawnOptions,
@@ -17,6 +19,8 @@ from lre.worker.containment._identity import ActionIdentity, resolve_action_user
 from lre.worker.containment._protections import missing_protections, namespace_refusals
 
 __all__ = [
+    "FORWARDER",
+    "WRAPPER_LABEL",
     "ActionIdentity",
     "Containment",
     "ContainmentUnavailable",
@@ -26,4 +30,5 @@ __all__ = [
     "namespace_refusals",
     "prepare_spawner_thread",
     "resolve_action_user",
+    "write_actions_resolv_conf",
 ]

@@ -29,6 +29,14 @@ log = logging.getLogger(__name__)
 CLONE_FS = 0x00000200
 
 
+#: argv[0] of the process lre starts for an action when it is lre's wrapper
+#: (pid 1 of a namespace, ``unshare``; never a shell, see
+#: ``_process._labelled``), not the action itself: ``ps`` then shows
+#: ``lre-action ... -- <the action's argv>`` above the action's own line,
+#: which always carries exactly the action's argv.
+WRAPPER_LABEL = "lre-action"
+
+
 class ContainmentUnavailable(Exception):
     """The containment mode asked for cannot work on this machine (the message says why)."""
 
@@ -112,6 +120,13 @@ class Containment(ABC):
         """Why this backend's actions reach no address outside the machine
         (shown by ``/status`` and ``lre doctor``); None when they do, or
         when they share lre's own network (``hides_listeners`` False)."""
+        return None
+
+    def dns_forwarder(self) -> str | None:
+        """The address of a DNS forwarder in the actions' network namespace
+        that passes queries to the host's own nameservers, loopback ones
+        included (``_action_dns``); None when there is none (no outside
+        stack, or actions share lre's network)."""
         return None
 
     def peak_missing(self) -> str | None:

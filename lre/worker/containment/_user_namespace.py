@@ -13,6 +13,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
+from lre.worker.containment._action_dns import FORWARDER
 from lre.worker.containment._action_network import OutsideNetwork
 from lre.worker.containment._containment_base import (
     Containment,
@@ -117,6 +118,9 @@ class UserNamespace(Containment):
 
     def network_missing(self) -> str | None:
         return self.outside.missing
+
+    def dns_forwarder(self) -> str | None:
+        return FORWARDER if self.outside.running else None
 
     def peak_missing(self) -> str | None:
         return None if self.peak_tool is not None else peak_tool_missing()

@@ -33,15 +33,29 @@ __all__ = ["action_open_files", "limit_open_files"]
 log = logging.getLogger(__name__)
 
 _warned: list[bool] = [False]
+#: Whether the cap by lre's hard limit was said (once per process).
+_capped: list[bool] = [False]
 
 
 def action_open_files(wanted: int) -> int:
     """The limit an action gets for a configured ``wanted`` (0: none, lre's
-    own is inherited): ``wanted``, capped by lre's own hard limit."""
+    own is inherited): ``wanted``, capped by lre's own hard limit (said once
+    per process in the log, never raised)."""
     if wanted <= 0:
         return 0
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    return wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if hard == resource.RLIM_INFINITY or wanted <= hard:
+        return wanted
+    if not _capped[0]:
+        _capped[0] = True
+        log.warning(
+            "workers[].local.max_open_files: %d asked, but lre's hard limit is %d; actions "
+            "get %d (raise it with ulimit -Hn, or LimitNOFILE= in a systemd unit)",
+            wanted,
+            hard,
+            hard,
+        )
+    return hard
 
 
 def limit_open_files(pid: int, limit: int) -> None:

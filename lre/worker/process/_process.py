@@ -44,6 +44,7 @@ import trio
 from lre.errors import InvalidArgument
 from lre.upstream import name_os_thread
 from lre.worker.containment import (
+    WRAPPER_LABEL,
     ActionIdentity,
     Containment,
     SpawnOptions,
@@ -68,6 +69,27 @@ def default_containment() -> Containment:
         if not _DEFAULT:
             _DEFAULT.append(choose_containment("strongest"))
         return _DEFAULT[0]
+
+
+#: Programs that read their argv[0] to choose how they behave: bash run as
+#: ``sh`` is POSIX (it reads no ``BASH_ENV``); busybox picks its applet. A
+#: pidns view's gate is a shell, so it keeps its name.
+_NAME_MATTERS = frozenset({"sh", "dash", "bash", "ash", "ksh", "mksh", "zsh", "busybox"})
+
+
+def _labelled(first: list[str], *, wrapped: bool) -> list[str]:
+    """``first`` with argv[0] replaced by ``WRAPPER_LABEL`` when it is a
+    wrapper (``wrapped``: GNU time, coreutils timeout, util-linux unshare or
+    nsenter, which read argv[0] only for their own error messages) and not a
+    program whose behaviour hangs on its name (``_NAME_MATTERS``, by the
+    file it resolves to). The program run is still ``first[0]`` (Popen's
+    ``executable``)."""
+    if not wrapped:
+        return first
+    program = os.path.basename(os.path.realpath(first[0]))
+    if program in _NAME_MATTERS or os.path.basename(first[0]) in _NAME_MATTERS:
+        return first
+    return [WRAPPER_LABEL, *first[1:]]
 
 
 def _resolve_program(program: str, cwd: Path, env: Mapping[str, str]) -> str:
@@ -386,6 +408,8 @@ async def run_process(request: SpawnRequest) -> ProcessOutcome:
     image: list[int] = []
     fds = tuple(pass_fds) if report is None else (*pass_fds, report)
 
+    helpers = contained.helper_processes
+
     def start() -> tuple[subprocess.Popen[bytes], int, tuple[int, ...]]:
         # Runs in a spawner thread (see the module docstring).
         _resolve_program(argv[0], cwd, env)  # a clear error instead of exit 127
@@ -410,8 +434,10 @@ async def run_process(request: SpawnRequest) -> ProcessOutcome:
                         own = own_image()
                         own.before_spawn()
                         try:
+                            first = [*prefix, *command]
                             popen = subprocess.Popen(
-                                [*prefix, *command],
+                                _labelled(first, wrapped=bool(prefix) or helpers > 0),
+                                executable=first[0],
                                 cwd=cwd,
                                 env=environment,
                                 stdin=contained.spawn_stdin(),

@@ -9,8 +9,9 @@ listing of ``/proc``) and, when it meets ``EMFILE``, raises the soft limit
 to the hard one for a second try, then lowers it again: those readings go
 on while clients hold every descriptor lre would otherwise give them
 (another thread may take some of the reserve in that moment; the second
-try then fails as the first did). gRPC gives no bound on connections per
-peer or in total, so the reserve, not a bound, is what keeps lre working.
+try then fails as the first did). Each listener also bounds the connections
+it holds (``listener.max_connections``); gRPC has no bound per peer, so the
+reserve is what keeps lre's upkeep going whatever holds the rest.
 
 ``SkipLog`` says once that a periodic task skipped its work for want of
 descriptors, and once that it works again, instead of a line per period.

@@ -118,6 +118,7 @@ _MOUNT_ATTR_NOEXEC = 0x8
 #: What every mount an action may write carries: a device node made there
 #: does not open, a setuid bit does not raise.
 _WRITABLE_ATTRS = _MOUNT_ATTR_NODEV | _MOUNT_ATTR_NOSUID
+_RESOLV_CONF = "/etc/resolv.conf"
 _MOUNT_ATTR_IDMAP = 0x00100000
 _MS_SLAVE = 1 << 19
 _MS_RDONLY = 0x1
@@ -235,6 +236,9 @@ class ActionView:
     #: Size of the one tmpfs shown at /tmp and /dev/shm (bytes; 0: the
     #: share of RAM ``TMPFS_OPTIONS`` names).
     tmpfs_bytes: int = 0
+    #: A host file shown read-only where ``/etc/resolv.conf`` leads (the
+    #: actions' own nameservers, ``_action_dns``); None: the host's.
+    resolv_conf: str | None = None
 
 
 def _fail(call: str, path: str) -> OSError:
@@ -548,6 +552,30 @@ def _attach_at(fd: int, path: str, tmpfs: list[str], *, release: bool = False) -
     _attach(fd, path, release=release)
 
 
+def _resolv_conf_clone(path: str | None) -> int | None:
+    """A read-only detached copy of the file ``path`` (None: no file).
+    Raises ``OSError`` when it cannot be made; the caller closes it."""
+    if path is None:
+        return None
+    fd = _clone_tree(path, release=True)
+    try:
+        _setattr(path, set_=_MOUNT_ATTR_RDONLY | _WRITABLE_ATTRS, fd=fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _attach_resolv_conf(fd: int) -> None:
+    """Attach ``fd`` where ``/etc/resolv.conf`` leads in the view (a
+    symlink into ``/run/systemd/resolve`` is followed, so the file shown
+    again there is the one covered). Nothing is done where it leads
+    nowhere: the host has no resolver to replace."""
+    target = os.path.realpath(_RESOLV_CONF)
+    if os.path.isfile(target):
+        _attach(fd, target)
+
+
 def _open_writable(view: ActionView) -> dict[str, int]:
     """Each of ``view.writable`` opened with no symlink and judged
     (``_view_writable``); an ``O_PATH`` descriptor by path, for the caller
@@ -610,6 +638,9 @@ def build_view(view: ActionView, *, host_proc_writable: bool = True) -> None:
         detached.extend(shared)
         shown = _shown_clones(view.shown)
         detached.extend((fd, path) for fd, path, _ in shown)
+        resolver = _resolv_conf_clone(view.resolv_conf)
+        if resolver is not None:
+            detached.append((resolver, _RESOLV_CONF))
         _setattr("/", set_=_MOUNT_ATTR_RDONLY, propagation=_MS_SLAVE, recursive=True)
         # The host's /proc stays writable until the action's first process
         # covers it with its own: unshare writes /proc/self/uid_map there.
@@ -653,6 +684,8 @@ def build_view(view: ActionView, *, host_proc_writable: bool = True) -> None:
             _attach_at(fd, path, [*masks, *fresh])
         for fd, path, directory in shown:
             _attach_shown(fd, path, directory, [*later, *fresh])
+        if resolver is not None:
+            _attach_resolv_conf(resolver)
         for path in later:
             _setattr(path, set_=_MOUNT_ATTR_RDONLY)
         # Every mount of the view nosuid: no set-user-ID bit nor file
