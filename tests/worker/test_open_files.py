@@ -140,7 +140,7 @@ async def test_zero_leaves_lres_own_limit(tmp_path: Path, store: MemoryStore) ->
 def test_more_than_the_hard_limit_gets_the_hard_limit_said_once(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from lre.worker import _open_files
+    from lre.worker.process import _open_files
 
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY:

@@ -103,12 +103,14 @@ class ProcessGroupSweep(Containment):
         """True when ``pid`` is GNU time reporting its command's peak."""
         if self.peak_tool is None:
             return False
-        prefix = "\0".join(report_argv(self.peak_tool, 0)[:5]).encode() + b"\0"
+        # argv[0] is the tool's path or lre's wrapper label; its options follow
+        options = [part.encode() for part in report_argv(self.peak_tool, 0)[1:5]]
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                return handle.read(len(prefix)) == prefix
+                argv = handle.read(4096).split(b"\0")
         except OSError:
             return False
+        return argv[1:5] == options
 
     def action_roots(self) -> list[int]:
         # An orphan re-parented to lre is listed within ``watch``'s interval;
