@@ -14,14 +14,10 @@ the flood is gone.
 from __future__ import annotations
 
 import os
-import signal
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import grpc
 import pytest
@@ -30,48 +26,22 @@ from tests._support.configs import WORKER_EXTRA, app_config_text
 from tests._support.reapi import Client, digest
 from tests._support.scratch import shown_scratch
 from tests._support.servers import free_port
+from tests._support.whole_lre import WholeLre, serving, whole_lre
 
 BOUND = 16
 FLOOD = 4 * BOUND
 
 
 @contextmanager
-def _lre(max_connections: int) -> Iterator[tuple[subprocess.Popen[bytes], int, Path]]:
-    """A whole lre whose listener holds at most ``max_connections``: its
-    process, port and log."""
+def _lre(max_connections: int) -> Iterator[WholeLre]:
+    """A whole lre whose listener holds at most ``max_connections``."""
     with shown_scratch(prefix="lre-connections-") as home:
         port = free_port()
         address = f'address: "127.0.0.1:{port}"'
         text = app_config_text(home, port=port, extra_worker=WORKER_EXTRA)
         text = text.replace(address, f"{address}, max_connections: {max_connections}")
-        (home / "lre.json5").write_text(text)
-        env = {**os.environ, "LRE_HOME": str(home), "HOME": str(home), "XDG_STATE_HOME": str(home)}
-        argv = [sys.executable, "-m", "lre", "up", "--config", str(home / "lre.json5")]
-        argv += ["--no-tui", "--no-client-config", "--port", str(port)]
-        log = home / "lre.out"
-        with open(log, "wb") as out:
-            process = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
-        try:
-            yield process, port, log
-        finally:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-
-
-def _ready(client: Client, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 60
-    while True:
-        assert process.poll() is None, log.read_text()[-3000:]
-        try:
-            client.missing([digest(b"ping")])
-            return
-        except grpc.RpcError:
-            assert time.monotonic() < deadline, "lre did not serve within 60 s"
-            time.sleep(0.2)
+        with whole_lre(home, text, port) as lre:
+            yield lre
 
 
 def _call_on_a_new_connection(port: int) -> None:
@@ -109,10 +79,11 @@ def _closed_by_peer(connection: socket.socket) -> bool:
 
 def test_a_flood_of_connections_is_bounded_and_lre_keeps_serving() -> None:
     held: list[socket.socket] = []
-    with _lre(BOUND) as (process, port, log):
+    with _lre(BOUND) as lre:
+        process, port, log = lre.process, lre.port, lre.log
         client = Client(f"127.0.0.1:{port}")
         try:
-            _ready(client, process, log)
+            serving(lre, client)
             assert client.run(["/bin/sh", "-c", "true"]).result.exit_code == 0
             before = _sockets(process.pid)
             for _ in range(FLOOD):
@@ -136,7 +107,7 @@ def test_a_flood_of_connections_is_bounded_and_lre_keeps_serving() -> None:
             _call_on_a_new_connection(port)
             fresh = Client(f"127.0.0.1:{port}")
             try:
-                _ready(fresh, process, log)
+                serving(lre, fresh)
                 assert fresh.run(["/bin/sh", "-c", "echo back"]).result.exit_code == 0
             finally:
                 fresh.close()

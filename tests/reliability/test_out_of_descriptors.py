@@ -18,20 +18,17 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from pathlib import Path
 
 import grpc
 
 from tests._support.reapi import Client, digest
+from tests._support.scratch import shown_scratch
 from tests._support.servers import free_port
+from tests._support.whole_lre import WholeLre, serving, whole_lre
 from tests.worker.test_view_attacks import _config
 
 #: lre's sampler runs every 0.25 s and the history every 1 s: held this
@@ -40,46 +37,19 @@ _HOLD_S = 4.0
 
 
 @contextmanager
-def _lre(hard: int) -> Iterator[tuple[subprocess.Popen[bytes], int, Path]]:
-    """lre under ``prlimit --nofile=hard:hard`` (asking for that many);
-    its process, port and log file."""
+def _lre(hard: int) -> Iterator[WholeLre]:
+    """lre under ``prlimit --nofile=hard:hard`` (asking for that many)."""
     prlimit = shutil.which("prlimit")
     assert prlimit is not None, "util-linux prlimit is needed"
-    home = Path(tempfile.mkdtemp(prefix="lre-descriptors-", dir="/var/tmp"))
-    port = free_port()
-    config = _config(home, "portable", port, "root").replace(
-        "global: {", f"global: {{ max_open_files: {hard},"
-    )
-    (home / "lre.json5").write_text(config)
-    env = {**os.environ, "LRE_HOME": str(home), "HOME": str(home), "XDG_STATE_HOME": str(home)}
-    argv = [prlimit, f"--nofile={hard}:{hard}", "--", sys.executable, "-m", "lre", "up"]
-    argv += ["--config", str(home / "lre.json5"), "--no-tui", "--no-client-config"]
-    argv += ["--port", str(port)]
-    log = home / "lre.out"
-    with open(log, "wb") as out:
-        process = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        yield process, port, log
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        shutil.rmtree(home, ignore_errors=True)
-
-
-def _ready(client: Client, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 60
-    while True:
-        assert process.poll() is None, log.read_text()[-3000:]
-        try:
-            client.missing([digest(b"ping")])
-            return
-        except grpc.RpcError:
-            assert time.monotonic() < deadline, "lre did not listen within 60 s"
-            time.sleep(0.2)
+    with shown_scratch(prefix="lre-descriptors-") as home:
+        port = free_port()
+        config = _config(home, "portable", port, "root").replace(
+            "global: {", f"global: {{ max_open_files: {hard},"
+        )
+        with whole_lre(
+            home, config, port, prefix=[prlimit, f"--nofile={hard}:{hard}", "--"]
+        ) as lre:
+            yield lre
 
 
 def _open_files(pid: int) -> int:
@@ -98,10 +68,11 @@ def _exhaust_and_recover(hard: int) -> tuple[str, int, int]:
     """Run the scenario (module docstring) against an lre of ``hard``; its
     log, soft limit and the descriptors it held at the height of it."""
     held: list[socket.socket] = []
-    with _lre(hard) as (process, port, log):
+    with _lre(hard) as lre:
+        process, port, log = lre.process, lre.port, lre.log
         client = Client(f"127.0.0.1:{port}")
         try:
-            _ready(client, process, log)
+            serving(lre, client)
             assert client.run(["/bin/sh", "-c", "true"]).result.exit_code == 0
             soft = _soft_limit(process.pid)
             # Connect until lre takes no more (it can never hold more than soft).
@@ -127,7 +98,7 @@ def _exhaust_and_recover(hard: int) -> tuple[str, int, int]:
             time.sleep(1.0)
             fresh = Client(f"127.0.0.1:{port}")
             try:
-                _ready(fresh, process, log)
+                serving(lre, fresh)
                 assert fresh.run(["/bin/sh", "-c", "echo back"]).result.exit_code == 0
             finally:
                 fresh.close()

@@ -20,9 +20,7 @@ from __future__ import annotations
 import ctypes
 import os
 import shutil
-import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -30,7 +28,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import grpc
 import pytest
 
 from lre.digest import digest_of
@@ -39,6 +36,7 @@ from tests._support.attack_report import known_missing
 from tests._support.lre_as import SETUPS, require_setup
 from tests._support.reapi import Client, digest
 from tests._support.servers import free_port
+from tests._support.whole_lre import serving, whole_lre
 
 _VIEWLESS = {
     "rewrite-cas-file",
@@ -138,41 +136,22 @@ def _start(backend: str, identity: str, action_user: str, extra_worker: str = ""
         pytest.fail("running lre as nobody needs root (setpriv)")
     home = Path(tempfile.mkdtemp(prefix=f"lre-attack-{backend}-{identity}-", dir="/var/tmp"))
     port = free_port()
-    (home / "lre.json5").write_text(_config(home, backend, port, action_user, extra_worker))
-    env = {**os.environ, "LRE_HOME": str(home), "HOME": str(home), "XDG_STATE_HOME": str(home)}
-    argv = [sys.executable, "-m", "lre", "up", "--config", str(home / "lre.json5")]
-    argv += ["--no-tui", "--no-client-config", "--port", str(port)]
+    prefix: list[str] = []
     if identity == "nobody":
         shutil.chown(home, "nobody", "nogroup")
         os.chmod(home, 0o700)
         setpriv = shutil.which("setpriv")
         assert setpriv is not None, "util-linux setpriv is needed to run lre as nobody"
-        argv = [setpriv, "--reuid=nobody", "--regid=nogroup", "--clear-groups", *argv]
-    log = open(home / "lre.out", "wb")  # noqa: SIM115 - closed below
-    process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
-    client = Client(f"127.0.0.1:{port}")
+        prefix = [setpriv, "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+    config = _config(home, backend, port, action_user, extra_worker)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            if process.poll() is not None:
-                raise AssertionError((home / "lre.out").read_text()[-3000:])
-            try:
-                client.missing([digest(b"ping")])
-                break
-            except grpc.RpcError:
-                if time.monotonic() > deadline:
-                    raise AssertionError("lre did not listen within 60 s") from None
-                time.sleep(0.2)
-        yield Lre(backend, identity, action_user, home, process.pid, client)
+        with (
+            whole_lre(home, config, port, prefix=prefix) as running,
+            Client(f"127.0.0.1:{port}") as client,
+        ):
+            serving(running, client)
+            yield Lre(backend, identity, action_user, home, running.process.pid, client)
     finally:
-        client.close()
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
         shutil.rmtree(home, ignore_errors=True)
 
 
