@@ -21,6 +21,7 @@ import trio
 from lre.worker.containment._guardian import ProcessGuardian
 from lre.worker.containment._syscalls import LIBC as _LIBC
 from lre.worker.containment._syscalls import call as _call
+from lre.worker.usage import peak_tool_missing, report_argv
 from lre.worker.view import ActionView, OverlayXattrs
 
 log = logging.getLogger(__name__)
@@ -133,7 +134,15 @@ class Containment(ABC):
         """Why this backend's short actions get no kernel figure of their
         own tree (``_tree_peak``; shown by ``/status`` and ``lre doctor``);
         None when they do."""
-        return None
+        return None if self.peak_tool is not None else peak_tool_missing()
+
+    def peak_prefix(self, peak_report: int | None) -> list[str] | None:
+        """GNU time's argv that reports the command's tree to ``peak_report``
+        (``_tree_peak``), the command's argv to follow; None where this
+        backend has no such tool or the run has no report file."""
+        if peak_report is None or self.peak_tool is None:
+            return None
+        return report_argv(self.peak_tool, peak_report)
 
     @abstractmethod
     def command(

@@ -19,7 +19,7 @@ from lre.worker.containment._syscalls import call as _call
 from lre.worker.containment._syscalls import kill as _kill
 from lre.worker.containment._syscalls import killpg as _killpg
 from lre.worker.containment._syscalls import reap as _reap
-from lre.worker.usage import peak_tool, peak_tool_missing, report_argv
+from lre.worker.usage import peak_tool, report_argv
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +58,6 @@ class ProcessGroupSweep(Containment):
             self.helper_processes = 1
             self.signals_as_exit_codes = True
 
-    def peak_missing(self) -> str | None:
-        return None if self.peak_tool is not None else peak_tool_missing()
-
     def command(
         self,
         argv: Sequence[str],
@@ -72,9 +69,8 @@ class ProcessGroupSweep(Containment):
     ) -> list[str]:
         # GNU time first where it reports the command's tree; else the
         # command is the first process itself.
-        if peak_report is not None and self.peak_tool is not None:
-            return [*report_argv(self.peak_tool, peak_report), *argv]
-        return list(argv)
+        prefix = self.peak_prefix(peak_report)
+        return [*prefix, *argv] if prefix is not None else list(argv)
 
     def spawn_started(self, pid: int) -> None:
         super().spawn_started(pid)

@@ -27,7 +27,7 @@ from lre.worker.containment._syscalls import call as _call
 from lre.worker.containment._syscalls import kill as _kill
 from lre.worker.containment._syscalls import killpg as _killpg
 from lre.worker.containment._syscalls import loopback_up as _loopback_up
-from lre.worker.usage import peak_tool, peak_tool_missing, report_argv
+from lre.worker.usage import peak_tool
 from lre.worker.view import build_view, mount_children_proc, proc_pidns_works
 
 log = logging.getLogger(__name__)
@@ -191,9 +191,6 @@ class PidNamespace(Containment):
     def dns_forwarder(self) -> str | None:
         return FORWARDER if self.outside.running else None
 
-    def peak_missing(self) -> str | None:
-        return None if self.peak_tool is not None else peak_tool_missing()
-
     def root_actions_missing(self) -> tuple[str, ...]:
         return () if self._root_unlocked is None else (self._root_unlocked,)
 
@@ -252,8 +249,9 @@ class PidNamespace(Containment):
         # /proc, then executes that pid 1 (without a report, it runs argv
         # itself as pid 1 when it has a spare descriptor); without the gate,
         # unshare first mounts the namespace's own /proc.
-        if peak_report is not None and self.peak_tool is not None:
-            init = [*report_argv(self.peak_tool, peak_report), *argv]
+        prefix = self.peak_prefix(peak_report)
+        if prefix is not None:
+            init = [*prefix, *argv]
         else:
             peak_report = None
             init = [self._init, "--", "0", *argv]

@@ -22,7 +22,7 @@ from lre.worker.containment._containment_base import (
 )
 from lre.worker.containment._syscalls import LIBC as _LIBC
 from lre.worker.containment._syscalls import killpg as _killpg
-from lre.worker.usage import peak_tool, peak_tool_missing, report_argv
+from lre.worker.usage import peak_tool
 from lre.worker.view import OverlayXattrs, ViewHelper
 
 log = logging.getLogger(__name__)
@@ -122,9 +122,6 @@ class UserNamespace(Containment):
     def dns_forwarder(self) -> str | None:
         return FORWARDER if self.outside.running else None
 
-    def peak_missing(self) -> str | None:
-        return None if self.peak_tool is not None else peak_tool_missing()
-
     def command(
         self,
         argv: Sequence[str],
@@ -136,10 +133,7 @@ class UserNamespace(Containment):
     ) -> list[str]:
         # pid 1: GNU time writing the peak of the command's tree to
         # ``peak_report`` (``_tree_peak``), else ``timeout -- 0``.
-        if peak_report is not None and self.peak_tool is not None:
-            first = report_argv(self.peak_tool, peak_report)
-        else:
-            first = self._inner
+        first = self.peak_prefix(peak_report) or self._inner
         if self._views is None:
             return [*self._unshare, *first, *argv]
         inner = self._views.inner(os.geteuid(), os.getegid(), view=view)
