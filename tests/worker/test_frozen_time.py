@@ -23,18 +23,25 @@ from .conftest import make_spec
 from .test_memory_control import GiB, argv, governed, processes_of, registered, stopped, until
 from .test_worker import finish
 
-#: argv: marker. Burns one second of its own CPU time (which stands still
-#: while it is frozen), then exits 0.
+#: argv: marker, go. Waits (sleeping) until the file ``go`` exists, then
+#: burns one second of its own CPU time and exits 0. It cannot end before the
+#: memory control has frozen it: the test makes ``go`` only once it has seen
+#: the action frozen (an action that just burned could end first on a busy
+#: machine, and then there is nothing left to see frozen).
 BURN = """
-import sys, time
-while time.process_time() < 1.0:
+import os, sys, time
+while not os.path.exists(sys.argv[2]):
+    time.sleep(0.05)
+start = time.process_time()
+while time.process_time() - start < 1.0:
     pass
 """
 
-#: The action's timeout: well above its own run on a busy machine, well
-#: under its run plus the time it is held frozen.
-TIMEOUT_S = 8.0
-FROZEN_FOR_S = 10.0
+#: The action's timeout: well above its own time on a busy machine (waiting to
+#: be frozen, then a second of CPU), well under that plus the time it is held
+#: frozen.
+TIMEOUT_S = 12.0
+FROZEN_FOR_S = 16.0
 
 
 class Reports:
@@ -74,9 +81,12 @@ async def test_frozen_time_counts_neither_in_the_timeout_nor_in_the_running_time
         old = await _submit(scheduler, store, argv(old_marker, 0, stop_old), None)
         await until(lambda: processes_of(old_marker) and registered(worker) == 1)
         available[0] = int(1.5 * GiB)  # short: the next action is frozen once seen
-        marker = f"burn-{tmp_path.name}"
-        burn = await _submit(scheduler, store, [action_python(), "-c", BURN, marker], TIMEOUT_S)
+        marker, go = f"burn-{tmp_path.name}", tmp_path / "go"
+        burn = await _submit(
+            scheduler, store, [action_python(), "-c", BURN, marker, str(go)], TIMEOUT_S
+        )
         await until(lambda: stopped(marker))
+        go.touch()  # seen once thawed
         await trio.sleep(FROZEN_FOR_S)
         assert stopped(marker)  # still frozen: nothing thawed it early
         available[0] = 16 * GiB  # memory is back: thawed, it finishes its second
