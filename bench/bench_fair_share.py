@@ -250,7 +250,10 @@ class Side:
     ) -> None:
         self.name, self.fair = name, fair
         home = work / f"lre-{name or 'x'}-{fair}"
-        config = json.loads(local_config(home))
+        worker = None
+        if args.slots:
+            worker = {"resources": {"cpu_count": args.slots, "cpu_overcommit": 1.0}}
+        config = json.loads(local_config(home, worker))
         self.status_address = f"127.0.0.1:{free_port()}"
         config["global"]["status"]["address"] = self.status_address
         if not fair:
@@ -296,7 +299,7 @@ def checks_of(
     m = {k[len(prefix) :]: v for k, v in medians.items() if k.startswith(prefix)}
     if "a_alone" not in m:
         return {}
-    slots = 3
+    slots = args.slots or 3
     one = args.seconds
     limit = 1.5 * (m["b_alone"] + one)
     limit_buck2 = 1.5 * (m["buck2_alone"] + one)
@@ -331,6 +334,12 @@ def main() -> int:
     ap.add_argument("--delay", type=float, default=2.0)
     ap.add_argument("--queued", type=int, default=50, help="A's actions queued before B waits")
     ap.add_argument("--scenarios", default="alone,bazel,buck2,three")
+    ap.add_argument(
+        "--slots",
+        type=int,
+        default=0,
+        help="lre's slots (one CPU each); 0: lre's default for this machine (3 on 2 cores)",
+    )
     ap.add_argument("--tree-b", type=Path, help="side B's source tree (an A/B, see above)")
     ap.add_argument("--workdir", type=Path)
     ap.add_argument("--json", type=Path)
