@@ -107,7 +107,7 @@ def test_only_tasks_below_the_root_count() -> None:
         exit_("timeout", 501, 500, 0.002),  # lre (500) -> timeout
         exit_("sh", 502, 501, 0.070),  # -> the command
         exit_("make", 503, 502, 0.002),
-        exit_("gcc", 900, 899, 5.0),  # another helper's build
+        exit_("gcc", 900, 899, 5.0),  # another build on the machine
         exit_("loop", 950, 951, 1.0),  # a parent cycle (pid reuse) is not below
         exit_("loop", 951, 950, 1.0),
     ]
