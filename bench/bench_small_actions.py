@@ -41,10 +41,11 @@ given (``NAME=TREE``), if any.
 The split by stage (where the per-action CPU of each thread goes):
 ``--profile DIR`` puts ``bench/thread_profile`` (one cProfile per thread kind,
 each on its own CPU clock: the Trio thread, the spawner's jobs, the recycling
-batches and output scans) first on ``PYTHONPATH`` of each lre under test; the stats are written at lre's exit under ``DIR/<side>/``,
-read them with ``python -m pstats`` (``sort tottime``/``cumtime``, ``stats
-20``) or ``--mode split`` (per thread: CPU per action and the share of its
-own time by source file; ``--callers 'posix.open'`` names who calls what).
+batches and output scans) first on ``PYTHONPATH`` of each lre under test;
+the stats are written at lre's exit under ``DIR/<side>/``; read them with
+``python -m pstats`` (``sort tottime``/``cumtime``, ``stats 20``) or ``--mode
+split`` (per thread: CPU per action and the share of its own time by source
+file; ``--callers 'posix.open'`` names who calls what).
 cProfile counts every resumption of a coroutine as a call. Profiling slows
 lre several times over: read the shares.
 

@@ -41,7 +41,8 @@ clean_build_bench() {
   root=$(mktemp -d /var/tmp/lre-bench-clean.XXXXXX)
   port=50191
   LRE_HOME="$root" .venv/bin/lre up --detach --no-client-config --port "$port" || return 1
-  $PY bench/bench_bazel_ab.py --modules 20 --rounds 20 --warmup 2 "lre=127.0.0.1:$port"
+  $PY bench/bench_bazel.py --modules 20 --reps 20 --warmup 2 --jobs 16 \
+      --remote-flag=--remote_download_toplevel --no-cached --lre "127.0.0.1:$port"
   local status=$?
   LRE_HOME="$root" .venv/bin/lre down
   rm -rf "$root"

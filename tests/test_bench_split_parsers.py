@@ -114,4 +114,3 @@ def test_only_tasks_below_the_root_count() -> None:
     below = taskstats.descendants(exits, 500)
     assert dict(below.count) == {"timeout": 1, "sh": 1, "make": 1}
     assert below.cpu["sh"] == pytest.approx(0.070)
-
