@@ -57,7 +57,6 @@ declare -A BENCH=(
   [execute]="$PY bench/bench_execute.py --runs 5"
   [worker]="$PY bench/bench_worker.py --runs 5"
   [grpc_floor]="$PY bench/bench_grpc_floor.py --runs 5"
-  [memory]="$PY bench/bench_memory.py"
   [rustc]="$PY bench/bench_rustc.py --runs 3"
   [firehose]="$PY bench/bench_firehose.py --actions 2000"
   [firehose_500]="$PY bench/bench_firehose.py --actions 500 --cpu 0.08 --runs 6 --no-unbounded --split"
@@ -89,7 +88,7 @@ declare -A BENCH=(
   # LRE_BASELINE_PYTHON: the python of an older lre's venv, compared in the same run
   [containment]="$PY bench/bench_containment.py --rounds 5 --replay ${LRE_BASELINE_PYTHON:+--baseline-python $LRE_BASELINE_PYTHON}"
 )
-ORDER=(sampler memory_figures stores cas execute worker grpc_floor memory memory_control rustc
+ORDER=(sampler memory_figures stores cas execute worker grpc_floor memory_control rustc
   firehose firehose_500 bazel clean_build_20 edit_loop small_actions project replay capacity lre_ab containment
   view action_network fair_share queue history upstream team
   cache_contract fuzz crash soak mutations)
