@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _client import LreProcess, ReapiClient, local_config
-from bench_bazel_ab import remote_flags
+from bench_bazel import remote_flags
 
 from lre.cas import FilesystemActionCache
 from lre.proto import REQUEST_METADATA_KEY, bs_grpc, bs_pb2, re_grpc, re_pb2

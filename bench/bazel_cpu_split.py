@@ -31,7 +31,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_bazel_ab import remote_flags
+from bench_bazel import remote_flags
 
 from tests.e2e._bazel import BazelSession
 from tests.e2e._workspace import generate_workspace

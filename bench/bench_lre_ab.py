@@ -42,11 +42,6 @@ the spawner threads' jobs, the recycling batch and the output scan), writes
 whose own time per action differs most between B and A (``_profile_diff``).
 cProfile slows what it profiles: compare the sides, not the totals.
 
-``--pieces`` also times each piece of history recording inside both
-servers (``bench/history_pieces/sitecustomize.py``: CPU time of the calling
-thread around the tap, the recorder's queueing, flush and sampling) and
-prints it per action: the direct cost, steadier than B/A on a busy machine.
-
 Raises ``RuntimeError`` when an action fails; ``SystemExit`` (argparse) on a
 malformed override.
 """
@@ -81,7 +76,6 @@ BATCH = 42
 RPC_KINDS = ("FindMissingBlobs", "Read", "GetActionResult miss", "Write")
 
 
-PIECES_DIR = Path(__file__).resolve().parent / "history_pieces"
 PROFILE_DIR = Path(__file__).resolve().parent / "thread_profile"
 
 
@@ -357,28 +351,6 @@ def _report(args: argparse.Namespace, sides: list[Side]) -> None:
         print(f"  {s.name} by thread (ms per unit, averaged over the workloads): {shown}")
 
 
-def _report_pieces(sides: list[Side], out: Path) -> None:
-    """Each side's recording pieces per action (over the whole run, warm-up
-    and idle seconds included; actions = calls of the tap's ``finished``).
-    Nested: ``tap.finished`` includes ``recorder.record``/``record_later``,
-    ``flush`` includes ``_absorb``."""
-    print("  (nested: tap.finished includes recorder.record/record_later, flush includes _absorb)")
-    for side in sides:
-        try:
-            totals = json.loads((out / f"{side.lre.proc.pid}.json").read_text())
-        except (OSError, ValueError):
-            print(f"  {side.name} recording pieces: none (recording off, or the server died)")
-            continue
-        actions = next((calls for k, (_, calls) in totals.items() if "finished" in k), 0)
-        if not actions:
-            print(f"  {side.name} recording pieces: no action recorded")
-            continue
-        shown = ", ".join(
-            f"{piece} {ns / actions / 1e3:.1f}" for piece, (ns, _) in sorted(totals.items())
-        )
-        print(f"  {side.name} recording pieces (us of CPU per action, {actions} actions): {shown}")
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--tree-a", type=Path, required=True, help="source tree of side A")
@@ -406,14 +378,9 @@ def main() -> int:
     ap.add_argument("--calls", type=int, default=1500, help="calls per kind and round (rpc)")
     ap.add_argument("--recording-cache", type=Path, default=Path.home() / ".cache" / "lre-bench")
     ap.add_argument(
-        "--pieces", action="store_true", help="time each piece of history recording per action"
-    )
-    ap.add_argument(
         "--profile", type=Path, help="cProfile lre's threads on both sides into this directory"
     )
     args = ap.parse_args()
-    if args.pieces and args.profile:
-        ap.error("--pieces and --profile each need their own sitecustomize: choose one")
     if args.tree_b is None:
         args.tree_b = args.tree_a
     started = time.monotonic()
@@ -426,12 +393,7 @@ def main() -> int:
             for name, overrides in (("A", args.override_a), ("B", args.override_b)):
                 home = Path(tmp) / name
                 configs[name] = apply_overrides(local_config(home, BAZEL_WORKER), overrides)
-            pieces_out = Path(tmp) / "pieces"
             first = None
-            if args.pieces:
-                pieces_out.mkdir()
-                os.environ["LRE_PIECES_OUT"] = str(pieces_out)
-                first = PIECES_DIR
             if args.profile:
                 args.profile.mkdir(parents=True, exist_ok=True)
                 os.environ["LRE_PROFILE_OUT"] = str(args.profile.resolve())
@@ -450,8 +412,6 @@ def main() -> int:
         finally:
             for side in sides:
                 side.lre.stop()
-        if args.pieces:
-            _report_pieces(sides, pieces_out)
         if args.profile:
             report_profiles(args.profile, {s.name: s.lre.proc.pid for s in sides})
     print(f"took {time.monotonic() - started:.0f} s")

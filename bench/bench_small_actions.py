@@ -39,17 +39,15 @@ can take on any number of cores. ``--mode ceiling`` uses the first side
 given (``NAME=TREE``), if any.
 
 The split by stage (where the per-action CPU of each thread goes):
-``--profile DIR`` puts ``bench/rpc_profile`` (every thread, one cProfile each,
-on its own CPU clock; ``--profiler thread_profile``: the spawner's jobs, the
-recycling batches and output scans apart) first on ``PYTHONPATH`` of each
-lre under test; the stats are written at lre's exit under ``DIR/<side>/``,
-read them with ``python -m pstats`` (``sort tottime``/``cumtime``, ``stats
-20``) or ``--mode split`` (per thread: CPU per action and the share of its
-own time by source file; ``--callers 'posix.open'`` names who calls what).
-cProfile counts every resumption of a coroutine as a call, and spawner
-threads never end, so their profile is not written (their share comes from
-``/proc``, printed "by thread" in the other modes). Profiling slows lre
-several times over: read the shares.
+``--profile DIR`` puts ``bench/thread_profile`` (one cProfile per thread kind,
+each on its own CPU clock: the Trio thread, the spawner's jobs, the recycling
+batches and output scans) first on ``PYTHONPATH`` of each lre under test;
+the stats are written at lre's exit under ``DIR/<side>/``; read them with
+``python -m pstats`` (``sort tottime``/``cumtime``, ``stats 20``) or ``--mode
+split`` (per thread: CPU per action and the share of its own time by source
+file; ``--callers 'posix.open'`` names who calls what).
+cProfile counts every resumption of a coroutine as a call. Profiling slows
+lre several times over: read the shares.
 
 Commands::
 
@@ -88,8 +86,8 @@ from bench._client import LreProcess, ReapiClient, local_config
 from tests.e2e._bazel import BazelSession
 
 _TICK = os.sysconf("SC_CLK_TCK")
-#: Which of bench/'s sitecustomize profilers ``--profile`` puts on lre's path.
-PROFILER = "rpc_profile"
+#: The sitecustomize profiler ``--profile`` puts on lre's path.
+PROFILER = "thread_profile"
 _NUMBERED = re.compile(r"[ _-]*\d+$")
 #: Threads of lre that run no Python: the gRPC core's own, and the poller
 #: (a loop in grpc's Cython that waits and polls with the lock released).
@@ -477,17 +475,9 @@ def main() -> int:
     ap.add_argument("--max-inflight", type=int, default=64, help="ceiling: lre's slots")
     ap.add_argument("--sleep", type=float, default=0.0, help="ceiling: each action's sleep")
     ap.add_argument("--profile", type=Path, help="cProfile lre's threads into this dir")
-    ap.add_argument(
-        "--profiler",
-        choices=("rpc_profile", "thread_profile"),
-        default="rpc_profile",
-        help="rpc_profile: every thread; thread_profile: by kind (spawner jobs, recycling...)",
-    )
     ap.add_argument("--workdir", type=Path, default=Path("/var/tmp"))
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    global PROFILER
-    PROFILER = args.profiler
     modes = {"bazel": bazel_mode, "ceiling": ceiling_mode, "split": split_mode}
     report = modes[args.mode](args)
     if args.json:

@@ -3,10 +3,10 @@
 Runs a real ``lre up`` per scenario (bench/_client.py: scratch ``LRE_HOME``,
 generated config, REAPI Execute over gRPC) whose actions are real Python
 processes that allocate memory and do CPU work. Each scenario runs against
-this tree's lre ("new") and, for comparison, against today's kill-only ladder
-("old"): the lre of another checkout (``--old-tree``, e.g. ``git worktree add
---detach /tmp/old e84be12``), imported through ``PYTHONPATH``, with the same
-config (only keys both versions know).
+this tree's lre ("new") and, for comparison, against the kill-only ladder the
+memory control replaced ("old"): the lre of another checkout (``--old-tree``,
+a ``git worktree add --detach`` of a commit before it), imported through
+``PYTHONPATH``, with the same config (only keys both versions know).
 
 The action (``ALLOC``): grows to ``mb`` MB (10**6 bytes) in 10 MB steps, each
 step a fresh bytes object (so every page is written), at most ``rate`` MB/s

@@ -2,6 +2,7 @@
 # Run every benchmark one after another and keep their outputs.
 #
 #   bash bench/run_all.sh [NAME ...]     # default: all, in the order below
+#   bash bench/run_all.sh --help         # the names and their commands
 #
 # Outputs go to bench/results/<NAME>.txt (with the load average before and
 # after each run); docs/performance.md quotes them. Run it on an otherwise idle
@@ -9,8 +10,6 @@
 # Some need more than this checkout: bazel and team the BuildGrid peer harness
 # in ../shared/tools/peer, action_network root, memory_control with
 # LRE_OLD_TREE a checkout of the kill-only lre to compare against.
-# bench/perf_syscall_split.py is not a benchmark of its own: it splits the
-# output of `perf record` taken around one (see its docstring).
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PY=.venv/bin/python
@@ -42,7 +41,8 @@ clean_build_bench() {
   root=$(mktemp -d /var/tmp/lre-bench-clean.XXXXXX)
   port=50191
   LRE_HOME="$root" .venv/bin/lre up --detach --no-client-config --port "$port" || return 1
-  $PY bench/bench_bazel_ab.py --modules 20 --rounds 20 --warmup 2 "lre=127.0.0.1:$port"
+  $PY bench/bench_bazel.py --modules 20 --reps 20 --warmup 2 --jobs 16 \
+      --remote-flag=--remote_download_toplevel --no-cached --lre "127.0.0.1:$port"
   local status=$?
   LRE_HOME="$root" .venv/bin/lre down
   rm -rf "$root"
@@ -57,13 +57,13 @@ declare -A BENCH=(
   [execute]="$PY bench/bench_execute.py --runs 5"
   [worker]="$PY bench/bench_worker.py --runs 5"
   [grpc_floor]="$PY bench/bench_grpc_floor.py --runs 5"
-  [memory]="$PY bench/bench_memory.py"
   [rustc]="$PY bench/bench_rustc.py --runs 3"
   [firehose]="$PY bench/bench_firehose.py --actions 2000"
   [firehose_500]="$PY bench/bench_firehose.py --actions 500 --cpu 0.08 --runs 6 --no-unbounded --split"
   [bazel]="bazel_bench"
   [clean_build_20]="clean_build_bench"
   [edit_loop]="$PY bench/bench_edit_split.py --rounds 10 --warmup 2 --instant"
+  [small_actions]="$PY bench/bench_small_actions.py --rounds 5 lre"
   # the A/A of the same-run A/B: both servers from this checkout
   [lre_ab]="$PY bench/bench_lre_ab.py --tree-a . --work true --rounds 12 --reps 4"
   [replay]="$PY bench/bench_replay.py --rounds 8"
@@ -77,7 +77,7 @@ declare -A BENCH=(
   [memory_control]="$PY bench/memory_control.py --runs 3 ${LRE_OLD_TREE:+--old-tree $LRE_OLD_TREE} ${LRE_OLD_TREE:---versions new}"
   [view]="$PY bench/bench_view.py --rounds 3 --runs 100 --dir /var/tmp"
   [action_network]="$PY bench/bench_action_network.py --rounds 5"
-  [fair_share]="$PY bench/bench_fair_share.py --reps 3 --fair-off-reps 1 --json bench/results/fair_share.json"
+  [fair_share]="$PY bench/bench_fair_share.py --reps 3 --fair-off-reps 1"
   [queue]="$PY bench/bench_queue.py --tree-a . --rounds 7 --ops 5000"
   [history]="$PY bench/bench_history.py --actions 100000"
   [fuzz]="$PY bench/fuzz_parsers.py"
@@ -88,10 +88,18 @@ declare -A BENCH=(
   # LRE_BASELINE_PYTHON: the python of an older lre's venv, compared in the same run
   [containment]="$PY bench/bench_containment.py --rounds 5 --replay ${LRE_BASELINE_PYTHON:+--baseline-python $LRE_BASELINE_PYTHON}"
 )
-ORDER=(sampler memory_figures stores cas execute worker grpc_floor memory memory_control rustc
-  firehose firehose_500 bazel clean_build_20 edit_loop project replay capacity lre_ab containment
+ORDER=(sampler memory_figures stores cas execute worker grpc_floor memory_control rustc
+  firehose firehose_500 bazel clean_build_20 edit_loop small_actions project replay capacity lre_ab containment
   view action_network fair_share queue history upstream team
   cache_contract fuzz crash soak mutations)
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
+  awk 'NR > 1 && !/^#/ { exit } NR > 1 { print substr($0, 3) }' "${BASH_SOURCE[0]}"
+  for name in "${ORDER[@]}"; do printf '  %-15s %s\n' "$name" "${BENCH[$name]}"; done
+  exit 0
+fi
+for name in "$@"; do
+  [[ -v "BENCH[$name]" ]] || { echo "run_all.sh: no benchmark named $name (see --help)" >&2; exit 2; }
+done
 (($#)) && ORDER=("$@")
 
 for name in "${ORDER[@]}"; do

@@ -107,49 +107,10 @@ def test_only_tasks_below_the_root_count() -> None:
         exit_("timeout", 501, 500, 0.002),  # lre (500) -> timeout
         exit_("sh", 502, 501, 0.070),  # -> the command
         exit_("make", 503, 502, 0.002),
-        exit_("gcc", 900, 899, 5.0),  # another helper's build
+        exit_("gcc", 900, 899, 5.0),  # another build on the machine
         exit_("loop", 950, 951, 1.0),  # a parent cycle (pid reuse) is not below
         exit_("loop", 951, 950, 1.0),
     ]
     below = taskstats.descendants(exits, 500)
     assert dict(below.count) == {"timeout": 1, "sh": 1, "make": 1}
     assert below.cpu["sh"] == pytest.approx(0.070)
-
-
-_PERF_SCRIPT = """\
-lre-spawner-0  101
-\tffffffff8161dfc2 recently_deleted
-\tffffffff8161dfc3 find_inode_bit
-\tffffffff8161dfc4 ovl_fill_super
-\tffffffff8161dfc5 __do_sys_fsconfig
-\tffffffff8225a101 do_syscall_64
-\tffffffff81000130 entry_SYSCALL_64_after_hwframe
-\t           d4ad7 syscall
-
-lre-spawner-0  101
-\t          1a2b3c _PyEval_EvalFrameDefault
-
-lre-spawner-0  101
-\tffffffff8161aaaa shmem_get_inode
-\tffffffff8161aaab shmem_fill_super
-\tffffffff8161aaac __x64_sys_mount
-\tffffffff8225a101 do_syscall_64
-
-sh  202
-\tffffffff8161dfc2 __x64_sys_futex
-\tffffffff8225a101 do_syscall_64
-"""
-
-
-def test_perf_samples_are_charged_to_their_system_call_and_thread(tmp_path: Path) -> None:
-    split = _bench_module("perf_syscall_split")
-    script = tmp_path / "run.script"
-    script.write_text(_PERF_SCRIPT)
-    stacks = list(split.samples(script, {"101"}))
-    assert len(stacks) == 3  # the other thread's sample is not counted
-    assert [split.syscall_of(stack) for stack in stacks] == [
-        "__do_sys_fsconfig/ovl_fill_super",
-        "user:_PyEval_EvalFrameDefault",
-        "__x64_sys_mount/shmem_fill_super",
-    ]
-    assert [split.syscall_of(s) for s in split.samples(script, {"202"})] == ["__x64_sys_futex"]

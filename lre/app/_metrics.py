@@ -1,8 +1,8 @@
 """Prometheus text exposition (format 0.0.4) of a ``ProcessSnapshot``.
 
 ``render_metrics(snapshot, rpc)`` returns the whole ``/metrics`` body. Every
-label's values come from a bounded set (seed 003: a label per action digest
-made one series per action):
+label's values come from a bounded set (a label per action digest would make
+one series per action):
 
 - ``stage``: CACHE_CHECK, QUEUED, EXECUTING; ``outcome``: the scheduler's
   completion outcomes; ``kind``: ``EventKind``; ``code``: gRPC code names;

@@ -6,9 +6,8 @@ from Trio to grpc.aio on its own asyncio thread (``UpstreamLoop``).
 ``UpstreamLoop`` wakes Trio through an ``lre.hop.Mailbox``, as the
 server-side bridge of ``lre.service`` does.
 
-``name_os_thread`` is ``lre.hop``'s, exported here only until
-``lre/worker/process/_process.py`` imports it from ``lre.hop`` (that module is being
-changed on another branch; the lead moves its import after merging).
+``name_os_thread`` is ``lre.hop``'s, exported here too for the worker's
+spawner threads, which import it from this package.
 
 Users: ``lre.cas`` (``GrpcStore``, ``GrpcActionCache``), the forward
 scheduler (``lre.scheduler``) and the composition root (``lre.app``).

@@ -63,7 +63,8 @@ def _samples(db: Path) -> list[tuple[str, float, int]]:
 
 
 def _old_key(fine: str) -> str:
-    """The key lre used before this change: ``bazel:{mnemonic}:{target}``."""
+    """The coarser key without repository and output, ``bazel:{mnemonic}:{target}``,
+    which the learner still reads as a fallback."""
     rest = fine.split("] ", 1)[1] if fine.startswith("[") else fine
     return rest.split(" -> ", 1)[0]
 
