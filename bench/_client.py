@@ -238,11 +238,25 @@ def run_async(coro: object) -> object:
     return asyncio.run(coro)  # type: ignore[arg-type]
 
 
+#: Resource keys of the simple scheduler (``schedulers[].simple.resources``).
+SCHEDULER_RESOURCE_KEYS = (
+    "cold_memory",
+    "ladder",
+    "max_steps",
+    "kill_factor",
+    "live_memory_veto",
+    "learner",
+)
+
+
 def local_config(home: Path, worker: Mapping[str, object] | None = None) -> str:
     """An lre config (JSON) with everything under ``home``: filesystem CAS and
     action cache, one simple scheduler adding cpu_count=1, one local worker with
     ``worker`` merged into its block (e.g. ``{"max_inflight_tasks": 0,
-    "resources": {...}, "jobserver": {"enabled": False}}``)."""
+    "resources": {...}, "jobserver": {"enabled": False}}``). The scheduler's
+    resource keys given among the worker's ``resources`` (``cold_memory``,
+    ``ladder``, ...) go to the simple scheduler's ``resources``, where lre
+    reads them."""
     import json
 
     local: dict[str, object] = {
@@ -252,6 +266,17 @@ def local_config(home: Path, worker: Mapping[str, object] | None = None) -> str:
         "work_directory": str(home / "work"),
     }
     local.update(worker or {})
+    moved: dict[str, object] = {}
+    resources = local.get("resources")
+    if isinstance(resources, dict):
+        kept = dict(resources)
+        for key in SCHEDULER_RESOURCE_KEYS:
+            if key in kept:
+                moved[key] = kept.pop(key)
+        local["resources"] = kept
+    simple: dict[str, object] = {"ac_store": "ac", "cas_store": "cas"}
+    if moved:
+        simple["resources"] = moved
     config = {
         "stores": [
             {
@@ -277,7 +302,7 @@ def local_config(home: Path, worker: Mapping[str, object] | None = None) -> str:
                     "scheduler": "queue",
                 },
             },
-            {"name": "queue", "simple": {"ac_store": "ac", "cas_store": "cas"}},
+            {"name": "queue", "simple": simple},
         ],
         "workers": [{"local": local}],
         "servers": [

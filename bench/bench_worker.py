@@ -44,7 +44,7 @@ from lre.config._worker_models import JobserverSpec, LocalWorkerSpec, ResourceSp
 from lre.digest import Digest
 from lre.proto import re_pb2
 from lre.scheduler import Scheduler
-from lre.worker import LocalWorker
+from lre.worker import LocalWorker, PressureMonitor
 from lre.worker.inputs._input_tree import fetch_input_tree
 from lre.worker.inputs._staging import stage_inputs
 
@@ -123,7 +123,11 @@ async def bench_end_to_end(tmp: Path, actions: int, concurrency: int) -> dict[st
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         worker = LocalWorker(
-            spec, resources=worker_resources(spec), scheduler=scheduler, store=store
+            spec,
+            resources=worker_resources(spec),
+            scheduler=scheduler,
+            store=store,
+            pressure=PressureMonitor(int(spec.resources.memory_headroom)),
         )
         await nursery.start(worker.run)
         queue = iter(requests)

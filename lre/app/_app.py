@@ -36,6 +36,7 @@ from lre.app._history import HistoryRecorder
 from lre.app._hits import ClientHits, HitCounts
 from lre.app._memory_events import MemoryEventRecorder
 from lre.app._miss_report import MissReport, MissWatch
+from lre.app._scheduler_chain import scheduler_chain
 from lre.app._snapshot import SnapshotAssembler
 from lre.app._status_http import StatusServer
 from lre.app._stores import Stores, build_stores
@@ -43,7 +44,14 @@ from lre.app._upstreams import upstream_rows
 from lre.cas import (
     StoreStatistics,
 )
-from lre.config import Config, WorkerResources, state_dir_of, worker_resources
+from lre.config import (
+    Config,
+    SchedulerResourceSpec,
+    WorkerResources,
+    scheduler_resources,
+    state_dir_of,
+    worker_resources,
+)
 from lre.scheduler import ForwardScheduler, Scheduler, SchedulerEvent
 from lre.service import InvocationSpans, LocalPeers, RpcMetrics, TrioBridge
 from lre.snapshot import EventKind, JobserverTokens, MemoryControlRow
@@ -93,7 +101,9 @@ class Application:
         # 2. schedulers, and what they share with the workers
         #: Each local worker's numbers, "auto" worked out once (by config's rules).
         self.worker_resources: dict[str, WorkerResources] = {
-            worker.local.name: worker_resources(worker.local)
+            worker.local.name: worker_resources(
+                worker.local, scheduler=scheduler_resources(config, worker.local.scheduler)
+            )
             for worker in config.workers
             if worker.local is not None
         }
@@ -194,8 +204,11 @@ class Application:
         return str(path)
 
     def _kill_factor(self) -> float:
-        locals_ = [w.local for w in self.config.workers if w.local is not None]
-        return locals_[0].resources.kill_factor if locals_ else 1.2
+        """The kill factor of the scheduler the snapshot shows (the first)."""
+        first = next(iter(self.config.schedulers), None)
+        if first is None:
+            return SchedulerResourceSpec().kill_factor
+        return scheduler_chain(self.config, first.name).simple.resources.kill_factor
 
     def _action_roots(self) -> list[int]:
         """(any thread) the processes every running action's processes are or

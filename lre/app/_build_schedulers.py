@@ -14,7 +14,7 @@ from pathlib import Path
 from lre.app._build_error import AppBuildError
 from lre.app._scheduler_chain import scheduler_chain
 from lre.app._stores import Stores
-from lre.config import Config, LocalWorkerSpec
+from lre.config import Config
 from lre.scheduler import (
     ActionScheduler,
     ForwardScheduler,
@@ -32,16 +32,18 @@ from lre.worker import PressureMonitor
 def build_learner(config: Config) -> ReservationLearner | None:
     """One learned-reservation store per process, in the state directory.
 
-    Uses the learner settings of the first local worker; None when it
-    turns learning off (or there is no local worker).
+    Uses the settings of the first simple scheduler that learns; None when
+    none does. Schedulers whose learner is off do not consult it.
     """
-    locals_ = [w.local for w in config.workers if w.local is not None]
-    if not locals_ or not locals_[0].resources.learner.enabled:
-        return None
-    res = locals_[0].resources
-    return ReservationLearner.in_state_dir(
-        str(Path(config.global_.state_dir)), res.learner, cold_memory_bytes=int(res.cold_memory)
-    )
+    for spec in config.schedulers:
+        if spec.simple is not None and spec.simple.resources.learner.enabled:
+            res = spec.simple.resources
+            return ReservationLearner.in_state_dir(
+                str(Path(config.global_.state_dir)),
+                res.learner,
+                cold_memory_bytes=int(res.cold_memory),
+            )
+    return None
 
 
 def build_schedulers(
@@ -70,7 +72,8 @@ def build_schedulers(
             cas_name = simple.cas_store
             if not cas_name:
                 raise AppBuildError(f"schedulers[{simple_name}].simple.cas_store: required")
-            local = _local_worker(config, simple_name)
+            res = simple.resources
+            monitor = _live_memory(config, simple_name, pressure) if res.live_memory_veto else None
             scheduler = Scheduler(
                 simple,
                 cas=stores.blob(cas_name),
@@ -78,10 +81,14 @@ def build_schedulers(
                     stores.results(simple.ac_store, cas_name) if simple.ac_store else None
                 ),
                 modifications=chain.modifications,
-                resources=_resource_policy(local),
-                advisor=learner,
-                available_memory=_live_memory(local, pressure),
-                memory_frozen=_memory_frozen(local, pressure),
+                resources=ResourcePolicy(
+                    cold_memory_bytes=int(res.cold_memory),
+                    ladder=tuple(int(step) for step in res.ladder),
+                    max_steps=res.max_steps,
+                ),
+                advisor=learner if res.learner.enabled else None,
+                available_memory=monitor.room_bytes if monitor is not None else None,
+                memory_frozen=_frozen(monitor) if monitor is not None else None,
                 on_event=on_event,
                 directories=stores.directories(cas_name),
                 on_record=on_record,
@@ -153,45 +160,21 @@ def front_scheduler(
     return schedulers[name]
 
 
-def _local_worker(config: Config, simple_name: str) -> LocalWorkerSpec | None:
-    """The (first) local worker pulling from the simple scheduler."""
+def _live_memory(
+    config: Config, simple_name: str, pressure: Mapping[str, PressureMonitor]
+) -> PressureMonitor | None:
+    """The memory readings of the (first) local worker pulling from the
+    simple scheduler, for its live veto; None without one."""
     for worker in config.workers:
         local = worker.local
         if local is not None and scheduler_chain(config, local.scheduler).simple_name == (
             simple_name
         ):
-            return local
+            return pressure[local.name]
     return None
 
 
-def _resource_policy(local: LocalWorkerSpec | None) -> ResourcePolicy:
-    """Cold memory and ladder of the worker pulling from the scheduler."""
-    if local is None:
-        return ResourcePolicy()
-    res = local.resources
-    return ResourcePolicy(
-        cold_memory_bytes=int(res.cold_memory),
-        ladder=tuple(int(step) for step in res.ladder),
-        max_steps=res.max_steps,
-    )
-
-
-def _live_memory(
-    local: LocalWorkerSpec | None, pressure: Mapping[str, PressureMonitor]
-) -> Callable[[], int] | None:
-    """Memory new actions may take (0 while memory is short), when the
-    worker asks for the live veto."""
-    if local is None or not local.resources.live_memory_veto:
-        return None
-    return pressure[local.name].room_bytes
-
-
-def _memory_frozen(
-    local: LocalWorkerSpec | None, pressure: Mapping[str, PressureMonitor]
-) -> Callable[[], bool] | None:
+def _frozen(monitor: PressureMonitor) -> Callable[[], bool]:
     """Whether the live veto holds starts because the memory control keeps
-    actions frozen (the queue then says ``frozen``), with ``_live_memory``."""
-    if local is None or not local.resources.live_memory_veto:
-        return None
-    monitor = pressure[local.name]
+    actions frozen (the queue then says ``frozen``)."""
     return lambda: monitor.frozen > 0

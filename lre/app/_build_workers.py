@@ -22,7 +22,6 @@ from lre.worker import (
     LocalWorker,
     PressureMonitor,
     choose_containment,
-    pressure_monitor,
     refuse_unreachable,
     refuse_unsafe_writable,
     resolve_action_user,
@@ -51,13 +50,14 @@ def lre_directories(config: Config) -> tuple[str, ...]:
 
 
 def build_pressure_monitors(config: Config) -> dict[str, PressureMonitor]:
-    """The host memory readings of each local worker (by name), shared by its
-    memory control and its scheduler's admission."""
+    """The host memory readings of each local worker (by name), with its
+    ``memory_headroom``: the only ``PressureMonitor``s lre builds, shared by
+    the worker's memory control and its scheduler's admission."""
     monitors: dict[str, PressureMonitor] = {}
     for worker in config.workers:
         local = worker.local
         if local is not None and local.name not in monitors:
-            monitors[local.name] = pressure_monitor(local)
+            monitors[local.name] = PressureMonitor(int(local.resources.memory_headroom))
     return monitors
 
 

@@ -119,7 +119,7 @@ class SnapshotAssembler:
         self.events = events if events is not None else EventLog()
         self.health = health if health is not None else HealthBoard()
         self._upstreams = upstreams
-        self._kill_factor = kill_factor
+        self.kill_factor = kill_factor
         self._recorder = history
         #: Set by the composition root once the hit counts are loaded.
         self.hits = hits
@@ -174,7 +174,7 @@ class SnapshotAssembler:
         snapshot = replace(snapshot, memory_control=memory_rows)
         frozen = {lease for row in memory_rows for lease in row.frozen_leases}
         if stats is not None:
-            snapshot = _with_scheduler(snapshot, stats, usage, now, self._kill_factor, frozen)
+            snapshot = _with_scheduler(snapshot, stats, usage, now, self.kill_factor, frozen)
         rate = self._rate(now, snapshot.completed)
         snapshot = replace(snapshot, completed_per_second=rate)
         if self.hits is not None:

@@ -18,8 +18,8 @@ by the same rules; no other package works an ``"auto"`` out:
   CAS (the fast tier of a fast_slow store), so one action cannot evict the
   whole cache; 16 GiB when that store is not in the config;
 - worker ``sandbox_tmpfs_size``: the hard ceiling (the top ladder step, the
-  memory budget else the last ladder entry, x ``kill_factor``), half of RAM
-  when there is none.
+  memory budget else the last entry of its scheduler's ladder, x its
+  scheduler's ``kill_factor``), half of RAM when there is none.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from lre.config._model_fields import ByteSize
 from lre.config._models import Config
+from lre.config._scheduler_models import SchedulerResourceSpec
 from lre.config._store_models import EvictionPolicy, StoreSpec
 from lre.config._worker_models import LocalWorkerSpec, WorkerSpec
 
@@ -131,7 +132,7 @@ def resolve(config: Config, host: HostFacts | None = None) -> Config:
     return dataclasses.replace(
         config,
         stores=stores,
-        workers=tuple(_resolve_worker(worker, facts, by_name) for worker in config.workers),
+        workers=tuple(_resolve_worker(worker, facts, by_name, config) for worker in config.workers),
     )
 
 
@@ -182,21 +183,35 @@ class WorkerResources:
     - ``max_inflight_tasks``: actions at once at most, 0 = unlimited;
     - ``sandbox_tmpfs_bytes``: the size of an action's private /tmp and
       /dev/shm together (``auto_sandbox_tmpfs_bytes``; 0 = the view's own
-      default, half of RAM, for callers that build this by hand).
+      default, half of RAM, for callers that build this by hand);
+    - ``top_step_bytes`` and ``kill_factor``: the hard ceiling is their
+      product; the top step is the memory budget, else the last entry of the
+      ladder of the worker's scheduler (``SchedulerResourceSpec``).
     """
 
     cpu_count: int
     memory_budget_bytes: int
     max_inflight_tasks: int
     sandbox_tmpfs_bytes: int = 0
+    top_step_bytes: int = 0
+    kill_factor: float = 1.2
 
 
-def worker_resources(local: LocalWorkerSpec, host: HostFacts | None = None) -> WorkerResources:
+def worker_resources(
+    local: LocalWorkerSpec,
+    host: HostFacts | None = None,
+    *,
+    scheduler: SchedulerResourceSpec | None = None,
+) -> WorkerResources:
     """The numbers of ``local``: its own, or the ``"auto"`` rules' for ``host``.
 
-    ``host`` defaults to ``HostFacts.probe()``. Raises ``OSError`` only if
-    the machine cannot be measured.
+    ``scheduler``: the resources of the simple scheduler ``local`` takes
+    actions from (defaults when None). ``host`` defaults to
+    ``HostFacts.probe()``. Raises ``OSError`` only if the machine cannot be
+    measured.
     """
+    scheduler = scheduler if scheduler is not None else SchedulerResourceSpec()
+    ladder, kill_factor = scheduler.ladder, scheduler.kill_factor
     facts = host if host is not None else HostFacts.probe()
     resources = local.resources
     cpu_count = resources.cpu_count if resources.cpu_count != "auto" else facts.cpu_count
@@ -206,18 +221,27 @@ def worker_resources(local: LocalWorkerSpec, host: HostFacts | None = None) -> W
     inflight = local.max_inflight_tasks
     if inflight == "auto":
         inflight = auto_max_inflight_tasks(cpu_count, resources.cpu_overcommit)
+    top = int(memory_budget) or (int(ladder[-1]) if ladder else 0)
     tmpfs = local.sandbox_tmpfs_size
     if tmpfs == "auto":
-        top = int(memory_budget) or (int(resources.ladder[-1]) if resources.ladder else 0)
-        tmpfs = ByteSize(
-            auto_sandbox_tmpfs_bytes(int(top * resources.kill_factor), facts.total_memory)
-        )
+        tmpfs = ByteSize(auto_sandbox_tmpfs_bytes(int(top * kill_factor), facts.total_memory))
     return WorkerResources(
         cpu_count=cpu_count,
         memory_budget_bytes=int(memory_budget),
         max_inflight_tasks=inflight,
         sandbox_tmpfs_bytes=int(tmpfs),
+        top_step_bytes=top,
+        kill_factor=kill_factor,
     )
+
+
+def scheduler_resources(config: Config, name: str) -> SchedulerResourceSpec | None:
+    """The resources of scheduler ``name`` when it is a simple one (what a
+    worker of that scheduler runs under), else None."""
+    for spec in config.schedulers:
+        if spec.name == name and spec.simple is not None:
+            return spec.simple.resources
+    return None
 
 
 def auto_sandbox_tmpfs_bytes(ceiling_bytes: int, total_memory: int) -> int:
@@ -228,12 +252,12 @@ def auto_sandbox_tmpfs_bytes(ceiling_bytes: int, total_memory: int) -> int:
 
 
 def _resolve_worker(
-    worker: WorkerSpec, facts: HostFacts, stores: dict[str, StoreSpec]
+    worker: WorkerSpec, facts: HostFacts, stores: dict[str, StoreSpec], config: Config
 ) -> WorkerSpec:
     local = worker.local
     if local is None:
         return worker
-    numbers = worker_resources(local, facts)
+    numbers = worker_resources(local, facts, scheduler=scheduler_resources(config, local.scheduler))
     resources = dataclasses.replace(
         local.resources,
         cpu_count=numbers.cpu_count,

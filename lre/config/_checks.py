@@ -24,7 +24,7 @@ from typing import TypeVar
 
 from lre.config._models import Config
 from lre.config._paths import Path, Problem
-from lre.config._scheduler_models import SchedulerSpec
+from lre.config._scheduler_models import SchedulerResourceSpec, SchedulerSpec
 from lre.config._server_models import ListenerSpec
 from lre.config._store_models import EvictionPolicy, GrpcStoreSpec, StoreSpec
 from lre.config._worker_models import ActionLimitsSpec, LocalWorkerSpec, ResourceSpec
@@ -293,6 +293,7 @@ class _Checker:
                 self._store_ref((*spath, "cas_store"), spec.cas_store, "cas")
             if spec.max_job_retries < 0:
                 self.fail((*spath, "max_job_retries"), "cannot be negative")
+            self._scheduler_resources((*spath, "resources"), spec.resources)
             if not 0 < spec.progress_interval_s <= 30:
                 self.fail(
                     (*spath, "progress_interval_s"),
@@ -440,10 +441,25 @@ class _Checker:
     def _resources(self, path: Path, spec: ResourceSpec) -> None:
         if isinstance(spec.cpu_count, int) and spec.cpu_count < 1:
             self.fail((*path, "cpu_count"), f"{spec.cpu_count} must be at least 1")
-        for name in ("cpu_overcommit", "kill_factor"):
-            value: float = getattr(spec, name)
-            if value <= 0:
-                self.fail((*path, name), f"{value} must be above 0")
+        if spec.cpu_overcommit <= 0:
+            self.fail((*path, "cpu_overcommit"), f"{spec.cpu_overcommit} must be above 0")
+        for name in ("sample_interval", "pressure_sample_interval", "max_frozen"):
+            if getattr(spec, name) <= 0:
+                self.fail((*path, name), "must be above 0")
+        if spec.memory_hard_floor > spec.memory_headroom:
+            self.fail(
+                (*path, "memory_hard_floor"),
+                f"{spec.memory_hard_floor} is above memory_headroom ({spec.memory_headroom}): "
+                "actions would be killed before any is frozen",
+            )
+        if not 0 < spec.budget_short_share <= 1:
+            self.fail((*path, "budget_short_share"), f"{spec.budget_short_share} must be in (0, 1]")
+        if spec.pressure_threshold < 0:
+            self.fail((*path, "pressure_threshold"), "must be at least 0 (0 = ignore)")
+        if spec.thaw_interval < 0:
+            self.fail((*path, "thaw_interval"), "must be at least 0")
+
+    def _scheduler_resources(self, path: Path, spec: SchedulerResourceSpec) -> None:
         if spec.kill_factor < 1:
             self.fail(
                 (*path, "kill_factor"),
@@ -463,21 +479,6 @@ class _Checker:
             self.fail((*path, "ladder", 0), "must be above 0")
         if spec.max_steps < 1:
             self.fail((*path, "max_steps"), f"{spec.max_steps} must be at least 1")
-        for name in ("sample_interval", "pressure_sample_interval", "max_frozen"):
-            if getattr(spec, name) <= 0:
-                self.fail((*path, name), "must be above 0")
-        if spec.memory_hard_floor > spec.memory_headroom:
-            self.fail(
-                (*path, "memory_hard_floor"),
-                f"{spec.memory_hard_floor} is above memory_headroom ({spec.memory_headroom}): "
-                "actions would be killed before any is frozen",
-            )
-        if not 0 < spec.budget_short_share <= 1:
-            self.fail((*path, "budget_short_share"), f"{spec.budget_short_share} must be in (0, 1]")
-        if spec.pressure_threshold < 0:
-            self.fail((*path, "pressure_threshold"), "must be at least 0 (0 = ignore)")
-        if spec.thaw_interval < 0:
-            self.fail((*path, "thaw_interval"), "must be at least 0")
         if not 0 < spec.learner.percentile <= 100:
             self.fail(
                 (*path, "learner", "percentile"), f"{spec.learner.percentile} must be in (0, 100]"

@@ -138,7 +138,7 @@ class Decoder:
         retired: Mapping[str, str] = getattr(cls, "RETIRED_KEYS", {})
         for key in raw:
             if key in retired:
-                self._fail((*path, key), f"not a setting of lre: {retired[key]}")
+                self._fail((*path, key), retired[key])
             elif key not in json_keys:
                 self._fail((*path, key), unknown_key_message(cls, key))
         kwargs: dict[str, Any] = {}

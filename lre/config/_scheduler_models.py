@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-from lre.config._model_fields import Seconds, doc
+from lre.config._model_fields import ByteSize, Seconds, doc
 from lre.config._store_models import EndpointSpec
 
 PropertyType = Literal["minimum", "exact", "priority", "ignore"]
@@ -38,6 +38,52 @@ class FairShareSpec:
         "1): a build of weight 2 gets twice the share of a build of weight 1 while both "
         "wait.",
         default_factory=dict,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LearnerSpec:
+    enabled: bool = doc("Learn reservations from past runs of the same kind.", default=True)
+    window: Seconds = doc("Samples older than this are forgotten.", default=Seconds(7 * 86400))
+    percentile: float = doc("Percentile of past peaks that is reserved.", default=95.0)
+    factor: float = doc("Reservation = percentile x factor.", default=1.2)
+    min_memory: ByteSize = doc(
+        "Least memory a learned reservation holds (a kind whose runs peaked at 2 MiB "
+        "reserves this, so tiny samples do not make reservations that nothing fits).",
+        default=ByteSize(64 << 20),
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SchedulerResourceSpec:
+    cold_memory: ByteSize = doc(
+        "Memory reserved by an action of a kind never seen before.", default=ByteSize(512 << 20)
+    )
+    ladder: tuple[ByteSize, ...] = doc(
+        "Memory reservations tried after successive kills under memory shortage.",
+        default=(ByteSize(1 << 30), ByteSize(2 << 30), ByteSize(4 << 30), ByteSize(8 << 30)),
+    )
+    max_steps: int = doc(
+        "Kills after which the action fails once (exit code 137, the reason at the end "
+        "of its stderr; not run again).",
+        default=5,
+    )
+    kill_factor: float = doc(
+        "Hard ceiling of each worker = its top ladder step (its memory budget, else the "
+        "last ladder entry) x this: an action whose RSS passes it is killed at any time "
+        "and fails once (exit code 137, the reason at the end of its stderr; not run "
+        "again). Below it, exceeding a reservation kills nothing.",
+        default=1.2,
+    )
+    live_memory_veto: bool = doc(
+        "Do not start an action while memory is short, or while the host's available "
+        "memory minus the worker's memory_headroom is less than it reserves.",
+        default=True,
+    )
+    learner: LearnerSpec = doc(
+        "Learned reservations: one store per lre, with the settings of the first simple "
+        "scheduler that learns; a scheduler whose learner is disabled consults none.",
+        default_factory=LearnerSpec,
     )
 
 
@@ -85,6 +131,11 @@ class SimpleSchedulerSpec:
     fair_share: FairShareSpec = doc(
         "How builds queued at the same time share the workers (docs/resource-control.md).",
         default_factory=FairShareSpec,
+    )
+    resources: SchedulerResourceSpec = doc(
+        "Memory reservations of its actions, the memory ladder, the hard ceiling and "
+        "learned reservations (docs/resource-control.md).",
+        default_factory=SchedulerResourceSpec,
     )
     ac_store: str = doc(
         "Action cache consulted before queueing (empty = no cache lookup).", default=""

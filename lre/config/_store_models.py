@@ -28,13 +28,14 @@ class EvictionPolicy:
         default=ByteSize(0),
     )
 
-    #: Keys NativeLink's eviction policy has and lre refuses, with the reason
-    #: the error gives (a blob's life is bounded by size and the clients'
-    #: lifetime contract, not by its age or the number of blobs).
+    #: Keys NativeLink's eviction policy has and lre refuses, with the error
+    #: given (a blob's life is bounded by size and the clients' lifetime
+    #: contract, not by its age or the number of blobs).
     RETIRED_KEYS: ClassVar[Mapping[str, str]] = {
-        "max_seconds": "lre does not evict by age (blobs must outlive the clients' "
-        "3 h TTL); bound the store with max_bytes",
-        "max_count": "lre does not evict by blob count; bound the store with max_bytes",
+        "max_seconds": "not a setting of lre: lre does not evict by age (blobs must "
+        "outlive the clients' 3 h TTL); bound the store with max_bytes",
+        "max_count": "not a setting of lre: lre does not evict by blob count; bound the "
+        "store with max_bytes",
     }
     keep_told: Seconds = doc(
         "The cache contract (filesystem stores): a blob lre told a client exists (a "

@@ -5,6 +5,7 @@ Conventions in ``_model_fields``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -38,21 +39,26 @@ class JobserverSpec:
     )
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LearnerSpec:
-    enabled: bool = doc("Learn reservations from past runs of the same kind.", default=True)
-    window: Seconds = doc("Samples older than this are forgotten.", default=Seconds(7 * 86400))
-    percentile: float = doc("Percentile of past peaks that is reserved.", default=95.0)
-    factor: float = doc("Reservation = percentile x factor.", default=1.2)
-    min_memory: ByteSize = doc(
-        "Least memory a learned reservation holds (a kind whose runs peaked at 2 MiB "
-        "reserves this, so tiny samples do not make reservations that nothing fits).",
-        default=ByteSize(64 << 20),
-    )
+#: Resource settings the scheduler acts on (in ``SchedulerResourceSpec``).
+_MOVED_TO_SCHEDULER = (
+    "cold_memory",
+    "ladder",
+    "max_steps",
+    "kill_factor",
+    "live_memory_veto",
+    "learner",
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ResourceSpec:
+    #: Settings the scheduler acts on, refused here with their new place.
+    RETIRED_KEYS: ClassVar[Mapping[str, str]] = {
+        key: f"moved to schedulers[].simple.resources.{key} (of the simple scheduler "
+        "this worker takes actions from)"
+        for key in _MOVED_TO_SCHEDULER
+    }
+
     cpu_count: int | Literal["auto"] = doc(
         'CPUs this worker offers; "auto" = the machine\'s CPU count.', default="auto"
     )
@@ -72,36 +78,12 @@ class ResourceSpec:
         "Memory kept free for the desktop when memory_budget is auto.",
         default=ByteSize(2 << 30),
     )
-    cold_memory: ByteSize = doc(
-        "Memory reserved by an action of a kind never seen before.", default=ByteSize(512 << 20)
-    )
-    kill_factor: float = doc(
-        "Hard ceiling = the top ladder step (the memory budget, else the last ladder "
-        "entry) x this: an action whose RSS passes it is killed at any time and fails "
-        "once (exit code 137, the reason at the end of its stderr; not run again). "
-        "Below it, exceeding a reservation kills nothing.",
-        default=1.2,
-    )
-    ladder: tuple[ByteSize, ...] = doc(
-        "Memory reservations tried after successive kills under memory shortage.",
-        default=(ByteSize(1 << 30), ByteSize(2 << 30), ByteSize(4 << 30), ByteSize(8 << 30)),
-    )
-    max_steps: int = doc(
-        "Kills after which the action fails once (exit code 137, the reason at the end "
-        "of its stderr; not run again).",
-        default=5,
-    )
     sample_interval: Seconds = doc(
         "How often running actions' process trees are sampled.", default=Seconds(0.25)
     )
     pressure_sample_interval: Seconds = doc(
         "Sampling interval while memory is short (or an action is frozen).",
         default=Seconds(0.05),
-    )
-    live_memory_veto: bool = doc(
-        "Do not start an action while memory is short, or while the host's available "
-        "memory minus memory_headroom is less than it reserves.",
-        default=True,
     )
     memory_headroom: ByteSize = doc(
         "Memory left to the rest of the machine: memory is short when the host's "
@@ -135,7 +117,6 @@ class ResourceSpec:
         "Least time between two thaws (frozen actions wake one at a time).",
         default=Seconds(1.0),
     )
-    learner: LearnerSpec = doc("Learned reservations.", default_factory=LearnerSpec)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -306,8 +287,8 @@ class LocalWorkerSpec:
         "Size bound of an action's private /tmp and /dev/shm together (one tmpfs shown at "
         "both, in views only); what is kept there counts as the action's memory for "
         'freezing, killing, the ladder and learning. "auto" = the hard ceiling (top ladder '
-        "step x kill_factor, above which the action is killed anyway), or half of RAM when "
-        "there is none.",
+        "step x its scheduler's kill_factor, above which the action is killed anyway), or "
+        "half of RAM when there is none.",
         default="auto",
     )
     sandbox_debug: bool = doc(
@@ -321,7 +302,8 @@ class LocalWorkerSpec:
     )
     jobserver: JobserverSpec = doc("GNU make jobserver per action.", default_factory=JobserverSpec)
     resources: ResourceSpec = doc(
-        "CPU and memory reservations, sampling and the memory ladder.",
+        "CPU and memory this worker offers, sampling and memory control (reservations "
+        "and the memory ladder are its scheduler's: schedulers[].simple.resources).",
         default_factory=ResourceSpec,
     )
     limits: ActionLimitsSpec = doc(

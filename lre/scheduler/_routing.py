@@ -20,36 +20,15 @@ ends it with INTERNAL; one that raises ends it with the error it raised.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Awaitable, Callable
-from typing import Protocol
 
 import trio
 
 from lre.errors import Internal, LreError
 from lre.proto import re_pb2
 from lre.scheduler._model import ActionKey, Stage
+from lre.scheduler._operations import Operations
 from lre.scheduler._records import OperationState
-
-
-class RouteOwner(Protocol):
-    """What ``Scheduler`` offers routing (its stage counts and lifecycle steps)."""
-
-    _stage_counts: Counter[Stage]
-
-    def _undedup(self, op: OperationState) -> None: ...
-
-    def _set_stage(self, op: OperationState, stage: Stage) -> None: ...
-
-    def _complete(
-        self,
-        op: OperationState,
-        *,
-        result: re_pb2.ActionResult | None = None,
-        cached: bool = False,
-        error: LreError | None = None,
-        message: str = "",
-    ) -> None: ...
 
 
 class RoutedOperation:
@@ -57,7 +36,7 @@ class RoutedOperation:
 
     __slots__ = ("_op", "_owner")
 
-    def __init__(self, owner: RouteOwner, op: OperationState) -> None:
+    def __init__(self, owner: Operations, op: OperationState) -> None:
         self._owner = owner
         self._op = op
 
@@ -87,17 +66,14 @@ class RoutedOperation:
         (why and where) until it ends. Nothing once it ended."""
         op = self._op
         if not op.done and not op.away:
-            self._owner._stage_counts[op.stage] -= 1
-            op.away = True
-            op.message = message
-            self._owner._undedup(op)  # identical actions submitted later run on their own
+            self._owner.take_away(op, message)
             op.notify()
 
     def set_stage(self, stage: Stage) -> None:
         """The stage reported from elsewhere (COMPLETED is ignored: ``finish`` ends it)."""
         op = self._op
         if op.away and not op.done and stage is not Stage.COMPLETED and stage != op.stage:
-            self._owner._set_stage(op, stage)
+            self._owner.set_stage(op, stage)
             op.notify()
 
     def bring_back(self) -> None:
@@ -105,10 +81,7 @@ class RoutedOperation:
         goes back to CACHE_CHECK and, once the route returns, takes the local path."""
         op = self._op
         if op.away and not op.done:
-            op.away = False
-            op.message = ""
-            op.stage = Stage.CACHE_CHECK
-            self._owner._stage_counts[Stage.CACHE_CHECK] += 1
+            self._owner.bring_back(op)
             op.notify()
 
     def finish(
@@ -122,7 +95,7 @@ class RoutedOperation:
         """End the operation (nothing if it already ended); ``message`` empty
         keeps the one given to ``take_away``."""
         op = self._op
-        self._owner._complete(
+        self._owner.complete(
             op, result=result, cached=cached, error=error, message=message or op.message
         )
 
@@ -131,7 +104,7 @@ class RoutedOperation:
 Route = Callable[[RoutedOperation], Awaitable[None]]
 
 
-async def run_route(owner: RouteOwner, op: OperationState, route: Route) -> None:
+async def run_route(owner: Operations, op: OperationState, route: Route) -> None:
     """Await ``route`` for ``op`` under a scope that ``op``'s end cancels;
     INTERNAL when it returns with ``op`` away and unfinished."""
     with trio.CancelScope() as scope:
@@ -141,6 +114,6 @@ async def run_route(owner: RouteOwner, op: OperationState, route: Route) -> None
         finally:
             op.route_scope = None
     if op.away and not op.done:
-        owner._complete(
+        owner.complete(
             op, error=Internal(f"operation {op.name}: its route ended without an outcome")
         )

@@ -1,41 +1,21 @@
 """``OperationWatch``: a client's view of one operation's updates.
 
 ``Scheduler.watch`` hands these out (``ForwardScheduler.watch`` is the
-scheduler's it wraps); the scheduler is the watch's ``WatchOwner``, which
-counts watchers with ``attach_watcher`` / ``detach_watcher`` (an operation
-nobody watches any more is cancelled, at once or after a grace period) and
-builds the snapshots.
+scheduler's it wraps). Watchers are counted with ``attach_watcher`` /
+``detach_watcher``: an operation nobody watches any more is cancelled, at
+once or after a grace period (the scheduler's ``Operations.detach``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from types import TracebackType
-from typing import Generic, Protocol, TypeVar
+from typing import Protocol
 
 import trio
 
 from lre.scheduler._model import OperationSnapshot
-
-
-class Watchable(Protocol):
-    """An operation record: ``changed`` is set (and replaced) on every change."""
-
-    changed: trio.Event
-
-
-OpT = TypeVar("OpT", bound=Watchable)
-OpT_contra = TypeVar("OpT_contra", bound=Watchable, contravariant=True)
-
-
-class WatchOwner(Protocol[OpT_contra]):
-    """What a scheduler offers its watches."""
-
-    def _attach(self, op: OpT_contra) -> None: ...
-
-    def _detach(self, op: OpT_contra) -> None: ...
-
-    def _snapshot(self, op: OpT_contra) -> OperationSnapshot: ...
+from lre.scheduler._records import OperationState
 
 
 class Watched(Protocol):
@@ -80,7 +60,7 @@ def detach_watcher(
     nursery.start_soon(abandon_later)
 
 
-class OperationWatch(Generic[OpT]):
+class OperationWatch:
     """Updates of one operation, as an async context manager and iterator::
 
         async with scheduler.watch(name) as updates:
@@ -89,27 +69,26 @@ class OperationWatch(Generic[OpT]):
 
     The first iteration yields the current state at once; later ones yield
     after every change, and at least every progress interval while the
-    operation waits or runs (the same state again): the owner wakes every
+    operation waits or runs (the same state again): the scheduler wakes every
     unfinished operation's watchers on a tick of its own, so a watch has no
-    timer. Iteration ends after the snapshot with
-    ``done``. Leaving the ``async with`` detaches the watcher; when the last
-    watcher of an unfinished operation leaves, the owner cancels the
-    operation after its ``detach_grace_s``. Iterating outside the
-    ``async with`` raises ``RuntimeError``.
+    timer. Iteration ends after the snapshot with ``done``. Leaving the
+    ``async with`` calls ``detach`` (when the last watcher of an unfinished
+    operation leaves, the scheduler cancels it after its ``detach_grace_s``).
+    Iterating outside the ``async with`` raises ``RuntimeError``.
     """
 
-    __slots__ = ("_entered", "_event", "_finished", "_first", "_op", "_owner")
+    __slots__ = ("_detach", "_entered", "_event", "_finished", "_first", "_op")
 
-    def __init__(self, owner: WatchOwner[OpT], op: OpT) -> None:
-        self._owner = owner
+    def __init__(self, op: OperationState, detach: Callable[[], None]) -> None:
         self._op = op
+        self._detach = detach
         self._first = True
         self._finished = False
         self._entered = False
         self._event = op.changed
 
-    async def __aenter__(self) -> OperationWatch[OpT]:
-        self._owner._attach(self._op)
+    async def __aenter__(self) -> OperationWatch:
+        attach_watcher(self._op)
         self._entered = True
         return self
 
@@ -121,9 +100,9 @@ class OperationWatch(Generic[OpT]):
     ) -> None:
         if self._entered:
             self._entered = False
-            self._owner._detach(self._op)
+            self._detach()
 
-    def __aiter__(self) -> OperationWatch[OpT]:
+    def __aiter__(self) -> OperationWatch:
         return self
 
     async def __anext__(self) -> OperationSnapshot:
@@ -135,10 +114,10 @@ class OperationWatch(Generic[OpT]):
             self._first = False
             await trio.lowlevel.checkpoint()
         else:
-            await self._event.wait()  # woken by a change or by the owner's tick
+            await self._event.wait()  # woken by a change or by the scheduler's tick
         op = self._op
         self._event = op.changed
-        snapshot = self._owner._snapshot(op)
+        snapshot = op.snapshot()
         if snapshot.done:
             self._finished = True
         return snapshot

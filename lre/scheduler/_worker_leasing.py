@@ -1,21 +1,26 @@
-"""The worker role of the scheduler: registration, leasing and outcomes.
+"""``WorkerLeasing``: the scheduler's workers, their leases and the outcomes.
 
-In-process workers call ``register_worker``, ``lease``, ``report``,
-``heartbeat``, ``set_draining`` and ``unregister_worker``. A lease takes a
-queued operation that fits the worker (``_queue``); its outcome ends the
-operation or requeues it (retries, backpressure, memory ladder kills, sized
-by ``_sizing``). The state and lifecycle are ``OperationLifecycle``'s.
+It owns the registered workers, the leases they hold and what those reserve
+(CPU, memory, running count). In-process workers reach it through the
+``Scheduler``'s ``register_worker``, ``lease``, ``report``, ``heartbeat``,
+``set_draining`` and ``unregister_worker``. A lease takes a queued operation
+that fits the worker (``_queue``); its outcome ends the operation or requeues
+it through ``Operations`` (retries, backpressure, memory ladder kills, sized
+by ``_sizing``).
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
+from collections.abc import Callable, Iterable
 
 import trio
 
 from lre.errors import NotFound, Unavailable
 from lre.scheduler._events import (
+    EventHook,
     backpressure_event,
     emit_event,
     escalation_event,
@@ -24,8 +29,8 @@ from lre.scheduler._events import (
     memory_kill_text,
     oom_event,
 )
+from lre.scheduler._history import HistoryTap
 from lre.scheduler._lease import Lease
-from lre.scheduler._lifecycle import OperationLifecycle
 from lre.scheduler._matching import matches_statically
 from lre.scheduler._model import (
     Backpressure,
@@ -34,18 +39,67 @@ from lre.scheduler._model import (
     MemoryExceeded,
     Outcome,
     Reservation,
+    ResourcePolicy,
     Stage,
     WorkerInfo,
 )
+from lre.scheduler._operations import Operations
+from lre.scheduler._protocols import ReservationAdvisor
+from lre.scheduler._queue import RunQueue
 from lre.scheduler._records import LeaseRecord, OperationState, WorkerState
 from lre.scheduler._sizing import escalate, record_usage
+from lre.scheduler._worker_health import WorkerHealth
 
 # The scheduler's one logger: its warnings keep the name they always had.
 log = logging.getLogger("lre.scheduler._scheduler")
 
 
-class WorkerLeasing(OperationLifecycle):
-    """The worker role (see the module docstring) over ``OperationLifecycle``."""
+class WorkerLeasing:
+    """The workers and their leases (see the module docstring).
+
+    ``workers_changed`` is called whenever a worker comes or goes; a lease
+    ends its operation (or requeues it) after ``max_job_retries``
+    infrastructure failures. ``advisor`` learns from every finished run;
+    ``on_event`` and ``history`` are told of kills, failures and health.
+    """
+
+    def __init__(
+        self,
+        operations: Operations,
+        queue: RunQueue,
+        resources: ResourcePolicy,
+        *,
+        max_job_retries: int,
+        workers_changed: Callable[[], None],
+        advisor: ReservationAdvisor | None,
+        on_event: EventHook | None,
+        history: HistoryTap | None,
+    ) -> None:
+        self._operations = operations
+        self._queue = queue
+        self._resources = resources
+        self._max_job_retries = max_job_retries
+        self._workers_changed = workers_changed
+        self._advisor = advisor
+        self._on_event = on_event
+        self._history = history
+        self._worker_health = WorkerHealth()
+        self._workers: dict[str, WorkerState] = {}
+        self._leases: dict[str, LeaseRecord] = {}
+        self._lease_ids = itertools.count(1)
+        self.memory_reserved = 0
+        self.running = 0
+
+    def workers(self) -> Iterable[WorkerState]:
+        return self._workers.values()
+
+    def worker_infos(self) -> list[WorkerInfo]:
+        return [w.info for w in self._workers.values()]
+
+    def wake_all(self) -> None:
+        """Every waiting ``lease`` call looks at the queue again."""
+        for state in self._workers.values():
+            state.wake_up()
 
     def register_worker(self, info: WorkerInfo) -> None:
         """Add a worker, or update the description of one already registered."""
@@ -55,9 +109,9 @@ class WorkerLeasing(OperationLifecycle):
         else:
             state.info = info
         self._queue.forget_worker(info.name)
-        self._checker.workers_changed()
+        self._workers_changed()
         self._capacity_changed()
-        self._wake_workers()
+        self.wake_all()
 
     def unregister_worker(self, name: str) -> None:
         """Remove a worker. Its running leases are cancelled and their
@@ -78,7 +132,7 @@ class WorkerLeasing(OperationLifecycle):
                 lease_id, InfrastructureFailure(Unavailable(f"worker {name} went away"))
             )
         self._queue.forget_worker(name)
-        self._checker.workers_changed()
+        self._workers_changed()
         self._capacity_changed()
         state.wake_up()
 
@@ -105,7 +159,7 @@ class WorkerLeasing(OperationLifecycle):
         while True:
             if not state.registered:
                 raise Unavailable(f"worker {worker_name} is unregistered")
-            taken = self._queue.take(state, self._memory_reserved, self._running)
+            taken = self._queue.take(state, self.memory_reserved, self.running)
             if taken is not None:
                 lease = self._start(state, *taken)
                 if not waited:  # a waited call has already passed a checkpoint
@@ -169,12 +223,12 @@ class WorkerLeasing(OperationLifecycle):
         state.leases[lease.lease_id] = record
         self._leases[lease.lease_id] = record
         state.reserved = state.reserved + reservation
-        self._memory_reserved += reservation.memory_bytes
-        self._running += 1
+        self.memory_reserved += reservation.memory_bytes
+        self.running += 1
         if op.build is not None:
             self._queue.shares.started(op.build, reservation)
         op.lease = record
-        self._set_stage(op, Stage.EXECUTING)
+        self._operations.set_stage(op, Stage.EXECUTING)
         op.notify()
         return lease
 
@@ -185,15 +239,15 @@ class WorkerLeasing(OperationLifecycle):
         lease, op, state = record.lease, record.op, record.worker
         state.leases.pop(lease_id, None)
         state.reserved = state.reserved - lease.reservation
-        self._memory_reserved -= lease.reservation.memory_bytes
-        self._running -= 1
+        self.memory_reserved -= lease.reservation.memory_bytes
+        self.running -= 1
         if op.build is not None:
             self._queue.shares.finished(op.build, lease.reservation)
         if op.lease is record:
             op.lease = None
         if self._history is not None:
             self._history.lease_ended(op, lease, outcome)
-        self._wake_workers()
+        self.wake_all()
         if self._advisor is not None:
             record_usage(self._advisor, lease, outcome)
         # An operation that ended before its lease did was cancelled (by the
@@ -212,7 +266,7 @@ class WorkerLeasing(OperationLifecycle):
                 oom = oom_event(op, lease, peak)
                 log.warning("%s", oom.message)
                 emit_event(self._on_event, oom)
-            self._complete(
+            self._operations.complete(
                 op,
                 result=outcome.result,
                 error=outcome.error,
@@ -222,8 +276,8 @@ class WorkerLeasing(OperationLifecycle):
             )
         elif isinstance(outcome, InfrastructureFailure):
             op.retries += 1
-            if op.retries > self._spec.max_job_retries:
-                self._complete(
+            if op.retries > self._max_job_retries:
+                self._operations.complete(
                     op,
                     error=outcome.error,
                     message=(
@@ -233,15 +287,15 @@ class WorkerLeasing(OperationLifecycle):
                     worker=worker,
                 )
             else:
-                self._counters["retries"] += 1
-                self._requeue(op)
+                self._operations.counters["retries"] += 1
+                self._operations.enqueue(op)
         elif isinstance(outcome, Backpressure):
-            self._counters["backpressure"] += 1
+            self._operations.counters["backpressure"] += 1
             emit_event(self._on_event, backpressure_event(op, lease, outcome))
             op.attempt -= 1
-            self._requeue(op)
+            self._operations.enqueue(op)
         elif isinstance(outcome, MemoryExceeded):
-            self._counters["ladder_kills"] += 1
+            self._operations.counters["ladder_kills"] += 1
             requirements = op.requirements
             matching = [
                 w.info
@@ -269,7 +323,7 @@ class WorkerLeasing(OperationLifecycle):
                 # 137, lre's explanation on its stderr) ends the operation as
                 # the action's own failure, which no client retries.
                 emit_event(self._on_event, gave_up_event(op, lease, outcome))
-                self._complete(
+                self._operations.complete(
                     op,
                     result=outcome.result,
                     message=(
@@ -281,11 +335,11 @@ class WorkerLeasing(OperationLifecycle):
                     gave_up=True,
                 )
             elif error is not None:
-                self._complete(
+                self._operations.complete(
                     op, error=error, worker=worker, peak_rss_bytes=outcome.peak_rss_bytes
                 )
             else:
-                self._counters["ladder_requeues"] += 1
+                self._operations.counters["ladder_requeues"] += 1
                 emit_event(self._on_event, escalation_event(op, lease, outcome))
-                self._requeue(op)
+                self._operations.enqueue(op)
         return True

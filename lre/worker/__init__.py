@@ -4,14 +4,14 @@
 ``LocalWorkerSpec``; ``ActionRunner`` runs one leased action end to end;
 ``WorkDirectory`` is a worker's locked private directory; ``Containment``
 (from ``choose_containment``) keeps each action's processes within its life;
-``PressureMonitor`` (built by ``pressure_monitor`` from a worker's spec)
+``PressureMonitor`` (built by the composition root with a worker's headroom)
 reads the host's memory for the worker's memory control and the
 scheduler's admission; the memory control tells each freeze and thaw
 as a ``MemoryAction`` (``LocalWorker.memory.on_event``).
 """
 
 from lre.worker._view_policy import refuse_unreachable, refuse_unsafe_writable
-from lre.worker._worker import LocalWorker, LocalWorkerStatistics, pressure_monitor
+from lre.worker._worker import LocalWorker, LocalWorkerStatistics
 from lre.worker.containment import (
     Containment,
     ContainmentUnavailable,
@@ -37,7 +37,6 @@ __all__ = [
     "keep_reserve",
     "missing_protections",
     "namespace_refusals",
-    "pressure_monitor",
     "quarantined",
     "refuse_unreachable",
     "refuse_unsafe_writable",

@@ -106,8 +106,9 @@ class LocalWorker:
       its own at ``resources.sample_interval``.
     - ``cas_max_bytes``: the ``max_bytes`` of the worker's CAS, which sets
       ``limits.max_output_bytes`` "auto" (``ActionLimits.of``).
-    - ``pressure``: the host memory readings shared with the scheduler's
-      admission (``PressureMonitor.room_bytes``); one of its own if None.
+    - ``pressure``: the host memory readings (with the worker's
+      ``memory_headroom``), shared with the scheduler's admission
+      (``PressureMonitor.room_bytes``); the composition root builds it.
     """
 
     def __init__(
@@ -117,6 +118,7 @@ class LocalWorker:
         resources: WorkerResources,
         scheduler: WorkerScheduler,
         store: BlobStore,
+        pressure: PressureMonitor,
         action_cache: ActionResultWriter | None = None,
         link_source: LinkSource | None = None,
         link_now: LinkNow | None = None,
@@ -126,7 +128,6 @@ class LocalWorker:
         directories: DirectoryReader | None = None,
         cas_max_bytes: int | None = None,
         hidden_paths: tuple[str, ...] = (),
-        pressure: PressureMonitor | None = None,
         identity: ActionIdentity | None = None,
     ) -> None:
         self.spec = spec
@@ -154,13 +155,15 @@ class LocalWorker:
             float(spec.resources.sample_interval), on_over_limit=self._over_limit
         )
         res = spec.resources
-        self.pressure = pressure if pressure is not None else pressure_monitor(spec)
+        self.pressure = pressure
         #: RSS above which an action is killed and fails: the top step (the
-        #: whole worker's budget, else the last ladder entry) x kill_factor.
-        top = resources.memory_budget_bytes or (int(res.ladder[-1]) if res.ladder else 0)
-        self.ceiling = MemoryCeiling(top, bool(resources.memory_budget_bytes), res.kill_factor)
+        #: whole worker's budget, else the last step of its scheduler's
+        #: ladder) x its scheduler's kill_factor.
+        self.ceiling = MemoryCeiling(
+            resources.top_step_bytes, bool(resources.memory_budget_bytes), resources.kill_factor
+        )
         self.memory = MemoryControl(
-            MemoryGovernor(governor_limits(spec, resources, self.ceiling.ceiling_bytes)),
+            MemoryGovernor(governor_limits(spec, resources, self.ceiling.ceiling_bytes, pressure)),
             self.pressure,
             self.sampler,
             self.containment,
@@ -353,18 +356,17 @@ class LocalWorker:
                 self._idle.set()
 
 
-def pressure_monitor(spec: LocalWorkerSpec) -> PressureMonitor:
-    """The host memory readings for ``spec`` (real ``/proc`` readers)."""
-    return PressureMonitor(int(spec.resources.memory_headroom))
-
-
 def governor_limits(
-    spec: LocalWorkerSpec, resources: WorkerResources, ceiling_bytes: int
+    spec: LocalWorkerSpec,
+    resources: WorkerResources,
+    ceiling_bytes: int,
+    pressure: PressureMonitor,
 ) -> GovernorLimits:
-    """The memory policy's thresholds from the worker's config."""
+    """The memory policy's thresholds from the worker's config (the headroom
+    is the one ``pressure`` reads the host with)."""
     res = spec.resources
     return GovernorLimits(
-        headroom_bytes=int(res.memory_headroom),
+        headroom_bytes=pressure.headroom_bytes,
         floor_bytes=int(res.memory_hard_floor),
         ceiling_bytes=ceiling_bytes,
         budget_bytes=resources.memory_budget_bytes,

@@ -32,13 +32,13 @@ import trio
 
 from lre.cas import MemoryStore, read_bytes
 from lre.config import ByteSize, Seconds, worker_resources
-from lre.config._scheduler_models import SimpleSchedulerSpec
+from lre.config._scheduler_models import SchedulerResourceSpec, SimpleSchedulerSpec
 from lre.config._worker_models import JobserverSpec, LocalWorkerSpec, ResourceSpec
 from lre.digest import Digest
 from lre.proto import re_pb2
 from lre.scheduler import RecordBuilder, Scheduler
 from lre.snapshot import ActionRecord
-from lre.worker import LocalWorker, _action
+from lre.worker import LocalWorker, PressureMonitor, _action
 from lre.worker.memory._memory_figure import memory_figure
 from lre.worker.process._process import ProcessOutcome
 from lre.worker.usage import _tree_peak
@@ -50,8 +50,6 @@ def _spec(request: dict[str, Any], here: Path) -> LocalWorkerSpec:
     resources: dict[str, Any] = {}
     if "memory_budget" in request:
         resources["memory_budget"] = ByteSize(request["memory_budget"])
-    if "ladder" in request:
-        resources["ladder"] = tuple(ByteSize(step) for step in request["ladder"])
     extra: dict[str, Any] = {}
     if "sandbox_tmpfs_size" in request:
         extra["sandbox_tmpfs_size"] = ByteSize(request["sandbox_tmpfs_size"])
@@ -68,6 +66,13 @@ def _spec(request: dict[str, Any], here: Path) -> LocalWorkerSpec:
         resources=ResourceSpec(**resources),
         **extra,
     )
+
+
+def _scheduler_resources(request: dict[str, Any]) -> SchedulerResourceSpec:
+    """The ladder the worker's hard ceiling falls back on without a budget."""
+    if "ladder" in request:
+        return SchedulerResourceSpec(ladder=tuple(ByteSize(step) for step in request["ladder"]))
+    return SchedulerResourceSpec()
 
 
 def _rss() -> int:
@@ -107,7 +112,11 @@ async def main(request: dict[str, Any]) -> None:
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         worker = LocalWorker(
-            spec, resources=worker_resources(spec), scheduler=scheduler, store=store
+            spec,
+            resources=worker_resources(spec, scheduler=_scheduler_resources(request)),
+            scheduler=scheduler,
+            store=store,
+            pressure=PressureMonitor(int(spec.resources.memory_headroom)),
         )
         await nursery.start(worker.run)
         for name, script in request["commands"]:

@@ -85,6 +85,24 @@ async def test_workers_offer_the_numbers_config_worked_out(tmp_path: Path) -> No
         assert info.capacity.memory_bytes == local.resources.memory_budget
 
 
+def test_the_schedulers_resources_drive_its_workers_ceiling_and_the_snapshot(
+    tmp_path: Path,
+) -> None:
+    """kill_factor and the ladder are the scheduler's: its worker's hard
+    ceiling and the snapshot's kill line use them; one scheduler that does
+    not learn builds no learner."""
+    text = app_config_text(
+        tmp_path,
+        extra_scheduler=', resources: { kill_factor: 1.5, ladder: ["1GiB", "3GiB"], '
+        "learner: { enabled: false } }",
+    ).replace('memory_budget: "2GiB"', "memory_budget: 0")
+    app = Application(resolve(load_config_text(text, source="t.json5")))
+    ceiling = app.workers[0].ceiling
+    assert (ceiling.top_bytes, ceiling.kill_factor) == (3 << 30, 1.5)
+    assert app.assembler.kill_factor == 1.5
+    assert app.learner is None
+
+
 def test_the_protections_a_backend_lacks_are_reported(tmp_path: Path) -> None:
     portable = app_config_text(tmp_path, extra_worker=', containment: "portable"')
     missing = Application(resolve(load_config_text(portable, source="t.json5")))

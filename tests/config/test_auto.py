@@ -9,6 +9,7 @@ from pathlib import Path
 from lre.config import (
     ByteSize,
     HostFacts,
+    SchedulerResourceSpec,
     WorkerResources,
     nearest_existing_dir,
     resolve,
@@ -119,6 +120,8 @@ def test_worker_resources_are_the_numbers_resolve_writes() -> None:
         max_inflight_tasks=9,
         # the hard ceiling: the budget x kill_factor 1.2
         sandbox_tmpfs_bytes=int(10 * GIB * 1.2),
+        top_step_bytes=10 * GIB,
+        kill_factor=1.2,
     )
     resolved = resolve(config, facts).workers[0].local
     assert resolved is not None
@@ -146,10 +149,21 @@ def test_worker_resources_keep_explicit_values_and_no_budget() -> None:
         memory_budget_bytes=0,
         max_inflight_tasks=0,
         sandbox_tmpfs_bytes=int(8 * GIB * 1.2),
+        top_step_bytes=8 * GIB,
+        kill_factor=1.2,
     )
-    half = worker_resources(
-        replace(local, resources=replace(local.resources, ladder=())),
+    # the ladder and kill_factor are those of the worker's scheduler
+    own = worker_resources(
+        local,
         HostFacts(cpu_count=64, total_memory=GIB, free_disk=lambda p: 0),
+        scheduler=SchedulerResourceSpec(ladder=(ByteSize(GIB), ByteSize(2 * GIB)), kill_factor=2),
+    )
+    assert (own.top_step_bytes, own.kill_factor) == (2 * GIB, 2)
+    assert own.sandbox_tmpfs_bytes == 4 * GIB
+    half = worker_resources(
+        local,
+        HostFacts(cpu_count=64, total_memory=GIB, free_disk=lambda p: 0),
+        scheduler=SchedulerResourceSpec(ladder=()),
     )
     assert half.sandbox_tmpfs_bytes == GIB // 2  # neither: half of RAM
     explicit = worker_resources(
@@ -157,6 +171,21 @@ def test_worker_resources_keep_explicit_values_and_no_budget() -> None:
         HostFacts(cpu_count=64, total_memory=GIB, free_disk=lambda p: 0),
     )
     assert explicit.sandbox_tmpfs_bytes == 64 << 20
+
+
+def test_resolve_sizes_a_worker_by_its_schedulers_ladder() -> None:
+    text = MINIMAL.replace(
+        'simple: { ac_store: "ac", cas_store: "cas" }',
+        'simple: { ac_store: "ac", cas_store: "cas", '
+        'resources: { ladder: ["1GiB", "3GiB"], kill_factor: 2 } }',
+    ).replace(
+        'work_directory: "/data/work"',
+        'work_directory: "/data/work", resources: { memory_budget: 0 }',
+    )
+    facts = HostFacts(cpu_count=4, total_memory=64 * GIB, free_disk=lambda p: 0)
+    local = resolve(load(text), facts).workers[0].local
+    assert local is not None
+    assert local.sandbox_tmpfs_size == 6 * GIB  # the scheduler's top step x its kill_factor
 
 
 def test_worker_resources_measure_this_machine_as_resolve_does() -> None:

@@ -208,14 +208,14 @@ def mutate(path: str, value: Any) -> dict[str, Any]:
             "stores[2].filesystem.eviction_policy.evict_bytes: 2097152 must be below max_bytes",
         ),
         (
-            "workers.0.local.resources",
+            "schedulers.2.simple.resources",
             {"ladder": ["2GiB", "1GiB", "4GiB"]},
-            "workers[0].local.resources.ladder[1]: 1073741824 is not above the step before it",
+            "schedulers[2].simple.resources.ladder[1]: 1073741824 is not above the step before",
         ),
         (
-            "workers.0.local.resources",
+            "schedulers.2.simple.resources",
             {"ladder": []},
-            "workers[0].local.resources.ladder: at least one",
+            "schedulers[2].simple.resources.ladder: at least one",
         ),
         (
             "workers.0.local.resources",
@@ -223,14 +223,14 @@ def mutate(path: str, value: Any) -> dict[str, Any]:
             "workers[0].local.resources.cpu_count: 0 must",
         ),
         (
-            "workers.0.local.resources",
+            "schedulers.2.simple.resources",
             {"kill_factor": 0.5},
-            "resources.kill_factor: 0.5 would kill",
+            "schedulers[2].simple.resources.kill_factor: 0.5 would kill",
         ),
         (
-            "workers.0.local.resources",
+            "schedulers.2.simple.resources",
             {"learner": {"percentile": 150}},
-            "resources.learner.percentile: 150.0 must be in (0, 100]",
+            "schedulers[2].simple.resources.learner.percentile: 150.0 must be in (0, 100]",
         ),
         (
             "schedulers.2.simple.progress_interval_s",

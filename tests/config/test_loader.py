@@ -50,6 +50,44 @@ def test_nativelinks_eviction_keys_are_refused_with_the_reason(key: str, why: st
     assert why in message and "max_bytes" in message
 
 
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("cold_memory", '"1GiB"'),
+        ("ladder", '["1GiB"]'),
+        ("max_steps", "3"),
+        ("kill_factor", "1.5"),
+        ("live_memory_veto", "false"),
+        ("learner", "{ enabled: false }"),
+    ],
+)
+def test_scheduler_resource_keys_under_a_worker_are_refused_naming_their_place(
+    key: str, value: str
+) -> None:
+    text = MINIMAL.replace(
+        'work_directory: "/data/work"',
+        f'work_directory: "/data/work", resources: {{ {key}: {value} }}',
+    )
+    (message,) = problems(text)
+    assert f"workers[0].local.resources.{key}: moved to schedulers[].simple.resources.{key}" in (
+        message
+    )
+
+
+def test_scheduler_resource_keys_are_read_from_the_scheduler() -> None:
+    text = MINIMAL.replace(
+        'simple: { ac_store: "ac", cas_store: "cas" }',
+        'simple: { ac_store: "ac", cas_store: "cas", resources: { ladder: ["1GiB", "3GiB"], '
+        "kill_factor: 1.5, max_steps: 2, live_memory_veto: false, learner: { enabled: false } } }",
+    )
+    simple = load(text).schedulers[0].simple
+    assert simple is not None
+    resources = simple.resources
+    assert resources.ladder == (1 << 30, 3 << 30) and resources.kill_factor == 1.5
+    assert resources.max_steps == 2 and not resources.live_memory_veto
+    assert not resources.learner.enabled
+
+
 def test_misplaced_key_suggests_nested_path() -> None:
     text = MINIMAL.replace('content_path: "/data/cas"', 'content_path: "/data/cas", max_byts: 5')
     (message,) = problems(text)

@@ -34,7 +34,7 @@ from tests.e2e._workspace import Workspace, generate_workspace
 pytestmark = [pytest.mark.slow, pytest.mark.bazel]
 
 MIB = 1 << 20
-#: lre's default cold reservation (``resources.cold_memory``).
+#: lre's default cold reservation (``schedulers[].simple.resources.cold_memory``).
 COLD = 512 * MIB
 
 

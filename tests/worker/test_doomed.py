@@ -11,11 +11,11 @@ import trio
 
 from lre.cas import ActionResultCache, MemoryActionCache, MemoryStore, read_bytes
 from lre.config import ByteSize, worker_resources
-from lre.config._scheduler_models import SimpleSchedulerSpec
+from lre.config._scheduler_models import SchedulerResourceSpec, SimpleSchedulerSpec
 from lre.config._worker_models import ResourceSpec
 from lre.digest import Digest
 from lre.scheduler import MemoryExceeded, Reservation, Scheduler
-from lre.worker import LocalWorker
+from lre.worker import LocalWorker, PressureMonitor
 from lre.worker.containment._containment import choose_containment
 from lre.worker.memory._doomed import MemoryCeiling, doomed_explanation
 from tests._support.scratch import action_python
@@ -52,7 +52,6 @@ async def test_an_action_over_the_hard_ceiling_runs_once_and_gets_a_result_sayin
     resources = ResourceSpec(
         cpu_count=2,
         memory_budget=ByteSize(64 * MiB),
-        kill_factor=1.5,
         sample_interval=0.05,  # type: ignore[arg-type]
     )
     spec = make_spec(tmp_path, resources=resources, sandbox_writable_paths=(str(tmp_path),))
@@ -63,9 +62,10 @@ async def test_an_action_over_the_hard_ceiling_runs_once_and_gets_a_result_sayin
         await nursery.start(scheduler.run)
         worker = LocalWorker(
             spec,
-            resources=worker_resources(spec),
+            resources=worker_resources(spec, scheduler=SchedulerResourceSpec(kill_factor=1.5)),
             scheduler=scheduler,
             store=store,
+            pressure=PressureMonitor(int(resources.memory_headroom)),
             action_cache=cache,
             containment=choose_containment(containment),
         )
@@ -105,8 +105,8 @@ async def test_the_last_kill_the_ladder_allows_is_explained_with_the_shortage_an
     text = doomed_explanation(lease, killed, ceiling)
     assert text.startswith("\nlre: killed this action (exit code 137, SIGKILL): memory was short")
     assert "(host MemAvailable 900 MiB is under the floor)" in text
-    assert "this was kill 5, the last that workers[].local.resources.max_steps allows" in text
+    assert "this was kill 5, the last that schedulers[].simple.resources.max_steps allows" in text
     assert "it reached 1.5 GiB (peak RSS of its processes) reserving 1 GiB" in text
     assert "The hard ceiling is 2.4 GiB = the last ladder step 2 GiB" in text
-    assert "(workers[].local.resources.ladder; no memory budget) x kill_factor 1.2" in text
+    assert "(schedulers[].simple.resources.ladder; no memory budget) x kill_factor 1.2" in text
     assert "lre up --memory-budget SIZE" in text and text.endswith("use less.\n")

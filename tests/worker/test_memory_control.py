@@ -124,7 +124,7 @@ async def running(
     store: MemoryStore,
     tmp_path: Path,
     resources: ResourceSpec,
-    pressure: PressureMonitor | None,
+    pressure: PressureMonitor | None,  # None: the host's, as the app builds it
     policy: ResourcePolicy | None = None,
     **spec_overrides: object,
 ) -> AsyncIterator[tuple[Scheduler, LocalWorker]]:
@@ -139,7 +139,7 @@ async def running(
             resources=worker_resources(spec),
             scheduler=scheduler,
             store=store,
-            pressure=pressure,
+            pressure=pressure or PressureMonitor(int(resources.memory_headroom)),
         )
         await nursery.start(worker.run)
         yield scheduler, worker

@@ -18,7 +18,7 @@ from lre.config._worker_models import LocalWorkerSpec, PlatformPropertySpec, Res
 from lre.digest import Digest
 from lre.proto import re_pb2
 from lre.scheduler import OperationSnapshot, ResourcePolicy, Scheduler
-from lre.worker import LocalWorker
+from lre.worker import LocalWorker, PressureMonitor
 from lre.worker.directories._workdir import WorkDirectoryInUse
 from tests._support.actions import build_action, put_action
 
@@ -48,6 +48,17 @@ async def finish(scheduler: Scheduler, name: str) -> OperationSnapshot:
     raise AssertionError("watch ended without done")
 
 
+def local_worker(spec: LocalWorkerSpec, scheduler: Scheduler, store: MemoryStore) -> LocalWorker:
+    """A worker of ``spec`` reading the host's memory as the app's would."""
+    return LocalWorker(
+        spec,
+        resources=worker_resources(spec),
+        scheduler=scheduler,
+        store=store,
+        pressure=PressureMonitor(int(spec.resources.memory_headroom)),
+    )
+
+
 @asynccontextmanager
 async def running(
     store: MemoryStore,
@@ -58,10 +69,7 @@ async def running(
     scheduler = Scheduler(SimpleSchedulerSpec(), cas=store, resources=resources)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
-        workers = [
-            LocalWorker(spec, resources=worker_resources(spec), scheduler=scheduler, store=store)
-            for spec in specs
-        ]
+        workers = [local_worker(spec, scheduler, store) for spec in specs]
         for worker in workers:
             await nursery.start(worker.run)
         yield scheduler, workers
@@ -84,12 +92,12 @@ async def test_auto_inflight_is_whole_cpus_of_capacity(tmp_path: Path, store: Me
     and takes three one-CPU actions at once; an explicit limit still wins."""
     scheduler = Scheduler(SimpleSchedulerSpec(), cas=store)
     spec = make_spec(tmp_path, resources=ResourceSpec(cpu_count=2))
-    auto = LocalWorker(spec, resources=worker_resources(spec), scheduler=scheduler, store=store)
+    auto = local_worker(spec, scheduler, store)
     info = await auto.describe()
     assert info.capacity.millicpus == 3000
     assert info.max_inflight == 3
     spec = make_spec(tmp_path, max_inflight_tasks=2, resources=ResourceSpec(cpu_count=2))
-    fixed = LocalWorker(spec, resources=worker_resources(spec), scheduler=scheduler, store=store)
+    fixed = local_worker(spec, scheduler, store)
     assert (await fixed.describe()).max_inflight == 2
 
 
@@ -124,9 +132,7 @@ async def test_workers_receive_only_matching_actions(tmp_path: Path, store: Memo
 async def test_second_worker_on_same_directory_refused(tmp_path: Path, store: MemoryStore) -> None:
     spec = make_spec(tmp_path)
     async with running(store, [spec]) as (scheduler, _):
-        second = LocalWorker(
-            spec, resources=worker_resources(spec), scheduler=scheduler, store=store
-        )
+        second = local_worker(spec, scheduler, store)
         async with trio.open_nursery() as nursery:
             with pytest.raises(WorkDirectoryInUse):
                 await nursery.start(second.run)

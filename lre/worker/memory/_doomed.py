@@ -24,8 +24,8 @@ __all__ = ["BUDGET_KEY", "MemoryCeiling", "doomed_explanation"]
 #: The config key (and ``lre up`` flag) that raises the hard ceiling.
 BUDGET_KEY = "workers[].local.resources.memory_budget"
 _BUDGET_FLAG = "lre up --memory-budget SIZE"
-_LADDER_KEY = "workers[].local.resources.ladder"
-_STEPS_KEY = "workers[].local.resources.max_steps"
+_LADDER_KEY = "schedulers[].simple.resources.ladder"
+_STEPS_KEY = "schedulers[].simple.resources.max_steps"
 
 
 @dataclass(frozen=True, slots=True)
