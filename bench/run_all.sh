@@ -8,8 +8,7 @@
 # after each run); docs/performance.md quotes them. Run it on an otherwise idle
 # machine: the figures are wall-clock rates and ratios taken in the same run.
 # Some need more than this checkout: bazel and team the BuildGrid peer harness
-# in ../shared/tools/peer, action_network root, memory_control with
-# LRE_OLD_TREE a checkout of the kill-only lre to compare against.
+# in ../shared/tools/peer, action_network root.
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PY=.venv/bin/python
@@ -72,9 +71,9 @@ declare -A BENCH=(
   # brotli from its release sources, local sandboxed vs through an lre it starts itself
   [project]="$PY bench/bench_project.py"
   [upstream]="$PY bench/bench_upstream.py --reps 5"
-  [team]="$PY bench/bench_team.py --reps 5"
+  [team]="$PY bench/bench_upstream.py --upstream buildgrid --reps 5"
   [cache_contract]="$PY bench/bench_cache_contract.py"
-  [memory_control]="$PY bench/memory_control.py --runs 3 ${LRE_OLD_TREE:+--old-tree $LRE_OLD_TREE} ${LRE_OLD_TREE:---versions new}"
+  [memory_control]="$PY bench/memory_control.py --runs 3"
   [view]="$PY bench/bench_view.py --rounds 3 --runs 100 --dir /var/tmp"
   [action_network]="$PY bench/bench_action_network.py --rounds 5"
   [fair_share]="$PY bench/bench_fair_share.py --reps 3 --fair-off-reps 1"
