@@ -3,6 +3,7 @@
 Usage (from the repository root)::
 
     .venv/bin/python bench/bench_cas.py [--runs 5] [--streams 5000] [--json out.json]
+        [--only memory,filesystem,direct] [--open-blobs 100000]
 
 Starts ``bench_cas.py serve`` (the real ``GrpcServer`` with the cache
 servicers, plus an Execute-like "held stream" method) on 127.0.0.1, once
@@ -15,7 +16,10 @@ directory, and measures with a grpc client in this process:
   of creating 4 KiB files (write temp + rename) in the same directory;
 - ByteStream Write / Read of one 64 MiB blob in 1 MiB chunks (MB/s);
 - N held server streams: the server's OS threads and RSS while they are
-  open (memory store run only).
+  open (memory store run only);
+- in this process, no gRPC (``--only`` kind ``direct``): the filesystem
+  store's own write and read of the same 5,000 blobs, one blob a call, 64 at
+  once, and its ``open()`` with ``--open-blobs`` blobs on disk.
 
 Figures are medians of ``--runs`` runs; a markdown table goes to stdout.
 Every server is stopped (SIGTERM, then SIGKILL) before the script exits.
@@ -360,16 +364,75 @@ def bench_held_streams(ch: grpc.Channel, server: Server, count: int) -> dict[str
     }
 
 
+def direct_store(directory: str, runs: int, open_blobs: int) -> dict[str, list[float]]:
+    """Blobs/s of the filesystem store's write and read called in this process
+    (64 Trio tasks at once), and seconds of its ``open()`` over ``open_blobs``
+    blobs. ``os.sync()`` between phases keeps one phase's dirty pages out of the
+    next one's figure. A read that returns other bytes raises AssertionError."""
+    import trio
+
+    from lre.cas import FilesystemStore, read_bytes
+    from lre.cas._blob_io import write_bytes
+    from lre.digest import digest_of
+
+    async def each(items: list[Any], call: Callable[[Any], Any]) -> float:
+        pending = iter(items)
+
+        async def drain() -> None:
+            for item in pending:
+                await call(item)
+
+        start = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for _ in range(64):
+                nursery.start_soon(drain)
+        return time.perf_counter() - start
+
+    async def write(blob: bytes) -> None:
+        await write_bytes(store, blob)
+
+    async def check_read(blob: bytes) -> None:
+        assert await read_bytes(store, digest_of(blob)) == blob
+
+    out: dict[str, list[float]] = {"store_write": [], "store_read": [], "store_open_s": []}
+    for run in range(runs):
+        root = os.path.join(directory, f"direct{run}")
+        store = FilesystemStore(os.path.join(root, "cas"), os.path.join(root, "tmp"), 1 << 34)
+        trio.run(store.open)
+        blobs = [os.urandom(4096) for _ in range(5000)]
+        os.sync()
+        out["store_write"].append(5000 / trio.run(each, blobs, write))
+        out["store_read"].append(5000 / trio.run(each, blobs, check_read))
+    content = os.path.join(directory, "many", "cas")
+    for i in range(open_blobs):
+        data = i.to_bytes(8, "big") * 8
+        d = digest_of(data)
+        os.makedirs(os.path.join(content, d.hash[:2]), exist_ok=True)
+        with open(os.path.join(content, d.hash[:2], f"{d.hash}-{d.size_bytes}"), "wb") as f:
+            f.write(data)
+    os.sync()
+    for _ in range(runs):
+        store = FilesystemStore(content, os.path.join(directory, "many", "tmp"), 1 << 40)
+        start = time.perf_counter()
+        trio.run(store.open)
+        out["store_open_s"].append(time.perf_counter() - start)
+        assert store.statistics().blob_count == open_blobs
+    return out
+
+
 def median(values: list[float]) -> float:
     return statistics.median(values)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--streams", type=int, default=5000)
     parser.add_argument("--json", default="")
-    parser.add_argument("--only", default="memory,filesystem")
+    parser.add_argument("--only", default="memory,filesystem,direct")
+    parser.add_argument("--open-blobs", type=int, default=100_000)
     args = parser.parse_args()
     results: dict[str, Any] = {"runs": args.runs}
     if args.streams:
@@ -380,7 +443,12 @@ def main() -> None:
                     results["held"] = bench_held_streams(ch, server, args.streams)
             finally:
                 server.stop()
-    for kind in args.only.split(","):
+    kinds = args.only.split(",")
+    if "direct" in kinds:
+        kinds.remove("direct")
+        with tempfile.TemporaryDirectory(prefix="lre-bench-") as directory:
+            results["direct"] = direct_store(directory, args.runs, args.open_blobs)
+    for kind in kinds:
         with tempfile.TemporaryDirectory(prefix="lre-bench-") as directory:
             server = Server(kind, directory)
             SERVER[:] = [server.ps]
@@ -421,13 +489,16 @@ def main() -> None:
         "bytestream_read": (">= 800 MB/s", "MB/s"),
         "raw_file_create": ("(limit; measured before each update run)", "MB/s"),
         "update_vs_raw": (">= 0.8 (filesystem)", "x raw"),
+        "store_write": ("(in process, one blob a call)", "blobs/s"),
+        "store_read": ("(in process, one blob a call)", "blobs/s"),
+        "store_open_s": (f"(open with {args.open_blobs:,} blobs)", "s"),
     }
     for kind in args.only.split(","):
         for test, (target, unit) in targets.items():
             values = results.get(kind, {}).get(test)
             if not values:
                 continue
-            fmt = "{:,.2f}" if unit == "x raw" else "{:,.0f}"
+            fmt = "{:,.2f}" if unit in ("x raw", "s") else "{:,.0f}"
             shown = ", ".join(fmt.format(v) for v in sorted(values))
             cpu = results[kind].get("server_cpu", {}).get(test)
             cpu_text = f"{median(cpu) * 1000:.0f} ms" if cpu else "-"

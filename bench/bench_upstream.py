@@ -158,7 +158,9 @@ def buildgrid_rounds(top: Path, args: argparse.Namespace, say: Callable[[str], N
             with TeamLre(top / "lre-warmup", grid, ws_lre.root, ports=ports):
                 timed_build(laptop, ws_lre, [], spawns="remote cache hit")
             for rep in range(args.reps):
-                row = {"straight_cached": timed_build(ci, ws_ci, straight, spawns="remote cache hit")}
+                row = {
+                    "straight_cached": timed_build(ci, ws_ci, straight, spawns="remote cache hit")
+                }
                 with TeamLre(top / f"lre-c{rep}", grid, ws_lre.root, ports=ports):
                     for name in ("lre_cached_empty", "lre_cached_second"):
                         row[name] = timed_build(laptop, ws_lre, [], spawns="remote cache hit")
@@ -215,7 +217,8 @@ def main() -> int:
     else:
         for name in ("lre_cached_empty", "lre_cached_second"):
             say(f"{name} / straight_cached: {medians[name] / medians['straight_cached']:.2f}x")
-        say(f"lre_overflow / lre_local_only: {medians['lre_overflow'] / medians['lre_local_only']:.2f}x")
+        overflow = medians["lre_overflow"] / medians["lre_local_only"]
+        say(f"lre_overflow / lre_local_only: {overflow:.2f}x")
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text("\n".join(lines) + "\n")

@@ -17,8 +17,9 @@ process under lre (not lre itself), and per action process (found by the tag
 in its argv) its CPU time. Attempts per action = distinct host pids seen with
 its tag; a kill = an attempt that was not the last; CPU thrown away = the
 CPU last seen of those attempts (undercounts by <= 50 ms of CPU each). If
-MemAvailable falls under ``--abort-below`` (800 MiB) it SIGKILLs every process under lre, then the outside hog, and records the
-abort; the hog watches MemAvailable itself too.
+MemAvailable falls under ``--abort-below`` (800 MiB) it SIGKILLs every
+process under lre, then the outside hog, and records the abort; the hog
+watches MemAvailable itself too.
 
 Scenarios:
 
@@ -422,8 +423,7 @@ def scenario_a(tmp: Path, args: argparse.Namespace) -> Result:
     worker: dict[str, object] = {}
     if q:
         worker = {"resources": {"cold_memory": "256MiB"}}
-    result, outcomes, _ = run_scenario(tmp, "a", worker, [build(False), build(True)], args
-    )
+    result, outcomes, _ = run_scenario(tmp, "a", worker, [build(False), build(True)], args)
     result.notes += [f"{o.job.tag}: {o.message}" for o in outcomes if o.message]
     return result
 

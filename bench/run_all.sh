@@ -51,7 +51,6 @@ clean_build_bench() {
 declare -A BENCH=(
   [sampler]="$PY bench/bench_sampler.py"
   [memory_figures]="$PY bench/bench_memory_figures.py"
-  [stores]="$PY bench/bench_stores.py --runs 5"
   [cas]="$PY bench/bench_cas.py --runs 5"
   [execute]="$PY bench/bench_execute.py --runs 5"
   [worker]="$PY bench/bench_worker.py --runs 5"
@@ -87,7 +86,7 @@ declare -A BENCH=(
   # LRE_BASELINE_PYTHON: the python of an older lre's venv, compared in the same run
   [containment]="$PY bench/bench_containment.py --rounds 5 --replay ${LRE_BASELINE_PYTHON:+--baseline-python $LRE_BASELINE_PYTHON}"
 )
-ORDER=(sampler memory_figures stores cas execute worker grpc_floor memory_control rustc
+ORDER=(sampler memory_figures cas execute worker grpc_floor memory_control rustc
   firehose firehose_500 bazel clean_build_20 edit_loop small_actions project replay capacity lre_ab containment
   view action_network fair_share queue history upstream team
   cache_contract fuzz crash soak mutations)
