@@ -35,13 +35,6 @@ dotted path of the generated config on one side (list items by index, e.g.
 inner one or an index out of range is an error), so a feature's cost can be
 isolated in a same-run A/B (feature on vs off).
 
-``--profile DIR`` instead profiles lre's own threads in both servers
-(``bench/thread_profile/sitecustomize.py``: cProfile of the Trio thread,
-the spawner threads' jobs, the recycling batch and the output scan), writes
-``DIR/<side>-<kind>.prof`` and prints, per kind of thread, the functions
-whose own time per action differs most between B and A (``_profile_diff``).
-cProfile slows what it profiles: compare the sides, not the totals.
-
 Raises ``RuntimeError`` when an action fails; ``SystemExit`` (argparse) on a
 malformed override.
 """
@@ -66,7 +59,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _client import LreProcess, ReapiClient, digest_of, local_config
-from _profile_diff import report_profiles
 from _replay import BAZEL_WORKER, Plan, Recording, bazel_metadata, cached_recording
 from bench_replay import _plans, _round
 
@@ -76,14 +68,11 @@ BATCH = 42
 RPC_KINDS = ("FindMissingBlobs", "Read", "GetActionResult miss", "Write")
 
 
-PROFILE_DIR = Path(__file__).resolve().parent / "thread_profile"
-
-
 @contextmanager
-def _python_path(tree: Path, first: Path | None = None) -> Iterator[None]:
-    """``PYTHONPATH`` = ``tree``, after ``first`` (a sitecustomize) when given."""
+def _python_path(tree: Path) -> Iterator[None]:
+    """``PYTHONPATH`` = ``tree``."""
     old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = f"{first}:{tree}" if first is not None else str(tree)
+    os.environ["PYTHONPATH"] = str(tree)
     try:
         yield
     finally:
@@ -377,9 +366,6 @@ def main() -> int:
     )
     ap.add_argument("--calls", type=int, default=1500, help="calls per kind and round (rpc)")
     ap.add_argument("--recording-cache", type=Path, default=Path.home() / ".cache" / "lre-bench")
-    ap.add_argument(
-        "--profile", type=Path, help="cProfile lre's threads on both sides into this directory"
-    )
     args = ap.parse_args()
     if args.tree_b is None:
         args.tree_b = args.tree_a
@@ -393,14 +379,9 @@ def main() -> int:
             for name, overrides in (("A", args.override_a), ("B", args.override_b)):
                 home = Path(tmp) / name
                 configs[name] = apply_overrides(local_config(home, BAZEL_WORKER), overrides)
-            first = None
-            if args.profile:
-                args.profile.mkdir(parents=True, exist_ok=True)
-                os.environ["LRE_PROFILE_OUT"] = str(args.profile.resolve())
-                first = PROFILE_DIR
             for name, tree in (("A", args.tree_a), ("B", args.tree_b)):
                 home = Path(tmp) / name
-                with _python_path(tree.resolve(), first):
+                with _python_path(tree.resolve()):
                     lre = LreProcess(configs[name], home)
                 sides.append(Side(name, lre))
             print(f"A = {args.tree_a}, B = {args.tree_b}, work {args.work}")
@@ -412,8 +393,6 @@ def main() -> int:
         finally:
             for side in sides:
                 side.lre.stop()
-        if args.profile:
-            report_profiles(args.profile, {s.name: s.lre.proc.pid for s in sides})
     print(f"took {time.monotonic() - started:.0f} s")
     return 0
 
