@@ -3,6 +3,8 @@
 - :class:`LreProcess`: start ``python -m lre up --config FILE --no-tui
   --no-client-config --port P`` with ``LRE_HOME`` set to a scratch directory,
   wait until it listens, stop it with SIGTERM (SIGKILL after a grace period).
+- :func:`python_path`: ``lre`` taken from another source tree by what starts
+  meanwhile; :func:`thread_cpu`: a process's CPU per thread.
 - :class:`ReapiClient` (grpc.aio, asyncio): upload blobs (BatchUpdateBlobs),
   build and upload a Command/Action with an empty input root, Execute and
   wait for the final ``ExecuteResponse``.
@@ -14,8 +16,10 @@ Benchmarks call ``asyncio.run(...)``; nothing here imports lre beyond
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -39,6 +43,46 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def python_path(tree: Path | None) -> Iterator[None]:
+    """``lre`` taken from the source tree ``tree`` (``PYTHONPATH``) by what starts
+    meanwhile; None: this checkout's."""
+    if tree is None:
+        yield
+        return
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = str(tree.resolve())
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = old
+
+
+_NUMBERED = re.compile(r"[ _-]*\d+$")
+
+
+def thread_cpu(pid: int) -> dict[int, tuple[str, float]]:
+    """Per thread of ``pid``: (its name, CPU seconds). The main thread is "main";
+    numbered pools ("Trio thread 19", "Trio thread 21") share one name. A
+    thread that ends while it is read is left out."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    threads = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            comm = (task / "comm").read_text().strip()
+            stat = (task / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        tid = int(task.name)
+        name = "main" if tid == pid else _NUMBERED.sub("", comm)
+        threads[tid] = (name, (int(fields[11]) + int(fields[12])) / ticks)
+    return threads
 
 
 class LreProcess:

@@ -50,7 +50,6 @@ import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -58,7 +57,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _client import LreProcess, ReapiClient, digest_of, local_config
+from _client import LreProcess, ReapiClient, digest_of, local_config, python_path, thread_cpu
 from _replay import BAZEL_WORKER, Plan, Recording, bazel_metadata, cached_recording
 from bench_replay import _plans, _round
 
@@ -66,20 +65,6 @@ from lre.proto import bs_grpc, bs_pb2, re_grpc, re_pb2
 
 BATCH = 42
 RPC_KINDS = ("FindMissingBlobs", "Read", "GetActionResult miss", "Write")
-
-
-@contextmanager
-def _python_path(tree: Path) -> Iterator[None]:
-    """``PYTHONPATH`` = ``tree``."""
-    old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = str(tree)
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ["PYTHONPATH"]
-        else:
-            os.environ["PYTHONPATH"] = old
 
 
 def parse_override(text: str) -> tuple[list[str], object]:
@@ -123,21 +108,6 @@ def apply_overrides(config_text: str, overrides: list[tuple[list[str], object]])
             else:
                 node = node[index]
     return json.dumps(config, indent=2)
-
-
-def _thread_cpu(pid: int) -> dict[int, tuple[str, float]]:
-    ticks = os.sysconf("SC_CLK_TCK")
-    found = {}
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/comm") as f:
-                name = f.read().strip()
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        found[int(tid)] = (name, (int(fields[11]) + int(fields[12])) / ticks)
-    return found
 
 
 async def _fresh_plans(client: ReapiClient, count: int, *, executable: bool) -> list[Plan]:
@@ -237,12 +207,12 @@ class Side:
         return times.user + times.system
 
     async def measure(self, key: str, units: int, work: Callable[[], Awaitable[None]]) -> None:
-        before, threads = self.cpu(), _thread_cpu(self.lre.proc.pid)
+        before, threads = self.cpu(), thread_cpu(self.lre.proc.pid)
         started = time.monotonic()
         await work()
         self.rate.setdefault(key, []).append(units / (time.monotonic() - started))
         self.per_unit.setdefault(key, []).append((self.cpu() - before) / units)
-        for tid, (name, seconds) in _thread_cpu(self.lre.proc.pid).items():
+        for tid, (name, seconds) in thread_cpu(self.lre.proc.pid).items():
             start = threads.get(tid, (name, 0.0))[1]
             self.threads[name] = self.threads.get(name, 0.0) + (seconds - start) / units
 
@@ -381,7 +351,7 @@ def main() -> int:
                 configs[name] = apply_overrides(local_config(home, BAZEL_WORKER), overrides)
             for name, tree in (("A", args.tree_a), ("B", args.tree_b)):
                 home = Path(tmp) / name
-                with _python_path(tree.resolve()):
+                with python_path(tree):
                     lre = LreProcess(configs[name], home)
                 sides.append(Side(name, lre))
             print(f"A = {args.tree_a}, B = {args.tree_b}, work {args.work}")

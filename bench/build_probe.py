@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+from _client import thread_cpu
 from bazel_cpu_split import busy_seconds, children_cpu, own_cpu
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -55,30 +56,12 @@ STAMPS = (
     "output_upload_completed",
     "worker_completed",
 )
-_NUMBERED = re.compile(r"[ _-]*\d+$")
 _RPC_SUM = re.compile(r'^lre_rpc_duration_seconds_(sum|count)\{method="([^"]+)"\} (\S+)$', re.M)
 _COUNTER = re.compile(r"^(lre_ladder_kills_total|lre_retries_total) (\S+)$", re.M)
 
 
 def _seconds(stamp: Timestamp) -> float:
     return float(stamp.ToNanoseconds()) / 1e9
-
-
-def _thread_cpu(pid: int) -> dict[int, tuple[str, float]]:
-    """Per thread of ``pid``: (group name, CPU seconds)."""
-    threads = {}
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            comm = (task / "comm").read_text().strip()
-            stat = (task / "stat").read_text()
-        except OSError:
-            continue  # the thread ended meanwhile
-        fields = stat.rsplit(")", 1)[1].split()
-        cpu = (int(fields[11]) + int(fields[12])) / _TICK
-        tid = int(task.name)
-        # Numbered pools ("Trio thread 19", "Trio thread 21") count as one name.
-        threads[tid] = ("main" if tid == pid else _NUMBERED.sub("", comm), cpu)
-    return threads
 
 
 @dataclass(frozen=True)
@@ -210,7 +193,7 @@ class Probe:
             jvm_children=children_cpu(self.jvm),
             lre=own_cpu(self.lre),
             lre_children=children_cpu(self.lre),
-            lre_threads=_thread_cpu(self.lre_pid),
+            lre_threads=thread_cpu(self.lre_pid),
             rpc={},
             counters={},
             log_position=self._log_position(),
