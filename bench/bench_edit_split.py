@@ -47,9 +47,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bazel_profile import LOCAL_STEPS, REMOTE_STEPS, ActionPhases, action_phases, load_events
 from _client import python_path
 from _instant_executor import InstantExecutor
-from bazel_cpu_split import bazel_server
 from bench_project import BenchError, lre_bazelrc_flags, running_lre
-from build_probe import Probe, Split
+from build_probe import Probe, Split, bazel_server
 
 from tests.e2e._bazel import BazelSession
 

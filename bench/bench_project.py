@@ -51,8 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import json5
 from _client import free_port
-from bazel_cpu_split import bazel_server
-from build_probe import Probe, Split
+from build_probe import Probe, Split, bazel_server
 from real_project import (
     SPAWNS,
     ProjectError,

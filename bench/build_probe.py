@@ -20,6 +20,8 @@ gives the differences:
   own time around the run. If the log was compacted (replaced) during the
   build, no results are read for it.
 
+``bazel_server(output_root)`` finds the Bazel server JVM a build runs in.
+
 Failures: ``Probe`` raises ``RuntimeError`` when a process it watches is
 gone or lre's status listener does not answer.
 """
@@ -36,7 +38,6 @@ from pathlib import Path
 
 import psutil
 from _client import thread_cpu
-from bazel_cpu_split import busy_seconds, children_cpu, own_cpu
 from google.protobuf.timestamp_pb2 import Timestamp
 
 # The log's reader is private to lre.cas; the bench reads the file lre wrote.
@@ -62,6 +63,34 @@ _COUNTER = re.compile(r"^(lre_ladder_kills_total|lre_retries_total) (\S+)$", re.
 
 def _seconds(stamp: Timestamp) -> float:
     return float(stamp.ToNanoseconds()) / 1e9
+
+
+def busy_seconds() -> float:
+    """CPU time all cores spent not idle (nor waiting for I/O) since boot."""
+    with open("/proc/stat") as stat:
+        fields = [int(v) for v in stat.readline().split()[1:9]]
+    return (sum(fields) - fields[3] - fields[4]) / _TICK
+
+
+def own_cpu(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return times.user + times.system
+
+
+def children_cpu(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return times.children_user + times.children_system
+
+
+def bazel_server(output_root: Path) -> psutil.Process:
+    """The Bazel server JVM whose command line names ``output_root``."""
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = process.info["cmdline"] or []
+        if any(str(output_root) in part for part in cmdline) and any(
+            "A-server.jar" in part or part.startswith("--output_user_root") for part in cmdline
+        ):
+            return process
+    raise RuntimeError(f"no Bazel server found for {output_root}")
 
 
 @dataclass(frozen=True)
