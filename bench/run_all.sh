@@ -50,7 +50,7 @@ clean_build_bench() {
 
 declare -A BENCH=(
   [sampler]="$PY bench/bench_sampler.py"
-  [memory_figures]="$PY bench/bench_memory_figures.py"
+  [memory_figures]="$PY bench/bench_sampler.py --figures"
   [cas]="$PY bench/bench_cas.py --runs 5"
   [execute]="$PY bench/bench_execute.py --runs 5"
   [worker]="$PY bench/bench_worker.py --runs 5"
