@@ -83,8 +83,7 @@ declare -A BENCH=(
   [soak]="$PY bench/soak.py --seconds 120"
   # break lre on purpose; each mutation's guarding tests must fail
   [mutations]="$PY bench/mutations.py"
-  # LRE_BASELINE_PYTHON: the python of an older lre's venv, compared in the same run
-  [containment]="$PY bench/bench_containment.py --rounds 5 --replay ${LRE_BASELINE_PYTHON:+--baseline-python $LRE_BASELINE_PYTHON}"
+  [containment]="$PY bench/bench_containment.py --rounds 5 --replay"
 )
 ORDER=(sampler memory_figures cas execute worker grpc_floor memory_control rustc
   firehose firehose_500 bazel clean_build_20 edit_loop small_actions project replay capacity lre_ab containment
