@@ -25,7 +25,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import grpc
@@ -402,19 +402,20 @@ def _descendants(root: int) -> tuple[int, int, int]:
     return count, running, total
 
 
+def stop_on_sigterm() -> Callable[[], bool]:
+    """For a monitor's loop: the returned call says whether SIGTERM came."""
+    stopped: list[bool] = []
+    signal.signal(signal.SIGTERM, lambda *_: stopped.append(True))
+    return lambda: bool(stopped)
+
+
 def _tree_monitor(root: int, interval: float, out: str) -> None:
     import json
 
-    stop = False
-
-    def on_term(*_: object) -> None:
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGTERM, on_term)
+    stopped = stop_on_sigterm()
     peak_count = peak_running = peak_rss = samples = 0
     running_samples: dict[int, int] = {}  # running processes -> samples that saw that many
-    while not stop:
+    while not stopped():
         count, running, rss = _descendants(root)
         peak_count, peak_rss = max(peak_count, count), max(peak_rss, rss)
         peak_running = max(peak_running, running)
@@ -437,15 +438,9 @@ def _tree_monitor(root: int, interval: float, out: str) -> None:
 def _sleeper(out: str) -> None:
     import json
 
-    stop = False
-
-    def on_term(*_: object) -> None:
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGTERM, on_term)
+    stopped = stop_on_sigterm()
     late: list[float] = []
-    while not stop:
+    while not stopped():
         t = time.perf_counter()
         time.sleep(0.010)
         late.append(time.perf_counter() - t - 0.010)
@@ -457,11 +452,12 @@ def _sleeper(out: str) -> None:
 
 
 class Monitor:
-    """Runs one of the monitors above; ``stop()`` returns its JSON result."""
+    """Runs ``script KIND ARGS... OUT`` (by default one of the monitors above);
+    ``stop()`` sends SIGTERM and returns the JSON it wrote to OUT."""
 
-    def __init__(self, kind: str, *args: str, out: Path) -> None:
+    def __init__(self, kind: str, *args: str, out: Path, script: str = __file__) -> None:
         self.out = out
-        self.proc = subprocess.Popen([sys.executable, __file__, kind, *args, str(out)])
+        self.proc = subprocess.Popen([sys.executable, script, kind, *args, str(out)])
 
     def stop(self) -> dict[str, float]:
         import json

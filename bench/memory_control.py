@@ -65,7 +65,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _client import LreProcess, ReapiClient, _walk, local_config
+from _client import LreProcess, Monitor, ReapiClient, _walk, local_config, stop_on_sigterm
 
 from lre.proto import REQUEST_METADATA_KEY, re_pb2
 
@@ -109,21 +109,15 @@ def mem_available() -> int:
 # --------------------------------------------------------------------- monitor and hog
 
 
-def _monitor(root: int, out: str, abort_below: int, hog_pid_file: str) -> None:
-    stop = False
-
-    def on_term(*_: object) -> None:
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGTERM, on_term)
+def _monitor(root: int, abort_below: int, hog_pid_file: str, out: str) -> None:
+    stopped = stop_on_sigterm()
     tags: dict[int, str | None] = {}
     attempts: dict[int, list[object]] = {}  # pid -> [tag, cpu_s, first_seen]
     min_avail = mem_available()
     peak_rss = samples = 0
     aborted: dict[str, float] = {}
     started = time.monotonic()
-    while not stop:
+    while not stopped():
         avail = mem_available()
         min_avail = min(min_avail, avail)
         if avail < abort_below and not aborted:
@@ -177,35 +171,16 @@ def _hog(leave: int, cap: int, ready: str, abort_below: int) -> None:
     """Allocate (and write) memory until MemAvailable is ``leave`` or ``cap``
     bytes are held; then write ``ready`` and hold until SIGTERM, exiting at once
     if MemAvailable falls under ``abort_below``."""
-    stop = False
-
-    def on_term(*_: object) -> None:
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGTERM, on_term)
+    stopped = stop_on_sigterm()
     held: list[bytes] = []
     chunk = 64 * MiB
-    while not stop and len(held) * chunk < cap and mem_available() - chunk > leave:
+    while not stopped() and len(held) * chunk < cap and mem_available() - chunk > leave:
         held.append(b"\x02" * chunk)
     Path(ready).write_text(json.dumps({"held": len(held) * chunk, "available": mem_available()}))
-    while not stop:
+    while not stopped():
         if mem_available() < abort_below:
             os._exit(3)
         time.sleep(0.05)
-
-
-class Monitor:
-    def __init__(self, root: int, out: Path, abort_below: int, hog_pid_file: Path) -> None:
-        self.out = out
-        self.proc = subprocess.Popen(
-            [PY, __file__, "--monitor", str(root), str(out), str(abort_below), str(hog_pid_file)]
-        )
-
-    def stop(self) -> dict[str, object]:
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(30)
-        return dict(json.loads(self.out.read_text()))
 
 
 @contextmanager
@@ -337,7 +312,14 @@ def run_scenario(
     outcomes: list[Outcome] = []
     with LreProcess(local_config(home, worker), home) as lre:
         abort = args.abort_below
-        monitor = Monitor(lre.proc.pid, home / "monitor.json", abort, tmp / "hog.pid")
+        monitor = Monitor(
+            "--monitor",
+            str(lre.proc.pid),
+            str(abort),
+            str(tmp / "hog.pid"),
+            out=home / "monitor.json",
+            script=__file__,
+        )
         try:
             started = time.monotonic()
             if hog_bytes:
@@ -535,7 +517,7 @@ def summary(results: Sequence[Result]) -> None:
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--monitor":
-        _monitor(int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5])
+        _monitor(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5])
         return
     if len(sys.argv) > 1 and sys.argv[1] == "--hog":
         _hog(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5]))
