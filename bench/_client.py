@@ -3,6 +3,8 @@
 - :class:`LreProcess`: start ``python -m lre up --config FILE --no-tui
   --no-client-config --port P`` with ``LRE_HOME`` set to a scratch directory,
   wait until it listens, stop it with SIGTERM (SIGKILL after a grace period).
+- :func:`python_path`: ``lre`` taken from another source tree by what starts
+  meanwhile; :func:`thread_cpu`: a process's CPU per thread.
 - :class:`ReapiClient` (grpc.aio, asyncio): upload blobs (BatchUpdateBlobs),
   build and upload a Command/Action with an empty input root, Execute and
   wait for the final ``ExecuteResponse``.
@@ -14,14 +16,16 @@ Benchmarks call ``asyncio.run(...)``; nothing here imports lre beyond
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import grpc
@@ -39,6 +43,46 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def python_path(tree: Path | None) -> Iterator[None]:
+    """``lre`` taken from the source tree ``tree`` (``PYTHONPATH``) by what starts
+    meanwhile; None: this checkout's."""
+    if tree is None:
+        yield
+        return
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = str(tree.resolve())
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = old
+
+
+_NUMBERED = re.compile(r"[ _-]*\d+$")
+
+
+def thread_cpu(pid: int) -> dict[int, tuple[str, float]]:
+    """Per thread of ``pid``: (its name, CPU seconds). The main thread is "main";
+    numbered pools ("Trio thread 19", "Trio thread 21") share one name. A
+    thread that ends while it is read is left out."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    threads = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            comm = (task / "comm").read_text().strip()
+            stat = (task / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        tid = int(task.name)
+        name = "main" if tid == pid else _NUMBERED.sub("", comm)
+        threads[tid] = (name, (int(fields[11]) + int(fields[12])) / ticks)
+    return threads
 
 
 class LreProcess:
@@ -383,19 +427,20 @@ def _descendants(root: int) -> tuple[int, int, int]:
     return count, running, total
 
 
+def stop_on_sigterm() -> Callable[[], bool]:
+    """For a monitor's loop: the returned call says whether SIGTERM came."""
+    stopped: list[bool] = []
+    signal.signal(signal.SIGTERM, lambda *_: stopped.append(True))
+    return lambda: bool(stopped)
+
+
 def _tree_monitor(root: int, interval: float, out: str) -> None:
     import json
 
-    stop = False
-
-    def on_term(*_: object) -> None:
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGTERM, on_term)
+    stopped = stop_on_sigterm()
     peak_count = peak_running = peak_rss = samples = 0
     running_samples: dict[int, int] = {}  # running processes -> samples that saw that many
-    while not stop:
+    while not stopped():
         count, running, rss = _descendants(root)
         peak_count, peak_rss = max(peak_count, count), max(peak_rss, rss)
         peak_running = max(peak_running, running)
@@ -418,15 +463,9 @@ def _tree_monitor(root: int, interval: float, out: str) -> None:
 def _sleeper(out: str) -> None:
     import json
 
-    stop = False
-
-    def on_term(*_: object) -> None:
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGTERM, on_term)
+    stopped = stop_on_sigterm()
     late: list[float] = []
-    while not stop:
+    while not stopped():
         t = time.perf_counter()
         time.sleep(0.010)
         late.append(time.perf_counter() - t - 0.010)
@@ -438,11 +477,12 @@ def _sleeper(out: str) -> None:
 
 
 class Monitor:
-    """Runs one of the monitors above; ``stop()`` returns its JSON result."""
+    """Runs ``script KIND ARGS... OUT`` (by default one of the monitors above);
+    ``stop()`` sends SIGTERM and returns the JSON it wrote to OUT."""
 
-    def __init__(self, kind: str, *args: str, out: Path) -> None:
+    def __init__(self, kind: str, *args: str, out: Path, script: str = __file__) -> None:
         self.out = out
-        self.proc = subprocess.Popen([sys.executable, __file__, kind, *args, str(out)])
+        self.proc = subprocess.Popen([sys.executable, script, kind, *args, str(out)])
 
     def stop(self) -> dict[str, float]:
         import json

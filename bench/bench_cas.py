@@ -2,20 +2,22 @@
 
 Usage (from the repository root)::
 
-    .venv/bin/python bench/bench_cas.py [--runs 5] [--streams 5000] [--json out.json]
+    .venv/bin/python bench/bench_cas.py [--runs 5] [--json out.json]
+        [--only memory,filesystem,direct] [--open-blobs 100000]
 
 Starts ``bench_cas.py serve`` (the real ``GrpcServer`` with the cache
-servicers, plus an Execute-like "held stream" method) on 127.0.0.1, once
-with a memory store and once with a filesystem store in a temporary
-directory, and measures with a grpc client in this process:
+servicers) on 127.0.0.1, once with a memory store and once with a filesystem
+store in a temporary directory, and measures with a grpc client in this
+process (held Execute streams are bench_execute.py's):
 
 - FindMissingBlobs with 10,000 absent digests in one request (digests/s);
 - BatchUpdateBlobs / BatchReadBlobs of 5,000 x 4 KiB blobs, in requests of
   at most max_batch_total_size_bytes (MB/s), and for reference the raw rate
   of creating 4 KiB files (write temp + rename) in the same directory;
 - ByteStream Write / Read of one 64 MiB blob in 1 MiB chunks (MB/s);
-- N held server streams: the server's OS threads and RSS while they are
-  open (memory store run only).
+- in this process, no gRPC (``--only`` kind ``direct``): the filesystem
+  store's own write and read of the same 5,000 blobs, one blob a call, 64 at
+  once, and its ``open()`` with ``--open-blobs`` blobs on disk.
 
 Figures are medians of ``--runs`` runs; a markdown table goes to stdout.
 Every server is stopped (SIGTERM, then SIGKILL) before the script exits.
@@ -34,7 +36,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
@@ -44,7 +46,6 @@ from lre.proto import bs_pb2, re_grpc, re_pb2
 
 MB = 1_000_000
 BATCH_LIMIT = 4_000_000
-HOLD_METHOD = "/lre.bench.Hold/Hold"
 
 
 # ----------------------------------------------------------------------------- server
@@ -52,7 +53,6 @@ HOLD_METHOD = "/lre.bench.Hold/Hold"
 
 def serve(store_kind: str, directory: str) -> None:
     """Run the server until SIGTERM; print the bound address on stdout."""
-    import grpc.aio
     import trio
 
     from lre.cas import ActionResultCache, FilesystemStore, MemoryActionCache, MemoryStore
@@ -64,28 +64,6 @@ def serve(store_kind: str, directory: str) -> None:
         TrioBridge,
         cache_servicers,
     )
-    from lre.service._status import stream_rpc
-
-    class Hold:
-        """An Execute-like stream: one message, then open until the client leaves."""
-
-        def __init__(self, bridge: TrioBridge) -> None:
-            self.bridge = bridge
-
-        def register(self, server: grpc.aio.Server) -> None:
-            handler = grpc.unary_stream_rpc_method_handler(self.Hold)
-            server.add_generic_rpc_handlers(
-                (grpc.method_handlers_generic_handler("lre.bench.Hold", {"Hold": handler}),)
-            )
-
-        @stream_rpc
-        async def Hold(self, request: bytes, context: Any) -> AsyncIterator[bytes]:
-            async def produce() -> AsyncIterator[bytes]:
-                yield b"queued"
-                await trio.sleep_forever()
-
-            async for item in self.bridge.stream(produce):
-                yield item
 
     async def main() -> None:
         if store_kind == "memory":
@@ -98,7 +76,7 @@ def serve(store_kind: str, directory: str) -> None:
         results = ActionResultCache(MemoryActionCache(), store)
         instances = Instances({"": InstanceBackends(cas=store, action_cache=results)})
         bridge = TrioBridge()
-        servicers: list[Any] = [*cache_servicers(bridge, instances), Hold(bridge)]
+        servicers: list[Any] = [*cache_servicers(bridge, instances)]
         server = GrpcServer(ServerOptions(address="127.0.0.1:0"), servicers, bridge)
         async with trio.open_nursery() as nursery:
             address = await nursery.start(server.serve)
@@ -336,28 +314,60 @@ def bench_bytestream(ch: grpc.Channel, runs: int) -> tuple[list[float], list[flo
     return [p[0] for p in pairs], [p[1] for p in pairs]
 
 
-def bench_held_streams(ch: grpc.Channel, server: Server, count: int) -> dict[str, float]:
-    method = ch.unary_stream(HOLD_METHOD)
-    before_threads = server.ps.num_threads()
-    before_rss = server.ps.memory_info().rss
-    start = time.perf_counter()
-    calls = [method(b"") for _ in range(count)]
-    for call in calls:
-        assert next(call) == b"queued"
-    opened = time.perf_counter() - start
-    time.sleep(1.0)
-    threads = server.ps.num_threads()
-    rss = server.ps.memory_info().rss
-    for call in calls:
-        call.cancel()
-    return {
-        "streams": count,
-        "open_seconds": opened,
-        "threads_idle": before_threads,
-        "threads_held": threads,
-        "rss_idle_mb": before_rss / MB,
-        "rss_held_mb": rss / MB,
-    }
+def direct_store(directory: str, runs: int, open_blobs: int) -> dict[str, list[float]]:
+    """Blobs/s of the filesystem store's write and read called in this process
+    (64 Trio tasks at once), and seconds of its ``open()`` over ``open_blobs``
+    blobs. ``os.sync()`` between phases keeps one phase's dirty pages out of the
+    next one's figure. A read that returns other bytes raises AssertionError."""
+    import trio
+
+    from lre.cas import FilesystemStore, read_bytes
+    from lre.cas._blob_io import write_bytes
+    from lre.digest import digest_of
+
+    async def each(items: list[Any], call: Callable[[Any], Any]) -> float:
+        pending = iter(items)
+
+        async def drain() -> None:
+            for item in pending:
+                await call(item)
+
+        start = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for _ in range(64):
+                nursery.start_soon(drain)
+        return time.perf_counter() - start
+
+    async def write(blob: bytes) -> None:
+        await write_bytes(store, blob)
+
+    async def check_read(blob: bytes) -> None:
+        assert await read_bytes(store, digest_of(blob)) == blob
+
+    out: dict[str, list[float]] = {"store_write": [], "store_read": [], "store_open_s": []}
+    for run in range(runs):
+        root = os.path.join(directory, f"direct{run}")
+        store = FilesystemStore(os.path.join(root, "cas"), os.path.join(root, "tmp"), 1 << 34)
+        trio.run(store.open)
+        blobs = [os.urandom(4096) for _ in range(5000)]
+        os.sync()
+        out["store_write"].append(5000 / trio.run(each, blobs, write))
+        out["store_read"].append(5000 / trio.run(each, blobs, check_read))
+    content = os.path.join(directory, "many", "cas")
+    for i in range(open_blobs):
+        data = i.to_bytes(8, "big") * 8
+        d = digest_of(data)
+        os.makedirs(os.path.join(content, d.hash[:2]), exist_ok=True)
+        with open(os.path.join(content, d.hash[:2], f"{d.hash}-{d.size_bytes}"), "wb") as f:
+            f.write(data)
+    os.sync()
+    for _ in range(runs):
+        store = FilesystemStore(content, os.path.join(directory, "many", "tmp"), 1 << 40)
+        start = time.perf_counter()
+        trio.run(store.open)
+        out["store_open_s"].append(time.perf_counter() - start)
+        assert store.statistics().blob_count == open_blobs
+    return out
 
 
 def median(values: list[float]) -> float:
@@ -365,22 +375,21 @@ def median(values: list[float]) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--streams", type=int, default=5000)
     parser.add_argument("--json", default="")
-    parser.add_argument("--only", default="memory,filesystem")
+    parser.add_argument("--only", default="memory,filesystem,direct")
+    parser.add_argument("--open-blobs", type=int, default=100_000)
     args = parser.parse_args()
     results: dict[str, Any] = {"runs": args.runs}
-    if args.streams:
+    kinds = args.only.split(",")
+    if "direct" in kinds:
+        kinds.remove("direct")
         with tempfile.TemporaryDirectory(prefix="lre-bench-") as directory:
-            server = Server("memory", directory)
-            try:
-                with channel(server.address) as ch:
-                    results["held"] = bench_held_streams(ch, server, args.streams)
-            finally:
-                server.stop()
-    for kind in args.only.split(","):
+            results["direct"] = direct_store(directory, args.runs, args.open_blobs)
+    for kind in kinds:
         with tempfile.TemporaryDirectory(prefix="lre-bench-") as directory:
             server = Server(kind, directory)
             SERVER[:] = [server.ps]
@@ -421,13 +430,16 @@ def main() -> None:
         "bytestream_read": (">= 800 MB/s", "MB/s"),
         "raw_file_create": ("(limit; measured before each update run)", "MB/s"),
         "update_vs_raw": (">= 0.8 (filesystem)", "x raw"),
+        "store_write": ("(in process, one blob a call)", "blobs/s"),
+        "store_read": ("(in process, one blob a call)", "blobs/s"),
+        "store_open_s": (f"(open with {args.open_blobs:,} blobs)", "s"),
     }
     for kind in args.only.split(","):
         for test, (target, unit) in targets.items():
             values = results.get(kind, {}).get(test)
             if not values:
                 continue
-            fmt = "{:,.2f}" if unit == "x raw" else "{:,.0f}"
+            fmt = "{:,.2f}" if unit in ("x raw", "s") else "{:,.0f}"
             shown = ", ".join(fmt.format(v) for v in sorted(values))
             cpu = results[kind].get("server_cpu", {}).get(test)
             cpu_text = f"{median(cpu) * 1000:.0f} ms" if cpu else "-"
@@ -442,14 +454,6 @@ def main() -> None:
                 f"\n{kind}: 1-minute load average {run['load_before']:.1f} before, "
                 f"{run['load_after']:.1f} after ({os.cpu_count()} cores)"
             )
-    held = results.get("held")
-    if held:
-        print(
-            f"| memory | {held['streams']} held streams | threads {held['threads_held']} "
-            f"(idle {held['threads_idle']}), RSS {held['rss_held_mb']:.0f} MB "
-            f"(idle {held['rss_idle_mb']:.0f} MB), opened in {held['open_seconds']:.1f} s "
-            "| 1 | - | <= 16 threads, <= 250 MB |"
-        )
 
 
 if __name__ == "__main__":

@@ -1,20 +1,18 @@
 """What containing action processes costs, and how fast everything dies with lre.
 
 Run: .venv/bin/python bench/bench_containment.py [--rounds 5] [--actions 300]
-     [--baseline-python OLD/.venv/bin/python] [--replay] [--kills 5]
+     [--replay] [--kills 5]
 
-Backends: ``pidns``, ``userns`` and ``portable`` (those this machine has),
-plus ``baseline`` when ``--baseline-python`` names the interpreter of an
-older lre checkout (the one before containment: setpriv + guard shell +
-guardian), all measured in the same run, each round visiting every backend
-in turn (order rotated every round). Per backend:
+Backends: ``pidns``, ``userns`` and ``portable`` (those this machine has), all
+measured in the same run, each round visiting every backend in turn (order
+rotated every round). Per backend:
 
 1. no-op actions through the real server: ``lre up`` (one per backend and
    round, same config but for ``containment``), a grpc.aio client keeping 16
    Execute calls of distinct ``/bin/true`` actions in flight: lre's own CPU
    per action (the server process, children excluded), the actions' CPU per
    action (every process lre reaped, which includes each backend's wrapper
-   processes: ``timeout``, ``unshare``, ``setpriv`` + ``sh``), actions/s;
+   processes: ``timeout``, ``unshare``), actions/s;
 2. with ``--replay``, the same for the recorded actions of one clean Bazel
    build of the generated workspace (bench_replay's recording; variants
    ``build`` and ``true``);
@@ -22,8 +20,8 @@ in turn (order rotated every round). Per backend:
    child and a double-forked daemon running: the time until every one of
    them is gone (``--kills`` trials; the target is under 1 s).
 
-Medians over rounds are printed, with each backend's ratio to ``baseline``
-(or to ``pidns`` without a baseline) from the same run.
+Medians over rounds are printed, with each backend's ratio to ``pidns`` from
+the same run.
 """
 
 from __future__ import annotations
@@ -67,19 +65,12 @@ def available_modes() -> list[str]:
 def config_for(home: Path, mode: str, extra: dict[str, object] | None = None) -> str:
     worker: dict[str, object] = {"max_inflight_tasks": 16, "resources": {"cpu_count": 16}}
     worker.update(extra or {})
-    if mode != "baseline":  # the older lre rejects the unknown key
-        worker["containment"] = mode
+    worker["containment"] = mode
     return local_config(home, worker)
 
 
-def start(
-    home: Path, mode: str, python: str | None, extra: dict[str, object] | None = None
-) -> LreProcess:
-    return LreProcess(
-        config_for(home, mode, extra),
-        home,
-        python=python if mode == "baseline" and python else sys.executable,
-    )
+def start(home: Path, mode: str, extra: dict[str, object] | None = None) -> LreProcess:
+    return LreProcess(config_for(home, mode, extra), home)
 
 
 def cpu(process: psutil.Process) -> tuple[float, float]:
@@ -142,7 +133,7 @@ def bench_noop(tmp: Path, modes: list[str], args: argparse.Namespace) -> None:
     for r in range(args.rounds):
         for mode in rotate(modes, r):
             home = tmp / f"noop-{mode}"
-            with start(home, mode, args.baseline_python) as lre:
+            with start(home, mode) as lre:
                 row = asyncio.run(noop_round(lre.address, lre.proc.pid, f"{mode}{r}", args.actions))
             rows[mode].append(row)
             print(
@@ -167,11 +158,11 @@ def sleepers(marker: str) -> int:
     )
 
 
-async def kill_trial(tmp: Path, mode: str, python: str | None, trial: int) -> float:
+async def kill_trial(tmp: Path, mode: str, trial: int) -> float:
     home = tmp / f"kill-{mode}-{trial}"
     marker = f"{6000 + trial}.{time.monotonic_ns() % 10**9:09d}"
     ready = home / "ready"
-    lre = start(home, mode, python)
+    lre = start(home, mode)
     try:
         client = ReapiClient(lre.address)
         digest = await client.prepare(["/bin/sh", "-c", DAEMONS.format(m=marker, ready=ready)])
@@ -203,9 +194,7 @@ async def kill_trial(tmp: Path, mode: str, python: str | None, trial: int) -> fl
 def bench_kill(tmp: Path, modes: list[str], args: argparse.Namespace) -> None:
     print(f"\nSIGKILL of lre with 4 action processes (3 escaped the group), {args.kills} trials")
     for mode in modes:
-        times = [
-            asyncio.run(kill_trial(tmp, mode, args.baseline_python, t)) for t in range(args.kills)
-        ]
+        times = [asyncio.run(kill_trial(tmp, mode, t)) for t in range(args.kills)]
         shown = ", ".join("survived" if t == float("inf") else f"{t * 1000:.0f}" for t in times)
         worst = max(times)
         verdict = "ALL GONE < 1 s" if worst < 1 else "SURVIVORS or slow"
@@ -218,7 +207,7 @@ def bench_replay(tmp: Path, modes: list[str], args: argparse.Namespace) -> None:
 
     home = tmp / "replay"
     extra = dict(BAZEL_WORKER)
-    with start(home, modes[-1], None, extra) as lre:
+    with start(home, modes[-1], extra) as lre:
         keys = record(lre, home, tmp, modules=40, funcs=8)
     print("replaying 'build' and 'true' per backend")
 
@@ -243,7 +232,7 @@ def bench_replay(tmp: Path, modes: list[str], args: argparse.Namespace) -> None:
     rows: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
     for r in range(args.rounds):
         for mode in rotate(modes, r):
-            with start(home, mode, args.baseline_python, extra) as lre:
+            with start(home, mode, extra) as lre:
                 row = asyncio.run(one(lre.address, lre.proc.pid))
             rows[mode].append(row)
             print(
@@ -258,13 +247,10 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--actions", type=int, default=300)
     ap.add_argument("--kills", type=int, default=5)
-    ap.add_argument("--baseline-python", default=None)
     ap.add_argument("--replay", action="store_true")
     ap.add_argument("--only", choices=("noop", "kill", "replay"), default=None)
     args = ap.parse_args()
     modes = available_modes()
-    if args.baseline_python:
-        modes = ["baseline", *modes]
     load = os.getloadavg()[0]
     print(f"machine: {os.cpu_count()} CPUs, load {load:.2f}; backends: {', '.join(modes)}")
     parts: dict[str, Callable[[Path, list[str], argparse.Namespace], None]] = {

@@ -32,24 +32,23 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import secrets
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _bazel_profile import LOCAL_STEPS, REMOTE_STEPS, ActionPhases, action_phases, load_events
+from _client import python_path
 from _instant_executor import InstantExecutor
-from bazel_cpu_split import bazel_server
 from bench_project import BenchError, lre_bazelrc_flags, running_lre
-from build_probe import Probe, Split
+from build_probe import Probe, Split, bazel_server
 
 from tests.e2e._bazel import BazelSession
 
@@ -321,24 +320,6 @@ def _report(sides: dict[str, Side]) -> None:
     _cpu_table(sides)
 
 
-@contextlib.contextmanager
-def _python_path(tree: Path | None) -> Iterator[None]:
-    """``lre`` taken from the source tree ``tree`` (PYTHONPATH) in what starts
-    meanwhile; None: this checkout's."""
-    if tree is None:
-        yield
-        return
-    old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = str(tree.resolve())
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ["PYTHONPATH"]
-        else:
-            os.environ["PYTHONPATH"] = old
-
-
 def _run(args: argparse.Namespace) -> None:
     make_ws = find_make_ws(args.make_ws)
     with (
@@ -355,7 +336,7 @@ def _run(args: argparse.Namespace) -> None:
         for name, tree in (("lre", args.lre_tree), ("lre-b", args.lre_tree_b)):
             if name == "lre-b" and tree is None:
                 continue
-            with _python_path(tree):
+            with python_path(tree):
                 lres[name] = stack.enter_context(running_lre(work / f"{name}-home", ws))
             info = lres[name]
             # A second lre up on the same repository leaves the first one's

@@ -49,9 +49,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 import psutil
-from _client import LreProcess, Monitor, ReapiClient, local_config
+from _client import LreProcess, Monitor, ReapiClient, local_config, thread_cpu
 from _taskstats import ExitRecorder, ExitTotals, descendants
-from build_probe import _thread_cpu
 
 ENV_PATH = "/usr/local/bin:/usr/bin:/bin"
 CORES = os.cpu_count() or 1
@@ -169,7 +168,7 @@ def run_mode(
         server_before = server.cpu_times()
         idle_before = idle_seconds()
         recorder = ExitRecorder() if args.split else None
-        threads_before = _thread_cpu(lre.proc.pid)
+        threads_before = thread_cpu(lre.proc.pid)
         if recorder is not None:
             recorder.start()
         try:
@@ -179,7 +178,7 @@ def run_mode(
                 time.sleep(0.3)  # the last exit records reach the socket
                 below = descendants(recorder.stop(), lre.proc.pid)
                 dropped = recorder.dropped
-            threads = _thread_delta(threads_before, _thread_cpu(lre.proc.pid))
+            threads = _thread_delta(threads_before, thread_cpu(lre.proc.pid))
             idle = idle_seconds() - idle_before
             server_after = server.cpu_times()
             client = cpu_seconds(resource.getrusage(resource.RUSAGE_SELF)) - client_before

@@ -35,13 +35,6 @@ dotted path of the generated config on one side (list items by index, e.g.
 inner one or an index out of range is an error), so a feature's cost can be
 isolated in a same-run A/B (feature on vs off).
 
-``--profile DIR`` instead profiles lre's own threads in both servers
-(``bench/thread_profile/sitecustomize.py``: cProfile of the Trio thread,
-the spawner threads' jobs, the recycling batch and the output scan), writes
-``DIR/<side>-<kind>.prof`` and prints, per kind of thread, the functions
-whose own time per action differs most between B and A (``_profile_diff``).
-cProfile slows what it profiles: compare the sides, not the totals.
-
 Raises ``RuntimeError`` when an action fails; ``SystemExit`` (argparse) on a
 malformed override.
 """
@@ -57,7 +50,6 @@ import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -65,8 +57,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _client import LreProcess, ReapiClient, digest_of, local_config
-from _profile_diff import report_profiles
+from _client import LreProcess, ReapiClient, digest_of, local_config, python_path, thread_cpu
 from _replay import BAZEL_WORKER, Plan, Recording, bazel_metadata, cached_recording
 from bench_replay import _plans, _round
 
@@ -74,23 +65,6 @@ from lre.proto import bs_grpc, bs_pb2, re_grpc, re_pb2
 
 BATCH = 42
 RPC_KINDS = ("FindMissingBlobs", "Read", "GetActionResult miss", "Write")
-
-
-PROFILE_DIR = Path(__file__).resolve().parent / "thread_profile"
-
-
-@contextmanager
-def _python_path(tree: Path, first: Path | None = None) -> Iterator[None]:
-    """``PYTHONPATH`` = ``tree``, after ``first`` (a sitecustomize) when given."""
-    old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = f"{first}:{tree}" if first is not None else str(tree)
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ["PYTHONPATH"]
-        else:
-            os.environ["PYTHONPATH"] = old
 
 
 def parse_override(text: str) -> tuple[list[str], object]:
@@ -134,21 +108,6 @@ def apply_overrides(config_text: str, overrides: list[tuple[list[str], object]])
             else:
                 node = node[index]
     return json.dumps(config, indent=2)
-
-
-def _thread_cpu(pid: int) -> dict[int, tuple[str, float]]:
-    ticks = os.sysconf("SC_CLK_TCK")
-    found = {}
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/comm") as f:
-                name = f.read().strip()
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        found[int(tid)] = (name, (int(fields[11]) + int(fields[12])) / ticks)
-    return found
 
 
 async def _fresh_plans(client: ReapiClient, count: int, *, executable: bool) -> list[Plan]:
@@ -248,12 +207,12 @@ class Side:
         return times.user + times.system
 
     async def measure(self, key: str, units: int, work: Callable[[], Awaitable[None]]) -> None:
-        before, threads = self.cpu(), _thread_cpu(self.lre.proc.pid)
+        before, threads = self.cpu(), thread_cpu(self.lre.proc.pid)
         started = time.monotonic()
         await work()
         self.rate.setdefault(key, []).append(units / (time.monotonic() - started))
         self.per_unit.setdefault(key, []).append((self.cpu() - before) / units)
-        for tid, (name, seconds) in _thread_cpu(self.lre.proc.pid).items():
+        for tid, (name, seconds) in thread_cpu(self.lre.proc.pid).items():
             start = threads.get(tid, (name, 0.0))[1]
             self.threads[name] = self.threads.get(name, 0.0) + (seconds - start) / units
 
@@ -377,9 +336,6 @@ def main() -> int:
     )
     ap.add_argument("--calls", type=int, default=1500, help="calls per kind and round (rpc)")
     ap.add_argument("--recording-cache", type=Path, default=Path.home() / ".cache" / "lre-bench")
-    ap.add_argument(
-        "--profile", type=Path, help="cProfile lre's threads on both sides into this directory"
-    )
     args = ap.parse_args()
     if args.tree_b is None:
         args.tree_b = args.tree_a
@@ -393,14 +349,9 @@ def main() -> int:
             for name, overrides in (("A", args.override_a), ("B", args.override_b)):
                 home = Path(tmp) / name
                 configs[name] = apply_overrides(local_config(home, BAZEL_WORKER), overrides)
-            first = None
-            if args.profile:
-                args.profile.mkdir(parents=True, exist_ok=True)
-                os.environ["LRE_PROFILE_OUT"] = str(args.profile.resolve())
-                first = PROFILE_DIR
             for name, tree in (("A", args.tree_a), ("B", args.tree_b)):
                 home = Path(tmp) / name
-                with _python_path(tree.resolve(), first):
+                with python_path(tree):
                     lre = LreProcess(configs[name], home)
                 sides.append(Side(name, lre))
             print(f"A = {args.tree_a}, B = {args.tree_b}, work {args.work}")
@@ -412,8 +363,6 @@ def main() -> int:
         finally:
             for side in sides:
                 side.lre.stop()
-        if args.profile:
-            report_profiles(args.profile, {s.name: s.lre.proc.pid for s in sides})
     print(f"took {time.monotonic() - started:.0f} s")
     return 0
 

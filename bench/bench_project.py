@@ -38,7 +38,6 @@ import json
 import os
 import secrets
 import shlex
-import socket
 import statistics
 import subprocess
 import sys
@@ -51,8 +50,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import json5
-from bazel_cpu_split import bazel_server
-from build_probe import Probe, Split
+from _client import free_port
+from build_probe import Probe, Split, bazel_server
 from real_project import (
     SPAWNS,
     ProjectError,
@@ -94,12 +93,6 @@ def lre_bazelrc_flags(path: Path) -> list[str]:
     return flags
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def noview_config(path: Path) -> Path:
     """Write to ``path`` a config that is the embedded default with the local
     worker's ``sandbox_view`` off (lists replace the default's, so the whole
@@ -127,7 +120,7 @@ def running_lre(
         env["PYTHONPATH"] = str(tree)
     cwd = str(tree) if tree is not None else None
     lre = [sys.executable, "-m", "lre"]
-    port = str(_free_port())
+    port = str(free_port())
     extra = [] if config is None else ["--config", str(config)]
     up = subprocess.run(
         [*lre, "up", "--detach", "--repo", str(ws), "--no-edit", "--port", port, *extra],

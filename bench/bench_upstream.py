@@ -1,30 +1,42 @@
-"""Cached Bazel builds through a laptop lre in front of a cluster lre.
+"""Fully cached Bazel builds through a laptop lre in front of an upstream.
 
-Three lre processes (``python -m lre up --no-tui --no-client-config``), all
-on 127.0.0.1 with every file under a temp dir:
+``--upstream lre`` (default): three lre processes on 127.0.0.1, every file under
+a temp dir: a *cluster* holding the team's cache, a *laptop* with filesystem
+tiers over the cluster (``upload_policy`` never) and a *plain* lre without an
+upstream. The generated C workspace is built once into the cluster and once
+into the plain lre; then per round, each a ``bazel clean`` plus a timed build
+that must be all remote cache hits (and the binary's checksum is checked):
 
-- the *cluster*: a plain lre holding the team's cache;
-- the *laptop*: ``fast_slow`` CAS and action cache over the cluster
-  (configs like tests/upstream's, ``upload_policy`` never);
-- a *plain* lre without an upstream (the baseline).
-
-First the generated C workspace is built once locally with
-``--remote_cache`` pointing at the cluster and once at the plain lre (fills
-both caches). Then per round, each a ``bazel clean`` plus a timed
-``bazel build --remote_cache=...`` that must be all remote cache hits (and
-the binary's checksum is checked):
-
-- ``upstream_only``: a laptop started with an empty local tier (every
-  result and output is read through from the cluster);
-- ``local_tier``: the same laptop again (now served from its local tier);
+- ``upstream_only``: a new laptop with an empty local tier (all read through);
+- ``local_tier``: the same laptop again (served from its local tier);
 - ``no_upstream``: the plain lre.
+
+Target: median local_tier <= median no_upstream.
+
+``--upstream buildgrid``: a real BuildGrid 0.4.4 with PostgreSQL and two host
+workers (../shared/tools/peer/start_buildgrid.sh), lre started with
+``lre up --detach`` and the lre.bazelrc it writes. Two workspaces with the same
+sources (so the same digests), one built straight against BuildGrid, one only
+through lre, each with its own Bazel server. One straight build with
+--noremote_accept_cached fills BuildGrid's cache; then per round:
+
+- ``straight_cached``: straight against BuildGrid, all remote cache hits;
+- ``lre_cached_empty``: through a new lre whose local tier is empty;
+- ``lre_cached_second``: the same lre again;
+- ``lre_local_only``: a new lre, --noremote_accept_cached: every action runs on
+  the laptop's worker;
+- ``lre_overflow``: the same with overflow queue depth 1: actions beyond one
+  waiting locally run on BuildGrid.
+
+Targets: median lre_cached_empty <= 1.1 x straight_cached; lre_cached_second <
+straight_cached.
 
 Run::
 
-    .venv/bin/python bench/bench_upstream.py --reps 5 [--json bench/results/upstream.json]
+    .venv/bin/python bench/bench_upstream.py --reps 5 [--upstream buildgrid] [--out FILE]
 
-Target: median local_tier <= median no_upstream (the upstream costs nothing
-when the local tier has everything).
+A failed build or a build that is not all hits (or all remote) raises with
+Bazel's log tail.
 """
 
 from __future__ import annotations
@@ -32,169 +44,186 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-
-import grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lre.proto import re_grpc, re_pb2
-from tests.e2e._bazel import BazelSession, ProcessSummary
+from _client import LreProcess, free_port
+
+from tests.e2e._bazel import BazelSession
 from tests.e2e._workspace import Workspace, generate_workspace
 from tests.upstream._cluster import laptop_config_text, upstream_config_text
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+#: A round's builds by name, appended to by each round.
+Samples = dict[str, list[float]]
 
 
-class LreProcess:
-    """``python -m lre up`` on a free port; stopped with SIGTERM (then SIGKILL)."""
-
-    def __init__(self, config_text: str, root: Path, name: str) -> None:
-        root.mkdir(parents=True, exist_ok=True)
-        self.config = root / f"{name}.json5"
-        self.config.write_text(config_text)
-        self.port = _free_port()
-        self.log = open(root / f"{name}.log", "w")  # noqa: SIM115
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "lre",
-                "up",
-                "--no-tui",
-                "--no-client-config",
-                "--config",
-                str(self.config),
-                "--port",
-                str(self.port),
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            cwd=root,
-        )
-        self._wait_ready()
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"lre exited early; see {self.log.name}")
-            try:
-                with grpc.insecure_channel(self.address) as channel:
-                    re_grpc.CapabilitiesStub(channel).GetCapabilities(
-                        re_pb2.GetCapabilitiesRequest(), timeout=1
-                    )
-                return
-            except grpc.RpcError:
-                time.sleep(0.2)
-        raise RuntimeError(f"lre did not start within 60 s; see {self.log.name}")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.log.close()
+def timed_build(
+    bazel: BazelSession,
+    ws: Workspace,
+    flags: list[str],
+    *,
+    spawns: str | None,
+    checksum: bool = False,
+) -> float:
+    """``bazel clean`` then a timed build whose every spawn's runner says ``spawns``
+    ("remote cache hit" or "remote"; None: not checked); raises AssertionError
+    otherwise."""
+    bazel.clean()
+    started = time.monotonic()
+    built = bazel.build([ws.target], flags)
+    elapsed = time.monotonic() - started
+    summary = built.check()
+    assert spawns is None or summary.count(spawns) == ws.spawn_count, summary
+    if checksum:
+        out = subprocess.run([ws.binary, "100"], capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == ws.expected_checksum(100), out.stdout
+    return elapsed
 
 
-def _cache_flags(address: str, instance: str) -> list[str]:
+def cache_flags(address: str) -> list[str]:
     return [
         f"--remote_cache=grpc://{address}",
-        f"--remote_instance_name={instance}",
+        "--remote_instance_name=team",
         "--remote_timeout=300",
         "--jobs=8",
     ]
 
 
-def _build(bazel: BazelSession, ws: Workspace, flags: list[str], *, cached: bool) -> float:
-    bazel.clean()
-    start = time.monotonic()
-    result = bazel.build([ws.target], flags)
-    elapsed = time.monotonic() - start
-    summary: ProcessSummary | None = result.summary
-    if result.returncode != 0 or summary is None:
-        tail = "\n".join(result.output.splitlines()[-30:])
-        raise RuntimeError(f"bazel build {flags} failed:\n{tail}")
-    if cached and summary.count("remote cache hit") != summary.spawns:
-        raise RuntimeError(f"not every spawn was a remote cache hit: {summary}")
-    out = subprocess.run([ws.binary, "100"], capture_output=True, text=True, check=True)
-    if out.stdout.strip() != ws.expected_checksum(100):
-        raise RuntimeError(f"wrong checksum: {out.stdout!r}")
-    return elapsed
+def lre_rounds(top: Path, args: argparse.Namespace, say: Callable[[str], None]) -> Samples:
+    samples: Samples = {"upstream_only": [], "local_tier": [], "no_upstream": []}
+    ws = generate_workspace(top / "ws", modules=args.modules, funcs=args.funcs)
+    say(f"workspace: {args.modules} modules x {args.funcs} funcs, {ws.spawn_count} spawns")
+    with (
+        LreProcess(upstream_config_text(top / "cluster"), top / "cluster") as cluster,
+        LreProcess(upstream_config_text(top / "plain"), top / "plain") as plain,
+        BazelSession(ws.root, top / "bazel-root", max_idle_secs=600) as bazel,
+    ):
+        bazel.build([ws.target])  # warm-up: Bazel's server and analysis
+        # fill both caches from a local build
+        timed_build(bazel, ws, cache_flags(cluster.address), spawns=None)
+        timed_build(bazel, ws, cache_flags(plain.address), spawns=None)
+        for rep in range(args.reps):
+            home = top / f"laptop{rep}"
+            with LreProcess(laptop_config_text(home, f"grpc://{cluster.address}"), home) as laptop:
+                for name in ("upstream_only", "local_tier"):
+                    samples[name].append(
+                        timed_build(
+                            bazel,
+                            ws,
+                            cache_flags(laptop.address),
+                            spawns="remote cache hit",
+                            checksum=True,
+                        )
+                    )
+            shutil.rmtree(home, ignore_errors=True)
+            samples["no_upstream"].append(
+                timed_build(
+                    bazel, ws, cache_flags(plain.address), spawns="remote cache hit", checksum=True
+                )
+            )
+            say(f"round {rep + 1}: " + ", ".join(f"{k} {v[-1]:.2f}" for k, v in samples.items()))
+    return samples
+
+
+def buildgrid_rounds(top: Path, args: argparse.Namespace, say: Callable[[str], None]) -> Samples:
+    from tests.team._buildgrid import BuildGrid, straight_flags
+    from tests.team._lre import TeamLre, upstream_counters
+
+    samples: Samples = {}
+    top.chmod(0o755)  # PostgreSQL runs as user postgres and must reach its state
+    grid = BuildGrid(top / "bg")
+    try:
+        grid.start()
+        ws_ci = generate_workspace(top / "ws-ci", modules=args.modules, funcs=args.funcs)
+        ws_lre = generate_workspace(top / "ws-lre", modules=args.modules, funcs=args.funcs)
+        say(f"workspace: {args.modules} modules x {args.funcs} funcs, {ws_ci.spawn_count} spawns")
+        straight = straight_flags(grid.url, jobs=16, toplevel=True)
+        no_cache = ["--noremote_accept_cached"]
+        with (
+            BazelSession(ws_ci.root, top / "bazel-ci") as ci,
+            BazelSession(ws_lre.root, top / "bazel-lre") as laptop,
+        ):
+            fill = timed_build(ci, ws_ci, [*straight, *no_cache], spawns="remote")
+            say(f"fill (straight, executed on BuildGrid): {fill:.2f} s")
+            # One lre address for every round, so lre.bazelrc never changes and
+            # the Bazel server keeps its analysis cache, as the straight one does.
+            ports = (free_port(), free_port())
+            with TeamLre(top / "lre-warmup", grid, ws_lre.root, ports=ports):
+                timed_build(laptop, ws_lre, [], spawns="remote cache hit")
+            for rep in range(args.reps):
+                row = {
+                    "straight_cached": timed_build(ci, ws_ci, straight, spawns="remote cache hit")
+                }
+                with TeamLre(top / f"lre-c{rep}", grid, ws_lre.root, ports=ports):
+                    for name in ("lre_cached_empty", "lre_cached_second"):
+                        row[name] = timed_build(laptop, ws_lre, [], spawns="remote cache hit")
+                with TeamLre(top / f"lre-l{rep}", grid, ws_lre.root, ports=ports):
+                    row["lre_local_only"] = timed_build(laptop, ws_lre, no_cache, spawns="remote")
+                with TeamLre(
+                    top / f"lre-o{rep}", grid, ws_lre.root, overflow_queue_depth=1, ports=ports
+                ) as lre:
+                    row["lre_overflow"] = timed_build(laptop, ws_lre, no_cache, spawns="remote")
+                    counters = upstream_counters(lre.http_stats(), "forward")
+                    assert counters.get("fell_back_local", 0) == 0, counters
+                for name, value in row.items():
+                    samples.setdefault(name, []).append(value)
+                say(
+                    f"round {rep + 1}: "
+                    + ", ".join(f"{k} {v:.2f}" for k, v in row.items())
+                    + f"; forwarded {counters.get('forwarded_overflow', 0)} of {ws_lre.spawn_count}"
+                )
+    finally:
+        grid.stop()
+    return samples
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--modules", type=int, default=40)
-    ap.add_argument("--funcs", type=int, default=8)
-    ap.add_argument("--json", type=Path)
-    args = ap.parse_args()
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--upstream", choices=("lre", "buildgrid"), default="lre")
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--modules", type=int, help="default 40 (lre), 24 (buildgrid)")
+    parser.add_argument("--funcs", type=int, help="default 8 (lre), 3 (buildgrid)")
+    parser.add_argument("--out", type=Path, help="the log here, medians in its .json beside it")
+    args = parser.parse_args()
+    by_lre = args.upstream == "lre"
+    args.modules = args.modules or (40 if by_lre else 24)
+    args.funcs = args.funcs or (8 if by_lre else 3)
 
-    samples: dict[str, list[float]] = {"upstream_only": [], "local_tier": [], "no_upstream": []}
-    with tempfile.TemporaryDirectory(prefix="lre-bench-upstream-") as tmp:
-        work = Path(tmp)
-        ws = generate_workspace(work / "ws", modules=args.modules, funcs=args.funcs)
-        cluster = LreProcess(upstream_config_text(work / "cluster"), work / "cluster", "cluster")
-        plain = LreProcess(upstream_config_text(work / "plain"), work / "plain", "plain")
-        laptop: LreProcess | None = None
-        try:
-            with BazelSession(ws.root, work / "bazel-root", max_idle_secs=600) as bazel:
-                bazel.build([ws.target])  # warm-up
-                _build(bazel, ws, _cache_flags(cluster.address, "team"), cached=False)
-                _build(bazel, ws, _cache_flags(plain.address, "team"), cached=False)
-                for rep in range(args.reps):
-                    root = work / f"laptop{rep}"
-                    laptop = LreProcess(
-                        laptop_config_text(root, f"grpc://{cluster.address}"), root, "laptop"
-                    )
-                    flags = _cache_flags(laptop.address, "team")
-                    samples["upstream_only"].append(_build(bazel, ws, flags, cached=True))
-                    samples["local_tier"].append(_build(bazel, ws, flags, cached=True))
-                    laptop.stop()
-                    laptop = None
-                    shutil.rmtree(root, ignore_errors=True)
-                    samples["no_upstream"].append(
-                        _build(bazel, ws, _cache_flags(plain.address, "team"), cached=True)
-                    )
-                    print(
-                        f"round {rep + 1}: "
-                        + ", ".join(f"{k}={v[-1]:.2f}s" for k, v in samples.items()),
-                        flush=True,
-                    )
-        finally:
-            for process in (laptop, cluster, plain):
-                if process is not None:
-                    process.stop()
-    medians = {k: statistics.median(v) for k, v in samples.items()}
-    for key, value in medians.items():
-        print(f"median {key}: {value:.2f} s")
-    ok = medians["local_tier"] <= medians["no_upstream"]
-    print(f"target: local_tier <= no_upstream: {ok}")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        report = {"samples_s": samples, "median_s": medians, "spawns": ws.spawn_count}
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    lines: list[str] = []
+
+    def say(text: str) -> None:
+        print(text, flush=True)
+        lines.append(text)
+
+    top = Path(tempfile.mkdtemp(prefix=f"lre-bench-{args.upstream}-"))
+    try:
+        samples = (lre_rounds if by_lre else buildgrid_rounds)(top, args, say)
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+    medians = {name: statistics.median(values) for name, values in samples.items()}
+    for name, values in samples.items():
+        say(f"{name:18s} median {medians[name]:6.2f} s  ({', '.join(f'{v:.2f}' for v in values)})")
+    if by_lre:
+        say(f"target local_tier <= no_upstream: {medians['local_tier'] <= medians['no_upstream']}")
+    else:
+        for name in ("lre_cached_empty", "lre_cached_second"):
+            say(f"{name} / straight_cached: {medians[name] / medians['straight_cached']:.2f}x")
+        overflow = medians["lre_overflow"] / medians["lre_local_only"]
+        say(f"lre_overflow / lre_local_only: {overflow:.2f}x")
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text("\n".join(lines) + "\n")
+        report = {"samples_s": samples, "median_s": medians}
+        args.out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
     return 0
 
 

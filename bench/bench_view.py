@@ -5,14 +5,13 @@ Runs ``run_process`` (the real spawn path, pidns containment) for
 action by action, one action in flight: without a view (``none``); with
 one (``view``: an action directory made the way ``ViewPolicy.view_for``
 makes it, its layers emptied before each run by the tree's own recycling,
-``_action_dirs._empty_view``, counted as lre's CPU and not as wall); where
-the tree has ``on_view_held``, the same view held past the action's end
-(``view-held``: closed in a thread afterwards as ``ActionDirectories``
-does, that close's CPU counted as lre's, its wall not on the action's
-path); where the tree has ``_idmap``,
-``view-idmap``: the same view with its lower layer idmapped (lre's uid
-shown as nobody's, as for ``action_user: "unprivileged"``; the command
-still runs as root, so only the view's own cost differs).
+``_action_dirs._empty_view``, counted as lre's CPU and not as wall); the
+same view held past the action's end (``view-held``: closed in a thread
+afterwards as ``ActionDirectories`` does, that close's CPU counted as
+lre's, its wall not on the action's path); ``view-idmap``: the same view
+with its lower layer idmapped (lre's uid shown as nobody's, as for
+``action_user: "unprivileged"``; the command still runs as root, so only
+the view's own cost differs).
 
 Prints the medians of wall time per action and of lre's own CPU (this
 process: spawner threads included, the actions' processes not) per action,
@@ -29,35 +28,119 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
 import os
 import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import trio
-from _spawn_bench import parse_args, report, scratch_view, timed_run
 
+from lre.worker._idmap import open_input_idmap
 from lre.worker.containment._containment import choose_containment
 from lre.worker.directories._action_dirs import ActionDirectory, _empty_view
+from lre.worker.process._process import SpawnRequest, run_process
 from lre.worker.view._view import ActionView
+
+#: wall, lre CPU, action CPU (ms) of one action
+Sample = tuple[float, float, float]
+
+
+def scratch_view(prefix: str, where: str) -> tuple[Path, ActionView]:
+    """A new action directory under ``where`` (root, tmp, the overlay's layers
+    and one directory to hide) and the view a pidns worker would give it."""
+    base = Path(tempfile.mkdtemp(prefix=prefix, dir=where))
+    for name in ("root", "tmp", "view/upper", "view/work", "hidden"):
+        (base / name).mkdir(parents=True)
+    view = ActionView(
+        root=str(base / "root"),
+        upper=str(base / "view/upper"),
+        work=str(base / "view/work"),
+        tmp=str(base / "tmp"),
+        xattrs="trusted",
+        hidden=(str(base / "hidden"),),
+    )
+    return base, view
+
+
+async def timed_run(
+    containment: object,
+    base: Path,
+    argv: list[str],
+    *,
+    before_start: Callable[[], None] | None = None,
+    **spawn: Any,
+) -> Sample:
+    """Run ``argv`` in ``base/root`` as the worker does (``spawn``: more
+    ``run_process`` arguments, e.g. ``view=``, ``identity=``); views handed
+    over through ``on_view_held`` are closed after it, off its wall time.
+    ``before_start`` runs first, on lre's CPU but off the wall time's clock
+    start (e.g. the recycling of the previous run's layers). Raises
+    ``AssertionError`` when the command fails."""
+    held: list[int] = []
+    if spawn.pop("hold", False):
+        spawn["on_view_held"] = held.append
+    before = os.times()
+    cpu = time.process_time()
+    if before_start is not None:
+        before_start()
+    wall = time.perf_counter()
+    outcome = await run_process(
+        SpawnRequest(
+            argv,
+            cwd=base / "root",
+            env={"PATH": "/usr/bin:/bin"},
+            stdout_path=base / "stdout",
+            stderr_path=base / "stderr",
+            timeout=60,
+            kill_grace=1,
+            containment=containment,
+            **spawn,
+        )
+    )
+    wall = time.perf_counter() - wall
+    for fd in held:  # torn down off the action's path, as ActionDirectories does
+        await trio.to_thread.run_sync(os.close, fd)
+    cpu = time.process_time() - cpu
+    after = os.times()
+    children = (
+        after.children_user + after.children_system - before.children_user - before.children_system
+    )
+    assert outcome.exit_code == 0, (outcome, (base / "stderr").read_text())
+    return wall * 1000, cpu * 1000, children * 1000
+
+
+def report(results: dict[str, list[Sample]]) -> None:
+    """Print per mode the median wall and lre CPU and the mean action CPU."""
+    import lre
+
+    print(f"# lre from {os.path.dirname(lre.__file__)}; load {os.getloadavg()[0]:.2f}")
+    for name, values in results.items():
+        wall = statistics.median(w for w, _, _ in values)
+        cpu = statistics.median(c for _, c, _ in values)
+        children = statistics.mean(a for _, _, a in values)  # 10 ms ticks: a mean
+        print(
+            f"{name:12s} wall {wall:6.2f} ms  lre cpu {cpu:5.2f} ms  "
+            f"action cpu (mean) {children:5.2f} ms  ({len(values)} actions)"
+        )
 
 
 async def _main(args: argparse.Namespace) -> None:
     containment = choose_containment("pidns")
     base, view = scratch_view("bench-view-", args.dir)
     gate = getattr(containment, "_gate_sh", None)
+    idmap = open_input_idmap((65534, 65534), base.parent, view.xattrs)
     modes: list[tuple[str, ActionView | None, object, bool]] = [
         ("none", None, gate, False),
         ("view", view, gate, False),
+        ("view-held", view, gate, True),
+        ("view-idmap", dataclasses.replace(view, idmap=idmap.fd), gate, False),
     ]
-    modes.append(("view-held", view, gate, True))
-    idmap = None
-    if importlib.util.find_spec("lre.worker._idmap") is not None:
-        from lre.worker._idmap import open_input_idmap
-
-        idmap = open_input_idmap((65534, 65534), base.parent, view.xattrs)
-        modes.append(("view-idmap", dataclasses.replace(view, idmap=idmap.fd), gate, False))
-    results: dict[str, list[tuple[float, float, float]]] = {name: [] for name, *_ in modes}
+    results: dict[str, list[Sample]] = {name: [] for name, *_ in modes}
     try:
         for _ in range(args.rounds):
             for _ in range(args.runs):  # the modes interleaved action by action
@@ -79,8 +162,7 @@ async def _main(args: argparse.Namespace) -> None:
                     )
     finally:
         shutil.rmtree(base, ignore_errors=True)
-        if idmap is not None:
-            idmap.close()
+        idmap.close()
     report(results)
 
 
@@ -89,7 +171,16 @@ def _recycled(base: Path) -> None:
 
 
 def main() -> None:
-    trio.run(_main, parse_args(__doc__ or "", "pidns containment"))
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--runs", type=int, default=10, help="actions per round and mode")
+    parser.add_argument("--dir", default=os.getcwd(), help="where the action directory goes")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("needs root (pidns containment)")
+    trio.run(_main, args)
 
 
 if __name__ == "__main__":

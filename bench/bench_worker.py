@@ -1,4 +1,4 @@
-"""Worker benchmarks: input staging and end-to-end no-op actions.
+"""Worker benchmarks: input staging and no-op actions in one process.
 
 Run: .venv/bin/python bench/bench_worker.py [--runs 5] [--actions 400]
 
@@ -13,11 +13,8 @@ Run: .venv/bin/python bench/bench_worker.py [--runs 5] [--actions 400]
    everything; compare with the bare rate of the same run).
 3. The machine's bare fork+exec rate of ``/bin/true`` measured in the same
    run (subprocess from Python, 32 concurrent), for comparison.
-4. The same no-op actions through the real server: ``lre up`` in a child
-   process (worker with 32 slots), a grpc.aio client keeping 32 Execute calls
-   in flight (Action, Command uploaded beforehand, not timed): actions/s,
-   p50/p99 latency, and the server process's own CPU per action (children
-   excluded) split into user and sys, next to the client's CPU.
+
+No-op actions through a real ``lre up`` and gRPC are bench_capacity.py's.
 
 Everything is written under a temporary directory that is removed at exit.
 """
@@ -219,78 +216,11 @@ async def main(runs: int, actions: int) -> None:
         print("bare = /bin/true via subprocess from 32 threads, measured right after each run")
 
 
-def grpc_end_to_end(tmp: Path, runs: int, actions: int, concurrency: int) -> None:
-    """Part 4 (module docstring): one ``lre up``, a warm-up, then ``runs`` runs."""
-    import asyncio
-
-    import psutil
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    from _client import LreProcess, ReapiClient, local_config
-
-    worker = {"max_inflight_tasks": concurrency, "resources": {"cpu_count": concurrency}}
-
-    async def one_run(
-        address: str, server: psutil.Process, tag: str, count: int
-    ) -> dict[str, float]:
-        client = ReapiClient(address)
-        try:
-            digests = await asyncio.gather(
-                *(client.prepare(["/bin/true", f"{tag}-{i}"]) for i in range(count))
-            )
-            pending = iter(digests)
-            latencies: list[float] = []
-
-            async def loop() -> None:
-                for digest in pending:
-                    start = time.perf_counter()
-                    response = await client.execute(digest)
-                    assert response.result.exit_code == 0, response
-                    latencies.append(time.perf_counter() - start)
-
-            before, client_before = server.cpu_times(), resource.getrusage(resource.RUSAGE_SELF)
-            started = time.perf_counter()
-            await asyncio.gather(*(loop() for _ in range(concurrency)))
-            wall = time.perf_counter() - started
-            after, client_after = server.cpu_times(), resource.getrusage(resource.RUSAGE_SELF)
-        finally:
-            await client.close()
-        user, system = after.user - before.user, after.system - before.system
-        client_cpu = (client_after.ru_utime - client_before.ru_utime) + (
-            client_after.ru_stime - client_before.ru_stime
-        )
-        return {
-            "actions_per_s": count / wall,
-            **latency_figures(latencies),
-            "server_cpu_ms_per_action": (user + system) / count * 1000,
-            "server_user_ms_per_action": user / count * 1000,
-            "server_sys_ms_per_action": system / count * 1000,
-            "client_cpu_ms_per_action": client_cpu / count * 1000,
-        }
-
-    home = tmp / "grpc"
-    with LreProcess(local_config(home, worker), home) as lre:
-        server = psutil.Process(lre.proc.pid)
-        asyncio.run(one_run(lre.address, server, "warm", min(actions, 100)))
-        rows = [
-            asyncio.run(one_run(lre.address, server, f"run{run}", actions)) for run in range(runs)
-        ]
-    for key in rows[0]:
-        values = [row[key] for row in rows]
-        print(
-            f"no-op via gRPC {key}: median {statistics.median(values):.2f} "
-            f"(runs: {', '.join(f'{v:.2f}' for v in values)})"
-        )
-    print("targets: >= 200 actions/s, p99 <= 250 ms, <= 3 ms server CPU per action")
-
-
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--actions", type=int, default=400)
-    parser.add_argument("--no-grpc", action="store_true", help="skip part 4")
     args = parser.parse_args()
     trio.run(main, args.runs, args.actions)
-    if not args.no_grpc:
-        with tempfile.TemporaryDirectory(prefix="lre-bench-worker-grpc-") as name:
-            grpc_end_to_end(Path(name), args.runs, args.actions, 32)

@@ -20,6 +20,8 @@ gives the differences:
   own time around the run. If the log was compacted (replaced) during the
   build, no results are read for it.
 
+``bazel_server(output_root)`` finds the Bazel server JVM a build runs in.
+
 Failures: ``Probe`` raises ``RuntimeError`` when a process it watches is
 gone or lre's status listener does not answer.
 """
@@ -35,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
-from bazel_cpu_split import busy_seconds, children_cpu, own_cpu
+from _client import thread_cpu
 from google.protobuf.timestamp_pb2 import Timestamp
 
 # The log's reader is private to lre.cas; the bench reads the file lre wrote.
@@ -55,7 +57,6 @@ STAMPS = (
     "output_upload_completed",
     "worker_completed",
 )
-_NUMBERED = re.compile(r"[ _-]*\d+$")
 _RPC_SUM = re.compile(r'^lre_rpc_duration_seconds_(sum|count)\{method="([^"]+)"\} (\S+)$', re.M)
 _COUNTER = re.compile(r"^(lre_ladder_kills_total|lre_retries_total) (\S+)$", re.M)
 
@@ -64,21 +65,32 @@ def _seconds(stamp: Timestamp) -> float:
     return float(stamp.ToNanoseconds()) / 1e9
 
 
-def _thread_cpu(pid: int) -> dict[int, tuple[str, float]]:
-    """Per thread of ``pid``: (group name, CPU seconds)."""
-    threads = {}
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            comm = (task / "comm").read_text().strip()
-            stat = (task / "stat").read_text()
-        except OSError:
-            continue  # the thread ended meanwhile
-        fields = stat.rsplit(")", 1)[1].split()
-        cpu = (int(fields[11]) + int(fields[12])) / _TICK
-        tid = int(task.name)
-        # Numbered pools ("Trio thread 19", "Trio thread 21") count as one name.
-        threads[tid] = ("main" if tid == pid else _NUMBERED.sub("", comm), cpu)
-    return threads
+def busy_seconds() -> float:
+    """CPU time all cores spent not idle (nor waiting for I/O) since boot."""
+    with open("/proc/stat") as stat:
+        fields = [int(v) for v in stat.readline().split()[1:9]]
+    return (sum(fields) - fields[3] - fields[4]) / _TICK
+
+
+def own_cpu(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return times.user + times.system
+
+
+def children_cpu(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return times.children_user + times.children_system
+
+
+def bazel_server(output_root: Path) -> psutil.Process:
+    """The Bazel server JVM whose command line names ``output_root``."""
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = process.info["cmdline"] or []
+        if any(str(output_root) in part for part in cmdline) and any(
+            "A-server.jar" in part or part.startswith("--output_user_root") for part in cmdline
+        ):
+            return process
+    raise RuntimeError(f"no Bazel server found for {output_root}")
 
 
 @dataclass(frozen=True)
@@ -210,7 +222,7 @@ class Probe:
             jvm_children=children_cpu(self.jvm),
             lre=own_cpu(self.lre),
             lre_children=children_cpu(self.lre),
-            lre_threads=_thread_cpu(self.lre_pid),
+            lre_threads=thread_cpu(self.lre_pid),
             rpc={},
             counters={},
             log_position=self._log_position(),

@@ -2,11 +2,7 @@
 
 Runs a real ``lre up`` per scenario (bench/_client.py: scratch ``LRE_HOME``,
 generated config, REAPI Execute over gRPC) whose actions are real Python
-processes that allocate memory and do CPU work. Each scenario runs against
-this tree's lre ("new") and, for comparison, against the kill-only ladder the
-memory control replaced ("old"): the lre of another checkout (``--old-tree``,
-a ``git worktree add --detach`` of a commit before it), imported through
-``PYTHONPATH``, with the same config (only keys both versions know).
+processes that allocate memory and do CPU work.
 
 The action (``ALLOC``): grows to ``mb`` MB (10**6 bytes) in 10 MB steps, each
 step a fresh bytes object (so every page is written), at most ``rate`` MB/s
@@ -21,11 +17,9 @@ process under lre (not lre itself), and per action process (found by the tag
 in its argv) its CPU time. Attempts per action = distinct host pids seen with
 its tag; a kill = an attempt that was not the last; CPU thrown away = the
 CPU last seen of those attempts (undercounts by <= 50 ms of CPU each). If
-MemAvailable falls under ``--abort-below`` (800 MiB; ``--abort-below-old``,
-1.5 GiB, for the old lre, which admits until the host is nearly out: with an
-800 MiB guard it read MemAvailable 0 once before the hog's memory came back)
-it SIGKILLs every process under lre, then the outside hog, and records the
-abort; the hog watches MemAvailable itself too.
+MemAvailable falls under ``--abort-below`` (800 MiB) it SIGKILLs every
+process under lre, then the outside hog, and records the abort; the hog
+watches MemAvailable itself too.
 
 Scenarios:
 
@@ -35,10 +29,10 @@ a. an ordinary day on an idle machine, default config: two repositories with
    which module k uses 1 + 0.25 x (k mod 5) times its first size (up to 2x)
    and the links 1.5x. Target: 0 kills.
 b. 40 actions of 300 MB of one kind never seen before, cold_memory 200 MiB
-   (so the kill-only ladder's kill line, 240 MiB, is passed), each doing
+   (so a kill at 1.2 x the expected peak would be passed), each doing
    1 CPU-s of work, memory_budget 2 GiB as the only bound
    (max_inflight_tasks 0, cpu_count 1000). Targets: peak summed RSS <= 2 GiB,
-   0 failures; CPU-seconds thrown away by kills, against the old ladder.
+   0 failures, no CPU-seconds thrown away by kills.
 c. an outside process holds memory until MemAvailable is ``--hog-leave``
    (3.5 GiB), then 20 actions of 700 MB arrive at once; defaults but
    max_inflight_tasks 0 and cpu_count 1000 (memory the only bound). Targets:
@@ -47,7 +41,7 @@ d. memory_budget 2 GiB, ladder [1 GiB, 2 GiB] (so the hard ceiling is 2 GiB x
    1.2); one action growing to 1.5 GB must succeed, one growing to 3 GB must
    fail with RESOURCE_EXHAUSTED naming the steps.
 
-Run: ``.venv/bin/python bench/memory_control.py --old-tree /tmp/old``
+Run: ``.venv/bin/python bench/memory_control.py``
 (``--quick``: smaller sizes and counts, no hog of more than 2 GiB;
 ``--scenarios ab``; ``--runs 3`` prints medians and ranges).
 """
@@ -71,7 +65,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _client import LreProcess, ReapiClient, _walk, local_config
+from _client import LreProcess, Monitor, ReapiClient, _walk, local_config, stop_on_sigterm
 
 from lre.proto import REQUEST_METADATA_KEY, re_pb2
 
@@ -115,21 +109,15 @@ def mem_available() -> int:
 # --------------------------------------------------------------------- monitor and hog
 
 
-def _monitor(root: int, out: str, abort_below: int, hog_pid_file: str) -> None:
-    stop = False
-
-    def on_term(*_: object) -> None:
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGTERM, on_term)
+def _monitor(root: int, abort_below: int, hog_pid_file: str, out: str) -> None:
+    stopped = stop_on_sigterm()
     tags: dict[int, str | None] = {}
     attempts: dict[int, list[object]] = {}  # pid -> [tag, cpu_s, first_seen]
     min_avail = mem_available()
     peak_rss = samples = 0
     aborted: dict[str, float] = {}
     started = time.monotonic()
-    while not stop:
+    while not stopped():
         avail = mem_available()
         min_avail = min(min_avail, avail)
         if avail < abort_below and not aborted:
@@ -183,35 +171,16 @@ def _hog(leave: int, cap: int, ready: str, abort_below: int) -> None:
     """Allocate (and write) memory until MemAvailable is ``leave`` or ``cap``
     bytes are held; then write ``ready`` and hold until SIGTERM, exiting at once
     if MemAvailable falls under ``abort_below``."""
-    stop = False
-
-    def on_term(*_: object) -> None:
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGTERM, on_term)
+    stopped = stop_on_sigterm()
     held: list[bytes] = []
     chunk = 64 * MiB
-    while not stop and len(held) * chunk < cap and mem_available() - chunk > leave:
+    while not stopped() and len(held) * chunk < cap and mem_available() - chunk > leave:
         held.append(b"\x02" * chunk)
     Path(ready).write_text(json.dumps({"held": len(held) * chunk, "available": mem_available()}))
-    while not stop:
+    while not stopped():
         if mem_available() < abort_below:
             os._exit(3)
         time.sleep(0.05)
-
-
-class Monitor:
-    def __init__(self, root: int, out: Path, abort_below: int, hog_pid_file: Path) -> None:
-        self.out = out
-        self.proc = subprocess.Popen(
-            [PY, __file__, "--monitor", str(root), str(out), str(abort_below), str(hog_pid_file)]
-        )
-
-    def stop(self) -> dict[str, object]:
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(30)
-        return dict(json.loads(self.out.read_text()))
 
 
 @contextmanager
@@ -233,21 +202,6 @@ def hog(tmp: Path, leave: int, cap: int, abort_below: int) -> Iterator[dict[str,
     finally:
         proc.kill()
         proc.wait()
-
-
-@contextmanager
-def python_path(tree: Path | None) -> Iterator[None]:
-    old = os.environ.get("PYTHONPATH")
-    if tree is not None:
-        os.environ["PYTHONPATH"] = str(tree)
-    try:
-        yield
-    finally:
-        if tree is not None:
-            if old is None:
-                del os.environ["PYTHONPATH"]
-            else:
-                os.environ["PYTHONPATH"] = old
 
 
 # --------------------------------------------------------------------- actions
@@ -322,7 +276,6 @@ async def run_jobs(address: str, jobs: Sequence[Job], rate: float) -> list[Outco
 @dataclass
 class Result:
     scenario: str
-    version: str
     figures: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -349,19 +302,24 @@ def kills_and_waste(
 def run_scenario(
     tmp: Path,
     name: str,
-    version: str,
-    tree: Path | None,
     worker: dict[str, object],
     rounds: Sequence[Sequence[Job]],
     args: argparse.Namespace,
     hog_bytes: int = 0,
 ) -> tuple[Result, list[Outcome], dict[str, object]]:
-    home = tmp / f"{name}-{version}"
-    result = Result(name, version)
+    home = tmp / name
+    result = Result(name)
     outcomes: list[Outcome] = []
-    with python_path(tree), LreProcess(local_config(home, worker), home) as lre:
-        abort = args.abort_below_old if version == "old" else args.abort_below
-        monitor = Monitor(lre.proc.pid, home / "monitor.json", abort, tmp / "hog.pid")
+    with LreProcess(local_config(home, worker), home) as lre:
+        abort = args.abort_below
+        monitor = Monitor(
+            "--monitor",
+            str(lre.proc.pid),
+            str(abort),
+            str(tmp / "hog.pid"),
+            out=home / "monitor.json",
+            script=__file__,
+        )
         try:
             started = time.monotonic()
             if hog_bytes:
@@ -400,7 +358,7 @@ def run_scenario(
 # --------------------------------------------------------------------- the four scenarios
 
 
-def scenario_a(tmp: Path, version: str, tree: Path | None, args: argparse.Namespace) -> Result:
+def scenario_a(tmp: Path, args: argparse.Namespace) -> Result:
     q = args.quick
     n_a, n_b = (4, 6) if q else (10, 20)
     big = 300 if q else 700
@@ -447,14 +405,12 @@ def scenario_a(tmp: Path, version: str, tree: Path | None, args: argparse.Namesp
     worker: dict[str, object] = {}
     if q:
         worker = {"resources": {"cold_memory": "256MiB"}}
-    result, outcomes, _ = run_scenario(
-        tmp, "a", version, tree, worker, [build(False), build(True)], args
-    )
+    result, outcomes, _ = run_scenario(tmp, "a", worker, [build(False), build(True)], args)
     result.notes += [f"{o.job.tag}: {o.message}" for o in outcomes if o.message]
     return result
 
 
-def scenario_b(tmp: Path, version: str, tree: Path | None, args: argparse.Namespace) -> Result:
+def scenario_b(tmp: Path, args: argparse.Namespace) -> Result:
     n, mb, budget = (12, 150, "1GiB") if args.quick else (40, 300, "2GiB")
     cold = "100MiB" if args.quick else "200MiB"
     worker = {
@@ -462,30 +418,30 @@ def scenario_b(tmp: Path, version: str, tree: Path | None, args: argparse.Namesp
         "resources": {"cpu_count": 1000, "memory_budget": budget, "cold_memory": cold},
     }
     jobs = [Job(f"{TAG}b:{i:02d}", mb, 1.0) for i in range(n)]
-    result, outcomes, _ = run_scenario(tmp, "b", version, tree, worker, [jobs], args)
+    result, outcomes, _ = run_scenario(tmp, "b", worker, [jobs], args)
     result.figures["budget_MiB"] = (1 << 10) if args.quick else 2048
     failed = [o for o in outcomes if not o.ok]
     result.notes += [f"failed {o.job.tag}: {o.code} {o.status_message}" for o in failed[:3]]
     return result
 
 
-def scenario_c(tmp: Path, version: str, tree: Path | None, args: argparse.Namespace) -> Result:
+def scenario_c(tmp: Path, args: argparse.Namespace) -> Result:
     n, mb = (6, 300) if args.quick else (20, 700)
     cap = 2 * GiB if args.quick else 22 * GiB
     worker = {"max_inflight_tasks": 0, "resources": {"cpu_count": 1000}}
     jobs = [Job(f"{TAG}c:{i:02d}", mb, 0.5) for i in range(n)]
-    result, outcomes, _ = run_scenario(tmp, "c", version, tree, worker, [jobs], args, hog_bytes=cap)
+    result, outcomes, _ = run_scenario(tmp, "c", worker, [jobs], args, hog_bytes=cap)
     failed = [o for o in outcomes if not o.ok]
     result.notes += [f"failed {o.job.tag}: {o.code} {o.status_message}" for o in failed[:3]]
     result.notes += sorted({o.message for o in outcomes if o.message})[:3]
     return result
 
 
-def scenario_d(tmp: Path, version: str, tree: Path | None, args: argparse.Namespace) -> Result:
+def scenario_d(tmp: Path, args: argparse.Namespace) -> Result:
     worker = {"resources": {"memory_budget": "2GiB", "ladder": ["1GiB", "2GiB"]}}
     fits = Job(f"{TAG}d:fits", 1500, 1.0)
     too_big = Job(f"{TAG}d:too-big", 3000, 1.0)
-    result, outcomes, _ = run_scenario(tmp, "d", version, tree, worker, [[fits], [too_big]], args)
+    result, outcomes, _ = run_scenario(tmp, "d", worker, [[fits], [too_big]], args)
     by_tag = {o.job.tag: o for o in outcomes}
     f, t = by_tag[fits.tag], by_tag[too_big.tag]
     result.figures["fits_ok"] = int(f.ok)
@@ -538,17 +494,17 @@ def show(result: Result) -> None:
     figures = "  ".join(
         f"{k}={result.figures[k]:.4g}" for k in KEYS[result.scenario] if k in result.figures
     )
-    print(f"[{result.scenario} {result.version}] {figures}", flush=True)
+    print(f"[{result.scenario}] {figures}", flush=True)
     for note in result.notes:
         print(f"    {note}", flush=True)
 
 
 def summary(results: Sequence[Result]) -> None:
     print("\nmedian [min-max] over runs")
-    groups: dict[tuple[str, str], list[Result]] = {}
+    groups: dict[str, list[Result]] = {}
     for r in results:
-        groups.setdefault((r.scenario, r.version), []).append(r)
-    for (scenario, version), rs in sorted(groups.items()):
+        groups.setdefault(r.scenario, []).append(r)
+    for scenario, rs in sorted(groups.items()):
         parts = []
         for k in KEYS[scenario]:
             values = [r.figures[k] for r in rs if k in r.figures]
@@ -556,50 +512,41 @@ def summary(results: Sequence[Result]) -> None:
                 parts.append(
                     f"{k}={statistics.median(values):.4g} [{min(values):.4g}-{max(values):.4g}]"
                 )
-        print(f"[{scenario} {version}] n={len(rs)}  " + "  ".join(parts), flush=True)
+        print(f"[{scenario}] n={len(rs)}  " + "  ".join(parts), flush=True)
 
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--monitor":
-        _monitor(int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5])
+        _monitor(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5])
         return
     if len(sys.argv) > 1 and sys.argv[1] == "--hog":
         _hog(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5]))
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--old-tree", type=Path, help="checkout of today's kill-only lre")
     parser.add_argument("--scenarios", default="abcd")
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--rate", type=float, default=200.0, help="MB/s per action (at most)")
     parser.add_argument("--hog-leave", type=float, default=3.5, help="GiB left available")
     parser.add_argument("--abort-below", type=float, default=800, help="MiB")
-    parser.add_argument(
-        "--abort-below-old", type=float, default=1536, help="MiB, for the old lre (it overshoots)"
-    )
-    parser.add_argument("--versions", default="old,new")
     parser.add_argument("--keep", type=Path, help="copy each scenario's scratch here")
     args = parser.parse_args()
     args.hog_leave = int(args.hog_leave * GiB)
     args.abort_below = int(args.abort_below * MiB)
-    args.abort_below_old = int(args.abort_below_old * MiB)
-    versions = [v for v in args.versions.split(",") if v != "old" or args.old_tree]
     results = []
     print(
         f"rate {args.rate:g} MB/s per action; MemAvailable at start "
-        f"{mem_available() / GiB:.1f} GiB; versions {versions}",
+        f"{mem_available() / GiB:.1f} GiB",
         flush=True,
     )
     for _ in range(args.runs):
         for scenario in args.scenarios:
-            for version in versions:
-                tree = args.old_tree if version == "old" else None
-                with tempfile.TemporaryDirectory(prefix="lre-bench-mc-") as d:
-                    result = SCENARIOS[scenario](Path(d), version, tree, args)
-                    if args.keep:
-                        subprocess.run(["cp", "-r", d, str(args.keep)], check=True)
-                show(result)
-                results.append(result)
+            with tempfile.TemporaryDirectory(prefix="lre-bench-mc-") as d:
+                result = SCENARIOS[scenario](Path(d), args)
+                if args.keep:
+                    subprocess.run(["cp", "-r", d, str(args.keep)], check=True)
+            show(result)
+            results.append(result)
     if args.runs > 1:
         summary(results)
 

@@ -8,8 +8,7 @@
 # after each run); docs/performance.md quotes them. Run it on an otherwise idle
 # machine: the figures are wall-clock rates and ratios taken in the same run.
 # Some need more than this checkout: bazel and team the BuildGrid peer harness
-# in ../shared/tools/peer, action_network root, memory_control with
-# LRE_OLD_TREE a checkout of the kill-only lre to compare against.
+# in ../shared/tools/peer, action_network root.
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PY=.venv/bin/python
@@ -51,8 +50,7 @@ clean_build_bench() {
 
 declare -A BENCH=(
   [sampler]="$PY bench/bench_sampler.py"
-  [memory_figures]="$PY bench/bench_memory_figures.py"
-  [stores]="$PY bench/bench_stores.py --runs 5"
+  [memory_figures]="$PY bench/bench_sampler.py --figures"
   [cas]="$PY bench/bench_cas.py --runs 5"
   [execute]="$PY bench/bench_execute.py --runs 5"
   [worker]="$PY bench/bench_worker.py --runs 5"
@@ -72,9 +70,9 @@ declare -A BENCH=(
   # brotli from its release sources, local sandboxed vs through an lre it starts itself
   [project]="$PY bench/bench_project.py"
   [upstream]="$PY bench/bench_upstream.py --reps 5"
-  [team]="$PY bench/bench_team.py --reps 5"
+  [team]="$PY bench/bench_upstream.py --upstream buildgrid --reps 5"
   [cache_contract]="$PY bench/bench_cache_contract.py"
-  [memory_control]="$PY bench/memory_control.py --runs 3 ${LRE_OLD_TREE:+--old-tree $LRE_OLD_TREE} ${LRE_OLD_TREE:---versions new}"
+  [memory_control]="$PY bench/memory_control.py --runs 3"
   [view]="$PY bench/bench_view.py --rounds 3 --runs 100 --dir /var/tmp"
   [action_network]="$PY bench/bench_action_network.py --rounds 5"
   [fair_share]="$PY bench/bench_fair_share.py --reps 3 --fair-off-reps 1"
@@ -85,10 +83,9 @@ declare -A BENCH=(
   [soak]="$PY bench/soak.py --seconds 120"
   # break lre on purpose; each mutation's guarding tests must fail
   [mutations]="$PY bench/mutations.py"
-  # LRE_BASELINE_PYTHON: the python of an older lre's venv, compared in the same run
-  [containment]="$PY bench/bench_containment.py --rounds 5 --replay ${LRE_BASELINE_PYTHON:+--baseline-python $LRE_BASELINE_PYTHON}"
+  [containment]="$PY bench/bench_containment.py --rounds 5 --replay"
 )
-ORDER=(sampler memory_figures stores cas execute worker grpc_floor memory_control rustc
+ORDER=(sampler memory_figures cas execute worker grpc_floor memory_control rustc
   firehose firehose_500 bazel clean_build_20 edit_loop small_actions project replay capacity lre_ab containment
   view action_network fair_share queue history upstream team
   cache_contract fuzz crash soak mutations)
