@@ -22,9 +22,9 @@ from typing import TypeVar
 import pytest
 
 from lre.worker._view_policy import ViewPolicy
-from lre.worker.directories._action_dirs import ROOT_MODE, ActionDirectory, _recycle
 from lre.worker.containment._containment_base import CLONE_FS
 from lre.worker.containment._syscalls import call
+from lre.worker.directories._action_dirs import ROOT_MODE, ActionDirectory, _recycle
 from lre.worker.view._view import ActionView, build_view
 
 T = TypeVar("T")
