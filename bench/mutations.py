@@ -155,8 +155,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         "lre's directories are not masked in an action's view (readable, since the "
         "read-only host already stops every write)",
         "lre/worker/view/_view.py",
-        "        masks, files = _hidden_kinds(view.hidden)\n",
-        "        masks, files = [], []\n",
+        "        for path in view.hidden:\n            holds",
+        "        for path in ():\n            holds",
         ("tests/worker/test_view_attacks.py", "-k", "read_lres_own"),
     ),
     Mutation(

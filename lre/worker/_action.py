@@ -72,7 +72,6 @@ from lre.worker.directories import (
     ActionDirectories,
     WorkDirectory,
     request_error,
-    shape_of,
 )
 from lre.worker.inputs import (
     SMALL_CHECK,
@@ -260,10 +259,7 @@ class ActionRunner:
         """Run one attempt of ``lease``'s action and return its outcome."""
         timeline = Timeline(queued=lease.queued_at)
         timeline.mark("worker_start")
-        command = lease.command
-        outputs = (*command.output_paths, *command.output_files, *command.output_directories)
-        shape = shape_of(outputs, command.working_directory)
-        attempt = Attempt(lease, await self.directories.take(shape), shape, timeline)
+        attempt = Attempt(lease, await self.directories.take(), timeline)
         self._attempts[lease.lease_id] = attempt
         try:
             with trio.CancelScope() as scope:
@@ -302,7 +298,7 @@ class ActionRunner:
                         await trio.to_thread.run_sync(os.close, held)
             else:
                 await self.directories.release(
-                    attempt.action_dir, reusable=attempt.reusable, view=held, shape=shape
+                    attempt.action_dir, reusable=attempt.reusable, view=held
                 )
 
     def _failed(self, lease: Lease, timeline: Timeline, error: LreError) -> Outcome:

@@ -36,8 +36,6 @@ class Attempt:
 
     lease: Lease
     action_dir: ActionDirectory
-    #: What the action writes to (``shape_of``), told back on release.
-    shape: str
     timeline: Timeline
     #: The process group of the action while it runs (None: not running).
     group: int | None = None

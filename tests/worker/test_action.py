@@ -526,30 +526,3 @@ async def test_recycled_directories_show_each_action_exactly_its_tree(env: Env) 
             b".\n./out\n./out/bin\n./src\n./src/b.c\n./tools\n"
         )
         nursery.cancel_scope.cancel()
-
-
-async def test_a_rebuilt_target_gets_the_directory_its_last_run_left(env: Env) -> None:
-    """An edit loop runs one compile and one link in turn: the runner tells
-    the action directories each action's shape (its output parents), so the
-    compile gets back the directory (and skeleton) of the previous compile
-    even though the link's directory was recycled after it."""
-    where = ["/bin/sh", "-c", 'echo "$TMPDIR"; : > "$0"']
-    async with trio.open_nursery() as nursery:
-        directories = env.runner.directories
-        await nursery.start(directories.run)
-
-        async def step(output: str, inputs: dict[str, object]) -> bytes:
-            done = await run(env, [*where, output], inputs=inputs, output_paths=(output,))
-            with trio.fail_after(10):
-                while not directories.idle:  # noqa: ASYNC110 (thread work)
-                    await trio.sleep(0.01)
-            return await blob(env.store, done.result.stdout_digest)
-
-        compile_inputs = {"src": {"m07.c": b"int x;"}}
-        link_inputs = {"obj": {f"m{n:02d}": {"m.o": b"o"} for n in range(5)}}
-        first = await step("obj/m07/m07.o", compile_inputs)
-        link = await step("bin/app", link_inputs)
-        assert link != first
-        assert await step("obj/m07/m07.o", {"src": {"m07.c": b"int y;"}}) == first
-        assert await step("bin/app", link_inputs) == link
-        nursery.cancel_scope.cancel()

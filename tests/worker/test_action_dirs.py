@@ -219,32 +219,20 @@ async def test_idle_janitor_keeps_at_most_twice_the_stock(tmp_path: Path) -> Non
             assert len(entries(workdir)) == dirs.ready <= dirs.kept_at_most
 
 
-async def test_a_take_gets_the_directory_its_shape_left(tmp_path: Path) -> None:
-    """An edit loop alternates a compile and a link: each must get back the
-    skeleton its own previous run left, not the other's (whose directories
-    its staging would have to remove and make), whatever the stock order."""
+async def test_a_take_gets_the_most_recently_recycled_directory(tmp_path: Path) -> None:
+    """Consecutive actions of a build stage look alike: a take gets the
+    skeleton the last recycled directory kept, not an older one's."""
     with WorkDirectory.open(tmp_path, "w") as workdir:
         async with janitor(workdir, stock=2) as dirs:
             await settle(dirs, 2)
-            compile_dir, link_dir = await dirs.take(), await dirs.take()
-            (compile_dir.root / "obj" / "m07").mkdir(parents=True, mode=0o755)
+            older, newer = await dirs.take(), await dirs.take()
+            (older.root / "obj" / "m07").mkdir(parents=True, mode=0o755)
             for n in range(3):
-                (link_dir.root / "obj" / f"m{n:02d}").mkdir(parents=True, mode=0o755)
-            await dirs.release(compile_dir, shape="compile")
-            await dirs.release(link_dir, shape="link")
+                (newer.root / "obj" / f"m{n:02d}").mkdir(parents=True, mode=0o755)
+            await dirs.release(older)
             await settle(dirs, 2)
-            # The link's directory was recycled last: a take without a shape
-            # would get it.
-            again = await dirs.take("compile")
-            assert again.path == compile_dir.path
-            assert again.existing == {"obj", "obj/m07"} and again.shape == "compile"
-            await dirs.release(again, shape="compile")
+            await dirs.release(newer)
             await settle(dirs, 2)
-            link_again = await dirs.take("link")
-            assert link_again.path == link_dir.path
-            assert link_again.existing == {"obj", "obj/m00", "obj/m01", "obj/m02"}
-            # Of an unknown shape: the directory that waited longest (the
-            # compile's, recycled before the link's), not the latest.
-            await dirs.release(link_again, shape="link")
-            await settle(dirs, 2)
-            assert (await dirs.take("other")).path == compile_dir.path
+            again = await dirs.take()
+            assert again.path == newer.path
+            assert again.existing == {"obj", "obj/m00", "obj/m01", "obj/m02"}

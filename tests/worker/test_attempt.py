@@ -19,7 +19,7 @@ REASON = "it passed the hard memory ceiling"
 
 async def _attempt(tmp_path: Path) -> Attempt:
     lease = await make_lease(MemoryStore(1 << 20), ["/bin/true"])
-    return Attempt(lease, ActionDirectory.at(tmp_path / "a"), "", Timeline(queued=0.0))
+    return Attempt(lease, ActionDirectory.at(tmp_path / "a"), Timeline(queued=0.0))
 
 
 async def test_a_kill_before_the_action_runs_does_nothing(tmp_path: Path) -> None:

@@ -14,7 +14,8 @@ import pytest
 import trio
 
 from lre.errors import InvalidArgument
-from lre.worker.process._process import SpawnRequest, run_process
+from lre.worker.containment import WRAPPER_LABEL
+from lre.worker.process._process import SpawnRequest, _labelled, _name_matters, run_process
 
 
 def group_members(pgid: int) -> list[psutil.Process]:
@@ -150,7 +151,8 @@ async def test_leader_dies_when_lre_is_killed(tmp_path: Path) -> None:
 import sys, trio
 from pathlib import Path
 from lre.errors import InvalidArgument
-from lre.worker.process._process import SpawnRequest, run_process
+from lre.worker.containment import WRAPPER_LABEL
+from lre.worker.process._process import SpawnRequest, _labelled, _name_matters, run_process
 async def main():
     def started(pid):
         print(pid, flush=True)
@@ -272,3 +274,22 @@ async def test_action_starts_at_the_requested_niceness(tmp_path: Path) -> None:
 async def test_niceness_out_of_range_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="nice: 20"):
         await start(tmp_path, "true", nice=20)
+
+
+def test_a_wrapper_whose_name_matters_keeps_it_by_the_file_it_resolves_to(
+    tmp_path: Path,
+) -> None:
+    """A wrapper shown as ``WRAPPER_LABEL`` unless its behaviour hangs on its
+    name: a shell keeps argv[0] even when reached through a link of another
+    name, and the answer for one program is reached once, not per action."""
+    shell = tmp_path / "gate"
+    shell.symlink_to("/bin/sh")
+    timeout = tmp_path / "timeout"
+    timeout.symlink_to("/usr/bin/timeout")
+    _name_matters.cache_clear()
+    assert _labelled([str(shell), "-c", ":"], wrapped=True) == [str(shell), "-c", ":"]
+    assert _labelled([str(timeout), "0", "true"], wrapped=True) == [WRAPPER_LABEL, "0", "true"]
+    assert _labelled([str(timeout), "0", "true"], wrapped=False)[0] == str(timeout)
+    for _ in range(3):
+        _labelled([str(shell), "-c", ":"], wrapped=True)
+    assert _name_matters.cache_info().misses == 2

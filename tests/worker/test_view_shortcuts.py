@@ -1,7 +1,8 @@
 """The per-action work a view skips, and why skipping it is still right.
 
-``build_view`` stats each hidden path once (``_hidden_kinds``: directory,
-regular file, or neither) instead of twice; recycling tells the next view
+``build_view`` masks each hidden path with one call whatever it is (the
+tmpfs's own mount tells a directory from the rest; ``stat`` runs only
+after a refusal, to give a file ``/dev/null``); recycling tells the next view
 that the overlay's layers are there (``ActionDirectory.layers``), so
 ``ViewPolicy.view_for`` does not look for them on the event loop.
 """
@@ -10,29 +11,113 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import stat
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 from lre.worker._view_policy import ViewPolicy
+from lre.worker.containment._containment_base import CLONE_FS
+from lre.worker.containment._syscalls import call
 from lre.worker.directories._action_dirs import ROOT_MODE, ActionDirectory, _recycle
-from lre.worker.view._view import _hidden_kinds
+from lre.worker.view._view import ActionView, build_view
+
+T = TypeVar("T")
+_CLONE_NEWNS = 0x00020000
 
 
-def test_each_hidden_path_is_a_directory_a_file_or_neither(tmp_path: Path) -> None:
-    """As ``os.path.isdir``/``isfile`` would say (symlinks followed); a FIFO,
-    a dangling symlink and a missing path get no mask and no /dev/null."""
-    (tmp_path / "dir").mkdir()
-    (tmp_path / "file").write_text("token\n")
-    (tmp_path / "to-dir").symlink_to(tmp_path / "dir")
-    (tmp_path / "to-file").symlink_to(tmp_path / "file")
-    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
-    os.mkfifo(tmp_path / "fifo")
+def test_each_hidden_path_is_masked_by_what_it_is(var_tmp: Path) -> None:
+    """As ``os.path.isdir``/``isfile`` would say (symlinks followed): a
+    directory shows an empty read-only tmpfs, a file (or a symlink to one)
+    ``/dev/null``; a FIFO, a dangling symlink and a missing path get no
+    mask, and the view is still built."""
+    if os.geteuid() != 0:
+        pytest.skip("build_view in this process needs CAP_SYS_ADMIN (root; CI runs as root)")
+    hidden = var_tmp / "hidden"
+    hidden.mkdir()
+    (hidden / "dir").mkdir()
+    (hidden / "dir" / "secret").write_text("s\n")
+    (hidden / "file").write_text("token\n")
+    (hidden / "to-dir").symlink_to(hidden / "dir")
+    (hidden / "to-file").symlink_to(hidden / "file")
+    (hidden / "dangling").symlink_to(hidden / "nowhere")
+    os.mkfifo(hidden / "fifo")
     names = ("dir", "file", "to-dir", "to-file", "dangling", "fifo", "missing")
-    directories, files = _hidden_kinds(tuple(str(tmp_path / n) for n in names))
-    assert directories == [str(tmp_path / "dir"), str(tmp_path / "to-dir")]
-    assert files == [str(tmp_path / "file"), str(tmp_path / "to-file")]
+    action = var_tmp / "a1"
+    for part in ("root", "tmp", "view/upper", "view/work"):
+        (action / part).mkdir(parents=True)
+    view = ActionView(
+        root=str(action / "root"),
+        upper=str(action / "view/upper"),
+        work=str(action / "view/work"),
+        tmp=str(action / "tmp"),
+        xattrs="trusted",
+        hidden=tuple(str(hidden / name) for name in names),
+    )
+
+    def inspect() -> dict[str, object]:
+        seen: dict[str, object] = {}
+        for name in names:
+            path = hidden / name
+            if not os.path.lexists(path):
+                seen[name] = "missing"
+            elif path.is_dir():
+                seen[name] = ("directory", os.listdir(path), os.access(path, os.W_OK))
+            elif path.exists() and stat.S_ISCHR(os.stat(path).st_mode):
+                seen[name] = ("device", path.read_bytes())
+            else:
+                seen[name] = "as it is"
+        return seen
+
+    seen = _in_view(view, inspect)
+    # The mask of "dir" shows through the symlink too: "to-dir" leads there.
+    assert seen == {
+        "dir": ("directory", [], False),
+        "to-dir": ("directory", [], False),
+        "file": ("device", b""),
+        "to-file": ("device", b""),
+        "dangling": "as it is",
+        "fifo": "as it is",
+        "missing": "missing",
+    }
+
+
+@pytest.fixture
+def var_tmp() -> Iterator[Path]:
+    """A scratch directory outside ``/tmp``, which the view covers."""
+    path = Path(tempfile.mkdtemp(prefix="lre-view-test-", dir="/var/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path)
+
+
+def _in_view(view: ActionView, inspect: Callable[[], T]) -> T:
+    """``inspect()`` run in a thread whose new mount namespace is ``view``
+    (the thread ends there: its namespace goes with it)."""
+    result: list[T] = []
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            call("unshare", CLONE_FS)
+            call("unshare", _CLONE_NEWNS)
+            build_view(view)
+            result.append(inspect())
+        except BaseException as error:  # re-raised in the test's thread
+            failure.append(error)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]
+    return result[0]
 
 
 def _action_directory(path: Path, *, view: bool, work: bool = True) -> ActionDirectory:

@@ -11,7 +11,6 @@ from lre.worker.directories._action_dirs import (
     TMP_NAME,
     ActionDirectories,
     ActionDirectory,
-    shape_of,
 )
 from lre.worker.directories._beneath import SymlinkInPath, open_beneath
 from lre.worker.directories._disk_full import request_error
@@ -33,6 +32,5 @@ __all__ = [
     "plan_directories",
     "quarantined",
     "request_error",
-    "shape_of",
     "too_long",
 ]

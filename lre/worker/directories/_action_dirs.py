@@ -29,7 +29,8 @@ costs more CPU than the calls themselves. ``ActionDirectories`` therefore:
   grace period, which the action's exit would otherwise have waited for).
   An action that leaves nothing behind costs no new inode at all, and one
   whose tree looks like the previous one's costs only the directories that
-  differ. Up to twice the stock is
+  differ (``take`` hands out the most recently recycled directory, whose
+  skeleton is the likeliest to match). Up to twice the stock is
   kept this way, so that a burst larger than the stock comes back as ready
   directories instead of being removed now and made again at the next
   burst, and ``take()`` on an empty stock waits for a batch that is
@@ -52,7 +53,6 @@ import itertools
 import logging
 import os
 import stat
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,10 +99,6 @@ class ActionDirectory:
     #: Empty directories already under ``root`` (relative paths), left by
     #: the previous action; ``stage_inputs`` reuses or removes them.
     existing: frozenset[str] = frozenset()
-    #: What the previous action wrote to (``release(shape=...)``; "" when
-    #: unknown): ``take`` hands this directory to the next action of the
-    #: same shape, whose tree most likely has these same directories.
-    shape: str = ""
     #: The overlay's ``upper`` and ``work`` exist, as recycling left them
     #: (emptied, ``ROOT_MODE`` and 0700): a view need not look for them.
     layers: bool = False
@@ -119,14 +115,6 @@ class ActionDirectory:
             view / "upper",
             view / "work",
         )
-
-
-def shape_of(outputs: Iterable[str], working_directory: str = "") -> str:
-    """An action's shape for ``take``/``release``: the working directory and
-    the parent directories of its output paths. Two actions with the same
-    outputs (one target rebuilt) have one shape. Pure, never raises."""
-    parents = sorted({os.path.dirname(path) for path in outputs})
-    return "\0".join([working_directory, *parents])
 
 
 class ActionDirectories:
@@ -191,18 +179,10 @@ class ActionDirectories:
         """Thread calls made by ``run`` so far (for tests and statistics)."""
         return self._batches
 
-    async def take(self, shape: str = "") -> ActionDirectory:
-        """An empty action directory with an empty ``root/`` inside.
-
-        ``shape`` (what the action will write to, as ``release`` is told):
-        of the ready directories, the one most recently released with that
-        shape is handed out, so an edit loop's compile gets the skeleton the
-        previous compile of that target left, not the link's (removing a
-        link tree's dozens of package directories cost the compile's staging
-        75-212 ms of ``rmdir`` on a busy ext4); with none of that shape, the
-        one that has waited longest, so that the directories of recent shapes
-        stay for their next action. Without a shape, the most recently
-        recycled one.
+    async def take(self) -> ActionDirectory:
+        """An empty action directory with an empty ``root/`` inside: the most
+        recently recycled one (its skeleton is the likeliest to match the
+        next tree: consecutive actions of a build stage look alike).
 
         When the stock is empty while released directories are waiting to
         be recycled (or a batch is recycling them), this waits for that batch
@@ -215,21 +195,12 @@ class ActionDirectories:
             self._wake.set()
             await self._refilled.wait()
         if self._stock:
-            path = self._stock.pop(self._fitting(shape))
+            path = self._stock.pop()
             if len(self._stock) < self.stock_size // 2:
                 self._wake.set()
             return path
         self._wake.set()
         return await trio.to_thread.run_sync(self._make)
-
-    def _fitting(self, shape: str) -> int:
-        """The stock index ``take`` hands out for ``shape`` (see there)."""
-        if not shape:
-            return len(self._stock) - 1
-        for index in range(len(self._stock) - 1, -1, -1):
-            if self._stock[index].shape == shape:
-                return index
-        return 0
 
     async def release(
         self,
@@ -237,12 +208,8 @@ class ActionDirectories:
         *,
         reusable: bool = True,
         view: int | None = None,
-        shape: str = "",
     ) -> None:
         """Give back a finished action's directory (see the module docstring).
-
-        ``shape``: what its action wrote to (``take``), kept with the
-        directory when it is recycled.
 
         ``reusable`` False (a process of the action may still write into it)
         has it removed, never handed to another action. ``view`` is a
@@ -252,8 +219,6 @@ class ActionDirectories:
         recycled or removed (a failing close is logged).
         """
         views = [] if view is None else [view]
-        if shape != directory.shape:
-            directory = dataclasses.replace(directory, shape=shape)
         if self._running:
             self._views.extend(views)
             if reusable:

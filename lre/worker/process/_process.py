@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import functools
 import logging
 import os
 import queue
@@ -84,12 +85,19 @@ def _labelled(first: list[str], *, wrapped: bool) -> list[str]:
     program whose behaviour hangs on its name (``_NAME_MATTERS``, by the
     file it resolves to). The program run is still ``first[0]`` (Popen's
     ``executable``)."""
-    if not wrapped:
-        return first
-    program = os.path.basename(os.path.realpath(first[0]))
-    if program in _NAME_MATTERS or os.path.basename(first[0]) in _NAME_MATTERS:
+    if not wrapped or _name_matters(first[0]):
         return first
     return [WRAPPER_LABEL, *first[1:]]
+
+
+@functools.lru_cache(maxsize=64)
+def _name_matters(wrapper: str) -> bool:
+    """Whether the wrapper program ``wrapper`` (by its own name or the file
+    it resolves to) is one of ``_NAME_MATTERS``. Asked once per program, not
+    per action: the wrappers are the few programs the backends chose at
+    start-up, and resolving one walks its path a system call per component."""
+    program = os.path.basename(os.path.realpath(wrapper))
+    return program in _NAME_MATTERS or os.path.basename(wrapper) in _NAME_MATTERS
 
 
 def _resolve_program(program: str, cwd: Path, env: Mapping[str, str]) -> str:

@@ -76,6 +76,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import os
 import stat
 import sys
@@ -487,23 +488,61 @@ def outermost(paths: tuple[str, ...] | list[str]) -> list[str]:
     return kept
 
 
-def _hidden_kinds(hidden: tuple[str, ...]) -> tuple[list[str], list[str]]:
-    """The directories and the files (regular files and sockets) among
-    ``hidden`` as this namespace shows them now (symlinks followed, as
-    ``os.path.isdir`` and ``isfile`` would), one ``stat`` each; a path that
-    cannot be read (gone, or under a fresh tmpfs already) is neither."""
-    directories: list[str] = []
-    files: list[str] = []
-    for path in hidden:
-        try:
-            mode = os.stat(path).st_mode
-        except (OSError, ValueError):
-            continue
-        if stat.S_ISDIR(mode):
-            directories.append(path)
-        elif stat.S_ISREG(mode) or stat.S_ISSOCK(mode):
-            files.append(path)
-    return directories, files
+#: Errors of a mask's mount that may only mean its path is no directory
+#: this namespace reaches (missing, a file, behind a symlink loop or a
+#: closed directory): then it gets no tmpfs, as ``stat`` would have said.
+_NOT_A_DIRECTORY = frozenset(
+    (errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.ELOOP, errno.ENAMETOOLONG)
+)
+
+
+def _mask_directory(where: str, path: str, flags: int) -> bool:
+    """Cover the hidden ``path`` (looked up as ``where``, symlinks followed)
+    with an empty tmpfs of ``flags`` if it is a directory: True when it was
+    masked, False when it is none this namespace shows now (gone, a file, or
+    under a fresh tmpfs already). The mount's own lookup is the test, so a
+    path costs one call whatever it is, and ``stat`` runs only after a
+    refusal, to tell "no directory" from a mount that failed. Raises
+    ``OSError`` naming ``path`` when a directory could not be masked."""
+    assert _HELD is not None
+    if "\0" in where:
+        return False  # no such path (``stat`` refuses it; ctypes would cut it)
+    options = _MASK_OPTIONS.encode()
+    if _HELD.mount(b"tmpfs", where.encode(), b"tmpfs", ctypes.c_ulong(flags), options) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in _NOT_A_DIRECTORY and not _is_directory(where):
+        return False
+    raise OSError(code, f"mount tmpfs on {path}: {os.strerror(code)}")
+
+
+def _with_ancestors(paths: list[str]) -> set[str]:
+    """``paths`` (absolute, normalised) and every directory above them, so
+    that a mask holding one of them is found with one look-up."""
+    found = {"/"}
+    for path in paths:
+        while path not in found:
+            found.add(path)
+            path = os.path.dirname(path)
+    return found
+
+
+def _is_directory(path: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
+def _is_file(path: str) -> bool:
+    """Whether a hidden path that is no directory is a regular file or a
+    socket (symlinks followed), which gets ``/dev/null`` in its place; a
+    FIFO, a device or a missing path gets nothing."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return False
+    return stat.S_ISREG(mode) or stat.S_ISSOCK(mode)
 
 
 def _shown_clones(shown: tuple[str, ...]) -> list[tuple[int, str, bool]]:
@@ -657,29 +696,34 @@ def build_view(view: ActionView, *, host_proc_writable: bool = True) -> None:
         # it, and /tmp hides it already unless a writable path brought it back).
         # ``hidden`` is outermost already (``ViewPolicy``). A mask that will
         # hold the action's own mount points is made read-only after them.
-        masks, files = _hidden_kinds(view.hidden)
-        for path in files:  # a token or key file: /dev/null in its place
-            target = _mask_target(path, view, writable)
-            fd = _clone_tree("/dev/null")
-            detached.append((fd, path))
-            if target is None:
-                _attach(fd, path)
-            else:
-                targets.append(target)
-                _attach_onto(fd, target, path)
+        masks: list[str] = []
         later: list[str] = []
-        inside = [view.root, view.tmp, *(path for _, path, _ in shown)]
-        for path in masks:
-            target = _mask_target(path, view, writable)
+        inside = _with_ancestors([view.root, view.tmp, *(path for _, path, _ in shown)])
+        for path in view.hidden:
+            holds = (path.rstrip("/") or "/") in inside
+            flags = _MS_NOSUID | _MS_NODEV | (0 if holds else _MS_RDONLY)
+            target = None
             where = path
-            if target is not None:  # the directory checked, whatever its path holds now
-                targets.append(target)
-                where = f"/proc/thread-self/fd/{target}"
-            if any(covered_by(each, [path]) for each in inside):
-                _mount_tmpfs(where, _MASK_OPTIONS)
-                later.append(path)
-            else:
-                _mount_tmpfs(where, _MASK_OPTIONS, _MS_NOSUID | _MS_NODEV | _MS_RDONLY)
+            if covered_by(path, writable) is not None:
+                # Judged only when it is there: the directory checked,
+                # whatever its path holds now (``_mask_target``).
+                if not (_is_directory(path) or _is_file(path)):
+                    continue
+                target = _mask_target(path, view, writable)
+                if target is not None:
+                    targets.append(target)
+                    where = f"/proc/thread-self/fd/{target}"
+            if _mask_directory(where, path, flags):
+                masks.append(path)
+                if holds:
+                    later.append(path)
+            elif _is_file(path):  # a token or key file: /dev/null in its place
+                fd = _clone_tree("/dev/null")
+                detached.append((fd, path))
+                if target is None:
+                    _attach(fd, path)
+                else:
+                    _attach_onto(fd, target, path)
         for fd, path in own:
             _attach_at(fd, path, [*masks, *fresh])
         for fd, path, directory in shown:
