@@ -63,8 +63,8 @@ async def bench_staging(tmp: Path, runs: int) -> dict[str, float]:
     fs = FilesystemStore(tmp / "cas", tmp / "cas-tmp", 1 << 30)
     await fs.open()
     memory = MemoryStore(1 << 30)
-    for label, store, link in (
-        ("filesystem (hardlink)", fs, fs.path_for_link),
+    for label, store, files in (
+        ("filesystem (hardlink)", fs, fs),
         ("memory (copy)", memory, None),
     ):
         root_digest = await build_tree(store)
@@ -74,7 +74,7 @@ async def bench_staging(tmp: Path, runs: int) -> dict[str, float]:
             target.mkdir()
             start = time.perf_counter()
             tree = await fetch_input_tree(DirectoryReader(store), root_digest)
-            await stage_inputs(store, tree, target, link_source=link)  # type: ignore[arg-type]
+            await stage_inputs(store, tree, target, local_files=files)  # type: ignore[arg-type]
             elapsed = time.perf_counter() - start
             assert len(tree.files) == 2000
             if i:  # first run warms caches (variant files, imports)

@@ -83,7 +83,7 @@ def _install(out: str) -> None:
         process = importlib.import_module("lre.worker.process._process")
         dirs = importlib.import_module("lre.worker.directories._action_dirs")
         collection = importlib.import_module("lre.worker.outputs._output_collection")
-        action = importlib.import_module("lre.worker._action")
+        action = importlib.import_module("lre.worker._attempt")
     except ImportError:
         return
     spawner_class = process._Spawner

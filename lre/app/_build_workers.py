@@ -21,6 +21,7 @@ from lre.worker import (
     ContainmentUnavailable,
     LocalWorker,
     PressureMonitor,
+    WorkerHost,
     choose_containment,
     refuse_unreachable,
     refuse_unsafe_writable,
@@ -125,7 +126,6 @@ def build_workers(
                 f"that {unlocked[0].removeprefix('root actions ')}; set action_user: "
                 '"unprivileged" or run lre on Linux 6.15+'
             )
-        filesystem = stores.filesystem_of(local.cas_store)
         upload = local.upload_action_result
         workers.append(
             LocalWorker(
@@ -133,21 +133,14 @@ def build_workers(
                 resources=resources[local.name],
                 scheduler=schedulers[local.scheduler],
                 store=stores.blob(local.cas_store),
+                pressure=pressure[local.name],
                 directories=stores.directories(local.cas_store),
                 action_cache=(
                     stores.results(upload.ac_store, local.cas_store)
                     if upload.ac_store and upload.upload_ac_results_strategy != "never"
                     else None
                 ),
-                link_source=filesystem.path_for_link if filesystem is not None else None,
-                link_now=filesystem.stored_path_for_link if filesystem is not None else None,
-                adopt=filesystem.adopt_file if filesystem is not None else None,
-                discard=filesystem.discard if filesystem is not None else None,
-                containment=containment,
-                cas_max_bytes=filesystem.max_bytes if filesystem is not None else None,
-                hidden_paths=hidden,
-                pressure=pressure[local.name],
-                identity=identity,
+                host=WorkerHost(containment, identity, hidden),
             )
         )
     return workers, containments

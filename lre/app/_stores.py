@@ -126,11 +126,6 @@ class Stores:
             raise StoreBuildError(f"store {ac_name!r} is not an action cache") from None
         return ActionResultCache(ac, self.blob(cas_name))
 
-    def filesystem_of(self, name: str) -> FilesystemStore | None:
-        """The filesystem store keeping blob store ``name``'s blobs as files
-        (itself, or the fast tier under a wrapper), if any."""
-        return self.blob(name).capabilities().local_files
-
     def upstream_statistics(self) -> list[UpstreamStatistics]:
         """Health of every upstream store (for /status and the TUI)."""
         return [store.upstream_statistics() for store in self.upstreams]

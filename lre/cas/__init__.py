@@ -16,7 +16,7 @@ from lre.cas._blob_io import (
 )
 from lre.cas._memory import MemoryStore
 from lre.cas._pins import Pin
-from lre.cas._protocol import BlobStore, ImmediateReads, StoreCapabilities
+from lre.cas._protocol import BlobStore, ImmediateReads, LocalFiles, StoreCapabilities
 from lre.cas._statistics import StoreStatistics
 from lre.cas._streams import closing_stream
 from lre.cas._wrappers import FastSlowStore, VerifyStore
@@ -47,6 +47,7 @@ __all__ = [
     "GrpcActionCache",
     "GrpcStore",
     "ImmediateReads",
+    "LocalFiles",
     "MemoryActionCache",
     "MemoryStore",
     "Pin",

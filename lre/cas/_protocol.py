@@ -13,6 +13,7 @@ wraps and so decides, in one place, which capabilities pass through it.
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -23,7 +24,6 @@ from lre.errors import LreError
 if TYPE_CHECKING:
     from lre.cas._pins import Pin
     from lre.cas._statistics import StoreStatistics
-    from lre.cas.filesystem._store import FilesystemStore
 
 
 class ImmediateReads(Protocol):
@@ -95,6 +95,47 @@ class BulkBlobStore(Protocol):
     async def write_many(self, blobs: Sequence[tuple[Digest, bytes]]) -> list[LreError | None]: ...
 
 
+class LocalFiles(Protocol):
+    """A store's blobs as files on this machine, as a worker hands them to actions.
+
+    Pin a blob (``StoreCapabilities.pin``) before asking for its path, so it
+    is not evicted before it is linked.
+
+    - ``path_for_link``: the file holding a blob's plain (0o444) or
+      executable (0o555) variant, to be hardlinked; the missing variant is
+      copied first. Raises ``NotFound`` when the blob is absent and
+      ``ResourceExhausted`` when the new variant does not fit.
+    - ``stored_path_for_link``: the same without waiting, None when that
+      variant is not stored already.
+    - ``adopt_file``: moves a file into the store and returns its digest;
+      raises ``InvalidArgument`` (the file left in place) when it is not
+      ``digest``, ``ResourceExhausted`` when it does not fit.
+    - ``discard``: withdraws a blob whose linked file an action altered
+      (False when it was not stored).
+    - ``max_bytes``: the bound of the store's files; ``content_path`` and
+      ``temp_path``: the directories they live in.
+    """
+
+    @property
+    def content_path(self) -> str: ...
+
+    @property
+    def temp_path(self) -> str: ...
+
+    @property
+    def max_bytes(self) -> int: ...
+
+    async def path_for_link(self, digest: Digest, executable: bool) -> str: ...
+
+    def stored_path_for_link(self, digest: Digest, executable: bool) -> str | None: ...
+
+    async def adopt_file(
+        self, path: str | os.PathLike[str], digest: Digest | None = None, executable: bool = False
+    ) -> Digest: ...
+
+    async def discard(self, digest: Digest, executable: bool) -> bool: ...
+
+
 @dataclass(frozen=True, slots=True)
 class StoreCapabilities:
     """What a store offers besides ``has_many``/``read``/``write``; ``None``
@@ -106,8 +147,8 @@ class StoreCapabilities:
     - ``statistics()``: what the store itself holds and has evicted. A
       wrapper holds nothing of its own and offers none: the stores it wraps
       are configured stores of their own and report under their own names.
-    - ``local_files``: the filesystem store that keeps this store's blobs as
-      files on this machine (the store itself, or the fast tier under a
+    - ``local_files``: this store's blobs as files on this machine
+      (``LocalFiles``: a filesystem store itself, or the fast tier under a
       wrapper): inputs can be hardlinked from it, outputs moved into it, and
       an action's view hides its directories.
     - ``immediate_reads``: lookups answerable from any thread without
@@ -124,7 +165,7 @@ class StoreCapabilities:
 
     pin: Callable[[Iterable[Digest]], Pin] | None = None
     statistics: Callable[[], StoreStatistics] | None = None
-    local_files: FilesystemStore | None = None
+    local_files: LocalFiles | None = None
     immediate_reads: ImmediateReads | None = None
     immediate_writes: ImmediateWrites | None = None
     bulk: BulkBlobStore | None = None

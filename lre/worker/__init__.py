@@ -1,7 +1,8 @@
 """Local workers: take a leased action, stage its inputs, run it, report.
 
 ``LocalWorker`` is the live worker built by ``lre.app`` from a
-``LocalWorkerSpec``; ``ActionRunner`` runs one leased action end to end;
+``LocalWorkerSpec``, its store and a ``WorkerHost`` (what the app worked out
+for it on this host); ``ActionRunner`` runs one leased action end to end;
 ``WorkDirectory`` is a worker's locked private directory; ``Containment``
 (from ``choose_containment``) keeps each action's processes within its life;
 ``PressureMonitor`` (built by the composition root with a worker's headroom)
@@ -11,7 +12,7 @@ as a ``MemoryAction`` (``LocalWorker.memory.on_event``).
 """
 
 from lre.worker._view_policy import refuse_unreachable, refuse_unsafe_writable
-from lre.worker._worker import LocalWorker, LocalWorkerStatistics
+from lre.worker._worker import LocalWorker, LocalWorkerStatistics, WorkerHost
 from lre.worker.containment import (
     Containment,
     ContainmentUnavailable,
@@ -33,6 +34,7 @@ __all__ = [
     "PressureMonitor",
     "QuarantinedEntry",
     "SkipLog",
+    "WorkerHost",
     "choose_containment",
     "keep_reserve",
     "missing_protections",

@@ -47,12 +47,11 @@ from lre.scheduler import (
 )
 from lre.snapshot import MemoryControlRow
 from lre.worker._action import ActionResultWriter, ActionRunner, RunnerContext
-from lre.worker._cas_handle import CasHandle, Discarder
 from lre.worker._precondition import precondition_allows
 from lre.worker._properties import resolve_properties
 from lre.worker.containment import ActionIdentity, Containment, choose_containment
 from lre.worker.directories import WorkDirectory
-from lre.worker.inputs import InputJournal, LinkNow, LinkSource, recover_linked_inputs
+from lre.worker.inputs import InputJournal, recover_linked_inputs
 from lre.worker.memory import (
     ControlPace,
     GovernorLimits,
@@ -63,7 +62,7 @@ from lre.worker.memory import (
     PsiTrigger,
     cgroup_freezer,
 )
-from lre.worker.outputs import ActionLimits, Adopter
+from lre.worker.outputs import ActionLimits
 from lre.worker.usage import ActionUsage, ProcessTreeSampler
 
 log = logging.getLogger(__name__)
@@ -90,25 +89,36 @@ class LocalWorkerStatistics:
     memory: MemoryControlRow | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class WorkerHost:
+    """What the composition root worked out for a worker from this host and
+    the whole config; each field left at its default is the worker's own."""
+
+    #: How action processes are contained, shared by the workers of one
+    #: mode (None: the spec's mode).
+    containment: Containment | None = None
+    #: The user actions run as (None: lre's own; ``_identity.py``).
+    identity: ActionIdentity | None = None
+    #: lre's directories hidden from every action's view (``_view.py``).
+    hidden_paths: tuple[str, ...] = ()
+
+
 class LocalWorker:
     """One local worker; see the module docstring.
 
     - ``resources``: the numbers of ``spec`` with ``"auto"`` worked out
       (``lre.config.worker_resources``).
-    - ``store``: the CAS inputs are read from and outputs written to.
-    - ``link_source``: ``path_for_link`` of a filesystem store (hardlinked
-      inputs), and ``link_now`` its ``stored_path_for_link`` (the same for
-      stored variants, asked first, without a checkpoint per input);
-      ``adopt``: its ``adopt_file`` (outputs moved, not copied);
-      ``discard``: its ``discard`` (withdraws an input an action altered).
+    - ``store``: the CAS inputs are read from and outputs written to; where
+      its blobs are files here (``capabilities().local_files``) inputs are
+      hardlinked, outputs moved in, altered inputs discarded, and its
+      ``max_bytes`` sets ``limits.max_output_bytes`` "auto" (``ActionLimits.of``).
     - ``action_cache``: written per ``upload_action_result``.
-    - ``sampler``: a shared ``ProcessTreeSampler``; when None the worker runs
-      its own at ``resources.sample_interval``.
-    - ``cas_max_bytes``: the ``max_bytes`` of the worker's CAS, which sets
-      ``limits.max_output_bytes`` "auto" (``ActionLimits.of``).
     - ``pressure``: the host memory readings (with the worker's
       ``memory_headroom``), shared with the scheduler's admission
       (``PressureMonitor.room_bytes``); the composition root builds it.
+    - ``directories``: the reader of ``store``'s Directory messages, shared
+      with the scheduler by the composition root (None: one of its own).
+    - ``host``: containment, action user and hidden paths (``WorkerHost``).
     """
 
     def __init__(
@@ -120,36 +130,24 @@ class LocalWorker:
         store: BlobStore,
         pressure: PressureMonitor,
         action_cache: ActionResultWriter | None = None,
-        link_source: LinkSource | None = None,
-        link_now: LinkNow | None = None,
-        adopt: Adopter | None = None,
-        discard: Discarder | None = None,
-        containment: Containment | None = None,
         directories: DirectoryReader | None = None,
-        cas_max_bytes: int | None = None,
-        hidden_paths: tuple[str, ...] = (),
-        identity: ActionIdentity | None = None,
+        host: WorkerHost | None = None,
     ) -> None:
+        host = host if host is not None else WorkerHost()
         self.spec = spec
         #: The user actions run as (None: lre's own; ``_identity.py``).
-        self.identity = identity
+        self.identity = host.identity
+        files = store.capabilities().local_files
         #: The limits of ``spec.limits``, "auto" worked out from the bound of
-        #: the worker's CAS (``cas_max_bytes``, unknown if None).
-        self.limits = ActionLimits.of(spec.limits, cas_max_bytes)
+        #: the worker's CAS (unknown unless its blobs are files here).
+        self.limits = ActionLimits.of(spec.limits, files.max_bytes if files is not None else None)
         self.resources = resources
-        #: lre's directories hidden from every action's view (``_view.py``).
-        self.hidden_paths = hidden_paths
-        #: The reader of ``store``'s Directory messages, shared with the
-        #: scheduler by the composition root (one of its own if not given).
+        self.hidden_paths = host.hidden_paths
         self.directories = directories if directories is not None else DirectoryReader(store)
         #: How action processes are contained (default: the spec's mode).
-        self.containment = (
-            containment if containment is not None else choose_containment(spec.containment)
-        )
+        self.containment = host.containment or choose_containment(spec.containment)
         self.scheduler = scheduler
-        self.cas = CasHandle.of(
-            store, link_source=link_source, link_now=link_now, adopt=adopt, discard=discard
-        )
+        self.store = store
         self.action_cache = action_cache
         self.sampler = ProcessTreeSampler(
             float(spec.resources.sample_interval), on_over_limit=self._over_limit
@@ -227,16 +225,17 @@ class LocalWorker:
         self.workdir = workdir
         journal: InputJournal | None = None
         try:
-            if self.cas.link_source is not None:
+            files = self.store.capabilities().local_files
+            if files is not None:
                 # Before this worker takes work, so before lre serves anything.
-                await recover_linked_inputs(workdir.journal_path, self.cas.discard)
+                await recover_linked_inputs(workdir.journal_path, files.discard)
                 journal = InputJournal(workdir.journal_path)
             self.info = await self.describe()
             self.runner = ActionRunner(
                 RunnerContext(
                     self.spec,
                     workdir,
-                    self.cas,
+                    self.store,
                     max_inflight=self.resources.max_inflight_tasks,
                     action_cache=self.action_cache,
                     sampler=self.sampler,
@@ -254,7 +253,7 @@ class LocalWorker:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.sampler.run)
                 await nursery.start(self.pressure_trigger.run)
-                await nursery.start(self.runner.directories.run)
+                await nursery.start(self.runner.parts.directories.run)
                 nursery.start_soon(self._heartbeat)
                 self.scheduler.register_worker(self.info)
                 try:

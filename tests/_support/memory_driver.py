@@ -38,7 +38,7 @@ from lre.digest import Digest
 from lre.proto import re_pb2
 from lre.scheduler import RecordBuilder, Scheduler
 from lre.snapshot import ActionRecord
-from lre.worker import LocalWorker, PressureMonitor, _action
+from lre.worker import LocalWorker, PressureMonitor, _attempt
 from lre.worker.memory._memory_figure import memory_figure
 from lre.worker.process._process import ProcessOutcome
 from lre.worker.usage import _tree_peak
@@ -89,7 +89,7 @@ def _watch_kernel_figures() -> list[int]:
         seen.append(process.kernel_peak_bytes)
         return memory_figure(process, sampled)
 
-    setattr(_action, "memory_figure", watched)  # noqa: B010 (not exported by _action)
+    setattr(_attempt, "memory_figure", watched)  # noqa: B010 (not exported by _attempt)
     return seen
 
 

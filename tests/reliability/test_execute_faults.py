@@ -155,7 +155,7 @@ def resources(server: Running) -> dict[str, int]:
         # released action directories not yet recycled or removed (the
         # janitor's batches run in a thread and lag behind on a busy machine)
         "directories_busy": sum(
-            w.runner is not None and not w.runner.directories.idle for w in server.app.workers
+            w.runner is not None and not w.runner.parts.directories.idle for w in server.app.workers
         ),
     }
 
@@ -426,7 +426,7 @@ async def test_disconnect_at_every_stage_leaks_nothing(tmp_path: Path) -> None:
             assert leftovers(server.work) == []
             (worker,) = server.app.workers
             assert worker.runner is not None
-            bound = worker.runner.directories.kept_at_most
+            bound = worker.runner.parts.directories.kept_at_most
             count = action_dirs(server.work)
             assert count <= bound, (round_, count, bound, os.listdir(server.work))
 

@@ -19,7 +19,6 @@ from lre.digest import Digest, DigestFunction
 from lre.scheduler._lease import Lease
 from lre.scheduler._model import ActionKey, RequestInfo, Reservation
 from lre.worker._action import ActionRunner, RunnerContext
-from lre.worker._cas_handle import CasHandle
 from lre.worker.directories._workdir import WorkDirectory
 from tests._support.actions import TreeSpec, build_action, put_action
 
@@ -108,7 +107,7 @@ def store() -> MemoryStore:
 def env(tmp_path: Path, store: MemoryStore) -> Iterator[Env]:
     spec = make_spec(tmp_path)
     workdir = WorkDirectory.open(spec.work_directory, spec.name)
-    runner = ActionRunner(RunnerContext(spec, workdir, CasHandle.of(store)))
+    runner = ActionRunner(RunnerContext(spec, workdir, store))
     try:
         yield Env(store, workdir, spec, runner)
     finally:

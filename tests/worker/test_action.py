@@ -15,7 +15,6 @@ from lre.errors import DeadlineExceeded, InvalidArgument, MissingBlobs
 from lre.proto import lre_pb2, re_pb2
 from lre.scheduler import Completed
 from lre.worker._action import ActionRunner, RunnerContext
-from lre.worker._cas_handle import CasHandle
 from lre.worker.directories._workdir import WorkDirectory
 from tests._support.actions import File, Link
 
@@ -154,7 +153,7 @@ async def test_environment_is_exactly_the_commands(tmp_path: Path, store: Memory
         },
     )
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(RunnerContext(spec, workdir, CasHandle.of(store)))
+        runner = ActionRunner(RunnerContext(spec, workdir, store))
         lease = await make_lease(
             store,
             ["/usr/bin/env", "-0"],
@@ -189,7 +188,7 @@ async def test_a_pwd_the_command_gives_reaches_it_unchanged(
 
     spec = make_spec(tmp_path, jobserver=JobserverSpec(enabled=False))
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(RunnerContext(spec, workdir, CasHandle.of(store)))
+        runner = ActionRunner(RunnerContext(spec, workdir, store))
         lease = await make_lease(store, ["/usr/bin/env", "-0"], env={"PWD": "/not/the/cwd"})
         outcome = await runner.run(lease)
     assert isinstance(outcome, Completed)
@@ -205,7 +204,7 @@ async def test_private_tmp_off_leaves_the_environment_alone(
 
     spec = make_spec(tmp_path, jobserver=JobserverSpec(enabled=False), private_tmp=False)
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(RunnerContext(spec, workdir, CasHandle.of(store)))
+        runner = ActionRunner(RunnerContext(spec, workdir, store))
         lease = await make_lease(store, ["/usr/bin/env", "-0"], env={"A": "1"})
         outcome = await runner.run(lease)
     assert isinstance(outcome, Completed)
@@ -357,7 +356,7 @@ async def test_empty_input_root_needs_no_blob(tmp_path: Path) -> None:
     store = MemoryStore(1 << 20)  # holds no Directory at all
     spec = make_spec(tmp_path)
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(RunnerContext(spec, workdir, CasHandle.of(store)))
+        runner = ActionRunner(RunnerContext(spec, workdir, store))
         lease = await make_lease(
             store,
             ["/bin/sh", "-c", "mkdir -p a/b && echo hi > a/b/c && ls -A"],
@@ -400,7 +399,7 @@ async def test_shared_empty_pool_drains_tokens_a_client_made_up(env: Env) -> Non
     script = 'fds=${MAKEFLAGS#*fds=}; w=${fds%% *}; w=${w#*,}; printf ++ >&"$w"'
     outcome = await run(env, ["/bin/bash", "-c", script])
     assert outcome.result.exit_code == 0
-    pool = env.runner.jobservers._empty_pool
+    pool = env.runner.parts.jobservers._empty_pool
     assert pool is not None and pool.free_tokens() == 0  # drained after the action
     env.runner.close()
 
@@ -438,7 +437,7 @@ async def test_fifo_style_reaches_the_action_through_the_runner(
     descriptor pair; a one-CPU action gets a fifo too."""
     spec = make_spec(tmp_path, jobserver=JobserverSpec(style="fifo"))
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(RunnerContext(spec, workdir, CasHandle.of(store)))
+        runner = ActionRunner(RunnerContext(spec, workdir, store))
         lease = await make_lease(store, ["/bin/sh", "-c", FIFO_CLIENT], millicpus=3000)
         outcome = await runner.run(lease)
         assert isinstance(outcome, Completed), outcome
@@ -469,7 +468,7 @@ async def test_jobserver_disabled_keeps_commands_makeflags(
 
     spec = make_spec(tmp_path, jobserver=JobserverSpec(enabled=False))
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(RunnerContext(spec, workdir, CasHandle.of(store)))
+        runner = ActionRunner(RunnerContext(spec, workdir, store))
         lease = await make_lease(
             store,
             ["/bin/sh", "-c", MAKEFLAGS_PROBE],
@@ -487,7 +486,7 @@ async def test_recycled_directories_show_each_action_exactly_its_tree(env: Env) 
     own inputs and output parents."""
     listing = ["/bin/sh", "-c", "find . | LC_ALL=C sort"]
     async with trio.open_nursery() as nursery:
-        directories = env.runner.directories
+        directories = env.runner.parts.directories
         await nursery.start(directories.run)
         with trio.fail_after(10):
             while directories.ready < directories.stock_size:  # noqa: ASYNC110 (thread work)
@@ -513,7 +512,7 @@ async def test_recycled_directories_show_each_action_exactly_its_tree(env: Env) 
         # the directory the next action gets still holds the first one's
         # directories (in a view, those the action made are in its upper layer)
         kept = {"src", "src/lib", "out/obj"}
-        if env.runner.view_policy is None:
+        if env.runner.parts.view_policy is None:
             kept.add("made/by")
         assert directories._stock[-1].existing >= kept
         second = await run(

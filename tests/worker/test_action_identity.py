@@ -19,7 +19,6 @@ from lre.digest import Digest
 from lre.scheduler import Completed
 from lre.worker import resolve_action_user
 from lre.worker._action import ActionRunner, RunnerContext
-from lre.worker._cas_handle import CasHandle
 from lre.worker._view_policy import ViewPolicy
 from lre.worker.containment._identity import ActionIdentity
 from lre.worker.directories._workdir import WorkDirectory
@@ -56,9 +55,7 @@ async def test_an_action_holds_no_privilege(
     script = f"grep -E '^({keys}):' /proc/self/status"
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
         runner = ActionRunner(
-            RunnerContext(
-                spec, workdir, CasHandle.of(store), containment=backend("pidns"), identity=nobody
-            )
+            RunnerContext(spec, workdir, store, containment=backend("pidns"), identity=nobody)
         )
         out = await _stdout(
             store, await runner.run(await make_lease(store, ["/bin/sh", "-c", script]))
@@ -88,9 +85,7 @@ async def test_it_writes_its_outputs_tmp_and_fifo_but_not_its_inputs(
     )
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
         runner = ActionRunner(
-            RunnerContext(
-                spec, workdir, CasHandle.of(store), containment=backend("pidns"), identity=nobody
-            )
+            RunnerContext(spec, workdir, store, containment=backend("pidns"), identity=nobody)
         )
         lease = await make_lease(
             store,
@@ -114,15 +109,13 @@ async def test_its_directories_are_recycled(
     spec = make_spec(tmp_path, max_inflight_tasks=1)
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
         runner = ActionRunner(
-            RunnerContext(
-                spec, workdir, CasHandle.of(store), containment=backend("pidns"), identity=nobody
-            )
+            RunnerContext(spec, workdir, store, containment=backend("pidns"), identity=nobody)
         )
         async with trio.open_nursery() as nursery:
-            await nursery.start(runner.directories.run)
+            await nursery.start(runner.parts.directories.run)
             for done in range(4):
                 with trio.fail_after(10):
-                    while runner.directories.recycled < done:  # noqa: ASYNC110 (thread work)
+                    while runner.parts.directories.recycled < done:  # noqa: ASYNC110 (thread work)
                         await trio.sleep(0.01)
                 lease = await make_lease(
                     store,
@@ -131,7 +124,7 @@ async def test_its_directories_are_recycled(
                 )
                 out = await _stdout(store, await runner.run(lease))
                 assert out == pwd.getpwuid(nobody.uid).pw_name + "\n", done
-            assert runner.directories.recycled >= 3
+            assert runner.parts.directories.recycled >= 3
             nursery.cancel_scope.cancel()
 
 
@@ -151,7 +144,7 @@ async def test_its_outputs_are_moved_into_the_cas_as_lres_files(
             RunnerContext(
                 spec,
                 workdir,
-                CasHandle.of(store, link_source=store.path_for_link, adopt=store.adopt_file),
+                store,
                 containment=backend("pidns"),
                 identity=nobody,
             )

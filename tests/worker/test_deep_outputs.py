@@ -21,7 +21,6 @@ from lre.errors import InvalidArgument
 from lre.proto import re_pb2
 from lre.scheduler import Completed
 from lre.worker._action import ActionRunner, RunnerContext
-from lre.worker._cas_handle import CasHandle
 from lre.worker.directories._workdir import WorkDirectory
 
 from .conftest import make_lease, make_spec
@@ -49,7 +48,7 @@ print(hashlib.sha256(data).hexdigest())
 def _runner(
     spec: object, workdir: WorkDirectory, store: FilesystemStore, name: str
 ) -> ActionRunner:
-    handle = CasHandle.of(store, link_source=store.path_for_link, adopt=store.adopt_file)
+    handle = store
     return ActionRunner(RunnerContext(spec, workdir, handle, containment=backend(name)))  # type: ignore[arg-type]
 
 

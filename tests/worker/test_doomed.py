@@ -15,7 +15,7 @@ from lre.config._scheduler_models import SchedulerResourceSpec, SimpleSchedulerS
 from lre.config._worker_models import ResourceSpec
 from lre.digest import Digest
 from lre.scheduler import MemoryExceeded, Reservation, Scheduler
-from lre.worker import LocalWorker, PressureMonitor
+from lre.worker import LocalWorker, PressureMonitor, WorkerHost
 from lre.worker.containment._containment import choose_containment
 from lre.worker.memory._doomed import MemoryCeiling, doomed_explanation
 from tests._support.scratch import action_python
@@ -67,7 +67,7 @@ async def test_an_action_over_the_hard_ceiling_runs_once_and_gets_a_result_sayin
             store=store,
             pressure=PressureMonitor(int(resources.memory_headroom)),
             action_cache=cache,
-            containment=choose_containment(containment),
+            host=WorkerHost(choose_containment(containment)),
         )
         await nursery.start(worker.run)
         op = await submit(scheduler, store, [action_python(), "-c", HOG, str(runs)])

@@ -16,7 +16,6 @@ from lre.config._worker_models import UploadActionResultSpec
 from lre.digest import Digest, digest_of
 from lre.scheduler import Completed
 from lre.worker._action import ActionRunner, RunnerContext
-from lre.worker._cas_handle import CasHandle
 from lre.worker.directories._workdir import WorkDirectory
 from tests._support.actions import File
 
@@ -42,7 +41,7 @@ async def test_inputs_hardlinked_outputs_moved_results_cached(tmp_path: Path) ->
             RunnerContext(
                 spec,
                 workdir,
-                CasHandle.of(store, link_source=store.path_for_link, adopt=store.adopt_file),
+                store,
                 action_cache=cache,
             )
         )
@@ -87,9 +86,7 @@ async def test_cache_policy(tmp_path: Path) -> None:
             upload_action_result=UploadActionResultSpec(upload_ac_results_strategy=strategy),
         )
         with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-            runner = ActionRunner(
-                RunnerContext(spec, workdir, CasHandle.of(store), action_cache=cache)
-            )
+            runner = ActionRunner(RunnerContext(spec, workdir, store, action_cache=cache))
             lease = await make_lease(
                 store,  # type: ignore[arg-type]
                 ["/bin/sh", "-c", f"exit {exit_code}"],

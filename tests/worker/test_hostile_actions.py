@@ -26,7 +26,6 @@ from lre.errors import InvalidArgument, NotFound
 from lre.scheduler import Completed
 from lre.worker import Containment
 from lre.worker._action import ActionRunner, RunnerContext
-from lre.worker._cas_handle import CasHandle
 from lre.worker.directories._workdir import WorkDirectory
 from tests._support.actions import Link
 
@@ -49,21 +48,9 @@ async def runner_with_janitor(
     await store.open()
     spec = make_spec(tmp_path, max_inflight_tasks=1)
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(
-            RunnerContext(
-                spec,
-                workdir,
-                CasHandle.of(
-                    store,
-                    link_source=store.path_for_link,
-                    adopt=store.adopt_file,
-                    discard=store.discard,
-                ),
-                containment=containment,
-            )
-        )
+        runner = ActionRunner(RunnerContext(spec, workdir, store, containment=containment))
         async with trio.open_nursery() as nursery:
-            await nursery.start(runner.directories.run)
+            await nursery.start(runner.parts.directories.run)
             try:
                 yield runner, store
             finally:
@@ -149,7 +136,7 @@ async def test_a_hardlinked_outside_file_is_copied_not_adopted(
     async with runner_with_janitor(tmp_path, containment) as (runner, store):
         outcome = await run(runner, store, f"ln {outside} out.txt", output_paths=("out.txt",))
         assert outcome.error is None
-        if runner.view_policy is not None:
+        if runner.parts.view_policy is not None:
             # In a view the user's file is not there to be linked at all.
             assert outcome.result.exit_code != 0 and not outcome.result.output_files
             return
@@ -197,7 +184,7 @@ async def test_a_log_file_swapped_for_a_host_file_is_refused(
     async with runner_with_janitor(tmp_path, containment) as (runner, store):
         # The action's stdout file lies one level above its input root.
         outcome = await run(runner, store, f"rm -f ../stdout && {swap} {secret} ../stdout")
-        if runner.view_policy is None:
+        if runner.parts.view_policy is None:
             assert isinstance(outcome.error, InvalidArgument)
             assert "stdout" in outcome.message
         else:  # in a view neither lre's log file nor the host's file is there

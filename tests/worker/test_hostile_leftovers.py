@@ -43,7 +43,7 @@ async def test_an_action_bind_mounting_a_host_directory_cannot_make_lre_delete_i
         script = f"mkdir -p mnt/deeper && mount --bind {host} mnt && mount -t tmpfs tmpfs mnt/src"
         outcome = await run(runner, store, script)
         assert outcome.error is None
-        if runner.view_policy is None:
+        if runner.parts.view_policy is None:
             assert outcome.result.exit_code == 0  # the mounts are made: lre must cope
         # In a view (pidns) the host directory is not there to mount (the
         # view's /tmp is the action's own): the attack fails by construction.
@@ -79,7 +79,7 @@ async def test_an_output_directory_holding_a_bind_mount_never_moves_the_hosts_fi
         )
         outcome = await run(runner, store, script, output_paths=("out",))
         assert outcome.error is None, outcome.error
-        if runner.view_policy is None:
+        if runner.parts.view_policy is None:
             assert outcome.result.exit_code == 0  # mounted in lre's namespace
             (directory,) = outcome.result.output_directories
             assert directory.tree_digest.size_bytes > 0

@@ -21,7 +21,6 @@ from lre.config._loader import load_config_text
 from lre.digest import Digest, digest_of
 from lre.scheduler import Completed
 from lre.worker._action import ActionRunner, RunnerContext
-from lre.worker._cas_handle import CasHandle
 from lre.worker._idmap import idmap_views
 from lre.worker._view_policy import ViewPolicy
 from lre.worker.containment._identity import ActionIdentity
@@ -51,7 +50,7 @@ async def _run(
             RunnerContext(
                 spec,
                 workdir,
-                CasHandle.of(store, link_source=store.path_for_link, adopt=store.adopt_file),
+                store,
                 containment=backend("pidns"),
                 identity=identity,
             )

@@ -14,7 +14,6 @@ from lre.digest import Digest
 from lre.errors import InvalidArgument
 from lre.scheduler import Completed
 from lre.worker._action import ActionRunner, RunnerContext
-from lre.worker._cas_handle import CasHandle
 from lre.worker.directories._workdir import WorkDirectory
 from tests._support.outside_host import outside_host
 
@@ -67,9 +66,7 @@ async def test_block_network_cuts_the_action_off(
             outside_host() as host,
             WorkDirectory.open(spec.work_directory, spec.name) as workdir,
         ):
-            runner = ActionRunner(
-                RunnerContext(spec, workdir, CasHandle.of(store), containment=containment)
-            )
+            runner = ActionRunner(RunnerContext(spec, workdir, store, containment=containment))
             lease = await make_lease(
                 store,
                 ["python3", "-c", PROBE, str(port), host.address, str(host.port)],
@@ -93,9 +90,7 @@ async def test_block_network_without_namespaces_is_refused(
 ) -> None:
     spec = make_spec(tmp_path)
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(
-            RunnerContext(spec, workdir, CasHandle.of(store), containment=backend("portable"))
-        )
+        runner = ActionRunner(RunnerContext(spec, workdir, store, containment=backend("portable")))
         lease = await make_lease(store, ["/bin/true"], platform={"block-network": "1"})
         outcome = await runner.run(lease)
     assert isinstance(outcome, Completed)

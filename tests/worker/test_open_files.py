@@ -23,7 +23,6 @@ from lre.cas import MemoryStore, read_bytes
 from lre.digest import Digest
 from lre.scheduler import Completed
 from lre.worker._action import ActionRunner, RunnerContext
-from lre.worker._cas_handle import CasHandle
 from lre.worker.directories._workdir import WorkDirectory
 from lre.worker.process._open_files import action_open_files
 from tests._support.ci import in_ci
@@ -49,9 +48,7 @@ print(soft, hard, raised, child.strip())
 async def _limits_seen(tmp_path: Path, store: MemoryStore, name: str, **spec: object) -> str:
     settings = make_spec(tmp_path, **spec)
     with WorkDirectory.open(settings.work_directory, settings.name) as workdir:
-        runner = ActionRunner(
-            RunnerContext(settings, workdir, CasHandle.of(store), containment=backend(name))
-        )
+        runner = ActionRunner(RunnerContext(settings, workdir, store, containment=backend(name)))
         outcome = await runner.run(await make_lease(store, ["python3", "-c", _REPORT]))
     assert isinstance(outcome, Completed) and outcome.error is None, outcome
     assert outcome.result.exit_code == 0, outcome.result

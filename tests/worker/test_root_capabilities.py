@@ -16,7 +16,6 @@ import pytest
 
 from lre.cas import MemoryStore
 from lre.worker._action import ActionRunner, RunnerContext
-from lre.worker._cas_handle import CasHandle
 from lre.worker.containment._capabilities import ALLOWED_MASK
 from lre.worker.directories._workdir import WorkDirectory
 from tests._support.ci import in_ci
@@ -44,9 +43,7 @@ def _fields(out: str) -> dict[str, list[str]]:
 async def _run(tmp_path: Path, store: MemoryStore, script: str, **spec: object) -> str:
     worker = make_spec(tmp_path, **spec)
     with WorkDirectory.open(worker.work_directory, worker.name) as workdir:
-        runner = ActionRunner(
-            RunnerContext(worker, workdir, CasHandle.of(store), containment=backend("pidns"))
-        )
+        runner = ActionRunner(RunnerContext(worker, workdir, store, containment=backend("pidns")))
         lease = await make_lease(store, ["/bin/sh", "-c", script])
         return await _stdout(store, await runner.run(lease))
 

@@ -17,7 +17,6 @@ from lre.errors import InvalidArgument
 from lre.scheduler import Completed
 from lre.worker import Containment
 from lre.worker._action import ActionRunner, RunnerContext
-from lre.worker._cas_handle import CasHandle
 from lre.worker._view_policy import ViewPolicy
 from lre.worker.directories._workdir import WorkDirectory
 from lre.worker.view import _socket_masks
@@ -126,9 +125,7 @@ async def test_a_view_hides_masked_sockets_and_shows_those_handed_in(
     script = f"cat {resolve}/stub-resolv.conf; python3 -c '{_CONNECT}' {engine} {agent} {bus}"
     try:
         with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-            runner = ActionRunner(
-                RunnerContext(spec, workdir, CasHandle.of(store), containment=containment)
-            )
+            runner = ActionRunner(RunnerContext(spec, workdir, store, containment=containment))
             outcome = await runner.run(await make_lease(store, ["/bin/sh", "-c", script]))
     finally:
         for listener in listeners:

@@ -59,7 +59,7 @@ async def test_large_tree_hardlinked_from_filesystem_store(tmp_path: Path) -> No
     tree = await fetch_input_tree(DirectoryReader(store), await put_tree(store, big_spec(files)))
     root = tmp_path / "root"
     root.mkdir()
-    stats = await stage_inputs(store, tree, root, link_source=store.path_for_link)
+    stats = await stage_inputs(store, tree, root, local_files=store)
     assert stats.linked == files  # every non-empty file is a link into the CAS
     check(root, files)
     assert os.stat(root / "d1" / "f0001").st_nlink >= 2
@@ -201,24 +201,28 @@ async def test_reads_failing_in_several_lanes_raise_one_error(tmp_path: Path) ->
         await stage_inputs(store, plan, tmp_path / "root")
 
 
+class _AskedForLinks(FilesystemStore):
+    """A filesystem store that remembers what ``path_for_link`` was asked."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.asked: list[tuple[Digest, bool]] = []
+
+    async def path_for_link(self, digest: Digest, executable: bool) -> str:
+        self.asked.append((digest, executable))
+        return await super().path_for_link(digest, executable)
+
+
 async def test_inputs_at_hand_are_linked_without_asking_the_async_lookup(tmp_path: Path) -> None:
-    store = FilesystemStore(tmp_path / "cas", tmp_path / "cas-tmp", 1 << 30)
+    store = _AskedForLinks(tmp_path / "cas", tmp_path / "cas-tmp", 1 << 30)
     await store.open()
     spec = {"plain.c": b"plain", "tool": File(b"#!/bin/sh\n", executable=True), "dir": {}}
     tree = await fetch_input_tree(DirectoryReader(store), await put_tree(store, spec))
-    asked: list[tuple[Digest, bool]] = []
-
-    async def link_source(digest: Digest, executable: bool) -> str:
-        asked.append((digest, executable))
-        return await store.path_for_link(digest, executable)
-
     root = tmp_path / "root"
     root.mkdir()
-    stats = await stage_inputs(
-        store, tree, root, link_source=link_source, link_now=store.stored_path_for_link
-    )
+    stats = await stage_inputs(store, tree, root, local_files=store)
     # The plain file's variant was stored; the executable one had to be made.
-    assert [executable for _, executable in asked] == [True]
+    assert [executable for _, executable in store.asked] == [True]
     assert stats.linked == 2 and stats.copied == 0
     plain = next(f for f in tree.files if f.path == "plain.c")
     stored = store.stored_path_for_link(plain.digest, False)
@@ -226,10 +230,8 @@ async def test_inputs_at_hand_are_linked_without_asking_the_async_lookup(tmp_pat
     # A second staging finds both at hand.
     again = tmp_path / "again"
     again.mkdir()
-    asked.clear()
-    await stage_inputs(
-        store, tree, again, link_source=link_source, link_now=store.stored_path_for_link
-    )
-    assert asked == []
+    store.asked.clear()
+    await stage_inputs(store, tree, again, local_files=store)
+    assert store.asked == []
     assert (again / "tool").read_bytes() == b"#!/bin/sh\n"
     assert os.stat(again / "tool").st_mode & 0o777 == 0o555

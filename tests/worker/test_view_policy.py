@@ -19,7 +19,6 @@ from lre.errors import InvalidArgument
 from lre.scheduler import Completed
 from lre.worker import Containment
 from lre.worker._action import ActionRunner, RunnerContext
-from lre.worker._cas_handle import CasHandle
 from lre.worker.directories._workdir import WorkDirectory
 
 from .conftest import make_lease, make_spec
@@ -65,9 +64,7 @@ async def test_only_the_writable_paths_of_the_host_are_writable(
         f"echo o > {other}/o 2>/dev/null || echo refused"
     )
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(
-            RunnerContext(spec, workdir, CasHandle.of(store), containment=viewing)
-        )
+        runner = ActionRunner(RunnerContext(spec, workdir, store, containment=viewing))
         lease = await make_lease(
             store, ["/bin/sh", "-c", script], platform={"sandbox-writable-path": str(extra)}
         )
@@ -83,9 +80,7 @@ async def test_a_writable_path_inside_lres_directories_is_refused(
 ) -> None:
     spec = make_spec(tmp_path)
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(
-            RunnerContext(spec, workdir, CasHandle.of(store), containment=viewing)
-        )
+        runner = ActionRunner(RunnerContext(spec, workdir, store, containment=viewing))
         lease = await make_lease(
             store, ["/bin/true"], platform={"sandbox-writable-path": str(workdir.path)}
         )
@@ -100,9 +95,7 @@ async def test_sandbox_debug_keeps_a_failed_actions_directory(
 ) -> None:
     spec = make_spec(tmp_path)
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(
-            RunnerContext(spec, workdir, CasHandle.of(store), containment=viewing)
-        )
+        runner = ActionRunner(RunnerContext(spec, workdir, store, containment=viewing))
         failing = await make_lease(
             store,
             ["/bin/sh", "-c", "echo partial > out.txt; exit 3"],
@@ -134,9 +127,7 @@ async def test_the_debug_hint_shows_a_kept_directory_as_its_action_saw_it(
     spec = make_spec(tmp_path)
     script = "rm -rf in/sub && mkdir in/sub && echo new > in/sub/new; exit 3"
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(
-            RunnerContext(spec, workdir, CasHandle.of(store), containment=viewing)
-        )
+        runner = ActionRunner(RunnerContext(spec, workdir, store, containment=viewing))
         lease = await make_lease(
             store,
             ["/bin/sh", "-c", script],
@@ -168,9 +159,7 @@ async def test_a_hidden_file_shows_nothing(
     spec = make_spec(tmp_path, sandbox_writable_paths=(str(tmp_path),))
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
         runner = ActionRunner(
-            RunnerContext(
-                spec, workdir, CasHandle.of(store), containment=viewing, hidden_paths=(str(token),)
-            )
+            RunnerContext(spec, workdir, store, containment=viewing, hidden_paths=(str(token),))
         )
         lease = await make_lease(store, ["/bin/sh", "-c", f"cat {token}; echo end"])
         outcome = await runner.run(lease)
@@ -188,11 +177,9 @@ async def test_directories_of_viewed_actions_are_recycled(
     recycling must clear both, also for an lre that is not root."""
     spec = make_spec(tmp_path, max_inflight_tasks=1)
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(
-            RunnerContext(spec, workdir, CasHandle.of(store), containment=viewing)
-        )
+        runner = ActionRunner(RunnerContext(spec, workdir, store, containment=viewing))
         async with trio.open_nursery() as nursery:
-            await nursery.start(runner.directories.run)
+            await nursery.start(runner.parts.directories.run)
             for _ in range(4):
                 lease = await make_lease(
                     store,
@@ -202,7 +189,7 @@ async def test_directories_of_viewed_actions_are_recycled(
                 outcome = await runner.run(lease)
                 assert isinstance(outcome, Completed) and outcome.error is None, outcome
             with trio.fail_after(10):
-                while runner.directories.recycled < 3:  # noqa: ASYNC110 (thread work)
+                while runner.parts.directories.recycled < 3:  # noqa: ASYNC110 (thread work)
                     await trio.sleep(0.01)
             nursery.cancel_scope.cancel()
 
@@ -215,21 +202,19 @@ async def test_the_input_root_keeps_mode_0755_across_recycling(
     root must not hand that mode to the next action in the same directory."""
     spec = make_spec(tmp_path, max_inflight_tasks=1)
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(
-            RunnerContext(spec, workdir, CasHandle.of(store), containment=viewing)
-        )
+        runner = ActionRunner(RunnerContext(spec, workdir, store, containment=viewing))
         async with trio.open_nursery() as nursery:
-            await nursery.start(runner.directories.run)
+            await nursery.start(runner.parts.directories.run)
             for done in range(3):
                 with trio.fail_after(10):
-                    while runner.directories.recycled < done:  # noqa: ASYNC110 (thread work)
+                    while runner.parts.directories.recycled < done:  # noqa: ASYNC110 (thread work)
                         await trio.sleep(0.01)
                 lease = await make_lease(store, ["/bin/sh", "-c", "stat -c %a .; chmod 700 ."])
                 outcome = await runner.run(lease)
                 assert isinstance(outcome, Completed) and outcome.error is None, outcome
                 stdout = Digest.from_proto(outcome.result.stdout_digest, field="")
                 assert await read_bytes(store, stdout) == b"755\n", done
-            assert runner.directories.recycled >= 2
+            assert runner.parts.directories.recycled >= 2
             nursery.cancel_scope.cancel()
 
 
@@ -246,9 +231,7 @@ async def test_a_views_proc_shows_only_the_action_and_its_stdin_is_empty(
     )
     spec = make_spec(tmp_path)
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(
-            RunnerContext(spec, workdir, CasHandle.of(store), containment=viewing)
-        )
+        runner = ActionRunner(RunnerContext(spec, workdir, store, containment=viewing))
         lease = await make_lease(store, ["/bin/sh", "-c", script])
         outcome = await runner.run(lease)
     assert isinstance(outcome, Completed) and outcome.error is None, outcome
@@ -282,9 +265,7 @@ async def test_a_view_whose_proc_cannot_be_mounted_runs_nothing(
     marker = tmp_path / "ran"
     spec = make_spec(tmp_path, sandbox_writable_paths=(str(tmp_path),))
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(
-            RunnerContext(spec, workdir, CasHandle.of(store), containment=containment)
-        )
+        runner = ActionRunner(RunnerContext(spec, workdir, store, containment=containment))
         lease = await make_lease(store, ["/bin/sh", "-c", f"touch {marker}"])
         outcome = await runner.run(lease)
     assert isinstance(outcome, Completed) and outcome.result.exit_code == 125, outcome

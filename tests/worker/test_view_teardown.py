@@ -25,7 +25,6 @@ from lre.digest import Digest
 from lre.scheduler import Completed
 from lre.worker import Containment
 from lre.worker._action import ActionRunner, RunnerContext
-from lre.worker._cas_handle import CasHandle
 from lre.worker.containment._syscalls import call
 from lre.worker.directories._action_dirs import ActionDirectory
 from lre.worker.directories._workdir import WorkDirectory
@@ -158,21 +157,19 @@ async def test_held_views_are_closed_before_their_directories_are_recycled(
     spec = make_spec(tmp_path, max_inflight_tasks=1)
     before = _foreign_namespaces()
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(
-            RunnerContext(spec, workdir, CasHandle.of(store), containment=containment)
-        )
+        runner = ActionRunner(RunnerContext(spec, workdir, store, containment=containment))
         async with trio.open_nursery() as nursery:
-            await nursery.start(runner.directories.run)
+            await nursery.start(runner.parts.directories.run)
             for done in range(3):
                 argv = ["/bin/sh", "-c", "echo o > o"]
                 lease = await make_lease(store, argv, output_paths=("o",))
                 outcome = await runner.run(lease)
                 assert isinstance(outcome, Completed) and outcome.error is None, outcome
                 with trio.fail_after(10):
-                    while runner.directories.recycled <= done:  # noqa: ASYNC110 (thread work)
+                    while runner.parts.directories.recycled <= done:  # noqa: ASYNC110 (thread work)
                         await trio.sleep(0.01)
                 assert _foreign_namespaces() == before, done
-            for directory in runner.directories._stock:
+            for directory in runner.parts.directories._stock:
                 if directory.overlay_work.exists():
                     assert os.listdir(directory.overlay_work) == [], directory
             nursery.cancel_scope.cancel()
@@ -193,21 +190,19 @@ async def test_nothing_of_an_earlier_action_reaches_the_next_in_a_recycled_direc
         "mkdir -p mnt && { mount -t tmpfs none mnt 2>/dev/null; echo x > mnt/left; }; true"
     )
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(
-            RunnerContext(spec, workdir, CasHandle.of(store), containment=viewing)
-        )
+        runner = ActionRunner(RunnerContext(spec, workdir, store, containment=viewing))
         async with trio.open_nursery() as nursery:
-            await nursery.start(runner.directories.run)
+            await nursery.start(runner.parts.directories.run)
             for done in range(4):
                 with trio.fail_after(10):
-                    while runner.directories.recycled < done:  # noqa: ASYNC110 (thread work)
+                    while runner.parts.directories.recycled < done:  # noqa: ASYNC110 (thread work)
                         await trio.sleep(0.01)
                 lease = await make_lease(store, ["/bin/sh", "-c", script])
                 outcome = await runner.run(lease)
                 assert isinstance(outcome, Completed) and outcome.error is None, outcome
                 stdout = Digest.from_proto(outcome.result.stdout_digest, field="")
                 assert await read_bytes(store, stdout) == b"found:\n", done
-            assert runner.directories.recycled >= 3
+            assert runner.parts.directories.recycled >= 3
             nursery.cancel_scope.cancel()
 
 

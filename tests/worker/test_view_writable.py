@@ -28,7 +28,6 @@ from lre.errors import InvalidArgument
 from lre.scheduler import Completed
 from lre.worker import Containment
 from lre.worker._action import ActionRunner, RunnerContext
-from lre.worker._cas_handle import CasHandle
 from lre.worker._view_policy import ViewPolicy, homes, installation, protected_marks
 from lre.worker.directories._workdir import WorkDirectory
 from lre.worker.view import _view_writable
@@ -81,7 +80,7 @@ async def _run(
             RunnerContext(
                 spec,
                 workdir,
-                CasHandle.of(store),
+                store,
                 containment=containment,
                 hidden_paths=tuple(str(p) for p in hidden),
             )

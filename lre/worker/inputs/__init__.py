@@ -6,14 +6,12 @@ and checked for changes made by the action (``_input_guard``).
 from lre.worker.inputs._input_guard import SMALL_CHECK, LinkedInputs, altered_inputs
 from lre.worker.inputs._input_journal import InputJournal, recover_linked_inputs
 from lre.worker.inputs._input_tree import InputTree, fetch_input_tree
-from lre.worker.inputs._staging import LinkNow, LinkSource, stage_inputs
+from lre.worker.inputs._staging import stage_inputs
 
 __all__ = [
     "SMALL_CHECK",
     "InputJournal",
     "InputTree",
-    "LinkNow",
-    "LinkSource",
     "LinkedInputs",
     "altered_inputs",
     "fetch_input_tree",

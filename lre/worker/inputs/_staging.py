@@ -26,7 +26,7 @@ from typing import TypeVar
 
 import trio
 
-from lre.cas import BlobStore, call_inline, read_bytes
+from lre.cas import BlobStore, LocalFiles, call_inline, read_bytes
 from lre.digest import EMPTY_DIGEST, Digest
 from lre.errors import InvalidArgument, MissingBlobs, NotFound
 from lre.worker.directories import plan_directories, too_long
@@ -51,16 +51,6 @@ STAGING_THREADS = 4
 _LINK_FALLBACK = frozenset((errno.EXDEV, errno.EMLINK, errno.EPERM, errno.EACCES, errno.ENOENT))
 
 
-#: ``link_source(digest, executable)`` returns the path of a CAS file holding
-#: the blob with the right mode that may be hardlinked (a filesystem store's
-#: ``path_for_link``); it raises ``NotFound`` when the blob is absent.
-LinkSource = Callable[[Digest, bool], Awaitable["str | os.PathLike[str]"]]
-#: ``link_now(digest, executable)``: the same path when the store has it at
-#: hand, without awaiting anything (a filesystem store's
-#: ``stored_path_for_link``), else None (then ``link_source`` is asked).
-LinkNow = Callable[[Digest, bool], "str | None"]
-
-
 @dataclass(slots=True)
 class StagingStats:
     files: int = 0
@@ -81,8 +71,7 @@ async def stage_inputs(
     root: Path,
     *,
     output_parents: Iterable[str] = (),
-    link_source: LinkSource | None = None,
-    link_now: LinkNow | None = None,
+    local_files: LocalFiles | None = None,
     existing: frozenset[str] = frozenset(),
     owner: tuple[int, int] | None = None,
 ) -> StagingStats:
@@ -96,8 +85,7 @@ async def stage_inputs(
             tree,
             root,
             output_parents=output_parents,
-            link_source=link_source,
-            link_now=link_now,
+            local_files=local_files,
             existing=existing,
             owner=owner,
         )
@@ -114,8 +102,7 @@ async def _stage_inputs(
     root: Path,
     *,
     output_parents: Iterable[str] = (),
-    link_source: LinkSource | None = None,
-    link_now: LinkNow | None = None,
+    local_files: LocalFiles | None = None,
     existing: frozenset[str] = frozenset(),
     owner: tuple[int, int] | None = None,
 ) -> StagingStats:
@@ -125,15 +112,14 @@ async def _stage_inputs(
     parent needs are kept, the others removed (deepest first) before
     anything is placed.
 
-    ``link_source`` maps a digest and executable bit to a file that can be
-    hardlinked (usually a filesystem store's ``path_for_link``); when it
-    raises ``NotFound`` or linking fails (EXDEV, EMLINK, EPERM, ...) the blob is copied
-    from ``store``. ``link_now`` answers the same question without a
-    checkpoint where it can (every stored variant); only the keys it has no
-    path for go to ``link_source``. Raises ``MissingBlobs`` listing every
-    absent file blob and ``InvalidArgument`` when an output parent collides
-    with an input file; of errors met by several threads or lanes at once,
-    the first alone.
+    ``local_files`` (the store's blobs as files here, None: none) gives each
+    blob's file of the wanted variant to hardlink: ``stored_path_for_link``
+    without a checkpoint where it can (every stored variant), only the rest
+    awaiting ``path_for_link``; when that raises ``NotFound`` or linking
+    fails (EXDEV, EMLINK, EPERM, ...) the blob is copied from ``store``.
+    Raises ``MissingBlobs`` listing every absent file blob and
+    ``InvalidArgument`` when an output parent collides with an input file;
+    of errors met by several threads or lanes at once, the first alone.
 
     ``owner`` (uid, gid): every directory made is given to it (the user the
     action runs as, who must create its outputs there); the directories in
@@ -145,29 +131,23 @@ async def _stage_inputs(
         return stats  # an empty input root: nothing to create, no thread needed
     needed, late_parents = _needed_directories(tree, parents)
     plan = plan_directories(existing, needed)
-    sources: dict[tuple[Digest, bool], str | os.PathLike[str]] = {}
-    if link_source is not None:
-        keys = list(
-            dict.fromkeys(
-                (item.digest, item.executable) for item in tree.files if item.digest != EMPTY_DIGEST
-            )
-        )
-
-        if link_now is not None:
+    sources: dict[tuple[Digest, bool], str] = {}
+    if local_files is not None:
+        keys = []
+        for key in dict.fromkeys(
+            (item.digest, item.executable) for item in tree.files if item.digest != EMPTY_DIGEST
+        ):
             # Most inputs of a build are stored already: a checkpoint (and
             # for larger trees a lane task) per file is the cost of asking.
-            later_keys = []
-            for key in keys:
-                path = link_now(*key)
-                if path is None:
-                    later_keys.append(key)
-                else:
-                    sources[key] = path
-            keys = later_keys
+            path = local_files.stored_path_for_link(*key)
+            if path is None:
+                keys.append(key)
+            else:
+                sources[key] = path
 
         async def look_up(key: tuple[Digest, bool]) -> None:
             try:
-                sources[key] = await link_source(*key)
+                sources[key] = await local_files.path_for_link(*key)
             except NotFound:
                 pass  # copied below if the store can still produce it
 

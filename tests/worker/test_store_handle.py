@@ -1,16 +1,27 @@
-"""``CasHandle``: the store's ``pin`` is found once, and the stage phase holds
-an action's input blobs pinned while it stages them (and only then)."""
+"""The runner takes the store as it is and asks its ``capabilities()``: the
+stage phase holds an action's input blobs pinned while it stages them (and
+only then) where the store pins; its local files, reached through wrappers
+too, are what inputs are hardlinked from; a store offering neither still
+runs actions."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
-from lre.cas import MemoryStore, Pin, StoreCapabilities
+from lre.cas import (
+    BlobStore,
+    FilesystemStore,
+    MemoryStore,
+    Pin,
+    StoreCapabilities,
+    VerifyStore,
+    read_bytes,
+)
 from lre.digest import Digest
 from lre.scheduler import Completed
 from lre.worker._action import ActionRunner, RunnerContext
-from lre.worker._cas_handle import CasHandle
 from lre.worker.directories._workdir import WorkDirectory
 
 from .conftest import make_lease, make_spec
@@ -50,17 +61,11 @@ class WithoutPins:
         return StoreCapabilities()
 
 
-def test_of_takes_the_stores_own_pin_when_it_has_one() -> None:
-    store = MemoryStore(1 << 20)
-    assert CasHandle.of(store).pin == store.pin
-    assert CasHandle.of(WithoutPins(store)).pin is None
-
-
 async def test_inputs_are_pinned_while_staged_then_released(tmp_path: Path) -> None:
     store = WatchedPins()
     spec = make_spec(tmp_path)
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(RunnerContext(spec, workdir, CasHandle.of(store)))
+        runner = ActionRunner(RunnerContext(spec, workdir, store))
         lease = await make_lease(
             store, ["/bin/cat", "a", "b"], inputs={"a": b"one\n", "b": b"two\n"}
         )
@@ -72,7 +77,7 @@ async def test_inputs_are_pinned_while_staged_then_released(tmp_path: Path) -> N
     assert store.statistics().pinned_blobs == 0
     # an action without input files pins nothing
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(RunnerContext(spec, workdir, CasHandle.of(store)))
+        runner = ActionRunner(RunnerContext(spec, workdir, store))
         outcome = await runner.run(await make_lease(store, ["/bin/true"]))
         assert isinstance(outcome, Completed) and outcome.result.exit_code == 0, outcome
     assert len(store.pinned) == 1
@@ -82,7 +87,30 @@ async def test_a_store_without_pins_still_stages(tmp_path: Path) -> None:
     inner = MemoryStore(1 << 30)
     spec = make_spec(tmp_path)
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(RunnerContext(spec, workdir, CasHandle.of(WithoutPins(inner))))
+        runner = ActionRunner(RunnerContext(spec, workdir, WithoutPins(inner)))
         lease = await make_lease(inner, ["/bin/cat", "a"], inputs={"a": b"one\n"})
         outcome = await runner.run(lease)
     assert isinstance(outcome, Completed) and outcome.result.exit_code == 0, outcome
+
+
+async def _link_count_of_input(tmp_path: Path, store: BlobStore, reads: Any) -> str:
+    """The link count an action run with ``store`` sees on its input file
+    (``reads``: the store holding the blobs)."""
+    spec = make_spec(tmp_path, sandbox_view=False)  # the staged file itself, no overlay
+    with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
+        runner = ActionRunner(RunnerContext(spec, workdir, store))
+        lease = await make_lease(reads, ["/usr/bin/stat", "-c", "%h", "a"], inputs={"a": b"one\n"})
+        outcome = await runner.run(lease)
+    assert isinstance(outcome, Completed) and outcome.result.exit_code == 0, outcome
+    return (await read_bytes(reads, Digest.from_proto(outcome.result.stdout_digest))).decode()
+
+
+async def test_inputs_are_linked_from_local_files_found_through_a_wrapper(
+    tmp_path: Path,
+) -> None:
+    files = FilesystemStore(tmp_path / "cas", tmp_path / "cas-tmp", 1 << 30)
+    await files.open()
+    linked = await _link_count_of_input(tmp_path / "fs", VerifyStore(files), files)
+    assert int(linked) >= 2  # the staged input shares the stored file's inode
+    memory = MemoryStore(1 << 30)
+    assert await _link_count_of_input(tmp_path / "memory", memory, memory) == "1\n"
