@@ -10,6 +10,7 @@ from lre.worker.containment._action_dns import FORWARDER, write_actions_resolv_c
 from lre.worker.containment._containment import choose_containment
 from lre.worker.containment._containment_base import (
     WRAPPER_LABEL,
+    ActionLaunch,
     Containment,
     ContainmentUnavailable,
     SpawnOptions,
@@ -22,6 +23,7 @@ __all__ = [
     "FORWARDER",
     "WRAPPER_LABEL",
     "ActionIdentity",
+    "ActionLaunch",
     "Containment",
     "ContainmentUnavailable",
     "SpawnOptions",

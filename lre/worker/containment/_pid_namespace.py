@@ -18,6 +18,7 @@ from lre.worker.containment._action_network import OutsideNetwork, make_network_
 from lre.worker.containment._capabilities import root_lock_refusal, without_root_privileges
 from lre.worker.containment._containment_base import (
     CLONE_FS,
+    ActionLaunch,
     Containment,
     ContainmentUnavailable,
     SpawnOptions,
@@ -233,15 +234,7 @@ class PidNamespace(Containment):
                 f"cannot make a PID namespace ({failure[0]}); it needs CAP_SYS_ADMIN"
             )
 
-    def command(
-        self,
-        argv: Sequence[str],
-        *,
-        view: bool = False,
-        pwd: str | None = None,
-        keep_fds: Sequence[int] = (),
-        peak_report: int | None = None,
-    ) -> list[str]:
+    def command(self, launch: ActionLaunch) -> list[str]:
         # pid 1 execvp()s argv with the action's PATH, argv[0] unchanged:
         # GNU time, which writes the peak of the command's tree to
         # ``peak_report`` (``_tree_peak``), or else timeout, whose duration
@@ -249,20 +242,17 @@ class PidNamespace(Containment):
         # /proc, then executes that pid 1 (without a report, it runs argv
         # itself as pid 1 when it has a spare descriptor); without the gate,
         # unshare first mounts the namespace's own /proc.
-        prefix = self.peak_prefix(peak_report)
-        if prefix is not None:
-            init = [*prefix, *argv]
-        else:
-            peak_report = None
-            init = [self._init, "--", "0", *argv]
-        if view and self._gate_sh is not None:
-            own_pwd = "-" if pwd is None else "=" + pwd
-            spare = _spare_descriptor(keep_fds)
-            if spare is None or peak_report is not None:
+        prefix = self.peak_prefix(launch.peak_report)
+        argv = launch.argv
+        init = [*prefix, *argv] if prefix is not None else [self._init, "--", "0", *argv]
+        if launch.view and self._gate_sh is not None:
+            own_pwd = "-" if launch.pwd is None else "=" + launch.pwd
+            spare = _spare_descriptor(launch.keep_fds)
+            if spare is None or prefix is not None:
                 return [self._gate_sh, "-c", _PROC_GATE, "sh", own_pwd, *init]
             gate = _PROC_GATE_PID1.format(spare=spare)
             return [self._gate_sh, "-c", gate, "sh", own_pwd, *argv]
-        if view and self._unshare is not None:
+        if launch.view and self._unshare is not None:
             return [self._unshare, "--mount-proc", "--propagation", "unchanged", "--", *init]
         return init
 
