@@ -2,8 +2,9 @@
 one of ``_pid_namespace``, ``_user_namespace``, ``_group_sweep``; their contract in
 ``_containment_base``), the watchdog for when lre dies (``_guardian``), the action's
 network (``_action_network``), its identity and what it keeps of root (``_identity``,
-``_capabilities``), the protections a backend lacks (``_protections``) and the thin system
-call wrappers they share (``_syscalls``).
+``_capabilities``), the protections a backend lacks (``_protections``), the thin system
+call wrappers they share (``_syscalls``) and the throwaway thread in which they try what
+changes a thread's namespaces or credentials (``_throwaway_thread``).
 """
 
 from lre.worker.containment._action_dns import FORWARDER, write_actions_resolv_conf

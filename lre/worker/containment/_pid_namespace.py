@@ -28,6 +28,7 @@ from lre.worker.containment._syscalls import call as _call
 from lre.worker.containment._syscalls import kill as _kill
 from lre.worker.containment._syscalls import killpg as _killpg
 from lre.worker.containment._syscalls import loopback_up as _loopback_up
+from lre.worker.containment._throwaway_thread import failure_in_throwaway_thread
 from lre.worker.usage import peak_tool
 from lre.worker.view import build_view, mount_children_proc, proc_pidns_works
 
@@ -197,41 +198,29 @@ class PidNamespace(Containment):
 
     def _probe_view(self) -> bool:
         """Whether a mount namespace can be made and left here (logged if not)."""
-        failure: list[BaseException] = []
 
         def probe() -> None:
-            try:
-                _call("unshare", CLONE_FS)
-                _call("unshare", _CLONE_NEWNS)
-                _call("setns", self._own_mnt_ns, _CLONE_NEWNS)
-            except OSError as error:
-                failure.append(error)
+            _call("unshare", CLONE_FS)
+            _call("unshare", _CLONE_NEWNS)
+            _call("setns", self._own_mnt_ns, _CLONE_NEWNS)
 
-        thread = threading.Thread(target=probe, name="lre-view-probe")
-        thread.start()
-        thread.join()
-        if failure:
-            log.warning("containment pidns: actions get no view of their own (%s)", failure[0])
-        return not failure
+        failure = failure_in_throwaway_thread("lre-view-probe", probe)
+        if failure is not None:
+            log.warning("containment pidns: actions get no view of their own (%s)", failure)
+        return failure is None
 
     def _probe(self) -> None:
         """Make and leave one namespace in a throwaway thread, so that a
         missing privilege shows at start-up, not at the first action."""
-        failure: list[BaseException] = []
 
         def probe() -> None:
-            try:
-                with self.spawn_context(SpawnOptions()):
-                    pass
-            except OSError as error:
-                failure.append(error)
+            with self.spawn_context(SpawnOptions()):
+                pass
 
-        thread = threading.Thread(target=probe, name="lre-pidns-probe")
-        thread.start()
-        thread.join()
-        if failure:
+        failure = failure_in_throwaway_thread("lre-pidns-probe", probe)
+        if failure is not None:
             raise ContainmentUnavailable(
-                f"cannot make a PID namespace ({failure[0]}); it needs CAP_SYS_ADMIN"
+                f"cannot make a PID namespace ({failure}); it needs CAP_SYS_ADMIN"
             )
 
     def command(self, launch: ActionLaunch) -> list[str]:
