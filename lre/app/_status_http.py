@@ -469,24 +469,20 @@ def _status_body(
     snapshot: ProcessSnapshot, protections_missing: tuple[str, ...] = ()
 ) -> tuple[int, str, bytes]:
     if snapshot.healthy:
-        body = {
-            "status": "ok",
-            "address": snapshot.address,
-            "uptime_s": round(snapshot.uptime_s, 3),
-            "running": snapshot.running,
-            "queued": snapshot.queued,
-            "queue": _queue(snapshot),
-            "builds": _builds(snapshot),
-            "containment": snapshot.containment,
-            "protections_missing": list(protections_missing),
-            "upstreams": _upstreams(snapshot),
-            "cache": _cache_notices(snapshot),
-            "memory": _memory(snapshot),
-        }
-        return 200, _JSON, json.dumps(body).encode() + b"\n"
+        code, head = (
+            200,
+            {
+                "status": "ok",
+                "address": snapshot.address,
+                "uptime_s": round(snapshot.uptime_s, 3),
+                "running": snapshot.running,
+                "queued": snapshot.queued,
+            },
+        )
+    else:
+        code, head = 503, {"status": "unavailable", "problems": list(snapshot.problems)}
     body = {
-        "status": "unavailable",
-        "problems": list(snapshot.problems),
+        **head,
         "queue": _queue(snapshot),
         "builds": _builds(snapshot),
         "containment": snapshot.containment,
@@ -495,7 +491,7 @@ def _status_body(
         "cache": _cache_notices(snapshot),
         "memory": _memory(snapshot),
     }
-    return 503, _JSON, json.dumps(body).encode() + b"\n"
+    return code, _JSON, json.dumps(body).encode() + b"\n"
 
 
 def _peer(stream: trio.SocketStream) -> str:

@@ -51,3 +51,18 @@ def root(
     ] = False,
 ) -> None:
     """Local remote execution for Bazel and Buck2."""
+
+
+def command_group(name: str, help_text: str, *, runs_alone: bool) -> typer.Typer:
+    """A group of subcommands, ``lre NAME ...``, registered on ``app`` with
+    plain help. ``runs_alone``: ``lre NAME`` without a subcommand runs the
+    group's callback; else it prints the group's help."""
+    group = typer.Typer(
+        rich_markup_mode=None,
+        help=help_text,
+        invoke_without_command=runs_alone,
+        no_args_is_help=not runs_alone,
+        add_completion=False,
+    )
+    app.add_typer(group, name=name)
+    return group

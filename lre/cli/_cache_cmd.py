@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from lre.cli._app import app
+from lre.cli._app import command_group
 from lre.cli._byte_text import human_bytes, size_option
 from lre.cli._force_steps import after_force_steps_here
 from lre.cli._local_stores import LocalStores, LocalStoresError, local_stores
@@ -43,13 +43,9 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-cache_app = typer.Typer(
-    rich_markup_mode=None,
-    help="Size, entries and hit rate of lre's cache; clean it or shrink it.",
-    invoke_without_command=True,
-    add_completion=False,
+cache_app = command_group(
+    "cache", "Size, entries and hit rate of lre's cache; clean it or shrink it.", runs_alone=True
 )
-app.add_typer(cache_app, name="cache")
 
 
 @dataclass(frozen=True, slots=True)

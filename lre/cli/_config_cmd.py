@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from lre.cli._app import app
+from lre.cli._app import command_group
 from lre.config import (
     CONFIG_ENV,
     DEFAULT_SOURCE,
@@ -24,13 +24,7 @@ from lre.config import (
     value_origins,
 )
 
-config_app = typer.Typer(
-    rich_markup_mode=None,
-    help="Show or check lre's configuration.",
-    no_args_is_help=True,
-    add_completion=False,
-)
-app.add_typer(config_app, name="config")
+config_app = command_group("config", "Show or check lre's configuration.", runs_alone=False)
 
 
 CONFIG_HELP = "Config file, merged over the embedded default."

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import psutil
+
+from lre.cli._state_file import write_state_file
 
 PID_FILE = "lre.json"
 LOG_FILE = "lre.log"
@@ -61,12 +62,7 @@ def pid_file(state_dir: Path) -> Path:
 
 def write_pid_file(state_dir: Path, server: RunningServer) -> None:
     """Atomically write the pid file (0600)."""
-    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = state_dir / (PID_FILE + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(asdict(server), f)
-    os.replace(tmp, pid_file(state_dir))
+    write_state_file(state_dir, PID_FILE, json.dumps(asdict(server)))
 
 
 def read_pid_file(state_dir: Path) -> RunningServer | None:

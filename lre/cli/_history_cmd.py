@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from lre.cli._app import app
+from lre.cli._app import app, command_group
 from lre.cli._byte_text import human_bytes
 from lre.cli._config_cmd import config_option, fallback_warning, load_or_fallback
 from lre.cli._history_read import HistoryRead, read_state_history
@@ -40,13 +40,11 @@ ConfigOption = Annotated[
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
-builds_app = typer.Typer(
-    rich_markup_mode=None,
-    help="Recent builds (by the client's tool invocation id), from the history.",
-    invoke_without_command=True,
-    no_args_is_help=False,
+builds_app = command_group(
+    "builds",
+    "Recent builds (by the client's tool invocation id), from the history.",
+    runs_alone=True,
 )
-app.add_typer(builds_app, name="builds")
 
 
 def history_dir(config: Path | None) -> Path:

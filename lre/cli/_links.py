@@ -11,9 +11,10 @@ unreadable file counts as empty (lre then only knows the current repository).
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from lre.cli._state_file import write_state_file
 
 LINKS_FILE = "repos.json"
 
@@ -37,12 +38,8 @@ def read_links(state_dir: Path) -> dict[Path, Link]:
 
 
 def _write_links(state_dir: Path, links: dict[Path, Link]) -> None:
-    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = state_dir / (LINKS_FILE + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump({str(repo): asdict(link) for repo, link in sorted(links.items())}, f, indent=1)
-    os.replace(tmp, state_dir / LINKS_FILE)
+    recorded = {str(repo): asdict(link) for repo, link in sorted(links.items())}
+    write_state_file(state_dir, LINKS_FILE, json.dumps(recorded, indent=1))
 
 
 def record_link(state_dir: Path, repo: Path, link: Link) -> None:

@@ -20,15 +20,11 @@ from typing import Annotated
 
 import typer
 
-from lre.cli._app import app
+from lre.cli._app import command_group
 
-service_app = typer.Typer(
-    rich_markup_mode=None,
-    name="service",
-    help="Start lre with your session (a systemd user unit).",
-    no_args_is_help=True,
+service_app = command_group(
+    "service", "Start lre with your session (a systemd user unit).", runs_alone=False
 )
-app.add_typer(service_app)
 
 UNIT_NAME = "lre.service"
 #: First line of a unit lre wrote (``uninstall`` removes only such a file).

@@ -15,11 +15,11 @@ alone, as before the file existed.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from lre.cli._knobs import Knobs
+from lre.cli._state_file import write_state_file
 from lre.config import parse_byte_size
 
 START_FILE = "start.json"
@@ -40,21 +40,12 @@ class StartSettings:
 
 def record_start(state_dir: Path, settings: StartSettings) -> None:
     """Write ``start.json`` atomically (0600). Raises OSError."""
-    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = state_dir / (START_FILE + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(asdict(settings), f)
-    os.replace(tmp, state_dir / START_FILE)
+    write_state_file(state_dir, START_FILE, json.dumps(asdict(settings)))
 
 
 def record_effective(state_dir: Path, text: str) -> None:
     """Write ``effective-config.json5`` atomically (0600). Raises OSError."""
-    tmp = state_dir / (EFFECTIVE_FILE + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, state_dir / EFFECTIVE_FILE)
+    write_state_file(state_dir, EFFECTIVE_FILE, text)
 
 
 def last_start(state_dir: Path) -> StartSettings | None:

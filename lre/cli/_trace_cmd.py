@@ -23,6 +23,9 @@ if TYPE_CHECKING:
     from lre.cli._build_data import BuildData
 
 BuildArgument = Annotated[str, typer.Argument(help="A build id, a unique prefix, or 'last'.")]
+OutputOption = Annotated[
+    str, typer.Option("--output", "-o", help="File to write ('-' for stdout).")
+]
 
 
 def _load(build: str, config: Path | None) -> BuildData:
@@ -50,9 +53,7 @@ def _write(output: str, text: str) -> None:
 @app.command("trace")
 def trace(
     build: BuildArgument = "last",
-    output: Annotated[
-        str, typer.Option("--output", "-o", help="File to write ('-' for stdout).")
-    ] = "lre-trace.json",
+    output: OutputOption = "lre-trace.json",
     config: ConfigOption = None,
 ) -> None:
     """A build's timeline as Chrome trace-event JSON (open it in ui.perfetto.dev or
@@ -67,9 +68,7 @@ def trace(
 @app.command("report")
 def report(
     build: BuildArgument = "last",
-    output: Annotated[
-        str, typer.Option("--output", "-o", help="File to write ('-' for stdout).")
-    ] = "lre-report.html",
+    output: OutputOption = "lre-report.html",
     config: ConfigOption = None,
 ) -> None:
     """A build as one self-contained HTML page (no network): the timeline, CPU and

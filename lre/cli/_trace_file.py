@@ -131,62 +131,51 @@ def chrome_trace(build: BuildData) -> dict[str, Any]:
             )
         if record.cancelled:
             events.append(
-                {
-                    "name": f"{name}: cancelled",
-                    "cat": "cancel",
-                    "ph": "i",
-                    "s": "t",
-                    "ts": _us(placed.end - origin),
-                    "pid": _PID,
-                    "tid": tid,
-                    "args": {"target": record.target},
-                }
+                _instant(
+                    f"{name}: cancelled",
+                    "cancel",
+                    _us(placed.end - origin),
+                    tid,
+                    {"target": record.target},
+                )
             )
         if record.kills or record.retries:
             events.append(
-                {
-                    "name": f"{name}: {record.kills} kill(s) for memory, {record.retries} "
+                _instant(
+                    f"{name}: {record.kills} kill(s) for memory, {record.retries} "
                     "infrastructure retry(ies)",
-                    "cat": "kill",
-                    "ph": "i",
-                    "s": "t",
-                    "ts": _us(placed.start - origin),
-                    "pid": _PID,
-                    "tid": tid,
-                    "args": {"kills": record.kills, "retries": record.retries},
-                }
+                    "kill",
+                    _us(placed.start - origin),
+                    tid,
+                    {"kills": record.kills, "retries": record.retries},
+                )
             )
     for record in build.actions:
         for killed in record.killed_at:
             events.append(
-                {
-                    "name": f"killed {record.target or record.mnemonic} (memory)",
-                    "cat": "kill",
-                    "ph": "i",
-                    "s": "g",
-                    "ts": _us(max(0.0, killed - origin)),
-                    "pid": _PID,
-                    "tid": 0,
-                    "args": {
+                _instant(
+                    f"killed {record.target or record.mnemonic} (memory)",
+                    "kill",
+                    _us(max(0.0, killed - origin)),
+                    0,
+                    {
                         "target": record.target,
                         "peak_rss_bytes": record.peak_rss_bytes,
                         "reason": record.kill_reason,
                         "killed_for_good": record.kill_ended,
                     },
-                }
+                    scope="g",
+                )
             )
         if record.source in (Source.EXECUTE_HIT, Source.LOOKUP_HIT):
             events.append(
-                {
-                    "name": record.target or record.mnemonic or record.action[:12],
-                    "cat": record.source.value,
-                    "ph": "i",
-                    "s": "t",
-                    "ts": _us(record.at - origin),
-                    "pid": _PID,
-                    "tid": _CACHE_TID,
-                    "args": {"target": record.target, "mnemonic": record.mnemonic},
-                }
+                _instant(
+                    record.target or record.mnemonic or record.action[:12],
+                    record.source.value,
+                    _us(record.at - origin),
+                    _CACHE_TID,
+                    {"target": record.target, "mnemonic": record.mnemonic},
+                )
             )
     for sample in build.samples:
         ts = _us(max(0.0, sample.at - origin))
@@ -238,6 +227,22 @@ def _process_name(summary: BuildSummary) -> str:
     if summary.repository:
         name += f" ({summary.repository})"
     return name + (" cut short" if summary.cut_short else "")
+
+
+def _instant(
+    name: str, category: str, ts: float, tid: int, args: dict[str, Any], *, scope: str = "t"
+) -> dict[str, Any]:
+    """An instant event (``ph`` "i") on thread ``tid``; ``scope`` "g": on every thread."""
+    return {
+        "name": name,
+        "cat": category,
+        "ph": "i",
+        "s": scope,
+        "ts": ts,
+        "pid": _PID,
+        "tid": tid,
+        "args": args,
+    }
 
 
 def _meta(name: str, tid: int, value: str) -> dict[str, Any]:

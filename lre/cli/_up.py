@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import psutil
 import typer
@@ -275,14 +275,12 @@ def up(
         return
     busy = listeners_in_use(config)
     if busy:
-        for problem in busy:
-            typer.echo(f"error: {problem}", err=True)
-        typer.echo(
+        _refuse(
+            busy,
             "choose another port with --port (the status listener follows it), stop the "
             "holder, or edit the config",
-            err=True,
+            code=1,
         )
-        raise typer.Exit(1)
     if detach:
         server = _detach(config_path, port, state_dir, repo_root, instance, log_level, knobs)
         if not no_client_config:
@@ -397,17 +395,23 @@ def _use_running(
     if recorded is not None:
         problems += differences(recorded, knobs)
     if problems:
-        for problem in problems:
-            typer.echo(f"error: {problem}", err=True)
-        typer.echo(
+        _refuse(
+            problems,
             "lre cannot change that while it runs: `lre down`, then `lre up` with your flags "
             "(`lre restart` keeps the running settings)",
-            err=True,
+            code=2,
         )
-        raise typer.Exit(2)
     if repo_root is None or no_client_config:
         return
     link_repo_or_exit(repo_root, running, link, state_dir)
+
+
+def _refuse(problems: Iterable[str], hint: str, *, code: int) -> NoReturn:
+    """Prints each problem, then what to do about them, and exits with ``code``."""
+    for problem in problems:
+        typer.echo(f"error: {problem}", err=True)
+    typer.echo(hint, err=True)
+    raise typer.Exit(code)
 
 
 def _single_cause(error: BaseException) -> BaseException:

@@ -109,12 +109,8 @@ async def _stream(
         held = chunk
     request = first
     while True:
-        _check_request(request, name, upload)
-        data = request.data
+        data = _append_request(request, name, upload, limit)
         if data:
-            if upload.committed + len(data) > limit:
-                raise _excess_error(upload.committed + len(data), limit, name)
-            upload.append(data)
             if held is not None:
                 yield cast(bytes, held)
                 sent += 1
@@ -140,6 +136,21 @@ def _check_request(request: WriteChunk, name: str, upload: PartialUpload) -> Non
         )
     if request.write_offset != upload.committed:
         raise _offset_error(request.write_offset, upload.committed)
+
+
+def _append_request(
+    request: WriteChunk, name: str, upload: PartialUpload, limit: int
+) -> bytes | memoryview:
+    """Records the data of ``request`` in ``upload`` and returns it; raises
+    ``InvalidArgument`` when the request does not continue ``upload``
+    correctly or its data takes the upload past ``limit`` bytes."""
+    _check_request(request, name, upload)
+    data = request.data
+    if data:
+        if upload.committed + len(data) > limit:
+            raise _excess_error(upload.committed + len(data), limit, name)
+        upload.append(data)
+    return data
 
 
 def _offset_error(offset: int, committed: int) -> InvalidArgument:
@@ -281,12 +292,7 @@ async def _receive(
 ) -> bool:
     """Append the data of ``request`` and its successors; False if ``finish_write`` never came."""
     while True:
-        _check_request(request, name, upload)
-        data = request.data
-        if data:
-            if upload.committed + len(data) > limit:
-                raise _excess_error(upload.committed + len(data), limit, name)
-            upload.append(data)
+        _append_request(request, name, upload, limit)
         if request.finish_write:
             return True
         try:

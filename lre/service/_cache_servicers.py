@@ -89,8 +89,8 @@ class CapabilitiesServicer:
         )
 
 
-class ContentAddressableStorageServicer:
-    """FindMissingBlobs, BatchUpdateBlobs, BatchReadBlobs, GetTree."""
+class _BridgedServicer:
+    """What the servicers that hand their work to Trio share."""
 
     def __init__(
         self, bridge: TrioBridge, instances: Instances, options: CacheServiceOptions
@@ -98,6 +98,20 @@ class ContentAddressableStorageServicer:
         self._bridge = bridge
         self._instances = instances
         self._options = options
+
+    def _store(self, instance_name: str) -> BlobStore:
+        """The instance's CAS; an unknown instance raises ``InvalidArgument``."""
+        return self._instances.resolve(instance_name).cas
+
+
+def _register_generic(
+    server: grpc.aio.Server, service: str, handlers: dict[str, grpc.RpcMethodHandler[Any, Any]]
+) -> None:
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
+
+
+class ContentAddressableStorageServicer(_BridgedServicer):
+    """FindMissingBlobs, BatchUpdateBlobs, BatchReadBlobs, GetTree."""
 
     def register(self, server: grpc.aio.Server) -> None:
         """Register; the batch methods answer with pre-serialized responses."""
@@ -123,12 +137,7 @@ class ContentAddressableStorageServicer:
                 response_serializer=re_pb2.GetTreeResponse.SerializeToString,
             ),
         }
-        server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler(CAS_SERVICE, handlers),)
-        )
-
-    def _store(self, instance_name: str) -> BlobStore:
-        return self._instances.resolve(instance_name).cas
+        _register_generic(server, CAS_SERVICE, handlers)
 
     @unary_rpc
     async def FindMissingBlobs(
@@ -168,15 +177,13 @@ class ContentAddressableStorageServicer:
             yield page
 
 
-class ByteStreamServicer:
+class ByteStreamServicer(_BridgedServicer):
     """Read, Write (resumable) and QueryWriteStatus over the instance's CAS."""
 
     def __init__(
         self, bridge: TrioBridge, instances: Instances, options: CacheServiceOptions
     ) -> None:
-        self._bridge = bridge
-        self._instances = instances
-        self._options = options
+        super().__init__(bridge, instances, options)
         self._uploads = UploadRegistry(
             ttl_seconds=options.upload_ttl_seconds, max_bytes=options.max_partial_upload_bytes
         )
@@ -200,12 +207,7 @@ class ByteStreamServicer:
                 response_serializer=bs_pb2.QueryWriteStatusResponse.SerializeToString,
             ),
         }
-        server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler(BYTESTREAM_SERVICE, handlers),)
-        )
-
-    def _store(self, instance_name: str) -> BlobStore:
-        return self._instances.resolve(instance_name).cas
+        _register_generic(server, BYTESTREAM_SERVICE, handlers)
 
     @stream_rpc
     async def Read(self, request: bs_pb2.ReadRequest, context: Context) -> AsyncIterator[bytes]:
@@ -257,15 +259,8 @@ class ByteStreamServicer:
         )
 
 
-class ActionCacheServicer:
+class ActionCacheServicer(_BridgedServicer):
     """GetActionResult (completeness-checked, inlining) and UpdateActionResult."""
-
-    def __init__(
-        self, bridge: TrioBridge, instances: Instances, options: CacheServiceOptions
-    ) -> None:
-        self._bridge = bridge
-        self._instances = instances
-        self._options = options
 
     def register(self, server: grpc.aio.Server) -> None:
         re_grpc.add_ActionCacheServicer_to_server(self, server)

@@ -91,14 +91,19 @@ class _Checks:
             return None
         return self.spans.opened(context.invocation_metadata())
 
-    async def before(self, request: Any, context: Context) -> None:
-        """Ends the call (``context.abort`` raises) when its peer is one of
-        lre's actions or its request did not parse."""
+    async def before(self, request: Any, context: Context, *, streamed: bool) -> Any:
+        """What to hand the handler: ``request``, or where the requests come
+        as a stream (``streamed``), that stream checked message by message
+        as it is read. Ends the call (``context.abort`` raises) when its
+        peer is one of lre's actions or its request did not parse."""
         if self.guard is not None:
             await self.guard.check(context)
+        if streamed:
+            return checked_requests(request)
         if isinstance(request, Unparsable):
             log_exception(request.error, self.method)
             await abort_with(context, request.error)
+        return request
 
     def after(
         self, context: Context, code: str | None, started: float, span: OpenCall | None
@@ -124,11 +129,7 @@ def _unary_response(
         span = checks.opened(context)
         code: str | None = None  # the exception is not kept: no cycle through its frames
         try:
-            if streamed:
-                await checks.before(None, context)
-                request = checked_requests(request)
-            else:
-                await checks.before(request, context)
+            request = await checks.before(request, context, streamed=streamed)
             result: Any = inner(request, context)
             if inspect.isawaitable(result):
                 result = await result
@@ -154,11 +155,7 @@ def _stream_response(checks: _Checks, inner: Behavior, streamed: bool) -> Behavi
         code: str | None = None
         result: Any = None
         try:
-            if streamed:
-                await checks.before(None, context)
-                request = checked_requests(request)
-            else:
-                await checks.before(request, context)
+            request = await checks.before(request, context, streamed=streamed)
             result = inner(request, context)
             if inspect.isasyncgen(result) or hasattr(result, "__aiter__"):
                 async for response in result:

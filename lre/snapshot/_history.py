@@ -18,7 +18,8 @@ record) so that 100,000 actions stay a few tens of MB.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -99,6 +100,19 @@ WAIT_TEXT: Mapping[str, str] = {
     WaitReason.NO_WORKER: "a worker",
     WaitReason.BUILD_SHARE: "its build's share",
 }
+
+
+@contextmanager
+def _fields_of(kind: str) -> Iterator[None]:
+    """Turns a missing field (``KeyError``) or a malformed one
+    (``TypeError``, ``ValueError``) of a ``kind`` line into a ``ValueError``
+    naming both."""
+    try:
+        yield
+    except KeyError as exc:
+        raise ValueError(f"{kind} field {exc.args[0]!r} is missing") from None
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{kind} has a malformed field: {exc}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,7 +272,7 @@ class ActionRecord:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ActionRecord:
         """Raises ``ValueError`` naming the field that is missing or malformed."""
-        try:
+        with _fields_of("history record"):
             exit_code = data.get("exit")
             at = float(data["at"])
             offsets = data.get("tsu") or {}
@@ -294,10 +308,6 @@ class ActionRecord:
                 kill_ended=bool(data.get("kend", 0)),
                 repository=str(data.get("repo", "")),
             )
-        except KeyError as exc:
-            raise ValueError(f"history record field {exc.args[0]!r} is missing") from None
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"history record has a malformed field: {exc}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,7 +342,7 @@ class HostSample:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> HostSample:
-        try:
+        with _fields_of("host sample"):
             return cls(
                 at=float(data["at"]),
                 cpu_percent=float(data["cpu"]),
@@ -343,10 +353,6 @@ class HostSample:
                 running=int(data.get("run", 0)),
                 memory_budget_bytes=int(data.get("bud", 0)),
             )
-        except KeyError as exc:
-            raise ValueError(f"host sample field {exc.args[0]!r} is missing") from None
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"host sample has a malformed field: {exc}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -382,7 +388,7 @@ class BuildSpan:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> BuildSpan:
-        try:
+        with _fields_of("build span"):
             return cls(
                 at=float(data["at"]),
                 invocation=str(data["inv"]),
@@ -392,10 +398,6 @@ class BuildSpan:
                 tool=str(data.get("tool", "")),
                 open_calls=int(data.get("open", 0)),
             )
-        except KeyError as exc:
-            raise ValueError(f"build span field {exc.args[0]!r} is missing") from None
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"build span has a malformed field: {exc}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -410,12 +412,8 @@ class ServerStart:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ServerStart:
-        try:
+        with _fields_of("start line"):
             return cls(at=float(data["at"]), pid=int(data.get("pid", 0)))
-        except KeyError as exc:
-            raise ValueError(f"start line field {exc.args[0]!r} is missing") from None
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"start line has a malformed field: {exc}") from None
 
 
 #: Every kind of history line.

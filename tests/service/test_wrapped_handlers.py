@@ -8,8 +8,10 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import grpc
+import pytest
 import trio
 
+from lre.errors import InvalidArgument
 from lre.service._call_checks import CallChecks
 from lre.service._request_decoding import Unparsable
 from lre.service._rpc_metrics import RpcMetrics
@@ -126,3 +128,29 @@ async def test_the_one_interceptor_keeps_its_wrapper_and_checks_every_call() -> 
         3,
         {"OK": 3},
     )
+
+
+async def test_a_streamed_request_that_did_not_parse_stops_the_handler_reading() -> None:
+    checks = CallChecks()
+
+    async def behavior(requests: Any, context: Any) -> str:
+        return ",".join([request async for request in requests])
+
+    inner = grpc.stream_unary_rpc_method_handler(
+        behavior, request_deserializer=bytes.decode, response_serializer=str.encode
+    )
+    handler = await checks.intercept_service(
+        _continuation(inner), _Details("/google.bytestream.ByteStream/Write")
+    )
+    behavior_checked = handler.stream_unary
+    deserialize = handler.request_deserializer
+    assert behavior_checked is not None and deserialize is not None
+
+    async def requests(*raw: bytes) -> Any:
+        for message in raw:
+            yield deserialize(message)
+
+    context: Any = _Context()
+    assert await behavior_checked(requests(b"a", b"b"), context) == "a,b"
+    with pytest.raises(InvalidArgument):
+        await behavior_checked(requests(b"a", b"\xff", b"b"), context)

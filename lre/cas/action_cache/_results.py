@@ -14,6 +14,34 @@ from lre.errors import InvalidArgument, MissingBlobs, NotFound
 from lre.proto import re_pb2
 
 
+def named_digests(result: re_pb2.ActionResult) -> tuple[list[Digest], list[Digest]]:
+    """The digests ``result`` names itself (output files, stdout/stderr, each
+    output directory's ``Tree`` and root ``Directory``), and of those the
+    ``Tree`` blobs, whose files it references too. Raises ``InvalidArgument``
+    naming the field of a malformed digest."""
+    direct: list[Digest] = []
+    for i, output_file in enumerate(result.output_files):
+        direct.append(Digest.from_proto(output_file.digest, field=f"output_files[{i}].digest"))
+    for name in ("stdout_digest", "stderr_digest"):
+        if result.HasField(name):
+            direct.append(Digest.from_proto(getattr(result, name), field=name))
+    trees: list[Digest] = []
+    for i, output_dir in enumerate(result.output_directories):
+        tree = Digest.from_proto(
+            output_dir.tree_digest, field=f"output_directories[{i}].tree_digest"
+        )
+        trees.append(tree)
+        direct.append(tree)
+        if output_dir.HasField("root_directory_digest"):
+            direct.append(
+                Digest.from_proto(
+                    output_dir.root_directory_digest,
+                    field=f"output_directories[{i}].root_directory_digest",
+                )
+            )
+    return direct, trees
+
+
 class ActionResultCache:
     """``ActionResult`` messages in an ``ActionCache``, checked against a CAS.
 
@@ -87,26 +115,7 @@ class ActionResultCache:
         Raises ``InvalidArgument`` naming the field for a malformed digest,
         and for an output ``Tree`` that does not parse or has bad names.
         """
-        direct: list[Digest] = []
-        for i, output_file in enumerate(result.output_files):
-            direct.append(Digest.from_proto(output_file.digest, field=f"output_files[{i}].digest"))
-        for name in ("stdout_digest", "stderr_digest"):
-            if result.HasField(name):
-                direct.append(Digest.from_proto(getattr(result, name), field=name))
-        trees: list[Digest] = []
-        for i, output_dir in enumerate(result.output_directories):
-            tree = Digest.from_proto(
-                output_dir.tree_digest, field=f"output_directories[{i}].tree_digest"
-            )
-            trees.append(tree)
-            direct.append(tree)
-            if output_dir.HasField("root_directory_digest"):
-                direct.append(
-                    Digest.from_proto(
-                        output_dir.root_directory_digest,
-                        field=f"output_directories[{i}].root_directory_digest",
-                    )
-                )
+        direct, trees = named_digests(result)
         missing = set(await missing_digests(self.cas, direct))
         inner: set[Digest] = set()
         for tree in dict.fromkeys(trees):

@@ -9,6 +9,7 @@ import trio
 from lre.cas._blob_io import missing_digests, read_message
 from lre.cas._protocol import BlobStore
 from lre.cas._streams import closing_stream
+from lre.cas.action_cache._results import named_digests
 from lre.cas.trees._tree import tree_file_digests
 from lre.digest import Digest
 from lre.errors import NotFound
@@ -47,24 +48,8 @@ async def result_blobs(result: re_pb2.ActionResult, source: BlobStore) -> list[D
     Raises ``InvalidArgument`` for a malformed digest or Tree and
     ``NotFound`` for a Tree ``source`` lacks.
     """
-    blobs: list[Digest] = []
-    for i, output in enumerate(result.output_files):
-        blobs.append(Digest.from_proto(output.digest, field=f"output_files[{i}].digest"))
-    for name in ("stdout_digest", "stderr_digest"):
-        if result.HasField(name):
-            blobs.append(Digest.from_proto(getattr(result, name), field=name))
-    for i, directory in enumerate(result.output_directories):
-        tree_digest = Digest.from_proto(
-            directory.tree_digest, field=f"output_directories[{i}].tree_digest"
-        )
-        blobs.append(tree_digest)
-        if directory.HasField("root_directory_digest"):
-            blobs.append(
-                Digest.from_proto(
-                    directory.root_directory_digest,
-                    field=f"output_directories[{i}].root_directory_digest",
-                )
-            )
+    blobs, trees = named_digests(result)
+    for tree_digest in trees:
         try:
             tree = await read_message(source, tree_digest, re_pb2.Tree)
         except NotFound:

@@ -33,11 +33,11 @@ import select
 import shutil
 import subprocess
 import tempfile
-import threading
 from collections.abc import Sequence
 
 from lre.worker.containment._syscalls import call as _call
 from lre.worker.containment._syscalls import loopback_up
+from lre.worker.containment._throwaway_thread import failure_in_throwaway_thread
 
 __all__ = ["OutsideNetwork", "make_network_namespace"]
 
@@ -54,7 +54,6 @@ def make_network_namespace() -> int:
     throwaway thread, so no thread of lre ever stays in it. Raises
     ``OSError`` naming the refused call (it needs CAP_SYS_ADMIN)."""
     result: list[int] = []
-    failure: list[OSError] = []
 
     def make() -> None:
         own = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
@@ -65,16 +64,12 @@ def make_network_namespace() -> int:
                 result.append(os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC))
             finally:
                 _call("setns", own, _CLONE_NEWNET)
-        except OSError as error:
-            failure.append(error)
         finally:
             os.close(own)
 
-    thread = threading.Thread(target=make, name="lre-action-network")
-    thread.start()
-    thread.join()
-    if failure:
-        raise failure[0]
+    failure = failure_in_throwaway_thread("lre-action-network", make)
+    if failure is not None:
+        raise failure
     return result[0]
 
 

@@ -44,6 +44,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from lre.worker.containment._syscalls import HELD_LIBC as _LIBC
+from lre.worker.containment._throwaway_thread import failure_in_throwaway_thread
 
 __all__ = ["ALLOWED", "ALLOWED_MASK", "root_lock_refusal", "without_root_privileges"]
 
@@ -152,16 +153,10 @@ def without_root_privileges() -> Iterator[None]:
 def root_lock_refusal() -> str | None:
     """Why ``without_root_privileges`` cannot work in this process (tried
     in a throwaway thread), or None when it works."""
-    failure: list[str] = []
 
     def probe() -> None:
-        try:
-            with without_root_privileges():
-                pass
-        except OSError as error:
-            failure.append(str(error))
+        with without_root_privileges():
+            pass
 
-    thread = threading.Thread(target=probe, name="lre-caps-probe")
-    thread.start()
-    thread.join()
-    return failure[0] if failure else None
+    failure = failure_in_throwaway_thread("lre-caps-probe", probe)
+    return None if failure is None else str(failure)

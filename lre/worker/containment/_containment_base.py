@@ -65,6 +65,22 @@ class SpawnOptions:
     drop_root_privileges: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class ActionLaunch:
+    """What ``Containment.command`` wraps: the action's argv and how it starts."""
+
+    argv: Sequence[str]
+    #: In a view of its own (only where ``can_view``).
+    view: bool = False
+    #: The action's own ``PWD`` (None: it has none).
+    pwd: str | None = None
+    #: The descriptors the action is handed besides 0-2 (``pass_fds``).
+    keep_fds: Sequence[int] = ()
+    #: Only where ``peak_tool``: the descriptor, also handed to the first
+    #: process, where pid 1 writes the peak of the command's tree.
+    peak_report: int | None = None
+
+
 class Containment(ABC):
     """How an action's process tree is started, ended and kept from outliving lre.
 
@@ -145,24 +161,11 @@ class Containment(ABC):
         return report_argv(self.peak_tool, peak_report)
 
     @abstractmethod
-    def command(
-        self,
-        argv: Sequence[str],
-        *,
-        view: bool = False,
-        pwd: str | None = None,
-        keep_fds: Sequence[int] = (),
-        peak_report: int | None = None,
-    ) -> list[str]:
-        """The argv to execute for the action's ``argv`` (in a view when
-        ``view``, only where ``can_view``). ``pwd`` is the action's own
-        ``PWD`` (None: it has none); a backend that puts a shell in front of
-        the action must leave the environment as the action gave it.
-        ``keep_fds``: the descriptors the action is handed besides 0-2
-        (``pass_fds``), which a wrapper must leave as they are.
-        ``peak_report`` (only where ``peak_tool``): the descriptor, also
-        handed to the first process, where pid 1 writes the peak of the
-        command's tree."""
+    def command(self, launch: ActionLaunch) -> list[str]:
+        """The argv to execute for ``launch.argv``; a backend that puts a
+        shell in front of the action must leave the environment as the
+        action gave it, and a wrapper must leave ``launch.keep_fds`` as they
+        are."""
 
     @contextmanager
     def spawn_context(self, options: SpawnOptions) -> Iterator[list[str]]:

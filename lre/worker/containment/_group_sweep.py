@@ -8,12 +8,11 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Sequence
 
 import trio
 
 from lre.hop import ProcStat, read_proc_stat
-from lre.worker.containment._containment_base import Containment
+from lre.worker.containment._containment_base import ActionLaunch, Containment
 from lre.worker.containment._syscalls import LIBC as _LIBC
 from lre.worker.containment._syscalls import call as _call
 from lre.worker.containment._syscalls import kill as _kill
@@ -58,19 +57,11 @@ class ProcessGroupSweep(Containment):
             self.helper_processes = 1
             self.signals_as_exit_codes = True
 
-    def command(
-        self,
-        argv: Sequence[str],
-        *,
-        view: bool = False,
-        pwd: str | None = None,
-        keep_fds: Sequence[int] = (),
-        peak_report: int | None = None,
-    ) -> list[str]:
+    def command(self, launch: ActionLaunch) -> list[str]:
         # GNU time first where it reports the command's tree; else the
         # command is the first process itself.
-        prefix = self.peak_prefix(peak_report)
-        return [*prefix, *argv] if prefix is not None else list(argv)
+        prefix = self.peak_prefix(launch.peak_report)
+        return [*prefix, *launch.argv] if prefix is not None else list(launch.argv)
 
     def spawn_started(self, pid: int) -> None:
         super().spawn_started(pid)

@@ -18,6 +18,7 @@ from lre.worker.containment._action_network import OutsideNetwork, make_network_
 from lre.worker.containment._capabilities import root_lock_refusal, without_root_privileges
 from lre.worker.containment._containment_base import (
     CLONE_FS,
+    ActionLaunch,
     Containment,
     ContainmentUnavailable,
     SpawnOptions,
@@ -27,6 +28,7 @@ from lre.worker.containment._syscalls import call as _call
 from lre.worker.containment._syscalls import kill as _kill
 from lre.worker.containment._syscalls import killpg as _killpg
 from lre.worker.containment._syscalls import loopback_up as _loopback_up
+from lre.worker.containment._throwaway_thread import failure_in_throwaway_thread
 from lre.worker.usage import peak_tool
 from lre.worker.view import build_view, mount_children_proc, proc_pidns_works
 
@@ -196,52 +198,32 @@ class PidNamespace(Containment):
 
     def _probe_view(self) -> bool:
         """Whether a mount namespace can be made and left here (logged if not)."""
-        failure: list[BaseException] = []
 
         def probe() -> None:
-            try:
-                _call("unshare", CLONE_FS)
-                _call("unshare", _CLONE_NEWNS)
-                _call("setns", self._own_mnt_ns, _CLONE_NEWNS)
-            except OSError as error:
-                failure.append(error)
+            _call("unshare", CLONE_FS)
+            _call("unshare", _CLONE_NEWNS)
+            _call("setns", self._own_mnt_ns, _CLONE_NEWNS)
 
-        thread = threading.Thread(target=probe, name="lre-view-probe")
-        thread.start()
-        thread.join()
-        if failure:
-            log.warning("containment pidns: actions get no view of their own (%s)", failure[0])
-        return not failure
+        failure = failure_in_throwaway_thread("lre-view-probe", probe)
+        if failure is not None:
+            log.warning("containment pidns: actions get no view of their own (%s)", failure)
+        return failure is None
 
     def _probe(self) -> None:
         """Make and leave one namespace in a throwaway thread, so that a
         missing privilege shows at start-up, not at the first action."""
-        failure: list[BaseException] = []
 
         def probe() -> None:
-            try:
-                with self.spawn_context(SpawnOptions()):
-                    pass
-            except OSError as error:
-                failure.append(error)
+            with self.spawn_context(SpawnOptions()):
+                pass
 
-        thread = threading.Thread(target=probe, name="lre-pidns-probe")
-        thread.start()
-        thread.join()
-        if failure:
+        failure = failure_in_throwaway_thread("lre-pidns-probe", probe)
+        if failure is not None:
             raise ContainmentUnavailable(
-                f"cannot make a PID namespace ({failure[0]}); it needs CAP_SYS_ADMIN"
+                f"cannot make a PID namespace ({failure}); it needs CAP_SYS_ADMIN"
             )
 
-    def command(
-        self,
-        argv: Sequence[str],
-        *,
-        view: bool = False,
-        pwd: str | None = None,
-        keep_fds: Sequence[int] = (),
-        peak_report: int | None = None,
-    ) -> list[str]:
+    def command(self, launch: ActionLaunch) -> list[str]:
         # pid 1 execvp()s argv with the action's PATH, argv[0] unchanged:
         # GNU time, which writes the peak of the command's tree to
         # ``peak_report`` (``_tree_peak``), or else timeout, whose duration
@@ -249,20 +231,17 @@ class PidNamespace(Containment):
         # /proc, then executes that pid 1 (without a report, it runs argv
         # itself as pid 1 when it has a spare descriptor); without the gate,
         # unshare first mounts the namespace's own /proc.
-        prefix = self.peak_prefix(peak_report)
-        if prefix is not None:
-            init = [*prefix, *argv]
-        else:
-            peak_report = None
-            init = [self._init, "--", "0", *argv]
-        if view and self._gate_sh is not None:
-            own_pwd = "-" if pwd is None else "=" + pwd
-            spare = _spare_descriptor(keep_fds)
-            if spare is None or peak_report is not None:
+        prefix = self.peak_prefix(launch.peak_report)
+        argv = launch.argv
+        init = [*prefix, *argv] if prefix is not None else [self._init, "--", "0", *argv]
+        if launch.view and self._gate_sh is not None:
+            own_pwd = "-" if launch.pwd is None else "=" + launch.pwd
+            spare = _spare_descriptor(launch.keep_fds)
+            if spare is None or prefix is not None:
                 return [self._gate_sh, "-c", _PROC_GATE, "sh", own_pwd, *init]
             gate = _PROC_GATE_PID1.format(spare=spare)
             return [self._gate_sh, "-c", gate, "sh", own_pwd, *argv]
-        if view and self._unshare is not None:
+        if launch.view and self._unshare is not None:
             return [self._unshare, "--mount-proc", "--propagation", "unchanged", "--", *init]
         return init
 

@@ -10,12 +10,13 @@ import os
 import shutil
 import subprocess
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 from lre.worker.containment._action_dns import FORWARDER
 from lre.worker.containment._action_network import OutsideNetwork
 from lre.worker.containment._containment_base import (
+    ActionLaunch,
     Containment,
     ContainmentUnavailable,
     SpawnOptions,
@@ -122,24 +123,16 @@ class UserNamespace(Containment):
     def dns_forwarder(self) -> str | None:
         return FORWARDER if self.outside.running else None
 
-    def command(
-        self,
-        argv: Sequence[str],
-        *,
-        view: bool = False,
-        pwd: str | None = None,
-        keep_fds: Sequence[int] = (),
-        peak_report: int | None = None,
-    ) -> list[str]:
+    def command(self, launch: ActionLaunch) -> list[str]:
         # pid 1: GNU time writing the peak of the command's tree to
         # ``peak_report`` (``_tree_peak``), else ``timeout -- 0``.
-        first = self.peak_prefix(peak_report) or self._inner
+        first = [*(self.peak_prefix(launch.peak_report) or self._inner), *launch.argv]
         if self._views is None:
-            return [*self._unshare, *first, *argv]
-        inner = self._views.inner(os.geteuid(), os.getegid(), view=view)
-        if view:  # entered by ``spawn_context``'s prefix
-            return [*inner, *first, *argv]
-        return [*self._views.enter_network(), *inner, *first, *argv]
+            return [*self._unshare, *first]
+        inner = self._views.inner(os.geteuid(), os.getegid(), view=launch.view)
+        if launch.view:  # entered by ``spawn_context``'s prefix
+            return [*inner, *first]
+        return [*self._views.enter_network(), *inner, *first]
 
     @contextmanager
     def spawn_context(self, options: SpawnOptions) -> Iterator[list[str]]:

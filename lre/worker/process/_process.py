@@ -47,6 +47,7 @@ from lre.upstream import name_os_thread
 from lre.worker.containment import (
     WRAPPER_LABEL,
     ActionIdentity,
+    ActionLaunch,
     Containment,
     SpawnOptions,
     choose_containment,
@@ -394,11 +395,13 @@ async def run_process(request: SpawnRequest) -> ProcessOutcome:
     command = limits.command(
         contained.name,
         contained.command(
-            [*identity.prefix(), *argv] if identity is not None else argv,
-            view=view is not None,
-            pwd=env.get("PWD"),
-            keep_fds=tuple(pass_fds),
-            peak_report=report,
+            ActionLaunch(
+                [*identity.prefix(), *argv] if identity is not None else argv,
+                view=view is not None,
+                pwd=env.get("PWD"),
+                keep_fds=tuple(pass_fds),
+                peak_report=report,
+            )
         ),
         request.max_processes,
         open_files,
