@@ -11,23 +11,18 @@ import errno
 import io
 import json
 import os
-import threading
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from lre.worker import Containment
-from lre.worker.containment._syscalls import call
 from lre.worker.process._process import SpawnRequest, run_process
 from lre.worker.view import _view_dev
-from lre.worker.view._view import ActionView, build_view
+from lre.worker.view._view import ActionView
 from lre.worker.view._view_dev import DEVICES, LINKS, NAMES, DevTree
+from tests._support.view_thread import in_view
 
 from .test_containment import backend
-
-_CLONE_FS = 0x200
-_CLONE_NEWNS = 0x20000
 
 #: Run in the view (cwd: the input root): what its /dev holds, and whether a
 #: device node made where it may write opens.
@@ -162,29 +157,6 @@ async def test_an_actions_dev_holds_only_what_builds_need(
     _check(report, root=False)
 
 
-def _in_view(view: ActionView, inspect: Callable[[], object]) -> object:
-    """``inspect()`` run in a thread whose new mount namespace is ``view``
-    (the thread ends there: its namespace goes with it)."""
-    result: list[object] = []
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            call("unshare", _CLONE_FS)
-            call("unshare", _CLONE_NEWNS)
-            build_view(view)
-            result.append(inspect())
-        except BaseException as error:  # re-raised in the test's thread
-            failure.append(error)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join()
-    if failure:
-        raise failure[0]
-    return result[0]
-
-
 @pytest.mark.parametrize("template", [True, False], ids=["template", "per-action"])
 def test_both_ways_of_making_the_tree_give_the_same_dev(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, template: bool
@@ -208,7 +180,7 @@ def test_both_ways_of_making_the_tree_give_the_same_dev(
     for n in range(2):  # the second view: the template is reused
         (tmp_path / str(n)).mkdir()
         view = _scratch_view(tmp_path / str(n))
-        report = _in_view(view, lambda: inspect(view))  # noqa: B023 (called at once)
+        report = in_view(view, lambda: inspect(view))  # noqa: B023 (called at once)
         assert isinstance(report, dict)
         _check(report, root=True)
     release = tuple(int(part) for part in os.uname().release.split(".")[:2] if part.isdigit())

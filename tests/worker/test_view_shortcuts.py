@@ -14,21 +14,15 @@ import os
 import shutil
 import stat
 import tempfile
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TypeVar
 
 import pytest
 
 from lre.worker._view_policy import ViewPolicy
-from lre.worker.containment._containment_base import CLONE_FS
-from lre.worker.containment._syscalls import call
 from lre.worker.directories._action_dirs import ROOT_MODE, ActionDirectory, _recycle
-from lre.worker.view._view import ActionView, build_view
-
-T = TypeVar("T")
-_CLONE_NEWNS = 0x00020000
+from lre.worker.view._view import ActionView
+from tests._support.view_thread import in_view
 
 
 def test_each_hidden_path_is_masked_by_what_it_is(var_tmp: Path) -> None:
@@ -74,7 +68,7 @@ def test_each_hidden_path_is_masked_by_what_it_is(var_tmp: Path) -> None:
                 seen[name] = "as it is"
         return seen
 
-    seen = _in_view(view, inspect)
+    seen = in_view(view, inspect)
     # The mask of "dir" shows through the symlink too: "to-dir" leads there.
     assert seen == {
         "dir": ("directory", [], False),
@@ -95,29 +89,6 @@ def var_tmp() -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path)
-
-
-def _in_view(view: ActionView, inspect: Callable[[], T]) -> T:
-    """``inspect()`` run in a thread whose new mount namespace is ``view``
-    (the thread ends there: its namespace goes with it)."""
-    result: list[T] = []
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            call("unshare", CLONE_FS)
-            call("unshare", _CLONE_NEWNS)
-            build_view(view)
-            result.append(inspect())
-        except BaseException as error:  # re-raised in the test's thread
-            failure.append(error)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join()
-    if failure:
-        raise failure[0]
-    return result[0]
 
 
 def _action_directory(path: Path, *, view: bool, work: bool = True) -> ActionDirectory:
