@@ -10,8 +10,9 @@ argv[1] is a JSON request:
   action or the guardian;
 - ``then``: ``"down"`` closes lre's end of the guardian channel after the
   action (a clean ``lre down``) and waits for the guardian; ``"hang"`` prints
-  ``{"running": true}`` once the action wrote a line to its stdout and then
-  sleeps (the test SIGKILLs this process).
+  ``{"running": true}`` (with the action's stdout and the guardian's pid)
+  once the action wrote a line to its stdout and then sleeps (the test
+  SIGKILLs this process).
 
 Prints one JSON line: the action's stdout, stderr and exit code, and the
 guardian's descriptors (``{fd: target}``, None when this user cannot read them).
@@ -58,7 +59,8 @@ async def main(request: dict[str, Any]) -> None:
             with trio.fail_after(60):  # the action writes a line first
                 while not (here / "out").exists() or not (here / "out").read_text():  # noqa: ASYNC110
                     await trio.sleep(0.02)
-            print(json.dumps({"running": True, "stdout": (here / "out").read_text()}), flush=True)
+            running = {"running": True, "stdout": (here / "out").read_text(), "guardian": guardian}
+            print(json.dumps(running), flush=True)
             await trio.sleep(300)
         return
     spawn = SpawnRequest(["/bin/sh", "-c", script], timeout=60.0, **common)  # type: ignore[arg-type]

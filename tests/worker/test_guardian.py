@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -149,12 +150,32 @@ def test_holding_the_guardian_channel_does_not_outlive_lre(containment: str, ide
             # An escaped action sleeps for over an hour: a minute tells the
             # two apart on a machine at any load (5 s did not at load 20).
             gone = wait_until(lambda: not processes_with(marker), 60.0)
-            assert gone, f"the action outlived lre ({line.strip()})"
+            assert gone, f"the action outlived lre ({line.strip()}): {_who(marker, line)}"
         finally:
             for process in processes_with(marker):
                 process.kill()
             driver.kill()
             driver.communicate()
+
+
+def _who(marker: str, line: str) -> str:
+    """What a failure needs to be understood: each survivor's parent, group and
+    state, and whether the guardian (its pid from the driver's line) lives."""
+    survivors = []
+    for process in processes_with(marker):
+        try:
+            survivors.append(
+                f"{process.pid} ppid {process.ppid()} pgid {os.getpgid(process.pid)} "
+                f"{process.status()} {process.cmdline()}"
+            )
+        except (psutil.Error, OSError) as error:
+            survivors.append(f"{process.pid}: {error}")
+    guardian = json.loads(line).get("guardian")
+    try:
+        state = psutil.Process(guardian).status() if guardian else "unknown"
+    except psutil.Error:
+        state = "gone"
+    return f"survivors {survivors}; guardian {guardian} {state}"
 
 
 def test_the_guardian_refuses_numbers_that_name_no_single_process() -> None:
