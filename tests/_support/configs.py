@@ -71,22 +71,25 @@ def config_text(
     port: int = 0,
     status: str = "",
     extra_global: str = "",
+    listener: str = "",
 ) -> str:
     """A whole config: ``stores`` (default filesystem "cas" and "ac"),
     ``schedulers`` (default ``MAIN_MODIFIER`` and a simple "queue"),
     ``workers`` (default one ``local_worker``), and one listener on
-    ``port`` serving every instance name through scheduler ``front``;
+    ``port`` (or with the fields ``listener``) serving every instance name
+    through scheduler ``front``;
     ``extra_global`` (starting with a comma) is appended to ``global``."""
     stores = stores or [filesystem_store(root, "cas"), filesystem_store(root, "ac", "64MiB")]
     schedulers = schedulers or [MAIN_MODIFIER, simple_scheduler()]
     workers = [local_worker(root)] if workers is None else workers
     ac = f', ac_store: "{ac_store}"' if ac_store else ""
+    listener = listener or f'address: "127.0.0.1:{port}"'
     return f"""{{
   stores: [{", ".join(stores)}],
   schedulers: [{", ".join(schedulers)}],
   workers: [{", ".join(workers)}],
   servers: [
-    {{ listener: {{ address: "127.0.0.1:{port}" }},
+    {{ listener: {{ {listener} }},
       instances: [{{ instance_name: "*", cas_store: "cas"{ac}, scheduler: "{front}" }}] }},
   ],
   global: {{ state_dir: "{root}/state", status: {{ address: "{status}" }}{extra_global} }},
@@ -107,6 +110,7 @@ def app_config_text(
     cas_bytes: str = "1GiB",
     extra_stores: Sequence[str] = (),
     extra_global: str = "",
+    listener: str = "",
 ) -> str:
     """``config_text``'s defaults: filesystem CAS (``cas_bytes``) and AC
     besides ``extra_stores``, a property modifier "main" in front of a simple
@@ -134,6 +138,7 @@ def app_config_text(
         port=port,
         status=f"127.0.0.1:{status_port}" if status_port is not None else "",
         extra_global=extra_global,
+        listener=listener,
     )
 
 
