@@ -105,7 +105,14 @@ class Lre:
         raise AssertionError(f"blob {hash_} not found under {self.home / 'cas'}")
 
 
-def _config(home: Path, backend: str, port: int, action_user: str, extra_worker: str = "") -> str:
+def _config(
+    home: Path,
+    backend: str,
+    port: int,
+    action_user: str,
+    extra_worker: str = "",
+    extra_global: str = "",
+) -> str:
     fields = f', containment: "{backend}", action_user: "{action_user}"{extra_worker}'
     return config_text(
         home,
@@ -117,6 +124,7 @@ def _config(home: Path, backend: str, port: int, action_user: str, extra_worker:
         ],
         front="queue",
         port=port,
+        extra_global=extra_global,
     )
 
 
