@@ -31,10 +31,10 @@ MAIN_MODIFIER = """{ name: "main", property_modifier: {
         modifications: [{ add: { name: "cpu_count", value: "1" } }], scheduler: "queue" } }"""
 
 
-def simple_scheduler(fields: str = "", *, name: str = "queue") -> str:
-    """A simple scheduler over stores "cas" and "ac"; ``fields`` (starting
-    with a comma) are appended."""
-    return f'{{ name: "{name}", simple: {{ ac_store: "ac", cas_store: "cas"{fields} }} }}'
+def simple_scheduler(fields: str = "") -> str:
+    """A simple scheduler "queue" over stores "cas" and "ac"; ``fields``
+    (starting with a comma) are appended."""
+    return f'{{ name: "queue", simple: {{ ac_store: "ac", cas_store: "cas"{fields} }} }}'
 
 
 #: A local worker's default resources: 2 CPUs and 2 GiB.
