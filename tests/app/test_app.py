@@ -67,11 +67,7 @@ async def test_work_directory_is_released_after_stop(app_config: Config) -> None
 async def test_workers_offer_the_numbers_config_worked_out(tmp_path: Path) -> None:
     """Config alone works "auto" out: a worker built from a config still
     holding "auto" offers what the resolved config says."""
-    text = (
-        app_config_text(tmp_path)
-        .replace("max_inflight_tasks: 2", 'max_inflight_tasks: "auto"')
-        .replace('cpu_count: 2, memory_budget: "2GiB"', 'memory_budget: "auto"')
-    )
+    text = app_config_text(tmp_path, max_inflight='"auto"', resources='memory_budget: "auto"')
     config = load_config_text(text, source="test.json5")
     resolved = resolve(config)
     local = resolved.workers[0].local
@@ -95,7 +91,8 @@ def test_the_schedulers_resources_drive_its_workers_ceiling_and_the_snapshot(
         tmp_path,
         extra_scheduler=', resources: { kill_factor: 1.5, ladder: ["1GiB", "3GiB"], '
         "learner: { enabled: false } }",
-    ).replace('memory_budget: "2GiB"', "memory_budget: 0")
+        resources="cpu_count: 2, memory_budget: 0",
+    )
     app = Application(resolve(load_config_text(text, source="t.json5")))
     ceiling = app.workers[0].ceiling
     assert (ceiling.top_bytes, ceiling.kill_factor) == (3 << 30, 1.5)

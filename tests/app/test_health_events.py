@@ -15,10 +15,8 @@ from tests._support.servers import free_port
 
 
 def _app(tmp_path: Path, extra_store: str = "") -> Application:
-    text = app_config_text(tmp_path)
-    if extra_store:
-        text = text.replace("  stores: [\n", "  stores: [\n    " + extra_store + ",\n", 1)
-    return Application(config_of(text))
+    stores = [extra_store] if extra_store else []
+    return Application(config_of(app_config_text(tmp_path, extra_stores=stores)))
 
 
 def test_worker_health_events_mark_and_clear_a_health_problem(tmp_path: Path) -> None:

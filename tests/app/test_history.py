@@ -112,7 +112,7 @@ async def test_with_history_off_nothing_is_recorded_and_builds_work(tmp_path: Pa
     """``global.history.enabled: false`` switches the whole recording off (the
     scheduler's tap, the lookup hook, the writer and the host sampling): the
     recording-cost A/B runs the same tree with it on and off."""
-    text = app_config_text(tmp_path).replace("global: {", "global: { history: { enabled: false },")
+    text = app_config_text(tmp_path, extra_global=", history: { enabled: false }")
     config = config_of(text)
     app = await _serve_and_build(config, "no-history")  # asserts the build worked
     assert app.history is None

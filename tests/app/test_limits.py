@@ -35,8 +35,7 @@ SERVE = textwrap.dedent(
 
 
 def serve_with(tmp_path: Path, global_extra: str) -> tuple[int, int]:
-    text = app_config_text(tmp_path / "lre")
-    text = text.replace("global: {", "global: {" + global_extra, 1)
+    text = app_config_text(tmp_path / "lre", extra_global=global_extra)
     (tmp_path / "lre.json5").write_text(text)
     done = subprocess.run(
         [sys.executable, "-c", SERVE, str(tmp_path / "lre.json5")],
@@ -58,7 +57,7 @@ def test_the_soft_limit_is_raised_to_the_setting(tmp_path: Path) -> None:
     # Above the 256 lre starts with, below the reserve under any hard limit.
     wanted = 1000 if hard == resource.RLIM_INFINITY else min(1000, hard - RESERVE)
     assert wanted > 256, f"a hard limit of {hard} leaves no room to raise anything"
-    soft, _ = serve_with(tmp_path, f" max_open_files: {wanted},")
+    soft, _ = serve_with(tmp_path, f", max_open_files: {wanted}")
     assert soft == wanted
 
 
@@ -68,5 +67,5 @@ def test_the_hard_limit_caps_it_without_failing_start_up(tmp_path: Path) -> None
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY:
         hard = 1 << 20
-    soft, seen_hard = serve_with(tmp_path, f" max_open_files: {hard * 2},")
+    soft, seen_hard = serve_with(tmp_path, f", max_open_files: {hard * 2}")
     assert soft == seen_hard - RESERVE  # the reserve for lre's upkeep stays above

@@ -11,24 +11,19 @@ from lre.app import AppBuildError, build_stores
 from lre.app._build_schedulers import build_forwarders, build_schedulers, front_scheduler
 from lre.app._scheduler_chain import scheduler_chain
 from lre.config import Config, PropertyModifierSpec
-from tests._support.configs import config_of
+from tests._support.configs import config_of, config_text, filesystem_store
 
 
 def _config(root: Path, schedulers: str, instance_scheduler: str = "front") -> Config:
     return config_of(
-        f"""{{
-  stores: [
-    {{ name: "cas", filesystem: {{ content_path: "{root}/cas", temp_path: "{root}/tmp/cas",
-                                  eviction_policy: {{ max_bytes: "1GiB" }} }} }},
-  ],
-  schedulers: [{schedulers}],
-  workers: [],
-  servers: [
-    {{ listener: {{ address: "127.0.0.1:0" }},
-      instances: [{{ instance_name: "*", cas_store: "cas", scheduler: "{instance_scheduler}" }}] }},
-  ],
-  global: {{ state_dir: "{root}/state" }},
-}}"""
+        config_text(
+            root,
+            stores=[filesystem_store(root, "cas")],
+            schedulers=[schedulers],
+            workers=[],
+            front=instance_scheduler,
+            ac_store=None,
+        )
     )
 
 

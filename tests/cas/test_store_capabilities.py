@@ -9,7 +9,7 @@ in neither list fails ``test_every_capability_is_passed_through_or_withheld``.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -28,39 +28,22 @@ from lre.cas import (
     read_bytes,
 )
 from lre.cas._blob_io import write_bytes
-from lre.digest import Digest, digest_of
+from lre.digest import digest_of
 from lre.errors import ResourceExhausted
+from tests._support.stores import FakeStore
 
 from .conftest import pin
 
 
-class FullStore:
+def full_store(files: FilesystemStore) -> FakeStore:
     """A store offering every capability, each answer a distinct object."""
-
-    def __init__(self, files: FilesystemStore) -> None:
-        self.inner = MemoryStore(1 << 20)
-        self.files = files
-
-    async def has_many(self, digests: Sequence[Digest]) -> list[int | None]:
-        return await self.inner.has_many(digests)
-
-    def read(
-        self, digest: Digest, offset: int = 0, limit: int | None = None
-    ) -> AsyncIterator[bytes]:
-        return self.inner.read(digest, offset, limit)
-
-    async def write(self, digest: Digest, chunks: AsyncIterable[bytes]) -> None:
-        await self.inner.write(digest, chunks)
-
-    def capabilities(self) -> StoreCapabilities:
-        return StoreCapabilities(
-            pin=self.inner.pin,
-            statistics=self.inner.statistics,
-            local_files=self.files,
-            immediate_reads=self.files,
-            immediate_writes=self.files.capabilities().immediate_writes,
-            bulk=self.inner,
-        )
+    return FakeStore(
+        MemoryStore(1 << 20),
+        offer=("pin", "statistics", "bulk"),
+        local_files=files,
+        immediate_reads=files,
+        immediate_writes=files.capabilities().immediate_writes,
+    )
 
 
 Wrap = Callable[[BlobStore], BlobStore]
@@ -88,7 +71,7 @@ WITHHELD: dict[str, dict[str, str]] = {
 
 @pytest.mark.parametrize("wrapper", list(WRAPPERS))
 def test_every_capability_is_passed_through_or_withheld(wrapper: str, tmp_path: Path) -> None:
-    inner = FullStore(FilesystemStore(tmp_path / "cas", tmp_path / "tmp", 1 << 20))
+    inner = full_store(FilesystemStore(tmp_path / "cas", tmp_path / "tmp", 1 << 20))
     offered = inner.capabilities()
     outer = WRAPPERS[wrapper](inner).capabilities()
     for field in dataclasses.fields(StoreCapabilities):
@@ -101,28 +84,10 @@ def test_every_capability_is_passed_through_or_withheld(wrapper: str, tmp_path: 
 
 
 def test_fast_slow_offers_nothing_of_its_slow_tier(tmp_path: Path) -> None:
-    slow = FullStore(FilesystemStore(tmp_path / "cas", tmp_path / "tmp", 1 << 20))
+    slow = full_store(FilesystemStore(tmp_path / "cas", tmp_path / "tmp", 1 << 20))
     assert FastSlowStore(MemoryStore(1 << 20), slow).capabilities().local_files is None
-    wrapped_pinless = FastSlowStore(VerifyStore(_Pinless()), MemoryStore(1 << 20))
+    wrapped_pinless = FastSlowStore(VerifyStore(FakeStore()), MemoryStore(1 << 20))
     assert wrapped_pinless.capabilities().pin is None
-
-
-class _Pinless:
-    """A store that offers nothing beyond the three calls (as an upstream)."""
-
-    async def has_many(self, digests: Sequence[Digest]) -> list[int | None]:
-        raise AssertionError("not used")
-
-    def read(
-        self, digest: Digest, offset: int = 0, limit: int | None = None
-    ) -> AsyncIterator[bytes]:
-        raise AssertionError("not used")
-
-    async def write(self, digest: Digest, chunks: AsyncIterable[bytes]) -> None:
-        raise AssertionError("not used")
-
-    def capabilities(self) -> StoreCapabilities:
-        return StoreCapabilities()
 
 
 @pytest.mark.parametrize("outer", ["verify", "fast_slow", "verify over fast_slow"])

@@ -51,8 +51,8 @@ def private_home(tmp_path: Path, *, max_bytes: str = "1GiB", extra_worker: str =
     status_port = free_port()
     config = tmp_path / "lre.json5"
     config.write_text(
-        app_config_text(root, status_port=status_port, extra_worker=extra_worker).replace(
-            'max_bytes: "1GiB"', f'max_bytes: "{max_bytes}"'
+        app_config_text(
+            root, status_port=status_port, extra_worker=extra_worker, cas_bytes=max_bytes
         )
     )
     # COLUMNS: typer's error boxes wrap at the terminal width; keep messages on one line.

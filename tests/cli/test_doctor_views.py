@@ -3,12 +3,12 @@ in the test (the real ones say whatever this machine's disk is)."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 from lre.cli._doctor_views import Ext4Mount, ext4_mount_of, view_filesystem_check
-from lre.config import Config, load_config
+from lre.config import Config
+from tests._support.configs import app_config_text, config_of
 
 #: ext4's options as /proc/fs/ext4/<device>/options lists them (abridged).
 _JOURNALED = "rw\nbsddf\nnodiscard\njournal_checksum\ndata=ordered\n"
@@ -38,30 +38,10 @@ def _fake_kernel(tmp_path: Path, path: Path, fstype: str, options: str | None) -
 
 
 def _config(tmp_path: Path, *, view: bool = True) -> Config:
-    """The embedded default with its work directory (not made yet) under
-    ``tmp_path`` and ``sandbox_view`` as given."""
-    default = load_config(_write(tmp_path / "empty.json", {}))
-    worker = default.workers[0].local
-    assert worker is not None
-    spec = {
-        "workers": [
-            {
-                "local": {
-                    "name": worker.name,
-                    "scheduler": worker.scheduler,
-                    "cas_store": worker.cas_store,
-                    "work_directory": str(tmp_path / "home" / "work"),
-                    "sandbox_view": view,
-                }
-            }
-        ]
-    }
-    return load_config(_write(tmp_path / "config.json", spec))
-
-
-def _write(path: Path, document: object) -> Path:
-    path.write_text(json.dumps(document))
-    return path
+    """A config whose worker works (not made yet) under ``tmp_path`` with
+    ``sandbox_view`` as given."""
+    fields = f", sandbox_view: {'true' if view else 'false'}"
+    return config_of(app_config_text(tmp_path / "home", extra_worker=fields))
 
 
 def test_ext4_without_a_journal_is_found_by_the_kernel_name_of_its_device(

@@ -11,6 +11,7 @@ import grpc
 import pytest
 
 from lre.worker.directories._workdir import WorkDirectoryInUse
+from tests._support.configs import config_text, local_worker
 from tests._support.reapi import Client, response_of
 from tests._support.servers import ServerThread
 
@@ -19,33 +20,17 @@ OK = grpc.StatusCode.OK.value[0]
 
 def two_worker_config(root: Path) -> str:
     """Workers "left" (pool=a, arch=x) and "right" (pool=b), one scheduler."""
-    worker = """{{ local: {{ name: "{name}", scheduler: "queue", cas_store: "cas",
-        work_directory: "{root}/work-{name}", max_inflight_tasks: 2,
-        upload_action_result: {{ ac_store: "ac" }},
-        resources: {{ cpu_count: 2, memory_budget: "2GiB" }},
-        platform_properties: {{ {properties} }} }} }}"""
-    left = worker.format(
-        name="left", root=root, properties='pool: { values: ["a"] }, ISA: { values: ["x"] }'
+    left = 'pool: { values: ["a"] }, ISA: { values: ["x"] }'
+    right = 'pool: { values: ["b"] }'
+    return config_text(
+        root,
+        workers=[
+            local_worker(
+                root, name=name, work=f"work-{name}", fields=f", platform_properties: {{ {p} }}"
+            )
+            for name, p in (("left", left), ("right", right))
+        ],
     )
-    right = worker.format(name="right", root=root, properties='pool: { values: ["b"] }')
-    return f"""{{
-  stores: [
-    {{ name: "cas", filesystem: {{ content_path: "{root}/cas", temp_path: "{root}/tmp/cas" }} }},
-    {{ name: "ac", filesystem: {{ content_path: "{root}/ac", temp_path: "{root}/tmp/ac" }} }},
-  ],
-  schedulers: [
-    {{ name: "main", property_modifier: {{
-        modifications: [{{ add: {{ name: "cpu_count", value: "1" }} }}], scheduler: "queue" }} }},
-    {{ name: "queue", simple: {{ ac_store: "ac", cas_store: "cas" }} }},
-  ],
-  workers: [{left}, {right}],
-  servers: [
-    {{ listener: {{ address: "127.0.0.1:0" }},
-      instances: [{{ instance_name: "*", cas_store: "cas", ac_store: "ac", scheduler: "main" }}] }},
-  ],
-  global: {{ state_dir: "{root}/state", status: {{ address: "" }} }},
-}}
-"""
 
 
 @pytest.fixture(scope="module")

@@ -37,9 +37,8 @@ def _lre(max_connections: int) -> Iterator[WholeLre]:
     """A whole lre whose listener holds at most ``max_connections``."""
     with shown_scratch(prefix="lre-connections-") as home:
         port = free_port()
-        address = f'address: "127.0.0.1:{port}"'
-        text = app_config_text(home, port=port, extra_worker=WORKER_EXTRA)
-        text = text.replace(address, f"{address}, max_connections: {max_connections}")
+        listener = f'address: "127.0.0.1:{port}", max_connections: {max_connections}'
+        text = app_config_text(home, listener=listener, extra_worker=WORKER_EXTRA)
         with whole_lre(home, text, port) as lre:
             yield lre
 

@@ -53,11 +53,13 @@ def crash_config(root: Path, *, max_inflight: int = 8, cas_bytes: str = "4GiB") 
     long actions and the short ones side by side (16 CPUs, 16 GiB: the
     learned reservation of a short ``sh`` action can exceed one CPU), and a
     CAS cap large enough that nothing acknowledged is evicted in the run."""
-    text = app_config_text(root, max_inflight=max_inflight, extra_worker=WORKER_EXTRA)
-    text = text.replace(
-        'cpu_count: 2, memory_budget: "2GiB"', 'cpu_count: 16, memory_budget: "16GiB"'
+    return app_config_text(
+        root,
+        max_inflight=max_inflight,
+        extra_worker=WORKER_EXTRA,
+        resources='cpu_count: 16, memory_budget: "16GiB"',
+        cas_bytes=cas_bytes,
     )
-    return text.replace('max_bytes: "1GiB"', f'max_bytes: "{cas_bytes}"')
 
 
 # ------------------------------------------------------------------ what the clients did

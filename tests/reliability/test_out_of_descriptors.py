@@ -43,9 +43,7 @@ def _lre(hard: int) -> Iterator[WholeLre]:
     assert prlimit is not None, "util-linux prlimit is needed"
     with shown_scratch(prefix="lre-descriptors-") as home:
         port = free_port()
-        config = _config(home, "portable", port, "root").replace(
-            "global: {", f"global: {{ max_open_files: {hard},"
-        )
+        config = _config(home, "portable", port, "root", extra_global=f", max_open_files: {hard}")
         with whole_lre(
             home, config, port, prefix=[prlimit, f"--nofile={hard}:{hard}", "--"]
         ) as lre:

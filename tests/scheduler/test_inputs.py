@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator, Sequence
+from collections.abc import Sequence
 
-from lre.cas import DirectoryReader, MemoryStore, StoreCapabilities
+from lre.cas import DirectoryReader
 from lre.digest import Digest
 from lre.proto import re_pb2
 from lre.scheduler._inputs import SubtreeBlobs, find_missing_inputs
 from tests._support.actions import TreeSpec, blob_digest, build_tree, put_blobs
+from tests._support.stores import FakeStore
 
 TOOLCHAIN = {
     "external/cc/wrapper.sh": b"#!/bin/sh\n",
@@ -19,40 +20,10 @@ TOOLCHAIN = {
 COMMAND = blob_digest(b"a command")
 
 
-class HidingStore:
-    """A memory store that answers "absent" for the digests in ``hidden``
-    and counts the digests ``has_many`` is asked about."""
-
-    def __init__(self) -> None:
-        self.inner = MemoryStore(1 << 24)
-        self.hidden: set[Digest] = set()
-        self.asked = 0
-
-    async def has_many(self, digests: Sequence[Digest]) -> list[int | None]:
-        self.asked += len(digests)
-        sizes = await self.inner.has_many(digests)
-        return [None if d in self.hidden else s for d, s in zip(digests, sizes, strict=True)]
-
-    async def read(
-        self, digest: Digest, offset: int = 0, limit: int | None = None
-    ) -> AsyncIterator[bytes]:
-        if digest in self.hidden:
-            async for chunk in self.inner.read(blob_digest(b"never stored")):
-                yield chunk  # raises NotFound
-        async for chunk in self.inner.read(digest, offset, limit):
-            yield chunk
-
-    async def write(self, digest: Digest, chunks: AsyncIterable[bytes]) -> None:
-        await self.inner.write(digest, chunks)
-
-    def capabilities(self) -> StoreCapabilities:
-        return StoreCapabilities()
-
-
 class CountingReader(DirectoryReader):
     """Records every Directory digest the check asks the reader for."""
 
-    def __init__(self, store: HidingStore) -> None:
+    def __init__(self, store: FakeStore) -> None:
         super().__init__(store)
         self.asked_for: list[Digest] = []
 
@@ -63,8 +34,8 @@ class CountingReader(DirectoryReader):
         return await super().get_many(digests)
 
 
-async def _setup(*specs: TreeSpec) -> tuple[HidingStore, CountingReader, list[Digest]]:
-    store = HidingStore()
+async def _setup(*specs: TreeSpec) -> tuple[FakeStore, CountingReader, list[Digest]]:
+    store = FakeStore()
     await put_blobs(store, {COMMAND: b"a command"})
     roots = []
     for spec in specs:

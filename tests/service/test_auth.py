@@ -332,32 +332,27 @@ async def test_unix_socket_listener_is_private(nursery: trio.Nursery, tmp_path: 
 # ------------------------------------------------------------ config and app
 
 
-def config_with_listener(root: Path, listener: str) -> str:
-    text = app_config_text(root)
-    return text.replace('listener: { address: "127.0.0.1:0" }', f"listener: {{ {listener} }}")
-
-
 def test_config_refuses_open_listener_without_tls_or_token(tmp_path: Path) -> None:
     for address in ("0.0.0.0:0", "[::]:0", "192.168.1.20:0", "example.com:0"):
-        text = config_with_listener(tmp_path, f'address: "{address}"')
+        text = app_config_text(tmp_path, listener=f'address: "{address}"')
         with pytest.raises(ConfigError) as caught:
             load_config_text(text, source="t.json5")
         assert any(
             "reachable from other machines" in m and address in m for m in caught.value.messages
         )
-    text = config_with_listener(tmp_path, 'address: "0.0.0.0:0", auth_token_file: "/t"')
+    text = app_config_text(tmp_path, listener='address: "0.0.0.0:0", auth_token_file: "/t"')
     load_config_text(text, source="t.json5")
-    text = config_with_listener(
-        tmp_path, 'address: "0.0.0.0:0", tls: { cert_file: "/c", key_file: "/k" }'
+    text = app_config_text(
+        tmp_path, listener='address: "0.0.0.0:0", tls: { cert_file: "/c", key_file: "/k" }'
     )
     load_config_text(text, source="t.json5")
     for loopback in ("127.0.0.1:0", "localhost:0", "[::1]:0"):
-        load_config_text(config_with_listener(tmp_path, f'address: "{loopback}"'), source="t")
+        load_config_text(app_config_text(tmp_path, listener=f'address: "{loopback}"'), source="t")
 
 
 def test_app_refuses_world_readable_token_file(tmp_path: Path) -> None:
     path = token_file(tmp_path, mode=0o644)
-    text = config_with_listener(tmp_path, f'address: "127.0.0.1:0", auth_token_file: "{path}"')
+    text = app_config_text(tmp_path, listener=f'address: "127.0.0.1:0", auth_token_file: "{path}"')
     with pytest.raises(AuthTokenError, match="accessible to other users"):
         Application(config_of(text, source="t.json5"))
 
@@ -366,7 +361,7 @@ async def test_app_with_token_private_dirs_and_root_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = token_file(tmp_path)
-    text = config_with_listener(tmp_path, f'address: "127.0.0.1:0", auth_token_file: "{path}"')
+    text = app_config_text(tmp_path, listener=f'address: "127.0.0.1:0", auth_token_file: "{path}"')
     app = Application(config_of(text, source="t.json5"))
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     caplog.set_level(logging.INFO)

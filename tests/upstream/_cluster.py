@@ -20,7 +20,14 @@ import trio
 
 from lre.app import Application, ReadyInfo
 from lre.config import Config
-from tests._support.configs import app_config_text
+from tests._support.configs import (
+    MAIN_MODIFIER,
+    app_config_text,
+    config_text,
+    filesystem_store,
+    local_worker,
+    simple_scheduler,
+)
 from tests.upstream._execution import ExecutionAdapter
 
 
@@ -144,44 +151,32 @@ def laptop_config_text(
     (e.g. a forward scheduler in front of "queue").
     """
     values = ", ".join(f'"{v}"' for v in os_family)
-    main = (
-        scheduler_block
-        or """{ name: "main", property_modifier: {
-        modifications: [{ add: { name: "cpu_count", value: "1" } }], scheduler: "queue" } }"""
-    )
     retry = "retry: { max_retries: 1, delay: 0.01, max_delay: 0.02 }"
-    return f"""{{
-  stores: [
-    {{ name: "local-cas", filesystem: {{ content_path: "{root}/cas", temp_path: "{root}/tmp/cas",
-                                        eviction_policy: {{ max_bytes: "1GiB" }} }} }},
-    {{ name: "upstream-cas", grpc: {{ endpoints: [{{ address: "{upstream_url}" }}],
-        instance_name: "{instance}", headers: {headers}, {retry} }} }},
-    {{ name: "cas", fast_slow: {{ fast: "local-cas", slow: "upstream-cas",
-                                 write_policy: "{cas_write_policy}" }} }},
-    {{ name: "local-ac", filesystem: {{ content_path: "{root}/ac", temp_path: "{root}/tmp/ac",
-                                       eviction_policy: {{ max_bytes: "64MiB" }} }} }},
-    {{ name: "upstream-ac", grpc: {{ endpoints: [{{ address: "{upstream_url}" }}],
-        instance_name: "{instance}", store_type: "ac", headers: {headers},
-        upload_policy: "{upload_policy}", {retry} }} }},
-    {{ name: "ac", fast_slow: {{ fast: "local-ac", slow: "upstream-ac",
-                                write_policy: "{ac_write_policy}" }} }},
-  ],
-  schedulers: [
-    {main},
-    {{ name: "queue", simple: {{ ac_store: "ac", cas_store: "cas", progress_interval_s: 1 }} }},
-  ],
-  workers: [
-    {{ local: {{ name: "laptop-worker", scheduler: "queue", cas_store: "cas",
-                work_directory: "{root}/work", max_inflight_tasks: 1,
-                upload_action_result: {{ ac_store: "ac",
-                                         upload_ac_results_strategy: "everything" }},
-                platform_properties: {{ OSFamily: {{ values: [{values}] }} }},
-                resources: {{ cpu_count: 2, memory_budget: "2GiB" }} }} }},
-  ],
-  servers: [
-    {{ listener: {{ address: "127.0.0.1:0" }},
-      instances: [{{ instance_name: "*", cas_store: "cas", ac_store: "ac", scheduler: "main" }}] }},
-  ],
-  global: {{ state_dir: "{root}/state", status: {{ address: "" }} }},
-}}
-"""
+    upstream = f'endpoints: [{{ address: "{upstream_url}" }}], instance_name: "{instance}"'
+    return config_text(
+        root,
+        stores=[
+            filesystem_store(root, "local-cas", directory="cas"),
+            f'{{ name: "upstream-cas", grpc: {{ {upstream}, headers: {headers}, {retry} }} }}',
+            f"""{{ name: "cas", fast_slow: {{ fast: "local-cas", slow: "upstream-cas",
+                write_policy: "{cas_write_policy}" }} }}""",
+            filesystem_store(root, "local-ac", "64MiB", directory="ac"),
+            f"""{{ name: "upstream-ac", grpc: {{ {upstream}, store_type: "ac",
+                headers: {headers}, upload_policy: "{upload_policy}", {retry} }} }}""",
+            f"""{{ name: "ac", fast_slow: {{ fast: "local-ac", slow: "upstream-ac",
+                write_policy: "{ac_write_policy}" }} }}""",
+        ],
+        schedulers=[
+            scheduler_block or MAIN_MODIFIER,
+            simple_scheduler(", progress_interval_s: 1"),
+        ],
+        workers=[
+            local_worker(
+                root,
+                name="laptop-worker",
+                max_inflight=1,
+                upload='ac_store: "ac", upload_ac_results_strategy: "everything"',
+                fields=f", platform_properties: {{ OSFamily: {{ values: [{values}] }} }}",
+            )
+        ],
+    )

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lre.cas import MemoryStore
+from lre.cas import BlobStore, MemoryStore
 from lre.config._worker_models import LocalWorkerSpec
 from lre.digest import Digest, DigestFunction
 from lre.scheduler._lease import Lease
@@ -46,7 +46,7 @@ def make_spec(tmp_path: Path, **overrides: object) -> LocalWorkerSpec:
 
 
 async def make_lease(
-    store: MemoryStore,
+    store: BlobStore,
     arguments: list[str],
     *,
     inputs: TreeSpec | None = None,

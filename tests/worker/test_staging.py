@@ -4,7 +4,6 @@ that already hold the directories of a previous action."""
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from lre.errors import Internal
 from lre.worker.inputs._input_tree import InputTree, fetch_input_tree
 from lre.worker.inputs._staging import PARALLEL_FILES, stage_inputs
 from tests._support.actions import File, Link, put_tree
+from tests._support.stores import FakeStore
 
 
 def big_spec(files: int) -> dict[str, object]:
@@ -151,7 +151,7 @@ async def test_existing_directories_of_an_empty_tree_are_removed(tmp_path: Path)
 
 
 async def test_cached_directories_are_not_read_again(tmp_path: Path) -> None:
-    store = MemoryStore(1 << 30)
+    store = FakeStore(offer=("pin", "statistics", "bulk"))
     shared = {"tools": {"cc": File(b"#!/bin/sh\n", executable=True)}, "include": {"a.h": b"h"}}
     first = await put_tree(store, {**shared, "a.c": b"a"})
     second = await put_tree(store, {**shared, "b.c": b"b"})
@@ -159,40 +159,15 @@ async def test_cached_directories_are_not_read_again(tmp_path: Path) -> None:
     reader = DirectoryReader(store, cache)
     tree = await fetch_input_tree(reader, first)
     assert len(cache) == 3  # the root and both subdirectories
-    reads: list[Digest] = []
-    read = store.read
-
-    def counting_read(digest: Digest, *args: Any, **kwargs: Any) -> AsyncIterator[bytes]:
-        reads.append(digest)
-        return read(digest, *args, **kwargs)
-
-    store.read = counting_read  # type: ignore[method-assign]
+    store.reads.clear()
     again = await fetch_input_tree(reader, second)
-    assert reads == [second]  # only the new root; tools/ and include/ came from the cache
+    assert store.reads == [second]  # only the new root; tools/ and include/ came from the cache
     assert [f.path for f in again.files] == ["b.c", "include/a.h", "tools/cc"]
     assert again.directories == tree.directories == ["include", "tools"]
 
 
-class _FailingReads(MemoryStore):
-    """A store whose reads fail once ``failing`` is set, as a disk error would."""
-
-    failing = False
-
-    def read(
-        self, digest: Digest, offset: int = 0, limit: int | None = None
-    ) -> AsyncIterator[bytes]:
-        if self.failing:
-            raise Internal(f"cannot read {digest}")
-        return super().read(digest, offset, limit)
-
-    async def read_many(self, digests: Sequence[Digest]) -> list[bytes | None]:
-        if self.failing:
-            raise Internal(f"cannot read {len(digests)} blobs")
-        return await super().read_many(digests)
-
-
 async def test_reads_failing_in_several_lanes_raise_one_error(tmp_path: Path) -> None:
-    store = _FailingReads(1 << 30)
+    store = FakeStore(offer=("pin", "statistics", "bulk"))
     spec = {f"f{i}": f"content {i}".encode() for i in range(40)}
     plan = await fetch_input_tree(DirectoryReader(store), await put_tree(store, spec))
     store.failing = True

@@ -6,7 +6,6 @@ runs actions."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +13,6 @@ from lre.cas import (
     BlobStore,
     FilesystemStore,
     MemoryStore,
-    Pin,
-    StoreCapabilities,
     VerifyStore,
     read_bytes,
 )
@@ -23,46 +20,13 @@ from lre.digest import Digest
 from lre.scheduler import Completed
 from lre.worker._action import ActionRunner, RunnerContext
 from lre.worker.directories._workdir import WorkDirectory
+from tests._support.stores import FakeStore
 
 from .conftest import make_lease, make_spec
 
 
-class WatchedPins(MemoryStore):
-    """A memory store that remembers each set of digests it was asked to pin."""
-
-    def __init__(self) -> None:
-        super().__init__(1 << 30)
-        self.pinned: list[set[Digest]] = []
-
-    def pin(self, digests: Iterable[Digest]) -> Pin:
-        listed = list(digests)
-        self.pinned.append(set(listed))
-        return super().pin(listed)
-
-
-class WithoutPins:
-    """A store with no ``pin`` (as a gRPC store): reads and writes go to ``inner``."""
-
-    def __init__(self, inner: MemoryStore) -> None:
-        self.inner = inner
-
-    async def has_many(self, digests: Sequence[Digest]) -> list[int | None]:
-        return await self.inner.has_many(digests)
-
-    def read(
-        self, digest: Digest, offset: int = 0, limit: int | None = None
-    ) -> AsyncIterator[bytes]:
-        return self.inner.read(digest, offset, limit)
-
-    async def write(self, digest: Digest, chunks: AsyncIterable[bytes]) -> None:
-        await self.inner.write(digest, chunks)
-
-    def capabilities(self) -> StoreCapabilities:
-        return StoreCapabilities()
-
-
 async def test_inputs_are_pinned_while_staged_then_released(tmp_path: Path) -> None:
-    store = WatchedPins()
+    store = FakeStore(offer=("pin", "statistics", "bulk"))
     spec = make_spec(tmp_path)
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
         runner = ActionRunner(RunnerContext(spec, workdir, store))
@@ -74,7 +38,7 @@ async def test_inputs_are_pinned_while_staged_then_released(tmp_path: Path) -> N
     # one pin, of the two input files' blobs, released once they were staged
     assert [{d.size_bytes for d in pinned} for pinned in store.pinned] == [{4}]
     assert len(store.pinned[0]) == 2
-    assert store.statistics().pinned_blobs == 0
+    assert store.inner.statistics().pinned_blobs == 0
     # an action without input files pins nothing
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
         runner = ActionRunner(RunnerContext(spec, workdir, store))
@@ -84,11 +48,11 @@ async def test_inputs_are_pinned_while_staged_then_released(tmp_path: Path) -> N
 
 
 async def test_a_store_without_pins_still_stages(tmp_path: Path) -> None:
-    inner = MemoryStore(1 << 30)
+    store = FakeStore()  # no pin (as a gRPC store)
     spec = make_spec(tmp_path)
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(RunnerContext(spec, workdir, WithoutPins(inner)))
-        lease = await make_lease(inner, ["/bin/cat", "a"], inputs={"a": b"one\n"})
+        runner = ActionRunner(RunnerContext(spec, workdir, store))
+        lease = await make_lease(store, ["/bin/cat", "a"], inputs={"a": b"one\n"})
         outcome = await runner.run(lease)
     assert isinstance(outcome, Completed) and outcome.result.exit_code == 0, outcome
 

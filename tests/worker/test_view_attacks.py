@@ -33,6 +33,7 @@ import pytest
 from lre.digest import digest_of
 from lre.proto import re_pb2
 from tests._support.attack_report import known_missing
+from tests._support.configs import config_text, local_worker, simple_scheduler
 from tests._support.lre_as import SETUPS, require_setup
 from tests._support.reapi import Client, digest
 from tests._support.servers import free_port
@@ -104,26 +105,27 @@ class Lre:
         raise AssertionError(f"blob {hash_} not found under {self.home / 'cas'}")
 
 
-def _config(home: Path, backend: str, port: int, action_user: str, extra_worker: str = "") -> str:
-    return f"""{{
-  stores: [
-    {{ name: "cas", filesystem: {{ content_path: "{home}/cas", temp_path: "{home}/tmp/cas",
-                                  eviction_policy: {{ max_bytes: "1GiB" }} }} }},
-    {{ name: "ac", filesystem: {{ content_path: "{home}/ac", temp_path: "{home}/tmp/ac",
-                                 eviction_policy: {{ max_bytes: "64MiB" }} }} }},
-  ],
-  schedulers: [{{ name: "queue", simple: {{ ac_store: "ac", cas_store: "cas" }} }}],
-  workers: [{{ local: {{ name: "local", scheduler: "queue", cas_store: "cas",
-      work_directory: "{home}/work", max_inflight_tasks: 4, containment: "{backend}",
-      action_user: "{action_user}",
-      upload_action_result: {{ ac_store: "ac" }},
-      resources: {{ cpu_count: 4, memory_budget: "2GiB" }}{extra_worker} }} }}],
-  servers: [{{ listener: {{ address: "127.0.0.1:{port}" }},
-      instances: [{{ instance_name: "*", cas_store: "cas", ac_store: "ac", scheduler: "queue" }}]
-  }}],
-  global: {{ state_dir: "{home}/state", status: {{ address: "" }} }},
-}}
-"""
+def _config(
+    home: Path,
+    backend: str,
+    port: int,
+    action_user: str,
+    extra_worker: str = "",
+    extra_global: str = "",
+) -> str:
+    fields = f', containment: "{backend}", action_user: "{action_user}"{extra_worker}'
+    return config_text(
+        home,
+        schedulers=[simple_scheduler()],
+        workers=[
+            local_worker(
+                home, max_inflight=4, resources='cpu_count: 4, memory_budget: "2GiB"', fields=fields
+            )
+        ],
+        front="queue",
+        port=port,
+        extra_global=extra_global,
+    )
 
 
 def _start(backend: str, identity: str, action_user: str, extra_worker: str = "") -> Iterator[Lre]:
