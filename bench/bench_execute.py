@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -36,6 +35,11 @@ from typing import Any
 
 import psutil
 import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _client import own_cpu
 
 from lre.cas import MemoryStore, write_message
 from lre.config import SimpleSchedulerSpec
@@ -49,14 +53,7 @@ MODS = (PropertyModification(add=PropertyValue(name="cpu_count", value="1")),)
 
 
 def cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def children_cpu_seconds() -> float:
-    """CPU of waited-for child processes (the client process, once it ended)."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+    return own_cpu()[0]
 
 
 class FakeWorker:
@@ -197,10 +194,11 @@ async def grpc_throughput(count: int, concurrency: int, tmp: Path) -> dict[str, 
         await nursery.start(scheduler.run)
         await nursery.start(FakeWorker(scheduler).run)
         address = await serve(store, scheduler, nursery)
-        cpu0, client0 = cpu_seconds(), children_cpu_seconds()
+        cpu0, client0 = own_cpu()
         proc = spawn_client("throughput", address, str(path), concurrency)
         out, _ = await trio.to_thread.run_sync(proc.communicate)
-        cpu, client_cpu = cpu_seconds() - cpu0, children_cpu_seconds() - client0
+        cpu1, client1 = own_cpu()
+        cpu, client_cpu = cpu1 - cpu0, client1 - client0
         nursery.cancel_scope.cancel()
     result = json.loads(out)
     assert result["done"] == count, result
