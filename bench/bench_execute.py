@@ -8,9 +8,7 @@ run in a separate process (grpc.aio), so server CPU is measured alone with
 
 Runs:
 1. scheduler only (no gRPC): submit + watch to done, concurrency 32 and 256;
-2. Execute through gRPC, concurrency 32 and 256 (distinct actions,
-   skip_cache_lookup): operations/s and server CPU per action;
-3. 5,000 concurrent Execute streams held EXECUTING: server threads and RSS,
+2. 5,000 concurrent Execute streams held EXECUTING: server threads and RSS,
    then all released; every stream must end done (none lost).
 
 Each figure is the median of ``--runs`` runs (default 5).
@@ -50,10 +48,6 @@ from lre.proto import re_pb2
 from lre.scheduler import Completed, Lease, Reservation, Scheduler, WorkerInfo
 
 MODS = (PropertyModification(add=PropertyValue(name="cpu_count", value="1")),)
-
-
-def cpu_seconds() -> float:
-    return own_cpu()[0]
 
 
 class FakeWorker:
@@ -144,11 +138,11 @@ async def scheduler_only(count: int, concurrency: int) -> dict[str, float]:
                             assert snapshot.error is None, snapshot.error
                             break
 
-        cpu0, t0 = cpu_seconds(), time.perf_counter()
+        cpu0, t0 = own_cpu()[0], time.perf_counter()
         async with trio.open_nursery() as clients:
             for _ in range(concurrency):
                 clients.start_soon(client)
-        wall, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
+        wall, cpu = time.perf_counter() - t0, own_cpu()[0] - cpu0
         nursery.cancel_scope.cancel()
     return {"ops_per_s": count / wall, "cpu_us_per_op": cpu / count * 1e6}
 
@@ -174,41 +168,12 @@ async def serve(store: MemoryStore, scheduler: Scheduler, nursery: trio.Nursery)
     return address
 
 
-def spawn_client(
-    mode: str, address: str, digests_file: str, concurrency: int
-) -> subprocess.Popen[str]:
+def spawn_client(address: str, digests_file: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, __file__, "--client", mode, address, digests_file, str(concurrency)],
+        [sys.executable, __file__, "--client", address, digests_file],
         stdout=subprocess.PIPE,
         text=True,
     )
-
-
-async def grpc_throughput(count: int, concurrency: int, tmp: Path) -> dict[str, float]:
-    store = MemoryStore(1 << 30)
-    scheduler = new_scheduler(store)
-    digests = await make_actions(store, count, f"g{concurrency}")
-    path = tmp / f"digests-{concurrency}.txt"
-    path.write_text("".join(f"{d.hash} {d.size_bytes}\n" for d in digests))
-    async with trio.open_nursery() as nursery:
-        await nursery.start(scheduler.run)
-        await nursery.start(FakeWorker(scheduler).run)
-        address = await serve(store, scheduler, nursery)
-        cpu0, client0 = own_cpu()
-        proc = spawn_client("throughput", address, str(path), concurrency)
-        out, _ = await trio.to_thread.run_sync(proc.communicate)
-        cpu1, client1 = own_cpu()
-        cpu, client_cpu = cpu1 - cpu0, client1 - client0
-        nursery.cancel_scope.cancel()
-    result = json.loads(out)
-    assert result["done"] == count, result
-    return {
-        "ops_per_s": result["ops_per_s"],
-        "server_cpu_us_per_op": cpu / count * 1e6,
-        "client_cpu_us_per_op": client_cpu / count * 1e6,
-        "client_p99_ms": result["p99_ms"],
-        "messages_per_call": result["messages_per_call"],
-    }
 
 
 async def held_streams(held: int, tmp: Path) -> dict[str, float]:
@@ -224,8 +189,8 @@ async def held_streams(held: int, tmp: Path) -> dict[str, float]:
         await nursery.start(worker.run)
         address = await serve(store, scheduler, nursery)
         rss0 = me.memory_info().rss
-        cpu0 = cpu_seconds()
-        proc = spawn_client("held", address, str(path), held)
+        cpu0 = own_cpu()[0]
+        proc = spawn_client(address, str(path))
         t0 = time.perf_counter()
         with trio.move_on_after(300):
             await worker.all_held.wait()
@@ -237,7 +202,7 @@ async def held_streams(held: int, tmp: Path) -> dict[str, float]:
         watchers = scheduler.statistics().watchers
         worker.release()
         out, _ = await trio.to_thread.run_sync(proc.communicate)
-        cpu = cpu_seconds() - cpu0
+        cpu = own_cpu()[0] - cpu0
         nursery.cancel_scope.cancel()
     result = json.loads(out)
     return {
@@ -257,7 +222,8 @@ async def held_streams(held: int, tmp: Path) -> dict[str, float]:
 # ------------------------------------------------------------------ client process
 
 
-def client_main(mode: str, address: str, digests_file: str, concurrency: int) -> None:
+def client_main(address: str, digests_file: str) -> None:
+    """Hold one Execute stream per digest at once; print how many ended done."""
     import grpc.aio
 
     from lre.proto import re_grpc
@@ -271,47 +237,20 @@ def client_main(mode: str, address: str, digests_file: str, concurrency: int) ->
         options = [("grpc.max_receive_message_length", 64 << 20)]
         channels = [grpc.aio.insecure_channel(address, options=options) for _ in range(4)]
         stubs = [re_grpc.ExecutionStub(c) for c in channels]
-        latencies: list[float] = []
-        done = 0
-        messages = 0
-        queue = iter(enumerate(digests))
 
         async def one(i: int, digest: re_pb2.Digest) -> bool:
             request = re_pb2.ExecuteRequest(
                 instance_name="main", action_digest=digest, skip_cache_lookup=True
             )
-            nonlocal messages
             last = None
             async for op in stubs[i % len(stubs)].Execute(request):
                 last = op
-                messages += 1
             return last is not None and last.done
 
-        async def loop() -> None:
-            nonlocal done
-            for i, digest in queue:
-                t = time.perf_counter()
-                if await one(i, digest):
-                    done += 1
-                latencies.append(time.perf_counter() - t)
-
-        t0 = time.perf_counter()
-        if mode == "held":
-            results = await asyncio.gather(*(one(i, d) for i, d in enumerate(digests)))
-            done = sum(results)
-        else:
-            await asyncio.gather(*(loop() for _ in range(concurrency)))
-        wall = time.perf_counter() - t0
+        results = await asyncio.gather(*(one(i, d) for i, d in enumerate(digests)))
         for channel in channels:
             await channel.close()
-        latencies.sort()
-        p99 = latencies[int(len(latencies) * 0.99) - 1] * 1000 if latencies else 0.0
-        return {
-            "done": done,
-            "ops_per_s": done / wall,
-            "p99_ms": p99,
-            "messages_per_call": messages / max(1, len(digests)),
-        }
+        return {"done": sum(results)}
 
     print(json.dumps(asyncio.run(main())))
 
@@ -342,10 +281,10 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--count", type=int, default=3000)
     parser.add_argument("--held", type=int, default=5000)
-    parser.add_argument("--client", nargs=4, metavar=("MODE", "ADDRESS", "FILE", "N"))
+    parser.add_argument("--client", nargs=2, metavar=("ADDRESS", "FILE"), help=argparse.SUPPRESS)
     parser.add_argument("--held-once", type=int, metavar="N", help=argparse.SUPPRESS)
     parser.add_argument(
-        "--only", choices=("scheduler", "grpc", "held"), help="run one part of the benchmark"
+        "--only", choices=("scheduler", "held"), help="run one part of the benchmark"
     )
     args = parser.parse_args()
     if args.held_once:
@@ -353,8 +292,7 @@ def main() -> None:
             print(json.dumps(trio.run(held_streams, args.held_once, Path(tmp))))
         return
     if args.client:
-        mode, address, path, n = args.client
-        client_main(mode, address, path, int(n))
+        client_main(*args.client)
         return
     report: dict[str, Any] = {"cpus": os.cpu_count(), "runs": args.runs, "count": args.count}
     with tempfile.TemporaryDirectory(prefix="lre-bench-execute-") as tmp:
@@ -368,12 +306,6 @@ def main() -> None:
                 ),
                 flush=True,
             )
-        for concurrency in (32, 256) if args.only in (None, "grpc") else ():
-            report[f"grpc_c{concurrency}"] = median_of(
-                args.runs,
-                lambda c=concurrency: trio.run(grpc_throughput, args.count, c, Path(tmp)),
-            )
-            print(json.dumps({f"grpc_c{concurrency}": report[f"grpc_c{concurrency}"]}), flush=True)
         held_runs = [
             held_in_fresh_process(args.held)
             for _ in range(max(1, args.runs) if args.only in (None, "held") else 0)
