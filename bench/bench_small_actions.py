@@ -43,10 +43,8 @@ The split by stage (where the per-action CPU of each thread goes):
 each on its own CPU clock: the Trio thread, the spawner's jobs, the recycling
 batches and output scans) first on ``PYTHONPATH`` of each lre under test;
 the stats are written at lre's exit under ``DIR/<side>/``; read them with
-``python -m pstats`` (``sort tottime``/``cumtime``, ``stats 20``) or ``--mode
-split`` (per thread: CPU per action and the share of its own time by source
-file; ``--callers 'posix.open'`` names who calls what).
-cProfile counts every resumption of a coroutine as a call. Profiling slows
+``bench/profile_cumulative.py DIR ACTIONS`` (per kind and function) or
+``python -m pstats``. cProfile counts every resumption of a coroutine as a call. Profiling slows
 lre several times over: read the shares.
 
 Commands::
@@ -57,10 +55,8 @@ Commands::
     .venv/bin/python bench/bench_small_actions.py --mode ceiling --actions 3000
     .venv/bin/python bench/bench_small_actions.py --rounds 2 --warmup 0 --no-local \\
         --profile /var/tmp/prof lre
-    .venv/bin/python bench/bench_small_actions.py --mode split --profile /var/tmp/prof \\
-        --rounds 3   # the actions profiled: the warm-up build and 2 rounds
 
-``--json FILE`` writes every sample. A build that fails raises
+A build that fails raises
 ``RuntimeError`` with the tail of Bazel's output; an lre that does not start
 raises with the tail of its log.
 """
@@ -430,40 +426,10 @@ def start_lre_config(home: Path, config: str, tree: str | None, profile: Path | 
             os.environ["PYTHONPATH"] = saved
 
 
-def split_mode(args: argparse.Namespace) -> dict[str, object]:
-    """Per profiled thread of ``--profile DIR`` (every ``*.prof`` below it):
-    its CPU per action (``--actions`` times ``--rounds`` actions profiled) and
-    the share of its own time (``tottime``) by source file, the largest
-    first; then the callers of the ``--callers`` functions."""
-    import pstats
-
-    report: dict[str, object] = {}
-    actions = args.actions * args.rounds
-    assert args.profile is not None, "--mode split needs --profile DIR"
-    for path in sorted(args.profile.rglob("*.prof")):
-        stats = pstats.Stats(str(path))
-        by_file: dict[str, float] = {}
-        for (file, _, _), (_, _, own, _, _) in stats.stats.items():  # type: ignore[attr-defined]
-            name = file.split("site-packages/")[-1].split("/lre/", 1)[-1]
-            by_file[name] = by_file.get(name, 0.0) + own
-        total = sum(by_file.values())
-        if total < 0.05:
-            continue
-        top = sorted(by_file.items(), key=lambda kv: -kv[1])[:20]
-        report[path.name] = {"ms_per_action": total / actions * 1e3, "files": dict(top)}
-        print(f"{path.relative_to(args.profile)}: {total / actions * 1e3:.2f} ms/action profiled")
-        for name, own in top:
-            print(f"  {own / total:6.1%} {name}")
-        if args.callers:
-            stats.print_callers(args.callers)
-    return report
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("sides", nargs="*", metavar="NAME[=TREE]", help="lre sides (default: lre)")
-    ap.add_argument("--mode", choices=("bazel", "ceiling", "split"), default="bazel")
-    ap.add_argument("--callers", help="split: also print the callers of these functions (regex)")
+    ap.add_argument("--mode", choices=("bazel", "ceiling"), default="bazel")
     ap.add_argument("--actions", type=int, default=400)
     ap.add_argument("--packages", type=int, default=20)
     ap.add_argument("--jobs", type=int, default=200)
@@ -476,13 +442,9 @@ def main() -> int:
     ap.add_argument("--sleep", type=float, default=0.0, help="ceiling: each action's sleep")
     ap.add_argument("--profile", type=Path, help="cProfile lre's threads into this dir")
     ap.add_argument("--workdir", type=Path, default=Path("/var/tmp"))
-    ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    modes = {"bazel": bazel_mode, "ceiling": ceiling_mode, "split": split_mode}
-    report = modes[args.mode](args)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    modes = {"bazel": bazel_mode, "ceiling": ceiling_mode}
+    modes[args.mode](args)
     return 0
 
 
