@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import subprocess
@@ -271,11 +270,6 @@ def main() -> None:
     parser.add_argument("--actions", type=int, default=2000)
     parser.add_argument("--cpu", type=float, default=0.2, help="CPU-seconds per action")
     parser.add_argument("--no-unbounded", action="store_true")
-    parser.add_argument(
-        "--bounded",
-        default="{}",
-        help="JSON merged into the bounded worker's block (default: lre's defaults)",
-    )
     parser.add_argument("--runs", type=int, default=3, help="runs per mode (median reported)")
     parser.add_argument(
         "--split",
@@ -285,7 +279,7 @@ def main() -> None:
     args = parser.parse_args()
     cores = os.cpu_count() or 1
     loops = calibrate(args.cpu)
-    modes: list[tuple[str, dict[str, object]]] = [("bounded", json.loads(args.bounded))]
+    modes: list[tuple[str, dict[str, object]]] = [("bounded", {})]
     if not args.no_unbounded:
         unbounded = {
             "max_inflight_tasks": 0,

@@ -52,12 +52,18 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
-import psutil
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _client import LreProcess, ReapiClient, digest_of, local_config, python_path, thread_cpu
+from _client import (
+    LreProcess,
+    ReapiClient,
+    digest_of,
+    local_config,
+    process_cpu,
+    python_path,
+    thread_cpu,
+)
 from _replay import (
     BAZEL_WORKER,
     Plan,
@@ -203,15 +209,13 @@ class Side:
         self.name = name
         self.lre = lre
         self.client: ReapiClient
-        self.process = psutil.Process(lre.proc.pid)
         self.per_unit: dict[str, list[float]] = {}
         self.latency: dict[str, list[float]] = {}
         self.threads: dict[str, float] = {}
         self.rate: dict[str, list[float]] = {}
 
     def cpu(self) -> float:
-        times = self.process.cpu_times()
-        return times.user + times.system
+        return process_cpu(self.lre.proc.pid)[0]
 
     async def measure(self, key: str, units: int, work: Callable[[], Awaitable[None]]) -> None:
         before, threads = self.cpu(), thread_cpu(self.lre.proc.pid)
