@@ -282,7 +282,7 @@ async def build_tree(store: object, dirs: int = 20, files: int = 100) -> Digest:
 async def staging(tmp: Path, runs: int) -> dict[str, float]:
     """Median ms to fetch and stage the 2,000-file tree, per store (first run untimed)."""
     results: dict[str, float] = {}
-    tmp.mkdir(parents=True, exist_ok=True)
+    await trio.Path(tmp).mkdir(parents=True, exist_ok=True)
     fs = FilesystemStore(tmp / "cas", tmp / "cas-tmp", 1 << 30)
     await fs.open()
     for label, store, files in (
