@@ -1,64 +1,34 @@
 """Small actions: what lre costs on a build of one-line genrules, and its ceiling.
 
-Two modes.
+``--mode bazel`` (the default): ``--actions`` one-line genrules in
+``--packages`` packages, all reading ``//common:input.txt``, whose content
+changes every round so every action runs again. Real Bazel, one warm server
+per side, ``--jobs`` alike; the sides alternate (order reversed every other
+round; ``--warmup`` rounds untimed). Sides: ``local`` (Bazel's own sandbox,
+left out by ``--no-local``) and lre servers, ``NAME`` (this checkout) or
+``NAME=TREE`` (lre from the source tree ``TREE`` first on ``PYTHONPATH``: a
+same-run A/B), each with the bench's config (``_client.local_config``).
+Per side: walls, medians, ratios to ``local``; per lre side lre's CPU per
+action from ``/proc/<lre>/stat``: own threads plus reaped children, less
+the command's own CPU (``--calibrate`` runs of it alone), and by thread.
 
-``bazel`` (the default): a generated workspace of ``--actions`` one-line
-genrules spread over ``--packages`` packages, every one reading one common
-input file (``//common:input.txt``) whose content changes every round, so
-every action runs again each round. Real Bazel (``bazel`` on PATH), one warm
-server per side, ``--jobs`` the same on every side. The sides alternate
-(A/B/A/B, the order reversed every other round); ``--warmup`` rounds are not
-timed. Sides:
+``--mode ceiling``: no Bazel; one lre (``--max-inflight`` slots) and a REAPI
+client Executing ``--actions`` distinct ``/bin/sh -c ':'`` actions (``--sleep
+S``: ``sleep S``), ``--in-flight`` at once: actions/s, lre's CPU per action
+and the share on its Python threads (which hold the interpreter lock): one
+over that is the most actions/s lre takes on any number of cores.
 
-- ``local``: ``--spawn_strategy=sandboxed`` (Bazel's own Linux sandbox);
-- one or more lre servers, ``NAME`` (lre from this checkout) or
-  ``NAME=TREE`` (lre imported from the source tree ``TREE`` instead, put
-  first on ``PYTHONPATH``: ``git worktree add`` or ``git archive`` of
-  another commit, for a same-run A/B). Each gets its own ``lre up`` with
-  the bench's config (``bench/_client.py: local_config``, the default
-  worker) and is reached with ``--remote_executor``.
-
-Per side: every round's wall, medians, the ratio of medians to ``local`` and
-the median of per-round ratios. Per lre side also lre's CPU per action over
-the round, from ``/proc/<lre>/stat``: its own threads (``utime+stime``) and
-the processes it started and reaped (``cutime+cstime``: the helpers around
-the command and the command itself), with the command's own CPU measured
-alone (``--calibrate`` runs of the genrule's shell line under ``os.wait4``)
-and taken off: ``lre CPU/action = own + children - command``. The CPU of
-lre's living threads is also split by thread name (``/proc/<lre>/task``).
-
-``ceiling``: no Bazel. One lre (``--max-inflight`` slots, default 64) and a
-REAPI client (``bench/_client.py``) that uploads ``--actions`` distinct
-actions (``/bin/sh -c ':'`` with a salt; ``--sleep S`` makes each
-``sleep S``), then Executes them with ``--in-flight`` at once. Reports
-actions/s, lre's CPU per action (own, children) and by thread, and the share
-of it that ran on lre's Python threads (those hold the interpreter lock
-while on CPU; the gRPC core's own threads and the processes lre starts do
-not): one over that Python CPU per action is the most actions per second lre
-can take on any number of cores. ``--mode ceiling`` uses the first side
-given (``NAME=TREE``), if any.
-
-The split by stage (where the per-action CPU of each thread goes):
-``--profile DIR`` puts ``bench/thread_profile`` (one cProfile per thread kind,
-each on its own CPU clock: the Trio thread, the spawner's jobs, the recycling
-batches and output scans) first on ``PYTHONPATH`` of each lre under test;
-the stats are written at lre's exit under ``DIR/<side>/``; read them with
-``bench/profile_cumulative.py DIR ACTIONS`` (per kind and function) or
-``python -m pstats``. cProfile counts every resumption of a coroutine as a call. Profiling slows
-lre several times over: read the shares.
-
-Commands::
+``--profile DIR`` puts ``bench/thread_profile`` first on each lre's
+``PYTHONPATH`` (one cProfile per thread kind, on its own CPU clock), written
+at exit under ``DIR/<side>/``; read them with ``bench/profile_cumulative.py
+DIR ACTIONS``. Profiling slows lre several times over: read the shares.
 
     .venv/bin/python bench/bench_small_actions.py --rounds 5 lre
-    .venv/bin/python bench/bench_small_actions.py --rounds 10 --no-local \\
-        base=/var/tmp/lre-base new
+    .venv/bin/python bench/bench_small_actions.py --rounds 10 --no-local base=/var/tmp/base new
     .venv/bin/python bench/bench_small_actions.py --mode ceiling --actions 3000
-    .venv/bin/python bench/bench_small_actions.py --rounds 2 --warmup 0 --no-local \\
-        --profile /var/tmp/prof lre
 
-A build that fails raises
-``RuntimeError`` with the tail of Bazel's output; an lre that does not start
-raises with the tail of its log.
+A build that fails raises ``RuntimeError`` with the tail of Bazel's output;
+an lre that does not start raises with the tail of its log.
 """
 
 from __future__ import annotations
