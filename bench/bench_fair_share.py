@@ -1,38 +1,24 @@
 """Two and three builds at once through one lre, with real Bazel: fair shares.
 
 A big build A (``--a-actions`` genrules of ``sleep --seconds``, default 400 x
-0.5 s, Bazel ``--jobs`` 200 so most of it waits in lre's queue) starts
-first; ``--delay`` seconds (default 2) after A's actions are queued in lre
-(``--queued``, default 50, read from lre's ``/status``: A's Bazel spends
-seconds on analysis before it sends anything, and a light client started 2 s
-after A's command would be done before A's first action) a small build B
-(``--b-actions``, default 5, in a second workspace, its own Bazel server)
-starts. Measured,
-each ``--reps`` times (medians reported):
-
-- ``a_alone``, ``b_alone``: each build with nothing else running;
-- ``bazel``: A, then B with Bazel;
-- ``buck2``: A, then B from a Buck2-shaped client (this script sending
-  Buck2's ``RequestMetadata``: tool_name ``buck2``, an invocation id of its
-  own; per action GetActionResult (a miss), then Execute; all of B's
-  actions at once), with ``buck2_alone`` its wall with nothing else;
-- ``three``: A, then B and a second small build C (Bazel, a third
-  workspace) together;
-- ``fair_off`` (``--fair-off-reps``, default 1): A then B with
-  ``fair_share.enabled: false``: how it was before (B waits behind A's queue).
-
-``--scenarios`` picks among ``alone`` (``a_alone``, ``b_alone``, ``buck2_alone``),
+0.5 s, Bazel ``--jobs`` ``--a-jobs``) starts first; ``--delay`` seconds after
+``--queued`` of A's actions wait in lre's queue (read from ``/status``), a
+small build B (``--b-actions``, its own workspace and Bazel server) starts.
+Each ``--reps`` times (medians reported): ``a_alone``, ``b_alone`` and
+``buck2_alone`` (scenario ``alone``); ``bazel``: A, then B; ``buck2``: A, then
+B from a Buck2-shaped client (Buck2's ``RequestMetadata``, a GetActionResult
+miss then Execute per action, all at once); ``three``: A, then B and a second
+small Bazel build C together; ``fair_off`` (``--fair-off-reps``): A then B
+with ``fair_share.enabled: false``. ``--scenarios`` picks among ``alone``,
 ``bazel``, ``buck2`` and ``three``.
 
-The targets: B's wall within 1.5x of (B alone + one A action), and A's wall
-longer than alone by no more than B's share (B's action-seconds over the
-worker's slots); A's wall is also compared with A's beside B with fair
-sharing off, which carries the same second Bazel server on the same cores.
-Every build's genrules carry a fresh salt per run, so nothing comes from a
-cache (``--noremote_accept_cached`` too); a build that
-fails raises ``RuntimeError`` with the tail of Bazel's output. lre runs from
-this checkout with the bench's config (``_client.local_config``: the default
-worker, 3 slots on 2 cores); the Bazel servers are shut down at the end.
+Targets: B's wall within 1.5x of (B alone + one A action); A's wall longer
+than alone by no more than B's share (B's action-seconds over the slots),
+and compared with A beside B with fair sharing off. Every genrule carries a
+fresh salt (and ``--noremote_accept_cached``); a failed build raises
+``RuntimeError`` with the tail of Bazel's output. lre runs from this
+checkout with the bench's config (``_client.local_config``: 3 slots on 2
+cores unless ``--slots``); the Bazel servers are shut down at the end.
 
     .venv/bin/python bench/bench_fair_share.py --reps 3 [--fair-off-reps 1] [--slots 6]
 """
