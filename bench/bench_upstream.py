@@ -139,7 +139,7 @@ def buildgrid_rounds(top: Path, args: argparse.Namespace, say: Callable[[str], N
         ws_ci = generate_workspace(top / "ws-ci", modules=args.modules, funcs=args.funcs)
         ws_lre = generate_workspace(top / "ws-lre", modules=args.modules, funcs=args.funcs)
         say(f"workspace: {args.modules} modules x {args.funcs} funcs, {ws_ci.spawn_count} spawns")
-        straight = straight_flags(grid.url, jobs=16, toplevel=True)
+        straight = [*straight_flags(grid.url, jobs=16), "--remote_download_toplevel"]
         with (
             BazelSession(ws_ci.root, top / "bazel-ci") as ci,
             BazelSession(ws_lre.root, top / "bazel-lre") as laptop,
