@@ -4,7 +4,8 @@
   --no-client-config --port P`` with ``LRE_HOME`` set to a scratch directory,
   wait until it listens, stop it with SIGTERM (SIGKILL after a grace period).
 - :func:`python_path`: ``lre`` taken from another source tree by what starts
-  meanwhile; :func:`thread_cpu`: a process's CPU per thread.
+  meanwhile; :func:`thread_cpu`: a process's CPU per thread; :func:`process_cpu`
+  and :func:`own_cpu`: a process's own CPU and that of the children it reaped.
 - :class:`ReapiClient` (grpc.aio, asyncio): upload blobs (BatchUpdateBlobs),
   build and upload a Command/Action with an empty input root, Execute and
   wait for the final ``ExecuteResponse``.
@@ -83,6 +84,21 @@ def thread_cpu(pid: int) -> dict[int, tuple[str, float]]:
         name = "main" if tid == pid else _NUMBERED.sub("", comm)
         threads[tid] = (name, (int(fields[11]) + int(fields[12])) / ticks)
     return threads
+
+
+def process_cpu(pid: int) -> tuple[float, float]:
+    """CPU seconds (user + system) of process ``pid`` (all its threads, live
+    and ended) and of the children it has reaped (for lre: its actions), from
+    ``/proc/<pid>/stat``. Raises ``OSError`` when the process is gone."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / ticks, (int(fields[13]) + int(fields[14])) / ticks
+
+
+def own_cpu() -> tuple[float, float]:
+    """CPU seconds of this process and of the children it has waited for."""
+    times = os.times()
+    return times.user + times.system, times.children_user + times.children_system
 
 
 class LreProcess:

@@ -15,6 +15,9 @@
   and the call sequence Bazel 4 makes for one remote action
   (FindMissingBlobs naming the whole input tree, Execute with
   ``skip_cache_lookup``, a ByteStream Read of the smallest output).
+- :func:`replay_plans` and :func:`replay_round`: the recording as plans in
+  three variants (as recorded, ``/bin/true`` on the same trees, ``/bin/true``
+  on an empty root) and one pass of them sent as Bazel sends them.
 
 Every function raises ``RuntimeError`` when the build, a blob or an action
 does not come back as expected.
@@ -22,6 +25,7 @@ does not come back as expected.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import shutil
@@ -168,6 +172,50 @@ async def bazel_action(
         if hashlib.sha256(data).hexdigest() != read.hash or len(data) != read.size_bytes:
             raise RuntimeError(f"action {plan.action.hash}: read blob {read.hash} differs")
     return BazelCall(response, sent, received)
+
+
+#: The ways :func:`replay_plans` sends the recorded actions: as recorded (gcc
+#: runs), as ``/bin/true`` on the same input trees, as ``/bin/true`` on an
+#: empty input root.
+VARIANTS = ("build", "true", "true-empty")
+
+
+async def replay_plans(client: ReapiClient, keys: list[re_pb2.Digest]) -> dict[str, list[Plan]]:
+    """Per variant of :data:`VARIANTS`, the recorded actions ``keys`` as plans,
+    the ``/bin/true`` ones uploaded. Raises ``RuntimeError`` when a blob of a
+    recorded action cannot be read."""
+    plans: dict[str, list[Plan]] = {v: [] for v in VARIANTS}
+    empty_root = (await client.upload([re_pb2.Directory().SerializeToString()]))[0]
+    for key in keys:
+        action, command, tree = await action_tree(client, key)
+        plans["build"].append(Plan(key, tree, bazel_metadata(key, command)))
+        del command.arguments[:]
+        command.arguments.append("/bin/true")
+        (true_command,) = await client.upload([command.SerializeToString()])
+        for variant, root in (("true", action.input_root_digest), ("true-empty", empty_root)):
+            changed = re_pb2.Action()
+            changed.CopyFrom(action)
+            changed.command_digest.CopyFrom(true_command)
+            changed.input_root_digest.CopyFrom(root)
+            (digest,) = await client.upload([changed.SerializeToString()])
+            names = tree[3:] if variant == "true" else []
+            plans[variant].append(
+                Plan(digest, [digest, true_command, root, *names], bazel_metadata(digest, command))
+            )
+    return plans
+
+
+async def replay_round(client: ReapiClient, plans: list[Plan], inflight: int) -> None:
+    """Send every plan the way Bazel does, ``inflight`` at a time (asyncio).
+    Raises ``RuntimeError`` as :func:`bazel_action` does."""
+    byte_stream = bs_grpc.ByteStreamStub(client.channel)
+    queue = iter(plans)
+
+    async def loop() -> None:
+        for plan in queue:
+            await bazel_action(client, byte_stream, plan)
+
+    await asyncio.gather(*(loop() for _ in range(inflight)))
 
 
 def record(

@@ -4,7 +4,7 @@ Start the servers first (for example ``lre up --detach --port 50051`` and the
 peer from ../shared/tools/peer), then::
 
     .venv/bin/python bench/bench_bazel.py --reps 5 --lre 127.0.0.1:50051 \\
-        [--peer 127.0.0.1:50071 --peer-instance main] [--json bench/results/bazel.json]
+        [--peer 127.0.0.1:50071 --peer-instance main]
     .venv/bin/python bench/bench_bazel.py --modules 20 --reps 20 --warmup 2 \\
         --jobs 16 --remote-flag=--remote_download_toplevel --no-cached --lre 127.0.0.1:50191
 
@@ -19,15 +19,13 @@ come first for the same reason. ``--no-cached`` leaves the cached builds out
 Each timed build is checked: the right kinds of process in Bazel's summary and
 the binary's checksum. Medians and the ratios the targets are stated in
 (remote/local <= 1.0, cached rebuild <= 1.0 s), plus the remote/local ratio of
-each round and their median, go to stdout and, with
-``--json``, to a file. Everything Bazel writes stays under ``--workdir``
-(a temp dir by default); the Bazel server is shut down at the end.
+each round and their median, go to stdout. Everything Bazel writes stays in
+a temporary directory; the Bazel server is shut down at the end.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
@@ -112,8 +110,6 @@ def main() -> int:
         help="an extra Bazel flag for every remote build (lre and peer alike)",
     )
     ap.add_argument("--no-cached", action="store_true", help="leave the cached builds out")
-    ap.add_argument("--workdir", type=Path, help="default: a temp dir, removed at the end")
-    ap.add_argument("--json", type=Path, help="write the results here")
     args = ap.parse_args()
 
     servers: dict[str, list[str]] = {}
@@ -130,7 +126,7 @@ def main() -> int:
         ]
 
     with tempfile.TemporaryDirectory(prefix="lre-bench-") as tmp:
-        work = args.workdir or Path(tmp)
+        work = Path(tmp)
         ws = generate_workspace(work / "ws", modules=args.modules, funcs=args.funcs)
         samples: dict[str, list[float]] = {"local": []}
         for name in servers:
@@ -178,11 +174,6 @@ def main() -> int:
                 )
 
     medians = {k: statistics.median(v) for k, v in samples.items()}
-    report: dict[str, object] = {
-        "workspace": {"modules": args.modules, "funcs": args.funcs, "spawns": ws.spawn_count},
-        "samples_s": samples,
-        "median_s": medians,
-    }
     ratios = {
         f"{name}_exec_over_local": medians[f"{name}_exec"] / medians["local"] for name in servers
     }
@@ -195,8 +186,6 @@ def main() -> int:
         ]
         for name in servers
     }
-    report["ratios"] = ratios
-    report["paired_ratios"] = paired
     for key, value in medians.items():
         print(f"median {key}: {value:.2f} s")
     for key, value in ratios.items():
@@ -212,9 +201,6 @@ def main() -> int:
             "" if args.no_cached else f"; lre cached <= 1.0 s: {medians['lre_cached'] <= 1.0}"
         )
         print(f"targets: lre clean <= 1.0x local: {clean_met}{cached_met}")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
     return 0
 
 

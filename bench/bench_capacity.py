@@ -1,75 +1,26 @@
 """lre's capacity and the latency it adds, on a real build's actions run as ``/bin/true``.
 
 The actions of one clean Bazel build of the generated C workspace (bench/_replay.py;
-the recording is kept under ``--recording-cache`` and made with Bazel only when
-missing) are replayed with their command replaced by ``/bin/true`` on the same
-input trees, at several levels of actions in flight (default 1, 16, 64, 256:
-1 shows the latency of an otherwise idle lre), in two client shapes:
+kept under ``--recording-cache``, made with Bazel only when missing) are replayed
+with their command replaced by ``/bin/true`` on the same input trees, at several
+levels in flight (1 shows the latency of an idle lre), in two client shapes:
+``bazel`` (Bazel 4's calls: FindMissingBlobs of the whole tree, Execute with
+``skip_cache_lookup``, a ByteStream Read of the smallest recorded output) and
+``buck2`` (``output_paths`` Commands; GetActionResult, FindMissingBlobs of what
+it has not seen, BatchUpdateBlobs, Execute, BatchReadBlobs). Every pass uses
+Actions lre has never seen (a fresh ``Action.salt``), so each is a cache miss.
 
-- ``bazel`` (Bazel 4): per action FindMissingBlobs naming the whole input tree
-  (nothing is missing: the Actions are uploaded before the timed pass), Execute
-  with ``skip_cache_lookup`` and Bazel's RequestMetadata header, reading the
-  Execute stream to its end (Bazel calls WaitExecution only when the stream
-  breaks), then a ByteStream Read of the smallest output the recorded action
-  produced (``/bin/true`` produces none; the blob is in the CAS from the
-  recording);
-- ``buck2``: the Commands rewritten to ``output_paths`` (REAPI 2.1) with the
-  platform only in ``Command.platform``, Buck2's RequestMetadata; per action
-  GetActionResult (a miss), FindMissingBlobs naming only the blobs this client
-  has not seen before (Buck2 remembers present blobs for hours), BatchUpdateBlobs
-  of what is missing (always the Action, the Command on its first use), Execute
-  (no WaitExecution ever), then BatchReadBlobs of the smallest recorded output.
+Per level: actions/s over the steady part of the pass; lre's CPU per action
+split by thread group (``/proc/<pid>/task``; Trio main, grpc's asyncio thread
+and poller, Trio's workers, grpc's C core, spawners), the ``/bin/true``
+processes' and this client's CPU; added latency p50/p99 in two views:
+``server`` = worker_completed - queued - the run, from the metadata lre returns;
+``client`` = the Execute call to its final message, less the run.
 
-Every timed pass uses Actions never seen before (a fresh ``Action.salt``), so
-each writes a new action-cache entry as a clean build does, and Buck2's
-GetActionResult misses. lre runs with a config that lets every client action
-be in flight at once (see ``capacity_worker``); the peak number of actions
-inside the worker at once is reported from the results' metadata.
-
-Per level it reports:
-
-- actions/s over the steady part of the pass (from the completion of the
-  first LEVEL actions to that of the last LEVEL);
-- lre's CPU per action split by thread, read from
-  ``/proc/<pid>/task/<tid>/stat`` (utime + stime) before and after the pass,
-  threads grouped by name (``/proc/<pid>/task/<tid>/comm``, sampled during the
-  pass as Trio renames its worker threads per job): the Trio main thread (tid
-  = pid), grpc's asyncio thread (``lre-grpc-aio``), grpc's completion-queue
-  poller (``lre-grpc-poll``), Trio's worker threads, grpc's C-core threads, the
-  spawner threads; CPU of threads that ended during the pass is what the
-  process total shows beyond the live threads; beside it the CPU of the
-  ``/bin/true`` processes lre reaped and of this client, and the rate at which
-  those three together would fill every core;
-- the saturation point: 1 / (CPU-seconds per action of lre's busiest thread),
-  i.e. the actions/s at which that thread would be 100 % busy;
-- added latency per action, p50 and p99, two views:
-  ``server`` = worker_completed - queued - (execution_completed -
-  execution_start), all from the ExecutedActionMetadata lre returns (its
-  ``time.time()``): from the moment the scheduler took the request (on the Trio
-  thread, after the gRPC hop) to the result being built, less the process's
-  own run; it leaves out gRPC receive and the hop in, and the action-cache
-  write, the hop out and the send of the response;
-  ``client`` = (Execute call made -> final message received, this client's
-  ``time.time()``) - (execution_completed - execution_start): everything,
-  including the client's own scheduling (it shares the cores with lre);
-  with the p50 of where the time goes, by lre's one phase model
-  (``lre.snapshot.PHASES``, the names and boundaries of the history, the trace
-  and ``/metrics``: ``queued``, ``staging``, ``storing``; ``running`` is the
-  command itself, left out) and the two hops outside it (``in``: client send
-  to queued, across processes on the same clock; ``back``: worker_completed
-  to final message received).
-
-The machine's fork+exec rate of ``/bin/true`` (``os.posix_spawn`` + ``waitpid``
-in a loop, one and two loops in parallel, lre idle) is measured in the same run:
-the physical bound.
-
-A pass fails on any failed action, a cached result, an action that produced
-outputs or printed something, missing or unordered timestamps, a read blob that
-differs from its digest, a GetActionResult hit, or lre's log calling an input
-altered by its action during the pass (``/bin/true`` alters nothing). The
-failure is printed at once and again at the end, the blobs are uploaded again
-(lre discards an input it thinks altered) and the next pass runs; the exit
-status is 1 if any pass failed.
+A pass fails on a failed or cached action, outputs or printed text, a read
+blob that differs, a GetActionResult hit, or lre's log calling an input
+altered during the pass; the failure is printed, the blobs uploaded again and
+the next pass runs; the exit status is 1 if any pass failed.
 """
 
 from __future__ import annotations
@@ -78,12 +29,11 @@ import argparse
 import asyncio
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -91,7 +41,7 @@ import grpc
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _client import LreProcess, ReapiClient, digest_of, local_config
+from _client import LreProcess, ReapiClient, digest_of, local_config, process_cpu, thread_cpu
 from _replay import (
     BAZEL_WORKER,
     Metadata,
@@ -106,10 +56,9 @@ from _replay import (
 )
 
 from lre.proto import REQUEST_METADATA_KEY, bs_grpc, re_grpc, re_pb2
-from lre.snapshot import PHASES, Phase
-from lre.snapshot._phases import phase_spans
 
 SHAPES = ("bazel", "buck2")
+
 
 #: Timestamps of ExecutedActionMetadata in the order lre sets them.
 STAMPS = (
@@ -123,10 +72,6 @@ STAMPS = (
     "output_upload_completed",
     "worker_completed",
 )
-
-
-#: Where an action's added latency goes: the hop in, lre's phases, the hop back.
-PARTS = ("in", *(phase.value for phase in PHASES), "back")
 
 
 def capacity_worker(inflight: int) -> dict[str, object]:
@@ -147,38 +92,14 @@ def capacity_worker(inflight: int) -> dict[str, object]:
 # ------------------------------------------------------------------ threads
 
 
-def _read(path: str) -> str | None:
-    try:
-        with open(path) as f:
-            return f.read()
-    except OSError:
-        return None
-
-
-def thread_cpu(pid: int) -> tuple[dict[int, float], float, float]:
-    """CPU-seconds (utime + stime) of each live thread of ``pid``, of the
-    whole process (live and ended threads) and of the children it reaped
-    (the actions: cutime + cstime)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    out: dict[int, float] = {}
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        stat = _read(f"/proc/{pid}/task/{tid}/stat")
-        if stat is None:
-            continue
-        fields = stat[stat.rfind(")") + 2 :].split()
-        out[int(tid)] = (int(fields[11]) + int(fields[12])) / tick
-    stat = _read(f"/proc/{pid}/stat") or ""
-    fields = stat[stat.rfind(")") + 2 :].split()
-    whole = (int(fields[11]) + int(fields[12])) / tick
-    return out, whole, (int(fields[13]) + int(fields[14])) / tick
-
-
 def thread_names(pid: int, into: dict[int, set[str]]) -> None:
     """Add the current name of each thread of ``pid`` to ``into[tid]``."""
     for tid in os.listdir(f"/proc/{pid}/task"):
-        name = _read(f"/proc/{pid}/task/{tid}/comm")
-        if name is not None:
-            into.setdefault(int(tid), set()).add(name.strip())
+        try:
+            name = Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
+        except OSError:  # the thread ended meanwhile
+            continue
+        into.setdefault(int(tid), set()).add(name)
 
 
 #: Names grpc's C core gives its own threads (timer, event engine, lifeguard, executors).
@@ -353,7 +274,6 @@ class Pass:
     actions_cpu: float  # the /bin/true processes lre reaped
     client_cpu: float
     machine_busy: float  # fraction of all cores busy
-    names: dict[str, list[str]] = field(default_factory=dict)
     taints: int = 0  # inputs lre called altered during the pass
 
 
@@ -411,7 +331,7 @@ async def run_pass(
             await asyncio.sleep(0.25)
 
     thread_names(pid, names)
-    cpu0, total0, reaped0 = thread_cpu(pid)
+    cpu0, (total0, reaped0) = thread_cpu(pid), process_cpu(pid)
     busy0, all0 = _machine_busy()
     own0 = os.times()
     started = time.monotonic()
@@ -425,14 +345,12 @@ async def run_pass(
     wall = time.monotonic() - started
     own1 = os.times()
     busy1, all1 = _machine_busy()
-    cpu1, total1, reaped1 = thread_cpu(pid)
+    cpu1, (total1, reaped1) = thread_cpu(pid), process_cpu(pid)
     thread_names(pid, names)
     groups: dict[str, float] = {}
-    members: dict[str, list[str]] = {}
-    for tid, after in cpu1.items():
+    for tid, (_, after) in cpu1.items():
         group = thread_group(pid, tid, names.get(tid, set()))
-        groups[group] = groups.get(group, 0.0) + after - cpu0.get(tid, 0.0)
-        members.setdefault(group, []).append(f"{tid}:{'/'.join(sorted(names.get(tid, ())))}")
+        groups[group] = groups.get(group, 0.0) + after - cpu0.get(tid, ("", 0.0))[1]
     ended = (total1 - total0) - sum(groups.values())
     if ended > 0.005:
         groups["ended-threads"] = ended
@@ -448,7 +366,6 @@ async def run_pass(
         reaped1 - reaped0,
         own1.user + own1.system - own0.user - own0.system,
         (busy1 - busy0) / max(all1 - all0, 1.0),
-        members,
     )
 
 
@@ -472,38 +389,16 @@ def throughput(p: Pass) -> float:
     return (last - first) / (done[last] - done[first])
 
 
-def peak_inside(p: Pass) -> int:
-    """Most actions between worker_start and worker_completed at once."""
-    events = []
-    for s in p.samples:
-        meta = s.result.execution_metadata
-        events.append((_ts(meta.worker_start_timestamp), 1))
-        events.append((_ts(meta.worker_completed_timestamp), -1))
-    inside = peak = 0
-    for _, step in sorted(events):
-        inside += step
-        peak = max(peak, inside)
-    return peak
-
-
 def latency(p: Pass) -> dict[str, list[float]]:
-    """Per action, in ms: the two added-latency views and the parts (the
-    phases of ``lre.snapshot``, and the hops ``in`` and ``back``)."""
-    out: dict[str, list[float]] = {k: [] for k in ("server", "client", *PARTS)}
+    """Per action, in ms, the two added-latency views (the run left out)."""
+    out: dict[str, list[float]] = {"server": [], "client": []}
     for s in p.samples:
         m = s.result.execution_metadata
-        t = {name: _ts(getattr(m, f"{name}_timestamp")) for name in STAMPS}
-        phases = {span.phase.value: span.seconds for span in phase_spans(t)}
-        run = phases.get(Phase.RUNNING, 0.0)
-        parts = {
-            "server": t["worker_completed"] - t["queued"] - run,
-            "client": s.received - s.sent - run,
-            "in": t["queued"] - s.sent,
-            **{phase.value: phases.get(phase, 0.0) for phase in PHASES},
-            "back": s.received - t["worker_completed"],
-        }
-        for k, v in parts.items():
-            out[k].append(v * 1000)
+        run = _ts(m.execution_completed_timestamp) - _ts(m.execution_start_timestamp)
+        out["server"].append(
+            (_ts(m.worker_completed_timestamp) - _ts(m.queued_timestamp) - run) * 1000
+        )
+        out["client"].append((s.received - s.sent - run) * 1000)
     return out
 
 
@@ -521,17 +416,13 @@ COLUMNS = {
 def figures(p: Pass) -> dict[str, float]:
     """The table's numbers for one pass (CPU in ms per action, latency in ms)."""
     n = len(p.samples)
-    busiest = max(p.threads.values())
     lat = latency(p)
     out = {
         "act/s": throughput(p),
-        "sat/s": n / busiest,
-        "inside": float(peak_inside(p)),
         "lre ms": p.lre_cpu / n * 1000,
         **{column: p.threads.get(group, 0.0) / n * 1000 for group, column in COLUMNS.items()},
         "act ms": p.actions_cpu / n * 1000,
         "client ms": p.client_cpu / n * 1000,
-        "cores/s": (os.cpu_count() or 1) * n / (p.lre_cpu + p.actions_cpu + p.client_cpu),
         "taints": float(p.taints),
         "srv p50": _pct(lat["server"], 0.5),
         "srv p99": _pct(lat["server"], 0.99),
@@ -546,60 +437,21 @@ def report(p: Pass) -> str:
     n = len(p.samples)
     f = figures(p)
     per = {g: cpu / n * 1000 for g, cpu in p.threads.items()}
-    busiest = max(per, key=lambda g: per[g])
-    lat = latency(p)
-    parts = [k for k in PARTS if k != Phase.RUNNING]
     return "\n".join(
         [
             f"{p.shape} {p.level} in flight: {n} actions in {p.wall:.1f} s, "
-            f"{f['act/s']:.1f} actions/s steady, peak {f['inside']:.0f} inside the worker; "
-            f"machine {p.machine_busy * 100:.0f}% busy",
+            f"{f['act/s']:.1f} actions/s steady; machine {p.machine_busy * 100:.0f}% busy",
             f"  lre CPU {f['lre ms']:.2f} ms/action; its /bin/true processes "
-            f"{f['act ms']:.2f}; client {f['client ms']:.2f}; all cores busy with these "
-            f"-> {f['cores/s']:.0f} actions/s",
+            f"{f['act ms']:.2f}; client {f['client ms']:.2f}",
             "  by thread (ms/action, % of one core): "
             + ", ".join(
                 f"{g} {ms:.2f} ({p.threads[g] / p.wall * 100:.0f}%)"
                 for g, ms in sorted(per.items(), key=lambda kv: -kv[1])
             ),
-            f"  saturation: {busiest} at 100% -> {f['sat/s']:.0f} actions/s",
             f"  added latency ms: server p50 {f['srv p50']:.2f} p99 {f['srv p99']:.2f}; "
-            f"client p50 {f['cli p50']:.2f} p99 {f['cli p99']:.2f}; p50 parts "
-            + " ".join(f"{k} {_pct(lat[k], 0.5):.2f}" for k in parts),
+            f"client p50 {f['cli p50']:.2f} p99 {f['cli p99']:.2f}",
         ]
     )
-
-
-# ------------------------------------------------------------------ fork+exec
-
-
-_SPAWN_LOOP = """
-import os, sys, time
-end = time.monotonic() + float(sys.argv[1])
-n = 0
-while time.monotonic() < end:
-    pid = os.posix_spawn("/bin/true", ["/bin/true"], {})
-    os.waitpid(pid, 0)
-    n += 1
-print(n)
-"""
-
-
-def spawn_rate(parallel: int, seconds: float) -> float:
-    """Spawns of /bin/true per second, ``parallel`` loops at once (posix_spawn + waitpid)."""
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _SPAWN_LOOP, str(seconds)], stdout=subprocess.PIPE, text=True
-        )
-        for _ in range(parallel)
-    ]
-    total = 0
-    for proc in procs:
-        out, _ = proc.communicate()
-        if proc.returncode:
-            raise RuntimeError(f"spawn loop failed with {proc.returncode}")
-        total += int(out)
-    return total / seconds
 
 
 # ------------------------------------------------------------------ main
@@ -620,12 +472,7 @@ def table(passes: list[Pass]) -> str:
     for shape, level, row in rows:
         lines.append(
             f"{shape:6s} {level:5d} "
-            + " ".join(
-                f"{row[k]:7.0f}"
-                if k in ("sat/s", "inside", "taints", "cores/s")
-                else f"{row[k]:7.2f}"
-                for k in names
-            )
+            + " ".join(f"{row[k]:7.0f}" if k == "taints" else f"{row[k]:7.2f}" for k in names)
         )
     return "\n".join(lines)
 
@@ -695,11 +542,6 @@ async def measure(
                         continue
                     p.taints = len(taints)
                     print(report(p), flush=True)
-                    if args.threads:
-                        print(
-                            "  threads: "
-                            + "; ".join(f"{g}: {' '.join(m)}" for g, m in p.names.items())
-                        )
                     passes.append(p)
         return passes, failures
     finally:
@@ -717,8 +559,6 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3, help="timed rounds of every pass (3)")
     ap.add_argument("--warmup", type=int, default=200, help="untimed actions per shape (200)")
     ap.add_argument("--shapes", default="bazel,buck2", help="client shapes (bazel,buck2)")
-    ap.add_argument("--spawn-seconds", type=float, default=3.0, help="per fork+exec measurement")
-    ap.add_argument("--threads", action="store_true", help="list the threads of every group")
     ap.add_argument("--modules", type=int, default=40)
     ap.add_argument("--funcs", type=int, default=8)
     cache_home = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
@@ -736,12 +576,6 @@ def main() -> int:
     began = time.monotonic()
     print(f"machine: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}", flush=True)
     recording = cached_recording(args.recording_cache, args.modules, args.funcs)
-    rates = {n: spawn_rate(n, args.spawn_seconds) for n in (1, 2)}
-    print(
-        "fork+exec of /bin/true (posix_spawn + waitpid): "
-        + ", ".join(f"{n} loop{'s' if n > 1 else ''} {r:.0f}/s" for n, r in rates.items()),
-        flush=True,
-    )
     most = max(args.levels)
     print(f"lre worker: {capacity_worker(most)}")
     with tempfile.TemporaryDirectory(prefix="lre-bench-capacity.") as tmp:
@@ -751,17 +585,11 @@ def main() -> int:
     print()
     print(table(passes))
     print(
-        "act/s: steady actions/s; sat/s: 1 / CPU-s per action of lre's busiest thread; inside: "
-        "peak actions in the worker at once; lre ms: lre's CPU ms per action, split by thread "
+        "act/s: steady actions/s; lre ms: lre's CPU ms per action, split by thread "
         "(main: Trio; aio: grpc's asyncio thread; poll: grpc's completion-queue poller; trioW: "
         "Trio's worker threads; core: grpc's C-core threads; spawn: spawner threads); client ms: "
-        "this client's CPU; act ms: the /bin/true processes' CPU; cores/s: the machine's cores "
-        "/ (lre + act + client ms); taints: inputs lre wrongly called altered; srv/cli: added "
-        "latency ms, server and client view (see --help)"
-    )
-    print(
-        "fork+exec bound: "
-        + ", ".join(f"{n} loop{'s' if n > 1 else ''} {r:.0f}/s" for n, r in rates.items())
+        "this client's CPU; act ms: the /bin/true processes' CPU; taints: inputs lre wrongly "
+        "called altered; srv/cli: added latency ms, server and client view (see --help)"
     )
     print(f"took {time.monotonic() - began:.0f} s")
     for failure in failures:

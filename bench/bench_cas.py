@@ -2,8 +2,8 @@
 
 Usage (from the repository root)::
 
-    .venv/bin/python bench/bench_cas.py [--runs 5] [--json out.json]
-        [--only memory,filesystem,direct] [--open-blobs 100000]
+    .venv/bin/python bench/bench_cas.py [--runs 5] [--only memory,filesystem,direct]
+        [--open-blobs 100000]
 
 Starts ``bench_cas.py serve`` (the real ``GrpcServer`` with the cache
 servicers) on 127.0.0.1, once with a memory store and once with a filesystem
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import os
 import signal
 import statistics
@@ -37,10 +36,14 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
-import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _client import process_cpu
 
 from lre.proto import bs_pb2, re_grpc, re_pb2
 
@@ -101,7 +104,6 @@ class Server:
         if not self.address:
             self.stop()
             raise RuntimeError(f"{store_kind} server did not start")
-        self.ps = psutil.Process(self.process.pid)
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -130,15 +132,14 @@ def sha(data: bytes) -> re_pb2.Digest:
     return re_pb2.Digest(hash=hashlib.sha256(data).hexdigest(), size_bytes=len(data))
 
 
-#: The server process being measured; ``timed`` also records its CPU time.
-SERVER: list[psutil.Process] = []
+#: The pid of the server being measured; ``timed`` also records its CPU time.
+SERVER: list[int] = []
 #: Server CPU seconds of each ``timed`` call, by the caller's label.
 SERVER_CPU: dict[str, list[float]] = {}
 
 
 def _cpu() -> float:
-    times = SERVER[0].cpu_times() if SERVER else None
-    return times.user + times.system if times else 0.0
+    return process_cpu(SERVER[0])[0] if SERVER else 0.0
 
 
 def timed(fn: Callable[[], object], label: str = "") -> float:
@@ -379,7 +380,6 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--json", default="")
     parser.add_argument("--only", default="memory,filesystem,direct")
     parser.add_argument("--open-blobs", type=int, default=100_000)
     args = parser.parse_args()
@@ -392,7 +392,7 @@ def main() -> None:
     for kind in kinds:
         with tempfile.TemporaryDirectory(prefix="lre-bench-") as directory:
             server = Server(kind, directory)
-            SERVER[:] = [server.ps]
+            SERVER[:] = [server.process.pid]
             SERVER_CPU.clear()
             load_before = os.getloadavg()[0]
             try:
@@ -417,9 +417,6 @@ def main() -> None:
                 results[kind] = ch_results
             finally:
                 server.stop()
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
     print("| store | test | median | runs (sorted) | server CPU per run | target |")
     print("|---|---|---|---|---|---|")
     targets = {

@@ -1,7 +1,7 @@
 """What containing action processes costs, and how fast everything dies with lre.
 
 Run: .venv/bin/python bench/bench_containment.py [--rounds 5] [--actions 300]
-     [--replay] [--kills 5]
+     [--kills 5] [--only noop|kill|replay]
 
 Backends: ``pidns``, ``userns`` and ``portable`` (those this machine has), all
 measured in the same run, each round visiting every backend in turn (order
@@ -13,9 +13,10 @@ rotated every round). Per backend:
    per action (the server process, children excluded), the actions' CPU per
    action (every process lre reaped, which includes each backend's wrapper
    processes: ``timeout``, ``unshare``), actions/s;
-2. with ``--replay``, the same for the recorded actions of one clean Bazel
-   build of the generated workspace (bench_replay's recording; variants
-   ``build`` and ``true``);
+2. with ``--only replay`` (and only then), the same for the recorded
+   actions of one clean Bazel build of the generated workspace
+   (bench/_replay.py's recording; variants ``build`` and ``true``;
+   ``bash bench/run_all.sh replay``);
 3. SIGKILL of lre while an action has a background child, a ``setsid``
    child and a double-forked daemon running: the time until every one of
    them is gone (``--kills`` trials; the target is under 1 s).
@@ -43,7 +44,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _client import LreProcess, ReapiClient, local_config
+from _client import LreProcess, ReapiClient, local_config, process_cpu
 
 from lre.worker import ContainmentUnavailable, choose_containment
 
@@ -73,14 +74,8 @@ def start(home: Path, mode: str, extra: dict[str, object] | None = None) -> LreP
     return LreProcess(config_for(home, mode, extra), home)
 
 
-def cpu(process: psutil.Process) -> tuple[float, float]:
-    times = process.cpu_times()
-    return times.user + times.system, times.children_user + times.children_system
-
-
 async def noop_round(address: str, pid: int, tag: str, count: int) -> dict[str, float]:
     client = ReapiClient(address)
-    server = psutil.Process(pid)
     try:
         warm = await asyncio.gather(
             *(client.prepare(["/bin/true", f"w{tag}{i}"]) for i in range(30))
@@ -96,11 +91,11 @@ async def noop_round(address: str, pid: int, tag: str, count: int) -> dict[str, 
                 response = await client.execute(digest)
                 assert response.result.exit_code == 0, response
 
-        own0, kids0 = cpu(server)
+        own0, kids0 = process_cpu(pid)
         started = time.perf_counter()
         await asyncio.gather(*(loop() for _ in range(16)))
         wall = time.perf_counter() - started
-        own1, kids1 = cpu(server)
+        own1, kids1 = process_cpu(pid)
     finally:
         await client.close()
     return {
@@ -161,8 +156,12 @@ def sleepers(marker: str) -> int:
 async def kill_trial(tmp: Path, mode: str, trial: int) -> float:
     home = tmp / f"kill-{mode}-{trial}"
     marker = f"{6000 + trial}.{time.monotonic_ns() % 10**9:09d}"
-    ready = home / "ready"
-    lre = start(home, mode)
+    # the action's view hides the host's temporary directories: the ready file
+    # goes to a directory the view shows writable
+    shared = tmp / f"kill-shared-{mode}-{trial}"
+    shared.mkdir(parents=True)
+    ready = shared / "ready"
+    lre = start(home, mode, {"sandbox_writable_paths": [str(shared)]})
     try:
         client = ReapiClient(lre.address)
         digest = await client.prepare(["/bin/sh", "-c", DAEMONS.format(m=marker, ready=ready)])
@@ -202,8 +201,7 @@ def bench_kill(tmp: Path, modes: list[str], args: argparse.Namespace) -> None:
 
 
 def bench_replay(tmp: Path, modes: list[str], args: argparse.Namespace) -> None:
-    from _replay import BAZEL_WORKER, record
-    from bench_replay import _plans, _round
+    from _replay import BAZEL_WORKER, record, replay_plans, replay_round
 
     home = tmp / "replay"
     extra = dict(BAZEL_WORKER)
@@ -213,15 +211,14 @@ def bench_replay(tmp: Path, modes: list[str], args: argparse.Namespace) -> None:
 
     async def one(address: str, pid: int) -> dict[str, float]:
         client = ReapiClient(address)
-        server = psutil.Process(pid)
         try:
-            plans = await _plans(client, keys)
+            plans = await replay_plans(client, keys)
             out: dict[str, float] = {}
             for variant in ("build", "true"):
-                await _round(client, plans[variant], 16)  # warm
-                own0, kids0 = cpu(server)
-                await _round(client, plans[variant], 16)
-                own1, kids1 = cpu(server)
+                await replay_round(client, plans[variant], 16)  # warm
+                own0, kids0 = process_cpu(pid)
+                await replay_round(client, plans[variant], 16)
+                own1, kids1 = process_cpu(pid)
                 n = len(plans[variant])
                 out[f"{variant}_lre_ms"] = (own1 - own0) / n * 1000
                 out[f"{variant}_actions_ms"] = (kids1 - kids0) / n * 1000
@@ -247,7 +244,6 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--actions", type=int, default=300)
     ap.add_argument("--kills", type=int, default=5)
-    ap.add_argument("--replay", action="store_true")
     ap.add_argument("--only", choices=("noop", "kill", "replay"), default=None)
     args = ap.parse_args()
     modes = available_modes()
@@ -260,9 +256,7 @@ def main() -> int:
     }
     with tempfile.TemporaryDirectory(prefix="lre-bench-containment.") as name:
         for part, run in parts.items():
-            if args.only not in (None, part) or (
-                part == "replay" and not (args.replay or args.only)
-            ):
+            if args.only != part and (args.only or part == "replay"):
                 continue
             run(Path(name), modes, args)
     return 0

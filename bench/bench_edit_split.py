@@ -18,9 +18,8 @@ What it does:
 - reads per build: Bazel's own phases per spawn action from its profile
   (``_bazel_profile``), lre's phases per action from the
   ``ExecutedActionMetadata`` stamps of the results it wrote (the phase model
-  of ``lre.snapshot``, split finer at every stamp lre's worker sets), lre's
-  Execute and other RPC durations from ``/metrics``, and the CPU split of
-  ``build_probe``.
+  of ``lre.snapshot``, split finer at every stamp lre's worker sets) and
+  lre's Execute duration from ``/metrics`` (``build_probe``).
 
 Prints every build, then per phase the medians of both sides and the ratio.
 Fails (exit 1, with the reason) when a build fails, runs a spawn the wrong way
@@ -45,7 +44,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _bazel_profile import LOCAL_STEPS, REMOTE_STEPS, ActionPhases, action_phases, load_events
-from _client import python_path
 from _instant_executor import InstantExecutor
 from bench_project import BenchError, lre_bazelrc_flags, running_lre
 from build_probe import Probe, Split, bazel_server
@@ -238,53 +236,6 @@ def _lre_table(remote: Side) -> None:
         f"  {'outside the worker (decode, AC write, reply)':<40}{_median(outside):>9.2f}"
         "   = Execute mean - (worker completed - queued) mean"
     )
-    methods: dict[str, list[tuple[int, float]]] = {}
-    for split in remote.splits:
-        for method, (calls, seconds) in split.rpc.items():
-            methods.setdefault(method, []).append((calls, seconds))
-    print("lre's RPCs per edit-rebuild (medians over builds: calls, summed ms):")
-    for method, values in sorted(methods.items()):
-        calls = _median([c for c, _ in values])
-        total = 1000 * _median([s for _, s in values])
-        print(f"  {method:<48}{calls:>5.0f}{total:>9.2f}")
-
-
-def _client_table(remote: Side) -> None:
-    """Bazel's 'execute remotely' against lre's own Execute duration, per build."""
-    gaps = []
-    for actions, split in zip(remote.builds, remote.splits, strict=True):
-        calls, seconds = split.rpc.get("Execution/Execute", (0, 0.0))
-        client = sum(a.steps["execute remotely"] for a in actions)
-        if calls:
-            gaps.append(1000 * (client - seconds) / calls)
-    print(
-        "Bazel's 'execute remotely' minus lre's Execute duration (gRPC, the JVM's"
-        f" client; ms per Execute, median over builds): {_median(gaps):.2f}"
-    )
-
-
-def _cpu_table(sides: dict[str, Side]) -> None:
-    print("CPU per edit-rebuild (CPU-seconds, medians):")
-    for name, side in sides.items():
-        s = side.splits
-        print(
-            f"  {name}: busy {_median([x.busy for x in s]):.3f},"
-            f" jvm {_median([x.jvm for x in s]):.3f},"
-            f" jvm children {_median([x.jvm_children for x in s]):.3f},"
-            f" lre {_median([x.lre for x in s]):.3f},"
-            f" lre children {_median([x.lre_children for x in s]):.3f},"
-            f" other {_median([x.other for x in s]):.3f}"
-        )
-    threads: dict[str, list[float]] = {}
-    for split in sides["lre"].splits:
-        for name, cpu in split.lre_threads.items():
-            threads.setdefault(name, []).append(1000 * cpu / max(split.executes, 1))
-    text = ", ".join(
-        f"{name} {_median(v):.1f}"
-        for name, v in sorted(threads.items(), key=lambda kv: -_median(kv[1]))
-        if _median(v) >= 0.05
-    )
-    print(f"  lre's CPU per action by thread (ms): {text}")
 
 
 def _report(sides: dict[str, Side]) -> None:
@@ -297,12 +248,6 @@ def _report(sides: dict[str, Side]) -> None:
             f"ratio of medians {_median(walls) / _median(local):.3f}x, per-pair median "
             f"{_median(pairs):.3f}x ({', '.join(f'{p:.2f}' for p in pairs)})"
         )
-    if "lre-b" in sides:
-        pairs = [b / a for a, b in zip(sides["lre"].walls, sides["lre-b"].walls, strict=True)]
-        print(
-            f"lre-b / lre per round: median {_median(pairs):.3f}"
-            f" [{min(pairs):.2f}-{max(pairs):.2f}]"
-        )
     if "instant" in sides:
         gaps = [
             1000 * (r - i) for r, i in zip(sides["lre"].walls, sides["instant"].walls, strict=True)
@@ -312,12 +257,7 @@ def _report(sides: dict[str, Side]) -> None:
             f" ({', '.join(f'{g:.0f}' for g in gaps)})"
         )
     _step_table(sides)
-    for name in ("lre", "lre-b"):
-        if name in sides:
-            print(f"[{name}]")
-            _lre_table(sides[name])
-            _client_table(sides[name])
-    _cpu_table(sides)
+    _lre_table(sides["lre"])
 
 
 def _run(args: argparse.Namespace) -> None:
@@ -331,24 +271,10 @@ def _run(args: argparse.Namespace) -> None:
         make_workspace(make_ws, ws, args.modules, args.funcs)
         source = ws / "src" / f"mod_{args.module:02d}.c"
         original = source.read_text()
-        lres: dict[str, dict[str, object]] = {}
-        side_flags: list[tuple[str, list[str]]] = [("local", [])]
-        for name, tree in (("lre", args.lre_tree), ("lre-b", args.lre_tree_b)):
-            if name == "lre-b" and tree is None:
-                continue
-            with python_path(tree):
-                lres[name] = stack.enter_context(running_lre(work / f"{name}-home", ws))
-            info = lres[name]
-            # A second lre up on the same repository leaves the first one's
-            # lre.bazelrc: the address comes from each lre's own status.
-            flags = [
-                *(f for f in lre_bazelrc_flags(ws / "lre.bazelrc") if "remote_executor=" not in f),
-                f"--remote_executor=grpc://{info['grpc_address']}",
-                "--noremote_accept_cached",
-            ]
-            print(f"{name} ({tree or 'this checkout'}): pid {info['pid']}; flags {flags}")
-            side_flags.append((name, flags))
-        info = lres["lre"]
+        info = stack.enter_context(running_lre(work / "lre-home", ws))
+        flags = [*lre_bazelrc_flags(ws / "lre.bazelrc"), "--noremote_accept_cached"]
+        print(f"lre: pid {info['pid']}; flags {flags}")
+        side_flags: list[tuple[str, list[str]]] = [("local", []), ("lre", flags)]
         instant: InstantExecutor | None = None
         if args.instant:
             instant = stack.enter_context(InstantExecutor(str(info["grpc_address"])))
@@ -368,13 +294,12 @@ def _run(args: argparse.Namespace) -> None:
             bazel = stack.enter_context(BazelSession(ws, work / f"bazel-{name}", max_idle_secs=900))
             sides[name] = Side(name, bazel, flags, work)
             sides[name].build()  # server start, toolchain autoconfiguration, clean build
-        for name, side in sides.items():
-            served_by = "lre-b" if name == "lre-b" else "lre"
+        for side in sides.values():
             side.probe = Probe(
                 bazel_server(side.bazel.output_user_root).pid,
-                int(str(lres[served_by]["pid"])),
-                str(lres[served_by]["status_address"]),
-                work / f"{served_by}-home" / "ac" / "actions.log",
+                int(str(info["pid"])),
+                str(info["status_address"]),
+                work / "lre-home" / "ac" / "actions.log",
             )
         runs = [n for n in sides if n != "instant"]
         for round_ in range(args.warmup + args.rounds):
@@ -414,15 +339,6 @@ def main() -> int:
         action="store_true",
         help="add a side whose Execute is answered at once from lre's action cache"
         " (_instant_executor): the floor of Bazel's remote path",
-    )
-    parser.add_argument(
-        "--lre-tree", type=Path, default=None, help="source tree of the lre side (default: this)"
-    )
-    parser.add_argument(
-        "--lre-tree-b",
-        type=Path,
-        default=None,
-        help="add a side lre-b: a second lre from this source tree (an A/B in one run)",
     )
     args = parser.parse_args()
     started = time.monotonic()

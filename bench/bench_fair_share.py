@@ -1,47 +1,26 @@
 """Two and three builds at once through one lre, with real Bazel: fair shares.
 
 A big build A (``--a-actions`` genrules of ``sleep --seconds``, default 400 x
-0.5 s, Bazel ``--jobs`` 200 so most of it waits in lre's queue) starts
-first; ``--delay`` seconds (default 2) after A's actions are queued in lre
-(``--queued``, default 50, read from lre's ``/status``: A's Bazel spends
-seconds on analysis before it sends anything, and a light client started 2 s
-after A's command would be done before A's first action) a small build B
-(``--b-actions``, default 5, in a second workspace, its own Bazel server)
-starts. Measured,
-each ``--reps`` times (medians reported):
+0.5 s, Bazel ``--jobs`` ``--a-jobs``) starts first; ``--delay`` seconds after
+``--queued`` of A's actions wait in lre's queue (read from ``/status``), a
+small build B (``--b-actions``, its own workspace and Bazel server) starts.
+Each ``--reps`` times (medians reported): ``a_alone``, ``b_alone`` and
+``buck2_alone`` (scenario ``alone``); ``bazel``: A, then B; ``buck2``: A, then
+B from a Buck2-shaped client (Buck2's ``RequestMetadata``, a GetActionResult
+miss then Execute per action, all at once); ``three``: A, then B and a second
+small Bazel build C together; ``fair_off`` (``--fair-off-reps``): A then B
+with ``fair_share.enabled: false``. ``--scenarios`` picks among ``alone``,
+``bazel``, ``buck2`` and ``three``.
 
-- ``a_alone``, ``b_alone``: each build with nothing else running;
-- ``bazel``: A, then B with Bazel;
-- ``buck2``: A, then B from a Buck2-shaped client (this script sending
-  Buck2's ``RequestMetadata``: tool_name ``buck2``, an invocation id of its
-  own; per action GetActionResult (a miss), then Execute; all of B's
-  actions at once), with ``buck2_alone`` its wall with nothing else;
-- ``three``: A, then B and a second small build C (Bazel, a third
-  workspace) together;
-- ``fair_off`` (``--fair-off-reps``, default 1): A then B with
-  ``fair_share.enabled: false``: how it was before (B waits behind A's queue).
+Targets: B's wall within 1.5x of (B alone + one A action); A's wall longer
+than alone by no more than B's share (B's action-seconds over the slots),
+and compared with A beside B with fair sharing off. Every genrule carries a
+fresh salt (and ``--noremote_accept_cached``); a failed build raises
+``RuntimeError`` with the tail of Bazel's output. lre runs from this
+checkout with the bench's config (``_client.local_config``: 3 slots on 2
+cores unless ``--slots``); the Bazel servers are shut down at the end.
 
-``--scenarios`` picks among ``alone`` (``a_alone``, ``b_alone``, ``buck2_alone``),
-``bazel``, ``buck2`` and ``three``. ``--tree-b DIR`` runs them, round by
-round in alternating order, against two lre servers at once: side A from
-this checkout, side B from the source tree ``DIR`` (e.g. ``git worktree add
---detach DIR <commit>``: the same builds through an older scheduler); each
-lre is started with ``PYTHONPATH`` set to its tree from a working directory
-outside both (``python -m`` puts the working directory first), and every
-figure is reported per side (``A:...``, ``B:...``).
-
-The targets: B's wall within 1.5x of (B alone + one A action), and A's wall
-longer than alone by no more than B's share (B's action-seconds over the
-worker's slots); A's wall is also compared with A's beside B with fair
-sharing off, which carries the same second Bazel server on the same cores.
-Every build's genrules carry a fresh salt per run, so nothing comes from a
-cache (``--noremote_accept_cached`` too); a build that
-fails raises ``RuntimeError`` with the tail of Bazel's output. lre runs from
-this checkout with the bench's config (``_client.local_config``: the default
-worker, 3 slots on 2 cores); everything lives under ``--workdir`` (a temp dir
-by default) and the Bazel servers are shut down at the end.
-
-    .venv/bin/python bench/bench_fair_share.py --reps 3 [--json bench/results/fair_share.json]
+    .venv/bin/python bench/bench_fair_share.py --reps 3 [--fair-off-reps 1] [--slots 6]
 """
 
 from __future__ import annotations
@@ -49,7 +28,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -243,7 +221,7 @@ def run_rounds(
 
 
 class Side:
-    """One lre (from this checkout or another tree) and its three workspaces."""
+    """One lre (fair share on or off) and its three workspaces."""
 
     def __init__(
         self, stack: ExitStack, args: argparse.Namespace, work: Path, name: str, fair: bool
@@ -258,18 +236,7 @@ class Side:
         config["global"]["status"]["address"] = self.status_address
         if not fair:
             config["schedulers"][1]["simple"]["fair_share"] = {"enabled": False}
-        tree: Path | None = args.tree_b if name == "B" else args.tree_a
-        old = os.environ.get("PYTHONPATH")
-        if tree is not None:
-            os.environ["PYTHONPATH"] = str(tree)
-        try:
-            self.lre = stack.enter_context(LreProcess(json.dumps(config), home))
-        finally:
-            if tree is not None:
-                if old is None:
-                    del os.environ["PYTHONPATH"]
-                else:
-                    os.environ["PYTHONPATH"] = old
+        self.lre = stack.enter_context(LreProcess(json.dumps(config), home))
         flags = [
             f"--remote_executor=grpc://{self.lre.address}",
             "--spawn_strategy=remote",
@@ -292,11 +259,8 @@ class Side:
             build.session.run("shutdown")
 
 
-def checks_of(
-    args: argparse.Namespace, medians: dict[str, float], prefix: str
-) -> dict[str, tuple[float, float]]:
+def checks_of(args: argparse.Namespace, m: dict[str, float]) -> dict[str, tuple[float, float]]:
     """The targets (module docstring) whose figures were measured, as (value, limit)."""
-    m = {k[len(prefix) :]: v for k, v in medians.items() if k.startswith(prefix)}
     if "a_alone" not in m:
         return {}
     slots = args.slots or 3
@@ -340,29 +304,16 @@ def main() -> int:
         default=0,
         help="lre's slots (one CPU each); 0: lre's default for this machine (3 on 2 cores)",
     )
-    ap.add_argument("--tree-b", type=Path, help="side B's source tree (an A/B, see above)")
-    ap.add_argument("--workdir", type=Path)
-    ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     args.scenarios = set(args.scenarios.split(","))
     if not args.scenarios <= {"alone", "bazel", "buck2", "three"}:
         ap.error(f"--scenarios: unknown {sorted(args.scenarios)}")
-    args.tree_a = None
-    if args.json is not None:
-        args.json = args.json.resolve()  # the A/B changes the working directory
-    if args.tree_b is not None:
-        args.tree_a = Path(__file__).resolve().parent.parent
-        args.tree_b = args.tree_b.resolve()
 
     samples: dict[str, list[float]] = {}
 
     with tempfile.TemporaryDirectory(prefix="lre-fair-") as tmp:
-        work = args.workdir or Path(tmp)
-        if args.tree_b is not None:
-            os.chdir(work)  # `python -m lre` must find lre through PYTHONPATH only
-            plan = [("A", True, args.reps), ("B", True, args.reps)]
-        else:
-            plan = [("", True, args.reps), ("", False, args.fair_off_reps)]
+        work = Path(tmp)
+        plan = [("", True, args.reps), ("", False, args.fair_off_reps)]
         with ExitStack() as stack:
             sides = [Side(stack, args, work, name, fair) for name, fair, reps in plan if reps]
             rounds = max((reps for _, _, reps in plan), default=0)
@@ -371,14 +322,11 @@ def main() -> int:
                 for side in order:
                     if rep >= (args.reps if side.fair else args.fair_off_reps):
                         continue
-                    prefix = f"{side.name}:" if side.name else ""
 
-                    def add(key: str, value: float, prefix: str = prefix) -> None:
-                        samples.setdefault(prefix + key, []).append(value)
-                        print(f"  {prefix}{key}: {value:.2f} s", flush=True)
+                    def add(key: str, value: float) -> None:
+                        samples.setdefault(key, []).append(value)
+                        print(f"  {key}: {value:.2f} s", flush=True)
 
-                    if side.name:
-                        print(f"side {side.name}", flush=True)
                     run_rounds(
                         args,
                         side.lre.address,
@@ -390,21 +338,11 @@ def main() -> int:
                     )
 
     medians = {k: statistics.median(v) for k, v in samples.items()}
-    report: dict[str, object] = {"args": {k: str(v) for k, v in vars(args).items()}}
-    report["samples_s"] = samples
-    report["median_s"] = medians
     for key, value in medians.items():
         print(f"median {key}: {value:.2f} s")
-    all_checks = {}
-    for prefix in ("A:", "B:") if args.tree_b is not None else ("",):
-        for name, (value, lim) in checks_of(args, medians, prefix).items():
-            all_checks[prefix + name] = {"value": value, "limit": lim}
-            verdict = "met" if value <= lim else "NOT met"
-            print(f"{prefix}{name}: {value:.2f} s (limit {lim:.2f} s) {verdict}")
-    report["checks"] = all_checks
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    for name, (value, lim) in checks_of(args, medians).items():
+        verdict = "met" if value <= lim else "NOT met"
+        print(f"{name}: {value:.2f} s (limit {lim:.2f} s) {verdict}")
     return 0
 
 

@@ -36,9 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -48,8 +46,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import psutil
-from _client import LreProcess, Monitor, ReapiClient, local_config, thread_cpu
+from _client import (
+    LreProcess,
+    Monitor,
+    ReapiClient,
+    local_config,
+    own_cpu,
+    process_cpu,
+    thread_cpu,
+)
 from _taskstats import ExitRecorder, ExitTotals, descendants
 
 ENV_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -66,7 +71,7 @@ def burner_script(loops: int, tag: int) -> str:
 def pool_cpu(script: str, env: dict[str, str], copies: int, parallel: int) -> float:
     """CPU-seconds per copy when ``copies`` runs of ``script`` go through a
     local pool of ``parallel`` processes (no lre involved)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    before = own_cpu()[1]
     running: list[subprocess.Popen[bytes]] = []
     for _ in range(copies):
         if len(running) == parallel:
@@ -74,9 +79,7 @@ def pool_cpu(script: str, env: dict[str, str], copies: int, parallel: int) -> fl
         running.append(subprocess.Popen(["sh", "-c", script], env=env))
     for process in running:
         process.wait()
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    used = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return used / copies
+    return (own_cpu()[1] - before) / copies
 
 
 def calibrate(target_cpu: float) -> int:
@@ -151,21 +154,15 @@ def idle_seconds() -> float:
     return (int(fields[4]) + int(fields[5])) / os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds(usage: resource.struct_rusage) -> float:
-    return usage.ru_utime + usage.ru_stime
-
-
 def run_mode(
     tmp: Path, label: str, worker: dict[str, object], args: argparse.Namespace, loops: int
 ) -> dict[str, float]:
     home = tmp / label
     with LreProcess(local_config(home, worker), home) as lre:
-        server = psutil.Process(lre.proc.pid)
         tree = Monitor("tree", str(lre.proc.pid), "0.1", out=home / "tree.json")
         sleeper = Monitor("sleeper", out=home / "sleeper.json")
-        client_before = cpu_seconds(resource.getrusage(resource.RUSAGE_SELF))
-        children_before = cpu_seconds(resource.getrusage(resource.RUSAGE_CHILDREN))
-        server_before = server.cpu_times()
+        client_before, children_before = own_cpu()
+        server_before = process_cpu(lre.proc.pid)
         idle_before = idle_seconds()
         recorder = ExitRecorder() if args.split else None
         threads_before = thread_cpu(lre.proc.pid)
@@ -180,11 +177,11 @@ def run_mode(
                 dropped = recorder.dropped
             threads = _thread_delta(threads_before, thread_cpu(lre.proc.pid))
             idle = idle_seconds() - idle_before
-            server_after = server.cpu_times()
-            client = cpu_seconds(resource.getrusage(resource.RUSAGE_SELF)) - client_before
+            server_after = process_cpu(lre.proc.pid)
+            client = own_cpu()[0] - client_before
             late = sleeper.stop()
             seen = tree.stop()
-            monitors = cpu_seconds(resource.getrusage(resource.RUSAGE_CHILDREN)) - children_before
+            monitors = own_cpu()[1] - children_before
     row: dict[str, float] = {
         "wall": wall,
         "peak": seen["peak_processes"],
@@ -196,10 +193,8 @@ def run_mode(
         / max(1, seen["samples"]),
         "late_ms": late["p99_late_s"] * 1e3,
         "failed": failed,
-        "actions_cpu": (server_after.children_user + server_after.children_system)
-        - (server_before.children_user + server_before.children_system),
-        "lre_cpu": (server_after.user + server_after.system)
-        - (server_before.user + server_before.system),
+        "actions_cpu": server_after[1] - server_before[1],
+        "lre_cpu": server_after[0] - server_before[0],
         "client_cpu": client,
         "monitor_cpu": monitors,
         "idle": idle,
@@ -275,11 +270,6 @@ def main() -> None:
     parser.add_argument("--actions", type=int, default=2000)
     parser.add_argument("--cpu", type=float, default=0.2, help="CPU-seconds per action")
     parser.add_argument("--no-unbounded", action="store_true")
-    parser.add_argument(
-        "--bounded",
-        default="{}",
-        help="JSON merged into the bounded worker's block (default: lre's defaults)",
-    )
     parser.add_argument("--runs", type=int, default=3, help="runs per mode (median reported)")
     parser.add_argument(
         "--split",
@@ -289,7 +279,7 @@ def main() -> None:
     args = parser.parse_args()
     cores = os.cpu_count() or 1
     loops = calibrate(args.cpu)
-    modes: list[tuple[str, dict[str, object]]] = [("bounded", json.loads(args.bounded))]
+    modes: list[tuple[str, dict[str, object]]] = [("bounded", {})]
     if not args.no_unbounded:
         unbounded = {
             "max_inflight_tasks": 0,

@@ -17,9 +17,9 @@ ExecuteResponse, and keeps nothing:
   second: the floor of lre's architecture before any scheduler, CAS or
   worker code.
 
-The client is the one bench_worker part 4 uses against ``lre up``
-(``bench/_client.py``, grpc.aio, 32 Execute calls in flight), so the
-difference between these figures and part 4's is what lre's own work costs
+The client is ``bench/_client.py``'s (grpc.aio, 32 Execute calls in
+flight), as bench_containment's no-op part uses against ``lre up``, so the
+difference between these figures and that part's is what lre's own work costs
 per action (Trio bridge, scheduler, CAS reads, worker, action cache).
 
 Reported per mode: calls/s and the server process's CPU per call (user + sys,
@@ -204,8 +204,8 @@ def main() -> None:
                 f"(runs: {', '.join(f'{v:.2f}' for v in values)})"
             )
     print(
-        f"{CONCURRENCY} Execute calls in flight; compare with bench_worker part 4 "
-        "(lre up, same client): the difference is lre's own work per action"
+        f"{CONCURRENCY} Execute calls in flight; compare with bench_containment's "
+        "no-op part (lre up, same client): the difference is lre's own work per action"
     )
 
 

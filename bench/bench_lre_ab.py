@@ -13,7 +13,7 @@ split by thread (``/proc/<pid>/task/*``), and B/A.
 
 Workloads (``--work``):
 
-- ``true``: the 42 actions of bench_replay's recorded Bazel build with the
+- ``true``: the 42 actions of the recorded Bazel build (bench/_replay.py) with the
   command replaced by ``/bin/true`` on the same input trees, sent as Bazel
   does (FindMissingBlobs of the whole tree, Execute, a Read of the smallest
   output when there is one), 16 in flight;
@@ -52,14 +52,27 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
-import psutil
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _client import LreProcess, ReapiClient, digest_of, local_config, python_path, thread_cpu
-from _replay import BAZEL_WORKER, Plan, Recording, bazel_metadata, cached_recording
-from bench_replay import _plans, _round
+from _client import (
+    LreProcess,
+    ReapiClient,
+    digest_of,
+    local_config,
+    process_cpu,
+    python_path,
+    thread_cpu,
+)
+from _replay import (
+    BAZEL_WORKER,
+    Plan,
+    Recording,
+    bazel_metadata,
+    cached_recording,
+    replay_plans,
+    replay_round,
+)
 
 from lre.proto import bs_grpc, bs_pb2, re_grpc, re_pb2
 
@@ -196,15 +209,13 @@ class Side:
         self.name = name
         self.lre = lre
         self.client: ReapiClient
-        self.process = psutil.Process(lre.proc.pid)
         self.per_unit: dict[str, list[float]] = {}
         self.latency: dict[str, list[float]] = {}
         self.threads: dict[str, float] = {}
         self.rate: dict[str, list[float]] = {}
 
     def cpu(self) -> float:
-        times = self.process.cpu_times()
-        return times.user + times.system
+        return process_cpu(self.lre.proc.pid)[0]
 
     async def measure(self, key: str, units: int, work: Callable[[], Awaitable[None]]) -> None:
         before, threads = self.cpu(), thread_cpu(self.lre.proc.pid)
@@ -245,7 +256,7 @@ async def _measure_all(
     for side in sides:
         if recording is not None:
             await recording.upload(side.client)
-            plans = (await _plans(side.client, [a.action for a in recording.actions]))["true"]
+            plans = (await replay_plans(side.client, [a.action for a in recording.actions]))["true"]
             batches[side.name] = itertools.repeat(plans)
         elif args.work == "fresh":
             size = args.batch
@@ -261,7 +272,7 @@ async def _measure_all(
                 await _timed(100, 16, fn)
         else:
             for _ in range(2):
-                await _round(side.client, next(batches[side.name]), args.inflight)
+                await replay_round(side.client, next(batches[side.name]), args.inflight)
     for number in range(args.rounds):
         for side in sides if number % 2 == 0 else sides[::-1]:
             if args.work == "rpc":
@@ -277,7 +288,7 @@ async def _measure_all(
 
                 async def rounds(side: Side = side) -> None:
                     for _ in range(args.reps):
-                        await _round(side.client, next(batches[side.name]), args.inflight)
+                        await replay_round(side.client, next(batches[side.name]), args.inflight)
 
                 units = args.reps * (args.batch if args.work == "fresh" else BATCH)
                 await side.measure(args.work, units, rounds)

@@ -70,7 +70,7 @@ from tests.e2e._bazel import BazelSession
 #: lre on its embedded default config, a second lre just like it (an A/A
 #: run), and lre with ``sandbox_view: false`` (the view's cost on a real
 #: project).
-SIDE_NAMES = ("local", "lre", "lre-again", "lre-noview", "lre-base")
+SIDE_NAMES = ("local", "lre", "lre-again", "lre-noview")
 KINDS = ("clean", "edit")
 _DISCARDED = "discarding analysis cache"
 
@@ -107,25 +107,17 @@ def noview_config(path: Path) -> Path:
 
 
 @contextlib.contextmanager
-def running_lre(
-    home: Path, ws: Path, config: Path | None = None, tree: Path | None = None
-) -> Iterator[dict[str, object]]:
+def running_lre(home: Path, ws: Path, config: Path | None = None) -> Iterator[dict[str, object]]:
     """``lre up --detach`` for ``ws`` with LRE_HOME=home (and ``--config
-    config`` when given; lre imported from the source tree ``tree`` when
-    given, run from there so that no other checkout comes first on its
-    path); yields ``lre status --json``; ``lre down`` at the end. Raises
-    BenchError when lre does not start."""
+    config`` when given); yields ``lre status --json``; ``lre down`` at the
+    end. Raises BenchError when lre does not start."""
     env = {**os.environ, "LRE_HOME": str(home)}
-    if tree is not None:
-        env["PYTHONPATH"] = str(tree)
-    cwd = str(tree) if tree is not None else None
     lre = [sys.executable, "-m", "lre"]
     port = str(free_port())
     extra = [] if config is None else ["--config", str(config)]
     up = subprocess.run(
         [*lre, "up", "--detach", "--repo", str(ws), "--no-edit", "--port", port, *extra],
         env=env,
-        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=120,
@@ -134,14 +126,14 @@ def running_lre(
         raise BenchError(f"lre up failed (exit {up.returncode}):\n{up.stdout}{up.stderr}")
     try:
         status = subprocess.run(
-            [*lre, "status", "--json"], env=env, cwd=cwd, capture_output=True, text=True, timeout=60
+            [*lre, "status", "--json"], env=env, capture_output=True, text=True, timeout=60
         )
         info = json.loads(status.stdout)
         if not info.get("running"):
             raise BenchError(f"lre status says it is not running: {status.stdout}")
         yield info
     finally:
-        subprocess.run([*lre, "down"], env=env, cwd=cwd, capture_output=True, timeout=120)
+        subprocess.run([*lre, "down"], env=env, capture_output=True, timeout=120)
 
 
 class Side:
@@ -224,13 +216,6 @@ def _median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-def _quantile(values: Sequence[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def _report(splits: dict[tuple[str, str], list[Split]], pair: tuple[str, str]) -> None:
     base, compared = pair
     for kind in KINDS:
@@ -266,48 +251,6 @@ def _report(splits: dict[tuple[str, str], list[Split]], pair: tuple[str, str]) -
             + ", ".join(noisy)
             + ": the wall times and ratios above are not those of a quiet machine"
         )
-    for side in (name for name in pair if name != "local"):
-        _report_lre(splits, side)
-
-
-def _report_lre(splits: dict[tuple[str, str], list[Split]], side: str) -> None:
-    print(f"lre per action in the {side} builds (per-build figures, median over the builds):")
-    for kind in KINDS:
-        rows = splits[(kind, side)]
-        threads: dict[str, list[float]] = {}
-        for s in rows:
-            for name, cpu in s.lre_threads.items():
-                threads.setdefault(name, []).append(1000 * cpu / max(s.executes, 1))
-        by_thread = ", ".join(
-            f"{name} {_median(v):.1f}"
-            for name, v in sorted(threads.items(), key=lambda kv: -_median(kv[1]))
-            if _median(v) >= 0.05
-        )
-        runs = [x for s in rows for x in s.actions.run]
-        overhead = [x for s in rows for x in s.actions.worker_overhead]
-        waits = [x for s in rows for x in s.actions.wait]
-
-        def med(f: Callable[[Split], float | None], rows: list[Split] = rows) -> float:
-            return _median([v for v in map(f, rows) if v is not None])
-
-        print(f"  {kind}: {med(lambda s: s.executes):.0f} Execute calls per build")
-        print(f"    lre CPU {med(Split.lre_ms_per_action):.1f} ms/action (by thread: {by_thread})")
-        print(
-            f"    Execute call {med(Split.execute_ms):.0f} ms mean; the run "
-            f"{1000 * _median(runs):.0f} ms p50; the wait for a free slot "
-            f"{1000 * _median(waits):.0f} ms p50, {1000 * _quantile(waits, 0.99):.0f} ms p99"
-        )
-        print(
-            f"    added by lre {med(Split.added_ms):.1f} ms/action mean (Execute - run - wait): "
-            f"worker side {1000 * _median(overhead):.1f} ms p50, "
-            f"{1000 * _quantile(overhead, 0.99):.1f} ms p99; outside the worker "
-            f"{med(Split.outside_worker_ms):.1f} ms mean"
-        )
-        print(
-            f"    other RPCs (FindMissingBlobs, ByteStream, ...) "
-            f"{med(Split.other_rpcs_ms_per_action):.1f} ms/action; ladder kills "
-            f"{sum(s.ladder_kills for s in rows)}, retries {sum(s.retries for s in rows)}"
-        )
 
 
 def _pair(text: str) -> tuple[str, str]:
@@ -329,13 +272,8 @@ def main() -> int:
         default=("local", "lre"),
         help=(
             "the two sides, baseline first (default local,lre; lre-noview,lre: the view's "
-            "cost; lre,lre-again: the A/A spread; lre-base,lre: another tree against this one)"
+            "cost; lre,lre-again: the A/A spread)"
         ),
-    )
-    parser.add_argument(
-        "--base-tree",
-        type=Path,
-        help="the source tree the lre-base side imports lre from (e.g. a git worktree)",
     )
     args = parser.parse_args()
     started = time.monotonic()
@@ -371,10 +309,7 @@ def _run(args: argparse.Namespace) -> None:
                 # lre up leaves an lre.bazelrc that names another running lre
                 # alone: remove the first side's, so this side writes its own.
                 (ws.root / "lre.bazelrc").unlink(missing_ok=True)
-                tree = args.base_tree if name == "lre-base" else None
-                if name == "lre-base" and tree is None:
-                    raise BenchError("the lre-base side needs --base-tree")
-                info = stack.enter_context(running_lre(home, ws.root, config, tree))
+                info = stack.enter_context(running_lre(home, ws.root, config))
                 flags = [*lre_bazelrc_flags(ws.root / "lre.bazelrc"), "--noremote_accept_cached"]
                 if f"--remote_executor=grpc://{info['grpc_address']}" not in flags:
                     raise BenchError(f"{name}: lre.bazelrc does not name its lre: {flags}")

@@ -1,68 +1,34 @@
 """Small actions: what lre costs on a build of one-line genrules, and its ceiling.
 
-Two modes.
+``--mode bazel`` (the default): ``--actions`` one-line genrules in
+``--packages`` packages, all reading ``//common:input.txt``, whose content
+changes every round so every action runs again. Real Bazel, one warm server
+per side, ``--jobs`` alike; the sides alternate (order reversed every other
+round; ``--warmup`` rounds untimed). Sides: ``local`` (Bazel's own sandbox,
+left out by ``--no-local``) and lre servers, ``NAME`` (this checkout) or
+``NAME=TREE`` (lre from the source tree ``TREE`` first on ``PYTHONPATH``: a
+same-run A/B), each with the bench's config (``_client.local_config``).
+Per side: walls, medians, ratios to ``local``; per lre side lre's CPU per
+action from ``/proc/<lre>/stat``: own threads plus reaped children, less
+the command's own CPU (``--calibrate`` runs of it alone), and by thread.
 
-``bazel`` (the default): a generated workspace of ``--actions`` one-line
-genrules spread over ``--packages`` packages, every one reading one common
-input file (``//common:input.txt``) whose content changes every round, so
-every action runs again each round. Real Bazel (``bazel`` on PATH), one warm
-server per side, ``--jobs`` the same on every side. The sides alternate
-(A/B/A/B, the order reversed every other round); ``--warmup`` rounds are not
-timed. Sides:
+``--mode ceiling``: no Bazel; one lre (``--max-inflight`` slots) and a REAPI
+client Executing ``--actions`` distinct ``/bin/sh -c ':'`` actions (``--sleep
+S``: ``sleep S``), ``--in-flight`` at once: actions/s, lre's CPU per action
+and the share on its Python threads (which hold the interpreter lock): one
+over that is the most actions/s lre takes on any number of cores.
 
-- ``local``: ``--spawn_strategy=sandboxed`` (Bazel's own Linux sandbox);
-- one or more lre servers, ``NAME`` (lre from this checkout) or
-  ``NAME=TREE`` (lre imported from the source tree ``TREE`` instead, put
-  first on ``PYTHONPATH``: ``git worktree add`` or ``git archive`` of
-  another commit, for a same-run A/B). Each gets its own ``lre up`` with
-  the bench's config (``bench/_client.py: local_config``, the default
-  worker) and is reached with ``--remote_executor``.
-
-Per side: every round's wall, medians, the ratio of medians to ``local`` and
-the median of per-round ratios. Per lre side also lre's CPU per action over
-the round, from ``/proc/<lre>/stat``: its own threads (``utime+stime``) and
-the processes it started and reaped (``cutime+cstime``: the helpers around
-the command and the command itself), with the command's own CPU measured
-alone (``--calibrate`` runs of the genrule's shell line under ``os.wait4``)
-and taken off: ``lre CPU/action = own + children - command``. The CPU of
-lre's living threads is also split by thread name (``/proc/<lre>/task``).
-
-``ceiling``: no Bazel. One lre (``--max-inflight`` slots, default 64) and a
-REAPI client (``bench/_client.py``) that uploads ``--actions`` distinct
-actions (``/bin/sh -c ':'`` with a salt; ``--sleep S`` makes each
-``sleep S``), then Executes them with ``--in-flight`` at once. Reports
-actions/s, lre's CPU per action (own, children) and by thread, and the share
-of it that ran on lre's Python threads (those hold the interpreter lock
-while on CPU; the gRPC core's own threads and the processes lre starts do
-not): one over that Python CPU per action is the most actions per second lre
-can take on any number of cores. ``--mode ceiling`` uses the first side
-given (``NAME=TREE``), if any.
-
-The split by stage (where the per-action CPU of each thread goes):
-``--profile DIR`` puts ``bench/thread_profile`` (one cProfile per thread kind,
-each on its own CPU clock: the Trio thread, the spawner's jobs, the recycling
-batches and output scans) first on ``PYTHONPATH`` of each lre under test;
-the stats are written at lre's exit under ``DIR/<side>/``; read them with
-``python -m pstats`` (``sort tottime``/``cumtime``, ``stats 20``) or ``--mode
-split`` (per thread: CPU per action and the share of its own time by source
-file; ``--callers 'posix.open'`` names who calls what).
-cProfile counts every resumption of a coroutine as a call. Profiling slows
-lre several times over: read the shares.
-
-Commands::
+``--profile DIR`` puts ``bench/thread_profile`` first on each lre's
+``PYTHONPATH`` (one cProfile per thread kind, on its own CPU clock), written
+at exit under ``DIR/<side>/``; read them with ``bench/profile_cumulative.py
+DIR ACTIONS``. Profiling slows lre several times over: read the shares.
 
     .venv/bin/python bench/bench_small_actions.py --rounds 5 lre
-    .venv/bin/python bench/bench_small_actions.py --rounds 10 --no-local \\
-        base=/var/tmp/lre-base new
+    .venv/bin/python bench/bench_small_actions.py --rounds 10 --no-local base=/var/tmp/base new
     .venv/bin/python bench/bench_small_actions.py --mode ceiling --actions 3000
-    .venv/bin/python bench/bench_small_actions.py --rounds 2 --warmup 0 --no-local \\
-        --profile /var/tmp/prof lre
-    .venv/bin/python bench/bench_small_actions.py --mode split --profile /var/tmp/prof \\
-        --rounds 3   # the actions profiled: the warm-up build and 2 rounds
 
-``--json FILE`` writes every sample. A build that fails raises
-``RuntimeError`` with the tail of Bazel's output; an lre that does not start
-raises with the tail of its log.
+A build that fails raises ``RuntimeError`` with the tail of Bazel's output;
+an lre that does not start raises with the tail of its log.
 """
 
 from __future__ import annotations
@@ -430,40 +396,10 @@ def start_lre_config(home: Path, config: str, tree: str | None, profile: Path | 
             os.environ["PYTHONPATH"] = saved
 
 
-def split_mode(args: argparse.Namespace) -> dict[str, object]:
-    """Per profiled thread of ``--profile DIR`` (every ``*.prof`` below it):
-    its CPU per action (``--actions`` times ``--rounds`` actions profiled) and
-    the share of its own time (``tottime``) by source file, the largest
-    first; then the callers of the ``--callers`` functions."""
-    import pstats
-
-    report: dict[str, object] = {}
-    actions = args.actions * args.rounds
-    assert args.profile is not None, "--mode split needs --profile DIR"
-    for path in sorted(args.profile.rglob("*.prof")):
-        stats = pstats.Stats(str(path))
-        by_file: dict[str, float] = {}
-        for (file, _, _), (_, _, own, _, _) in stats.stats.items():  # type: ignore[attr-defined]
-            name = file.split("site-packages/")[-1].split("/lre/", 1)[-1]
-            by_file[name] = by_file.get(name, 0.0) + own
-        total = sum(by_file.values())
-        if total < 0.05:
-            continue
-        top = sorted(by_file.items(), key=lambda kv: -kv[1])[:20]
-        report[path.name] = {"ms_per_action": total / actions * 1e3, "files": dict(top)}
-        print(f"{path.relative_to(args.profile)}: {total / actions * 1e3:.2f} ms/action profiled")
-        for name, own in top:
-            print(f"  {own / total:6.1%} {name}")
-        if args.callers:
-            stats.print_callers(args.callers)
-    return report
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("sides", nargs="*", metavar="NAME[=TREE]", help="lre sides (default: lre)")
-    ap.add_argument("--mode", choices=("bazel", "ceiling", "split"), default="bazel")
-    ap.add_argument("--callers", help="split: also print the callers of these functions (regex)")
+    ap.add_argument("--mode", choices=("bazel", "ceiling"), default="bazel")
     ap.add_argument("--actions", type=int, default=400)
     ap.add_argument("--packages", type=int, default=20)
     ap.add_argument("--jobs", type=int, default=200)
@@ -476,13 +412,9 @@ def main() -> int:
     ap.add_argument("--sleep", type=float, default=0.0, help="ceiling: each action's sleep")
     ap.add_argument("--profile", type=Path, help="cProfile lre's threads into this dir")
     ap.add_argument("--workdir", type=Path, default=Path("/var/tmp"))
-    ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    modes = {"bazel": bazel_mode, "ceiling": ceiling_mode, "split": split_mode}
-    report = modes[args.mode](args)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    modes = {"bazel": bazel_mode, "ceiling": ceiling_mode}
+    modes[args.mode](args)
     return 0
 
 

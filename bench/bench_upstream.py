@@ -22,18 +22,14 @@ through lre, each with its own Bazel server. One straight build with
 
 - ``straight_cached``: straight against BuildGrid, all remote cache hits;
 - ``lre_cached_empty``: through a new lre whose local tier is empty;
-- ``lre_cached_second``: the same lre again;
-- ``lre_local_only``: a new lre, --noremote_accept_cached: every action runs on
-  the laptop's worker;
-- ``lre_overflow``: the same with overflow queue depth 1: actions beyond one
-  waiting locally run on BuildGrid.
+- ``lre_cached_second``: the same lre again.
 
 Targets: median lre_cached_empty <= 1.1 x straight_cached; lre_cached_second <
 straight_cached.
 
 Run::
 
-    .venv/bin/python bench/bench_upstream.py --reps 5 [--upstream buildgrid] [--out FILE]
+    .venv/bin/python bench/bench_upstream.py --reps 5 [--upstream buildgrid]
 
 A failed build or a build that is not all hits (or all remote) raises with
 Bazel's log tail.
@@ -42,7 +38,6 @@ Bazel's log tail.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import statistics
 import subprocess
@@ -134,7 +129,7 @@ def lre_rounds(top: Path, args: argparse.Namespace, say: Callable[[str], None]) 
 
 def buildgrid_rounds(top: Path, args: argparse.Namespace, say: Callable[[str], None]) -> Samples:
     from tests.team._buildgrid import BuildGrid, straight_flags
-    from tests.team._lre import TeamLre, upstream_counters
+    from tests.team._lre import TeamLre
 
     samples: Samples = {}
     top.chmod(0o755)  # PostgreSQL runs as user postgres and must reach its state
@@ -144,13 +139,12 @@ def buildgrid_rounds(top: Path, args: argparse.Namespace, say: Callable[[str], N
         ws_ci = generate_workspace(top / "ws-ci", modules=args.modules, funcs=args.funcs)
         ws_lre = generate_workspace(top / "ws-lre", modules=args.modules, funcs=args.funcs)
         say(f"workspace: {args.modules} modules x {args.funcs} funcs, {ws_ci.spawn_count} spawns")
-        straight = straight_flags(grid.url, jobs=16, toplevel=True)
-        no_cache = ["--noremote_accept_cached"]
+        straight = [*straight_flags(grid.url, jobs=16), "--remote_download_toplevel"]
         with (
             BazelSession(ws_ci.root, top / "bazel-ci") as ci,
             BazelSession(ws_lre.root, top / "bazel-lre") as laptop,
         ):
-            fill = timed_build(ci, ws_ci, [*straight, *no_cache], spawns="remote")
+            fill = timed_build(ci, ws_ci, [*straight, "--noremote_accept_cached"], spawns="remote")
             say(f"fill (straight, executed on BuildGrid): {fill:.2f} s")
             # One lre address for every round, so lre.bazelrc never changes and
             # the Bazel server keeps its analysis cache, as the straight one does.
@@ -164,21 +158,9 @@ def buildgrid_rounds(top: Path, args: argparse.Namespace, say: Callable[[str], N
                 with TeamLre(top / f"lre-c{rep}", grid, ws_lre.root, ports=ports):
                     for name in ("lre_cached_empty", "lre_cached_second"):
                         row[name] = timed_build(laptop, ws_lre, [], spawns="remote cache hit")
-                with TeamLre(top / f"lre-l{rep}", grid, ws_lre.root, ports=ports):
-                    row["lre_local_only"] = timed_build(laptop, ws_lre, no_cache, spawns="remote")
-                with TeamLre(
-                    top / f"lre-o{rep}", grid, ws_lre.root, overflow_queue_depth=1, ports=ports
-                ) as lre:
-                    row["lre_overflow"] = timed_build(laptop, ws_lre, no_cache, spawns="remote")
-                    counters = upstream_counters(lre.http_stats(), "forward")
-                    assert counters.get("fell_back_local", 0) == 0, counters
                 for name, value in row.items():
                     samples.setdefault(name, []).append(value)
-                say(
-                    f"round {rep + 1}: "
-                    + ", ".join(f"{k} {v:.2f}" for k, v in row.items())
-                    + f"; forwarded {counters.get('forwarded_overflow', 0)} of {ws_lre.spawn_count}"
-                )
+                say(f"round {rep + 1}: " + ", ".join(f"{k} {v:.2f}" for k, v in row.items()))
     finally:
         grid.stop()
     return samples
@@ -192,17 +174,13 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--modules", type=int, help="default 40 (lre), 24 (buildgrid)")
     parser.add_argument("--funcs", type=int, help="default 8 (lre), 3 (buildgrid)")
-    parser.add_argument("--out", type=Path, help="the log here, medians in its .json beside it")
     args = parser.parse_args()
     by_lre = args.upstream == "lre"
     args.modules = args.modules or (40 if by_lre else 24)
     args.funcs = args.funcs or (8 if by_lre else 3)
 
-    lines: list[str] = []
-
     def say(text: str) -> None:
         print(text, flush=True)
-        lines.append(text)
 
     top = Path(tempfile.mkdtemp(prefix=f"lre-bench-{args.upstream}-"))
     try:
@@ -217,13 +195,6 @@ def main() -> int:
     else:
         for name in ("lre_cached_empty", "lre_cached_second"):
             say(f"{name} / straight_cached: {medians[name] / medians['straight_cached']:.2f}x")
-        overflow = medians["lre_overflow"] / medians["lre_local_only"]
-        say(f"lre_overflow / lre_local_only: {overflow:.2f}x")
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text("\n".join(lines) + "\n")
-        report = {"samples_s": samples, "median_s": medians}
-        args.out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
     return 0
 
 

@@ -16,8 +16,8 @@ gives the differences:
   time spent in the other RPCs Bazel makes per action;
 - from the ``ExecutedActionMetadata`` of the action results lre wrote during
   the build (the records appended to its action-cache log, read with lre's
-  own ``scan``): per action the run time, the wait for a free slot, and lre's
-  own time around the run. If the log was compacted (replaced) during the
+  own ``scan``): per action its stamps, the run time and queued to worker
+  completed. If the log was compacted (replaced) during the
   build, no results are read for it.
 
 ``bazel_server(output_root)`` finds the Bazel server JVM a build runs in.
@@ -109,13 +109,10 @@ class Snapshot:
 
 @dataclass
 class ActionTimes:
-    """Per action (seconds), from the results lre wrote: run time, the wait for
-    a slot (queued to worker start), and lre's own time on the worker side
-    (worker start to worker completed, minus the run)."""
+    """Per action (seconds), from the results lre wrote: run time and queued
+    to worker completed."""
 
     run: list[float] = field(default_factory=list)
-    wait: list[float] = field(default_factory=list)
-    worker_overhead: list[float] = field(default_factory=list)
     queued_to_done: list[float] = field(default_factory=list)
     #: Per action, every ``ExecutedActionMetadata`` stamp lre set, by name
     #: (``queued``, ``worker_start``, ``input_fetch_start``, ...), in seconds.
@@ -162,23 +159,6 @@ class Split:
         if execute is None or not self.actions.queued_to_done:
             return None
         return execute - 1000 * statistics.fmean(self.actions.queued_to_done)
-
-    def added_ms(self) -> float | None:
-        """lre's added latency per action, mean: an Execute call minus the run
-        and minus the wait for a free slot (which is queueing, not overhead)."""
-        execute = self.execute_ms()
-        if execute is None or not self.actions.run or not self.actions.wait:
-            return None
-        return execute - 1000 * (
-            statistics.fmean(self.actions.run) + statistics.fmean(self.actions.wait)
-        )
-
-    def other_rpcs_ms_per_action(self) -> float | None:
-        """Summed duration of every other RPC, per Execute."""
-        if not self.executes:
-            return None
-        seconds = sum(s for m, (_, s) in self.rpc.items() if m != "Execution/Execute")
-        return 1000 * seconds / self.executes
 
 
 class Probe:
@@ -283,9 +263,7 @@ class Probe:
             times.outputs.append(tuple(f.path for f in result.output_files))
             m = result.execution_metadata
             run = _seconds(m.execution_completed_timestamp) - _seconds(m.execution_start_timestamp)
-            worker = _seconds(m.worker_completed_timestamp) - _seconds(m.worker_start_timestamp)
             times.run.append(run)
-            times.worker_overhead.append(worker - run)
             times.stamps.append(
                 {
                     name: _seconds(getattr(m, f"{name}_timestamp"))
@@ -294,7 +272,6 @@ class Probe:
                 }
             )
             if m.HasField("queued_timestamp"):
-                times.wait.append(_seconds(m.worker_start_timestamp) - _seconds(m.queued_timestamp))
                 times.queued_to_done.append(
                     _seconds(m.worker_completed_timestamp) - _seconds(m.queued_timestamp)
                 )

@@ -1,9 +1,8 @@
 """Cumulative CPU per action of each function in ``thread_profile`` stats.
 
-``bench_small_actions.py --profiler thread_profile --profile DIR`` writes one
+``bench_small_actions.py --profile DIR`` writes one
 ``<pid>-<kind>-<thread>.prof`` per thread and kind (``trio``, ``spawner``,
-``batch``, ``collect``). ``--mode split`` shows where each thread's own time
-goes by source file; this shows, per kind, the functions with the most
+``batch``, ``collect``). This shows, per kind, the functions with the most
 cumulative time (own time of what they call included) and how often each
 runs per action, so that a stage (building the view, recycling a directory)
 is seen whole::

@@ -52,8 +52,8 @@ declare -A BENCH=(
   [sampler]="$PY bench/bench_sampler.py"
   [memory_figures]="$PY bench/bench_sampler.py --figures"
   [cas]="$PY bench/bench_cas.py --runs 5"
-  [execute]="$PY bench/bench_execute.py --runs 5"
-  [worker]="$PY bench/bench_worker.py --runs 5"
+  [execute]="$PY bench/bench_execute.py --runs 5 --only scheduler,held"
+  [worker]="$PY bench/bench_execute.py --runs 5 --only worker"
   [grpc_floor]="$PY bench/bench_grpc_floor.py --runs 5"
   [rustc]="$PY bench/bench_rustc.py --runs 3"
   [firehose]="$PY bench/bench_firehose.py --actions 2000"
@@ -64,7 +64,7 @@ declare -A BENCH=(
   [small_actions]="$PY bench/bench_small_actions.py --rounds 5 lre"
   # the A/A of the same-run A/B: both servers from this checkout
   [lre_ab]="$PY bench/bench_lre_ab.py --tree-a . --work true --rounds 12 --reps 4"
-  [replay]="$PY bench/bench_replay.py --rounds 8"
+  [replay]="$PY bench/bench_containment.py --only replay --rounds 8"
   # the Bazel recording is kept in ~/.cache/lre-bench between runs
   [capacity]="$PY bench/bench_capacity.py"
   # brotli from its release sources, local sandboxed vs through an lre it starts itself
@@ -83,7 +83,7 @@ declare -A BENCH=(
   [soak]="$PY bench/soak.py --seconds 120"
   # break lre on purpose; each mutation's guarding tests must fail
   [mutations]="$PY bench/mutations.py"
-  [containment]="$PY bench/bench_containment.py --rounds 5 --replay"
+  [containment]="$PY bench/bench_containment.py --rounds 5"
 )
 ORDER=(sampler memory_figures cas execute worker grpc_floor memory_control rustc
   firehose firehose_500 bazel clean_build_20 edit_loop small_actions project replay capacity lre_ab containment

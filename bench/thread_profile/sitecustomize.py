@@ -1,9 +1,8 @@
 """cProfile of lre's own threads inside a running lre server, by thread kind.
 
-Not part of lre: ``--profile`` of ``bench_lre_ab.py`` and
-``bench_small_actions.py`` puts this directory first on the servers'
-``PYTHONPATH``, so Python imports it at start-up in every lre process it
-starts. In a process that is ``python -m lre`` with
+Not part of lre: ``--profile`` of ``bench_small_actions.py`` puts this
+directory first on the servers' ``PYTHONPATH``, so Python imports it at
+start-up in every lre process it starts. In a process that is ``python -m lre`` with
 ``LRE_PROFILE_OUT`` set it profiles, each with its own ``cProfile.Profile``:
 
 - ``trio``: the main thread (the Trio event loop), from its first action

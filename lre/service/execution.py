@@ -48,7 +48,7 @@ Context = grpc.aio.ServicerContext[Any, Any]
 #: How long an intermediate stage must last before it is streamed. Clients
 #: only display stages; every message costs the server a serialisation, a
 #: thread hop and a write (about 0.25 ms of server CPU each, measured with
-#: bench_worker.py part 4's setup), and with 20 ms a loaded machine streamed
+#: lre up and 32 Execute calls in flight), and with 20 ms a loaded machine streamed
 #: all four stages of even a no-op action.
 STAGE_SETTLE_S = 0.5
 
