@@ -238,38 +238,21 @@ def _mount_private_tmpfs(size_bytes: int) -> None:
             os.close(fd)
 
 
-def _clone_tree(path: str, *, release: bool = False) -> int:
-    """A detached, writable copy of the mounts at ``path`` (bind + recursive)."""
-    return syscall(
-        "open_tree",
-        path,
-        AT_FDCWD,
-        path.encode(),
-        OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE,
-        release=release,
-    )
+def _clone_tree(path: str, *, fd: int = AT_FDCWD, release: bool = False) -> int:
+    """A detached, writable copy of the mounts at ``path`` (bind +
+    recursive), or at the opened directory ``fd`` (``path`` then only names
+    it): the very object ``fd`` refers to, not whatever ``path`` leads to now."""
+    opened = fd != AT_FDCWD
+    flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | (AT_EMPTY_PATH if opened else 0)
+    target = b"" if opened else path.encode()
+    return syscall("open_tree", path, fd, target, flags, release=release)
 
 
-def _writable_clone(path: str, *, release: bool = False) -> int:
+def _writable_clone(path: str, *, fd: int = AT_FDCWD, release: bool = False) -> int:
     """``_clone_tree`` of a path the action may write, made ``nodev`` and
     ``nosuid`` (every mount of it); ``release``: the GIL dropped for the
-    lookup (a configured path)."""
-    fd = _clone_tree(path, release=release)
-    try:
-        set_attributes(path, set_=_WRITABLE_ATTRS, recursive=True, fd=fd)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _clone_opened(fd: int, path: str) -> int:
-    """A detached copy of the mounts at the opened directory ``fd`` (named
-    ``path``; every mount of it ``nodev`` and ``nosuid``): the very object
-    ``fd`` refers to, not whatever ``path`` leads to now. The GIL is
-    dropped for the clone (a path the user configured)."""
-    flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_EMPTY_PATH
-    clone = syscall("open_tree", path, fd, b"", flags, release=True)
+    clone (a configured path)."""
+    clone = _clone_tree(path, fd=fd, release=release)
     try:
         set_attributes(path, set_=_WRITABLE_ATTRS, recursive=True, fd=clone)
     except BaseException:
@@ -600,7 +583,7 @@ def build_view(view: ActionView, *, host_proc_writable: bool = True) -> None:
     try:
         own = [(overlay_mount(view), view.root), (_writable_clone(view.tmp), view.tmp)]
         detached.extend(own)
-        shared = [(_clone_opened(opened[path], path), path) for path in writable]
+        shared = [(_writable_clone(path, fd=opened[path], release=True), path) for path in writable]
         detached.extend(shared)
         shown = _shown_clones(view.shown)
         detached.extend((fd, path) for fd, path, _ in shown)
