@@ -120,7 +120,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         "view-host-writable",
         "an action's view leaves the host writable",
         "lre/worker/view/_view.py",
-        '        set_attributes("/", set_=MOUNT_ATTR_RDONLY, propagation=MS_SLAVE, recursive=True)\n',
+        '        set_attributes("/", set_=MOUNT_ATTR_RDONLY, propagation=MS_SLAVE, '
+        "recursive=True)\n",
         '        set_attributes("/", propagation=MS_SLAVE, recursive=True)\n',
         ("tests/worker/test_view_policy.py", "-k", "only_the_writable_paths"),
     ),
