@@ -120,8 +120,9 @@ MUTATIONS: tuple[Mutation, ...] = (
         "view-host-writable",
         "an action's view leaves the host writable",
         "lre/worker/view/_view.py",
-        '        _setattr("/", set_=_MOUNT_ATTR_RDONLY, propagation=_MS_SLAVE, recursive=True)\n',
-        '        _setattr("/", propagation=_MS_SLAVE, recursive=True)\n',
+        '        set_attributes("/", set_=MOUNT_ATTR_RDONLY, propagation=MS_SLAVE, '
+        "recursive=True)\n",
+        '        set_attributes("/", propagation=MS_SLAVE, recursive=True)\n',
         ("tests/worker/test_view_policy.py", "-k", "only_the_writable_paths"),
     ),
     Mutation(

@@ -44,7 +44,7 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import psutil
 import trio
@@ -83,6 +83,8 @@ _PHASE_BOUNDS = tuple((phase, *BOUNDARIES[phase]) for phase in PHASES)
 
 @dataclass(slots=True)
 class _Build:
+    """A build's counts so far; its fields are ``BuildLine``'s but ``running``."""
+
     invocation: str
     client: str
     started_at: float
@@ -363,22 +365,7 @@ class HistoryRecorder:
             shown = [(b, True) for b in current]
             if ended:
                 shown.append((max(ended, key=lambda b: b.ended_at), False))
-            return tuple(
-                BuildLine(
-                    invocation=b.invocation,
-                    client=b.client,
-                    started_at=b.started_at,
-                    ended_at=b.ended_at,
-                    executed=b.executed,
-                    cache_hits=b.cache_hits,
-                    failed=b.failed,
-                    killed=b.killed,
-                    running=is_running,
-                    cancelled=b.cancelled,
-                    repository=b.repository,
-                )
-                for b, is_running in shown
-            )
+            return tuple(BuildLine(**asdict(b), running=is_running) for b, is_running in shown)
 
     # ------------------------------------------------------------ the task
 

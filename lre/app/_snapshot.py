@@ -28,7 +28,6 @@ from lre.app._hits import HitCounts
 from lre.cas import StoreStatistics
 from lre.scheduler import SchedulerStatistics
 from lre.snapshot import (
-    BuildShareRow,
     InflightAction,
     JobserverTokens,
     MemoryControlRow,
@@ -300,17 +299,5 @@ def _with_scheduler(
             )
             for q in stats.queued_next
         ),
-        build_shares=tuple(
-            BuildShareRow(
-                invocation=b.invocation,
-                repository=b.repository,
-                tool=b.tool,
-                weight=b.weight,
-                fair_share=b.fair_share,
-                used_share=b.used_share,
-                running=b.running,
-                queued=b.queued,
-            )
-            for b in stats.builds
-        ),
+        build_shares=stats.builds,
     )

@@ -103,20 +103,7 @@ class MemoryStore:
 
     async def has_many(self, digests: Sequence[Digest]) -> list[int | None]:
         await trio.lowlevel.checkpoint()
-        blobs = self._blobs
-        touch = blobs.move_to_end
-        result: list[int | None] = []
-        append = result.append
-        for d in digests:
-            data = blobs.get(d.hash)
-            if data is not None and len(data) == d.size_bytes:
-                touch(d.hash)
-                append(d.size_bytes)
-            elif d.size_bytes == 0 and d.hash == EMPTY_DIGEST.hash:
-                append(0)
-            else:
-                append(None)
-        return result
+        return [None if data is None else len(data) for data in self._stored_many(digests)]
 
     async def read(
         self, digest: Digest, offset: int = 0, limit: int | None = None
@@ -194,16 +181,21 @@ class MemoryStore:
     async def read_many(self, digests: Sequence[Digest]) -> list[bytes | None]:
         """Each blob's content (``None`` when absent), in order; each a use."""
         await trio.lowlevel.checkpoint()
+        return [None if data is None else _whole(data) for data in self._stored_many(digests)]
+
+    def _stored_many(self, digests: Sequence[Digest]) -> list[bytes | _Parts | None]:
+        """Each blob as stored (``b""`` for the empty blob), ``None`` when
+        absent; each present one counts as a use."""
         blobs = self._blobs
         touch = blobs.move_to_end
         empty = EMPTY_DIGEST.hash
-        result: list[bytes | None] = []
+        result: list[bytes | _Parts | None] = []
         append = result.append
         for d in digests:
             data = blobs.get(d.hash)
             if data is not None and len(data) == d.size_bytes:
                 touch(d.hash)
-                append(_whole(data))
+                append(data)
             elif d.size_bytes == 0 and d.hash == empty:
                 append(b"")
             else:

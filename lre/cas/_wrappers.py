@@ -1,4 +1,5 @@
-"""Stores that wrap other stores: ``VerifyStore`` and ``FastSlowStore``.
+"""Stores that wrap other stores: ``VerifyStore`` and ``FastSlowStore``
+(and ``Tiers``, the fast and slow halves it shares with ``FastSlowActionCache``).
 
 Each builds its ``capabilities()`` from those of the stores it wraps, once,
 when it is made (the wrapped stores' answers never change).
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Sequence
-from typing import Literal
+from typing import Generic, Literal, TypeVar
 
 from lre.cas._protocol import BlobStore, StoreCapabilities
 from lre.cas._streams import closing_stream
@@ -72,7 +73,24 @@ class VerifyStore:
         verifier.finish()
 
 
-class FastSlowStore:
+WritePolicy = Literal["both", "fast_only"]
+_Tier = TypeVar("_Tier")
+
+
+class Tiers(Generic[_Tier]):
+    """A fast tier in front of a slow one; ``write_policy`` says whether a
+    write goes on to ``slow`` (``"both"``) or stays in ``fast``
+    (``"fast_only"``). Any other policy raises ``ValueError``."""
+
+    def __init__(self, fast: _Tier, slow: _Tier, *, write_policy: WritePolicy = "both") -> None:
+        if write_policy not in ("both", "fast_only"):
+            raise ValueError(f'write_policy: {write_policy!r} is not "both" or "fast_only"')
+        self.fast = fast
+        self.slow = slow
+        self.write_policy = write_policy
+
+
+class FastSlowStore(Tiers[BlobStore]):
     """A fast local tier over a slow tier (usually upstream).
 
     - ``has_many`` asks ``fast`` and then ``slow`` for what ``fast`` lacks.
@@ -93,17 +111,9 @@ class FastSlowStore:
     """
 
     def __init__(
-        self,
-        fast: BlobStore,
-        slow: BlobStore,
-        *,
-        write_policy: Literal["both", "fast_only"] = "both",
+        self, fast: BlobStore, slow: BlobStore, *, write_policy: WritePolicy = "both"
     ) -> None:
-        if write_policy not in ("both", "fast_only"):
-            raise ValueError(f'write_policy: {write_policy!r} is not "both" or "fast_only"')
-        self.fast = fast
-        self.slow = slow
-        self.write_policy = write_policy
+        super().__init__(fast, slow, write_policy=write_policy)
         fast_has = fast.capabilities()
         self._capabilities = StoreCapabilities(pin=fast_has.pin, local_files=fast_has.local_files)
 

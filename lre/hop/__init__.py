@@ -8,6 +8,7 @@ shows it (``top -H``, ``/proc``); the gRPC server, the upstream loop and the
 worker's spawner threads call it. ``read_proc_stat`` (a ``ProcStat``) and
 ``proc_stat_fields`` (its fields unconverted, indexed by ``StatField``) read
 a process's ``/proc/<pid>/stat`` line for the worker and the service alike.
+``reap`` waits for a helper process told to exit, and kills it if it lingers.
 
 Standard library only, at the bottom of the layers with ``snapshot``, so
 every package may use it.
@@ -15,6 +16,7 @@ every package may use it.
 
 from lre.hop._mailbox import Mailbox
 from lre.hop._proc_stat import ProcStat, StatField, proc_stat_fields, read_proc_stat
+from lre.hop._reap import reap
 from lre.hop._thread_name import name_os_thread
 
 __all__ = [
@@ -24,4 +26,5 @@ __all__ = [
     "name_os_thread",
     "proc_stat_fields",
     "read_proc_stat",
+    "reap",
 ]

@@ -44,7 +44,6 @@ from lre.scheduler._protocols import ActionResultReader, ReservationAdvisor
 from lre.scheduler._roles import ActionScheduler, WorkerScheduler
 from lre.scheduler._scheduler import Scheduler
 from lre.scheduler._statistics import (
-    BuildStatistics,
     LeaseStatistics,
     QueuedStatistics,
     RegisteredWorkerStatistics,
@@ -58,7 +57,6 @@ __all__ = [
     "ActionResultReader",
     "ActionScheduler",
     "Backpressure",
-    "BuildStatistics",
     "CancelSignal",
     "Completed",
     "ForwardScheduler",

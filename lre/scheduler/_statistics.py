@@ -11,7 +11,7 @@ from lre.errors import Cancelled, LreError
 from lre.proto import re_pb2
 from lre.scheduler._model import Reservation, Stage
 from lre.scheduler._records import OperationState, WorkerState
-from lre.snapshot import action_summary
+from lre.snapshot import BuildShareRow, action_summary
 
 if TYPE_CHECKING:
     from lre.scheduler._fair_share import BuildShares
@@ -58,29 +58,6 @@ class QueuedStatistics:
     waiting_for: str
     queued_at: float
     reservation: Reservation
-
-
-@dataclass(frozen=True, slots=True)
-class BuildStatistics:
-    """One build with actions queued or running (``_fair_share``): who it is
-    (``invocation``, ``repository``, ``tool``: "name version"), its
-    ``weight``, the fraction of the workers it is entitled to now
-    (``fair_share``: its weight over the weights of every active build)
-    and the dominant fraction its running actions reserve (``used_share``:
-    the larger of its CPU and memory fractions), with its running and queued
-    counts and reservations."""
-
-    key: str
-    invocation: str
-    repository: str
-    tool: str
-    weight: float
-    fair_share: float
-    used_share: float
-    running: int
-    queued: int
-    millicpus: int
-    memory_bytes: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,16 +113,20 @@ class SchedulerStatistics:
     #: Ladder kills lre answered by running the action again one step up
     #: (``ladder_kills`` less the kills it gave up after).
     ladder_requeues: int = 0
-    builds: tuple[BuildStatistics, ...] = ()
+    builds: tuple[BuildShareRow, ...] = ()
 
 
-def build_statistics(shares: BuildShares) -> tuple[BuildStatistics, ...]:
-    """The builds of ``shares`` with work queued or running, most entitled first."""
+def build_statistics(shares: BuildShares) -> tuple[BuildShareRow, ...]:
+    """The builds of ``shares`` with work queued or running, most entitled
+    first (the heavier weight, then the build key)."""
     if not shares.enabled:
         return ()
-    rows = [
-        BuildStatistics(
-            key=build.key,
+    active = sorted(
+        (build for build in shares.builds.values() if build.queued or build.running),
+        key=lambda build: (-build.weight, build.key),
+    )
+    return tuple(
+        BuildShareRow(
             invocation=build.invocation,
             repository=build.repository,
             tool=build.tool,
@@ -154,14 +135,9 @@ def build_statistics(shares: BuildShares) -> tuple[BuildStatistics, ...]:
             used_share=shares.used_fraction(build),
             running=build.running,
             queued=build.queued,
-            millicpus=build.millicpus,
-            memory_bytes=build.memory_bytes,
         )
-        for build in shares.builds.values()
-        if build.queued or build.running
-    ]
-    rows.sort(key=lambda row: (-row.weight, row.key))
-    return tuple(rows)
+        for build in active
+    )
 
 
 def completion_kind(
@@ -195,7 +171,7 @@ def collect_statistics(
     memory_budget: int | None,
     queued_by_reservation: Mapping[str, int] | None = None,
     queued_next: Iterable[tuple[OperationState, Bucket]] = (),
-    builds: tuple[BuildStatistics, ...] = (),
+    builds: tuple[BuildShareRow, ...] = (),
 ) -> SchedulerStatistics:
     """A frozen ``SchedulerStatistics`` of the scheduler's records."""
     rows = []

@@ -354,11 +354,7 @@ class ViewPolicy:
         not there now only gets a warning (an agent may start later)."""
         field = "sandbox_visible_sockets"
         checked: list[str] = []
-        for path in paths:
-            if not path:
-                continue
-            if not os.path.isabs(path):
-                raise InvalidArgument(f"{field}: {path!r} is not an absolute path")
+        for path in _absolute(paths, field):
             resolved = os.path.realpath(path)
             # At, inside or around one of lre's directories: a bind of it
             # (made before the masks) would show that directory again.
@@ -376,11 +372,7 @@ class ViewPolicy:
 
     def _checked(self, paths: Sequence[str], field: str) -> tuple[str, ...]:
         checked: list[str] = []
-        for path in paths:
-            if not path:
-                continue
-            if not os.path.isabs(path):
-                raise InvalidArgument(f"{field}: {path!r} is not an absolute path")
+        for path in _absolute(paths, field):
             normal = os.path.normpath(path)
             inside = covered_by(normal, self.hidden)
             if inside is not None and covered_by(inside, self.closed) is not None:
@@ -533,3 +525,11 @@ class ViewPolicy:
             f"lowerdir=root,upperdir=view/upper,workdir=view/work{options} root && "
             "cd root && exec sh'"
         )
+
+
+def _absolute(paths: Sequence[str], field: str) -> list[str]:
+    """The non-empty ``paths``; ``InvalidArgument`` naming ``field`` when one is relative."""
+    relative = next((path for path in paths if path and not os.path.isabs(path)), None)
+    if relative is not None:
+        raise InvalidArgument(f"{field}: {relative!r} is not an absolute path")
+    return [path for path in paths if path]

@@ -9,8 +9,10 @@ import pytest
 import trio
 
 from lre.cas import (
+    FastSlowActionCache,
     FastSlowStore,
     FilesystemStore,
+    MemoryActionCache,
     MemoryStore,
     StoreCapabilities,
     VerifyStore,
@@ -131,3 +133,14 @@ async def test_fast_slow_pins_the_fast_tier(tmp_path: Path) -> None:
         # Reading b needs room in fast, but a is pinned: b is streamed from slow.
         assert await read_bytes(store, digest_of(b"b" * 60)) == b"b" * 60
         assert await fast.has_many([digest]) == [60]
+
+
+def test_both_tiered_wrappers_refuse_an_unknown_write_policy() -> None:
+    with pytest.raises(ValueError, match="write_policy: 'slow_only' is not"):
+        FastSlowStore(MemoryStore(1 << 20), MemoryStore(1 << 20), write_policy="slow_only")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="write_policy: 'slow_only' is not"):
+        FastSlowActionCache(
+            MemoryActionCache(),
+            MemoryActionCache(),
+            write_policy="slow_only",  # type: ignore[arg-type]
+        )

@@ -90,6 +90,21 @@ async def test_a_writable_path_inside_lres_directories_is_refused(
     assert "sandbox-writable-path" in outcome.message and str(workdir.path) in outcome.message
 
 
+async def test_a_relative_writable_path_is_refused(
+    tmp_path: Path, store: MemoryStore, viewing: Containment
+) -> None:
+    spec = make_spec(tmp_path)
+    with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
+        runner = ActionRunner(RunnerContext(spec, workdir, store, containment=viewing))
+        lease = await make_lease(
+            store, ["/bin/true"], platform={"sandbox-writable-path": "cache/here"}
+        )
+        outcome = await runner.run(lease)
+    assert isinstance(outcome, Completed)
+    assert isinstance(outcome.error, InvalidArgument)
+    assert "'cache/here' is not an absolute path" in outcome.message
+
+
 async def test_sandbox_debug_keeps_a_failed_actions_directory(
     tmp_path: Path, store: MemoryStore, viewing: Containment
 ) -> None:

@@ -30,6 +30,7 @@ from typing import Literal
 from google.protobuf.message import DecodeError
 
 from lre.cas._protocol import BlobStore
+from lre.cas._wrappers import Tiers, WritePolicy
 from lre.cas.action_cache._caches import ActionCache
 from lre.cas.remote._store import GrpcStore
 from lre.cas.remote._uploads import result_blobs, upload_missing
@@ -156,21 +157,13 @@ class GrpcActionCache:
         await self.client.call(re_grpc.ActionCacheStub, "UpdateActionResult", request)
 
 
-class FastSlowActionCache:
+class FastSlowActionCache(Tiers[ActionCache]):
     """See the module docstring."""
 
     def __init__(
-        self,
-        fast: ActionCache,
-        slow: ActionCache,
-        *,
-        write_policy: Literal["both", "fast_only"] = "both",
+        self, fast: ActionCache, slow: ActionCache, *, write_policy: WritePolicy = "both"
     ) -> None:
-        if write_policy not in ("both", "fast_only"):
-            raise ValueError(f'write_policy: {write_policy!r} is not "both" or "fast_only"')
-        self.fast = fast
-        self.slow = slow
-        self.write_policy = write_policy
+        super().__init__(fast, slow, write_policy=write_policy)
         self.slow_hits = 0
         self.slow_misses = 0
         #: Slow-tier misses since its last hit (what "lookups keep missing" watches).

@@ -35,6 +35,7 @@ import subprocess
 import tempfile
 from collections.abc import Sequence
 
+from lre.hop import reap
 from lre.worker.containment._syscalls import call as _call
 from lre.worker.containment._syscalls import loopback_up
 from lre.worker.containment._throwaway_thread import failure_in_throwaway_thread
@@ -160,11 +161,7 @@ class OutsideNetwork:
                 self._exit_write = exit_write
                 return None
             os.close(exit_write)  # it exits on this, if still running
-            try:
-                process.wait(5)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            reap(process)
             messages.seek(0)
             text = messages.read().decode(errors="replace").strip().splitlines()
         return f"slirp4netns {' '.join(sandbox) or 'without sandbox'}: " + (
@@ -199,8 +196,4 @@ class OutsideNetwork:
             self._exit_write = None
         if process is None:
             return
-        try:
-            process.wait(5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        reap(process)

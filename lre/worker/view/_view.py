@@ -75,15 +75,42 @@ caller then abandons the namespace (nothing was started in it).
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import os
 import stat
-import sys
 from dataclasses import dataclass
 from typing import Literal
 
 # The view helper loads these by their file names under these names first.
+from lre.worker.view._mount_api import (
+    AT_EMPTY_PATH,
+    AT_FDCWD,
+    AT_RECURSIVE,
+    FSCONFIG_CMD_CREATE,
+    FSCONFIG_SET_FD,
+    FSCONFIG_SET_FLAG,
+    FSCONFIG_SET_STRING,
+    FSMOUNT_CLOEXEC,
+    FSOPEN_CLOEXEC,
+    LIBC,
+    MOUNT_ATTR_IDMAP,
+    MOUNT_ATTR_NODEV,
+    MOUNT_ATTR_NOEXEC,
+    MOUNT_ATTR_NOSUID,
+    MOUNT_ATTR_RDONLY,
+    MOVE_MOUNT_F_EMPTY_PATH,
+    MOVE_MOUNT_T_EMPTY_PATH,
+    MS_NODEV,
+    MS_NOSUID,
+    MS_RDONLY,
+    MS_SLAVE,
+    OPEN_TREE_CLOEXEC,
+    OPEN_TREE_CLONE,
+    failure,
+    held,
+    set_attributes,
+    syscall,
+)
 from lre.worker.view._view_dev import mount_dev
 from lre.worker.view._view_writable import (
     Mark,
@@ -105,37 +132,10 @@ __all__ = [
     "proc_pidns_works",
 ]
 
-_AT_FDCWD = -100
-_AT_RECURSIVE = 0x8000
-_AT_EMPTY_PATH = 0x1000
-_OPEN_TREE_CLONE = 1
-_OPEN_TREE_CLOEXEC = os.O_CLOEXEC
-_MOVE_MOUNT_F_EMPTY_PATH = 0x4
-_MOVE_MOUNT_T_EMPTY_PATH = 0x40
-_MOUNT_ATTR_RDONLY = 0x1
-_MOUNT_ATTR_NOSUID = 0x2
-_MOUNT_ATTR_NODEV = 0x4
-_MOUNT_ATTR_NOEXEC = 0x8
 #: What every mount an action may write carries: a device node made there
 #: does not open, a setuid bit does not raise.
-_WRITABLE_ATTRS = _MOUNT_ATTR_NODEV | _MOUNT_ATTR_NOSUID
+_WRITABLE_ATTRS = MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID
 _RESOLV_CONF = "/etc/resolv.conf"
-_MOUNT_ATTR_IDMAP = 0x00100000
-_MS_SLAVE = 1 << 19
-_MS_RDONLY = 0x1
-_MS_NOSUID = 0x2
-_MS_NODEV = 0x4
-_FSOPEN_CLOEXEC = 0x1
-_FSMOUNT_CLOEXEC = 0x1
-_FSCONFIG_SET_FLAG = 0
-_FSCONFIG_SET_STRING = 1
-_FSCONFIG_SET_FD = 5
-_FSCONFIG_CMD_CREATE = 6
-
-#: x86_64 and aarch64 share these numbers (the new mount API came after the
-#: generic table was unified).
-_SYS = {"open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432}
-_SYS_MOUNT_SETATTR = 442
 
 #: The tmpfs shown at /tmp and /dev/shm of each action when no size is
 #: given (``ActionView.tmpfs_bytes``; pages are only used when written, and
@@ -156,41 +156,6 @@ OVERLAY_OPTIONS = (("redirect_dir", "nofollow"), ("metacopy", "off"), ("index", 
 OverlayXattrs = Literal["trusted", "user"]
 #: The empty tmpfs covering one of lre's directories.
 _MASK_OPTIONS = "mode=0755,size=64k,nr_inodes=4096"
-
-
-class _MountAttr(ctypes.Structure):
-    _fields_ = [
-        ("attr_set", ctypes.c_uint64),
-        ("attr_clr", ctypes.c_uint64),
-        ("propagation", ctypes.c_uint64),
-        ("userns_fd", ctypes.c_uint64),
-    ]
-
-
-def _load(kind: type[ctypes.CDLL]) -> ctypes.CDLL | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = kind(ctypes.util.find_library("c") or None, use_errno=True)
-    except OSError:
-        return None
-    libc.syscall.restype = ctypes.c_long
-    return libc
-
-
-#: Calls through this handle let other threads run meanwhile (ctypes drops
-#: the GIL around each): for the one slow call of a view, the overlay's
-#: creation (its feature probes create and rename inodes on the upper
-#: filesystem: hundreds of microseconds on ext4).
-_LIBC = _load(ctypes.CDLL)
-#: Calls through this one keep the GIL. A view makes some thirty mount
-#: calls of a few microseconds each; with lre's other threads waiting for
-#: the GIL, dropping and taking it back around each one cost more than the
-#: calls (a futex wake and a context switch per call; docs/performance.md).
-#: Only for calls on lre's own paths, descriptors and the view's fixed
-#: mount points: a path the user configured (a writable path on a hung
-#: network filesystem) must not stall every thread of lre.
-_HELD = _load(ctypes.PyDLL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,49 +207,12 @@ class ActionView:
     resolv_conf: str | None = None
 
 
-def _fail(call: str, path: str) -> OSError:
-    code = ctypes.get_errno()
-    return OSError(code, f"{call} {path}: {os.strerror(code)}")
-
-
-def _syscall(name: str, path: str, *args: object, release: bool = False) -> int:
-    """The raw syscall ``name`` (the GIL kept unless ``release``); raises
-    ``OSError`` naming it and ``path``."""
-    libc = _LIBC if release else _HELD
-    assert libc is not None
-    result = int(libc.syscall(_SYS[name], *args))
-    if result < 0:
-        raise _fail(name, path)
-    return result
-
-
-def _setattr(
-    path: str,
-    *,
-    set_: int = 0,
-    clear: int = 0,
-    propagation: int = 0,
-    recursive: bool = False,
-    fd: int = _AT_FDCWD,
-    userns: int = 0,
-) -> None:
-    assert _HELD is not None
-    attr = _MountAttr(set_, clear, propagation, userns)
-    flags = (_AT_RECURSIVE if recursive else 0) | (_AT_EMPTY_PATH if fd != _AT_FDCWD else 0)
-    target = b"" if fd != _AT_FDCWD else path.encode()
+def _mount_tmpfs(path: str, options: str, flags: int = MS_NOSUID | MS_NODEV) -> None:
     if (
-        _HELD.syscall(
-            _SYS_MOUNT_SETATTR, fd, target, flags, ctypes.byref(attr), ctypes.sizeof(attr)
-        )
+        held().mount(b"tmpfs", path.encode(), b"tmpfs", ctypes.c_ulong(flags), options.encode())
         != 0
     ):
-        raise _fail("mount_setattr", path)
-
-
-def _mount_tmpfs(path: str, options: str, flags: int = _MS_NOSUID | _MS_NODEV) -> None:
-    assert _HELD is not None
-    if _HELD.mount(b"tmpfs", path.encode(), b"tmpfs", ctypes.c_ulong(flags), options.encode()) != 0:
-        raise _fail("mount tmpfs on", path)
+        raise failure("mount tmpfs on", path)
 
 
 def _mount_private_tmpfs(size_bytes: int) -> None:
@@ -310,40 +238,23 @@ def _mount_private_tmpfs(size_bytes: int) -> None:
             os.close(fd)
 
 
-def _clone_tree(path: str, *, release: bool = False) -> int:
-    """A detached, writable copy of the mounts at ``path`` (bind + recursive)."""
-    return _syscall(
-        "open_tree",
-        path,
-        _AT_FDCWD,
-        path.encode(),
-        _OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC | _AT_RECURSIVE,
-        release=release,
-    )
+def _clone_tree(path: str, *, fd: int = AT_FDCWD, release: bool = False) -> int:
+    """A detached, writable copy of the mounts at ``path`` (bind +
+    recursive), or at the opened directory ``fd`` (``path`` then only names
+    it): the very object ``fd`` refers to, not whatever ``path`` leads to now."""
+    opened = fd != AT_FDCWD
+    flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | (AT_EMPTY_PATH if opened else 0)
+    target = b"" if opened else path.encode()
+    return syscall("open_tree", path, fd, target, flags, release=release)
 
 
-def _writable_clone(path: str, *, release: bool = False) -> int:
+def _writable_clone(path: str, *, fd: int = AT_FDCWD, release: bool = False) -> int:
     """``_clone_tree`` of a path the action may write, made ``nodev`` and
     ``nosuid`` (every mount of it); ``release``: the GIL dropped for the
-    lookup (a configured path)."""
-    fd = _clone_tree(path, release=release)
+    clone (a configured path)."""
+    clone = _clone_tree(path, fd=fd, release=release)
     try:
-        _setattr(path, set_=_WRITABLE_ATTRS, recursive=True, fd=fd)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _clone_opened(fd: int, path: str) -> int:
-    """A detached copy of the mounts at the opened directory ``fd`` (named
-    ``path``; every mount of it ``nodev`` and ``nosuid``): the very object
-    ``fd`` refers to, not whatever ``path`` leads to now. The GIL is
-    dropped for the clone (a path the user configured)."""
-    flags = _OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC | _AT_RECURSIVE | _AT_EMPTY_PATH
-    clone = _syscall("open_tree", path, fd, b"", flags, release=True)
-    try:
-        _setattr(path, set_=_WRITABLE_ATTRS, recursive=True, fd=clone)
+        set_attributes(path, set_=_WRITABLE_ATTRS, recursive=True, fd=clone)
     except BaseException:
         os.close(clone)
         raise
@@ -353,19 +264,19 @@ def _clone_opened(fd: int, path: str) -> int:
 def _attach_onto(fd: int, target: int, path: str) -> None:
     """Attach the detached mount ``fd`` on the opened directory or file
     ``target`` (named ``path``), with no lookup of ``path``."""
-    flags = _MOVE_MOUNT_F_EMPTY_PATH | _MOVE_MOUNT_T_EMPTY_PATH
-    _syscall("move_mount", path, fd, b"", target, b"", flags, release=True)
+    flags = MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH
+    syscall("move_mount", path, fd, b"", target, b"", flags, release=True)
 
 
 def _attach(fd: int, path: str, *, release: bool = False) -> None:
-    _syscall(
+    syscall(
         "move_mount",
         path,
         fd,
         b"",
-        _AT_FDCWD,
+        AT_FDCWD,
         path.encode(),
-        _MOVE_MOUNT_F_EMPTY_PATH,
+        MOVE_MOUNT_F_EMPTY_PATH,
         release=release,
     )
 
@@ -373,10 +284,10 @@ def _attach(fd: int, path: str, *, release: bool = False) -> None:
 def _proc_with_pidns(pidns: str) -> int:
     """A procfs superblock's context showing the PID namespace at ``pidns``
     (a namespace file), created but not mounted; the caller closes it."""
-    fs = _syscall("fsopen", "proc", b"proc", _FSOPEN_CLOEXEC)
+    fs = syscall("fsopen", "proc", b"proc", FSOPEN_CLOEXEC)
     try:
-        _syscall("fsconfig", pidns, fs, _FSCONFIG_SET_STRING, b"pidns", pidns.encode(), 0)
-        _syscall("fsconfig", pidns, fs, _FSCONFIG_CMD_CREATE, None, None, 0)
+        syscall("fsconfig", pidns, fs, FSCONFIG_SET_STRING, b"pidns", pidns.encode(), 0)
+        syscall("fsconfig", pidns, fs, FSCONFIG_CMD_CREATE, None, None, 0)
     except BaseException:
         os.close(fs)
         raise
@@ -386,7 +297,7 @@ def _proc_with_pidns(pidns: str) -> int:
 def proc_pidns_works() -> bool:
     """Whether this kernel mounts a procfs for a named PID namespace
     (``pidns=``, Linux 6.15+) for this process (it needs ``CAP_SYS_ADMIN``)."""
-    if _LIBC is None:
+    if LIBC is None:
         return False
     try:
         os.close(_proc_with_pidns("/proc/self/ns/pid"))
@@ -404,15 +315,15 @@ def mount_children_proc(*, read_only: bool = False) -> None:
     cannot be named. Raises ``OSError`` naming the call."""
     fs = _proc_with_pidns("/proc/thread-self/ns/pid_for_children")
     try:
-        mount = _syscall(
+        mount = syscall(
             "fsmount",
             "/proc",
             fs,
-            _FSMOUNT_CLOEXEC,
-            _MOUNT_ATTR_NOSUID
-            | _MOUNT_ATTR_NODEV
-            | _MOUNT_ATTR_NOEXEC
-            | (_MOUNT_ATTR_RDONLY if read_only else 0),
+            FSMOUNT_CLOEXEC,
+            MOUNT_ATTR_NOSUID
+            | MOUNT_ATTR_NODEV
+            | MOUNT_ATTR_NOEXEC
+            | (MOUNT_ATTR_RDONLY if read_only else 0),
         )
     finally:
         os.close(fs)
@@ -435,8 +346,8 @@ def _idmapped_lower(fs: int, path: str, userns: int) -> int:
     (closing a detached mount's last descriptor dissolves it)."""
     tree = _clone_tree(path)
     try:
-        _setattr(path, set_=_MOUNT_ATTR_IDMAP, recursive=True, fd=tree, userns=userns)
-        _syscall("fsconfig", path, fs, _FSCONFIG_SET_FD, b"lowerdir+", None, tree)
+        set_attributes(path, set_=MOUNT_ATTR_IDMAP, recursive=True, fd=tree, userns=userns)
+        syscall("fsconfig", path, fs, FSCONFIG_SET_FD, b"lowerdir+", None, tree)
     except BaseException:
         os.close(tree)
         raise
@@ -447,7 +358,7 @@ def overlay_mount(view: ActionView) -> int:
     """The input root's overlay as a detached mount (paths resolved now,
     while nothing covers them); its lower layer idmapped when ``view.idmap``
     names a user namespace. Raises ``OSError`` naming the refused call."""
-    fs = _syscall("fsopen", "overlay", b"overlay", _FSOPEN_CLOEXEC)
+    fs = syscall("fsopen", "overlay", b"overlay", FSOPEN_CLOEXEC)
     tree = -1
     try:
         if view.idmap is not None:
@@ -459,11 +370,11 @@ def overlay_mount(view: ActionView) -> int:
             ("workdir", view.work),
             *OVERLAY_OPTIONS,
         ):
-            _syscall("fsconfig", value, fs, _FSCONFIG_SET_STRING, key.encode(), value.encode(), 0)
+            syscall("fsconfig", value, fs, FSCONFIG_SET_STRING, key.encode(), value.encode(), 0)
         for flag in _overlay_flags(view.xattrs):
-            _syscall("fsconfig", flag, fs, _FSCONFIG_SET_FLAG, flag.encode(), None, 0)
-        _syscall("fsconfig", view.root, fs, _FSCONFIG_CMD_CREATE, None, None, 0, release=True)
-        return _syscall("fsmount", view.root, fs, _FSMOUNT_CLOEXEC, _WRITABLE_ATTRS)
+            syscall("fsconfig", flag, fs, FSCONFIG_SET_FLAG, flag.encode(), None, 0)
+        syscall("fsconfig", view.root, fs, FSCONFIG_CMD_CREATE, None, None, 0, release=True)
+        return syscall("fsmount", view.root, fs, FSMOUNT_CLOEXEC, _WRITABLE_ATTRS)
     finally:
         os.close(fs)
         if tree >= 0:
@@ -504,11 +415,10 @@ def _mask_directory(where: str, path: str, flags: int) -> bool:
     path costs one call whatever it is, and ``stat`` runs only after a
     refusal, to tell "no directory" from a mount that failed. Raises
     ``OSError`` naming ``path`` when a directory could not be masked."""
-    assert _HELD is not None
     if "\0" in where:
         return False  # no such path (``stat`` refuses it; ctypes would cut it)
     options = _MASK_OPTIONS.encode()
-    if _HELD.mount(b"tmpfs", where.encode(), b"tmpfs", ctypes.c_ulong(flags), options) == 0:
+    if held().mount(b"tmpfs", where.encode(), b"tmpfs", ctypes.c_ulong(flags), options) == 0:
         return True
     code = ctypes.get_errno()
     if code in _NOT_A_DIRECTORY and not _is_directory(where):
@@ -559,8 +469,8 @@ def _shown_clones(shown: tuple[str, ...]) -> list[tuple[int, str, bool]]:
                 continue
             fd = _clone_tree(path, release=True)
             clones.append((fd, path, directory))
-            attrs = _MOUNT_ATTR_RDONLY | _WRITABLE_ATTRS
-            _setattr(path, set_=attrs, recursive=True, fd=fd)
+            attrs = MOUNT_ATTR_RDONLY | _WRITABLE_ATTRS
+            set_attributes(path, set_=attrs, recursive=True, fd=fd)
     except BaseException:
         for fd, _, _ in clones:
             os.close(fd)
@@ -598,7 +508,7 @@ def _resolv_conf_clone(path: str | None) -> int | None:
         return None
     fd = _clone_tree(path, release=True)
     try:
-        _setattr(path, set_=_MOUNT_ATTR_RDONLY | _WRITABLE_ATTRS, fd=fd)
+        set_attributes(path, set_=MOUNT_ATTR_RDONLY | _WRITABLE_ATTRS, fd=fd)
     except BaseException:
         os.close(fd)
         raise
@@ -662,7 +572,7 @@ def build_view(view: ActionView, *, host_proc_writable: bool = True) -> None:
     own; read-only otherwise). Raises ``WritableRefused`` when a writable
     path is refused or lre's directory inside one moved, ``OSError``
     otherwise."""
-    if _LIBC is None:
+    if LIBC is None:
         raise OSError("mount namespaces need Linux")
     fresh = ["/tmp", "/dev/shm"]
     writable = outermost(view.writable)
@@ -673,18 +583,18 @@ def build_view(view: ActionView, *, host_proc_writable: bool = True) -> None:
     try:
         own = [(overlay_mount(view), view.root), (_writable_clone(view.tmp), view.tmp)]
         detached.extend(own)
-        shared = [(_clone_opened(opened[path], path), path) for path in writable]
+        shared = [(_writable_clone(path, fd=opened[path], release=True), path) for path in writable]
         detached.extend(shared)
         shown = _shown_clones(view.shown)
         detached.extend((fd, path) for fd, path, _ in shown)
         resolver = _resolv_conf_clone(view.resolv_conf)
         if resolver is not None:
             detached.append((resolver, _RESOLV_CONF))
-        _setattr("/", set_=_MOUNT_ATTR_RDONLY, propagation=_MS_SLAVE, recursive=True)
+        set_attributes("/", set_=MOUNT_ATTR_RDONLY, propagation=MS_SLAVE, recursive=True)
         # The host's /proc stays writable until the action's first process
         # covers it with its own: unshare writes /proc/self/uid_map there.
         if host_proc_writable:
-            _setattr("/proc", clear=_MOUNT_ATTR_RDONLY)
+            set_attributes("/proc", clear=MOUNT_ATTR_RDONLY)
         mount_dev()  # before /dev/shm's tmpfs, which goes inside it
         _mount_private_tmpfs(view.tmpfs_bytes)
         for fd, path in shared:
@@ -701,7 +611,7 @@ def build_view(view: ActionView, *, host_proc_writable: bool = True) -> None:
         inside = _with_ancestors([view.root, view.tmp, *(path for _, path, _ in shown)])
         for path in view.hidden:
             holds = (path.rstrip("/") or "/") in inside
-            flags = _MS_NOSUID | _MS_NODEV | (0 if holds else _MS_RDONLY)
+            flags = MS_NOSUID | MS_NODEV | (0 if holds else MS_RDONLY)
             target = None
             where = path
             if covered_by(path, writable) is not None:
@@ -731,10 +641,10 @@ def build_view(view: ActionView, *, host_proc_writable: bool = True) -> None:
         if resolver is not None:
             _attach_resolv_conf(resolver)
         for path in later:
-            _setattr(path, set_=_MOUNT_ATTR_RDONLY)
+            set_attributes(path, set_=MOUNT_ATTR_RDONLY)
         # Every mount of the view nosuid: no set-user-ID bit nor file
         # capability is honoured in it (``_capabilities.py``).
-        _setattr("/", set_=_MOUNT_ATTR_NOSUID, recursive=True)
+        set_attributes("/", set_=MOUNT_ATTR_NOSUID, recursive=True)
     finally:
         for fd in (*(fd for fd, _ in detached), *targets, *opened.values()):
             os.close(fd)

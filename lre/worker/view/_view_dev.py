@@ -41,6 +41,28 @@ import os
 import threading
 from typing import Literal
 
+from lre.worker.view._mount_api import (
+    AT_EMPTY_PATH,
+    AT_FDCWD,
+    AT_RECURSIVE,
+    FSCONFIG_CMD_CREATE,
+    FSCONFIG_SET_STRING,
+    FSMOUNT_CLOEXEC,
+    FSOPEN_CLOEXEC,
+    MOUNT_ATTR_NODEV,
+    MOUNT_ATTR_NOEXEC,
+    MOUNT_ATTR_NOSUID,
+    MOUNT_ATTR_RDONLY,
+    MOVE_MOUNT_F_EMPTY_PATH,
+    MS_NOEXEC,
+    MS_NOSUID,
+    OPEN_TREE_CLONE,
+    failure,
+    held,
+    set_attributes,
+    syscall,
+)
+
 __all__ = ["DEVICES", "DIRECTORIES", "LINKS", "NAMES", "DevTree", "mount_dev"]
 
 #: The host's device nodes bound into the tree (absent ones left out).
@@ -58,87 +80,30 @@ DIRECTORIES = ("pts", "shm")
 #: Every name the tree may hold.
 NAMES = frozenset((*DEVICES, *LINKS, *DIRECTORIES))
 
-_AT_FDCWD = -100
-_AT_EMPTY_PATH = 0x1000
-_AT_RECURSIVE = 0x8000
-_OPEN_TREE_CLONE = 1
-_MOVE_MOUNT_F_EMPTY_PATH = 0x4
-_FSOPEN_CLOEXEC = 0x1
-_FSMOUNT_CLOEXEC = 0x1
-_FSCONFIG_SET_STRING = 1
-_FSCONFIG_CMD_CREATE = 6
-_RDONLY, _NOSUID, _NODEV, _NOEXEC = 0x1, 0x2, 0x4, 0x8
-_SYS = {
-    "open_tree": 428,
-    "move_mount": 429,
-    "fsopen": 430,
-    "fsconfig": 431,
-    "fsmount": 432,
-    "mount_setattr": 442,
-}
 #: The tree's own tmpfs: a few inodes, no data.
 _TREE_OPTIONS = (("mode", "0755"), ("size", "16k"), ("nr_inodes", "64"))
 _PTS_OPTIONS = b"ptmxmode=0666,mode=0620"
-_MS_NOSUID, _MS_NOEXEC = 0x2, 0x8
 
 Mode = Literal["template", "per-action"]
 
 
-class _MountAttr(ctypes.Structure):
-    _fields_ = [
-        ("attr_set", ctypes.c_uint64),
-        ("attr_clr", ctypes.c_uint64),
-        ("propagation", ctypes.c_uint64),
-        ("userns_fd", ctypes.c_uint64),
-    ]
-
-
-_LIBC: list[ctypes.CDLL] = []
-
-
-def _libc() -> ctypes.CDLL:
-    """The C library, loaded at the first view (not at import: lre imports
-    this module on every platform). Its calls keep the GIL: each takes a few
-    microseconds, less than handing the GIL to a waiting thread and back."""
-    if not _LIBC:
-        libc = ctypes.PyDLL(None, use_errno=True)
-        libc.syscall.restype = ctypes.c_long
-        _LIBC.append(libc)
-    return _LIBC[0]
-
-
-def _call(name: str, what: str, *args: object) -> int:
-    """The raw syscall ``name``; ``OSError`` naming it and ``what`` on failure."""
-    result = int(_libc().syscall(_SYS[name], *args))
-    if result < 0:
-        code = ctypes.get_errno()
-        raise OSError(code, f"{name} {what}: {os.strerror(code)}")
-    return result
-
-
-def _set_attributes(fd: int, what: str, attributes: int, *, recursive: bool = False) -> None:
-    attr = _MountAttr(attributes, 0, 0, 0)
-    flags = _AT_EMPTY_PATH | (_AT_RECURSIVE if recursive else 0)
-    _call("mount_setattr", what, fd, b"", flags, ctypes.byref(attr), ctypes.sizeof(attr))
-
-
 def _new_mount(fstype: str, options: tuple[tuple[str, str], ...], attributes: int) -> int:
     """A new, detached mount of ``fstype`` (its descriptor; the caller closes it)."""
-    fs = _call("fsopen", fstype, fstype.encode(), _FSOPEN_CLOEXEC)
+    fs = syscall("fsopen", fstype, fstype.encode(), FSOPEN_CLOEXEC)
     try:
         for key, value in options:
             what = f"{fstype} {key}"
-            _call("fsconfig", what, fs, _FSCONFIG_SET_STRING, key.encode(), value.encode(), 0)
-        _call("fsconfig", fstype, fs, _FSCONFIG_CMD_CREATE, None, None, 0)
-        return _call("fsmount", fstype, fs, _FSMOUNT_CLOEXEC, attributes)
+            syscall("fsconfig", what, fs, FSCONFIG_SET_STRING, key.encode(), value.encode(), 0)
+        syscall("fsconfig", fstype, fs, FSCONFIG_CMD_CREATE, None, None, 0)
+        return syscall("fsmount", fstype, fs, FSMOUNT_CLOEXEC, attributes)
     finally:
         os.close(fs)
 
 
 def _attach(fd: int, where: int, path: str) -> None:
     """Attach the detached mount ``fd`` at ``path`` (relative to the
-    directory ``where``, or absolute with ``_AT_FDCWD``)."""
-    _call("move_mount", path, fd, b"", where, path.encode(), _MOVE_MOUNT_F_EMPTY_PATH)
+    directory ``where``, or absolute with ``AT_FDCWD``)."""
+    syscall("move_mount", path, fd, b"", where, path.encode(), MOVE_MOUNT_F_EMPTY_PATH)
 
 
 def _host_nodes() -> list[tuple[str, int]]:
@@ -149,10 +114,12 @@ def _host_nodes() -> list[tuple[str, int]]:
             path = f"/dev/{name}"
             if not os.path.exists(path):
                 continue
-            flags = _OPEN_TREE_CLONE | os.O_CLOEXEC
-            fd = _call("open_tree", path, _AT_FDCWD, path.encode(), flags)
+            flags = OPEN_TREE_CLONE | os.O_CLOEXEC
+            fd = syscall("open_tree", path, AT_FDCWD, path.encode(), flags)
             nodes.append((name, fd))
-            _set_attributes(fd, path, _RDONLY | _NOSUID | _NOEXEC)
+            set_attributes(
+                path, set_=MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, fd=fd
+            )
     except BaseException:
         for _, fd in nodes:
             os.close(fd)
@@ -163,7 +130,9 @@ def _host_nodes() -> list[tuple[str, int]]:
 def _skeleton(names: list[str]) -> int:
     """The tree's tmpfs, detached, read-only: empty files to bind ``names``
     over, ``DIRECTORIES`` and ``LINKS``."""
-    tree = _new_mount("tmpfs", _TREE_OPTIONS, _NOSUID | _NODEV | _NOEXEC)
+    tree = _new_mount(
+        "tmpfs", _TREE_OPTIONS, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC
+    )
     try:
         for name in names:
             os.close(os.open(name, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o644, dir_fd=tree))
@@ -171,7 +140,7 @@ def _skeleton(names: list[str]) -> int:
             os.mkdir(name, 0o755, dir_fd=tree)
         for name, target in LINKS.items():
             os.symlink(target, name, dir_fd=tree)
-        _set_attributes(tree, "/dev (tmpfs)", _RDONLY)
+        set_attributes("/dev (tmpfs)", set_=MOUNT_ATTR_RDONLY, fd=tree)
     except BaseException:
         os.close(tree)
         raise
@@ -182,10 +151,9 @@ def _mount_pts() -> None:
     """A new devpts instance at ``/dev/pts`` (the action's ptys only), by
     mount(2): one call instead of five with fsopen & co. (about 23 instead
     of 40 us of CPU, measured)."""
-    flags = ctypes.c_ulong(_MS_NOSUID | _MS_NOEXEC)
-    if _libc().mount(b"devpts", b"/dev/pts", b"devpts", flags, _PTS_OPTIONS) != 0:
-        code = ctypes.get_errno()
-        raise OSError(code, f"mount devpts on /dev/pts: {os.strerror(code)}")
+    flags = ctypes.c_ulong(MS_NOSUID | MS_NOEXEC)
+    if held().mount(b"devpts", b"/dev/pts", b"devpts", flags, _PTS_OPTIONS) != 0:
+        raise failure("mount devpts on", "/dev/pts")
 
 
 class DevTree:
@@ -229,8 +197,8 @@ class DevTree:
 
     @staticmethod
     def _clone(tree: int) -> int:
-        flags = _OPEN_TREE_CLONE | os.O_CLOEXEC | _AT_RECURSIVE | _AT_EMPTY_PATH
-        return _call("open_tree", "/dev (template)", tree, b"", flags)
+        flags = OPEN_TREE_CLONE | os.O_CLOEXEC | AT_RECURSIVE | AT_EMPTY_PATH
+        return syscall("open_tree", "/dev (template)", tree, b"", flags)
 
     def mount(self) -> None:
         """Cover ``/dev`` of the calling thread's mount namespace with the
@@ -244,7 +212,7 @@ class DevTree:
         if template is not None:
             clone = self._clone(template)
             try:
-                _attach(clone, _AT_FDCWD, "/dev")
+                _attach(clone, AT_FDCWD, "/dev")
             finally:
                 os.close(clone)
         else:
@@ -252,11 +220,11 @@ class DevTree:
             try:
                 tree = _skeleton([name for name, _ in nodes])
                 try:
-                    _attach(tree, _AT_FDCWD, "/dev")
+                    _attach(tree, AT_FDCWD, "/dev")
                 finally:
                     os.close(tree)
                 for name, fd in nodes:
-                    _attach(fd, _AT_FDCWD, f"/dev/{name}")
+                    _attach(fd, AT_FDCWD, f"/dev/{name}")
             finally:
                 for _, fd in nodes:
                     os.close(fd)

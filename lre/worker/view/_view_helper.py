@@ -19,7 +19,8 @@ writable) and drops the capabilities the outer one gave. lre tells the
 helper to let a descriptor go as soon as that action ended, so the view's
 tmpfs pages are freed then, not at the next action's start.
 
-The helper imports ``_view.py``, ``_view_dev.py`` and ``_view_writable.py``
+The helper imports ``_view.py``, ``_mount_api.py``, ``_view_dev.py`` and
+``_view_writable.py``
 by their file names
 and nothing else of lre (so it needs only the standard library). It exits
 when its stdin closes, so it never outlives lre. Protocol: one JSON object per line each way;
@@ -105,6 +106,9 @@ class ViewHelper:
             process, self._process = self._process, None
         if process is None:
             return
+        # Imported here: the helper runs this file without lre, and never closes.
+        from lre.hop import reap
+
         atexit.unregister(self.close)
         for stream in (process.stdin, process.stdout, process.stderr):
             if stream is not None:
@@ -112,11 +116,7 @@ class ViewHelper:
                     stream.close()
                 except OSError:
                     pass
-        try:
-            process.wait(5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        reap(process)
 
     @property
     def pid(self) -> int:
@@ -215,10 +215,11 @@ def _load(file: str, name: str) -> object:
 
 
 def _load_view() -> object:
-    """``_view.py`` and the modules it imports, ``_view_dev.py`` and
+    """``_view.py`` and the modules it imports, ``_mount_api.py``, ``_view_dev.py`` and
     ``_view_writable.py``, by file name: registered under their package
     names, ``_view.py``'s ``from lre.worker._view_dev import ...`` finds
     them without importing ``lre``."""
+    _load("_mount_api.py", "lre.worker.view._mount_api")
     _load("_view_dev.py", "lre.worker.view._view_dev")
     _load("_view_writable.py", "lre.worker.view._view_writable")
     return _load("_view.py", "_lre_view")
