@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import os
 import re
@@ -31,6 +32,7 @@ from pathlib import Path
 
 import grpc
 
+from lre.config._scheduler_models import SchedulerResourceSpec
 from lre.proto import operations_pb2, re_grpc, re_pb2
 
 MAX_BATCH_BYTES = 3 << 20
@@ -299,14 +301,7 @@ def run_async(coro: object) -> object:
 
 
 #: Resource keys of the simple scheduler (``schedulers[].simple.resources``).
-SCHEDULER_RESOURCE_KEYS = (
-    "cold_memory",
-    "ladder",
-    "max_steps",
-    "kill_factor",
-    "live_memory_veto",
-    "learner",
-)
+SCHEDULER_RESOURCE_KEYS = tuple(f.name for f in dataclasses.fields(SchedulerResourceSpec))
 
 
 def local_config(home: Path, worker: Mapping[str, object] | None = None) -> str:
