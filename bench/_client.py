@@ -32,7 +32,7 @@ from pathlib import Path
 
 import grpc
 
-from lre.config._scheduler_models import SchedulerResourceSpec
+from lre.config import SchedulerResourceSpec
 from lre.proto import operations_pb2, re_grpc, re_pb2
 
 MAX_BATCH_BYTES = 3 << 20

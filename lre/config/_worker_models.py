@@ -6,10 +6,11 @@ Conventions in ``_model_fields``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import ClassVar, Literal
 
 from lre.config._model_fields import ByteSize, Seconds, doc
+from lre.config._scheduler_models import SchedulerResourceSpec
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,15 +40,8 @@ class JobserverSpec:
     )
 
 
-#: Resource settings the scheduler acts on (in ``SchedulerResourceSpec``).
-_MOVED_TO_SCHEDULER = (
-    "cold_memory",
-    "ladder",
-    "max_steps",
-    "kill_factor",
-    "live_memory_veto",
-    "learner",
-)
+#: Resource settings the scheduler acts on: every field of ``SchedulerResourceSpec``.
+_MOVED_TO_SCHEDULER = tuple(f.name for f in fields(SchedulerResourceSpec))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
