@@ -1,31 +1,18 @@
-"""bench/security_table.py turns attack-test results into docs/security.md's table."""
+"""tests/_support/attack_report.py turns attack-test results into docs/security.md's table."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+
+from tests._support import attack_report as table
 
 ROOT = Path(__file__).parents[1]
 
 
-def _table() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "security_table", ROOT / "bench" / "security_table.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["security_table"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_outcomes_become_cells_and_the_doc_section_is_replaced(tmp_path: Path) -> None:
-    table = _table()
     results = tmp_path / "r.jsonl"
     rows = [
         ("guardian", "pidns", "root", "held"),
@@ -62,7 +49,6 @@ def test_outcomes_become_cells_and_the_doc_section_is_replaced(tmp_path: Path) -
 
 
 def test_a_doc_without_markers_is_refused(tmp_path: Path) -> None:
-    table = _table()
     results = tmp_path / "r.jsonl"
     results.write_text('{"attack": "a", "backend": "-", "identity": "root", "outcome": "held"}\n')
     doc = tmp_path / "security.md"
@@ -74,5 +60,4 @@ def test_a_doc_without_markers_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", ["security.md"])
 def test_the_committed_doc_has_the_markers(name: str) -> None:
     text = (ROOT / "docs" / name).read_text()
-    table = _table()
     assert table.BEGIN in text and table.END in text
