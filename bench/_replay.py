@@ -41,7 +41,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _client import LreProcess, ReapiClient, local_config
-from bench_bazel import remote_flags
 
 from lre.cas import FilesystemActionCache
 from lre.proto import REQUEST_METADATA_KEY, bs_grpc, bs_pb2, re_grpc, re_pb2
@@ -178,6 +177,22 @@ async def bazel_action(
 #: runs), as ``/bin/true`` on the same input trees, as ``/bin/true`` on an
 #: empty input root.
 VARIANTS = ("build", "true", "true-empty")
+
+
+def remote_flags(address: str) -> list[str]:
+    """The flags ``lre.bazelrc`` gives a Bazel 4 user, with cache lookups off:
+    every action of a clean build executes on the server at ``address``."""
+    return [
+        f"--remote_executor=grpc://{address}",
+        "--remote_instance_name=main",
+        "--spawn_strategy=remote",
+        "--jobs=16",
+        "--remote_timeout=300",
+        "--remote_default_exec_properties=cpu_count=1",
+        "--remote_default_exec_properties=OSFamily=Linux",
+        "--remote_download_toplevel",
+        "--noremote_accept_cached",
+    ]
 
 
 async def replay_plans(client: ReapiClient, keys: list[re_pb2.Digest]) -> dict[str, list[Plan]]:

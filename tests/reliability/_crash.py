@@ -1,7 +1,7 @@
 """Run ``lre up`` as a subprocess, load it, SIGKILL it, restart, check what it serves.
 
-Shared by ``tests/reliability/test_crash.py`` (a few cycles) and
-``bench/crash_cycles.py`` (50 or more). Everything lives under one root
+Shared by ``tests/reliability/test_crash.py`` and
+``test_crash_executions.py``. Everything lives under one root
 directory; the server listens on 127.0.0.1 with a port it picks itself (the
 address comes from its pid file).
 

@@ -2,7 +2,7 @@
 updates, restart it on the same directories, and check nothing partial or
 wrong is served and nothing acknowledged is lost.
 
-Three cycles here; ``bench/crash_cycles.py`` runs 50 or more.
+Three cycles (the loop in the test; more make a longer run).
 """
 
 from __future__ import annotations

@@ -17,8 +17,7 @@ action-cache entries and executions of the last ``recent`` cycles plus a
 random sample of older ones are read back and hashed. The final check after
 the last cycle reads everything.
 
-This module holds the helpers ``bench/crash_cycles.py`` uses for its 50+
-cycles; the test here runs a few.
+The test here runs a few cycles.
 """
 
 from __future__ import annotations
