@@ -3,21 +3,21 @@
 - :class:`LreProcess`: start ``python -m lre up --config FILE --no-tui
   --no-client-config --port P`` with ``LRE_HOME`` set to a scratch directory,
   wait until it listens, stop it with SIGTERM (SIGKILL after a grace period).
-- :func:`python_path`: ``lre`` taken from another source tree by what starts
-  meanwhile; :func:`thread_cpu`: a process's CPU per thread; :func:`process_cpu`
-  and :func:`own_cpu`: a process's own CPU and that of the children it reaped.
+- :func:`thread_cpu`: a process's CPU per thread; :func:`process_cpu` and
+  :func:`own_cpu`: a process's own CPU and that of the children it reaped.
+- :func:`local_config`: an lre config with everything under one directory.
+- :class:`Monitor`: a process tree's peaks, or a sleeper's lateness, sampled
+  in a process of its own.
 - :class:`ReapiClient` (grpc.aio, asyncio): upload blobs (BatchUpdateBlobs),
   build and upload a Command/Action with an empty input root, Execute and
   wait for the final ``ExecuteResponse``.
 
-Benchmarks call ``asyncio.run(...)``; nothing here imports lre beyond
-``lre.proto``, so it works against any REAPI server.
+Benchmarks call ``asyncio.run(...)``; the client needs only ``lre.proto``,
+so it works against any REAPI server.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
 import hashlib
 import os
@@ -46,24 +46,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def python_path(tree: Path | None) -> Iterator[None]:
-    """``lre`` taken from the source tree ``tree`` (``PYTHONPATH``) by what starts
-    meanwhile; None: this checkout's."""
-    if tree is None:
-        yield
-        return
-    old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = str(tree.resolve())
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ["PYTHONPATH"]
-        else:
-            os.environ["PYTHONPATH"] = old
 
 
 _NUMBERED = re.compile(r"[ _-]*\d+$")
@@ -288,16 +270,6 @@ class ReapiClient:
         else:
             response.status.CopyFrom(last.error)
         return response
-
-    async def run(self, arguments: Sequence[str], **kwargs: object) -> re_pb2.ExecuteResponse:
-        """``prepare`` then ``execute``."""
-        digest = await self.prepare(arguments, **kwargs)  # type: ignore[arg-type]
-        return await self.execute(digest)
-
-
-def run_async(coro: object) -> object:
-    """``asyncio.run`` for scripts (kept here so benches share one entry style)."""
-    return asyncio.run(coro)  # type: ignore[arg-type]
 
 
 #: Resource keys of the simple scheduler (``schedulers[].simple.resources``).

@@ -16,8 +16,8 @@
   (FindMissingBlobs naming the whole input tree, Execute with
   ``skip_cache_lookup``, a ByteStream Read of the smallest output).
 - :func:`replay_plans` and :func:`replay_round`: the recording as plans in
-  three variants (as recorded, ``/bin/true`` on the same trees, ``/bin/true``
-  on an empty root) and one pass of them sent as Bazel sends them.
+  two variants (as recorded, ``/bin/true`` on the same trees) and one pass of
+  them sent as Bazel sends them.
 
 Every function raises ``RuntimeError`` when the build, a blob or an action
 does not come back as expected.
@@ -174,9 +174,8 @@ async def bazel_action(
 
 
 #: The ways :func:`replay_plans` sends the recorded actions: as recorded (gcc
-#: runs), as ``/bin/true`` on the same input trees, as ``/bin/true`` on an
-#: empty input root.
-VARIANTS = ("build", "true", "true-empty")
+#: runs), as ``/bin/true`` on the same input trees.
+VARIANTS = ("build", "true")
 
 
 def remote_flags(address: str) -> list[str]:
@@ -200,23 +199,20 @@ async def replay_plans(client: ReapiClient, keys: list[re_pb2.Digest]) -> dict[s
     the ``/bin/true`` ones uploaded. Raises ``RuntimeError`` when a blob of a
     recorded action cannot be read."""
     plans: dict[str, list[Plan]] = {v: [] for v in VARIANTS}
-    empty_root = (await client.upload([re_pb2.Directory().SerializeToString()]))[0]
     for key in keys:
         action, command, tree = await action_tree(client, key)
         plans["build"].append(Plan(key, tree, bazel_metadata(key, command)))
         del command.arguments[:]
         command.arguments.append("/bin/true")
         (true_command,) = await client.upload([command.SerializeToString()])
-        for variant, root in (("true", action.input_root_digest), ("true-empty", empty_root)):
-            changed = re_pb2.Action()
-            changed.CopyFrom(action)
-            changed.command_digest.CopyFrom(true_command)
-            changed.input_root_digest.CopyFrom(root)
-            (digest,) = await client.upload([changed.SerializeToString()])
-            names = tree[3:] if variant == "true" else []
-            plans[variant].append(
-                Plan(digest, [digest, true_command, root, *names], bazel_metadata(digest, command))
-            )
+        changed = re_pb2.Action()
+        changed.CopyFrom(action)
+        changed.command_digest.CopyFrom(true_command)
+        (digest,) = await client.upload([changed.SerializeToString()])
+        root = action.input_root_digest
+        plans["true"].append(
+            Plan(digest, [digest, true_command, root, *tree[3:]], bazel_metadata(digest, command))
+        )
     return plans
 
 

@@ -10,10 +10,9 @@ levels in flight (1 shows the latency of an idle lre), in two client shapes:
 it has not seen, BatchUpdateBlobs, Execute, BatchReadBlobs). Every pass uses
 Actions lre has never seen (a fresh ``Action.salt``), so each is a cache miss.
 
-Per level: actions/s over the steady part of the pass; lre's CPU per action
-split by thread group (``/proc/<pid>/task``; Trio main, grpc's asyncio thread
-and poller, Trio's workers, grpc's C core, spawners), the ``/bin/true``
-processes' and this client's CPU; added latency p50/p99 in two views:
+Per level: actions/s over the steady part of the pass; lre's CPU per action,
+the ``/bin/true`` processes' and this client's CPU; how busy the machine was;
+added latency p50/p99 in two views:
 ``server`` = worker_completed - queued - the run, from the metadata lre returns;
 ``client`` = the Execute call to its final message, less the run.
 
@@ -41,7 +40,7 @@ import grpc
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _client import LreProcess, ReapiClient, digest_of, local_config, process_cpu, thread_cpu
+from _client import LreProcess, ReapiClient, digest_of, local_config, process_cpu
 from _replay import (
     BAZEL_WORKER,
     Metadata,
@@ -87,39 +86,6 @@ def capacity_worker(inflight: int) -> dict[str, object]:
             "live_memory_veto": False,
         },
     }
-
-
-# ------------------------------------------------------------------ threads
-
-
-def thread_names(pid: int, into: dict[int, set[str]]) -> None:
-    """Add the current name of each thread of ``pid`` to ``into[tid]``."""
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            name = Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
-        except OSError:  # the thread ended meanwhile
-            continue
-        into.setdefault(int(tid), set()).add(name)
-
-
-#: Names grpc's C core gives its own threads (timer, event engine, lifeguard, executors).
-_GRPC_CORE = ("grpc", "event_engine", "lifeguard", "default-execu", "resolver-exec")
-
-
-def thread_group(pid: int, tid: int, names: set[str]) -> str:
-    """The group a thread's CPU is reported under."""
-    if tid == pid:
-        return "trio-main"
-    if any(n.startswith("Trio thread") or " from " in n for n in names):
-        return "trio-workers"
-    if any(n.startswith("lre-spawner") for n in names):
-        return "spawners"
-    for name in sorted(names):
-        if name.startswith("lre-"):
-            return name
-    if any(n.startswith(_GRPC_CORE) for n in names):
-        return "grpc-core"
-    return "other:" + "|".join(sorted(names))
 
 
 # ------------------------------------------------------------------ actions
@@ -269,7 +235,6 @@ class Pass:
     level: int
     samples: list[Sample]
     wall: float
-    threads: dict[str, float]  # group -> CPU-seconds
     lre_cpu: float
     actions_cpu: float  # the /bin/true processes lre reaped
     client_cpu: float
@@ -323,37 +288,17 @@ async def run_pass(
             else:
                 samples.append(await buck2.run(digest, blobs, plan))
 
-    names: dict[int, set[str]] = {}
-
-    async def watch_names() -> None:
-        while True:
-            thread_names(pid, names)
-            await asyncio.sleep(0.25)
-
-    thread_names(pid, names)
-    cpu0, (total0, reaped0) = thread_cpu(pid), process_cpu(pid)
+    total0, reaped0 = process_cpu(pid)
     busy0, all0 = _machine_busy()
     own0 = os.times()
     started = time.monotonic()
-    watcher = asyncio.ensure_future(watch_names())
-    try:
-        async with asyncio.TaskGroup() as tasks:  # the first failure cancels the rest
-            for _ in range(level):
-                tasks.create_task(loop())
-    finally:
-        watcher.cancel()
+    async with asyncio.TaskGroup() as tasks:  # the first failure cancels the rest
+        for _ in range(level):
+            tasks.create_task(loop())
     wall = time.monotonic() - started
     own1 = os.times()
     busy1, all1 = _machine_busy()
-    cpu1, (total1, reaped1) = thread_cpu(pid), process_cpu(pid)
-    thread_names(pid, names)
-    groups: dict[str, float] = {}
-    for tid, (_, after) in cpu1.items():
-        group = thread_group(pid, tid, names.get(tid, set()))
-        groups[group] = groups.get(group, 0.0) + after - cpu0.get(tid, ("", 0.0))[1]
-    ended = (total1 - total0) - sum(groups.values())
-    if ended > 0.005:
-        groups["ended-threads"] = ended
+    total1, reaped1 = process_cpu(pid)
     if len(samples) != count:
         raise RuntimeError(f"{shape} {level}: {len(samples)} of {count} actions finished")
     return Pass(
@@ -361,7 +306,6 @@ async def run_pass(
         level,
         samples,
         wall,
-        groups,
         total1 - total0,
         reaped1 - reaped0,
         own1.user + own1.system - own0.user - own0.system,
@@ -402,17 +346,6 @@ def latency(p: Pass) -> dict[str, list[float]]:
     return out
 
 
-#: Thread groups with a column of their own in the table, and the column names.
-COLUMNS = {
-    "trio-main": "main",
-    "lre-grpc-aio": "aio",
-    "lre-grpc-poll": "poll",
-    "trio-workers": "trioW",
-    "grpc-core": "core",
-    "spawners": "spawn",
-}
-
-
 def figures(p: Pass) -> dict[str, float]:
     """The table's numbers for one pass (CPU in ms per action, latency in ms)."""
     n = len(p.samples)
@@ -420,7 +353,6 @@ def figures(p: Pass) -> dict[str, float]:
     out = {
         "act/s": throughput(p),
         "lre ms": p.lre_cpu / n * 1000,
-        **{column: p.threads.get(group, 0.0) / n * 1000 for group, column in COLUMNS.items()},
         "act ms": p.actions_cpu / n * 1000,
         "client ms": p.client_cpu / n * 1000,
         "taints": float(p.taints),
@@ -436,18 +368,12 @@ def report(p: Pass) -> str:
     """A few lines on one pass, printed as it ends."""
     n = len(p.samples)
     f = figures(p)
-    per = {g: cpu / n * 1000 for g, cpu in p.threads.items()}
     return "\n".join(
         [
             f"{p.shape} {p.level} in flight: {n} actions in {p.wall:.1f} s, "
             f"{f['act/s']:.1f} actions/s steady; machine {p.machine_busy * 100:.0f}% busy",
             f"  lre CPU {f['lre ms']:.2f} ms/action; its /bin/true processes "
             f"{f['act ms']:.2f}; client {f['client ms']:.2f}",
-            "  by thread (ms/action, % of one core): "
-            + ", ".join(
-                f"{g} {ms:.2f} ({p.threads[g] / p.wall * 100:.0f}%)"
-                for g, ms in sorted(per.items(), key=lambda kv: -kv[1])
-            ),
             f"  added latency ms: server p50 {f['srv p50']:.2f} p99 {f['srv p99']:.2f}; "
             f"client p50 {f['cli p50']:.2f} p99 {f['cli p99']:.2f}",
         ]
@@ -585,9 +511,7 @@ def main() -> int:
     print()
     print(table(passes))
     print(
-        "act/s: steady actions/s; lre ms: lre's CPU ms per action, split by thread "
-        "(main: Trio; aio: grpc's asyncio thread; poll: grpc's completion-queue poller; trioW: "
-        "Trio's worker threads; core: grpc's C-core threads; spawn: spawner threads); client ms: "
+        "act/s: steady actions/s; lre ms: lre's CPU ms per action; client ms: "
         "this client's CPU; act ms: the /bin/true processes' CPU; taints: inputs lre wrongly "
         "called altered; srv/cli: added latency ms, server and client view (see --help)"
     )

@@ -350,9 +350,9 @@ def _fmt(split: Split) -> str:
     per_action = split.lre_ms_per_action()
     if per_action is not None:
         parts.append(f"lre/action {per_action:.1f}ms")
-    if split.executes and len(split.actions.run) != split.executes:
+    if split.executes and len(split.action_runs) != split.executes:
         # The latency figures then stand for part of the actions only.
-        parts.append(f"action results read {len(split.actions.run)} of {split.executes}")
+        parts.append(f"action results read {len(split.action_runs)} of {split.executes}")
     if split.ladder_kills or split.retries:
         parts.append(f"ladder kills {split.ladder_kills}, retries {split.retries}")
     return ", ".join(parts)

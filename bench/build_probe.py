@@ -7,18 +7,14 @@ gives the differences:
 - ``jvm`` and ``jvm_children``: the Bazel server JVM's own CPU and that of
   the processes it reaped (its sandboxed actions in a local build);
 - ``lre`` and ``lre_children``: lre's own CPU (all threads) and that of the
-  actions it reaped; ``lre_threads``: lre's CPU by thread (the main thread,
-  which runs Trio, as ``main``; the others by their kernel name, numbered
-  pools summed: ``lre-...`` are lre's own, ``Trio thread`` Trio's worker
-  threads, ``event_engine`` grpc's core);
+  actions it reaped;
 - ``other``: what is left of ``busy`` (the Bazel client, other processes);
-- from lre's ``/metrics``: Execute calls and their summed duration, and the
-  time spent in the other RPCs Bazel makes per action;
+- from lre's ``/metrics``: the calls of each RPC and their summed duration,
+  ladder kills and retries;
 - from the ``ExecutedActionMetadata`` of the action results lre wrote during
   the build (the records appended to its action-cache log, read with lre's
-  own ``scan``): per action its stamps, the run time and queued to worker
-  completed. If the log was compacted (replaced) during the
-  build, no results are read for it.
+  own ``scan``): each action's run time. If the log was compacted (replaced)
+  during the build, no results are read for it.
 
 ``bazel_server(output_root)`` finds the Bazel server JVM a build runs in.
 
@@ -30,14 +26,12 @@ from __future__ import annotations
 
 import os
 import re
-import statistics
 import time
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
-from _client import thread_cpu
 from google.protobuf.timestamp_pb2 import Timestamp
 
 # The log's reader is private to lre.cas; the bench reads the file lre wrote.
@@ -45,18 +39,6 @@ from lre.cas.action_cache._log import scan
 from lre.proto import re_pb2
 
 _TICK = os.sysconf("SC_CLK_TCK")
-#: The ``ExecutedActionMetadata`` stamps, in the order lre's worker sets them.
-STAMPS = (
-    "queued",
-    "worker_start",
-    "input_fetch_start",
-    "input_fetch_completed",
-    "execution_start",
-    "execution_completed",
-    "output_upload_start",
-    "output_upload_completed",
-    "worker_completed",
-)
 _RPC_SUM = re.compile(r'^lre_rpc_duration_seconds_(sum|count)\{method="([^"]+)"\} (\S+)$', re.M)
 _COUNTER = re.compile(r"^(lre_ladder_kills_total|lre_retries_total) (\S+)$", re.M)
 
@@ -101,24 +83,9 @@ class Snapshot:
     jvm_children: float
     lre: float
     lre_children: float
-    lre_threads: dict[int, tuple[str, float]]
     rpc: dict[str, tuple[int, float]]  # method -> (calls, summed seconds)
     counters: dict[str, float]
     log_position: tuple[int, int]  # (inode, size) of the action-cache log
-
-
-@dataclass
-class ActionTimes:
-    """Per action (seconds), from the results lre wrote: run time and queued
-    to worker completed."""
-
-    run: list[float] = field(default_factory=list)
-    queued_to_done: list[float] = field(default_factory=list)
-    #: Per action, every ``ExecutedActionMetadata`` stamp lre set, by name
-    #: (``queued``, ``worker_start``, ``input_fetch_start``, ...), in seconds.
-    stamps: list[dict[str, float]] = field(default_factory=list)
-    #: Per action (same order as ``stamps``): the paths of its output files.
-    outputs: list[tuple[str, ...]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -129,11 +96,11 @@ class Split:
     jvm_children: float
     lre: float
     lre_children: float
-    lre_threads: dict[str, float]
     rpc: dict[str, tuple[int, float]]
     ladder_kills: int
     retries: int
-    actions: ActionTimes
+    #: Each action's run time (seconds), from the results lre wrote.
+    action_runs: list[float]
 
     @property
     def other(self) -> float:
@@ -146,20 +113,6 @@ class Split:
     def lre_ms_per_action(self) -> float | None:
         return 1000 * self.lre / self.executes if self.executes else None
 
-    def execute_ms(self) -> float | None:
-        """Mean duration of one Execute call as lre saw it."""
-        calls, seconds = self.rpc.get("Execution/Execute", (0, 0.0))
-        return 1000 * seconds / calls if calls else None
-
-    def outside_worker_ms(self) -> float | None:
-        """Mean Execute call minus mean queued-to-done: the time an action spends
-        in lre outside the scheduler queue and the worker (request, cache
-        check, result written and sent)."""
-        execute = self.execute_ms()
-        if execute is None or not self.actions.queued_to_done:
-            return None
-        return execute - 1000 * statistics.fmean(self.actions.queued_to_done)
-
 
 class Probe:
     """Reads CPU counters of one Bazel server and one lre, and lre's metrics."""
@@ -167,7 +120,6 @@ class Probe:
     def __init__(self, jvm_pid: int, lre_pid: int, status_address: str, ac_log: Path) -> None:
         self.jvm = psutil.Process(jvm_pid)
         self.lre = psutil.Process(lre_pid)
-        self.lre_pid = lre_pid
         self.metrics_url = f"http://{status_address}/metrics"
         self.ac_log = ac_log
         if not ac_log.is_file():
@@ -202,7 +154,6 @@ class Probe:
             jvm_children=children_cpu(self.jvm),
             lre=own_cpu(self.lre),
             lre_children=children_cpu(self.lre),
-            lre_threads=thread_cpu(self.lre_pid),
             rpc={},
             counters={},
             log_position=self._log_position(),
@@ -214,10 +165,6 @@ class Probe:
         return snap
 
     def split(self, before: Snapshot, after: Snapshot) -> Split:
-        threads: dict[str, float] = {}
-        for tid, (name, cpu) in after.lre_threads.items():
-            start = before.lre_threads.get(tid, (name, 0.0))[1]
-            threads[name] = threads.get(name, 0.0) + cpu - start
         rpc = {}
         for method, (calls, seconds) in after.rpc.items():
             calls0, seconds0 = before.rpc.get(method, (0, 0.0))
@@ -230,7 +177,6 @@ class Probe:
             jvm_children=after.jvm_children - before.jvm_children,
             lre=after.lre - before.lre,
             lre_children=after.lre_children - before.lre_children,
-            lre_threads=threads,
             rpc=rpc,
             ladder_kills=int(
                 after.counters.get("lre_ladder_kills_total", 0)
@@ -240,39 +186,27 @@ class Probe:
                 after.counters.get("lre_retries_total", 0)
                 - before.counters.get("lre_retries_total", 0)
             ),
-            actions=self._action_times(before.log_position, after.log_position),
+            action_runs=self._action_runs(before.log_position, after.log_position),
         )
 
     def _log_position(self) -> tuple[int, int]:
         stat = self.ac_log.stat()
         return stat.st_ino, stat.st_size
 
-    def _action_times(self, start: tuple[int, int], end: tuple[int, int]) -> ActionTimes:
-        """Timings of the action results appended to the log between two positions."""
-        times = ActionTimes()
+    def _action_runs(self, start: tuple[int, int], end: tuple[int, int]) -> list[float]:
+        """Run times of the action results appended to the log between two positions."""
         if start[0] != end[0] or end[1] < start[1]:
-            return times  # compacted meanwhile: offsets no longer comparable
+            return []  # compacted meanwhile: offsets no longer comparable
         fd = os.open(self.ac_log, os.O_RDONLY | os.O_CLOEXEC)
         try:
             slots = [slot for slot in scan(fd).index.values() if slot[0] >= start[1]]
             values = [os.pread(fd, length, offset) for offset, length, _ in slots]
         finally:
             os.close(fd)
+        runs = []
         for value in values:
-            result = re_pb2.ActionResult.FromString(value)
-            times.outputs.append(tuple(f.path for f in result.output_files))
-            m = result.execution_metadata
-            run = _seconds(m.execution_completed_timestamp) - _seconds(m.execution_start_timestamp)
-            times.run.append(run)
-            times.stamps.append(
-                {
-                    name: _seconds(getattr(m, f"{name}_timestamp"))
-                    for name in STAMPS
-                    if m.HasField(f"{name}_timestamp")
-                }
+            m = re_pb2.ActionResult.FromString(value).execution_metadata
+            runs.append(
+                _seconds(m.execution_completed_timestamp) - _seconds(m.execution_start_timestamp)
             )
-            if m.HasField("queued_timestamp"):
-                times.queued_to_done.append(
-                    _seconds(m.worker_completed_timestamp) - _seconds(m.queued_timestamp)
-                )
-        return times
+        return runs
