@@ -1,7 +1,7 @@
 """What containing action processes costs, and how fast everything dies with lre.
 
 Run: .venv/bin/python bench/bench_containment.py [--rounds 5] [--actions 300]
-     [--kills 5] [--only noop|kill|replay]
+     [--kills 5] [--only noop|kill|replay] [--view-off]
 
 Backends: ``pidns``, ``userns`` and ``portable`` (those this machine has), all
 measured in the same run, each round visiting every backend in turn (order
@@ -12,7 +12,9 @@ rotated every round). Per backend:
    Execute calls of distinct ``/bin/true`` actions in flight: lre's own CPU
    per action (the server process, children excluded), the actions' CPU per
    action (every process lre reaped, which includes each backend's wrapper
-   processes: ``timeout``, ``unshare``), actions/s;
+   processes: ``timeout``, ``unshare``), actions/s; with ``--view-off`` two
+   more sides of the first backend: ``-noview`` (``sandbox_view: false``, the
+   view's cost) and ``-again`` (the same as the first, the run's A/A);
 2. with ``--only replay`` (and only then), the same for the recorded
    actions of one clean Bazel build of the generated workspace
    (bench/_replay.py's recording; variants ``build`` and ``true``;
@@ -70,7 +72,11 @@ def config_for(home: Path, mode: str, extra: dict[str, object] | None = None) ->
     return local_config(home, worker)
 
 
-def start(home: Path, mode: str, extra: dict[str, object] | None = None) -> LreProcess:
+def start(home: Path, side: str, extra: dict[str, object] | None = None) -> LreProcess:
+    """``lre up`` for a side: a backend, or ``BACKEND-noview`` / ``BACKEND-again``."""
+    mode, _, variant = side.partition("-")
+    if variant == "noview":
+        extra = {**(extra or {}), "sandbox_view": False}
     return LreProcess(config_for(home, mode, extra), home)
 
 
@@ -124,6 +130,8 @@ def rotate(modes: list[str], r: int) -> list[str]:
 
 
 def bench_noop(tmp: Path, modes: list[str], args: argparse.Namespace) -> None:
+    if args.view_off:
+        modes = [*modes, f"{modes[0]}-noview", f"{modes[0]}-again"]
     rows: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
     for r in range(args.rounds):
         for mode in rotate(modes, r):
@@ -245,6 +253,7 @@ def main() -> int:
     ap.add_argument("--actions", type=int, default=300)
     ap.add_argument("--kills", type=int, default=5)
     ap.add_argument("--only", choices=("noop", "kill", "replay"), default=None)
+    ap.add_argument("--view-off", action="store_true", help="no-op sides without the view, A/A")
     args = ap.parse_args()
     modes = available_modes()
     load = os.getloadavg()[0]
