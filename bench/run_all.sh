@@ -55,6 +55,7 @@ declare -A BENCH=(
   [execute]="$PY bench/bench_execute.py --runs 5 --only scheduler,held"
   [worker]="$PY bench/bench_execute.py --runs 5 --only worker"
   [grpc_floor]="$PY bench/bench_grpc_floor.py --runs 5"
+  [trip]="$PY bench/execute_trip.py --runs 3"
   [rustc]="$PY bench/bench_rustc.py --runs 3"
   [firehose]="$PY bench/bench_firehose.py --actions 2000"
   [firehose_500]="$PY bench/bench_firehose.py --actions 500 --cpu 0.08 --runs 6 --no-unbounded --split"
@@ -85,7 +86,7 @@ declare -A BENCH=(
   [mutations]="$PY bench/mutations.py"
   [containment]="$PY bench/bench_containment.py --rounds 5"
 )
-ORDER=(sampler memory_figures cas execute worker grpc_floor memory_control rustc
+ORDER=(sampler memory_figures cas execute worker grpc_floor trip memory_control rustc
   firehose firehose_500 bazel clean_build_20 edit_loop small_actions project replay capacity lre_ab containment
   view action_network fair_share queue history upstream team
   cache_contract fuzz crash soak mutations)
