@@ -17,6 +17,7 @@ mkdir -p "$OUT"
 declare -A BENCH=(
   [cas]="$PY bench/bench_cas.py --runs 5"
   [grpc_floor]="$PY bench/bench_grpc_floor.py --runs 5"
+  [trip]="$PY bench/execute_trip.py --runs 3"
   [firehose]="$PY bench/bench_firehose.py --actions 2000"
   [firehose_500]="$PY bench/bench_firehose.py --actions 500 --cpu 0.08 --runs 6 --no-unbounded --split"
   [small_actions]="$PY bench/bench_small_actions.py --rounds 5 lre"
@@ -33,7 +34,7 @@ declare -A BENCH=(
   [upstream]="$PY bench/bench_upstream.py --reps 5"
   [team]="$PY bench/bench_upstream.py --upstream buildgrid --reps 5"
 )
-ORDER=(cas grpc_floor memory_control firehose firehose_500 small_actions project capacity replay
+ORDER=(cas grpc_floor trip memory_control firehose firehose_500 small_actions project capacity replay
   containment fair_share queue upstream team)
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
   awk 'NR > 1 && !/^#/ { exit } NR > 1 { print substr($0, 3) }' "${BASH_SOURCE[0]}"
