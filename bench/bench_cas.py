@@ -8,7 +8,7 @@ Usage (from the repository root)::
 Starts ``bench_cas.py serve`` (the real ``GrpcServer`` with the cache
 servicers) on 127.0.0.1, once with a memory store and once with a filesystem
 store in a temporary directory, and measures with a grpc client in this
-process (held Execute streams are bench_execute.py's):
+process:
 
 - FindMissingBlobs with 10,000 absent digests in one request (digests/s);
 - BatchUpdateBlobs / BatchReadBlobs of 5,000 x 4 KiB blobs, in requests of
