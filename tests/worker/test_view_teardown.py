@@ -211,7 +211,7 @@ import os, sys
 from pathlib import Path
 from lre.worker.directories._action_dirs import ActionDirectory, _empty_view
 directory = ActionDirectory.at(Path(sys.argv[1]))
-print(_empty_view(directory, (os.geteuid(),)), sorted(os.listdir(directory.overlay_work)))
+print(_empty_view(directory, (os.geteuid(),), frozenset()), sorted(os.listdir(directory.overlay_work)))
 """
 
 
@@ -242,5 +242,5 @@ def test_an_unprivileged_lre_removes_the_overlays_work_directory_left_at_mode_0(
             text=True,
         )
         assert answer.returncode == 0, answer.stderr
-        assert answer.stdout.strip() == "True []", answer
+        assert answer.stdout.strip() == "frozenset() []", answer
         assert stat.S_ISDIR(os.lstat(directory.overlay_work).st_mode)
