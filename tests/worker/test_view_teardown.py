@@ -211,7 +211,8 @@ import os, sys
 from pathlib import Path
 from lre.worker.directories._action_dirs import ActionDirectory, _empty_view
 directory = ActionDirectory.at(Path(sys.argv[1]))
-print(_empty_view(directory, (os.geteuid(),), frozenset()), sorted(os.listdir(directory.overlay_work)))
+kept = _empty_view(directory, (os.geteuid(),), frozenset())
+print(kept, sorted(os.listdir(directory.overlay_work)))
 """
 
 
@@ -244,3 +245,56 @@ def test_an_unprivileged_lre_removes_the_overlays_work_directory_left_at_mode_0(
         assert answer.returncode == 0, answer.stderr
         assert answer.stdout.strip() == "frozenset() []", answer
         assert stat.S_ISDIR(os.lstat(directory.overlay_work).st_mode)
+
+
+async def test_directories_kept_in_the_upper_layer_show_only_where_the_next_root_has_them(
+    tmp_path: Path, store: MemoryStore, viewing: Containment
+) -> None:
+    """Recycling keeps the directories an action's overlay copied up or made
+    (its output parents and more), empty; the next action in that directory
+    sees exactly its own input root: the same output parent again (empty,
+    its output collected through it), and where it stages a file at a kept
+    directory's path, that file, with no directory of the earlier action
+    left anywhere."""
+    spec = make_spec(tmp_path, max_inflight_tasks=1)
+    writes = (
+        "echo o > out/a/o; echo j > out/a/junk; mkdir -p out/a/more out/stray/deep; "
+        "echo s > out/stray/deep/s"
+    )
+    listing = "find . | sort; "
+    with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
+        runner = ActionRunner(RunnerContext(spec, workdir, store, containment=viewing))
+        directories = runner.parts.directories
+
+        async def run(
+            script: str, outputs: tuple[str, ...], inputs: dict[str, object] | None = None
+        ) -> tuple[bytes, Completed]:
+            done = directories.recycled
+            lease = await make_lease(
+                store, ["/bin/sh", "-c", script], output_files=outputs, inputs=inputs
+            )
+            outcome = await runner.run(lease)
+            assert isinstance(outcome, Completed) and outcome.error is None, outcome
+            with trio.fail_after(10):  # recycled, and back in stock
+                while directories.recycled <= done or not directories.idle:  # noqa: ASYNC110
+                    await trio.sleep(0.01)
+            stdout = Digest.from_proto(outcome.result.stdout_digest, field="")
+            return await read_bytes(store, stdout), outcome
+
+        async with trio.open_nursery() as nursery:
+            await nursery.start(directories.run)
+            await run(writes, ("out/a/o",))
+            kept = directories._stock[-1].upper_dirs
+            assert {"out", "out/a", "out/a/more", "out/stray", "out/stray/deep"} <= kept
+            seen, outcome = await run(listing + "echo again > out/a/o", ("out/a/o",))
+            assert seen == b".\n./out\n./out/a\n"
+            (output,) = outcome.result.output_files
+            assert await read_bytes(store, Digest.from_proto(output.digest, field="")) == (
+                b"again\n"
+            )
+            await run(writes, ("out/a/o",))
+            seen, _ = await run(listing + "cat out/a", (), {"out/a": b"a file\n"})
+            assert seen == b".\n./out\n./out/a\na file\n"
+            seen, _ = await run(listing, ())
+            assert seen == b".\n"
+            nursery.cancel_scope.cancel()
