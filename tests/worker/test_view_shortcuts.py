@@ -171,6 +171,12 @@ def test_recycling_keeps_the_upper_directories_the_overlay_marked_as_its_own(
     assert again is not None and again.upper_dirs == frozenset()
     assert os.listdir(again.upper) == []
 
+    parent.mkdir(parents=True, mode=ROOT_MODE)  # chgrp'ed by the action
+    os.chown(parent, -1, os.getegid() + 1)
+    once_more = _recycle(again, (os.geteuid(),), marks)
+    assert once_more is not None and once_more.upper_dirs == frozenset()
+    assert os.listdir(once_more.upper) == []
+
 
 def test_a_view_removes_the_kept_upper_directories_its_root_lacks(tmp_path: Path) -> None:
     """Kept where the staged root has a directory; removed where it has

@@ -456,7 +456,9 @@ def _empty_view(
             return None
         if stat.S_IMODE(upper.st_mode) != ROOT_MODE:
             os.chmod(directory.upper, ROOT_MODE)
-        kept = scrub_root(directory.upper, owners, marks)
+        # Kept directories show the next action the owner and group of the
+        # upper layer's root, as staging's would.
+        kept = scrub_root(directory.upper, owners, marks, (upper.st_uid, upper.st_gid))
         if kept is None:
             kept = frozenset()
             with os.scandir(directory.upper) as entries:
