@@ -209,17 +209,19 @@ async def test_nothing_of_an_earlier_action_reaches_the_next_in_a_recycled_direc
 _RECYCLE_AS_NOBODY = """
 import os, sys
 from pathlib import Path
-from lre.worker.directories._action_dirs import ActionDirectory, _empty_view
+from lre.worker.directories._action_dirs import ActionDirectory, _empty_view, overlay_marks
 directory = ActionDirectory.at(Path(sys.argv[1]))
-kept = _empty_view(directory, (os.geteuid(),), frozenset())
-print(kept, sorted(os.listdir(directory.overlay_work)))
+kept = _empty_view(directory, (os.geteuid(),), overlay_marks("user"))
+print(sorted(kept), sorted(os.listdir(directory.overlay_work)), sorted(os.listdir(directory.upper)))
 """
 
 
 def test_an_unprivileged_lre_removes_the_overlays_work_directory_left_at_mode_0() -> None:
     """What a volatile overlay leaves (``work/work/incompat/volatile/dirty``,
     the directories at mode 0), removed by an lre that is not root, which
-    must open each directory up first."""
+    must open each directory up first; the upper layer's copied-up
+    directory (its ``user.overlay.*`` marks readable by their owner) kept,
+    its output unlinked."""
     prefix, env = python_for("nobody")
     entry = pwd.getpwnam("nobody")
     with scratch_for("nobody") as scratch:
@@ -230,6 +232,9 @@ def test_an_unprivileged_lre_removes_the_overlays_work_directory_left_at_mode_0(
         (inner / "incompat" / "volatile" / "dirty").write_bytes(b"")
         directory.upper.mkdir()
         os.chmod(directory.upper, 0o755)
+        (directory.upper / "out").mkdir(mode=0o755)
+        os.setxattr(directory.upper / "out", "user.overlay.origin", b"o")
+        (directory.upper / "out" / "o").write_bytes(b"o")
         for parent, dirs, files in os.walk(base):
             for name in (*dirs, *files):
                 os.chown(Path(parent) / name, entry.pw_uid, entry.pw_gid)
@@ -243,7 +248,7 @@ def test_an_unprivileged_lre_removes_the_overlays_work_directory_left_at_mode_0(
             text=True,
         )
         assert answer.returncode == 0, answer.stderr
-        assert answer.stdout.strip() == "frozenset() []", answer
+        assert answer.stdout.strip() == "['out'] [] ['out']", answer
         assert stat.S_ISDIR(os.lstat(directory.overlay_work).st_mode)
 
 
