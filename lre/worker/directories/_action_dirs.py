@@ -538,10 +538,11 @@ def fit_upper(directory: ActionDirectory) -> None:
     the input file or symlink staged at its path. One kept where the root has
     a directory merges over it and changes nothing the action sees.
 
-    Each path is looked up one level at a time from the root's descriptor,
-    never through a symlink (an ancestor that is no directory in the root
-    condemns everything below it unseen). Raises ``OSError`` when a removal
-    fails (the view is then not built)."""
+    Parents are judged before their children, from the root's descriptor,
+    and a path is looked at only once its parent was found to be a directory
+    itself, so no lookup passes through a symlink (an ancestor that is no
+    directory in the root condemns everything below it unseen). Raises
+    ``OSError`` when a removal fails (the view is then not built)."""
     if not directory.upper_dirs:
         return
     verified = {""}
