@@ -113,7 +113,10 @@ class RunnerParts:
         self.output_policy = OutputPolicy(self.limits, spec.symlink_policy == "allow", uid)
         self.sampler = context.sampler
         self.directories = ActionDirectories(
-            workdir, stock=min(128, 2 * context.max_inflight or 64), owner=owner
+            workdir,
+            stock=min(128, 2 * context.max_inflight or 64),
+            owner=owner,
+            overlay_xattrs=self.containment.overlay_xattrs,
         )
         tree_reader = context.directories
         self.tree_reader = tree_reader if tree_reader is not None else DirectoryReader(store)

@@ -47,7 +47,7 @@ from lre.cas import BlobStore
 from lre.config import LocalWorkerSpec
 from lre.errors import InvalidArgument
 from lre.worker.containment import Containment, write_actions_resolv_conf
-from lre.worker.directories import ROOT_MODE, ActionDirectory, WorkDirectory
+from lre.worker.directories import ROOT_MODE, ActionDirectory, WorkDirectory, fit_upper
 from lre.worker.process import ProcessOutcome
 from lre.worker.view import (
     OVERLAY_OPTIONS,
@@ -447,9 +447,11 @@ class ViewPolicy:
         return InvalidArgument(f"{field}: {refusal}")
 
     def view_for(self, platform: Mapping[str, str], directory: ActionDirectory) -> ActionView:
-        """The view of an action in ``directory``; makes the overlay's layers
-        when missing (not looked for in a directory recycling says has them,
-        ``ActionDirectory.layers``; raises ``OSError`` when they cannot be made)."""
+        """The view of an action in ``directory``, whose root is staged; makes
+        the overlay's layers when missing (not looked for in a directory
+        recycling says has them, ``ActionDirectory.layers``) and removes the
+        upper directories kept that the staged root does not have
+        (``fit_upper``). Raises ``OSError`` when either fails."""
         writable = self.writable_for(platform)
         # The upper layer's own mode is the one the action sees on its input
         # root: 0700 would shut out any user the action switches to.
@@ -467,6 +469,7 @@ class ViewPolicy:
                 os.chmod(path, mode)  # the umask may have dropped bits
                 if path == directory.upper and self.owner is not None:
                     os.chown(path, *self.owner)
+        fit_upper(directory)
         return ActionView(
             root=str(directory.root),
             upper=str(directory.upper),

@@ -209,16 +209,19 @@ async def test_nothing_of_an_earlier_action_reaches_the_next_in_a_recycled_direc
 _RECYCLE_AS_NOBODY = """
 import os, sys
 from pathlib import Path
-from lre.worker.directories._action_dirs import ActionDirectory, _empty_view
+from lre.worker.directories._action_dirs import ActionDirectory, _empty_view, overlay_marks
 directory = ActionDirectory.at(Path(sys.argv[1]))
-print(_empty_view(directory, (os.geteuid(),)), sorted(os.listdir(directory.overlay_work)))
+kept = _empty_view(directory, (os.geteuid(),), overlay_marks("user"))
+print(sorted(kept), sorted(os.listdir(directory.overlay_work)), sorted(os.listdir(directory.upper)))
 """
 
 
 def test_an_unprivileged_lre_removes_the_overlays_work_directory_left_at_mode_0() -> None:
     """What a volatile overlay leaves (``work/work/incompat/volatile/dirty``,
     the directories at mode 0), removed by an lre that is not root, which
-    must open each directory up first."""
+    must open each directory up first; the upper layer's copied-up
+    directory (its ``user.overlay.*`` marks readable by their owner) kept,
+    its output unlinked."""
     prefix, env = python_for("nobody")
     entry = pwd.getpwnam("nobody")
     with scratch_for("nobody") as scratch:
@@ -229,6 +232,9 @@ def test_an_unprivileged_lre_removes_the_overlays_work_directory_left_at_mode_0(
         (inner / "incompat" / "volatile" / "dirty").write_bytes(b"")
         directory.upper.mkdir()
         os.chmod(directory.upper, 0o755)
+        (directory.upper / "out").mkdir(mode=0o755)
+        os.setxattr(directory.upper / "out", "user.overlay.origin", b"o")
+        (directory.upper / "out" / "o").write_bytes(b"o")
         for parent, dirs, files in os.walk(base):
             for name in (*dirs, *files):
                 os.chown(Path(parent) / name, entry.pw_uid, entry.pw_gid)
@@ -242,5 +248,58 @@ def test_an_unprivileged_lre_removes_the_overlays_work_directory_left_at_mode_0(
             text=True,
         )
         assert answer.returncode == 0, answer.stderr
-        assert answer.stdout.strip() == "True []", answer
+        assert answer.stdout.strip() == "['out'] [] ['out']", answer
         assert stat.S_ISDIR(os.lstat(directory.overlay_work).st_mode)
+
+
+async def test_directories_kept_in_the_upper_layer_show_only_where_the_next_root_has_them(
+    tmp_path: Path, store: MemoryStore, viewing: Containment
+) -> None:
+    """Recycling keeps the directories an action's overlay copied up or made
+    (its output parents and more), empty; the next action in that directory
+    sees exactly its own input root: the same output parent again (empty,
+    its output collected through it), and where it stages a file at a kept
+    directory's path, that file, with no directory of the earlier action
+    left anywhere."""
+    spec = make_spec(tmp_path, max_inflight_tasks=1)
+    writes = (
+        "echo o > out/a/o; echo j > out/a/junk; mkdir -p out/a/more out/stray/deep; "
+        "echo s > out/stray/deep/s"
+    )
+    listing = "find . | sort; "
+    with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
+        runner = ActionRunner(RunnerContext(spec, workdir, store, containment=viewing))
+        directories = runner.parts.directories
+
+        async def run(
+            script: str, outputs: tuple[str, ...], inputs: dict[str, object] | None = None
+        ) -> tuple[bytes, Completed]:
+            done = directories.recycled
+            lease = await make_lease(
+                store, ["/bin/sh", "-c", script], output_files=outputs, inputs=inputs
+            )
+            outcome = await runner.run(lease)
+            assert isinstance(outcome, Completed) and outcome.error is None, outcome
+            with trio.fail_after(10):  # recycled, and back in stock
+                while directories.recycled <= done or not directories.idle:  # noqa: ASYNC110
+                    await trio.sleep(0.01)
+            stdout = Digest.from_proto(outcome.result.stdout_digest, field="")
+            return await read_bytes(store, stdout), outcome
+
+        async with trio.open_nursery() as nursery:
+            await nursery.start(directories.run)
+            await run(writes, ("out/a/o",))
+            kept = directories._stock[-1].upper_dirs
+            assert {"out", "out/a", "out/a/more", "out/stray", "out/stray/deep"} <= kept
+            seen, outcome = await run(listing + "echo again > out/a/o", ("out/a/o",))
+            assert seen == b".\n./out\n./out/a\n"
+            (output,) = outcome.result.output_files
+            assert await read_bytes(store, Digest.from_proto(output.digest, field="")) == (
+                b"again\n"
+            )
+            await run(writes, ("out/a/o",))
+            seen, _ = await run(listing + "cat out/a", (), {"out/a": b"a file\n"})
+            assert seen == b".\n./out\n./out/a\na file\n"
+            seen, _ = await run(listing, ())
+            assert seen == b".\n"
+            nursery.cancel_scope.cancel()

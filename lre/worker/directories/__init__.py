@@ -11,6 +11,7 @@ from lre.worker.directories._action_dirs import (
     TMP_NAME,
     ActionDirectories,
     ActionDirectory,
+    fit_upper,
 )
 from lre.worker.directories._beneath import SymlinkInPath, open_beneath
 from lre.worker.directories._disk_full import request_error
@@ -27,6 +28,7 @@ __all__ = [
     "QuarantinedEntry",
     "SymlinkInPath",
     "WorkDirectory",
+    "fit_upper",
     "fits",
     "open_beneath",
     "plan_directories",

@@ -22,7 +22,10 @@ costs more CPU than the calls themselves. ``ActionDirectories`` therefore:
   ``root/`` but its directories is unlinked (``scrub_root``), and it goes
   back into the stock with those directories listed in ``existing``, for
   the next action's staging to reuse. A directory whose action ran in a
-  view also has its overlay's upper layer emptied and the overlay's own
+  view also has its overlay's upper layer scrubbed the same way (its files
+  unlinked, the directories the overlay copied up kept, listed in
+  ``upper_dirs``: made again by the next overlay's copy-up otherwise; see
+  ``fit_upper``) and the overlay's own
   ``view/work/work`` removed; the view's mount namespace, when the runner
   held it past the action's end (``release(view=...)``), is closed first,
   in the same thread (that close unmounts the view and waits for an RCU
@@ -80,6 +83,7 @@ TMP_NAME = "tmp"
 #: (``view/upper``: what the action wrote; ``view/work``: the overlay's own).
 VIEW_NAME = "view"
 _RECYCLABLE = frozenset((ROOT_NAME, TMP_NAME, VIEW_NAME, *LOG_NAMES))
+_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +106,10 @@ class ActionDirectory:
     #: The overlay's ``upper`` and ``work`` exist, as recycling left them
     #: (emptied, ``ROOT_MODE`` and 0700): a view need not look for them.
     layers: bool = False
+    #: Empty directories kept in the upper layer (relative paths, parents
+    #: first or not), as the previous action's overlay copied them up;
+    #: ``fit_upper`` removes those the next staged root has no directory for.
+    upper_dirs: frozenset[str] = frozenset()
 
     @classmethod
     def at(cls, path: Path) -> ActionDirectory:
@@ -124,13 +132,22 @@ class ActionDirectories:
     concurrency is a good value; at least 1). ``owner`` (uid, gid): the user
     actions run as (``_identity.py``; None: lre's own), given each
     directory's ``tmp/`` and accepted as the owner of what is recycled.
+    ``overlay_xattrs``: the xattr namespace the views' overlays keep their
+    marks in (``trusted`` or ``user``, ``Containment.overlay_xattrs``); an
+    upper directory carrying any other xattr is not kept.
     """
 
     def __init__(
-        self, workdir: WorkDirectory, *, stock: int, owner: tuple[int, int] | None = None
+        self,
+        workdir: WorkDirectory,
+        *,
+        stock: int,
+        owner: tuple[int, int] | None = None,
+        overlay_xattrs: str = "trusted",
     ) -> None:
         self.workdir = workdir
         self.owner = owner
+        self._marks = overlay_marks(overlay_xattrs)
         self.stock_size = max(1, stock)
         self._numbers = itertools.count(1)
         self._stock: list[ActionDirectory] = []
@@ -311,7 +328,7 @@ class ActionDirectories:
             if mounts.below(directory.path):  # cheap while the mount table is unchanged
                 mounts.detach_below(directory.path)
         for directory in trash:
-            recycled = _recycle(directory, self._owners) if len(ready) < keep else None
+            recycled = _recycle(directory, self._owners, self._marks) if len(ready) < keep else None
             if recycled is not None:
                 ready.append(recycled)
             else:
@@ -356,12 +373,24 @@ def _close_views(views: list[int]) -> None:
             log.exception("could not close a held view's namespace (descriptor %d)", fd)
 
 
-def _recycle(directory: ActionDirectory, owners: tuple[int, ...]) -> ActionDirectory | None:
+def overlay_marks(xattrs: str) -> frozenset[str]:
+    """The xattrs an overlay keeping its marks in the ``xattrs`` namespace
+    leaves on the upper directories it copied up or made (and on the upper
+    layer's root): its own bookkeeping, never shown to an action (the
+    overlay hides its namespace's marks), meaningless on a directory merged
+    over a lower one (``index=off``: the origin is not verified)."""
+    return frozenset(f"{xattrs}.overlay.{name}" for name in ("origin", "impure", "uuid"))
+
+
+def _recycle(
+    directory: ActionDirectory, owners: tuple[int, ...], marks: frozenset[str] = frozenset()
+) -> ActionDirectory | None:
     """``directory`` made ready for another action if it holds only what an
     action directory starts with plus what ``scrub_root`` can clear (see the
     module docstring); None when it does not or a call fails (then it must be
     removed: its logs may be truncated and files under root unlinked, nothing
-    else is changed). ``owners``: the uids its directories may belong to."""
+    else is changed). ``owners``: the uids its directories may belong to;
+    ``marks``: the overlay's xattrs an upper directory kept may carry."""
     path = directory.path
     try:
         names = os.listdir(path)
@@ -382,12 +411,18 @@ def _recycle(directory: ActionDirectory, owners: tuple[int, ...]) -> ActionDirec
         return None
     if not _empty_tmp(directory.tmp, owners):
         return None
-    if VIEW_NAME in names and not _empty_view(directory, owners):
+    upper_dirs = _empty_view(directory, owners, marks) if VIEW_NAME in names else frozenset()
+    if upper_dirs is None:
         return None
     existing = scrub_root(directory.root, owners)
     if existing is None:
         return None
-    return dataclasses.replace(directory, existing=existing, layers=_has_layers(directory, names))
+    return dataclasses.replace(
+        directory,
+        existing=existing,
+        layers=_has_layers(directory, names),
+        upper_dirs=upper_dirs,
+    )
 
 
 def _has_layers(directory: ActionDirectory, names: list[str]) -> bool:
@@ -401,30 +436,39 @@ def _has_layers(directory: ActionDirectory, names: list[str]) -> bool:
         return False
 
 
-def _empty_view(directory: ActionDirectory, owners: tuple[int, ...]) -> bool:
-    """Empty the overlay's upper layer, give it back ``ROOT_MODE`` (an action
+def _empty_view(
+    directory: ActionDirectory, owners: tuple[int, ...], marks: frozenset[str]
+) -> frozenset[str] | None:
+    """Empty the overlay's upper layer of all but its directories
+    (``scrub_root``, directories carrying only the overlay's ``marks``;
+    otherwise of everything), give it back ``ROOT_MODE`` (an action
     that chmods its input root changes the upper layer's own mode) and remove
     the overlay's own ``work/work`` from its work directory, marker of a
     volatile mount included (that marker would refuse the next mount; and an
     overlay that finds ``work/work`` empties and makes it again itself, in
     the spawner thread, where on ext4 that costs milliseconds of wall time
-    per action). False when a call fails or the upper layer is not a
-    directory of lre's user any more (the action directory is then removed
-    whole)."""
+    per action). Returns the upper directories kept (relative paths); None
+    when a call fails or the upper layer is not a directory of lre's user
+    any more (the action directory is then removed whole)."""
     try:
         upper = os.lstat(directory.upper)
         if not stat.S_ISDIR(upper.st_mode) or upper.st_uid not in owners:
-            return False
+            return None
         if stat.S_IMODE(upper.st_mode) != ROOT_MODE:
             os.chmod(directory.upper, ROOT_MODE)
-        with os.scandir(directory.upper) as entries:
-            for entry in entries:
-                remove_tree(Path(entry.path))  # never follows symlinks nor crosses mounts
+        # Kept directories show the next action the owner and group of the
+        # upper layer's root, as staging's would.
+        kept = scrub_root(directory.upper, owners, marks, (upper.st_uid, upper.st_gid))
+        if kept is None:
+            kept = frozenset()
+            with os.scandir(directory.upper) as entries:
+                for entry in entries:
+                    remove_tree(Path(entry.path))  # never follows symlinks nor crosses mounts
         # overlayfs leaves work/work, work/work/incompat and its "volatile"
         # marker at mode 0: an lre that is not root must open each up first.
         inner = directory.overlay_work / "work"
         if _drop_overlay_work(directory.overlay_work):
-            return True
+            return kept
         marker = inner / "incompat" / "volatile"
         for path in (inner, marker.parent, marker):
             try:
@@ -432,14 +476,14 @@ def _empty_view(directory: ActionDirectory, owners: tuple[int, ...]) -> bool:
             except FileNotFoundError:
                 break  # no overlay was mounted here, or no marker left
             if not stat.S_ISDIR(info.st_mode):
-                return False
+                return None
             if not info.st_mode & stat.S_IXUSR:
                 os.chmod(path, 0o700)
         if os.path.lexists(inner):
             remove_tree(inner)  # opens up what lies below, never follows links
     except OSError:
-        return False
-    return True
+        return None
+    return kept
 
 
 def _drop_overlay_work(work: Path) -> bool:
@@ -484,3 +528,48 @@ def _empty_tmp(tmp: Path, owners: tuple[int, ...]) -> bool:
     except OSError:
         return False
     return True
+
+
+def fit_upper(directory: ActionDirectory) -> None:
+    """Remove the directories kept in ``directory``'s upper layer
+    (``upper_dirs``, all empty) that its staged root has no directory for,
+    deepest first, before the next overlay is mounted over them: such a
+    directory would show the action a directory it did not ask for, or hide
+    the input file or symlink staged at its path. One kept where the root has
+    a directory merges over it and changes nothing the action sees.
+
+    Parents are judged before their children, from the root's descriptor,
+    and a path is looked at only once its parent was found to be a directory
+    itself, so no lookup passes through a symlink (an ancestor that is no
+    directory in the root condemns everything below it unseen). Raises
+    ``OSError`` when a removal fails (the view is then not built)."""
+    if not directory.upper_dirs:
+        return
+    verified = {""}
+    condemned: list[str] = []
+    root = os.open(directory.root, _DIRECTORY)
+    try:
+        for path in sorted(directory.upper_dirs, key=lambda p: p.count("/")):
+            if os.path.dirname(path) in verified and _is_directory(root, path):
+                verified.add(path)
+            else:
+                condemned.append(path)
+    finally:
+        os.close(root)
+    if not condemned:
+        return
+    upper = os.open(directory.upper, _DIRECTORY)
+    try:
+        for path in reversed(condemned):
+            os.rmdir(path, dir_fd=upper)
+    finally:
+        os.close(upper)
+
+
+def _is_directory(root: int, path: str) -> bool:
+    """Whether ``path`` under the descriptor ``root`` is a directory itself
+    (not a symlink to one; its parent was checked already)."""
+    try:
+        return stat.S_ISDIR(os.stat(path, dir_fd=root, follow_symlinks=False).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
