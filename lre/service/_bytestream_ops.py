@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from typing import cast
 
 from lre.cas import BlobStore, closing_stream
 from lre.errors import InvalidArgument, LreError, OutOfRange
 from lre.proto import bs_pb2
-from lre.service._bytestream_wire import WriteChunk
 from lre.service._resource_names import BlobResource, parse_write_resource
 from lre.service._uploads import PartialUpload, UploadKey, UploadRegistry
 from lre.service._zstd import CHUNK_BYTES, acompress, adecompress
@@ -70,22 +68,13 @@ async def read_blob(
                     yield bytes(view[start : start + CHUNK_BYTES])
 
 
-async def _iterate(chunks: list[bytes | memoryview]) -> AsyncIterator[bytes]:
-    """The received chunks (memoryviews into the request buffers) for the store."""
-    if len(chunks) == 1:
-        yield bytes(chunks[0])  # a store may keep a single chunk as the blob
-        return
-    for chunk in chunks:
-        yield cast(bytes, chunk)  # bytes-like: hashing, joining and os.write accept it
-
-
 class _Unfinished(Exception):
     """The request stream ended without ``finish_write`` (internal)."""
 
 
 async def _stream(
-    first: WriteChunk,
-    requests: AsyncIterator[WriteChunk],
+    first: bs_pb2.WriteRequest,
+    requests: AsyncIterator[bs_pb2.WriteRequest],
     name: str,
     upload: PartialUpload,
     limit: int,
@@ -94,41 +83,27 @@ async def _stream(
 
     Yields what an earlier (broken) stream left in ``upload`` first, then
     the data of ``first`` and its successors, recording each in ``upload``
-    so that a stream cut short can be resumed. Chunks are memoryviews into
-    the request buffers, held back by one so that a blob of a single chunk
-    reaches the store as ``bytes`` (a store may keep it as the blob). Raises
-    ``_Unfinished`` when the stream ends without ``finish_write`` and
-    ``InvalidArgument`` for a bad request.
+    so that a stream cut short can be resumed. Raises ``_Unfinished`` when
+    the stream ends without ``finish_write`` and ``InvalidArgument`` for a
+    bad request.
     """
-    held: bytes | memoryview | None = None
-    sent = 0
     for chunk in list(upload.chunks):
-        if held is not None:
-            yield cast(bytes, held)
-            sent += 1
-        held = chunk
+        yield chunk
     request = first
     while True:
         data = _append_request(request, name, upload, limit)
         if data:
-            if held is not None:
-                yield cast(bytes, held)
-                sent += 1
-            held = data
+            yield data
         if request.finish_write:
-            break
+            return
         try:
             request = await anext(requests)
         except StopAsyncIteration:
             raise _Unfinished from None
-    if held is not None:
-        yield bytes(held) if sent == 0 else cast(bytes, held)
 
 
-def _check_request(request: WriteChunk, name: str, upload: PartialUpload) -> None:
+def _check_request(request: bs_pb2.WriteRequest, name: str, upload: PartialUpload) -> None:
     """Raise ``InvalidArgument`` unless ``request`` continues ``upload`` correctly."""
-    if request.malformed:
-        raise InvalidArgument(request.malformed)
     if request.resource_name and request.resource_name != name:
         raise InvalidArgument(
             f"resource_name: {request.resource_name[:200]!r} differs from the "
@@ -139,8 +114,8 @@ def _check_request(request: WriteChunk, name: str, upload: PartialUpload) -> Non
 
 
 def _append_request(
-    request: WriteChunk, name: str, upload: PartialUpload, limit: int
-) -> bytes | memoryview:
+    request: bs_pb2.WriteRequest, name: str, upload: PartialUpload, limit: int
+) -> bytes:
     """Records the data of ``request`` in ``upload`` and returns it; raises
     ``InvalidArgument`` when the request does not continue ``upload``
     correctly or its data takes the upload past ``limit`` bytes."""
@@ -162,7 +137,7 @@ def _offset_error(offset: int, committed: int) -> InvalidArgument:
 
 
 def write_single_now(
-    request: WriteChunk, resolve_store: Callable[[str], BlobStore], uploads: UploadRegistry
+    request: bs_pb2.WriteRequest, resolve_store: Callable[[str], BlobStore], uploads: UploadRegistry
 ) -> bs_pb2.WriteResponse | None:
     """(Trio thread, no task of its own) ``write_single`` done at once through
     the store's ``immediate_writes``, or ``None`` (nothing changed) when it
@@ -171,8 +146,6 @@ def write_single_now(
     wait. Checks and errors are ``write_blob``'s, in
     its order (a stored blob is accepted before its data is looked at).
     """
-    if request.malformed:
-        raise InvalidArgument(request.malformed)
     name = request.resource_name
     resource = parse_write_resource(name)
     store = resolve_store(resource.instance_name)
@@ -200,12 +173,12 @@ def _excess_error(total: int, limit: int, name: str) -> InvalidArgument:
 
 
 async def write_single(
-    request: WriteChunk, resolve_store: Callable[[str], BlobStore], uploads: UploadRegistry
+    request: bs_pb2.WriteRequest, resolve_store: Callable[[str], BlobStore], uploads: UploadRegistry
 ) -> bs_pb2.WriteResponse:
     """``write_blob`` for a stream whose first request is its whole upload
     (``finish_write`` set); what follows it is not read."""
 
-    async def only() -> AsyncGenerator[WriteChunk, None]:
+    async def only() -> AsyncGenerator[bs_pb2.WriteRequest, None]:
         yield request
 
     requests = only()
@@ -216,7 +189,7 @@ async def write_single(
 
 
 async def write_blob(
-    requests: AsyncIterator[WriteChunk],
+    requests: AsyncIterator[bs_pb2.WriteRequest],
     resolve_store: Callable[[str], BlobStore],
     uploads: UploadRegistry,
 ) -> bs_pb2.WriteResponse:
@@ -232,8 +205,6 @@ async def write_blob(
         first = await anext(requests)
     except StopAsyncIteration:
         raise InvalidArgument("Write: the request stream was empty") from None
-    if first.malformed:
-        raise InvalidArgument(first.malformed)
     name = first.resource_name
     resource = parse_write_resource(name)
     store = resolve_store(resource.instance_name)
@@ -284,8 +255,8 @@ def _unfinished_error(committed: int) -> InvalidArgument:
 
 
 async def _receive(
-    request: WriteChunk,
-    requests: AsyncIterator[WriteChunk],
+    request: bs_pb2.WriteRequest,
+    requests: AsyncIterator[bs_pb2.WriteRequest],
     name: str,
     upload: PartialUpload,
     limit: int,

@@ -27,7 +27,6 @@ from lre.service._action_results import (
     get_action_result,
     update_action_result,
 )
-from lre.service._batch_wire import serialize_response
 from lre.service._bridge import TrioBridge
 from lre.service._bytestream_ops import (
     query_write_status,
@@ -35,11 +34,6 @@ from lre.service._bytestream_ops import (
     write_blob,
     write_single,
     write_single_now,
-)
-from lre.service._bytestream_wire import (
-    WriteChunk,
-    parse_write_request,
-    serialize_read_response,
 )
 from lre.service._capabilities import server_capabilities
 from lre.service._cas_ops import batch_read, batch_update, find_missing, find_missing_now
@@ -114,7 +108,7 @@ class ContentAddressableStorageServicer(_BridgedServicer):
     """FindMissingBlobs, BatchUpdateBlobs, BatchReadBlobs, GetTree."""
 
     def register(self, server: grpc.aio.Server) -> None:
-        """Register; the batch methods answer with pre-serialized responses."""
+        """Register the four methods."""
         handlers = {
             "FindMissingBlobs": grpc.unary_unary_rpc_method_handler(
                 self.FindMissingBlobs,
@@ -124,12 +118,12 @@ class ContentAddressableStorageServicer(_BridgedServicer):
             "BatchUpdateBlobs": grpc.unary_unary_rpc_method_handler(
                 self.BatchUpdateBlobs,
                 request_deserializer=re_pb2.BatchUpdateBlobsRequest.FromString,
-                response_serializer=serialize_response,
+                response_serializer=re_pb2.BatchUpdateBlobsResponse.SerializeToString,
             ),
             "BatchReadBlobs": grpc.unary_unary_rpc_method_handler(
                 self.BatchReadBlobs,
                 request_deserializer=re_pb2.BatchReadBlobsRequest.FromString,
-                response_serializer=serialize_response,
+                response_serializer=re_pb2.BatchReadBlobsResponse.SerializeToString,
             ),
             "GetTree": grpc.unary_stream_rpc_method_handler(
                 self.GetTree,
@@ -154,16 +148,14 @@ class ContentAddressableStorageServicer(_BridgedServicer):
     @unary_rpc
     async def BatchUpdateBlobs(
         self, request: re_pb2.BatchUpdateBlobsRequest, context: Context
-    ) -> bytes:
-        """Answers with the serialized ``BatchUpdateBlobsResponse``."""
+    ) -> re_pb2.BatchUpdateBlobsResponse:
         store = self._store(request.instance_name)
         return await self._bridge.call(functools.partial(batch_update, store, request))
 
     @unary_rpc
     async def BatchReadBlobs(
         self, request: re_pb2.BatchReadBlobsRequest, context: Context
-    ) -> bytes:
-        """Answers with the serialized ``BatchReadBlobsResponse``."""
+    ) -> re_pb2.BatchReadBlobsResponse:
         store = self._store(request.instance_name)
         limit = self._options.max_batch_total_size_bytes
         return await self._bridge.call(functools.partial(batch_read, store, request, limit))
@@ -189,16 +181,16 @@ class ByteStreamServicer(_BridgedServicer):
         )
 
     def register(self, server: grpc.aio.Server) -> None:
-        """Register with hand-written codecs for Write requests and Read responses."""
+        """Register the three methods."""
         handlers = {
             "Read": grpc.unary_stream_rpc_method_handler(
                 self.Read,
                 request_deserializer=bs_pb2.ReadRequest.FromString,
-                response_serializer=serialize_read_response,
+                response_serializer=bs_pb2.ReadResponse.SerializeToString,
             ),
             "Write": grpc.stream_unary_rpc_method_handler(
                 self.Write,
-                request_deserializer=parse_write_request,
+                request_deserializer=bs_pb2.WriteRequest.FromString,
                 response_serializer=bs_pb2.WriteResponse.SerializeToString,
             ),
             "QueryWriteStatus": grpc.unary_unary_rpc_method_handler(
@@ -210,24 +202,26 @@ class ByteStreamServicer(_BridgedServicer):
         _register_generic(server, BYTESTREAM_SERVICE, handlers)
 
     @stream_rpc
-    async def Read(self, request: bs_pb2.ReadRequest, context: Context) -> AsyncIterator[bytes]:
+    async def Read(
+        self, request: bs_pb2.ReadRequest, context: Context
+    ) -> AsyncIterator[bs_pb2.ReadResponse]:
         resource = parse_read_resource(request.resource_name)
         store = self._store(resource.instance_name)
         reads = None if resource.compressed else store.capabilities().immediate_reads
         if reads is not None:
             data = reads.read_now(resource.digest, request.read_offset, request.read_limit)
             if data is not None:
-                yield data
+                yield bs_pb2.ReadResponse(data=data)
                 return
         produce = functools.partial(
             read_blob, store, resource, request.read_offset, request.read_limit
         )
-        async for response in self._bridge.stream(produce, buffer=self._options.read_buffer_chunks):
-            yield response
+        async for data in self._bridge.stream(produce, buffer=self._options.read_buffer_chunks):
+            yield bs_pb2.ReadResponse(data=data)
 
     @unary_rpc
     async def Write(
-        self, request_iterator: AsyncIterator[WriteChunk], context: Context
+        self, request_iterator: AsyncIterator[bs_pb2.WriteRequest], context: Context
     ) -> bs_pb2.WriteResponse:
         """A blob sent in one message (``finish_write`` in the first, as
         Bazel and Buck2 send every small blob) is written in the hop's own
@@ -284,8 +278,8 @@ class ActionCacheServicer(_BridgedServicer):
 
 
 async def _prepend(
-    first: WriteChunk | None, rest: AsyncIterator[WriteChunk]
-) -> AsyncIterator[WriteChunk]:
+    first: bs_pb2.WriteRequest | None, rest: AsyncIterator[bs_pb2.WriteRequest]
+) -> AsyncIterator[bs_pb2.WriteRequest]:
     """``first`` (when there was one) and then ``rest`` (asyncio side)."""
     if first is None:
         return

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-from lre.cas import BlobStore, ImmediateReads, read_blobs, sizes_of, write_blobs
+from lre.cas import BlobStore, ImmediateReads, read_blobs, write_blobs
 from lre.digest import MAX_BLOB_SIZE, Digest
 from lre.errors import InvalidArgument, LreError
 from lre.proto import re_pb2, status_pb2
-from lre.service._batch_wire import digest_field, read_response, update_response
 from lre.service._digest_functions import check_digest_function
-from lre.service._digest_wire import DigestList, DigestListScanner, span_between
 from lre.service._status import rpc_status_of
-from lre.service._varint import encode_varint
 from lre.service._zstd import decompress_bytes
 
 _IDENTITY = re_pb2.Compressor.IDENTITY
@@ -55,68 +52,15 @@ def parse_digests(digests: Sequence[re_pb2.Digest], field: str) -> list[Digest]:
     ]
 
 
-#: The digest lists of FindMissingBlobs and BatchReadBlobs requests (and
-#: ``FindMissingBlobsResponse.missing_blob_digests``) are field 2.
-_DIGESTS_FIELD_2 = DigestListScanner(2)
-#: Requests with at least this many digests take the bulk path.
-_BULK_MIN = 64
-
-
-class _MissingQuery:
-    """A FindMissingBlobs request, parsed: the digests to look up and how to
-    build the response from their sizes.
-
-    Large requests take a bulk path: the digests are read from the request's
-    serialized bytes (``_digest_wire``) and the response is assembled from
-    the missing elements' own bytes, so no protobuf object is made per
-    digest. Anything unusual falls back to the per-digest path, which names
-    a bad digest in ``InvalidArgument`` (raised by the constructor).
-    """
-
-    __slots__ = ("found", "hashes", "protos", "sizes")
-
-    def __init__(self, request: re_pb2.FindMissingBlobsRequest) -> None:
-        protos = request.blob_digests
-        check_function_of_digests(request.digest_function, protos)
-
-        def raw_of() -> tuple[bytes, bytes, bytes]:
-            head = re_pb2.FindMissingBlobsRequest(instance_name=request.instance_name)
-            tail = re_pb2.FindMissingBlobsRequest(digest_function=request.digest_function)
-            return request.SerializeToString(), head.SerializeToString(), tail.SerializeToString()
-
-        self.protos = protos
-        self.found = _scan_digests(raw_of, len(protos))
-        if self.found is not None:
-            self.hashes: Sequence[str] = self.found.hashes
-            self.sizes: Sequence[int] = self.found.sizes
-        else:
-            digests = parse_digests(protos, "blob_digests")
-            self.hashes = [d.hash for d in digests]
-            self.sizes = [d.size_bytes for d in digests]
-
-    def response(self, sizes: Sequence[int | None]) -> re_pb2.FindMissingBlobsResponse:
-        """The digests whose size is ``None``, each once, in request order."""
-        missing = [i for i, size in enumerate(sizes) if size is None]
-        if len(missing) > 1:
-            hashes, lengths = self.hashes, self.sizes
-            if len(set(hashes)) != len(hashes):  # a repeated digest is listed once
-                first = {(hashes[i], lengths[i]): i for i in reversed(missing)}
-                missing = sorted(first.values())
-        if self.found is not None:
-            return re_pb2.FindMissingBlobsResponse.FromString(self.found.elements(missing))
-        response = re_pb2.FindMissingBlobsResponse()
-        if missing:
-            response.missing_blob_digests.extend(self.protos[i] for i in missing)
-        return response
-
-
 async def find_missing(
     store: BlobStore, request: re_pb2.FindMissingBlobsRequest
 ) -> re_pb2.FindMissingBlobsResponse:
     """(Trio) The requested digests the store lacks (each once, request order).
     ``InvalidArgument`` names a malformed digest."""
-    query = _MissingQuery(request)
-    return query.response(await sizes_of(store, query.hashes, query.sizes))
+    protos = request.blob_digests
+    check_function_of_digests(request.digest_function, protos)
+    digests = parse_digests(protos, "blob_digests")
+    return _missing(digests, protos, await store.has_many(digests))
 
 
 def find_missing_now(
@@ -124,42 +68,32 @@ def find_missing_now(
 ) -> re_pb2.FindMissingBlobsResponse | None:
     """``find_missing`` answered on the calling thread (the gRPC one), or
     ``None`` when ``reads`` cannot answer now. Raises as ``find_missing``."""
-    query = _MissingQuery(request)
-    sizes = reads.sizes_now(query.hashes, query.sizes)
-    return None if sizes is None else query.response(sizes)
+    protos = request.blob_digests
+    check_function_of_digests(request.digest_function, protos)
+    digests = parse_digests(protos, "blob_digests")
+    sizes = reads.sizes_now([d.hash for d in digests], [d.size_bytes for d in digests])
+    return None if sizes is None else _missing(digests, protos, sizes)
 
 
-def _digest_fields(protos: Sequence[re_pb2.Digest], found: DigestList | None) -> list[bytes]:
-    """Each requested digest as field 1 of a batch ``Response`` (for ``_batch_wire``)."""
-    if found is not None:
-        return found.fields(1)
-    return [_proto_field(p) for p in protos]
+def _missing(
+    digests: Sequence[Digest], protos: Sequence[re_pb2.Digest], sizes: Sequence[int | None]
+) -> re_pb2.FindMissingBlobsResponse:
+    response = re_pb2.FindMissingBlobsResponse()
+    listed: set[Digest] = set()
+    for digest, proto, size in zip(digests, protos, sizes, strict=True):
+        if size is None and digest not in listed:
+            listed.add(digest)
+            response.missing_blob_digests.append(proto)
+    return response
 
 
-def _proto_field(proto: re_pb2.Digest) -> bytes:
-    """``proto`` as field 1 of a batch ``Response``, exactly as the client sent it."""
-    encoded: bytes = proto.SerializeToString()
-    return b"\x0a" + encode_varint(len(encoded)) + encoded
-
-
-def _scan_digests(
-    raw_of: Callable[[], tuple[bytes, bytes, bytes]], count: int
-) -> DigestList | None:
-    """Bulk-read a request's digest list (field 2), or ``None`` to parse it per digest."""
-    if count < _BULK_MIN:
-        return None
-    raw, head, tail = raw_of()
-    span = span_between(raw, head, tail)
-    return _DIGESTS_FIELD_2.scan(raw, *span, count) if span is not None else None
-
-
-async def batch_update(store: BlobStore, request: re_pb2.BatchUpdateBlobsRequest) -> bytes:
+async def batch_update(
+    store: BlobStore, request: re_pb2.BatchUpdateBlobsRequest
+) -> re_pb2.BatchUpdateBlobsResponse:
     """Verify and store each blob; a bad blob gets its own status, the rest succeed.
 
-    Returns the serialized ``BatchUpdateBlobsResponse``. The blobs are
-    handed to the store in one ``write_blobs`` call (one verification pass
-    and, for a filesystem store, a few thread calls for the whole batch).
-    A successful blob's status is left unset (code 0, OK).
+    The blobs are handed to the store in one ``write_blobs`` call. A
+    successful blob's status is left unset (code 0, OK).
     """
     items = request.requests
     protos = [item.digest for item in items]
@@ -191,11 +125,13 @@ async def batch_update(store: BlobStore, request: re_pb2.BatchUpdateBlobsRequest
     for index, error in zip(positions, outcomes, strict=True):
         if error is not None:
             statuses[index] = rpc_status_of(error)
-    fields = [
-        digest_field(digest) if digest is not None else _proto_field(proto)
-        for digest, proto in zip(parsed, protos, strict=True)
-    ]
-    return update_response(fields, statuses)
+    response = re_pb2.BatchUpdateBlobsResponse()
+    for proto, status in zip(protos, statuses, strict=True):
+        entry = response.responses.add()
+        entry.digest.CopyFrom(proto)
+        if status is not None:
+            entry.status.CopyFrom(status)
+    return response
 
 
 def _parse_update_digests(
@@ -218,29 +154,15 @@ def _parse_update_digests(
 
 async def batch_read(
     store: BlobStore, request: re_pb2.BatchReadBlobsRequest, max_total_bytes: int
-) -> bytes:
+) -> re_pb2.BatchReadBlobsResponse:
     """Read each blob (IDENTITY: always acceptable); absent ones get NOT_FOUND.
 
-    Returns the serialized ``BatchReadBlobsResponse``. Raises
-    ``InvalidArgument`` naming the total when the requested sizes add up to
-    more than ``max_total_bytes``.
+    Raises ``InvalidArgument`` naming the total when the requested sizes add
+    up to more than ``max_total_bytes``.
     """
     protos = request.digests
     check_function_of_digests(request.digest_function, protos)
-
-    def raw_of() -> tuple[bytes, bytes, bytes]:
-        head = re_pb2.BatchReadBlobsRequest(instance_name=request.instance_name)
-        tail = re_pb2.BatchReadBlobsRequest(
-            acceptable_compressors=request.acceptable_compressors,
-            digest_function=request.digest_function,
-        )
-        return request.SerializeToString(), head.SerializeToString(), tail.SerializeToString()
-
-    found = _scan_digests(raw_of, len(protos))
-    if found is not None:
-        digests = list(map(Digest, found.hashes, found.sizes))
-    else:
-        digests = parse_digests(protos, "digests")
+    digests = parse_digests(protos, "digests")
     total = sum(d.size_bytes for d in digests)
     if total > max_total_bytes:
         raise InvalidArgument(
@@ -248,7 +170,12 @@ async def batch_read(
             f"max_batch_total_size_bytes ({max_total_bytes}); use ByteStream Read"
         )
     contents = await read_blobs(store, digests)
-    outcomes: list[bytes | status_pb2.Status] = [
-        data if isinstance(data, bytes) else rpc_status_of(data) for data in contents
-    ]
-    return read_response(_digest_fields(protos, found), outcomes)
+    response = re_pb2.BatchReadBlobsResponse()
+    for proto, data in zip(protos, contents, strict=True):
+        entry = response.responses.add()
+        entry.digest.CopyFrom(proto)
+        if isinstance(data, bytes):
+            entry.data = data
+        else:
+            entry.status.CopyFrom(rpc_status_of(data))
+    return response

@@ -43,12 +43,12 @@ class UploadKey:
 class PartialUpload:
     """The bytes received so far for one upload (compressed bytes if compressed)."""
 
-    chunks: list[bytes | memoryview] = field(default_factory=list)
+    chunks: list[bytes] = field(default_factory=list)
     committed: int = 0
     busy: bool = False
     touched: float = 0.0
 
-    def append(self, data: bytes | memoryview) -> None:
+    def append(self, data: bytes) -> None:
         self.chunks.append(data)
         self.committed += len(data)
 

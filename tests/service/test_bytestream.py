@@ -256,7 +256,7 @@ async def test_write_request_that_does_not_parse(cache_server: ServerHandle) -> 
     with pytest.raises(grpc.RpcError) as info:
         await cache_server.client.in_thread(method, iter([b"\x0a\xff\xff\xff\x0f"]))
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "does not parse" in info.value.details()
+    assert "do not parse as google.bytestream.WriteRequest" in info.value.details()
 
 
 async def test_write_cut_off_mid_stream_resumes(cache_server: ServerHandle) -> None:
