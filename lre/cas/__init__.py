@@ -10,7 +10,6 @@ from lre.cas._blob_io import (
     read_blobs,
     read_bytes,
     read_message,
-    sizes_of,
     write_blobs,
     write_message,
 )
@@ -62,7 +61,6 @@ __all__ = [
     "read_blobs",
     "read_bytes",
     "read_message",
-    "sizes_of",
     "tree_extent",
     "upload_missing",
     "write_blobs",

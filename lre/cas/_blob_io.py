@@ -9,8 +9,8 @@ import trio
 from google.protobuf.message import DecodeError, Message
 
 from lre.cas._protocol import BlobStore
-from lre.digest import EMPTY_DIGEST, Digest, digest_of
-from lre.errors import InvalidArgument, LreError, NotFound
+from lre.digest import Digest, digest_of
+from lre.errors import InvalidArgument, LreError
 
 M = TypeVar("M", bound=Message)
 
@@ -63,8 +63,8 @@ async def missing_digests(store: BlobStore, digests: Iterable[Digest]) -> list[D
     return [d for d, size in zip(unique, sizes, strict=True) if size is None]
 
 
-#: Blobs handled at once by the per-blob fallbacks of ``read_blobs`` and
-#: ``write_blobs`` (lets a remote store work on several in parallel).
+#: Blobs handled at once by ``read_blobs`` and ``write_blobs`` (lets a
+#: remote store work on several in parallel).
 _FALLBACK_TASKS = 8
 
 
@@ -84,34 +84,13 @@ async def _for_each(count: int, fn: Callable[[int], Awaitable[None]]) -> None:
             nursery.start_soon(worker)
 
 
-async def sizes_of(
-    store: BlobStore, hashes: Sequence[str], sizes: Sequence[int]
-) -> list[int | None]:
-    """``store.has_many`` for parallel lists of validated hashes and sizes.
-
-    Uses the store's ``has_many_hashes`` when it offers ``bulk``.
-    """
-    bulk = store.capabilities().bulk
-    if bulk is not None:
-        return await bulk.has_many_hashes(hashes, sizes)
-    return await store.has_many(list(map(Digest, hashes, sizes)))
-
-
 async def read_blobs(store: BlobStore, digests: Sequence[Digest]) -> list[bytes | LreError]:
     """The whole content of each digest, in order, or the ``LreError`` that blob met.
 
-    An absent blob gets ``NotFound`` naming it. Uses the store's
-    ``read_many`` when it offers ``bulk``, otherwise reads the
-    blobs one by one on a few tasks. All contents are held at once: for
-    batches of small blobs.
+    An absent blob gets ``NotFound`` naming it. The blobs are read one by
+    one on a few tasks. All contents are held at once: for batches of small
+    blobs.
     """
-    bulk = store.capabilities().bulk
-    if bulk is not None:
-        contents = await bulk.read_many(digests)
-        return [
-            data if data is not None else NotFound(f"blob {digest} is not in the CAS")
-            for digest, data in zip(digests, contents, strict=True)
-        ]
     outcomes: list[bytes | LreError] = [b""] * len(digests)
 
     async def read_one(index: int) -> None:
@@ -129,12 +108,8 @@ async def write_blobs(
 ) -> list[LreError | None]:
     """Verify and store each ``(digest, data)``; ``None`` or the blob's ``LreError``, in order.
 
-    Uses the store's ``write_many`` when it offers ``bulk``,
-    otherwise writes the blobs one by one on a few tasks.
+    The blobs are written one by one on a few tasks.
     """
-    bulk = store.capabilities().bulk
-    if bulk is not None:
-        return await bulk.write_many(blobs)
     outcomes: list[LreError | None] = [None] * len(blobs)
 
     async def write_one(index: int) -> None:
@@ -165,15 +140,6 @@ class _OneChunk:
             raise StopAsyncIteration
         self._data = None
         return data
-
-
-def mark_empty_blob(hashes: Sequence[str], sizes: Sequence[int], result: list[int | None]) -> None:
-    """Set ``result[i] = 0`` where digest ``i`` is the empty blob (always present)."""
-    empty = EMPTY_DIGEST.hash
-    if empty in hashes:
-        for i, h in enumerate(hashes):
-            if h == empty and sizes[i] == 0:
-                result[i] = 0
 
 
 def single_chunk(data: bytes) -> AsyncIterable[bytes]:

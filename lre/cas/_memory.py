@@ -2,24 +2,20 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections import OrderedDict
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Sequence
 
 import trio
 
-from lre.cas._blob_io import blob_mismatch, mark_empty_blob
 from lre.cas._pins import Pin, PinTable
 from lre.cas._protocol import StoreCapabilities
 from lre.cas._statistics import StoreStatistics
 from lre.cas._streams import closing_stream
 from lre.cas._verify import BlobVerifier, check_read_range
 from lre.digest import EMPTY_DIGEST, Digest
-from lre.errors import LreError, NotFound, ResourceExhausted
+from lre.errors import NotFound, ResourceExhausted
 
 _CHUNK = 1 << 20
-#: ``write_many`` hashes in a worker thread from this many bytes on.
-_THREAD_HASH_BYTES = 1 << 20
 
 
 #: A blob that arrives in chunks of at least this size on average is kept
@@ -69,10 +65,6 @@ def _whole(data: bytes | _Parts) -> bytes:
     return data.join() if isinstance(data, _Parts) else data
 
 
-def _hash_all(datas: list[bytes]) -> list[str]:
-    return [hashlib.sha256(data).hexdigest() for data in datas]
-
-
 class MemoryStore:
     """A ``BlobStore`` keeping blobs in memory, evicting least recently used.
 
@@ -97,13 +89,26 @@ class MemoryStore:
         self._pins = PinTable()
         self._evicted_blobs = 0
         self._evicted_bytes = 0
-        self._capabilities = StoreCapabilities(pin=self.pin, statistics=self.statistics, bulk=self)
+        self._capabilities = StoreCapabilities(pin=self.pin, statistics=self.statistics)
 
     # ------------------------------------------------------------ protocol
 
     async def has_many(self, digests: Sequence[Digest]) -> list[int | None]:
         await trio.lowlevel.checkpoint()
-        return [None if data is None else len(data) for data in self._stored_many(digests)]
+        blobs = self._blobs
+        touch = blobs.move_to_end
+        result: list[int | None] = []
+        append = result.append
+        for d in digests:
+            data = blobs.get(d.hash)
+            if data is not None and len(data) == d.size_bytes:
+                touch(d.hash)
+                append(d.size_bytes)
+            elif d.size_bytes == 0 and d.hash == EMPTY_DIGEST.hash:
+                append(0)
+            else:
+                append(None)
+        return result
 
     async def read(
         self, digest: Digest, offset: int = 0, limit: int | None = None
@@ -161,89 +166,6 @@ class MemoryStore:
         self._make_room(digest, digest.size_bytes)
         self._blobs[digest.hash] = data
         self._stored_bytes += len(data)
-
-    async def has_many_hashes(
-        self, hashes: Sequence[str], sizes: Sequence[int]
-    ) -> list[int | None]:
-        """``has_many`` for parallel lists of hashes and sizes (no ``Digest`` objects)."""
-        await trio.lowlevel.checkpoint()
-        blobs = self._blobs
-        found = list(map(blobs.get, hashes))
-        result: list[int | None] = [None] * len(found)
-        touch = blobs.move_to_end
-        for i, data in enumerate(found):
-            if data is not None and len(data) == sizes[i]:
-                touch(hashes[i])
-                result[i] = sizes[i]
-        mark_empty_blob(hashes, sizes, result)
-        return result
-
-    async def read_many(self, digests: Sequence[Digest]) -> list[bytes | None]:
-        """Each blob's content (``None`` when absent), in order; each a use."""
-        await trio.lowlevel.checkpoint()
-        return [None if data is None else _whole(data) for data in self._stored_many(digests)]
-
-    def _stored_many(self, digests: Sequence[Digest]) -> list[bytes | _Parts | None]:
-        """Each blob as stored (``b""`` for the empty blob), ``None`` when
-        absent; each present one counts as a use."""
-        blobs = self._blobs
-        touch = blobs.move_to_end
-        empty = EMPTY_DIGEST.hash
-        result: list[bytes | _Parts | None] = []
-        append = result.append
-        for d in digests:
-            data = blobs.get(d.hash)
-            if data is not None and len(data) == d.size_bytes:
-                touch(d.hash)
-                append(data)
-            elif d.size_bytes == 0 and d.hash == empty:
-                append(b"")
-            else:
-                append(None)
-        return result
-
-    async def write_many(self, blobs: Sequence[tuple[Digest, bytes]]) -> list[LreError | None]:
-        """Verify and store each blob (see ``BulkBlobStore``); per-blob errors.
-
-        The blobs are hashed in one pass, in a worker thread when they add
-        up to ``_THREAD_HASH_BYTES`` or more (the Trio thread stays free).
-        """
-        results: list[LreError | None] = [None] * len(blobs)
-        todo: list[int] = []
-        for index, (digest, data) in enumerate(blobs):
-            if self._present(digest):
-                self._blobs.move_to_end(digest.hash)
-            elif len(data) != digest.size_bytes:
-                results[index] = blob_mismatch(digest, len(data), "")
-            elif digest.size_bytes > self.max_bytes:
-                results[index] = ResourceExhausted(
-                    f"blob {digest} is larger than the memory store's capacity "
-                    f"of {self.max_bytes} bytes"
-                )
-            elif digest.size_bytes:
-                todo.append(index)
-        datas = [blobs[i][1] for i in todo]
-        if sum(map(len, datas)) >= _THREAD_HASH_BYTES:
-            hashes = await trio.to_thread.run_sync(_hash_all, datas)
-        else:
-            await trio.lowlevel.checkpoint()
-            hashes = _hash_all(datas)
-        for index, actual in zip(todo, hashes, strict=True):
-            digest, data = blobs[index]
-            error = blob_mismatch(digest, len(data), actual)
-            if error is not None:
-                results[index] = error
-                continue
-            if self._present(digest):
-                continue
-            try:
-                self._make_room(digest, digest.size_bytes)
-            except ResourceExhausted as exc:
-                results[index] = exc
-                continue
-            self._blobs[digest.hash] = data
-            self._stored_bytes += len(data)
-        return results
 
     # ------------------------------------------------------------ extras
 

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from lre.digest import Digest
-from lre.errors import LreError
 
 if TYPE_CHECKING:
     from lre.cas._pins import Pin
@@ -67,32 +66,6 @@ class ImmediateWrites(Protocol):
         (``InvalidArgument`` naming the digest on a size or hash mismatch,
         ``ResourceExhausted`` when it cannot be held)."""
         ...
-
-
-class BulkBlobStore(Protocol):
-    """A store that reads and writes whole batches of small blobs in one call.
-
-    - ``has_many_hashes`` is ``has_many`` for digests given as parallel
-      lists of hashes and sizes (no ``Digest`` object per blob).
-    - ``read_many`` returns each blob's content in order, ``None`` when absent
-      (a use of each present blob, as ``read``).
-    - ``write_many`` verifies and stores each ``(digest, data)``; it returns,
-      in order, ``None`` for a stored (or already present) blob or the
-      ``LreError`` of a blob that was not stored (``InvalidArgument`` for a
-      size or hash mismatch, ``ResourceExhausted`` when it does not fit).
-      Each blob is atomic on its own; the batch is not.
-
-    Both hold every blob in memory: meant for batch requests, whose total the
-    caller bounds.
-    """
-
-    async def has_many_hashes(
-        self, hashes: Sequence[str], sizes: Sequence[int]
-    ) -> list[int | None]: ...
-
-    async def read_many(self, digests: Sequence[Digest]) -> list[bytes | None]: ...
-
-    async def write_many(self, blobs: Sequence[tuple[Digest, bytes]]) -> list[LreError | None]: ...
 
 
 class LocalFiles(Protocol):
@@ -158,9 +131,6 @@ class StoreCapabilities:
       thread without a task (``ImmediateWrites``; only a filesystem store
       without fsync offers them: a wrapper that checks or copies writes
       would be bypassed).
-    - ``bulk``: whole batches of small blobs in one call (``BulkBlobStore``;
-      lre's local stores); ``sizes_of``, ``read_blobs`` and ``write_blobs``
-      fall back to one blob at a time without it.
     """
 
     pin: Callable[[Iterable[Digest]], Pin] | None = None
@@ -168,7 +138,6 @@ class StoreCapabilities:
     local_files: LocalFiles | None = None
     immediate_reads: ImmediateReads | None = None
     immediate_writes: ImmediateWrites | None = None
-    bulk: BulkBlobStore | None = None
 
 
 @runtime_checkable

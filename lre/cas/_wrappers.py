@@ -28,8 +28,8 @@ class VerifyStore:
 
     Capabilities: ``inner``'s pins, local files and lookups from any thread
     pass through (only writes are checked); no statistics of its own, and no
-    batch calls or immediate writes (either would reach ``inner`` without
-    these checks; they go blob by blob through ``write``).
+    immediate writes (they would reach ``inner`` without these checks; they
+    go through ``write``).
     """
 
     def __init__(
@@ -104,10 +104,8 @@ class FastSlowStore(Tiers[BlobStore]):
       Errors of either tier propagate.
 
     Capabilities: ``fast``'s pins and local files; no lookups from other
-    threads (a read may fill ``fast`` from ``slow``), no batch calls (a
-    batch must consult both tiers: it goes blob by blob through this store),
-    no immediate writes (a write may have to reach ``slow`` too) and no
-    statistics of its own.
+    threads (a read may fill ``fast`` from ``slow``), no immediate writes (a
+    write may have to reach ``slow`` too) and no statistics of its own.
     """
 
     def __init__(

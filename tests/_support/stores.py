@@ -15,19 +15,18 @@ from typing import Any, Literal
 
 from lre.cas import MemoryStore, Pin, StoreCapabilities
 from lre.digest import Digest
-from lre.errors import Internal, LreError, NotFound
+from lre.errors import Internal, NotFound
 
 #: The capabilities a ``FakeStore`` can offer from its memory store.
-Offered = Literal["pin", "statistics", "bulk"]
+Offered = Literal["pin", "statistics"]
 
 
 class FakeStore:
-    """A ``BlobStore`` (and ``BulkBlobStore``) over ``inner``.
+    """A ``BlobStore`` over ``inner``.
 
     - ``offer``: which of the memory store's capabilities it offers (none by
       default, as an upstream store); ``pin`` records each pinned set in
-      ``pinned``, ``bulk`` is the fake itself (so hiding and failing hold
-      for batches too). ``extra`` sets other fields of ``StoreCapabilities``
+      ``pinned``. ``extra`` sets other fields of ``StoreCapabilities``
       as given (``local_files=...``).
     - ``hidden``: digests answered absent; reading one raises ``NotFound``.
     - ``failing``: once set, every read raises ``Internal`` (a disk error).
@@ -52,7 +51,6 @@ class FakeStore:
         self._capabilities = StoreCapabilities(
             pin=self._pin if "pin" in offered else None,
             statistics=self.inner.statistics if "statistics" in offered else None,
-            bulk=self if "bulk" in offered else None,
             **extra,
         )
 
@@ -78,21 +76,6 @@ class FakeStore:
 
     async def write(self, digest: Digest, chunks: AsyncIterable[bytes]) -> None:
         await self.inner.write(digest, chunks)
-
-    async def has_many_hashes(
-        self, hashes: Sequence[str], sizes: Sequence[int]
-    ) -> list[int | None]:
-        return await self.has_many([Digest(h, s) for h, s in zip(hashes, sizes, strict=True)])
-
-    async def read_many(self, digests: Sequence[Digest]) -> list[bytes | None]:
-        if self.failing:
-            raise Internal(f"cannot read {len(digests)} blobs")
-        self.reads.extend(digests)
-        blobs = await self.inner.read_many(digests)
-        return [None if d in self.hidden else b for d, b in zip(digests, blobs, strict=True)]
-
-    async def write_many(self, blobs: Sequence[tuple[Digest, bytes]]) -> list[LreError | None]:
-        return await self.inner.write_many(blobs)
 
     def _pin(self, digests: Iterable[Digest]) -> Pin:
         listed = list(digests)

@@ -18,7 +18,5 @@ def test_stores_satisfy_the_protocols() -> None:
     for store in (memory, fs, lre.cas.VerifyStore(memory), lre.cas.FastSlowStore(memory, fs)):
         assert isinstance(store, lre.cas.BlobStore)
         assert store.capabilities().pin is not None
-    assert memory.capabilities().bulk is memory
-    assert fs.capabilities().bulk is fs
     assert isinstance(lre.cas.MemoryActionCache(), lre.cas.ActionCache)
     assert isinstance(lre.cas.FilesystemActionCache("/nonexistent/ac"), lre.cas.ActionCache)

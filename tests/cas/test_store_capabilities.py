@@ -39,7 +39,7 @@ def full_store(files: FilesystemStore) -> FakeStore:
     """A store offering every capability, each answer a distinct object."""
     return FakeStore(
         MemoryStore(1 << 20),
-        offer=("pin", "statistics", "bulk"),
+        offer=("pin", "statistics"),
         local_files=files,
         immediate_reads=files,
         immediate_writes=files.capabilities().immediate_writes,
@@ -57,13 +57,11 @@ WRAPPERS: dict[str, Wrap] = {
 WITHHELD: dict[str, dict[str, str]] = {
     "verify": {
         "statistics": "the wrapped store is a configured store reporting under its own name",
-        "bulk": "a batch write would reach the wrapped store without the wrapper's checks",
         "immediate_writes": "a write would reach the wrapped store without the wrapper's checks",
     },
     "fast_slow (as fast)": {
         "statistics": "each tier is a configured store reporting under its own name",
         "immediate_reads": "a read may copy the blob from slow into fast (a change of state)",
-        "bulk": "a batch must consult both tiers, so it goes blob by blob through the wrapper",
         "immediate_writes": "a write must also reach the slow tier (write_policy both)",
     },
 }

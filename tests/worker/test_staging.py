@@ -151,7 +151,7 @@ async def test_existing_directories_of_an_empty_tree_are_removed(tmp_path: Path)
 
 
 async def test_cached_directories_are_not_read_again(tmp_path: Path) -> None:
-    store = FakeStore(offer=("pin", "statistics", "bulk"))
+    store = FakeStore(offer=("pin", "statistics"))
     shared = {"tools": {"cc": File(b"#!/bin/sh\n", executable=True)}, "include": {"a.h": b"h"}}
     first = await put_tree(store, {**shared, "a.c": b"a"})
     second = await put_tree(store, {**shared, "b.c": b"b"})
@@ -167,7 +167,7 @@ async def test_cached_directories_are_not_read_again(tmp_path: Path) -> None:
 
 
 async def test_reads_failing_in_several_lanes_raise_one_error(tmp_path: Path) -> None:
-    store = FakeStore(offer=("pin", "statistics", "bulk"))
+    store = FakeStore(offer=("pin", "statistics"))
     spec = {f"f{i}": f"content {i}".encode() for i in range(40)}
     plan = await fetch_input_tree(DirectoryReader(store), await put_tree(store, spec))
     store.failing = True

@@ -26,7 +26,7 @@ from .conftest import make_lease, make_spec
 
 
 async def test_inputs_are_pinned_while_staged_then_released(tmp_path: Path) -> None:
-    store = FakeStore(offer=("pin", "statistics", "bulk"))
+    store = FakeStore(offer=("pin", "statistics"))
     spec = make_spec(tmp_path)
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
         runner = ActionRunner(RunnerContext(spec, workdir, store))

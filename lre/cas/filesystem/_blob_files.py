@@ -6,8 +6,8 @@ loop (``call_inline``); nothing here knows the store's index, LRU or pins:
 - ``TempFile``: an upload in progress in ``temp_path``, written, then moved
   into place with one ``rename`` (fsync of file and directory when asked);
   ``discard`` removes it;
-- ``read_range`` / ``open_checked`` / ``read_files``: reads that raise
-  ``ShortRead`` (or return ``None``) when a content file is shorter than its
+- ``read_range`` / ``open_checked``: reads that raise
+  ``ShortRead`` when a content file is shorter than its
   digest says, so a lost or truncated file is never served as the blob;
 - ``hash_file``: the digest of an output file (``InvalidArgument`` naming the
   path for a symlink or a non-regular file);
@@ -159,14 +159,3 @@ def hash_file(path: str) -> Digest:
             hasher.update(block)
             size += len(block)
     return Digest(hasher.hexdigest(), size)
-
-
-def read_files(wanted: list[tuple[str, int]]) -> list[bytes | None]:
-    """(thread) The content of each ``(path, size)``; ``None`` if gone or short."""
-    out: list[bytes | None] = []
-    for path, size in wanted:
-        try:
-            out.append(read_range(path, 0, size))
-        except (FileNotFoundError, ShortRead):
-            out.append(None)
-    return out

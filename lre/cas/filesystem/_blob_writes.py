@@ -15,16 +15,14 @@ being copied raises ``FileNotFoundError``; other ``OSError``s propagate.
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import secrets
 import stat
 
-from lre.cas._blob_io import blob_mismatch
 from lre.cas._verify import BlobVerifier
 from lre.cas.filesystem._blob_files import PLAIN_MODE, TempFile, fsync_dir, space_error, touch_all
 from lre.digest import Digest
-from lre.errors import InvalidArgument, LreError, ResourceExhausted
+from lre.errors import InvalidArgument
 
 
 class BlobWriter:
@@ -59,32 +57,6 @@ class BlobWriter:
         verifier.finish()
         self._store(digest, data, final)
         touch_all(touched)
-
-    def write_files(
-        self, items: list[tuple[Digest, bytes, str]], touched: list[str]
-    ) -> tuple[list[LreError | None], BaseException | None]:
-        """Verify and store each ``(digest, data, final)`` as a plain variant.
-
-        Returns the outcome of each blob handled (``None``, or the mismatch or
-        disk-full error of that blob), and the unexpected error that stopped
-        the batch early (``None`` when all were handled).
-        """
-        outcomes: list[LreError | None] = []
-        try:
-            for digest, data, final in items:
-                error: LreError | None = blob_mismatch(
-                    digest, len(data), hashlib.sha256(data).hexdigest()
-                )
-                if error is None:
-                    try:
-                        self._store(digest, data, final)
-                    except ResourceExhausted as exc:  # disk full
-                        error = exc
-                outcomes.append(error)
-            touch_all(touched)
-        except Exception as exc:
-            return outcomes, exc
-        return outcomes, None
 
     def copy_variant(self, digest: Digest, source: str | None, final: str, mode: int) -> None:
         """Store a copy of ``source`` (or an empty file when None) at ``final``

@@ -54,7 +54,6 @@ from itertools import compress
 
 import trio
 
-from lre.cas._blob_io import mark_empty_blob
 from lre.cas._pins import PinTable
 from lre.cas.filesystem._blob_files import unlink_all
 from lre.cas.filesystem._blob_scan import EXEC_VARIANT, PLAIN_VARIANT, entry_bytes
@@ -83,6 +82,15 @@ class ShrinkReport:
     evicted_blobs: int
     evicted_bytes: int
     kept_told_bytes: int
+
+
+def _mark_empty_blob(hashes: Sequence[str], sizes: Sequence[int], result: list[int | None]) -> None:
+    """Set ``result[i] = 0`` where digest ``i`` is the empty blob (always present)."""
+    empty = EMPTY_DIGEST.hash
+    if empty in hashes:
+        for i, h in enumerate(hashes):
+            if h == empty and sizes[i] == 0:
+                result[i] = 0
 
 
 class ContentIndex:
@@ -227,24 +235,6 @@ class ContentIndex:
                 append(None)
         return result
 
-    def find_many_hashes(self, hashes: Sequence[str], sizes: Sequence[int]) -> list[int | None]:
-        """``find_many`` for parallel lists of hashes and sizes."""
-        entries = self._entries
-        found = list(map(entries.get, hashes))
-        result: list[int | None] = [None] * len(found)
-        touch = entries.move_to_end
-        touched = self._touched
-        used_at = self._used_at
-        now = self._clock()
-        for i, entry in enumerate(found):
-            if entry is not None and entry >> 2 == sizes[i]:
-                touch(hashes[i])
-                touched.add(hashes[i])
-                used_at[hashes[i]] = now
-                result[i] = sizes[i]
-        mark_empty_blob(hashes, sizes, result)
-        return result
-
     def peek_many_hashes(self, hashes: Sequence[str], sizes: Sequence[int]) -> list[int | None]:
         """``find_many_hashes`` safe to call from another thread: it only
         reads the index (one dict lookup per digest, each atomic under the
@@ -260,7 +250,7 @@ class ContentIndex:
             ]
             # Size 0 is falsy: the empty blob needs no use (it is always present).
             self._foreign_touches.extend(compress(hashes, result))
-        mark_empty_blob(hashes, sizes, result)
+        _mark_empty_blob(hashes, sizes, result)
         return result
 
     def peek_path(self, digest: Digest) -> str | None:

@@ -48,7 +48,6 @@ import time
 from collections.abc import (
     AsyncIterable,
     AsyncIterator,
-    Awaitable,
     Callable,
     Iterable,
     Sequence,
@@ -57,7 +56,6 @@ from typing import Literal, TypeVar
 
 import trio
 
-from lre.cas._blob_io import blob_mismatch, single_chunk
 from lre.cas._pins import Pin, PinTable
 from lre.cas._protocol import StoreCapabilities
 from lre.cas._statistics import StoreStatistics
@@ -67,7 +65,6 @@ from lre.cas.filesystem._blob_files import (
     ShortRead,
     TempFile,
     open_checked,
-    read_files,
     read_range,
     touch_all,
 )
@@ -78,25 +75,13 @@ from lre.cas.filesystem._immediate_writes import ImmediateWriter
 from lre.cas.filesystem._inline import INLINE_BYTES, call_inline
 from lre.cas.filesystem._variant_files import VariantFiles
 from lre.digest import EMPTY_DIGEST, Digest
-from lre.errors import LreError, NotFound, ResourceExhausted
+from lre.errors import NotFound
 
 T = TypeVar("T")
 
 _PLAIN = PLAIN_VARIANT
 _EXEC = EXEC_VARIANT
 _WRITE_BUFFER = 1 << 20
-#: Blobs per thread call of ``read_many`` / ``write_many``.
-_BATCH_FILES = 256
-
-
-async def _each_group(count: int, run: Callable[[int], Awaitable[None]]) -> None:
-    """``run(0)`` ... ``run(count - 1)``: awaited directly for a single group
-    (no nursery), else concurrently. The first exception cancels the rest."""
-    if count == 1:
-        return await run(0)
-    async with trio.open_nursery() as nursery:
-        for index in range(count):
-            nursery.start_soon(run, index)
 
 
 class FilesystemStore:
@@ -178,7 +163,6 @@ class FilesystemStore:
             local_files=self,
             immediate_reads=self,
             immediate_writes=None if self.fsync else immediate,
-            bulk=self,
         )
 
     # ------------------------------------------------------------ lifecycle
@@ -317,14 +301,6 @@ class FilesystemStore:
                     with trio.CancelScope(shield=True):
                         await self._run(temp.discard)
 
-    async def has_many_hashes(
-        self, hashes: Sequence[str], sizes: Sequence[int]
-    ) -> list[int | None]:
-        """``has_many`` for parallel lists of hashes and sizes (no ``Digest`` objects)."""
-        self._check_open()
-        await trio.lowlevel.checkpoint()
-        return self._index.find_many_hashes(hashes, sizes)
-
     # Answers given at once on another thread (``immediate_reads``): they only
     # read the index and the files, and queue their uses for this store's thread.
 
@@ -352,137 +328,6 @@ class FilesystemStore:
             return read_range(path, offset, length)
         except (OSError, ShortRead):
             return None
-
-    async def read_many(self, digests: Sequence[Digest]) -> list[bytes | None]:
-        """Each blob's content (``None`` when absent), in order; each a use.
-
-        The files are read in a few thread calls (``_BATCH_FILES`` each, run
-        side by side), not one per blob. A file that vanished behind the
-        store's back reads as absent and leaves the index.
-        """
-        self._check_open()
-        result: list[bytes | None] = [None] * len(digests)
-        wanted: list[tuple[int, str, int]] = []
-        index = self._index
-        empty = EMPTY_DIGEST.hash
-        for i, d in enumerate(digests):
-            variants = index.variants(d)
-            if variants:
-                index.touch(d)
-                variant = _PLAIN if variants & _PLAIN else _EXEC
-                wanted.append((i, index.path(d, variant), d.size_bytes))
-            elif d.size_bytes == 0 and d.hash == empty:
-                result[i] = b""
-        if not wanted:
-            await trio.lowlevel.checkpoint()
-            return result
-        groups = [wanted[g : g + _BATCH_FILES] for g in range(0, len(wanted), _BATCH_FILES)]
-        contents: list[list[bytes | None]] = [[] for _ in groups]
-
-        async def read_group(g: int) -> None:
-            group = groups[g]
-            contents[g] = await self._run_maybe_inline(
-                sum(n for _, _, n in group) <= INLINE_BYTES,
-                read_files,
-                [(p, n) for _, p, n in group],
-            )
-
-        await _each_group(len(groups), read_group)
-        for group, datas in zip(groups, contents, strict=True):
-            for (i, _, _), data in zip(group, datas, strict=True):
-                if data is None:
-                    self._index.forget(digests[i])
-                result[i] = data
-        return result
-
-    async def write_many(self, blobs: Sequence[tuple[Digest, bytes]]) -> list[LreError | None]:
-        """Verify and store each blob (see ``BulkBlobStore``); per-blob errors.
-
-        Room for the whole batch is reserved at once (when that fails, the
-        blobs go through ``write`` one by one, so that the ones that fit are
-        stored). The files are then hashed, written and renamed into place
-        in a few thread calls (``_BATCH_FILES`` blobs each, run side by
-        side); each file is atomic as in ``write``.
-        """
-        self._check_open()
-        results: list[LreError | None] = [None] * len(blobs)
-        todo: list[int] = []
-        first: dict[str, int] = {}
-        repeats: list[tuple[int, int]] = []
-        for i, (digest, data) in enumerate(blobs):
-            if digest in self._index:
-                self._index.touch(digest)
-            elif digest.hash in first and blobs[first[digest.hash]][0] == digest:
-                repeats.append((i, first[digest.hash]))
-            elif len(data) != digest.size_bytes:
-                results[i] = blob_mismatch(digest, len(data), "")
-            elif (oversize := self._index.oversize_error(digest)) is not None:
-                results[i] = oversize
-            elif digest.size_bytes:
-                first.setdefault(digest.hash, i)
-                todo.append(i)
-        if todo:
-            await self._write_batch(blobs, todo, results)
-        else:
-            await trio.lowlevel.checkpoint()
-        for i, j in repeats:
-            results[i] = results[j]
-        return results
-
-    async def _write_batch(
-        self,
-        blobs: Sequence[tuple[Digest, bytes]],
-        todo: list[int],
-        results: list[LreError | None],
-    ) -> None:
-        index = self._index
-        digests = [blobs[i][0] for i in todo]
-        total = sum(d.size_bytes for d in digests)
-        with index.busy(digests):
-            try:
-                await index.reserve(digests[0], total)
-            except ResourceExhausted:
-                for i in todo:
-                    digest, data = blobs[i]
-                    try:
-                        await self.write(digest, single_chunk(data))
-                    except LreError as exc:
-                        results[i] = exc
-                return
-            try:
-                for digest in digests:
-                    await index.wait_deleted(digest)
-                touched = index.touched_batch()
-                groups = [todo[g : g + _BATCH_FILES] for g in range(0, len(todo), _BATCH_FILES)]
-                outcomes: list[tuple[list[LreError | None], BaseException | None]] = [
-                    ([], None) for _ in groups
-                ]
-
-                async def write_group(g: int) -> None:
-                    items = [
-                        (blobs[i][0], blobs[i][1], index.path(blobs[i][0], _PLAIN))
-                        for i in groups[g]
-                    ]
-                    batch_touched = touched if g == 0 else []
-                    small = self._small_write(sum(len(data) for _, data, _ in items), batch_touched)
-                    outcomes[g] = await self._run_maybe_inline(
-                        small, self._writer.write_files, items, batch_touched
-                    )
-
-                await _each_group(len(groups), write_group)
-                failure: BaseException | None = None
-                for group, (errors, error) in zip(groups, outcomes, strict=True):
-                    # ``errors`` is shorter than ``group`` only when ``error`` stopped it.
-                    for i, outcome in zip(group, errors, strict=False):
-                        if outcome is None:
-                            index.add(blobs[i][0], _PLAIN)
-                        else:
-                            results[i] = outcome
-                    failure = failure or error
-                if failure is not None:
-                    raise failure
-            finally:
-                index.unreserve(total)
 
     # ------------------------------------------------------------ extras
 
