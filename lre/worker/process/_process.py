@@ -192,7 +192,7 @@ _OOM = OomCounters()
 #: Threads that start action processes (a spawn blocks its thread until the
 #: child has exec'd; two in parallel keep a busy machine's scheduling latency
 #: from serialising every start; more contend for the GIL with the event loop
-#: and cost more CPU than they save, measured with bench/bench_execute.py --only worker).
+#: and cost more CPU than they save).
 SPAWNER_THREADS = 2
 
 

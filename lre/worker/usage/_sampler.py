@@ -19,8 +19,8 @@ Accounting per action:
   process, so the figure errs on the high side. Proportional set sizes
   (``smaps_rollup``) would not multiply them, but reading them costs the
   kernel a walk of every member's page tables each pass: 184 ms a pass on
-  2,000 processes against 13 ms for ``stat`` (``bench/bench_sampler.py --figures``,
-  docs/resource-control.md), too much for a 250 ms period.
+  2,000 processes against 13 ms for ``stat`` (docs/resource-control.md), too
+  much for a 250 ms period.
 - Members are counted from their ``exec`` on: a member is found through the
   session, group or namespace of the action's first process, which is
   registered after it executed its program, so lre's own image (which a

@@ -76,7 +76,7 @@ LIBC = _load(ctypes.CDLL)
 #: Calls through this one keep the GIL. A view makes some thirty mount
 #: calls of a few microseconds each; with lre's other threads waiting for
 #: the GIL, dropping and taking it back around each one cost more than the
-#: calls (a futex wake and a context switch per call; docs/performance.md).
+#: calls (a futex wake and a context switch per call).
 #: Only for calls on lre's own paths, descriptors and the view's fixed
 #: mount points: a path the user configured (a writable path on a hung
 #: network filesystem) must not stall every thread of lre.
