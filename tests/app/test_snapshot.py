@@ -131,9 +131,6 @@ class _Usage:
 def test_sampler_usage_joined_by_lease_id() -> None:
     lease = _LeaseWithId(
         operation_name="main/operations/1",
-        action_hash="ab" * 32,
-        kind_key="cmd:gcc:0123456789abcdef",
-        mnemonic="",
         target_id="",
         summary="gcc",
         reservation=Reservation(2000, 1 << 30),
@@ -233,8 +230,6 @@ def _statistics(
         backpressure_requeues=0,
         ladder_kills=0,
         lease_cancellations=0,
-        watchers=0,
-        retained_operations=0,
         memory_reserved_bytes=0,
         memory_capacity_bytes=8 << 30,
         memory_budget_bytes=None,
