@@ -203,18 +203,17 @@ class RunQueue:
 
     def queued_by_platform(self) -> Counter[str]:
         """Queued operations per platform (not split by sized reservation)."""
-        counts: Counter[str] = Counter()
-        for bucket in self.buckets.values():
-            if bucket.live:
-                counts[bucket.platform] += bucket.live
-        return counts
+        return self._queued_by(lambda bucket: bucket.platform)
 
     def queued_by_reservation(self) -> Counter[str]:
         """Queued operations per bucket label (platform and sized reservation)."""
+        return self._queued_by(lambda bucket: bucket.label)
+
+    def _queued_by(self, key: Callable[[Bucket], str]) -> Counter[str]:
         counts: Counter[str] = Counter()
         for bucket in self.buckets.values():
             if bucket.live:
-                counts[bucket.label] += bucket.live
+                counts[key(bucket)] += bucket.live
         return counts
 
     def next_queued(self, limit: int) -> list[tuple[OperationState, Bucket]]:
