@@ -226,7 +226,9 @@ class BuildShares:
 
     def used_fraction(self, build: Build) -> float:
         """The dominant fraction of the capacity ``build`` reserves now (unweighted)."""
-        return self._dominant(build)
+        cpu = build.millicpus * self._per_millicpu
+        memory = build.memory_bytes * self._per_byte
+        return max(cpu, memory)
 
     def fair_fraction(self, build: Build) -> float:
         """The fraction of the machine ``build`` is entitled to now: its weight
@@ -244,9 +246,4 @@ class BuildShares:
         build.share = (cpu if cpu > memory else memory) / build.weight
 
     def _reshare(self, build: Build) -> None:
-        build.share = self._dominant(build) / build.weight
-
-    def _dominant(self, build: Build) -> float:
-        cpu = build.millicpus * self._per_millicpu
-        memory = build.memory_bytes * self._per_byte
-        return max(cpu, memory)
+        build.share = self.used_fraction(build) / build.weight
