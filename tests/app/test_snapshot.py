@@ -110,13 +110,6 @@ def test_completed_per_second_from_successive_snapshots() -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class _LeaseWithId(LeaseStatistics):
-    """What LeaseStatistics will carry once it names the lease (the sampler's key)."""
-
-    lease_id: str = ""
-
-
-@dataclass(frozen=True, slots=True)
 class _Usage:
     """What the assembler reads of ``lre.worker.ActionUsage``: the memory
     figures are RSS plus private tmpfs (``memory_bytes``)."""
@@ -129,7 +122,7 @@ class _Usage:
 
 
 def test_sampler_usage_joined_by_lease_id() -> None:
-    lease = _LeaseWithId(
+    lease = LeaseStatistics(
         operation_name="main/operations/1",
         target_id="",
         summary="gcc",
