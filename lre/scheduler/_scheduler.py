@@ -288,6 +288,7 @@ class Scheduler:
             stage_counts=operations.stage_counts,
             completions=operations.completions,
             counters=operations.counters,
+            operations=operations.all(),
             memory_reserved=self._leasing.memory_reserved,
             memory_budget=self._resources.memory_budget_bytes,
             builds=build_statistics(self._queue.shares),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING
@@ -84,6 +84,8 @@ class SchedulerStatistics:
     backpressure_requeues: int
     ladder_kills: int
     lease_cancellations: int
+    #: Clients watching an operation now (a leak check: 0 once all is done).
+    watchers: int
     memory_reserved_bytes: int
     memory_capacity_bytes: int
     memory_budget_bytes: int | None
@@ -147,6 +149,7 @@ def collect_statistics(
     stage_counts: Mapping[Stage, int],
     completions: Mapping[str, int],
     counters: Mapping[str, int],
+    operations: Collection[OperationState],
     memory_reserved: int,
     memory_budget: int | None,
     queued_by_reservation: Mapping[str, int] | None = None,
@@ -209,6 +212,7 @@ def collect_statistics(
         ladder_kills=counters.get("ladder_kills", 0),
         ladder_requeues=counters.get("ladder_requeues", 0),
         lease_cancellations=counters.get("lease_cancellations", 0),
+        watchers=sum(op.watchers for op in operations),
         memory_reserved_bytes=memory_reserved,
         memory_capacity_bytes=capacity_mem,
         memory_budget_bytes=memory_budget,

@@ -223,6 +223,7 @@ def _statistics(
         backpressure_requeues=0,
         ladder_kills=0,
         lease_cancellations=0,
+        watchers=0,
         memory_reserved_bytes=0,
         memory_capacity_bytes=8 << 30,
         memory_budget_bytes=None,
