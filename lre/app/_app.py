@@ -17,7 +17,6 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import trio
 
@@ -198,7 +197,7 @@ class Application:
         return millicpus, memory, running
 
     def _existing_parent(self) -> str:
-        path = Path(self.config.global_.state_dir)
+        path = state_dir_of(self.config)
         while not path.exists() and path != path.parent:
             path = path.parent
         return str(path)

@@ -9,12 +9,11 @@ name; and the learned-reservation store they consult.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from pathlib import Path
 
 from lre.app._build_error import AppBuildError
 from lre.app._scheduler_chain import scheduler_chain
 from lre.app._stores import Stores
-from lre.config import Config
+from lre.config import Config, state_dir_of
 from lre.scheduler import (
     ActionScheduler,
     ForwardScheduler,
@@ -39,7 +38,7 @@ def build_learner(config: Config) -> ReservationLearner | None:
         if spec.simple is not None and spec.simple.resources.learner.enabled:
             res = spec.simple.resources
             return ReservationLearner.in_state_dir(
-                str(Path(config.global_.state_dir)),
+                str(state_dir_of(config)),
                 res.learner,
                 cold_memory_bytes=int(res.cold_memory),
             )

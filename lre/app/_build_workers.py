@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from lre.app._build_error import AppBuildError
 from lre.app._stores import Stores
-from lre.config import Config, WorkerResources
+from lre.config import Config, WorkerResources, state_dir_of
 from lre.errors import InvalidArgument
 from lre.scheduler import Scheduler
 from lre.worker import (
@@ -34,7 +34,7 @@ def lre_directories(config: Config) -> tuple[str, ...]:
     directory, each filesystem store's content and temporary paths, each
     worker's work directory, the listeners' token and TLS key files); see
     lre/worker/view/_view.py."""
-    paths = [config.global_.state_dir]
+    paths = [str(state_dir_of(config))]
     for store in config.stores:
         if store.filesystem is not None:
             content = store.filesystem.content_path

@@ -26,7 +26,7 @@ import trio
 from lre.app._app import Application, ReadyInfo
 from lre.app._limits import raise_open_files_limit
 from lre.app._logging import configure_logging, log_file
-from lre.config import Config
+from lre.config import Config, state_dir_of
 from lre.worker import keep_reserve
 
 log = logging.getLogger(__name__)
@@ -102,8 +102,9 @@ def run_server(
     ``WorkDirectoryInUse``); returns after a clean shutdown.
     """
     level = log_level or config.global_.log_level
-    os.makedirs(config.global_.state_dir, mode=0o700, exist_ok=True)
-    path = log_file(config.global_.state_dir)
+    state_dir = state_dir_of(config)
+    os.makedirs(state_dir, mode=0o700, exist_ok=True)
+    path = log_file(state_dir)
     if log_to_file:
         configure_logging(level, file=path)
     elif _is_file(sys.stderr, path):  # detached: stderr already is the log file

@@ -32,7 +32,6 @@ from lre.snapshot import (
     JobserverTokens,
     MemoryControlRow,
     ProcessSnapshot,
-    QueuedAction,
     StoreRow,
     UpstreamRow,
     WorkerRow,
@@ -286,18 +285,6 @@ def _with_scheduler(
             for w in stats.workers
         ),
         inflight=tuple(inflight),
-        queued_next=tuple(
-            QueuedAction(
-                operation=q.operation_name,
-                target=q.target_id,
-                summary=q.summary or "?",
-                platform=q.platform,
-                waiting_for=q.waiting_for,
-                queued_s=max(0.0, now - q.queued_at),
-                reserved_millicpus=q.reservation.millicpus,
-                reserved_memory_bytes=q.reservation.memory_bytes,
-            )
-            for q in stats.queued_next
-        ),
+        queued_next=stats.queued_next,
         build_shares=stats.builds,
     )

@@ -21,6 +21,7 @@ from lre.config import (
     format_path,
     load_config,
     resolve,
+    state_dir_of,
     value_origins,
 )
 
@@ -95,7 +96,7 @@ def _recovery() -> str:
     running (no claim about an lre that is not there)."""
     from lre.cli._daemon import read_pid_file
 
-    state_dir = Path(resolve(default_config()).global_.state_dir)
+    state_dir = state_dir_of(resolve(default_config()))
     server = read_pid_file(state_dir)
     if server is not None and server.alive():
         return RECOVER
@@ -156,7 +157,7 @@ def show(
     if origin:
         _print_origins(text, found)
         return
-    running = _running_effective(Path(resolved.global_.state_dir))
+    running = _running_effective(state_dir_of(resolved))
     if running is not None:
         typer.echo(running, nl=False)
         return

@@ -25,7 +25,7 @@ from lre.cli._app import app, command_group
 from lre.cli._byte_text import human_bytes
 from lre.cli._config_cmd import config_option, fallback_warning, load_or_fallback
 from lre.cli._history_read import HistoryRead, read_state_history
-from lre.config import resolve
+from lre.config import resolve, state_dir_of
 
 if TYPE_CHECKING:
     from lre.snapshot import ActionRecord, BuildSummary
@@ -52,7 +52,7 @@ def history_dir(config: Path | None) -> Path:
     loaded, problems = load_or_fallback(config)
     if problems:
         fallback_warning(problems)
-    return Path(resolve(loaded).global_.state_dir)
+    return state_dir_of(resolve(loaded))
 
 
 def duration_text(seconds: float) -> str:

@@ -28,7 +28,7 @@ from lre.cli._links import Link, read_links, record_link
 from lre.cli._ports import split_address
 from lre.cli._repo_owner import serving_elsewhere
 from lre.cli._repository import resolve_repository
-from lre.config import resolve
+from lre.config import resolve, state_dir_of
 
 #: Addresses a server may listen on that a client cannot connect to as such.
 _WILDCARDS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
@@ -227,7 +227,7 @@ def link_command(
     buck_local: BuckLocalOption = False,
 ) -> None:
     """Point a repository's Bazel/Buck2 at the lre that is running (exit 1 if none)."""
-    state_dir = Path(resolve(load_or_default(config_path)).global_.state_dir)
+    state_dir = state_dir_of(resolve(load_or_default(config_path)))
     server = read_pid_file(state_dir)
     if server is None or not server.alive():
         typer.echo("error: lre is not running; `lre up` starts it", err=True)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from lre.cli._config_cmd import fallback_warning, load_or_fallback
 from lre.cli._daemon import RunningServer, read_pid_file
-from lre.config import Config, resolve
+from lre.config import Config, resolve, state_dir_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +30,7 @@ def look_up(config_path: Path | None) -> Lookup:
     if problems:
         fallback_warning(problems)
     config = resolve(loaded)
-    state_dir = Path(config.global_.state_dir)
+    state_dir = state_dir_of(config)
     server = read_pid_file(state_dir)
     alive = server if server is not None and server.alive() else None
     return Lookup(config, state_dir, alive, tuple(problems))

@@ -26,7 +26,7 @@ from lre.cli._app import app
 from lre.cli._config_cmd import config_option, load_or_default
 from lre.cli._daemon import read_pid_file
 from lre.cli._running import look_up
-from lre.config import resolve
+from lre.config import resolve, state_dir_of
 
 if TYPE_CHECKING:
     from lre.snapshot import ProcessSnapshot
@@ -57,7 +57,7 @@ def status_address(address: str | None, config: Path | None) -> str:
     if address:
         return address
     loaded = load_or_default(config)
-    running = read_pid_file(Path(resolve(loaded).global_.state_dir))
+    running = read_pid_file(state_dir_of(resolve(loaded)))
     if running is not None and running.status_address and running.alive():
         return running.status_address
     configured = loaded.global_.status.address
@@ -113,7 +113,7 @@ def top(
     except ValueError as error:
         typer.echo(str(error), err=True)
         raise typer.Exit(2) from error
-    state_dir = None if address else Path(resolve(load_or_default(config)).global_.state_dir)
+    state_dir = None if address else state_dir_of(resolve(load_or_default(config)))
     getter = source if state_dir is None else _SaysWhenStopped(source, state_dir)
     try:
         trio.run(

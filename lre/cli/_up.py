@@ -130,11 +130,6 @@ def say(text: str, *, err: bool = False) -> None:
         pass
 
 
-def _press(stop: ForegroundStop) -> None:
-    """A ``q`` in the dashboard (bound by then, so ``press`` handles it)."""
-    stop.press()
-
-
 def _dashboard_of(
     notes: list[str], stop: ForegroundStop
 ) -> Callable[[Application], Awaitable[None]]:
@@ -159,7 +154,7 @@ def _dashboard_of(
                     quit_keys=True,
                     notes=notes,
                     footer=UP_FOOTER,
-                    on_quit=lambda: _press(stop),
+                    on_quit=stop.press,
                     status_line=lambda: stop.line,
                 )
             except OSError:  # the terminal went away: SIGHUP stops lre

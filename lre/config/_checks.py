@@ -238,12 +238,8 @@ class _Checker:
                 return [store.verify.backend]
             return []
 
-        for cycle in _cycles({n: targets(s) for n, s in self.stores.items()}):
-            index = next(i for i, s in enumerate(self.config.stores) if s.name == cycle[0])
-            self.fail(
-                ("stores", index),
-                "stores refer to each other in a cycle: " + " -> ".join([*cycle, cycle[0]]),
-            )
+        graph = {n: targets(s) for n, s in self.stores.items()}
+        self._refuse_cycles("stores", [s.name for s in self.config.stores], graph, "refer to")
 
     def _store_ref(self, path: Path, name: str, role: str) -> None:
         """``name`` must be a store usable as ``role``: "cas", "ac" or "any"."""
@@ -345,11 +341,19 @@ class _Checker:
                 return [scheduler.forward.local]
             return []
 
-        for cycle in _cycles({n: targets(s) for n, s in self.schedulers.items()}):
-            index = next(i for i, s in enumerate(self.config.schedulers) if s.name == cycle[0])
+        graph = {n: targets(s) for n, s in self.schedulers.items()}
+        names = [s.name for s in self.config.schedulers]
+        self._refuse_cycles("schedulers", names, graph, "hand over to")
+
+    def _refuse_cycles(
+        self, section: str, names: list[str], graph: dict[str, list[str]], verb: str
+    ) -> None:
+        """One failure per reference cycle in ``graph``, at the first entry of
+        ``section`` (whose names, in order, are ``names``) that is in it."""
+        for cycle in _cycles(graph):
             self.fail(
-                ("schedulers", index),
-                "schedulers hand over to each other in a cycle: " + " -> ".join([*cycle, cycle[0]]),
+                (section, names.index(cycle[0])),
+                f"{section} {verb} each other in a cycle: " + " -> ".join([*cycle, cycle[0]]),
             )
 
     # -------------------------------------------------------------- workers

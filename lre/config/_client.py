@@ -15,13 +15,6 @@ from __future__ import annotations
 from lre.config._models import Config
 
 
-def has_upstream(config: Config) -> bool:
-    """Whether ``config`` reads from or forwards to an upstream REAPI server."""
-    return any(s.grpc is not None for s in config.stores) or any(
-        s.forward is not None for s in config.schedulers
-    )
-
-
 def client_exec_properties(config: Config) -> tuple[tuple[str, str], ...]:
     """The (name, value) pairs the written client config sends, sorted by name
     when configured (see the module docstring)."""

@@ -45,7 +45,6 @@ from lre.scheduler._roles import ActionScheduler, WorkerScheduler
 from lre.scheduler._scheduler import Scheduler
 from lre.scheduler._statistics import (
     LeaseStatistics,
-    QueuedStatistics,
     RegisteredWorkerStatistics,
     SchedulerStatistics,
 )
@@ -69,7 +68,6 @@ __all__ = [
     "OperationSnapshot",
     "OperationWatch",
     "Outcome",
-    "QueuedStatistics",
     "RecordBuilder",
     "RecordHook",
     "RegisteredWorkerStatistics",

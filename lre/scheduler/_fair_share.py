@@ -36,53 +36,38 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from lre.config import FairShareSpec
 from lre.scheduler._model import RequestInfo, Reservation
 
 
+@dataclass(eq=False, slots=True)
 class Build:
-    """One build's standing: what it runs and queues now, and its share."""
+    """One build's standing: what it runs and queues now, and its share.
+    ``tool`` is its client's "name version"."""
 
-    __slots__ = (
-        "invocation",
-        "key",
-        "memory_bytes",
-        "millicpus",
-        "queued",
-        "rank",
-        "repository",
-        "running",
-        "served",
-        "share",
-        "since",
-        "tool",
-        "usage",
-        "weight",
-    )
-
-    def __init__(self, key: str, info: RequestInfo, weight: float) -> None:
-        self.key = key
-        self.invocation = info.tool_invocation_id
-        self.repository = info.repository
-        self.tool = f"{info.tool_name} {info.tool_version}".strip()
-        self.weight = weight
-        self.queued = 0
-        self.running = 0
-        self.millicpus = 0
-        self.memory_bytes = 0
-        #: Weighted dominant share of the capacity its running actions reserve
-        #: (kept up to date while there are two builds or more: alone, no
-        #: other build's order depends on it).
-        self.share = 0.0
-        #: Share-seconds up to ``since`` (a clock reading), while builds compete.
-        self.usage = 0.0
-        self.since = 0.0
-        #: Its usage as of the queue's last look (what the queue orders by).
-        self.rank = 0.0
-        #: When it last started an action while builds competed (a counter;
-        #: lower = longer ago).
-        self.served = 0
+    key: str
+    invocation: str = ""
+    repository: str = ""
+    tool: str = ""
+    weight: float = 1.0
+    queued: int = 0
+    running: int = 0
+    millicpus: int = 0
+    memory_bytes: int = 0
+    #: Weighted dominant share of the capacity its running actions reserve
+    #: (kept up to date while there are two builds or more: alone, no
+    #: other build's order depends on it).
+    share: float = 0.0
+    #: Share-seconds up to ``since`` (a clock reading), while builds compete.
+    usage: float = 0.0
+    since: float = 0.0
+    #: Its usage as of the queue's last look (what the queue orders by).
+    rank: float = 0.0
+    #: When it last started an action while builds competed (a counter;
+    #: lower = longer ago).
+    served: int = 0
 
     def usage_at(self, now: float) -> float:
         """Its share-seconds up to ``now``."""
@@ -115,7 +100,7 @@ class BuildShares:
         self._per_millicpu = 0.0
         self._per_byte = 0.0
         self._starts = 0
-        self._everyone = Build("", RequestInfo(), 1.0)
+        self._everyone = Build("")
 
     def key_of(self, info: RequestInfo) -> str:
         """The build ``info`` belongs to (see the module docstring)."""
@@ -142,8 +127,13 @@ class BuildShares:
         key = self.key_of(info)
         build = self.builds.get(key)
         if build is None:
-            weight = self._weights.get(info.repository, 1.0)
-            build = self.builds[key] = Build(key, info, weight)
+            build = self.builds[key] = Build(
+                key,
+                invocation=info.tool_invocation_id,
+                repository=info.repository,
+                tool=f"{info.tool_name} {info.tool_version}".strip(),
+                weight=self._weights.get(info.repository, 1.0),
+            )
             if self._by_invocation and invocation:
                 self.by_invocation[invocation] = build
             if not self.competing and len(self.builds) > 1:
@@ -226,7 +216,9 @@ class BuildShares:
 
     def used_fraction(self, build: Build) -> float:
         """The dominant fraction of the capacity ``build`` reserves now (unweighted)."""
-        return self._dominant(build)
+        cpu = build.millicpus * self._per_millicpu
+        memory = build.memory_bytes * self._per_byte
+        return max(cpu, memory)
 
     def fair_fraction(self, build: Build) -> float:
         """The fraction of the machine ``build`` is entitled to now: its weight
@@ -244,9 +236,4 @@ class BuildShares:
         build.share = (cpu if cpu > memory else memory) / build.weight
 
     def _reshare(self, build: Build) -> None:
-        build.share = self._dominant(build) / build.weight
-
-    def _dominant(self, build: Build) -> float:
-        cpu = build.millicpus * self._per_millicpu
-        memory = build.memory_bytes * self._per_byte
-        return max(cpu, memory)
+        build.share = self.used_fraction(build) / build.weight

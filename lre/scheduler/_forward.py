@@ -88,7 +88,6 @@ class ForwardedOperation:
     """One operation running upstream now (``lre_upstream_forwarded_inflight``)."""
 
     name: str
-    action_hash: str
     stage: str
     reason: str
     started_at: float  # wall clock
@@ -211,7 +210,6 @@ class ForwardScheduler:
         inflight = tuple(
             ForwardedOperation(
                 name=name,
-                action_hash=up.operation.key.action_digest.hash,
                 stage=up.operation.stage.name,
                 reason=up.reason,
                 started_at=up.started_at,

@@ -68,7 +68,6 @@ class UpstreamOutcome:
     cached_result: bool
     error: LreError | None
     message: str
-    uploaded_blobs: int
 
 
 def _status_error(status: Any, what: str) -> LreError | None:
@@ -156,15 +155,14 @@ class UpstreamExecutor:
                 )
         return list(dict.fromkeys(blobs))
 
-    async def upload_inputs(self, action_digest: Digest, action: re_pb2.Action) -> int:
+    async def upload_inputs(self, action_digest: Digest, action: re_pb2.Action) -> None:
         if self.upstream_cas is None:
-            return 0
+            return
         blobs = await self.input_blobs(action_digest, action)
         try:
-            copied = await upload_missing(self.local_cas, self.upstream_cas, blobs)
+            await upload_missing(self.local_cas, self.upstream_cas, blobs)
         except NotFound as error:
             raise MissingBlobs([], f"cannot forward {action_digest}: {error.message}") from None
-        return len(copied)
 
     async def run(
         self,
@@ -177,18 +175,16 @@ class UpstreamExecutor:
             action_digest, action = await self.rewrite_platform(request, action_digest, action)
         except NotFound as error:
             raise MissingBlobs([], f"cannot forward {action_digest}: {error.message}") from None
-        uploaded = await self.upload_inputs(action_digest, action)
+        await self.upload_inputs(action_digest, action)
         outgoing = re_pb2.ExecuteRequest()
         outgoing.CopyFrom(request)
         outgoing.instance_name = self.instance_name
         outgoing.action_digest.CopyFrom(action_digest.to_proto())
         outcome = await self._execute(outgoing, on_stage)
         if isinstance(outcome.error, MissingBlobs) and self.upstream_cas is not None:
-            uploaded += await self.upload_inputs(action_digest, action)
+            await self.upload_inputs(action_digest, action)
             outcome = await self._execute(outgoing, on_stage)
-        return UpstreamOutcome(
-            outcome.result, outcome.cached_result, outcome.error, outcome.message, uploaded
-        )
+        return outcome
 
     async def _execute(
         self, request: re_pb2.ExecuteRequest, on_stage: Callable[[Stage], None]
@@ -238,11 +234,11 @@ class UpstreamExecutor:
         if not operation.done:
             return None
         if operation.HasField("error"):
-            return UpstreamOutcome(None, False, _status_error(operation.error, what), "", 0)
+            return UpstreamOutcome(None, False, _status_error(operation.error, what), "")
         response = re_pb2.ExecuteResponse()
         if not operation.response.Unpack(response):
             return UpstreamOutcome(
-                None, False, Unavailable(f"{what}: the upstream sent no ExecuteResponse"), "", 0
+                None, False, Unavailable(f"{what}: the upstream sent no ExecuteResponse"), ""
             )
         result = re_pb2.ActionResult()
         has_result = response.HasField("result")
@@ -253,5 +249,4 @@ class UpstreamExecutor:
             response.cached_result,
             _status_error(response.status, what),
             response.message,
-            0,
         )

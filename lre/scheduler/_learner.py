@@ -98,7 +98,6 @@ class LearnerStatistics:
     samples: int
     pending_writes: int
     flushes: int
-    last_flush_seconds: float
 
 
 class _KindSamples:
@@ -163,7 +162,6 @@ class ReservationLearner:
         self._pending: list[tuple[str, float, int, int, int]] = []
         self._lock = threading.Lock()  # guards the connection and _pending
         self._flushes = 0
-        self._last_flush = 0.0
         self._db = self._open()
         self._load()
 
@@ -277,7 +275,6 @@ class ReservationLearner:
             samples=sum(len(k.samples) for k in self._kinds.values()),
             pending_writes=len(self._pending),
             flushes=self._flushes,
-            last_flush_seconds=self._last_flush,
         )
 
     # ------------------------------------------------------------------ persistence
@@ -292,7 +289,6 @@ class ReservationLearner:
             if not self._pending or self._db is None:
                 return 0
             batch, self._pending = self._pending, []
-            started = time.perf_counter()
             try:
                 with self._db:
                     self._db.executemany("INSERT INTO samples VALUES (?, ?, ?, ?, ?)", batch)
@@ -311,7 +307,6 @@ class ReservationLearner:
                 self._pending = batch + self._pending
                 return 0
             self._flushes += 1
-            self._last_flush = time.perf_counter() - started
             return len(batch)
 
     async def run(

@@ -28,6 +28,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from lre.config import FairShareSpec
@@ -40,47 +41,28 @@ from lre.snapshot import WaitReason
 HeapEntry = tuple[int, int, int, OperationState]
 
 
+@dataclass(eq=False, repr=False, slots=True)
 class Bucket:
     """Queued operations that need the same thing, ordered by (priority, seq)."""
 
-    __slots__ = (
-        "blocked",
-        "blocks",
-        "build",
-        "exclusive",
-        "heap",
-        "key",
-        "label",
-        "live",
-        "matches",
-        "platform",
-        "requirements",
-        "timeout_s",
-        "waiting_for",
-    )
+    key: tuple[Any, ...]
+    requirements: Requirements
+    exclusive: bool
+    timeout_s: float
+    build: Build
+    heap: list[HeapEntry] = field(default_factory=list)
+    live: int = 0
+    matches: dict[str, bool] = field(default_factory=dict)
+    label: str = field(init=False)
+    #: The platform alone (no sized reservation): what the queue is grouped by.
+    platform: str = field(init=False)
+    blocks: int = 0
+    blocked: dict[str, int] = field(default_factory=dict)
+    waiting_for: str = ""
 
-    def __init__(
-        self,
-        key: tuple[Any, ...],
-        requirements: Requirements,
-        exclusive: bool,
-        timeout_s: float,
-        build: Build,
-    ) -> None:
-        self.key = key
-        self.build = build
-        self.requirements = requirements
-        self.exclusive = exclusive
-        self.timeout_s = timeout_s
-        self.heap: list[HeapEntry] = []
-        self.live = 0
-        self.matches: dict[str, bool] = {}
-        self.label = requirements.label() + (",exclusive" if exclusive else "")
-        #: The platform alone (no sized reservation): what the queue is grouped by.
-        self.platform = requirements.platform_label()
-        self.blocks = 0
-        self.blocked: dict[str, int] = {}
-        self.waiting_for = ""
+    def __post_init__(self) -> None:
+        self.label = self.requirements.label() + (",exclusive" if self.exclusive else "")
+        self.platform = self.requirements.platform_label()
 
     def block(self, reason: str) -> None:
         """The head could not start for want of ``reason`` (a ``WaitReason``)."""
@@ -203,18 +185,17 @@ class RunQueue:
 
     def queued_by_platform(self) -> Counter[str]:
         """Queued operations per platform (not split by sized reservation)."""
-        counts: Counter[str] = Counter()
-        for bucket in self.buckets.values():
-            if bucket.live:
-                counts[bucket.platform] += bucket.live
-        return counts
+        return self._queued_by(lambda bucket: bucket.platform)
 
     def queued_by_reservation(self) -> Counter[str]:
         """Queued operations per bucket label (platform and sized reservation)."""
+        return self._queued_by(lambda bucket: bucket.label)
+
+    def _queued_by(self, key: Callable[[Bucket], str]) -> Counter[str]:
         counts: Counter[str] = Counter()
         for bucket in self.buckets.values():
             if bucket.live:
-                counts[bucket.label] += bucket.live
+                counts[key(bucket)] += bucket.live
         return counts
 
     def next_queued(self, limit: int) -> list[tuple[OperationState, Bucket]]:

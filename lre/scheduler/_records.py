@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
@@ -211,29 +212,18 @@ class OperationState:
         event.set()
 
 
+@dataclass(eq=False, repr=False, slots=True)
 class WorkerState:
     """A registered worker: what it holds and the event its ``lease`` call waits on."""
 
-    __slots__ = (
-        "draining",
-        "info",
-        "last_seen",
-        "leases",
-        "registered",
-        "reserved",
-        "waiters",
-        "wake",
-    )
-
-    def __init__(self, info: WorkerInfo) -> None:
-        self.info = info
-        self.draining = False
-        self.registered = True
-        self.reserved = Reservation()
-        self.leases: dict[str, LeaseRecord] = {}
-        self.wake = trio.Event()
-        self.waiters = 0
-        self.last_seen = time.monotonic()
+    info: WorkerInfo
+    draining: bool = False
+    registered: bool = True
+    reserved: Reservation = field(default_factory=Reservation)
+    leases: dict[str, LeaseRecord] = field(default_factory=dict)
+    wake: trio.Event = field(default_factory=trio.Event)
+    waiters: int = 0
+    last_seen: float = field(default_factory=time.monotonic)
 
     def wake_up(self) -> None:
         """Wake the ``lease`` calls waiting on ``wake`` (nothing to do when none waits)."""
@@ -242,13 +232,11 @@ class WorkerState:
             event.set()
 
 
+@dataclass(eq=False, repr=False, slots=True)
 class LeaseRecord:
     """A lease held by a worker for an operation."""
 
-    __slots__ = ("lease", "op", "started_at", "worker")
-
-    def __init__(self, lease: Lease, op: OperationState, worker: WorkerState) -> None:
-        self.lease = lease
-        self.op = op
-        self.worker = worker
-        self.started_at = time.time()
+    lease: Lease
+    op: OperationState
+    worker: WorkerState
+    started_at: float = field(default_factory=time.time)

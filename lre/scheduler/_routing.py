@@ -56,11 +56,6 @@ class RoutedOperation:
     def done(self) -> bool:
         return self._op.done
 
-    @property
-    def away(self) -> bool:
-        """Whether the operation runs elsewhere now (``take_away`` without ``bring_back``)."""
-        return self._op.away
-
     def take_away(self, message: str) -> None:
         """The operation runs elsewhere from now on; clients see ``message``
         (why and where) until it ends. Nothing once it ended."""

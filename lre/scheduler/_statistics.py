@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -11,7 +12,7 @@ from lre.errors import Cancelled, LreError
 from lre.proto import re_pb2
 from lre.scheduler._model import Reservation, Stage
 from lre.scheduler._records import OperationState, WorkerState
-from lre.snapshot import BuildShareRow, action_summary
+from lre.snapshot import BuildShareRow, QueuedAction, action_summary
 
 if TYPE_CHECKING:
     from lre.scheduler._fair_share import BuildShares
@@ -29,9 +30,6 @@ class LeaseStatistics:
     client's tool invocation id and "name version" (the build it belongs to)."""
 
     operation_name: str
-    action_hash: str
-    kind_key: str
-    mnemonic: str
     target_id: str
     summary: str
     reservation: Reservation
@@ -43,21 +41,6 @@ class LeaseStatistics:
     lease_id: str = ""
     invocation: str = ""
     tool: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class QueuedStatistics:
-    """One of the next queued operations: what it is, on which platform, and
-    what it waits for now (a ``lre.snapshot.WaitReason`` value, ``""`` when
-    nothing held it yet)."""
-
-    operation_name: str
-    target_id: str
-    summary: str
-    platform: str
-    waiting_for: str
-    queued_at: float
-    reservation: Reservation
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,15 +84,15 @@ class SchedulerStatistics:
     backpressure_requeues: int
     ladder_kills: int
     lease_cancellations: int
+    #: Clients watching an operation now (a leak check: 0 once all is done).
     watchers: int
-    retained_operations: int
     memory_reserved_bytes: int
     memory_capacity_bytes: int
     memory_budget_bytes: int | None
     millicpus_reserved: int
     millicpus_capacity: int
     queued_by_reservation: Mapping[str, int] = field(default_factory=lambda: _NO_COUNTS)
-    queued_next: tuple[QueuedStatistics, ...] = ()
+    queued_next: tuple[QueuedAction, ...] = ()
     #: Ladder kills lre answered by running the action again one step up
     #: (``ladder_kills`` less the kills it gave up after).
     ladder_requeues: int = 0
@@ -174,6 +157,7 @@ def collect_statistics(
     builds: tuple[BuildShareRow, ...] = (),
 ) -> SchedulerStatistics:
     """A frozen ``SchedulerStatistics`` of the scheduler's records."""
+    now = time.time()  # the clock of ``OperationState.queued_at``
     rows = []
     capacity_cpu = capacity_mem = reserved_cpu = 0
     for state in workers:
@@ -184,9 +168,6 @@ def collect_statistics(
             LeaseStatistics(
                 lease_id=r.lease.lease_id,
                 operation_name=r.op.name,
-                action_hash=r.op.key.action_digest.hash,
-                kind_key=r.lease.kind_key,
-                mnemonic=r.lease.request_info.action_mnemonic,
                 target_id=r.lease.request_info.target_id,
                 summary=action_summary(
                     r.lease.request_info.action_mnemonic, r.lease.command.arguments
@@ -232,7 +213,6 @@ def collect_statistics(
         ladder_requeues=counters.get("ladder_requeues", 0),
         lease_cancellations=counters.get("lease_cancellations", 0),
         watchers=sum(op.watchers for op in operations),
-        retained_operations=len(operations),
         memory_reserved_bytes=memory_reserved,
         memory_capacity_bytes=capacity_mem,
         memory_budget_bytes=memory_budget,
@@ -240,17 +220,19 @@ def collect_statistics(
         millicpus_capacity=capacity_cpu,
         queued_by_reservation=MappingProxyType(dict(queued_by_reservation or {})),
         queued_next=tuple(
-            QueuedStatistics(
-                operation_name=op.name,
-                target_id=op.request_info.target_id,
+            QueuedAction(
+                operation=op.name,
+                target=op.request_info.target_id,
                 summary=action_summary(
                     op.request_info.action_mnemonic,
                     op.command.arguments if op.command is not None else (),
-                ),
+                )
+                or "?",
                 platform=bucket.platform,
                 waiting_for=bucket.waiting_for,
-                queued_at=op.queued_at,
-                reservation=op.reservation,
+                queued_s=max(0.0, now - op.queued_at),
+                reserved_millicpus=op.reservation.millicpus,
+                reserved_memory_bytes=op.reservation.memory_bytes,
             )
             for op, bucket in queued_next
         ),

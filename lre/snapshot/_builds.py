@@ -48,7 +48,7 @@ def percentile(values: Sequence[float], fraction: float) -> float:
     return ordered[min(rank, len(ordered)) - 1]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class BuildSummary:
     """What one build did, from its actions' records.
 
@@ -65,22 +65,22 @@ class BuildSummary:
     started_at: float
     ended_at: float
     client: str
-    instance: str
-    actions: int
-    executed: int
-    execute_hits: int
-    lookup_hits: int
-    not_run: int
-    failed: int
-    killed: int
-    retried: int
-    frozen: int
-    queue_p50_s: float
-    queue_p95_s: float
-    lre_per_action_s: float
-    peak_rss_bytes: int
+    instance: str = ""
+    actions: int = 0
+    executed: int = 0
+    execute_hits: int = 0
+    lookup_hits: int = 0
+    not_run: int = 0
+    failed: int = 0
+    killed: int = 0
+    retried: int = 0
+    frozen: int = 0
+    queue_p50_s: float = 0.0
+    queue_p95_s: float = 0.0
+    lre_per_action_s: float = 0.0
+    peak_rss_bytes: int = 0
     #: The longest-running executed actions (running phase; wall time breaks ties).
-    slowest: tuple[ActionRecord, ...]
+    slowest: tuple[ActionRecord, ...] = ()
     cancelled: int = 0
     memory_retried: int = 0
     resubmitted: int = 0
@@ -178,21 +178,6 @@ def _summary(
             started_at=span.first_at,
             ended_at=span.last_at,
             client=span.tool,
-            instance="",
-            actions=0,
-            executed=0,
-            execute_hits=0,
-            lookup_hits=0,
-            not_run=0,
-            failed=0,
-            killed=0,
-            retried=0,
-            frozen=0,
-            queue_p50_s=0.0,
-            queue_p95_s=0.0,
-            lre_per_action_s=0.0,
-            peak_rss_bytes=0,
-            slowest=(),
             repository=span.repository,
         )
     executed = [r for r in records if r.source is Source.EXECUTED]

@@ -180,11 +180,6 @@ class ActionRecord:
         return self.phase_seconds(Phase.QUEUED)
 
     @property
-    def lre_seconds(self) -> float:
-        """lre's own time around the command: staging plus storing."""
-        return self.phase_seconds(Phase.STAGING) + self.phase_seconds(Phase.STORING)
-
-    @property
     def cancelled(self) -> bool:
         """Stopped by its client (Ctrl-C, a build that failed elsewhere) or by
         lre's shutdown: not a failure of the action."""

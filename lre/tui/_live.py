@@ -55,7 +55,9 @@ def cbreak(fd: int) -> Iterator[None]:
             pass
 
 
-async def _watch_keys(fd: int, scope: trio.CancelScope, on_quit: Callable[[], None] | None) -> None:
+async def _watch_keys(
+    fd: int, scope: trio.CancelScope, on_quit: Callable[[], object] | None
+) -> None:
     while True:
         await trio.lowlevel.wait_readable(fd)
         data = os.read(fd, 64)
@@ -110,7 +112,7 @@ async def run_dashboard(
     max_frames: int | None = None,
     notes: Sequence[str] = (),
     footer: tuple[tuple[str, str], ...] = TOP_FOOTER,
-    on_quit: Callable[[], None] | None = None,
+    on_quit: Callable[[], object] | None = None,
     status_line: Callable[[], str | None] | None = None,
 ) -> None:
     """Show the dashboard of ``get_snapshot()`` until cancelled, ``q`` (with

@@ -34,8 +34,7 @@ class UpstreamStatistics:
     """A snapshot of one upstream connection, safe to read from any thread.
 
     ``healthy`` is False only while the upstream is known to be down (the
-    build then runs local-only). ``down_since`` is a wall-clock time (0 when
-    not down); ``retry_in_s`` is how long the circuit stays open.
+    build then runs local-only).
     """
 
     name: str
@@ -47,8 +46,6 @@ class UpstreamStatistics:
     retries: int
     transitions_down: int
     last_error: str
-    down_since: float
-    retry_in_s: float
     #: What the users of this upstream counted (bounded keys), e.g. the
     #: read-through ``ac_hits``, ``ac_misses``, ``read_blobs``, ``read_bytes``.
     counters: Mapping[str, int] = field(default_factory=dict)
@@ -152,7 +149,5 @@ class UpstreamHealth:
             retries=self.retries,
             transitions_down=self.transitions_down,
             last_error=self._last_error,
-            down_since=self._down_since,
-            retry_in_s=self._backoff_s if self.state == "down" else 0.0,
             counters=dict(self.counters),
         )

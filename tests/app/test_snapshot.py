@@ -110,13 +110,6 @@ def test_completed_per_second_from_successive_snapshots() -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class _LeaseWithId(LeaseStatistics):
-    """What LeaseStatistics will carry once it names the lease (the sampler's key)."""
-
-    lease_id: str = ""
-
-
-@dataclass(frozen=True, slots=True)
 class _Usage:
     """What the assembler reads of ``lre.worker.ActionUsage``: the memory
     figures are RSS plus private tmpfs (``memory_bytes``)."""
@@ -129,11 +122,8 @@ class _Usage:
 
 
 def test_sampler_usage_joined_by_lease_id() -> None:
-    lease = _LeaseWithId(
+    lease = LeaseStatistics(
         operation_name="main/operations/1",
-        action_hash="ab" * 32,
-        kind_key="cmd:gcc:0123456789abcdef",
-        mnemonic="",
         target_id="",
         summary="gcc",
         reservation=Reservation(2000, 1 << 30),
@@ -234,7 +224,6 @@ def _statistics(
         ladder_kills=0,
         lease_cancellations=0,
         watchers=0,
-        retained_operations=0,
         memory_reserved_bytes=0,
         memory_capacity_bytes=8 << 30,
         memory_budget_bytes=None,

@@ -30,8 +30,6 @@ def _stats(name: str, state: str, **counters: int) -> UpstreamStatistics:
         retries=1,
         transitions_down=1 if state == "down" else 0,
         last_error="Execute: UNAVAILABLE: gone" if state == "down" else "",
-        down_since=0.0,
-        retry_in_s=0.0,
         counters=counters,
     )
 

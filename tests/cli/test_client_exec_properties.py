@@ -12,7 +12,6 @@ import pytest
 from lre.cli._bazel_client import bazelrc_text
 from lre.cli._client_settings import ClientSettings
 from lre.config import ClientSpec, client_exec_properties, default_config, load_config
-from lre.config._client import has_upstream
 
 TEAM = Path(__file__).parents[2] / "configs" / "team-cache.json5"
 
@@ -44,9 +43,10 @@ def test_by_default_nothing_with_or_without_an_upstream(
     for name in [n for n in os.environ if n.startswith("LRE_")]:
         monkeypatch.delenv(name)
     config = default_config()
-    assert not has_upstream(config)
     team = load_config(TEAM)
-    assert has_upstream(team)
+    # the premise: the team config reads through an upstream, the default does not
+    assert not any(s.grpc is not None for s in config.stores)
+    assert any(s.grpc is not None for s in team.stores)
     for each in (config, team):
         assert client_exec_properties(each) == ()
         settings = ClientSettings(host="h", port=1, exec_properties=client_exec_properties(each))

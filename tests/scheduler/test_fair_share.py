@@ -236,7 +236,7 @@ async def test_a_build_waiting_for_its_share_says_so(
     async def reasons() -> dict[str, str]:
         await trio.sleep(1)  # the worker's lease call has tried again and waits
         queued = harness.scheduler.statistics().queued_next
-        return {builds.build_of[q.operation_name]: q.waiting_for for q in queued}
+        return {builds.build_of[q.operation]: q.waiting_for for q in queued}
 
     await builds.submit("A", 3)
     first = await worker.next_lease()

@@ -48,7 +48,10 @@ async def test_records_say_what_an_action_waited_for_and_how_often_it_ran(
             if queued.waiting_for:
                 break
             await trio.sleep(0.01)
-    assert (queued.target_id, queued.waiting_for) == ("//a:second", WaitReason.CPU)
+    assert (queued.target, queued.waiting_for) == ("//a:second", WaitReason.CPU)
+    # the dashboard's row, as the scheduler hands it out
+    assert (queued.operation, queued.summary) == (second.name, "Genrule")
+    assert queued.reserved_memory_bytes == 256 * MiB and 0 <= queued.queued_s < 60
     assert harness.scheduler.statistics().queued_by_platform == {"any": 1}  # cpu is no platform
     worker.complete(lease_a)
     lease_b = await worker.next_lease()
