@@ -103,11 +103,12 @@ async def test_a_second_clients_build_runs_between_the_first_ones_actions(
     tmp_path: Path, gate_dir: Path
 ) -> None:
     order = await started_order(tmp_path, gate_dir, "")
-    # B's first action takes the slot A0 frees. B waited while A0 held the
-    # slot, so B's second goes next unless B0 itself ran longer than that
-    # wait (real time decides; tests/scheduler pins the catch-up down on a
-    # mock clock): either way B is done before A's third action.
-    assert order in ("ABBAAAAA", "ABABAAAA"), order
+    # B's first action takes the slot A0 frees: B has used no share while A0
+    # held the slot, whatever the clock says. Where B's second goes depends on
+    # how long B0 ran against how long A0 held the slot after B arrived (real
+    # time, so a loaded machine moves it); tests/scheduler pins that catch-up
+    # down on a mock clock.
+    assert order.startswith("AB") and sorted(order) == sorted("AAAAAABB"), order
 
 
 async def test_with_fair_share_off_the_second_build_waits_for_the_first(
