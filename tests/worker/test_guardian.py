@@ -126,6 +126,38 @@ def test_an_announced_spawn_is_found_by_its_stdout_when_lre_dies(tmp_path: Path)
             group.wait()
 
 
+def test_children_forked_while_the_guardian_kills_die_too() -> None:
+    # An action that keeps starting children in sessions of their own: each
+    # one forked after the guardian read the process table would escape a
+    # kill by that table alone.
+    marker = _sleep_marker()
+    action = subprocess.Popen(
+        ["/bin/sh", "-c", f"while :; do setsid sleep {marker} & done"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    guardian = ProcessGuardian()
+    try:
+        guardian.add(action.pid)
+        wait_until(lambda: len(processes_with(marker)) > 50)
+        assert guardian._fd is not None and guardian.pid is not None
+        os.close(guardian._fd)
+        guardian._fd = None
+        os.waitpid(guardian.pid, 0)
+        action.wait(10)
+        # a fork under way when its parent died completes within moments
+        assert wait_until(lambda: not processes_with(marker), 2), (
+            f"{len(processes_with(marker))} children outlived the kill"
+        )
+    finally:
+        for process in processes_with(marker):
+            process.kill()
+        if action.poll() is None:
+            os.killpg(action.pid, 9)
+            action.wait()
+
+
 def test_an_ended_spawn_is_forgotten(tmp_path: Path) -> None:
     guardian = subprocess.Popen(
         [sys.executable, "-I", "-S", _guardian.__file__], stdin=subprocess.PIPE

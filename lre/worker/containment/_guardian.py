@@ -37,15 +37,18 @@ each containment backend (``_containment.py``) lists its actions here. With
   fork failed. A child that ran unlisted because lre was slow to write (a
   descheduled spawner thread on a loaded machine) then still dies with lre.
 - When the channel reaches end of file (lre exited, however it exited, or
-  ``close`` was called) the guardian reads the process table once and
-  SIGKILLs every listed group, every listed orphan and every descendant of
-  those, then exits. Under a spawn still announced it also kills each
-  process born since the announcement that holds that stdout file open (the
-  child, in its own group once it made its session, or between fork and
-  exec with lre's copy of the file), with its group and descendants. After
-  a clean shutdown the lists are empty. So a guardian lives exactly as long
-  as lre's end of the channel, and so no longer than the last action lre
-  ran.
+  ``close`` was called) the guardian SIGKILLs every listed group, every
+  listed orphan and every descendant of those, then exits. Under a spawn
+  still announced it also kills each process born since the announcement
+  that holds that stdout file open (the child, in its own group once it
+  made its session, or between fork and exec with lre's copy of the file),
+  with its group and descendants. Descendants are found in the process
+  table, so all these are SIGSTOPped first and the table read again until
+  no new one appears: a child forked after a reading is still the child of
+  a stopped, not yet killed (so not re-parented) process, and is found.
+  After a clean shutdown the lists are empty. So a guardian lives exactly
+  as long as lre's end of the channel, and so no longer than the last
+  action lre ran.
 
 Limits: an orphan re-parented to lre and not yet listed (lre lists the ones
 it finds when an action ends) is re-parented to init when lre dies and is not
@@ -76,6 +79,9 @@ log = logging.getLogger(__name__)
 
 _PR_SET_DUMPABLE = 4
 _KINDS = (b"+", b"-", b"*", b"/")
+#: How many times at most the guardian stops what it found and looks again
+#: for processes forked meanwhile before it kills them all.
+_STOP_PASSES = 16
 #: A spawn announced (``>DEV:INO:TICKS``) and ended (``<DEV:INO``).
 _SPAWN_FIELDS = {b">": 3, b"<": 2}
 #: What the guardian sends once it is ready, and how long lre waits for it.
@@ -456,21 +462,39 @@ def serve(stdin: int = 0, lre: int | None = None) -> None:
     except OSError:
         table = None
     if table is None:
-        victims = set(pids)
-    else:
-        for pid, group in holders(spawns, table):
-            pids.add(pid)
-            if group == pid:  # its own session made: the group is the action's
-                groups.add(pid)
-        victims = doomed(groups, pids, table)
+        _signal_all(groups, pids, signal.SIGKILL)
+        return
+    for pid, group in holders(spawns, table):
+        pids.add(pid)
+        if group == pid:  # its own session made: the group is the action's
+            groups.add(pid)
+    # Stopped first, then looked for again until no new one appears (see
+    # the module docstring).
+    stopped: set[int] = set()
+    for _ in range(_STOP_PASSES):
+        found = doomed(groups, pids | stopped, table) - stopped
+        _signal_all(groups, found, signal.SIGSTOP)
+        stopped |= found
+        if not found:
+            break
+        try:
+            table = _process_table()
+        except OSError:
+            break
+    _signal_all(groups, stopped | pids, signal.SIGKILL)
+
+
+def _signal_all(groups: set[int], pids: set[int], sig: int) -> None:
+    """Send ``sig`` to every group of ``groups`` and process of ``pids``
+    (those already gone are skipped)."""
     for pgid in groups:
         try:
-            os.killpg(pgid, signal.SIGKILL)
+            os.killpg(pgid, sig)
         except OSError:
             pass
-    for pid in victims:
+    for pid in pids:
         try:
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, sig)
         except OSError:
             pass
 
