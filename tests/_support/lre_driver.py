@@ -8,6 +8,10 @@ argv[1] is a JSON request:
 - ``leak``: when true, the driver first opens an inheritable descriptor (as
   lre may hold one by accident) so that a test sees whether it reaches the
   action or the guardian;
+- ``stall_listing``: when true, the spawner thread stalls after forking
+  the action and before listing it with the guardian (as a descheduled
+  thread on a loaded machine would), so that a test can SIGKILL this
+  process in that window;
 - ``then``: ``"down"`` closes lre's end of the guardian channel after the
   action (a clean ``lre down``) and waits for the guardian; ``"hang"`` prints
   ``{"running": true}`` (with the action's stdout and the guardian's pid)
@@ -23,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +53,12 @@ async def main(request: dict[str, Any]) -> None:
     }
     await run_process(SpawnRequest(["true"], timeout=30.0, **common))  # type: ignore[arg-type]
     guardian = containment.guardian.pid
+    if request.get("stall_listing"):
+
+        def stalled(pid: int) -> None:
+            time.sleep(3600)  # this process is SIGKILLed meanwhile
+
+        containment.spawn_started = stalled  # type: ignore[method-assign]
     script = request["script"].format(guardian=guardian, victim=request.get("victim", 0))
     if request["then"] == "hang":
         async with trio.open_nursery() as nursery:

@@ -68,29 +68,11 @@ def outside_host() -> Iterator[OutsideHost]:
         stdout=subprocess.PIPE,
         text=True,
     )
-    outer: str | None = None
     try:
         assert server.stdin is not None and server.stdout is not None
         with open(_LOCK, "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            used = subprocess.run(
-                ["ip", "-4", "-o", "addr"], capture_output=True, text=True, check=True
-            ).stdout
-            index = next(
-                (i for i in range(1, 63) if f"198.51.100.{4 * i + 1}/30" not in used), None
-            )
-            if index is None:
-                pytest.fail("no free /30 of 198.51.100.0/24 for an outside host")
-            near, far = f"198.51.100.{4 * index + 1}", f"198.51.100.{4 * index + 2}"
-            outer, inner = f"lreo{index}a", f"lreo{index}b"
-            inside = ["nsenter", f"--net=/proc/{server.pid}/ns/net", "--", "ip"]
-            _run("ip", "link", "add", outer, "type", "veth", "peer", "name", inner)
-            _run("ip", "link", "set", inner, "netns", str(server.pid))
-            _run("ip", "addr", "add", f"{near}/30", "dev", outer)
-            _run("ip", "link", "set", outer, "up")
-            _run(*inside, "addr", "add", f"{far}/30", "dev", inner)
-            _run(*inside, "link", "set", inner, "up")
-            _run(*inside, "link", "set", "lo", "up")
+            far = _join(server.pid)
         server.stdin.write("go\n")
         server.stdin.flush()
         line = server.stdout.readline()
@@ -98,9 +80,45 @@ def outside_host() -> Iterator[OutsideHost]:
             pytest.fail("the outside host's server did not start")
         yield OutsideHost(far, int(line), server.pid)
     finally:
+        # The veth pair goes with the server's namespace, and its /30 stays
+        # taken until the kernel has removed it (after this returns): never
+        # delete it by name here, where another host may own that name by now.
         server.kill()
         server.communicate()
-        # The veth pair went with the server's namespace; this only cleans up
-        # after a failed setup.
-        if outer is not None:
-            subprocess.run(["ip", "link", "del", outer], capture_output=True)
+
+
+def _join(server: int) -> str:
+    """(under the lock) Join the namespace of process ``server`` to the host
+    by a veth pair on a /30 no other outside host uses; the server's address.
+    A pair half made is deleted before the lock is released, the only time
+    its name is surely still this host's."""
+    addresses, links = (
+        subprocess.run(["ip", "-o", *what], capture_output=True, text=True, check=True).stdout
+        for what in (["-4", "addr"], ["link"])
+    )
+    index = next(
+        (
+            i
+            for i in range(1, 63)
+            if f"198.51.100.{4 * i + 1}/30" not in addresses
+            and not any(f" lreo{i}a{end}" in links for end in "@:")
+        ),
+        None,
+    )
+    if index is None:
+        pytest.fail("no free /30 of 198.51.100.0/24 for an outside host")
+    near, far = f"198.51.100.{4 * index + 1}", f"198.51.100.{4 * index + 2}"
+    outer, inner = f"lreo{index}a", f"lreo{index}b"
+    inside = ["nsenter", f"--net=/proc/{server}/ns/net", "--", "ip"]
+    _run("ip", "link", "add", outer, "type", "veth", "peer", "name", inner)
+    try:
+        _run("ip", "link", "set", inner, "netns", str(server))
+        _run("ip", "addr", "add", f"{near}/30", "dev", outer)
+        _run("ip", "link", "set", outer, "up")
+        _run(*inside, "addr", "add", f"{far}/30", "dev", inner)
+        _run(*inside, "link", "set", inner, "up")
+        _run(*inside, "link", "set", "lo", "up")
+    except BaseException:
+        subprocess.run(["ip", "link", "del", outer], capture_output=True)
+        raise
+    return far

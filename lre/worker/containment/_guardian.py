@@ -28,12 +28,27 @@ each containment backend (``_containment.py``) lists its actions here. With
   unlist single orphans that lre adopted as subreaper and left running.
   Numbers below 2 (``-1`` is every process of the user, ``0`` the guardian's
   own group, ``1`` init) are ignored.
+- An action's first process runs before lre can list it (its pid exists once
+  the fork returns), so from just before the fork until it is listed, its
+  spawner thread keeps the spawn announced: ``>DEV:INO:TICKS`` names the
+  action's new stdout file (device and inode) and when the fork is about to
+  happen (clock ticks since boot, as ``/proc/<pid>/stat`` counts a
+  process's start); ``<DEV:INO`` ends it once the process is listed or the
+  fork failed. A child that ran unlisted because lre was slow to write (a
+  descheduled spawner thread on a loaded machine) then still dies with lre.
 - When the channel reaches end of file (lre exited, however it exited, or
-  ``close`` was called) the guardian reads the process table once and
-  SIGKILLs every listed group, every listed orphan and every descendant of
-  those, then exits. After a clean shutdown the lists are empty. So a guardian
-  lives exactly as long as lre's end of the channel, and so no longer than
-  the last action lre ran.
+  ``close`` was called) the guardian SIGKILLs every listed group, every
+  listed orphan and every descendant of those, then exits. Under a spawn
+  still announced it also kills each process born since the announcement
+  that holds that stdout file open (the child, in its own group once it
+  made its session, or between fork and exec with lre's copy of the file),
+  with its group and descendants. Descendants are found in the process
+  table, so all these are SIGSTOPped first and the table read again until
+  no new one appears: a child forked after a reading is still the child of
+  a stopped, not yet killed (so not re-parented) process, and is found.
+  After a clean shutdown the lists are empty. So a guardian lives exactly
+  as long as lre's end of the channel, and so no longer than the last
+  action lre ran.
 
 Limits: an orphan re-parented to lre and not yet listed (lre lists the ones
 it finds when an action ends) is re-parented to init when lre dies and is not
@@ -56,13 +71,19 @@ import socket
 import struct
 import sys
 import threading
+import time
 
-__all__ = ["ProcessGuardian", "parse_command"]
+__all__ = ["ProcessGuardian", "parse_command", "parse_spawn"]
 
 log = logging.getLogger(__name__)
 
 _PR_SET_DUMPABLE = 4
 _KINDS = (b"+", b"-", b"*", b"/")
+#: How many times at most the guardian stops what it found and looks again
+#: for processes forked meanwhile before it kills them all.
+_STOP_PASSES = 16
+#: A spawn announced (``>DEV:INO:TICKS``) and ended (``<DEV:INO``).
+_SPAWN_FIELDS = {b">": 3, b"<": 2}
 #: What the guardian sends once it is ready, and how long lre waits for it.
 _READY = b"!"
 _READY_TIMEOUT_S = 30.0
@@ -83,6 +104,8 @@ class ProcessGuardian:
         #: What is listed now (mirrors the guardian's lists; see ``listed``).
         self._groups: set[int] = set()
         self._pids: set[int] = set()
+        #: per spawner thread: the stdout file of its announced spawn
+        self._spawn = threading.local()
 
     @property
     def pid(self) -> int | None:
@@ -105,6 +128,25 @@ class ProcessGuardian:
         with self._lock:
             if self._fd is None and not self._gave_up:
                 self._start()
+
+    def spawning(self, stdout: int) -> None:
+        """Announce that the calling thread is about to fork an action's first
+        process whose stdout is the open file ``stdout`` (a new file of that
+        action's): if lre dies before the process is listed (``add``), the
+        guardian finds it by that file. The thread calls ``spawned`` once
+        the process is listed or the fork failed. Raises ``OSError`` when
+        ``stdout`` cannot be read (nothing is announced)."""
+        info = os.fstat(stdout)
+        key = b"%d:%d" % (info.st_dev, info.st_ino)
+        self._spawn.key = key
+        self._send(b">%s:%d\n" % (key, _boot_ticks()))
+
+    def spawned(self) -> None:
+        """End the calling thread's announced spawn, if any (see ``spawning``)."""
+        key: bytes | None = getattr(self._spawn, "key", None)
+        if key is not None:
+            self._spawn.key = None
+            self._send(b"<%s\n" % key)
 
     def add(self, pgid: int) -> None:
         """List ``pgid`` as a live action group (starts the guardian if needed)."""
@@ -232,12 +274,23 @@ def _inheritable_fds() -> list[int]:
     return found
 
 
-def _process_table() -> list[tuple[int, int, int]]:
-    """(pid, parent pid, process group) of every process that can be read.
+def _boot_ticks() -> int:
+    """Now, in the clock ticks since boot that ``/proc/<pid>/stat`` gives a
+    process's start in (0 where that clock is missing: nothing is then
+    too old to be a spawn's child)."""
+    clock = getattr(time, "CLOCK_BOOTTIME", None)
+    if clock is None:
+        return 0
+    return int(time.clock_gettime(clock) * os.sysconf("SC_CLK_TCK"))
+
+
+def _process_table() -> list[tuple[int, int, int, int]]:
+    """(pid, parent pid, process group, start in clock ticks since boot) of
+    every process that can be read.
 
     Parsed here rather than with ``lre.hop.read_proc_stat``: the guardian runs
     as a file on its own and imports nothing of lre."""
-    table: list[tuple[int, int, int]] = []
+    table: list[tuple[int, int, int, int]] = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -247,15 +300,49 @@ def _process_table() -> list[tuple[int, int, int]]:
         except OSError:
             continue
         fields = data[data.rindex(b")") + 2 :].split()
-        table.append((int(name), int(fields[1]), int(fields[2])))
+        table.append((int(name), int(fields[1]), int(fields[2]), int(fields[19])))
     return table
 
 
-def doomed(groups: set[int], pids: set[int], table: list[tuple[int, int, int]]) -> set[int]:
+def holders(
+    spawns: dict[tuple[int, int], int], table: list[tuple[int, int, int, int]]
+) -> list[tuple[int, int]]:
+    """(pid, process group) of every process born since the earliest of the
+    announced ``spawns`` (stdout file -> when its fork was announced) that
+    holds one of those files open. Processes whose descriptors cannot be
+    read (another user's) are skipped."""
+    if not spawns:
+        return []
+    # the start time is truncated to a tick, so is the announcement's
+    earliest = min(spawns.values())
+    found = []
+    for pid, _, group, born in table:
+        if born < earliest or pid == os.getpid():
+            continue
+        try:
+            names = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for name in names:
+            link = f"/proc/{pid}/fd/{name}"
+            try:
+                # only files: a pipe or socket is no action's stdout file
+                if not os.readlink(link).startswith("/"):
+                    continue
+                info = os.stat(link)
+            except OSError:
+                continue
+            if (info.st_dev, info.st_ino) in spawns:
+                found.append((pid, group))
+                break
+    return found
+
+
+def doomed(groups: set[int], pids: set[int], table: list[tuple[int, int, int, int]]) -> set[int]:
     """Members of ``groups``, the ``pids`` themselves, and every descendant of both."""
     children: dict[int, list[int]] = {}
     found: set[int] = set(pids)
-    for pid, parent, group in table:
+    for pid, parent, group, _ in table:
         children.setdefault(parent, []).append(pid)
         if group in groups:
             found.add(pid)
@@ -277,6 +364,15 @@ def parse_command(line: bytes) -> tuple[bytes, int] | None:
         return None
     number = int(digits)
     return (kind, number) if number >= 2 else None
+
+
+def parse_spawn(line: bytes) -> tuple[bytes, tuple[int, ...]] | None:
+    """``(kind, numbers)`` of a spawn's announcement (``>DEV:INO:TICKS``) or
+    end (``<DEV:INO``), or None when ``line`` is not one."""
+    kind, fields = line[:1], line[1:].split(b":")
+    if len(fields) != _SPAWN_FIELDS.get(kind) or not all(f.isdigit() for f in fields):
+        return None
+    return kind, tuple(int(field) for field in fields)
 
 
 def _refuse_tracing() -> None:
@@ -324,6 +420,8 @@ def serve(stdin: int = 0, lre: int | None = None) -> None:
         pass  # a pipe (tests): nobody waits
     groups: set[int] = set()
     pids: set[int] = set()
+    #: announced spawns: stdout file (device, inode) -> announced at (ticks)
+    spawns: dict[tuple[int, int], int] = {}
     pending = b""
     while True:
         try:
@@ -335,6 +433,16 @@ def serve(stdin: int = 0, lre: int | None = None) -> None:
         pending += chunk
         *lines, pending = pending.split(b"\n")
         for line in lines:
+            spawn = parse_spawn(line)
+            if spawn is not None:
+                kind, numbers = spawn
+                if kind == b">":
+                    device, inode, born = numbers
+                    spawns[device, inode] = born
+                else:
+                    device, inode = numbers
+                    spawns.pop((device, inode), None)
+                continue
             command = parse_command(line)
             if command is None:
                 continue
@@ -347,20 +455,46 @@ def serve(stdin: int = 0, lre: int | None = None) -> None:
                 pids.add(number)
             elif kind == b"/":
                 pids.discard(number)
-    if not (groups or pids):
+    if not (groups or pids or spawns):
         return
     try:
-        victims = doomed(groups, pids, _process_table()) if os.path.isdir("/proc") else pids
+        table = _process_table() if os.path.isdir("/proc") else None
     except OSError:
-        victims = set(pids)
+        table = None
+    if table is None:
+        _signal_all(groups, pids, signal.SIGKILL)
+        return
+    for pid, group in holders(spawns, table):
+        pids.add(pid)
+        if group == pid:  # its own session made: the group is the action's
+            groups.add(pid)
+    # Stopped first, then looked for again until no new one appears (see
+    # the module docstring).
+    stopped: set[int] = set()
+    for _ in range(_STOP_PASSES):
+        found = doomed(groups, pids | stopped, table) - stopped
+        _signal_all(groups, found, signal.SIGSTOP)
+        stopped |= found
+        if not found:
+            break
+        try:
+            table = _process_table()
+        except OSError:
+            break
+    _signal_all(groups, stopped | pids, signal.SIGKILL)
+
+
+def _signal_all(groups: set[int], pids: set[int], sig: int) -> None:
+    """Send ``sig`` to every group of ``groups`` and process of ``pids``
+    (those already gone are skipped)."""
     for pgid in groups:
         try:
-            os.killpg(pgid, signal.SIGKILL)
+            os.killpg(pgid, sig)
         except OSError:
             pass
-    for pid in victims:
+    for pid in pids:
         try:
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, sig)
         except OSError:
             pass
 

@@ -435,6 +435,9 @@ async def run_process(request: SpawnRequest) -> ProcessOutcome:
                 # Before the thread sits in any action's cgroup (the first
                 # spawn starts it; later calls do nothing).
                 contained.guardian.start()
+                # The child runs before ``spawn_started`` lists it: until then
+                # the guardian knows it by its stdout (``start_listed`` ends it).
+                contained.guardian.spawning(stdout_fd)
                 try:
                     # The cgroup first: once the view is built, the spawner
                     # thread's own /sys is read-only.
@@ -495,8 +498,14 @@ async def run_process(request: SpawnRequest) -> ProcessOutcome:
             raise
         return popen, pidfd, oom_before
 
+    def start_listed() -> tuple[subprocess.Popen[bytes], int, tuple[int, ...]]:
+        try:
+            return start()
+        finally:
+            contained.guardian.spawned()  # listed, or never started
+
     try:
-        popen, pidfd, oom_before = await _spawner_for(request.nice).spawn(start, contained)
+        popen, pidfd, oom_before = await _spawner_for(request.nice).spawn(start_listed, contained)
         logs = (log_files[0], log_files[1])
         outcome = await _supervise(request, contained, popen, pidfd, oom_before, logs)
         # pid 1 was reaped: it wrote its report, if it ever will
