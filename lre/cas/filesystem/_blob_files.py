@@ -27,7 +27,7 @@ import stat
 
 from lre.cas._verify import BlobVerifier
 from lre.digest import Digest
-from lre.errors import InvalidArgument, ResourceExhausted
+from lre.errors import InvalidArgument, ResourceExhausted, descriptors_exhausted
 
 #: Mode of a blob's plain variant (the executable one is 0o555).
 PLAIN_MODE = 0o444
@@ -35,6 +35,10 @@ EXEC_MODE = 0o555
 
 
 def space_error(error: OSError, what: str) -> ResourceExhausted | None:
+    """The ``ResourceExhausted`` a write fails with for ``error`` when the
+    device is full, the quota spent or lre out of file descriptors (the
+    request fails, the client retries, nothing is logged as lre's defect);
+    None for any other error."""
     if error.errno == errno.ENOSPC:
         return ResourceExhausted(
             f"filesystem store: no space left on the CAS device while {what}; "
@@ -44,7 +48,7 @@ def space_error(error: OSError, what: str) -> ResourceExhausted | None:
         return ResourceExhausted(
             f"filesystem store: disk quota exceeded on the CAS device while {what}"
         )
-    return None
+    return descriptors_exhausted(error)
 
 
 class ShortRead(Exception):

@@ -7,7 +7,7 @@ size and hash were verified (``TempFile``), or, for an action's output file
 the store adopts, by a ``rename`` of that very file after its mode was set.
 With ``fsync`` the file is synced before the rename and its directory after.
 
-Errors: ENOSPC and EDQUOT become ``ResourceExhausted`` naming the blob, and
+Errors: ENOSPC, EDQUOT, EMFILE and ENFILE become ``ResourceExhausted``, and
 nothing partial is left behind; a source file that vanished or shrank while
 being copied raises ``FileNotFoundError``; other ``OSError``s propagate.
 """
