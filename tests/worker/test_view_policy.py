@@ -75,34 +75,34 @@ async def test_only_the_writable_paths_of_the_host_are_writable(
     assert not (other / "o").exists()
 
 
-async def test_a_writable_path_inside_lres_directories_is_refused(
-    tmp_path: Path, store: MemoryStore, viewing: Containment
-) -> None:
+async def _refusal_of_writable_path(
+    tmp_path: Path, store: MemoryStore, viewing: Containment, path: str | None
+) -> tuple[str, str]:
+    """Run an action asking ``path`` writable (None: lre's work directory);
+    the refusal's message and the path asked."""
     spec = make_spec(tmp_path)
     with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
+        asked = str(workdir.path) if path is None else path
         runner = ActionRunner(RunnerContext(spec, workdir, store, containment=viewing))
-        lease = await make_lease(
-            store, ["/bin/true"], platform={"sandbox-writable-path": str(workdir.path)}
-        )
+        lease = await make_lease(store, ["/bin/true"], platform={"sandbox-writable-path": asked})
         outcome = await runner.run(lease)
     assert isinstance(outcome, Completed)
     assert isinstance(outcome.error, InvalidArgument)
-    assert "sandbox-writable-path" in outcome.message and str(workdir.path) in outcome.message
+    return outcome.message, asked
+
+
+async def test_a_writable_path_inside_lres_directories_is_refused(
+    tmp_path: Path, store: MemoryStore, viewing: Containment
+) -> None:
+    message, asked = await _refusal_of_writable_path(tmp_path, store, viewing, None)
+    assert "sandbox-writable-path" in message and asked in message
 
 
 async def test_a_relative_writable_path_is_refused(
     tmp_path: Path, store: MemoryStore, viewing: Containment
 ) -> None:
-    spec = make_spec(tmp_path)
-    with WorkDirectory.open(spec.work_directory, spec.name) as workdir:
-        runner = ActionRunner(RunnerContext(spec, workdir, store, containment=viewing))
-        lease = await make_lease(
-            store, ["/bin/true"], platform={"sandbox-writable-path": "cache/here"}
-        )
-        outcome = await runner.run(lease)
-    assert isinstance(outcome, Completed)
-    assert isinstance(outcome.error, InvalidArgument)
-    assert "'cache/here' is not an absolute path" in outcome.message
+    message, _ = await _refusal_of_writable_path(tmp_path, store, viewing, "cache/here")
+    assert "'cache/here' is not an absolute path" in message
 
 
 async def test_sandbox_debug_keeps_a_failed_actions_directory(
