@@ -40,6 +40,11 @@ class LreError(Exception):
 
     code: ClassVar[StatusCode] = StatusCode.UNKNOWN
 
+    def __init_subclass__(cls, code: StatusCode | None = None) -> None:
+        super().__init_subclass__()
+        if code is not None:
+            cls.code = code
+
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
@@ -48,41 +53,51 @@ class LreError(Exception):
         return f"{type(self).__name__}({self.message!r})"
 
 
-class Cancelled(LreError):
-    code = StatusCode.CANCELLED
+class Cancelled(LreError, code=StatusCode.CANCELLED): ...
 
 
-class InvalidArgument(LreError):
-    code = StatusCode.INVALID_ARGUMENT
+class InvalidArgument(LreError, code=StatusCode.INVALID_ARGUMENT): ...
 
 
-class DeadlineExceeded(LreError):
-    code = StatusCode.DEADLINE_EXCEEDED
+class DeadlineExceeded(LreError, code=StatusCode.DEADLINE_EXCEEDED): ...
 
 
-class NotFound(LreError):
-    code = StatusCode.NOT_FOUND
+class NotFound(LreError, code=StatusCode.NOT_FOUND): ...
+
+
+class AlreadyExists(LreError, code=StatusCode.ALREADY_EXISTS): ...
+
+
+class PermissionDenied(LreError, code=StatusCode.PERMISSION_DENIED): ...
+
+
+class ResourceExhausted(LreError, code=StatusCode.RESOURCE_EXHAUSTED): ...
+
+
+class FailedPrecondition(LreError, code=StatusCode.FAILED_PRECONDITION): ...
+
+
+class Aborted(LreError, code=StatusCode.ABORTED): ...
+
+
+class OutOfRange(LreError, code=StatusCode.OUT_OF_RANGE): ...
+
+
+class Unimplemented(LreError, code=StatusCode.UNIMPLEMENTED): ...
+
+
+class Internal(LreError, code=StatusCode.INTERNAL): ...
+
+
+class Unavailable(LreError, code=StatusCode.UNAVAILABLE): ...
+
+
+class Unauthenticated(LreError, code=StatusCode.UNAUTHENTICATED): ...
 
 
 class CacheMiss(NotFound):
     """The action cache holds no (complete) result: an expected answer, not a
     client's mistake, so it is logged at DEBUG only."""
-
-
-class AlreadyExists(LreError):
-    code = StatusCode.ALREADY_EXISTS
-
-
-class PermissionDenied(LreError):
-    code = StatusCode.PERMISSION_DENIED
-
-
-class ResourceExhausted(LreError):
-    code = StatusCode.RESOURCE_EXHAUSTED
-
-
-class FailedPrecondition(LreError):
-    code = StatusCode.FAILED_PRECONDITION
 
 
 class MissingBlobs(FailedPrecondition):
@@ -101,30 +116,6 @@ class MissingBlobs(FailedPrecondition):
             + (" ..." if len(self.subjects) > 5 else "")
         )
         super().__init__(text)
-
-
-class Aborted(LreError):
-    code = StatusCode.ABORTED
-
-
-class OutOfRange(LreError):
-    code = StatusCode.OUT_OF_RANGE
-
-
-class Unimplemented(LreError):
-    code = StatusCode.UNIMPLEMENTED
-
-
-class Internal(LreError):
-    code = StatusCode.INTERNAL
-
-
-class Unavailable(LreError):
-    code = StatusCode.UNAVAILABLE
-
-
-class Unauthenticated(LreError):
-    code = StatusCode.UNAUTHENTICATED
 
 
 #: Each status code's own class, read off the classes above: the direct
