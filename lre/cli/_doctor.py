@@ -24,6 +24,7 @@ from lre.cli._doctor_cache import bytes_check, cache_checks
 from lre.cli._doctor_clients import bazel_version, is_bazel_repo, repository_checks
 from lre.cli._doctor_host import host_checks
 from lre.cli._doctor_views import view_filesystem_check
+from lre.cli._link import RepoOption
 from lre.cli._links import read_links
 from lre.cli._local_stores import LocalStores, LocalStoresError, local_stores
 from lre.cli._quarantine_report import quarantine_check
@@ -68,12 +69,7 @@ def run_checks(config_path: Path | None, repo: Path | None) -> list[Check]:
 @app.command("doctor")
 def doctor(
     config_path: ConfigOption = None,
-    repo: Annotated[
-        Path | None,
-        typer.Option(
-            "--repo", help="Repository.", show_default="detected from the current directory"
-        ),
-    ] = None,
+    repo: RepoOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Check lre, this machine and this repository; print the fix for each problem.

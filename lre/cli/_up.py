@@ -517,12 +517,7 @@ def make_repos_inert(state_dir: Path, server: RunningServer | None) -> None:
 
 @app.command("unlink")
 def unlink_command(
-    repo: Annotated[
-        Path | None,
-        typer.Option(
-            "--repo", help="Repository.", show_default="detected from the current directory"
-        ),
-    ] = None,
+    repo: RepoOption = None,
     config_path: ConfigOption = None,
 ) -> None:
     """Remove exactly the Bazel/Buck2 config that `lre up` wrote (and lre's git excludes)."""
