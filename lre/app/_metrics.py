@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from lre.app._process_metrics import phase_lines, process_lines
 from lre.service import RpcStatistics
-from lre.snapshot import ProcessSnapshot
+from lre.snapshot import ProcessSnapshot, StoreRow, WorkerRow
 
 __all__ = ["CONTENT_TYPE", "platform_key_set", "render_metrics"]
 
@@ -187,30 +187,26 @@ def render_metrics(snapshot: ProcessSnapshot, rpc: RpcStatistics | None = None) 
     )
 
     workers = sorted(snapshot.workers, key=lambda row: row.name)
-    w.family(
-        "lre_cpu_reserved_cpus",
-        "gauge",
-        "CPUs reserved by running actions, per worker.",
-        [({"worker": r.name}, r.millicpus_reserved / 1000) for r in workers],
+    worker_families: tuple[tuple[str, str, Callable[[WorkerRow], float]], ...] = (
+        (
+            "lre_cpu_reserved_cpus",
+            "CPUs reserved by running actions, per worker.",
+            lambda r: r.millicpus_reserved / 1000,
+        ),
+        (
+            "lre_cpu_capacity_cpus",
+            "CPUs a worker offers (cores x overcommit).",
+            lambda r: r.millicpus_capacity / 1000,
+        ),
+        (
+            "lre_memory_reserved_bytes",
+            "Memory reserved by running actions, per worker.",
+            lambda r: r.memory_reserved_bytes,
+        ),
+        ("lre_memory_capacity_bytes", "Memory a worker offers.", lambda r: r.memory_capacity_bytes),
     )
-    w.family(
-        "lre_cpu_capacity_cpus",
-        "gauge",
-        "CPUs a worker offers (cores x overcommit).",
-        [({"worker": r.name}, r.millicpus_capacity / 1000) for r in workers],
-    )
-    w.family(
-        "lre_memory_reserved_bytes",
-        "gauge",
-        "Memory reserved by running actions, per worker.",
-        [({"worker": r.name}, r.memory_reserved_bytes) for r in workers],
-    )
-    w.family(
-        "lre_memory_capacity_bytes",
-        "gauge",
-        "Memory a worker offers.",
-        [({"worker": r.name}, r.memory_capacity_bytes) for r in workers],
-    )
+    for name, help_text, of_worker in worker_families:
+        w.family(name, "gauge", help_text, [({"worker": r.name}, of_worker(r)) for r in workers])
     w.family(
         "lre_memory_budget_bytes",
         "gauge",
@@ -225,36 +221,30 @@ def render_metrics(snapshot: ProcessSnapshot, rpc: RpcStatistics | None = None) 
     )
 
     stores = sorted(snapshot.stores, key=lambda row: row.name)
-    w.family(
-        "lre_cas_bytes",
-        "gauge",
-        "Bytes held by a bounded store.",
-        [({"store": s.name}, s.used_bytes) for s in stores],
+    store_families: tuple[tuple[str, str, str, Callable[[StoreRow], float]], ...] = (
+        ("lre_cas_bytes", "gauge", "Bytes held by a bounded store.", lambda s: s.used_bytes),
+        (
+            "lre_cas_capacity_bytes",
+            "gauge",
+            "Byte limit of a bounded store (0 = unbounded).",
+            lambda s: s.max_bytes,
+        ),
+        ("lre_cas_blobs", "gauge", "Blobs held by a bounded store.", lambda s: s.blob_count),
+        (
+            "lre_cas_evictions_total",
+            "counter",
+            "Blobs evicted to stay under the limit.",
+            lambda s: s.evicted_blobs,
+        ),
+        (
+            "lre_cas_evicted_bytes_total",
+            "counter",
+            "Bytes evicted to stay under the limit.",
+            lambda s: s.evicted_bytes,
+        ),
     )
-    w.family(
-        "lre_cas_capacity_bytes",
-        "gauge",
-        "Byte limit of a bounded store (0 = unbounded).",
-        [({"store": s.name}, s.max_bytes) for s in stores],
-    )
-    w.family(
-        "lre_cas_blobs",
-        "gauge",
-        "Blobs held by a bounded store.",
-        [({"store": s.name}, s.blob_count) for s in stores],
-    )
-    w.family(
-        "lre_cas_evictions_total",
-        "counter",
-        "Blobs evicted to stay under the limit.",
-        [({"store": s.name}, s.evicted_blobs) for s in stores],
-    )
-    w.family(
-        "lre_cas_evicted_bytes_total",
-        "counter",
-        "Bytes evicted to stay under the limit.",
-        [({"store": s.name}, s.evicted_bytes) for s in stores],
-    )
+    for name, kind, help_text, of_store in store_families:
+        w.family(name, kind, help_text, [({"store": s.name}, of_store(s)) for s in stores])
 
     jobserver = snapshot.jobserver
     w.family(
