@@ -97,10 +97,8 @@ def auto_memory_budget(total_memory: int, memory_floor: int) -> int:
 
 def auto_max_inflight_tasks(cpu_count: int, cpu_overcommit: float = 1.0) -> int:
     """Actions a worker runs at once: one per whole CPU of its capacity
-    (``cpu_count x cpu_overcommit``, rounded down), at least one. Tying the
-    two keeps the overcommit reachable by one-CPU actions; with the old rule
-    (one per CPU) a 2-core worker never ran a third one-CPU action, however
-    much capacity the overcommit gave."""
+    (``cpu_count x cpu_overcommit``, rounded down), at least one, so that the
+    overcommit is reachable by one-CPU actions."""
     return max(1, math.floor(cpu_count * cpu_overcommit + 1e-9))
 
 
@@ -121,11 +119,9 @@ def free_disk_at(path: str) -> int:
 
 
 def resolve(config: Config, host: HostFacts | None = None) -> Config:
-    """A copy of ``config`` with every ``"auto"`` replaced by its value.
-
-    ``host`` defaults to ``HostFacts.probe()``. Raises ``OSError`` only if the
-    machine cannot be measured (e.g. no parent of a content_path is readable).
-    """
+    """A copy of ``config`` with every ``"auto"`` replaced by its value for
+    ``host`` (``HostFacts.probe()`` when None). Raises ``OSError`` only if the
+    machine cannot be measured (e.g. no parent of a content_path is readable)."""
     facts = host if host is not None else HostFacts.probe()
     stores = tuple(_resolve_store(store, facts) for store in config.stores)
     by_name = {store.name: store for store in stores}
@@ -203,13 +199,10 @@ def worker_resources(
     *,
     scheduler: SchedulerResourceSpec | None = None,
 ) -> WorkerResources:
-    """The numbers of ``local``: its own, or the ``"auto"`` rules' for ``host``.
-
-    ``scheduler``: the resources of the simple scheduler ``local`` takes
-    actions from (defaults when None). ``host`` defaults to
-    ``HostFacts.probe()``. Raises ``OSError`` only if the machine cannot be
-    measured.
-    """
+    """The numbers of ``local``: its own, or the ``"auto"`` rules' for ``host``
+    (``HostFacts.probe()`` when None) under ``scheduler``, the resources of the
+    simple scheduler it takes actions from (defaults when None). Raises
+    ``OSError`` only if the machine cannot be measured."""
     scheduler = scheduler if scheduler is not None else SchedulerResourceSpec()
     ladder, kill_factor = scheduler.ladder, scheduler.kill_factor
     facts = host if host is not None else HostFacts.probe()
