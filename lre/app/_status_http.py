@@ -34,7 +34,8 @@ import json
 import logging
 import secrets
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from http import HTTPStatus
 from typing import Final
 
 import trio
@@ -51,18 +52,6 @@ __all__ = ["StatusServer", "parse_listen_address"]
 
 log = logging.getLogger("lre.status")
 
-_REASONS: Final = {
-    200: "OK",
-    400: "Bad Request",
-    401: "Unauthorized",
-    403: "Forbidden",
-    404: "Not Found",
-    405: "Method Not Allowed",
-    408: "Request Timeout",
-    431: "Request Header Fields Too Large",
-    500: "Internal Server Error",
-    503: "Service Unavailable",
-}
 _JSON: Final = "application/json"
 _GET_ROUTES: Final = ("/status", "/metrics", "/api/v1/stats")
 _DRAIN_LIMIT: Final = 1 << 20
@@ -321,7 +310,7 @@ class StatusServer:
         head_only: bool,
     ) -> None:
         head = (
-            f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n"
+            f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
             f"Content-Type: {content_type}\r\n"
             f"Content-Length: {len(body)}\r\n"
             "Cache-Control: no-store\r\n"
@@ -342,6 +331,12 @@ class StatusServer:
             pass
 
 
+def _picked(row: object, *names: str) -> dict[str, object]:
+    """The fields ``names`` of ``row`` by name, a mapping among them as a dict."""
+    values = {name: getattr(row, name) for name in names}
+    return {k: dict(v) if isinstance(v, Mapping) else v for k, v in values.items()}
+
+
 def _flag(query: dict[str, str], name: str) -> bool:
     value = query.get(name, "0")
     if value not in ("0", "1"):
@@ -353,13 +348,7 @@ def _upstreams(snapshot: ProcessSnapshot) -> list[dict[str, object]]:
     """Each upstream's state, last error and counters (an upstream that is down
     does not make lre unhealthy: builds continue local-only)."""
     return [
-        {
-            "name": row.name,
-            "address": row.address,
-            "state": row.state,
-            "last_error": row.last_error,
-            "counters": dict(row.counters),
-        }
+        _picked(row, "name", "address", "state", "last_error", "counters")
         for row in snapshot.upstreams
     ]
 
@@ -433,6 +422,19 @@ def _cache_notices(snapshot: ProcessSnapshot) -> list[str]:
     ]
 
 
+#: What ``/status`` shows of each worker's ``MemoryControlRow``.
+_MEMORY_ROW_FIELDS = (
+    "worker",
+    "frozen_now",
+    "frozen",
+    "thawed",
+    "killed",
+    "pressure_full_avg10",
+    "sampling",
+    "pressure_events",
+)
+
+
 def _memory(snapshot: ProcessSnapshot) -> dict[str, object]:
     """The memory control: whether memory is short, the frozen operations now,
     and frozen / thawed / killed (per worker) and retried (ladder requeues)
@@ -449,19 +451,7 @@ def _memory(snapshot: ProcessSnapshot) -> dict[str, object]:
         "thawed": sum(r.thawed for r in rows),
         "killed": sum(r.killed for r in rows),
         "retried": snapshot.ladder_requeues,
-        "workers": [
-            {
-                "worker": r.worker,
-                "frozen_now": r.frozen_now,
-                "frozen": r.frozen,
-                "thawed": r.thawed,
-                "killed": r.killed,
-                "pressure_full_avg10": r.pressure_full_avg10,
-                "sampling": r.sampling,
-                "pressure_events": r.pressure_events,
-            }
-            for r in rows
-        ],
+        "workers": [_picked(r, *_MEMORY_ROW_FIELDS) for r in rows],
     }
 
 
