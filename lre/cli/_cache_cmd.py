@@ -230,13 +230,11 @@ def _summary_lines(
         lines = ["lre is not running: figures from disk"]
     for f in figures:
         size = human_bytes(f.bytes)
+        if f.max_bytes:
+            size += f" of {human_bytes(f.max_bytes)} ({100 * f.bytes / f.max_bytes:.0f}%)"
         if f.kind == "cas":
-            if f.max_bytes:
-                size += f" of {human_bytes(f.max_bytes)} ({100 * f.bytes / f.max_bytes:.0f}%)"
             lines.append(f"  CAS {f.name}: {f.entries} blobs, {size} in {f.path}")
         else:
-            if f.max_bytes:
-                size += f" of {human_bytes(f.max_bytes)} ({100 * f.bytes / f.max_bytes:.0f}%)"
             lines.append(f"  action cache {f.name}: {f.entries} entries, {size} in {f.path}")
     if not figures:
         lines.append("  no store of this configuration is on local disk")

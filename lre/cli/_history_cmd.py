@@ -167,10 +167,6 @@ def target_matches(target: str, pattern: str) -> bool:
     return target == pattern
 
 
-def _matches(record: ActionRecord, pattern: str) -> bool:
-    return target_matches(record.target, pattern)
-
-
 def _outcome(record: ActionRecord) -> str:
     if record.cancelled:
         return "cancelled"
@@ -254,7 +250,7 @@ def history(
             return
     recorded = len(records)
     if target is not None:
-        records = [r for r in records if _matches(r, target)]
+        records = [r for r in records if target_matches(r.target, target)]
     records = records[-limit:] if limit > 0 else records
     if as_json:
         typer.echo(json.dumps([record_json(r) for r in records], indent=2))
