@@ -40,13 +40,12 @@ from lre.app._snapshot import SnapshotAssembler
 from lre.app._status_http import StatusServer
 from lre.app._stores import Stores, build_stores
 from lre.app._upstreams import upstream_rows
-from lre.cas import (
-    StoreStatistics,
-)
+from lre.cas import StoreStatistics
 from lre.config import (
     Config,
     SchedulerResourceSpec,
     WorkerResources,
+    nearest_existing_dir,
     scheduler_resources,
     state_dir_of,
     worker_resources,
@@ -85,7 +84,9 @@ class Application:
         self.stores: Stores = build_stores(config)
         self.events = EventLog()
         self.health = HealthBoard()
-        self.health.add_check("disk", free_space_check(self._existing_parent(), 1 << 30))
+        self.health.add_check(
+            "disk", free_space_check(nearest_existing_dir(str(state_dir_of(config))), 1 << 30)
+        )
         #: Every finished action, in the state dir (None when turned off).
         self.history: HistoryRecorder | None = None
         if config.global_.history.enabled:
@@ -195,12 +196,6 @@ class Application:
             cpu, mem, run = scheduler.reserved()
             millicpus, memory, running = millicpus + cpu, memory + mem, running + run
         return millicpus, memory, running
-
-    def _existing_parent(self) -> str:
-        path = state_dir_of(self.config)
-        while not path.exists() and path != path.parent:
-            path = path.parent
-        return str(path)
 
     def _kill_factor(self) -> float:
         """The kill factor of the scheduler the snapshot shows (the first)."""
