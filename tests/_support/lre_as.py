@@ -11,21 +11,18 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests._support.ci import in_ci
-from tests._support.scratch import SHOWN_ROOT
+from tests._support.scratch import shown_scratch
 
 #: Values of an attack test's ``identity`` parameter.
 IDENTITIES = ("own", "nobody")
@@ -91,18 +88,10 @@ def python_for(identity: str) -> tuple[list[str], dict[str, str]]:
     return [*setpriv, system_python], env
 
 
-@contextmanager
-def scratch_for(identity: str) -> Iterator[Path]:
+def scratch_for(identity: str) -> AbstractContextManager[Path]:
     """A fresh directory ``identity`` may write (removed afterwards), where
     actions' views show it (``scratch.SHOWN_ROOT``: /tmp is their own)."""
-    path = Path(tempfile.mkdtemp(prefix="lre-attack-", dir=SHOWN_ROOT))
-    try:
-        if identity == "nobody":
-            entry = pwd.getpwnam("nobody")
-            os.chown(path, entry.pw_uid, entry.pw_gid)
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
+    return shown_scratch(identity, prefix="lre-attack-")
 
 
 def start_victim(identity: str) -> subprocess.Popen[bytes]:

@@ -29,11 +29,9 @@ from lre.proto import (
 )
 from tests._support.actions import (
     BuiltAction,
-    TreeSpec,
     as_digest,
     blob_digest,
     build_action,
-    build_tree,
 )
 
 T = TypeVar("T")
@@ -181,12 +179,6 @@ class Client:
             timeout=30,
         )
         return [as_digest(d) for d in reply.missing_blob_digests]
-
-    def upload_tree(self, spec: TreeSpec) -> re_pb2.Digest:
-        """Upload the input tree ``spec``; its root Directory's digest."""
-        root, blobs = build_tree(spec)
-        self.upload(blobs)
-        return root.to_proto()
 
     # action cache --------------------------------------------------------
 
