@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-import urllib.request
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ import typer
 
 from lre.cli._app import command_group
 from lre.cli._byte_text import human_bytes, size_option
+from lre.cli._daemon import post_admin, read_admin_token
 from lre.cli._force_steps import after_force_steps_here
 from lre.cli._local_stores import LocalStores, LocalStoresError, local_stores
 from lre.cli._quarantine_report import quarantine_entries, quarantine_lines
@@ -282,22 +282,13 @@ def admin_post(lookup: Lookup, route: str, query: str) -> dict[str, Any] | None:
             err=True,
         )
         raise typer.Exit(1)
-    from lre.config import ADMIN_TOKEN_FILE
-
     try:
-        token = (lookup.state_dir / ADMIN_TOKEN_FILE).read_text(encoding="ascii").strip()
+        token = read_admin_token(lookup.state_dir)
     except OSError as error:
         typer.echo(f"error: cannot read lre's admin token: {error}", err=True)
         raise typer.Exit(1) from None
-    request = urllib.request.Request(
-        f"http://{server.status_address}{route}?{query}",
-        data=b"",
-        method="POST",
-        headers={"Authorization": f"Bearer {token}"},
-    )
     try:
-        with urllib.request.urlopen(request, timeout=600) as reply:
-            answer: dict[str, Any] = json.loads(reply.read().decode("utf-8"))
+        answer: dict[str, Any] = json.loads(post_admin(server, route, query, token, timeout=600))
     except (OSError, ValueError) as error:
         typer.echo(f"error: the running lre (pid {server.pid}) did not do it: {error}", err=True)
         raise typer.Exit(1) from None

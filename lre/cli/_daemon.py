@@ -3,7 +3,8 @@
 One pid file per state directory: ``{state_dir}/lre.json`` holding the pid,
 the bound gRPC and status addresses, the repo it wrote client config into and
 the log file. It is written by the server once it listens (so its presence
-means "ready") and removed when it stops.
+means "ready") and removed when it stops. Beside it the server writes a fresh
+``admin.token`` at every start, which its status listener's POST routes ask for.
 """
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ import contextlib
 import json
 import signal
 import time
+import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import psutil
 
 from lre.cli._state_file import write_state_file
+from lre.config import ADMIN_TOKEN_FILE
 
 PID_FILE = "lre.json"
 LOG_FILE = "lre.log"
@@ -144,3 +147,25 @@ def name_process(name: str = "lre") -> None:
             comm.write(name[:15])
     except OSError:
         pass
+
+
+def read_admin_token(state_dir: Path) -> str:
+    """The running lre's admin token; ``OSError`` when it cannot be read."""
+    return (state_dir / ADMIN_TOKEN_FILE).read_text(encoding="ascii").strip()
+
+
+def post_admin(
+    server: RunningServer, route: str, query: str, token: str, *, timeout: float
+) -> bytes:
+    """POST ``route?query`` to ``server``'s status listener; the answer's body.
+    Raises ``OSError`` when it does not answer or answers an error status,
+    ``ValueError`` when its address is malformed."""
+    request = urllib.request.Request(
+        f"http://{server.status_address}{route}" + (f"?{query}" if query else ""),
+        data=b"",
+        method="POST",
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    with urllib.request.urlopen(request, timeout=timeout) as reply:
+        body: bytes = reply.read()
+    return body

@@ -11,14 +11,13 @@ on stderr and reads what is written: the newest second may be missing.
 
 from __future__ import annotations
 
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
-from lre.cli._daemon import read_pid_file
+from lre.cli._daemon import post_admin, read_admin_token, read_pid_file
 
 if TYPE_CHECKING:
     from lre.snapshot import ActionRecord, BuildSpan, BuildSummary, HostSample, ServerStart
@@ -57,18 +56,9 @@ def flush_running(state_dir: Path) -> None:
             err=True,
         )
         return
-    from lre.config import ADMIN_TOKEN_FILE
-
     try:
-        token = (state_dir / ADMIN_TOKEN_FILE).read_text(encoding="ascii").strip()
-        request = urllib.request.Request(
-            f"http://{server.status_address}/api/v1/history/flush",
-            data=b"",
-            method="POST",
-            headers={"Authorization": f"Bearer {token}"},
-        )
-        with urllib.request.urlopen(request, timeout=FLUSH_TIMEOUT_S) as reply:
-            reply.read()
+        token = read_admin_token(state_dir)
+        post_admin(server, "/api/v1/history/flush", "", token, timeout=FLUSH_TIMEOUT_S)
     except (OSError, ValueError) as error:
         typer.echo(
             f"note: the running lre (pid {server.pid}) did not write its newest records "
