@@ -70,40 +70,19 @@ def bazelrc_text(
     *,
     google_credentials_off: bool = False,
 ) -> str:
-    """The content of ``lre.bazelrc`` for the given Bazel version (None: not found).
+    """The content of ``lre.bazelrc`` for the given Bazel version (None: not
+    found); docs/quickstart-bazel.md says why each flag is there.
 
     ``repository`` (``repository_id``), when given, is sent as the
-    ``x-lre-repository`` header with every call (``--remote_header``, not
-    ``--remote_exec_header``, which Bazel sends on Execute only, so a build
-    served wholly from the cache would name no repository): lre keeps each
-    repository's learned reservations and its builds apart by it. A header is no part of an
-    action, so no action key changes, and lre passes it to no upstream.
-
-    All flags sit under ``build:lre``; a final ``build --config=lre`` makes
-    lre the default, and a user who wants it opt-in deletes that one line.
-    Flags newer than the installed Bazel are left out. No line is a build
-    option or changes an action's key (the cache contract in
-    docs/configuration.md): no ``--incompatible_strict_action_env``, no
-    ``--remote_download_*`` (4.2.3 expands ``--remote_download_toplevel`` into
-    C++ options, and it builds without the bytes, which Bazel 4.2.3 cannot
-    recover from once a blob goes: docs/performance.md measured what fetching
-    every output costs), and platform properties only when
-    ``client.exec_properties`` names them.
-
-    ``bazel build --config=lre`` with the default line in place expands the
-    config twice. Every flag here takes the last value given, except
-    ``--remote_default_exec_properties``, which Bazel (4.2.3 at least) turns
-    into a map that dies on a repeated key ("Multiple entries with same
-    key"); so before Bazel 9 the properties go in the single-valued
-    ``--remote_default_platform_properties`` (Bazel 9 deleted that flag).
-
-    ``--remote_cache=`` (empty) is always there: with a repository's own
-    ``--remote_cache`` (a team cache) Bazel would send Execute to lre and
-    uploads and lookups to the team cache, and every action would fail for
-    inputs lre never got; with it empty, Bazel uses the executor's channel
-    for the cache too. ``google_credentials_off`` (the repository turns
-    ``--google_default_credentials`` on) adds ``--nogoogle_default_credentials``:
-    Bazel will not send Google credentials over lre's plaintext listener.
+    ``x-lre-repository`` header with every call. ``google_credentials_off``
+    (the repository turns ``--google_default_credentials`` on) adds
+    ``--nogoogle_default_credentials``. What must hold for every line: it says
+    where actions run, never what they are (no build option, nothing that
+    enters an action's key: the cache contract in docs/configuration.md); a
+    flag newer than the installed Bazel is left out; and each flag takes the
+    last value given, since ``--config=lre`` with the default line in place
+    expands the config twice (so the platform properties go in the
+    single-valued ``--remote_default_platform_properties`` before Bazel 9).
     """
     v = version or UNVERSIONED_BAZEL
     jobs = max(16, 8 * settings.cpus)

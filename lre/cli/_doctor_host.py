@@ -41,7 +41,7 @@ from lre.cli._byte_text import human_bytes
 from lre.cli._checks import Check
 from lre.cli._daemon import RunningServer, read_pid_file
 from lre.cli._local_stores import LocalStores
-from lre.cli._ports import holder_of_port
+from lre.cli._ports import holder_of_port, split_address
 from lre.cli._running import Lookup
 from lre.config import nearest_existing_dir
 
@@ -108,13 +108,6 @@ def lre_check(lookup: Lookup, status: dict[str, Any] | None, status_error: str) 
     return Check("lre", "OK", f"running and healthy ({where})")
 
 
-def _split(address: str) -> tuple[str, int] | None:
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
-        return None
-    return host.strip("[]") or "127.0.0.1", int(port)
-
-
 def _answers(address: str) -> str | None:
     """None when a connection to ``address`` (``host:port`` or ``unix:path``)
     succeeds, else why not."""
@@ -124,7 +117,7 @@ def _answers(address: str) -> str | None:
                 sock.settimeout(3)
                 sock.connect(address.removeprefix("unix:").removeprefix("//"))
             return None
-        hostport = _split(address)
+        hostport = split_address(address)
         if hostport is None:
             return f"{address!r} is not host:port"
         with socket.create_connection(hostport, timeout=3):
@@ -142,7 +135,7 @@ def _running_port_check(name: str, address: str, server: RunningServer) -> Check
             f"lre (pid {server.pid}) should listen on {address} but it does not answer: {problem}",
             "see `lre logs`; restart with `lre down && lre up --detach`",
         )
-    hostport = _split(address)
+    hostport = split_address(address)
     holder = holder_of_port(*hostport) if hostport is not None else None
     if holder is not None and not holder.startswith(f"pid {server.pid} "):
         return Check(
@@ -155,7 +148,7 @@ def _running_port_check(name: str, address: str, server: RunningServer) -> Check
 
 
 def _free_port_check(name: str, address: str, option: str) -> Check:
-    hostport = _split(address)
+    hostport = split_address(address)
     if hostport is None or hostport[1] == 0:
         return Check(name, "OK", f"{address}: lre picks or creates it at start")
     holder = holder_of_port(*hostport)
@@ -258,13 +251,12 @@ def containment_check(
         from lre.worker import namespace_refusals  # only when asked: `lre --help` stays light
 
         refusals = namespace_refusals()
-    refused = refusals
     if server is None or status is None:
-        if refused:
+        if refusals:
             return Check(
                 "containment",
                 "WARN",
-                "the kernel refuses unprivileged namespaces: " + "; ".join(refused),
+                "the kernel refuses unprivileged namespaces: " + "; ".join(refusals),
                 "without them lre runs actions with containment portable (docs/security.md)",
             )
         return Check("containment", "SKIP", "unknown (lre too old or not running)")
@@ -283,7 +275,7 @@ def containment_check(
             "containment",
             "WARN",
             f"actions run with containment {shown}; missing: " + "; ".join(missing),
-            "; ".join(refused) or CONTAINMENT_FIX,
+            "; ".join(refusals) or CONTAINMENT_FIX,
         )
     if "portable" in shown:
         return Check(
