@@ -100,15 +100,7 @@ def queue_pane(snapshot: ProcessSnapshot, width: int, max_rows: int) -> Renderab
 def _queue_table(
     title: str, rows: tuple[tuple[str, str, str, str, str], ...], wide: bool
 ) -> RenderableType:
-    table = Table(
-        box=None,
-        padding=(0, 1),
-        pad_edge=False,
-        show_header=False,
-        title=title,
-        title_justify="left",
-        title_style="bold",
-    )
+    table = _titled_table(title)
     table.add_column("target", no_wrap=True, overflow="ellipsis", ratio=3)
     table.add_column("action", no_wrap=True, overflow="ellipsis", max_width=16)
     table.add_column("queued", justify="right", no_wrap=True)
@@ -145,7 +137,6 @@ def events_pane(
     events = snapshot.events[:max_rows]
     if not events:
         return None
-    wide = width >= 80
     rows = tuple(
         (
             short_duration(snapshot.taken_at - event.at),
@@ -156,10 +147,10 @@ def events_pane(
         )
         for event in events
     )
-    if not wide:
+    if width < 80:
         return _narrow_events(rows, width)
-    key = ("events", wide, show_worker, rows)
-    return Memo(key, lambda: _events_table(rows, wide, show_worker))
+    key = ("events", show_worker, rows)
+    return Memo(key, lambda: _events_table(rows, show_worker))
 
 
 def _narrow_events(rows: tuple[tuple[str, EventKind, str, str, str], ...], width: int) -> Group:
@@ -188,42 +179,45 @@ _NARROW_EVENT_TARGET = 20
 
 
 def _events_table(
-    rows: tuple[tuple[str, EventKind, str, str, str], ...], wide: bool, show_worker: bool
+    rows: tuple[tuple[str, EventKind, str, str, str], ...], show_worker: bool
 ) -> Table:
+    """From 80 columns: age, kind, target, the worker (``show_worker``) and detail."""
     name_width = min(_EVENT_TARGET_MIN, max(len(row[2]) for row in rows))
-    table = Table(
-        box=None,
-        padding=(0, 1),
-        pad_edge=False,
-        show_header=False,
-        title="Recent events",
-        title_justify="left",
-        title_style="bold",
-        expand=True,
-    )
+    table = _titled_table("Recent events", expand=True)
     table.add_column("age", justify="right", no_wrap=True, min_width=6)
     table.add_column("kind", no_wrap=True, min_width=12)
-    if wide:
+    table.add_column(
+        "target", no_wrap=True, overflow="ellipsis", min_width=name_width, max_width=32
+    )
+    if show_worker:
+        worker_width = min(10, max(len(row[3]) for row in rows))
         table.add_column(
-            "target", no_wrap=True, overflow="ellipsis", min_width=name_width, max_width=32
+            "worker", no_wrap=True, overflow="ellipsis", min_width=worker_width, max_width=10
         )
-        if show_worker:
-            worker_width = min(10, max(len(row[3]) for row in rows))
-            table.add_column(
-                "worker", no_wrap=True, overflow="ellipsis", min_width=worker_width, max_width=10
-            )
     # ratio: the detail takes what is left, so a long message never squeezes
     # the other columns away
     table.add_column("detail", no_wrap=True, overflow="ellipsis", ratio=1)
     for age, kind, name, worker, detail in rows:
-        cells: list[Text | str] = [age, Text(kind.value, style=_EVENT_STYLES.get(kind, ""))]
-        if wide:
-            cells.append(name)
-            if show_worker:
-                cells.append(worker)
+        cells: list[Text | str] = [age, Text(kind.value, style=_EVENT_STYLES.get(kind, "")), name]
+        if show_worker:
+            cells.append(worker)
         cells.append(detail)
         table.add_row(*cells)
     return table
+
+
+def _titled_table(title: str, *, expand: bool = False) -> Table:
+    """A borderless table without a header, ``title`` in bold on its left."""
+    return Table(
+        box=None,
+        padding=(0, 1),
+        pad_edge=False,
+        show_header=False,
+        title=title,
+        title_justify="left",
+        title_style="bold",
+        expand=expand,
+    )
 
 
 # ---------------------------------------------------------------------- footer
