@@ -278,6 +278,7 @@ def _upstream_line(snapshot: ProcessSnapshot) -> Text:
 @dataclass(frozen=True, slots=True)
 class _Column:
     name: str
+    title: str
     priority: int  # lower = kept longer
     width: int  # the fixed width, or the cap of a column sized to its content
     justify: str = "left"
@@ -290,38 +291,25 @@ _SOFT_TARGET = 28
 #: Columns of this priority and above go before a long target label is cut.
 _SOFT_CUT_BEFORE = 6
 _COLUMNS = (
-    _Column("action", 0, 24, sized=True),
-    _Column("target", 1, 64, sized=True),
-    _Column("worker", 5, 12, sized=True),
-    _Column("elapsed", 0, 7, "right"),
-    _Column("rss", 1, 13, "right", sized=True),
-    _Column("bar", 3, _BAR_WIDTH),
-    _Column("peak", 4, 6, "right"),
-    _Column("cpu%", 2, 5, "right"),
-    _Column("cpus", 6, 4, "right"),
-    _Column("step", 7, 4, "right"),
-    _Column("try", 7, 3, "right"),
+    _Column("action", "Action", 0, 24, sized=True),
+    _Column("target", "Target", 1, 64, sized=True),
+    _Column("worker", "Worker", 5, 12, sized=True),
+    _Column("elapsed", "Elapsed", 0, 7, "right"),
+    _Column("rss", "RSS/resv", 1, 13, "right", sized=True),
+    _Column("bar", "RSS/budget", 3, _BAR_WIDTH),
+    _Column("peak", "Peak", 4, 6, "right"),
+    _Column("cpu%", "CPU%", 2, 5, "right"),
+    _Column("cpus", "CPUs", 6, 4, "right"),
+    _Column("step", "Step", 7, 4, "right"),
+    _Column("try", "Try", 7, 3, "right"),
 )
-_TITLES = {
-    "action": "Action",
-    "target": "Target",
-    "worker": "Worker",
-    "elapsed": "Elapsed",
-    "rss": "RSS/resv",
-    "bar": "RSS/budget",
-    "peak": "Peak",
-    "cpu%": "CPU%",
-    "cpus": "CPUs",
-    "step": "Step",
-    "try": "Try",
-}
 
 
 def _content_width(column: _Column, actions: tuple[InflightAction, ...]) -> int:
     if not column.sized:
         return column.width
     widest = max((_cell(a, column.name).cell_len for a in actions), default=1)
-    return min(column.width, max(len(_TITLES[column.name]), widest))
+    return min(column.width, max(len(column.title), widest))
 
 
 def _fit_columns(
@@ -425,7 +413,7 @@ def _inflight(snapshot: ProcessSnapshot, width: int, max_rows: int | None) -> Re
         columns = [replace(columns[0], width=width)]
     total = sum(c.width for c in columns) + 3 * (len(columns) - 1)
     title = Text(f"In flight ({len(actions)})", style="bold", justify="left")
-    header = _row([Text(_TITLES[c.name]) for c in columns], columns, style="bold")
+    header = _row([Text(c.title) for c in columns], columns, style="bold")
     rule = Text("─" * total, no_wrap=True, overflow="crop")
     lines: list[RenderableType] = [Constrain(title, total), header, rule]
     shown = actions
