@@ -96,6 +96,9 @@ class _Build:
     killed: int = 0
     cancelled: int = 0
 
+    def ended_actions(self) -> int:
+        return self.executed + self.cache_hits + self.failed + self.cancelled
+
 
 class HistoryRecorder:
     """See the module docstring. ``directory`` is lre's state dir (or a
@@ -201,10 +204,9 @@ class HistoryRecorder:
         build = self._builds.get(record.invocation)
         if build is None:
             start = record.submitted_at or record.at
-            build = _Build(record.invocation, record.tool, start, record.at, record.repository)
-            self._builds[record.invocation] = build
-            while len(self._builds) > self.KEPT_BUILDS:
-                self._builds.popitem(last=False)
+            build = self._keep(
+                _Build(record.invocation, record.tool, start, record.at, record.repository)
+            )
         build.ended_at = max(build.ended_at, record.at)
         if record.repository and not build.repository:
             build.repository = record.repository
@@ -220,6 +222,13 @@ class HistoryRecorder:
             build.cancelled += 1
         if record.kills:
             build.killed += 1
+
+    def _keep(self, build: _Build) -> _Build:
+        """(Lock held.) Keep ``build``, forgetting the oldest past ``KEPT_BUILDS``."""
+        self._builds[build.invocation] = build
+        while len(self._builds) > self.KEPT_BUILDS:
+            self._builds.popitem(last=False)
+        return build
 
     def _log_failure(self, record: ActionRecord, build: _Build) -> None:
         """One log line per failed action (the first ``LOGGED_FAILURES`` of a
@@ -245,7 +254,7 @@ class HistoryRecorder:
         """Whether an action of ``invocation`` ended (its build line counts one)."""
         with self._lock:
             b = self._builds.get(invocation)
-            return b is not None and b.executed + b.cache_hits + b.failed + b.cancelled > 0
+            return b is not None and b.ended_actions() > 0
 
     def _log_builds(self, spans: Mapping[str, BuildSpan]) -> None:
         """(Write lock held.) A log line when a build is first seen working
@@ -326,23 +335,17 @@ class HistoryRecorder:
             for invocation, (client, started_at) in active.items():
                 build = self._builds.get(invocation)
                 if build is None:
-                    self._builds[invocation] = _Build(invocation, client, started_at, started_at)
-                    while len(self._builds) > self.KEPT_BUILDS:
-                        self._builds.popitem(last=False)
+                    self._keep(_Build(invocation, client, started_at, started_at))
                 elif started_at < build.started_at:
                     build.started_at = started_at
             for invocation, span in spans.items():
                 build = self._builds.get(invocation)
                 if build is None:
-                    build = _Build(invocation, span.tool, span.first_at, span.last_at)
-                    self._builds[invocation] = build
-                    while len(self._builds) > self.KEPT_BUILDS:
-                        self._builds.popitem(last=False)
-                if build is not None:
-                    build.started_at = min(build.started_at, span.first_at)
-                    build.ended_at = max(build.ended_at, span.last_at)
-                    build.repository = build.repository or span.repository
-                    build.client = build.client or span.tool
+                    build = self._keep(_Build(invocation, span.tool, span.first_at, span.last_at))
+                build.started_at = min(build.started_at, span.first_at)
+                build.ended_at = max(build.ended_at, span.last_at)
+                build.repository = build.repository or span.repository
+                build.client = build.client or span.tool
 
             def running(build: _Build) -> bool:
                 if build.invocation in active:
@@ -357,11 +360,7 @@ class HistoryRecorder:
             )[: self.MAX_RUNNING_LINES]
             # A command that ended without an action (``bazel clean`` asks
             # for the capabilities too) is no "last build".
-            ended = [
-                b
-                for b in self._builds.values()
-                if not running(b) and b.executed + b.cache_hits + b.failed + b.cancelled
-            ]
+            ended = [b for b in self._builds.values() if not running(b) and b.ended_actions()]
             shown = [(b, True) for b in current]
             if ended:
                 shown.append((max(ended, key=lambda b: b.ended_at), False))

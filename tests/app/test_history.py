@@ -165,6 +165,19 @@ def test_a_build_with_actions_running_is_the_current_build(tmp_path: Path) -> No
     assert current.invocation == "new" and not current.running  # the last build only
 
 
+def test_the_recorder_keeps_only_the_newest_builds(tmp_path: Path) -> None:
+    """Builds seen through ended actions and through running ones are kept up
+    to ``KEPT_BUILDS`` together, the oldest forgotten first (a long-running
+    lre does not grow a line per build ever seen)."""
+    recorder = HistoryRecorder(tmp_path, max_bytes=1 << 20, clock=lambda: 2_000.0)
+    for n in range(HistoryRecorder.KEPT_BUILDS + 5):
+        recorder.record(ActionRecord(at=1_000.0 + n, source=Source.EXECUTED, invocation=f"b{n}"))
+    recorder.build_lines(active={f"a{n}": ("bazel 7.1.0", 1_500.0) for n in range(3)})
+    kept = list(recorder._builds)
+    assert len(kept) == HistoryRecorder.KEPT_BUILDS
+    assert kept[-3:] == ["a0", "a1", "a2"] and "b7" not in kept and "b8" in kept
+
+
 def test_the_tuis_build_line_counts_a_ctrl_c_as_cancelled_not_failed(tmp_path: Path) -> None:
     """A build stopped with Ctrl-C: three runs cancelled under way and 41
     never started are 44 cancelled, 0 failed; a real failure still counts."""
