@@ -174,7 +174,6 @@ def _zero_hits(config: Path | None) -> None:
     """``lre stats --zero``: through the running lre (its admin route), else by
     removing the saved counts from the state directory."""
     from lre.cli._cache_cmd import admin_post
-    from lre.cli._running import look_up
     from lre.config import HITS_FILE
 
     lookup = look_up(config)
