@@ -273,8 +273,7 @@ def history(
             [
                 _when(r.at)[11:],
                 r.repository or repositories.get(r.invocation, "") or "-",
-                r.target or "?",
-                r.mnemonic or "-",
+                *_named(r),
                 r.source.value,
                 duration_text(r.wall_seconds),
                 duration_text(r.queue_seconds),
@@ -384,6 +383,11 @@ def builds(
         )
 
 
+def _named(record: ActionRecord) -> tuple[str, str]:
+    """The target and mnemonic cells of ``record``'s row."""
+    return record.target or "?", record.mnemonic or "-"
+
+
 def summary_text(b: BuildSummary) -> str:
     """``lre builds show`` as text."""
     from lre.snapshot import Phase
@@ -417,12 +421,9 @@ def summary_text(b: BuildSummary) -> str:
         + (f" ({b.peak_memory_source})" if b.peak_memory_source else ""),
     ]
     if b.killed_actions:
-        lines.append("")
-        lines.append("killed for their memory:")
         rows = [
             [
-                r.target or "?",
-                r.mnemonic or "-",
+                *_named(r),
                 duration_text(r.phase_seconds(Phase.RUNNING)),
                 human_bytes(r.peak_rss_bytes),
                 str(r.kills),
@@ -432,23 +433,16 @@ def summary_text(b: BuildSummary) -> str:
             for r in b.killed_actions
         ]
         header = ["target", "mnemonic", "running", "peak RSS", "kills", "lre", "why"]
-        lines.append(table(header, rows, numeric={2, 3, 4}))
+        lines += ["", "killed for their memory:", table(header, rows, numeric={2, 3, 4})]
     if b.failed_actions:
-        lines.append("")
         more = f" (the first {len(b.failed_actions)})" if b.failed > len(b.failed_actions) else ""
-        lines.append(f"failed actions{more}:")
-        rows = [
-            [r.target or "?", r.mnemonic or "-", _outcome(r), r.action[:12] or "-"]
-            for r in b.failed_actions
-        ]
-        lines.append(table(["target", "mnemonic", "exit", "action"], rows, numeric=set()))
+        rows = [[*_named(r), _outcome(r), r.action[:12] or "-"] for r in b.failed_actions]
+        header = ["target", "mnemonic", "exit", "action"]
+        lines += ["", f"failed actions{more}:", table(header, rows, numeric=set())]
     if b.slowest:
-        lines.append("")
-        lines.append("slowest actions:")
         rows = [
             [
-                r.target or "?",
-                r.mnemonic or "-",
+                *_named(r),
                 duration_text(r.wall_seconds),
                 duration_text(r.phase_seconds(Phase.QUEUED)),
                 duration_text(r.phase_seconds(Phase.RUNNING)),
@@ -457,8 +451,7 @@ def summary_text(b: BuildSummary) -> str:
             for r in b.slowest
         ]
         header = ["target", "mnemonic", "wall", "queued", "running", "peak"]
-        lines.append(table(header, rows, numeric={2, 3, 4, 5}))
-        lines.append(PEAK_LEGEND)
+        lines += ["", "slowest actions:", table(header, rows, numeric={2, 3, 4, 5}), PEAK_LEGEND]
     return "\n".join(lines)
 
 
