@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lre.cli._client_files import read_or_empty
 from lre.cli._git_exclude import is_tracked
 
 TRY_IMPORT = "try-import %workspace%/lre.bazelrc"
@@ -48,23 +49,16 @@ def imports(text: str, name: str) -> bool:
     return False
 
 
-def _text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return ""
-
-
 def import_target(repo: Path, home: Path) -> tuple[Path | None, str]:
     """(the file to add ``TRY_IMPORT`` to, why that one: "" for ``.bazelrc``);
     None when Bazel already reads ``lre.bazelrc``. See the module docstring."""
     bazelrc = repo / ".bazelrc"
-    text = _text(bazelrc)
+    text = read_or_empty(bazelrc)
     if imports(text, "lre.bazelrc"):
         return None, ""
     user = repo / USER_BAZELRC
     if imports(text, USER_BAZELRC):
-        if imports(_text(user), "lre.bazelrc"):
+        if imports(read_or_empty(user), "lre.bazelrc"):
             return None, ""
         if not user.is_symlink() and not is_tracked(repo, USER_BAZELRC):
             return user, f"{bazelrc} imports {USER_BAZELRC}, which git does not track"
@@ -72,7 +66,7 @@ def import_target(repo: Path, home: Path) -> tuple[Path | None, str]:
     if not bazelrc.is_symlink() and not tracked:
         return bazelrc, ""
     home_rc = home / ".bazelrc"
-    if imports(_text(home_rc), "lre.bazelrc"):
+    if imports(read_or_empty(home_rc), "lre.bazelrc"):
         return None, ""
     why = "is tracked by git" if tracked else "is a symlink"
     return home_rc, f"{bazelrc} {why}, so lre leaves it alone and uses your own {home_rc}"
@@ -81,13 +75,13 @@ def import_target(repo: Path, home: Path) -> tuple[Path | None, str]:
 def importer(repo: Path, home: Path) -> Path | None:
     """The file through which Bazel reads ``repo``'s ``lre.bazelrc`` (None: none)."""
     bazelrc = repo / ".bazelrc"
-    text = _text(bazelrc)
+    text = read_or_empty(bazelrc)
     if imports(text, "lre.bazelrc"):
         return bazelrc
-    if imports(text, USER_BAZELRC) and imports(_text(repo / USER_BAZELRC), "lre.bazelrc"):
+    if imports(text, USER_BAZELRC) and imports(read_or_empty(repo / USER_BAZELRC), "lre.bazelrc"):
         return repo / USER_BAZELRC
     home_rc = home / ".bazelrc"
-    return home_rc if imports(_text(home_rc), "lre.bazelrc") else None
+    return home_rc if imports(read_or_empty(home_rc), "lre.bazelrc") else None
 
 
 def add_import(path: Path) -> None:
@@ -144,7 +138,7 @@ def only_lre_lines(path: Path) -> bool:
     """Whether ``path`` holds lre's import lines and nothing else (lre created it)."""
     if path.is_symlink() or not path.is_file():
         return False
-    lines = _text(path).splitlines(keepends=True)
+    lines = read_or_empty(path).splitlines(keepends=True)
     return bool(lines) and not "".join(without_lre_import(lines)).strip()
 
 

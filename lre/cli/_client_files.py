@@ -38,6 +38,14 @@ class WriteReport:
     cleaned: list[Path] = field(default_factory=list)
 
 
+def read_or_empty(path: Path) -> str:
+    """``path``'s text, or "" when it cannot be read (missing, not UTF-8, ...)."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
 def owned_by_lre(path: Path) -> bool:
     """Whether ``path``'s first line is ``MARKER`` (False when it cannot be read)."""
     try:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from lre.cli._checks import Check
+from lre.cli._client_files import read_or_empty
 from lre.cli._doctor_host import fetch_status
 from lre.cli._running import Lookup
 
@@ -56,11 +57,7 @@ def without_the_bytes(repo: Path) -> list[str]:
     found = []
     for name in (".bazelrc", "user.bazelrc"):
         path = repo / name
-        try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError):
-            continue
-        for number, line in enumerate(lines, start=1):
+        for number, line in enumerate(read_or_empty(path).splitlines(), start=1):
             words = line.split("#", 1)[0].split()
             if any(
                 w.startswith(_WITHOUT_BYTES)

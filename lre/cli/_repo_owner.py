@@ -13,6 +13,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+from lre.cli._client_files import read_or_empty
 from lre.cli._ports import split_address
 
 #: Seconds to wait for the other address to accept a connection.
@@ -25,11 +26,7 @@ def _configured_address(repo: Path) -> str:
         (repo / "lre.bazelrc", "build:lre --remote_executor="),
         (repo / ".buckconfig.d" / "lre.buckconfig", "engine_address = "),
     ):
-        try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError):
-            continue
-        for line in lines:
+        for line in read_or_empty(path).splitlines():
             if line.startswith(key):
                 value = line.removeprefix(key).strip()
                 for scheme in ("grpcs://", "grpc://"):

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lre.cli._bazelrc_import import importer
+from lre.cli._client_files import read_or_empty
 
 #: Flags that say where Bazel's remote calls go and what they carry.
 ENDPOINT_FLAGS = ("remote_cache", "remote_executor", "remote_instance_name")
@@ -106,11 +107,7 @@ class _Walk:
     def read(self, path: Path, depth: int) -> None:
         if depth > _MAX_DEPTH:
             return
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
-            return
-        for number, raw in enumerate(text.splitlines(), start=1):
+        for number, raw in enumerate(read_or_empty(path).splitlines(), start=1):
             line = raw.strip()
             if not line or line.startswith("#"):
                 continue

@@ -12,19 +12,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lre.cli._client_files import BEGIN, END, MARKER, OLD_BEGINS
+from lre.cli._client_files import BEGIN, END, MARKER, OLD_BEGINS, read_or_empty
 from lre.cli._doctor_clients import bazelrc_flags
 
 
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return ""
-
-
 def _bazel_address(repo: Path) -> str | None:
-    text = _read(repo / "lre.bazelrc")
+    text = read_or_empty(repo / "lre.bazelrc")
     if not text.startswith(MARKER):
         return None
     executors = [w.split("=", 1)[1] for f, w in bazelrc_flags(text) if f == "remote_executor"]
@@ -32,7 +25,7 @@ def _bazel_address(repo: Path) -> str | None:
 
 
 def _buck2_address(path: Path, block_only: bool) -> str | None:
-    text = _read(path)
+    text = read_or_empty(path)
     if block_only:
         starts = [text.find(begin) for begin in (BEGIN, *OLD_BEGINS) if begin in text]
         if not starts:
