@@ -1,22 +1,8 @@
 """The status listener: a small HTTP/1.1 server on Trio.
 
-Routes (GET or HEAD; one request per connection, ``Connection: close``):
-
-- ``/status``: ``200 {"status": "ok", ...}`` or ``503 {"status":
-  "unavailable", "problems": [...]}`` (what the ``HealthBoard`` holds);
-- ``/metrics``: Prometheus text format 0.0.4 (``render_metrics``);
-- ``/api/v1/stats``: the ``ProcessSnapshot`` as JSON (``lre top`` reads it).
-
-POST routes (``CacheAdmin``; they need ``Authorization: Bearer <admin
-token>``, else 401; the parameters are in the query string):
-
-- ``/api/v1/cache/gc?to=BYTES&force=0|1``, ``/api/v1/cache/clean?force=0|1``
-  (``lre cache gc`` / ``clean`` while lre runs);
-- ``/api/v1/stats/zero`` (``lre stats --zero``);
-- ``/api/v1/history/flush``: writes every ended action and each build's
-  span to the history file now (``lre builds``, ``history``, ``trace`` and
-  ``report`` ask for it before they read, so a build the client just
-  finished is whole there); 404 when lre keeps no history.
+Its routes and answers are in docs/observability.md ("Status listener"); GET
+and HEAD read a ``SnapshotSource``, the POST routes call ``CacheAdmin`` (or
+flush the history) and need the admin token.
 
 Robustness: the request head must arrive within ``request_timeout_s``
 (else 408) and fit in ``max_request_bytes`` (else 431); a malformed request

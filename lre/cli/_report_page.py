@@ -1,22 +1,12 @@
 """A build as one self-contained HTML page: ``lre report``.
 
-Everything is inline: the timeline and the CPU/memory charts are SVG drawn
-here, the stylesheet and the one small script (details of the action under
-the pointer) are in the page, and a Content-Security-Policy forbids any
-network access, so the page works offline and from a mail attachment.
-
-The timeline has one lane per running slot and one ``<g class="action">``
-per executed action (``data-target`` and a ``<title>`` name it), its phases
-(``lre.snapshot.Phase``) as coloured parts; ``data-outcome`` says how it
-ended (``ok``, ``failed``, ``killed``: lre killed its last run for its
-memory, ``cancelled``: its client or lre's shutdown stopped it). An action
-lre killed for its memory (and perhaps ran again) is marked with a red
-triangle, the moment of each kill by a dashed red line across the lanes; a
-cancelled one with a grey cross at its end. The script counts the marks
-that were really drawn (a box of some size inside the timeline) into the
-page's ``data-drawn-*`` attributes. Below: host CPU % and
-reserved CPUs, memory in use and reserved memory, over time; then the
-summary, the slowest actions and what actions waited for.
+What the page shows is in docs/observability.md, "Trace and report".
+Everything is inline (SVG drawn here, the stylesheet and one small script)
+and a Content-Security-Policy forbids any network access, so the page works
+offline. What its tests read: one ``<g class="action">`` per executed action
+(``data-target``, ``data-kills``, ``data-outcome``: ``ok``, ``failed``,
+``killed`` or ``cancelled``), and the ``data-drawn-*`` attributes into which
+the script counts the marks that were really drawn.
 """
 
 from __future__ import annotations

@@ -1,23 +1,10 @@
 """A build as Chrome trace-event JSON (the format of Bazel's ``--profile``).
 
-Opens in Perfetto (ui.perfetto.dev) and ``chrome://tracing``. Layout:
-
-- one thread (track) per running slot, ``slot 1``..``slot N``: one complete
-  event (``ph: "X"``) per executed action named after its target, spanning
-  the time it held the slot, with its phases (``lre.snapshot.Phase``:
-  staging, running, storing) as complete events nested inside it;
-- its ``queued`` phase as an async span (``ph: "b"``/``"e"``) on the queue
-  track, since queued actions overlap;
-- kills and retries as instant events (``ph: "i"``) at the final attempt,
-  and each memory kill as a global instant event (a line across all tracks)
-  at the moment lre killed the attempt, with the reason; an action killed
-  for good (``kill_ended``) keeps its slice, up to its kill; a cancelled one
-  is a slice up to its cancellation with an instant ``cancelled`` at its end;
-- cache hits as instant events on the ``cache`` track;
-- counters (``ph: "C"``): host CPU % and reserved CPUs, memory in use and
-  reserved memory (MiB), from the samples lre took while the build ran.
-
-Timestamps are microseconds since the build's first request.
+The layout (a track per running slot, the queue and cache-hit tracks, kills
+and counters) is in docs/observability.md, "Trace and report". An action
+killed for good (``kill_ended``) keeps its slice, up to its kill; a cancelled
+one is a slice up to its cancellation with an instant ``cancelled`` at its
+end. Timestamps are microseconds since the build's first request.
 """
 
 from __future__ import annotations
