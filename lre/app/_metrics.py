@@ -1,19 +1,9 @@
 """Prometheus text exposition (format 0.0.4) of a ``ProcessSnapshot``.
 
 ``render_metrics(snapshot, rpc)`` returns the whole ``/metrics`` body. Every
-label's values come from a bounded set (a label per action digest would make
-one series per action):
-
-- ``stage``: CACHE_CHECK, QUEUED, EXECUTING; ``outcome``: the scheduler's
-  completion outcomes; ``kind``: ``EventKind``; ``code``: gRPC code names;
-- ``worker``, ``store``: names from the config;
-- ``platform``: the *keys* of a queued requirement (``OSFamily,cpu,mem``),
-  never its values, so bounded by the configured property names;
-- ``method``: RPC methods lre registers (see ``lre.service.method_label``);
-- ``phase``: ``lre.snapshot.Phase`` (``lre_action_phase_seconds``, see
-  ``_process_metrics``, with ``lre_build_info`` and ``process_*``).
-
-Per-action data (RSS, elapsed, digests, operation names) is aggregated per
+label's values come from a bounded set, listed in docs/observability.md
+("Metrics"): a label per action digest would make one series per action, so
+per-action data (RSS, elapsed, digests, operation names) is aggregated per
 worker or left to ``/api/v1/stats``.
 """
 

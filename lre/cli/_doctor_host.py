@@ -1,25 +1,6 @@
-"""``lre doctor``'s checks of lre and this machine.
-
-- ``lre``: running, and healthy by its ``/status``;
-- ``grpc port`` / ``status port``: with lre running, its addresses answer
-  and lre holds them; without, the ports the client configs lre wrote send
-  builds to (in the linked repositories and this one; else the configured
-  ports) are free, or who holds them;
-- ``disk``: free space where each CAS lives against what it may still grow
-  by (its max_bytes minus what it holds now);
-- ``containment``: the ``containment`` and ``protections_missing`` keys of
-  lre's ``/status``, and the kernel settings of this machine that refuse
-  unprivileged namespaces (AppArmor's restriction, ``unprivileged_userns_clone``);
-- ``user``: whether lre (or, when it is not running, you) runs as root;
-- ``clock``: there is no network, so nothing is compared with true time.
-  Two things are measured: (1) file timestamps: a file is written in the
-  state directory and each CAS directory and its mtime compared with the
-  system clock read around the write (a mismatch means a filesystem with
-  its own clock, e.g. a network or VM share, and breaks LRU order and
-  mtime-based tools); (2) clock steps: the start time lre recorded is
-  compared with the one the kernel now derives from its monotonic boot
-  clock; they differ by how far the wall clock was set since lre started,
-  and past 5 s ``lre status`` and ``lre down`` no longer recognise it.
+"""``lre doctor``'s checks of lre and this machine: ``lre``, the ports, disk,
+containment, user and clock; docs/commands.md ("lre doctor") says what each
+looks at and when it warns or fails.
 """
 
 from __future__ import annotations
