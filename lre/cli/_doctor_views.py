@@ -5,8 +5,7 @@ action directory (``work_directory``). Mounting one creates and deletes a
 handful of inodes there. On an ext4 without a journal, ext4 refuses to hand
 out an inode number deleted in the last minute or so and looks at each such
 candidate in turn before it picks one, so with lre's churn every new inode
-gets dearer: on the VM of docs/performance.md ("The sandbox view"), the
-view cost 1.64x lre's CPU per action there against 1.19x on a journaled ext4.
+gets dearer (docs/performance.md has the figures against a journaled ext4).
 
 An ext4 mount has a journal when its ``/proc/fs/ext4/<device>/options`` lists
 a ``data=`` mode; the device is the kernel's name of the block device behind
