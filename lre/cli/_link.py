@@ -27,7 +27,7 @@ from lre.cli._git_exclude import set_excluded
 from lre.cli._links import Link, read_links, record_link
 from lre.cli._ports import split_address
 from lre.cli._repo_owner import serving_elsewhere
-from lre.cli._repository import resolve_repository
+from lre.cli._repository import repository_or_exit
 from lre.config import resolve, state_dir_of
 
 #: Addresses a server may listen on that a client cannot connect to as such.
@@ -232,11 +232,7 @@ def link_command(
     if server is None or not server.alive():
         typer.echo("error: lre is not running; `lre up` starts it", err=True)
         raise typer.Exit(1)
-    try:
-        root = resolve_repository(repo, Path.cwd())
-    except ClientConfigError as error:
-        typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(1) from None
+    root = repository_or_exit(repo)
     link_repo_or_exit(root, server, Link(instance, not no_edit, buck_local), state_dir)
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import typer
+
 from lre.cli._client_config import REPO_MARKERS, find_repo_root
 from lre.cli._client_files import ClientConfigError
 
@@ -50,6 +52,16 @@ def resolve_repository(option: Path | None, cwd: Path) -> Path:
         root = found
     check_writable(root)
     return root
+
+
+def repository_or_exit(option: Path | None) -> Path:
+    """``resolve_repository`` from the working directory; its error is printed
+    and the command exits with status 1."""
+    try:
+        return resolve_repository(option, Path.cwd())
+    except ClientConfigError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(1) from None
 
 
 def check_writable(repo: Path) -> None:

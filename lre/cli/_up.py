@@ -50,7 +50,7 @@ from lre.cli._link import (
 from lre.cli._links import Link, forget_link, read_links
 from lre.cli._ports import check_port, listeners_in_use, split_address, with_port
 from lre.cli._repo_owner import serving_elsewhere
-from lre.cli._repository import resolve_repository
+from lre.cli._repository import repository_or_exit, resolve_repository
 from lre.cli._start_settings import (
     StartSettings,
     differences,
@@ -521,11 +521,7 @@ def unlink_command(
     config_path: ConfigOption = None,
 ) -> None:
     """Remove exactly the Bazel/Buck2 config that `lre up` wrote (and lre's git excludes)."""
-    try:
-        root = resolve_repository(repo, Path.cwd())
-    except ClientConfigError as error:
-        typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(1) from None
+    root = repository_or_exit(repo)
     state_dir = state_dir_of(resolve(load_or_default(config_path)))
     try:
         home = release_home_import(root, state_dir, Path.home())
