@@ -23,9 +23,9 @@ import typer
 
 from lre.cli._app import app, command_group
 from lre.cli._byte_text import human_bytes
-from lre.cli._config_cmd import config_option, fallback_warning, load_or_fallback
+from lre.cli._config_cmd import config_option
 from lre.cli._history_read import HistoryRead, read_state_history
-from lre.config import resolve, state_dir_of
+from lre.cli._running import look_up
 
 if TYPE_CHECKING:
     from lre.snapshot import ActionRecord, BuildSummary
@@ -49,10 +49,7 @@ builds_app = command_group(
 
 def history_dir(config: Path | None) -> Path:
     """The state dir of ``config`` (or the default config), where the history is."""
-    loaded, problems = load_or_fallback(config)
-    if problems:
-        fallback_warning(problems)
-    return state_dir_of(resolve(loaded))
+    return look_up(config).state_dir
 
 
 def duration_text(seconds: float) -> str:

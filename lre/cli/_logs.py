@@ -28,10 +28,9 @@ from typing import Annotated, BinaryIO
 import typer
 
 from lre.cli._app import app
-from lre.cli._config_cmd import fallback_warning, load_or_fallback
 from lre.cli._daemon import LOG_FILE, read_pid_file
+from lre.cli._running import look_up
 from lre.cli._up import ConfigOption
-from lre.config import resolve, state_dir_of
 
 #: Seconds between looks at a log that has no new bytes.
 POLL_S = 0.2
@@ -179,11 +178,7 @@ def logs(
 ) -> None:
     """Print the log of the running (or last) lre; -f follows it like tail -F."""
     cutoff = None if since is None else parse_since(since)
-    loaded, problems = load_or_fallback(config_path)
-    if problems:
-        fallback_warning(problems)
-    state_dir = state_dir_of(resolve(loaded))
-    path = log_path(state_dir)
+    path = log_path(look_up(config_path).state_dir)
     out = sys.stdout.buffer
     current: BinaryIO | None = None
     try:
