@@ -152,12 +152,7 @@ def down(
     stop_lre(config_path, now, timeout)
 
 
-@app.command()
-def stop(
-    config_path: ConfigOption = None, now: NowOption = False, timeout: TimeoutOption = 600
-) -> None:
-    """The same as `lre down` (docker compose's name)."""
-    stop_lre(config_path, now, timeout)
+app.command("stop", help="The same as `lre down` (docker compose's name).")(down)
 
 
 def _start(
