@@ -32,15 +32,19 @@ class Knobs:
     memory_budget: str | None = None
     status_port: int | None = None
 
-    def argv(self) -> list[str]:
-        """The same flags, for the detached child."""
-        out: list[str] = []
-        for flag, value in (
+    def flags(self) -> tuple[tuple[str, str | int | None], ...]:
+        """Each knob's flag and value (None: not given)."""
+        return (
             ("--cache-size", self.cache_size),
             ("--cpus", self.cpus),
             ("--memory-budget", self.memory_budget),
             ("--status-port", self.status_port),
-        ):
+        )
+
+    def argv(self) -> list[str]:
+        """The same flags, for the detached child."""
+        out: list[str] = []
+        for flag, value in self.flags():
             if value is not None:
                 out += [flag, str(value)]
         return out

@@ -73,31 +73,12 @@ def differences(running: StartSettings, asked: Knobs) -> list[str]:
     running lre was started with (a knob it was started without runs with
     the config's value, which a given knob changes)."""
     out: list[str] = []
-    pairs: tuple[tuple[str, object, object, str | int | None], ...] = (
-        (
-            "--cache-size",
-            _size(asked.cache_size),
-            _size(running.knobs.cache_size),
-            running.knobs.cache_size,
-        ),
-        ("--cpus", asked.cpus, running.knobs.cpus, running.knobs.cpus),
-        (
-            "--memory-budget",
-            _size(asked.memory_budget),
-            _size(running.knobs.memory_budget),
-            running.knobs.memory_budget,
-        ),
-        ("--status-port", asked.status_port, running.knobs.status_port, running.knobs.status_port),
-    )
-    given = {
-        "--cache-size": asked.cache_size,
-        "--cpus": asked.cpus,
-        "--memory-budget": asked.memory_budget,
-        "--status-port": asked.status_port,
-    }
-    for flag, wanted, has, shown in pairs:
-        if given[flag] is None or wanted == has:
+    for (flag, given), (_, shown) in zip(asked.flags(), running.knobs.flags(), strict=True):
+        # sizes compare by their bytes: --cache-size 1G is --cache-size 1024M
+        wanted = _size(given) if isinstance(given, str) else given
+        has = _size(shown) if isinstance(shown, str) else shown
+        if given is None or wanted == has:
             continue
         now = f"{flag} {shown}" if shown is not None else f"the config's value (no {flag})"
-        out.append(f"{flag} {given[flag]}: lre runs with {now}")
+        out.append(f"{flag} {given}: lre runs with {now}")
     return out
