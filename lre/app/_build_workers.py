@@ -12,7 +12,7 @@ import os
 from collections.abc import Mapping
 
 from lre.app._build_error import AppBuildError
-from lre.app._stores import Stores
+from lre.app._stores import Stores, temp_path_of
 from lre.config import Config, WorkerResources, state_dir_of
 from lre.errors import InvalidArgument
 from lre.scheduler import Scheduler
@@ -37,9 +37,10 @@ def lre_directories(config: Config) -> tuple[str, ...]:
     paths = [str(state_dir_of(config))]
     for store in config.stores:
         if store.filesystem is not None:
-            content = store.filesystem.content_path
-            temp = store.filesystem.temp_path or os.path.join(content, "..", "tmp")
-            paths += [content, os.path.normpath(temp)]
+            paths += [
+                store.filesystem.content_path,
+                os.path.normpath(temp_path_of(store.filesystem)),
+            ]
     for worker in config.workers:
         if worker.local is not None:
             paths.append(worker.local.work_directory)

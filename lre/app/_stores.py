@@ -29,7 +29,7 @@ from lre.cas import (
     MemoryStore,
     VerifyStore,
 )
-from lre.config import Config, GrpcStoreSpec, StoreSpec
+from lre.config import Config, FilesystemStoreSpec, GrpcStoreSpec, StoreSpec
 from lre.upstream import UpstreamClient, UpstreamStatistics
 
 log = logging.getLogger("lre.cas")
@@ -174,6 +174,12 @@ def _max_bytes(value: object, name: str) -> int:
     return value
 
 
+def temp_path_of(spec: FilesystemStoreSpec) -> str:
+    """Where a filesystem store keeps uploads in progress: its ``temp_path``,
+    by default ``tmp`` beside its content directory."""
+    return spec.temp_path or os.path.join(os.path.dirname(spec.content_path.rstrip("/")), "tmp")
+
+
 def build_stores(config: Config) -> Stores:
     """Build every store of ``config`` (which must be ``resolve``d).
 
@@ -196,10 +202,9 @@ def build_stores(config: Config) -> Stores:
             )
         elif spec.filesystem is not None:
             fs = spec.filesystem
-            temp = fs.temp_path or os.path.join(os.path.dirname(fs.content_path.rstrip("/")), "tmp")
             filesystem = FilesystemStore(
                 fs.content_path,
-                temp,
+                temp_path_of(fs),
                 _max_bytes(fs.eviction_policy.max_bytes, name),
                 evict_bytes=int(fs.eviction_policy.evict_bytes),
                 fsync=fs.fsync,
