@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lre.cli._client_files import read_or_empty
+from lre.cli._client_files import WriteReport, read_or_empty
 from lre.cli._git_exclude import is_tracked
 
 TRY_IMPORT = "try-import %workspace%/lre.bazelrc"
@@ -115,6 +115,16 @@ def without_lre_import(lines: list[str]) -> list[str]:
         kept.append(lines[index])
         index += 1
     return kept
+
+
+def remove_import_into(path: Path, report: WriteReport) -> None:
+    """``remove_import`` of ``path``, noted in ``report`` (removed, or cleaned
+    when other lines stay). Raises ``OSError``."""
+    done = remove_import(path)
+    if done == "deleted":
+        report.removed.append(path)
+    elif done == "edited":
+        report.cleaned.append(path)
 
 
 def remove_import(path: Path) -> str:

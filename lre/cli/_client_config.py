@@ -45,7 +45,7 @@ from lre.cli._bazelrc_import import (
     OPT_IN_KEPT,
     USER_BAZELRC,
     only_lre_lines,
-    remove_import,
+    remove_import_into,
 )
 from lre.cli._buck2_client import INERT_BUCKCONFIG
 from lre.cli._client_files import (
@@ -93,11 +93,7 @@ def unlink(repo: Path) -> WriteReport:
             directory.rmdir()
             report.removed.append(directory)
     for rc in (repo / ".bazelrc", repo / USER_BAZELRC):
-        done = remove_import(rc)
-        if done == "deleted":
-            report.removed.append(rc)
-        elif done == "edited":
-            report.cleaned.append(rc)
+        remove_import_into(rc, report)
     write_local_block(repo / ".buckconfig.local", "", report)
     return report
 

@@ -21,13 +21,14 @@ from lre.cli._app import app
 from lre.cli._checks import Check
 from lre.cli._client_config import find_repo_root
 from lre.cli._doctor_cache import bytes_check, cache_checks
-from lre.cli._doctor_clients import bazel_version, is_bazel_repo, repository_checks
+from lre.cli._doctor_clients import bazel_version, repository_checks
 from lre.cli._doctor_host import host_checks
 from lre.cli._doctor_views import view_filesystem_check
 from lre.cli._link import RepoOption
 from lre.cli._links import read_links
 from lre.cli._local_stores import LocalStores, LocalStoresError, local_stores
 from lre.cli._quarantine_report import quarantine_check
+from lre.cli._repository import is_bazel_repo
 from lre.cli._running import look_up
 from lre.cli._up import ConfigOption
 from lre.cli._written_addresses import written_addresses

@@ -27,18 +27,11 @@ from lre.cli._checks import Check
 from lre.cli._client_target import points_at
 from lre.cli._daemon import RunningServer
 from lre.cli._doctor_buck2 import buck2_checks
+from lre.cli._repository import is_bazel_repo, is_buck2_repo
 from lre.cli._team_cache import ENDPOINT_FLAGS, losing_reason, remote_settings, team_caches
 
 _FLAG = re.compile(r"--([A-Za-z0-9_]+)")
 _HELP_FLAG = re.compile(r"^\s+--(\[no\])?([A-Za-z0-9_]+)\s*$")
-
-
-def is_bazel_repo(repo: Path) -> bool:
-    return any((repo / n).exists() for n in ("MODULE.bazel", "WORKSPACE", "WORKSPACE.bazel"))
-
-
-def is_buck2_repo(repo: Path) -> bool:
-    return (repo / ".buckconfig").exists()
 
 
 def _active_lines(text: str) -> list[str]:

@@ -16,7 +16,7 @@ import typer
 
 from lre.cli._app import app
 from lre.cli._bazel_client import detect_bazel_version, write_bazel
-from lre.cli._bazelrc_import import TRY_IMPORT, importer, remove_import
+from lre.cli._bazelrc_import import TRY_IMPORT, importer, remove_import_into
 from lre.cli._buck2_client import write_buck2
 from lre.cli._client_config import owned_paths
 from lre.cli._client_files import ClientConfigError, WriteReport
@@ -27,7 +27,7 @@ from lre.cli._git_exclude import set_excluded
 from lre.cli._links import Link, read_links, record_link
 from lre.cli._ports import split_address
 from lre.cli._repo_owner import serving_elsewhere
-from lre.cli._repository import repository_or_exit
+from lre.cli._repository import is_bazel_repo, is_buck2_repo, repository_or_exit
 from lre.config import resolve, state_dir_of
 
 #: Addresses a server may listen on that a client cannot connect to as such.
@@ -123,9 +123,8 @@ def point_repo(repo: Path, server: RunningServer, link: Link, state_dir: Path) -
         )
     settings = client_settings_for(server, link.instance)
     report = WriteReport()
-    is_buck = (repo / ".buckconfig").exists()
-    is_bazel = any((repo / n).exists() for n in ("MODULE.bazel", "WORKSPACE", "WORKSPACE.bazel"))
-    if is_bazel or not is_buck:
+    is_buck = is_buck2_repo(repo)
+    if is_bazel_repo(repo) or not is_buck:
         bazel = write_bazel(
             repo, settings, edit_bazelrc=link.edit_bazelrc, version=detect_bazel_version()
         )
@@ -165,11 +164,7 @@ def release_home_import(repo: Path, state_dir: Path, home: Path) -> WriteReport:
             f"kept `{TRY_IMPORT}` in {home_rc}: {others[0]} still reads lre.bazelrc through it"
         )
         return report
-    done = remove_import(home_rc)
-    if done == "deleted":
-        report.removed.append(home_rc)
-    elif done == "edited":
-        report.cleaned.append(home_rc)
+    remove_import_into(home_rc, report)
     return report
 
 

@@ -18,6 +18,14 @@ from lre.cli._client_files import ClientConfigError
 WORKSPACE_MARKERS = ("MODULE.bazel", "WORKSPACE", "WORKSPACE.bazel", ".buckconfig")
 
 
+def is_bazel_repo(repo: Path) -> bool:
+    return any((repo / n).exists() for n in ("MODULE.bazel", "WORKSPACE", "WORKSPACE.bazel"))
+
+
+def is_buck2_repo(repo: Path) -> bool:
+    return (repo / ".buckconfig").exists()
+
+
 def resolve_repository(option: Path | None, cwd: Path) -> Path:
     """The repository ``lre up``, ``link``, ``unlink`` and ``doctor`` mean: ``--repo``
     as given (an existing directory: lre creates none), else the nearest
