@@ -7,12 +7,10 @@ import os
 from pathlib import Path
 
 import pytest
-import trio
 
 from lre.cas import FilesystemStore, read_bytes
 from lre.digest import digest_of
 from lre.errors import InvalidArgument, NotFound, ResourceExhausted
-from lre.worker.outputs import unshared_adopter
 from lre.worker.outputs._outputs import OutputRequest, scan_outputs
 from lre.worker.outputs._upload import upload_outputs
 
@@ -68,34 +66,3 @@ async def test_two_failing_uploads_raise_one_error(tmp_path: Path) -> None:
     assert str(5 << 20) in caught.value.message
     assert digest_of(b"1" * (5 << 20)) == files[1].digest
     await small.close()
-
-
-async def test_a_small_output_is_adopted_without_a_thread_unless_held_for_writing(
-    tmp_path: Path, store: FilesystemStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The lease check and the move of a small output run on the event loop;
-    # one another process holds open for writing is copied (a new inode).
-    in_threads: list[str] = []
-    run_sync = trio.to_thread.run_sync
-
-    async def recording(fn: object, *args: object, **kwargs: object) -> object:
-        in_threads.append(getattr(fn, "__name__", repr(fn)))
-        return await run_sync(fn, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(trio.to_thread, "run_sync", recording)
-    adopt = unshared_adopter(store.adopt_file, store)
-    alone, held = tmp_path / "alone", tmp_path / "held"
-    alone.write_bytes(b"alone")
-    held.write_bytes(b"held")
-    inode = alone.stat().st_ino
-    await adopt(alone, digest_of(b"alone"), False)
-    assert in_threads == []
-    assert os.stat(await store.path_for_link(digest_of(b"alone"), False)).st_ino == inode
-    writer = os.open(held, os.O_WRONLY)
-    try:
-        inode = held.stat().st_ino
-        await adopt(held, digest_of(b"held"), False)
-    finally:
-        os.close(writer)
-    assert os.stat(await store.path_for_link(digest_of(b"held"), False)).st_ino != inode
-    await store.close()

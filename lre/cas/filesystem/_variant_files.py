@@ -9,8 +9,7 @@ at most ``INLINE_BYTES`` and the store does not fsync, as small writes are:
 Bazel 4 marks every input executable, so each source a user edits and
 uploads needs its executable copy at its first staging, and a thread hop
 there waits for a core on a machine a build keeps busy); ``adopt_file`` moves an action's
-output file into the store instead of copying its bytes (a small one on the
-event loop too, by the same rule); ``discard`` throws
+output file into the store instead of copying its bytes; ``discard`` throws
 out a blob whose linked file an action altered. New files count against the
 store's ``max_bytes`` through its ``ContentIndex`` like any write.
 
@@ -87,10 +86,12 @@ class VariantFiles:
             try:
                 await index.wait_deleted(digest)
                 final = index.path(digest, want)
+                copy = (self._writer.copy_variant, digest, source, final, _MODES[want])
                 try:
-                    await self._run_small_inline(
-                        digest, self._writer.copy_variant, digest, source, final, _MODES[want]
-                    )
+                    if digest.size_bytes <= INLINE_BYTES and not self._writer.fsync:
+                        await call_inline(*copy)
+                    else:
+                        await self._run(*copy)
                 except FileNotFoundError:
                     index.forget(digest)
                     raise NotFound(f"blob {digest} is not in the CAS") from None
@@ -112,10 +113,8 @@ class VariantFiles:
 
         With ``digest`` known (the worker hashed the output while collecting
         it), the file is hashed again and moved in (or unlinked, when the
-        blob is already stored) in one call: on the event loop when the blob
-        is at most ``INLINE_BYTES`` and the store does not fsync (as small
-        copies are), else in one thread call. Without it the file is hashed
-        first, in a thread.
+        blob is already stored) in the same thread call, one round trip
+        instead of two. Without it the file is hashed first.
         """
         index = self._index
         want = EXEC_VARIANT if executable else PLAIN_VARIANT
@@ -127,7 +126,7 @@ class VariantFiles:
             if expected is None:
                 await self._run(os.unlink, source)
             else:
-                await self._run_small_inline(digest, self._check_and_move, source, digest, None, 0)
+                await self._run(self._check_and_move, source, digest, None, 0)
             return digest
         index.check_fits(digest)
         with index.busy([digest]):
@@ -138,9 +137,7 @@ class VariantFiles:
                 if expected is None:
                     await self._run(self._writer.move_in, digest, source, final, _MODES[want])
                 else:
-                    await self._run_small_inline(
-                        digest, self._check_and_move, source, digest, final, _MODES[want]
-                    )
+                    await self._run(self._check_and_move, source, digest, final, _MODES[want])
                 index.add(digest, want)
                 return digest
             finally:
@@ -159,10 +156,3 @@ class VariantFiles:
 
     async def _run(self, fn: Callable[..., T], *args: object) -> T:
         return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
-
-    async def _run_small_inline(self, digest: Digest, fn: Callable[..., T], *args: object) -> T:
-        """``fn(*args)`` on the event loop when ``digest``'s blob is at most
-        ``INLINE_BYTES`` and the store does not fsync, else in a thread."""
-        if digest.size_bytes <= INLINE_BYTES and not self._writer.fsync:
-            return await call_inline(fn, *args)
-        return await self._run(fn, *args)

@@ -17,8 +17,7 @@ the lease is refused (another holder, or a filesystem without leases) the
 file is copied into the store through the descriptor lre holds instead, so
 the stored blob is a new inode no one else has; the store verifies its
 digest as usual (a file changed since it was hashed fails the write with
-``InvalidArgument``). The open and the lease are a few system calls that
-move no data: they run on the event loop, not in a thread.
+``InvalidArgument``).
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ from pathlib import Path
 
 import trio
 
-from lre.cas import BlobStore, call_inline
+from lre.cas import BlobStore
 from lre.digest import Digest
 from lre.worker.outputs._upload import Adopter
 
@@ -45,7 +44,7 @@ _F_SETSIG = getattr(fcntl, "F_SETSIG", 10)
 
 
 def _open_leased(path: Path) -> tuple[int, bool]:
-    """Open ``path`` read-only, not following a symlink, and try the
+    """(thread) Open ``path`` read-only, not following a symlink, and try the
     write lease: (fd, leased). A leased file of another user (the one the
     action ran as) is given to lre's user, so that the store may move it and
     the stored blob is never that user's; when that fails it is not leased
@@ -84,7 +83,7 @@ def unshared_adopter(adopt: Adopter, store: BlobStore) -> Adopter:
     through lre's own descriptor for the rest (see the module docstring)."""
 
     async def guarded(path: Path, digest: Digest, executable: bool) -> object:
-        fd, leased = await call_inline(_open_leased, path)
+        fd, leased = await trio.to_thread.run_sync(_open_leased, path)
         try:
             if leased:
                 return await adopt(path, digest, executable)

@@ -644,37 +644,6 @@ async def test_a_small_missing_variant_is_copied_without_a_thread(
     assert os.stat(path).st_ino != os.stat(await store.path_for_link(digest, False)).st_ino
 
 
-@pytest.mark.parametrize(
-    ("size", "fsync", "threaded"),
-    [(INLINE_BYTES, "never", False), (INLINE_BYTES + 1, "never", True), (100, "always", True)],
-)
-async def test_a_small_output_of_known_digest_is_adopted_without_a_thread(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: int, fsync: str, threaded: bool
-) -> None:
-    # Most outputs of a build are small and come hashed by the worker: they
-    # are checked and moved in on the event loop, as small copies are; a
-    # large one, or any with fsync on, in a thread. So is one already stored.
-    store = await open_store(tmp_path, fsync=fsync)
-    data = os.urandom(size)
-    digest = digest_of(data)
-    in_threads: list[str] = []
-    run_sync = trio.to_thread.run_sync
-
-    async def recording(fn: object, *args: object, **kwargs: object) -> object:
-        in_threads.append(getattr(fn, "__name__", repr(fn)))
-        return await run_sync(fn, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(trio.to_thread, "run_sync", recording)
-    for name in ("first", "again"):
-        out = tmp_path / name
-        out.write_bytes(data)
-        assert await store.adopt_file(out, digest) == digest
-        assert not out.exists()
-        assert ("_check_and_move" in in_threads) is threaded
-        in_threads.clear()
-    assert await read_bytes(store, digest) == data
-
-
 async def test_stored_path_for_link_answers_only_for_a_stored_variant(tmp_path: Path) -> None:
     store = await open_store(tmp_path)
     digest = await write_bytes(store, b"int main(void) { return 0; }\n")
