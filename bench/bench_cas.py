@@ -3,7 +3,7 @@
 Usage (from the repository root)::
 
     .venv/bin/python bench/bench_cas.py [--runs 5] [--only memory,filesystem,direct]
-        [--open-blobs 100000]
+        [--tests find_missing,batches,bytestream] [--open-blobs 100000]
 
 Starts ``bench_cas.py serve`` (the real ``GrpcServer`` with the cache
 servicers) on 127.0.0.1, once with a memory store and once with a filesystem
@@ -14,7 +14,9 @@ process:
 - BatchUpdateBlobs / BatchReadBlobs of 5,000 x 4 KiB blobs, in requests of
   at most max_batch_total_size_bytes (MB/s), and for reference the raw rate
   of creating 4 KiB files (write temp + rename) in the same directory;
-- ByteStream Write / Read of one 64 MiB blob in 1 MiB chunks (MB/s);
+- ByteStream Write / Read of one 64 MiB blob in 1 MiB chunks (MB/s)
+  (``--tests`` keeps some of these three: ``find_missing``, ``batches``,
+  ``bytestream``);
 - in this process, no gRPC (``--only`` kind ``direct``): the filesystem
   store's own write and read of the same 5,000 blobs, one blob a call, 64 at
   once, and its ``open()`` with ``--open-blobs`` blobs on disk.
@@ -381,10 +383,12 @@ def main() -> None:
     )
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--only", default="memory,filesystem,direct")
+    parser.add_argument("--tests", default="find_missing,batches,bytestream")
     parser.add_argument("--open-blobs", type=int, default=100_000)
     args = parser.parse_args()
     results: dict[str, Any] = {"runs": args.runs}
     kinds = args.only.split(",")
+    tests = args.tests.split(",")
     if "direct" in kinds:
         kinds.remove("direct")
         with tempfile.TemporaryDirectory(prefix="lre-bench-") as directory:
@@ -398,19 +402,22 @@ def main() -> None:
             try:
                 with channel(server.address) as ch:
                     ch_results: dict[str, Any] = {}
-                    ch_results["find_missing"] = bench_find_missing(ch, args.runs)
+                    if "find_missing" in tests:
+                        ch_results["find_missing"] = bench_find_missing(ch, args.runs)
                     raw: list[float] = []
-                    ch_results["batch_update"], ch_results["batch_read"] = bench_batches(
-                        ch, args.runs, directory if kind == "filesystem" else "", raw
-                    )
+                    if "batches" in tests:
+                        ch_results["batch_update"], ch_results["batch_read"] = bench_batches(
+                            ch, args.runs, directory if kind == "filesystem" else "", raw
+                        )
                     if raw:
                         ch_results["raw_file_create"] = raw
                         ch_results["update_vs_raw"] = [
                             u / r for u, r in zip(ch_results["batch_update"], raw, strict=True)
                         ]
-                    ch_results["bytestream_write"], ch_results["bytestream_read"] = (
-                        bench_bytestream(ch, args.runs)
-                    )
+                    if "bytestream" in tests:
+                        ch_results["bytestream_write"], ch_results["bytestream_read"] = (
+                            bench_bytestream(ch, args.runs)
+                        )
                 ch_results["load_after"] = os.getloadavg()[0]
                 ch_results["server_cpu"] = dict(SERVER_CPU)
                 ch_results["load_before"] = load_before

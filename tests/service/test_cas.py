@@ -170,6 +170,27 @@ async def test_find_missing_bulk_names_a_bad_digest(cache_server: ServerHandle) 
     assert "blob_digests[200].size_bytes: -5" in info.value.details()
 
 
+@pytest.mark.parametrize(
+    ("hashes", "needle"),
+    [
+        # Lengths that add up to two good ones: each length is checked.
+        (["a" * 63, "a" * 65], "blob_digests[1].hash"),
+        (["\u00e9" * 64], "blob_digests[1].hash"),
+        (["a" * 32 + "\n" + "a" * 31], "blob_digests[1].hash"),
+    ],
+)
+async def test_find_missing_names_a_hash_the_whole_list_check_refuses(
+    cache_server: ServerHandle, hashes: list[str], needle: str
+) -> None:
+    request = re_pb2.FindMissingBlobsRequest(
+        blob_digests=[proto(b"ok"), *(re_pb2.Digest(hash=h, size_bytes=1) for h in hashes)]
+    )
+    with pytest.raises(grpc.RpcError) as info:
+        await cache_server.client.in_thread(cache_server.client.cas.FindMissingBlobs, request)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert needle in info.value.details()
+
+
 async def test_unsupported_digest_function_is_rejected(cache_server: ServerHandle) -> None:
     request = re_pb2.FindMissingBlobsRequest(
         blob_digests=[proto(b"ok")], digest_function=re_pb2.DigestFunction.BLAKE3
