@@ -9,13 +9,17 @@ and shapes that namespace, which the action's first process then inherits:
   mounts, and nothing mounted here ever reaches the host);
 - the action's input root, at its own path, as an overlay whose lower layer
   is the staged tree (hardlinks to the CAS's own inodes) and whose upper
-  layer is the action directory's ``view/upper``: whatever the action writes,
-  chmods or truncates, an input included and through any path
+  layer is ``upper`` on the action's own tmpfs (``make_layers``: a detached
+  mount the view builder holds, named through ``/proc/self/fd/N``, so the
+  upper and work directories are on no path of the host's): whatever the
+  action writes, chmods or truncates, an input included and through any path
   (``/proc/self/fd`` too), lands in a copy in the upper layer, so the CAS
   inode cannot change (root included: the lower layer is never written).
   Outputs are therefore read from the upper layer over the staged tree
-  (``_layers``; ``OVERLAY_OPTIONS`` keeps the upper layer simple enough for
-  that). overlayfs keeps its marks (opaque directories: a directory holding
+  (``_layers``, through lre's own descriptor of that tmpfs;
+  ``OVERLAY_OPTIONS`` keeps the upper layer simple enough for that), and
+  after that the whole tmpfs is dropped, nothing in it walked. overlayfs
+  keeps its marks (opaque directories: a directory holding
   inputs removed, or removed and made again) in xattrs, in the namespace
   the view names (``ActionView.xattrs``): ``trusted.overlay.*`` where lre
   mounts it with ``CAP_SYS_ADMIN`` of the host (``pidns``), or
@@ -24,15 +28,13 @@ and shapes that namespace, which the action's first process then inherits:
   ``trusted.*`` at all (the rmdir would fail with EIO inside the action).
   A kernel without ``userxattr`` fails the view (``fsconfig``, EINVAL);
   mainline kernels before 5.11 mount no overlay in a user namespace at
-  all. The overlay is
-  ``volatile`` (its unmount would otherwise sync the whole upper filesystem
-  at every action's end); its work directory must then lose
-  ``work/incompat`` before the next mount (``ActionDirectories`` removes
-  ``work`` whole: an overlay finding it would empty and remake it itself,
-  at milliseconds of wall time on ext4, in the spawner thread);
+  all. Layers on a detached mount need a recent kernel (checked on 6.18;
+  one that refuses them fails every view, naming the ``fsconfig`` call).
+  The overlay is ``volatile`` (its unmount syncs nothing);
 - the action's private temporary directory (its ``TMPDIR``) writable at its
-  own path, one fresh tmpfs shown at ``/tmp`` and at ``/dev/shm`` (bounded together by its
-  size, ``ActionView.tmpfs_bytes``);
+  own path; the action's tmpfs (``ActionView.layers``) shown at ``/tmp`` and
+  at ``/dev/shm``, so those two and the input root's writes are bounded
+  together by its size (``ActionView.tmpfs_bytes``);
 - a ``/dev`` of its own (``_view_dev.mount_dev``): null, zero, full, random,
   urandom, tty, a new devpts instance and the usual symlinks, none of the
   host's disks or other devices;
