@@ -128,9 +128,7 @@ async def test_its_directories_are_recycled(
             nursery.cancel_scope.cancel()
 
 
-async def test_its_outputs_are_stored_as_lres_files(
-    tmp_path: Path, nobody: ActionIdentity
-) -> None:
+async def test_its_outputs_are_stored_as_lres_files(tmp_path: Path, nobody: ActionIdentity) -> None:
     """An output the action's user made (on its view's tmpfs) is copied into
     the CAS as lre's file: a stored blob is never a file of the user actions
     run as, nor the inode the action wrote. Its inputs are the CAS's
