@@ -73,17 +73,17 @@ log = logging.getLogger(__name__)
 
 #: Name of the input root inside an action directory.
 ROOT_NAME = "root"
-#: Mode of the input root, and of the overlay's upper layer, whose own mode
-#: is the mode the action sees on its input root (a user the action switches
-#: to must be able to enter it, as in Bazel's sandboxes; the action directory
-#: around it is 0700, so no other user of the host can).
+#: Mode of the input root (a user the action switches to must be able to
+#: enter it, as in Bazel's sandboxes; the action directory around it is
+#: 0700, so no other user of the host can).
 ROOT_MODE = 0o755
 #: Names of the action's stdout and stderr files inside an action directory.
 LOG_NAMES = ("stdout", "stderr")
 #: Name of the action's private temporary directory (its TMPDIR).
 TMP_NAME = "tmp"
-#: Name of the directory holding the overlay layers of an action's view
-#: (``view/upper``: what the action wrote; ``view/work``: the overlay's own).
+#: Name of the directory a directory kept for debugging gets a copy of its
+#: view's overlay layers in (``view/upper``: what the action wrote;
+#: ``view/work``: empty, for mounting them again).
 VIEW_NAME = "view"
 _RECYCLABLE = frozenset((ROOT_NAME, TMP_NAME, *LOG_NAMES))
 
