@@ -219,11 +219,14 @@ class ReapiClient:
         platform: Mapping[str, str] | None = None,
         timeout_s: float = 0,
         do_not_cache: bool = True,
+        outputs: Sequence[str] = (),
     ) -> re_pb2.Digest:
-        """Upload the Command, an empty input root and the Action; returns the action digest."""
+        """Upload the Command (``outputs``: its output paths), an empty input
+        root and the Action; returns the action digest."""
         props = sorted((platform or {}).items())
         command = re_pb2.Command(
             arguments=list(arguments),
+            output_paths=list(outputs),
             environment_variables=[
                 re_pb2.Command.EnvironmentVariable(name=k, value=v)
                 for k, v in sorted((env or {}).items())

@@ -278,8 +278,9 @@ class LocalWorkerSpec:
         default=(),
     )
     sandbox_tmpfs_size: ByteSize | Literal["auto"] = doc(
-        "Size bound of an action's private /tmp and /dev/shm together (one tmpfs shown at "
-        "both, in views only); what is kept there counts as the action's memory for "
+        "Size bound of an action's private /tmp and /dev/shm and of what it writes into its "
+        "input root, outputs included, together (one tmpfs of its own, in views only); what "
+        "is kept there counts as the action's memory for "
         'freezing, killing, the ladder and learning. "auto" = the hard ceiling (top ladder '
         "step x its scheduler's kill_factor, above which the action is killed anyway), or "
         "half of RAM when there is none.",

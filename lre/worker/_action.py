@@ -114,6 +114,7 @@ class ActionRunner:
                 if held is not None:
                     with trio.CancelScope(shield=True):
                         await trio.to_thread.run_sync(os.close, held)
+                await parts.directories.forget(action_dir)
             else:
                 await parts.directories.release(action_dir, reusable=attempt.reusable, view=held)
 

@@ -320,6 +320,7 @@ class Attempt:
         if policy is not None and policy.keeps(lease.platform, process):
             # Never recycled (so never released); the next start removes it.
             self.reusable, self.kept = False, True
+            await trio.to_thread.run_sync(policy.keep_upper, action_dir)
             policy.log_kept(parts.spec.name, lease.operation_name, action_dir, process)
         self.timeline.mark("output_upload_start")
         found, logs = await self._read_outputs(staged.view, staged.prepared.outputs, process)

@@ -116,7 +116,7 @@ class RunnerParts:
             workdir,
             stock=min(128, 2 * context.max_inflight or 64),
             owner=owner,
-            overlay_xattrs=self.containment.overlay_xattrs,
+            layers=self.view_policy,
         )
         tree_reader = context.directories
         self.tree_reader = tree_reader if tree_reader is not None else DirectoryReader(store)

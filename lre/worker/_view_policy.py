@@ -40,14 +40,20 @@ import os
 import pwd
 import shlex
 import site
+import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 
 from lre.cas import BlobStore
 from lre.config import LocalWorkerSpec
 from lre.errors import InvalidArgument
-from lre.worker.containment import Containment, write_actions_resolv_conf
-from lre.worker.directories import ROOT_MODE, ActionDirectory, WorkDirectory, fit_upper
+from lre.worker.containment import (
+    Containment,
+    close_layers,
+    layers_here,
+    write_actions_resolv_conf,
+)
+from lre.worker.directories import ActionDirectory, ActionLayers, WorkDirectory
 from lre.worker.process import ProcessOutcome
 from lre.worker.view import (
     OVERLAY_OPTIONS,
@@ -276,6 +282,9 @@ class ViewPolicy:
         #: The user namespace (descriptor) each view shows its inputs through
         #: (``_idmap.InputIdmap``; None: they show as lre's). Set by the runner.
         self.idmap: int | None = None
+        #: Who makes each action's tmpfs (``make_layers``): the backend, in
+        #: lre's process or its view helper (None: lre's process).
+        self.containment: Containment | None = None
         #: Directories covered because ``owner`` may not enter them (part of
         #: ``hidden``; a writable path below one is refused as unreachable).
         self.closed = tuple(closed)
@@ -335,7 +344,7 @@ class ViewPolicy:
         # reachable by their absolute paths.
         closed = closed_ancestor(str(workdir.path), owner) if owner is not None else None
         uids = {os.geteuid(), *(() if owner is None else (owner[0],))}
-        return cls(
+        policy = cls(
             (*own, *hidden),
             spec.sandbox_writable_paths,
             xattrs=containment.overlay_xattrs,
@@ -347,6 +356,38 @@ class ViewPolicy:
             tmpfs_bytes=tmpfs_bytes,
             resolv_conf=_resolv_conf_for(containment, workdir),
         )
+        policy.containment = containment
+        return policy
+
+    def make_layers(self, count: int) -> list[ActionLayers]:
+        """``count`` fresh tmpfs of ``tmpfs_bytes`` for actions' views (the
+        ``LayerSource`` of the worker's action directories), their upper
+        layers given to ``owner`` when named. Raises ``OSError`` (none left
+        open)."""
+        containment = self.containment
+        if containment is None:
+            made = layers_here(count, self.tmpfs_bytes)
+        else:
+            made = containment.make_layers(count, self.tmpfs_bytes)
+        try:
+            if self.owner is not None:
+                for fd, _ in made:
+                    os.chown("upper", *self.owner, dir_fd=fd, follow_symlinks=False)
+        except BaseException:
+            self._drop(made)
+            raise
+        return [ActionLayers(fd, theirs) for fd, theirs in made]
+
+    def drop_layers(self, layers: list[ActionLayers]) -> None:
+        """Close ``layers`` (logged, never raises): each tmpfs is freed with
+        the last view holding it."""
+        self._drop([(layer.fd, layer.builder_fd) for layer in layers])
+
+    def _drop(self, made: list[tuple[int, int]]) -> None:
+        if self.containment is None:
+            close_layers(made)
+        else:
+            self.containment.drop_layers(made)
 
     def _visible(self, paths: Sequence[str]) -> tuple[str, ...]:
         """``sandbox_visible_sockets`` checked and resolved (symlinks
@@ -447,33 +488,20 @@ class ViewPolicy:
         return InvalidArgument(f"{field}: {refusal}")
 
     def view_for(self, platform: Mapping[str, str], directory: ActionDirectory) -> ActionView:
-        """The view of an action in ``directory``, whose root is staged; makes
-        the overlay's layers when missing (not looked for in a directory
-        recycling says has them, ``ActionDirectory.layers``) and removes the
-        upper directories kept that the staged root does not have
-        (``fit_upper``). Raises ``OSError`` when either fails."""
+        """The view of an action in ``directory``, whose root is staged: its
+        overlay's layers on the directory's own tmpfs (``layers``, named
+        through the view builder's descriptor). Raises ``OSError`` when the
+        directory has none."""
         writable = self.writable_for(platform)
-        # The upper layer's own mode is the one the action sees on its input
-        # root: 0700 would shut out any user the action switches to.
-        layers = (
-            ()
-            if directory.layers
-            else (
-                (directory.upper, ROOT_MODE),
-                (directory.overlay_work, 0o700),
-            )
-        )
-        for path, mode in layers:
-            if not path.is_dir():
-                path.mkdir(mode=0o700, parents=True)
-                os.chmod(path, mode)  # the umask may have dropped bits
-                if path == directory.upper and self.owner is not None:
-                    os.chown(path, *self.owner)
-        fit_upper(directory)
+        layers = directory.layers
+        if layers is None:
+            raise OSError(f"action directory {directory.path} has no tmpfs for its view")
+        builder = f"/proc/self/fd/{layers.builder_fd}"
         return ActionView(
             root=str(directory.root),
-            upper=str(directory.upper),
-            work=str(directory.overlay_work),
+            upper=f"{builder}/upper",
+            work=f"{builder}/work",
+            layers=layers.builder_fd,
             tmp=str(directory.tmp),
             hidden=self.masks,
             writable=writable,
@@ -494,6 +522,38 @@ class ViewPolicy:
         failed = process.exit_code != 0 or process.signal is not None or process.timed_out
         wanted = self.debug or truthy(platform.get(DEBUG_PROPERTY))
         return failed and wanted
+
+    def keep_upper(self, directory: ActionDirectory) -> None:
+        """(thread) Copy what the action of a directory kept for debugging
+        wrote (its tmpfs's upper layer, dropped with the directory's
+        layers) to ``view/upper`` beside an empty ``view/work``, for
+        ``enter_hint``. A copy that fails in part (an unprivileged lre
+        cannot make the overlay's whiteouts) is logged, what could be copied
+        is kept."""
+        layers = directory.layers
+        if layers is None:
+            return
+        view = directory.kept.parent
+        try:
+            view.mkdir(mode=0o700)
+            (view / "work").mkdir(mode=0o700)
+            # Through lre's pid: ``cp`` cannot see lre's descriptors as its own.
+            source = f"/proc/{os.getpid()}/fd/{layers.fd}/upper"
+            copied = subprocess.run(
+                ["cp", "-a", "--", source, str(directory.kept)],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+        except OSError as error:
+            log.warning("kept directory %s: its upper layer was not copied (%s)", view, error)
+            return
+        if copied.returncode != 0:
+            log.warning(
+                "kept directory %s: its upper layer was copied in part (%s)",
+                view,
+                copied.stderr.strip()[-300:],
+            )
 
     def log_kept(
         self, worker: str, operation: str, directory: ActionDirectory, process: ProcessOutcome

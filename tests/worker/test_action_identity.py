@@ -128,13 +128,11 @@ async def test_its_directories_are_recycled(
             nursery.cancel_scope.cancel()
 
 
-async def test_its_outputs_are_moved_into_the_cas_as_lres_files(
-    tmp_path: Path, nobody: ActionIdentity
-) -> None:
-    """An output the action's user made is still moved (its inode becomes the
-    blob's), given to lre's user first: a stored blob is never a file of the
-    user actions run as. Its inputs are the CAS's read-only inodes, shown as
-    that user's (``_idmap.py``)."""
+async def test_its_outputs_are_stored_as_lres_files(tmp_path: Path, nobody: ActionIdentity) -> None:
+    """An output the action's user made (on its view's tmpfs) is copied into
+    the CAS as lre's file: a stored blob is never a file of the user actions
+    run as, nor the inode the action wrote. Its inputs are the CAS's
+    read-only inodes, shown as that user's (``_idmap.py``)."""
     store = FilesystemStore(tmp_path / "cas", tmp_path / "cas-tmp", 1 << 30)
     await store.open()
     spec = make_spec(tmp_path)
@@ -160,10 +158,10 @@ async def test_its_outputs_are_moved_into_the_cas_as_lres_files(
     assert out == f"{nobody.uid} 444\n", out
     assert isinstance(outcome, Completed)
     digests = {f.path: Digest.from_proto(f.digest, field="") for f in outcome.result.output_files}
-    moved = os.stat(await store.path_for_link(digests["big"], False))
+    stored = os.stat(await store.path_for_link(digests["big"], False))
     inode = (await read_bytes(store, digests["big-inode"])).decode().strip()
-    assert str(moved.st_ino) == inode
-    assert (moved.st_uid, moved.st_mode & 0o777) == (os.geteuid(), 0o444)
+    assert str(stored.st_ino) != inode
+    assert (stored.st_uid, stored.st_mode & 0o777) == (os.geteuid(), 0o444)
 
 
 def test_a_writable_path_the_actions_user_may_not_write_is_named_at_start(

@@ -175,18 +175,3 @@ def test_any_plan_applied_on_disk_gives_exactly_the_needed_tree(tmp_path: Path, 
     assert made == max(0, len(set(after) - set(before)) - spare)
     new_inodes = {os.stat(root / relative).st_ino for relative in after} - inodes
     assert len(new_inodes) == made  # every other directory is an old one, moved or kept
-
-
-def test_only_the_named_marks_are_tolerated_on_kept_directories(tmp_path: Path) -> None:
-    """An overlay's upper layer: directories carrying the overlay's own
-    marks (``marks``) are kept; any other xattr (an action's own, or a mark
-    of the overlay that changes what is shown, like ``opaque``) means
-    "remove instead". (``user.*`` stands in here for the namespace.)"""
-    root = make_root(tmp_path)
-    os.setxattr(root / "out", "user.overlay.origin", b"o")
-    os.setxattr(root / "out" / "obj", "user.overlay.impure", b"y")
-    marks = frozenset(("user.overlay.origin", "user.overlay.impure"))
-    assert scrub_root(root) is None  # no marks named: none tolerated
-    assert scrub_root(root, marks=marks) == {"src", "out", "out/obj", "out/obj/deep", "empty"}
-    os.setxattr(root / "out" / "obj" / "deep", "user.overlay.opaque", b"y")
-    assert scrub_root(root, marks=marks) is None

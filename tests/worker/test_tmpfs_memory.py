@@ -1,5 +1,7 @@
-"""An action's private /tmp and /dev/shm: bounded together, and counted as
-its memory (``_view._mount_private_tmpfs``, ``_sampler``'s private tmpfs).
+"""An action's private /tmp and /dev/shm, and what it writes into its input
+root (the overlay's upper layer, on the same tmpfs): bounded together, and
+counted as its memory (``_view.make_layers``, ``_view._mount_private_tmpfs``,
+``_sampler``'s private tmpfs).
 
 Written as the attacks: an action keeps what it allocates in tmpfs, where no
 process's RSS shows it, and fills /tmp and /dev/shm each up to a bound of
@@ -104,6 +106,39 @@ def test_tmp_and_dev_shm_share_one_bound_and_count_as_memory(
     # neither shows the other, nor the tmpfs's own root
     listed = fill["stderr"].split()
     assert "shm" not in listed and "tmp" not in listed, fill
+    # what it kept there is its memory: a pass saw about 64 MiB
+    assert fill["source"] == MEMORY_SAMPLED, fill
+    assert fill["peak"] >= 60 * MiB, fill
+
+
+@pytest.mark.attack("memory: an action keeps what it allocates as files in its input root")
+@pytest.mark.parametrize(("containment", "identity"), SETUPS, ids=IDS)
+def test_the_input_roots_writes_share_the_bound_and_count_as_memory(
+    containment: str, identity: str, scratch: Path
+) -> None:
+    require_setup(containment, identity)
+    answer = run_driver(
+        identity,
+        {
+            "mode": containment,
+            "sandbox_tmpfs_size": 64 * MiB,
+            "commands": [
+                [
+                    "fill",
+                    "dd if=/dev/zero of=kept bs=1M count=40 2>/dev/null && echo root-ok >&2; "
+                    "dd if=/dev/zero of=/dev/shm/b bs=1M count=40 2>&1 >/dev/null "
+                    "| grep -o 'No space left on device' >&2; sleep 1",
+                ],
+            ],
+        },
+        scratch,
+        driver=DRIVER,
+        timeout=300,
+    )
+    fill = answer["fill"]
+    assert "root-ok" in fill["stderr"], fill  # the attack ran
+    # 40 MiB in the input root leave 24 MiB for /dev/shm: one 64 MiB bound
+    assert "No space left on device" in fill["stderr"], fill
     # what it kept there is its memory: a pass saw about 64 MiB
     assert fill["source"] == MEMORY_SAMPLED, fill
     assert fill["peak"] >= 60 * MiB, fill

@@ -4,16 +4,12 @@ is reused, and nothing of it reaching the next action.
 pidns keeps each view's mount namespace open once the action ended
 (``on_view_held``) so that lre does not wait in the action's exit for its
 unmounts; ``ActionDirectories`` closes it before recycling the directory,
-whose overlay work directory it then removes whole (an overlay that finds
-one left empties and remakes it, slowly, in the spawner thread).
+whose overlay layers (a tmpfs of the action's own) it then drops whole.
 """
 
 from __future__ import annotations
 
 import os
-import pwd
-import stat
-import subprocess
 import threading
 from pathlib import Path
 
@@ -29,8 +25,7 @@ from lre.worker.containment._syscalls import call
 from lre.worker.directories._action_dirs import ActionDirectory
 from lre.worker.directories._workdir import WorkDirectory
 from lre.worker.process._process import SpawnRequest, run_process
-from lre.worker.view._view import ActionView
-from tests._support.lre_as import python_for, scratch_for
+from lre.worker.view._view import ActionView, make_layers
 
 from .conftest import make_lease, make_spec
 from .test_containment import backend
@@ -84,20 +79,26 @@ def _mounts_inside(fd: int) -> str:
     return table[0]
 
 
-def _layers(tmp_path: Path) -> tuple[ActionDirectory, ActionView]:
+def _directory(tmp_path: Path) -> ActionDirectory:
     directory = ActionDirectory.at(tmp_path / "a1")
-    for path in (directory.root, directory.tmp, directory.upper, directory.overlay_work):
+    for path in (directory.root, directory.tmp):
         path.mkdir(parents=True)
     os.chmod(directory.path, 0o700)
     os.chmod(directory.tmp, 0o700)
-    view = ActionView(
+    return directory
+
+
+def _view(directory: ActionDirectory, layers: int) -> ActionView:
+    """The view of ``directory`` over the tmpfs ``layers`` (a view takes
+    one tmpfs: its /tmp and /dev/shm are attached from it)."""
+    return ActionView(
         root=str(directory.root),
-        upper=str(directory.upper),
-        work=str(directory.overlay_work),
+        upper=f"/proc/self/fd/{layers}/upper",
+        work=f"/proc/self/fd/{layers}/work",
         tmp=str(directory.tmp),
         xattrs="trusted",
+        layers=layers,
     )
-    return directory, view
 
 
 async def test_pidns_holds_the_view_only_when_asked_and_it_is_the_actions(
@@ -106,7 +107,8 @@ async def test_pidns_holds_the_view_only_when_asked_and_it_is_the_actions(
     """The descriptor handed over holds the action's view (its overlay over
     the input root still mounted); without ``on_view_held`` nothing is kept."""
     containment = backend("pidns")
-    directory, view = _layers(tmp_path)
+    directory = _directory(tmp_path)
+    layers = [make_layers(0), make_layers(0)]
     common = {
         "cwd": directory.root,
         "env": {"PATH": "/usr/bin:/bin"},
@@ -115,20 +117,22 @@ async def test_pidns_holds_the_view_only_when_asked_and_it_is_the_actions(
         "timeout": 30.0,
         "kill_grace": 1.0,
         "containment": containment,
-        "view": view,
     }
     before = _foreign_namespaces()
-    outcome = await run_process(SpawnRequest(["/bin/sh", "-c", "echo w > written"], **common))  # type: ignore[arg-type]
+    outcome = await run_process(
+        SpawnRequest(
+            ["/bin/sh", "-c", "echo w > written"], **common, view=_view(directory, layers[0])
+        )  # type: ignore[arg-type]
+    )
     assert outcome.exit_code == 0
     assert _foreign_namespaces() == before, "a view was held that nobody asked for"
 
     held: list[int] = []
-    (directory.upper / "written").unlink()
-    _remove_work(directory)  # what recycling would do
     outcome = await run_process(
         SpawnRequest(
             ["/bin/sh", "-c", "echo w > written"],
             **common,  # type: ignore[arg-type]
+            view=_view(directory, layers[1]),
             on_view_held=held.append,
         )
     )
@@ -141,18 +145,16 @@ async def test_pidns_holds_the_view_only_when_asked_and_it_is_the_actions(
         assert any(f" {directory.root} " in line for line in overlay), table
     finally:
         os.close(held[0])
+        for fd in layers:
+            os.close(fd)
     assert _foreign_namespaces() == before
-
-
-def _remove_work(directory: ActionDirectory) -> None:
-    subprocess.run(["rm", "-rf", str(directory.overlay_work / "work")], check=True)
 
 
 async def test_held_views_are_closed_before_their_directories_are_recycled(
     tmp_path: Path, store: MemoryStore
 ) -> None:
     """Every view the runner held is closed by the time its directory is back
-    in stock, and that directory's overlay work directory is empty."""
+    in stock, with a tmpfs of its own whose layers are empty."""
     containment = backend("pidns")
     spec = make_spec(tmp_path, max_inflight_tasks=1)
     before = _foreign_namespaces()
@@ -170,8 +172,9 @@ async def test_held_views_are_closed_before_their_directories_are_recycled(
                         await trio.sleep(0.01)
                 assert _foreign_namespaces() == before, done
             for directory in runner.parts.directories._stock:
-                if directory.overlay_work.exists():
-                    assert os.listdir(directory.overlay_work) == [], directory
+                assert directory.layers is not None, directory
+                assert os.listdir(directory.layers.upper) == [], directory
+                assert os.listdir(directory.layers.upper.parent / "work") == [], directory
             nursery.cancel_scope.cancel()
 
 
@@ -206,59 +209,13 @@ async def test_nothing_of_an_earlier_action_reaches_the_next_in_a_recycled_direc
             nursery.cancel_scope.cancel()
 
 
-_RECYCLE_AS_NOBODY = """
-import os, sys
-from pathlib import Path
-from lre.worker.directories._action_dirs import ActionDirectory, _empty_view, overlay_marks
-directory = ActionDirectory.at(Path(sys.argv[1]))
-kept = _empty_view(directory, (os.geteuid(),), overlay_marks("user"))
-print(sorted(kept), sorted(os.listdir(directory.overlay_work)), sorted(os.listdir(directory.upper)))
-"""
-
-
-def test_an_unprivileged_lre_removes_the_overlays_work_directory_left_at_mode_0() -> None:
-    """What a volatile overlay leaves (``work/work/incompat/volatile/dirty``,
-    the directories at mode 0), removed by an lre that is not root, which
-    must open each directory up first; the upper layer's copied-up
-    directory (its ``user.overlay.*`` marks readable by their owner) kept,
-    its output unlinked."""
-    prefix, env = python_for("nobody")
-    entry = pwd.getpwnam("nobody")
-    with scratch_for("nobody") as scratch:
-        base = scratch / "a1"
-        directory = ActionDirectory.at(base)
-        inner = directory.overlay_work / "work"
-        (inner / "incompat" / "volatile").mkdir(parents=True)
-        (inner / "incompat" / "volatile" / "dirty").write_bytes(b"")
-        directory.upper.mkdir()
-        os.chmod(directory.upper, 0o755)
-        (directory.upper / "out").mkdir(mode=0o755)
-        os.setxattr(directory.upper / "out", "user.overlay.origin", b"o")
-        (directory.upper / "out" / "o").write_bytes(b"o")
-        for parent, dirs, files in os.walk(base):
-            for name in (*dirs, *files):
-                os.chown(Path(parent) / name, entry.pw_uid, entry.pw_gid)
-        os.chown(base, entry.pw_uid, entry.pw_gid)
-        for path in (inner / "incompat" / "volatile", inner / "incompat", inner):
-            os.chmod(path, 0)
-        answer = subprocess.run(
-            [*prefix, "-c", _RECYCLE_AS_NOBODY, str(base)],
-            env=env,
-            capture_output=True,
-            text=True,
-        )
-        assert answer.returncode == 0, answer.stderr
-        assert answer.stdout.strip() == "['out'] [] ['out']", answer
-        assert stat.S_ISDIR(os.lstat(directory.overlay_work).st_mode)
-
-
-async def test_directories_kept_in_the_upper_layer_show_only_where_the_next_root_has_them(
+async def test_the_next_action_in_a_recycled_directory_sees_exactly_its_own_root(
     tmp_path: Path, store: MemoryStore, viewing: Containment
 ) -> None:
-    """Recycling keeps the directories an action's overlay copied up or made
-    (its output parents and more), empty; the next action in that directory
+    """An action's overlay copies up or makes directories (its output
+    parents and more) on its own tmpfs; the next action in that directory
     sees exactly its own input root: the same output parent again (empty,
-    its output collected through it), and where it stages a file at a kept
+    its output collected through it), and where it stages a file at such a
     directory's path, that file, with no directory of the earlier action
     left anywhere."""
     spec = make_spec(tmp_path, max_inflight_tasks=1)
@@ -289,8 +246,6 @@ async def test_directories_kept_in_the_upper_layer_show_only_where_the_next_root
         async with trio.open_nursery() as nursery:
             await nursery.start(directories.run)
             await run(writes, ("out/a/o",))
-            kept = directories._stock[-1].upper_dirs
-            assert {"out", "out/a", "out/a/more", "out/stray", "out/stray/deep"} <= kept
             seen, outcome = await run(listing + "echo again > out/a/o", ("out/a/o",))
             assert seen == b".\n./out\n./out/a\n"
             (output,) = outcome.result.output_files

@@ -15,6 +15,8 @@ from lre.worker.containment._containment_base import (
     Containment,
     ContainmentUnavailable,
     SpawnOptions,
+    close_layers,
+    layers_here,
     prepare_spawner_thread,
 )
 from lre.worker.containment._identity import ActionIdentity, resolve_action_user
@@ -29,6 +31,8 @@ __all__ = [
     "ContainmentUnavailable",
     "SpawnOptions",
     "choose_containment",
+    "close_layers",
+    "layers_here",
     "missing_protections",
     "namespace_refusals",
     "prepare_spawner_thread",

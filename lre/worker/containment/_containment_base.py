@@ -9,6 +9,7 @@ The backends are ``PidNamespace`` (``_pid_namespace.py``), ``UserNamespace``
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import subprocess
 from abc import ABC, abstractmethod
@@ -22,7 +23,7 @@ from lre.worker.containment._guardian import ProcessGuardian
 from lre.worker.containment._syscalls import LIBC as _LIBC
 from lre.worker.containment._syscalls import call as _call
 from lre.worker.usage import peak_tool_missing, report_argv
-from lre.worker.view import ActionView, OverlayXattrs
+from lre.worker.view import ActionView, OverlayXattrs, make_layers
 
 log = logging.getLogger(__name__)
 
@@ -186,6 +187,19 @@ class Containment(ABC):
         list it with the guardian."""
         self.guardian.add(pid)
 
+    def make_layers(self, count: int, size_bytes: int) -> list[tuple[int, int]]:
+        """``count`` fresh action tmpfs for views (``_view.make_layers``, of
+        ``size_bytes``, 0: half of RAM), each as (lre's descriptor, the view
+        builder's): ``layers_here`` where views are built in lre's own
+        spawner threads. Raises ``OSError`` (none left open)."""
+        return layers_here(count, size_bytes)
+
+    def drop_layers(self, layers: list[tuple[int, int]]) -> None:
+        """Close lre's descriptors of action tmpfs (``make_layers``; where the
+        view builder holds its own, those too): each filesystem is freed once
+        no view holds it either. A failing close is logged."""
+        close_layers(layers)
+
     def held_view(self, pid: int) -> int | None:
         """(after ``end``) A descriptor of the mount namespace the action whose
         first process was ``pid`` ran in, kept open for the caller
@@ -221,6 +235,30 @@ class Containment(ABC):
         """A background task the composition root runs for the backend while
         lre serves (none by default)."""
         task_status.started()
+
+
+def layers_here(count: int, size_bytes: int) -> list[tuple[int, int]]:
+    """``count`` action tmpfs made in lre's process (one descriptor, used by
+    lre and by the spawner thread building the view alike). Raises
+    ``OSError`` (none left open)."""
+    made: list[tuple[int, int]] = []
+    try:
+        for _ in range(count):
+            fd = make_layers(size_bytes)
+            made.append((fd, fd))
+    except BaseException:
+        close_layers(made)
+        raise
+    return made
+
+
+def close_layers(layers: list[tuple[int, int]]) -> None:
+    """Close lre's descriptor of each action tmpfs; a failing close is logged."""
+    for fd, _ in layers:
+        try:
+            os.close(fd)
+        except OSError:
+            log.exception("could not close an action's tmpfs (descriptor %d)", fd)
 
 
 def prepare_spawner_thread() -> None:

@@ -148,6 +148,29 @@ class UserNamespace(Containment):
             self._views.release(fd)
             raise
 
+    def make_layers(self, count: int, size_bytes: int) -> list[tuple[int, int]]:
+        # Made by the helper, inside its user namespace (lre may mount
+        # nothing); lre opens its own descriptor of each through /proc.
+        if self._views is None:
+            raise OSError("no view helper runs")
+        theirs = self._views.layers(count, size_bytes)
+        made: list[tuple[int, int]] = []
+        try:
+            for fd in theirs:
+                path = f"/proc/{self._views.pid}/fd/{fd}"
+                made.append((os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), fd))
+        except BaseException:
+            for own, _ in made:
+                os.close(own)
+            self._views.release(*theirs)
+            raise
+        return made
+
+    def drop_layers(self, layers: list[tuple[int, int]]) -> None:
+        super().drop_layers(layers)
+        if self._views is not None and layers:
+            self._views.release(*(theirs for _, theirs in layers))
+
     def spawn_started(self, pid: int) -> None:
         super().spawn_started(pid)
         fd = getattr(self._pending, "fd", None)

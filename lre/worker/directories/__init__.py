@@ -11,7 +11,8 @@ from lre.worker.directories._action_dirs import (
     TMP_NAME,
     ActionDirectories,
     ActionDirectory,
-    fit_upper,
+    ActionLayers,
+    LayerSource,
 )
 from lre.worker.directories._beneath import SymlinkInPath, open_beneath
 from lre.worker.directories._disk_full import request_error
@@ -25,10 +26,11 @@ __all__ = [
     "TMP_NAME",
     "ActionDirectories",
     "ActionDirectory",
+    "ActionLayers",
+    "LayerSource",
     "QuarantinedEntry",
     "SymlinkInPath",
     "WorkDirectory",
-    "fit_upper",
     "fits",
     "open_beneath",
     "plan_directories",

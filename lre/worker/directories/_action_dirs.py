@@ -21,15 +21,17 @@ costs more CPU than the calls themselves. ``ActionDirectories`` therefore:
   truncated, ``tmp/`` is emptied, everything under
   ``root/`` but its directories is unlinked (``scrub_root``), and it goes
   back into the stock with those directories listed in ``existing``, for
-  the next action's staging to reuse. A directory whose action ran in a
-  view also has its overlay's upper layer scrubbed the same way (its files
-  unlinked, the directories the overlay copied up kept, listed in
-  ``upper_dirs``: made again by the next overlay's copy-up otherwise; see
-  ``fit_upper``) and the overlay's own
-  ``view/work/work`` removed; the view's mount namespace, when the runner
-  held it past the action's end (``release(view=...)``), is closed first,
-  in the same thread (that close unmounts the view and waits for an RCU
-  grace period, which the action's exit would otherwise have waited for).
+  the next action's staging to reuse. The overlay of an action's view keeps
+  its upper and work layers on a tmpfs of the action's own (``layers``,
+  made by the ``LayerSource`` in the batch thread, one fresh filesystem per
+  directory handed out): recycling walks none of it, it only closes the
+  descriptors (lre's and the view builder's), and the whole filesystem is
+  freed with them and with the view's mount namespace, which, when the
+  runner held it past the action's end (``release(view=...)``), is closed
+  first, in the same thread (that close unmounts the view and waits for an
+  RCU grace period, which the action's exit would otherwise have waited
+  for). The next action cannot see anything the previous one wrote into
+  its input root, ``/tmp`` or ``/dev/shm``: those were on the dropped tmpfs.
   An action that leaves nothing behind costs no new inode at all, and one
   whose tree looks like the previous one's costs only the directories that
   differ (``take`` hands out the most recently recycled directory, whose
@@ -58,6 +60,7 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import trio
 
@@ -70,20 +73,49 @@ log = logging.getLogger(__name__)
 
 #: Name of the input root inside an action directory.
 ROOT_NAME = "root"
-#: Mode of the input root, and of the overlay's upper layer, whose own mode
-#: is the mode the action sees on its input root (a user the action switches
-#: to must be able to enter it, as in Bazel's sandboxes; the action directory
-#: around it is 0700, so no other user of the host can).
+#: Mode of the input root (a user the action switches to must be able to
+#: enter it, as in Bazel's sandboxes; the action directory around it is
+#: 0700, so no other user of the host can).
 ROOT_MODE = 0o755
 #: Names of the action's stdout and stderr files inside an action directory.
 LOG_NAMES = ("stdout", "stderr")
 #: Name of the action's private temporary directory (its TMPDIR).
 TMP_NAME = "tmp"
-#: Name of the directory holding the overlay layers of an action's view
-#: (``view/upper``: what the action wrote; ``view/work``: the overlay's own).
+#: Name of the directory a directory kept for debugging gets a copy of its
+#: view's overlay layers in (``view/upper``: what the action wrote;
+#: ``view/work``: empty, for mounting them again).
 VIEW_NAME = "view"
-_RECYCLABLE = frozenset((ROOT_NAME, TMP_NAME, VIEW_NAME, *LOG_NAMES))
-_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_RECYCLABLE = frozenset((ROOT_NAME, TMP_NAME, *LOG_NAMES))
+
+
+@dataclass(frozen=True, slots=True)
+class ActionLayers:
+    """An action's own tmpfs holding its overlay's ``upper`` and ``work``
+    (``_view.make_layers``), a detached mount: ``fd`` is lre's descriptor
+    of it (outputs are read through it), ``builder_fd`` the view builder's
+    (the same one where lre builds views itself; the view helper's own
+    under ``userns``), which the view names it by."""
+
+    fd: int
+    builder_fd: int
+
+    @property
+    def upper(self) -> Path:
+        """The upper layer as lre reaches it (through its descriptor)."""
+        return Path(f"/proc/self/fd/{self.fd}/upper")
+
+
+class LayerSource(Protocol):
+    """Makes and drops action tmpfs (``ViewPolicy``: in lre's process or by
+    the view helper, as the containment backend can)."""
+
+    def make_layers(self, count: int) -> list[ActionLayers]:
+        """``count`` fresh ones; raises ``OSError`` (none left open)."""
+        ...
+
+    def drop_layers(self, layers: list[ActionLayers]) -> None:
+        """Close every descriptor of ``layers`` (logged, never raises)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,31 +129,30 @@ class ActionDirectory:
     stderr: Path
     #: The action's private temporary directory (outside its input root).
     tmp: Path
-    #: The overlay's upper layer and work directory (made on first use).
-    upper: Path
-    overlay_work: Path
     #: Empty directories already under ``root`` (relative paths), left by
     #: the previous action; ``stage_inputs`` reuses or removes them.
     existing: frozenset[str] = frozenset()
-    #: The overlay's ``upper`` and ``work`` exist, as recycling left them
-    #: (emptied, ``ROOT_MODE`` and 0700): a view need not look for them.
-    layers: bool = False
-    #: Empty directories kept in the upper layer (relative paths, parents
-    #: first or not), as the previous action's overlay copied them up;
-    #: ``fit_upper`` removes those the next staged root has no directory for.
-    upper_dirs: frozenset[str] = frozenset()
+    #: The action's own tmpfs for its view's overlay (None: not made, no
+    #: view, or dropped).
+    layers: ActionLayers | None = None
+
+    @property
+    def upper(self) -> Path:
+        """What the action wrote into its input root (in a view), as lre
+        reaches it. Raises ``OSError`` when it has no layers."""
+        if self.layers is None:
+            raise OSError(f"action directory {self.path} has no overlay layers")
+        return self.layers.upper
+
+    @property
+    def kept(self) -> Path:
+        """Where a directory kept for debugging has its upper layer copied."""
+        return self.path / VIEW_NAME / "upper"
 
     @classmethod
     def at(cls, path: Path) -> ActionDirectory:
-        view = path / VIEW_NAME
         return cls(
-            path,
-            path / ROOT_NAME,
-            path / LOG_NAMES[0],
-            path / LOG_NAMES[1],
-            path / TMP_NAME,
-            view / "upper",
-            view / "work",
+            path, path / ROOT_NAME, path / LOG_NAMES[0], path / LOG_NAMES[1], path / TMP_NAME
         )
 
 
@@ -132,9 +163,8 @@ class ActionDirectories:
     concurrency is a good value; at least 1). ``owner`` (uid, gid): the user
     actions run as (``_identity.py``; None: lre's own), given each
     directory's ``tmp/`` and accepted as the owner of what is recycled.
-    ``overlay_xattrs``: the xattr namespace the views' overlays keep their
-    marks in (``trusted`` or ``user``, ``Containment.overlay_xattrs``); an
-    upper directory carrying any other xattr is not kept.
+    ``layers``: where the views' tmpfs come from (None: actions run in no
+    view), one given to each directory handed out.
     """
 
     def __init__(
@@ -143,11 +173,11 @@ class ActionDirectories:
         *,
         stock: int,
         owner: tuple[int, int] | None = None,
-        overlay_xattrs: str = "trusted",
+        layers: LayerSource | None = None,
     ) -> None:
         self.workdir = workdir
         self.owner = owner
-        self._marks = overlay_marks(overlay_xattrs)
+        self._layers = layers
         self.stock_size = max(1, stock)
         self._numbers = itertools.count(1)
         self._stock: list[ActionDirectory] = []
@@ -212,12 +242,26 @@ class ActionDirectories:
             self._wake.set()
             await self._refilled.wait()
         if self._stock:
-            path = self._stock.pop()
+            directory = self._stock.pop()
             if len(self._stock) < self.stock_size // 2:
                 self._wake.set()
-            return path
+            if directory.layers is not None or self._layers is None:
+                return directory
+            try:  # the batch could not make its layers: once more, now
+                return await trio.to_thread.run_sync(self._with_layers, directory)
+            except BaseException:
+                self._doomed.append(directory)
+                self._wake.set()
+                raise
         self._wake.set()
-        return await trio.to_thread.run_sync(self._make)
+        return await trio.to_thread.run_sync(self._make_with_layers)
+
+    async def forget(self, directory: ActionDirectory) -> None:
+        """Drop the tmpfs of a directory kept for debugging (never released;
+        its upper layer was copied to ``kept``). Never raises."""
+        if directory.layers is not None and self._layers is not None:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(self._layers.drop_layers, [directory.layers])
 
     async def release(
         self,
@@ -296,6 +340,22 @@ class ActionDirectories:
 
     # ------------------------------------------------------------------ in threads
 
+    def _with_layers(self, directory: ActionDirectory) -> ActionDirectory:
+        """``directory`` given a fresh tmpfs of its own for its view; raises
+        ``OSError`` when none can be made."""
+        assert self._layers is not None
+        return dataclasses.replace(directory, layers=self._layers.make_layers(1)[0])
+
+    def _make_with_layers(self) -> ActionDirectory:
+        directory = self._make()
+        if self._layers is None:
+            return directory
+        try:
+            return self._with_layers(directory)
+        except BaseException:
+            self._remove_all([directory])
+            raise
+
     def _make(self) -> ActionDirectory:
         name = f"a{next(self._numbers)}"
         while name in self.workdir.stuck:
@@ -321,6 +381,7 @@ class ActionDirectories:
         the stock needs is cheaper than removing a directory now and making
         one at the next burst.)"""
         _close_views(views)
+        self._drop_layers([*trash, *doomed])
         ready: list[ActionDirectory] = []
         removing: list[ActionDirectory] = []
         mounts = self.workdir.mounts
@@ -328,7 +389,7 @@ class ActionDirectories:
             if mounts.below(directory.path):  # cheap while the mount table is unchanged
                 mounts.detach_below(directory.path)
         for directory in trash:
-            recycled = _recycle(directory, self._owners, self._marks) if len(ready) < keep else None
+            recycled = _recycle(directory, self._owners) if len(ready) < keep else None
             if recycled is not None:
                 ready.append(recycled)
             else:
@@ -341,7 +402,28 @@ class ActionDirectories:
                 ready.append(self._make())
         except OSError:
             log.exception("worker directory %s: cannot make action directories", self.workdir.path)
-        return ready
+        return self._give_layers(ready)
+
+    def _give_layers(self, ready: list[ActionDirectory]) -> list[ActionDirectory]:
+        """``ready`` each with a fresh tmpfs, made in one call (a failure is
+        logged and leaves them without: ``take`` tries again)."""
+        if self._layers is None or not ready:
+            return ready
+        try:
+            made = self._layers.make_layers(len(ready))
+        except OSError:
+            log.exception("worker directory %s: cannot make views' tmpfs", self.workdir.path)
+            return ready
+        return [
+            dataclasses.replace(directory, layers=layers)
+            for directory, layers in zip(ready, made, strict=True)
+        ]
+
+    def _drop_layers(self, directories: list[ActionDirectory]) -> None:
+        """Drop the tmpfs of ``directories`` (released: their views closed)."""
+        dropped = [d.layers for d in directories if d.layers is not None]
+        if dropped and self._layers is not None:
+            self._layers.drop_layers(dropped)
 
     @property
     def _owners(self) -> tuple[int, ...]:
@@ -356,6 +438,7 @@ class ActionDirectories:
         views: list[int] = [],  # noqa: B006 - never mutated
     ) -> None:
         _close_views(views)
+        self._drop_layers(directories)
         for directory in directories:
             try:
                 self.workdir.remove_action_dir(directory.path)
@@ -373,24 +456,13 @@ def _close_views(views: list[int]) -> None:
             log.exception("could not close a held view's namespace (descriptor %d)", fd)
 
 
-def overlay_marks(xattrs: str) -> frozenset[str]:
-    """The xattrs an overlay keeping its marks in the ``xattrs`` namespace
-    leaves on the upper directories it copied up or made (and on the upper
-    layer's root): its own bookkeeping, never shown to an action (the
-    overlay hides its namespace's marks), meaningless on a directory merged
-    over a lower one (``index=off``: the origin is not verified)."""
-    return frozenset(f"{xattrs}.overlay.{name}" for name in ("origin", "impure", "uuid"))
-
-
-def _recycle(
-    directory: ActionDirectory, owners: tuple[int, ...], marks: frozenset[str] = frozenset()
-) -> ActionDirectory | None:
+def _recycle(directory: ActionDirectory, owners: tuple[int, ...]) -> ActionDirectory | None:
     """``directory`` made ready for another action if it holds only what an
     action directory starts with plus what ``scrub_root`` can clear (see the
     module docstring); None when it does not or a call fails (then it must be
     removed: its logs may be truncated and files under root unlinked, nothing
-    else is changed). ``owners``: the uids its directories may belong to;
-    ``marks``: the overlay's xattrs an upper directory kept may carry."""
+    else is changed). ``owners``: the uids its directories may belong to.
+    Its layers were dropped already: the result has none."""
     path = directory.path
     try:
         names = os.listdir(path)
@@ -411,105 +483,10 @@ def _recycle(
         return None
     if not _empty_tmp(directory.tmp, owners):
         return None
-    upper_dirs = _empty_view(directory, owners, marks) if VIEW_NAME in names else frozenset()
-    if upper_dirs is None:
-        return None
     existing = scrub_root(directory.root, owners)
     if existing is None:
         return None
-    return dataclasses.replace(
-        directory,
-        existing=existing,
-        layers=_has_layers(directory, names),
-        upper_dirs=upper_dirs,
-    )
-
-
-def _has_layers(directory: ActionDirectory, names: list[str]) -> bool:
-    """Whether both overlay layers are there after ``_empty_view`` (which
-    checked the upper layer; a failed ``lstat`` counts as no)."""
-    if VIEW_NAME not in names:
-        return False
-    try:
-        return stat.S_ISDIR(os.lstat(directory.overlay_work).st_mode)
-    except OSError:
-        return False
-
-
-def _empty_view(
-    directory: ActionDirectory, owners: tuple[int, ...], marks: frozenset[str]
-) -> frozenset[str] | None:
-    """Empty the overlay's upper layer of all but its directories
-    (``scrub_root``, directories carrying only the overlay's ``marks``;
-    otherwise of everything), give it back ``ROOT_MODE`` (an action
-    that chmods its input root changes the upper layer's own mode) and remove
-    the overlay's own ``work/work`` from its work directory, marker of a
-    volatile mount included (that marker would refuse the next mount; and an
-    overlay that finds ``work/work`` empties and makes it again itself, in
-    the spawner thread, where on ext4 that costs milliseconds of wall time
-    per action). Returns the upper directories kept (relative paths); None
-    when a call fails or the upper layer is not a directory of lre's user
-    any more (the action directory is then removed whole)."""
-    try:
-        upper = os.lstat(directory.upper)
-        if not stat.S_ISDIR(upper.st_mode) or upper.st_uid not in owners:
-            return None
-        if stat.S_IMODE(upper.st_mode) != ROOT_MODE:
-            os.chmod(directory.upper, ROOT_MODE)
-        # Kept directories show the next action the owner and group of the
-        # upper layer's root, as staging's would.
-        kept = scrub_root(directory.upper, owners, marks, (upper.st_uid, upper.st_gid))
-        if kept is None:
-            kept = frozenset()
-            with os.scandir(directory.upper) as entries:
-                for entry in entries:
-                    remove_tree(Path(entry.path))  # never follows symlinks nor crosses mounts
-        # overlayfs leaves work/work, work/work/incompat and its "volatile"
-        # marker at mode 0: an lre that is not root must open each up first.
-        inner = directory.overlay_work / "work"
-        if _drop_overlay_work(directory.overlay_work):
-            return kept
-        marker = inner / "incompat" / "volatile"
-        for path in (inner, marker.parent, marker):
-            try:
-                info = os.lstat(path)
-            except FileNotFoundError:
-                break  # no overlay was mounted here, or no marker left
-            if not stat.S_ISDIR(info.st_mode):
-                return None
-            if not info.st_mode & stat.S_IXUSR:
-                os.chmod(path, 0o700)
-        if os.path.lexists(inner):
-            remove_tree(inner)  # opens up what lies below, never follows links
-    except OSError:
-        return None
-    return kept
-
-
-def _drop_overlay_work(work: Path) -> bool:
-    """The usual case, in a few calls: ``work/work`` holding only
-    ``incompat/volatile/dirty`` as overlayfs left it, removed (the general
-    descriptor-based removal costs about twice as much CPU on ext4). False
-    when anything else is found or a call fails (mode 0 for an lre that is
-    not root, another entry): the caller then takes the general way, which
-    copes with both. Opened one name at a time with ``O_NOFOLLOW``: no
-    symlink is followed."""
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-    opened: list[int] = []
-    try:
-        opened.append(os.open(work, flags))
-        for name in ("work", "incompat", "volatile"):
-            opened.append(os.open(name, flags, dir_fd=opened[-1]))
-        os.unlink("dirty", dir_fd=opened[3])
-        os.rmdir("volatile", dir_fd=opened[2])
-        os.rmdir("incompat", dir_fd=opened[1])
-        os.rmdir("work", dir_fd=opened[0])
-    except OSError:
-        return False
-    finally:
-        for fd in opened:
-            os.close(fd)
-    return True
+    return dataclasses.replace(directory, existing=existing, layers=None)
 
 
 def _empty_tmp(tmp: Path, owners: tuple[int, ...]) -> bool:
@@ -528,48 +505,3 @@ def _empty_tmp(tmp: Path, owners: tuple[int, ...]) -> bool:
     except OSError:
         return False
     return True
-
-
-def fit_upper(directory: ActionDirectory) -> None:
-    """Remove the directories kept in ``directory``'s upper layer
-    (``upper_dirs``, all empty) that its staged root has no directory for,
-    deepest first, before the next overlay is mounted over them: such a
-    directory would show the action a directory it did not ask for, or hide
-    the input file or symlink staged at its path. One kept where the root has
-    a directory merges over it and changes nothing the action sees.
-
-    Parents are judged before their children, from the root's descriptor,
-    and a path is looked at only once its parent was found to be a directory
-    itself, so no lookup passes through a symlink (an ancestor that is no
-    directory in the root condemns everything below it unseen). Raises
-    ``OSError`` when a removal fails (the view is then not built)."""
-    if not directory.upper_dirs:
-        return
-    verified = {""}
-    condemned: list[str] = []
-    root = os.open(directory.root, _DIRECTORY)
-    try:
-        for path in sorted(directory.upper_dirs, key=lambda p: p.count("/")):
-            if os.path.dirname(path) in verified and _is_directory(root, path):
-                verified.add(path)
-            else:
-                condemned.append(path)
-    finally:
-        os.close(root)
-    if not condemned:
-        return
-    upper = os.open(directory.upper, _DIRECTORY)
-    try:
-        for path in reversed(condemned):
-            os.rmdir(path, dir_fd=upper)
-    finally:
-        os.close(upper)
-
-
-def _is_directory(root: int, path: str) -> bool:
-    """Whether ``path`` under the descriptor ``root`` is a directory itself
-    (not a symlink to one; its parent was checked already)."""
-    try:
-        return stat.S_ISDIR(os.stat(path, dir_fd=root, follow_symlinks=False).st_mode)
-    except (FileNotFoundError, NotADirectoryError):
-        return False

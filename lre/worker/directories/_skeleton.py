@@ -45,21 +45,13 @@ class _NotReusable(Exception):
     """Something under the root is not what staging makes."""
 
 
-def scrub_root(
-    root: Path,
-    owners: tuple[int, ...] = (),
-    marks: frozenset[str] = frozenset(),
-    ids: tuple[int, int] | None = None,
-) -> frozenset[str] | None:
+def scrub_root(root: Path, owners: tuple[int, ...] = ()) -> frozenset[str] | None:
     """Unlink every non-directory under ``root`` and return the relative paths
     (``a``, ``a/b``, ...) of the directories left, all empty; None when the
     tree must be removed instead (see the module docstring). Never follows a
     symlink, never raises ``OSError``. A directory must belong to lre's user
     or one of ``owners`` (the user actions run as, who owns what staging
-    made for it) and carry no extended attribute but those named in
-    ``marks`` (an overlay's upper layer: the overlay's own bookkeeping);
-    with ``ids`` (uid, gid) given, every directory must have exactly those
-    (an upper layer's directories, which an action could have chgrp'ed)."""
+    made for it)."""
     accepted = (os.geteuid(), *owners)
     kept: list[str] = []
     try:
@@ -67,8 +59,8 @@ def scrub_root(
     except OSError:
         return None
     try:
-        _check_directory(fd, accepted, marks, ids)
-        _scrub(fd, "", kept, accepted, marks, ids)
+        _check_directory(fd, accepted)
+        _scrub(fd, "", kept, accepted)
     except (OSError, _NotReusable):
         return None
     finally:
@@ -76,26 +68,15 @@ def scrub_root(
     return frozenset(kept)
 
 
-def _check_directory(
-    fd: int, accepted: tuple[int, ...], allowed: frozenset[str], ids: tuple[int, int] | None
-) -> None:
+def _check_directory(fd: int, accepted: tuple[int, ...]) -> None:
     info = os.fstat(fd)
     if info.st_uid not in accepted or stat.S_IMODE(info.st_mode) != 0o755:
         raise _NotReusable
-    if ids is not None and (info.st_uid, info.st_gid) != ids:
-        raise _NotReusable
-    if not allowed.issuperset(os.listxattr(fd)):
+    if os.listxattr(fd):
         raise _NotReusable
 
 
-def _scrub(
-    fd: int,
-    prefix: str,
-    kept: list[str],
-    accepted: tuple[int, ...],
-    allowed: frozenset[str],
-    ids: tuple[int, int] | None,
-) -> None:
+def _scrub(fd: int, prefix: str, kept: list[str], accepted: tuple[int, ...]) -> None:
     with os.scandir(fd) as listing:
         entries = [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in listing]
     for name, is_directory in entries:
@@ -108,8 +89,8 @@ def _scrub(
             raise _NotReusable
         child = os.open(name, _OPEN_DIRECTORY, dir_fd=fd)
         try:
-            _check_directory(child, accepted, allowed, ids)
-            _scrub(child, relative + "/", kept, accepted, allowed, ids)
+            _check_directory(child, accepted)
+            _scrub(child, relative + "/", kept, accepted)
         finally:
             os.close(child)
 

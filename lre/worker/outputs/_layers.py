@@ -2,7 +2,8 @@
 
 In a view (``_view.py``) the action's input root is an overlay: the lower
 layer is the staged tree (hardlinks to the CAS's own inodes), the upper one
-``view/upper`` holds whatever the action created or changed. An output may
+(``upper`` on the action's own tmpfs, read through lre's descriptor of it)
+holds whatever the action created or changed. An output may
 be, or hold, an input the action never touched; that lives in the lower
 layer only. The overlay is gone with the action's namespace when lre reads
 the outputs, so ``MergedDir`` merges the two layers itself, one directory

@@ -241,7 +241,11 @@ class _Roots:
     owner: int | None = None
 
     def movable(self, entry: Entry, path: Path, info: os.stat_result) -> bool:
-        if entry.from_lower or not _movable(info, self.owner) or not fits(path):
+        if self.lower is not None:
+            # A view's upper layer is the action's own tmpfs, dropped whole
+            # once the outputs are stored: a move would be a copy anyway.
+            return False
+        if not _movable(info, self.owner) or not fits(path):
             # too deep to move by its path: copied through a descriptor
             return False
         shown = str(path)
@@ -413,7 +417,8 @@ def scan_outputs(
     in a view it is the overlay's upper layer and ``lower`` the staged tree
     under it, and the outputs are read from both as the action saw them
     (``_layers``): an input the action left alone is found in ``lower``,
-    never moved (``movable`` False), one it removed is absent. ``xattrs``
+    one it removed is absent, and nothing is ``movable`` (the upper layer is
+    a tmpfs of the action's own: every output is copied into the CAS). ``xattrs``
     is where that overlay kept its marks (the view's ``ActionView.xattrs``:
     ``user`` for one mounted with ``userxattr`` in a user namespace); an
     opaque directory is found, and a redirect or metacopy refused, there only.

@@ -9,13 +9,17 @@ and shapes that namespace, which the action's first process then inherits:
   mounts, and nothing mounted here ever reaches the host);
 - the action's input root, at its own path, as an overlay whose lower layer
   is the staged tree (hardlinks to the CAS's own inodes) and whose upper
-  layer is the action directory's ``view/upper``: whatever the action writes,
-  chmods or truncates, an input included and through any path
+  layer is ``upper`` on the action's own tmpfs (``make_layers``: a detached
+  mount the view builder holds, named through ``/proc/self/fd/N``, so the
+  upper and work directories are on no path of the host's): whatever the
+  action writes, chmods or truncates, an input included and through any path
   (``/proc/self/fd`` too), lands in a copy in the upper layer, so the CAS
   inode cannot change (root included: the lower layer is never written).
   Outputs are therefore read from the upper layer over the staged tree
-  (``_layers``; ``OVERLAY_OPTIONS`` keeps the upper layer simple enough for
-  that). overlayfs keeps its marks (opaque directories: a directory holding
+  (``_layers``, through lre's own descriptor of that tmpfs;
+  ``OVERLAY_OPTIONS`` keeps the upper layer simple enough for that), and
+  after that the whole tmpfs is dropped, nothing in it walked. overlayfs
+  keeps its marks (opaque directories: a directory holding
   inputs removed, or removed and made again) in xattrs, in the namespace
   the view names (``ActionView.xattrs``): ``trusted.overlay.*`` where lre
   mounts it with ``CAP_SYS_ADMIN`` of the host (``pidns``), or
@@ -24,15 +28,13 @@ and shapes that namespace, which the action's first process then inherits:
   ``trusted.*`` at all (the rmdir would fail with EIO inside the action).
   A kernel without ``userxattr`` fails the view (``fsconfig``, EINVAL);
   mainline kernels before 5.11 mount no overlay in a user namespace at
-  all. The overlay is
-  ``volatile`` (its unmount would otherwise sync the whole upper filesystem
-  at every action's end); its work directory must then lose
-  ``work/incompat`` before the next mount (``ActionDirectories`` removes
-  ``work`` whole: an overlay finding it would empty and remake it itself,
-  at milliseconds of wall time on ext4, in the spawner thread);
+  all. Layers on a detached mount need a recent kernel (checked on 6.18;
+  one that refuses them fails every view, naming the ``fsconfig`` call).
+  The overlay is ``volatile`` (its unmount syncs nothing);
 - the action's private temporary directory (its ``TMPDIR``) writable at its
-  own path, one fresh tmpfs shown at ``/tmp`` and at ``/dev/shm`` (bounded together by its
-  size, ``ActionView.tmpfs_bytes``);
+  own path; the action's tmpfs (``ActionView.layers``) shown at ``/tmp`` and
+  at ``/dev/shm``, so those two and the input root's writes are bounded
+  together by its size (``ActionView.tmpfs_bytes``);
 - a ``/dev`` of its own (``_view_dev.mount_dev``): null, zero, full, random,
   urandom, tty, a new devpts instance and the usual symlinks, none of the
   host's disks or other devices;
@@ -126,6 +128,7 @@ __all__ = [
     "OverlayXattrs",
     "build_view",
     "covered_by",
+    "make_layers",
     "mount_children_proc",
     "outermost",
     "overlay_mount",
@@ -141,7 +144,7 @@ _RESOLV_CONF = "/etc/resolv.conf"
 #: given (``ActionView.tmpfs_bytes``; pages are only used when written, and
 #: charged to the writer's memory cgroup; the sampler counts them as the
 #: action's memory).
-TMPFS_OPTIONS = "mode=1777,size=50%"
+TMPFS_OPTIONS = "mode=1777,size=50%"  # the size as ``_tmpfs_size`` gives it
 #: Set whatever the kernel's defaults: the upper layer then holds only what
 #: ``_layers`` knows how to merge again (no directory redirected to another
 #: lower path, no file whose data stayed below). ``nofollow``, not ``off``:
@@ -156,6 +159,10 @@ OVERLAY_OPTIONS = (("redirect_dir", "nofollow"), ("metacopy", "off"), ("index", 
 OverlayXattrs = Literal["trusted", "user"]
 #: The empty tmpfs covering one of lre's directories.
 _MASK_OPTIONS = "mode=0755,size=64k,nr_inodes=4096"
+#: The mode of the overlay's upper layer, whose own mode is the one the
+#: action sees on its input root (0700 would shut out any user the action
+#: switches to).
+LAYER_MODE = 0o755
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +212,13 @@ class ActionView:
     #: A host file shown read-only where ``/etc/resolv.conf`` leads (the
     #: actions' own nameservers, ``_action_dns``); None: the host's.
     resolv_conf: str | None = None
+    #: A descriptor, in the process building the view, of the action's own
+    #: tmpfs (``make_layers``: a detached mount holding ``upper`` and
+    #: ``work``, which ``upper`` and ``work`` name through it): it becomes
+    #: the one tmpfs shown at /tmp and /dev/shm, so the input root's writes,
+    #: ``/tmp`` and ``/dev/shm`` share its bound and are dropped together.
+    #: -1: a tmpfs of ``tmpfs_bytes`` is made for /tmp and /dev/shm alone.
+    layers: int = -1
 
 
 def _mount_tmpfs(path: str, options: str, flags: int = MS_NOSUID | MS_NODEV) -> None:
@@ -215,15 +229,50 @@ def _mount_tmpfs(path: str, options: str, flags: int = MS_NOSUID | MS_NODEV) -> 
         raise failure("mount tmpfs on", path)
 
 
-def _mount_private_tmpfs(size_bytes: int) -> None:
-    """One tmpfs of ``size_bytes`` (0: ``TMPFS_OPTIONS``) shown at /tmp and
-    at /dev/shm, so that what an action keeps in both is bounded together:
-    it is mounted at /dev/shm, a world-writable sticky directory for each is
-    made in it, /tmp is bound to one and /dev/shm covered by the other
-    (neither shows the other; the tmpfs's own root is out of reach below).
+def _tmpfs_size(size_bytes: int) -> str:
+    """The ``size`` option of an action's tmpfs (0: ``TMPFS_OPTIONS``'s)."""
+    return "50%" if size_bytes <= 0 else str(size_bytes)
+
+
+def make_layers(size_bytes: int) -> int:
+    """A fresh tmpfs of ``size_bytes`` (0: half of RAM) for one action, as a
+    detached mount (``nodev``, ``nosuid``) holding the overlay's ``upper``
+    (``LAYER_MODE``: the mode the action sees on its input root; the caller
+    gives it to the action's user) and ``work`` (0700); its
+    descriptor, for the caller to close. Nothing is walked to undo an
+    action: closing the last descriptor (and the view holding it) frees
+    the whole filesystem. Raises ``OSError`` naming the refused call."""
+    fs = syscall("fsopen", "tmpfs", b"tmpfs", FSOPEN_CLOEXEC)
+    try:
+        for key, value in (("size", _tmpfs_size(size_bytes)), ("mode", "0755")):
+            syscall("fsconfig", key, fs, FSCONFIG_SET_STRING, key.encode(), value.encode(), 0)
+        syscall("fsconfig", "tmpfs", fs, FSCONFIG_CMD_CREATE, None, None, 0)
+        mount = syscall("fsmount", "tmpfs", fs, FSMOUNT_CLOEXEC, _WRITABLE_ATTRS)
+    finally:
+        os.close(fs)
+    try:
+        os.mkdir("upper", LAYER_MODE, dir_fd=mount)
+        os.chmod("upper", LAYER_MODE, dir_fd=mount)  # the umask may have dropped bits
+        os.mkdir("work", 0o700, dir_fd=mount)
+    except BaseException:
+        os.close(mount)
+        raise
+    return mount
+
+
+def _mount_private_tmpfs(size_bytes: int, layers: int = -1) -> None:
+    """One tmpfs shown at /tmp and at /dev/shm, so that what an action keeps
+    in both is bounded together: the action's ``layers`` (``make_layers``,
+    also holding its input root's writes) or, when -1, a new one of
+    ``size_bytes`` (0: ``TMPFS_OPTIONS``), is attached at /dev/shm, a
+    world-writable sticky directory for each is made in it, /tmp is bound to
+    one and /dev/shm covered by the other (neither shows the other; the
+    tmpfs's own root, with the overlay's layers, is out of reach below).
     Raises ``OSError``."""
-    options = TMPFS_OPTIONS if size_bytes <= 0 else f"mode=1777,size={size_bytes}"
-    _mount_tmpfs("/dev/shm", options)
+    if layers >= 0:
+        _attach(layers, "/dev/shm")
+    else:
+        _mount_tmpfs("/dev/shm", f"mode=1777,size={_tmpfs_size(size_bytes)}")
     fds: list[int] = []
     try:
         for name in ("tmp", "shm"):
@@ -596,7 +645,7 @@ def build_view(view: ActionView, *, host_proc_writable: bool = True) -> None:
         if host_proc_writable:
             set_attributes("/proc", clear=MOUNT_ATTR_RDONLY)
         mount_dev()  # before /dev/shm's tmpfs, which goes inside it
-        _mount_private_tmpfs(view.tmpfs_bytes)
+        _mount_private_tmpfs(view.tmpfs_bytes, view.layers)
         for fd, path in shared:
             if covered_by(path, fresh) is not None:  # in a tmpfs of this view only
                 _attach_at(fd, path, fresh, release=True)

@@ -26,7 +26,10 @@ and nothing else of lre (so it needs only the standard library). It exits
 when its stdin closes, so it never outlives lre. Protocol: one JSON object per line each way;
 ``{"build": {...ActionView fields}}`` -> ``{"fd": N}``, ``{"refused":
 {"path": ..., "reason": ...}}`` (a writable path refused where it is
-mounted, ``_view_writable``) or ``{"error": "message"}``; ``{"release": [N,
+mounted, ``_view_writable``) or ``{"error": "message"}``; ``{"layers":
+{"count": K, "bytes": B}}`` -> ``{"layers": [M,
+...]}`` (``_view.make_layers``, each held by the helper, whose views name
+them, until released) or ``{"error": "message"}``; ``{"release": [N,
 ...]}`` gets no answer.
 """
 
@@ -130,16 +133,7 @@ class ViewHelper:
         # (``asdict`` would deep-copy each tuple, a cost on every action).
         names = [field.name for field in dataclasses.fields(view)]  # type: ignore[arg-type]
         fields = {name: getattr(view, name) for name in names}
-        with self._lock:
-            process = self._process
-            if process is None or process.stdin is None or process.stdout is None:
-                raise OSError("the view helper is not running")
-            process.stdin.write(json.dumps({"build": fields}) + "\n")
-            process.stdin.flush()
-            line = process.stdout.readline()
-        if not line:
-            raise OSError("the view helper exited")
-        answer: dict[str, Any] = json.loads(line)
+        answer = self._ask({"build": fields})
         refused = answer.get("refused")
         if refused is not None:
             # Imported here: run as the helper, this file sees no ``lre``.
@@ -147,19 +141,44 @@ class ViewHelper:
 
             raise WritableRefused(str(refused["path"]), str(refused["reason"]))
         if "fd" not in answer:
-            raise OSError(f"view helper: {answer.get('error', line.strip())}")
+            raise OSError(f"view helper: {answer.get('error', answer)}")
         return int(answer["fd"])
 
-    def release(self, fd: int) -> None:
-        """The action of view ``fd`` ended: the helper closes its descriptor
-        now (the view's mounts, its tmpfs pages included, go with the last
-        process in it). A helper gone already holds nothing: ignored."""
+    def layers(self, count: int, size_bytes: int) -> list[int]:
+        """Have the helper make ``count`` action tmpfs (``_view.make_layers``,
+        inside its user namespace); the numbers of its descriptors of them
+        (``/proc/<pid>/fd/<M>`` opens one from lre), each held until
+        ``release``. Raises ``OSError`` with the helper's message."""
+        request = {"layers": {"count": count, "bytes": size_bytes}}
+        answer = self._ask(request)
+        if "layers" not in answer:
+            raise OSError(f"view helper: {answer.get('error', answer)}")
+        return [int(fd) for fd in answer["layers"]]
+
+    def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            process = self._process
+            if process is None or process.stdin is None or process.stdout is None:
+                raise OSError("the view helper is not running")
+            process.stdin.write(json.dumps(request) + "\n")
+            process.stdin.flush()
+            line = process.stdout.readline()
+        if not line:
+            raise OSError("the view helper exited")
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def release(self, *fds: int) -> None:
+        """The action of view ``fd`` ended (or its tmpfs is dropped): the
+        helper closes its descriptors now (the view's mounts, its tmpfs pages
+        included, go with the last process in it and the last descriptor).
+        A helper gone already holds nothing: ignored."""
         with self._lock:
             process = self._process
             if process is None or process.stdin is None:
                 return
             try:
-                process.stdin.write(json.dumps({"release": [fd]}) + "\n")
+                process.stdin.write(json.dumps({"release": list(fds)}) + "\n")
                 process.stdin.flush()
             except OSError:
                 pass
@@ -243,6 +262,20 @@ def _loopback_up() -> None:
 _MARK_FIELDS = ("hidden_marks", "within", "containing")
 
 
+def _make_layers(view: Any, wanted: dict[str, Any]) -> dict[str, object]:
+    """The answer to a ``layers`` request: the new descriptors, or the error
+    (those already made are closed then)."""
+    made: list[int] = []
+    try:
+        for _ in range(int(wanted["count"])):
+            made.append(view.make_layers(int(wanted["bytes"])))
+    except (OSError, TypeError, KeyError, ValueError) as error:
+        for fd in made:
+            os.close(fd)
+        return {"error": f"make_layers: {error}"}
+    return {"layers": made}
+
+
 def main() -> None:
     """Serve build requests on stdin until it closes."""
     _loopback_up()
@@ -262,6 +295,11 @@ def main() -> None:
                 os.close(int(fd))
             except OSError:
                 pass
+        wanted = request.get("layers")
+        if wanted is not None:
+            out.write(json.dumps(_make_layers(view, wanted)) + "\n")
+            out.flush()
+            continue
         fields = request.get("build")
         if fields is None:
             continue
