@@ -5,8 +5,10 @@ namespace for a new one (``unshare(CLONE_NEWNS)``, see ``_containment.py``)
 and shapes that namespace, which the action's first process then inherits:
 
 - the host's files, every mount of them, read-only (``mount_setattr`` with
-  ``AT_RECURSIVE`` and slave propagation: one call, whatever the number of
-  mounts, and nothing mounted here ever reaches the host);
+  ``AT_RECURSIVE`` and private propagation: one call, whatever the number
+  of mounts; nothing mounted here ever reaches the host, and nothing the
+  host mounts later reaches the view, where a slave would get it with the
+  host's flags, writable);
 - the action's input root, at its own path, as an overlay whose lower layer
   is the staged tree (hardlinks to the CAS's own inodes) and whose upper
   layer is ``upper`` on the action's own tmpfs (``make_layers``: a detached
@@ -104,8 +106,8 @@ from lre.worker.view._mount_api import (
     MOVE_MOUNT_T_EMPTY_PATH,
     MS_NODEV,
     MS_NOSUID,
+    MS_PRIVATE,
     MS_RDONLY,
-    MS_SLAVE,
     OPEN_TREE_CLOEXEC,
     OPEN_TREE_CLONE,
     failure,
@@ -456,22 +458,35 @@ _NOT_A_DIRECTORY = frozenset(
 )
 
 
-def _mask_directory(where: str, path: str, flags: int) -> bool:
+#: What a hidden path is, as ``_mask`` found it: a directory (masked with
+#: an empty tmpfs), a regular file or a socket (to show ``/dev/null``), or
+#: neither (missing, a FIFO, a device: left as it is).
+MaskKind = Literal["directory", "file", "none"]
+
+
+def _mask(where: str, path: str, flags: int) -> MaskKind:
     """Cover the hidden ``path`` (looked up as ``where``, symlinks followed)
-    with an empty tmpfs of ``flags`` if it is a directory: True when it was
-    masked, False when it is none this namespace shows now (gone, a file, or
-    under a fresh tmpfs already). The mount's own lookup is the test, so a
-    path costs one call whatever it is, and ``stat`` runs only after a
-    refusal, to tell "no directory" from a mount that failed. Raises
-    ``OSError`` naming ``path`` when a directory could not be masked."""
+    with an empty tmpfs of ``flags`` if it is a directory, and say what it
+    is. The mount's own lookup is the first test: a directory or a missing
+    path (ENOENT, a dangling symlink too) costs that one call, and ``stat``
+    runs only after another refusal, to tell a file from a mount that
+    failed. Raises ``OSError`` naming ``path`` when a directory could not be
+    masked."""
     if "\0" in where:
-        return False  # no such path (``stat`` refuses it; ctypes would cut it)
+        return "none"  # no such path (``stat`` refuses it; ctypes would cut it)
     options = _MASK_OPTIONS.encode()
     if held().mount(b"tmpfs", where.encode(), b"tmpfs", ctypes.c_ulong(flags), options) == 0:
-        return True
+        return "directory"
     code = ctypes.get_errno()
-    if code in _NOT_A_DIRECTORY and not _is_directory(where):
-        return False
+    if code == errno.ENOENT:
+        return "none"
+    if code in _NOT_A_DIRECTORY:
+        try:
+            mode = os.stat(where).st_mode
+        except (OSError, ValueError):
+            return "none"
+        if not stat.S_ISDIR(mode):
+            return "file" if stat.S_ISREG(mode) or stat.S_ISSOCK(mode) else "none"
     raise OSError(code, f"mount tmpfs on {path}: {os.strerror(code)}")
 
 
@@ -639,7 +654,7 @@ def build_view(view: ActionView, *, host_proc_writable: bool = True) -> None:
         resolver = _resolv_conf_clone(view.resolv_conf)
         if resolver is not None:
             detached.append((resolver, _RESOLV_CONF))
-        set_attributes("/", set_=MOUNT_ATTR_RDONLY, propagation=MS_SLAVE, recursive=True)
+        set_attributes("/", set_=MOUNT_ATTR_RDONLY, propagation=MS_PRIVATE, recursive=True)
         # The host's /proc stays writable until the action's first process
         # covers it with its own: unshare writes /proc/self/uid_map there.
         if host_proc_writable:
@@ -672,11 +687,12 @@ def build_view(view: ActionView, *, host_proc_writable: bool = True) -> None:
                 if target is not None:
                     targets.append(target)
                     where = f"/proc/thread-self/fd/{target}"
-            if _mask_directory(where, path, flags):
+            kind = _mask(where, path, flags)
+            if kind == "directory":
                 masks.append(path)
                 if holds:
                     later.append(path)
-            elif _is_file(path):  # a token or key file: /dev/null in its place
+            elif kind == "file":  # a token or key file: /dev/null in its place
                 fd = _clone_tree("/dev/null")
                 detached.append((fd, path))
                 if target is None:
