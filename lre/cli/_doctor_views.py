@@ -1,8 +1,9 @@
 """``lre doctor``'s ``view filesystem`` check: where the action directories live.
 
-Each action's view is an overlay whose upper and work directories lie in its
-action directory (``work_directory``). Mounting one creates and deletes a
-handful of inodes there. On an ext4 without a journal, ext4 refuses to hand
+Each action's directory (``work_directory``) holds its staged input root, its
+``TMPDIR`` and its logs, so what an action and its staging create and delete
+lands there (the view's overlay layers are on a tmpfs of the action's own and
+do not). On an ext4 without a journal, ext4 refuses to hand
 out an inode number deleted in the last minute or so and looks at each such
 candidate in turn before it picks one, so with lre's churn every new inode
 gets dearer (docs/performance.md has the figures against a journaled ext4).
@@ -98,9 +99,9 @@ def view_filesystem_check(config: Config, *, proc: str = "/proc", sys: str = "/s
             "WARN",
             "action directories on ext4 without a journal: "
             + "; ".join(slow)
-            + ". Each action's view (an overlay made there) then costs lre about three "
-            "times the CPU it costs on a journaled ext4 (ext4 steps over recently deleted "
-            "inode numbers one by one; docs/troubleshooting.md)",
+            + ". Every file an action or its staging creates there (TMPDIR files, staged "
+            "directories) then costs more kernel CPU than on a journaled ext4 (ext4 steps "
+            "over recently deleted inode numbers one by one; docs/troubleshooting.md)",
             FIX,
         )
     return Check(name, "OK", "action directories on a filesystem with a journal or none needed")
