@@ -11,9 +11,11 @@ import pytest
 
 from lre.cas import FilesystemStore, read_bytes
 from lre.digest import digest_of
-from lre.errors import InvalidArgument
+from lre.errors import InvalidArgument, ResourceExhausted
 from lre.worker.outputs import unshared_adopter
 from lre.worker.outputs._leases import drop_lease, holds_lease
+from lre.worker.outputs._limits import ActionLimits
+from lre.worker.outputs._output_checks import OutputBudget
 from lre.worker.outputs._outputs import FoundOutputs, OutputRequest, scan_outputs
 from lre.worker.outputs._upload import upload_outputs
 
@@ -104,3 +106,22 @@ def test_an_output_under_a_mount_the_action_left_is_not_held(tmp_path: Path) -> 
     _, found = _view_outputs(tmp_path, mounts=(str(tmp_path / "upper"),))
     ((_, item),) = found.files
     assert item.held is None
+
+
+def test_a_failing_scan_closes_what_it_held(tmp_path: Path) -> None:
+    upper, lower = tmp_path / "upper", tmp_path / "lower"
+    upper.mkdir()
+    lower.mkdir()
+    for name in ("a", "b"):
+        (upper / name).write_bytes(name.encode() * BIG)
+    before = set(os.listdir("/proc/self/fd"))
+    with pytest.raises(ResourceExhausted):  # "b" takes the outputs over the limit
+        scan_outputs(
+            upper,
+            [OutputRequest(name, name, "path") for name in ("a", "b")],
+            allow_escaping_symlinks=False,
+            budget=OutputBudget(ActionLimits(max_output_bytes=BIG + BIG // 2)),
+            lower=lower,
+            xattrs="user",
+        )
+    assert set(os.listdir("/proc/self/fd")) == before
