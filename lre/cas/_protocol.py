@@ -82,7 +82,10 @@ class LocalFiles(Protocol):
       variant is not stored already.
     - ``adopt_file``: moves a file into the store and returns its digest;
       raises ``InvalidArgument`` (the file left in place) when it is not
-      ``digest``, ``ResourceExhausted`` when it does not fit.
+      ``digest``, ``ResourceExhausted`` when it does not fit. With
+      ``source_fd`` it copies the file from that descriptor instead (kernel
+      copy, file left in place) and trusts ``digest`` unread: for a caller
+      that hashed the file and knows nothing could change it since.
     - ``discard``: withdraws a blob whose linked file an action altered
       (False when it was not stored).
     - ``max_bytes``: the bound of the store's files; ``content_path`` and
@@ -103,7 +106,12 @@ class LocalFiles(Protocol):
     def stored_path_for_link(self, digest: Digest, executable: bool) -> str | None: ...
 
     async def adopt_file(
-        self, path: str | os.PathLike[str], digest: Digest | None = None, executable: bool = False
+        self,
+        path: str | os.PathLike[str],
+        digest: Digest | None = None,
+        executable: bool = False,
+        *,
+        source_fd: int | None = None,
     ) -> Digest: ...
 
     async def discard(self, digest: Digest, executable: bool) -> bool: ...

@@ -60,33 +60,37 @@ class BlobWriter:
 
     def copy_variant(self, digest: Digest, source: str | None, final: str, mode: int) -> None:
         """Store a copy of ``source`` (or an empty file when None) at ``final``
-        with ``mode``: ``copy_file_range`` when the kernel can, else a read."""
+        with ``mode``: a kernel copy when the kernel can, else a read."""
         temp = self.new_temp(digest)
         try:
             if source is not None:
                 with open(source, "rb") as src:
                     assert temp.fd is not None
-                    try:
-                        copied = 0
-                        while copied < digest.size_bytes:
-                            n = os.copy_file_range(
-                                src.fileno(), temp.fd, digest.size_bytes - copied
-                            )
-                            if n == 0:
-                                raise FileNotFoundError(source)  # truncated: treat as gone
-                            copied += n
-                    except OSError as error:
-                        if isinstance(error, FileNotFoundError):
-                            raise
-                        space = space_error(error, f"copying blob {digest}")
-                        if space is not None:
-                            raise space from None
-                        if error.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL):
-                            raise
-                        src.seek(0)
+                    if not _kernel_copy(src.fileno(), temp.fd, digest, source):
                         os.lseek(temp.fd, 0, os.SEEK_SET)
                         os.ftruncate(temp.fd, 0)
                         temp.append_verified(src.read())
+            temp.commit_verified(final, mode)
+        except BaseException:
+            temp.discard()
+            raise
+
+    def copy_trusted(self, digest: Digest, source_fd: int, final: str, mode: int) -> None:
+        """Store the first ``digest.size_bytes`` bytes of the open file
+        ``source_fd`` at ``final`` with ``mode``, unread by Python and
+        unhashed: the caller vouches that they are ``digest``. A kernel copy
+        (``copy_file_range``, else ``sendfile``), read as a last resort.
+        Raises ``InvalidArgument`` (nothing stored) when the file is shorter."""
+        temp = self.new_temp(digest)
+        try:
+            assert temp.fd is not None
+            if not _kernel_copy(source_fd, temp.fd, digest, None):
+                os.lseek(temp.fd, 0, os.SEEK_SET)
+                os.ftruncate(temp.fd, 0)
+                data = os.pread(source_fd, digest.size_bytes, 0)
+                if len(data) != digest.size_bytes:
+                    raise InvalidArgument(f"output for {digest} shrank after it was hashed")
+                temp.append_verified(data)
             temp.commit_verified(final, mode)
         except BaseException:
             temp.discard()
@@ -135,3 +139,40 @@ class BlobWriter:
         except BaseException:
             temp.discard()
             raise
+
+
+def _kernel_copy(source_fd: int, target_fd: int, digest: Digest, source: str | None) -> bool:
+    """Copy ``digest.size_bytes`` bytes from offset 0 of ``source_fd`` to
+    ``target_fd`` in the kernel: ``copy_file_range``, ``sendfile`` where
+    that is refused across filesystems. False (``target_fd`` partly written)
+    when neither works for these files. A source that ends early raises
+    ``FileNotFoundError`` naming ``source`` (a store file: treated as gone),
+    or ``InvalidArgument`` for an output (``source`` None)."""
+    size = digest.size_bytes
+    copied = 0
+
+    def copy_range(count: int) -> int:
+        return os.copy_file_range(source_fd, target_fd, count, copied)
+
+    def send(count: int) -> int:
+        return os.sendfile(target_fd, source_fd, copied, count)
+
+    for call in (copy_range, send):
+        try:
+            while copied < size:
+                n = call(size - copied)
+                if n == 0:
+                    if source is not None:
+                        raise FileNotFoundError(source)  # truncated: treat as gone
+                    raise InvalidArgument(f"output for {digest} shrank after it was hashed")
+                copied += n
+            return True
+        except OSError as error:
+            if isinstance(error, FileNotFoundError):
+                raise
+            space = space_error(error, f"copying blob {digest}")
+            if space is not None:
+                raise space from None
+            if error.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+                raise
+    return False

@@ -410,6 +410,8 @@ class FilesystemStore:
         path: str | os.PathLike[str],
         digest: Digest | None = None,
         executable: bool = False,
+        *,
+        source_fd: int | None = None,
     ) -> Digest:
         """Move the regular file at ``path`` into the store; return its digest.
 
@@ -420,9 +422,17 @@ class FilesystemStore:
         longer exists (it is deleted when the blob was already stored). The
         caller must not modify the file while it is adopted. Raises
         ``ResourceExhausted`` when it does not fit.
+
+        With ``source_fd`` (an open descriptor of that file; ``digest``
+        required, else ``ValueError``) the file is copied instead, by the
+        kernel from that descriptor, and left in place; it is not read or
+        hashed again: the caller vouches that nothing changed it since it
+        was hashed to ``digest``. A file shorter than ``digest`` says raises
+        ``InvalidArgument`` (nothing stored); a longer one is cut at the
+        digest's size.
         """
         self._check_open()
-        return await self._variants.adopt_file(os.fspath(path), digest, executable)
+        return await self._variants.adopt_file(os.fspath(path), digest, executable, source_fd)
 
     # ------------------------------------------------------------ helpers
 

@@ -108,16 +108,24 @@ class VariantFiles:
         await self._index.remove(digest)
         return True
 
-    async def adopt_file(self, source: str, digest: Digest | None, executable: bool) -> Digest:
+    async def adopt_file(
+        self, source: str, digest: Digest | None, executable: bool, source_fd: int | None = None
+    ) -> Digest:
         """Move ``source`` in as the wanted variant and return its digest.
 
         With ``digest`` known (the worker hashed the output while collecting
         it), the file is hashed again and moved in (or unlinked, when the
         blob is already stored) in the same thread call, one round trip
-        instead of two. Without it the file is hashed first.
+        instead of two. Without it the file is hashed first. With
+        ``source_fd`` the file is left in place and copied from that
+        descriptor by the kernel, ``digest`` trusted unread.
         """
         index = self._index
         want = EXEC_VARIANT if executable else PLAIN_VARIANT
+        if source_fd is not None:
+            if digest is None:
+                raise ValueError("a copy from a descriptor needs the digest it was hashed to")
+            return await self._copy_trusted(source_fd, digest, want)
         expected = digest
         if digest is None:
             digest = await self._run(hash_file, source)
@@ -138,6 +146,24 @@ class VariantFiles:
                     await self._run(self._writer.move_in, digest, source, final, _MODES[want])
                 else:
                     await self._run(self._check_and_move, source, digest, final, _MODES[want])
+                index.add(digest, want)
+                return digest
+            finally:
+                index.unreserve(digest.size_bytes)
+
+    async def _copy_trusted(self, source_fd: int, digest: Digest, want: int) -> Digest:
+        index = self._index
+        if index.variants(digest) & want:
+            index.touch(digest)
+            await trio.lowlevel.checkpoint()
+            return digest
+        index.check_fits(digest)
+        with index.busy([digest]):
+            await index.reserve(digest, digest.size_bytes)
+            try:
+                await index.wait_deleted(digest)
+                final = index.path(digest, want)
+                await self._run(self._writer.copy_trusted, digest, source_fd, final, _MODES[want])
                 index.add(digest, want)
                 return digest
             finally:

@@ -18,13 +18,21 @@ file is copied into the store through the descriptor lre holds instead, so
 the stored blob is a new inode no one else has; the store verifies its
 digest as usual (a file changed since it was hashed fails the write with
 ``InvalidArgument``).
+
+An output of a view (its overlay's upper layer, a tmpfs of the action's own)
+is never moved: the tmpfs goes whole at recycling. The scan hashed it under
+a write lease it still holds (``FoundFile.held``, see ``_outputs``), so it
+was lre's alone from before its hash on: when that lease is still whole
+here, it is copied by the kernel from the held descriptor and its digest
+trusted (``adopt_file``'s ``source_fd``); a lease broken since (something
+opened the file: an action that kept a directory descriptor of that tmpfs,
+passed over a socket) means it may have changed, and it is read and
+verified like any copy.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
-import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -32,15 +40,12 @@ import trio
 
 from lre.cas import BlobStore
 from lre.digest import Digest
+from lre.worker.outputs._leases import drop_lease, holds_lease, take_lease
 from lre.worker.outputs._upload import Adopter
 
 __all__ = ["unshared_adopter"]
 
 _CHUNK = 1 << 20
-_F_SETLEASE = getattr(fcntl, "F_SETLEASE", 1024)
-_F_WRLCK = getattr(fcntl, "F_WRLCK", 1)
-_F_UNLCK = getattr(fcntl, "F_UNLCK", 2)
-_F_SETSIG = getattr(fcntl, "F_SETSIG", 10)
 
 
 def _open_leased(path: Path) -> tuple[int, bool]:
@@ -50,13 +55,10 @@ def _open_leased(path: Path) -> tuple[int, bool]:
     the stored blob is never that user's; when that fails it is not leased
     (copied instead). Raises ``OSError`` when it cannot be opened."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        fcntl.fcntl(fd, _F_SETSIG, signal.SIGURG)
-        fcntl.fcntl(fd, _F_SETLEASE, _F_WRLCK)
-    except OSError:
+    if not take_lease(fd):
         return fd, False
     try:
-        fcntl.fcntl(fd, _F_SETLEASE, _F_UNLCK)
+        drop_lease(fd)
     except OSError:
         os.close(fd)
         raise
@@ -80,9 +82,17 @@ async def _chunks(fd: int) -> AsyncIterator[bytes]:
 
 def unshared_adopter(adopt: Adopter, store: BlobStore) -> Adopter:
     """``adopt`` for files no other process holds open for writing, a copy
-    through lre's own descriptor for the rest (see the module docstring)."""
+    through lre's own descriptor for the rest; a held file (``source_fd``)
+    copied trusted only while its lease is whole (see the module docstring)."""
 
-    async def guarded(path: Path, digest: Digest, executable: bool) -> object:
+    async def guarded(
+        path: Path, digest: Digest, executable: bool, *, source_fd: int | None = None
+    ) -> object:
+        if source_fd is not None:
+            if await trio.to_thread.run_sync(holds_lease, source_fd):
+                return await adopt(path, digest, executable, source_fd=source_fd)
+            await store.write(digest, _chunks(source_fd))
+            return None
         fd, leased = await trio.to_thread.run_sync(_open_leased, path)
         try:
             if leased:

@@ -22,6 +22,7 @@ from lre.worker.outputs._outputs import (
     FoundFile,
     FoundOutputs,
     OutputRequest,
+    close_held,
     log_file,
     scan_outputs,
 )
@@ -58,7 +59,9 @@ async def collect_outputs(
 ) -> tuple[FoundOutputs, list[FoundFile]]:
     """Scan the outputs (``root`` over ``lower``, its overlay marks in
     ``xattrs``, see ``scan_outputs``) and hash the ``logs`` (stdout, stderr;
-    ``identities`` their device and inode as the action got them)."""
+    ``identities`` their device and inode as the action got them). The
+    descriptors the files found hold (``FoundFile.held``) are the caller's
+    to close (``upload_outputs`` does)."""
     stdout_path, stderr_path = logs
     # Mounts the action left in lre's namespace (cheap while the table is
     # unchanged): what they show is copied, never moved out of its place.
@@ -80,10 +83,14 @@ async def collect_outputs(
             mounts=mounts,
             owner=policy.owner,
         )
-        return found, [
-            log_file(stdout_path, identities[0], budget),
-            log_file(stderr_path, identities[1], budget),
-        ]
+        try:
+            return found, [
+                log_file(stdout_path, identities[0], budget),
+                log_file(stderr_path, identities[1], budget),
+            ]
+        except BaseException:
+            close_held([f for _, f in found.files] + found.tree_files)
+            raise
 
     if not outputs:
         sizes = os.stat(stdout_path).st_size, os.stat(stderr_path).st_size

@@ -36,6 +36,7 @@ import hashlib
 import os
 import posixpath
 import stat
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,6 +52,7 @@ from lre.worker.outputs._layers import (
     refuse_metacopy,
     walk,
 )
+from lre.worker.outputs._leases import holds_lease, take_lease
 from lre.worker.outputs._limits import ActionLimits, tree_over_limit
 from lre.worker.outputs._output_checks import OutputBudget, check_name, check_target, printable
 
@@ -58,6 +60,9 @@ from lre.worker.outputs._output_checks import OutputBudget, check_name, check_ta
 #: does not read them again.
 KEEP_IN_MEMORY = 1 << 20
 _READ_CHUNK = 1 << 20
+#: At most this many files of one action are held open under a lease from
+#: the scan to the upload (the rest are read and verified when copied).
+HELD_AT_MOST = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +86,9 @@ class FoundFile:
     ``movable``: the file may be moved into the CAS (one link, lre's own
     user); otherwise it is copied. ``root``/``relative``: where to open it
     again safely (``open_beneath``) when it is too big to keep in memory;
-    ``root`` None means ``path`` is lre's own file (logs).
+    ``root`` None means ``path`` is lre's own file (logs). ``held``: a
+    descriptor of the file under the write lease taken before it was hashed
+    (see ``scan_outputs``); its owner (``upload_outputs``) closes it.
     """
 
     path: Path
@@ -91,6 +98,7 @@ class FoundFile:
     movable: bool = True
     root: Path | None = None
     relative: str = ""
+    held: int | None = None
 
 
 @dataclass(slots=True)
@@ -103,6 +111,13 @@ class FoundOutputs:
     tree_files: list[FoundFile] = field(default_factory=list)
     #: Serialized Directory and Tree blobs to upload, by digest.
     blobs: dict[Digest, bytes] = field(default_factory=dict)
+
+
+def close_held(files: Iterable[FoundFile]) -> None:
+    """Close the descriptors ``files`` hold (their leases go with them)."""
+    for item in files:
+        if item.held is not None:
+            os.close(item.held)
 
 
 def hash_file(path: Path) -> tuple[Digest, bytes | None]:
@@ -148,9 +163,13 @@ def _read_regular(
     budget: OutputBudget,
     *,
     upper_of_overlay: OverlayXattrs | None = None,
-) -> tuple[Digest, bytes | None, os.stat_result]:
+    holds: _Holds | None = None,
+) -> tuple[Digest, bytes | None, os.stat_result, int | None]:
     """Hash the regular file ``name`` in ``dir_fd`` through one descriptor,
-    after ``budget`` accepted its size (nothing is read otherwise).
+    after ``budget`` accepted its size (nothing is read otherwise). With
+    ``holds`` and a file too big to keep in memory, a write lease is taken
+    on that descriptor before the hash; when it is still whole after it,
+    the descriptor is returned open, lease held (else None).
 
     Raises ``InvalidArgument`` naming ``shown`` when what is there now is not
     a regular file (swapped since it was listed), it grows while read or
@@ -166,15 +185,44 @@ def _read_regular(
         if upper_of_overlay is not None:
             refuse_metacopy(fd, shown, upper_of_overlay)
         budget.charge(shown, info)
+        leased = (
+            holds is not None
+            and info.st_size > KEEP_IN_MEMORY
+            and holds.left > 0
+            and take_lease(fd)
+        )
         try:
             digest, data = hash_fd(fd, info.st_size)
         except InvalidArgument:
             raise InvalidArgument(
                 f"output '{printable(shown)}' grew while lre read it (was {info.st_size} bytes)"
             ) from None
-    finally:
+        if leased and holds is not None and data is None and holds_lease(fd):
+            holds.keep(fd)
+            return digest, data, info, fd
+    except BaseException:
         os.close(fd)
-    return digest, data, info
+        raise
+    os.close(fd)
+    return digest, data, info, None
+
+
+class _Holds:
+    """The descriptors one scan keeps open (``HELD_AT_MOST``), all closed
+    by ``close`` when the scan fails."""
+
+    def __init__(self) -> None:
+        self.left = HELD_AT_MOST
+        self._fds: list[int] = []
+
+    def keep(self, fd: int) -> None:
+        self.left -= 1
+        self._fds.append(fd)
+
+    def close(self) -> None:
+        for fd in self._fds:
+            os.close(fd)
+        self._fds.clear()
 
 
 def _marked_in(directory: MergedDir, entry: Entry) -> OverlayXattrs | None:
@@ -239,6 +287,20 @@ class _Roots:
     mounts: tuple[str, ...] = ()
     #: the uid actions run as (None: lre's own): its files are movable too
     owner: int | None = None
+    #: where a view's large files stay open under a lease (None: nowhere)
+    holds: _Holds | None = None
+
+    def holds_for(self, entry: Entry, relative: str) -> _Holds | None:
+        """Where to hold ``entry`` open: only a file of a view's upper layer
+        (the action's own tmpfs), never one of a mount the action left there
+        (it may be reachable elsewhere: read and verified when copied)."""
+        if self.holds is None or self.lower is None or entry.from_lower:
+            return None
+        return None if self._under_mount(self.upper / relative) else self.holds
+
+    def _under_mount(self, path: Path) -> bool:
+        shown = str(path)
+        return any(shown == point or shown.startswith(point + "/") for point in self.mounts)
 
     def movable(self, entry: Entry, path: Path, info: os.stat_result) -> bool:
         if self.lower is not None:
@@ -248,11 +310,16 @@ class _Roots:
         if not _movable(info, self.owner) or not fits(path):
             # too deep to move by its path: copied through a descriptor
             return False
-        shown = str(path)
-        return not any(shown == point or shown.startswith(point + "/") for point in self.mounts)
+        return not self._under_mount(path)
 
     def found(
-        self, entry: Entry, relative: str, digest: Digest, data: bytes | None, info: os.stat_result
+        self,
+        entry: Entry,
+        relative: str,
+        digest: Digest,
+        data: bytes | None,
+        info: os.stat_result,
+        held: int | None = None,
     ) -> FoundFile:
         root = self.lower if entry.from_lower and self.lower is not None else self.upper
         return FoundFile(
@@ -263,6 +330,7 @@ class _Roots:
             movable=self.movable(entry, root / relative, info),
             root=root,
             relative=relative,
+            held=held,
         )
 
 
@@ -361,14 +429,15 @@ class _TreeBuilder:
                 child.close()
                 raise
         elif stat.S_ISREG(info.st_mode):
-            digest, data, opened = _read_regular(
+            digest, data, opened, held = _read_regular(
                 level.dir.fd_of(entry),
                 name,
                 child_shown,
                 self.budget,
                 upper_of_overlay=_marked_in(level.dir, entry),
+                holds=self.roots.holds_for(entry, child_relative),
             )
-            item = self.roots.found(entry, child_relative, digest, data, opened)
+            item = self.roots.found(entry, child_relative, digest, data, opened, held)
             level.directory.files.add(
                 name=name, digest=digest.to_proto(), is_executable=item.executable
             )
@@ -426,6 +495,13 @@ def scan_outputs(
     (an action that can mount there left them): files under one are copied
     into the CAS, never moved (they belong to whatever was mounted there).
     ``owner``: the uid the action ran as; its files may be moved as well.
+    A file of the upper layer too big to keep in memory (not under such a
+    mount) is hashed under a write lease lre takes first; when nothing
+    broke it, the file stays open with the lease held (``FoundFile.held``,
+    at most ``HELD_AT_MOST`` of them; the caller closes them,
+    ``upload_outputs`` does): from before its hash until that descriptor
+    is closed it is lre's alone, so its digest can be trusted when it is
+    copied from it. On failure the scan closes what it held.
 
     Raises ``InvalidArgument`` naming the output when a parent directory of
     it is a symlink, when it changed while being read, when a name or
@@ -439,11 +515,15 @@ def scan_outputs(
     """
     found = FoundOutputs()
     budget = budget if budget is not None else OutputBudget(ActionLimits())
-    roots = _Roots(root, lower, mounts, owner)
+    holds = _Holds()
+    roots = _Roots(root, lower, mounts, owner, holds)
     merged = MergedDir.open_root(root, lower, xattrs=xattrs)
     try:
         for request in requests:
             _scan_one(found, roots, merged, request, allow_escaping_symlinks, budget)
+    except BaseException:
+        holds.close()
+        raise
     finally:
         merged.close()
     return found
@@ -481,15 +561,16 @@ def _scan_one(
                 kind = _pointed_kind(root, dir_fd, request.relative, target)
             found.symlinks.append((request.name, target, kind))
         elif stat.S_ISREG(info.st_mode):
-            digest, data, opened = _read_regular(
+            digest, data, opened, held = _read_regular(
                 parent.fd_of(entry),
                 leaf,
                 request.name,
                 budget,
                 upper_of_overlay=_marked_in(parent, entry),
+                holds=roots.holds_for(entry, request.relative),
             )
             found.files.append(
-                (request.name, roots.found(entry, request.relative, digest, data, opened))
+                (request.name, roots.found(entry, request.relative, digest, data, opened, held))
             )
         elif stat.S_ISDIR(info.st_mode):
             merged = parent.child(entry, request.name)

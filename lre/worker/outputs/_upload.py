@@ -21,8 +21,9 @@ from __future__ import annotations
 import copy
 import os
 import stat
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Iterable
 from pathlib import Path
+from typing import Protocol
 
 import trio
 
@@ -30,15 +31,22 @@ from lre.cas import BlobStore
 from lre.digest import EMPTY_DIGEST, Digest
 from lre.errors import InvalidArgument, LreError
 from lre.worker.directories import SymlinkInPath, open_beneath
-from lre.worker.outputs._outputs import FoundFile
+from lre.worker.outputs._outputs import FoundFile, close_held
 from lre.worker.outputs._task_errors import single_error_nursery
 
 _CHUNK = 1 << 20
 UPLOAD_CONCURRENCY = 16
 
-#: ``adopt(path, digest, executable)`` moves the file at ``path`` into the
-#: CAS as ``digest``; afterwards ``path`` may no longer exist.
-Adopter = Callable[[Path, Digest, bool], Awaitable[object]]
+
+class Adopter(Protocol):
+    """``adopt(path, digest, executable)`` moves the file at ``path`` into
+    the CAS as ``digest``; afterwards ``path`` may no longer exist. With
+    ``source_fd`` (the file's held descriptor, ``FoundFile.held``) it is
+    copied from that descriptor instead and left in place."""
+
+    def __call__(
+        self, path: Path, digest: Digest, executable: bool, *, source_fd: int | None = None
+    ) -> Awaitable[object]: ...
 
 
 async def _single(data: bytes) -> AsyncIterator[bytes]:
@@ -65,6 +73,12 @@ def _open_found(item: FoundFile) -> int:
 
 
 async def _file_chunks(item: FoundFile) -> AsyncIterator[bytes]:
+    if item.held is not None:  # closed by upload_outputs
+        offset = 0
+        while chunk := await trio.to_thread.run_sync(os.pread, item.held, _CHUNK, offset):
+            offset += len(chunk)
+            yield chunk
+        return
     fd = await trio.to_thread.run_sync(_open_found, item)
     try:
         while True:
@@ -83,11 +97,26 @@ async def upload_outputs(
     *,
     adopt: Adopter | None = None,
 ) -> None:
-    """Make every file and blob present in ``store``.
+    """Make every file and blob present in ``store``; the descriptors
+    ``files`` hold (``FoundFile.held``) are closed on return, whatever
+    happened.
 
     Raises what the store raises (``ResourceExhausted`` when full,
     ``InvalidArgument`` when a file changed while being read).
     """
+    files = list(files)
+    try:
+        await _upload(store, files, blobs, adopt)
+    finally:
+        close_held(files)
+
+
+async def _upload(
+    store: BlobStore,
+    files: list[FoundFile],
+    blobs: dict[Digest, bytes],
+    adopt: Adopter | None,
+) -> None:
     by_digest: dict[Digest, FoundFile] = {}
     for item in files:
         if item.digest != EMPTY_DIGEST:
@@ -107,6 +136,8 @@ async def upload_outputs(
             try:
                 if item is None:
                     await store.write(digest, _single(blobs[digest]))
+                elif adopt is not None and item.held is not None:
+                    await adopt(item.path, digest, item.executable, source_fd=item.held)
                 elif adopt is not None and item.movable:
                     await adopt(item.path, digest, item.executable)
                 elif item.data is not None:

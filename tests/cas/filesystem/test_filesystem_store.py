@@ -474,6 +474,59 @@ async def test_adopt_across_filesystems_copies(tmp_path: Path) -> None:
                 other.rmdir()
 
 
+async def test_adopt_from_a_descriptor_copies_the_file_across_filesystems(
+    tmp_path: Path,
+) -> None:
+    """The kernel copies a file of another filesystem (a tmpfs, as a view's
+    outputs are) into the store; the file stays, the blob equals it."""
+    with tiny_tmpfs(tmp_path / "other", "4m") as mounted:
+        if not mounted:
+            if in_ci():
+                pytest.fail("mounting a tmpfs failed under CI")
+            other = Path("/dev/shm") / f"lre-test-{os.getpid()}"
+            other.mkdir()
+        else:
+            other = tmp_path / "other"
+        try:
+            store = await open_store(tmp_path / "store")
+            out = other / "out"
+            content = b"copied by the kernel\n" + os.urandom(2 << 20)
+            out.write_bytes(content)
+            fd = os.open(out, os.O_RDONLY)
+            try:
+                digest = await store.adopt_file(
+                    out, digest_of(content), executable=True, source_fd=fd
+                )
+                # a second adoption of a stored blob copies nothing
+                assert await store.adopt_file(out, digest, True, source_fd=fd) == digest
+            finally:
+                os.close(fd)
+            assert out.read_bytes() == content
+            assert await read_bytes(store, digest) == content
+            executable = store.stored_path_for_link(digest, True)
+            assert executable is not None and os.stat(executable).st_mode & 0o777 == 0o555
+        finally:
+            if not mounted:
+                for p in other.iterdir():
+                    p.unlink()
+                other.rmdir()
+
+
+async def test_adopt_from_a_descriptor_refuses_a_file_shorter_than_its_digest(
+    tmp_path: Path,
+) -> None:
+    store = await open_store(tmp_path / "store")
+    out = tmp_path / "out"
+    out.write_bytes(b"short")
+    fd = os.open(out, os.O_RDONLY)
+    try:
+        with pytest.raises(InvalidArgument, match="shrank"):
+            await store.adopt_file(out, digest_of(b"shorter than this"), source_fd=fd)
+    finally:
+        os.close(fd)
+    assert os.listdir(tmp_path / "store" / "tmp") == []
+
+
 @settings(max_examples=15, deadline=None)
 @given(
     ops=st.lists(
