@@ -119,13 +119,14 @@ def execution_load(
 
 
 def long_action(address: str, marker: str, background: bool, started: threading.Event) -> None:
-    """One action that writes a file into its directory and sleeps ~1000 s
+    """One action that writes a file into its directory (its TMPDIR, on disk;
+    its input root's writes are on its view's tmpfs) and sleeps ~1000 s
     (``marker`` in its arguments); with ``background`` the sleep runs in a
     background child of the shell too. Returns when the server dies."""
     sleep = f"sleep {marker} & sleep {marker}; wait" if background else f"exec sleep {marker}"
     client = Client(address)
     try:
-        prepared = client.prepare(["/bin/sh", "-c", f"echo left-behind > left; {sleep}"])
+        prepared = client.prepare(["/bin/sh", "-c", f'echo left-behind > "$TMPDIR/left"; {sleep}'])
         for operation in client.execution.Execute(client.execute_request(prepared), timeout=600):
             if metadata_of(operation).stage == Stage.EXECUTING:
                 started.set()

@@ -137,13 +137,27 @@ def action_dirs(work: Path) -> int:
     return sum(1 for entry in os.scandir(work) if entry.is_dir(follow_symlinks=False))
 
 
+def stocked_layers(server: Running) -> int:
+    """Descriptors of the tmpfs that ready action directories hold for their views."""
+    return sum(
+        directory.layers is not None
+        for w in server.app.workers
+        if w.runner is not None
+        for directory in w.runner.parts.directories._stock
+    )
+
+
 def resources(server: Running) -> dict[str, int]:
     stats = server.scheduler.statistics()
     return {
         # less those the pids cgroups keep open (reused, bounded by the most
         # actions at once: a test running more at once than any before it
         # makes a cgroup, which is not a leak)
-        "fds": len(os.listdir("/proc/self/fd")) - process_limits().descriptors,
+        # and less each ready action directory's tmpfs (the stock grows up to
+        # twice the worker's concurrency after a burst: not a leak either)
+        "fds": len(os.listdir("/proc/self/fd"))
+        - process_limits().descriptors
+        - stocked_layers(server),
         "threads": len(os.listdir("/proc/self/task")),
         "trio_tasks": trio_tasks(),
         "bridge_running": server.app.bridge.statistics().running,
@@ -345,8 +359,10 @@ def disconnect_scenario(address: str, work: Path, tag: str) -> dict[str, Any]:
 
     # The single slot is taken by a long action, so the next ones wait.
     # Each long action first leaves a file in its directory (a leftover if
-    # the directory were not removed).
-    holder = Disconnecting(address, ["/bin/sh", "-c", f"echo x > left; sleep {busy}"])
+    # the directory were not removed): in its TMPDIR, which lies in the action
+    # directory on disk (what it writes into its input root lands on its view's
+    # tmpfs, never under the work directory).
+    holder = Disconnecting(address, ["/bin/sh", "-c", f'echo x > "$TMPDIR/left"; sleep {busy}'])
     holder.until(Stage.EXECUTING)
     assert wait_until(lambda: processes_with(busy)), "the long action never started"
     # Its file is there while it runs (so the leftover check below can fail).
