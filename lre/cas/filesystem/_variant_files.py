@@ -136,20 +136,9 @@ class VariantFiles:
             else:
                 await self._run(self._check_and_move, source, digest, None, 0)
             return digest
-        index.check_fits(digest)
-        with index.busy([digest]):
-            await index.reserve(digest, digest.size_bytes)
-            try:
-                await index.wait_deleted(digest)
-                final = index.path(digest, want)
-                if expected is None:
-                    await self._run(self._writer.move_in, digest, source, final, _MODES[want])
-                else:
-                    await self._run(self._check_and_move, source, digest, final, _MODES[want])
-                index.add(digest, want)
-                return digest
-            finally:
-                index.unreserve(digest.size_bytes)
+        if expected is None:
+            return await self._place(digest, want, self._writer.move_in, digest, source)
+        return await self._place(digest, want, self._check_and_move, source, digest)
 
     async def _copy_trusted(self, source_fd: int, digest: Digest, want: int) -> Digest:
         index = self._index
@@ -157,13 +146,21 @@ class VariantFiles:
             index.touch(digest)
             await trio.lowlevel.checkpoint()
             return digest
+        return await self._place(digest, want, self._writer.copy_trusted, digest, source_fd)
+
+    async def _place(
+        self, digest: Digest, want: int, put: Callable[..., object], *args: object
+    ) -> Digest:
+        """``put(*args, final, mode)`` in a thread, with room reserved and the
+        blob marked busy, then ``digest`` recorded as holding ``want``. Raises
+        what ``check_fits`` or ``put`` raises, with nothing recorded."""
+        index = self._index
         index.check_fits(digest)
         with index.busy([digest]):
             await index.reserve(digest, digest.size_bytes)
             try:
                 await index.wait_deleted(digest)
-                final = index.path(digest, want)
-                await self._run(self._writer.copy_trusted, digest, source_fd, final, _MODES[want])
+                await self._run(put, *args, index.path(digest, want), _MODES[want])
                 index.add(digest, want)
                 return digest
             finally:
